@@ -1,0 +1,515 @@
+//! The sans-IO micro-batcher.
+//!
+//! [`BatcherCore`] is a plain state machine in the style of quinn-proto: it never reads a clock,
+//! never blocks and never calls the engine. Inputs arrive through `submit`, `cancel`,
+//! `handle_*` and `begin_*`, each with `now`; work leaves through `poll_dispatch` (a batch to run),
+//! `poll_engine_shutdown` and `poll_outcome` (one outcome per request); `poll_timeout` says when
+//! the driver must call `handle_timeout` next. Drivers (the threaded shell, the virtual-time
+//! driver, the fuzzer, proptest) only move data between this and the world, so all of the logic
+//! that must never hang or lose a request lives here, in one place.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::error::{ConfigError, RequestError};
+use super::lifecycle::{Lifecycle, State};
+use crate::engine::{EngineError, EngineInfo, EngineOutput, EngineRequest, RequestId};
+use crate::time::Timestamp;
+
+pub type BatchId = u64;
+
+/// Batching settings, validated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BatchConfig {
+    batch_size: usize,
+    batch_timeout: Duration,
+    generate_timeout: Option<Duration>,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            batch_size: 32,
+            batch_timeout: Duration::from_millis(10),
+            generate_timeout: None,
+        }
+    }
+}
+
+impl BatchConfig {
+    pub fn new(batch_size: usize, batch_timeout: Duration) -> Result<Self, ConfigError> {
+        if batch_size == 0 {
+            return Err(ConfigError::ZeroBatchSize);
+        }
+        if batch_timeout.is_zero() {
+            return Err(ConfigError::ZeroBatchTimeout);
+        }
+        Ok(BatchConfig { batch_size, batch_timeout, generate_timeout: None })
+    }
+
+    /// A generate running longer than this fails its batch and marks the engine failed.
+    pub fn with_generate_timeout(mut self, t: Option<Duration>) -> Result<Self, ConfigError> {
+        if t.is_some_and(|t| t.is_zero()) {
+            return Err(ConfigError::ZeroGenerateTimeout);
+        }
+        self.generate_timeout = t;
+        Ok(self)
+    }
+
+    pub fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+    pub fn batch_timeout(&self) -> Duration {
+        self.batch_timeout
+    }
+    pub fn generate_timeout(&self) -> Option<Duration> {
+        self.generate_timeout
+    }
+}
+
+/// Why a batch left the queue.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlushReason {
+    /// `batch_size` requests were waiting.
+    Full,
+    /// The oldest request had waited `batch_timeout`.
+    Timeout,
+    /// Shutdown is draining the queue.
+    Drain,
+}
+
+/// A batch for the engine.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Batch {
+    pub id: BatchId,
+    pub requests: Vec<EngineRequest>,
+    pub reason: FlushReason,
+    pub dispatched_at: Timestamp,
+}
+
+/// How a generate call ended, as the driver saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GenerateResult {
+    Outputs(Vec<EngineOutput>),
+    Error(EngineError),
+    Panicked(String),
+}
+
+impl From<Result<Vec<EngineOutput>, EngineError>> for GenerateResult {
+    fn from(r: Result<Vec<EngineOutput>, EngineError>) -> Self {
+        match r {
+            Ok(o) => GenerateResult::Outputs(o),
+            Err(e) => GenerateResult::Error(e),
+        }
+    }
+}
+
+/// Our clock's view of one request.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RequestTimes {
+    pub submitted: Timestamp,
+    pub dispatched: Timestamp,
+    pub completed: Timestamp,
+}
+
+/// A request's output, with where and when it ran.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Completion {
+    pub output: EngineOutput,
+    pub times: RequestTimes,
+    pub batch_id: BatchId,
+    pub batch_size: usize,
+}
+
+/// The one outcome of one request.
+pub type Outcome = Result<Completion, RequestError>;
+
+/// What happened, for traces and batching statistics. Recorded only when enabled.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    Submitted { at: u64, id: RequestId },
+    Rejected { at: u64, id: RequestId, error: String },
+    Cancelled { at: u64, id: RequestId },
+    Dispatched { at: u64, batch: BatchId, ids: Vec<RequestId>, reason: FlushReason },
+    BatchCompleted { at: u64, batch: BatchId },
+    BatchFailed { at: u64, batch: BatchId, error: String },
+    State { to: State },
+    EngineShutdown,
+}
+
+struct Queued {
+    request: EngineRequest,
+    submitted_at: Timestamp,
+}
+
+struct InFlight {
+    batch_id: BatchId,
+    members: Vec<(RequestId, Timestamp)>,
+    dispatched_at: Timestamp,
+    /// Its waiters were already failed by the generate timeout; the result is discarded.
+    abandoned: bool,
+}
+
+/// The micro-batcher's state machine. See the module docs.
+pub struct BatcherCore {
+    config: BatchConfig,
+    lifecycle: Lifecycle,
+    failure: Option<String>,
+    shutdown_requested: bool,
+    start_attempted: bool,
+    engine_shutdown_issued: bool,
+    queue: VecDeque<Queued>,
+    in_flight: Option<InFlight>,
+    outcomes: VecDeque<(RequestId, Outcome)>,
+    next_batch_id: BatchId,
+    events: Option<Vec<Event>>,
+}
+
+impl BatcherCore {
+    pub fn new(config: BatchConfig) -> Self {
+        BatcherCore {
+            config,
+            lifecycle: Lifecycle::default(),
+            failure: None,
+            shutdown_requested: false,
+            start_attempted: false,
+            engine_shutdown_issued: false,
+            queue: VecDeque::new(),
+            in_flight: None,
+            outcomes: VecDeque::new(),
+            next_batch_id: 0,
+            events: None,
+        }
+    }
+
+    /// Record [`Event`]s, for traces and tests.
+    pub fn with_events(mut self) -> Self {
+        self.events = Some(Vec::new());
+        self
+    }
+
+    pub fn take_events(&mut self) -> Vec<Event> {
+        self.events.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn record(&mut self, e: impl FnOnce() -> Event) {
+        if let Some(ev) = self.events.as_mut() {
+            ev.push(e());
+        }
+    }
+
+    fn set_state(&mut self, to: State) {
+        // Every caller checked the source state; a failure here is a bug in this file.
+        let r = self.lifecycle.transition(to);
+        debug_assert!(r.is_ok(), "{r:?}");
+        if r.is_ok() {
+            self.record(|| Event::State { to });
+        }
+    }
+
+    pub fn config(&self) -> &BatchConfig {
+        &self.config
+    }
+    pub fn state(&self) -> State {
+        self.lifecycle.state()
+    }
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+    /// A generate is running (or abandoned but not yet returned).
+    pub fn generate_in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+    /// Nothing queued, nothing running, no outcome undelivered.
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.in_flight.is_none() && self.outcomes.is_empty()
+    }
+
+    // ---- lifecycle -------------------------------------------------------------------------
+
+    /// Created → Starting. Returns `false` (and changes nothing) in any other state, so concurrent
+    /// callers can race on it and exactly one wins: start is single-flight.
+    pub fn begin_start(&mut self) -> bool {
+        if self.state() != State::Created {
+            return false;
+        }
+        self.start_attempted = true;
+        self.set_state(State::Starting);
+        true
+    }
+
+    /// The engine load ended.
+    pub fn handle_start_result(&mut self, result: Result<EngineInfo, EngineError>, now: Timestamp) {
+        if self.state() != State::Starting {
+            return;
+        }
+        match result {
+            Ok(_) => {
+                self.set_state(State::Ready);
+                if self.shutdown_requested {
+                    self.set_state(State::Draining);
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                self.fail_engine(RequestError::StartFailed(msg.clone()), msg, now);
+            }
+        }
+    }
+
+    /// Stop admitting. Pending requests are still dispatched; then the engine is shut down.
+    /// Harmless when repeated.
+    pub fn begin_shutdown(&mut self, _now: Timestamp) {
+        self.shutdown_requested = true;
+        match self.state() {
+            State::Created => self.set_state(State::Stopped),
+            State::Ready => self.set_state(State::Draining),
+            // Starting: drains once the load ends. Draining, Stopped, Failed: nothing to do.
+            _ => {}
+        }
+    }
+
+    /// True exactly once: when the driver must call the engine's shutdown now. That is after
+    /// shutdown was requested, nothing is queued and no generate is running.
+    pub fn poll_engine_shutdown(&mut self) -> bool {
+        let due = self.shutdown_requested
+            && self.start_attempted
+            && !self.engine_shutdown_issued
+            && self.in_flight.is_none()
+            && self.queue.is_empty()
+            && matches!(self.state(), State::Draining | State::Failed);
+        if due {
+            self.engine_shutdown_issued = true;
+            self.record(|| Event::EngineShutdown);
+        }
+        due
+    }
+
+    /// The engine's shutdown returned (its error, if any, is the driver's to report).
+    pub fn handle_engine_shutdown_done(&mut self) {
+        if self.engine_shutdown_issued && self.state() != State::Stopped {
+            self.set_state(State::Stopped);
+        }
+    }
+
+    /// Whether the driver has nothing left to do, ever.
+    pub fn is_terminated(&self) -> bool {
+        match self.state() {
+            State::Stopped => true,
+            // A wedged engine whose generate never returns: nothing more will happen.
+            State::Failed => {
+                self.shutdown_requested
+                    && self.queue.is_empty()
+                    && (self.engine_shutdown_issued || !self.start_attempted)
+            }
+            _ => false,
+        }
+    }
+
+    fn fail_engine(&mut self, queued_error: RequestError, reason: String, now: Timestamp) {
+        self.failure = Some(reason);
+        self.set_state(State::Failed);
+        while let Some(q) = self.queue.pop_front() {
+            self.outcomes.push_back((q.request.id, Err(queued_error.clone())));
+        }
+        let _ = now;
+    }
+
+    // ---- requests --------------------------------------------------------------------------
+
+    /// Admit a request. A rejection is returned here and produces no outcome.
+    pub fn submit(&mut self, request: EngineRequest, now: Timestamp) -> Result<(), RequestError> {
+        let rejection = match self.state() {
+            State::Starting | State::Ready => None,
+            State::Created => Some(RequestError::EngineNotStarted),
+            State::Draining | State::Stopped => Some(RequestError::ShuttingDown),
+            State::Failed => Some(RequestError::EngineFailed(
+                self.failure.clone().unwrap_or_else(|| "unknown".into()),
+            )),
+        };
+        let id = request.id;
+        if let Some(error) = rejection {
+            self.record(|| Event::Rejected { at: now.as_nanos(), id, error: error.to_string() });
+            return Err(error);
+        }
+        self.record(|| Event::Submitted { at: now.as_nanos(), id });
+        self.queue.push_back(Queued { request, submitted_at: now });
+        Ok(())
+    }
+
+    /// The caller gave up on `id`. A queued request is removed and gets a `Cancelled` outcome;
+    /// a dispatched one cannot be recalled (returns `false`).
+    pub fn cancel(&mut self, id: RequestId, now: Timestamp) -> bool {
+        let Some(pos) = self.queue.iter().position(|q| q.request.id == id) else {
+            return false;
+        };
+        self.queue.remove(pos);
+        self.record(|| Event::Cancelled { at: now.as_nanos(), id });
+        self.outcomes.push_back((id, Err(RequestError::Cancelled)));
+        true
+    }
+
+    /// When the driver must call [`handle_timeout`](Self::handle_timeout) (and poll again).
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        match &self.in_flight {
+            Some(f) if !f.abandoned => {
+                self.config.generate_timeout.map(|t| f.dispatched_at.saturating_add(t))
+            }
+            Some(_) => None,
+            None if self.state() == State::Ready => self
+                .queue
+                .front()
+                .map(|q| q.submitted_at.saturating_add(self.config.batch_timeout)),
+            None => None,
+        }
+    }
+
+    /// Time passed. Fails a generate that overran `generate_timeout`; partial batches whose
+    /// timeout passed are then returned by `poll_dispatch`.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        let Some(limit) = self.config.generate_timeout else { return };
+        let Some(f) = self.in_flight.as_mut() else { return };
+        if f.abandoned || now < f.dispatched_at.saturating_add(limit) {
+            return;
+        }
+        f.abandoned = true;
+        let batch_id = f.batch_id;
+        let batch_size = f.members.len();
+        let members = std::mem::take(&mut f.members);
+        let error = RequestError::GenerateTimedOut { batch_id, batch_size, after: limit };
+        self.record(|| Event::BatchFailed { at: now.as_nanos(), batch: batch_id, error: error.to_string() });
+        for (id, _) in members {
+            self.outcomes.push_back((id, Err(error.clone())));
+        }
+        // The engine thread is stuck inside generate: no other batch may run, ever.
+        if matches!(self.state(), State::Ready | State::Draining) {
+            let reason = format!("generate of batch {batch_id} did not return within {limit:?}");
+            self.fail_engine(RequestError::EngineFailed(reason.clone()), reason, now);
+        }
+    }
+
+    /// The next batch to run, if one is due at `now`. At most one is ever in flight.
+    pub fn poll_dispatch(&mut self, now: Timestamp) -> Option<Batch> {
+        if self.in_flight.is_some() || self.queue.is_empty() {
+            return None;
+        }
+        let reason = match self.state() {
+            State::Ready | State::Draining if self.queue.len() >= self.config.batch_size => {
+                FlushReason::Full
+            }
+            State::Draining => FlushReason::Drain,
+            State::Ready => {
+                let oldest = self.queue.front()?.submitted_at;
+                if now < oldest.saturating_add(self.config.batch_timeout) {
+                    return None;
+                }
+                FlushReason::Timeout
+            }
+            _ => return None,
+        };
+        let n = self.queue.len().min(self.config.batch_size);
+        let mut requests = Vec::with_capacity(n);
+        let mut members = Vec::with_capacity(n);
+        for q in self.queue.drain(..n) {
+            members.push((q.request.id, q.submitted_at));
+            requests.push(q.request);
+        }
+        let id = self.next_batch_id;
+        self.next_batch_id += 1;
+        self.record(|| Event::Dispatched {
+            at: now.as_nanos(),
+            batch: id,
+            ids: members.iter().map(|m| m.0).collect(),
+            reason,
+        });
+        self.in_flight = Some(InFlight { batch_id: id, members, dispatched_at: now, abandoned: false });
+        Some(Batch { id, requests, reason, dispatched_at: now })
+    }
+
+    /// The generate for `batch_id` returned (or failed, or panicked). Fans out one outcome to
+    /// every request of the batch. A result for any other batch is ignored.
+    pub fn handle_generate_result(&mut self, batch_id: BatchId, result: GenerateResult, now: Timestamp) {
+        match &self.in_flight {
+            Some(f) if f.batch_id == batch_id => {}
+            _ => return,
+        }
+        let Some(f) = self.in_flight.take() else { return };
+        if f.abandoned {
+            return;
+        }
+        let batch_size = f.members.len();
+        let failure = match result {
+            GenerateResult::Outputs(outputs) => match match_outputs(batch_id, &f.members, outputs) {
+                Ok(matched) => {
+                    self.record(|| Event::BatchCompleted { at: now.as_nanos(), batch: batch_id });
+                    for ((id, submitted), output) in f.members.iter().zip(matched) {
+                        let times = RequestTimes { submitted: *submitted, dispatched: f.dispatched_at, completed: now };
+                        self.outcomes.push_back((*id, Ok(Completion { output, times, batch_id, batch_size })));
+                    }
+                    return;
+                }
+                Err(e) => e,
+            },
+            GenerateResult::Error(e) => RequestError::Engine { batch_id, batch_size, message: e.to_string() },
+            GenerateResult::Panicked(message) => RequestError::EnginePanicked { batch_id, batch_size, message },
+        };
+        tracing::error!(batch_id, batch_size, cause = %failure, "batch failed");
+        self.record(|| Event::BatchFailed { at: now.as_nanos(), batch: batch_id, error: failure.to_string() });
+        for (id, _) in f.members {
+            self.outcomes.push_back((id, Err(failure.clone())));
+        }
+    }
+
+    /// The next request outcome to deliver.
+    pub fn poll_outcome(&mut self) -> Option<(RequestId, Outcome)> {
+        self.outcomes.pop_front()
+    }
+}
+
+/// Outputs in request order. By id when every output has one, else by position when none has;
+/// anything else fails the whole batch: an output is never given to the wrong request.
+fn match_outputs(
+    batch_id: BatchId,
+    members: &[(RequestId, Timestamp)],
+    outputs: Vec<EngineOutput>,
+) -> Result<Vec<EngineOutput>, RequestError> {
+    if outputs.len() != members.len() {
+        return Err(RequestError::OutputCountMismatch { batch_id, expected: members.len(), got: outputs.len() });
+    }
+    let with_ids = outputs.iter().filter(|o| o.request_id.is_some()).count();
+    if with_ids == 0 {
+        return Ok(outputs);
+    }
+    if with_ids != outputs.len() {
+        return Err(RequestError::OutputIdMismatch {
+            batch_id,
+            detail: format!("{with_ids} of {} outputs carry a request id", outputs.len()),
+        });
+    }
+    // Fast path: engines such as vLLM return outputs in input order.
+    if outputs.iter().zip(members).all(|(o, m)| o.request_id == Some(m.0)) {
+        return Ok(outputs);
+    }
+    let mut slots: Vec<Option<EngineOutput>> = (0..members.len()).map(|_| None).collect();
+    let index: std::collections::HashMap<RequestId, usize> =
+        members.iter().enumerate().map(|(i, m)| (m.0, i)).collect();
+    for o in outputs {
+        let id = o.request_id.unwrap_or_default();
+        let Some(&i) = index.get(&id) else {
+            return Err(RequestError::OutputIdMismatch { batch_id, detail: format!("output for unknown request {id}") });
+        };
+        if slots[i].is_some() {
+            return Err(RequestError::OutputIdMismatch { batch_id, detail: format!("two outputs for request {id}") });
+        }
+        slots[i] = Some(o);
+    }
+    // Equal counts and no duplicates: every slot is filled.
+    slots
+        .into_iter()
+        .map(|s| s.ok_or_else(|| RequestError::OutputIdMismatch { batch_id, detail: "a request got no output".into() }))
+        .collect()
+}

@@ -1,0 +1,10 @@
+//! The micro-batcher: a sans-IO [`core`], its [`lifecycle`], and drivers that connect it to
+//! threads ([`shell`]) or to virtual time ([`virtual_time`]).
+
+pub mod core;
+pub mod error;
+pub mod lifecycle;
+
+pub use self::core::{Batch, BatchConfig, BatchId, BatcherCore, Completion, Event, FlushReason, GenerateResult, Outcome, RequestTimes};
+pub use error::{ConfigError, RequestError};
+pub use lifecycle::{Lifecycle, State};

@@ -1,0 +1,171 @@
+//! The engine boundary.
+//!
+//! Every engine (the simulated one, vLLM through pyo3, later HTTP engines) implements [`Engine`].
+//! The trait is blocking on purpose: it is only ever called from one dedicated engine thread, one
+//! call at a time, because vLLM's synchronous `LLM` is not safe for overlapping calls. Everything
+//! an engine reports is optional where a real engine may omit it, so the metrics mapper can make a
+//! missing value an absent metric instead of a wrong zero.
+
+pub mod sim;
+
+use serde::Serialize;
+
+/// Our id for a request; unique within one batcher.
+pub type RequestId = u64;
+
+/// What the model is asked to continue.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+impl Prompt {
+    /// The prompt's length in tokens when it is given as tokens.
+    pub fn token_len(&self) -> Option<usize> {
+        match self {
+            Prompt::Text(_) => None,
+            Prompt::Tokens(t) => Some(t.len()),
+        }
+    }
+}
+
+/// One request as the engine sees it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EngineRequest {
+    pub id: RequestId,
+    pub prompt: Prompt,
+    pub max_tokens: u32,
+    /// Generate at least this many tokens before an end-of-sequence may stop generation.
+    pub min_tokens: u32,
+    /// Ignore end-of-sequence entirely: generate exactly `max_tokens`.
+    pub ignore_eos: bool,
+    pub temperature: f32,
+    pub seed: Option<u64>,
+}
+
+impl EngineRequest {
+    /// A request for `max_tokens` tokens after a prompt of token ids, greedy, EOS ignored.
+    pub fn tokens(id: RequestId, prompt: Vec<u32>, max_tokens: u32) -> Self {
+        EngineRequest {
+            id,
+            prompt: Prompt::Tokens(prompt),
+            max_tokens,
+            min_tokens: 0,
+            ignore_eos: true,
+            temperature: 0.0,
+            seed: None,
+        }
+    }
+}
+
+/// Why generation stopped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// `max_tokens` reached.
+    Length,
+    /// End of sequence or a stop string.
+    Stop,
+    /// The engine aborted the request.
+    Abort,
+    /// Anything else the engine said, verbatim.
+    Other(String),
+    Unknown,
+}
+
+/// Per-request timing the engine reports, in the shape vLLM's `RequestStateStats` gives.
+///
+/// `arrival_wall` is wall-clock seconds since the Unix epoch. The `*_ts` fields are seconds on the
+/// engine's monotonic clock (see [`ClockDomain`]). Every field is optional; values are kept as the
+/// engine sent them (NaN included) and judged by the metrics mapper.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct EngineStats {
+    pub arrival_wall: Option<f64>,
+    pub queued_ts: Option<f64>,
+    pub scheduled_ts: Option<f64>,
+    pub first_token_ts: Option<f64>,
+    pub last_token_ts: Option<f64>,
+}
+
+/// One output per request.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EngineOutput {
+    /// The id of the request this answers, where the engine returns ids.
+    pub request_id: Option<RequestId>,
+    pub prompt_tokens: Option<u32>,
+    /// The engine's count of generated tokens.
+    pub output_tokens: Option<u32>,
+    /// The generated token ids, where the engine returns them (a fallback for the count).
+    pub output_token_ids: Option<Vec<u32>>,
+    pub text: Option<String>,
+    pub finish_reason: FinishReason,
+    pub stats: EngineStats,
+}
+
+impl EngineOutput {
+    /// Generated tokens: the engine's count, else the length of the returned token ids.
+    pub fn generated_tokens(&self) -> Option<u32> {
+        self.output_tokens.or_else(|| {
+            self.output_token_ids.as_ref().map(|ids| u32::try_from(ids.len()).unwrap_or(u32::MAX))
+        })
+    }
+}
+
+/// Whether an engine's `*_ts` stats are on our clock.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClockDomain {
+    /// `CLOCK_MONOTONIC` seconds, directly comparable with [`crate::time::Timestamp`] (vLLM, sim).
+    Monotonic,
+    /// An unrelated clock: timestamps are anchored on the wall-clock arrival time.
+    Foreign,
+}
+
+/// What an engine says about itself once started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EngineInfo {
+    pub name: String,
+    pub version: String,
+}
+
+/// The engine boundary's errors.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error("engine failed to start: {0}")]
+    Start(String),
+    #[error("generate failed: {0}")]
+    Generate(String),
+    #[error("engine shutdown failed: {0}")]
+    Shutdown(String),
+}
+
+/// A blocking inference engine, driven from one dedicated thread.
+pub trait Engine: Send {
+    /// Loads the engine. Expensive, may fail; called at most once.
+    fn start(&mut self) -> Result<EngineInfo, EngineError>;
+    /// Runs one batch. Returns one output per request, or one error for the whole batch.
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError>;
+    /// Releases the engine. Called at most once, after the last generate.
+    fn shutdown(&mut self) -> Result<(), EngineError>;
+    /// The clock of the `*_ts` fields in [`EngineStats`].
+    fn clock_domain(&self) -> ClockDomain {
+        ClockDomain::Monotonic
+    }
+}
+
+impl<E: Engine + ?Sized> Engine for Box<E> {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        (**self).start()
+    }
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        (**self).generate(batch)
+    }
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        (**self).shutdown()
+    }
+    fn clock_domain(&self) -> ClockDomain {
+        (**self).clock_domain()
+    }
+}

@@ -1,0 +1,8 @@
+//! batchlab: benchmark and test batched LLM inference.
+//!
+//! See ARCHITECTURE.md for the map and the invariants.
+pub mod batcher;
+pub mod engine;
+pub mod rng;
+pub mod sync;
+pub mod time;

@@ -1,0 +1,158 @@
+//! Time as a value.
+//!
+//! The batcher core never reads a clock: every input carries `now`. A [`Timestamp`] is nanoseconds on
+//! the process's monotonic timeline. [`MonotonicClock`] reads `CLOCK_MONOTONIC`, the clock that
+//! `std::time::Instant` and Python's `time.monotonic()` (hence vLLM's `*_ts` stats) use on Linux, so
+//! engine timestamps map onto ours exactly. [`VirtualClock`] is advanced by hand: a simulated hour
+//! takes no wall time and the same inputs give the same timestamps.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Nanoseconds on a monotonic timeline. Ordering is chronological.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct Timestamp(u64);
+
+impl Timestamp {
+    pub const ZERO: Timestamp = Timestamp(0);
+
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Timestamp(nanos)
+    }
+
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// Seconds (as engines such as vLLM report them) to a timestamp. `None` for NaN, infinities,
+    /// negative values and values beyond the `u64` nanosecond range.
+    pub fn from_secs_f64(secs: f64) -> Option<Self> {
+        if !secs.is_finite() || secs < 0.0 {
+            return None;
+        }
+        let nanos = secs * 1e9;
+        if nanos >= u64::MAX as f64 {
+            return None;
+        }
+        Some(Timestamp(nanos.round() as u64))
+    }
+
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 / 1e9
+    }
+
+    /// `self - earlier`, or `None` when `earlier` is after `self`. Durations are never negative.
+    pub fn checked_since(self, earlier: Timestamp) -> Option<Duration> {
+        self.0.checked_sub(earlier.0).map(Duration::from_nanos)
+    }
+
+    /// `self - earlier`, clamped at zero.
+    pub fn saturating_since(self, earlier: Timestamp) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+
+    pub fn saturating_add(self, d: Duration) -> Timestamp {
+        Timestamp(self.0.saturating_add(duration_nanos(d)))
+    }
+}
+
+/// A duration in nanoseconds, saturating at `u64::MAX` (584 years).
+pub fn duration_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A source of `now`, and a way to let time pass.
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> Timestamp;
+    /// Lets `d` pass: a real sleep, or an advance of virtual time.
+    fn sleep(&self, d: Duration);
+}
+
+/// `CLOCK_MONOTONIC`, the clock of `std::time::Instant` and of vLLM's `*_ts` stats on Linux.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct MonotonicClock;
+
+impl MonotonicClock {
+    pub fn read() -> Timestamp {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC is always available on Linux.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        debug_assert_eq!(rc, 0);
+        Timestamp(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now(&self) -> Timestamp {
+        Self::read()
+    }
+    fn sleep(&self, d: Duration) {
+        std::thread::sleep(d)
+    }
+}
+
+/// Virtual time: `sleep` advances it at once. Clones share the same time.
+#[derive(Clone, Debug)]
+pub struct VirtualClock(Arc<AtomicU64>);
+
+impl VirtualClock {
+    /// Virtual time starts at a fixed, recognisable origin (1000 s) so reports are byte-identical.
+    pub const ORIGIN: Timestamp = Timestamp(1_000_000_000_000);
+
+    pub fn new() -> Self {
+        VirtualClock(Arc::new(AtomicU64::new(Self::ORIGIN.0)))
+    }
+
+    /// Moves time forward to `t`; never backwards.
+    pub fn advance_to(&self, t: Timestamp) {
+        self.0.fetch_max(t.0, Ordering::SeqCst);
+    }
+}
+
+impl Default for VirtualClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for VirtualClock {
+    fn now(&self) -> Timestamp {
+        Timestamp(self.0.load(Ordering::SeqCst))
+    }
+    fn sleep(&self, d: Duration) {
+        self.0.fetch_add(duration_nanos(d), Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_round_trip_and_reject_garbage() {
+        let t = Timestamp::from_secs_f64(12345.678_901_234).unwrap();
+        assert_eq!(t.as_nanos(), 12_345_678_901_234);
+        for bad in [f64::NAN, f64::INFINITY, -1.0, 1e30] {
+            assert_eq!(Timestamp::from_secs_f64(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn monotonic_clock_matches_std_instant_timeline() {
+        // Both read CLOCK_MONOTONIC: an Instant taken between two reads lies between them.
+        let a = MonotonicClock::read();
+        let b = MonotonicClock::read();
+        assert!(b >= a);
+    }
+
+    #[test]
+    fn virtual_clock_only_moves_forward() {
+        let c = VirtualClock::new();
+        c.sleep(Duration::from_millis(5));
+        assert_eq!(c.now(), VirtualClock::ORIGIN.saturating_add(Duration::from_millis(5)));
+        c.advance_to(VirtualClock::ORIGIN);
+        assert_eq!(c.now(), VirtualClock::ORIGIN.saturating_add(Duration::from_millis(5)));
+    }
+}

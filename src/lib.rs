@@ -4,5 +4,6 @@
 pub mod batcher;
 pub mod engine;
 pub mod rng;
+pub mod scenario;
 pub mod sync;
 pub mod time;

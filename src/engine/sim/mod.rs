@@ -1,1 +1,3 @@
-pub struct SimEngine;
+//! The deterministic simulated engine.
+pub mod config;
+pub use config::{CostModel, FaultTrigger, Faults, SimConfig, TimeMode};

@@ -1,0 +1,2 @@
+//! Scenario files: TOML in, a validated [`plan::Plan`] out.
+pub mod plan;

@@ -1,0 +1,171 @@
+//! Engine timestamps → per-request timings. A pure function.
+//!
+//! Definitions (all durations, never negative; absent when an input is missing or inconsistent,
+//! never a made-up zero):
+//! - `batch_wait`: our submit → our dispatch of its batch.
+//! - `engine_queue`: engine `queued_ts` → `scheduled_ts`.
+//! - `ttft`: our submit → engine `first_token_ts`: what the caller waited for the first token.
+//! - `itl`: mean gap between tokens after the first: `(last_token_ts − first_token_ts) / (n − 1)`,
+//!   for `n ≥ 2` generated tokens.
+//! - `tpot`: time per output token **including the first**: `latency / n`, for `n ≥ 1`.
+//! - `latency`: our submit → our completion (end to end, as the caller saw it).
+//!
+//! Engines whose [`ClockDomain`] is `Monotonic` (vLLM, the simulator) report `*_ts` on our clock,
+//! so they map exactly. For a `Foreign` clock the engine timeline is shifted so its `queued_ts`
+//! lands on its wall-clock `arrival_wall`, converted to our clock with [`WallAnchor`].
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::batcher::RequestTimes;
+use crate::engine::{ClockDomain, EngineOutput, EngineStats};
+use crate::time::Timestamp;
+
+/// One wall-clock reading and one monotonic reading taken together, to convert between them.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
+pub struct WallAnchor {
+    pub wall_secs: f64,
+    pub mono: Timestamp,
+}
+
+/// Inconsistencies found in one request's stats. Counted in reports, never a crash.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Anomalies {
+    /// A `*_ts` or `arrival_wall` field was NaN, infinite or negative.
+    pub non_finite: bool,
+    /// The first token came before our submit (or before the engine queued the request).
+    pub first_token_before_arrival: bool,
+    /// The last token came before the first.
+    pub last_before_first: bool,
+    /// The engine scheduled the request before it queued it.
+    pub scheduled_before_queued: bool,
+    /// The first token came after our completion time.
+    pub token_after_completion: bool,
+}
+
+impl Anomalies {
+    pub fn any(&self) -> bool {
+        self.non_finite
+            || self.first_token_before_arrival
+            || self.last_before_first
+            || self.scheduled_before_queued
+            || self.token_after_completion
+    }
+}
+
+/// Per-request timings. See the module docs for each definition.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RequestMetrics {
+    pub batch_wait: Duration,
+    pub latency: Duration,
+    pub engine_queue: Option<Duration>,
+    pub ttft: Option<Duration>,
+    pub itl: Option<Duration>,
+    pub tpot: Option<Duration>,
+    pub prompt_tokens: Option<u32>,
+    pub output_tokens: Option<u32>,
+    pub anomalies: Anomalies,
+}
+
+/// Engine timestamps converted to our timeline.
+struct EngineTimes {
+    queued: Option<Timestamp>,
+    scheduled: Option<Timestamp>,
+    first_token: Option<Timestamp>,
+    last_token: Option<Timestamp>,
+}
+
+fn to_timestamps(stats: &EngineStats, domain: ClockDomain, anchor: Option<WallAnchor>, anomalies: &mut Anomalies) -> EngineTimes {
+    let mut conv = |v: Option<f64>, offset: f64| -> Option<Timestamp> {
+        let v = v?;
+        let t = Timestamp::from_secs_f64(v + offset);
+        if t.is_none() || !v.is_finite() {
+            anomalies.non_finite = true;
+        }
+        t
+    };
+    let offset = match domain {
+        ClockDomain::Monotonic => Some(0.0),
+        ClockDomain::Foreign => match (anchor, stats.arrival_wall, stats.queued_ts) {
+            (Some(a), Some(wall), Some(q)) if wall.is_finite() && q.is_finite() => {
+                // arrival on our clock, minus the engine's own reading at that moment.
+                Some(a.mono.as_secs_f64() + (wall - a.wall_secs) - q)
+            }
+            _ => None,
+        },
+    };
+    if stats.arrival_wall.is_some_and(|w| !w.is_finite() || w < 0.0) {
+        anomalies.non_finite = true;
+    }
+    match offset {
+        Some(o) if o.is_finite() => EngineTimes {
+            queued: conv(stats.queued_ts, o),
+            scheduled: conv(stats.scheduled_ts, o),
+            first_token: conv(stats.first_token_ts, o),
+            last_token: conv(stats.last_token_ts, o),
+        },
+        _ => EngineTimes { queued: None, scheduled: None, first_token: None, last_token: None },
+    }
+}
+
+/// Maps one completed request. Pure: the same inputs always give the same metrics.
+pub fn map_request(times: &RequestTimes, output: &EngineOutput, domain: ClockDomain, anchor: Option<WallAnchor>) -> RequestMetrics {
+    let mut anomalies = Anomalies::default();
+    let e = to_timestamps(&output.stats, domain, anchor, &mut anomalies);
+    let n = output.generated_tokens();
+    let latency = times.completed.saturating_since(times.submitted);
+
+    let engine_queue = match (e.queued, e.scheduled) {
+        (Some(q), Some(s)) => {
+            let d = s.checked_since(q);
+            anomalies.scheduled_before_queued |= d.is_none();
+            d
+        }
+        _ => None,
+    };
+
+    let ttft = e.first_token.and_then(|first| {
+        let before_queue = e.queued.is_some_and(|q| first < q);
+        let d = first.checked_since(times.submitted);
+        if d.is_none() || before_queue {
+            anomalies.first_token_before_arrival = true;
+            return None;
+        }
+        if first > times.completed {
+            anomalies.token_after_completion = true;
+            return None;
+        }
+        d
+    });
+
+    let itl = match (e.first_token, e.last_token, n) {
+        (Some(first), Some(last), Some(n)) => match last.checked_since(first) {
+            None => {
+                anomalies.last_before_first = true;
+                None
+            }
+            Some(_) if ttft.is_none() => None,
+            Some(span) if n >= 2 => Some(span / (n - 1)),
+            Some(_) => None,
+        },
+        _ => None,
+    };
+
+    let tpot = match n {
+        Some(n) if n >= 1 => Some(latency / n),
+        _ => None,
+    };
+
+    RequestMetrics {
+        batch_wait: times.dispatched.saturating_since(times.submitted),
+        latency,
+        engine_queue,
+        ttft,
+        itl,
+        tpot,
+        prompt_tokens: output.prompt_tokens,
+        output_tokens: n,
+        anomalies,
+    }
+}

@@ -77,14 +77,6 @@ struct EngineTimes {
 }
 
 fn to_timestamps(stats: &EngineStats, domain: ClockDomain, anchor: Option<WallAnchor>, anomalies: &mut Anomalies) -> EngineTimes {
-    let mut conv = |v: Option<f64>, offset: f64| -> Option<Timestamp> {
-        let v = v?;
-        let t = Timestamp::from_secs_f64(v + offset);
-        if t.is_none() || !v.is_finite() {
-            anomalies.non_finite = true;
-        }
-        t
-    };
     let offset = match domain {
         ClockDomain::Monotonic => Some(0.0),
         ClockDomain::Foreign => match (anchor, stats.arrival_wall, stats.queued_ts) {
@@ -98,6 +90,14 @@ fn to_timestamps(stats: &EngineStats, domain: ClockDomain, anchor: Option<WallAn
     if stats.arrival_wall.is_some_and(|w| !w.is_finite() || w < 0.0) {
         anomalies.non_finite = true;
     }
+    let mut conv = |v: Option<f64>, offset: f64| -> Option<Timestamp> {
+        let v = v?;
+        let t = Timestamp::from_secs_f64(v + offset);
+        if t.is_none() || !v.is_finite() {
+            anomalies.non_finite = true;
+        }
+        t
+    };
     match offset {
         Some(o) if o.is_finite() => EngineTimes {
             queued: conv(stats.queued_ts, o),

@@ -86,6 +86,6 @@ mod tests {
             assert!((0.0..1.0).contains(&f));
         }
         assert_eq!(g.range_u64(5, 5), 5);
-        assert_eq!(g.range_u64(0, u64::MAX) >= 0, true);
+        let _ = g.range_u64(0, u64::MAX);
     }
 }

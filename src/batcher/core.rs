@@ -137,6 +137,7 @@ pub enum Event {
     Dispatched { at: u64, batch: BatchId, ids: Vec<RequestId>, reason: FlushReason },
     BatchCompleted { at: u64, batch: BatchId },
     BatchFailed { at: u64, batch: BatchId, error: String },
+    EngineFailed { at: u64, error: String },
     State { to: State },
     EngineShutdown,
 }
@@ -158,7 +159,8 @@ struct InFlight {
 pub struct BatcherCore {
     config: BatchConfig,
     lifecycle: Lifecycle,
-    failure: Option<String>,
+    /// Why the engine is unusable; what later submits are rejected with.
+    failure: Option<RequestError>,
     shutdown_requested: bool,
     start_attempted: bool,
     engine_shutdown_issued: bool,
@@ -255,8 +257,12 @@ impl BatcherCore {
                 }
             }
             Err(e) => {
-                let msg = e.to_string();
-                self.fail_engine(RequestError::StartFailed(msg.clone()), msg, now);
+                let message = match e {
+                    EngineError::Start(m) => m,
+                    other => other.to_string(),
+                };
+                let error = RequestError::StartFailed(message);
+                self.fail_engine(error, now);
             }
         }
     }
@@ -296,27 +302,14 @@ impl BatcherCore {
         }
     }
 
-    /// Whether the driver has nothing left to do, ever.
-    pub fn is_terminated(&self) -> bool {
-        match self.state() {
-            State::Stopped => true,
-            // A wedged engine whose generate never returns: nothing more will happen.
-            State::Failed => {
-                self.shutdown_requested
-                    && self.queue.is_empty()
-                    && (self.engine_shutdown_issued || !self.start_attempted)
-            }
-            _ => false,
-        }
-    }
-
-    fn fail_engine(&mut self, queued_error: RequestError, reason: String, now: Timestamp) {
-        self.failure = Some(reason);
+    /// The engine is unusable: fail what is queued and reject everything from now on.
+    fn fail_engine(&mut self, error: RequestError, now: Timestamp) {
         self.set_state(State::Failed);
         while let Some(q) = self.queue.pop_front() {
-            self.outcomes.push_back((q.request.id, Err(queued_error.clone())));
+            self.outcomes.push_back((q.request.id, Err(error.clone())));
         }
-        let _ = now;
+        self.record(|| Event::EngineFailed { at: now.as_nanos(), error: error.to_string() });
+        self.failure = Some(error);
     }
 
     // ---- requests --------------------------------------------------------------------------
@@ -327,9 +320,9 @@ impl BatcherCore {
             State::Starting | State::Ready => None,
             State::Created => Some(RequestError::EngineNotStarted),
             State::Draining | State::Stopped => Some(RequestError::ShuttingDown),
-            State::Failed => Some(RequestError::EngineFailed(
-                self.failure.clone().unwrap_or_else(|| "unknown".into()),
-            )),
+            State::Failed => Some(
+                self.failure.clone().unwrap_or_else(|| RequestError::EngineFailed("unknown".into())),
+            ),
         };
         let id = request.id;
         if let Some(error) = rejection {
@@ -353,19 +346,38 @@ impl BatcherCore {
         true
     }
 
-    /// When the driver must call [`handle_timeout`](Self::handle_timeout) (and poll again).
+    /// When the driver must call [`handle_timeout`](Self::handle_timeout) and poll again: the
+    /// earlier of [`dispatch_deadline`](Self::dispatch_deadline) and
+    /// [`generate_deadline`](Self::generate_deadline).
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        match &self.in_flight {
-            Some(f) if !f.abandoned => {
-                self.config.generate_timeout.map(|t| f.dispatched_at.saturating_add(t))
-            }
-            Some(_) => None,
-            None if self.state() == State::Ready => self
-                .queue
-                .front()
-                .map(|q| q.submitted_at.saturating_add(self.config.batch_timeout)),
-            None => None,
+        match (self.dispatch_deadline(), self.generate_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
+    }
+
+    /// When the queued partial batch becomes due (no generate running, engine ready).
+    pub fn dispatch_deadline(&self) -> Option<Timestamp> {
+        if self.in_flight.is_some() || self.state() != State::Ready {
+            return None;
+        }
+        self.queue.front().map(|q| q.submitted_at.saturating_add(self.config.batch_timeout))
+    }
+
+    /// When the running generate overruns `generate_timeout`.
+    pub fn generate_deadline(&self) -> Option<Timestamp> {
+        match &self.in_flight {
+            Some(f) if !f.abandoned => self.config.generate_timeout.map(|t| f.dispatched_at.saturating_add(t)),
+            _ => None,
+        }
+    }
+
+    /// The engine failed and is stuck inside an abandoned generate, and shutdown was requested:
+    /// every request has its outcome and nothing more can happen until (unless) it returns.
+    pub fn is_wedged(&self) -> bool {
+        self.state() == State::Failed
+            && self.shutdown_requested
+            && self.in_flight.as_ref().is_some_and(|f| f.abandoned)
     }
 
     /// Time passed. Fails a generate that overran `generate_timeout`; partial batches whose
@@ -388,7 +400,7 @@ impl BatcherCore {
         // The engine thread is stuck inside generate: no other batch may run, ever.
         if matches!(self.state(), State::Ready | State::Draining) {
             let reason = format!("generate of batch {batch_id} did not return within {limit:?}");
-            self.fail_engine(RequestError::EngineFailed(reason.clone()), reason, now);
+            self.fail_engine(RequestError::EngineFailed(reason), now);
         }
     }
 

@@ -4,7 +4,10 @@
 pub mod core;
 pub mod error;
 pub mod lifecycle;
+pub mod shell;
+pub mod virtual_time;
 
 pub use self::core::{Batch, BatchConfig, BatchId, BatcherCore, Completion, Event, FlushReason, GenerateResult, Outcome, RequestTimes};
 pub use error::{ConfigError, RequestError};
 pub use lifecycle::{Lifecycle, State};
+pub use shell::{Batcher, Completer, Ticket};

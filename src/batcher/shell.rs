@@ -1,0 +1,397 @@
+//! The threaded shell around [`BatcherCore`]: the batcher as callers use it.
+//!
+//! One mutex (`Shared::inner`) guards the core and the table of waiters. Three kinds of thread
+//! meet there:
+//! - **callers** submit, cancel (by dropping a [`Ticket`]), preload and shut down;
+//! - **the engine thread** owns the engine: it runs the one start, every generate and the one
+//!   shutdown, always with the lock released, and sleeps on `engine_cv` until work is due;
+//! - **the watchdog thread**, only when a `generate_timeout` is set, fails a generate that overran
+//!   while the engine thread is stuck inside it.
+//!
+//! Outcomes leave the core under the lock and are handed to their completers after it is released
+//! (lock order in [`crate::sync`]). Every state change notifies every condvar, so no waiter can
+//! miss the change it waits for (loom checks this: `tests/loom_batcher.rs`).
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
+
+use super::core::{BatchConfig, BatcherCore, GenerateResult, Outcome};
+use super::error::RequestError;
+use super::lifecycle::State;
+use crate::engine::{Engine, EngineError, EngineInfo, EngineRequest, RequestId};
+use crate::sync::{self, Arc, Condvar, Level, Mutex, MutexGuard};
+use crate::time::{Clock, Timestamp};
+
+/// Called exactly once with a request's outcome, on whichever thread produced it.
+pub type Completer = Box<dyn FnOnce(RequestId, Outcome) + Send>;
+
+struct Inner {
+    core: BatcherCore,
+    waiters: HashMap<RequestId, Completer>,
+    next_id: RequestId,
+    start_result: Option<Result<EngineInfo, EngineError>>,
+    shutdown_result: Option<Result<(), EngineError>>,
+    /// Set by `shutdown` once it stops waiting: the helper threads exit.
+    closing: bool,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    /// The engine thread waits here for work.
+    engine_cv: Condvar,
+    /// The watchdog waits here for a generate deadline.
+    watchdog_cv: Condvar,
+    /// Callers of `preload` and `shutdown` wait here for lifecycle changes.
+    state_cv: Condvar,
+    clock: Arc<dyn Clock>,
+}
+
+struct Locked<'a> {
+    guard: MutexGuard<'a, Inner>,
+    _order: sync::Held,
+}
+
+impl Shared {
+    fn lock(&self) -> Locked<'_> {
+        let order = sync::ordered(Level::Batcher);
+        Locked { guard: sync::lock(&self.inner), _order: order }
+    }
+
+    fn notify_all(&self) {
+        self.engine_cv.notify_all();
+        self.watchdog_cv.notify_all();
+        self.state_cv.notify_all();
+    }
+
+    /// Takes every ready outcome out of the core, paired with its completer.
+    fn collect(inner: &mut Inner) -> Vec<(RequestId, Completer, Outcome)> {
+        let mut ready = Vec::new();
+        while let Some((id, outcome)) = inner.core.poll_outcome() {
+            match inner.waiters.remove(&id) {
+                Some(c) => ready.push((id, c, outcome)),
+                None => debug_assert!(false, "outcome for request {id} without a waiter"),
+            }
+        }
+        ready
+    }
+
+    /// Ends a critical section: notifies, unlocks, then runs the completers.
+    fn release(&self, mut locked: Locked<'_>) {
+        let ready = Self::collect(&mut locked.guard);
+        drop(locked);
+        self.notify_all();
+        sync::assert_not_held(Level::Batcher);
+        for (id, complete, outcome) in ready {
+            complete(id, outcome);
+        }
+    }
+
+    fn wait<'a>(&self, cv: &Condvar, locked: Locked<'a>, timeout: Option<Duration>) -> Locked<'a> {
+        let Locked { guard, _order } = locked;
+        let guard = match timeout {
+            Some(t) => cv.wait_timeout(guard, t).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0),
+            None => cv.wait(guard).unwrap_or_else(|e| e.into_inner()),
+        };
+        Locked { guard, _order }
+    }
+}
+
+/// A handle to the batcher. Cheap to clone; every clone talks to the same engine thread.
+#[derive(Clone)]
+pub struct Batcher {
+    shared: Arc<Shared>,
+    threads: Arc<std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>>,
+}
+
+impl Batcher {
+    /// Spawns the engine thread (and the watchdog when `config` has a generate timeout). The engine
+    /// is not loaded until [`preload`](Self::preload) or the first submit.
+    pub fn spawn<E: Engine + 'static>(engine: E, config: BatchConfig, clock: Arc<dyn Clock>) -> Self {
+        let watchdog = config.generate_timeout().is_some();
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                core: BatcherCore::new(config),
+                waiters: HashMap::new(),
+                next_id: 0,
+                start_result: None,
+                shutdown_result: None,
+                closing: false,
+            }),
+            engine_cv: Condvar::new(),
+            watchdog_cv: Condvar::new(),
+            state_cv: Condvar::new(),
+            clock,
+        });
+        let mut threads = Vec::new();
+        let s = shared.clone();
+        threads.push(spawn_named("batchlab-engine", move || engine_thread(s, engine)));
+        if watchdog {
+            let s = shared.clone();
+            threads.push(spawn_named("batchlab-watchdog", move || watchdog_thread(s)));
+        }
+        Batcher { shared, threads: Arc::new(std::sync::Mutex::new(threads)) }
+    }
+
+    pub fn state(&self) -> State {
+        self.shared.lock().guard.core.state()
+    }
+
+    fn begin_start(locked: &mut Locked<'_>) {
+        if locked.guard.core.begin_start() {
+            tracing::debug!("engine start requested");
+        }
+    }
+
+    /// Loads the engine now, before any timed work, and waits for the load. Single-flight: any
+    /// number of concurrent callers cause one load and all see its result.
+    pub fn preload(&self) -> Result<EngineInfo, RequestError> {
+        let mut locked = self.shared.lock();
+        Self::begin_start(&mut locked);
+        self.shared.notify_all();
+        loop {
+            match locked.guard.core.state() {
+                State::Starting => locked = self.shared.wait(&self.shared.state_cv, locked, None),
+                State::Created => return Err(RequestError::EngineNotStarted),
+                _ => break,
+            }
+        }
+        let result = match &locked.guard.start_result {
+            Some(Ok(info)) => Ok(info.clone()),
+            Some(Err(EngineError::Start(m))) => Err(RequestError::StartFailed(m.clone())),
+            Some(Err(e)) => Err(RequestError::StartFailed(e.to_string())),
+            None => Err(RequestError::ShuttingDown),
+        };
+        self.shared.release(locked);
+        result
+    }
+
+    /// Submits with a callback that receives the outcome exactly once. Starts the engine if it
+    /// was not started (single-flight). A rejection is returned here and the callback is dropped.
+    pub fn submit_with(&self, mut request: EngineRequest, complete: Completer) -> Result<RequestId, RequestError> {
+        let mut locked = self.shared.lock();
+        Self::begin_start(&mut locked);
+        let id = locked.guard.next_id;
+        request.id = id;
+        let now = self.shared.clock.now();
+        let r = locked.guard.core.submit(request, now);
+        if r.is_ok() {
+            locked.guard.next_id += 1;
+            locked.guard.waiters.insert(id, complete);
+        }
+        self.shared.release(locked);
+        r.map(|()| id)
+    }
+
+    /// Submits and returns a [`Ticket`] to wait on. Dropping the ticket cancels the request if it
+    /// was not dispatched yet.
+    pub fn submit(&self, request: EngineRequest) -> Result<Ticket, RequestError> {
+        let slot = Arc::new(Slot { outcome: Mutex::new(None), ready: Condvar::new() });
+        let s = slot.clone();
+        let id = self.submit_with(request, Box::new(move |_, outcome| s.fill(outcome)))?;
+        Ok(Ticket { id, slot, batcher: Some(self.shared.clone()) })
+    }
+
+    /// Cancels a queued request; its outcome becomes `Cancelled`. `false` once it was dispatched.
+    pub fn cancel(&self, id: RequestId) -> bool {
+        cancel(&self.shared, id)
+    }
+
+    /// Stops admitting, dispatches what is queued, waits for the running generate, then shuts the
+    /// engine down exactly once. Every waiter has its outcome when this returns. A second call is
+    /// harmless. With a wedged engine (a generate that overran `generate_timeout`) this returns
+    /// without waiting for the engine thread.
+    pub fn shutdown(&self) -> Result<(), EngineError> {
+        let mut locked = self.shared.lock();
+        let now = self.shared.clock.now();
+        locked.guard.core.begin_shutdown(now);
+        self.shared.notify_all();
+        while !(locked.guard.core.state() == State::Stopped || locked.guard.core.is_wedged()) {
+            locked = self.shared.wait(&self.shared.state_cv, locked, None);
+        }
+        let wedged = locked.guard.core.is_wedged();
+        locked.guard.closing = true;
+        let result = locked.guard.shutdown_result.clone().unwrap_or(Ok(()));
+        self.shared.release(locked);
+        let handles: Vec<_> = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for h in handles {
+            let is_engine = h.thread().name() == Some("batchlab-engine");
+            if wedged && is_engine {
+                tracing::warn!("engine thread is stuck in generate; leaving it behind");
+                continue;
+            }
+            let _ = h.join();
+        }
+        result
+    }
+}
+
+fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
+    #[cfg(loom)]
+    {
+        let _ = name;
+        loom::thread::spawn(f)
+    }
+    #[cfg(not(loom))]
+    {
+        std::thread::Builder::new().name(name.into()).spawn(f).unwrap_or_else(|e| panic!("spawning {name}: {e}"))
+    }
+}
+
+fn cancel(shared: &Shared, id: RequestId) -> bool {
+    let mut locked = shared.lock();
+    let now = shared.clock.now();
+    let cancelled = locked.guard.core.cancel(id, now);
+    shared.release(locked);
+    cancelled
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
+}
+
+/// The engine thread: start, generates and shutdown, each with the lock released.
+fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
+    let mut locked = shared.lock();
+    loop {
+        let now = shared.clock.now();
+        if locked.guard.core.state() == State::Starting && locked.guard.start_result.is_none() {
+            drop(locked);
+            let result = catch_unwind(AssertUnwindSafe(|| engine.start()))
+                .unwrap_or_else(|p| Err(EngineError::Start(format!("start panicked: {}", panic_message(&*p)))));
+            if let Err(e) = &result {
+                tracing::error!(error = %e, "engine failed to start");
+            }
+            locked = shared.lock();
+            let now = shared.clock.now();
+            locked.guard.start_result = Some(result.clone());
+            locked.guard.core.handle_start_result(result, now);
+            shared.release(locked);
+            locked = shared.lock();
+            continue;
+        }
+        if let Some(batch) = locked.guard.core.poll_dispatch(now) {
+            drop(locked);
+            let result = match catch_unwind(AssertUnwindSafe(|| engine.generate(&batch.requests))) {
+                Ok(r) => GenerateResult::from(r),
+                Err(p) => GenerateResult::Panicked(panic_message(&*p)),
+            };
+            locked = shared.lock();
+            let now = shared.clock.now();
+            locked.guard.core.handle_generate_result(batch.id, result, now);
+            shared.release(locked);
+            locked = shared.lock();
+            continue;
+        }
+        if locked.guard.core.poll_engine_shutdown() {
+            drop(locked);
+            let result = catch_unwind(AssertUnwindSafe(|| engine.shutdown()))
+                .unwrap_or_else(|p| Err(EngineError::Shutdown(format!("shutdown panicked: {}", panic_message(&*p)))));
+            locked = shared.lock();
+            locked.guard.shutdown_result = Some(result);
+            locked.guard.core.handle_engine_shutdown_done();
+            shared.release(locked);
+            return;
+        }
+        if locked.guard.core.state() == State::Stopped || locked.guard.closing {
+            shared.release(locked);
+            return;
+        }
+        let timeout = locked.guard.core.dispatch_deadline().map(|d| d.saturating_since(now));
+        locked = shared.wait(&shared.engine_cv, locked, timeout);
+    }
+}
+
+/// Fails a generate that overran its timeout while the engine thread is stuck inside it.
+fn watchdog_thread(shared: Arc<Shared>) {
+    let mut locked = shared.lock();
+    loop {
+        if locked.guard.closing || locked.guard.core.state() == State::Stopped {
+            shared.release(locked);
+            return;
+        }
+        let now = shared.clock.now();
+        match locked.guard.core.generate_deadline() {
+            Some(deadline) if now >= deadline => {
+                locked.guard.core.handle_timeout(now);
+                shared.release(locked);
+                locked = shared.lock();
+            }
+            Some(deadline) => {
+                let wait = deadline.saturating_since(now);
+                locked = shared.wait(&shared.watchdog_cv, locked, Some(wait));
+            }
+            None => locked = shared.wait(&shared.watchdog_cv, locked, None),
+        }
+    }
+}
+
+struct Slot {
+    outcome: Mutex<Option<Outcome>>,
+    ready: Condvar,
+}
+
+impl Slot {
+    fn fill(&self, outcome: Outcome) {
+        let _order = sync::ordered(Level::Slot);
+        *sync::lock(&self.outcome) = Some(outcome);
+        self.ready.notify_all();
+    }
+}
+
+/// A submitted request's claim on its outcome.
+pub struct Ticket {
+    id: RequestId,
+    slot: Arc<Slot>,
+    batcher: Option<Arc<Shared>>,
+}
+
+impl Ticket {
+    pub fn id(&self) -> RequestId {
+        self.id
+    }
+
+    /// Blocks until the outcome is there. Never hangs: every path of the batcher answers.
+    pub fn wait(mut self) -> Outcome {
+        let outcome = {
+            let _order = sync::ordered(Level::Slot);
+            let mut g = sync::lock(&self.slot.outcome);
+            loop {
+                if let Some(o) = g.take() {
+                    break o;
+                }
+                g = self.slot.ready.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        self.batcher = None;
+        outcome
+    }
+
+    /// The outcome if it is there already.
+    pub fn try_take(&mut self) -> Option<Outcome> {
+        let _order = sync::ordered(Level::Slot);
+        let o = sync::lock(&self.slot.outcome).take();
+        if o.is_some() {
+            self.batcher = None;
+        }
+        o
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(shared) = self.batcher.take() {
+            cancel(&shared, self.id);
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<Batcher>();
+    let _: Option<Timestamp> = None;
+}

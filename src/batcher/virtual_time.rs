@@ -1,0 +1,237 @@
+//! The discrete-event driver: the batcher and an engine in virtual time, on one thread.
+//!
+//! Nothing here sleeps or reads a wall clock. The driver keeps its own `now` and processes events
+//! (a due partial batch, a generate deadline, a generate completion) in time order; the engine
+//! runs synchronously at dispatch and reports how long it took by advancing the shared
+//! [`VirtualClock`]; its completion is then applied at that later time, after any arrivals the
+//! caller feeds in between. The same inputs always give the same outputs, byte for byte, and a
+//! simulated hour takes milliseconds.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use super::core::{BatchConfig, BatchId, BatcherCore, Event, GenerateResult, Outcome};
+use super::error::RequestError;
+use super::lifecycle::State;
+use crate::engine::{Engine, EngineError, EngineInfo, EngineRequest, RequestId};
+use crate::time::{Clock, Timestamp, VirtualClock};
+
+/// A generate that ran and whose result applies at `at`.
+struct Pending {
+    at: Timestamp,
+    batch_id: BatchId,
+    result: GenerateResult,
+}
+
+/// What happened when the driver ran a batch, for batching statistics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchRun {
+    pub id: BatchId,
+    pub size: usize,
+    pub reason: super::FlushReason,
+    pub dispatched_at: Timestamp,
+    pub returned_at: Timestamp,
+}
+
+pub struct VirtualDriver<E> {
+    core: BatcherCore,
+    engine: E,
+    clock: VirtualClock,
+    now: Timestamp,
+    pending: Option<Pending>,
+    batches: Vec<BatchRun>,
+    start_info: Option<Result<EngineInfo, EngineError>>,
+    engine_shutdown: Option<Result<(), EngineError>>,
+    peeked: std::collections::VecDeque<(RequestId, Outcome)>,
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
+}
+
+impl<E: Engine> VirtualDriver<E> {
+    /// `clock` must be the clock the engine sleeps on.
+    pub fn new(engine: E, config: BatchConfig, clock: VirtualClock) -> Self {
+        let now = clock.now();
+        VirtualDriver {
+            core: BatcherCore::new(config),
+            engine,
+            clock,
+            now,
+            pending: None,
+            batches: Vec::new(),
+            start_info: None,
+            engine_shutdown: None,
+            peeked: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Records core [`Event`]s (for traces).
+    pub fn with_events(mut self) -> Self {
+        self.core = std::mem::replace(&mut self.core, BatcherCore::new(BatchConfig::default())).with_events();
+        self
+    }
+
+    pub fn take_events(&mut self) -> Vec<Event> {
+        self.core.take_events()
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.now
+    }
+
+    pub fn state(&self) -> State {
+        self.core.state()
+    }
+
+    pub fn engine(&self) -> &E {
+        &self.engine
+    }
+
+    /// Batches run since the last call.
+    pub fn take_batches(&mut self) -> Vec<BatchRun> {
+        std::mem::take(&mut self.batches)
+    }
+
+    /// Loads the engine; virtual time advances by however long the load took.
+    pub fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        if let Some(r) = &self.start_info {
+            return r.clone();
+        }
+        if !self.core.begin_start() {
+            return Err(EngineError::Start(format!("cannot start in state {:?}", self.core.state())));
+        }
+        self.clock.advance_to(self.now);
+        let result = catch_unwind(AssertUnwindSafe(|| self.engine.start()))
+            .unwrap_or_else(|p| Err(EngineError::Start(format!("start panicked: {}", panic_message(&*p)))));
+        self.now = self.now.max(self.clock.now());
+        self.core.handle_start_result(result.clone(), self.now);
+        self.start_info = Some(result.clone());
+        result
+    }
+
+    /// Submits at the current time.
+    pub fn submit(&mut self, request: EngineRequest) -> Result<(), RequestError> {
+        self.core.submit(request, self.now)
+    }
+
+    pub fn cancel(&mut self, id: RequestId) -> bool {
+        self.core.cancel(id, self.now)
+    }
+
+    /// The time of the next internal event, if any.
+    pub fn next_event(&mut self) -> Option<Timestamp> {
+        let mut next = self.pending.as_ref().map(|p| p.at);
+        if let Some(t) = self.core.poll_timeout() {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        if self.pending.is_none() && !self.core.generate_in_flight() && self.dispatch_due_now() {
+            next = Some(self.now);
+        }
+        next
+    }
+
+    fn dispatch_due_now(&self) -> bool {
+        let queued = self.core.queued();
+        queued > 0
+            && match self.core.state() {
+                State::Draining => true,
+                State::Ready => {
+                    queued >= self.core.config().batch_size()
+                        || self.core.dispatch_deadline().is_some_and(|d| d <= self.now)
+                }
+                _ => false,
+            }
+    }
+
+    /// Processes every internal event at or before `t`, then sets the time to `t`.
+    pub fn advance_to(&mut self, t: Timestamp) {
+        while let Some(at) = self.next_event().filter(|&at| at <= t) {
+            self.now = self.now.max(at);
+            self.process_now();
+        }
+        self.now = self.now.max(t);
+    }
+
+    /// Processes events until an outcome is ready or nothing more can happen. Returns whether an
+    /// outcome is ready.
+    pub fn advance_until_outcome(&mut self) -> bool {
+        loop {
+            if self.core_has_outcome() {
+                return true;
+            }
+            match self.next_event() {
+                Some(at) => {
+                    self.now = self.now.max(at);
+                    self.process_now();
+                }
+                None => return self.core_has_outcome(),
+            }
+        }
+    }
+
+    fn core_has_outcome(&mut self) -> bool {
+        // poll_outcome is destructive; peek through a one-slot buffer.
+        if let Some(o) = self.core.poll_outcome() {
+            self.peeked.push_back(o);
+        }
+        !self.peeked.is_empty()
+    }
+
+    /// Everything due at `now`: timeouts, a completion, then a dispatch.
+    fn process_now(&mut self) {
+        self.core.handle_timeout(self.now);
+        if self.pending.as_ref().is_some_and(|p| p.at <= self.now) {
+            if let Some(p) = self.pending.take() {
+                self.core.handle_generate_result(p.batch_id, p.result, self.now);
+            }
+        }
+        if self.pending.is_none() {
+            if let Some(batch) = self.core.poll_dispatch(self.now) {
+                self.clock.advance_to(self.now);
+                let result = match catch_unwind(AssertUnwindSafe(|| self.engine.generate(&batch.requests))) {
+                    Ok(r) => GenerateResult::from(r),
+                    Err(p) => GenerateResult::Panicked(panic_message(&*p)),
+                };
+                let at = self.clock.now().max(self.now);
+                self.batches.push(BatchRun {
+                    id: batch.id,
+                    size: batch.requests.len(),
+                    reason: batch.reason,
+                    dispatched_at: self.now,
+                    returned_at: at,
+                });
+                self.pending = Some(Pending { at, batch_id: batch.id, result });
+            }
+        }
+        if self.core.poll_engine_shutdown() {
+            self.clock.advance_to(self.now);
+            let r = catch_unwind(AssertUnwindSafe(|| self.engine.shutdown()))
+                .unwrap_or_else(|p| Err(EngineError::Shutdown(panic_message(&*p))));
+            self.now = self.now.max(self.clock.now());
+            self.engine_shutdown = Some(r);
+            self.core.handle_engine_shutdown_done();
+        }
+    }
+
+    /// The next outcome, if one is ready.
+    pub fn poll_outcome(&mut self) -> Option<(RequestId, Outcome)> {
+        self.peeked.pop_front().or_else(|| self.core.poll_outcome())
+    }
+
+    /// Begins shutdown and runs until the engine is shut down (or wedged for good). Outcomes stay
+    /// available through `poll_outcome`.
+    pub fn shutdown(&mut self) -> Result<(), EngineError> {
+        self.core.begin_shutdown(self.now);
+        loop {
+            self.process_now();
+            match self.next_event() {
+                Some(at) => self.now = self.now.max(at),
+                None => break,
+            }
+        }
+        self.engine_shutdown.clone().unwrap_or(Ok(()))
+    }
+}

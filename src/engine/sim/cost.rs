@@ -1,0 +1,118 @@
+//! The cost model: when each sequence of a batch is scheduled and produces its tokens.
+//!
+//! Sequences run in waves of at most `max_num_seqs`, in request order. A wave pays the fixed
+//! overhead, then prefill for all its prompt tokens, which yields every sequence's first token;
+//! then decode steps, each yielding one more token for every sequence still running and costing
+//! `decode_step + decode_per_seq × running`. A sequence finishes after its drawn output length.
+
+use std::time::Duration;
+
+use crate::engine::{EngineRequest, Prompt};
+use crate::rng::SplitMix64;
+
+use super::CostModel;
+
+/// One sequence's simulated timing, as offsets from the batch start.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeqTiming {
+    pub prompt_tokens: u32,
+    pub output_tokens: u32,
+    pub scheduled: Duration,
+    pub first_token: Option<Duration>,
+    pub last_token: Option<Duration>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timeline {
+    pub requests: Vec<SeqTiming>,
+    pub total: Duration,
+}
+
+/// Prompt length in tokens; text is estimated at four bytes a token.
+fn prompt_tokens(req: &EngineRequest) -> u32 {
+    let n = match &req.prompt {
+        Prompt::Tokens(t) => t.len(),
+        Prompt::Text(s) => s.len().div_ceil(4),
+    };
+    u32::try_from(n).unwrap_or(u32::MAX).max(1)
+}
+
+/// Output length: `max_tokens` when EOS is ignored, else an EOS may come after `min_tokens`.
+fn output_tokens(req: &EngineRequest, cost: &CostModel, seed: u64) -> u32 {
+    if req.ignore_eos || cost.eos_probability <= 0.0 || req.max_tokens == 0 {
+        return req.max_tokens;
+    }
+    let mut rng = SplitMix64::derive(seed ^ 0x5EED_E05, req.seed.unwrap_or(req.id));
+    let floor = req.min_tokens.clamp(1, req.max_tokens);
+    // A geometric draw, by inversion, capped at max_tokens.
+    let p = cost.eos_probability.min(1.0);
+    let extra = if p >= 1.0 { 0.0 } else { (1.0 - rng.next_f64()).ln() / (1.0 - p).ln() };
+    let extra = if extra.is_finite() { extra.floor().min(u32::MAX as f64) as u32 } else { u32::MAX };
+    floor.saturating_add(extra).min(req.max_tokens)
+}
+
+fn scaled(d: Duration, times: u64, scale: f64) -> Duration {
+    let nanos = d.as_nanos().saturating_mul(times as u128) as f64 * scale;
+    Duration::from_nanos(if nanos.is_finite() { nanos.min(u64::MAX as f64) as u64 } else { u64::MAX })
+}
+
+/// Simulates one batch. `scale` multiplies every cost (the `slow` fault).
+pub fn simulate(cost: &CostModel, seed: u64, batch: &[EngineRequest], scale: f64) -> Timeline {
+    let mut requests: Vec<SeqTiming> = batch
+        .iter()
+        .map(|r| SeqTiming {
+            prompt_tokens: prompt_tokens(r),
+            output_tokens: output_tokens(r, cost, seed),
+            scheduled: Duration::ZERO,
+            first_token: None,
+            last_token: None,
+        })
+        .collect();
+    let mut t = Duration::ZERO;
+    let wave_len = cost.max_num_seqs.max(1);
+    for wave in requests.chunks_mut(wave_len) {
+        let prompt_total: u64 = wave.iter().map(|s| u64::from(s.prompt_tokens)).sum();
+        for s in wave.iter_mut() {
+            s.scheduled = t;
+        }
+        t = t.saturating_add(scaled(cost.fixed_overhead, 1, scale));
+        t = t.saturating_add(scaled(cost.prefill_per_token, prompt_total, scale));
+        // Decode: step k (k = 1, 2, ...) yields token k+1 for every sequence with more than k tokens.
+        let mut lengths: Vec<u32> = wave.iter().map(|s| s.output_tokens).collect();
+        lengths.sort_unstable();
+        let mut finish_times: Vec<(u32, Duration)> = Vec::with_capacity(lengths.len());
+        let first = t;
+        let mut running = lengths.iter().filter(|&&n| n >= 1).count();
+        let mut idx = lengths.iter().position(|&n| n >= 1).unwrap_or(lengths.len());
+        let mut k: u32 = 1;
+        // Sequences of length 1 finish at the first token.
+        while idx < lengths.len() && lengths[idx] == 1 {
+            finish_times.push((1, first));
+            idx += 1;
+            running -= 1;
+        }
+        while running > 0 {
+            t = t.saturating_add(scaled(cost.decode_step, 1, scale));
+            t = t.saturating_add(scaled(cost.decode_per_seq, running as u64, scale));
+            k += 1;
+            while idx < lengths.len() && lengths[idx] == k {
+                finish_times.push((k, t));
+                idx += 1;
+                running -= 1;
+            }
+        }
+        for s in wave.iter_mut() {
+            if s.output_tokens >= 1 {
+                s.first_token = Some(first);
+                let end = finish_times
+                    .iter()
+                    .find(|(n, _)| *n == s.output_tokens)
+                    .map(|(_, d)| *d)
+                    .unwrap_or(first);
+                s.last_token = Some(end);
+            }
+        }
+        t = t.max(first);
+    }
+    Timeline { requests, total: t }
+}

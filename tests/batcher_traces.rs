@@ -1,0 +1,123 @@
+//! Canonical batching runs in virtual time, snapshotted as event traces (insta).
+//!
+//! Each case is a small script against the virtual driver and the simulated engine; the trace
+//! (core events, then every outcome) is the expected behaviour, reviewed once and kept.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use batchlab::batcher::virtual_time::VirtualDriver;
+use batchlab::batcher::{BatchConfig, Event};
+use batchlab::engine::EngineRequest;
+use batchlab::engine::sim::{CostModel, FaultTrigger, Faults, SimConfig, SimEngine};
+use batchlab::time::VirtualClock;
+
+enum Step {
+    /// Submit `n` requests now.
+    Submit(u64),
+    /// Let `ms` milliseconds of virtual time pass.
+    Wait(u64),
+    /// Drop (cancel) request `id`.
+    Cancel(u64),
+    Shutdown,
+}
+
+fn cost() -> CostModel {
+    CostModel {
+        fixed_overhead: Duration::from_millis(1),
+        prefill_per_token: Duration::ZERO,
+        decode_step: Duration::from_millis(1),
+        decode_per_seq: Duration::ZERO,
+        max_num_seqs: 64,
+        eos_probability: 0.0,
+    }
+}
+
+/// Runs a script; returns the rendered trace. Times are milliseconds since the driver's start.
+fn trace(batch_size: usize, timeout_ms: u64, generate_timeout_ms: Option<u64>, faults: Faults, steps: &[Step]) -> String {
+    let config = BatchConfig::new(batch_size, Duration::from_millis(timeout_ms))
+        .and_then(|c| c.with_generate_timeout(generate_timeout_ms.map(Duration::from_millis)))
+        .expect("config");
+    let (engine, clock) = SimEngine::virtual_time(SimConfig { seed: 1, cost: cost(), faults });
+    let mut d = VirtualDriver::new(engine, config, clock).with_events();
+    let origin = VirtualClock::ORIGIN.as_nanos();
+    let ms = |ns: u64| (ns - origin) as f64 / 1e6;
+    let mut out = String::new();
+    let start = d.start();
+    writeln!(out, "start: {}", if start.is_ok() { "ok".to_string() } else { format!("{start:?}") }).unwrap();
+    let mut next_id = 0;
+    for step in steps {
+        match step {
+            Step::Submit(n) => {
+                for _ in 0..*n {
+                    if let Err(e) = d.submit(EngineRequest::tokens(next_id, vec![1, 2, 3], 2)) {
+                        writeln!(out, "submit {next_id} rejected: {e}").unwrap();
+                    }
+                    next_id += 1;
+                }
+            }
+            Step::Wait(t) => {
+                let to = d.now().saturating_add(Duration::from_millis(*t));
+                d.advance_to(to);
+            }
+            Step::Cancel(id) => {
+                let _ = d.cancel(*id);
+            }
+            Step::Shutdown => {
+                let r = d.shutdown();
+                writeln!(out, "shutdown: {r:?}").unwrap();
+            }
+        }
+    }
+    for e in d.take_events() {
+        let line = match e {
+            Event::Submitted { at, id } => format!("{:>8.3} submitted {id}", ms(at)),
+            Event::Rejected { at, id, error } => format!("{:>8.3} rejected {id}: {error}", ms(at)),
+            Event::Cancelled { at, id } => format!("{:>8.3} cancelled {id}", ms(at)),
+            Event::Dispatched { at, batch, ids, reason } => format!("{:>8.3} dispatch batch {batch} {ids:?} ({reason:?})", ms(at)),
+            Event::BatchCompleted { at, batch } => format!("{:>8.3} batch {batch} completed", ms(at)),
+            Event::BatchFailed { at, batch, error } => format!("{:>8.3} batch {batch} failed: {error}", ms(at)),
+            Event::EngineFailed { at, error } => format!("{:>8.3} engine failed: {error}", ms(at)),
+            Event::State { to } => format!("         state -> {to:?}"),
+            Event::EngineShutdown => "         engine shutdown".to_string(),
+        };
+        writeln!(out, "{line}").unwrap();
+    }
+    let mut outcomes: Vec<String> = Vec::new();
+    while let Some((id, o)) = d.poll_outcome() {
+        outcomes.push(match o {
+            Ok(c) => format!("{id}: ok in batch {} (wait {:.3} ms, latency {:.3} ms)", c.batch_id,
+                c.times.dispatched.saturating_since(c.times.submitted).as_secs_f64() * 1e3,
+                c.times.completed.saturating_since(c.times.submitted).as_secs_f64() * 1e3),
+            Err(e) => format!("{id}: {} ({e})", e.kind()),
+        });
+    }
+    outcomes.sort_by_key(|l| l.split(':').next().and_then(|n| n.parse::<u64>().ok()));
+    writeln!(out, "outcomes:").unwrap();
+    for o in outcomes {
+        writeln!(out, "  {o}").unwrap();
+    }
+    out
+}
+
+macro_rules! trace_case {
+    ($name:ident, $bs:expr, $to:expr, $gto:expr, $faults:expr, [$($step:expr),* $(,)?]) => {
+        #[test]
+        fn $name() {
+            use Step::*;
+            insta::assert_snapshot!(trace($bs, $to, $gto, $faults, &[$($step),*]));
+        }
+    };
+}
+
+trace_case!(full_batches_dispatch_at_once, 4, 10, None, Faults::default(), [Submit(8), Wait(50), Shutdown]);
+trace_case!(partial_batch_waits_for_timeout, 4, 10, None, Faults::default(), [Submit(3), Wait(5), Submit(1), Wait(50), Submit(2), Wait(50), Shutdown]);
+trace_case!(requests_queue_while_a_generate_runs, 2, 10, None, Faults::default(), [Submit(2), Wait(1), Submit(3), Wait(100), Shutdown]);
+trace_case!(shutdown_drains_partial_batch_then_stops_engine, 8, 1000, None, Faults::default(), [Submit(3), Shutdown, Submit(1)]);
+trace_case!(engine_error_fails_whole_batch, 3, 10, None, Faults { fail_batch: FaultTrigger::every(1), ..Faults::default() }, [Submit(3), Wait(50), Shutdown]);
+trace_case!(short_output_fails_whole_batch, 3, 10, None, Faults { short_output: FaultTrigger::every(2), ..Faults::default() }, [Submit(6), Wait(50), Shutdown]);
+trace_case!(wrong_id_fails_whole_batch, 3, 10, None, Faults { wrong_id: FaultTrigger::every(1), ..Faults::default() }, [Submit(3), Wait(50), Shutdown]);
+trace_case!(panic_fails_whole_batch_and_batcher_goes_on, 2, 10, None, Faults { panic: FaultTrigger::every(1), ..Faults::default() }, [Submit(2), Wait(50), Shutdown]);
+trace_case!(hang_is_cut_by_generate_timeout, 2, 10, Some(100), Faults { hang: FaultTrigger::every(1), ..Faults::default() }, [Submit(2), Wait(1), Submit(1), Wait(500), Submit(1), Shutdown]);
+trace_case!(cancel_before_dispatch_never_reaches_engine, 4, 10, None, Faults::default(), [Submit(2), Cancel(0), Wait(50), Shutdown]);
+trace_case!(start_failure_rejects_everything, 4, 10, None, Faults { start_fails: true, ..Faults::default() }, [Submit(1), Shutdown]);

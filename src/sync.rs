@@ -14,8 +14,12 @@
 
 #[cfg(loom)]
 pub use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
+#[cfg(loom)]
+pub use loom::{sync::atomic, thread};
 #[cfg(not(loom))]
 pub use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub use std::{sync::atomic, thread};
 
 use std::cell::Cell;
 

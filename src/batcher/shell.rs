@@ -21,7 +21,7 @@ use super::error::RequestError;
 use super::lifecycle::State;
 use crate::engine::{Engine, EngineError, EngineInfo, EngineRequest, RequestId};
 use crate::sync::{self, Arc, Condvar, Level, Mutex, MutexGuard};
-use crate::time::{Clock, Timestamp};
+use crate::time::Clock;
 
 /// Called exactly once with a request's outcome, on whichever thread produced it.
 pub type Completer = Box<dyn FnOnce(RequestId, Outcome) + Send>;
@@ -44,7 +44,7 @@ struct Shared {
     watchdog_cv: Condvar,
     /// Callers of `preload` and `shutdown` wait here for lifecycle changes.
     state_cv: Condvar,
-    clock: Arc<dyn Clock>,
+    clock: std::sync::Arc<dyn Clock>,
 }
 
 struct Locked<'a> {
@@ -101,13 +101,14 @@ impl Shared {
 #[derive(Clone)]
 pub struct Batcher {
     shared: Arc<Shared>,
-    threads: Arc<std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>>,
+    /// (is the engine thread, handle).
+    threads: std::sync::Arc<std::sync::Mutex<Vec<(bool, sync::thread::JoinHandle<()>)>>>,
 }
 
 impl Batcher {
     /// Spawns the engine thread (and the watchdog when `config` has a generate timeout). The engine
     /// is not loaded until [`preload`](Self::preload) or the first submit.
-    pub fn spawn<E: Engine + 'static>(engine: E, config: BatchConfig, clock: Arc<dyn Clock>) -> Self {
+    pub fn spawn<E: Engine + 'static>(engine: E, config: BatchConfig, clock: std::sync::Arc<dyn Clock>) -> Self {
         let watchdog = config.generate_timeout().is_some();
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
@@ -125,12 +126,12 @@ impl Batcher {
         });
         let mut threads = Vec::new();
         let s = shared.clone();
-        threads.push(spawn_named("batchlab-engine", move || engine_thread(s, engine)));
+        threads.push((true, spawn_named("batchlab-engine", move || engine_thread(s, engine))));
         if watchdog {
             let s = shared.clone();
-            threads.push(spawn_named("batchlab-watchdog", move || watchdog_thread(s)));
+            threads.push((false, spawn_named("batchlab-watchdog", move || watchdog_thread(s))));
         }
-        Batcher { shared, threads: Arc::new(std::sync::Mutex::new(threads)) }
+        Batcher { shared, threads: std::sync::Arc::new(std::sync::Mutex::new(threads)) }
     }
 
     pub fn state(&self) -> State {
@@ -156,11 +157,13 @@ impl Batcher {
                 _ => break,
             }
         }
-        let result = match &locked.guard.start_result {
-            Some(Ok(info)) => Ok(info.clone()),
-            Some(Err(EngineError::Start(m))) => Err(RequestError::StartFailed(m.clone())),
-            Some(Err(e)) => Err(RequestError::StartFailed(e.to_string())),
-            None => Err(RequestError::ShuttingDown),
+        let result = match (locked.guard.core.state(), &locked.guard.start_result) {
+            (State::Ready, Some(Ok(info))) => Ok(info.clone()),
+            (_, Some(Err(EngineError::Start(m)))) => Err(RequestError::StartFailed(m.clone())),
+            (_, Some(Err(e))) => Err(RequestError::StartFailed(e.to_string())),
+            (State::Failed, _) => Err(RequestError::EngineFailed("the engine failed after starting".into())),
+            // Draining or Stopped: start after stop is an error.
+            _ => Err(RequestError::ShuttingDown),
         };
         self.shared.release(locked);
         result
@@ -214,19 +217,22 @@ impl Batcher {
         let result = locked.guard.shutdown_result.clone().unwrap_or(Ok(()));
         self.shared.release(locked);
         let handles: Vec<_> = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
-        for h in handles {
-            let is_engine = h.thread().name() == Some("batchlab-engine");
+        for (is_engine, h) in handles {
             if wedged && is_engine {
                 tracing::warn!("engine thread is stuck in generate; leaving it behind");
                 continue;
             }
-            let _ = h.join();
+            // A panic on the engine thread outside the engine calls (which are caught), such as
+            // an engine whose Drop panics, is a bug: surface it to the caller.
+            if let Err(p) = h.join() {
+                std::panic::resume_unwind(p);
+            }
         }
         result
     }
 }
 
-fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
+fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) -> sync::thread::JoinHandle<()> {
     #[cfg(loom)]
     {
         let _ = name;
@@ -389,9 +395,3 @@ impl Drop for Ticket {
     }
 }
 
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn is<T: Send + Sync>() {}
-    is::<Batcher>();
-    let _: Option<Timestamp> = None;
-}

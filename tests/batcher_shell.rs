@@ -1,0 +1,289 @@
+//! The threaded batcher with real threads: lifecycle, cancellation, fan-out of failures, logging.
+//!
+//! Engines here are mockall mocks or small hand-written engines. Nothing sleeps to let things
+//! settle: every test waits on an outcome or on a join, and the only real-time waits are the
+//! timeouts under test (tens of milliseconds).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex, mpsc};
+use std::time::Duration;
+
+use batchlab::batcher::{BatchConfig, Batcher, RequestError, State};
+use batchlab::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason};
+use batchlab::batcher::virtual_time::VirtualDriver;
+use batchlab::engine::sim::{CostModel, FaultTrigger, Faults, SimConfig, SimEngine};
+use batchlab::time::MonotonicClock;
+use mockall::mock;
+
+mock! {
+    pub Eng {}
+    impl Engine for Eng {
+        fn start(&mut self) -> Result<EngineInfo, EngineError>;
+        fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError>;
+        fn shutdown(&mut self) -> Result<(), EngineError>;
+        fn clock_domain(&self) -> ClockDomain;
+    }
+}
+
+fn info() -> EngineInfo {
+    EngineInfo { name: "mock".into(), version: "0".into() }
+}
+
+fn echo(batch: &[EngineRequest]) -> Vec<EngineOutput> {
+    batch
+        .iter()
+        .map(|r| EngineOutput {
+            request_id: Some(r.id),
+            prompt_tokens: Some(1),
+            output_tokens: Some(r.max_tokens),
+            output_token_ids: None,
+            text: None,
+            finish_reason: FinishReason::Length,
+            stats: EngineStats::default(),
+        })
+        .collect()
+}
+
+fn req() -> EngineRequest {
+    EngineRequest::tokens(0, vec![1, 2], 3)
+}
+
+fn config(batch_size: usize, timeout: Duration) -> BatchConfig {
+    BatchConfig::new(batch_size, timeout).expect("valid config")
+}
+
+fn spawn(engine: impl Engine + 'static, config: BatchConfig) -> Batcher {
+    Batcher::spawn(engine, config, Arc::new(MonotonicClock))
+}
+
+#[test]
+fn mock_engine_loads_once_serializes_generates_and_shuts_down_once() {
+    let in_generate = Arc::new(AtomicBool::new(false));
+    let overlapped = Arc::new(AtomicBool::new(false));
+    let mut e = MockEng::new();
+    e.expect_start().times(1).returning(|| Ok(info()));
+    let (flag, bad) = (in_generate.clone(), overlapped.clone());
+    e.expect_generate().returning(move |b| {
+        if flag.swap(true, Ordering::SeqCst) {
+            bad.store(true, Ordering::SeqCst);
+        }
+        std::thread::yield_now();
+        flag.store(false, Ordering::SeqCst);
+        Ok(echo(b))
+    });
+    e.expect_shutdown().times(1).returning(|| Ok(()));
+    e.expect_clock_domain().return_const(ClockDomain::Monotonic);
+
+    let b = spawn(e, config(4, Duration::from_millis(1)));
+    // Eight threads race to preload and then submit: one load, serialized generates.
+    let barrier = Arc::new(Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let (b, barrier) = (b.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                b.preload().expect("preload");
+                let tickets: Vec<_> = (0..25).map(|_| b.submit(req()).expect("submit")).collect();
+                tickets.into_iter().map(|t| t.wait().is_ok()).filter(|ok| *ok).count()
+            })
+        })
+        .collect();
+    let ok: usize = handles.into_iter().map(|h| h.join().expect("submitter")).sum();
+    assert_eq!(ok, 200);
+    b.shutdown().expect("shutdown");
+    b.shutdown().expect("second shutdown is harmless");
+    assert!(!overlapped.load(Ordering::SeqCst), "two generates overlapped");
+    assert_eq!(b.state(), State::Stopped);
+}
+
+#[test]
+fn submit_starts_the_engine_lazily_and_once() {
+    let starts = Arc::new(AtomicUsize::new(0));
+    let mut e = MockEng::new();
+    let s = starts.clone();
+    e.expect_start().returning(move || {
+        s.fetch_add(1, Ordering::SeqCst);
+        Ok(info())
+    });
+    e.expect_generate().returning(|b| Ok(echo(b)));
+    e.expect_shutdown().times(1).returning(|| Ok(()));
+    let b = spawn(e, config(2, Duration::from_millis(1)));
+    let tickets: Vec<_> = (0..5).map(|_| b.submit(req()).expect("submit")).collect();
+    for t in tickets {
+        assert!(t.wait().is_ok());
+    }
+    b.shutdown().expect("shutdown");
+    assert_eq!(starts.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn submit_after_shutdown_is_rejected_and_start_after_stop_fails() {
+    let mut e = MockEng::new();
+    e.expect_start().times(1).returning(|| Ok(info()));
+    e.expect_shutdown().times(1).returning(|| Ok(()));
+    let b = spawn(e, config(2, Duration::from_millis(1)));
+    b.preload().expect("preload");
+    b.shutdown().expect("shutdown");
+    assert_eq!(b.submit(req()).err(), Some(RequestError::ShuttingDown));
+    assert!(b.preload().is_err(), "start after stop is an error");
+}
+
+#[test]
+fn shutdown_before_start_never_loads_or_stops_the_engine() {
+    let mut e = MockEng::new();
+    e.expect_start().times(0);
+    e.expect_shutdown().times(0);
+    let b = spawn(e, config(2, Duration::from_millis(1)));
+    b.shutdown().expect("shutdown");
+    assert_eq!(b.state(), State::Stopped);
+}
+
+#[test]
+fn failed_start_answers_every_waiter() {
+    let mut e = MockEng::new();
+    e.expect_start().times(1).returning(|| Err(EngineError::Start("no model".into())));
+    e.expect_shutdown().times(1).returning(|| Ok(()));
+    let b = spawn(e, config(8, Duration::from_secs(60)));
+    let tickets: Vec<_> = (0..3).filter_map(|_| b.submit(req()).ok()).collect();
+    for t in tickets {
+        assert_eq!(t.wait().err(), Some(RequestError::StartFailed("no model".into())));
+    }
+    assert_eq!(b.preload().err(), Some(RequestError::StartFailed("no model".into())));
+    b.shutdown().expect("shutdown");
+}
+
+#[test]
+fn shutdown_dispatches_pending_then_stops_engine() {
+    let order = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut e = MockEng::new();
+    e.expect_start().returning(|| Ok(info()));
+    let o = order.clone();
+    e.expect_generate().returning(move |b| {
+        o.lock().unwrap().push(format!("generate {}", b.len()));
+        Ok(echo(b))
+    });
+    let o = order.clone();
+    e.expect_shutdown().times(1).returning(move || {
+        o.lock().unwrap().push("shutdown".into());
+        Ok(())
+    });
+    // A huge timeout: only shutdown can flush the partial batch.
+    let b = spawn(e, config(10, Duration::from_secs(3600)));
+    let tickets: Vec<_> = (0..3).map(|_| b.submit(req()).expect("submit")).collect();
+    b.shutdown().expect("shutdown");
+    for t in tickets {
+        assert!(t.wait().is_ok());
+    }
+    assert_eq!(*order.lock().unwrap(), ["generate 3", "shutdown"]);
+}
+
+#[test]
+fn dropped_ticket_is_never_sent_to_the_engine() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut e = MockEng::new();
+    e.expect_start().returning(|| Ok(info()));
+    let s = seen.clone();
+    e.expect_generate().returning(move |b| {
+        s.lock().unwrap().extend(b.iter().map(|r| r.id));
+        Ok(echo(b))
+    });
+    e.expect_shutdown().returning(|| Ok(()));
+    let b = spawn(e, config(2, Duration::from_secs(3600)));
+    b.preload().expect("preload");
+    let dropped = b.submit(req()).expect("submit");
+    let dropped_id = dropped.id();
+    drop(dropped);
+    let kept: Vec<_> = (0..2).map(|_| b.submit(req()).expect("submit")).collect();
+    let kept_ids: Vec<_> = kept.iter().map(|t| t.id()).collect();
+    for t in kept {
+        assert!(t.wait().is_ok());
+    }
+    b.shutdown().expect("shutdown");
+    assert_eq!(*seen.lock().unwrap(), kept_ids);
+    assert!(!seen.lock().unwrap().contains(&dropped_id));
+}
+
+#[test]
+fn engine_panic_fans_out_to_every_waiter() {
+    let mut e = MockEng::new();
+    e.expect_start().returning(|| Ok(info()));
+    e.expect_generate().returning(|_| panic!("kaboom"));
+    e.expect_shutdown().returning(|| Ok(()));
+    let b = spawn(e, config(3, Duration::from_millis(1)));
+    let tickets: Vec<_> = (0..3).map(|_| b.submit(req()).expect("submit")).collect();
+    for t in tickets {
+        match t.wait() {
+            Err(RequestError::EnginePanicked { batch_size: 3, message, .. }) => assert_eq!(message, "kaboom"),
+            other => panic!("expected a panic outcome, got {other:?}"),
+        }
+    }
+    b.shutdown().expect("shutdown");
+}
+
+#[test]
+fn output_count_mismatch_fans_out_to_every_waiter() {
+    let mut e = MockEng::new();
+    e.expect_start().returning(|| Ok(info()));
+    e.expect_generate().returning(|b| Ok(echo(&b[1..])));
+    e.expect_shutdown().returning(|| Ok(()));
+    let b = spawn(e, config(3, Duration::from_millis(1)));
+    let tickets: Vec<_> = (0..3).map(|_| b.submit(req()).expect("submit")).collect();
+    for t in tickets {
+        assert!(matches!(t.wait(), Err(RequestError::OutputCountMismatch { expected: 3, got: 2, .. })));
+    }
+    b.shutdown().expect("shutdown");
+}
+
+/// An engine whose generate blocks until released: a hang, as far as any timeout can tell.
+struct Stuck {
+    release: Mutex<mpsc::Receiver<()>>,
+}
+
+impl Engine for Stuck {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        Ok(info())
+    }
+    fn generate(&mut self, b: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        let _ = self.release.lock().unwrap().recv();
+        Ok(echo(b))
+    }
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn hung_generate_is_failed_by_the_watchdog_and_shutdown_does_not_hang() {
+    let (tx, rx) = mpsc::channel();
+    let config = config(2, Duration::from_millis(1)).with_generate_timeout(Some(Duration::from_millis(30))).unwrap();
+    let b = spawn(Stuck { release: Mutex::new(rx) }, config);
+    let hung: Vec<_> = (0..2).map(|_| b.submit(req()).expect("submit")).collect();
+    for t in hung {
+        assert!(matches!(t.wait(), Err(RequestError::GenerateTimedOut { batch_size: 2, .. })));
+    }
+    assert!(matches!(b.submit(req()).err(), Some(RequestError::EngineFailed(_))));
+    assert_eq!(b.state(), State::Failed);
+    b.shutdown().expect("shutdown returns with the engine wedged");
+    let _ = tx.send(());
+}
+
+#[tracing_test::traced_test]
+#[test]
+fn failed_batch_logs_one_error_with_size_and_cause() {
+    // On the test's own thread (the virtual driver), so the log lands in this test's scope.
+    let faults = Faults { fail_batch: FaultTrigger::every(1), ..Faults::default() };
+    let (engine, clock) = SimEngine::virtual_time(SimConfig { seed: 1, cost: CostModel::default(), faults });
+    let mut d = VirtualDriver::new(engine, config(3, Duration::from_millis(1)), clock);
+    d.start().expect("start");
+    for _ in 0..3 {
+        d.submit(req()).expect("submit");
+    }
+    d.shutdown().expect("shutdown");
+    logs_assert(|lines: &[&str]| {
+        let errors: Vec<_> = lines.iter().filter(|l| l.contains("ERROR")).collect();
+        match errors.as_slice() {
+            [one] if one.contains("batch_size=3") && one.contains("injected failure") => Ok(()),
+            other => Err(format!("expected one error naming batch_size=3 and the cause, got {other:?}")),
+        }
+    });
+}

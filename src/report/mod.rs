@@ -41,7 +41,12 @@ pub struct Report {
 
 impl Report {
     /// Assembles a report, checking `plan.expect` against `benchmarks`.
-    pub fn new(plan: &Plan, environment: Environment, benchmarks: Vec<BenchmarkResult>, incomplete: bool) -> Result<Self, ReportError> {
+    pub fn new(
+        plan: &Plan,
+        environment: Environment,
+        benchmarks: Vec<BenchmarkResult>,
+        incomplete: bool,
+    ) -> Result<Self, ReportError> {
         let scenario = serde_json::to_value(plan).map_err(ReportError::Plan)?;
         let expectations = evaluate(&plan.expect, &benchmarks);
         Ok(Report {
@@ -88,10 +93,23 @@ pub(crate) mod tests {
     /// (the plan's own serialization is tested with the plan).
     pub(crate) fn sample_report() -> Report {
         let end = Timestamp::from_nanos(1_001_000_000_000);
-        let benchmarks = vec![sample_aggregator("throughput").finish(end), sample_aggregator("constant@10.0/s").finish(end)];
+        let benchmarks = vec![
+            sample_aggregator("throughput").finish(end),
+            sample_aggregator("constant@10.0/s").finish(end),
+        ];
         let expectations = [
-            Expectation { metric: "lost".into(), op: Comparison::Eq, value: 0.0, origin: "scenarios/x.toml:20:1".into() },
-            Expectation { metric: "ttft_p99_ms".into(), op: Comparison::Le, value: 50.0, origin: "scenarios/x.toml:21:1".into() },
+            Expectation {
+                metric: "lost".into(),
+                op: Comparison::Eq,
+                value: 0.0,
+                origin: "scenarios/x.toml:20:1".into(),
+            },
+            Expectation {
+                metric: "ttft_p99_ms".into(),
+                op: Comparison::Le,
+                value: 50.0,
+                origin: "scenarios/x.toml:21:1".into(),
+            },
         ];
         Report {
             schema_version: SCHEMA_VERSION,

@@ -123,6 +123,55 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn new_serializes_the_plan_and_checks_its_expectations() {
+        use crate::batcher::BatchConfig;
+        use crate::engine::sim::{CostModel, Faults, TimeMode};
+        use crate::scenario::plan::{
+            EnginePlan, OutputPlan, ProfilePlan, SimPlan, StopPlan, TokenDist, WorkloadPlan,
+        };
+        let plan = Plan {
+            name: "plan".into(),
+            description: None,
+            seed: 42,
+            engine: EnginePlan::Sim(SimPlan {
+                time: TimeMode::default(),
+                seed: 1,
+                cost: CostModel::default(),
+                faults: Faults::default(),
+            }),
+            batching: BatchConfig::default(),
+            workload: WorkloadPlan::Synthetic {
+                prompt_tokens: TokenDist::Fixed { value: 16 },
+                output_tokens: TokenDist::Fixed { value: 8 },
+                seed: 2,
+                unique_prefix: true,
+                vocab_size: 1000,
+                ignore_eos: true,
+                temperature: 0.0,
+            },
+            profile: ProfilePlan::Throughput { max_concurrency: 4 },
+            stop: StopPlan::default(),
+            warmup: None,
+            cooldown: None,
+            expect: vec![Expectation {
+                metric: "lost".into(),
+                op: Comparison::Eq,
+                value: 0.0,
+                origin: "p.toml:3:1".into(),
+            }],
+            output: OutputPlan::default(),
+        };
+        let end = Timestamp::from_nanos(1_001_000_000_000);
+        let benchmarks = vec![sample_aggregator("throughput").finish(end)];
+        let report = Report::new(&plan, redacted_environment(), benchmarks, false).unwrap();
+        assert_eq!(report.schema_version, 1);
+        assert_eq!(report.scenario["name"], "plan");
+        assert_eq!(report.scenario["profile"]["kind"], "throughput");
+        assert_eq!(report.expectations.len(), 1);
+        assert!(report.passed());
+    }
+
+    #[test]
     fn passed_needs_every_expectation() {
         let mut report = sample_report();
         assert!(!report.passed(), "ttft_p99_ms <= 50 fails on the sample");

@@ -4,6 +4,7 @@
 pub mod batcher;
 pub mod engine;
 pub mod metrics;
+pub mod report;
 pub mod rng;
 pub mod scenario;
 pub mod sync;

@@ -1,3 +1,9 @@
 //! Metrics: per-request mapping from engine stats, and streaming aggregation.
+pub mod aggregate;
+pub mod distribution;
 pub mod mapper;
+pub mod result;
+pub use aggregate::BenchmarkAggregator;
+pub use distribution::{Distribution, Summary};
 pub use mapper::{Anomalies, RequestMetrics, WallAnchor, map_request};
+pub use result::{BenchmarkResult, metric_names};

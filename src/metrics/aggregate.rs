@@ -1,0 +1,450 @@
+//! Streaming aggregation of one benchmark into a [`BenchmarkResult`].
+//!
+//! The aggregator is fed as things happen and keeps no per-request state, so memory is constant
+//! in the number of requests. Like the batcher core it never reads a clock: every time comes in
+//! as an argument.
+//!
+//! Concurrency is time-weighted: the integral of "requests in flight" over the window divided by
+//! the window's length, i.e. `Σ overlap([submitted, end], window) / window`, where `end` is the
+//! completion (or error, or cancellation) time, or the window's end for a request still running.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::distribution::Distribution;
+use super::mapper::RequestMetrics;
+use super::result::{AnomalyCounts, Batching, BenchmarkResult, Counts, Distributions, Tokens};
+use crate::batcher::{FlushReason, RequestTimes};
+use crate::time::Timestamp;
+
+/// Aggregates one benchmark. Call [`start`](Self::start), record events, then
+/// [`finish`](Self::finish).
+#[derive(Clone, Debug)]
+pub struct BenchmarkAggregator {
+    name: String,
+    /// Window start; when never set, the earliest submission seen.
+    start: Option<Timestamp>,
+    earliest_submitted: Option<Timestamp>,
+    latest_end: Option<Timestamp>,
+
+    submitted: u64,
+    completed: u64,
+    errors: u64,
+    errors_by_kind: BTreeMap<String, u64>,
+    cancelled: u64,
+    incomplete: u64,
+    tokens: Tokens,
+    anomalies: AnomalyCounts,
+
+    /// Σ of in-flight time of finished requests inside the window, ns.
+    in_flight_ns: u128,
+    /// Σ of the in-window start of requests still running at the end, ns; their in-flight time
+    /// is `incomplete × window_end − this`, known only at `finish`.
+    incomplete_starts_ns: u128,
+
+    latency: Distribution,
+    ttft: Distribution,
+    itl: Distribution,
+    tpot: Distribution,
+    batch_wait: Distribution,
+    engine_queue: Distribution,
+    generate: Distribution,
+
+    batch_sizes: BTreeMap<usize, u64>,
+    full: u64,
+    timeout: u64,
+    drain: u64,
+}
+
+impl BenchmarkAggregator {
+    pub fn new(name: impl Into<String>) -> Self {
+        BenchmarkAggregator {
+            name: name.into(),
+            start: None,
+            earliest_submitted: None,
+            latest_end: None,
+            submitted: 0,
+            completed: 0,
+            errors: 0,
+            errors_by_kind: BTreeMap::new(),
+            cancelled: 0,
+            incomplete: 0,
+            tokens: Tokens::default(),
+            anomalies: AnomalyCounts::default(),
+            in_flight_ns: 0,
+            incomplete_starts_ns: 0,
+            latency: Distribution::new(),
+            ttft: Distribution::new(),
+            itl: Distribution::new(),
+            tpot: Distribution::new(),
+            batch_wait: Distribution::new(),
+            engine_queue: Distribution::new(),
+            generate: Distribution::new(),
+            batch_sizes: BTreeMap::new(),
+            full: 0,
+            timeout: 0,
+            drain: 0,
+        }
+    }
+
+    /// Opens the measurement window. Requests submitted earlier count only from here on.
+    pub fn start(&mut self, at: Timestamp) {
+        self.start = Some(at);
+    }
+
+    pub fn record_submitted(&mut self) {
+        self.submitted += 1;
+    }
+
+    pub fn record_completion(&mut self, metrics: &RequestMetrics, times: &RequestTimes) {
+        self.completed += 1;
+        self.add_in_flight(times.submitted, times.completed);
+
+        self.tokens.input += u64::from(metrics.prompt_tokens.unwrap_or(0));
+        self.tokens.output += u64::from(metrics.output_tokens.unwrap_or(0));
+
+        self.latency.record(metrics.latency);
+        self.batch_wait.record(metrics.batch_wait);
+        let optional = [
+            (&mut self.ttft, metrics.ttft),
+            (&mut self.itl, metrics.itl),
+            (&mut self.tpot, metrics.tpot),
+            (&mut self.engine_queue, metrics.engine_queue),
+        ];
+        for (dist, value) in optional {
+            if let Some(v) = value {
+                dist.record(v);
+            }
+        }
+
+        let a = &metrics.anomalies;
+        let c = &mut self.anomalies;
+        c.requests += u64::from(a.any());
+        c.non_finite += u64::from(a.non_finite);
+        c.first_token_before_arrival += u64::from(a.first_token_before_arrival);
+        c.last_before_first += u64::from(a.last_before_first);
+        c.scheduled_before_queued += u64::from(a.scheduled_before_queued);
+        c.token_after_completion += u64::from(a.token_after_completion);
+    }
+
+    /// A request that failed; `kind` is [`crate::batcher::RequestError::kind`].
+    pub fn record_error(&mut self, kind: &str, submitted: Timestamp, completed: Timestamp) {
+        self.errors += 1;
+        *self.errors_by_kind.entry(kind.to_string()).or_default() += 1;
+        self.add_in_flight(submitted, completed);
+    }
+
+    /// A request cancelled at `at` before it ran.
+    pub fn record_cancelled(&mut self, submitted: Timestamp, at: Timestamp) {
+        self.cancelled += 1;
+        self.add_in_flight(submitted, at);
+    }
+
+    /// A request still running when the benchmark ended: in flight until the window's end.
+    pub fn record_incomplete(&mut self, submitted: Timestamp) {
+        self.incomplete += 1;
+        self.note_submitted(submitted);
+        self.incomplete_starts_ns += u128::from(self.clip_start(submitted).as_nanos());
+    }
+
+    /// A batch the engine ran: its size, why it was flushed, and how long generate took.
+    pub fn record_batch(&mut self, size: usize, reason: FlushReason, generate: Duration) {
+        *self.batch_sizes.entry(size).or_default() += 1;
+        match reason {
+            FlushReason::Full => self.full += 1,
+            FlushReason::Timeout => self.timeout += 1,
+            FlushReason::Drain => self.drain += 1,
+        }
+        self.generate.record(generate);
+    }
+
+    fn note_submitted(&mut self, submitted: Timestamp) {
+        self.earliest_submitted = Some(
+            self.earliest_submitted
+                .map_or(submitted, |e| e.min(submitted)),
+        );
+    }
+
+    /// Where a request submitted at `submitted` enters the window. Without an explicit start the
+    /// window starts at the earliest submission, which is never after this one.
+    fn clip_start(&self, submitted: Timestamp) -> Timestamp {
+        self.start.map_or(submitted, |s| s.max(submitted))
+    }
+
+    fn add_in_flight(&mut self, submitted: Timestamp, ended: Timestamp) {
+        self.note_submitted(submitted);
+        self.latest_end = Some(self.latest_end.map_or(ended, |e| e.max(ended)));
+        let from = self.clip_start(submitted);
+        self.in_flight_ns += u128::from(ended.as_nanos().saturating_sub(from.as_nanos()));
+    }
+
+    /// Closes the window at `at` and computes the result. If a recorded request ended after
+    /// `at` (events fed out of order), the window is extended to cover it, so that concurrency
+    /// never counts time outside the window.
+    pub fn finish(self, at: Timestamp) -> BenchmarkResult {
+        let start = self.start.or(self.earliest_submitted).unwrap_or(at);
+        let end = self.latest_end.map_or(at, |l| l.max(at)).max(start);
+        let window_ns = end.as_nanos() - start.as_nanos();
+        let duration_s = window_ns as f64 / 1e9;
+        let per_s = |n: u64| (window_ns > 0).then(|| n as f64 / duration_s);
+
+        let incomplete_ns = (u128::from(end.as_nanos()) * u128::from(self.incomplete))
+            .saturating_sub(self.incomplete_starts_ns);
+        let in_flight_ns = self.in_flight_ns + incomplete_ns;
+        let concurrency_mean = (window_ns > 0).then(|| in_flight_ns as f64 / window_ns as f64);
+
+        let accounted = self.completed + self.errors + self.cancelled + self.incomplete;
+        let lost = i64::try_from(self.submitted).unwrap_or(i64::MAX)
+            - i64::try_from(accounted).unwrap_or(i64::MAX);
+
+        let batches: u64 = self.batch_sizes.values().sum();
+        let share = |n: u64| (batches > 0).then(|| n as f64 / batches as f64);
+        let size_sum: u128 = self
+            .batch_sizes
+            .iter()
+            .map(|(&size, &n)| size as u128 * u128::from(n))
+            .sum();
+
+        BenchmarkResult {
+            name: self.name,
+            counts: Counts {
+                submitted: self.submitted,
+                completed: self.completed,
+                errors: self.errors,
+                errors_by_kind: self.errors_by_kind,
+                cancelled: self.cancelled,
+                incomplete: self.incomplete,
+                lost,
+            },
+            duration_s,
+            requests_per_s: per_s(self.completed),
+            input_tokens_per_s: per_s(self.tokens.input),
+            output_tokens_per_s: per_s(self.tokens.output),
+            total_tokens_per_s: per_s(self.tokens.input + self.tokens.output),
+            tokens: self.tokens,
+            concurrency_mean,
+            distributions: Distributions {
+                latency: self.latency.summary(),
+                ttft: self.ttft.summary(),
+                itl: self.itl.summary(),
+                tpot: self.tpot.summary(),
+                batch_wait: self.batch_wait.summary(),
+                engine_queue: self.engine_queue.summary(),
+                generate: self.generate.summary(),
+            },
+            batching: Batching {
+                batches,
+                batch_size_mean: (batches > 0).then(|| size_sum as f64 / batches as f64),
+                batch_size_histogram: self.batch_sizes,
+                full: self.full,
+                timeout: self.timeout,
+                drain: self.drain,
+                full_share: share(self.full),
+                timeout_share: share(self.timeout),
+                drain_share: share(self.drain),
+            },
+            anomalies: self.anomalies,
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::metrics::Anomalies;
+
+    const MS: u64 = 1_000_000;
+
+    fn at_ms(ms: u64) -> Timestamp {
+        Timestamp::from_nanos(1_000_000 * MS + ms * MS)
+    }
+
+    fn times(submitted: u64, dispatched: u64, completed: u64) -> RequestTimes {
+        RequestTimes {
+            submitted: at_ms(submitted),
+            dispatched: at_ms(dispatched),
+            completed: at_ms(completed),
+        }
+    }
+
+    /// Metrics consistent with `times`, `n` output tokens, first token `ttft` ms after submit.
+    pub(crate) fn metrics(t: &RequestTimes, ttft_ms: u64, n: u32) -> RequestMetrics {
+        let latency = t.completed.saturating_since(t.submitted);
+        let ttft = Duration::from_millis(ttft_ms);
+        RequestMetrics {
+            batch_wait: t.dispatched.saturating_since(t.submitted),
+            latency,
+            engine_queue: Some(Duration::from_micros(250)),
+            ttft: Some(ttft),
+            itl: (n >= 2).then(|| latency.saturating_sub(ttft) / (n - 1)),
+            tpot: (n >= 1).then(|| latency / n),
+            prompt_tokens: Some(16),
+            output_tokens: Some(n),
+            anomalies: Anomalies::default(),
+        }
+    }
+
+    /// A hand-built benchmark: 1 s window, 4 completions, one error, one cancellation, one
+    /// request still running at the end. Shared by the report snapshot tests.
+    pub(crate) fn sample_aggregator(name: &str) -> BenchmarkAggregator {
+        let mut agg = BenchmarkAggregator::new(name);
+        agg.start(at_ms(0));
+        for _ in 0..7 {
+            agg.record_submitted();
+        }
+        let completions = [
+            (0, 10, 110, 30, 8),
+            (0, 10, 130, 35, 10),
+            (100, 120, 400, 60, 20),
+            (100, 120, 450, 70, 24),
+        ];
+        for (s, d, c, ttft, n) in completions {
+            let t = times(s, d, c);
+            agg.record_completion(&metrics(&t, ttft, n), &t);
+        }
+        agg.record_batch(2, FlushReason::Timeout, Duration::from_millis(100));
+        agg.record_batch(2, FlushReason::Full, Duration::from_millis(280));
+        agg.record_batch(1, FlushReason::Drain, Duration::from_millis(20));
+        agg.record_error("engine_error", at_ms(500), at_ms(520));
+        agg.record_cancelled(at_ms(600), at_ms(610));
+        agg.record_incomplete(at_ms(900));
+        agg
+    }
+
+    pub(crate) fn sample_result() -> BenchmarkResult {
+        sample_aggregator("throughput").finish(at_ms(1000))
+    }
+
+    #[test]
+    fn sample_counts_rates_and_concurrency() {
+        let r = sample_result();
+        assert_eq!(r.counts.lost, 0);
+        assert_eq!(
+            (
+                r.counts.submitted,
+                r.counts.completed,
+                r.counts.errors,
+                r.counts.cancelled,
+                r.counts.incomplete
+            ),
+            (7, 4, 1, 1, 1)
+        );
+        assert_eq!(
+            r.counts.errors_by_kind,
+            BTreeMap::from([("engine_error".to_string(), 1)])
+        );
+        assert_eq!(r.duration_s, 1.0);
+        assert_eq!(r.requests_per_s, Some(4.0));
+        assert_eq!(r.output_tokens_per_s, Some(62.0));
+        assert_eq!(r.input_tokens_per_s, Some(64.0));
+        assert_eq!(r.total_tokens_per_s, Some(126.0));
+        // In flight: 110 + 130 + 300 + 350 + 20 + 10 + 100 ms over 1000 ms.
+        assert_eq!(r.concurrency_mean, Some(1.02));
+        assert_eq!(r.batching.batches, 3);
+        assert_eq!(
+            r.batching.batch_size_histogram,
+            BTreeMap::from([(1, 1), (2, 2)])
+        );
+        assert_eq!(r.batching.batch_size_mean, Some(5.0 / 3.0));
+        assert_eq!(r.distributions.latency.count, 4);
+        assert_eq!(r.distributions.generate.count, 3);
+    }
+
+    /// One row: requests as `(submitted_ms, ended_ms)`, window, expected mean concurrency.
+    fn check_concurrency(requests: &[(u64, u64)], window: (u64, u64), expected: Option<f64>) {
+        let mut agg = BenchmarkAggregator::new("c");
+        agg.start(at_ms(window.0));
+        for &(s, e) in requests {
+            agg.record_submitted();
+            agg.record_error("x", at_ms(s), at_ms(e));
+        }
+        let r = agg.finish(at_ms(window.1));
+        assert_eq!(r.concurrency_mean, expected, "{requests:?} in {window:?}");
+    }
+
+    #[test]
+    fn concurrency_is_time_weighted_and_clipped_to_the_window() {
+        check_concurrency(&[], (0, 100), Some(0.0));
+        check_concurrency(&[(0, 100)], (0, 100), Some(1.0));
+        check_concurrency(&[(0, 50), (50, 100)], (0, 100), Some(1.0));
+        check_concurrency(
+            &[(0, 100), (0, 100), (0, 100), (0, 100)],
+            (0, 100),
+            Some(4.0),
+        );
+        check_concurrency(&[(0, 25)], (0, 100), Some(0.25));
+        // Submitted before the window opened: only the part inside counts.
+        check_concurrency(&[(0, 150)], (100, 200), Some(0.5));
+        // Ended after `finish`'s time: the window stretches to cover it.
+        check_concurrency(&[(0, 200)], (0, 100), Some(1.0));
+        // An empty window has no concurrency.
+        check_concurrency(&[], (100, 100), None);
+    }
+
+    #[test]
+    fn incomplete_requests_are_in_flight_until_the_end() {
+        let mut agg = BenchmarkAggregator::new("i");
+        agg.start(at_ms(0));
+        agg.record_submitted();
+        agg.record_submitted();
+        agg.record_incomplete(at_ms(50));
+        agg.record_incomplete(at_ms(0));
+        let r = agg.finish(at_ms(100));
+        assert_eq!(r.concurrency_mean, Some(1.5));
+        assert_eq!(r.counts.lost, 0);
+    }
+
+    #[test]
+    fn lost_counts_unaccounted_requests_either_way() {
+        let mut agg = BenchmarkAggregator::new("l");
+        agg.record_submitted();
+        agg.record_submitted();
+        agg.record_cancelled(at_ms(0), at_ms(1));
+        assert_eq!(agg.clone().finish(at_ms(10)).counts.lost, 1);
+        agg.record_cancelled(at_ms(0), at_ms(1));
+        agg.record_cancelled(at_ms(0), at_ms(1));
+        assert_eq!(agg.finish(at_ms(10)).counts.lost, -1);
+    }
+
+    #[test]
+    fn empty_benchmark_has_no_rates_or_percentiles() {
+        let r = BenchmarkAggregator::new("empty").finish(at_ms(5));
+        assert_eq!(r.duration_s, 0.0);
+        assert_eq!(
+            (
+                r.requests_per_s,
+                r.concurrency_mean,
+                r.batching.batch_size_mean
+            ),
+            (None, None, None)
+        );
+        assert_eq!(r.metric("ttft_p99_ms"), None);
+        assert_eq!(r.metric("completed"), Some(0.0));
+    }
+
+    #[test]
+    fn anomalies_and_missing_optional_metrics() {
+        let mut agg = BenchmarkAggregator::new("a");
+        agg.start(at_ms(0));
+        let t = times(0, 1, 10);
+        let mut m = metrics(&t, 5, 1);
+        m.ttft = None;
+        m.anomalies.first_token_before_arrival = true;
+        m.anomalies.non_finite = true;
+        agg.record_submitted();
+        agg.record_completion(&m, &t);
+        let r = agg.finish(at_ms(10));
+        assert_eq!(r.anomalies.requests, 1);
+        assert_eq!(
+            (
+                r.anomalies.non_finite,
+                r.anomalies.first_token_before_arrival,
+                r.anomalies.last_before_first
+            ),
+            (1, 1, 0)
+        );
+        assert_eq!(r.distributions.ttft.count, 0);
+        assert_eq!(r.distributions.itl.count, 0);
+        assert_eq!(r.distributions.latency.count, 1);
+    }
+}

@@ -1,0 +1,243 @@
+//! The outcome of one benchmark, as written to reports and checked by expectations.
+//!
+//! Every number an expectation can name is reachable through [`BenchmarkResult::metric`], and
+//! [`metric_names`] lists them all; `docs/report.md` defines each one.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use serde::Serialize;
+
+use super::distribution::Summary;
+
+/// One benchmark (one step of a profile), aggregated.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BenchmarkResult {
+    /// `throughput`, `concurrent@4`, `constant@10.0/s`, ...
+    pub name: String,
+    pub counts: Counts,
+    pub tokens: Tokens,
+    /// Length of the measurement window, seconds.
+    pub duration_s: f64,
+    /// Completed requests per second of the window. `None` for an empty window.
+    pub requests_per_s: Option<f64>,
+    pub input_tokens_per_s: Option<f64>,
+    pub output_tokens_per_s: Option<f64>,
+    pub total_tokens_per_s: Option<f64>,
+    /// Time-weighted mean number of requests in flight over the window.
+    pub concurrency_mean: Option<f64>,
+    pub distributions: Distributions,
+    pub batching: Batching,
+    pub anomalies: AnomalyCounts,
+}
+
+/// What happened to the benchmark's requests. `lost` must be 0.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub submitted: u64,
+    pub completed: u64,
+    pub errors: u64,
+    pub errors_by_kind: BTreeMap<String, u64>,
+    pub cancelled: u64,
+    pub incomplete: u64,
+    /// `submitted − (completed + errors + cancelled + incomplete)`. Anything but 0 is a bug.
+    pub lost: i64,
+}
+
+/// Token totals over completed requests. Requests whose engine gave no count add nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+}
+
+/// Per-request and per-batch timing distributions, in milliseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Distributions {
+    pub latency: Summary,
+    pub ttft: Summary,
+    pub itl: Summary,
+    pub tpot: Summary,
+    pub batch_wait: Summary,
+    pub engine_queue: Summary,
+    /// Per batch: the engine's generate call.
+    pub generate: Summary,
+}
+
+impl Distributions {
+    /// Names in report order.
+    pub const NAMES: [&'static str; 7] = [
+        "latency",
+        "ttft",
+        "itl",
+        "tpot",
+        "batch_wait",
+        "engine_queue",
+        "generate",
+    ];
+
+    pub fn get(&self, name: &str) -> Option<&Summary> {
+        Some(match name {
+            "latency" => &self.latency,
+            "ttft" => &self.ttft,
+            "itl" => &self.itl,
+            "tpot" => &self.tpot,
+            "batch_wait" => &self.batch_wait,
+            "engine_queue" => &self.engine_queue,
+            "generate" => &self.generate,
+            _ => return None,
+        })
+    }
+}
+
+/// How the batcher grouped requests.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Batching {
+    pub batches: u64,
+    /// Batch size → number of batches of that size.
+    pub batch_size_histogram: BTreeMap<usize, u64>,
+    pub batch_size_mean: Option<f64>,
+    pub full: u64,
+    pub timeout: u64,
+    pub drain: u64,
+    /// `full / batches`; `None` when there were no batches. Likewise for the other shares.
+    pub full_share: Option<f64>,
+    pub timeout_share: Option<f64>,
+    pub drain_share: Option<f64>,
+}
+
+/// Completed requests whose engine stats were inconsistent, in total and per kind of problem.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AnomalyCounts {
+    /// Requests with at least one anomaly.
+    pub requests: u64,
+    pub non_finite: u64,
+    pub first_token_before_arrival: u64,
+    pub last_before_first: u64,
+    pub scheduled_before_queued: u64,
+    pub token_after_completion: u64,
+}
+
+/// Metrics that are not a distribution statistic, in report order.
+const SCALAR_METRICS: [&str; 17] = [
+    "completed",
+    "errors",
+    "cancelled",
+    "incomplete",
+    "lost",
+    "anomalies",
+    "requests_per_s",
+    "input_tokens_per_s",
+    "output_tokens_per_s",
+    "total_tokens_per_s",
+    "duration_s",
+    "concurrency_mean",
+    "batches",
+    "batch_size_mean",
+    "full_flush_share",
+    "timeout_flush_share",
+    "drain_flush_share",
+];
+
+static METRIC_NAMES: LazyLock<Vec<String>> = LazyLock::new(|| {
+    let mut names: Vec<String> = SCALAR_METRICS.iter().map(|s| s.to_string()).collect();
+    for dist in Distributions::NAMES {
+        for stat in Summary::STATS {
+            names.push(format!("{dist}_{stat}_ms"));
+        }
+    }
+    names
+});
+
+/// Every name [`BenchmarkResult::metric`] accepts, in a fixed order (also the CSV column order).
+pub fn metric_names() -> &'static [String] {
+    &METRIC_NAMES
+}
+
+/// Whether `name` is a metric expectations may use.
+pub fn is_metric_name(name: &str) -> bool {
+    METRIC_NAMES.iter().any(|n| n == name)
+}
+
+impl BenchmarkResult {
+    /// The metric called `name`; `None` for an unknown name or a value that was not measured
+    /// (a percentile with no samples, a rate over an empty window).
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let c = &self.counts;
+        let b = &self.batching;
+        match name {
+            "completed" => Some(c.completed as f64),
+            "errors" => Some(c.errors as f64),
+            "cancelled" => Some(c.cancelled as f64),
+            "incomplete" => Some(c.incomplete as f64),
+            "lost" => Some(c.lost as f64),
+            "anomalies" => Some(self.anomalies.requests as f64),
+            "requests_per_s" => self.requests_per_s,
+            "input_tokens_per_s" => self.input_tokens_per_s,
+            "output_tokens_per_s" => self.output_tokens_per_s,
+            "total_tokens_per_s" => self.total_tokens_per_s,
+            "duration_s" => Some(self.duration_s),
+            "concurrency_mean" => self.concurrency_mean,
+            "batches" => Some(b.batches as f64),
+            "batch_size_mean" => b.batch_size_mean,
+            "full_flush_share" => b.full_share,
+            "timeout_flush_share" => b.timeout_share,
+            "drain_flush_share" => b.drain_share,
+            _ => {
+                let (dist, stat) = name.strip_suffix("_ms")?.rsplit_once('_')?;
+                if !Summary::STATS.contains(&stat) {
+                    return None;
+                }
+                self.distributions.get(dist)?.stat(stat)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_complete() {
+        let names = metric_names();
+        assert_eq!(names.len(), 17 + 7 * 9);
+        let unique: std::collections::BTreeSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len());
+        for name in [
+            "ttft_p99_ms",
+            "generate_std_ms",
+            "engine_queue_p999_ms",
+            "lost",
+            "drain_flush_share",
+        ] {
+            assert!(is_metric_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn unknown_names_resolve_to_nothing() {
+        let r = crate::metrics::aggregate::tests::sample_result();
+        for name in [
+            "",
+            "latency",
+            "latency_ms",
+            "latency_p42_ms",
+            "bogus_p50_ms",
+            "p50_ms",
+            "ttft_p99",
+        ] {
+            assert_eq!(r.metric(name), None, "{name}");
+            assert!(!is_metric_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn every_listed_name_resolves_on_a_non_empty_result() {
+        let r = crate::metrics::aggregate::tests::sample_result();
+        for name in metric_names() {
+            let v = r.metric(name);
+            assert!(v.is_some_and(f64::is_finite), "{name}: {v:?}");
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! Run reports: `report.json`, `report.csv`, a console table and a per-request JSONL stream.
+//!
+//! A [`Report`] is plain data assembled at the end of a run; writers only format it, so the same
+//! report always gives the same bytes. `docs/report.md` defines every field and its unit.
+
+pub mod environment;
+pub mod error;
+pub mod expect;
+pub mod requests;
+pub mod table;
+pub mod write;
+
+use serde::Serialize;
+
+pub use crate::metrics::result::{BenchmarkResult, metric_names};
+pub use environment::Environment;
+pub use error::ReportError;
+pub use expect::{ExpectationOutcome, evaluate, render_failures};
+pub use requests::{Phase, RequestOutcome, RequestRecord, RequestsJsonl};
+pub use table::render_table;
+pub use write::{CSV_FILE, JSON_FILE, csv_columns, write_csv, write_json};
+
+use crate::scenario::plan::Plan;
+
+/// Bumped whenever a field of `report.json` changes meaning or disappears.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Everything a run produced.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub batchlab_version: String,
+    /// The run stopped early (interrupted, or the engine failed): some benchmarks are missing.
+    pub incomplete: bool,
+    /// The resolved plan the run executed.
+    pub scenario: serde_json::Value,
+    pub environment: Environment,
+    pub benchmarks: Vec<BenchmarkResult>,
+    pub expectations: Vec<ExpectationOutcome>,
+}
+
+impl Report {
+    /// Assembles a report, checking `plan.expect` against `benchmarks`.
+    pub fn new(
+        plan: &Plan,
+        environment: Environment,
+        benchmarks: Vec<BenchmarkResult>,
+        incomplete: bool,
+    ) -> Result<Self, ReportError> {
+        let scenario = serde_json::to_value(plan).map_err(ReportError::Plan)?;
+        let expectations = evaluate(&plan.expect, &benchmarks);
+        Ok(Report {
+            schema_version: SCHEMA_VERSION,
+            batchlab_version: env!("CARGO_PKG_VERSION").to_string(),
+            incomplete,
+            scenario,
+            environment,
+            benchmarks,
+            expectations,
+        })
+    }
+
+    /// Whether every expectation held.
+    pub fn passed(&self) -> bool {
+        self.expectations.iter().all(|o| o.passed)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::metrics::aggregate::tests::sample_aggregator;
+    use crate::scenario::plan::{Comparison, Expectation};
+    use crate::time::Timestamp;
+
+    /// Environment fields that differ between machines and releases, redacted for snapshots.
+    pub(crate) fn redacted_environment() -> Environment {
+        Environment {
+            batchlab_version: "[version]".into(),
+            engine_name: "sim".into(),
+            engine_version: "[version]".into(),
+            cpu_model: Some("[cpu]".into()),
+            cores: Some(2),
+            os: "[os]".into(),
+            hostname: Some("[host]".into()),
+            seeds: BTreeMap::from([("run".to_string(), 42), ("workload".to_string(), 7)]),
+        }
+    }
+
+    /// A fixed, hand-built report: two benchmarks and two expectations. The scenario is a stand-in
+    /// (the plan's own serialization is tested with the plan).
+    pub(crate) fn sample_report() -> Report {
+        let end = Timestamp::from_nanos(1_001_000_000_000);
+        let benchmarks = vec![
+            sample_aggregator("throughput").finish(end),
+            sample_aggregator("constant@10.0/s").finish(end),
+        ];
+        let expectations = [
+            Expectation {
+                metric: "lost".into(),
+                op: Comparison::Eq,
+                value: 0.0,
+                origin: "scenarios/x.toml:20:1".into(),
+            },
+            Expectation {
+                metric: "ttft_p99_ms".into(),
+                op: Comparison::Le,
+                value: 50.0,
+                origin: "scenarios/x.toml:21:1".into(),
+            },
+        ];
+        Report {
+            schema_version: SCHEMA_VERSION,
+            batchlab_version: "[version]".into(),
+            incomplete: false,
+            scenario: serde_json::json!({ "name": "sample", "seed": 42 }),
+            environment: redacted_environment(),
+            expectations: evaluate(&expectations, &benchmarks),
+            benchmarks,
+        }
+    }
+
+    #[test]
+    fn new_serializes_the_plan_and_checks_its_expectations() {
+        use crate::batcher::BatchConfig;
+        use crate::engine::sim::{CostModel, Faults, TimeMode};
+        use crate::scenario::plan::{
+            EnginePlan, OutputPlan, ProfilePlan, SimPlan, StopPlan, TokenDist, WorkloadPlan,
+        };
+        let plan = Plan {
+            name: "plan".into(),
+            description: None,
+            seed: 42,
+            engine: EnginePlan::Sim(SimPlan {
+                time: TimeMode::default(),
+                seed: 1,
+                cost: CostModel::default(),
+                faults: Faults::default(),
+            }),
+            batching: BatchConfig::default(),
+            workload: WorkloadPlan::Synthetic {
+                prompt_tokens: TokenDist::Fixed { value: 16 },
+                output_tokens: TokenDist::Fixed { value: 8 },
+                seed: 2,
+                unique_prefix: true,
+                vocab_size: 1000,
+                ignore_eos: true,
+                temperature: 0.0,
+            },
+            profile: ProfilePlan::Throughput { max_concurrency: 4 },
+            stop: StopPlan::default(),
+            warmup: None,
+            cooldown: None,
+            expect: vec![Expectation {
+                metric: "lost".into(),
+                op: Comparison::Eq,
+                value: 0.0,
+                origin: "p.toml:3:1".into(),
+            }],
+            output: OutputPlan::default(),
+        };
+        let end = Timestamp::from_nanos(1_001_000_000_000);
+        let benchmarks = vec![sample_aggregator("throughput").finish(end)];
+        let report = Report::new(&plan, redacted_environment(), benchmarks, false).unwrap();
+        assert_eq!(report.schema_version, 1);
+        assert_eq!(report.scenario["name"], "plan");
+        assert_eq!(report.scenario["profile"]["kind"], "throughput");
+        assert_eq!(report.expectations.len(), 1);
+        assert!(report.passed());
+    }
+
+    #[test]
+    fn passed_needs_every_expectation() {
+        let mut report = sample_report();
+        assert!(!report.passed(), "ttft_p99_ms <= 50 fails on the sample");
+        report.expectations.retain(|o| o.metric == "lost");
+        assert!(report.passed());
+    }
+}

@@ -1,0 +1,296 @@
+//! `requests.jsonl`: one JSON object per request, written as requests finish.
+//!
+//! Streaming keeps memory flat however long the run. Each line holds the request's id, its
+//! benchmark and phase, how it ended, our timestamps (ns on the run's monotonic clock) and, for a
+//! completed request, its metrics in milliseconds.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::ReportError;
+use crate::batcher::RequestTimes;
+use crate::engine::RequestId;
+use crate::metrics::RequestMetrics;
+use crate::time::Timestamp;
+
+pub const REQUESTS_FILE: &str = "requests.jsonl";
+
+/// Which part of a benchmark a request belonged to. Only `measure` counts in the metrics.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Warmup,
+    Measure,
+    Cooldown,
+}
+
+/// How a request ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum RequestOutcome<'a> {
+    Completed,
+    /// `kind` is [`crate::batcher::RequestError::kind`].
+    Error {
+        #[serde(rename = "error_kind")]
+        kind: &'a str,
+    },
+    Cancelled,
+    /// Still running when its benchmark ended.
+    Incomplete,
+}
+
+/// One line of `requests.jsonl`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RequestRecord<'a> {
+    pub id: RequestId,
+    pub benchmark: &'a str,
+    pub phase: Phase,
+    #[serde(flatten)]
+    pub outcome: RequestOutcome<'a>,
+    pub submitted_ns: Option<Timestamp>,
+    pub dispatched_ns: Option<Timestamp>,
+    /// When it completed, failed or was cancelled.
+    pub finished_ns: Option<Timestamp>,
+    #[serde(flatten)]
+    pub metrics: Option<MetricsMs>,
+}
+
+/// A completed request's metrics in milliseconds; see `metrics::mapper` for definitions.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MetricsMs {
+    pub latency_ms: f64,
+    pub batch_wait_ms: f64,
+    pub engine_queue_ms: Option<f64>,
+    pub ttft_ms: Option<f64>,
+    pub itl_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub prompt_tokens: Option<u32>,
+    pub output_tokens: Option<u32>,
+    /// Names of the anomalies found in the engine's stats; empty when none.
+    pub anomalies: Vec<&'static str>,
+}
+
+impl From<&RequestMetrics> for MetricsMs {
+    fn from(m: &RequestMetrics) -> Self {
+        let ms = |d: std::time::Duration| d.as_nanos() as f64 / 1e6;
+        let a = &m.anomalies;
+        let flags = [
+            (a.non_finite, "non_finite"),
+            (a.first_token_before_arrival, "first_token_before_arrival"),
+            (a.last_before_first, "last_before_first"),
+            (a.scheduled_before_queued, "scheduled_before_queued"),
+            (a.token_after_completion, "token_after_completion"),
+        ];
+        MetricsMs {
+            latency_ms: ms(m.latency),
+            batch_wait_ms: ms(m.batch_wait),
+            engine_queue_ms: m.engine_queue.map(ms),
+            ttft_ms: m.ttft.map(ms),
+            itl_ms: m.itl.map(ms),
+            tpot_ms: m.tpot.map(ms),
+            prompt_tokens: m.prompt_tokens,
+            output_tokens: m.output_tokens,
+            anomalies: flags
+                .into_iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, name)| name)
+                .collect(),
+        }
+    }
+}
+
+impl<'a> RequestRecord<'a> {
+    pub fn completed(
+        id: RequestId,
+        benchmark: &'a str,
+        phase: Phase,
+        times: &RequestTimes,
+        metrics: &RequestMetrics,
+    ) -> Self {
+        RequestRecord {
+            id,
+            benchmark,
+            phase,
+            outcome: RequestOutcome::Completed,
+            submitted_ns: Some(times.submitted),
+            dispatched_ns: Some(times.dispatched),
+            finished_ns: Some(times.completed),
+            metrics: Some(metrics.into()),
+        }
+    }
+
+    /// A request without metrics (error, cancelled, incomplete); unknown times are `None`.
+    pub fn unfinished(
+        id: RequestId,
+        benchmark: &'a str,
+        phase: Phase,
+        outcome: RequestOutcome<'a>,
+        submitted: Option<Timestamp>,
+        finished: Option<Timestamp>,
+    ) -> Self {
+        RequestRecord {
+            id,
+            benchmark,
+            phase,
+            outcome,
+            submitted_ns: submitted,
+            dispatched_ns: None,
+            finished_ns: finished,
+            metrics: None,
+        }
+    }
+}
+
+/// Streams [`RequestRecord`]s to a JSONL file. Call [`finish`](Self::finish) to flush; errors
+/// name the file.
+pub struct RequestsJsonl<W: Write = BufWriter<File>> {
+    out: W,
+    path: PathBuf,
+    lines: u64,
+}
+
+impl RequestsJsonl {
+    /// Creates (or truncates) `dir/requests.jsonl`, creating `dir` if needed.
+    pub fn create(dir: &Path) -> Result<Self, ReportError> {
+        std::fs::create_dir_all(dir).map_err(|source| ReportError::CreateDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = dir.join(REQUESTS_FILE);
+        let file = File::create(&path).map_err(|source| ReportError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Self::from_writer(BufWriter::new(file), path))
+    }
+}
+
+impl<W: Write> RequestsJsonl<W> {
+    /// Streams into any writer; `path` is only used in error messages.
+    pub fn from_writer(out: W, path: PathBuf) -> Self {
+        RequestsJsonl {
+            out,
+            path,
+            lines: 0,
+        }
+    }
+
+    pub fn write(&mut self, record: &RequestRecord<'_>) -> Result<(), ReportError> {
+        serde_json::to_writer(&mut self.out, record).map_err(|source| ReportError::Serialize {
+            what: "a request record",
+            path: self.path.clone(),
+            source,
+        })?;
+        self.out
+            .write_all(b"\n")
+            .map_err(|source| ReportError::Write {
+                path: self.path.clone(),
+                source,
+            })?;
+        self.lines += 1;
+        Ok(())
+    }
+
+    /// Lines written so far.
+    pub fn lines(&self) -> u64 {
+        self.lines
+    }
+
+    /// Flushes and returns the writer.
+    pub fn finish(mut self) -> Result<W, ReportError> {
+        self.out.flush().map_err(|source| ReportError::Write {
+            path: self.path.clone(),
+            source,
+        })?;
+        Ok(self.out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn t(ms: u64) -> Timestamp {
+        Timestamp::from_nanos(1_000_000_000_000 + ms * 1_000_000)
+    }
+
+    #[test]
+    fn one_line_per_request() {
+        let times = RequestTimes {
+            submitted: t(0),
+            dispatched: t(2),
+            completed: t(12),
+        };
+        let mut metrics = RequestMetrics {
+            batch_wait: Duration::from_millis(2),
+            latency: Duration::from_millis(12),
+            engine_queue: None,
+            ttft: Some(Duration::from_micros(4500)),
+            itl: Some(Duration::from_millis(1)),
+            tpot: Some(Duration::from_millis(2)),
+            prompt_tokens: Some(16),
+            output_tokens: Some(6),
+            ..RequestMetrics::default()
+        };
+        metrics.anomalies.scheduled_before_queued = true;
+        let mut out = RequestsJsonl::from_writer(Vec::new(), PathBuf::from("requests.jsonl"));
+        out.write(&RequestRecord::completed(
+            1,
+            "throughput",
+            Phase::Measure,
+            &times,
+            &metrics,
+        ))
+        .unwrap();
+        let error = RequestOutcome::Error {
+            kind: "engine_error",
+        };
+        out.write(&RequestRecord::unfinished(
+            2,
+            "throughput",
+            Phase::Warmup,
+            error,
+            Some(t(1)),
+            Some(t(3)),
+        ))
+        .unwrap();
+        out.write(&RequestRecord::unfinished(
+            3,
+            "concurrent@4",
+            Phase::Measure,
+            RequestOutcome::Incomplete,
+            Some(t(5)),
+            None,
+        ))
+        .unwrap();
+        assert_eq!(out.lines(), 3);
+        let text = String::from_utf8(out.finish().unwrap()).unwrap();
+        insta::assert_snapshot!(text, @r#"
+        {"id":1,"benchmark":"throughput","phase":"measure","outcome":"completed","submitted_ns":1000000000000,"dispatched_ns":1000002000000,"finished_ns":1000012000000,"latency_ms":12.0,"batch_wait_ms":2.0,"engine_queue_ms":null,"ttft_ms":4.5,"itl_ms":1.0,"tpot_ms":2.0,"prompt_tokens":16,"output_tokens":6,"anomalies":["scheduled_before_queued"]}
+        {"id":2,"benchmark":"throughput","phase":"warmup","outcome":"error","error_kind":"engine_error","submitted_ns":1000001000000,"dispatched_ns":null,"finished_ns":1000003000000}
+        {"id":3,"benchmark":"concurrent@4","phase":"measure","outcome":"incomplete","submitted_ns":1000005000000,"dispatched_ns":null,"finished_ns":null}
+        "#);
+        for line in text.lines() {
+            serde_json::from_str::<serde_json::Value>(line).unwrap();
+        }
+    }
+
+    #[test]
+    fn create_names_the_path_on_failure() {
+        let dir = std::env::temp_dir().join(format!("batchlab-jsonl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let blocker = dir.join("file");
+        std::fs::write(&blocker, "x").unwrap();
+        let err = RequestsJsonl::create(&blocker).err().unwrap();
+        assert!(
+            err.to_string().contains(&blocker.display().to_string()),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,160 @@
+//! The console summary: one row per benchmark, plain ASCII, columns aligned.
+
+use crate::metrics::result::BenchmarkResult;
+
+use super::Report;
+
+/// A column: header, and how to show a benchmark's value in it.
+struct Column {
+    header: &'static str,
+    cell: fn(&BenchmarkResult) -> String,
+}
+
+fn count(v: u64) -> String {
+    v.to_string()
+}
+
+fn fixed(v: Option<f64>, decimals: usize) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.decimals$}"))
+}
+
+fn ms(b: &BenchmarkResult, metric: &str) -> String {
+    fixed(b.metric(metric), 2)
+}
+
+const COLUMNS: [Column; 11] = [
+    Column {
+        header: "benchmark",
+        cell: |b| b.name.clone(),
+    },
+    Column {
+        header: "requests",
+        cell: |b| count(b.counts.completed),
+    },
+    Column {
+        header: "errors",
+        cell: |b| count(b.counts.errors),
+    },
+    Column {
+        header: "req/s",
+        cell: |b| fixed(b.requests_per_s, 2),
+    },
+    Column {
+        header: "out tok/s",
+        cell: |b| fixed(b.output_tokens_per_s, 1),
+    },
+    Column {
+        header: "lat p50 ms",
+        cell: |b| ms(b, "latency_p50_ms"),
+    },
+    Column {
+        header: "lat p99 ms",
+        cell: |b| ms(b, "latency_p99_ms"),
+    },
+    Column {
+        header: "ttft p50 ms",
+        cell: |b| ms(b, "ttft_p50_ms"),
+    },
+    Column {
+        header: "ttft p99 ms",
+        cell: |b| ms(b, "ttft_p99_ms"),
+    },
+    Column {
+        header: "itl p50 ms",
+        cell: |b| ms(b, "itl_p50_ms"),
+    },
+    Column {
+        header: "batch mean",
+        cell: |b| fixed(b.batching.batch_size_mean, 2),
+    },
+];
+
+/// The summary table for the console. The benchmark name is left-aligned, numbers right-aligned;
+/// `-` marks a value that was not measured. "requests" counts completed requests.
+pub fn render_table(report: &Report) -> String {
+    let rows: Vec<Vec<String>> = report
+        .benchmarks
+        .iter()
+        .map(|b| COLUMNS.iter().map(|c| (c.cell)(b)).collect())
+        .collect();
+    let widths: Vec<usize> = COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([c.header.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+
+    let line = |cells: &[String]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (cell, &w))| {
+                if i == 0 {
+                    format!("{cell:<w$}")
+                } else {
+                    format!("{cell:>w$}")
+                }
+            })
+            .collect();
+        let mut line = padded.join("  ").trim_end().to_string();
+        line.push('\n');
+        line
+    };
+
+    let headers: Vec<String> = COLUMNS.iter().map(|c| c.header.to_string()).collect();
+    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
+    let mut out = line(&headers);
+    out.push_str(&line(&rule));
+    for row in &rows {
+        out.push_str(&line(row));
+    }
+    if report.incomplete {
+        out.push_str("(incomplete run: stopped before every benchmark finished)\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::BenchmarkAggregator;
+    use crate::report::tests::sample_report;
+    use crate::time::Timestamp;
+
+    #[test]
+    fn table_snapshot() {
+        let mut report = sample_report();
+        report
+            .benchmarks
+            .push(BenchmarkAggregator::new("concurrent@4").finish(Timestamp::from_nanos(5)));
+        insta::assert_snapshot!("table", render_table(&report));
+    }
+
+    #[test]
+    fn incomplete_runs_say_so_and_rows_stay_aligned() {
+        let mut report = sample_report();
+        report.incomplete = true;
+        report.benchmarks[0].name = "a-much-longer-benchmark-name".into();
+        let table = render_table(&report);
+        assert!(
+            table.ends_with("(incomplete run: stopped before every benchmark finished)\n"),
+            "{table}"
+        );
+        assert!(table.is_ascii());
+        let lengths: Vec<usize> = table
+            .lines()
+            .take(2 + report.benchmarks.len())
+            .map(str::len)
+            .collect();
+        assert!(
+            lengths.windows(2).all(|w| w[0] == w[1]),
+            "{lengths:?}\n{table}"
+        );
+    }
+}

@@ -63,8 +63,15 @@ fn parse_line(raw: &str) -> Result<PromptLine, (Option<usize>, String)> {
     let value: Value = serde_json::from_str(raw).map_err(|e| {
         // serde_json appends "at line 1 column N"; the column is reported on its own.
         let what = e.to_string();
-        let what = what.split(" at line ").next().unwrap_or_default().to_owned();
-        (Some(e.column()), format!("invalid JSON ({what}); expected a JSON object"))
+        let what = what
+            .split(" at line ")
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        (
+            Some(e.column()),
+            format!("invalid JSON ({what}); expected a JSON object"),
+        )
     })?;
     let Value::Object(map) = value else {
         return Err((
@@ -239,7 +246,9 @@ mod tests {
             "{message}"
         );
         assert!(
-            message.contains("\n  p.jsonl:1:2: invalid JSON (expected ident); expected a JSON object\n"),
+            message.contains(
+                "\n  p.jsonl:1:2: invalid JSON (expected ident); expected a JSON object\n"
+            ),
             "{message}"
         );
         assert!(message.ends_with("... and 5 more"), "{message}");

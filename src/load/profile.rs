@@ -10,8 +10,9 @@ use serde::Serialize;
 use crate::scenario::plan::ProfilePlan;
 
 /// How one benchmark offers requests. See [`crate::load::Scheduler`] for the exact semantics.
+// Externally tagged: serde cannot put a `kind` tag inside `Concurrent`'s bare integer.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum StepKind {
     /// One request at a time.
     Synchronous,
@@ -254,6 +255,30 @@ mod tests {
                 max_concurrency: None,
             },
             &["poisson@50.00/s"],
+        );
+    }
+
+    #[test]
+    fn steps_serialize() {
+        let steps = [
+            StepKind::Synchronous,
+            StepKind::Concurrent(4),
+            StepKind::Throughput { max_concurrency: 8 },
+            StepKind::Constant {
+                rate: 1.5,
+                max_concurrency: None,
+            },
+            StepKind::Poisson {
+                rate: 2.0,
+                seed: 3,
+                max_concurrency: Some(4),
+            },
+        ]
+        .map(Step::new);
+        let json = serde_json::to_string(&steps).unwrap();
+        assert_eq!(
+            json,
+            r#"[{"name":"synchronous","kind":"synchronous"},{"name":"concurrent@4","kind":{"concurrent":4}},{"name":"throughput","kind":{"throughput":{"max_concurrency":8}}},{"name":"constant@1.50/s","kind":{"constant":{"rate":1.5,"max_concurrency":null}}},{"name":"poisson@2.00/s","kind":{"poisson":{"rate":2.0,"seed":3,"max_concurrency":4}}}]"#
         );
     }
 

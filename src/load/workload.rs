@@ -107,13 +107,7 @@ impl Workload {
                     path: path.clone(),
                     source,
                 })?;
-                Ok(Workload::from_jsonl(
-                    &text,
-                    path,
-                    *default_max_tokens,
-                    *ignore_eos,
-                    *temperature,
-                )?)
+                Workload::from_jsonl(&text, path, *default_max_tokens, *ignore_eos, *temperature)
             }
         }
     }
@@ -232,7 +226,7 @@ fn digits_for_u64(vocab: u32) -> usize {
 
 /// One draw, at least 1: neither an empty prompt nor `max_tokens = 0` is a request. Normal draws
 /// are rounded and clamped to `[min, max]` (NaN becomes `min`); a reversed range means `min`.
-pub fn sample(dist: &TokenDist, rng: &mut SplitMix64) -> u32 {
+fn sample(dist: &TokenDist, rng: &mut SplitMix64) -> u32 {
     let v = match *dist {
         TokenDist::Fixed { value } => value,
         TokenDist::Uniform { min, max } => {
@@ -399,6 +393,15 @@ mod tests {
         // A different seed gives different prompts.
         let other = synthetic(U(1, 300), U(1, 50), 43, false, 32000);
         assert_ne!(other.request(123).prompt, forward[123].prompt);
+    }
+
+    /// Pinned values: a change here changes every report made with a seed.
+    #[test]
+    fn requests_are_stable_across_versions() {
+        let w = synthetic(U(6, 10), U(1, 100), 42, true, 32000);
+        let r = w.request(3);
+        assert_eq!(tokens(&r), [3, 0, 0, 0, 0, 22038, 4110]);
+        assert_eq!(r.max_tokens, 37);
     }
 
     #[test]

@@ -46,7 +46,8 @@ pub enum Poll {
 /// How far submissions fell behind a rate-driven schedule. All zero for steps without one.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Lateness {
-    /// Arrivals submitted after their due time.
+    /// Arrivals submitted after their due time, by any amount (a real runner's wake-up jitter
+    /// counts too); `total` and `max` say by how much.
     pub late: u64,
     /// Arrivals that had to wait for a completion because `max_concurrency` was reached.
     pub delayed_by_cap: u64,

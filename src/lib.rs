@@ -3,6 +3,7 @@
 //! See ARCHITECTURE.md for the map and the invariants.
 pub mod batcher;
 pub mod engine;
+pub mod load;
 pub mod metrics;
 pub mod report;
 pub mod rng;

@@ -1,0 +1,20 @@
+//! The load generator: what to send ([`Workload`]) and when to send it ([`Scheduler`]).
+//!
+//! Both are deterministic and sans-IO. A workload is a pure function from a request id to a
+//! request; a scheduler never reads a clock and never sleeps, it is told `now` and how many
+//! requests are in flight and says whether to submit now, at a later time, or after a completion.
+//! The runner owns the clock, the stop conditions and the metrics; this module owns no threads.
+//!
+//! A scenario's profile expands into benchmark steps ([`expand`], [`StepPlanner`]); a sweep's
+//! later steps depend on rates measured in its first two, so the runner asks for them one by one.
+
+mod error;
+mod jsonl;
+mod profile;
+mod scheduler;
+mod workload;
+
+pub use error::{LineProblem, LoadError, MAX_REPORTED_LINES};
+pub use profile::{Expansion, Step, StepKind, StepPlanner, expand, sweep_rates};
+pub use scheduler::{Lateness, Poll, Scheduler};
+pub use workload::Workload;

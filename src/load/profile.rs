@@ -1,0 +1,398 @@
+//! Profiles become benchmark steps.
+//!
+//! Most profiles are a fixed list of steps. A sweep is not: its constant-rate steps lie between
+//! the request rates measured in its first two steps (synchronous, then throughput), so it cannot
+//! be expanded up front. [`StepPlanner`] hands the runner one step at a time and takes the rate it
+//! measured in the previous one; [`expand`] says what is known before anything runs.
+
+use serde::Serialize;
+
+use crate::scenario::plan::ProfilePlan;
+
+/// How one benchmark offers requests. See [`crate::load::Scheduler`] for the exact semantics.
+// Externally tagged: serde cannot put a `kind` tag inside `Concurrent`'s bare integer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// One request at a time.
+    Synchronous,
+    /// Exactly this many in flight.
+    Concurrent(u32),
+    /// As many as possible, at most `max_concurrency` in flight.
+    Throughput { max_concurrency: u32 },
+    /// Arrivals every `1 / rate` seconds.
+    Constant {
+        rate: f64,
+        max_concurrency: Option<u32>,
+    },
+    /// Poisson arrivals at `rate` per second, from `seed`.
+    Poisson {
+        rate: f64,
+        seed: u64,
+        max_concurrency: Option<u32>,
+    },
+}
+
+/// One benchmark: a name for reports and how it offers requests.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Step {
+    /// `synchronous`, `concurrent@4`, `throughput`, `constant@10.00/s`, `poisson@50.00/s`.
+    pub name: String,
+    pub kind: StepKind,
+}
+
+impl Step {
+    pub fn new(kind: StepKind) -> Step {
+        let name = match &kind {
+            StepKind::Synchronous => "synchronous".to_owned(),
+            StepKind::Concurrent(n) => format!("concurrent@{n}"),
+            StepKind::Throughput { .. } => "throughput".to_owned(),
+            StepKind::Constant { rate, .. } => format!("constant@{rate:.2}/s"),
+            StepKind::Poisson { rate, .. } => format!("poisson@{rate:.2}/s"),
+        };
+        Step { name, kind }
+    }
+}
+
+/// What a profile expands to before anything is measured.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expansion {
+    /// All steps, in order.
+    Fixed(Vec<Step>),
+    /// Synchronous, throughput at `max_concurrency`, then `rates` constant steps (capped at
+    /// `max_concurrency`) at [`sweep_rates`] of the two measured rates. Fewer when the
+    /// measurements leave no room between them.
+    Sweep { rates: u32, max_concurrency: u32 },
+}
+
+/// The steps of a profile; see [`Expansion`].
+pub fn expand(profile: &ProfilePlan) -> Expansion {
+    let steps = match profile {
+        ProfilePlan::Synchronous => vec![StepKind::Synchronous],
+        ProfilePlan::Concurrent { levels } => {
+            levels.iter().map(|&n| StepKind::Concurrent(n)).collect()
+        }
+        ProfilePlan::Throughput { max_concurrency } => {
+            vec![StepKind::Throughput {
+                max_concurrency: *max_concurrency,
+            }]
+        }
+        ProfilePlan::Constant {
+            rates,
+            max_concurrency,
+        } => rates
+            .iter()
+            .map(|&rate| StepKind::Constant {
+                rate,
+                max_concurrency: *max_concurrency,
+            })
+            .collect(),
+        ProfilePlan::Poisson {
+            rate,
+            seed,
+            max_concurrency,
+        } => {
+            vec![StepKind::Poisson {
+                rate: *rate,
+                seed: *seed,
+                max_concurrency: *max_concurrency,
+            }]
+        }
+        ProfilePlan::Sweep {
+            rates,
+            max_concurrency,
+        } => {
+            return Expansion::Sweep {
+                rates: *rates,
+                max_concurrency: *max_concurrency,
+            };
+        }
+    };
+    Expansion::Fixed(steps.into_iter().map(Step::new).collect())
+}
+
+/// `n` request rates evenly spaced strictly between two measured rates:
+/// `lo + (hi - lo) * i / (n + 1)` for `i = 1..=n`.
+///
+/// Measurements can be degenerate; the result is then shorter rather than a panic or a
+/// nonsensical rate, and is always strictly increasing, finite and above 0:
+/// - a NaN, infinite or negative rate counts as unmeasured; an unmeasured `sync_rps` counts as 0;
+/// - an unmeasured or zero `throughput_rps` gives no rates (there is no upper end);
+/// - `throughput_rps < sync_rps` (noise on a saturated system) swaps them: the interesting range is
+///   still the one between the two measurements;
+/// - equal rates give no rates, and rates too close to tell apart in `f64` are dropped.
+pub fn sweep_rates(sync_rps: f64, throughput_rps: f64, n: u32) -> Vec<f64> {
+    let measured = |r: f64| (r.is_finite() && r >= 0.0).then_some(r);
+    let Some(hi) = measured(throughput_rps).filter(|&r| r > 0.0) else {
+        return Vec::new();
+    };
+    let lo = measured(sync_rps).unwrap_or(0.0);
+    let (lo, hi) = if hi < lo { (hi, lo) } else { (lo, hi) };
+    let mut rates: Vec<f64> = Vec::with_capacity(n as usize);
+    for i in 1..=n {
+        let r = lo + (hi - lo) * f64::from(i) / (f64::from(n) + 1.0);
+        let above_previous = rates.last().is_none_or(|&p| r > p);
+        if r > lo && r < hi && above_previous {
+            rates.push(r);
+        }
+    }
+    rates
+}
+
+/// Hands out a profile's steps one at a time, computing a sweep's rates once measured.
+#[derive(Clone, Debug)]
+pub struct StepPlanner {
+    expansion: Expansion,
+    /// Steps handed out so far.
+    issued: usize,
+    sync_rps: Option<f64>,
+    /// A sweep's constant steps, once computed.
+    sweep_steps: Vec<Step>,
+}
+
+impl StepPlanner {
+    pub fn new(profile: &ProfilePlan) -> StepPlanner {
+        StepPlanner {
+            expansion: expand(profile),
+            issued: 0,
+            sync_rps: None,
+            sweep_steps: Vec::new(),
+        }
+    }
+
+    /// The next step, or `None` when the profile is done. `last_measured_rps` is the completed
+    /// request rate of the step handed out before; only a sweep uses it, and `None` (the step
+    /// measured nothing) is handled as [`sweep_rates`] documents.
+    pub fn next_step(&mut self, last_measured_rps: Option<f64>) -> Option<Step> {
+        let index = self.issued;
+        let step = match &self.expansion {
+            Expansion::Fixed(steps) => steps.get(index).cloned(),
+            Expansion::Sweep {
+                rates,
+                max_concurrency,
+            } => match index {
+                0 => Some(Step::new(StepKind::Synchronous)),
+                1 => {
+                    self.sync_rps = last_measured_rps;
+                    Some(Step::new(StepKind::Throughput {
+                        max_concurrency: *max_concurrency,
+                    }))
+                }
+                _ => {
+                    if index == 2 {
+                        let lo = self.sync_rps.unwrap_or(f64::NAN);
+                        let hi = last_measured_rps.unwrap_or(f64::NAN);
+                        let cap = Some(*max_concurrency);
+                        self.sweep_steps = sweep_rates(lo, hi, *rates)
+                            .into_iter()
+                            .map(|rate| {
+                                Step::new(StepKind::Constant {
+                                    rate,
+                                    max_concurrency: cap,
+                                })
+                            })
+                            .collect();
+                    }
+                    self.sweep_steps.get(index - 2).cloned()
+                }
+            },
+        };
+        if step.is_some() {
+            self.issued += 1;
+        }
+        step
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn names(steps: &[Step]) -> Vec<&str> {
+        steps.iter().map(|s| s.name.as_str()).collect()
+    }
+
+    fn check_fixed(profile: ProfilePlan, expected: &[&str]) {
+        let Expansion::Fixed(steps) = expand(&profile) else {
+            panic!("{profile:?} is not fixed")
+        };
+        assert_eq!(names(&steps), expected, "{profile:?}");
+        // The planner gives the same steps whatever it is told.
+        let mut planner = StepPlanner::new(&profile);
+        let planned: Vec<_> = std::iter::from_fn(|| planner.next_step(Some(3.0))).collect();
+        assert_eq!(planned, steps);
+    }
+
+    #[test]
+    fn fixed_profiles() {
+        check_fixed(ProfilePlan::Synchronous, &["synchronous"]);
+        check_fixed(
+            ProfilePlan::Concurrent {
+                levels: vec![1, 4, 16],
+            },
+            &["concurrent@1", "concurrent@4", "concurrent@16"],
+        );
+        check_fixed(
+            ProfilePlan::Throughput {
+                max_concurrency: 64,
+            },
+            &["throughput"],
+        );
+        check_fixed(
+            ProfilePlan::Constant {
+                rates: vec![10.0, 2.5, 0.25],
+                max_concurrency: Some(8),
+            },
+            &["constant@10.00/s", "constant@2.50/s", "constant@0.25/s"],
+        );
+        check_fixed(
+            ProfilePlan::Poisson {
+                rate: 50.0,
+                seed: 1,
+                max_concurrency: None,
+            },
+            &["poisson@50.00/s"],
+        );
+    }
+
+    #[test]
+    fn steps_serialize() {
+        let steps = [
+            StepKind::Synchronous,
+            StepKind::Concurrent(4),
+            StepKind::Throughput { max_concurrency: 8 },
+            StepKind::Constant {
+                rate: 1.5,
+                max_concurrency: None,
+            },
+            StepKind::Poisson {
+                rate: 2.0,
+                seed: 3,
+                max_concurrency: Some(4),
+            },
+        ]
+        .map(Step::new);
+        let json = serde_json::to_string(&steps).unwrap();
+        assert_eq!(
+            json,
+            r#"[{"name":"synchronous","kind":"synchronous"},{"name":"concurrent@4","kind":{"concurrent":4}},{"name":"throughput","kind":{"throughput":{"max_concurrency":8}}},{"name":"constant@1.50/s","kind":{"constant":{"rate":1.5,"max_concurrency":null}}},{"name":"poisson@2.00/s","kind":{"poisson":{"rate":2.0,"seed":3,"max_concurrency":4}}}]"#
+        );
+    }
+
+    /// A sweep told `measured` after each step gives these step names.
+    fn check_sweep(rates: u32, measured: [Option<f64>; 2], expected: &[&str]) {
+        let profile = ProfilePlan::Sweep {
+            rates,
+            max_concurrency: 32,
+        };
+        assert_eq!(
+            expand(&profile),
+            Expansion::Sweep {
+                rates,
+                max_concurrency: 32
+            }
+        );
+        let mut planner = StepPlanner::new(&profile);
+        let mut steps = vec![planner.next_step(None).unwrap()];
+        steps.push(planner.next_step(measured[0]).unwrap());
+        let mut last = measured[1];
+        while let Some(step) = planner.next_step(last) {
+            steps.push(step);
+            last = Some(1e9); // measured in constant steps: must not matter
+        }
+        assert_eq!(names(&steps), expected, "{measured:?}");
+        assert_eq!(
+            steps[1].kind,
+            StepKind::Throughput {
+                max_concurrency: 32
+            }
+        );
+        for s in &steps[2..] {
+            assert!(
+                matches!(
+                    s.kind,
+                    StepKind::Constant {
+                        max_concurrency: Some(32),
+                        ..
+                    }
+                ),
+                "{s:?}"
+            );
+        }
+        assert_eq!(planner.next_step(None), None);
+    }
+
+    #[test]
+    fn sweeps() {
+        check_sweep(
+            3,
+            [Some(2.0), Some(10.0)],
+            &[
+                "synchronous",
+                "throughput",
+                "constant@4.00/s",
+                "constant@6.00/s",
+                "constant@8.00/s",
+            ],
+        );
+        check_sweep(0, [Some(2.0), Some(10.0)], &["synchronous", "throughput"]);
+        check_sweep(
+            1,
+            [None, Some(10.0)],
+            &["synchronous", "throughput", "constant@5.00/s"],
+        );
+        check_sweep(2, [Some(2.0), None], &["synchronous", "throughput"]);
+        check_sweep(
+            1,
+            [Some(10.0), Some(2.0)],
+            &["synchronous", "throughput", "constant@6.00/s"],
+        );
+    }
+
+    fn check_rates(lo: f64, hi: f64, n: u32, expected: &[f64]) {
+        assert_eq!(
+            sweep_rates(lo, hi, n),
+            expected,
+            "sweep_rates({lo}, {hi}, {n})"
+        );
+    }
+
+    #[test]
+    fn sweep_rate_edge_cases() {
+        check_rates(1.0, 5.0, 3, &[2.0, 3.0, 4.0]);
+        check_rates(1.0, 5.0, 0, &[]);
+        check_rates(5.0, 1.0, 3, &[2.0, 3.0, 4.0]);
+        check_rates(0.0, 4.0, 1, &[2.0]);
+        check_rates(f64::NAN, 4.0, 1, &[2.0]);
+        check_rates(-3.0, 4.0, 1, &[2.0]);
+        check_rates(f64::INFINITY, 4.0, 1, &[2.0]);
+        check_rates(1.0, f64::NAN, 3, &[]);
+        check_rates(1.0, 0.0, 3, &[]);
+        check_rates(1.0, f64::INFINITY, 3, &[]);
+        check_rates(0.0, 0.0, 3, &[]);
+        check_rates(3.0, 3.0, 3, &[]);
+        check_rates(1.0, 1.0 + f64::EPSILON, 5, &[]);
+    }
+
+    proptest! {
+        #[test]
+        fn sweep_rates_are_strictly_increasing_and_inside(lo in 0.0f64..1e6, width in 0.0f64..1e6, n in 0u32..200) {
+            let hi = lo + width;
+            let rates = sweep_rates(lo, hi, n);
+            prop_assert!(rates.len() <= n as usize);
+            for pair in rates.windows(2) {
+                prop_assert!(pair[0] < pair[1], "{:?}", pair);
+            }
+            for &r in &rates {
+                prop_assert!(r > lo && r < hi && r.is_finite(), "{} not in ({}, {})", r, lo, hi);
+            }
+            // A visible interval gets all its rates.
+            if width > 1e-6 * hi.max(1.0) {
+                prop_assert_eq!(rates.len(), n as usize);
+            }
+        }
+    }
+}

@@ -1,0 +1,607 @@
+//! Requests from a [`WorkloadPlan`]: synthetic token prompts or prompts from a file.
+//!
+//! Request `k` is a pure function of the plan and `k` (its [`RequestId`]): synthetic requests draw
+//! from a random stream derived from `(seed, k)` alone, and file requests take line `k mod n`. So
+//! the same plan gives the same requests whatever order, and however often, the runner asks for
+//! them; a warmup, a retry or a second benchmark cannot shift what later requests look like.
+//!
+//! Within one request the prompt length, the output length and the token ids each have their own
+//! sub-stream, so changing the output distribution leaves every prompt unchanged.
+//!
+//! # Unique prefixes
+//! With `unique_prefix`, the first [`Workload::prefix_len`] tokens of prompt `k` are the digits of
+//! `k` in base `vocab_size`, least significant first; random tokens follow. The prefix is long
+//! enough for every `u64` (5 tokens at a vocabulary of 32000), so no two prompts share their
+//! first KV block, and since block hashes chain, no block at all: prefix caching cannot flatter the
+//! results. A prompt shorter than the prefix keeps only the prefix's first (least significant)
+//! digits, so prompt `k` still starts with `k mod vocab_size` and prompts of length `L` stay
+//! distinct for the first `vocab_size^L` requests. At a vocabulary of 1 nothing can differ.
+//! Without `unique_prefix` prompts are fully random: shared first blocks are merely improbable.
+//!
+//! Token ids are raw ids in `[0, vocab_size)`; they may include a model's special tokens.
+//!
+//! Prompt token counts are known only for token prompts ([`Prompt::token_len`]); for text prompts
+//! they are `None` until the engine reports them.
+
+use std::path::Path;
+
+use super::error::LoadError;
+use super::jsonl::{PromptLine, parse_jsonl};
+use crate::engine::{EngineRequest, Prompt, RequestId};
+use crate::rng::SplitMix64;
+use crate::scenario::plan::{TokenDist, WorkloadPlan};
+
+/// Sub-streams of one request's random stream.
+const STREAM_PROMPT_LEN: u64 = 1;
+const STREAM_OUTPUT_LEN: u64 = 2;
+const STREAM_TOKENS: u64 = 3;
+
+/// A source of requests; see the module docs.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    source: Source,
+    ignore_eos: bool,
+    temperature: f32,
+}
+
+#[derive(Clone, Debug)]
+enum Source {
+    Synthetic(Synthetic),
+    File {
+        lines: Vec<PromptLine>,
+        default_max_tokens: u32,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Synthetic {
+    prompt_tokens: TokenDist,
+    output_tokens: TokenDist,
+    seed: u64,
+    vocab_size: u32,
+    /// 0 without `unique_prefix`.
+    prefix_len: usize,
+}
+
+impl Workload {
+    /// Builds the workload; reads and checks the whole prompt file at once.
+    pub fn from_plan(plan: &WorkloadPlan) -> Result<Workload, LoadError> {
+        match plan {
+            WorkloadPlan::Synthetic {
+                prompt_tokens,
+                output_tokens,
+                seed,
+                unique_prefix,
+                vocab_size,
+                ignore_eos,
+                temperature,
+            } => {
+                if *vocab_size == 0 {
+                    return Err(LoadError::EmptyVocab);
+                }
+                let prefix_len = if *unique_prefix {
+                    digits_for_u64(*vocab_size)
+                } else {
+                    0
+                };
+                let synthetic = Synthetic {
+                    prompt_tokens: prompt_tokens.clone(),
+                    output_tokens: output_tokens.clone(),
+                    seed: *seed,
+                    vocab_size: *vocab_size,
+                    prefix_len,
+                };
+                Ok(Workload {
+                    source: Source::Synthetic(synthetic),
+                    ignore_eos: *ignore_eos,
+                    temperature: *temperature,
+                })
+            }
+            WorkloadPlan::File {
+                path,
+                default_max_tokens,
+                ignore_eos,
+                temperature,
+            } => {
+                let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                Workload::from_jsonl(&text, path, *default_max_tokens, *ignore_eos, *temperature)
+            }
+        }
+    }
+
+    /// A file workload from the file's text; `origin` names it in messages.
+    pub fn from_jsonl(
+        text: &str,
+        origin: &Path,
+        default_max_tokens: u32,
+        ignore_eos: bool,
+        temperature: f32,
+    ) -> Result<Workload, LoadError> {
+        let lines = parse_jsonl(text, origin)?;
+        Ok(Workload {
+            source: Source::File {
+                lines,
+                default_max_tokens: default_max_tokens.max(1),
+            },
+            ignore_eos,
+            temperature,
+        })
+    }
+
+    /// Request `id`. The same workload always gives the same request for the same id.
+    pub fn request(&self, id: RequestId) -> EngineRequest {
+        let (prompt, max_tokens) = match &self.source {
+            Source::Synthetic(s) => s.request(id),
+            Source::File {
+                lines,
+                default_max_tokens,
+            } => {
+                // Cyclic reuse; `lines` is never empty and a u64 modulo fits back in usize.
+                let line = &lines[(id % lines.len() as u64) as usize];
+                (
+                    Prompt::Text(line.prompt.clone()),
+                    line.max_tokens.unwrap_or(*default_max_tokens),
+                )
+            }
+        };
+        EngineRequest {
+            id,
+            prompt,
+            max_tokens,
+            min_tokens: 0,
+            ignore_eos: self.ignore_eos,
+            temperature: self.temperature,
+            // Sampling randomness is the engine's (its seed is in the engine plan); a per-request
+            // seed would make vLLM build a generator per request and slow sampling down.
+            seed: None,
+        }
+    }
+
+    /// Requests `first, first + 1, ...`, without end.
+    pub fn requests(&self, first: RequestId) -> impl Iterator<Item = EngineRequest> + '_ {
+        (first..=RequestId::MAX).map(|id| self.request(id))
+    }
+
+    /// The number of leading tokens that identify a synthetic prompt; 0 without `unique_prefix`
+    /// and for file workloads.
+    pub fn prefix_len(&self) -> usize {
+        match &self.source {
+            Source::Synthetic(s) => s.prefix_len,
+            Source::File { .. } => 0,
+        }
+    }
+
+    /// Distinct prompts in a file workload (after which they repeat); `None` for synthetic ones.
+    pub fn distinct_prompts(&self) -> Option<usize> {
+        match &self.source {
+            Source::Synthetic(_) => None,
+            Source::File { lines, .. } => Some(lines.len()),
+        }
+    }
+}
+
+impl Synthetic {
+    fn request(&self, k: RequestId) -> (Prompt, u32) {
+        let request_seed = SplitMix64::derive(self.seed, k).next_u64();
+        let prompt_len = sample(
+            &self.prompt_tokens,
+            &mut SplitMix64::derive(request_seed, STREAM_PROMPT_LEN),
+        );
+        let max_tokens = sample(
+            &self.output_tokens,
+            &mut SplitMix64::derive(request_seed, STREAM_OUTPUT_LEN),
+        );
+        let mut tokens_rng = SplitMix64::derive(request_seed, STREAM_TOKENS);
+        let vocab = u64::from(self.vocab_size);
+        let prompt_len = prompt_len as usize;
+        let mut tokens = Vec::with_capacity(prompt_len);
+        let mut rest = k;
+        for _ in 0..self.prefix_len.min(prompt_len) {
+            tokens.push((rest % vocab) as u32);
+            rest /= vocab;
+        }
+        while tokens.len() < prompt_len {
+            tokens.push(tokens_rng.range_u64(0, vocab - 1) as u32);
+        }
+        (Prompt::Tokens(tokens), max_tokens)
+    }
+}
+
+/// Base-`vocab` digits needed to write any `u64`; 0 at a vocabulary of 1, where no digit differs.
+fn digits_for_u64(vocab: u32) -> usize {
+    if vocab <= 1 {
+        return 0;
+    }
+    let mut digits = 1;
+    let mut rest = u64::MAX / u64::from(vocab);
+    while rest > 0 {
+        rest /= u64::from(vocab);
+        digits += 1;
+    }
+    digits
+}
+
+/// One draw, at least 1: neither an empty prompt nor `max_tokens = 0` is a request. Normal draws
+/// are rounded and clamped to `[min, max]` (NaN becomes `min`); a reversed range means `min`.
+fn sample(dist: &TokenDist, rng: &mut SplitMix64) -> u32 {
+    let v = match *dist {
+        TokenDist::Fixed { value } => value,
+        TokenDist::Uniform { min, max } => {
+            rng.range_u64(u64::from(min), u64::from(max.max(min))) as u32
+        }
+        TokenDist::Normal {
+            mean,
+            stdev,
+            min,
+            max,
+        } => {
+            let x = rng.normal(mean, stdev).round();
+            if x.is_nan() {
+                min
+            } else {
+                x.clamp(f64::from(min), f64::from(max.max(min))) as u32
+            }
+        }
+    };
+    v.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn synthetic(
+        prompt_tokens: TokenDist,
+        output_tokens: TokenDist,
+        seed: u64,
+        unique_prefix: bool,
+        vocab_size: u32,
+    ) -> Workload {
+        Workload::from_plan(&WorkloadPlan::Synthetic {
+            prompt_tokens,
+            output_tokens,
+            seed,
+            unique_prefix,
+            vocab_size,
+            ignore_eos: true,
+            temperature: 0.0,
+        })
+        .unwrap()
+    }
+
+    fn tokens(r: &EngineRequest) -> &[u32] {
+        match &r.prompt {
+            Prompt::Tokens(t) => t,
+            Prompt::Text(t) => panic!("text prompt {t:?}"),
+        }
+    }
+
+    const U: fn(u32, u32) -> TokenDist = |min, max| TokenDist::Uniform { min, max };
+
+    /// Draws `n` values of `dist` and checks each is in `[lo, hi]` and all of `[lo, hi]` occurs
+    /// when `every` (small ranges).
+    fn check_dist(dist: TokenDist, lo: u32, hi: u32, every: bool) {
+        let mut rng = SplitMix64::new(9);
+        let seen: HashSet<u32> = (0..5000).map(|_| sample(&dist, &mut rng)).collect();
+        assert!(
+            seen.iter().all(|v| (lo..=hi).contains(v)),
+            "{dist:?}: {seen:?}"
+        );
+        if every {
+            assert_eq!(seen.len() as u32, hi - lo + 1, "{dist:?}: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn distributions_stay_in_bounds() {
+        check_dist(TokenDist::Fixed { value: 7 }, 7, 7, true);
+        check_dist(TokenDist::Fixed { value: 0 }, 1, 1, true);
+        check_dist(U(3, 9), 3, 9, true);
+        check_dist(U(0, 2), 1, 2, true);
+        check_dist(U(5, 2), 5, 5, true);
+        check_dist(
+            TokenDist::Normal {
+                mean: 100.0,
+                stdev: 50.0,
+                min: 90,
+                max: 110,
+            },
+            90,
+            110,
+            true,
+        );
+        check_dist(
+            TokenDist::Normal {
+                mean: 100.0,
+                stdev: 0.0,
+                min: 1,
+                max: 1000,
+            },
+            100,
+            100,
+            true,
+        );
+        check_dist(
+            TokenDist::Normal {
+                mean: 1e12,
+                stdev: 1.0,
+                min: 1,
+                max: 64,
+            },
+            64,
+            64,
+            true,
+        );
+        check_dist(
+            TokenDist::Normal {
+                mean: f64::NAN,
+                stdev: 1.0,
+                min: 4,
+                max: 64,
+            },
+            4,
+            4,
+            true,
+        );
+        check_dist(
+            TokenDist::Normal {
+                mean: 10.0,
+                stdev: f64::INFINITY,
+                min: 4,
+                max: 64,
+            },
+            4,
+            64,
+            false,
+        );
+    }
+
+    #[test]
+    fn normal_draws_are_rounded_around_the_mean() {
+        let mut rng = SplitMix64::new(3);
+        let dist = TokenDist::Normal {
+            mean: 200.0,
+            stdev: 20.0,
+            min: 1,
+            max: 1000,
+        };
+        let n = 20_000;
+        let mean = (0..n)
+            .map(|_| f64::from(sample(&dist, &mut rng)))
+            .sum::<f64>()
+            / f64::from(n);
+        assert!((mean - 200.0).abs() < 1.0, "{mean}");
+    }
+
+    #[test]
+    fn same_seed_same_requests_in_any_order() {
+        let w = synthetic(U(1, 300), U(1, 50), 42, false, 32000);
+        let forward: Vec<_> = w.requests(0).take(200).collect();
+        let mut backward: Vec<_> = (0..200).rev().map(|k| w.request(k)).collect();
+        backward.reverse();
+        assert_eq!(forward, backward);
+        let again = synthetic(U(1, 300), U(1, 50), 42, false, 32000);
+        assert_eq!(again.request(123), forward[123]);
+        assert_eq!(forward[5].id, 5);
+        // A different seed gives different prompts.
+        let other = synthetic(U(1, 300), U(1, 50), 43, false, 32000);
+        assert_ne!(other.request(123).prompt, forward[123].prompt);
+    }
+
+    /// Pinned values: a change here changes every report made with a seed.
+    #[test]
+    fn requests_are_stable_across_versions() {
+        let w = synthetic(U(6, 10), U(1, 100), 42, true, 32000);
+        let r = w.request(3);
+        assert_eq!(tokens(&r), [3, 0, 0, 0, 0, 22038, 4110]);
+        assert_eq!(r.max_tokens, 37);
+    }
+
+    #[test]
+    fn output_lengths_do_not_shift_prompts() {
+        let a = synthetic(U(1, 300), U(1, 50), 42, false, 32000);
+        let b = synthetic(
+            U(1, 300),
+            TokenDist::Normal {
+                mean: 9.0,
+                stdev: 3.0,
+                min: 1,
+                max: 20,
+            },
+            42,
+            false,
+            32000,
+        );
+        for k in 0..100 {
+            assert_eq!(a.request(k).prompt, b.request(k).prompt, "{k}");
+        }
+    }
+
+    #[test]
+    fn unique_prefixes_differ_in_the_first_16_tokens() {
+        let w = synthetic(U(16, 64), U(1, 8), 1, true, 32000);
+        assert_eq!(w.prefix_len(), 5);
+        let mut firsts = HashSet::new();
+        for r in w.requests(0).take(10_000) {
+            let t = tokens(&r);
+            assert!(t.iter().all(|&id| id < 32000));
+            assert!(
+                firsts.insert(t[..16].to_vec()),
+                "request {} repeats a first block",
+                r.id
+            );
+        }
+        // Without unique prefixes the same seed gives no such guarantee, and the prompts differ.
+        let plain = synthetic(U(16, 64), U(1, 8), 1, false, 32000);
+        assert_ne!(plain.request(7).prompt, w.request(7).prompt);
+    }
+
+    /// `(vocab, prompt length, request k, expected first tokens)`.
+    fn check_prefix(vocab: u32, len: u32, k: u64, expected: &[u32]) {
+        let w = synthetic(TokenDist::Fixed { value: len }, U(1, 1), 5, true, vocab);
+        let r = w.request(k);
+        let t = tokens(&r);
+        assert_eq!(
+            t.len(),
+            len.max(1) as usize,
+            "prompt length must not change"
+        );
+        assert_eq!(
+            &t[..expected.len()],
+            expected,
+            "vocab {vocab}, len {len}, k {k}"
+        );
+        assert!(t.iter().all(|&id| id < vocab));
+    }
+
+    #[test]
+    fn prefix_encodes_the_index_least_significant_first() {
+        check_prefix(32000, 8, 0, &[0, 0, 0, 0, 0]);
+        check_prefix(32000, 8, 32001, &[1, 1, 0, 0, 0]);
+        check_prefix(32000, 8, u64::MAX, &[15615, 15423, 30509, 18949, 17]);
+        check_prefix(10, 30, 1234, &[4, 3, 2, 1, 0, 0]);
+        // Truncated: the first token is still k mod vocab.
+        check_prefix(32000, 1, 32005, &[5]);
+        check_prefix(32000, 0, 9, &[9]);
+        check_prefix(2, 3, 0b1101, &[1, 0, 1]);
+        // Nothing can differ at a vocabulary of one.
+        check_prefix(1, 4, 77, &[0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn prefix_length_covers_every_u64() {
+        for (vocab, digits) in [
+            (1, 0),
+            (2, 64),
+            (10, 20),
+            (256, 8),
+            (32000, 5),
+            (u32::MAX, 3),
+        ] {
+            assert_eq!(digits_for_u64(vocab), digits, "{vocab}");
+        }
+    }
+
+    #[test]
+    fn zero_vocab_is_an_error() {
+        let plan = WorkloadPlan::Synthetic {
+            prompt_tokens: U(1, 2),
+            output_tokens: U(1, 2),
+            seed: 0,
+            unique_prefix: true,
+            vocab_size: 0,
+            ignore_eos: true,
+            temperature: 0.0,
+        };
+        assert!(matches!(
+            Workload::from_plan(&plan),
+            Err(LoadError::EmptyVocab)
+        ));
+    }
+
+    fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+        let path =
+            std::env::temp_dir().join(format!("batchlab-load-{}-{name}.jsonl", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn file_plan(path: std::path::PathBuf) -> WorkloadPlan {
+        WorkloadPlan::File {
+            path,
+            default_max_tokens: 16,
+            ignore_eos: false,
+            temperature: 0.5,
+        }
+    }
+
+    #[test]
+    fn file_prompts_are_reused_cyclically() {
+        let path = temp_file(
+            "cyclic",
+            "{\"prompt\": \"a\", \"max_tokens\": 3}\n{\"prompt\": \"b\"}\n",
+        );
+        let w = Workload::from_plan(&file_plan(path.clone())).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(w.distinct_prompts(), Some(2));
+        let got: Vec<_> = w
+            .requests(0)
+            .take(5)
+            .map(|r| (r.id, r.prompt, r.max_tokens))
+            .collect();
+        let text = |s: &str| Prompt::Text(s.into());
+        assert_eq!(
+            got,
+            [
+                (0, text("a"), 3),
+                (1, text("b"), 16),
+                (2, text("a"), 3),
+                (3, text("b"), 16),
+                (4, text("a"), 3)
+            ]
+        );
+        let r = w.request(9);
+        assert_eq!(
+            (r.prompt.token_len(), r.ignore_eos, r.temperature),
+            (None, false, 0.5)
+        );
+    }
+
+    #[test]
+    fn file_errors_name_the_file() {
+        let path = temp_file("bad", "{\"prompt\": \"a\"}\n{\"prompt\": 1}\n");
+        let err = Workload::from_plan(&file_plan(path.clone())).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!(
+                "{}:2: expected `prompt` to be a string",
+                path.display()
+            )),
+            "{message}"
+        );
+
+        let missing = std::env::temp_dir().join("batchlab-load-does-not-exist.jsonl");
+        let err = Workload::from_plan(&file_plan(missing.clone())).unwrap_err();
+        assert!(matches!(err, LoadError::Io { .. }), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains("batchlab-load-does-not-exist.jsonl"),
+            "{err}"
+        );
+
+        let path = temp_file("empty", "");
+        let err = Workload::from_plan(&file_plan(path.clone())).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(err, LoadError::EmptyFile { .. }), "{err:?}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Prompts stay in bounds and unique prefixes separate any two requests.
+        #[test]
+        fn prompts_in_bounds_and_prefixes_unique(seed: u64, a: u64, b: u64, vocab in 2u32..70_000, len in 1u32..80) {
+            let w = synthetic(U(len, len + 10), U(1, 40), seed, true, vocab);
+            let (ra, rb) = (w.request(a), w.request(b));
+            for r in [&ra, &rb] {
+                let t = tokens(r);
+                prop_assert!((len as usize..=len as usize + 10).contains(&t.len()));
+                prop_assert!(t.iter().all(|&id| id < vocab));
+                prop_assert!((1..=40).contains(&r.max_tokens));
+            }
+            let (ta, tb) = (tokens(&ra), tokens(&rb));
+            if a != b && len as usize >= w.prefix_len() {
+                prop_assert_ne!(&ta[..w.prefix_len()], &tb[..w.prefix_len()]);
+            }
+            prop_assert_eq!(ta[0], (a % u64::from(vocab)) as u32);
+        }
+    }
+}

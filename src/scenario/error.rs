@@ -76,8 +76,8 @@ impl fmt::Display for ScenarioError {
                     let pad = column - 1;
                     writeln!(f, "{:gutter$} | {:pad$}{}", "", "", "^".repeat(*width))?;
                 }
-                Origin::Override { arg } => writeln!(f, "  --> {arg}")?,
-                Origin::File { file } => writeln!(f, "  --> {file}")?,
+                Origin::Override { arg } => writeln!(f, " --> {arg}")?,
+                Origin::File { file } => writeln!(f, " --> {file}")?,
             }
             if let Some(help) = &p.help {
                 writeln!(f, "  = help: {help}")?;

@@ -314,9 +314,9 @@ fn lower_workload(cx: &mut Cx, top: Tbl, seed: u64, ctx: &Context) -> WorkloadPl
                 None => PathBuf::new(),
                 Some(written) => {
                     let joined = ctx.base_dir.join(&written);
-                    let path = std::path::absolute(&joined).unwrap_or(joined);
+                    let path = std::path::absolute(&joined).unwrap_or_else(|_| joined.clone());
                     if !path.is_file() {
-                        let message = format!("workload file `{written}` not found (looked for {})", path.display());
+                        let message = format!("workload file `{written}` not found (looked for {})", joined.display());
                         cx.report_at(&field, message, Some("paths are relative to the scenario file".to_owned()));
                     }
                     path

@@ -74,7 +74,7 @@ fn parse_with(
             Some(span) => Origin::in_source(file_name, source, span),
             None => Origin::File { file: file_name.to_owned() },
         };
-        let message = format!("invalid TOML: {}", e.message().trim_end());
+        let message = format!("invalid TOML: {}", e.message().trim_end().replace('\n', "; "));
         ScenarioError { problems: vec![Problem { message, origin, help: None }] }
     })?;
     let mut root = document.as_table().clone();
@@ -83,5 +83,15 @@ fn parse_with(
     let stem = Path::new(file_name).file_stem().and_then(|s| s.to_str()).unwrap_or("scenario");
     let mut cx = reader::Cx { source, file: file_name, sets: &sets, problems };
     let plan = lower::lower(&mut cx, &root, &lower::Context { stem, base_dir });
-    if cx.problems.is_empty() { Ok(plan) } else { Err(ScenarioError { problems: cx.problems }) }
+    if cx.problems.is_empty() {
+        return Ok(plan);
+    }
+    // Overrides first (in argument order), then the file from top to bottom.
+    let mut problems = cx.problems;
+    problems.sort_by_key(|p| match &p.origin {
+        Origin::Override { .. } => (0, 0, 0),
+        Origin::Source { line, column, .. } => (1, *line, *column),
+        Origin::File { .. } => (2, 0, 0),
+    });
+    Err(ScenarioError { problems })
 }

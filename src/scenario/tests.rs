@@ -182,9 +182,9 @@ fn problems() {
         "[engine]\nkind = \"vllm\"\n[faults]\npanic = { every = 0 }",
         &[],
         &[
-            "`faults.panic.every` must be at least 1, found 0",
-            "[faults] only applies to the sim engine",
             "missing `engine.vllm.model` (required with `engine.kind = \"vllm\"`)",
+            "[faults] only applies to the sim engine",
+            "`faults.panic.every` must be at least 1, found 0",
         ],
     );
     check_problems(
@@ -216,7 +216,7 @@ fn problems() {
 fn problems_point_at_the_right_place() {
     let e = parse("name = \"x\"\n[batching]\n  batch_size = -1\n", &["batching.batch_timeout=0s"]).unwrap_err();
     let origins: Vec<String> = e.problems.iter().map(|p| p.origin.short()).collect();
-    assert_eq!(origins, ["test.toml:3:16", "--set batching.batch_timeout=0s"]);
+    assert_eq!(origins, ["--set batching.batch_timeout=0s", "test.toml:3:16"]);
     let e = parse("a = [1,\n", &[]).unwrap_err();
     assert!(e.problems[0].origin.short().starts_with("test.toml:"), "{e}");
 }

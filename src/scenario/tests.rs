@@ -191,9 +191,9 @@ fn problems() {
         "[profile]\nlevels = [1]\n[workload]\nsource = \"file\"\npath = \"nope.jsonl\"\nvocab_size = 1",
         &[],
         &[
-            "`workload.vocab_size` only applies with `workload.source = \"synthetic\"`",
-            "workload file `nope.jsonl` not found (looked for {dir}/nope.jsonl)".replace("{dir}", &manifest_dir().display().to_string()).leak(),
             "`profile.levels` does not apply to profile kind `throughput`",
+            "workload file `nope.jsonl` not found (looked for {dir}/nope.jsonl)".replace("{dir}", &manifest_dir().display().to_string()).leak(),
+            "`workload.vocab_size` only applies with `workload.source = \"synthetic\"`",
         ],
     );
     check_problems(

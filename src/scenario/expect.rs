@@ -27,24 +27,44 @@ pub const SCALAR_METRICS: &[&str] = &[
 ];
 
 /// Timings with a distribution; each yields `<timing>_<stat>_ms`.
-pub const TIMINGS: &[&str] = &["latency", "ttft", "itl", "tpot", "batch_wait", "engine_queue", "generate"];
+pub const TIMINGS: &[&str] = &[
+    "latency",
+    "ttft",
+    "itl",
+    "tpot",
+    "batch_wait",
+    "engine_queue",
+    "generate",
+];
 
 /// The statistics of each timing.
-pub const TIMING_STATS: &[&str] = &["mean", "p50", "p90", "p95", "p99", "p999", "min", "max", "std"];
+pub const TIMING_STATS: &[&str] = &[
+    "mean", "p50", "p90", "p95", "p99", "p999", "min", "max", "std",
+];
 
 /// Every metric name `[expect]` accepts.
 pub fn known_metrics() -> Vec<String> {
-    let timings = TIMINGS.iter().flat_map(|t| TIMING_STATS.iter().map(move |s| format!("{t}_{s}_ms")));
-    SCALAR_METRICS.iter().map(|m| (*m).to_owned()).chain(timings).collect()
+    let timings = TIMINGS
+        .iter()
+        .flat_map(|t| TIMING_STATS.iter().map(move |s| format!("{t}_{s}_ms")));
+    SCALAR_METRICS
+        .iter()
+        .map(|m| (*m).to_owned())
+        .chain(timings)
+        .collect()
 }
 
 pub fn is_known_metric(name: &str) -> bool {
     if SCALAR_METRICS.contains(&name) {
         return true;
     }
-    let Some(rest) = name.strip_suffix("_ms") else { return false };
+    let Some(rest) = name.strip_suffix("_ms") else {
+        return false;
+    };
     TIMINGS.iter().any(|t| {
-        rest.strip_prefix(t).and_then(|r| r.strip_prefix('_')).is_some_and(|stat| TIMING_STATS.contains(&stat))
+        rest.strip_prefix(t)
+            .and_then(|r| r.strip_prefix('_'))
+            .is_some_and(|stat| TIMING_STATS.contains(&stat))
     })
 }
 
@@ -121,7 +141,10 @@ mod tests {
     #[test]
     fn metric_names() {
         let all = known_metrics();
-        assert_eq!(all.len(), SCALAR_METRICS.len() + TIMINGS.len() * TIMING_STATS.len());
+        assert_eq!(
+            all.len(),
+            SCALAR_METRICS.len() + TIMINGS.len() * TIMING_STATS.len()
+        );
         assert!(all.iter().all(|m| is_known_metric(m)));
         for bad in ["ttft_p99", "ttft_p98_ms", "complete", "latency__ms", "_ms"] {
             assert!(!is_known_metric(bad), "{bad}");

@@ -6,8 +6,19 @@
 use super::expect;
 
 pub(crate) const TOP: &[&str] = &[
-    "name", "description", "seed", "engine", "batching", "workload", "profile", "stop", "warmup", "cooldown", "faults",
-    "expect", "output",
+    "name",
+    "description",
+    "seed",
+    "engine",
+    "batching",
+    "workload",
+    "profile",
+    "stop",
+    "warmup",
+    "cooldown",
+    "faults",
+    "expect",
+    "output",
 ];
 pub(crate) const ENGINE: &[&str] = &["kind", "sim", "vllm"];
 pub(crate) const SIM: &[&str] = &[
@@ -48,12 +59,25 @@ pub(crate) const WORKLOAD: &[&str] = &[
     "default_max_tokens",
 ];
 /// Workload keys that only make sense with `source = "synthetic"`.
-pub(crate) const WORKLOAD_SYNTHETIC_ONLY: &[&str] = &["prompt_tokens", "output_tokens", "seed", "unique_prefix", "vocab_size"];
+pub(crate) const WORKLOAD_SYNTHETIC_ONLY: &[&str] = &[
+    "prompt_tokens",
+    "output_tokens",
+    "seed",
+    "unique_prefix",
+    "vocab_size",
+];
 /// Workload keys that only make sense with `source = "file"`.
 pub(crate) const WORKLOAD_FILE_ONLY: &[&str] = &["path", "default_max_tokens"];
 pub(crate) const TOKEN_DIST: &[&str] = &["dist", "value", "min", "max", "mean", "stdev"];
 pub(crate) const PROFILE: &[&str] = &["kind", "max_concurrency", "levels", "rates", "rate", "seed"];
-pub(crate) const PROFILE_KINDS: &[&str] = &["synchronous", "concurrent", "throughput", "constant", "poisson", "sweep"];
+pub(crate) const PROFILE_KINDS: &[&str] = &[
+    "synchronous",
+    "concurrent",
+    "throughput",
+    "constant",
+    "poisson",
+    "sweep",
+];
 
 /// The `[profile]` keys each kind accepts besides `kind`.
 pub(crate) fn profile_keys(kind: &str) -> &'static [&'static str] {
@@ -67,9 +91,22 @@ pub(crate) fn profile_keys(kind: &str) -> &'static [&'static str] {
     }
 }
 
-pub(crate) const STOP: &[&str] = &["max_requests", "max_duration", "max_errors", "max_error_rate"];
+pub(crate) const STOP: &[&str] = &[
+    "max_requests",
+    "max_duration",
+    "max_errors",
+    "max_error_rate",
+];
 pub(crate) const PHASE: &[&str] = &["requests", "duration"];
-pub(crate) const FAULT_TRIGGERS: &[&str] = &["fail_batch", "short_output", "extra_output", "wrong_id", "panic", "slow", "hang"];
+pub(crate) const FAULT_TRIGGERS: &[&str] = &[
+    "fail_batch",
+    "short_output",
+    "extra_output",
+    "wrong_id",
+    "panic",
+    "slow",
+    "hang",
+];
 pub(crate) const FAULTS: &[&str] = &[
     "fail_batch",
     "short_output",
@@ -128,7 +165,10 @@ pub(crate) fn check_path(path: &[&str]) -> Result<(), (String, Option<String>)> 
             Keys::Any => return Ok(()),
             Keys::Fixed(keys) if keys.contains(key) => {}
             Keys::Fixed(keys) => {
-                let full: Vec<String> = keys.iter().map(|k| format!("{}{k}", prefix(parent))).collect();
+                let full: Vec<String> = keys
+                    .iter()
+                    .map(|k| format!("{}{k}", prefix(parent)))
+                    .collect();
                 let help = super::error::did_you_mean(&here, full.iter().map(String::as_str));
                 return Err((format!("unknown key `{here}`"), help));
             }
@@ -138,7 +178,15 @@ pub(crate) fn check_path(path: &[&str]) -> Result<(), (String, Option<String>)> 
                 let help = super::error::did_you_mean(key, names.iter().map(String::as_str));
                 return Err((format!("unknown metric `{here}`"), help));
             }
-            Keys::Value => return Err((format!("unknown key `{here}`: `{}` is a value, not a table", parent.join(".")), None)),
+            Keys::Value => {
+                return Err((
+                    format!(
+                        "unknown key `{here}`: `{}` is a value, not a table",
+                        parent.join(".")
+                    ),
+                    None,
+                ));
+            }
         }
     }
     Ok(())

@@ -1,2 +1,123 @@
 //! Scenario files: TOML in, a validated [`plan::Plan`] out.
+//!
+//! The pipeline is: read the text, parse it with `toml_edit` (keeping spans), apply the
+//! command-line [`Overrides`], then lower the tree into a [`Plan`] while collecting every problem
+//! ([`lower`]). The [`ScenarioBuilder`] and [`to_toml`] go through the very same path, so a plan
+//! built in Rust is held to the same rules as one written by hand. Nothing downstream sees TOML.
+//!
+//! Files: `error` (problems and their rustc-like report), `reader` (typed, located reads),
+//! `schema` (the known keys), `units` (durations), `expect` (metric names), `lower` (meaning and
+//! defaults), `overrides`, `builder`, `print` (plan back to TOML).
+
+pub mod builder;
+pub mod error;
+pub mod expect;
+mod lower;
+mod overrides;
 pub mod plan;
+mod print;
+mod reader;
+mod schema;
+pub mod units;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
+pub use builder::ScenarioBuilder;
+pub use error::{Origin, Problem, ScenarioError};
+pub use lower::{derive_seed, seed_stream};
+pub use overrides::Overrides;
+pub use plan::Plan;
+pub use print::to_toml;
+
+/// Entry point for Rust-built scenarios: `Scenario::builder()`.
+pub struct Scenario;
+
+impl Scenario {
+    pub fn builder() -> ScenarioBuilder {
+        ScenarioBuilder::new()
+    }
+}
+
+/// Reads, parses and validates a scenario file. Relative paths in it resolve against its directory.
+pub fn load_file(path: &Path, overrides: &Overrides) -> Result<Plan, ScenarioError> {
+    let file_name = path.display().to_string();
+    let source = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+        problems: vec![Problem {
+            message: format!("cannot read scenario file `{file_name}`: {e}"),
+            origin: Origin::File {
+                file: file_name.clone(),
+            },
+            help: None,
+        }],
+    })?;
+    let base_dir = path.parent().unwrap_or(Path::new("."));
+    parse_str(&source, &file_name, base_dir, overrides)
+}
+
+/// Parses and validates scenario text. `file_name` is used in messages and for the default name
+/// (its stem); `base_dir` is what relative workload and model paths resolve against.
+pub fn parse_str(
+    source: &str,
+    file_name: &str,
+    base_dir: &Path,
+    overrides: &Overrides,
+) -> Result<Plan, ScenarioError> {
+    parse_with(source, file_name, base_dir, overrides, "--set")
+}
+
+/// `parse_str` with the name overrides go by in messages.
+fn parse_with(
+    source: &str,
+    file_name: &str,
+    base_dir: &Path,
+    overrides: &Overrides,
+    set_arg: &str,
+) -> Result<Plan, ScenarioError> {
+    let document = toml_edit::ImDocument::parse(source).map_err(|e| {
+        let origin = match e.span() {
+            Some(span) => Origin::in_source(file_name, source, span),
+            None => Origin::File {
+                file: file_name.to_owned(),
+            },
+        };
+        let message = format!(
+            "invalid TOML: {}",
+            e.message().trim_end().replace('\n', "; ")
+        );
+        ScenarioError {
+            problems: vec![Problem {
+                message,
+                origin,
+                help: None,
+            }],
+        }
+    })?;
+    let mut root = document.as_table().clone();
+    let mut problems = Vec::new();
+    let sets = overrides::apply(&mut root, overrides, set_arg, &mut problems);
+    let stem = Path::new(file_name)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("scenario");
+    let mut cx = reader::Cx {
+        source,
+        file: file_name,
+        sets: &sets,
+        problems,
+    };
+    let plan = lower::lower(&mut cx, &root, &lower::Context { stem, base_dir });
+    if cx.problems.is_empty() {
+        return Ok(plan);
+    }
+    // Overrides first (in argument order), then the file from top to bottom.
+    let mut problems = cx.problems;
+    problems.sort_by_key(|p| match &p.origin {
+        Origin::Override { .. } => (0, 0, 0),
+        Origin::Source { line, column, .. } => (1, *line, *column),
+        Origin::File { .. } => (2, 0, 0),
+    });
+    Err(ScenarioError { problems })
+}

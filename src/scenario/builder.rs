@@ -1,0 +1,282 @@
+//! Scenarios built in Rust, held to the same rules as files.
+//!
+//! The builder records `key=value` assignments and hands them, as overrides of an empty file, to
+//! the same parse-and-validate path as `--set`: there is no second validator to drift out of step.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toml_edit::{Array, InlineTable, Value};
+
+use super::error::ScenarioError;
+use super::overrides::Overrides;
+use super::plan::{Comparison, Plan, TokenDist};
+use super::units::format_duration;
+use crate::engine::sim::{CostModel, FaultTrigger};
+
+/// Builds a [`Plan`]; start with `Scenario::builder()`. Later calls win; switching the engine,
+/// workload source or profile kind forgets the settings of the previous one.
+#[derive(Clone, Debug, Default)]
+pub struct ScenarioBuilder {
+    sets: Vec<(String, String)>,
+    base_dir: Option<PathBuf>,
+}
+
+fn duration(d: Duration) -> Value {
+    Value::from(format_duration(d))
+}
+
+fn int(v: u64) -> Value {
+    Value::from(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+impl ScenarioBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets any key, e.g. `.set("batching.batch_size", 64)`: the escape hatch for keys without a
+    /// method of their own. Problems are reported like `--set` ones.
+    pub fn set(mut self, key: &str, value: impl Into<Value>) -> Self {
+        let text = value.into().decorated("", "").to_string();
+        self.sets.push((key.to_owned(), text));
+        self
+    }
+
+    fn forget(mut self, prefix: &str) -> Self {
+        self.sets.retain(|(key, _)| !key.starts_with(prefix));
+        self
+    }
+
+    /// What relative workload and model paths resolve against (default: the current directory).
+    pub fn base_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.base_dir = Some(dir.into());
+        self
+    }
+
+    pub fn name(self, name: &str) -> Self {
+        self.set("name", name)
+    }
+    pub fn description(self, text: &str) -> Self {
+        self.set("description", text)
+    }
+    pub fn seed(self, seed: u64) -> Self {
+        self.set("seed", int(seed))
+    }
+
+    /// The simulated engine in virtual time.
+    pub fn sim_virtual(self) -> Self {
+        self.forget("engine.")
+            .set("engine.kind", "sim")
+            .set("engine.sim.time", "virtual")
+    }
+    /// The simulated engine in real time.
+    pub fn sim_real(self) -> Self {
+        self.forget("engine.")
+            .set("engine.kind", "sim")
+            .set("engine.sim.time", "real")
+    }
+    pub fn sim_seed(self, seed: u64) -> Self {
+        self.set("engine.sim.seed", int(seed))
+    }
+    pub fn sim_cost(self, cost: &CostModel) -> Self {
+        self.set("engine.sim.fixed_overhead", duration(cost.fixed_overhead))
+            .set(
+                "engine.sim.prefill_per_token",
+                duration(cost.prefill_per_token),
+            )
+            .set("engine.sim.decode_step", duration(cost.decode_step))
+            .set("engine.sim.decode_per_seq", duration(cost.decode_per_seq))
+            .set("engine.sim.max_num_seqs", int(cost.max_num_seqs as u64))
+            .set("engine.sim.eos_probability", cost.eos_probability)
+    }
+    /// The vLLM engine with `model`; other `engine.vllm.*` keys through [`Self::set`].
+    pub fn vllm(self, model: impl AsRef<Path>) -> Self {
+        let model = model.as_ref().to_string_lossy().into_owned();
+        self.forget("engine.")
+            .forget("faults.")
+            .set("engine.kind", "vllm")
+            .set("engine.vllm.model", model)
+    }
+
+    pub fn batch_size(self, n: usize) -> Self {
+        self.set("batching.batch_size", int(n as u64))
+    }
+    pub fn batch_timeout(self, t: Duration) -> Self {
+        self.set("batching.batch_timeout", duration(t))
+    }
+    pub fn generate_timeout(self, t: Duration) -> Self {
+        self.set("batching.generate_timeout", duration(t))
+    }
+
+    /// Synthetic prompts of fixed lengths.
+    pub fn synthetic(self, prompt_tokens: u32, output_tokens: u32) -> Self {
+        self.synthetic_dist(
+            &TokenDist::Fixed {
+                value: prompt_tokens,
+            },
+            &TokenDist::Fixed {
+                value: output_tokens,
+            },
+        )
+    }
+    /// Synthetic prompts with lengths drawn from distributions.
+    pub fn synthetic_dist(self, prompt_tokens: &TokenDist, output_tokens: &TokenDist) -> Self {
+        self.forget("workload.")
+            .set("workload.source", "synthetic")
+            .set("workload.prompt_tokens", token_dist(prompt_tokens))
+            .set("workload.output_tokens", token_dist(output_tokens))
+    }
+    pub fn workload_seed(self, seed: u64) -> Self {
+        self.set("workload.seed", int(seed))
+    }
+    /// Prompts from a JSONL file (relative to [`Self::base_dir`]).
+    pub fn workload_file(self, path: impl AsRef<Path>) -> Self {
+        let path = path.as_ref().to_string_lossy().into_owned();
+        self.forget("workload.")
+            .set("workload.source", "file")
+            .set("workload.path", path)
+    }
+
+    pub fn profile_synchronous(self) -> Self {
+        self.forget("profile.").set("profile.kind", "synchronous")
+    }
+    pub fn profile_concurrent(self, levels: &[u32]) -> Self {
+        let levels: Array = levels.iter().map(|l| i64::from(*l)).collect();
+        self.forget("profile.")
+            .set("profile.kind", "concurrent")
+            .set("profile.levels", levels)
+    }
+    pub fn profile_throughput(self, max_concurrency: u32) -> Self {
+        self.forget("profile.")
+            .set("profile.kind", "throughput")
+            .set("profile.max_concurrency", i64::from(max_concurrency))
+    }
+    pub fn profile_constant(self, rates: &[f64]) -> Self {
+        let rates: Array = rates.iter().copied().collect();
+        self.forget("profile.")
+            .set("profile.kind", "constant")
+            .set("profile.rates", rates)
+    }
+    pub fn profile_poisson(self, rate: f64) -> Self {
+        self.forget("profile.")
+            .set("profile.kind", "poisson")
+            .set("profile.rate", rate)
+    }
+    pub fn profile_sweep(self, rates: u32) -> Self {
+        self.forget("profile.")
+            .set("profile.kind", "sweep")
+            .set("profile.rates", i64::from(rates))
+    }
+    /// For constant, poisson (optional there) and after `profile_sweep`.
+    pub fn max_concurrency(self, n: u32) -> Self {
+        self.set("profile.max_concurrency", i64::from(n))
+    }
+
+    pub fn max_requests(self, n: u64) -> Self {
+        self.set("stop.max_requests", int(n))
+    }
+    pub fn max_duration(self, d: Duration) -> Self {
+        self.set("stop.max_duration", duration(d))
+    }
+    pub fn max_errors(self, n: u64) -> Self {
+        self.set("stop.max_errors", int(n))
+    }
+    pub fn max_error_rate(self, rate: f64) -> Self {
+        self.set("stop.max_error_rate", rate)
+    }
+
+    pub fn warmup_requests(self, n: u64) -> Self {
+        self.forget("warmup.").set("warmup.requests", int(n))
+    }
+    pub fn warmup_duration(self, d: Duration) -> Self {
+        self.forget("warmup.").set("warmup.duration", duration(d))
+    }
+    pub fn cooldown_requests(self, n: u64) -> Self {
+        self.forget("cooldown.").set("cooldown.requests", int(n))
+    }
+    pub fn cooldown_duration(self, d: Duration) -> Self {
+        self.forget("cooldown.")
+            .set("cooldown.duration", duration(d))
+    }
+
+    /// A fault trigger by its `[faults]` name (`fail_batch`, `short_output`, `extra_output`,
+    /// `wrong_id`, `panic`, `slow`, `hang`).
+    pub fn fault(self, kind: &str, trigger: &FaultTrigger) -> Self {
+        let mut t = InlineTable::new();
+        if let Some(every) = trigger.every {
+            t.insert("every", int(every));
+        }
+        if trigger.probability != 0.0 {
+            t.insert("probability", trigger.probability.into());
+        }
+        self.set(&format!("faults.{kind}"), t)
+    }
+    pub fn fault_fail_batch_every(self, n: u64) -> Self {
+        self.fault("fail_batch", &FaultTrigger::every(n))
+    }
+    pub fn fault_hang_every(self, n: u64, hang_for: Duration) -> Self {
+        self.fault("hang", &FaultTrigger::every(n))
+            .set("faults.hang_for", duration(hang_for))
+    }
+    pub fn fault_slow(self, trigger: &FaultTrigger, factor: f64) -> Self {
+        self.fault("slow", trigger)
+            .set("faults.slow_factor", factor)
+    }
+    pub fn fault_start_fails(self, yes: bool) -> Self {
+        self.set("faults.start_fails", yes)
+    }
+    pub fn fault_start_delay(self, d: Duration) -> Self {
+        self.set("faults.start_delay", duration(d))
+    }
+
+    /// Adds `metric op value` to `[expect]`.
+    pub fn expect(self, metric: &str, op: Comparison, value: f64) -> Self {
+        self.set(
+            &format!("expect.{metric}"),
+            format!("{} {value}", op.symbol()),
+        )
+    }
+
+    pub fn output_dir(self, dir: impl AsRef<Path>) -> Self {
+        self.set("output.dir", dir.as_ref().to_string_lossy().as_ref())
+    }
+    pub fn requests_jsonl(self, yes: bool) -> Self {
+        self.set("output.requests_jsonl", yes)
+    }
+
+    /// Validates and returns the plan; the default name is "builder".
+    pub fn build(self) -> Result<Plan, ScenarioError> {
+        let sets = self.sets.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let overrides = Overrides { sets, seed: None };
+        let base_dir = self.base_dir.unwrap_or_else(|| PathBuf::from("."));
+        super::parse_with("", "builder", &base_dir, &overrides, "builder:")
+    }
+}
+
+fn token_dist(d: &TokenDist) -> Value {
+    match d {
+        TokenDist::Fixed { value } => Value::from(i64::from(*value)),
+        TokenDist::Uniform { min, max } => {
+            let mut t = InlineTable::new();
+            t.insert("dist", "uniform".into());
+            t.insert("min", i64::from(*min).into());
+            t.insert("max", i64::from(*max).into());
+            Value::InlineTable(t)
+        }
+        TokenDist::Normal {
+            mean,
+            stdev,
+            min,
+            max,
+        } => {
+            let mut t = InlineTable::new();
+            t.insert("dist", "normal".into());
+            t.insert("mean", (*mean).into());
+            t.insert("stdev", (*stdev).into());
+            t.insert("min", i64::from(*min).into());
+            t.insert("max", i64::from(*max).into());
+            Value::InlineTable(t)
+        }
+    }
+}

@@ -1,0 +1,806 @@
+//! Data-driven tests of the DSL: text in, plan (or problem list) out, plus the round trip.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::plan::*;
+use super::*;
+use crate::engine::sim::{CostModel, FaultTrigger, Faults, TimeMode};
+
+fn manifest_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn parse(input: &str, sets: &[&str]) -> Result<Plan, ScenarioError> {
+    let overrides = Overrides {
+        sets: sets.iter().map(|s| (*s).to_owned()).collect(),
+        seed: None,
+    };
+    parse_str(input, "test.toml", manifest_dir(), &overrides)
+}
+
+/// A valid scenario: `inspect` spot-checks the plan.
+fn check(input: &str, inspect: impl FnOnce(&Plan)) {
+    match parse(input, &[]) {
+        Ok(plan) => inspect(&plan),
+        Err(e) => panic!("expected a plan, got:\n{e}"),
+    }
+}
+
+/// An invalid scenario (with `--set`s): the messages of all problems, in order.
+fn check_problems(input: &str, sets: &[&str], expected: &[&str]) {
+    match parse(input, sets) {
+        Ok(plan) => panic!("expected problems, got {plan:#?}"),
+        Err(e) => {
+            let messages: Vec<&str> = e.problems.iter().map(|p| p.message.as_str()).collect();
+            assert_eq!(messages, expected, "\n{e}");
+        }
+    }
+}
+
+#[test]
+fn empty_file_gives_all_defaults() {
+    check("", |p| {
+        assert_eq!(p.name, "test");
+        assert_eq!(p.seed, 0);
+        let EnginePlan::Sim(sim) = &p.engine else {
+            panic!("{:?}", p.engine)
+        };
+        assert_eq!(sim.time, TimeMode::Virtual);
+        assert_eq!(sim.cost, CostModel::default());
+        assert_eq!(sim.faults, Faults::default());
+        assert_eq!(sim.seed, derive_seed(0, seed_stream::SIM));
+        assert_eq!(p.batching, crate::batcher::BatchConfig::default());
+        assert_eq!(
+            p.profile,
+            ProfilePlan::Throughput {
+                max_concurrency: 256
+            }
+        );
+        assert_eq!(
+            p.stop,
+            StopPlan {
+                max_requests: Some(1000),
+                ..StopPlan::default()
+            }
+        );
+        let WorkloadPlan::Synthetic {
+            prompt_tokens,
+            output_tokens,
+            vocab_size,
+            unique_prefix,
+            ..
+        } = &p.workload
+        else {
+            panic!()
+        };
+        assert_eq!(*prompt_tokens, TokenDist::Fixed { value: 128 });
+        assert_eq!(*output_tokens, TokenDist::Fixed { value: 64 });
+        assert_eq!((*vocab_size, *unique_prefix), (32000, true));
+        assert!(p.expect.is_empty() && p.warmup.is_none() && p.output == OutputPlan::default());
+    });
+}
+
+#[test]
+fn valid_files() {
+    check(
+        r#"
+name = "x"
+seed = 9
+[engine.sim]
+time = "real"
+decode_step = "1.5ms"
+[batching]
+batch_size = 8
+batch_timeout = "5ms"
+generate_timeout = "30s"
+[workload]
+prompt_tokens = { dist = "uniform", min = 64, max = 256 }
+output_tokens = { dist = "normal", mean = 128, stdev = 32.0, min = 16, max = 512 }
+[profile]
+kind = "concurrent"
+levels = [1, 4, 16]
+[stop]
+max_duration = "60s"
+[warmup]
+duration = "5s"
+[faults]
+fail_batch = { every = 7 }
+slow = { probability = 0.1, every = 3 }
+[expect]
+completed = "== 256"
+errors = 0
+ttft_p99_ms = "<= 50.5"
+"#,
+        |p| {
+            assert_eq!((p.name.as_str(), p.seed), ("x", 9));
+            let EnginePlan::Sim(sim) = &p.engine else {
+                panic!()
+            };
+            assert_eq!(sim.time, TimeMode::Real);
+            assert_eq!(sim.cost.decode_step, Duration::from_micros(1500));
+            assert_eq!(sim.seed, derive_seed(9, seed_stream::SIM));
+            assert_eq!(sim.faults.fail_batch, FaultTrigger::every(7));
+            assert_eq!(
+                sim.faults.slow,
+                FaultTrigger {
+                    every: Some(3),
+                    probability: 0.1
+                }
+            );
+            assert_eq!(p.batching.batch_size(), 8);
+            assert_eq!(p.batching.generate_timeout(), Some(Duration::from_secs(30)));
+            let WorkloadPlan::Synthetic {
+                prompt_tokens,
+                output_tokens,
+                ..
+            } = &p.workload
+            else {
+                panic!()
+            };
+            assert_eq!(*prompt_tokens, TokenDist::Uniform { min: 64, max: 256 });
+            assert_eq!(
+                *output_tokens,
+                TokenDist::Normal {
+                    mean: 128.0,
+                    stdev: 32.0,
+                    min: 16,
+                    max: 512
+                }
+            );
+            assert_eq!(
+                p.profile,
+                ProfilePlan::Concurrent {
+                    levels: vec![1, 4, 16]
+                }
+            );
+            // An explicit max_duration means no default max_requests.
+            assert_eq!(
+                p.stop,
+                StopPlan {
+                    max_duration: Some(Duration::from_secs(60)),
+                    ..StopPlan::default()
+                }
+            );
+            assert_eq!(p.warmup, Some(PhaseLimit::Duration(Duration::from_secs(5))));
+            let expect: Vec<_> = p
+                .expect
+                .iter()
+                .map(|e| (e.metric.as_str(), e.op, e.value, e.origin.as_str()))
+                .collect();
+            assert_eq!(
+                expect,
+                [
+                    ("completed", Comparison::Eq, 256.0, "test.toml:25:1"),
+                    ("errors", Comparison::Eq, 0.0, "test.toml:26:1"),
+                    ("ttft_p99_ms", Comparison::Le, 50.5, "test.toml:27:1"),
+                ]
+            );
+        },
+    );
+    check(
+        "[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"/m/tiny\"\n[engine.vllm.engine_args]\ntp = 2\nx = { y = [1, \"a\"] }",
+        |p| {
+            let EnginePlan::Vllm(v) = &p.engine else {
+                panic!()
+            };
+            assert_eq!(v.model, PathBuf::from("/m/tiny"));
+            assert_eq!(
+                (
+                    v.dtype.as_str(),
+                    v.enforce_eager,
+                    v.kv_cache_gib,
+                    v.in_process
+                ),
+                ("float32", true, 1.0, true)
+            );
+            assert_eq!(
+                serde_json::Value::Object(v.engine_args.clone()),
+                serde_json::json!({"tp": 2, "x": {"y": [1, "a"]}})
+            );
+        },
+    );
+    check(
+        "[workload]\nsource = \"file\"\npath = \"Cargo.toml\"",
+        |p| {
+            let WorkloadPlan::File {
+                path,
+                default_max_tokens,
+                ..
+            } = &p.workload
+            else {
+                panic!()
+            };
+            assert!(path.is_absolute() && path.ends_with("Cargo.toml"));
+            assert_eq!(*default_max_tokens, 64);
+        },
+    );
+    check("[profile]\nkind = \"sweep\"", |p| {
+        assert_eq!(
+            p.profile,
+            ProfilePlan::Sweep {
+                rates: 5,
+                max_concurrency: 256
+            }
+        )
+    });
+    check("seed = 5\n[profile]\nkind = \"poisson\"\nrate = 50", |p| {
+        let seed = derive_seed(5, seed_stream::POISSON);
+        assert_eq!(
+            p.profile,
+            ProfilePlan::Poisson {
+                rate: 50.0,
+                seed,
+                max_concurrency: None
+            }
+        );
+    });
+    check(
+        "[profile]\nkind = \"constant\"\nrates = [10, 20.5]\nmax_concurrency = 4",
+        |p| {
+            assert_eq!(
+                p.profile,
+                ProfilePlan::Constant {
+                    rates: vec![10.0, 20.5],
+                    max_concurrency: Some(4)
+                }
+            );
+        },
+    );
+}
+
+#[test]
+fn overrides_apply_before_validation() {
+    let plan = parse(
+        "[batching]\nbatch_size = 4",
+        &[
+            "batching.batch_size=64",
+            "batching.batch_timeout=2ms",
+            "profile.kind=\"concurrent\"",
+            "profile.levels=[1,2]",
+        ],
+    )
+    .unwrap();
+    assert_eq!(plan.batching.batch_size(), 64);
+    assert_eq!(plan.batching.batch_timeout(), Duration::from_millis(2));
+    assert_eq!(plan.profile, ProfilePlan::Concurrent { levels: vec![1, 2] });
+    let overrides = Overrides {
+        sets: vec![],
+        seed: Some(77),
+    };
+    assert_eq!(
+        parse_str("seed = 1", "t.toml", manifest_dir(), &overrides)
+            .unwrap()
+            .seed,
+        77
+    );
+}
+
+#[test]
+fn problems() {
+    check_problems(
+        "[batching]\nbatch_sise = 3",
+        &[],
+        &["unknown key `batch_sise` in [batching]"],
+    );
+    check_problems(
+        "[batching]\nbatch_size = \"32\"\nbatch_timeout = 10",
+        &[],
+        &[
+            "`batching.batch_size`: expected an integer, found a string",
+            "`batching.batch_timeout`: expected a duration such as \"10ms\", found an integer",
+        ],
+    );
+    check_problems(
+        "[engine]\nkind = \"sim\"\n[engine.vllm]\nmodel = \"m\"\n[workload]\nprompt_tokens = { dist = \"uniform\", min = 9, max = 3 }\n[warmup]\nrequests = 1\nduration = \"1s\"",
+        &[],
+        &[
+            "[engine.vllm] is set but `engine.kind` is \"sim\"",
+            "`workload.prompt_tokens`: `min` (9) is greater than `max` (3)",
+            "[warmup] sets both `requests` and `duration`",
+        ],
+    );
+    check_problems(
+        "[engine]\nkind = \"vllm\"\n[faults]\npanic = { every = 0 }",
+        &[],
+        &[
+            "missing `engine.vllm.model` (required with `engine.kind = \"vllm\"`)",
+            "[faults] only applies to the sim engine",
+            "`faults.panic.every` must be at least 1, found 0",
+        ],
+    );
+    check_problems(
+        "[profile]\nlevels = [1]\n[workload]\nsource = \"file\"\npath = \"nope.jsonl\"\nvocab_size = 1",
+        &[],
+        &[
+            "`profile.levels` does not apply to profile kind `throughput`",
+            "workload file `nope.jsonl` not found (looked for {dir}/nope.jsonl)"
+                .replace("{dir}", &manifest_dir().display().to_string())
+                .leak(),
+            "`workload.vocab_size` only applies with `workload.source = \"synthetic\"`",
+        ],
+    );
+    check_problems(
+        "[profile]\nkind = \"constant\"\n[stop]\nmax_error_rate = 1.5\n[expect]\ncompleted = \">= many\"\nlatncy_p99_ms = 1",
+        &[
+            "batching.size=3",
+            "batching.batch_size=0",
+            "nokey",
+            "seed.x=1",
+        ],
+        &[
+            "unknown key `batching.size`",
+            "`nokey`: expected `key=value`",
+            "unknown key `seed.x`: `seed` is a value, not a table",
+            "`batching.batch_size` must be at least 1, found 0",
+            "missing `profile.rates` (required with kind = \"constant\")",
+            "`stop.max_error_rate` must be between 0 and 1, found 1.5",
+            "`expect.completed`: expected \"op value\" such as \">= 1000\" (op: == != < <= > >=), found \">= many\"",
+            "unknown metric `latncy_p99_ms` in [expect]",
+        ],
+    );
+}
+
+#[test]
+fn problems_point_at_the_right_place() {
+    let e = parse(
+        "name = \"x\"\n[batching]\n  batch_size = -1\n",
+        &["batching.batch_timeout=0s"],
+    )
+    .unwrap_err();
+    let origins: Vec<String> = e.problems.iter().map(|p| p.origin.short()).collect();
+    assert_eq!(
+        origins,
+        ["--set batching.batch_timeout=0s", "test.toml:3:16"]
+    );
+    let e = parse("a = [1,\n", &[]).unwrap_err();
+    assert!(
+        e.problems[0].origin.short().starts_with("test.toml:"),
+        "{e}"
+    );
+}
+
+#[test]
+fn builder_goes_through_validation() {
+    let plan = Scenario::builder()
+        .name("x")
+        .batch_size(8)
+        .batch_timeout(Duration::from_millis(5))
+        .sim_virtual()
+        .synthetic(100, 10)
+        .profile_throughput(64)
+        .max_requests(256)
+        .fault_fail_batch_every(7)
+        .expect("completed", Comparison::Eq, 256.0)
+        .build()
+        .unwrap();
+    assert_eq!(plan.batching.batch_size(), 8);
+    assert_eq!(
+        plan.profile,
+        ProfilePlan::Throughput {
+            max_concurrency: 64
+        }
+    );
+    let EnginePlan::Sim(sim) = &plan.engine else {
+        panic!()
+    };
+    assert_eq!(sim.faults.fail_batch, FaultTrigger::every(7));
+    assert_eq!(plan.expect[0].value, 256.0);
+    let e = Scenario::builder()
+        .batch_size(0)
+        .expect("completd", Comparison::Eq, 1.0)
+        .build()
+        .unwrap_err();
+    let messages: Vec<&str> = e.problems.iter().map(|p| p.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "unknown metric `expect.completd`",
+            "`batching.batch_size` must be at least 1, found 0"
+        ]
+    );
+    // Switching the profile forgets the previous one's keys.
+    let plan = Scenario::builder()
+        .profile_constant(&[1.0])
+        .profile_sweep(3)
+        .build()
+        .unwrap();
+    assert_eq!(
+        plan.profile,
+        ProfilePlan::Sweep {
+            rates: 3,
+            max_concurrency: 256
+        }
+    );
+}
+
+fn without_origins(mut plan: Plan) -> Plan {
+    for e in &mut plan.expect {
+        e.origin.clear();
+    }
+    plan
+}
+
+fn round_trip(plan: &Plan) {
+    let text = to_toml(plan);
+    let again = parse_str(&text, "rt.toml", manifest_dir(), &Overrides::default())
+        .unwrap_or_else(|e| panic!("{e}\n--- text ---\n{text}"));
+    assert_eq!(
+        without_origins(again.clone()),
+        without_origins(plan.clone()),
+        "\n{text}"
+    );
+    // Printing the re-read plan gives the same text, origins included.
+    assert_eq!(to_toml(&again), text);
+}
+
+#[test]
+fn round_trip_of_files_and_builders() {
+    check("", round_trip);
+    for entry in std::fs::read_dir(manifest_dir().join("scenarios")).unwrap() {
+        let plan = load_file(&entry.unwrap().path(), &Overrides::default()).unwrap();
+        round_trip(&plan);
+    }
+    let plan = Scenario::builder()
+        .vllm("/models/x")
+        .set("engine.vllm.engine_args.tensor_parallel_size", 2)
+        .set("engine.vllm.max_model_len", 512)
+        .profile_constant(&[0.1, 1e-7, 12345.678])
+        .warmup_requests(3)
+        .cooldown_duration(Duration::from_nanos(1_500))
+        .expect("ttft_p99_ms", Comparison::Lt, 0.1)
+        .build()
+        .unwrap();
+    round_trip(&plan);
+}
+
+#[test]
+fn shipped_scenarios_validate() {
+    let dir = manifest_dir().join("scenarios");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if let Err(e) = load_file(&path, &Overrides::default()) {
+            panic!("{}:\n{e}", path.display());
+        }
+        count += 1;
+    }
+    assert!(
+        count >= 5,
+        "expected the five shipped scenarios in {}",
+        dir.display()
+    );
+}
+
+// ---- proptest: generated plans survive to_toml -> parse_str ----
+
+fn duration_strategy(min_nanos: u64) -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        (min_nanos..=10_000u64).prop_map(Duration::from_nanos),
+        (min_nanos..=1_000_000_000_000_000u64).prop_map(Duration::from_nanos),
+        (1u64..=100).prop_map(|m| Duration::from_secs(60 * m)),
+    ]
+}
+
+fn trigger_strategy() -> impl Strategy<Value = FaultTrigger> {
+    (
+        proptest::option::of(1u64..1000),
+        prop_oneof![Just(0.0), 0.0..=1.0f64],
+    )
+        .prop_map(|(every, probability)| FaultTrigger { every, probability })
+}
+
+fn dist_strategy() -> impl Strategy<Value = TokenDist> {
+    prop_oneof![
+        (1u32..=u32::MAX).prop_map(|value| TokenDist::Fixed { value }),
+        (1u32..5000, 0u32..5000).prop_map(|(min, extra)| TokenDist::Uniform {
+            min,
+            max: min + extra
+        }),
+        (0.0..1e4f64, 0.0..1e3f64, 1u32..5000, 0u32..5000).prop_map(|(mean, stdev, min, extra)| {
+            TokenDist::Normal {
+                mean,
+                stdev,
+                min,
+                max: min + extra,
+            }
+        }),
+    ]
+}
+
+fn seed_strategy() -> impl Strategy<Value = u64> {
+    0..=i64::MAX as u64
+}
+
+fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
+    let cost = (
+        duration_strategy(0),
+        duration_strategy(0),
+        duration_strategy(0),
+        duration_strategy(0),
+        1usize..100_000,
+        0.0..=1.0f64,
+    )
+        .prop_map(|(a, b, c, d, max_num_seqs, eos_probability)| CostModel {
+            fixed_overhead: a,
+            prefill_per_token: b,
+            decode_step: c,
+            decode_per_seq: d,
+            max_num_seqs,
+            eos_probability,
+        });
+    let triggers = proptest::collection::vec(trigger_strategy(), 7);
+    let faults = (
+        triggers,
+        1.0..100.0f64,
+        duration_strategy(0),
+        any::<bool>(),
+        duration_strategy(0),
+    )
+        .prop_map(
+            |(t, slow_factor, hang_for, start_fails, start_delay)| Faults {
+                fail_batch: t[0].clone(),
+                short_output: t[1].clone(),
+                extra_output: t[2].clone(),
+                wrong_id: t[3].clone(),
+                panic: t[4].clone(),
+                slow: t[5].clone(),
+                slow_factor,
+                hang: t[6].clone(),
+                hang_for,
+                start_fails,
+                start_delay,
+            },
+        );
+    let sim =
+        (any::<bool>(), seed_strategy(), cost, faults).prop_map(|(real, seed, cost, faults)| {
+            let time = if real {
+                TimeMode::Real
+            } else {
+                TimeMode::Virtual
+            };
+            EnginePlan::Sim(SimPlan {
+                time,
+                seed,
+                cost,
+                faults,
+            })
+        });
+    let small = || proptest::option::of(1u32..100_000);
+    let args = proptest::collection::btree_map(
+        "[a-z_]{1,8}",
+        prop_oneof![
+            any::<i64>().prop_map(serde_json::Value::from),
+            "[ -~]{0,8}".prop_map(serde_json::Value::from),
+            any::<bool>().prop_map(serde_json::Value::from)
+        ],
+        0..4,
+    );
+    let vllm = (
+        "/[a-z]{1,8}/[a-z0-9.-]{1,8}",
+        "[a-z0-9]{1,8}",
+        (small(), small(), small(), small()),
+        (
+            any::<bool>(),
+            seed_strategy(),
+            0.001..64.0f64,
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        args,
+    )
+        .prop_map(
+            |(
+                model,
+                dtype,
+                (max_model_len, max_num_seqs, max_num_batched_tokens, omp_num_threads),
+                (enforce_eager, seed, kv_cache_gib, in_process, disable_log_stats),
+                args,
+            )| {
+                EnginePlan::Vllm(VllmPlan {
+                    model: PathBuf::from(model),
+                    dtype,
+                    max_model_len,
+                    max_num_seqs,
+                    max_num_batched_tokens,
+                    enforce_eager,
+                    seed,
+                    kv_cache_gib,
+                    in_process,
+                    omp_num_threads,
+                    disable_log_stats,
+                    engine_args: args.into_iter().collect(),
+                })
+            },
+        );
+    prop_oneof![sim, vllm]
+}
+
+fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {
+    let synthetic = (
+        dist_strategy(),
+        dist_strategy(),
+        seed_strategy(),
+        any::<bool>(),
+        2u32..=u32::MAX,
+        any::<bool>(),
+        0.0..4.0f32,
+    )
+        .prop_map(
+            |(
+                prompt_tokens,
+                output_tokens,
+                seed,
+                unique_prefix,
+                vocab_size,
+                ignore_eos,
+                temperature,
+            )| WorkloadPlan::Synthetic {
+                prompt_tokens,
+                output_tokens,
+                seed,
+                unique_prefix,
+                vocab_size,
+                ignore_eos,
+                temperature,
+            },
+        );
+    let file = (1u32..100_000, any::<bool>(), 0.0..4.0f32).prop_map(
+        |(default_max_tokens, ignore_eos, temperature)| WorkloadPlan::File {
+            path: manifest_dir().join("Cargo.toml"),
+            default_max_tokens,
+            ignore_eos,
+            temperature,
+        },
+    );
+    prop_oneof![synthetic, file]
+}
+
+fn profile_strategy() -> impl Strategy<Value = ProfilePlan> {
+    let concurrency = || proptest::option::of(1u32..100_000);
+    prop_oneof![
+        Just(ProfilePlan::Synchronous),
+        proptest::collection::vec(1u32..100_000, 1..5)
+            .prop_map(|levels| ProfilePlan::Concurrent { levels }),
+        (1u32..100_000).prop_map(|max_concurrency| ProfilePlan::Throughput { max_concurrency }),
+        (proptest::collection::vec(1e-6..1e6f64, 1..5), concurrency()).prop_map(
+            |(rates, max_concurrency)| ProfilePlan::Constant {
+                rates,
+                max_concurrency
+            }
+        ),
+        (1e-6..1e6f64, seed_strategy(), concurrency()).prop_map(|(rate, seed, max_concurrency)| {
+            ProfilePlan::Poisson {
+                rate,
+                seed,
+                max_concurrency,
+            }
+        }),
+        (1u32..100, 1u32..100_000).prop_map(|(rates, max_concurrency)| ProfilePlan::Sweep {
+            rates,
+            max_concurrency
+        }),
+    ]
+}
+
+fn plan_strategy() -> impl Strategy<Value = Plan> {
+    let phase = || {
+        proptest::option::of(prop_oneof![
+            (1u64..1_000_000).prop_map(PhaseLimit::Requests),
+            duration_strategy(1).prop_map(PhaseLimit::Duration),
+        ])
+    };
+    let stop = (
+        proptest::option::of(1u64..1_000_000),
+        proptest::option::of(duration_strategy(1)),
+        proptest::option::of(0u64..1000),
+        proptest::option::of(0.0..=1.0f64),
+    )
+        .prop_filter(
+            "a stop needs max_requests or max_duration",
+            |(r, d, _, _)| r.is_some() || d.is_some(),
+        )
+        .prop_map(
+            |(max_requests, max_duration, max_errors, max_error_rate)| StopPlan {
+                max_requests,
+                max_duration,
+                max_errors,
+                max_error_rate,
+            },
+        );
+    let names = expect::known_metrics();
+    let ops = [
+        Comparison::Eq,
+        Comparison::Ne,
+        Comparison::Lt,
+        Comparison::Le,
+        Comparison::Gt,
+        Comparison::Ge,
+    ];
+    let expect = proptest::collection::btree_map(
+        proptest::sample::select(names),
+        (proptest::sample::select(ops.to_vec()), -1e9..1e9f64),
+        0..5,
+    )
+    .prop_map(|m| {
+        m.into_iter()
+            .map(|(metric, (op, value))| Expectation {
+                metric,
+                op,
+                value,
+                origin: String::new(),
+            })
+            .collect::<Vec<_>>()
+    });
+    let batching = (
+        1usize..100_000,
+        duration_strategy(1),
+        proptest::option::of(duration_strategy(1)),
+    )
+        .prop_map(|(size, timeout, generate)| {
+            crate::batcher::BatchConfig::new(size, timeout)
+                .unwrap()
+                .with_generate_timeout(generate)
+                .unwrap()
+        });
+    let output = (
+        proptest::option::of("[a-z]{1,8}(/[a-z]{1,8})?"),
+        any::<bool>(),
+    )
+        .prop_map(|(dir, requests_jsonl)| OutputPlan {
+            dir: dir.map(PathBuf::from),
+            requests_jsonl,
+        });
+    let head = (
+        "[a-zA-Z][a-zA-Z0-9 _\"\\\\é-]{0,15}",
+        proptest::option::of("[ -~é\n]{0,20}"),
+        seed_strategy(),
+    );
+    (
+        head,
+        engine_strategy(),
+        batching,
+        workload_strategy(),
+        profile_strategy(),
+        stop,
+        (phase(), phase()),
+        expect,
+        output,
+    )
+        .prop_map(
+            |(
+                (name, description, seed),
+                engine,
+                batching,
+                workload,
+                profile,
+                stop,
+                (warmup, cooldown),
+                expect,
+                output,
+            )| Plan {
+                name,
+                description,
+                seed,
+                engine,
+                batching,
+                workload,
+                profile,
+                stop,
+                warmup,
+                cooldown,
+                expect,
+                output,
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+    #[test]
+    fn generated_plans_round_trip(plan in plan_strategy()) {
+        round_trip(&plan);
+    }
+}

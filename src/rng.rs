@@ -34,7 +34,7 @@ impl SplitMix64 {
         if hi <= lo {
             return lo;
         }
-        let span = hi - lo + 1;
+        let span = (hi - lo).wrapping_add(1);
         if span == 0 {
             return self.next_u64();
         }
@@ -66,10 +66,12 @@ mod tests {
 
     #[test]
     fn same_seed_same_stream() {
-        let a: Vec<u64> = (0..4).map({
-            let mut g = SplitMix64::new(7);
-            move |_| g.next_u64()
-        }).collect();
+        let a: Vec<u64> = (0..4)
+            .map({
+                let mut g = SplitMix64::new(7);
+                move |_| g.next_u64()
+            })
+            .collect();
         let mut g = SplitMix64::new(7);
         let b: Vec<u64> = (0..4).map(|_| g.next_u64()).collect();
         assert_eq!(a, b);

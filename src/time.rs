@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn seconds_round_trip_and_reject_garbage() {
-        let t = Timestamp::from_secs_f64(12345.678_901_234).unwrap();
+        let t = Timestamp::from_secs_f64(12_345.678_901_234).unwrap();
         assert_eq!(t.as_nanos(), 12_345_678_901_234);
         for bad in [f64::NAN, f64::INFINITY, -1.0, 1e30] {
             assert_eq!(Timestamp::from_secs_f64(bad), None, "{bad}");

@@ -123,11 +123,20 @@ impl Harness {
             prop_assert!(n >= 1 && n <= self.config.batch_size(), "batch of {n}");
             let expected: Vec<_> = self.model_queue.drain(..n.min(self.model_queue.len())).collect();
             let got: Vec<_> = batch.requests.iter().map(|r| r.id).collect();
-            prop_assert_eq!(got.clone(), expected.iter().map(|e| e.0).collect::<Vec<_>>(), "batch is not the queue's front");
+            prop_assert_eq!(
+                got.clone(),
+                expected.iter().map(|e| e.0).collect::<Vec<_>>(),
+                "batch is not the queue's front"
+            );
             let free = self.engine_free_since.unwrap_or(self.now);
             for (id, submitted) in &expected {
                 let could = submitted.saturating_add(self.config.batch_timeout()).max(free);
-                prop_assert!(self.now <= could, "request {id} dispatched at {:?}, could have gone at {:?}", self.now, could);
+                prop_assert!(
+                    self.now <= could,
+                    "request {id} dispatched at {:?}, could have gone at {:?}",
+                    self.now,
+                    could
+                );
             }
             self.in_flight = Some((batch.id, got));
             self.engine_free_since = None;
@@ -189,9 +198,15 @@ impl Harness {
                     Reply::Ok => GenerateResult::Outputs(ids.iter().map(|&i| output(Some(i))).collect()),
                     Reply::Reversed => GenerateResult::Outputs(ids.iter().rev().map(|&i| output(Some(i))).collect()),
                     Reply::Short => GenerateResult::Outputs(ids.iter().skip(1).map(|&i| output(Some(i))).collect()),
-                    Reply::Extra => GenerateResult::Outputs(ids.iter().chain(ids.first()).map(|&i| output(Some(i))).collect()),
-                    Reply::WrongId => GenerateResult::Outputs(ids.iter().map(|&i| output(Some(i + 1_000_000))).collect()),
-                    Reply::MixedIds => GenerateResult::Outputs(ids.iter().enumerate().map(|(k, &i)| output((k > 0).then_some(i))).collect()),
+                    Reply::Extra => {
+                        GenerateResult::Outputs(ids.iter().chain(ids.first()).map(|&i| output(Some(i))).collect())
+                    }
+                    Reply::WrongId => {
+                        GenerateResult::Outputs(ids.iter().map(|&i| output(Some(i + 1_000_000))).collect())
+                    }
+                    Reply::MixedIds => GenerateResult::Outputs(
+                        ids.iter().enumerate().map(|(k, &i)| output((k > 0).then_some(i))).collect(),
+                    ),
                     Reply::Error => GenerateResult::Error(EngineError::Generate("boom".into())),
                     Reply::Panic => GenerateResult::Panicked("boom".into()),
                 };

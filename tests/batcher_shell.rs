@@ -8,10 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::Duration;
 
-use batchlab::batcher::{BatchConfig, Batcher, RequestError, State};
-use batchlab::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason};
 use batchlab::batcher::virtual_time::VirtualDriver;
+use batchlab::batcher::{BatchConfig, Batcher, RequestError, State};
 use batchlab::engine::sim::{CostModel, FaultTrigger, Faults, SimConfig, SimEngine};
+use batchlab::engine::{
+    ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason,
+};
 use batchlab::time::MonotonicClock;
 use mockall::mock;
 

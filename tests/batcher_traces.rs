@@ -34,7 +34,13 @@ fn cost() -> CostModel {
 }
 
 /// Runs a script; returns the rendered trace. Times are milliseconds since the driver's start.
-fn trace(batch_size: usize, timeout_ms: u64, generate_timeout_ms: Option<u64>, faults: Faults, steps: &[Step]) -> String {
+fn trace(
+    batch_size: usize,
+    timeout_ms: u64,
+    generate_timeout_ms: Option<u64>,
+    faults: Faults,
+    steps: &[Step],
+) -> String {
     let config = BatchConfig::new(batch_size, Duration::from_millis(timeout_ms))
         .and_then(|c| c.with_generate_timeout(generate_timeout_ms.map(Duration::from_millis)))
         .expect("config");
@@ -74,7 +80,9 @@ fn trace(batch_size: usize, timeout_ms: u64, generate_timeout_ms: Option<u64>, f
             Event::Submitted { at, id } => format!("{:>8.3} submitted {id}", ms(at)),
             Event::Rejected { at, id, error } => format!("{:>8.3} rejected {id}: {error}", ms(at)),
             Event::Cancelled { at, id } => format!("{:>8.3} cancelled {id}", ms(at)),
-            Event::Dispatched { at, batch, ids, reason } => format!("{:>8.3} dispatch batch {batch} {ids:?} ({reason:?})", ms(at)),
+            Event::Dispatched { at, batch, ids, reason } => {
+                format!("{:>8.3} dispatch batch {batch} {ids:?} ({reason:?})", ms(at))
+            }
             Event::BatchCompleted { at, batch } => format!("{:>8.3} batch {batch} completed", ms(at)),
             Event::BatchFailed { at, batch, error } => format!("{:>8.3} batch {batch} failed: {error}", ms(at)),
             Event::EngineFailed { at, error } => format!("{:>8.3} engine failed: {error}", ms(at)),
@@ -86,9 +94,12 @@ fn trace(batch_size: usize, timeout_ms: u64, generate_timeout_ms: Option<u64>, f
     let mut outcomes: Vec<String> = Vec::new();
     while let Some((id, o)) = d.poll_outcome() {
         outcomes.push(match o {
-            Ok(c) => format!("{id}: ok in batch {} (wait {:.3} ms, latency {:.3} ms)", c.batch_id,
+            Ok(c) => format!(
+                "{id}: ok in batch {} (wait {:.3} ms, latency {:.3} ms)",
+                c.batch_id,
                 c.times.dispatched.saturating_since(c.times.submitted).as_secs_f64() * 1e3,
-                c.times.completed.saturating_since(c.times.submitted).as_secs_f64() * 1e3),
+                c.times.completed.saturating_since(c.times.submitted).as_secs_f64() * 1e3
+            ),
             Err(e) => format!("{id}: {} ({e})", e.kind()),
         });
     }
@@ -111,13 +122,83 @@ macro_rules! trace_case {
 }
 
 trace_case!(full_batches_dispatch_at_once, 4, 10, None, Faults::default(), [Submit(8), Wait(50), Shutdown]);
-trace_case!(partial_batch_waits_for_timeout, 4, 10, None, Faults::default(), [Submit(3), Wait(5), Submit(1), Wait(50), Submit(2), Wait(50), Shutdown]);
-trace_case!(requests_queue_while_a_generate_runs, 2, 10, None, Faults::default(), [Submit(2), Wait(1), Submit(3), Wait(100), Shutdown]);
-trace_case!(shutdown_drains_partial_batch_then_stops_engine, 8, 1000, None, Faults::default(), [Submit(3), Shutdown, Submit(1)]);
-trace_case!(engine_error_fails_whole_batch, 3, 10, None, Faults { fail_batch: FaultTrigger::every(1), ..Faults::default() }, [Submit(3), Wait(50), Shutdown]);
-trace_case!(short_output_fails_whole_batch, 3, 10, None, Faults { short_output: FaultTrigger::every(2), ..Faults::default() }, [Submit(6), Wait(50), Shutdown]);
-trace_case!(wrong_id_fails_whole_batch, 3, 10, None, Faults { wrong_id: FaultTrigger::every(1), ..Faults::default() }, [Submit(3), Wait(50), Shutdown]);
-trace_case!(panic_fails_whole_batch_and_batcher_goes_on, 2, 10, None, Faults { panic: FaultTrigger::every(1), ..Faults::default() }, [Submit(2), Wait(50), Shutdown]);
-trace_case!(hang_is_cut_by_generate_timeout, 2, 10, Some(100), Faults { hang: FaultTrigger::every(1), ..Faults::default() }, [Submit(2), Wait(1), Submit(1), Wait(500), Submit(1), Shutdown]);
-trace_case!(cancel_before_dispatch_never_reaches_engine, 4, 10, None, Faults::default(), [Submit(2), Cancel(0), Wait(50), Shutdown]);
-trace_case!(start_failure_rejects_everything, 4, 10, None, Faults { start_fails: true, ..Faults::default() }, [Submit(1), Shutdown]);
+trace_case!(
+    partial_batch_waits_for_timeout,
+    4,
+    10,
+    None,
+    Faults::default(),
+    [Submit(3), Wait(5), Submit(1), Wait(50), Submit(2), Wait(50), Shutdown]
+);
+trace_case!(
+    requests_queue_while_a_generate_runs,
+    2,
+    10,
+    None,
+    Faults::default(),
+    [Submit(2), Wait(1), Submit(3), Wait(100), Shutdown]
+);
+trace_case!(
+    shutdown_drains_partial_batch_then_stops_engine,
+    8,
+    1000,
+    None,
+    Faults::default(),
+    [Submit(3), Shutdown, Submit(1)]
+);
+trace_case!(
+    engine_error_fails_whole_batch,
+    3,
+    10,
+    None,
+    Faults { fail_batch: FaultTrigger::every(1), ..Faults::default() },
+    [Submit(3), Wait(50), Shutdown]
+);
+trace_case!(
+    short_output_fails_whole_batch,
+    3,
+    10,
+    None,
+    Faults { short_output: FaultTrigger::every(2), ..Faults::default() },
+    [Submit(6), Wait(50), Shutdown]
+);
+trace_case!(
+    wrong_id_fails_whole_batch,
+    3,
+    10,
+    None,
+    Faults { wrong_id: FaultTrigger::every(1), ..Faults::default() },
+    [Submit(3), Wait(50), Shutdown]
+);
+trace_case!(
+    panic_fails_whole_batch_and_batcher_goes_on,
+    2,
+    10,
+    None,
+    Faults { panic: FaultTrigger::every(1), ..Faults::default() },
+    [Submit(2), Wait(50), Shutdown]
+);
+trace_case!(
+    hang_is_cut_by_generate_timeout,
+    2,
+    10,
+    Some(100),
+    Faults { hang: FaultTrigger::every(1), ..Faults::default() },
+    [Submit(2), Wait(1), Submit(1), Wait(500), Submit(1), Shutdown]
+);
+trace_case!(
+    cancel_before_dispatch_never_reaches_engine,
+    4,
+    10,
+    None,
+    Faults::default(),
+    [Submit(2), Cancel(0), Wait(50), Shutdown]
+);
+trace_case!(
+    start_failure_rejects_everything,
+    4,
+    10,
+    None,
+    Faults { start_fails: true, ..Faults::default() },
+    [Submit(1), Shutdown]
+);

@@ -7,16 +7,8 @@ use batchlab::scenario::{Overrides, load_file, parse_str};
 
 /// Renders the error for `source` (with `--set`s) as the user would see it.
 fn report(source: &str, sets: &[&str]) -> String {
-    let overrides = Overrides {
-        sets: sets.iter().map(|s| (*s).to_owned()).collect(),
-        seed: None,
-    };
-    match parse_str(
-        source,
-        "scenarios/bad.toml",
-        Path::new("scenarios"),
-        &overrides,
-    ) {
+    let overrides = Overrides { sets: sets.iter().map(|s| (*s).to_owned()).collect(), seed: None };
+    match parse_str(source, "scenarios/bad.toml", Path::new("scenarios"), &overrides) {
         Ok(plan) => panic!("expected an error, got {plan:#?}"),
         Err(e) => e.to_string(),
     }
@@ -35,33 +27,16 @@ macro_rules! check {
 }
 
 check!(typo_key, "[batching]\nbatch_sise = 32\n");
-check!(
-    wrong_type,
-    "[batching]\nbatch_size = \"32\"\nbatch_timeout = 10\n"
-);
-check!(
-    out_of_range,
-    "[engine.sim]\neos_probability = 1.5\nmax_num_seqs = 0\n[stop]\nmax_requests = 0\n"
-);
+check!(wrong_type, "[batching]\nbatch_size = \"32\"\nbatch_timeout = 10\n");
+check!(out_of_range, "[engine.sim]\neos_probability = 1.5\nmax_num_seqs = 0\n[stop]\nmax_requests = 0\n");
 check!(
     contradictory,
     "[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"m\"\n[faults]\npanic = { every = 3 }\n\
      [warmup]\nrequests = 10\nduration = \"5s\"\n[workload]\nprompt_tokens = { dist = \"uniform\", min = 256, max = 64 }\n"
 );
 check!(syntax_error, "[batching]\nbatch_size = = 3\n");
-check!(
-    missing_workload_file,
-    "[workload]\nsource = \"file\"\npath = \"nope.jsonl\"\n"
-);
-check!(
-    bad_set,
-    "[batching]\nbatch_size = 8\n",
-    &[
-        "batching.batch_sise=64",
-        "batching.batch_timeout=10",
-        "profile"
-    ]
-);
+check!(missing_workload_file, "[workload]\nsource = \"file\"\npath = \"nope.jsonl\"\n");
+check!(bad_set, "[batching]\nbatch_size = 8\n", &["batching.batch_sise=64", "batching.batch_timeout=10", "profile"]);
 check!(
     many_problems,
     "name = \"\"\n[engine]\nkind = \"simm\"\n[profile]\nkind = \"constant\"\nrates = []\n[expect]\nttft_p99 = \"<= 50\"\ncompleted = \"=> 3\"\n"
@@ -69,10 +44,6 @@ check!(
 
 #[test]
 fn missing_scenario_file() {
-    let e = load_file(
-        Path::new("scenarios/does-not-exist.toml"),
-        &Overrides::default(),
-    )
-    .unwrap_err();
+    let e = load_file(Path::new("scenarios/does-not-exist.toml"), &Overrides::default()).unwrap_err();
     insta::assert_snapshot!(e.to_string());
 }

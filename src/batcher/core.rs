@@ -30,11 +30,7 @@ pub struct BatchConfig {
 
 impl Default for BatchConfig {
     fn default() -> Self {
-        BatchConfig {
-            batch_size: 32,
-            batch_timeout: Duration::from_millis(10),
-            generate_timeout: None,
-        }
+        BatchConfig { batch_size: 32, batch_timeout: Duration::from_millis(10), generate_timeout: None }
     }
 }
 
@@ -320,9 +316,7 @@ impl BatcherCore {
             State::Starting | State::Ready => None,
             State::Created => Some(RequestError::EngineNotStarted),
             State::Draining | State::Stopped => Some(RequestError::ShuttingDown),
-            State::Failed => Some(
-                self.failure.clone().unwrap_or_else(|| RequestError::EngineFailed("unknown".into())),
-            ),
+            State::Failed => Some(self.failure.clone().unwrap_or_else(|| RequestError::EngineFailed("unknown".into()))),
         };
         let id = request.id;
         if let Some(error) = rejection {
@@ -375,9 +369,7 @@ impl BatcherCore {
     /// The engine failed and is stuck inside an abandoned generate, and shutdown was requested:
     /// every request has its outcome and nothing more can happen until (unless) it returns.
     pub fn is_wedged(&self) -> bool {
-        self.state() == State::Failed
-            && self.shutdown_requested
-            && self.in_flight.as_ref().is_some_and(|f| f.abandoned)
+        self.state() == State::Failed && self.shutdown_requested && self.in_flight.as_ref().is_some_and(|f| f.abandoned)
     }
 
     /// Time passed. Fails a generate that overran `generate_timeout`; partial batches whose
@@ -410,9 +402,7 @@ impl BatcherCore {
             return None;
         }
         let reason = match self.state() {
-            State::Ready | State::Draining if self.queue.len() >= self.config.batch_size => {
-                FlushReason::Full
-            }
+            State::Ready | State::Draining if self.queue.len() >= self.config.batch_size => FlushReason::Full,
             State::Draining => FlushReason::Drain,
             State::Ready => {
                 let oldest = self.queue.front()?.submitted_at;
@@ -512,7 +502,10 @@ fn match_outputs(
     for o in outputs {
         let id = o.request_id.unwrap_or_default();
         let Some(&i) = index.get(&id) else {
-            return Err(RequestError::OutputIdMismatch { batch_id, detail: format!("output for unknown request {id}") });
+            return Err(RequestError::OutputIdMismatch {
+                batch_id,
+                detail: format!("output for unknown request {id}"),
+            });
         };
         if slots[i].is_some() {
             return Err(RequestError::OutputIdMismatch { batch_id, detail: format!("two outputs for request {id}") });

@@ -31,14 +31,8 @@ pub enum State {
 }
 
 impl State {
-    pub const ALL: [State; 6] = [
-        State::Created,
-        State::Starting,
-        State::Ready,
-        State::Draining,
-        State::Stopped,
-        State::Failed,
-    ];
+    pub const ALL: [State; 6] =
+        [State::Created, State::Starting, State::Ready, State::Draining, State::Stopped, State::Failed];
 }
 
 /// Every legal transition; anything else is a bug in the caller.

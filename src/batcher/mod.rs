@@ -7,7 +7,9 @@ pub mod lifecycle;
 pub mod shell;
 pub mod virtual_time;
 
-pub use self::core::{Batch, BatchConfig, BatchId, BatcherCore, Completion, Event, FlushReason, GenerateResult, Outcome, RequestTimes};
+pub use self::core::{
+    Batch, BatchConfig, BatchId, BatcherCore, Completion, Event, FlushReason, GenerateResult, Outcome, RequestTimes,
+};
 pub use error::{ConfigError, RequestError};
 pub use lifecycle::{Lifecycle, State};
 pub use shell::{Batcher, Completer, Ticket};

@@ -97,12 +97,15 @@ impl Shared {
     }
 }
 
+/// A helper thread, and whether it is the engine thread.
+type ThreadHandle = (bool, sync::thread::JoinHandle<()>);
+
 /// A handle to the batcher. Cheap to clone; every clone talks to the same engine thread.
 #[derive(Clone)]
 pub struct Batcher {
     shared: Arc<Shared>,
     /// (is the engine thread, handle).
-    threads: std::sync::Arc<std::sync::Mutex<Vec<(bool, sync::thread::JoinHandle<()>)>>>,
+    threads: std::sync::Arc<std::sync::Mutex<Vec<ThreadHandle>>>,
 }
 
 impl Batcher {
@@ -394,4 +397,3 @@ impl Drop for Ticket {
         }
     }
 }
-

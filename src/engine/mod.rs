@@ -107,9 +107,8 @@ pub struct EngineOutput {
 impl EngineOutput {
     /// Generated tokens: the engine's count, else the length of the returned token ids.
     pub fn generated_tokens(&self) -> Option<u32> {
-        self.output_tokens.or_else(|| {
-            self.output_token_ids.as_ref().map(|ids| u32::try_from(ids.len()).unwrap_or(u32::MAX))
-        })
+        self.output_tokens
+            .or_else(|| self.output_token_ids.as_ref().map(|ids| u32::try_from(ids.len()).unwrap_or(u32::MAX)))
     }
 }
 

@@ -48,11 +48,7 @@ pub struct LineProblem {
 
 fn bad_lines_message(path: &std::path::Path, problems: &[LineProblem], omitted: usize) -> String {
     let total = problems.len() + omitted;
-    let mut s = format!(
-        "workload file {} has {total} bad line{}:",
-        path.display(),
-        if total == 1 { "" } else { "s" }
-    );
+    let mut s = format!("workload file {} has {total} bad line{}:", path.display(), if total == 1 { "" } else { "s" });
     for p in problems {
         // `file:line:column: message`, the shape editors and terminals make clickable.
         let _ = write!(s, "\n  {}:{}", path.display(), p.line);

@@ -34,26 +34,16 @@ pub(crate) fn parse_jsonl(text: &str, origin: &Path) -> Result<Vec<PromptLine>, 
         match parse_line(raw) {
             Ok(line) => lines.push(line),
             Err((column, message)) if problems.len() < MAX_REPORTED_LINES => {
-                problems.push(LineProblem {
-                    line: index + 1,
-                    column,
-                    message,
-                })
+                problems.push(LineProblem { line: index + 1, column, message })
             }
             Err(_) => omitted += 1,
         }
     }
     if !problems.is_empty() {
-        return Err(LoadError::BadLines {
-            path: origin.to_owned(),
-            problems,
-            omitted,
-        });
+        return Err(LoadError::BadLines { path: origin.to_owned(), problems, omitted });
     }
     if lines.is_empty() {
-        return Err(LoadError::EmptyFile {
-            path: origin.to_owned(),
-        });
+        return Err(LoadError::EmptyFile { path: origin.to_owned() });
     }
     Ok(lines)
 }
@@ -63,38 +53,22 @@ fn parse_line(raw: &str) -> Result<PromptLine, (Option<usize>, String)> {
     let value: Value = serde_json::from_str(raw).map_err(|e| {
         // serde_json appends "at line 1 column N"; the column is reported on its own.
         let what = e.to_string();
-        let what = what
-            .split(" at line ")
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        (
-            Some(e.column()),
-            format!("invalid JSON ({what}); expected a JSON object"),
-        )
+        let what = what.split(" at line ").next().unwrap_or_default().to_owned();
+        (Some(e.column()), format!("invalid JSON ({what}); expected a JSON object"))
     })?;
     let Value::Object(map) = value else {
-        return Err((
-            None,
-            format!("expected a JSON object, found {}", kind(&value)),
-        ));
+        return Err((None, format!("expected a JSON object, found {}", kind(&value))));
     };
     for key in map.keys() {
         if let Some(known) = near_miss(key) {
-            return Err((
-                None,
-                format!("unknown key `{key}`; did you mean `{known}`?"),
-            ));
+            return Err((None, format!("unknown key `{key}`; did you mean `{known}`?")));
         }
     }
     let prompt = match map.get("prompt") {
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
         Some(Value::String(_)) => return Err((None, "expected `prompt` to be non-empty".into())),
         Some(other) => {
-            return Err((
-                None,
-                format!("expected `prompt` to be a string, found {}", kind(other)),
-            ));
+            return Err((None, format!("expected `prompt` to be a string, found {}", kind(other))));
         }
         None => return Err((None, "missing `prompt` (expected a string)".into())),
     };
@@ -105,10 +79,7 @@ fn parse_line(raw: &str) -> Result<PromptLine, (Option<usize>, String)> {
             _ => {
                 return Err((
                     None,
-                    format!(
-                        "expected `max_tokens` to be an integer from 1 to {}, found {v}",
-                        u32::MAX
-                    ),
+                    format!("expected `max_tokens` to be an integer from 1 to {}, found {v}", u32::MAX),
                 ));
             }
         },
@@ -121,9 +92,7 @@ fn near_miss(key: &str) -> Option<&'static str> {
     if KNOWN_KEYS.contains(&key) {
         return None;
     }
-    KNOWN_KEYS
-        .into_iter()
-        .find(|known| strsim::levenshtein(key, known) <= 2)
+    KNOWN_KEYS.into_iter().find(|known| strsim::levenshtein(key, known) <= 2)
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -148,30 +117,16 @@ mod tests {
         let origin = Path::new("prompts.jsonl");
         match (parse_jsonl(text, origin), expected) {
             (Ok(lines), Ok(want)) => {
-                let got: Vec<_> = lines
-                    .iter()
-                    .map(|l| (l.prompt.as_str(), l.max_tokens))
-                    .collect();
+                let got: Vec<_> = lines.iter().map(|l| (l.prompt.as_str(), l.max_tokens)).collect();
                 assert_eq!(got, want, "{text:?}");
             }
-            (
-                Err(LoadError::BadLines {
-                    path,
-                    problems,
-                    omitted,
-                }),
-                Err(want),
-            ) => {
+            (Err(LoadError::BadLines { path, problems, omitted }), Err(want)) => {
                 assert_eq!(path, origin);
                 assert_eq!(omitted, 0);
                 assert_eq!(problems.len(), want.len(), "{problems:#?}");
                 for (p, (line, needle)) in problems.iter().zip(want) {
                     assert_eq!(p.line, line, "{p:?}");
-                    assert!(
-                        p.message.contains(needle),
-                        "{:?} should contain {needle:?}",
-                        p.message
-                    );
+                    assert!(p.message.contains(needle), "{:?} should contain {needle:?}", p.message);
                 }
             }
             (got, want) => panic!("{text:?}: got {got:?}, expected {want:?}"),
@@ -185,14 +140,8 @@ mod tests {
             "{\"prompt\": \"a\", \"max_tokens\": 5}\n\n  \n{\"prompt\": \"b\", \"id\": 7}\n",
             Ok(vec![("a", Some(5)), ("b", None)]),
         );
-        check(
-            r#"{"prompt": "x", "max_tokens": null}"#,
-            Ok(vec![("x", None)]),
-        );
-        check(
-            r#"{"prompt": "x", "max_tokens": 4294967295}"#,
-            Ok(vec![("x", Some(u32::MAX))]),
-        );
+        check(r#"{"prompt": "x", "max_tokens": null}"#, Ok(vec![("x", None)]));
+        check(r#"{"prompt": "x", "max_tokens": 4294967295}"#, Ok(vec![("x", Some(u32::MAX))]));
     }
 
     #[test]
@@ -233,22 +182,12 @@ mod tests {
     fn many_bad_lines_are_capped_and_counted() {
         let text = "nope\n".repeat(MAX_REPORTED_LINES + 5);
         let err = parse_jsonl(&text, Path::new("p.jsonl")).unwrap_err();
-        let LoadError::BadLines {
-            problems, omitted, ..
-        } = &err
-        else {
-            panic!("{err:?}")
-        };
+        let LoadError::BadLines { problems, omitted, .. } = &err else { panic!("{err:?}") };
         assert_eq!((problems.len(), *omitted), (MAX_REPORTED_LINES, 5));
         let message = err.to_string();
+        assert!(message.starts_with("workload file p.jsonl has 25 bad lines:"), "{message}");
         assert!(
-            message.starts_with("workload file p.jsonl has 25 bad lines:"),
-            "{message}"
-        );
-        assert!(
-            message.contains(
-                "\n  p.jsonl:1:2: invalid JSON (expected ident); expected a JSON object\n"
-            ),
+            message.contains("\n  p.jsonl:1:2: invalid JSON (expected ident); expected a JSON object\n"),
             "{message}"
         );
         assert!(message.ends_with("... and 5 more"), "{message}");
@@ -258,10 +197,7 @@ mod tests {
     fn empty_files_are_errors() {
         for text in ["", "\n", "  \n\n"] {
             let err = parse_jsonl(text, Path::new("e.jsonl")).unwrap_err();
-            assert!(
-                matches!(err, LoadError::EmptyFile { .. }),
-                "{text:?}: {err:?}"
-            );
+            assert!(matches!(err, LoadError::EmptyFile { .. }), "{text:?}: {err:?}");
             assert!(err.to_string().contains("e.jsonl has no prompts"), "{err}");
         }
     }

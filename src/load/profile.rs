@@ -21,16 +21,9 @@ pub enum StepKind {
     /// As many as possible, at most `max_concurrency` in flight.
     Throughput { max_concurrency: u32 },
     /// Arrivals every `1 / rate` seconds.
-    Constant {
-        rate: f64,
-        max_concurrency: Option<u32>,
-    },
+    Constant { rate: f64, max_concurrency: Option<u32> },
     /// Poisson arrivals at `rate` per second, from `seed`.
-    Poisson {
-        rate: f64,
-        seed: u64,
-        max_concurrency: Option<u32>,
-    },
+    Poisson { rate: f64, seed: u64, max_concurrency: Option<u32> },
 }
 
 /// One benchmark: a name for reports and how it offers requests.
@@ -70,43 +63,18 @@ pub enum Expansion {
 pub fn expand(profile: &ProfilePlan) -> Expansion {
     let steps = match profile {
         ProfilePlan::Synchronous => vec![StepKind::Synchronous],
-        ProfilePlan::Concurrent { levels } => {
-            levels.iter().map(|&n| StepKind::Concurrent(n)).collect()
-        }
+        ProfilePlan::Concurrent { levels } => levels.iter().map(|&n| StepKind::Concurrent(n)).collect(),
         ProfilePlan::Throughput { max_concurrency } => {
-            vec![StepKind::Throughput {
-                max_concurrency: *max_concurrency,
-            }]
+            vec![StepKind::Throughput { max_concurrency: *max_concurrency }]
         }
-        ProfilePlan::Constant {
-            rates,
-            max_concurrency,
-        } => rates
-            .iter()
-            .map(|&rate| StepKind::Constant {
-                rate,
-                max_concurrency: *max_concurrency,
-            })
-            .collect(),
-        ProfilePlan::Poisson {
-            rate,
-            seed,
-            max_concurrency,
-        } => {
-            vec![StepKind::Poisson {
-                rate: *rate,
-                seed: *seed,
-                max_concurrency: *max_concurrency,
-            }]
+        ProfilePlan::Constant { rates, max_concurrency } => {
+            rates.iter().map(|&rate| StepKind::Constant { rate, max_concurrency: *max_concurrency }).collect()
         }
-        ProfilePlan::Sweep {
-            rates,
-            max_concurrency,
-        } => {
-            return Expansion::Sweep {
-                rates: *rates,
-                max_concurrency: *max_concurrency,
-            };
+        ProfilePlan::Poisson { rate, seed, max_concurrency } => {
+            vec![StepKind::Poisson { rate: *rate, seed: *seed, max_concurrency: *max_concurrency }]
+        }
+        ProfilePlan::Sweep { rates, max_concurrency } => {
+            return Expansion::Sweep { rates: *rates, max_concurrency: *max_concurrency };
         }
     };
     Expansion::Fixed(steps.into_iter().map(Step::new).collect())
@@ -153,12 +121,7 @@ pub struct StepPlanner {
 
 impl StepPlanner {
     pub fn new(profile: &ProfilePlan) -> StepPlanner {
-        StepPlanner {
-            expansion: expand(profile),
-            issued: 0,
-            sync_rps: None,
-            sweep_steps: Vec::new(),
-        }
+        StepPlanner { expansion: expand(profile), issued: 0, sync_rps: None, sweep_steps: Vec::new() }
     }
 
     /// The next step, or `None` when the profile is done. `last_measured_rps` is the completed
@@ -168,16 +131,11 @@ impl StepPlanner {
         let index = self.issued;
         let step = match &self.expansion {
             Expansion::Fixed(steps) => steps.get(index).cloned(),
-            Expansion::Sweep {
-                rates,
-                max_concurrency,
-            } => match index {
+            Expansion::Sweep { rates, max_concurrency } => match index {
                 0 => Some(Step::new(StepKind::Synchronous)),
                 1 => {
                     self.sync_rps = last_measured_rps;
-                    Some(Step::new(StepKind::Throughput {
-                        max_concurrency: *max_concurrency,
-                    }))
+                    Some(Step::new(StepKind::Throughput { max_concurrency: *max_concurrency }))
                 }
                 _ => {
                     if index == 2 {
@@ -186,12 +144,7 @@ impl StepPlanner {
                         let cap = Some(*max_concurrency);
                         self.sweep_steps = sweep_rates(lo, hi, *rates)
                             .into_iter()
-                            .map(|rate| {
-                                Step::new(StepKind::Constant {
-                                    rate,
-                                    max_concurrency: cap,
-                                })
-                            })
+                            .map(|rate| Step::new(StepKind::Constant { rate, max_concurrency: cap }))
                             .collect();
                     }
                     self.sweep_steps.get(index - 2).cloned()
@@ -216,9 +169,7 @@ mod tests {
     }
 
     fn check_fixed(profile: ProfilePlan, expected: &[&str]) {
-        let Expansion::Fixed(steps) = expand(&profile) else {
-            panic!("{profile:?} is not fixed")
-        };
+        let Expansion::Fixed(steps) = expand(&profile) else { panic!("{profile:?} is not fixed") };
         assert_eq!(names(&steps), expected, "{profile:?}");
         // The planner gives the same steps whatever it is told.
         let mut planner = StepPlanner::new(&profile);
@@ -230,32 +181,15 @@ mod tests {
     fn fixed_profiles() {
         check_fixed(ProfilePlan::Synchronous, &["synchronous"]);
         check_fixed(
-            ProfilePlan::Concurrent {
-                levels: vec![1, 4, 16],
-            },
+            ProfilePlan::Concurrent { levels: vec![1, 4, 16] },
             &["concurrent@1", "concurrent@4", "concurrent@16"],
         );
+        check_fixed(ProfilePlan::Throughput { max_concurrency: 64 }, &["throughput"]);
         check_fixed(
-            ProfilePlan::Throughput {
-                max_concurrency: 64,
-            },
-            &["throughput"],
-        );
-        check_fixed(
-            ProfilePlan::Constant {
-                rates: vec![10.0, 2.5, 0.25],
-                max_concurrency: Some(8),
-            },
+            ProfilePlan::Constant { rates: vec![10.0, 2.5, 0.25], max_concurrency: Some(8) },
             &["constant@10.00/s", "constant@2.50/s", "constant@0.25/s"],
         );
-        check_fixed(
-            ProfilePlan::Poisson {
-                rate: 50.0,
-                seed: 1,
-                max_concurrency: None,
-            },
-            &["poisson@50.00/s"],
-        );
+        check_fixed(ProfilePlan::Poisson { rate: 50.0, seed: 1, max_concurrency: None }, &["poisson@50.00/s"]);
     }
 
     #[test]
@@ -264,15 +198,8 @@ mod tests {
             StepKind::Synchronous,
             StepKind::Concurrent(4),
             StepKind::Throughput { max_concurrency: 8 },
-            StepKind::Constant {
-                rate: 1.5,
-                max_concurrency: None,
-            },
-            StepKind::Poisson {
-                rate: 2.0,
-                seed: 3,
-                max_concurrency: Some(4),
-            },
+            StepKind::Constant { rate: 1.5, max_concurrency: None },
+            StepKind::Poisson { rate: 2.0, seed: 3, max_concurrency: Some(4) },
         ]
         .map(Step::new);
         let json = serde_json::to_string(&steps).unwrap();
@@ -284,17 +211,8 @@ mod tests {
 
     /// A sweep told `measured` after each step gives these step names.
     fn check_sweep(rates: u32, measured: [Option<f64>; 2], expected: &[&str]) {
-        let profile = ProfilePlan::Sweep {
-            rates,
-            max_concurrency: 32,
-        };
-        assert_eq!(
-            expand(&profile),
-            Expansion::Sweep {
-                rates,
-                max_concurrency: 32
-            }
-        );
+        let profile = ProfilePlan::Sweep { rates, max_concurrency: 32 };
+        assert_eq!(expand(&profile), Expansion::Sweep { rates, max_concurrency: 32 });
         let mut planner = StepPlanner::new(&profile);
         let mut steps = vec![planner.next_step(None).unwrap()];
         steps.push(planner.next_step(measured[0]).unwrap());
@@ -304,23 +222,9 @@ mod tests {
             last = Some(1e9); // measured in constant steps: must not matter
         }
         assert_eq!(names(&steps), expected, "{measured:?}");
-        assert_eq!(
-            steps[1].kind,
-            StepKind::Throughput {
-                max_concurrency: 32
-            }
-        );
+        assert_eq!(steps[1].kind, StepKind::Throughput { max_concurrency: 32 });
         for s in &steps[2..] {
-            assert!(
-                matches!(
-                    s.kind,
-                    StepKind::Constant {
-                        max_concurrency: Some(32),
-                        ..
-                    }
-                ),
-                "{s:?}"
-            );
+            assert!(matches!(s.kind, StepKind::Constant { max_concurrency: Some(32), .. }), "{s:?}");
         }
         assert_eq!(planner.next_step(None), None);
     }
@@ -330,34 +234,16 @@ mod tests {
         check_sweep(
             3,
             [Some(2.0), Some(10.0)],
-            &[
-                "synchronous",
-                "throughput",
-                "constant@4.00/s",
-                "constant@6.00/s",
-                "constant@8.00/s",
-            ],
+            &["synchronous", "throughput", "constant@4.00/s", "constant@6.00/s", "constant@8.00/s"],
         );
         check_sweep(0, [Some(2.0), Some(10.0)], &["synchronous", "throughput"]);
-        check_sweep(
-            1,
-            [None, Some(10.0)],
-            &["synchronous", "throughput", "constant@5.00/s"],
-        );
+        check_sweep(1, [None, Some(10.0)], &["synchronous", "throughput", "constant@5.00/s"]);
         check_sweep(2, [Some(2.0), None], &["synchronous", "throughput"]);
-        check_sweep(
-            1,
-            [Some(10.0), Some(2.0)],
-            &["synchronous", "throughput", "constant@6.00/s"],
-        );
+        check_sweep(1, [Some(10.0), Some(2.0)], &["synchronous", "throughput", "constant@6.00/s"]);
     }
 
     fn check_rates(lo: f64, hi: f64, n: u32, expected: &[f64]) {
-        assert_eq!(
-            sweep_rates(lo, hi, n),
-            expected,
-            "sweep_rates({lo}, {hi}, {n})"
-        );
+        assert_eq!(sweep_rates(lo, hi, n), expected, "sweep_rates({lo}, {hi}, {n})");
     }
 
     #[test]

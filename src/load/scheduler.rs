@@ -77,12 +77,7 @@ enum Pacing {
     /// Arrival `i` at `start + i / rate`.
     Constant { rate: f64, due: Timestamp },
     /// `elapsed` seconds from start to the current arrival, due at `due`.
-    Poisson {
-        rate: f64,
-        rng: SplitMix64,
-        elapsed: f64,
-        due: Timestamp,
-    },
+    Poisson { rate: f64, rng: SplitMix64, elapsed: f64, due: Timestamp },
 }
 
 impl Scheduler {
@@ -93,10 +88,7 @@ impl Scheduler {
             if rate.is_finite() && rate > 0.0 {
                 Ok(rate)
             } else {
-                Err(LoadError::InvalidRate {
-                    step: step.name.clone(),
-                    rate,
-                })
+                Err(LoadError::InvalidRate { step: step.name.clone(), rate })
             }
         };
         let (pacing, cap) = match step.kind {
@@ -104,45 +96,19 @@ impl Scheduler {
             StepKind::Concurrent(n) | StepKind::Throughput { max_concurrency: n } => {
                 (Pacing::Closed, Some(at_least_one(n)))
             }
-            StepKind::Constant {
-                rate,
-                max_concurrency,
-            } => {
+            StepKind::Constant { rate, max_concurrency } => {
                 let rate = check_rate(rate)?;
-                (
-                    Pacing::Constant { rate, due: start },
-                    max_concurrency.map(at_least_one),
-                )
+                (Pacing::Constant { rate, due: start }, max_concurrency.map(at_least_one))
             }
-            StepKind::Poisson {
-                rate,
-                seed,
-                max_concurrency,
-            } => {
+            StepKind::Poisson { rate, seed, max_concurrency } => {
                 let rate = check_rate(rate)?;
                 let mut rng = SplitMix64::new(seed);
                 let elapsed = rng.exponential(rate);
                 let due = offset(start, elapsed);
-                (
-                    Pacing::Poisson {
-                        rate,
-                        rng,
-                        elapsed,
-                        due,
-                    },
-                    max_concurrency.map(at_least_one),
-                )
+                (Pacing::Poisson { rate, rng, elapsed, due }, max_concurrency.map(at_least_one))
             }
         };
-        Ok(Scheduler {
-            step,
-            start,
-            submitted: 0,
-            pacing,
-            cap,
-            lateness: Lateness::default(),
-            blocked_by_cap: false,
-        })
+        Ok(Scheduler { step, start, submitted: 0, pacing, cap, lateness: Lateness::default(), blocked_by_cap: false })
     }
 
     /// What to do at `now` with `in_flight` requests outstanding.
@@ -179,12 +145,7 @@ impl Scheduler {
                 // From the index, not the previous due time: no accumulated rounding.
                 *due = offset(self.start, self.submitted as f64 / *rate);
             }
-            Pacing::Poisson {
-                rate,
-                rng,
-                elapsed,
-                due,
-            } => {
+            Pacing::Poisson { rate, rng, elapsed, due } => {
                 *elapsed += rng.exponential(*rate);
                 *due = offset(self.start, *elapsed);
             }
@@ -220,11 +181,7 @@ impl Scheduler {
 /// `start + secs`, rounded to the nanosecond, saturating far in the future.
 fn offset(start: Timestamp, secs: f64) -> Timestamp {
     let nanos = (secs * 1e9).round();
-    let nanos = if nanos >= u64::MAX as f64 {
-        u64::MAX
-    } else {
-        nanos as u64
-    };
+    let nanos = if nanos >= u64::MAX as f64 { u64::MAX } else { nanos as u64 };
     start.saturating_add(Duration::from_nanos(nanos))
 }
 

@@ -47,10 +47,7 @@ pub struct Workload {
 #[derive(Clone, Debug)]
 enum Source {
     Synthetic(Synthetic),
-    File {
-        lines: Vec<PromptLine>,
-        default_max_tokens: u32,
-    },
+    File { lines: Vec<PromptLine>, default_max_tokens: u32 },
 }
 
 #[derive(Clone, Debug)]
@@ -79,11 +76,7 @@ impl Workload {
                 if *vocab_size == 0 {
                     return Err(LoadError::EmptyVocab);
                 }
-                let prefix_len = if *unique_prefix {
-                    digits_for_u64(*vocab_size)
-                } else {
-                    0
-                };
+                let prefix_len = if *unique_prefix { digits_for_u64(*vocab_size) } else { 0 };
                 let synthetic = Synthetic {
                     prompt_tokens: prompt_tokens.clone(),
                     output_tokens: output_tokens.clone(),
@@ -97,16 +90,9 @@ impl Workload {
                     temperature: *temperature,
                 })
             }
-            WorkloadPlan::File {
-                path,
-                default_max_tokens,
-                ignore_eos,
-                temperature,
-            } => {
-                let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
+            WorkloadPlan::File { path, default_max_tokens, ignore_eos, temperature } => {
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| LoadError::Io { path: path.clone(), source })?;
                 Workload::from_jsonl(&text, path, *default_max_tokens, *ignore_eos, *temperature)
             }
         }
@@ -122,10 +108,7 @@ impl Workload {
     ) -> Result<Workload, LoadError> {
         let lines = parse_jsonl(text, origin)?;
         Ok(Workload {
-            source: Source::File {
-                lines,
-                default_max_tokens: default_max_tokens.max(1),
-            },
+            source: Source::File { lines, default_max_tokens: default_max_tokens.max(1) },
             ignore_eos,
             temperature,
         })
@@ -135,16 +118,10 @@ impl Workload {
     pub fn request(&self, id: RequestId) -> EngineRequest {
         let (prompt, max_tokens) = match &self.source {
             Source::Synthetic(s) => s.request(id),
-            Source::File {
-                lines,
-                default_max_tokens,
-            } => {
+            Source::File { lines, default_max_tokens } => {
                 // Cyclic reuse; `lines` is never empty and a u64 modulo fits back in usize.
                 let line = &lines[(id % lines.len() as u64) as usize];
-                (
-                    Prompt::Text(line.prompt.clone()),
-                    line.max_tokens.unwrap_or(*default_max_tokens),
-                )
+                (Prompt::Text(line.prompt.clone()), line.max_tokens.unwrap_or(*default_max_tokens))
             }
         };
         EngineRequest {
@@ -186,14 +163,8 @@ impl Workload {
 impl Synthetic {
     fn request(&self, k: RequestId) -> (Prompt, u32) {
         let request_seed = SplitMix64::derive(self.seed, k).next_u64();
-        let prompt_len = sample(
-            &self.prompt_tokens,
-            &mut SplitMix64::derive(request_seed, STREAM_PROMPT_LEN),
-        );
-        let max_tokens = sample(
-            &self.output_tokens,
-            &mut SplitMix64::derive(request_seed, STREAM_OUTPUT_LEN),
-        );
+        let prompt_len = sample(&self.prompt_tokens, &mut SplitMix64::derive(request_seed, STREAM_PROMPT_LEN));
+        let max_tokens = sample(&self.output_tokens, &mut SplitMix64::derive(request_seed, STREAM_OUTPUT_LEN));
         let mut tokens_rng = SplitMix64::derive(request_seed, STREAM_TOKENS);
         let vocab = u64::from(self.vocab_size);
         let prompt_len = prompt_len as usize;
@@ -229,21 +200,10 @@ fn digits_for_u64(vocab: u32) -> usize {
 fn sample(dist: &TokenDist, rng: &mut SplitMix64) -> u32 {
     let v = match *dist {
         TokenDist::Fixed { value } => value,
-        TokenDist::Uniform { min, max } => {
-            rng.range_u64(u64::from(min), u64::from(max.max(min))) as u32
-        }
-        TokenDist::Normal {
-            mean,
-            stdev,
-            min,
-            max,
-        } => {
+        TokenDist::Uniform { min, max } => rng.range_u64(u64::from(min), u64::from(max.max(min))) as u32,
+        TokenDist::Normal { mean, stdev, min, max } => {
             let x = rng.normal(mean, stdev).round();
-            if x.is_nan() {
-                min
-            } else {
-                x.clamp(f64::from(min), f64::from(max.max(min))) as u32
-            }
+            if x.is_nan() { min } else { x.clamp(f64::from(min), f64::from(max.max(min))) as u32 }
         }
     };
     v.max(1)
@@ -290,10 +250,7 @@ mod tests {
     fn check_dist(dist: TokenDist, lo: u32, hi: u32, every: bool) {
         let mut rng = SplitMix64::new(9);
         let seen: HashSet<u32> = (0..5000).map(|_| sample(&dist, &mut rng)).collect();
-        assert!(
-            seen.iter().all(|v| (lo..=hi).contains(v)),
-            "{dist:?}: {seen:?}"
-        );
+        assert!(seen.iter().all(|v| (lo..=hi).contains(v)), "{dist:?}: {seen:?}");
         if every {
             assert_eq!(seen.len() as u32, hi - lo + 1, "{dist:?}: {seen:?}");
         }
@@ -306,77 +263,19 @@ mod tests {
         check_dist(U(3, 9), 3, 9, true);
         check_dist(U(0, 2), 1, 2, true);
         check_dist(U(5, 2), 5, 5, true);
-        check_dist(
-            TokenDist::Normal {
-                mean: 100.0,
-                stdev: 50.0,
-                min: 90,
-                max: 110,
-            },
-            90,
-            110,
-            true,
-        );
-        check_dist(
-            TokenDist::Normal {
-                mean: 100.0,
-                stdev: 0.0,
-                min: 1,
-                max: 1000,
-            },
-            100,
-            100,
-            true,
-        );
-        check_dist(
-            TokenDist::Normal {
-                mean: 1e12,
-                stdev: 1.0,
-                min: 1,
-                max: 64,
-            },
-            64,
-            64,
-            true,
-        );
-        check_dist(
-            TokenDist::Normal {
-                mean: f64::NAN,
-                stdev: 1.0,
-                min: 4,
-                max: 64,
-            },
-            4,
-            4,
-            true,
-        );
-        check_dist(
-            TokenDist::Normal {
-                mean: 10.0,
-                stdev: f64::INFINITY,
-                min: 4,
-                max: 64,
-            },
-            4,
-            64,
-            false,
-        );
+        check_dist(TokenDist::Normal { mean: 100.0, stdev: 50.0, min: 90, max: 110 }, 90, 110, true);
+        check_dist(TokenDist::Normal { mean: 100.0, stdev: 0.0, min: 1, max: 1000 }, 100, 100, true);
+        check_dist(TokenDist::Normal { mean: 1e12, stdev: 1.0, min: 1, max: 64 }, 64, 64, true);
+        check_dist(TokenDist::Normal { mean: f64::NAN, stdev: 1.0, min: 4, max: 64 }, 4, 4, true);
+        check_dist(TokenDist::Normal { mean: 10.0, stdev: f64::INFINITY, min: 4, max: 64 }, 4, 64, false);
     }
 
     #[test]
     fn normal_draws_are_rounded_around_the_mean() {
         let mut rng = SplitMix64::new(3);
-        let dist = TokenDist::Normal {
-            mean: 200.0,
-            stdev: 20.0,
-            min: 1,
-            max: 1000,
-        };
+        let dist = TokenDist::Normal { mean: 200.0, stdev: 20.0, min: 1, max: 1000 };
         let n = 20_000;
-        let mean = (0..n)
-            .map(|_| f64::from(sample(&dist, &mut rng)))
-            .sum::<f64>()
-            / f64::from(n);
+        let mean = (0..n).map(|_| f64::from(sample(&dist, &mut rng))).sum::<f64>() / f64::from(n);
         assert!((mean - 200.0).abs() < 1.0, "{mean}");
     }
 
@@ -407,18 +306,7 @@ mod tests {
     #[test]
     fn output_lengths_do_not_shift_prompts() {
         let a = synthetic(U(1, 300), U(1, 50), 42, false, 32000);
-        let b = synthetic(
-            U(1, 300),
-            TokenDist::Normal {
-                mean: 9.0,
-                stdev: 3.0,
-                min: 1,
-                max: 20,
-            },
-            42,
-            false,
-            32000,
-        );
+        let b = synthetic(U(1, 300), TokenDist::Normal { mean: 9.0, stdev: 3.0, min: 1, max: 20 }, 42, false, 32000);
         for k in 0..100 {
             assert_eq!(a.request(k).prompt, b.request(k).prompt, "{k}");
         }
@@ -432,11 +320,7 @@ mod tests {
         for r in w.requests(0).take(10_000) {
             let t = tokens(&r);
             assert!(t.iter().all(|&id| id < 32000));
-            assert!(
-                firsts.insert(t[..16].to_vec()),
-                "request {} repeats a first block",
-                r.id
-            );
+            assert!(firsts.insert(t[..16].to_vec()), "request {} repeats a first block", r.id);
         }
         // Without unique prefixes the same seed gives no such guarantee, and the prompts differ.
         let plain = synthetic(U(16, 64), U(1, 8), 1, false, 32000);
@@ -448,16 +332,8 @@ mod tests {
         let w = synthetic(TokenDist::Fixed { value: len }, U(1, 1), 5, true, vocab);
         let r = w.request(k);
         let t = tokens(&r);
-        assert_eq!(
-            t.len(),
-            len.max(1) as usize,
-            "prompt length must not change"
-        );
-        assert_eq!(
-            &t[..expected.len()],
-            expected,
-            "vocab {vocab}, len {len}, k {k}"
-        );
+        assert_eq!(t.len(), len.max(1) as usize, "prompt length must not change");
+        assert_eq!(&t[..expected.len()], expected, "vocab {vocab}, len {len}, k {k}");
         assert!(t.iter().all(|&id| id < vocab));
     }
 
@@ -477,14 +353,7 @@ mod tests {
 
     #[test]
     fn prefix_length_covers_every_u64() {
-        for (vocab, digits) in [
-            (1, 0),
-            (2, 64),
-            (10, 20),
-            (256, 8),
-            (32000, 5),
-            (u32::MAX, 3),
-        ] {
+        for (vocab, digits) in [(1, 0), (2, 64), (10, 20), (256, 8), (32000, 5), (u32::MAX, 3)] {
             assert_eq!(digits_for_u64(vocab), digits, "{vocab}");
         }
     }
@@ -500,58 +369,33 @@ mod tests {
             ignore_eos: true,
             temperature: 0.0,
         };
-        assert!(matches!(
-            Workload::from_plan(&plan),
-            Err(LoadError::EmptyVocab)
-        ));
+        assert!(matches!(Workload::from_plan(&plan), Err(LoadError::EmptyVocab)));
     }
 
     fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
-        let path =
-            std::env::temp_dir().join(format!("batchlab-load-{}-{name}.jsonl", std::process::id()));
+        let path = std::env::temp_dir().join(format!("batchlab-load-{}-{name}.jsonl", std::process::id()));
         std::fs::write(&path, text).unwrap();
         path
     }
 
     fn file_plan(path: std::path::PathBuf) -> WorkloadPlan {
-        WorkloadPlan::File {
-            path,
-            default_max_tokens: 16,
-            ignore_eos: false,
-            temperature: 0.5,
-        }
+        WorkloadPlan::File { path, default_max_tokens: 16, ignore_eos: false, temperature: 0.5 }
     }
 
     #[test]
     fn file_prompts_are_reused_cyclically() {
-        let path = temp_file(
-            "cyclic",
-            "{\"prompt\": \"a\", \"max_tokens\": 3}\n{\"prompt\": \"b\"}\n",
-        );
+        let path = temp_file("cyclic", "{\"prompt\": \"a\", \"max_tokens\": 3}\n{\"prompt\": \"b\"}\n");
         let w = Workload::from_plan(&file_plan(path.clone())).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert_eq!(w.distinct_prompts(), Some(2));
-        let got: Vec<_> = w
-            .requests(0)
-            .take(5)
-            .map(|r| (r.id, r.prompt, r.max_tokens))
-            .collect();
+        let got: Vec<_> = w.requests(0).take(5).map(|r| (r.id, r.prompt, r.max_tokens)).collect();
         let text = |s: &str| Prompt::Text(s.into());
         assert_eq!(
             got,
-            [
-                (0, text("a"), 3),
-                (1, text("b"), 16),
-                (2, text("a"), 3),
-                (3, text("b"), 16),
-                (4, text("a"), 3)
-            ]
+            [(0, text("a"), 3), (1, text("b"), 16), (2, text("a"), 3), (3, text("b"), 16), (4, text("a"), 3)]
         );
         let r = w.request(9);
-        assert_eq!(
-            (r.prompt.token_len(), r.ignore_eos, r.temperature),
-            (None, false, 0.5)
-        );
+        assert_eq!((r.prompt.token_len(), r.ignore_eos, r.temperature), (None, false, 0.5));
     }
 
     #[test]
@@ -560,22 +404,12 @@ mod tests {
         let err = Workload::from_plan(&file_plan(path.clone())).unwrap_err();
         std::fs::remove_file(&path).unwrap();
         let message = err.to_string();
-        assert!(
-            message.contains(&format!(
-                "{}:2: expected `prompt` to be a string",
-                path.display()
-            )),
-            "{message}"
-        );
+        assert!(message.contains(&format!("{}:2: expected `prompt` to be a string", path.display())), "{message}");
 
         let missing = std::env::temp_dir().join("batchlab-load-does-not-exist.jsonl");
         let err = Workload::from_plan(&file_plan(missing.clone())).unwrap_err();
         assert!(matches!(err, LoadError::Io { .. }), "{err:?}");
-        assert!(
-            err.to_string()
-                .contains("batchlab-load-does-not-exist.jsonl"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("batchlab-load-does-not-exist.jsonl"), "{err}");
 
         let path = temp_file("empty", "");
         let err = Workload::from_plan(&file_plan(path.clone())).unwrap_err();

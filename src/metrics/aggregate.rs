@@ -159,10 +159,7 @@ impl BenchmarkAggregator {
     }
 
     fn note_submitted(&mut self, submitted: Timestamp) {
-        self.earliest_submitted = Some(
-            self.earliest_submitted
-                .map_or(submitted, |e| e.min(submitted)),
-        );
+        self.earliest_submitted = Some(self.earliest_submitted.map_or(submitted, |e| e.min(submitted)));
     }
 
     /// Where a request submitted at `submitted` enters the window. Without an explicit start the
@@ -188,22 +185,17 @@ impl BenchmarkAggregator {
         let duration_s = window_ns as f64 / 1e9;
         let per_s = |n: u64| (window_ns > 0).then(|| n as f64 / duration_s);
 
-        let incomplete_ns = (u128::from(end.as_nanos()) * u128::from(self.incomplete))
-            .saturating_sub(self.incomplete_starts_ns);
+        let incomplete_ns =
+            (u128::from(end.as_nanos()) * u128::from(self.incomplete)).saturating_sub(self.incomplete_starts_ns);
         let in_flight_ns = self.in_flight_ns + incomplete_ns;
         let concurrency_mean = (window_ns > 0).then(|| in_flight_ns as f64 / window_ns as f64);
 
         let accounted = self.completed + self.errors + self.cancelled + self.incomplete;
-        let lost = i64::try_from(self.submitted).unwrap_or(i64::MAX)
-            - i64::try_from(accounted).unwrap_or(i64::MAX);
+        let lost = i64::try_from(self.submitted).unwrap_or(i64::MAX) - i64::try_from(accounted).unwrap_or(i64::MAX);
 
         let batches: u64 = self.batch_sizes.values().sum();
         let share = |n: u64| (batches > 0).then(|| n as f64 / batches as f64);
-        let size_sum: u128 = self
-            .batch_sizes
-            .iter()
-            .map(|(&size, &n)| size as u128 * u128::from(n))
-            .sum();
+        let size_sum: u128 = self.batch_sizes.iter().map(|(&size, &n)| size as u128 * u128::from(n)).sum();
 
         BenchmarkResult {
             name: self.name,
@@ -260,11 +252,7 @@ pub(crate) mod tests {
     }
 
     fn times(submitted: u64, dispatched: u64, completed: u64) -> RequestTimes {
-        RequestTimes {
-            submitted: at_ms(submitted),
-            dispatched: at_ms(dispatched),
-            completed: at_ms(completed),
-        }
+        RequestTimes { submitted: at_ms(submitted), dispatched: at_ms(dispatched), completed: at_ms(completed) }
     }
 
     /// Metrics consistent with `times`, `n` output tokens, first token `ttft` ms after submit.
@@ -292,12 +280,7 @@ pub(crate) mod tests {
         for _ in 0..7 {
             agg.record_submitted();
         }
-        let completions = [
-            (0, 10, 110, 30, 8),
-            (0, 10, 130, 35, 10),
-            (100, 120, 400, 60, 20),
-            (100, 120, 450, 70, 24),
-        ];
+        let completions = [(0, 10, 110, 30, 8), (0, 10, 130, 35, 10), (100, 120, 400, 60, 20), (100, 120, 450, 70, 24)];
         for (s, d, c, ttft, n) in completions {
             let t = times(s, d, c);
             agg.record_completion(&metrics(&t, ttft, n), &t);
@@ -320,19 +303,10 @@ pub(crate) mod tests {
         let r = sample_result();
         assert_eq!(r.counts.lost, 0);
         assert_eq!(
-            (
-                r.counts.submitted,
-                r.counts.completed,
-                r.counts.errors,
-                r.counts.cancelled,
-                r.counts.incomplete
-            ),
+            (r.counts.submitted, r.counts.completed, r.counts.errors, r.counts.cancelled, r.counts.incomplete),
             (7, 4, 1, 1, 1)
         );
-        assert_eq!(
-            r.counts.errors_by_kind,
-            BTreeMap::from([("engine_error".to_string(), 1)])
-        );
+        assert_eq!(r.counts.errors_by_kind, BTreeMap::from([("engine_error".to_string(), 1)]));
         assert_eq!(r.duration_s, 1.0);
         assert_eq!(r.requests_per_s, Some(4.0));
         assert_eq!(r.output_tokens_per_s, Some(62.0));
@@ -341,10 +315,7 @@ pub(crate) mod tests {
         // In flight: 110 + 130 + 300 + 350 + 20 + 10 + 100 ms over 1000 ms.
         assert_eq!(r.concurrency_mean, Some(1.02));
         assert_eq!(r.batching.batches, 3);
-        assert_eq!(
-            r.batching.batch_size_histogram,
-            BTreeMap::from([(1, 1), (2, 2)])
-        );
+        assert_eq!(r.batching.batch_size_histogram, BTreeMap::from([(1, 1), (2, 2)]));
         assert_eq!(r.batching.batch_size_mean, Some(5.0 / 3.0));
         assert_eq!(r.distributions.latency.count, 4);
         assert_eq!(r.distributions.generate.count, 3);
@@ -367,11 +338,7 @@ pub(crate) mod tests {
         check_concurrency(&[], (0, 100), Some(0.0));
         check_concurrency(&[(0, 100)], (0, 100), Some(1.0));
         check_concurrency(&[(0, 50), (50, 100)], (0, 100), Some(1.0));
-        check_concurrency(
-            &[(0, 100), (0, 100), (0, 100), (0, 100)],
-            (0, 100),
-            Some(4.0),
-        );
+        check_concurrency(&[(0, 100), (0, 100), (0, 100), (0, 100)], (0, 100), Some(4.0));
         check_concurrency(&[(0, 25)], (0, 100), Some(0.25));
         // Submitted before the window opened: only the part inside counts.
         check_concurrency(&[(0, 150)], (100, 200), Some(0.5));
@@ -410,14 +377,7 @@ pub(crate) mod tests {
     fn empty_benchmark_has_no_rates_or_percentiles() {
         let r = BenchmarkAggregator::new("empty").finish(at_ms(5));
         assert_eq!(r.duration_s, 0.0);
-        assert_eq!(
-            (
-                r.requests_per_s,
-                r.concurrency_mean,
-                r.batching.batch_size_mean
-            ),
-            (None, None, None)
-        );
+        assert_eq!((r.requests_per_s, r.concurrency_mean, r.batching.batch_size_mean), (None, None, None));
         assert_eq!(r.metric("ttft_p99_ms"), None);
         assert_eq!(r.metric("completed"), Some(0.0));
     }
@@ -436,11 +396,7 @@ pub(crate) mod tests {
         let r = agg.finish(at_ms(10));
         assert_eq!(r.anomalies.requests, 1);
         assert_eq!(
-            (
-                r.anomalies.non_finite,
-                r.anomalies.first_token_before_arrival,
-                r.anomalies.last_before_first
-            ),
+            (r.anomalies.non_finite, r.anomalies.first_token_before_arrival, r.anomalies.last_before_first),
             (1, 1, 0)
         );
         assert_eq!(r.distributions.ttft.count, 0);

@@ -64,9 +64,7 @@ impl Summary {
     }
 
     /// The names [`Summary::stat`] accepts, in report order.
-    pub const STATS: [&'static str; 9] = [
-        "mean", "p50", "p90", "p95", "p99", "p999", "min", "max", "std",
-    ];
+    pub const STATS: [&'static str; 9] = ["mean", "p50", "p90", "p95", "p99", "p999", "min", "max", "std"];
 }
 
 /// A streaming distribution of durations, in nanoseconds.
@@ -91,17 +89,8 @@ impl Default for Distribution {
 impl Distribution {
     pub fn new() -> Self {
         // Auto-resizing from a tiny start: memory follows the largest value seen, not the count.
-        let histogram =
-            Histogram::new(SIGNIFICANT_DIGITS).expect("3 significant digits is a valid setting");
-        Distribution {
-            histogram,
-            count: 0,
-            min: u64::MAX,
-            max: 0,
-            sum: 0,
-            mean: 0.0,
-            m2: 0.0,
-        }
+        let histogram = Histogram::new(SIGNIFICANT_DIGITS).expect("3 significant digits is a valid setting");
+        Distribution { histogram, count: 0, min: u64::MAX, max: 0, sum: 0, mean: 0.0, m2: 0.0 }
     }
 
     pub fn record(&mut self, d: Duration) {
@@ -127,9 +116,7 @@ impl Distribution {
         if other.count == 0 {
             return;
         }
-        self.histogram
-            .add(&other.histogram)
-            .expect("an auto-resizing histogram accepts any other");
+        self.histogram.add(&other.histogram).expect("an auto-resizing histogram accepts any other");
         let (n_a, n_b) = (self.count as f64, other.count as f64);
         let n = n_a + n_b;
         let delta = other.mean - self.mean;
@@ -170,11 +157,7 @@ impl Distribution {
             return None;
         }
         let q = if q.is_nan() { 0.5 } else { q.clamp(0.0, 1.0) };
-        Some(
-            self.histogram
-                .value_at_quantile(q)
-                .clamp(self.min, self.max),
-        )
+        Some(self.histogram.value_at_quantile(q).clamp(self.min, self.max))
     }
 
     pub fn summary(&self) -> Summary {
@@ -220,13 +203,8 @@ mod tests {
     }
 
     fn check_summary_invariants(s: &Summary) {
-        let all = [
-            s.mean, s.std, s.min, s.p50, s.p90, s.p95, s.p99, s.p999, s.max,
-        ];
-        assert!(
-            all.iter().all(|v| v.is_some_and(|v| v.is_finite())),
-            "{s:?}"
-        );
+        let all = [s.mean, s.std, s.min, s.p50, s.p90, s.p95, s.p99, s.p999, s.max];
+        assert!(all.iter().all(|v| v.is_some_and(|v| v.is_finite())), "{s:?}");
         let chain = [s.min, s.p50, s.p90, s.p95, s.p99, s.p999, s.max].map(Option::unwrap);
         assert!(chain.windows(2).all(|w| w[0] <= w[1]), "{s:?}");
         let mean = s.mean.unwrap();
@@ -235,13 +213,8 @@ mod tests {
 
     /// Values spread over many magnitudes, with many repeats.
     fn values() -> impl Strategy<Value = Vec<u64>> {
-        let one = prop_oneof![
-            0..3000u64,
-            0..10_000_000u64,
-            0..100_000_000_000u64,
-            Just(u64::MAX),
-            Just(MAX_TRACKED_NS + 1)
-        ];
+        let one =
+            prop_oneof![0..3000u64, 0..10_000_000u64, 0..100_000_000_000u64, Just(u64::MAX), Just(MAX_TRACKED_NS + 1)];
         prop::collection::vec(one, 1..400)
     }
 
@@ -286,13 +259,7 @@ mod tests {
     #[test]
     fn empty_summary_has_no_values() {
         let s = Distribution::new().summary();
-        assert_eq!(
-            s,
-            Summary {
-                count: 0,
-                ..Summary::default()
-            }
-        );
+        assert_eq!(s, Summary { count: 0, ..Summary::default() });
         let mut d = Distribution::new();
         d.merge(&Distribution::new());
         assert!(d.is_empty());
@@ -303,10 +270,7 @@ mod tests {
         // 1..=100 ms: nearest rank p50 is 50 ms, p99 is 99 ms; both within 0.1 %, never below.
         let d = from(&(1..=100).map(|ms| ms * 1_000_000).collect::<Vec<_>>());
         let s = d.summary();
-        assert_eq!(
-            (s.count, s.min, s.max, s.mean),
-            (100, Some(1.0), Some(100.0), Some(50.5))
-        );
+        assert_eq!((s.count, s.min, s.max, s.mean), (100, Some(1.0), Some(100.0), Some(50.5)));
         let p50 = s.p50.unwrap();
         assert!((50.0..50.05).contains(&p50), "{p50}");
         let p99 = s.p99.unwrap();

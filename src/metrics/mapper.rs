@@ -76,7 +76,12 @@ struct EngineTimes {
     last_token: Option<Timestamp>,
 }
 
-fn to_timestamps(stats: &EngineStats, domain: ClockDomain, anchor: Option<WallAnchor>, anomalies: &mut Anomalies) -> EngineTimes {
+fn to_timestamps(
+    stats: &EngineStats,
+    domain: ClockDomain,
+    anchor: Option<WallAnchor>,
+    anomalies: &mut Anomalies,
+) -> EngineTimes {
     let offset = match domain {
         ClockDomain::Monotonic => Some(0.0),
         ClockDomain::Foreign => match (anchor, stats.arrival_wall, stats.queued_ts) {
@@ -110,7 +115,12 @@ fn to_timestamps(stats: &EngineStats, domain: ClockDomain, anchor: Option<WallAn
 }
 
 /// Maps one completed request. Pure: the same inputs always give the same metrics.
-pub fn map_request(times: &RequestTimes, output: &EngineOutput, domain: ClockDomain, anchor: Option<WallAnchor>) -> RequestMetrics {
+pub fn map_request(
+    times: &RequestTimes,
+    output: &EngineOutput,
+    domain: ClockDomain,
+    anchor: Option<WallAnchor>,
+) -> RequestMetrics {
     let mut anomalies = Anomalies::default();
     let e = to_timestamps(&output.stats, domain, anchor, &mut anomalies);
     let n = output.generated_tokens();

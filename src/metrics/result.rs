@@ -66,15 +66,7 @@ pub struct Distributions {
 
 impl Distributions {
     /// Names in report order.
-    pub const NAMES: [&'static str; 7] = [
-        "latency",
-        "ttft",
-        "itl",
-        "tpot",
-        "batch_wait",
-        "engine_queue",
-        "generate",
-    ];
+    pub const NAMES: [&'static str; 7] = ["latency", "ttft", "itl", "tpot", "batch_wait", "engine_queue", "generate"];
 
     pub fn get(&self, name: &str) -> Option<&Summary> {
         Some(match name {
@@ -204,13 +196,7 @@ mod tests {
         assert_eq!(names.len(), 17 + 7 * 9);
         let unique: std::collections::BTreeSet<_> = names.iter().collect();
         assert_eq!(unique.len(), names.len());
-        for name in [
-            "ttft_p99_ms",
-            "generate_std_ms",
-            "engine_queue_p999_ms",
-            "lost",
-            "drain_flush_share",
-        ] {
+        for name in ["ttft_p99_ms", "generate_std_ms", "engine_queue_p999_ms", "lost", "drain_flush_share"] {
             assert!(is_metric_name(name), "{name}");
         }
     }
@@ -218,15 +204,7 @@ mod tests {
     #[test]
     fn unknown_names_resolve_to_nothing() {
         let r = crate::metrics::aggregate::tests::sample_result();
-        for name in [
-            "",
-            "latency",
-            "latency_ms",
-            "latency_p42_ms",
-            "bogus_p50_ms",
-            "p50_ms",
-            "ttft_p99",
-        ] {
+        for name in ["", "latency", "latency_ms", "latency_p42_ms", "bogus_p50_ms", "p50_ms", "ttft_p99"] {
             assert_eq!(r.metric(name), None, "{name}");
             assert!(!is_metric_name(name), "{name}");
         }

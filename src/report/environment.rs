@@ -37,9 +37,7 @@ impl Environment {
                 Some(k) if !k.is_empty() => format!("{} {k}", std::env::consts::OS),
                 _ => std::env::consts::OS.to_string(),
             },
-            hostname: read("/proc/sys/kernel/hostname")
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty()),
+            hostname: read("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).filter(|s| !s.is_empty()),
             seeds,
         }
     }
@@ -54,9 +52,7 @@ pub fn parse_cpu_model(cpuinfo: &str) -> Option<String> {
             (key.trim() == wanted && !value.is_empty()).then(|| value.to_string())
         })
     };
-    ["model name", "Hardware", "cpu model", "cpu", "Processor"]
-        .into_iter()
-        .find_map(field)
+    ["model name", "Hardware", "cpu model", "cpu", "Processor"].into_iter().find_map(field)
 }
 
 #[cfg(test)]
@@ -70,14 +66,8 @@ mod tests {
                 "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\n",
                 Some("Intel(R) Xeon(R) CPU @ 2.20GHz"),
             ),
-            (
-                "processor\t: 0\nBogoMIPS\t: 50.00\n\nHardware\t: BCM2835\n",
-                Some("BCM2835"),
-            ),
-            (
-                "processor\t: 0\ncpu\t\t: POWER9 (raw), altivec supported\n",
-                Some("POWER9 (raw), altivec supported"),
-            ),
+            ("processor\t: 0\nBogoMIPS\t: 50.00\n\nHardware\t: BCM2835\n", Some("BCM2835")),
+            ("processor\t: 0\ncpu\t\t: POWER9 (raw), altivec supported\n", Some("POWER9 (raw), altivec supported")),
             ("model name\t:\nprocessor\t: 0\n", None),
             ("", None),
         ];
@@ -88,10 +78,7 @@ mod tests {
 
     #[test]
     fn detect_never_fails() {
-        let info = EngineInfo {
-            name: "sim".into(),
-            version: "1".into(),
-        };
+        let info = EngineInfo { name: "sim".into(), version: "1".into() };
         let env = Environment::detect(&info, BTreeMap::from([("run".to_string(), 7)]));
         assert_eq!(env.engine_name, "sim");
         assert!(env.os.starts_with(std::env::consts::OS));

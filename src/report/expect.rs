@@ -56,10 +56,7 @@ fn missing_reason(metric: &str) -> String {
     if !is_metric_name(metric) {
         return format!("unknown metric {metric:?}");
     }
-    let dist = metric
-        .strip_suffix("_ms")
-        .and_then(|m| m.rsplit_once('_'))
-        .map(|(d, _)| d);
+    let dist = metric.strip_suffix("_ms").and_then(|m| m.rsplit_once('_')).map(|(d, _)| d);
     match dist {
         Some(dist) => format!("no {dist} samples"),
         None => "not measurable (empty window or no batches)".to_string(),
@@ -67,10 +64,7 @@ fn missing_reason(metric: &str) -> String {
 }
 
 /// Checks each expectation against each benchmark, in expectation-major order.
-pub fn evaluate(
-    expectations: &[Expectation],
-    benchmarks: &[BenchmarkResult],
-) -> Vec<ExpectationOutcome> {
+pub fn evaluate(expectations: &[Expectation], benchmarks: &[BenchmarkResult]) -> Vec<ExpectationOutcome> {
     let mut outcomes = Vec::with_capacity(expectations.len() * benchmarks.len());
     for e in expectations {
         for b in benchmarks {
@@ -100,11 +94,7 @@ pub(crate) fn human_number(v: f64) -> String {
     }
     let s = format!("{v:.3}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" {
-        "0".to_string()
-    } else {
-        s.to_string()
-    }
+    if s == "-0" { "0".to_string() } else { s.to_string() }
 }
 
 /// One line per failed outcome:
@@ -113,20 +103,9 @@ pub(crate) fn human_number(v: f64) -> String {
 pub fn render_failures(outcomes: &[ExpectationOutcome]) -> String {
     let mut out = String::new();
     for o in outcomes.iter().filter(|o| !o.passed) {
-        let head = format!(
-            "FAIL {} {} {} ({})",
-            o.metric,
-            comparison_symbol(o.op),
-            human_number(o.expected),
-            o.origin
-        );
+        let head = format!("FAIL {} {} {} ({})", o.metric, comparison_symbol(o.op), human_number(o.expected), o.origin);
         let _ = match o.measured {
-            Some(m) => writeln!(
-                out,
-                "{head}: measured {} in benchmark {}",
-                human_number(m),
-                o.benchmark
-            ),
+            Some(m) => writeln!(out, "{head}: measured {} in benchmark {}", human_number(m), o.benchmark),
             None => writeln!(
                 out,
                 "{head}: no measurement in benchmark {} ({})",
@@ -146,12 +125,7 @@ mod tests {
     use crate::time::Timestamp;
 
     fn expectation(metric: &str, op: Comparison, value: f64) -> Expectation {
-        Expectation {
-            metric: metric.to_string(),
-            op,
-            value,
-            origin: "scenarios/x.toml:12:1".to_string(),
-        }
+        Expectation { metric: metric.to_string(), op, value, origin: "scenarios/x.toml:12:1".to_string() }
     }
 
     /// One row per case: expectation, measured value and verdict on the sample benchmark.
@@ -172,17 +146,10 @@ mod tests {
             ("no_such_metric", Ge, 0.0, None, false),
         ];
         for &(metric, op, value, measured, passed) in cases {
-            let outcome = evaluate(
-                &[expectation(metric, op, value)],
-                std::slice::from_ref(&sample),
-            );
+            let outcome = evaluate(&[expectation(metric, op, value)], std::slice::from_ref(&sample));
             assert_eq!(outcome.len(), 1);
             let o = &outcome[0];
-            assert_eq!(
-                (o.measured, o.passed),
-                (measured, passed),
-                "{metric} {op:?} {value}"
-            );
+            assert_eq!((o.measured, o.passed), (measured, passed), "{metric} {op:?} {value}");
             assert_eq!(o.benchmark, "throughput");
             assert_eq!(o.reason.is_some(), measured.is_none(), "{metric}");
         }
@@ -192,15 +159,9 @@ mod tests {
     fn every_expectation_meets_every_benchmark() {
         let empty = BenchmarkAggregator::new("concurrent@4").finish(Timestamp::from_nanos(5));
         let benchmarks = [sample_result(), empty];
-        let expectations = [
-            expectation("ttft_p99_ms", Comparison::Le, 50.0),
-            expectation("lost", Comparison::Eq, 0.0),
-        ];
+        let expectations = [expectation("ttft_p99_ms", Comparison::Le, 50.0), expectation("lost", Comparison::Eq, 0.0)];
         let outcomes = evaluate(&expectations, &benchmarks);
-        let summary: Vec<_> = outcomes
-            .iter()
-            .map(|o| (o.metric.as_str(), o.benchmark.as_str(), o.passed))
-            .collect();
+        let summary: Vec<_> = outcomes.iter().map(|o| (o.metric.as_str(), o.benchmark.as_str(), o.passed)).collect();
         assert_eq!(
             summary,
             [
@@ -218,10 +179,7 @@ mod tests {
 
     #[test]
     fn unknown_metric_is_named_in_the_failure() {
-        let outcomes = evaluate(
-            &[expectation("ttft_p42_ms", Comparison::Le, 1.5)],
-            &[sample_result()],
-        );
+        let outcomes = evaluate(&[expectation("ttft_p42_ms", Comparison::Le, 1.5)], &[sample_result()]);
         assert_eq!(
             render_failures(&outcomes),
             "FAIL ttft_p42_ms <= 1.5 (scenarios/x.toml:12:1): no measurement in benchmark throughput (unknown metric \"ttft_p42_ms\")\n"

@@ -93,10 +93,8 @@ pub(crate) mod tests {
     /// (the plan's own serialization is tested with the plan).
     pub(crate) fn sample_report() -> Report {
         let end = Timestamp::from_nanos(1_001_000_000_000);
-        let benchmarks = vec![
-            sample_aggregator("throughput").finish(end),
-            sample_aggregator("constant@10.0/s").finish(end),
-        ];
+        let benchmarks =
+            vec![sample_aggregator("throughput").finish(end), sample_aggregator("constant@10.0/s").finish(end)];
         let expectations = [
             Expectation {
                 metric: "lost".into(),
@@ -126,9 +124,7 @@ pub(crate) mod tests {
     fn new_serializes_the_plan_and_checks_its_expectations() {
         use crate::batcher::BatchConfig;
         use crate::engine::sim::{CostModel, Faults, TimeMode};
-        use crate::scenario::plan::{
-            EnginePlan, OutputPlan, ProfilePlan, SimPlan, StopPlan, TokenDist, WorkloadPlan,
-        };
+        use crate::scenario::plan::{EnginePlan, OutputPlan, ProfilePlan, SimPlan, StopPlan, TokenDist, WorkloadPlan};
         let plan = Plan {
             name: "plan".into(),
             description: None,

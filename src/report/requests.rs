@@ -93,11 +93,7 @@ impl From<&RequestMetrics> for MetricsMs {
             tpot_ms: m.tpot.map(ms),
             prompt_tokens: m.prompt_tokens,
             output_tokens: m.output_tokens,
-            anomalies: flags
-                .into_iter()
-                .filter(|(on, _)| *on)
-                .map(|(_, name)| name)
-                .collect(),
+            anomalies: flags.into_iter().filter(|(on, _)| *on).map(|(_, name)| name).collect(),
         }
     }
 }
@@ -155,15 +151,9 @@ pub struct RequestsJsonl<W: Write = BufWriter<File>> {
 impl RequestsJsonl {
     /// Creates (or truncates) `dir/requests.jsonl`, creating `dir` if needed.
     pub fn create(dir: &Path) -> Result<Self, ReportError> {
-        std::fs::create_dir_all(dir).map_err(|source| ReportError::CreateDir {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+        std::fs::create_dir_all(dir).map_err(|source| ReportError::CreateDir { path: dir.to_path_buf(), source })?;
         let path = dir.join(REQUESTS_FILE);
-        let file = File::create(&path).map_err(|source| ReportError::Write {
-            path: path.clone(),
-            source,
-        })?;
+        let file = File::create(&path).map_err(|source| ReportError::Write { path: path.clone(), source })?;
         Ok(Self::from_writer(BufWriter::new(file), path))
     }
 }
@@ -171,11 +161,7 @@ impl RequestsJsonl {
 impl<W: Write> RequestsJsonl<W> {
     /// Streams into any writer; `path` is only used in error messages.
     pub fn from_writer(out: W, path: PathBuf) -> Self {
-        RequestsJsonl {
-            out,
-            path,
-            lines: 0,
-        }
+        RequestsJsonl { out, path, lines: 0 }
     }
 
     pub fn write(&mut self, record: &RequestRecord<'_>) -> Result<(), ReportError> {
@@ -184,12 +170,7 @@ impl<W: Write> RequestsJsonl<W> {
             path: self.path.clone(),
             source,
         })?;
-        self.out
-            .write_all(b"\n")
-            .map_err(|source| ReportError::Write {
-                path: self.path.clone(),
-                source,
-            })?;
+        self.out.write_all(b"\n").map_err(|source| ReportError::Write { path: self.path.clone(), source })?;
         self.lines += 1;
         Ok(())
     }
@@ -201,10 +182,7 @@ impl<W: Write> RequestsJsonl<W> {
 
     /// Flushes and returns the writer.
     pub fn finish(mut self) -> Result<W, ReportError> {
-        self.out.flush().map_err(|source| ReportError::Write {
-            path: self.path.clone(),
-            source,
-        })?;
+        self.out.flush().map_err(|source| ReportError::Write { path: self.path.clone(), source })?;
         Ok(self.out)
     }
 }
@@ -221,11 +199,7 @@ mod tests {
 
     #[test]
     fn one_line_per_request() {
-        let times = RequestTimes {
-            submitted: t(0),
-            dispatched: t(2),
-            completed: t(12),
-        };
+        let times = RequestTimes { submitted: t(0), dispatched: t(2), completed: t(12) };
         let mut metrics = RequestMetrics {
             batch_wait: Duration::from_millis(2),
             latency: Duration::from_millis(12),
@@ -239,26 +213,9 @@ mod tests {
         };
         metrics.anomalies.scheduled_before_queued = true;
         let mut out = RequestsJsonl::from_writer(Vec::new(), PathBuf::from("requests.jsonl"));
-        out.write(&RequestRecord::completed(
-            1,
-            "throughput",
-            Phase::Measure,
-            &times,
-            &metrics,
-        ))
-        .unwrap();
-        let error = RequestOutcome::Error {
-            kind: "engine_error",
-        };
-        out.write(&RequestRecord::unfinished(
-            2,
-            "throughput",
-            Phase::Warmup,
-            error,
-            Some(t(1)),
-            Some(t(3)),
-        ))
-        .unwrap();
+        out.write(&RequestRecord::completed(1, "throughput", Phase::Measure, &times, &metrics)).unwrap();
+        let error = RequestOutcome::Error { kind: "engine_error" };
+        out.write(&RequestRecord::unfinished(2, "throughput", Phase::Warmup, error, Some(t(1)), Some(t(3)))).unwrap();
         out.write(&RequestRecord::unfinished(
             3,
             "concurrent@4",
@@ -287,10 +244,7 @@ mod tests {
         let blocker = dir.join("file");
         std::fs::write(&blocker, "x").unwrap();
         let err = RequestsJsonl::create(&blocker).err().unwrap();
-        assert!(
-            err.to_string().contains(&blocker.display().to_string()),
-            "{err}"
-        );
+        assert!(err.to_string().contains(&blocker.display().to_string()), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

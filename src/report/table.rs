@@ -23,70 +23,28 @@ fn ms(b: &BenchmarkResult, metric: &str) -> String {
 }
 
 const COLUMNS: [Column; 11] = [
-    Column {
-        header: "benchmark",
-        cell: |b| b.name.clone(),
-    },
-    Column {
-        header: "requests",
-        cell: |b| count(b.counts.completed),
-    },
-    Column {
-        header: "errors",
-        cell: |b| count(b.counts.errors),
-    },
-    Column {
-        header: "req/s",
-        cell: |b| fixed(b.requests_per_s, 2),
-    },
-    Column {
-        header: "out tok/s",
-        cell: |b| fixed(b.output_tokens_per_s, 1),
-    },
-    Column {
-        header: "lat p50 ms",
-        cell: |b| ms(b, "latency_p50_ms"),
-    },
-    Column {
-        header: "lat p99 ms",
-        cell: |b| ms(b, "latency_p99_ms"),
-    },
-    Column {
-        header: "ttft p50 ms",
-        cell: |b| ms(b, "ttft_p50_ms"),
-    },
-    Column {
-        header: "ttft p99 ms",
-        cell: |b| ms(b, "ttft_p99_ms"),
-    },
-    Column {
-        header: "itl p50 ms",
-        cell: |b| ms(b, "itl_p50_ms"),
-    },
-    Column {
-        header: "batch mean",
-        cell: |b| fixed(b.batching.batch_size_mean, 2),
-    },
+    Column { header: "benchmark", cell: |b| b.name.clone() },
+    Column { header: "requests", cell: |b| count(b.counts.completed) },
+    Column { header: "errors", cell: |b| count(b.counts.errors) },
+    Column { header: "req/s", cell: |b| fixed(b.requests_per_s, 2) },
+    Column { header: "out tok/s", cell: |b| fixed(b.output_tokens_per_s, 1) },
+    Column { header: "lat p50 ms", cell: |b| ms(b, "latency_p50_ms") },
+    Column { header: "lat p99 ms", cell: |b| ms(b, "latency_p99_ms") },
+    Column { header: "ttft p50 ms", cell: |b| ms(b, "ttft_p50_ms") },
+    Column { header: "ttft p99 ms", cell: |b| ms(b, "ttft_p99_ms") },
+    Column { header: "itl p50 ms", cell: |b| ms(b, "itl_p50_ms") },
+    Column { header: "batch mean", cell: |b| fixed(b.batching.batch_size_mean, 2) },
 ];
 
 /// The summary table for the console. The benchmark name is left-aligned, numbers right-aligned;
 /// `-` marks a value that was not measured. "requests" counts completed requests.
 pub fn render_table(report: &Report) -> String {
-    let rows: Vec<Vec<String>> = report
-        .benchmarks
-        .iter()
-        .map(|b| COLUMNS.iter().map(|c| (c.cell)(b)).collect())
-        .collect();
+    let rows: Vec<Vec<String>> =
+        report.benchmarks.iter().map(|b| COLUMNS.iter().map(|c| (c.cell)(b)).collect()).collect();
     let widths: Vec<usize> = COLUMNS
         .iter()
         .enumerate()
-        .map(|(i, c)| {
-            rows.iter()
-                .map(|r| r[i].len())
-                .chain([c.header.len()])
-                .max()
-                .unwrap_or(0)
-        })
+        .map(|(i, c)| rows.iter().map(|r| r[i].len()).chain([c.header.len()]).max().unwrap_or(0))
         .collect();
 
     let line = |cells: &[String]| {
@@ -94,13 +52,7 @@ pub fn render_table(report: &Report) -> String {
             .iter()
             .zip(&widths)
             .enumerate()
-            .map(|(i, (cell, &w))| {
-                if i == 0 {
-                    format!("{cell:<w$}")
-                } else {
-                    format!("{cell:>w$}")
-                }
-            })
+            .map(|(i, (cell, &w))| if i == 0 { format!("{cell:<w$}") } else { format!("{cell:>w$}") })
             .collect();
         let mut line = padded.join("  ").trim_end().to_string();
         line.push('\n');
@@ -130,9 +82,7 @@ mod tests {
     #[test]
     fn table_snapshot() {
         let mut report = sample_report();
-        report
-            .benchmarks
-            .push(BenchmarkAggregator::new("concurrent@4").finish(Timestamp::from_nanos(5)));
+        report.benchmarks.push(BenchmarkAggregator::new("concurrent@4").finish(Timestamp::from_nanos(5)));
         insta::assert_snapshot!("table", render_table(&report));
     }
 
@@ -142,19 +92,9 @@ mod tests {
         report.incomplete = true;
         report.benchmarks[0].name = "a-much-longer-benchmark-name".into();
         let table = render_table(&report);
-        assert!(
-            table.ends_with("(incomplete run: stopped before every benchmark finished)\n"),
-            "{table}"
-        );
+        assert!(table.ends_with("(incomplete run: stopped before every benchmark finished)\n"), "{table}");
         assert!(table.is_ascii());
-        let lengths: Vec<usize> = table
-            .lines()
-            .take(2 + report.benchmarks.len())
-            .map(str::len)
-            .collect();
-        assert!(
-            lengths.windows(2).all(|w| w[0] == w[1]),
-            "{lengths:?}\n{table}"
-        );
+        let lengths: Vec<usize> = table.lines().take(2 + report.benchmarks.len()).map(str::len).collect();
+        assert!(lengths.windows(2).all(|w| w[0] == w[1]), "{lengths:?}\n{table}");
     }
 }

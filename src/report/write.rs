@@ -39,36 +39,19 @@ pub fn csv_columns() -> Vec<String> {
 /// One CSV row, as unquoted cells; an unmeasured value is an empty cell.
 fn csv_row(b: &BenchmarkResult) -> Vec<String> {
     let mut row = vec![b.name.clone(), b.counts.submitted.to_string()];
-    row.extend(
-        metric_names()
-            .iter()
-            .map(|m| b.metric(m).map(|v| v.to_string()).unwrap_or_default()),
-    );
-    let kinds: Vec<String> = b
-        .counts
-        .errors_by_kind
-        .iter()
-        .map(|(k, n)| format!("{k}={n}"))
-        .collect();
+    row.extend(metric_names().iter().map(|m| b.metric(m).map(|v| v.to_string()).unwrap_or_default()));
+    let kinds: Vec<String> = b.counts.errors_by_kind.iter().map(|(k, n)| format!("{k}={n}")).collect();
     row.push(kinds.join(";"));
     row
 }
 
 /// RFC 4180 quoting: a cell with a comma, quote or line break is quoted, quotes doubled.
 fn csv_cell(cell: &str) -> String {
-    if cell.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", cell.replace('"', "\"\""))
-    } else {
-        cell.to_string()
-    }
+    if cell.contains([',', '"', '\n', '\r']) { format!("\"{}\"", cell.replace('"', "\"\"")) } else { cell.to_string() }
 }
 
 fn csv_line(cells: &[String]) -> String {
-    let mut line = cells
-        .iter()
-        .map(|c| csv_cell(c))
-        .collect::<Vec<_>>()
-        .join(",");
+    let mut line = cells.iter().map(|c| csv_cell(c)).collect::<Vec<_>>().join(",");
     line.push_str("\r\n");
     line
 }
@@ -90,14 +73,8 @@ pub fn write_csv(report: &Report, dir: &Path) -> Result<PathBuf, ReportError> {
 }
 
 fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    fs::create_dir_all(dir).map_err(|source| ReportError::CreateDir {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
+    fs::create_dir_all(dir).map_err(|source| ReportError::CreateDir { path: dir.to_path_buf(), source })?;
+    let file_name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
     let tmp = dir.join(format!(".{file_name}.tmp"));
     let write = || -> std::io::Result<()> {
         let mut f = fs::File::create(&tmp)?;
@@ -107,10 +84,7 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), ReportE
     };
     write().map_err(|source| {
         let _ = fs::remove_file(&tmp);
-        ReportError::Write {
-            path: path.to_path_buf(),
-            source,
-        }
+        ReportError::Write { path: path.to_path_buf(), source }
     })
 }
 
@@ -121,8 +95,7 @@ mod tests {
 
     /// A fresh directory under the system temp dir, unique to this test and process.
     fn scratch_dir(test: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("batchlab-report-{test}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("batchlab-report-{test}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         dir
     }
@@ -142,39 +115,22 @@ mod tests {
         let report = sample_report();
         let text = render_csv(&report);
         let lines: Vec<&str> = text.split("\r\n").collect();
-        assert_eq!(
-            lines.len(),
-            2 + report.benchmarks.len(),
-            "header, rows, trailing empty: {text}"
-        );
+        assert_eq!(lines.len(), 2 + report.benchmarks.len(), "header, rows, trailing empty: {text}");
         assert_eq!(lines.last(), Some(&""));
         let header: Vec<&str> = lines[0].split(',').collect();
         assert_eq!(header.len(), 2 + 80 + 1);
-        assert_eq!(
-            &header[..4],
-            ["benchmark", "submitted", "completed", "errors"]
-        );
+        assert_eq!(&header[..4], ["benchmark", "submitted", "completed", "errors"]);
         assert!(header.contains(&"ttft_p99_ms"));
         assert_eq!(header.last(), Some(&"errors_by_kind"));
         let row: Vec<&str> = lines[1].split(',').collect();
         assert_eq!(row.len(), header.len());
         let cell = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
         assert_eq!(
-            [
-                cell("benchmark"),
-                cell("submitted"),
-                cell("completed"),
-                cell("lost"),
-                cell("requests_per_s")
-            ],
+            [cell("benchmark"), cell("submitted"), cell("completed"), cell("lost"), cell("requests_per_s")],
             ["throughput", "7", "4", "0", "4"]
         );
         assert_eq!(
-            [
-                cell("concurrency_mean"),
-                cell("latency_max_ms"),
-                cell("errors_by_kind")
-            ],
+            [cell("concurrency_mean"), cell("latency_max_ms"), cell("errors_by_kind")],
             ["1.02", "350", "engine_error=1"]
         );
     }
@@ -197,14 +153,9 @@ mod tests {
         report.benchmarks[0].requests_per_s = None;
         let text = render_csv(&report);
         let row = text.split("\r\n").nth(1).unwrap();
-        let rest = row
-            .strip_prefix("\"odd,name\",")
-            .unwrap_or_else(|| panic!("{row}"));
+        let rest = row.strip_prefix("\"odd,name\",").unwrap_or_else(|| panic!("{row}"));
         let cells: Vec<&str> = rest.split(',').collect();
-        let column = csv_columns()
-            .iter()
-            .position(|c| c == "requests_per_s")
-            .unwrap();
+        let column = csv_columns().iter().position(|c| c == "requests_per_s").unwrap();
         assert_eq!(cells[column - 1], "", "{row}");
     }
 
@@ -215,10 +166,7 @@ mod tests {
         let blocker = dir.join("file");
         fs::write(&blocker, "not a directory").unwrap();
         let err = write_csv(&sample_report(), &blocker).unwrap_err();
-        assert!(
-            err.to_string().contains(&blocker.display().to_string()),
-            "{err}"
-        );
+        assert!(err.to_string().contains(&blocker.display().to_string()), "{err}");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -66,25 +66,18 @@ impl ScenarioBuilder {
 
     /// The simulated engine in virtual time.
     pub fn sim_virtual(self) -> Self {
-        self.forget("engine.")
-            .set("engine.kind", "sim")
-            .set("engine.sim.time", "virtual")
+        self.forget("engine.").set("engine.kind", "sim").set("engine.sim.time", "virtual")
     }
     /// The simulated engine in real time.
     pub fn sim_real(self) -> Self {
-        self.forget("engine.")
-            .set("engine.kind", "sim")
-            .set("engine.sim.time", "real")
+        self.forget("engine.").set("engine.kind", "sim").set("engine.sim.time", "real")
     }
     pub fn sim_seed(self, seed: u64) -> Self {
         self.set("engine.sim.seed", int(seed))
     }
     pub fn sim_cost(self, cost: &CostModel) -> Self {
         self.set("engine.sim.fixed_overhead", duration(cost.fixed_overhead))
-            .set(
-                "engine.sim.prefill_per_token",
-                duration(cost.prefill_per_token),
-            )
+            .set("engine.sim.prefill_per_token", duration(cost.prefill_per_token))
             .set("engine.sim.decode_step", duration(cost.decode_step))
             .set("engine.sim.decode_per_seq", duration(cost.decode_per_seq))
             .set("engine.sim.max_num_seqs", int(cost.max_num_seqs as u64))
@@ -93,10 +86,7 @@ impl ScenarioBuilder {
     /// The vLLM engine with `model`; other `engine.vllm.*` keys through [`Self::set`].
     pub fn vllm(self, model: impl AsRef<Path>) -> Self {
         let model = model.as_ref().to_string_lossy().into_owned();
-        self.forget("engine.")
-            .forget("faults.")
-            .set("engine.kind", "vllm")
-            .set("engine.vllm.model", model)
+        self.forget("engine.").forget("faults.").set("engine.kind", "vllm").set("engine.vllm.model", model)
     }
 
     pub fn batch_size(self, n: usize) -> Self {
@@ -111,14 +101,7 @@ impl ScenarioBuilder {
 
     /// Synthetic prompts of fixed lengths.
     pub fn synthetic(self, prompt_tokens: u32, output_tokens: u32) -> Self {
-        self.synthetic_dist(
-            &TokenDist::Fixed {
-                value: prompt_tokens,
-            },
-            &TokenDist::Fixed {
-                value: output_tokens,
-            },
-        )
+        self.synthetic_dist(&TokenDist::Fixed { value: prompt_tokens }, &TokenDist::Fixed { value: output_tokens })
     }
     /// Synthetic prompts with lengths drawn from distributions.
     pub fn synthetic_dist(self, prompt_tokens: &TokenDist, output_tokens: &TokenDist) -> Self {
@@ -133,9 +116,7 @@ impl ScenarioBuilder {
     /// Prompts from a JSONL file (relative to [`Self::base_dir`]).
     pub fn workload_file(self, path: impl AsRef<Path>) -> Self {
         let path = path.as_ref().to_string_lossy().into_owned();
-        self.forget("workload.")
-            .set("workload.source", "file")
-            .set("workload.path", path)
+        self.forget("workload.").set("workload.source", "file").set("workload.path", path)
     }
 
     pub fn profile_synchronous(self) -> Self {
@@ -143,9 +124,7 @@ impl ScenarioBuilder {
     }
     pub fn profile_concurrent(self, levels: &[u32]) -> Self {
         let levels: Array = levels.iter().map(|l| i64::from(*l)).collect();
-        self.forget("profile.")
-            .set("profile.kind", "concurrent")
-            .set("profile.levels", levels)
+        self.forget("profile.").set("profile.kind", "concurrent").set("profile.levels", levels)
     }
     pub fn profile_throughput(self, max_concurrency: u32) -> Self {
         self.forget("profile.")
@@ -154,19 +133,13 @@ impl ScenarioBuilder {
     }
     pub fn profile_constant(self, rates: &[f64]) -> Self {
         let rates: Array = rates.iter().copied().collect();
-        self.forget("profile.")
-            .set("profile.kind", "constant")
-            .set("profile.rates", rates)
+        self.forget("profile.").set("profile.kind", "constant").set("profile.rates", rates)
     }
     pub fn profile_poisson(self, rate: f64) -> Self {
-        self.forget("profile.")
-            .set("profile.kind", "poisson")
-            .set("profile.rate", rate)
+        self.forget("profile.").set("profile.kind", "poisson").set("profile.rate", rate)
     }
     pub fn profile_sweep(self, rates: u32) -> Self {
-        self.forget("profile.")
-            .set("profile.kind", "sweep")
-            .set("profile.rates", i64::from(rates))
+        self.forget("profile.").set("profile.kind", "sweep").set("profile.rates", i64::from(rates))
     }
     /// For constant, poisson (optional there) and after `profile_sweep`.
     pub fn max_concurrency(self, n: u32) -> Self {
@@ -196,8 +169,7 @@ impl ScenarioBuilder {
         self.forget("cooldown.").set("cooldown.requests", int(n))
     }
     pub fn cooldown_duration(self, d: Duration) -> Self {
-        self.forget("cooldown.")
-            .set("cooldown.duration", duration(d))
+        self.forget("cooldown.").set("cooldown.duration", duration(d))
     }
 
     /// A fault trigger by its `[faults]` name (`fail_batch`, `short_output`, `extra_output`,
@@ -216,12 +188,10 @@ impl ScenarioBuilder {
         self.fault("fail_batch", &FaultTrigger::every(n))
     }
     pub fn fault_hang_every(self, n: u64, hang_for: Duration) -> Self {
-        self.fault("hang", &FaultTrigger::every(n))
-            .set("faults.hang_for", duration(hang_for))
+        self.fault("hang", &FaultTrigger::every(n)).set("faults.hang_for", duration(hang_for))
     }
     pub fn fault_slow(self, trigger: &FaultTrigger, factor: f64) -> Self {
-        self.fault("slow", trigger)
-            .set("faults.slow_factor", factor)
+        self.fault("slow", trigger).set("faults.slow_factor", factor)
     }
     pub fn fault_start_fails(self, yes: bool) -> Self {
         self.set("faults.start_fails", yes)
@@ -232,10 +202,7 @@ impl ScenarioBuilder {
 
     /// Adds `metric op value` to `[expect]`.
     pub fn expect(self, metric: &str, op: Comparison, value: f64) -> Self {
-        self.set(
-            &format!("expect.{metric}"),
-            format!("{} {value}", op.symbol()),
-        )
+        self.set(&format!("expect.{metric}"), format!("{} {value}", op.symbol()))
     }
 
     pub fn output_dir(self, dir: impl AsRef<Path>) -> Self {
@@ -264,12 +231,7 @@ fn token_dist(d: &TokenDist) -> Value {
             t.insert("max", i64::from(*max).into());
             Value::InlineTable(t)
         }
-        TokenDist::Normal {
-            mean,
-            stdev,
-            min,
-            max,
-        } => {
+        TokenDist::Normal { mean, stdev, min, max } => {
             let mut t = InlineTable::new();
             t.insert("dist", "normal".into());
             t.insert("mean", (*mean).into());

@@ -10,13 +10,7 @@ use std::fmt;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Origin {
     /// A place in the scenario text; `line` and `column` are 1-based, `width` is the caret length.
-    Source {
-        file: String,
-        line: usize,
-        column: usize,
-        line_text: String,
-        width: usize,
-    },
+    Source { file: String, line: usize, column: usize, line_text: String, width: usize },
     /// The `--set` (or `--seed`, or builder) argument that put the value there.
     Override { arg: String },
     /// The file as a whole: it is missing, or a required key is absent from it.
@@ -28,31 +22,19 @@ impl Origin {
     pub(crate) fn in_source(file: &str, source: &str, span: std::ops::Range<usize>) -> Origin {
         let start = floor_char_boundary(source, span.start.min(source.len()));
         let line_start = source[..start].rfind('\n').map_or(0, |i| i + 1);
-        let line_end = source[start..]
-            .find('\n')
-            .map_or(source.len(), |i| start + i);
+        let line_end = source[start..].find('\n').map_or(source.len(), |i| start + i);
         let line = source[..start].matches('\n').count() + 1;
         let column = source[line_start..start].chars().count() + 1;
         let end = floor_char_boundary(source, span.end.clamp(start, line_end));
         let width = source[start..end].chars().count().max(1);
-        let line_text = source[line_start..line_end]
-            .trim_end_matches('\r')
-            .replace('\t', " ");
-        Origin::Source {
-            file: file.to_owned(),
-            line,
-            column,
-            line_text,
-            width,
-        }
+        let line_text = source[line_start..line_end].trim_end_matches('\r').replace('\t', " ");
+        Origin::Source { file: file.to_owned(), line, column, line_text, width }
     }
 
     /// `file:line:column`, the argument, or the file: the short form used in expectations.
     pub fn short(&self) -> String {
         match self {
-            Origin::Source {
-                file, line, column, ..
-            } => format!("{file}:{line}:{column}"),
+            Origin::Source { file, line, column, .. } => format!("{file}:{line}:{column}"),
             Origin::Override { arg } => arg.clone(),
             Origin::File { file } => file.clone(),
         }
@@ -86,13 +68,7 @@ impl fmt::Display for ScenarioError {
         for p in &self.problems {
             writeln!(f, "error: {}", p.message)?;
             match &p.origin {
-                Origin::Source {
-                    line,
-                    line_text,
-                    column,
-                    width,
-                    ..
-                } => {
+                Origin::Source { line, line_text, column, width, .. } => {
                     let gutter = line.to_string().len();
                     writeln!(f, "{:gutter$}--> {}", "", p.origin.short())?;
                     writeln!(f, "{:gutter$} |", "")?;
@@ -116,10 +92,7 @@ impl fmt::Display for ScenarioError {
 }
 
 /// "did you mean `x`?" for the candidate closest to `found`, if any is close enough.
-pub(crate) fn did_you_mean<'a>(
-    found: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<String> {
+pub(crate) fn did_you_mean<'a>(found: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
     candidates
         .into_iter()
         .map(|c| (strsim::jaro_winkler(found, c), c))

@@ -27,31 +27,15 @@ pub const SCALAR_METRICS: &[&str] = &[
 ];
 
 /// Timings with a distribution; each yields `<timing>_<stat>_ms`.
-pub const TIMINGS: &[&str] = &[
-    "latency",
-    "ttft",
-    "itl",
-    "tpot",
-    "batch_wait",
-    "engine_queue",
-    "generate",
-];
+pub const TIMINGS: &[&str] = &["latency", "ttft", "itl", "tpot", "batch_wait", "engine_queue", "generate"];
 
 /// The statistics of each timing.
-pub const TIMING_STATS: &[&str] = &[
-    "mean", "p50", "p90", "p95", "p99", "p999", "min", "max", "std",
-];
+pub const TIMING_STATS: &[&str] = &["mean", "p50", "p90", "p95", "p99", "p999", "min", "max", "std"];
 
 /// Every metric name `[expect]` accepts.
 pub fn known_metrics() -> Vec<String> {
-    let timings = TIMINGS
-        .iter()
-        .flat_map(|t| TIMING_STATS.iter().map(move |s| format!("{t}_{s}_ms")));
-    SCALAR_METRICS
-        .iter()
-        .map(|m| (*m).to_owned())
-        .chain(timings)
-        .collect()
+    let timings = TIMINGS.iter().flat_map(|t| TIMING_STATS.iter().map(move |s| format!("{t}_{s}_ms")));
+    SCALAR_METRICS.iter().map(|m| (*m).to_owned()).chain(timings).collect()
 }
 
 pub fn is_known_metric(name: &str) -> bool {
@@ -62,9 +46,7 @@ pub fn is_known_metric(name: &str) -> bool {
         return false;
     };
     TIMINGS.iter().any(|t| {
-        rest.strip_prefix(t)
-            .and_then(|r| r.strip_prefix('_'))
-            .is_some_and(|stat| TIMING_STATS.contains(&stat))
+        rest.strip_prefix(t).and_then(|r| r.strip_prefix('_')).is_some_and(|stat| TIMING_STATS.contains(&stat))
     })
 }
 
@@ -111,9 +93,7 @@ pub fn parse_condition(text: &str) -> Result<(Comparison, f64), String> {
         .unwrap_or((Comparison::Eq, text));
     match rest.trim().parse::<f64>() {
         Ok(v) if v.is_finite() => Ok((op, v)),
-        _ => Err(format!(
-            "expected \"op value\" such as \">= 1000\" (op: == != < <= > >=), found \"{text}\""
-        )),
+        _ => Err(format!("expected \"op value\" such as \">= 1000\" (op: == != < <= > >=), found \"{text}\"")),
     }
 }
 
@@ -141,10 +121,7 @@ mod tests {
     #[test]
     fn metric_names() {
         let all = known_metrics();
-        assert_eq!(
-            all.len(),
-            SCALAR_METRICS.len() + TIMINGS.len() * TIMING_STATS.len()
-        );
+        assert_eq!(all.len(), SCALAR_METRICS.len() + TIMINGS.len() * TIMING_STATS.len());
         assert!(all.iter().all(|m| is_known_metric(m)));
         for bad in ["ttft_p99", "ttft_p98_ms", "complete", "latency__ms", "_ms"] {
             assert!(!is_known_metric(bad), "{bad}");

@@ -41,11 +41,7 @@ pub(crate) struct Context<'a> {
 const U32_MAX: i64 = u32::MAX as i64;
 
 pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
-    let top = Tbl {
-        path: "",
-        table: root as &dyn TableLike,
-        at: None,
-    };
+    let top = Tbl { path: "", table: root as &dyn TableLike, at: None };
     cx.check_keys(top, schema::TOP);
 
     let name = match cx.field(top, "name") {
@@ -63,9 +59,7 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     let seed = cx.u64(top, "seed", 0).unwrap_or(0);
 
     let faults_table = cx.section(top, "faults", "faults", schema::FAULTS);
-    let faults = faults_table
-        .map(|t| lower_faults(cx, t))
-        .unwrap_or_default();
+    let faults = faults_table.map(|t| lower_faults(cx, t)).unwrap_or_default();
     let engine = lower_engine(cx, top, seed, faults, faults_table, ctx);
     let batching = lower_batching(cx, top);
     let workload = lower_workload(cx, top, seed, ctx);
@@ -76,20 +70,7 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     let expect = lower_expect(cx, top);
     let output = lower_output(cx, top);
 
-    Plan {
-        name,
-        description,
-        seed,
-        engine,
-        batching,
-        workload,
-        profile,
-        stop,
-        warmup,
-        cooldown,
-        expect,
-        output,
-    }
+    Plan { name, description, seed, engine, batching, workload, profile, stop, warmup, cooldown, expect, output }
 }
 
 fn lower_engine(
@@ -101,9 +82,7 @@ fn lower_engine(
     ctx: &Context,
 ) -> EnginePlan {
     let engine = cx.section(top, "engine", "engine", schema::ENGINE);
-    let kind = engine
-        .and_then(|e| cx.choice(e, "kind", &["sim", "vllm"]))
-        .unwrap_or("sim");
+    let kind = engine.and_then(|e| cx.choice(e, "kind", &["sim", "vllm"])).unwrap_or("sim");
     let sim = engine.and_then(|e| cx.section(e, "sim", "engine.sim", schema::SIM));
     let vllm = engine.and_then(|e| cx.section(e, "vllm", "engine.vllm", schema::VLLM));
     let engine_span = engine.and_then(|e| e.span());
@@ -119,12 +98,7 @@ fn lower_engine(
         }
         if let Some(faults) = faults_table {
             let help = "fault injection needs `engine.kind = \"sim\"`".to_owned();
-            cx.report(
-                "faults",
-                faults.span(),
-                "[faults] only applies to the sim engine".to_owned(),
-                Some(help),
-            );
+            cx.report("faults", faults.span(), "[faults] only applies to the sim engine".to_owned(), Some(help));
         }
         return EnginePlan::Vllm(lower_vllm(cx, vllm, engine_span, seed, ctx));
     }
@@ -138,36 +112,20 @@ fn lower_engine(
         );
     }
     let defaults = CostModel::default();
-    let mut plan = SimPlan {
-        time: TimeMode::Virtual,
-        seed: derive_seed(seed, seed_stream::SIM),
-        cost: defaults.clone(),
-        faults,
-    };
+    let mut plan =
+        SimPlan { time: TimeMode::Virtual, seed: derive_seed(seed, seed_stream::SIM), cost: defaults.clone(), faults };
     if let Some(t) = sim {
         if cx.choice(t, "time", &["virtual", "real"]) == Some("real") {
             plan.time = TimeMode::Real;
         }
         plan.seed = cx.u64(t, "seed", 0).unwrap_or(plan.seed);
         plan.cost = CostModel {
-            fixed_overhead: cx
-                .duration(t, "fixed_overhead", true)
-                .unwrap_or(defaults.fixed_overhead),
-            prefill_per_token: cx
-                .duration(t, "prefill_per_token", true)
-                .unwrap_or(defaults.prefill_per_token),
-            decode_step: cx
-                .duration(t, "decode_step", true)
-                .unwrap_or(defaults.decode_step),
-            decode_per_seq: cx
-                .duration(t, "decode_per_seq", true)
-                .unwrap_or(defaults.decode_per_seq),
-            max_num_seqs: cx
-                .int(t, "max_num_seqs", 1, i64::MAX)
-                .map_or(defaults.max_num_seqs, |v| v as usize),
-            eos_probability: cx
-                .float(t, "eos_probability", Low::AtLeast(0.0), 1.0)
-                .unwrap_or(defaults.eos_probability),
+            fixed_overhead: cx.duration(t, "fixed_overhead", true).unwrap_or(defaults.fixed_overhead),
+            prefill_per_token: cx.duration(t, "prefill_per_token", true).unwrap_or(defaults.prefill_per_token),
+            decode_step: cx.duration(t, "decode_step", true).unwrap_or(defaults.decode_step),
+            decode_per_seq: cx.duration(t, "decode_per_seq", true).unwrap_or(defaults.decode_per_seq),
+            max_num_seqs: cx.int(t, "max_num_seqs", 1, i64::MAX).map_or(defaults.max_num_seqs, |v| v as usize),
+            eos_probability: cx.float(t, "eos_probability", Low::AtLeast(0.0), 1.0).unwrap_or(defaults.eos_probability),
         };
     }
     EnginePlan::Sim(plan)
@@ -207,14 +165,8 @@ fn lower_vllm(
     match cx.string(t, "model") {
         Some(model) => plan.model = resolve_model(Path::new(&model), ctx.base_dir),
         None if cx.field(t, "model").is_none() => {
-            let message =
-                "missing `engine.vllm.model` (required with `engine.kind = \"vllm\"`)".to_owned();
-            cx.report(
-                "engine.vllm",
-                t.span(),
-                message,
-                Some("add `model = \"path/to/model\"`".to_owned()),
-            );
+            let message = "missing `engine.vllm.model` (required with `engine.kind = \"vllm\"`)".to_owned();
+            cx.report("engine.vllm", t.span(), message, Some("add `model = \"path/to/model\"`".to_owned()));
         }
         None => {}
     }
@@ -224,9 +176,7 @@ fn lower_vllm(
     plan.max_num_batched_tokens = cx.u32(t, "max_num_batched_tokens", 1);
     plan.enforce_eager = cx.boolean(t, "enforce_eager").unwrap_or(true);
     plan.seed = cx.u64(t, "seed", 0).unwrap_or(plan.seed);
-    plan.kv_cache_gib = cx
-        .float(t, "kv_cache_gib", Low::Above(0.0), f64::INFINITY)
-        .unwrap_or(1.0);
+    plan.kv_cache_gib = cx.float(t, "kv_cache_gib", Low::Above(0.0), f64::INFINITY).unwrap_or(1.0);
     plan.in_process = cx.boolean(t, "in_process").unwrap_or(true);
     plan.omp_num_threads = cx.u32(t, "omp_num_threads", 1);
     plan.disable_log_stats = cx.boolean(t, "disable_log_stats").unwrap_or(false);
@@ -234,11 +184,7 @@ fn lower_vllm(
         match field.node.table_like() {
             Some(table) => plan.engine_args = table_to_json(cx, &field.path, table),
             None => {
-                let message = format!(
-                    "`{}`: expected a table, found {}",
-                    field.path,
-                    field.node.type_name()
-                );
+                let message = format!("`{}`: expected a table, found {}", field.path, field.node.type_name());
                 cx.report_at(&field, message, None);
             }
         }
@@ -265,32 +211,16 @@ fn resolve_model(model: &Path, base_dir: &Path) -> PathBuf {
     std::path::absolute(&chosen).unwrap_or(chosen)
 }
 
-fn table_to_json(
-    cx: &mut Cx,
-    path: &str,
-    table: &dyn TableLike,
-) -> serde_json::Map<String, serde_json::Value> {
+fn table_to_json(cx: &mut Cx, path: &str, table: &dyn TableLike) -> serde_json::Map<String, serde_json::Value> {
     let mut map = serde_json::Map::new();
     for (key, item) in table.iter() {
-        let field = Field {
-            path: join(path, key),
-            node: super::reader::Node::Item(item),
-            key_span: None,
-        };
+        let field = Field { path: join(path, key), node: super::reader::Node::Item(item), key_span: None };
         let json = if let Some(sub) = item.as_table_like() {
-            Some(serde_json::Value::Object(table_to_json(
-                cx,
-                &field.path,
-                sub,
-            )))
+            Some(serde_json::Value::Object(table_to_json(cx, &field.path, sub)))
         } else if let Some(value) = item.as_value() {
             value_to_json(cx, &field, value)
         } else {
-            cx.report_at(
-                &field,
-                format!("`{}`: arrays of tables are not supported here", field.path),
-                None,
-            );
+            cx.report_at(&field, format!("`{}`: arrays of tables are not supported here", field.path), None);
             None
         };
         if let Some(json) = json {
@@ -309,11 +239,7 @@ fn value_to_json(cx: &mut Cx, field: &Field, value: &Value) -> Option<serde_json
             None => {
                 cx.report_at(
                     field,
-                    format!(
-                        "`{}`: {} cannot be passed to vLLM (not valid JSON)",
-                        field.path,
-                        f.value()
-                    ),
+                    format!("`{}`: {} cannot be passed to vLLM (not valid JSON)", field.path, f.value()),
                     None,
                 );
                 return None;
@@ -321,11 +247,7 @@ fn value_to_json(cx: &mut Cx, field: &Field, value: &Value) -> Option<serde_json
         },
         Value::Boolean(b) => serde_json::Value::Bool(*b.value()),
         Value::Datetime(d) => serde_json::Value::String(d.value().to_string()),
-        Value::Array(a) => serde_json::Value::Array(
-            a.iter()
-                .filter_map(|v| value_to_json(cx, field, v))
-                .collect(),
-        ),
+        Value::Array(a) => serde_json::Value::Array(a.iter().filter_map(|v| value_to_json(cx, field, v)).collect()),
         Value::InlineTable(t) => serde_json::Value::Object(table_to_json(cx, &field.path, t)),
     })
 }
@@ -350,17 +272,11 @@ fn lower_faults(cx: &mut Cx, t: Tbl) -> Faults {
         };
         if tt.table.get("every").is_none() && tt.table.get("probability").is_none() {
             let help = "write { every = N } and/or { probability = p }".to_owned();
-            cx.report_at(
-                &field,
-                format!("`{path}` needs `every` and/or `probability`"),
-                Some(help),
-            );
+            cx.report_at(&field, format!("`{path}` needs `every` and/or `probability`"), Some(help));
         }
         FaultTrigger {
             every: cx.u64(tt, "every", 1),
-            probability: cx
-                .float(tt, "probability", Low::AtLeast(0.0), 1.0)
-                .unwrap_or(0.0),
+            probability: cx.float(tt, "probability", Low::AtLeast(0.0), 1.0).unwrap_or(0.0),
         }
     };
     Faults {
@@ -370,9 +286,7 @@ fn lower_faults(cx: &mut Cx, t: Tbl) -> Faults {
         wrong_id: trigger(cx, "wrong_id"),
         panic: trigger(cx, "panic"),
         slow: trigger(cx, "slow"),
-        slow_factor: cx
-            .float(t, "slow_factor", Low::AtLeast(1.0), f64::INFINITY)
-            .unwrap_or(d.slow_factor),
+        slow_factor: cx.float(t, "slow_factor", Low::AtLeast(1.0), f64::INFINITY).unwrap_or(d.slow_factor),
         hang: trigger(cx, "hang"),
         hang_for: cx.duration(t, "hang_for", true).unwrap_or(d.hang_for),
         start_fails: cx.boolean(t, "start_fails").unwrap_or(d.start_fails),
@@ -385,17 +299,11 @@ fn lower_batching(cx: &mut Cx, top: Tbl) -> BatchConfig {
     let Some(t) = cx.section(top, "batching", "batching", schema::BATCHING) else {
         return d;
     };
-    let batch_size = cx
-        .int(t, "batch_size", 1, i64::MAX)
-        .map_or(d.batch_size(), |v| v as usize);
-    let batch_timeout = cx
-        .duration(t, "batch_timeout", false)
-        .unwrap_or(d.batch_timeout());
+    let batch_size = cx.int(t, "batch_size", 1, i64::MAX).map_or(d.batch_size(), |v| v as usize);
+    let batch_timeout = cx.duration(t, "batch_timeout", false).unwrap_or(d.batch_timeout());
     let generate_timeout = cx.duration(t, "generate_timeout", false);
     // The ranges were checked above; this only fails if BatchConfig grows rules we do not know.
-    match BatchConfig::new(batch_size, batch_timeout)
-        .and_then(|c| c.with_generate_timeout(generate_timeout))
-    {
+    match BatchConfig::new(batch_size, batch_timeout).and_then(|c| c.with_generate_timeout(generate_timeout)) {
         Ok(config) => config,
         Err(e) => {
             cx.report("batching", t.span(), format!("[batching]: {e}"), None);
@@ -417,44 +325,22 @@ fn lower_workload(cx: &mut Cx, top: Tbl, seed: u64, ctx: &Context) -> WorkloadPl
             temperature: 0.0,
         };
     };
-    let source = cx
-        .choice(t, "source", &["synthetic", "file"])
-        .unwrap_or("synthetic");
-    let foreign = if source == "file" {
-        schema::WORKLOAD_SYNTHETIC_ONLY
-    } else {
-        schema::WORKLOAD_FILE_ONLY
-    };
+    let source = cx.choice(t, "source", &["synthetic", "file"]).unwrap_or("synthetic");
+    let foreign = if source == "file" { schema::WORKLOAD_SYNTHETIC_ONLY } else { schema::WORKLOAD_FILE_ONLY };
     for key in foreign {
         if let Some(field) = cx.field(t, key) {
-            let other = if source == "file" {
-                "synthetic"
-            } else {
-                "file"
-            };
-            let message = format!(
-                "`{}` only applies with `workload.source = \"{other}\"`",
-                field.path
-            );
+            let other = if source == "file" { "synthetic" } else { "file" };
+            let message = format!("`{}` only applies with `workload.source = \"{other}\"`", field.path);
             cx.report_at(&field, message, None);
         }
     }
     let ignore_eos = cx.boolean(t, "ignore_eos").unwrap_or(true);
-    let temperature = cx
-        .float(t, "temperature", Low::AtLeast(0.0), f64::from(f32::MAX))
-        .unwrap_or(0.0) as f32;
+    let temperature = cx.float(t, "temperature", Low::AtLeast(0.0), f64::from(f32::MAX)).unwrap_or(0.0) as f32;
     if source == "file" {
         let path = match cx.field(t, "path") {
             None => {
-                let message =
-                    "missing `workload.path` (required with `workload.source = \"file\"`)"
-                        .to_owned();
-                cx.report(
-                    "workload",
-                    t.span(),
-                    message,
-                    Some("add `path = \"prompts.jsonl\"`".to_owned()),
-                );
+                let message = "missing `workload.path` (required with `workload.source = \"file\"`)".to_owned();
+                cx.report("workload", t.span(), message, Some("add `path = \"prompts.jsonl\"`".to_owned()));
                 PathBuf::new()
             }
             Some(field) => match cx.string_of(&field) {
@@ -463,31 +349,18 @@ fn lower_workload(cx: &mut Cx, top: Tbl, seed: u64, ctx: &Context) -> WorkloadPl
                     let joined = ctx.base_dir.join(&written);
                     let path = std::path::absolute(&joined).unwrap_or_else(|_| joined.clone());
                     if !path.is_file() {
-                        let message = format!(
-                            "workload file `{written}` not found (looked for {})",
-                            joined.display()
-                        );
-                        cx.report_at(
-                            &field,
-                            message,
-                            Some("paths are relative to the scenario file".to_owned()),
-                        );
+                        let message = format!("workload file `{written}` not found (looked for {})", joined.display());
+                        cx.report_at(&field, message, Some("paths are relative to the scenario file".to_owned()));
                     }
                     path
                 }
             },
         };
         let default_max_tokens = cx.u32(t, "default_max_tokens", 1).unwrap_or(64);
-        return WorkloadPlan::File {
-            path,
-            default_max_tokens,
-            ignore_eos,
-            temperature,
-        };
+        return WorkloadPlan::File { path, default_max_tokens, ignore_eos, temperature };
     }
     WorkloadPlan::Synthetic {
-        prompt_tokens: token_dist(cx, t, "prompt_tokens")
-            .unwrap_or(TokenDist::Fixed { value: 128 }),
+        prompt_tokens: token_dist(cx, t, "prompt_tokens").unwrap_or(TokenDist::Fixed { value: 128 }),
         output_tokens: token_dist(cx, t, "output_tokens").unwrap_or(TokenDist::Fixed { value: 64 }),
         seed: cx.u64(t, "seed", 0).unwrap_or(derived),
         unique_prefix: cx.boolean(t, "unique_prefix").unwrap_or(true),
@@ -500,9 +373,7 @@ fn lower_workload(cx: &mut Cx, top: Tbl, seed: u64, ctx: &Context) -> WorkloadPl
 fn token_dist(cx: &mut Cx, t: Tbl, key: &str) -> Option<TokenDist> {
     let field = cx.field(t, key)?;
     if field.node.value().is_some_and(Value::is_integer) {
-        return cx
-            .int_of(&field, 1, U32_MAX)
-            .map(|v| TokenDist::Fixed { value: v as u32 });
+        return cx.int_of(&field, 1, U32_MAX).map(|v| TokenDist::Fixed { value: v as u32 });
     }
     let Some(table) = field.node.table_like() else {
         let message = format!(
@@ -513,16 +384,8 @@ fn token_dist(cx: &mut Cx, t: Tbl, key: &str) -> Option<TokenDist> {
         cx.report_at(&field, message, None);
         return None;
     };
-    let path = if key == "prompt_tokens" {
-        "workload.prompt_tokens"
-    } else {
-        "workload.output_tokens"
-    };
-    let d = Tbl {
-        path,
-        table,
-        at: field.span().map(|r| (r.start, r.end)),
-    };
+    let path = if key == "prompt_tokens" { "workload.prompt_tokens" } else { "workload.output_tokens" };
+    let d = Tbl { path, table, at: field.span().map(|r| (r.start, r.end)) };
     let Some(dist) = cx.choice(d, "dist", &["fixed", "uniform", "normal"]) else {
         if cx.field(d, "dist").is_none() {
             let help = "add `dist = \"uniform\"` (or \"normal\", \"fixed\")".to_owned();
@@ -538,11 +401,7 @@ fn token_dist(cx: &mut Cx, t: Tbl, key: &str) -> Option<TokenDist> {
     cx.check_keys(d, keys);
     let required_u32 = |cx: &mut Cx, k: &str| {
         if cx.field(d, k).is_none() {
-            cx.report_at(
-                &field,
-                format!("`{path}`: missing `{k}` (required with dist = \"{dist}\")"),
-                None,
-            );
+            cx.report_at(&field, format!("`{path}`: missing `{k}` (required with dist = \"{dist}\")"), None);
         }
         cx.u32(d, k, 1)
     };
@@ -552,11 +411,7 @@ fn token_dist(cx: &mut Cx, t: Tbl, key: &str) -> Option<TokenDist> {
     let (mean, stdev) = if dist == "normal" {
         let required_f64 = |cx: &mut Cx, k: &str| {
             if cx.field(d, k).is_none() {
-                cx.report_at(
-                    &field,
-                    format!("`{path}`: missing `{k}` (required with dist = \"normal\")"),
-                    None,
-                );
+                cx.report_at(&field, format!("`{path}`: missing `{k}` (required with dist = \"normal\")"), None);
             }
             cx.float(d, k, Low::AtLeast(0.0), f64::INFINITY)
         };
@@ -567,51 +422,27 @@ fn token_dist(cx: &mut Cx, t: Tbl, key: &str) -> Option<TokenDist> {
     let (min, max) = (required_u32(cx, "min"), required_u32(cx, "max"));
     let (min, max, mean, stdev) = (min?, max?, mean?, stdev?);
     if min > max {
-        cx.report_at(
-            &field,
-            format!("`{path}`: `min` ({min}) is greater than `max` ({max})"),
-            None,
-        );
+        cx.report_at(&field, format!("`{path}`: `min` ({min}) is greater than `max` ({max})"), None);
         return None;
     }
-    Some(if dist == "uniform" {
-        TokenDist::Uniform { min, max }
-    } else {
-        TokenDist::Normal {
-            mean,
-            stdev,
-            min,
-            max,
-        }
-    })
+    Some(if dist == "uniform" { TokenDist::Uniform { min, max } } else { TokenDist::Normal { mean, stdev, min, max } })
 }
 
 fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
     let Some(t) = cx.section(top, "profile", "profile", schema::PROFILE) else {
-        return ProfilePlan::Throughput {
-            max_concurrency: 256,
-        };
+        return ProfilePlan::Throughput { max_concurrency: 256 };
     };
-    let kind = cx
-        .choice(t, "kind", schema::PROFILE_KINDS)
-        .unwrap_or("throughput");
+    let kind = cx.choice(t, "kind", schema::PROFILE_KINDS).unwrap_or("throughput");
     let applicable = schema::profile_keys(kind);
     for (key, _) in t.table.iter() {
         if key == "kind" || applicable.contains(&key) || !schema::PROFILE.contains(&key) {
             continue;
         }
-        let users: Vec<&str> = schema::PROFILE_KINDS
-            .iter()
-            .copied()
-            .filter(|k| schema::profile_keys(k).contains(&key))
-            .collect();
+        let users: Vec<&str> =
+            schema::PROFILE_KINDS.iter().copied().filter(|k| schema::profile_keys(k).contains(&key)).collect();
         if let Some(field) = cx.field(t, key) {
             let message = format!("`profile.{key}` does not apply to profile kind `{kind}`");
-            cx.report_at(
-                &field,
-                message,
-                Some(format!("`{key}` is used by: {}", users.join(", "))),
-            );
+            cx.report_at(&field, message, Some(format!("`{key}` is used by: {}", users.join(", "))));
         }
     }
     let max_concurrency = cx.u32(t, "max_concurrency", 1);
@@ -619,12 +450,7 @@ fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
         let field = cx.field(t, key);
         if field.is_none() {
             let message = format!("missing `profile.{key}` (required with kind = \"{kind}\")");
-            cx.report(
-                "profile",
-                t.span(),
-                message,
-                Some(format!("add `{key} = {example}`")),
-            );
+            cx.report("profile", t.span(), message, Some(format!("add `{key} = {example}`")));
         }
         field
     };
@@ -632,37 +458,22 @@ fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
         "synchronous" => ProfilePlan::Synchronous,
         "concurrent" => {
             let levels = required(cx, "levels", "[1, 4, 16]")
-                .and_then(|f| {
-                    positive_list(cx, &f, |cx, e| cx.int_of(e, 1, U32_MAX).map(|v| v as u32))
-                })
+                .and_then(|f| positive_list(cx, &f, |cx, e| cx.int_of(e, 1, U32_MAX).map(|v| v as u32)))
                 .unwrap_or_default();
             ProfilePlan::Concurrent { levels }
         }
         "constant" => {
             let rates = required(cx, "rates", "[10.0, 20.0]")
-                .and_then(|f| {
-                    positive_list(cx, &f, |cx, e| {
-                        cx.float_of(e, Low::Above(0.0), f64::INFINITY)
-                    })
-                })
+                .and_then(|f| positive_list(cx, &f, |cx, e| cx.float_of(e, Low::Above(0.0), f64::INFINITY)))
                 .unwrap_or_default();
-            ProfilePlan::Constant {
-                rates,
-                max_concurrency,
-            }
+            ProfilePlan::Constant { rates, max_concurrency }
         }
         "poisson" => {
             let rate = required(cx, "rate", "50.0")
                 .and_then(|f| cx.float_of(&f, Low::Above(0.0), f64::INFINITY))
                 .unwrap_or(1.0);
-            let seed = cx
-                .u64(t, "seed", 0)
-                .unwrap_or(derive_seed(seed, seed_stream::POISSON));
-            ProfilePlan::Poisson {
-                rate,
-                seed,
-                max_concurrency,
-            }
+            let seed = cx.u64(t, "seed", 0).unwrap_or(derive_seed(seed, seed_stream::POISSON));
+            ProfilePlan::Poisson { rate, seed, max_concurrency }
         }
         "sweep" => {
             let rates = match cx.field(t, "rates") {
@@ -670,33 +481,20 @@ fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
                     let message = "`profile.rates`: with kind = \"sweep\" expected an integer (how many rates \
                                    between the synchronous and throughput rates), found an array"
                         .to_owned();
-                    cx.report_at(
-                        &f,
-                        message,
-                        Some("for a list of rates use kind = \"constant\"".to_owned()),
-                    );
+                    cx.report_at(&f, message, Some("for a list of rates use kind = \"constant\"".to_owned()));
                     5
                 }
                 Some(f) => cx.int_of(&f, 1, U32_MAX).map_or(5, |v| v as u32),
                 None => 5,
             };
-            ProfilePlan::Sweep {
-                rates,
-                max_concurrency: max_concurrency.unwrap_or(256),
-            }
+            ProfilePlan::Sweep { rates, max_concurrency: max_concurrency.unwrap_or(256) }
         }
-        _ => ProfilePlan::Throughput {
-            max_concurrency: max_concurrency.unwrap_or(256),
-        },
+        _ => ProfilePlan::Throughput { max_concurrency: max_concurrency.unwrap_or(256) },
     }
 }
 
 /// A non-empty array whose elements all pass `element`.
-fn positive_list<T>(
-    cx: &mut Cx,
-    field: &Field,
-    element: impl Fn(&mut Cx, &Field) -> Option<T>,
-) -> Option<Vec<T>> {
+fn positive_list<T>(cx: &mut Cx, field: &Field, element: impl Fn(&mut Cx, &Field) -> Option<T>) -> Option<Vec<T>> {
     let elements = cx.array(field)?;
     if elements.is_empty() {
         cx.report_at(field, format!("`{}` must not be empty", field.path), None);
@@ -727,36 +525,20 @@ fn lower_stop(cx: &mut Cx, top: Tbl) -> StopPlan {
 }
 
 fn cx_has(top: Tbl, section: &str, key: &str) -> bool {
-    top.table
-        .get(section)
-        .and_then(|s| s.as_table_like())
-        .is_some_and(|s| s.contains_key(key))
+    top.table.get(section).and_then(|s| s.as_table_like()).is_some_and(|s| s.contains_key(key))
 }
 
 fn lower_phase(cx: &mut Cx, top: Tbl, which: &'static str) -> Option<PhaseLimit> {
     let t = cx.section(top, which, which, schema::PHASE)?;
     let requests = cx.u64(t, "requests", 1);
     let duration = cx.duration(t, "duration", false);
-    let (has_requests, has_duration) = (
-        t.table.contains_key("requests"),
-        t.table.contains_key("duration"),
-    );
+    let (has_requests, has_duration) = (t.table.contains_key("requests"), t.table.contains_key("duration"));
     if has_requests && has_duration {
         let message = format!("[{which}] sets both `requests` and `duration`");
-        cx.report(
-            which,
-            t.span(),
-            message,
-            Some("keep exactly one of the two".to_owned()),
-        );
+        cx.report(which, t.span(), message, Some("keep exactly one of the two".to_owned()));
     } else if !has_requests && !has_duration {
         let message = format!("[{which}] needs `requests` or `duration`");
-        cx.report(
-            which,
-            t.span(),
-            message,
-            Some("e.g. `requests = 10` or `duration = \"5s\"`".to_owned()),
-        );
+        cx.report(which, t.span(), message, Some("e.g. `requests = 10` or `duration = \"5s\"`".to_owned()));
     }
     match (requests, duration) {
         (Some(n), None) => Some(PhaseLimit::Requests(n)),
@@ -770,53 +552,30 @@ fn lower_expect(cx: &mut Cx, top: Tbl) -> Vec<Expectation> {
         return Vec::new();
     };
     let Some(table) = field.node.table_like() else {
-        cx.report_at(
-            &field,
-            format!(
-                "`expect`: expected a table, found {}",
-                field.node.type_name()
-            ),
-            None,
-        );
+        cx.report_at(&field, format!("`expect`: expected a table, found {}", field.node.type_name()), None);
         return Vec::new();
     };
     let names = expect::known_metrics();
     let mut out = Vec::new();
     for (metric, item) in table.iter() {
         let key_span = table.key(metric).and_then(|k| k.span());
-        let f = Field {
-            path: join("expect", metric),
-            node: super::reader::Node::Item(item),
-            key_span: key_span.clone(),
-        };
+        let f =
+            Field { path: join("expect", metric), node: super::reader::Node::Item(item), key_span: key_span.clone() };
         if !expect::is_known_metric(metric) {
             let help = super::error::did_you_mean(metric, names.iter().map(String::as_str));
-            cx.report(
-                &f.path,
-                key_span.clone(),
-                format!("unknown metric `{metric}` in [expect]"),
-                help,
-            );
+            cx.report(&f.path, key_span.clone(), format!("unknown metric `{metric}` in [expect]"), help);
             continue;
         }
         let condition = match item.as_value() {
             Some(Value::Integer(i)) => Ok((Comparison::Eq, *i.value() as f64)),
             Some(Value::Float(x)) if x.value().is_finite() => Ok((Comparison::Eq, *x.value())),
             Some(Value::String(s)) => expect::parse_condition(s.value()),
-            _ => Err(format!(
-                "expected \"op value\" such as \">= 1000\" or a number, found {}",
-                f.node.type_name()
-            )),
+            _ => Err(format!("expected \"op value\" such as \">= 1000\" or a number, found {}", f.node.type_name())),
         };
         match condition {
             Ok((op, value)) => {
                 let origin = cx.origin(&f.path, key_span.or_else(|| f.span())).short();
-                out.push(Expectation {
-                    metric: metric.to_owned(),
-                    op,
-                    value,
-                    origin,
-                });
+                out.push(Expectation { metric: metric.to_owned(), op, value, origin });
             }
             Err(message) => cx.report_at(&f, format!("`{}`: {message}", f.path), None),
         }

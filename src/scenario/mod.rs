@@ -47,9 +47,7 @@ pub fn load_file(path: &Path, overrides: &Overrides) -> Result<Plan, ScenarioErr
     let source = std::fs::read_to_string(path).map_err(|e| ScenarioError {
         problems: vec![Problem {
             message: format!("cannot read scenario file `{file_name}`: {e}"),
-            origin: Origin::File {
-                file: file_name.clone(),
-            },
+            origin: Origin::File { file: file_name.clone() },
             help: None,
         }],
     })?;
@@ -59,12 +57,7 @@ pub fn load_file(path: &Path, overrides: &Overrides) -> Result<Plan, ScenarioErr
 
 /// Parses and validates scenario text. `file_name` is used in messages and for the default name
 /// (its stem); `base_dir` is what relative workload and model paths resolve against.
-pub fn parse_str(
-    source: &str,
-    file_name: &str,
-    base_dir: &Path,
-    overrides: &Overrides,
-) -> Result<Plan, ScenarioError> {
+pub fn parse_str(source: &str, file_name: &str, base_dir: &Path, overrides: &Overrides) -> Result<Plan, ScenarioError> {
     parse_with(source, file_name, base_dir, overrides, "--set")
 }
 
@@ -79,35 +72,16 @@ fn parse_with(
     let document = toml_edit::ImDocument::parse(source).map_err(|e| {
         let origin = match e.span() {
             Some(span) => Origin::in_source(file_name, source, span),
-            None => Origin::File {
-                file: file_name.to_owned(),
-            },
+            None => Origin::File { file: file_name.to_owned() },
         };
-        let message = format!(
-            "invalid TOML: {}",
-            e.message().trim_end().replace('\n', "; ")
-        );
-        ScenarioError {
-            problems: vec![Problem {
-                message,
-                origin,
-                help: None,
-            }],
-        }
+        let message = format!("invalid TOML: {}", e.message().trim_end().replace('\n', "; "));
+        ScenarioError { problems: vec![Problem { message, origin, help: None }] }
     })?;
     let mut root = document.as_table().clone();
     let mut problems = Vec::new();
     let sets = overrides::apply(&mut root, overrides, set_arg, &mut problems);
-    let stem = Path::new(file_name)
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or("scenario");
-    let mut cx = reader::Cx {
-        source,
-        file: file_name,
-        sets: &sets,
-        problems,
-    };
+    let stem = Path::new(file_name).file_stem().and_then(|s| s.to_str()).unwrap_or("scenario");
+    let mut cx = reader::Cx { source, file: file_name, sets: &sets, problems };
     let plan = lower::lower(&mut cx, &root, &lower::Context { stem, base_dir });
     if cx.problems.is_empty() {
         return Ok(plan);

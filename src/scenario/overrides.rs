@@ -38,17 +38,10 @@ pub(crate) fn apply(
     for assignment in &overrides.sets {
         let label = format!("{arg} {assignment}");
         let mut fail = |message: String, help: Option<String>| {
-            problems.push(Problem {
-                message,
-                origin: Origin::Override { arg: label.clone() },
-                help,
-            });
+            problems.push(Problem { message, origin: Origin::Override { arg: label.clone() }, help });
         };
         let Some((key, text)) = assignment.split_once('=') else {
-            fail(
-                format!("`{assignment}`: expected `key=value`"),
-                Some("e.g. batching.batch_size=64".to_owned()),
-            );
+            fail(format!("`{assignment}`: expected `key=value`"), Some("e.g. batching.batch_size=64".to_owned()));
             continue;
         };
         let path: Vec<&str> = key.trim().split('.').map(str::trim).collect();
@@ -60,15 +53,9 @@ pub(crate) fn apply(
             fail(message, help);
             continue;
         }
-        let value = text
-            .trim()
-            .parse::<Value>()
-            .unwrap_or_else(|_| Value::from(text.trim()));
+        let value = text.trim().parse::<Value>().unwrap_or_else(|_| Value::from(text.trim()));
         match insert(root, &path, value) {
-            Ok(()) => applied.push(AppliedSet {
-                path: path.join("."),
-                label,
-            }),
+            Ok(()) => applied.push(AppliedSet { path: path.join("."), label }),
             Err(message) => fail(message, None),
         }
     }
@@ -77,10 +64,7 @@ pub(crate) fn apply(
         match i64::try_from(seed) {
             Ok(seed) => {
                 root.insert("seed", Item::Value(Value::from(seed)));
-                applied.push(AppliedSet {
-                    path: "seed".to_owned(),
-                    label,
-                });
+                applied.push(AppliedSet { path: "seed".to_owned(), label });
             }
             Err(_) => problems.push(Problem {
                 message: format!("`--seed` must be at most {}, found {seed}", i64::MAX),
@@ -103,10 +87,7 @@ fn insert(root: &mut Table, path: &[&str], value: Value) -> Result<(), String> {
             Some(next) => table = next,
             None => {
                 let here = path[..=i].join(".");
-                return Err(format!(
-                    "cannot set `{}`: `{here}` is a value, not a table",
-                    path.join(".")
-                ));
+                return Err(format!("cannot set `{}`: `{here}` is a value, not a table", path.join(".")));
             }
         }
     }

@@ -26,11 +26,7 @@ pub fn to_toml(plan: &Plan) -> String {
         EnginePlan::Sim(sim) => {
             engine["kind"] = value("sim");
             let mut t = Table::new();
-            t["time"] = value(if sim.time == crate::engine::sim::TimeMode::Real {
-                "real"
-            } else {
-                "virtual"
-            });
+            t["time"] = value(if sim.time == crate::engine::sim::TimeMode::Real { "real" } else { "virtual" });
             t["seed"] = value(int(sim.seed));
             t["fixed_overhead"] = duration(sim.cost.fixed_overhead);
             t["prefill_per_token"] = duration(sim.cost.prefill_per_token);
@@ -96,12 +92,7 @@ pub fn to_toml(plan: &Plan) -> String {
             workload["ignore_eos"] = value(*ignore_eos);
             workload["temperature"] = value(f64::from(*temperature));
         }
-        WorkloadPlan::File {
-            path,
-            default_max_tokens,
-            ignore_eos,
-            temperature,
-        } => {
+        WorkloadPlan::File { path, default_max_tokens, ignore_eos, temperature } => {
             workload["source"] = value("file");
             workload["path"] = value(path.to_string_lossy().as_ref());
             workload["default_max_tokens"] = value(i64::from(*default_max_tokens));
@@ -123,28 +114,18 @@ pub fn to_toml(plan: &Plan) -> String {
             profile["kind"] = value("throughput");
             concurrency(&mut profile, Some(*max_concurrency));
         }
-        ProfilePlan::Constant {
-            rates,
-            max_concurrency,
-        } => {
+        ProfilePlan::Constant { rates, max_concurrency } => {
             profile["kind"] = value("constant");
             profile["rates"] = value(rates.iter().copied().collect::<Array>());
             concurrency(&mut profile, *max_concurrency);
         }
-        ProfilePlan::Poisson {
-            rate,
-            seed,
-            max_concurrency,
-        } => {
+        ProfilePlan::Poisson { rate, seed, max_concurrency } => {
             profile["kind"] = value("poisson");
             profile["rate"] = value(*rate);
             profile["seed"] = value(int(*seed));
             concurrency(&mut profile, *max_concurrency);
         }
-        ProfilePlan::Sweep {
-            rates,
-            max_concurrency,
-        } => {
+        ProfilePlan::Sweep { rates, max_concurrency } => {
             profile["kind"] = value("sweep");
             profile["rates"] = value(i64::from(*rates));
             concurrency(&mut profile, Some(*max_concurrency));
@@ -243,12 +224,7 @@ fn token_dist(d: &TokenDist) -> Value {
             t.insert("min", i64::from(*min).into());
             t.insert("max", i64::from(*max).into());
         }
-        TokenDist::Normal {
-            mean,
-            stdev,
-            min,
-            max,
-        } => {
+        TokenDist::Normal { mean, stdev, min, max } => {
             t.insert("dist", "normal".into());
             t.insert("mean", (*mean).into());
             t.insert("stdev", (*stdev).into());

@@ -107,11 +107,7 @@ impl Field<'_> {
 }
 
 pub(crate) fn join(parent: &str, key: &str) -> String {
-    if parent.is_empty() {
-        key.to_owned()
-    } else {
-        format!("{parent}.{key}")
-    }
+    if parent.is_empty() { key.to_owned() } else { format!("{parent}.{key}") }
 }
 
 /// Whether a numeric range is open or closed at its low end.
@@ -125,35 +121,20 @@ impl<'a> Cx<'a> {
     /// Where the value at `path` came from: the latest override covering it, else its span.
     pub fn origin(&self, path: &str, span: Option<Range<usize>>) -> Origin {
         let covered = |set: &&AppliedSet| {
-            path.strip_prefix(set.path.as_str())
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+            path.strip_prefix(set.path.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
         };
         if let Some(set) = self.sets.iter().rev().find(covered) {
-            return Origin::Override {
-                arg: set.label.clone(),
-            };
+            return Origin::Override { arg: set.label.clone() };
         }
         match span {
             Some(span) => Origin::in_source(self.file, self.source, span),
-            None => Origin::File {
-                file: self.file.to_owned(),
-            },
+            None => Origin::File { file: self.file.to_owned() },
         }
     }
 
-    pub fn report(
-        &mut self,
-        path: &str,
-        span: Option<Range<usize>>,
-        message: String,
-        help: Option<String>,
-    ) {
+    pub fn report(&mut self, path: &str, span: Option<Range<usize>>, message: String, help: Option<String>) {
         let origin = self.origin(path, span);
-        self.problems.push(Problem {
-            message,
-            origin,
-            help,
-        });
+        self.problems.push(Problem { message, origin, help });
     }
 
     pub fn report_at(&mut self, field: &Field, message: String, help: Option<String>) {
@@ -161,11 +142,7 @@ impl<'a> Cx<'a> {
     }
 
     fn wrong_type(&mut self, field: &Field, expected: &str) {
-        let message = format!(
-            "`{}`: expected {expected}, found {}",
-            field.path,
-            field.node.type_name()
-        );
+        let message = format!("`{}`: expected {expected}, found {}", field.path, field.node.type_name());
         self.report_at(field, message, None);
     }
 
@@ -174,11 +151,7 @@ impl<'a> Cx<'a> {
         if item.is_none() {
             return None;
         }
-        Some(Field {
-            path: join(t.path, key),
-            node: Node::Item(item),
-            key_span: k.span(),
-        })
+        Some(Field { path: join(t.path, key), node: Node::Item(item), key_span: k.span() })
     }
 
     /// Reports every key of `t` that is not in `known`.
@@ -188,35 +161,17 @@ impl<'a> Cx<'a> {
                 continue;
             }
             let span = t.table.key(key).and_then(|k| k.span());
-            let place = if t.path.is_empty() {
-                "at the top level".to_owned()
-            } else {
-                format!("in [{}]", t.path)
-            };
+            let place = if t.path.is_empty() { "at the top level".to_owned() } else { format!("in [{}]", t.path) };
             let help = did_you_mean(key, known.iter().copied());
-            self.report(
-                &join(t.path, key),
-                span,
-                format!("unknown key `{key}` {place}"),
-                help,
-            );
+            self.report(&join(t.path, key), span, format!("unknown key `{key}` {place}"), help);
         }
     }
 
     /// The table-like node of `field`, or a type problem.
-    pub fn as_table<'t>(
-        &mut self,
-        field: &Field<'t>,
-        path: &'t str,
-        known: &[&str],
-    ) -> Option<Tbl<'t>> {
+    pub fn as_table<'t>(&mut self, field: &Field<'t>, path: &'t str, known: &[&str]) -> Option<Tbl<'t>> {
         match field.node.table_like() {
             Some(table) => {
-                let t = Tbl {
-                    path,
-                    table,
-                    at: field.span().map(|r| (r.start, r.end)),
-                };
+                let t = Tbl { path, table, at: field.span().map(|r| (r.start, r.end)) };
                 self.check_keys(t, known);
                 Some(t)
             }
@@ -228,13 +183,7 @@ impl<'a> Cx<'a> {
     }
 
     /// The sub-table `key` of `t`, its unknown keys already reported; `path` is its dotted path.
-    pub fn section<'t>(
-        &mut self,
-        t: Tbl<'t>,
-        key: &str,
-        path: &'t str,
-        known: &[&str],
-    ) -> Option<Tbl<'t>> {
+    pub fn section<'t>(&mut self, t: Tbl<'t>, key: &str, path: &'t str, known: &[&str]) -> Option<Tbl<'t>> {
         let field = self.field(t, key)?;
         self.as_table(&field, path, known)
     }
@@ -245,16 +194,8 @@ impl<'a> Cx<'a> {
             return None;
         };
         if v < lo || v > hi {
-            let range = if hi == i64::MAX {
-                format!("at least {lo}")
-            } else {
-                format!("between {lo} and {hi}")
-            };
-            self.report_at(
-                field,
-                format!("`{}` must be {range}, found {v}", field.path),
-                None,
-            );
+            let range = if hi == i64::MAX { format!("at least {lo}") } else { format!("between {lo} and {hi}") };
+            self.report_at(field, format!("`{}` must be {range}, found {v}", field.path), None);
             return None;
         }
         Some(v)
@@ -266,8 +207,7 @@ impl<'a> Cx<'a> {
     }
 
     pub fn u32(&mut self, t: Tbl, key: &str, lo: u32) -> Option<u32> {
-        self.int(t, key, i64::from(lo), i64::from(u32::MAX))
-            .map(|v| v as u32)
+        self.int(t, key, i64::from(lo), i64::from(u32::MAX)).map(|v| v as u32)
     }
 
     pub fn u64(&mut self, t: Tbl, key: &str, lo: u64) -> Option<u64> {
@@ -297,11 +237,7 @@ impl<'a> Cx<'a> {
                 Low::Above(lo) if hi.is_finite() => format!("greater than {lo} and at most {hi}"),
                 Low::Above(lo) => format!("greater than {lo}"),
             };
-            self.report_at(
-                field,
-                format!("`{}` must be {range}, found {v}", field.path),
-                None,
-            );
+            self.report_at(field, format!("`{}` must be {range}, found {v}", field.path), None);
             return None;
         }
         Some(v)
@@ -345,17 +281,9 @@ impl<'a> Cx<'a> {
         if let Some(option) = options.iter().find(|o| **o == found) {
             return Some(option);
         }
-        let list = options
-            .iter()
-            .map(|o| format!("`{o}`"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let list = options.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>().join(", ");
         let help = did_you_mean(&found, options.iter().copied());
-        self.report_at(
-            &field,
-            format!("`{}` must be one of {list}, found `{found}`", field.path),
-            help,
-        );
+        self.report_at(&field, format!("`{}` must be one of {list}, found `{found}`", field.path), help);
         None
     }
 
@@ -363,25 +291,14 @@ impl<'a> Cx<'a> {
     pub fn duration(&mut self, t: Tbl, key: &str, allow_zero: bool) -> Option<Duration> {
         let field = self.field(t, key)?;
         let Some(text) = field.node.value().and_then(Value::as_str) else {
-            let message = format!(
-                "`{}`: expected a duration such as \"10ms\", found {}",
-                field.path,
-                field.node.type_name()
-            );
-            self.report_at(
-                &field,
-                message,
-                Some("write the number and its unit as a string: \"10ms\"".to_owned()),
-            );
+            let message =
+                format!("`{}`: expected a duration such as \"10ms\", found {}", field.path, field.node.type_name());
+            self.report_at(&field, message, Some("write the number and its unit as a string: \"10ms\"".to_owned()));
             return None;
         };
         match parse_duration(text) {
             Ok(d) if d.is_zero() && !allow_zero => {
-                self.report_at(
-                    &field,
-                    format!("`{}` must be greater than 0", field.path),
-                    None,
-                );
+                self.report_at(&field, format!("`{}` must be greater than 0", field.path), None);
                 None
             }
             Ok(d) => Some(d),
@@ -401,11 +318,7 @@ impl<'a> Cx<'a> {
         let elements = array
             .iter()
             .enumerate()
-            .map(|(i, v)| Field {
-                path: format!("{}[{i}]", field.path),
-                node: Node::Value(v),
-                key_span: None,
-            })
+            .map(|(i, v)| Field { path: format!("{}[{i}]", field.path), node: Node::Value(v), key_span: None })
             .collect();
         Some(elements)
     }

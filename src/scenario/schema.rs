@@ -59,25 +59,13 @@ pub(crate) const WORKLOAD: &[&str] = &[
     "default_max_tokens",
 ];
 /// Workload keys that only make sense with `source = "synthetic"`.
-pub(crate) const WORKLOAD_SYNTHETIC_ONLY: &[&str] = &[
-    "prompt_tokens",
-    "output_tokens",
-    "seed",
-    "unique_prefix",
-    "vocab_size",
-];
+pub(crate) const WORKLOAD_SYNTHETIC_ONLY: &[&str] =
+    &["prompt_tokens", "output_tokens", "seed", "unique_prefix", "vocab_size"];
 /// Workload keys that only make sense with `source = "file"`.
 pub(crate) const WORKLOAD_FILE_ONLY: &[&str] = &["path", "default_max_tokens"];
 pub(crate) const TOKEN_DIST: &[&str] = &["dist", "value", "min", "max", "mean", "stdev"];
 pub(crate) const PROFILE: &[&str] = &["kind", "max_concurrency", "levels", "rates", "rate", "seed"];
-pub(crate) const PROFILE_KINDS: &[&str] = &[
-    "synchronous",
-    "concurrent",
-    "throughput",
-    "constant",
-    "poisson",
-    "sweep",
-];
+pub(crate) const PROFILE_KINDS: &[&str] = &["synchronous", "concurrent", "throughput", "constant", "poisson", "sweep"];
 
 /// The `[profile]` keys each kind accepts besides `kind`.
 pub(crate) fn profile_keys(kind: &str) -> &'static [&'static str] {
@@ -91,22 +79,10 @@ pub(crate) fn profile_keys(kind: &str) -> &'static [&'static str] {
     }
 }
 
-pub(crate) const STOP: &[&str] = &[
-    "max_requests",
-    "max_duration",
-    "max_errors",
-    "max_error_rate",
-];
+pub(crate) const STOP: &[&str] = &["max_requests", "max_duration", "max_errors", "max_error_rate"];
 pub(crate) const PHASE: &[&str] = &["requests", "duration"];
-pub(crate) const FAULT_TRIGGERS: &[&str] = &[
-    "fail_batch",
-    "short_output",
-    "extra_output",
-    "wrong_id",
-    "panic",
-    "slow",
-    "hang",
-];
+pub(crate) const FAULT_TRIGGERS: &[&str] =
+    &["fail_batch", "short_output", "extra_output", "wrong_id", "panic", "slow", "hang"];
 pub(crate) const FAULTS: &[&str] = &[
     "fail_batch",
     "short_output",
@@ -165,10 +141,7 @@ pub(crate) fn check_path(path: &[&str]) -> Result<(), (String, Option<String>)> 
             Keys::Any => return Ok(()),
             Keys::Fixed(keys) if keys.contains(key) => {}
             Keys::Fixed(keys) => {
-                let full: Vec<String> = keys
-                    .iter()
-                    .map(|k| format!("{}{k}", prefix(parent)))
-                    .collect();
+                let full: Vec<String> = keys.iter().map(|k| format!("{}{k}", prefix(parent))).collect();
                 let help = super::error::did_you_mean(&here, full.iter().map(String::as_str));
                 return Err((format!("unknown key `{here}`"), help));
             }
@@ -179,13 +152,7 @@ pub(crate) fn check_path(path: &[&str]) -> Result<(), (String, Option<String>)> 
                 return Err((format!("unknown metric `{here}`"), help));
             }
             Keys::Value => {
-                return Err((
-                    format!(
-                        "unknown key `{here}`: `{}` is a value, not a table",
-                        parent.join(".")
-                    ),
-                    None,
-                ));
+                return Err((format!("unknown key `{here}`: `{}` is a value, not a table", parent.join(".")), None));
             }
         }
     }

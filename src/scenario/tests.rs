@@ -14,10 +14,7 @@ fn manifest_dir() -> &'static Path {
 }
 
 fn parse(input: &str, sets: &[&str]) -> Result<Plan, ScenarioError> {
-    let overrides = Overrides {
-        sets: sets.iter().map(|s| (*s).to_owned()).collect(),
-        seed: None,
-    };
+    let overrides = Overrides { sets: sets.iter().map(|s| (*s).to_owned()).collect(), seed: None };
     parse_str(input, "test.toml", manifest_dir(), &overrides)
 }
 
@@ -45,34 +42,15 @@ fn empty_file_gives_all_defaults() {
     check("", |p| {
         assert_eq!(p.name, "test");
         assert_eq!(p.seed, 0);
-        let EnginePlan::Sim(sim) = &p.engine else {
-            panic!("{:?}", p.engine)
-        };
+        let EnginePlan::Sim(sim) = &p.engine else { panic!("{:?}", p.engine) };
         assert_eq!(sim.time, TimeMode::Virtual);
         assert_eq!(sim.cost, CostModel::default());
         assert_eq!(sim.faults, Faults::default());
         assert_eq!(sim.seed, derive_seed(0, seed_stream::SIM));
         assert_eq!(p.batching, crate::batcher::BatchConfig::default());
-        assert_eq!(
-            p.profile,
-            ProfilePlan::Throughput {
-                max_concurrency: 256
-            }
-        );
-        assert_eq!(
-            p.stop,
-            StopPlan {
-                max_requests: Some(1000),
-                ..StopPlan::default()
-            }
-        );
-        let WorkloadPlan::Synthetic {
-            prompt_tokens,
-            output_tokens,
-            vocab_size,
-            unique_prefix,
-            ..
-        } = &p.workload
+        assert_eq!(p.profile, ProfilePlan::Throughput { max_concurrency: 256 });
+        assert_eq!(p.stop, StopPlan { max_requests: Some(1000), ..StopPlan::default() });
+        let WorkloadPlan::Synthetic { prompt_tokens, output_tokens, vocab_size, unique_prefix, .. } = &p.workload
         else {
             panic!()
         };
@@ -116,60 +94,23 @@ ttft_p99_ms = "<= 50.5"
 "#,
         |p| {
             assert_eq!((p.name.as_str(), p.seed), ("x", 9));
-            let EnginePlan::Sim(sim) = &p.engine else {
-                panic!()
-            };
+            let EnginePlan::Sim(sim) = &p.engine else { panic!() };
             assert_eq!(sim.time, TimeMode::Real);
             assert_eq!(sim.cost.decode_step, Duration::from_micros(1500));
             assert_eq!(sim.seed, derive_seed(9, seed_stream::SIM));
             assert_eq!(sim.faults.fail_batch, FaultTrigger::every(7));
-            assert_eq!(
-                sim.faults.slow,
-                FaultTrigger {
-                    every: Some(3),
-                    probability: 0.1
-                }
-            );
+            assert_eq!(sim.faults.slow, FaultTrigger { every: Some(3), probability: 0.1 });
             assert_eq!(p.batching.batch_size(), 8);
             assert_eq!(p.batching.generate_timeout(), Some(Duration::from_secs(30)));
-            let WorkloadPlan::Synthetic {
-                prompt_tokens,
-                output_tokens,
-                ..
-            } = &p.workload
-            else {
-                panic!()
-            };
+            let WorkloadPlan::Synthetic { prompt_tokens, output_tokens, .. } = &p.workload else { panic!() };
             assert_eq!(*prompt_tokens, TokenDist::Uniform { min: 64, max: 256 });
-            assert_eq!(
-                *output_tokens,
-                TokenDist::Normal {
-                    mean: 128.0,
-                    stdev: 32.0,
-                    min: 16,
-                    max: 512
-                }
-            );
-            assert_eq!(
-                p.profile,
-                ProfilePlan::Concurrent {
-                    levels: vec![1, 4, 16]
-                }
-            );
+            assert_eq!(*output_tokens, TokenDist::Normal { mean: 128.0, stdev: 32.0, min: 16, max: 512 });
+            assert_eq!(p.profile, ProfilePlan::Concurrent { levels: vec![1, 4, 16] });
             // An explicit max_duration means no default max_requests.
-            assert_eq!(
-                p.stop,
-                StopPlan {
-                    max_duration: Some(Duration::from_secs(60)),
-                    ..StopPlan::default()
-                }
-            );
+            assert_eq!(p.stop, StopPlan { max_duration: Some(Duration::from_secs(60)), ..StopPlan::default() });
             assert_eq!(p.warmup, Some(PhaseLimit::Duration(Duration::from_secs(5))));
-            let expect: Vec<_> = p
-                .expect
-                .iter()
-                .map(|e| (e.metric.as_str(), e.op, e.value, e.origin.as_str()))
-                .collect();
+            let expect: Vec<_> =
+                p.expect.iter().map(|e| (e.metric.as_str(), e.op, e.value, e.origin.as_str())).collect();
             assert_eq!(
                 expect,
                 [
@@ -183,72 +124,30 @@ ttft_p99_ms = "<= 50.5"
     check(
         "[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"/m/tiny\"\n[engine.vllm.engine_args]\ntp = 2\nx = { y = [1, \"a\"] }",
         |p| {
-            let EnginePlan::Vllm(v) = &p.engine else {
-                panic!()
-            };
+            let EnginePlan::Vllm(v) = &p.engine else { panic!() };
             assert_eq!(v.model, PathBuf::from("/m/tiny"));
-            assert_eq!(
-                (
-                    v.dtype.as_str(),
-                    v.enforce_eager,
-                    v.kv_cache_gib,
-                    v.in_process
-                ),
-                ("float32", true, 1.0, true)
-            );
+            assert_eq!((v.dtype.as_str(), v.enforce_eager, v.kv_cache_gib, v.in_process), ("float32", true, 1.0, true));
             assert_eq!(
                 serde_json::Value::Object(v.engine_args.clone()),
                 serde_json::json!({"tp": 2, "x": {"y": [1, "a"]}})
             );
         },
     );
-    check(
-        "[workload]\nsource = \"file\"\npath = \"Cargo.toml\"",
-        |p| {
-            let WorkloadPlan::File {
-                path,
-                default_max_tokens,
-                ..
-            } = &p.workload
-            else {
-                panic!()
-            };
-            assert!(path.is_absolute() && path.ends_with("Cargo.toml"));
-            assert_eq!(*default_max_tokens, 64);
-        },
-    );
+    check("[workload]\nsource = \"file\"\npath = \"Cargo.toml\"", |p| {
+        let WorkloadPlan::File { path, default_max_tokens, .. } = &p.workload else { panic!() };
+        assert!(path.is_absolute() && path.ends_with("Cargo.toml"));
+        assert_eq!(*default_max_tokens, 64);
+    });
     check("[profile]\nkind = \"sweep\"", |p| {
-        assert_eq!(
-            p.profile,
-            ProfilePlan::Sweep {
-                rates: 5,
-                max_concurrency: 256
-            }
-        )
+        assert_eq!(p.profile, ProfilePlan::Sweep { rates: 5, max_concurrency: 256 })
     });
     check("seed = 5\n[profile]\nkind = \"poisson\"\nrate = 50", |p| {
         let seed = derive_seed(5, seed_stream::POISSON);
-        assert_eq!(
-            p.profile,
-            ProfilePlan::Poisson {
-                rate: 50.0,
-                seed,
-                max_concurrency: None
-            }
-        );
+        assert_eq!(p.profile, ProfilePlan::Poisson { rate: 50.0, seed, max_concurrency: None });
     });
-    check(
-        "[profile]\nkind = \"constant\"\nrates = [10, 20.5]\nmax_concurrency = 4",
-        |p| {
-            assert_eq!(
-                p.profile,
-                ProfilePlan::Constant {
-                    rates: vec![10.0, 20.5],
-                    max_concurrency: Some(4)
-                }
-            );
-        },
-    );
+    check("[profile]\nkind = \"constant\"\nrates = [10, 20.5]\nmax_concurrency = 4", |p| {
+        assert_eq!(p.profile, ProfilePlan::Constant { rates: vec![10.0, 20.5], max_concurrency: Some(4) });
+    });
 }
 
 #[test]
@@ -266,25 +165,13 @@ fn overrides_apply_before_validation() {
     assert_eq!(plan.batching.batch_size(), 64);
     assert_eq!(plan.batching.batch_timeout(), Duration::from_millis(2));
     assert_eq!(plan.profile, ProfilePlan::Concurrent { levels: vec![1, 2] });
-    let overrides = Overrides {
-        sets: vec![],
-        seed: Some(77),
-    };
-    assert_eq!(
-        parse_str("seed = 1", "t.toml", manifest_dir(), &overrides)
-            .unwrap()
-            .seed,
-        77
-    );
+    let overrides = Overrides { sets: vec![], seed: Some(77) };
+    assert_eq!(parse_str("seed = 1", "t.toml", manifest_dir(), &overrides).unwrap().seed, 77);
 }
 
 #[test]
 fn problems() {
-    check_problems(
-        "[batching]\nbatch_sise = 3",
-        &[],
-        &["unknown key `batch_sise` in [batching]"],
-    );
+    check_problems("[batching]\nbatch_sise = 3", &[], &["unknown key `batch_sise` in [batching]"]);
     check_problems(
         "[batching]\nbatch_size = \"32\"\nbatch_timeout = 10",
         &[],
@@ -324,12 +211,7 @@ fn problems() {
     );
     check_problems(
         "[profile]\nkind = \"constant\"\n[stop]\nmax_error_rate = 1.5\n[expect]\ncompleted = \">= many\"\nlatncy_p99_ms = 1",
-        &[
-            "batching.size=3",
-            "batching.batch_size=0",
-            "nokey",
-            "seed.x=1",
-        ],
+        &["batching.size=3", "batching.batch_size=0", "nokey", "seed.x=1"],
         &[
             "unknown key `batching.size`",
             "`nokey`: expected `key=value`",
@@ -345,21 +227,11 @@ fn problems() {
 
 #[test]
 fn problems_point_at_the_right_place() {
-    let e = parse(
-        "name = \"x\"\n[batching]\n  batch_size = -1\n",
-        &["batching.batch_timeout=0s"],
-    )
-    .unwrap_err();
+    let e = parse("name = \"x\"\n[batching]\n  batch_size = -1\n", &["batching.batch_timeout=0s"]).unwrap_err();
     let origins: Vec<String> = e.problems.iter().map(|p| p.origin.short()).collect();
-    assert_eq!(
-        origins,
-        ["--set batching.batch_timeout=0s", "test.toml:3:16"]
-    );
+    assert_eq!(origins, ["--set batching.batch_timeout=0s", "test.toml:3:16"]);
     let e = parse("a = [1,\n", &[]).unwrap_err();
-    assert!(
-        e.problems[0].origin.short().starts_with("test.toml:"),
-        "{e}"
-    );
+    assert!(e.problems[0].origin.short().starts_with("test.toml:"), "{e}");
 }
 
 #[test]
@@ -377,43 +249,16 @@ fn builder_goes_through_validation() {
         .build()
         .unwrap();
     assert_eq!(plan.batching.batch_size(), 8);
-    assert_eq!(
-        plan.profile,
-        ProfilePlan::Throughput {
-            max_concurrency: 64
-        }
-    );
-    let EnginePlan::Sim(sim) = &plan.engine else {
-        panic!()
-    };
+    assert_eq!(plan.profile, ProfilePlan::Throughput { max_concurrency: 64 });
+    let EnginePlan::Sim(sim) = &plan.engine else { panic!() };
     assert_eq!(sim.faults.fail_batch, FaultTrigger::every(7));
     assert_eq!(plan.expect[0].value, 256.0);
-    let e = Scenario::builder()
-        .batch_size(0)
-        .expect("completd", Comparison::Eq, 1.0)
-        .build()
-        .unwrap_err();
+    let e = Scenario::builder().batch_size(0).expect("completd", Comparison::Eq, 1.0).build().unwrap_err();
     let messages: Vec<&str> = e.problems.iter().map(|p| p.message.as_str()).collect();
-    assert_eq!(
-        messages,
-        [
-            "unknown metric `expect.completd`",
-            "`batching.batch_size` must be at least 1, found 0"
-        ]
-    );
+    assert_eq!(messages, ["unknown metric `expect.completd`", "`batching.batch_size` must be at least 1, found 0"]);
     // Switching the profile forgets the previous one's keys.
-    let plan = Scenario::builder()
-        .profile_constant(&[1.0])
-        .profile_sweep(3)
-        .build()
-        .unwrap();
-    assert_eq!(
-        plan.profile,
-        ProfilePlan::Sweep {
-            rates: 3,
-            max_concurrency: 256
-        }
-    );
+    let plan = Scenario::builder().profile_constant(&[1.0]).profile_sweep(3).build().unwrap();
+    assert_eq!(plan.profile, ProfilePlan::Sweep { rates: 3, max_concurrency: 256 });
 }
 
 fn without_origins(mut plan: Plan) -> Plan {
@@ -427,11 +272,7 @@ fn round_trip(plan: &Plan) {
     let text = to_toml(plan);
     let again = parse_str(&text, "rt.toml", manifest_dir(), &Overrides::default())
         .unwrap_or_else(|e| panic!("{e}\n--- text ---\n{text}"));
-    assert_eq!(
-        without_origins(again.clone()),
-        without_origins(plan.clone()),
-        "\n{text}"
-    );
+    assert_eq!(without_origins(again.clone()), without_origins(plan.clone()), "\n{text}");
     // Printing the re-read plan gives the same text, origins included.
     assert_eq!(to_toml(&again), text);
 }
@@ -467,11 +308,7 @@ fn shipped_scenarios_validate() {
         }
         count += 1;
     }
-    assert!(
-        count >= 5,
-        "expected the five shipped scenarios in {}",
-        dir.display()
-    );
+    assert!(count >= 5, "expected the five shipped scenarios in {}", dir.display());
 }
 
 // ---- proptest: generated plans survive to_toml -> parse_str ----
@@ -485,28 +322,16 @@ fn duration_strategy(min_nanos: u64) -> impl Strategy<Value = Duration> {
 }
 
 fn trigger_strategy() -> impl Strategy<Value = FaultTrigger> {
-    (
-        proptest::option::of(1u64..1000),
-        prop_oneof![Just(0.0), 0.0..=1.0f64],
-    )
+    (proptest::option::of(1u64..1000), prop_oneof![Just(0.0), 0.0..=1.0f64])
         .prop_map(|(every, probability)| FaultTrigger { every, probability })
 }
 
 fn dist_strategy() -> impl Strategy<Value = TokenDist> {
     prop_oneof![
         (1u32..=u32::MAX).prop_map(|value| TokenDist::Fixed { value }),
-        (1u32..5000, 0u32..5000).prop_map(|(min, extra)| TokenDist::Uniform {
-            min,
-            max: min + extra
-        }),
-        (0.0..1e4f64, 0.0..1e3f64, 1u32..5000, 0u32..5000).prop_map(|(mean, stdev, min, extra)| {
-            TokenDist::Normal {
-                mean,
-                stdev,
-                min,
-                max: min + extra,
-            }
-        }),
+        (1u32..5000, 0u32..5000).prop_map(|(min, extra)| TokenDist::Uniform { min, max: min + extra }),
+        (0.0..1e4f64, 0.0..1e3f64, 1u32..5000, 0u32..5000)
+            .prop_map(|(mean, stdev, min, extra)| { TokenDist::Normal { mean, stdev, min, max: min + extra } }),
     ]
 }
 
@@ -532,42 +357,25 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
             eos_probability,
         });
     let triggers = proptest::collection::vec(trigger_strategy(), 7);
-    let faults = (
-        triggers,
-        1.0..100.0f64,
-        duration_strategy(0),
-        any::<bool>(),
-        duration_strategy(0),
-    )
-        .prop_map(
-            |(t, slow_factor, hang_for, start_fails, start_delay)| Faults {
-                fail_batch: t[0].clone(),
-                short_output: t[1].clone(),
-                extra_output: t[2].clone(),
-                wrong_id: t[3].clone(),
-                panic: t[4].clone(),
-                slow: t[5].clone(),
-                slow_factor,
-                hang: t[6].clone(),
-                hang_for,
-                start_fails,
-                start_delay,
-            },
-        );
-    let sim =
-        (any::<bool>(), seed_strategy(), cost, faults).prop_map(|(real, seed, cost, faults)| {
-            let time = if real {
-                TimeMode::Real
-            } else {
-                TimeMode::Virtual
-            };
-            EnginePlan::Sim(SimPlan {
-                time,
-                seed,
-                cost,
-                faults,
-            })
-        });
+    let faults = (triggers, 1.0..100.0f64, duration_strategy(0), any::<bool>(), duration_strategy(0)).prop_map(
+        |(t, slow_factor, hang_for, start_fails, start_delay)| Faults {
+            fail_batch: t[0].clone(),
+            short_output: t[1].clone(),
+            extra_output: t[2].clone(),
+            wrong_id: t[3].clone(),
+            panic: t[4].clone(),
+            slow: t[5].clone(),
+            slow_factor,
+            hang: t[6].clone(),
+            hang_for,
+            start_fails,
+            start_delay,
+        },
+    );
+    let sim = (any::<bool>(), seed_strategy(), cost, faults).prop_map(|(real, seed, cost, faults)| {
+        let time = if real { TimeMode::Real } else { TimeMode::Virtual };
+        EnginePlan::Sim(SimPlan { time, seed, cost, faults })
+    });
     let small = || proptest::option::of(1u32..100_000);
     let args = proptest::collection::btree_map(
         "[a-z_]{1,8}",
@@ -582,13 +390,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
         "/[a-z]{1,8}/[a-z0-9.-]{1,8}",
         "[a-z0-9]{1,8}",
         (small(), small(), small(), small()),
-        (
-            any::<bool>(),
-            seed_strategy(),
-            0.001..64.0f64,
-            any::<bool>(),
-            any::<bool>(),
-        ),
+        (any::<bool>(), seed_strategy(), 0.001..64.0f64, any::<bool>(), any::<bool>()),
         args,
     )
         .prop_map(
@@ -619,42 +421,22 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
 }
 
 fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {
-    let synthetic = (
-        dist_strategy(),
-        dist_strategy(),
-        seed_strategy(),
-        any::<bool>(),
-        2u32..=u32::MAX,
-        any::<bool>(),
-        0.0..4.0f32,
-    )
-        .prop_map(
-            |(
-                prompt_tokens,
-                output_tokens,
-                seed,
-                unique_prefix,
-                vocab_size,
-                ignore_eos,
-                temperature,
-            )| WorkloadPlan::Synthetic {
-                prompt_tokens,
-                output_tokens,
-                seed,
-                unique_prefix,
-                vocab_size,
-                ignore_eos,
-                temperature,
-            },
-        );
-    let file = (1u32..100_000, any::<bool>(), 0.0..4.0f32).prop_map(
-        |(default_max_tokens, ignore_eos, temperature)| WorkloadPlan::File {
-            path: manifest_dir().join("Cargo.toml"),
-            default_max_tokens,
-            ignore_eos,
-            temperature,
-        },
-    );
+    let synthetic =
+        (dist_strategy(), dist_strategy(), seed_strategy(), any::<bool>(), 2u32..=u32::MAX, any::<bool>(), 0.0..4.0f32)
+            .prop_map(|(prompt_tokens, output_tokens, seed, unique_prefix, vocab_size, ignore_eos, temperature)| {
+                WorkloadPlan::Synthetic {
+                    prompt_tokens,
+                    output_tokens,
+                    seed,
+                    unique_prefix,
+                    vocab_size,
+                    ignore_eos,
+                    temperature,
+                }
+            });
+    let file = (1u32..100_000, any::<bool>(), 0.0..4.0f32).prop_map(|(default_max_tokens, ignore_eos, temperature)| {
+        WorkloadPlan::File { path: manifest_dir().join("Cargo.toml"), default_max_tokens, ignore_eos, temperature }
+    });
     prop_oneof![synthetic, file]
 }
 
@@ -662,26 +444,13 @@ fn profile_strategy() -> impl Strategy<Value = ProfilePlan> {
     let concurrency = || proptest::option::of(1u32..100_000);
     prop_oneof![
         Just(ProfilePlan::Synchronous),
-        proptest::collection::vec(1u32..100_000, 1..5)
-            .prop_map(|levels| ProfilePlan::Concurrent { levels }),
+        proptest::collection::vec(1u32..100_000, 1..5).prop_map(|levels| ProfilePlan::Concurrent { levels }),
         (1u32..100_000).prop_map(|max_concurrency| ProfilePlan::Throughput { max_concurrency }),
-        (proptest::collection::vec(1e-6..1e6f64, 1..5), concurrency()).prop_map(
-            |(rates, max_concurrency)| ProfilePlan::Constant {
-                rates,
-                max_concurrency
-            }
-        ),
-        (1e-6..1e6f64, seed_strategy(), concurrency()).prop_map(|(rate, seed, max_concurrency)| {
-            ProfilePlan::Poisson {
-                rate,
-                seed,
-                max_concurrency,
-            }
-        }),
-        (1u32..100, 1u32..100_000).prop_map(|(rates, max_concurrency)| ProfilePlan::Sweep {
-            rates,
-            max_concurrency
-        }),
+        (proptest::collection::vec(1e-6..1e6f64, 1..5), concurrency())
+            .prop_map(|(rates, max_concurrency)| ProfilePlan::Constant { rates, max_concurrency }),
+        (1e-6..1e6f64, seed_strategy(), concurrency())
+            .prop_map(|(rate, seed, max_concurrency)| { ProfilePlan::Poisson { rate, seed, max_concurrency } }),
+        (1u32..100, 1u32..100_000).prop_map(|(rates, max_concurrency)| ProfilePlan::Sweep { rates, max_concurrency }),
     ]
 }
 
@@ -698,27 +467,15 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
         proptest::option::of(0u64..1000),
         proptest::option::of(0.0..=1.0f64),
     )
-        .prop_filter(
-            "a stop needs max_requests or max_duration",
-            |(r, d, _, _)| r.is_some() || d.is_some(),
-        )
-        .prop_map(
-            |(max_requests, max_duration, max_errors, max_error_rate)| StopPlan {
-                max_requests,
-                max_duration,
-                max_errors,
-                max_error_rate,
-            },
-        );
+        .prop_filter("a stop needs max_requests or max_duration", |(r, d, _, _)| r.is_some() || d.is_some())
+        .prop_map(|(max_requests, max_duration, max_errors, max_error_rate)| StopPlan {
+            max_requests,
+            max_duration,
+            max_errors,
+            max_error_rate,
+        });
     let names = expect::known_metrics();
-    let ops = [
-        Comparison::Eq,
-        Comparison::Ne,
-        Comparison::Lt,
-        Comparison::Le,
-        Comparison::Gt,
-        Comparison::Ge,
-    ];
+    let ops = [Comparison::Eq, Comparison::Ne, Comparison::Lt, Comparison::Le, Comparison::Gt, Comparison::Ge];
     let expect = proptest::collection::btree_map(
         proptest::sample::select(names),
         (proptest::sample::select(ops.to_vec()), -1e9..1e9f64),
@@ -726,38 +483,17 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
     )
     .prop_map(|m| {
         m.into_iter()
-            .map(|(metric, (op, value))| Expectation {
-                metric,
-                op,
-                value,
-                origin: String::new(),
-            })
+            .map(|(metric, (op, value))| Expectation { metric, op, value, origin: String::new() })
             .collect::<Vec<_>>()
     });
-    let batching = (
-        1usize..100_000,
-        duration_strategy(1),
-        proptest::option::of(duration_strategy(1)),
-    )
-        .prop_map(|(size, timeout, generate)| {
-            crate::batcher::BatchConfig::new(size, timeout)
-                .unwrap()
-                .with_generate_timeout(generate)
-                .unwrap()
-        });
-    let output = (
-        proptest::option::of("[a-z]{1,8}(/[a-z]{1,8})?"),
-        any::<bool>(),
-    )
-        .prop_map(|(dir, requests_jsonl)| OutputPlan {
-            dir: dir.map(PathBuf::from),
-            requests_jsonl,
-        });
-    let head = (
-        "[a-zA-Z][a-zA-Z0-9 _\"\\\\é-]{0,15}",
-        proptest::option::of("[ -~é\n]{0,20}"),
-        seed_strategy(),
+    let batching = (1usize..100_000, duration_strategy(1), proptest::option::of(duration_strategy(1))).prop_map(
+        |(size, timeout, generate)| {
+            crate::batcher::BatchConfig::new(size, timeout).unwrap().with_generate_timeout(generate).unwrap()
+        },
     );
+    let output = (proptest::option::of("[a-z]{1,8}(/[a-z]{1,8})?"), any::<bool>())
+        .prop_map(|(dir, requests_jsonl)| OutputPlan { dir: dir.map(PathBuf::from), requests_jsonl });
+    let head = ("[a-zA-Z][a-zA-Z0-9 _\"\\\\é-]{0,15}", proptest::option::of("[ -~é\n]{0,20}"), seed_strategy());
     (
         head,
         engine_strategy(),

@@ -19,35 +19,21 @@ const UNITS: &[(&str, u128)] = &[
 /// remainders truncated.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
     let (number, unit) = (&text[..split], text[split..].trim());
     let Some(&(_, unit_nanos)) = UNITS.iter().find(|(name, _)| *name == unit) else {
-        return Err(format!(
-            "expected a duration such as \"10ms\" (units: ns, us, ms, s, m, h), found \"{text}\""
-        ));
+        return Err(format!("expected a duration such as \"10ms\" (units: ns, us, ms, s, m, h), found \"{text}\""));
     };
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
     let digits_ok = |s: &str| s.chars().all(|c| c.is_ascii_digit());
     if (whole.is_empty() && fraction.is_empty()) || !digits_ok(whole) || !digits_ok(fraction) {
-        return Err(format!(
-            "expected a duration such as \"10ms\", found \"{text}\""
-        ));
+        return Err(format!("expected a duration such as \"10ms\", found \"{text}\""));
     }
     let too_large = || format!("duration \"{text}\" is too large");
-    let whole: u128 = if whole.is_empty() {
-        0
-    } else {
-        whole.parse().map_err(|_| too_large())?
-    };
+    let whole: u128 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| too_large())? };
     let fraction = &fraction[..fraction.len().min(18)];
     let scale = 10u128.pow(fraction.len() as u32);
-    let fraction: u128 = if fraction.is_empty() {
-        0
-    } else {
-        fraction.parse().map_err(|_| too_large())?
-    };
+    let fraction: u128 = if fraction.is_empty() { 0 } else { fraction.parse().map_err(|_| too_large())? };
     let nanos = whole
         .checked_mul(unit_nanos)
         .and_then(|w| w.checked_add(fraction * unit_nanos / scale))
@@ -99,17 +85,7 @@ mod tests {
 
     #[test]
     fn formats_exactly() {
-        for nanos in [
-            0,
-            1,
-            999,
-            1_000,
-            1_500_000,
-            2_000_000_000,
-            90_000_000_000,
-            3_600_000_000_000,
-            12_345_678_901,
-        ] {
+        for nanos in [0, 1, 999, 1_000, 1_500_000, 2_000_000_000, 90_000_000_000, 3_600_000_000_000, 12_345_678_901] {
             let d = Duration::from_nanos(nanos);
             assert_eq!(parse_duration(&format_duration(d)), Ok(d));
         }

@@ -42,7 +42,7 @@ fn output_tokens(req: &EngineRequest, cost: &CostModel, seed: u64) -> u32 {
     if req.ignore_eos || cost.eos_probability <= 0.0 || req.max_tokens == 0 {
         return req.max_tokens;
     }
-    let mut rng = SplitMix64::derive(seed ^ 0x5EED_E05, req.seed.unwrap_or(req.id));
+    let mut rng = SplitMix64::derive(seed ^ 0x05EE_DE05, req.seed.unwrap_or(req.id));
     let floor = req.min_tokens.clamp(1, req.max_tokens);
     // A geometric draw, by inversion, capped at max_tokens.
     let p = cost.eos_probability.min(1.0);
@@ -104,11 +104,7 @@ pub fn simulate(cost: &CostModel, seed: u64, batch: &[EngineRequest], scale: f64
         for s in wave.iter_mut() {
             if s.output_tokens >= 1 {
                 s.first_token = Some(first);
-                let end = finish_times
-                    .iter()
-                    .find(|(n, _)| *n == s.output_tokens)
-                    .map(|(_, d)| *d)
-                    .unwrap_or(first);
+                let end = finish_times.iter().find(|(n, _)| *n == s.output_tokens).map(|(_, d)| *d).unwrap_or(first);
                 s.last_token = Some(end);
             }
         }

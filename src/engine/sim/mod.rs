@@ -52,10 +52,7 @@ impl SimEngine {
         let wall_secs = if now.as_nanos() == VirtualClock::ORIGIN.as_nanos() {
             VIRTUAL_WALL_ORIGIN
         } else {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs_f64())
-                .unwrap_or(0.0)
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
         };
         SimEngine { config, clock, anchor: WallAnchor { wall_secs, mono: now }, batches: 0, started: false }
     }
@@ -122,9 +119,14 @@ impl Engine for SimEngine {
             BatchFault::Panic => panic!("injected panic (generate call {batch_no})"),
             BatchFault::Hang => {
                 self.clock.sleep(self.config.faults.hang_for);
-                return Err(EngineError::Generate(format!("injected hang of {:?} (generate call {batch_no})", self.config.faults.hang_for)));
+                return Err(EngineError::Generate(format!(
+                    "injected hang of {:?} (generate call {batch_no})",
+                    self.config.faults.hang_for
+                )));
             }
-            BatchFault::Fail => return Err(EngineError::Generate(format!("injected failure (generate call {batch_no})"))),
+            BatchFault::Fail => {
+                return Err(EngineError::Generate(format!("injected failure (generate call {batch_no})")));
+            }
             _ => {}
         }
 
@@ -143,7 +145,11 @@ impl Engine for SimEngine {
                 output_tokens: Some(t.output_tokens),
                 output_token_ids: None,
                 text: None,
-                finish_reason: if t.output_tokens >= req.max_tokens { FinishReason::Length } else { FinishReason::Stop },
+                finish_reason: if t.output_tokens >= req.max_tokens {
+                    FinishReason::Length
+                } else {
+                    FinishReason::Stop
+                },
                 stats: EngineStats {
                     arrival_wall: Some(arrival_wall),
                     queued_ts: Some(secs(Duration::ZERO)),

@@ -73,10 +73,22 @@ fn faults_fire_on_schedule() {
     }
     let cases = [
         Case { faults: Faults { fail_batch: FaultTrigger::every(1), ..Faults::default() }, expect: |r, _| r.is_err() },
-        Case { faults: Faults { short_output: FaultTrigger::every(1), ..Faults::default() }, expect: |r, n| r.as_ref().is_ok_and(|o| o.len() == n - 1) },
-        Case { faults: Faults { extra_output: FaultTrigger::every(1), ..Faults::default() }, expect: |r, n| r.as_ref().is_ok_and(|o| o.len() == n + 1) },
-        Case { faults: Faults { wrong_id: FaultTrigger::every(1), ..Faults::default() }, expect: |r, n| r.as_ref().is_ok_and(|o| o[0].request_id == Some(n as u64)) },
-        Case { faults: Faults { hang: FaultTrigger::every(1), hang_for: Duration::from_secs(7), ..Faults::default() }, expect: |r, _| r.is_err() },
+        Case {
+            faults: Faults { short_output: FaultTrigger::every(1), ..Faults::default() },
+            expect: |r, n| r.as_ref().is_ok_and(|o| o.len() == n - 1),
+        },
+        Case {
+            faults: Faults { extra_output: FaultTrigger::every(1), ..Faults::default() },
+            expect: |r, n| r.as_ref().is_ok_and(|o| o.len() == n + 1),
+        },
+        Case {
+            faults: Faults { wrong_id: FaultTrigger::every(1), ..Faults::default() },
+            expect: |r, n| r.as_ref().is_ok_and(|o| o[0].request_id == Some(n as u64)),
+        },
+        Case {
+            faults: Faults { hang: FaultTrigger::every(1), hang_for: Duration::from_secs(7), ..Faults::default() },
+            expect: |r, _| r.is_err(),
+        },
     ];
     for (i, case) in cases.into_iter().enumerate() {
         let (mut e, _) = engine(SimConfig { seed: 1, cost: CostModel::default(), faults: case.faults });

@@ -34,11 +34,7 @@ fn simulate(kind: StepKind, n: usize, service: &[u64], delay: &[u64]) -> Trace {
     };
     for _ in 0..(10 * n + 100) {
         if submits.len() == n {
-            return Trace {
-                submits,
-                max_in_flight,
-                lateness: s.lateness(),
-            };
+            return Trace { submits, max_in_flight, lateness: s.lateness() };
         }
         while in_flight.peek().is_some_and(|&Reverse(t)| t <= now) {
             in_flight.pop();
@@ -46,8 +42,7 @@ fn simulate(kind: StepKind, n: usize, service: &[u64], delay: &[u64]) -> Trace {
         match s.poll(now, in_flight.len()) {
             Poll::SubmitNow => {
                 s.on_submitted(now);
-                let done = now
-                    .saturating_add(Duration::from_nanos(service[submits.len() % service.len()]));
+                let done = now.saturating_add(Duration::from_nanos(service[submits.len() % service.len()]));
                 submits.push(now);
                 in_flight.push(Reverse(done));
                 max_in_flight = max_in_flight.max(in_flight.len());
@@ -57,9 +52,7 @@ fn simulate(kind: StepKind, n: usize, service: &[u64], delay: &[u64]) -> Trace {
                 now = late_wake(t);
             }
             Poll::WaitForCompletion => {
-                let Reverse(t) = in_flight
-                    .pop()
-                    .expect("waiting for a completion with nothing in flight");
+                let Reverse(t) = in_flight.pop().expect("waiting for a completion with nothing in flight");
                 now = late_wake(now.max(t));
             }
         }
@@ -68,11 +61,7 @@ fn simulate(kind: StepKind, n: usize, service: &[u64], delay: &[u64]) -> Trace {
 }
 
 fn millis(trace: &Trace) -> Vec<u64> {
-    trace
-        .submits
-        .iter()
-        .map(|t| t.checked_since(START).unwrap().as_nanos() as u64 / MS)
-        .collect()
+    trace.submits.iter().map(|t| t.checked_since(START).unwrap().as_nanos() as u64 / MS).collect()
 }
 
 /// Submit times in ms after start, for requests taking `service_ms` (cyclically), and the lateness.
@@ -83,129 +72,58 @@ fn check(kind: StepKind, service_ms: &[u64], expected_ms: &[u64], expected_laten
     assert_eq!(trace.lateness, expected_lateness, "{kind:?}");
 }
 
-const ON_TIME: Lateness = Lateness {
-    late: 0,
-    delayed_by_cap: 0,
-    total: Duration::ZERO,
-    max: Duration::ZERO,
-};
+const ON_TIME: Lateness = Lateness { late: 0, delayed_by_cap: 0, total: Duration::ZERO, max: Duration::ZERO };
 
 #[test]
 fn schedules() {
     check(StepKind::Synchronous, &[30], &[0, 30, 60, 90], ON_TIME);
     check(StepKind::Concurrent(2), &[30], &[0, 0, 30, 30, 60], ON_TIME);
     check(StepKind::Concurrent(0), &[30], &[0, 30, 60], ON_TIME);
-    check(
-        StepKind::Throughput { max_concurrency: 3 },
-        &[10],
-        &[0, 0, 0, 10, 10, 10, 20],
-        ON_TIME,
-    );
-    check(
-        StepKind::Constant {
-            rate: 10.0,
-            max_concurrency: None,
-        },
-        &[250],
-        &[0, 100, 200, 300, 400],
-        ON_TIME,
-    );
-    check(
-        StepKind::Constant {
-            rate: 10.0,
-            max_concurrency: Some(5),
-        },
-        &[250],
-        &[0, 100, 200, 300],
-        ON_TIME,
-    );
+    check(StepKind::Throughput { max_concurrency: 3 }, &[10], &[0, 0, 0, 10, 10, 10, 20], ON_TIME);
+    check(StepKind::Constant { rate: 10.0, max_concurrency: None }, &[250], &[0, 100, 200, 300, 400], ON_TIME);
+    check(StepKind::Constant { rate: 10.0, max_concurrency: Some(5) }, &[250], &[0, 100, 200, 300], ON_TIME);
     // Capped at 1 with 250 ms requests at 10/s: each arrival waits for the previous completion.
     // Due 0, 100, 200, 300; sent 0, 250, 500, 750: late by 150, 300, 450 ms.
     check(
-        StepKind::Constant {
-            rate: 10.0,
-            max_concurrency: Some(1),
-        },
+        StepKind::Constant { rate: 10.0, max_concurrency: Some(1) },
         &[250],
         &[0, 250, 500, 750],
-        Lateness {
-            late: 3,
-            delayed_by_cap: 3,
-            total: Duration::from_millis(900),
-            max: Duration::from_millis(450),
-        },
+        Lateness { late: 3, delayed_by_cap: 3, total: Duration::from_millis(900), max: Duration::from_millis(450) },
     );
     // Delayed arrivals catch up back to back once the cap allows, and later ones keep their times:
     // due 10, 20, 30 wait for the slow first request, then go at 35, 36, 37; 40 and 50 are on time.
     check(
-        StepKind::Constant {
-            rate: 100.0,
-            max_concurrency: Some(1),
-        },
+        StepKind::Constant { rate: 100.0, max_concurrency: Some(1) },
         &[35, 1, 1, 1, 1, 1],
         &[0, 35, 36, 37, 40, 50],
-        Lateness {
-            late: 3,
-            delayed_by_cap: 3,
-            total: Duration::from_millis(48),
-            max: Duration::from_millis(25),
-        },
+        Lateness { late: 3, delayed_by_cap: 3, total: Duration::from_millis(48), max: Duration::from_millis(25) },
     );
     // A steady overload: each arrival waits a little longer than the one before.
     check(
-        StepKind::Constant {
-            rate: 100.0,
-            max_concurrency: Some(2),
-        },
+        StepKind::Constant { rate: 100.0, max_concurrency: Some(2) },
         &[25],
         &[0, 10, 25, 35, 50, 60, 75, 85],
-        Lateness {
-            late: 6,
-            delayed_by_cap: 6,
-            total: Duration::from_millis(60),
-            max: Duration::from_millis(15),
-        },
+        Lateness { late: 6, delayed_by_cap: 6, total: Duration::from_millis(60), max: Duration::from_millis(15) },
     );
 }
 
 #[test]
 fn poisson_is_reproducible_and_starts_after_a_gap() {
-    let kind = StepKind::Poisson {
-        rate: 5.0,
-        seed: 11,
-        max_concurrency: None,
-    };
+    let kind = StepKind::Poisson { rate: 5.0, seed: 11, max_concurrency: None };
     let a = simulate(kind.clone(), 50, &[MS], &[0]);
     let b = simulate(kind, 50, &[7 * MS], &[0]);
     assert_eq!(a.submits, b.submits);
     assert!(a.submits[0] > START);
-    let other = simulate(
-        StepKind::Poisson {
-            rate: 5.0,
-            seed: 12,
-            max_concurrency: None,
-        },
-        50,
-        &[MS],
-        &[0],
-    );
+    let other = simulate(StepKind::Poisson { rate: 5.0, seed: 12, max_concurrency: None }, 50, &[MS], &[0]);
     assert_ne!(a.submits, other.submits);
 }
 
 /// Pinned values: a change here changes every report made with a seed.
 #[test]
 fn poisson_arrivals_are_stable_across_versions() {
-    let kind = StepKind::Poisson {
-        rate: 10.0,
-        seed: 1,
-        max_concurrency: None,
-    };
+    let kind = StepKind::Poisson { rate: 10.0, seed: 1, max_concurrency: None };
     let trace = simulate(kind, 3, &[0], &[0]);
-    let nanos: Vec<u64> = trace
-        .submits
-        .iter()
-        .map(|t| t.as_nanos() - START.as_nanos())
-        .collect();
+    let nanos: Vec<u64> = trace.submits.iter().map(|t| t.as_nanos() - START.as_nanos()).collect();
     assert_eq!(nanos, [83_600_553, 220_556_769, 574_612_210]);
 }
 
@@ -213,15 +131,8 @@ fn poisson_arrivals_are_stable_across_versions() {
 fn bad_rates_are_errors() {
     for rate in [0.0, -1.0, f64::NAN, f64::INFINITY] {
         for kind in [
-            StepKind::Constant {
-                rate,
-                max_concurrency: None,
-            },
-            StepKind::Poisson {
-                rate,
-                seed: 0,
-                max_concurrency: Some(2),
-            },
+            StepKind::Constant { rate, max_concurrency: None },
+            StepKind::Poisson { rate, seed: 0, max_concurrency: Some(2) },
         ] {
             let err = Scheduler::new(Step::new(kind), START).unwrap_err();
             assert!(matches!(err, LoadError::InvalidRate { .. }), "{err:?}");
@@ -231,14 +142,7 @@ fn bad_rates_are_errors() {
 
 #[test]
 fn tiny_rates_saturate_instead_of_overflowing() {
-    let mut s = Scheduler::new(
-        Step::new(StepKind::Constant {
-            rate: 1e-300,
-            max_concurrency: None,
-        }),
-        START,
-    )
-    .unwrap();
+    let mut s = Scheduler::new(Step::new(StepKind::Constant { rate: 1e-300, max_concurrency: None }), START).unwrap();
     assert_eq!(s.poll(START, 0), Poll::SubmitNow);
     s.on_submitted(START);
     assert_eq!(s.poll(START, 0), Poll::At(Timestamp::from_nanos(u64::MAX)));

@@ -86,6 +86,17 @@ pub struct Batch {
     pub dispatched_at: Timestamp,
 }
 
+/// One generate as a driver ran it: for batching statistics.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BatchRun {
+    pub id: BatchId,
+    pub size: usize,
+    pub reason: FlushReason,
+    pub dispatched_at: Timestamp,
+    /// When generate returned (or panicked).
+    pub returned_at: Timestamp,
+}
+
 /// How a generate call ended, as the driver saw it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum GenerateResult {

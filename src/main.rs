@@ -60,9 +60,30 @@ enum Command {
 }
 
 fn init_logging() {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("BATCHLAB_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(LogWriter).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(LogWriter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
+    // Engine panics are caught and reported per batch by the batcher; one log line each is
+    // enough. Set RUST_BACKTRACE to get the full default report.
+    if std::env::var_os("RUST_BACKTRACE").is_none() {
+        std::panic::set_hook(Box::new(|info| {
+            let thread = std::thread::current();
+            let message = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+            tracing::warn!(thread = thread.name().unwrap_or("unnamed"), "panic: {message}{location}");
+        }));
+    }
 }
 
 fn main() -> ExitCode {

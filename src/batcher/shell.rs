@@ -218,8 +218,9 @@ impl Batcher {
 
     /// Stops admitting, dispatches what is queued, waits for the running generate, then shuts the
     /// engine down exactly once. Every waiter has its outcome when this returns. A second call is
-    /// harmless. With a wedged engine (a generate that overran `generate_timeout`) this returns
-    /// without waiting for the engine thread.
+    /// harmless. With a wedged engine (a generate that overran `generate_timeout` and never
+    /// returned) this returns once every request is answered, without waiting for the engine
+    /// thread, which is left behind.
     pub fn shutdown(&self) -> Result<(), EngineError> {
         let mut locked = self.shared.lock();
         let now = self.shared.clock.now();
@@ -336,7 +337,8 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Op
     }
 }
 
-/// Fails a generate that overran its timeout while the engine thread is stuck inside it.
+/// Enforces `generate_timeout` while the engine thread is stuck inside a generate: fails the
+/// overrunning batch, then every queued request that waited that long.
 fn watchdog_thread(shared: Arc<Shared>) {
     let mut locked = shared.lock();
     loop {
@@ -345,7 +347,7 @@ fn watchdog_thread(shared: Arc<Shared>) {
             return;
         }
         let now = shared.clock.now();
-        match locked.guard.core.generate_deadline() {
+        match locked.guard.core.watchdog_deadline() {
             Some(deadline) if now >= deadline => {
                 locked.guard.core.handle_timeout(now);
                 shared.release(locked);

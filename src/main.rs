@@ -121,9 +121,8 @@ fn run_scenario(
     quiet: bool,
 ) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
-    let output_dir = output
-        .or_else(|| plan.output.dir.clone())
-        .unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
+    let output_dir =
+        output.or_else(|| plan.output.dir.clone()).unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
     let summary = runtime.block_on(async {
         let (tx, rx) = tokio::sync::watch::channel(false);
         // First Ctrl-C: stop admitting, drain, report. Second: leave at once.

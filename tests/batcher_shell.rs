@@ -27,6 +27,9 @@ mock! {
     }
 }
 
+/// Far above any legitimate wait here; reaching it means a waiter hangs.
+const LIMIT: Duration = Duration::from_secs(20);
+
 fn info() -> EngineInfo {
     EngineInfo { name: "mock".into(), version: "0".into() }
 }
@@ -86,7 +89,13 @@ fn mock_engine_loads_once_serializes_generates_and_shuts_down_once() {
                 barrier.wait();
                 b.preload().expect("preload");
                 let tickets: Vec<_> = (0..25).map(|_| b.submit(req()).expect("submit")).collect();
-                tickets.into_iter().map(|t| t.wait().is_ok()).filter(|ok| *ok).count()
+                tickets
+                    .into_iter()
+                    .map(|t| {
+                        t.wait_timeout(LIMIT).unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}: a hang")).is_ok()
+                    })
+                    .filter(|ok| *ok)
+                    .count()
             })
         })
         .collect();
@@ -112,7 +121,7 @@ fn submit_starts_the_engine_lazily_and_once() {
     let b = spawn(e, config(2, Duration::from_millis(1)));
     let tickets: Vec<_> = (0..5).map(|_| b.submit(req()).expect("submit")).collect();
     for t in tickets {
-        assert!(t.wait().is_ok());
+        assert!(t.wait_timeout(LIMIT).unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}: a hang")).is_ok());
     }
     b.shutdown().expect("shutdown");
     assert_eq!(starts.load(Ordering::SeqCst), 1);
@@ -148,7 +157,10 @@ fn failed_start_answers_every_waiter() {
     let b = spawn(e, config(8, Duration::from_secs(60)));
     let tickets: Vec<_> = (0..3).filter_map(|_| b.submit(req()).ok()).collect();
     for t in tickets {
-        assert_eq!(t.wait().err(), Some(RequestError::StartFailed("no model".into())));
+        assert_eq!(
+            t.wait_timeout(LIMIT).unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}: a hang")).err(),
+            Some(RequestError::StartFailed("no model".into()))
+        );
     }
     assert_eq!(b.preload().err(), Some(RequestError::StartFailed("no model".into())));
     b.shutdown().expect("shutdown");
@@ -174,7 +186,7 @@ fn shutdown_dispatches_pending_then_stops_engine() {
     let tickets: Vec<_> = (0..3).map(|_| b.submit(req()).expect("submit")).collect();
     b.shutdown().expect("shutdown");
     for t in tickets {
-        assert!(t.wait().is_ok());
+        assert!(t.wait_timeout(LIMIT).unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}: a hang")).is_ok());
     }
     assert_eq!(*order.lock().unwrap(), ["generate 3", "shutdown"]);
 }
@@ -198,7 +210,7 @@ fn dropped_ticket_is_never_sent_to_the_engine() {
     let kept: Vec<_> = (0..2).map(|_| b.submit(req()).expect("submit")).collect();
     let kept_ids: Vec<_> = kept.iter().map(|t| t.id()).collect();
     for t in kept {
-        assert!(t.wait().is_ok());
+        assert!(t.wait_timeout(LIMIT).unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}: a hang")).is_ok());
     }
     b.shutdown().expect("shutdown");
     assert_eq!(*seen.lock().unwrap(), kept_ids);
@@ -214,7 +226,7 @@ fn engine_panic_fans_out_to_every_waiter() {
     let b = spawn(e, config(3, Duration::from_millis(1)));
     let tickets: Vec<_> = (0..3).map(|_| b.submit(req()).expect("submit")).collect();
     for t in tickets {
-        match t.wait() {
+        match t.wait_timeout(LIMIT).unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}: a hang")) {
             Err(RequestError::EnginePanicked { batch_size: 3, message, .. }) => assert_eq!(message, "kaboom"),
             other => panic!("expected a panic outcome, got {other:?}"),
         }
@@ -231,7 +243,10 @@ fn output_count_mismatch_fans_out_to_every_waiter() {
     let b = spawn(e, config(3, Duration::from_millis(1)));
     let tickets: Vec<_> = (0..3).map(|_| b.submit(req()).expect("submit")).collect();
     for t in tickets {
-        assert!(matches!(t.wait(), Err(RequestError::OutputCountMismatch { expected: 3, got: 2, .. })));
+        assert!(matches!(
+            t.wait_timeout(LIMIT).unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}: a hang")),
+            Err(RequestError::OutputCountMismatch { expected: 3, got: 2, .. })
+        ));
     }
     b.shutdown().expect("shutdown");
 }
@@ -261,12 +276,32 @@ fn hung_generate_is_failed_by_the_watchdog_and_shutdown_does_not_hang() {
     let b = spawn(Stuck { release: Mutex::new(rx) }, config);
     let hung: Vec<_> = (0..2).map(|_| b.submit(req()).expect("submit")).collect();
     for t in hung {
-        assert!(matches!(t.wait(), Err(RequestError::GenerateTimedOut { batch_size: 2, .. })));
+        assert!(matches!(
+            t.wait_timeout(LIMIT).unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}: a hang")),
+            Err(RequestError::GenerateTimedOut { batch_size: 2, .. })
+        ));
     }
     // The engine thread is still stuck: a new request waits at most generate_timeout.
     let waiting = b.submit(req()).expect("admitted while the engine is stuck");
-    assert!(matches!(waiting.wait(), Err(RequestError::EngineUnresponsive { .. })));
+    assert!(matches!(
+        waiting.wait_timeout(LIMIT).unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}: a hang")),
+        Err(RequestError::EngineUnresponsive { .. })
+    ));
     b.shutdown().expect("shutdown returns with the engine wedged");
+    let _ = tx.send(());
+}
+
+#[test]
+fn hung_partial_batch_is_caught_by_the_watchdog() {
+    // The partial batch goes out on its batch timeout, 20 ms after the last notification: by
+    // then the watchdog sleeps with no deadline, so it must be woken by the dispatch itself.
+    let (tx, rx) = mpsc::channel();
+    let config = config(2, Duration::from_millis(20)).with_generate_timeout(Some(Duration::from_millis(30))).unwrap();
+    let b = spawn(Stuck { release: Mutex::new(rx) }, config);
+    let lone = b.submit(req()).expect("submit");
+    let outcome = lone.wait_timeout(Duration::from_secs(5)).unwrap_or_else(|_| panic!("the watchdog never fired"));
+    assert!(matches!(outcome, Err(RequestError::GenerateTimedOut { batch_size: 1, .. })), "{outcome:?}");
+    b.shutdown().expect("shutdown");
     let _ = tx.send(());
 }
 
@@ -276,15 +311,51 @@ fn engine_that_comes_back_after_a_timeout_serves_again() {
     let config = config(1, Duration::from_millis(1)).with_generate_timeout(Some(Duration::from_millis(200))).unwrap();
     let b = spawn(Stuck { release: Mutex::new(rx) }, config);
     let first = b.submit(req()).expect("submit");
-    assert!(matches!(first.wait(), Err(RequestError::GenerateTimedOut { .. })));
+    assert!(matches!(
+        first.wait_timeout(LIMIT).unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}: a hang")),
+        Err(RequestError::GenerateTimedOut { .. })
+    ));
     // Release the stuck generate (its late result is discarded) and the next one in advance:
     // the second request is served well within its 200 ms bound.
     tx.send(()).unwrap();
     tx.send(()).unwrap();
     let second = b.submit(req()).expect("submit");
     let second_id = second.id();
-    let c = second.wait().expect("served after the engine came back");
+    let c = second
+        .wait_timeout(LIMIT)
+        .unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}: a hang"))
+        .expect("served after the engine came back");
     assert_eq!(c.output.request_id, Some(second_id));
+    b.shutdown().expect("shutdown");
+}
+
+#[test]
+fn completer_may_submit_again() {
+    // A closed-loop client submits its next request from the completion callback: completers run
+    // with no batcher lock held, so this must neither deadlock nor violate the lock order.
+    let mut e = MockEng::new();
+    e.expect_start().returning(|| Ok(info()));
+    e.expect_generate().returning(|b| Ok(echo(b)));
+    e.expect_shutdown().returning(|| Ok(()));
+    let b = spawn(e, config(1, Duration::from_millis(1)));
+    let (done_tx, done_rx) = mpsc::channel();
+    fn chain(b: Batcher, left: u32, done: mpsc::Sender<u32>) {
+        let next = b.clone();
+        b.submit_with(
+            req(),
+            Box::new(move |_, outcome| {
+                assert!(outcome.is_ok());
+                if left == 0 {
+                    let _ = done.send(0);
+                } else {
+                    chain(next, left - 1, done);
+                }
+            }),
+        )
+        .expect("submit");
+    }
+    chain(b.clone(), 5, done_tx);
+    assert_eq!(done_rx.recv_timeout(LIMIT), Ok(0));
     b.shutdown().expect("shutdown");
 }
 

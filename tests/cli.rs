@@ -37,7 +37,14 @@ fn help_texts() {
 #[test]
 fn run_writes_reports_and_exits_zero() {
     let out = temp_dir("ok");
-    let o = batchlab(&["run", "scenarios/throughput.toml", "--quiet", "--requests-jsonl", "--output", out.to_str().unwrap()]);
+    let o = batchlab(&[
+        "run",
+        "scenarios/throughput.toml",
+        "--quiet",
+        "--requests-jsonl",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(text(&o.stdout).contains("throughput"), "{}", text(&o.stdout));
     for f in ["report.json", "report.csv", "requests.jsonl"] {

@@ -32,7 +32,13 @@ fn output(stats: EngineStats, tokens: Option<u32>, ids: Option<usize>) -> Engine
 }
 
 fn stats(queued: Option<f64>, scheduled: Option<f64>, first: Option<f64>, last: Option<f64>) -> EngineStats {
-    EngineStats { arrival_wall: Some(1_767_225_600.0), queued_ts: queued, scheduled_ts: scheduled, first_token_ts: first, last_token_ts: last }
+    EngineStats {
+        arrival_wall: Some(1_767_225_600.0),
+        queued_ts: queued,
+        scheduled_ts: scheduled,
+        first_token_ts: first,
+        last_token_ts: last,
+    }
 }
 
 fn ms(d: Option<Duration>) -> String {
@@ -68,27 +74,83 @@ fn row(m: &RequestMetrics) -> String {
 fn canonical_mappings() {
     let s = 100.0;
     let cases: Vec<(&str, EngineOutput, ClockDomain, Option<WallAnchor>)> = vec![
-        ("complete vLLM-like stats", output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.050), Some(s + 0.190)), Some(8), None), ClockDomain::Monotonic, None),
-        ("one output token: no ITL", output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.050), Some(s + 0.050)), Some(1), None), ClockDomain::Monotonic, None),
-        ("count from token ids", output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.050), Some(s + 0.190)), None, Some(8)), ClockDomain::Monotonic, None),
+        (
+            "complete vLLM-like stats",
+            output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.050), Some(s + 0.190)), Some(8), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "one output token: no ITL",
+            output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.050), Some(s + 0.050)), Some(1), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "count from token ids",
+            output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.050), Some(s + 0.190)), None, Some(8)),
+            ClockDomain::Monotonic,
+            None,
+        ),
         ("no stats at all", output(EngineStats::default(), Some(8), None), ClockDomain::Monotonic, None),
-        ("missing first token", output(stats(Some(s + 0.006), Some(s + 0.010), None, Some(s + 0.190)), Some(8), None), ClockDomain::Monotonic, None),
-        ("first token before submit", output(stats(Some(s - 1.0), Some(s - 0.9), Some(s - 0.5), Some(s + 0.1)), Some(8), None), ClockDomain::Monotonic, None),
-        ("last before first", output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.150), Some(s + 0.050)), Some(8), None), ClockDomain::Monotonic, None),
-        ("scheduled before queued", output(stats(Some(s + 0.010), Some(s + 0.006), Some(s + 0.050), Some(s + 0.190)), Some(8), None), ClockDomain::Monotonic, None),
-        ("token after completion", output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.500), Some(s + 0.600)), Some(8), None), ClockDomain::Monotonic, None),
-        ("NaN and infinity", output(stats(Some(f64::NAN), Some(s + 0.010), Some(f64::INFINITY), Some(s + 0.190)), Some(8), None), ClockDomain::Monotonic, None),
+        (
+            "missing first token",
+            output(stats(Some(s + 0.006), Some(s + 0.010), None, Some(s + 0.190)), Some(8), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "first token before submit",
+            output(stats(Some(s - 1.0), Some(s - 0.9), Some(s - 0.5), Some(s + 0.1)), Some(8), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "last before first",
+            output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.150), Some(s + 0.050)), Some(8), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "scheduled before queued",
+            output(stats(Some(s + 0.010), Some(s + 0.006), Some(s + 0.050), Some(s + 0.190)), Some(8), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "token after completion",
+            output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.500), Some(s + 0.600)), Some(8), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "NaN and infinity",
+            output(stats(Some(f64::NAN), Some(s + 0.010), Some(f64::INFINITY), Some(s + 0.190)), Some(8), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
         (
             "foreign clock anchored on arrival",
             output(
-                EngineStats { arrival_wall: Some(1_767_225_600.006), queued_ts: Some(5.0), scheduled_ts: Some(5.004), first_token_ts: Some(5.044), last_token_ts: Some(5.184) },
+                EngineStats {
+                    arrival_wall: Some(1_767_225_600.006),
+                    queued_ts: Some(5.0),
+                    scheduled_ts: Some(5.004),
+                    first_token_ts: Some(5.044),
+                    last_token_ts: Some(5.184),
+                },
                 Some(8),
                 None,
             ),
             ClockDomain::Foreign,
             Some(WallAnchor { wall_secs: 1_767_225_600.0, mono: Timestamp::from_nanos(100_000_000_000) }),
         ),
-        ("foreign clock without anchor", output(stats(Some(5.0), Some(5.004), Some(5.044), Some(5.184)), Some(8), None), ClockDomain::Foreign, None),
+        (
+            "foreign clock without anchor",
+            output(stats(Some(5.0), Some(5.004), Some(5.044), Some(5.184)), Some(8), None),
+            ClockDomain::Foreign,
+            None,
+        ),
     ];
     let mut table = String::new();
     for (name, out, domain, anchor) in &cases {

@@ -10,8 +10,8 @@ pub mod shell;
 pub mod virtual_time;
 
 pub use self::core::{
-    BatchRun,
-    Batch, BatchConfig, BatchId, BatcherCore, Completion, Event, FlushReason, GenerateResult, Outcome, RequestTimes,
+    Batch, BatchConfig, BatchId, BatchRun, BatcherCore, Completion, Event, FlushReason, GenerateResult, Outcome,
+    RequestTimes,
 };
 pub use error::{ConfigError, RequestError};
 pub use lifecycle::{Lifecycle, State};

@@ -298,6 +298,8 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Op
         }
         if let Some(batch) = locked.guard.core.poll_dispatch(now) {
             drop(locked);
+            // The watchdog must learn the new generate deadline before generate can block.
+            shared.notify_all();
             let result = match catch_unwind(AssertUnwindSafe(|| engine.generate(&batch.requests))) {
                 Ok(r) => GenerateResult::from(r),
                 Err(p) => GenerateResult::Panicked(panic_message(&*p)),
@@ -401,6 +403,33 @@ impl Ticket {
         };
         self.batcher = None;
         outcome
+    }
+
+    /// [`wait`](Self::wait), giving up after `timeout`: `Err(self)` to try again later. For
+    /// callers (and tests) that must never block unboundedly, whatever the engine does.
+    pub fn wait_timeout(mut self, timeout: Duration) -> Result<Outcome, Ticket> {
+        let outcome = {
+            let _order = sync::ordered(Level::Slot);
+            let deadline = std::time::Instant::now() + timeout;
+            let mut g = sync::lock(&self.slot.outcome);
+            loop {
+                if let Some(o) = g.take() {
+                    break Some(o);
+                }
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break None;
+                }
+                g = self.slot.ready.wait_timeout(g, left).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
+            }
+        };
+        match outcome {
+            Some(o) => {
+                self.batcher = None;
+                Ok(o)
+            }
+            None => Err(self),
+        }
     }
 
     /// The outcome if it is there already.

@@ -57,7 +57,8 @@ pub(super) async fn run<E: Engine + 'static>(
 
     progress.phase("loading engine", "");
     let b = batcher.clone();
-    let started = tokio::task::spawn_blocking(move || b.preload()).await.map_err(|e| RunError::Internal(e.to_string()))?;
+    let started =
+        tokio::task::spawn_blocking(move || b.preload()).await.map_err(|e| RunError::Internal(e.to_string()))?;
     let info = match started {
         Ok(info) => info,
         Err(e) => {
@@ -76,8 +77,15 @@ pub(super) async fn run<E: Engine + 'static>(
     let mut incomplete = false;
 
     while let Some(step) = planner.next_step(last_rps) {
-        let mut run =
-            StepRun::new(step, plan.stop.clone(), plan.warmup.clone(), plan.cooldown.clone(), clock.now(), domain, anchor)?;
+        let mut run = StepRun::new(
+            step,
+            plan.stop.clone(),
+            plan.warmup.clone(),
+            plan.cooldown.clone(),
+            clock.now(),
+            domain,
+            anchor,
+        )?;
         if interrupted {
             run.interrupt(clock.now());
         }
@@ -136,7 +144,8 @@ pub(super) async fn run<E: Engine + 'static>(
 
     progress.phase("stopping engine", "");
     let b = batcher.clone();
-    let stopped = tokio::task::spawn_blocking(move || b.shutdown()).await.map_err(|e| RunError::Internal(e.to_string()))?;
+    let stopped =
+        tokio::task::spawn_blocking(move || b.shutdown()).await.map_err(|e| RunError::Internal(e.to_string()))?;
     if let Err(e) = stopped {
         tracing::error!(error = %e, "engine shutdown failed");
     }

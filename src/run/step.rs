@@ -14,7 +14,7 @@ use crate::engine::{ClockDomain, RequestId};
 use crate::load::{Lateness, LoadError, Poll, Scheduler, Step};
 use crate::metrics::aggregate::BenchmarkAggregator;
 use crate::metrics::{WallAnchor, map_request};
-use crate::report::{BenchmarkResult, Phase, RequestOutcome, RequestRecord, RequestsJsonl, ReportError};
+use crate::report::{BenchmarkResult, Phase, ReportError, RequestOutcome, RequestRecord, RequestsJsonl};
 use crate::scenario::plan::{PhaseLimit, StopPlan};
 use crate::time::Timestamp;
 
@@ -261,7 +261,11 @@ impl StepRun {
         let measuring = self.measure_start.is_some_and(|s| batch.dispatched_at >= s)
             && self.measure_end.is_none_or(|e| batch.dispatched_at <= e);
         if measuring {
-            self.aggregator.record_batch(batch.size, batch.reason, batch.returned_at.saturating_since(batch.dispatched_at));
+            self.aggregator.record_batch(
+                batch.size,
+                batch.reason,
+                batch.returned_at.saturating_since(batch.dispatched_at),
+            );
         }
     }
 
@@ -282,7 +286,8 @@ impl StepRun {
                     self.aggregator.record_completion(&metrics, &c.times);
                     self.measured_finished += 1;
                     self.measured_output_tokens += u64::from(metrics.output_tokens.unwrap_or(0));
-                    self.last_measured_end = Some(self.last_measured_end.map_or(c.times.completed, |e| e.max(c.times.completed)));
+                    self.last_measured_end =
+                        Some(self.last_measured_end.map_or(c.times.completed, |e| e.max(c.times.completed)));
                 }
                 jsonl.map(|j| (j, RequestRecord::completed(id, &name, flight.phase, &c.times, &metrics)))
             }
@@ -303,7 +308,9 @@ impl StepRun {
                     RequestError::Cancelled => RequestOutcome::Cancelled,
                     _ => RequestOutcome::Error { kind: e.kind() },
                 };
-                jsonl.map(|j| (j, RequestRecord::unfinished(id, &name, flight.phase, outcome, Some(flight.submitted), Some(now))))
+                jsonl.map(|j| {
+                    (j, RequestRecord::unfinished(id, &name, flight.phase, outcome, Some(flight.submitted), Some(now)))
+                })
             }
         };
         if let Some((j, r)) = record {
@@ -338,7 +345,14 @@ impl StepRun {
                 self.aggregator.record_incomplete(f.submitted);
             }
             if let Some(j) = jsonl.as_deref_mut() {
-                j.write(&RequestRecord::unfinished(*id, &self.step.name, f.phase, RequestOutcome::Incomplete, Some(f.submitted), None))?;
+                j.write(&RequestRecord::unfinished(
+                    *id,
+                    &self.step.name,
+                    f.phase,
+                    RequestOutcome::Incomplete,
+                    Some(f.submitted),
+                    None,
+                ))?;
             }
         }
         let end = if leftovers.iter().any(|(_, f)| f.phase == Phase::Measure) {

@@ -5,8 +5,8 @@ use tokio::sync::watch;
 use super::step::{Action, StepRun};
 use super::{DriverResult, RunError};
 use crate::batcher::virtual_time::VirtualDriver;
-use crate::engine::sim::{SimConfig, SimEngine};
 use crate::engine::Engine;
+use crate::engine::sim::{SimConfig, SimEngine};
 use crate::load::{StepPlanner, Workload};
 use crate::metrics::WallAnchor;
 use crate::report::RequestsJsonl;
@@ -41,7 +41,15 @@ pub(super) fn run(
     let mut ticks = 0u32;
 
     while let Some(step) = planner.next_step(last_rps) {
-        let mut run = StepRun::new(step, plan.stop.clone(), plan.warmup.clone(), plan.cooldown.clone(), driver.now(), domain, anchor)?;
+        let mut run = StepRun::new(
+            step,
+            plan.stop.clone(),
+            plan.warmup.clone(),
+            plan.cooldown.clone(),
+            driver.now(),
+            domain,
+            anchor,
+        )?;
         loop {
             while let Some((id, outcome)) = driver.poll_outcome() {
                 run.on_outcome(id, &outcome, driver.now(), jsonl.as_mut())?;
@@ -91,7 +99,10 @@ pub(super) fn run(
             }
         }
         run.show(progress, driver.now());
-        let stopped_early = matches!(run.stop_reason(), Some(super::step::StopReason::EngineUnusable | super::step::StopReason::Interrupted));
+        let stopped_early = matches!(
+            run.stop_reason(),
+            Some(super::step::StopReason::EngineUnusable | super::step::StopReason::Interrupted)
+        );
         let result = run.finish(driver.now(), jsonl.as_mut())?;
         last_rps = result.requests_per_s;
         benchmarks.push(result);

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Deliberately broken variants, and the test that must catch each.
+
+Every property test, loom model and snapshot in batchlab was seen to fail against a broken
+variant of the code it guards. This script keeps that evidence reproducible: it applies each
+mutation in turn, runs the named test, checks that it FAILS, and restores the file.
+
+    python3 scripts/mutants.py            # all
+    python3 scripts/mutants.py loom       # only those whose name contains "loom"
+"""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOOM = {"RUSTFLAGS": "--cfg loom", "CARGO_TARGET_DIR": "target/loom"}
+
+# name, file, original text, broken text, cargo test arguments, extra environment
+MUTANTS = [
+    ("core: batch larger than batch_size", "src/batcher/core.rs",
+     "let n = self.queue.len().min(self.config.batch_size);", "let n = self.queue.len();",
+     ["--test", "batcher_core_props"], {}),
+    ("core: partial batch waits twice the timeout", "src/batcher/core.rs",
+     "if now < oldest.saturating_add(self.config.batch_timeout) {",
+     "if now < oldest.saturating_add(self.config.batch_timeout * 2) {",
+     ["--test", "batcher_core_props"], {}),
+    ("core: extra outputs accepted", "src/batcher/core.rs",
+     "if outputs.len() != members.len() {", "if outputs.len() < members.len() {",
+     ["--test", "batcher_core_props"], {}),
+    ("core: cancelled request gets no outcome", "src/batcher/core.rs",
+     "self.outcomes.push_back((id, Err(RequestError::Cancelled)));", "",
+     ["--test", "batcher_core_props"], {}),
+    ("core: second batch while one is in flight", "src/batcher/core.rs",
+     "if self.in_flight.is_some() || self.queue.is_empty() {", "if self.queue.is_empty() {",
+     ["--test", "batcher_core_props"], {}),
+    ("core: outputs matched by position despite ids", "src/batcher/core.rs",
+     "    if with_ids == 0 {\n        return Ok(outputs);", "    if with_ids < usize::MAX {\n        return Ok(outputs);",
+     ["--test", "batcher_core_props"], {}),
+    ("shell: lost wake-up (no notify after a state change)", "src/batcher/shell.rs",
+     "        drop(locked);\n        self.notify_all();\n", "        drop(locked);\n",
+     ["--release", "--test", "loom_batcher"], LOOM),
+    ("shell: engine shut down before the last generate", "src/batcher/core.rs",
+     "            && self.in_flight.is_none()\n            && self.queue.is_empty()\n", "            && self.queue.is_empty()\n",
+     ["--release", "--test", "loom_batcher"], LOOM),
+    ("shell: start is not single-flight", "src/batcher/core.rs",
+     "        if self.state() != State::Created {\n            return false;\n        }",
+     "        if !matches!(self.state(), State::Created | State::Starting) {\n            return false;\n        }\n        if self.state() == State::Starting {\n            return true;\n        }",
+     ["--release", "--test", "loom_batcher"], LOOM),
+    ("shell: completer run under the batcher lock", "src/batcher/shell.rs",
+     "        let ready = Self::collect(&mut locked.guard);\n        drop(locked);",
+     "        let ready = Self::collect(&mut locked.guard);\n        for (id, complete, outcome) in ready { complete(id, outcome); }\n        let ready: Vec<(RequestId, Completer, Outcome)> = Vec::new();\n        drop(locked);",
+     ["--test", "batcher_shell", "completer_may_submit_again"], {}),
+    ("shell: batcher lock taken while holding a slot (lock order)", "src/batcher/shell.rs",
+     "            let mut g = sync::lock(&self.slot.outcome);\n            loop {\n                if let Some(o) = g.take() {\n                    break o;",
+     "            let mut g = sync::lock(&self.slot.outcome);\n            if let Some(b) = &self.batcher { cancel(b, self.id); }\n            loop {\n                if let Some(o) = g.take() {\n                    break o;",
+     ["--release", "--test", "loom_batcher"], LOOM),
+    ("shell: watchdog not told about a new generate (lost wake-up)", "src/batcher/shell.rs",
+     "            // The watchdog must learn the new generate deadline before generate can block.\n            shared.notify_all();", "",
+     ["--test", "batcher_shell", "hung_partial_batch"], {}),
+    ("shell: panic not caught on the engine thread", "src/batcher/shell.rs",
+     "            let result = match catch_unwind(AssertUnwindSafe(|| engine.generate(&batch.requests))) {",
+     "            let result = match Ok::<_, Box<dyn std::any::Any + Send>>(engine.generate(&batch.requests)) {",
+     ["--test", "batcher_shell", "engine_panic"], {}),
+    ("core: failed batch not logged", "src/batcher/core.rs",
+     '        tracing::error!(batch_id, batch_size, cause = %failure, "batch failed");', "",
+     ["--test", "batcher_shell", "logs_one_error"], {}),
+    ("mapper: ITL divides by n instead of n-1", "src/metrics/mapper.rs",
+     "Some(span) if n >= 2 => Some(span / (n - 1)),", "Some(span) if n >= 2 => Some(span / n),",
+     ["--test", "metrics_mapper"], {}),
+    ("mapper: inconsistent first token not flagged", "src/metrics/mapper.rs",
+     "            anomalies.first_token_before_arrival = true;\n", "",
+     ["--test", "metrics_mapper"], {}),
+    ("sim: decode cost ignores running sequences", "src/engine/sim/cost.rs",
+     "t = t.saturating_add(scaled(cost.decode_per_seq, running as u64, scale));", "",
+     ["--test", "batcher_traces", "--lib", "sim"], {}),
+]
+
+
+def run(name_filter):
+    survived = []
+    for name, path, old, new, args, env in MUTANTS:
+        if name_filter and name_filter not in name:
+            continue
+        full = os.path.join(ROOT, path)
+        original = open(full).read()
+        if old not in original:
+            print(f"STALE   {name}: pattern not found in {path}")
+            survived.append(name)
+            continue
+        open(full, "w").write(original.replace(old, new, 1))
+        try:
+            e = dict(os.environ, **env)
+            # A hang is a caught mutant too; tests bound their own waits, this is a backstop.
+            try:
+                r = subprocess.run(["cargo", "test", *args], cwd=ROOT, env=e, capture_output=True, text=True, timeout=900)
+            except subprocess.TimeoutExpired:
+                r = subprocess.CompletedProcess(args, 1)
+        finally:
+            open(full, "w").write(original)
+        caught = r.returncode != 0
+        print(f"{'CAUGHT ' if caught else 'MISSED '} {name}  (cargo test {' '.join(args)})", flush=True)
+        if not caught:
+            survived.append(name)
+    if survived:
+        print(f"{len(survived)} mutant(s) not caught: {survived}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    run(sys.argv[1] if len(sys.argv) > 1 else "")

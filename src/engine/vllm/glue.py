@@ -43,7 +43,7 @@ def prepare(venv, env):
     return vllm.__version__
 
 
-def start(kwargs):
+def start(**kwargs):
     """Builds the `vllm.LLM`. `kwargs` are final (Rust merged the plan and engine_args)."""
     from vllm import LLM
 

@@ -15,6 +15,8 @@
 //! `*_ts` stats on `CLOCK_MONOTONIC` (our clock), so [`Engine::clock_domain`] is `Monotonic`.
 //! Stats exist only with `disable_log_stats = false` (the default here, unlike plain `vllm.LLM`).
 
+// Used by `python` only; compiled (and tested) in every build because it needs no Python.
+#[cfg_attr(not(feature = "vllm"), allow(dead_code))]
 mod output;
 #[cfg(feature = "vllm")]
 mod python;

@@ -62,6 +62,7 @@ impl Session {
                 batch.len()
             )));
         }
+        check_order(&raw)?;
         Ok(raw.into_iter().map(map_output).collect())
     }
 
@@ -75,6 +76,18 @@ impl Session {
         })
         .map_err(|e| EngineError::Shutdown(describe(e)))
     }
+}
+
+/// `LLM.generate` numbers requests with a counter in input order and returns outputs sorted by
+/// it; the batcher relies on that order, so a numeric id out of order fails the batch.
+fn check_order(raw: &[RawOutput]) -> Result<(), EngineError> {
+    let ids: Option<Vec<u64>> = raw.iter().map(|o| o.request_id.parse().ok()).collect();
+    if let Some(ids) = ids
+        && ids.windows(2).any(|w| w[0] >= w[1])
+    {
+        return Err(EngineError::Generate(format!("vLLM returned outputs out of input order: request ids {ids:?}")));
+    }
+    Ok(())
 }
 
 /// `json.loads` gave a dict; anything else is a bug in our kwargs.

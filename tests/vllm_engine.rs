@@ -122,8 +122,21 @@ fn in_process_engine_generates_token_and_text_prompts() {
     assert!((3..=6).contains(&n), "{out:?}");
     assert!(matches!(out.finish_reason, FinishReason::Length | FinishReason::Stop), "{out:?}");
 
+    // Throughput, printed for the record (not asserted: the machine is shared).
+    let batch: Vec<_> = (0..64).map(|id| token_request(100 + id, 128, 64)).collect();
+    let t = std::time::Instant::now();
+    let outputs = engine.generate(&batch).expect("throughput generate");
+    let elapsed = t.elapsed().as_secs_f64();
+    let tokens: u32 = outputs.iter().filter_map(EngineOutput::generated_tokens).sum();
+    assert_eq!(tokens, 64 * 64);
+    eprintln!(
+        "THROUGHPUT: 64 prompts x 128 tokens -> {tokens} output tokens in {elapsed:.2}s = {:.0} tok/s",
+        f64::from(tokens) / elapsed
+    );
+
     engine.shutdown().expect("shutdown");
     assert!(engine.generate(&batch).is_err(), "generate after shutdown fails");
+    assert_eq!(child_processes(), vec![], "no child process outlives the engine");
 }
 
 #[test]

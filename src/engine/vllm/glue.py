@@ -101,13 +101,31 @@ def _flatten(output):
 
 
 def shutdown(llm):
-    """Stops the engine core and its child processes. Safe to call on a half-built engine."""
-    stop = getattr(llm, "shutdown", None)
-    if callable(stop):
-        stop()
-        return
-    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-    stop = getattr(core, "shutdown", None)
-    if callable(stop):
-        stop()
+    """Stops the engine core, then reaps what vLLM leaves behind: child processes it terminated but
+    never waited for (zombies), and the multiprocessing resource tracker its shared memory started.
+    Safe to call on a half-built engine."""
+    try:
+        stop = getattr(llm, "shutdown", None)
+        if not callable(stop):
+            core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+            stop = getattr(core, "shutdown", None)
+        if callable(stop):
+            stop()
+    finally:
+        _reap_children()
 
+
+def _reap_children(timeout=10.0):
+    from multiprocessing import resource_tracker
+
+    # active_children() also waits for finished children, so no zombie is left.
+    for child in multiprocessing.active_children():
+        child.join(timeout)
+        if child.is_alive():
+            child.kill()
+            child.join(timeout)
+    # The tracker would otherwise live until this process exits. Stopping it unlinks any shared
+    # memory vLLM leaked; a later engine starts a new one.
+    stop = getattr(getattr(resource_tracker, "_resource_tracker", None), "_stop", None)
+    if callable(stop):
+        stop()

@@ -38,7 +38,16 @@ impl Session {
             let venv = venv.to_string_lossy();
             let version: String = glue.getattr("prepare")?.call1((venv.as_ref(), env_dict))?.extract()?;
             let json_kwargs = py.import("json")?.getattr("loads")?.call1((kwargs,))?;
-            let llm = glue.getattr("start")?.call((), Some(&kwargs_dict(&json_kwargs)?))?;
+            let llm = match glue.getattr("start")?.call((), Some(&kwargs_dict(&json_kwargs)?)) {
+                Ok(llm) => llm,
+                Err(e) => {
+                    // A half-started engine may have left child processes: reap them.
+                    if let Err(reap) = glue.getattr("shutdown").and_then(|f| f.call1((py.None(),))) {
+                        tracing::warn!(error = %reap, "cleaning up after a failed vLLM start");
+                    }
+                    return Err(e);
+                }
+            };
             let info = EngineInfo { name: "vllm".into(), version };
             Ok((Session { glue: glue.unbind(), llm: llm.unbind() }, info))
         })

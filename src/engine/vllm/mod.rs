@@ -86,6 +86,7 @@ impl VllmEngine {
         llm_kwargs(&self.plan)
     }
 
+    #[cfg(feature = "vllm")]
     fn check_files(&self) -> Result<(), EngineError> {
         let python = self.venv.join("bin/python");
         if !python.exists() {
@@ -162,7 +163,7 @@ fn kv_cache_space(gib: f64) -> String {
 /// vLLM seeds numpy, which takes 32 bits; derived scenario seeds have 63. A seed that fits is kept
 /// as written, a larger one is folded (high half xor low half) so it still depends on every bit.
 fn engine_seed(seed: u64) -> u32 {
-    u32::try_from(seed).unwrap_or_else(|_| ((seed >> 32) ^ (seed & 0xffff_ffff)) as u32)
+    u32::try_from(seed).unwrap_or(((seed >> 32) ^ (seed & 0xffff_ffff)) as u32)
 }
 
 fn llm_kwargs(plan: &VllmPlan) -> serde_json::Map<String, serde_json::Value> {
@@ -209,7 +210,6 @@ impl Engine for VllmEngine {
 
     #[cfg(not(feature = "vllm"))]
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        self.check_files()?;
         Err(EngineError::Start(
             "this batchlab was built without the `vllm` feature: rebuild with `cargo build --features vllm`".into(),
         ))
@@ -322,12 +322,23 @@ mod tests {
         assert_eq!(engine_seed(0x1234_5678_0000_0001), 0x1234_5679);
     }
 
+    #[cfg(feature = "vllm")]
     #[test]
     fn start_reports_a_missing_venv_or_model() {
         let dir = std::env::temp_dir().join(format!("batchlab-vllm-missing-{}", std::process::id()));
         let mut engine = VllmEngine::new(plan()).with_venv(&dir);
         let err = engine.start().unwrap_err().to_string();
         assert!(err.contains("no vLLM venv") && err.contains("just setup-vllm"), "{err}");
+        assert_eq!(engine.generate(&[]), Err(EngineError::Generate("generate before start".into())));
+        assert_eq!(engine.shutdown(), Ok(()));
+    }
+
+    #[cfg(not(feature = "vllm"))]
+    #[test]
+    fn without_the_feature_start_says_how_to_rebuild() {
+        let mut engine = VllmEngine::new(plan());
+        let err = engine.start().unwrap_err().to_string();
+        assert!(err.contains("--features vllm"), "{err}");
         assert_eq!(engine.generate(&[]), Err(EngineError::Generate("generate before start".into())));
         assert_eq!(engine.shutdown(), Ok(()));
     }

@@ -179,6 +179,10 @@ fn multiprocess_engine_leaves_no_child_processes() {
     let out = Command::new(exe)
         .args(["--exact", "multiprocess_engine_leaves_no_child_processes", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, "1")
+        // An in-process engine that ran in this process set these in its environment; in the child
+        // they would override the plan (the environment wins) and keep vLLM in-process.
+        .env_remove("VLLM_ENABLE_V1_MULTIPROCESSING")
+        .env_remove("OMP_NUM_THREADS")
         .output()
         .expect("re-running the test binary");
     let stdout = String::from_utf8_lossy(&out.stdout);

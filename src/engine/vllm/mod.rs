@@ -291,6 +291,8 @@ mod tests {
             &[("OMP_NUM_THREADS", "2"), ("HF_HUB_OFFLINE", "0")],
             &[("OMP_NUM_THREADS", "2"), ("HF_HUB_OFFLINE", "0")],
         );
+        let default_omp = default_omp_threads().to_string();
+        check_env(&VllmPlan { omp_num_threads: None, ..plan() }, &[], &[("OMP_NUM_THREADS", &default_omp)]);
         let multi = VllmPlan { in_process: false, omp_num_threads: None, kv_cache_gib: 2.0, ..plan() };
         let env = environment(&multi, |_| None);
         assert!(!env.iter().any(|(k, _)| k == "OMP_NUM_THREADS"), "multiprocess mode leaves OpenMP to vLLM");

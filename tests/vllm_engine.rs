@@ -189,6 +189,10 @@ fn multiprocess_engine_leaves_no_child_processes() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child failed: {}\nstdout:\n{stdout}\nstderr (tail):\n{}", out.status, tail(&stderr));
     assert!(stdout.contains("CHILDREN-AFTER-SHUTDOWN: 0"), "stdout:\n{stdout}\nstderr (tail):\n{}", tail(&stderr));
+    // The harness prints `test name ... ` before the test's own output, on the same line.
+    for line in stdout.lines().filter_map(|l| l.find("MULTIPROCESS").map(|i| &l[i..])) {
+        eprintln!("{line}");
+    }
 }
 
 fn tail(text: &str) -> String {
@@ -204,7 +208,7 @@ fn multiprocess_child() {
     let mut engine = VllmEngine::new(plan);
     let started = std::time::Instant::now();
     engine.start().expect("start");
-    eprintln!("multiprocess engine started in {:.1?}", started.elapsed());
+    println!("MULTIPROCESS: engine started in {:.1?}", started.elapsed());
     let during: HashSet<_> = child_processes().into_iter().collect();
     assert!(!during.is_empty(), "multiprocess mode runs the engine core in a child process");
     let batch: Vec<_> = (0..4).map(|id| token_request(id, 16, 8)).collect();

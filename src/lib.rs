@@ -7,6 +7,7 @@ pub mod load;
 pub mod metrics;
 pub mod report;
 pub mod rng;
+pub mod run;
 pub mod scenario;
 pub mod sync;
 pub mod time;

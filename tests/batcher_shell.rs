@@ -263,10 +263,29 @@ fn hung_generate_is_failed_by_the_watchdog_and_shutdown_does_not_hang() {
     for t in hung {
         assert!(matches!(t.wait(), Err(RequestError::GenerateTimedOut { batch_size: 2, .. })));
     }
-    assert!(matches!(b.submit(req()).err(), Some(RequestError::EngineFailed(_))));
-    assert_eq!(b.state(), State::Failed);
+    // The engine thread is still stuck: a new request waits at most generate_timeout.
+    let waiting = b.submit(req()).expect("admitted while the engine is stuck");
+    assert!(matches!(waiting.wait(), Err(RequestError::EngineUnresponsive { .. })));
     b.shutdown().expect("shutdown returns with the engine wedged");
     let _ = tx.send(());
+}
+
+#[test]
+fn engine_that_comes_back_after_a_timeout_serves_again() {
+    let (tx, rx) = mpsc::channel();
+    let config = config(1, Duration::from_millis(1)).with_generate_timeout(Some(Duration::from_millis(200))).unwrap();
+    let b = spawn(Stuck { release: Mutex::new(rx) }, config);
+    let first = b.submit(req()).expect("submit");
+    assert!(matches!(first.wait(), Err(RequestError::GenerateTimedOut { .. })));
+    // Release the stuck generate (its late result is discarded) and the next one in advance:
+    // the second request is served well within its 200 ms bound.
+    tx.send(()).unwrap();
+    tx.send(()).unwrap();
+    let second = b.submit(req()).expect("submit");
+    let second_id = second.id();
+    let c = second.wait().expect("served after the engine came back");
+    assert_eq!(c.output.request_id, Some(second_id));
+    b.shutdown().expect("shutdown");
 }
 
 #[tracing_test::traced_test]

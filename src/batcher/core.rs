@@ -86,6 +86,17 @@ pub struct Batch {
     pub dispatched_at: Timestamp,
 }
 
+/// One generate as a driver ran it: for batching statistics.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BatchRun {
+    pub id: BatchId,
+    pub size: usize,
+    pub reason: FlushReason,
+    pub dispatched_at: Timestamp,
+    /// When generate returned (or panicked).
+    pub returned_at: Timestamp,
+}
+
 /// How a generate call ended, as the driver saw it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum GenerateResult {
@@ -342,9 +353,9 @@ impl BatcherCore {
 
     /// When the driver must call [`handle_timeout`](Self::handle_timeout) and poll again: the
     /// earlier of [`dispatch_deadline`](Self::dispatch_deadline) and
-    /// [`generate_deadline`](Self::generate_deadline).
+    /// [`watchdog_deadline`](Self::watchdog_deadline).
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        match (self.dispatch_deadline(), self.generate_deadline()) {
+        match (self.dispatch_deadline(), self.watchdog_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -358,41 +369,60 @@ impl BatcherCore {
         self.queue.front().map(|q| q.submitted_at.saturating_add(self.config.batch_timeout))
     }
 
-    /// When the running generate overruns `generate_timeout`.
-    pub fn generate_deadline(&self) -> Option<Timestamp> {
+    /// The deadlines `generate_timeout` enforces while the engine thread is busy: the running
+    /// generate's, or, once it was abandoned, the oldest queued request's (nobody waits longer
+    /// than `generate_timeout` for an engine that does not come back).
+    pub fn watchdog_deadline(&self) -> Option<Timestamp> {
+        let limit = self.config.generate_timeout?;
         match &self.in_flight {
-            Some(f) if !f.abandoned => self.config.generate_timeout.map(|t| f.dispatched_at.saturating_add(t)),
-            _ => None,
+            Some(f) if !f.abandoned => Some(f.dispatched_at.saturating_add(limit)),
+            Some(_) => self.queue.front().map(|q| q.submitted_at.saturating_add(limit)),
+            None => None,
         }
     }
 
-    /// The engine failed and is stuck inside an abandoned generate, and shutdown was requested:
-    /// every request has its outcome and nothing more can happen until (unless) it returns.
-    pub fn is_wedged(&self) -> bool {
-        self.state() == State::Failed && self.shutdown_requested && self.in_flight.as_ref().is_some_and(|f| f.abandoned)
+    /// A generate overran `generate_timeout` and has not returned.
+    pub fn engine_unresponsive(&self) -> bool {
+        self.in_flight.as_ref().is_some_and(|f| f.abandoned)
     }
 
-    /// Time passed. Fails a generate that overran `generate_timeout`; partial batches whose
-    /// timeout passed are then returned by `poll_dispatch`.
+    /// Shutdown was requested, every request has its outcome, and the engine is stuck inside an
+    /// abandoned generate: nothing more can happen until (unless) it returns, so a driver may stop
+    /// waiting for it.
+    pub fn is_wedged(&self) -> bool {
+        self.shutdown_requested && self.queue.is_empty() && self.engine_unresponsive()
+    }
+
+    /// Time passed. A generate that overran `generate_timeout` fails its batch (the engine thread
+    /// stays inside it; no other batch may run until it returns). While it is out, queued
+    /// requests that waited `generate_timeout` fail too. Partial batches whose `batch_timeout`
+    /// passed are then returned by `poll_dispatch`.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         let Some(limit) = self.config.generate_timeout else { return };
         let Some(f) = self.in_flight.as_mut() else { return };
-        if f.abandoned || now < f.dispatched_at.saturating_add(limit) {
-            return;
+        if !f.abandoned {
+            if now < f.dispatched_at.saturating_add(limit) {
+                return;
+            }
+            f.abandoned = true;
+            let batch_id = f.batch_id;
+            let batch_size = f.members.len();
+            let members = std::mem::take(&mut f.members);
+            let error = RequestError::GenerateTimedOut { batch_id, batch_size, after: limit };
+            tracing::error!(batch_id, batch_size, cause = %error, "batch failed");
+            self.record(|| Event::BatchFailed { at: now.as_nanos(), batch: batch_id, error: error.to_string() });
+            for (id, _) in members {
+                self.outcomes.push_back((id, Err(error.clone())));
+            }
         }
-        f.abandoned = true;
-        let batch_id = f.batch_id;
-        let batch_size = f.members.len();
-        let members = std::mem::take(&mut f.members);
-        let error = RequestError::GenerateTimedOut { batch_id, batch_size, after: limit };
-        self.record(|| Event::BatchFailed { at: now.as_nanos(), batch: batch_id, error: error.to_string() });
-        for (id, _) in members {
-            self.outcomes.push_back((id, Err(error.clone())));
-        }
-        // The engine thread is stuck inside generate: no other batch may run, ever.
-        if matches!(self.state(), State::Ready | State::Draining) {
-            let reason = format!("generate of batch {batch_id} did not return within {limit:?}");
-            self.fail_engine(RequestError::EngineFailed(reason), now);
+        while let Some(q) = self.queue.front() {
+            let waited = now.saturating_since(q.submitted_at);
+            if waited < limit {
+                break;
+            }
+            let id = q.request.id;
+            self.queue.pop_front();
+            self.outcomes.push_back((id, Err(RequestError::EngineUnresponsive { waited })));
         }
     }
 
@@ -441,6 +471,8 @@ impl BatcherCore {
         }
         let Some(f) = self.in_flight.take() else { return };
         if f.abandoned {
+            let late = now.saturating_since(f.dispatched_at);
+            tracing::warn!(batch_id, ?late, "the engine returned from an abandoned generate; batching resumes");
             return;
         }
         let batch_size = f.members.len();

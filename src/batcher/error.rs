@@ -27,6 +27,8 @@ pub enum RequestError {
     EnginePanicked { batch_id: BatchId, batch_size: usize, message: String },
     #[error("batch {batch_id} of {batch_size}: generate did not return within {after:?}")]
     GenerateTimedOut { batch_id: BatchId, batch_size: usize, after: Duration },
+    #[error("waited {waited:?} for an engine stuck in an overrunning generate")]
+    EngineUnresponsive { waited: Duration },
 }
 
 impl RequestError {
@@ -43,6 +45,7 @@ impl RequestError {
             RequestError::OutputIdMismatch { .. } => "output_id_mismatch",
             RequestError::EnginePanicked { .. } => "engine_panicked",
             RequestError::GenerateTimedOut { .. } => "generate_timed_out",
+            RequestError::EngineUnresponsive { .. } => "engine_unresponsive",
         }
     }
 }

@@ -2,11 +2,9 @@
 //!
 //! ```text
 //! Created ──start──▶ Starting ──ok──▶ Ready ──shutdown──▶ Draining ──engine stopped──▶ Stopped
-//!    │                  │               │                    │                          ▲
-//!    │                  └──err──┐       └──wedged──┐         └──wedged──┐               │
-//!    │                          ▼                  ▼                    ▼               │
-//!    │                        Failed ◀─────────────┴────────────────────┘ ──shutdown────┤
-//!    └──shutdown before start────────────────────────────────────────────────────────────┘
+//!    │                  │                                                                ▲
+//!    │                  └──err──▶ Failed ──shutdown, engine stopped─────────────────────┤
+//!    └──shutdown before start───────────────────────────────────────────────────────────┘
 //! ```
 //! Every state change goes through [`Lifecycle::transition`], which refuses anything not in
 //! [`TRANSITIONS`]; tests enumerate the table.
@@ -26,7 +24,7 @@ pub enum State {
     Draining,
     /// The engine is shut down. Terminal.
     Stopped,
-    /// The engine failed to start or is wedged. Everything is rejected.
+    /// The engine failed to start. Everything is rejected.
     Failed,
 }
 
@@ -42,9 +40,7 @@ pub const TRANSITIONS: &[(State, State)] = &[
     (State::Starting, State::Ready),
     (State::Starting, State::Failed),
     (State::Ready, State::Draining),
-    (State::Ready, State::Failed),
     (State::Draining, State::Stopped),
-    (State::Draining, State::Failed),
     (State::Failed, State::Stopped),
 ];
 
@@ -106,9 +102,7 @@ mod tests {
                 "Starting -> Ready",
                 "Starting -> Failed",
                 "Ready -> Draining",
-                "Ready -> Failed",
                 "Draining -> Stopped",
-                "Draining -> Failed",
                 "Failed -> Stopped",
             ]
         );

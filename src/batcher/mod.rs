@@ -1,6 +1,8 @@
 //! The micro-batcher: a sans-IO [`core`], its [`lifecycle`], and drivers that connect it to
 //! threads ([`shell`]) or to virtual time ([`virtual_time`]).
 
+#[cfg(not(loom))]
+pub mod asynch;
 pub mod core;
 pub mod error;
 pub mod lifecycle;
@@ -8,8 +10,9 @@ pub mod shell;
 pub mod virtual_time;
 
 pub use self::core::{
+    BatchRun,
     Batch, BatchConfig, BatchId, BatcherCore, Completion, Event, FlushReason, GenerateResult, Outcome, RequestTimes,
 };
 pub use error::{ConfigError, RequestError};
 pub use lifecycle::{Lifecycle, State};
-pub use shell::{Batcher, Completer, Ticket};
+pub use shell::{BatchObserver, Batcher, Completer, Ticket};

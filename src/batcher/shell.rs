@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
-use super::core::{BatchConfig, BatcherCore, GenerateResult, Outcome};
+use super::core::{BatchConfig, BatchRun, BatcherCore, GenerateResult, Outcome};
 use super::error::RequestError;
 use super::lifecycle::State;
 use crate::engine::{Engine, EngineError, EngineInfo, EngineRequest, RequestId};
@@ -25,6 +25,9 @@ use crate::time::Clock;
 
 /// Called exactly once with a request's outcome, on whichever thread produced it.
 pub type Completer = Box<dyn FnOnce(RequestId, Outcome) + Send>;
+
+/// Told about every batch after its generate returned, on the engine thread, with no lock held.
+pub type BatchObserver = Box<dyn FnMut(&BatchRun) + Send>;
 
 struct Inner {
     core: BatcherCore,
@@ -112,6 +115,16 @@ impl Batcher {
     /// Spawns the engine thread (and the watchdog when `config` has a generate timeout). The engine
     /// is not loaded until [`preload`](Self::preload) or the first submit.
     pub fn spawn<E: Engine + 'static>(engine: E, config: BatchConfig, clock: std::sync::Arc<dyn Clock>) -> Self {
+        Self::spawn_observed(engine, config, clock, None)
+    }
+
+    /// [`spawn`](Self::spawn), with an observer told about every batch.
+    pub fn spawn_observed<E: Engine + 'static>(
+        engine: E,
+        config: BatchConfig,
+        clock: std::sync::Arc<dyn Clock>,
+        observer: Option<BatchObserver>,
+    ) -> Self {
         let watchdog = config.generate_timeout().is_some();
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
@@ -129,7 +142,7 @@ impl Batcher {
         });
         let mut threads = Vec::new();
         let s = shared.clone();
-        threads.push((true, spawn_named("batchlab-engine", move || engine_thread(s, engine))));
+        threads.push((true, spawn_named("batchlab-engine", move || engine_thread(s, engine, observer))));
         if watchdog {
             let s = shared.clone();
             threads.push((false, spawn_named("batchlab-watchdog", move || watchdog_thread(s))));
@@ -205,8 +218,9 @@ impl Batcher {
 
     /// Stops admitting, dispatches what is queued, waits for the running generate, then shuts the
     /// engine down exactly once. Every waiter has its outcome when this returns. A second call is
-    /// harmless. With a wedged engine (a generate that overran `generate_timeout`) this returns
-    /// without waiting for the engine thread.
+    /// harmless. With a wedged engine (a generate that overran `generate_timeout` and never
+    /// returned) this returns once every request is answered, without waiting for the engine
+    /// thread, which is left behind.
     pub fn shutdown(&self) -> Result<(), EngineError> {
         let mut locked = self.shared.lock();
         let now = self.shared.clock.now();
@@ -263,7 +277,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// The engine thread: start, generates and shutdown, each with the lock released.
-fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
+fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Option<BatchObserver>) {
     let mut locked = shared.lock();
     loop {
         let now = shared.clock.now();
@@ -288,9 +302,18 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
                 Ok(r) => GenerateResult::from(r),
                 Err(p) => GenerateResult::Panicked(panic_message(&*p)),
             };
+            let returned_at = shared.clock.now();
+            if let Some(observe) = observer.as_mut() {
+                observe(&BatchRun {
+                    id: batch.id,
+                    size: batch.requests.len(),
+                    reason: batch.reason,
+                    dispatched_at: batch.dispatched_at,
+                    returned_at,
+                });
+            }
             locked = shared.lock();
-            let now = shared.clock.now();
-            locked.guard.core.handle_generate_result(batch.id, result, now);
+            locked.guard.core.handle_generate_result(batch.id, result, returned_at);
             shared.release(locked);
             locked = shared.lock();
             continue;
@@ -314,7 +337,8 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
     }
 }
 
-/// Fails a generate that overran its timeout while the engine thread is stuck inside it.
+/// Enforces `generate_timeout` while the engine thread is stuck inside a generate: fails the
+/// overrunning batch, then every queued request that waited that long.
 fn watchdog_thread(shared: Arc<Shared>) {
     let mut locked = shared.lock();
     loop {
@@ -323,7 +347,7 @@ fn watchdog_thread(shared: Arc<Shared>) {
             return;
         }
         let now = shared.clock.now();
-        match locked.guard.core.generate_deadline() {
+        match locked.guard.core.watchdog_deadline() {
             Some(deadline) if now >= deadline => {
                 locked.guard.core.handle_timeout(now);
                 shared.release(locked);

@@ -9,7 +9,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use super::core::{BatchConfig, BatchId, BatcherCore, Event, GenerateResult, Outcome};
+use super::core::{BatchConfig, BatchId, BatchRun, BatcherCore, Event, GenerateResult, Outcome};
 use super::error::RequestError;
 use super::lifecycle::State;
 use crate::engine::{Engine, EngineError, EngineInfo, EngineRequest, RequestId};
@@ -20,16 +20,6 @@ struct Pending {
     at: Timestamp,
     batch_id: BatchId,
     result: GenerateResult,
-}
-
-/// What happened when the driver ran a batch, for batching statistics.
-#[derive(Clone, Debug, PartialEq)]
-pub struct BatchRun {
-    pub id: BatchId,
-    pub size: usize,
-    pub reason: super::FlushReason,
-    pub dispatched_at: Timestamp,
-    pub returned_at: Timestamp,
 }
 
 pub struct VirtualDriver<E> {

@@ -12,4 +12,6 @@ pub enum ReportError {
     Serialize { what: &'static str, path: PathBuf, source: serde_json::Error },
     #[error("cannot serialize the scenario plan: {0}")]
     Plan(serde_json::Error),
+    #[error("the printed scenario does not read back as TOML: {0}")]
+    Scenario(String),
 }

@@ -32,7 +32,7 @@ pub struct Report {
     pub batchlab_version: String,
     /// The run stopped early (interrupted, or the engine failed): some benchmarks are missing.
     pub incomplete: bool,
-    /// The resolved plan the run executed.
+    /// The resolved scenario the run executed, as `batchlab check` prints it (in JSON).
     pub scenario: serde_json::Value,
     pub environment: Environment,
     pub benchmarks: Vec<BenchmarkResult>,
@@ -47,7 +47,11 @@ impl Report {
         benchmarks: Vec<BenchmarkResult>,
         incomplete: bool,
     ) -> Result<Self, ReportError> {
-        let scenario = serde_json::to_value(plan).map_err(ReportError::Plan)?;
+        // The resolved scenario in the DSL's own terms (durations as "10ms", every default
+        // spelled out): the TOML that `batchlab check` prints, as JSON.
+        let scenario = toml::from_str::<toml::Value>(&crate::scenario::to_toml(plan))
+            .map_err(|e| ReportError::Scenario(e.to_string()))
+            .and_then(|v| serde_json::to_value(v).map_err(ReportError::Plan))?;
         let expectations = evaluate(&plan.expect, &benchmarks);
         Ok(Report {
             schema_version: SCHEMA_VERSION,

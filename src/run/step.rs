@@ -1,0 +1,379 @@
+//! One benchmark (one profile step) as a sans-IO state machine, shared by both drivers.
+//!
+//! A step decides, at each `now`, whether to submit (and in which phase: warmup, measure,
+//! cooldown), how long to wait, or that it is done. It learns about submissions, rejections,
+//! outcomes and batches from the driver, maps each completion to metrics and aggregates only the
+//! measured phase. The virtual-time driver and the real-time driver run the very same logic, so a
+//! scenario means the same thing on a simulated hour and on a real vLLM engine.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::batcher::{BatchRun, Outcome, RequestError};
+use crate::engine::{ClockDomain, RequestId};
+use crate::load::{Lateness, LoadError, Poll, Scheduler, Step};
+use crate::metrics::aggregate::BenchmarkAggregator;
+use crate::metrics::{WallAnchor, map_request};
+use crate::report::{BenchmarkResult, Phase, RequestOutcome, RequestRecord, RequestsJsonl, ReportError};
+use crate::scenario::plan::{PhaseLimit, StopPlan};
+use crate::time::Timestamp;
+
+/// What the driver should do now.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Submit one request in this phase, then report it with `on_submitted` or `on_rejected`.
+    Submit(Phase),
+    /// Wait for an outcome, or until this time if given.
+    Wait(Option<Timestamp>),
+    /// Nothing is in flight and nothing more will be submitted.
+    Done,
+}
+
+/// Why a step stopped admitting measured requests.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    MaxRequests,
+    MaxDuration,
+    MaxErrors,
+    MaxErrorRate,
+    /// The engine rejects everything (it failed to start, or is wedged).
+    EngineUnusable,
+    Interrupted,
+}
+
+struct Flight {
+    phase: Phase,
+    submitted: Timestamp,
+}
+
+/// Minimum finished requests before `max_error_rate` is judged, so one early error is not 100 %.
+const ERROR_RATE_MIN_SAMPLE: u64 = 20;
+
+pub struct StepRun {
+    step: Step,
+    scheduler: Scheduler,
+    stop: StopPlan,
+    warmup: Option<PhaseLimit>,
+    cooldown: Option<PhaseLimit>,
+    started_at: Timestamp,
+    warmup_done: bool,
+    measure_start: Option<Timestamp>,
+    measure_end: Option<Timestamp>,
+    stop_reason: Option<StopReason>,
+    warmup_submitted: u64,
+    measured_submitted: u64,
+    cooldown_submitted: u64,
+    measured_finished: u64,
+    measured_errors: u64,
+    last_measured_end: Option<Timestamp>,
+    measured_output_tokens: u64,
+    /// What the last admission decision was.
+    admitting: Option<Phase>,
+    in_flight: HashMap<RequestId, Flight>,
+    aggregator: BenchmarkAggregator,
+    domain: ClockDomain,
+    anchor: Option<WallAnchor>,
+}
+
+impl StepRun {
+    pub fn new(
+        step: Step,
+        stop: StopPlan,
+        warmup: Option<PhaseLimit>,
+        cooldown: Option<PhaseLimit>,
+        now: Timestamp,
+        domain: ClockDomain,
+        anchor: Option<WallAnchor>,
+    ) -> Result<Self, LoadError> {
+        let scheduler = Scheduler::new(step.clone(), now)?;
+        let aggregator = BenchmarkAggregator::new(step.name.clone());
+        Ok(StepRun {
+            step,
+            scheduler,
+            stop,
+            warmup,
+            cooldown,
+            started_at: now,
+            warmup_done: false,
+            measure_start: None,
+            measure_end: None,
+            stop_reason: None,
+            warmup_submitted: 0,
+            measured_submitted: 0,
+            cooldown_submitted: 0,
+            measured_finished: 0,
+            measured_errors: 0,
+            last_measured_end: None,
+            measured_output_tokens: 0,
+            admitting: Some(Phase::Warmup),
+            in_flight: HashMap::new(),
+            aggregator,
+            domain,
+            anchor,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.step.name
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Requests in flight, for cancelling them on interruption.
+    pub fn in_flight_ids(&self) -> impl Iterator<Item = RequestId> + '_ {
+        self.in_flight.keys().copied()
+    }
+
+    pub fn measured_submitted(&self) -> u64 {
+        self.measured_submitted
+    }
+
+    pub fn measured_finished(&self) -> u64 {
+        self.measured_finished
+    }
+
+    /// The planned number of measured requests, when bounded by count.
+    pub fn measured_target(&self) -> Option<u64> {
+        self.stop.max_requests
+    }
+
+    /// The phase new requests are admitted in; `None` once admission is over (draining).
+    pub fn phase_now(&self) -> Option<Phase> {
+        self.admitting
+    }
+
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.stop_reason
+    }
+
+    pub fn lateness(&self) -> Lateness {
+        self.scheduler.lateness()
+    }
+
+    fn end_measure(&mut self, now: Timestamp, reason: StopReason) {
+        if self.measure_end.is_none() {
+            // A step that ends before measuring anything still has a (zero-length) window.
+            if self.measure_start.is_none() {
+                self.measure_start = Some(now);
+                self.aggregator.start(now);
+            }
+            self.measure_end = Some(now);
+            self.stop_reason = Some(reason);
+        }
+    }
+
+    /// Stops admitting anything; what is in flight still finishes (or is cancelled by the driver).
+    pub fn interrupt(&mut self, now: Timestamp) {
+        self.warmup_done = true;
+        self.end_measure(now, StopReason::Interrupted);
+        self.stop_reason = Some(StopReason::Interrupted);
+    }
+
+    /// The phase a request submitted now would belong to (advancing phases), and the next time
+    /// the phase could change by the clock alone.
+    fn admission(&mut self, now: Timestamp) -> (Option<Phase>, Option<Timestamp>) {
+        let decision = self.decide_admission(now);
+        self.admitting = decision.0;
+        decision
+    }
+
+    fn decide_admission(&mut self, now: Timestamp) -> (Option<Phase>, Option<Timestamp>) {
+        if matches!(self.stop_reason, Some(StopReason::Interrupted | StopReason::EngineUnusable)) {
+            return (None, None);
+        }
+        if !self.warmup_done {
+            match self.warmup {
+                Some(PhaseLimit::Requests(n)) if self.warmup_submitted < n => return (Some(Phase::Warmup), None),
+                Some(PhaseLimit::Duration(d)) => {
+                    let end = self.started_at.saturating_add(d);
+                    if now < end {
+                        return (Some(Phase::Warmup), Some(end));
+                    }
+                }
+                _ => {}
+            }
+            self.warmup_done = true;
+        }
+        if self.measure_end.is_none() {
+            let start = *self.measure_start.get_or_insert_with(|| {
+                self.aggregator.start(now);
+                now
+            });
+            let deadline = self.stop.max_duration.map(|d| start.saturating_add(d));
+            if self.stop.max_requests.is_some_and(|m| self.measured_submitted >= m) {
+                self.end_measure(now, StopReason::MaxRequests);
+            } else if deadline.is_some_and(|d| now >= d) {
+                self.end_measure(deadline.unwrap_or(now), StopReason::MaxDuration);
+            } else {
+                return (Some(Phase::Measure), deadline);
+            }
+        }
+        let end = self.measure_end.unwrap_or(now);
+        match self.cooldown {
+            Some(PhaseLimit::Requests(n)) if self.cooldown_submitted < n => (Some(Phase::Cooldown), None),
+            Some(PhaseLimit::Duration(d)) if now < end.saturating_add(d) => {
+                (Some(Phase::Cooldown), Some(end.saturating_add(d)))
+            }
+            _ => (None, None),
+        }
+    }
+
+    pub fn poll(&mut self, now: Timestamp) -> Action {
+        let (phase, phase_deadline) = self.admission(now);
+        let Some(phase) = phase else {
+            return if self.in_flight.is_empty() { Action::Done } else { Action::Wait(None) };
+        };
+        match self.scheduler.poll(now, self.in_flight.len()) {
+            Poll::SubmitNow => Action::Submit(phase),
+            Poll::At(t) => Action::Wait(Some(phase_deadline.map_or(t, |d| d.min(t)))),
+            Poll::WaitForCompletion => Action::Wait(phase_deadline),
+        }
+    }
+
+    pub fn on_submitted(&mut self, id: RequestId, phase: Phase, now: Timestamp) {
+        self.scheduler.on_submitted(now);
+        self.in_flight.insert(id, Flight { phase, submitted: now });
+        match phase {
+            Phase::Warmup => self.warmup_submitted += 1,
+            Phase::Measure => {
+                self.measured_submitted += 1;
+                self.aggregator.record_submitted();
+                if self.stop.max_requests.is_some_and(|m| self.measured_submitted >= m) {
+                    self.end_measure(now, StopReason::MaxRequests);
+                }
+            }
+            Phase::Cooldown => self.cooldown_submitted += 1,
+        }
+    }
+
+    /// The batcher refused a request: the engine is unusable or shutting down, so the step ends.
+    pub fn on_rejected(&mut self, error: &RequestError, now: Timestamp) {
+        tracing::error!(step = %self.step.name, %error, "request rejected; ending the benchmark");
+        self.warmup_done = true;
+        self.end_measure(now, StopReason::EngineUnusable);
+        self.stop_reason = Some(StopReason::EngineUnusable);
+    }
+
+    pub fn on_batch(&mut self, batch: &BatchRun) {
+        let measuring = self.measure_start.is_some_and(|s| batch.dispatched_at >= s)
+            && self.measure_end.is_none_or(|e| batch.dispatched_at <= e);
+        if measuring {
+            self.aggregator.record_batch(batch.size, batch.reason, batch.returned_at.saturating_since(batch.dispatched_at));
+        }
+    }
+
+    /// A request's outcome arrived at `now`. Returns its `requests.jsonl` record when asked to.
+    pub fn on_outcome(
+        &mut self,
+        id: RequestId,
+        outcome: &Outcome,
+        now: Timestamp,
+        jsonl: Option<&mut RequestsJsonl>,
+    ) -> Result<(), ReportError> {
+        let Some(flight) = self.in_flight.remove(&id) else { return Ok(()) };
+        let name = self.step.name.clone();
+        let record = match outcome {
+            Ok(c) => {
+                let metrics = map_request(&c.times, &c.output, self.domain, self.anchor);
+                if flight.phase == Phase::Measure {
+                    self.aggregator.record_completion(&metrics, &c.times);
+                    self.measured_finished += 1;
+                    self.measured_output_tokens += u64::from(metrics.output_tokens.unwrap_or(0));
+                    self.last_measured_end = Some(self.last_measured_end.map_or(c.times.completed, |e| e.max(c.times.completed)));
+                }
+                jsonl.map(|j| (j, RequestRecord::completed(id, &name, flight.phase, &c.times, &metrics)))
+            }
+            Err(e) => {
+                if flight.phase == Phase::Measure {
+                    match e {
+                        RequestError::Cancelled => self.aggregator.record_cancelled(flight.submitted, now),
+                        _ => {
+                            self.aggregator.record_error(e.kind(), flight.submitted, now);
+                            self.measured_errors += 1;
+                        }
+                    }
+                    self.measured_finished += 1;
+                    self.last_measured_end = Some(self.last_measured_end.map_or(now, |t| t.max(now)));
+                    self.check_error_limits(now);
+                }
+                let outcome = match e {
+                    RequestError::Cancelled => RequestOutcome::Cancelled,
+                    _ => RequestOutcome::Error { kind: e.kind() },
+                };
+                jsonl.map(|j| (j, RequestRecord::unfinished(id, &name, flight.phase, outcome, Some(flight.submitted), Some(now))))
+            }
+        };
+        if let Some((j, r)) = record {
+            j.write(&r)?;
+        }
+        Ok(())
+    }
+
+    fn check_error_limits(&mut self, now: Timestamp) {
+        if self.measure_end.is_some() {
+            return;
+        }
+        if self.stop.max_errors.is_some_and(|m| self.measured_errors >= m) {
+            self.end_measure(now, StopReason::MaxErrors);
+        } else if let Some(rate) = self.stop.max_error_rate {
+            let finished = self.measured_finished;
+            if finished >= ERROR_RATE_MIN_SAMPLE && self.measured_errors as f64 / finished as f64 > rate {
+                self.end_measure(now, StopReason::MaxErrorRate);
+            }
+        }
+    }
+
+    /// Closes the benchmark. Measured requests still in flight (an interrupted run) are counted
+    /// incomplete. The window runs from the first measured submission to the last measured
+    /// outcome.
+    pub fn finish(mut self, now: Timestamp, jsonl: Option<&mut RequestsJsonl>) -> Result<BenchmarkResult, ReportError> {
+        let mut jsonl = jsonl;
+        let mut leftovers: Vec<_> = self.in_flight.drain().collect();
+        leftovers.sort_by_key(|(id, _)| *id);
+        for (id, f) in &leftovers {
+            if f.phase == Phase::Measure {
+                self.aggregator.record_incomplete(f.submitted);
+            }
+            if let Some(j) = jsonl.as_deref_mut() {
+                j.write(&RequestRecord::unfinished(*id, &self.step.name, f.phase, RequestOutcome::Incomplete, Some(f.submitted), None))?;
+            }
+        }
+        let end = if leftovers.iter().any(|(_, f)| f.phase == Phase::Measure) {
+            now
+        } else {
+            self.last_measured_end.or(self.measure_end).unwrap_or(now)
+        };
+        Ok(self.aggregator.finish(end))
+    }
+
+    /// For progress displays: (requests/s, output tokens/s) over the measured window so far.
+    pub fn rates_so_far(&self, now: Timestamp) -> (Option<f64>, Option<f64>) {
+        let Some(start) = self.measure_start else { return (None, None) };
+        let secs = now.saturating_since(start).as_secs_f64();
+        if secs <= 0.0 {
+            return (None, None);
+        }
+        (Some(self.measured_finished as f64 / secs), Some(self.measured_output_tokens as f64 / secs))
+    }
+
+    /// Updates a progress display with this step's state.
+    pub fn show(&self, progress: &mut super::progress::Progress, now: Timestamp) {
+        let phase = match self.phase_now() {
+            Some(Phase::Warmup) => "warmup",
+            Some(Phase::Measure) => "measuring",
+            Some(Phase::Cooldown) => "cooldown",
+            None => "draining",
+        };
+        progress.phase(phase, &self.step.name);
+        let (rps, tps) = self.rates_so_far(now);
+        progress.update(self.measured_finished, self.stop.max_requests, rps, tps);
+    }
+}
+
+/// `Duration` helper for drivers: how long from `now` until `t` (zero when past).
+pub fn until(now: Timestamp, t: Timestamp) -> Duration {
+    t.saturating_since(now)
+}

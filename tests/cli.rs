@@ -1,0 +1,90 @@
+//! The `batchlab` binary as a user runs it: help texts, exit codes, error reports, output files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn batchlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_batchlab"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("BATCHLAB_LOG")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("running batchlab")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("batchlab-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+#[test]
+fn help_texts() {
+    let top = batchlab(&["--help"]);
+    assert!(top.status.success());
+    insta::assert_snapshot!("help", text(&top.stdout));
+    let run = batchlab(&["run", "--help"]);
+    assert!(run.status.success());
+    insta::assert_snapshot!("run_help", text(&run.stdout));
+}
+
+#[test]
+fn run_writes_reports_and_exits_zero() {
+    let out = temp_dir("ok");
+    let o = batchlab(&["run", "scenarios/throughput.toml", "--quiet", "--requests-jsonl", "--output", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("throughput"), "{}", text(&o.stdout));
+    for f in ["report.json", "report.csv", "requests.jsonl"] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["benchmarks"][0]["counts"]["completed"], 256);
+    // Warmup requests are in requests.jsonl too, marked as such.
+    let lines = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 256 + 16);
+    assert_eq!(lines.lines().filter(|l| l.contains("\"phase\":\"warmup\"")).count(), 16);
+}
+
+#[test]
+fn failed_expectation_lists_measured_and_expected_and_exits_3() {
+    let out = temp_dir("expect");
+    let o = batchlab(&[
+        "run",
+        "scenarios/throughput.toml",
+        "--quiet",
+        "--output",
+        out.to_str().unwrap(),
+        "--set",
+        "expect.ttft_p99_ms=\"<= 1\"",
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("ttft_p99_ms <= 1"), "{err}");
+    assert!(err.contains("measured"), "{err}");
+}
+
+#[test]
+fn scenario_with_a_typo_points_at_the_line_and_exits_2() {
+    let dir = temp_dir("typo");
+    let file = dir.join("typo.toml");
+    std::fs::write(&file, "[batching]\nbatch_sise = 8\n").unwrap();
+    let o = batchlab(&["run", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = text(&o.stderr).replace(dir.to_str().unwrap(), "[dir]");
+    insta::assert_snapshot!("typo_error", err);
+}
+
+#[test]
+fn check_prints_the_resolved_scenario() {
+    let o = batchlab(&["check", "scenarios/throughput.toml", "--set", "batching.batch_size=64"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let printed = text(&o.stdout);
+    assert!(printed.contains("batch_size = 64"), "{printed}");
+    assert!(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/throughput.toml").exists());
+}

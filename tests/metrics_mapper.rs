@@ -1,0 +1,170 @@
+//! The metrics mapper: a snapshotted table of canonical mappings, and properties over arbitrary
+//! (missing, inconsistent, non-finite) engine stats.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use batchlab::batcher::RequestTimes;
+use batchlab::engine::{ClockDomain, EngineOutput, EngineStats, FinishReason};
+use batchlab::metrics::{RequestMetrics, WallAnchor, map_request};
+use batchlab::time::Timestamp;
+use proptest::prelude::*;
+
+/// Our clock: submit at 100 s, dispatch 5 ms later, completion at 100.2 s.
+fn times() -> RequestTimes {
+    RequestTimes {
+        submitted: Timestamp::from_nanos(100_000_000_000),
+        dispatched: Timestamp::from_nanos(100_005_000_000),
+        completed: Timestamp::from_nanos(100_200_000_000),
+    }
+}
+
+fn output(stats: EngineStats, tokens: Option<u32>, ids: Option<usize>) -> EngineOutput {
+    EngineOutput {
+        request_id: None,
+        prompt_tokens: Some(16),
+        output_tokens: tokens,
+        output_token_ids: ids.map(|n| vec![7; n]),
+        text: None,
+        finish_reason: FinishReason::Length,
+        stats,
+    }
+}
+
+fn stats(queued: Option<f64>, scheduled: Option<f64>, first: Option<f64>, last: Option<f64>) -> EngineStats {
+    EngineStats { arrival_wall: Some(1_767_225_600.0), queued_ts: queued, scheduled_ts: scheduled, first_token_ts: first, last_token_ts: last }
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map_or("-".into(), |d| format!("{:.3}", d.as_secs_f64() * 1e3))
+}
+
+fn row(m: &RequestMetrics) -> String {
+    let a = &m.anomalies;
+    let flags: Vec<&str> = [
+        (a.non_finite, "non_finite"),
+        (a.first_token_before_arrival, "first_before_arrival"),
+        (a.last_before_first, "last_before_first"),
+        (a.scheduled_before_queued, "scheduled_before_queued"),
+        (a.token_after_completion, "token_after_completion"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    format!(
+        "wait {:>7} queue {:>7} ttft {:>7} itl {:>6} tpot {:>6} lat {:>7} out {:>4} {}",
+        ms(Some(m.batch_wait)),
+        ms(m.engine_queue),
+        ms(m.ttft),
+        ms(m.itl),
+        ms(m.tpot),
+        ms(Some(m.latency)),
+        m.output_tokens.map_or("-".into(), |n| n.to_string()),
+        flags.join(",")
+    )
+}
+
+#[test]
+fn canonical_mappings() {
+    let s = 100.0;
+    let cases: Vec<(&str, EngineOutput, ClockDomain, Option<WallAnchor>)> = vec![
+        ("complete vLLM-like stats", output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.050), Some(s + 0.190)), Some(8), None), ClockDomain::Monotonic, None),
+        ("one output token: no ITL", output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.050), Some(s + 0.050)), Some(1), None), ClockDomain::Monotonic, None),
+        ("count from token ids", output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.050), Some(s + 0.190)), None, Some(8)), ClockDomain::Monotonic, None),
+        ("no stats at all", output(EngineStats::default(), Some(8), None), ClockDomain::Monotonic, None),
+        ("missing first token", output(stats(Some(s + 0.006), Some(s + 0.010), None, Some(s + 0.190)), Some(8), None), ClockDomain::Monotonic, None),
+        ("first token before submit", output(stats(Some(s - 1.0), Some(s - 0.9), Some(s - 0.5), Some(s + 0.1)), Some(8), None), ClockDomain::Monotonic, None),
+        ("last before first", output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.150), Some(s + 0.050)), Some(8), None), ClockDomain::Monotonic, None),
+        ("scheduled before queued", output(stats(Some(s + 0.010), Some(s + 0.006), Some(s + 0.050), Some(s + 0.190)), Some(8), None), ClockDomain::Monotonic, None),
+        ("token after completion", output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.500), Some(s + 0.600)), Some(8), None), ClockDomain::Monotonic, None),
+        ("NaN and infinity", output(stats(Some(f64::NAN), Some(s + 0.010), Some(f64::INFINITY), Some(s + 0.190)), Some(8), None), ClockDomain::Monotonic, None),
+        (
+            "foreign clock anchored on arrival",
+            output(
+                EngineStats { arrival_wall: Some(1_767_225_600.006), queued_ts: Some(5.0), scheduled_ts: Some(5.004), first_token_ts: Some(5.044), last_token_ts: Some(5.184) },
+                Some(8),
+                None,
+            ),
+            ClockDomain::Foreign,
+            Some(WallAnchor { wall_secs: 1_767_225_600.0, mono: Timestamp::from_nanos(100_000_000_000) }),
+        ),
+        ("foreign clock without anchor", output(stats(Some(5.0), Some(5.004), Some(5.044), Some(5.184)), Some(8), None), ClockDomain::Foreign, None),
+    ];
+    let mut table = String::new();
+    for (name, out, domain, anchor) in &cases {
+        let m = map_request(&times(), out, *domain, *anchor);
+        writeln!(table, "{name:<34} {}", row(&m)).unwrap();
+    }
+    insta::assert_snapshot!(table);
+}
+
+fn opt_f64() -> impl Strategy<Value = Option<f64>> {
+    prop_oneof![
+        1 => Just(None),
+        1 => Just(Some(f64::NAN)),
+        1 => Just(Some(f64::INFINITY)),
+        1 => Just(Some(-1.0)),
+        1 => Just(Some(1e300)),
+        8 => (90.0f64..110.0).prop_map(Some),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_stats_never_panic_and_durations_stay_sane(
+        q in opt_f64(), sch in opt_f64(), first in opt_f64(), last in opt_f64(), wall in opt_f64(),
+        tokens in proptest::option::of(0u32..10_000),
+        foreign in any::<bool>(),
+        submit in 0u64..200_000_000_000, wait in 0u64..1_000_000_000, run in 0u64..1_000_000_000,
+    ) {
+        let t = RequestTimes {
+            submitted: Timestamp::from_nanos(submit),
+            dispatched: Timestamp::from_nanos(submit + wait),
+            completed: Timestamp::from_nanos(submit + wait + run),
+        };
+        let stats = EngineStats { arrival_wall: wall, queued_ts: q, scheduled_ts: sch, first_token_ts: first, last_token_ts: last };
+        let domain = if foreign { ClockDomain::Foreign } else { ClockDomain::Monotonic };
+        let anchor = Some(WallAnchor { wall_secs: 100.0, mono: Timestamp::from_nanos(submit) });
+        let m = map_request(&t, &output(stats, tokens, None), domain, anchor);
+        prop_assert_eq!(m.latency, Duration::from_nanos(wait + run));
+        prop_assert_eq!(m.batch_wait, Duration::from_nanos(wait));
+        if let Some(ttft) = m.ttft {
+            prop_assert!(ttft <= m.latency, "ttft {:?} > latency {:?}", ttft, m.latency);
+        }
+        if let (Some(itl), Some(ttft)) = (m.itl, m.ttft) {
+            prop_assert!(ttft + itl <= m.latency + Duration::from_nanos(1), "ttft + itl beyond latency");
+        }
+        if m.tpot.is_some() {
+            prop_assert!(tokens.is_some_and(|n| n >= 1));
+        }
+        let non_finite = [q, sch, first, last].iter().flatten().any(|v| !v.is_finite() || *v < 0.0 || *v > 1e15);
+        if non_finite && !foreign {
+            prop_assert!(m.anomalies.non_finite);
+        }
+    }
+
+    #[test]
+    fn consistent_stats_give_ordered_metrics(
+        a in 0u64..1_000_000, b in 0u64..1_000_000, c in 0u64..1_000_000, d in 0u64..1_000_000, e in 0u64..1_000_000,
+        n in 2u32..500,
+    ) {
+        // submit <= queued <= scheduled <= first <= last <= completed, all in nanoseconds.
+        let submit = 50_000_000_000u64;
+        let queued = submit + a;
+        let scheduled = queued + b;
+        let first = scheduled + c;
+        let last = first + d;
+        let completed = last + e;
+        let t = RequestTimes { submitted: Timestamp::from_nanos(submit), dispatched: Timestamp::from_nanos(queued), completed: Timestamp::from_nanos(completed) };
+        let secs = |ns: u64| Some(ns as f64 / 1e9);
+        let m = map_request(&t, &output(stats(secs(queued), secs(scheduled), secs(first), secs(last)), Some(n), None), ClockDomain::Monotonic, None);
+        prop_assert!(!m.anomalies.any(), "{:?}", m.anomalies);
+        let ttft = m.ttft.expect("ttft");
+        let itl = m.itl.expect("itl");
+        prop_assert!(m.batch_wait <= ttft + Duration::from_micros(1));
+        prop_assert!(ttft <= m.latency);
+        prop_assert!(m.engine_queue.expect("queue") <= ttft + Duration::from_micros(1));
+        prop_assert!(itl * (n - 1) <= m.latency);
+        prop_assert_eq!(m.tpot, Some(m.latency / n));
+    }
+}

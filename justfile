@@ -24,3 +24,15 @@ test-loom:
 # Run a shipped scenario, e.g. `just scenario throughput.toml --set batching.batch_size=64`.
 scenario FILE *ARGS:
     cargo run --release --quiet -- run scenarios/{{FILE}} {{ARGS}}
+
+# Install vLLM (CPU) into $BATCHLAB_HOME/venv (default ~/.cache/batchlab) and build the tiny test model. Idempotent.
+setup-vllm:
+    scripts/setup-vllm.sh
+
+# The real vLLM engine's tests against the tiny model (sets everything up first; minutes the first time).
+test-vllm: setup-vllm
+    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine -- --nocapture
+
+# Lints with the vllm feature (needs a Python 3 for pyo3's build; the venv's when it exists).
+clippy-vllm:
+    PYO3_PYTHON="${PYO3_PYTHON:-$(v="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python"; [[ -x $v ]] && echo "$v" || command -v python3)}" cargo clippy --all-targets --features vllm -- -D warnings

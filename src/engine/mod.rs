@@ -7,6 +7,7 @@
 //! missing value an absent metric instead of a wrong zero.
 
 pub mod sim;
+pub mod vllm;
 
 use serde::Serialize;
 

@@ -1,0 +1,226 @@
+//! The real vLLM engine against the tiny random-weight model from `just setup-vllm`.
+//!
+//! Run with `just test-vllm`. Without the venv or the model every test prints why and passes
+//! without checking anything (SKIPPED), so a plain `cargo test --features vllm` stays usable.
+#![cfg(feature = "vllm")]
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+
+use batchlab::engine::vllm::{VllmEngine, batchlab_home, default_venv};
+use batchlab::engine::{Engine, EngineOutput, EngineRequest, FinishReason, Prompt};
+use batchlab::scenario::plan::VllmPlan;
+use batchlab::time::{MonotonicClock, Timestamp};
+
+/// One engine at a time: a 2-core machine, and one Python per process.
+static ONE_ENGINE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Set in the re-executed test process that runs the multiprocess engine.
+const CHILD_ENV: &str = "BATCHLAB_VLLM_MULTIPROCESS_CHILD";
+
+/// The tiny model's plan, or `None` (after saying why) when the venv or model is missing.
+fn tiny_plan(in_process: bool) -> Option<VllmPlan> {
+    let model = batchlab_home().join("tiny-llama");
+    let python = default_venv().join("bin/python");
+    for needed in [python, model.join("config.json")] {
+        if !needed.exists() {
+            eprintln!("SKIPPED: {} is missing; run `just setup-vllm` (or `just test-vllm`)", needed.display());
+            return None;
+        }
+    }
+    Some(VllmPlan {
+        model,
+        dtype: "float32".into(),
+        max_model_len: Some(512),
+        max_num_seqs: Some(64),
+        max_num_batched_tokens: None,
+        enforce_eager: true,
+        seed: 0,
+        kv_cache_gib: 1.0,
+        in_process,
+        omp_num_threads: None,
+        disable_log_stats: false,
+        engine_args: serde_json::Map::new(),
+    })
+}
+
+fn token_request(id: u64, prompt_len: u32, max_tokens: u32) -> EngineRequest {
+    // Distinct, in-vocabulary prompts (the tiny model has a few thousand tokens).
+    let prompt = (0..prompt_len).map(|i| 10 + (id as u32 * 37 + i * 11) % 1000).collect();
+    EngineRequest::tokens(id, prompt, max_tokens)
+}
+
+fn secs(t: Timestamp) -> f64 {
+    t.as_secs_f64()
+}
+
+/// Everything an output of an EOS-ignoring request must satisfy, with stats inside `window`.
+fn check_output(req: &EngineRequest, out: &EngineOutput, window: (Timestamp, Timestamp)) {
+    let what = format!("request {} -> {out:?}", req.id);
+    assert_eq!(out.request_id, None, "vLLM's ids are its own: outputs are matched by position");
+    if let Prompt::Tokens(ids) = &req.prompt {
+        assert_eq!(out.prompt_tokens, Some(ids.len() as u32), "{what}");
+    } else {
+        assert!(out.prompt_tokens.is_some_and(|n| n > 0), "{what}");
+    }
+    assert_eq!(out.output_tokens, Some(req.max_tokens), "{what}");
+    assert_eq!(out.output_token_ids.as_ref().map(Vec::len), Some(req.max_tokens as usize), "{what}");
+    assert_eq!(out.finish_reason, FinishReason::Length, "{what}");
+    assert!(out.text.is_some(), "{what}");
+
+    let s = &out.stats;
+    let (Some(queued), Some(scheduled), Some(first), Some(last)) =
+        (s.queued_ts, s.scheduled_ts, s.first_token_ts, s.last_token_ts)
+    else {
+        panic!("missing stats: {what}");
+    };
+    let (start, end) = (secs(window.0), secs(window.1));
+    assert!(start <= queued && queued <= scheduled, "{what}: not {start} <= queued <= scheduled");
+    assert!(scheduled <= first && first <= last, "{what}: not scheduled <= first <= last");
+    assert!(last <= end, "{what}: last token after generate returned ({end})");
+    let wall_now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let arrival = s.arrival_wall.expect("arrival time");
+    assert!((wall_now - 600.0..=wall_now).contains(&arrival), "{what}: arrival {arrival} vs now {wall_now}");
+}
+
+#[test]
+fn in_process_engine_generates_token_and_text_prompts() {
+    let _one = ONE_ENGINE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(plan) = tiny_plan(true) else { return };
+    let mut engine = VllmEngine::new(plan);
+    let started = std::time::Instant::now();
+    let info = engine.start().expect("start");
+    eprintln!("started {} {} in {:.1?}", info.name, info.version, started.elapsed());
+    assert_eq!(info.name, "vllm");
+
+    let mut batch: Vec<EngineRequest> = (0..6).map(|id| token_request(id, 16 + id as u32 * 5, 12)).collect();
+    batch.push(EngineRequest {
+        prompt: Prompt::Text("the quick brown fox jumps over the lazy dog".into()),
+        ..EngineRequest::tokens(6, vec![], 8)
+    });
+    let before = MonotonicClock::read();
+    let outputs = engine.generate(&batch).expect("generate");
+    let after = MonotonicClock::read();
+    assert_eq!(outputs.len(), batch.len());
+    for (req, out) in batch.iter().zip(&outputs) {
+        check_output(req, out, (before, after));
+    }
+
+    // Seeded sampling is reproducible; different seeds give different tokens.
+    let sampled = |seed| EngineRequest { temperature: 1.0, seed: Some(seed), ..token_request(9, 20, 16) };
+    let outputs = engine.generate(&[sampled(1), sampled(1), sampled(2)]).expect("sampled generate");
+    let ids: Vec<_> = outputs.iter().map(|o| o.output_token_ids.clone().unwrap()).collect();
+    assert_eq!(ids[0], ids[1], "same seed, same tokens");
+    assert_ne!(ids[0], ids[2], "another seed, other tokens");
+
+    // An EOS-respecting request stops at max_tokens or earlier, never before min_tokens.
+    let eos = EngineRequest { ignore_eos: false, min_tokens: 3, ..token_request(10, 12, 6) };
+    let out = &engine.generate(std::slice::from_ref(&eos)).expect("eos generate")[0];
+    let n = out.output_tokens.unwrap();
+    assert!((3..=6).contains(&n), "{out:?}");
+    assert!(matches!(out.finish_reason, FinishReason::Length | FinishReason::Stop), "{out:?}");
+
+    // Throughput, printed for the record (not asserted: the machine is shared).
+    let batch: Vec<_> = (0..64).map(|id| token_request(100 + id, 128, 64)).collect();
+    let t = std::time::Instant::now();
+    let outputs = engine.generate(&batch).expect("throughput generate");
+    let elapsed = t.elapsed().as_secs_f64();
+    let tokens: u32 = outputs.iter().filter_map(EngineOutput::generated_tokens).sum();
+    assert_eq!(tokens, 64 * 64);
+    eprintln!(
+        "THROUGHPUT: 64 prompts x 128 tokens -> {tokens} output tokens in {elapsed:.2}s = {:.0} tok/s",
+        f64::from(tokens) / elapsed
+    );
+
+    engine.shutdown().expect("shutdown");
+    assert!(engine.generate(&batch).is_err(), "generate after shutdown fails");
+    assert_eq!(child_processes(), vec![], "no child process outlives the engine");
+}
+
+#[test]
+fn a_bad_engine_arg_is_a_start_error_with_the_python_message() {
+    let _one = ONE_ENGINE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(mut plan) = tiny_plan(true) else { return };
+    plan.engine_args.insert("no_such_engine_arg".into(), 1.into());
+    let err = VllmEngine::new(plan).start().expect_err("an unknown kwarg fails").to_string();
+    assert!(err.contains("no_such_engine_arg"), "{err}");
+}
+
+/// Processes whose parent is this process, with their state letter.
+fn child_processes() -> Vec<(u32, String)> {
+    let me = std::process::id();
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // `pid (comm) state ppid ...`; comm may contain spaces and parentheses.
+        let Some(after_comm) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
+        let fields: Vec<&str> = after_comm.split_whitespace().collect();
+        if fields.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(me) {
+            children.push((pid, format!("{} {}", fields[0], &stat[..stat.rfind(')').unwrap() + 1])));
+        }
+    }
+    children
+}
+
+#[test]
+fn multiprocess_engine_leaves_no_child_processes() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return multiprocess_child();
+    }
+    let _one = ONE_ENGINE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if tiny_plan(false).is_none() {
+        return;
+    }
+    // A fresh process: one interpreter per process, and no other test's children to count.
+    let exe: PathBuf = std::env::current_exe().unwrap();
+    let out = Command::new(exe)
+        .args(["--exact", "multiprocess_engine_leaves_no_child_processes", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, "1")
+        // An in-process engine that ran in this process set these in its environment; in the child
+        // they would override the plan (the environment wins) and keep vLLM in-process.
+        .env_remove("VLLM_ENABLE_V1_MULTIPROCESSING")
+        .env_remove("OMP_NUM_THREADS")
+        .output()
+        .expect("re-running the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed: {}\nstdout:\n{stdout}\nstderr (tail):\n{}", out.status, tail(&stderr));
+    assert!(stdout.contains("CHILDREN-AFTER-SHUTDOWN: 0"), "stdout:\n{stdout}\nstderr (tail):\n{}", tail(&stderr));
+    // The harness prints `test name ... ` before the test's own output, on the same line.
+    for line in stdout.lines().filter_map(|l| l.find("MULTIPROCESS").map(|i| &l[i..])) {
+        eprintln!("{line}");
+    }
+}
+
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// Runs in the re-executed process: starts vLLM in multiprocess mode, checks it has children, and
+/// that none are left after shutdown.
+fn multiprocess_child() {
+    let plan = tiny_plan(false).expect("the parent checked the venv and model");
+    assert!(child_processes().is_empty(), "children before start: {:?}", child_processes());
+    let mut engine = VllmEngine::new(plan);
+    let started = std::time::Instant::now();
+    engine.start().expect("start");
+    println!("MULTIPROCESS: engine started in {:.1?}", started.elapsed());
+    let during: HashSet<_> = child_processes().into_iter().collect();
+    assert!(!during.is_empty(), "multiprocess mode runs the engine core in a child process");
+    let batch: Vec<_> = (0..4).map(|id| token_request(id, 16, 8)).collect();
+    let before = MonotonicClock::read();
+    let outputs = engine.generate(&batch).expect("generate");
+    let after = MonotonicClock::read();
+    for (req, out) in batch.iter().zip(&outputs) {
+        check_output(req, out, (before, after));
+    }
+    engine.shutdown().expect("shutdown");
+    let left = child_processes();
+    println!("children during run: {during:?}");
+    println!("children left: {left:?}");
+    println!("CHILDREN-AFTER-SHUTDOWN: {}", left.len());
+}

@@ -383,7 +383,16 @@ impl StepRun {
         };
         progress.phase(phase, &self.step.name);
         let (rps, tps) = self.rates_so_far(now);
-        progress.update(self.measured_finished, self.stop.max_requests, rps, tps);
+        let limit = |p: &Option<PhaseLimit>| match p {
+            Some(PhaseLimit::Requests(n)) => Some(*n),
+            _ => None,
+        };
+        let (done, total) = match self.phase_now() {
+            Some(Phase::Warmup) => (self.warmup_submitted, limit(&self.warmup)),
+            Some(Phase::Cooldown) => (self.cooldown_submitted, limit(&self.cooldown)),
+            _ => (self.measured_finished, self.stop.max_requests),
+        };
+        progress.update(done, total, rps, tps);
     }
 }
 

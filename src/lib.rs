@@ -10,4 +10,5 @@ pub mod rng;
 pub mod run;
 pub mod scenario;
 pub mod sync;
+pub mod sys;
 pub mod time;

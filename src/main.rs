@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use batchlab::run::progress::{LogWriter, ProgressMode};
@@ -86,9 +87,23 @@ fn init_logging() {
     }
 }
 
+/// How long leftover engine processes get to exit on SIGTERM before SIGKILL.
+const REAP_GRACE: Duration = Duration::from_secs(5);
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    batchlab::sys::become_subreaper();
+    // Every way out (return, error, panic) goes through here: no engine process outlives us.
+    let code = std::panic::catch_unwind(|| real_main(cli));
+    let reaped = batchlab::sys::reap_descendants(REAP_GRACE);
+    if reaped > 0 {
+        tracing::warn!(reaped, "terminated leftover engine processes");
+    }
+    code.unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+fn real_main(cli: Cli) -> ExitCode {
     let (args, run_args) = match cli.command {
         Command::Run { scenario, output, requests_jsonl, quiet } => (scenario, Some((output, requests_jsonl, quiet))),
         Command::Check { scenario } => (scenario, None),
@@ -125,15 +140,23 @@ fn run_scenario(
         output.or_else(|| plan.output.dir.clone()).unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
     let summary = runtime.block_on(async {
         let (tx, rx) = tokio::sync::watch::channel(false);
-        // First Ctrl-C: stop admitting, drain, report. Second: leave at once.
+        // First Ctrl-C (or SIGTERM): stop admitting, drain, report. Second: leave at once.
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                let _ = tx.send(true);
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    eprintln!("\ninterrupted twice: exiting now");
-                    std::process::exit(i32::from(EXIT_INTERRUPTED));
-                }
+            let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+                return;
+            };
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => if r.is_err() { return },
+                _ = term.recv() => {}
             }
+            let _ = tx.send(true);
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => if r.is_err() { return },
+                _ = term.recv() => {}
+            }
+            eprintln!("\ninterrupted twice: exiting now");
+            batchlab::sys::reap_descendants(Duration::from_secs(2));
+            std::process::exit(i32::from(EXIT_INTERRUPTED));
         });
         let options = RunOptions {
             output_dir: Some(output_dir.clone()),

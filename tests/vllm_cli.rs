@@ -1,0 +1,186 @@
+//! vLLM's EngineCore and worker processes never outlive batchlab: not on a normal exit, not on
+//! Ctrl-C (once: drain and report; twice: leave at once), not when the engine fails to start.
+//!
+//! Each case runs the real binary on `scenarios/vllm-cpu.toml` in multiprocess mode, in its own
+//! process group, and afterwards looks for any process still in that group. Run with
+//! `just test-vllm`; without the venv and model the test says SKIPPED and checks nothing.
+#![cfg(feature = "vllm")]
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use batchlab::engine::vllm::{batchlab_home, default_venv};
+
+/// Long enough for a multiprocess engine start on a loaded 2-core machine.
+const START_LIMIT: Duration = Duration::from_secs(300);
+
+struct Run {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr: Vec<String>,
+}
+
+fn spawn(extra: &[&str], output: &PathBuf) -> Run {
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        "scenarios/vllm-cpu.toml".into(),
+        "--output".into(),
+        output.display().to_string(),
+        "--set".into(),
+        "engine.vllm.in_process=false".into(),
+        "--set".into(),
+        "warmup.requests=1".into(),
+    ];
+    for e in extra {
+        args.push((*e).into());
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_batchlab"))
+        .args(&args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("VLLM_ENABLE_V1_MULTIPROCESSING")
+        .env_remove("OMP_NUM_THREADS")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("spawning batchlab");
+    let (tx, lines) = mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Run { child, lines, stderr: Vec::new() }
+}
+
+impl Run {
+    /// Waits for a stderr line containing `needle`.
+    fn wait_for(&mut self, needle: &str) {
+        let deadline = Instant::now() + START_LIMIT;
+        while Instant::now() < deadline {
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_secs(1)) {
+                let hit = line.contains(needle);
+                self.stderr.push(line);
+                if hit {
+                    return;
+                }
+            }
+        }
+        panic!("no `{needle}` within {START_LIMIT:?}; stderr tail:\n{}", self.tail());
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill only sends a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    fn finish(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + START_LIMIT;
+        loop {
+            while let Ok(line) = self.lines.try_recv() {
+                self.stderr.push(line);
+            }
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+                    self.stderr.push(line);
+                }
+                return status;
+            }
+            assert!(Instant::now() < deadline, "batchlab did not exit; stderr tail:\n{}", self.tail());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn tail(&self) -> String {
+        self.stderr[self.stderr.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Live (non-zombie) processes left in batchlab's process group.
+    fn leftovers(&self) -> Vec<String> {
+        let group = self.child.id() as i32;
+        let mut left = Vec::new();
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+            let Some(close) = stat.rfind(')') else { continue };
+            let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+            // fields: state ppid pgrp ...
+            if fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(group) && fields[0] != "Z" {
+                left.push(stat[..close + 1].to_string());
+            }
+        }
+        left
+    }
+}
+
+fn output_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("batchlab-vllm-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn ready() -> bool {
+    for needed in [default_venv().join("bin/python"), batchlab_home().join("tiny-llama/config.json")] {
+        if !needed.exists() {
+            eprintln!("SKIPPED: {} is missing; run `just setup-vllm` (or `just test-vllm`)", needed.display());
+            return false;
+        }
+    }
+    true
+}
+
+fn report(dir: &PathBuf) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("report.json")).expect("report.json")).expect("json")
+}
+
+/// One test, cases in sequence: one engine at a time on a 2-core machine.
+#[test]
+fn engine_processes_never_outlive_batchlab() {
+    if !ready() {
+        return;
+    }
+
+    // A normal run to completion.
+    let dir = output_dir("normal");
+    let mut run = spawn(&["--set", "stop.max_requests=8", "--set", "expect.completed=8"], &dir);
+    let status = run.finish();
+    assert_eq!(status.code(), Some(0), "stderr tail:\n{}", run.tail());
+    assert_eq!(run.leftovers(), Vec::<String>::new(), "after a normal exit");
+    assert_eq!(report(&dir)["benchmarks"][0]["counts"]["completed"], 8);
+
+    // One Ctrl-C while measuring: drain, write a report marked incomplete, exit 130.
+    let dir = output_dir("ctrl-c");
+    let mut run = spawn(&["--set", "stop.max_requests=100000"], &dir);
+    run.wait_for("measuring");
+    run.signal(libc::SIGINT);
+    let status = run.finish();
+    assert_eq!(status.code(), Some(130), "stderr tail:\n{}", run.tail());
+    assert_eq!(run.leftovers(), Vec::<String>::new(), "after one Ctrl-C");
+    let r = report(&dir);
+    assert_eq!(r["incomplete"], true);
+    assert_eq!(r["benchmarks"][0]["counts"]["lost"], 0);
+
+    // Two Ctrl-C: leave at once, still without leftovers.
+    let dir = output_dir("ctrl-c-twice");
+    let mut run = spawn(&["--set", "stop.max_requests=100000"], &dir);
+    run.wait_for("measuring");
+    run.signal(libc::SIGINT);
+    std::thread::sleep(Duration::from_millis(50));
+    run.signal(libc::SIGINT);
+    let status = run.finish();
+    assert_eq!(status.code(), Some(130), "stderr tail:\n{}", run.tail());
+    assert_eq!(run.leftovers(), Vec::<String>::new(), "after two Ctrl-C");
+
+    // The engine fails while starting (an argument vLLM rejects once its processes exist).
+    let dir = output_dir("start-error");
+    let mut run = spawn(&["--set", "engine.vllm.max_model_len=100000000"], &dir);
+    let status = run.finish();
+    assert_eq!(status.code(), Some(1), "stderr tail:\n{}", run.tail());
+    assert_eq!(run.leftovers(), Vec::<String>::new(), "after a failed start");
+}

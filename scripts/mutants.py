@@ -73,6 +73,11 @@ MUTANTS = [
     ("sim: decode cost ignores running sequences", "src/engine/sim/cost.rs",
      "t = t.saturating_add(scaled(cost.decode_per_seq, running as u64, scale));", "",
      ["--test", "batcher_traces", "--lib", "sim"], {}),
+    # Slow (multiprocess vLLM starts): needs the venv from `just setup-vllm`.
+    ("vllm: leftover engine processes not reaped on exit", "src/main.rs",
+     "    let reaped = batchlab::sys::reap_descendants(REAP_GRACE);", "    let reaped = 0usize;\n    let _ = REAP_GRACE;",
+     ["--features", "vllm", "--test", "vllm_cli"],
+     {"PYO3_PYTHON": os.path.expanduser(os.environ.get("BATCHLAB_HOME", "~/.cache/batchlab") + "/venv/bin/python")}),
 ]
 
 

@@ -95,3 +95,38 @@ fn check_prints_the_resolved_scenario() {
     assert!(printed.contains("batch_size = 64"), "{printed}");
     assert!(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/throughput.toml").exists());
 }
+
+#[test]
+fn ctrl_c_drains_and_writes_an_incomplete_report() {
+    use std::io::{BufRead, BufReader};
+    let dir = temp_dir("ctrl-c");
+    let file = dir.join("long.toml");
+    // Real time, endless: only the interrupt ends it.
+    std::fs::write(
+        &file,
+        "[engine.sim]\ntime = \"real\"\ndecode_step = \"1ms\"\n[batching]\nbatch_size = 4\n\
+         [workload]\nprompt_tokens = 8\noutput_tokens = 8\n[profile]\nkind = \"throughput\"\nmax_concurrency = 16\n\
+         [stop]\nmax_requests = 100000000\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_batchlab"))
+        .args(["run", file.to_str().unwrap(), "--output", dir.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    // The plain progress line of the measured phase: the run is under way.
+    let seen = lines.by_ref().map_while(Result::ok).any(|l| l.contains("measuring"));
+    assert!(seen, "no progress line");
+    // SAFETY: kill only sends a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{rest:?}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["incomplete"], true);
+    let counts = &report["benchmarks"][0]["counts"];
+    assert_eq!(counts["lost"], 0);
+    assert!(counts["completed"].as_u64().unwrap() > 0, "{counts}");
+}

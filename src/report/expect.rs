@@ -28,29 +28,6 @@ pub struct ExpectationOutcome {
     pub reason: Option<String>,
 }
 
-/// The operator as written in scenario files.
-pub fn comparison_symbol(op: Comparison) -> &'static str {
-    match op {
-        Comparison::Eq => "==",
-        Comparison::Ne => "!=",
-        Comparison::Lt => "<",
-        Comparison::Le => "<=",
-        Comparison::Gt => ">",
-        Comparison::Ge => ">=",
-    }
-}
-
-fn holds(measured: f64, op: Comparison, expected: f64) -> bool {
-    match op {
-        Comparison::Eq => measured == expected,
-        Comparison::Ne => measured != expected,
-        Comparison::Lt => measured < expected,
-        Comparison::Le => measured <= expected,
-        Comparison::Gt => measured > expected,
-        Comparison::Ge => measured >= expected,
-    }
-}
-
 /// Why `benchmark` has no value for `metric`.
 fn missing_reason(metric: &str) -> String {
     if !is_metric_name(metric) {
@@ -75,7 +52,7 @@ pub fn evaluate(expectations: &[Expectation], benchmarks: &[BenchmarkResult]) ->
                 expected: e.value,
                 measured,
                 benchmark: b.name.clone(),
-                passed: measured.is_some_and(|m| holds(m, e.op, e.value)),
+                passed: measured.is_some_and(|m| e.op.holds(m, e.value)),
                 origin: e.origin.clone(),
                 reason: measured.is_none().then(|| missing_reason(&e.metric)),
             });
@@ -103,7 +80,7 @@ pub(crate) fn human_number(v: f64) -> String {
 pub fn render_failures(outcomes: &[ExpectationOutcome]) -> String {
     let mut out = String::new();
     for o in outcomes.iter().filter(|o| !o.passed) {
-        let head = format!("FAIL {} {} {} ({})", o.metric, comparison_symbol(o.op), human_number(o.expected), o.origin);
+        let head = format!("FAIL {} {} {} ({})", o.metric, o.op.symbol(), human_number(o.expected), o.origin);
         let _ = match o.measured {
             Some(m) => writeln!(out, "{head}: measured {} in benchmark {}", human_number(m), o.benchmark),
             None => writeln!(

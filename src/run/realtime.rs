@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
 use super::progress::Progress;
-use super::step::{Action, StepRun, StopReason};
+use super::step::{Action, StepRun};
 use super::{DriverResult, RunError};
 use crate::batcher::{BatchRun, Batcher, Outcome};
 use crate::engine::{Engine, RequestId};
@@ -77,15 +77,7 @@ pub(super) async fn run<E: Engine + 'static>(
     let mut incomplete = false;
 
     while let Some(step) = planner.next_step(last_rps) {
-        let mut run = StepRun::new(
-            step,
-            plan.stop.clone(),
-            plan.warmup.clone(),
-            plan.cooldown.clone(),
-            clock.now(),
-            domain,
-            anchor,
-        )?;
+        let mut run = StepRun::for_plan(step, plan, clock.now(), domain, anchor)?;
         if interrupted {
             run.interrupt(clock.now());
         }
@@ -132,14 +124,11 @@ pub(super) async fn run<E: Engine + 'static>(
                 Action::Done => break,
             }
         }
-        let stopped_early = matches!(run.stop_reason(), Some(StopReason::EngineUnusable | StopReason::Interrupted));
-        let result = run.finish(clock.now(), jsonl.as_mut())?;
-        last_rps = result.requests_per_s;
-        benchmarks.push(result);
-        if stopped_early {
+        if run.finish_into(clock.now(), jsonl.as_mut(), &mut benchmarks)? {
             incomplete = true;
             break;
         }
+        last_rps = benchmarks.last().and_then(|b| b.requests_per_s);
     }
 
     progress.phase("stopping engine", "");

@@ -114,6 +114,30 @@ impl StepRun {
         })
     }
 
+    /// A step with the plan's stop conditions, warmup and cooldown.
+    pub fn for_plan(
+        step: Step,
+        plan: &crate::scenario::plan::Plan,
+        now: Timestamp,
+        domain: ClockDomain,
+        anchor: Option<WallAnchor>,
+    ) -> Result<Self, LoadError> {
+        Self::new(step, plan.stop.clone(), plan.warmup.clone(), plan.cooldown.clone(), now, domain, anchor)
+    }
+
+    /// Finishes the step into `benchmarks`. Returns whether the run must stop here (interrupted,
+    /// or the engine became unusable), which makes the report incomplete.
+    pub fn finish_into(
+        self,
+        now: Timestamp,
+        jsonl: Option<&mut RequestsJsonl>,
+        benchmarks: &mut Vec<BenchmarkResult>,
+    ) -> Result<bool, ReportError> {
+        let stop_run = matches!(self.stop_reason, Some(StopReason::EngineUnusable | StopReason::Interrupted));
+        benchmarks.push(self.finish(now, jsonl)?);
+        Ok(stop_run)
+    }
+
     pub fn name(&self) -> &str {
         &self.step.name
     }

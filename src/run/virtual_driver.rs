@@ -41,15 +41,7 @@ pub(super) fn run(
     let mut ticks = 0u32;
 
     while let Some(step) = planner.next_step(last_rps) {
-        let mut run = StepRun::new(
-            step,
-            plan.stop.clone(),
-            plan.warmup.clone(),
-            plan.cooldown.clone(),
-            driver.now(),
-            domain,
-            anchor,
-        )?;
+        let mut run = StepRun::for_plan(step, plan, driver.now(), domain, anchor)?;
         loop {
             while let Some((id, outcome)) = driver.poll_outcome() {
                 run.on_outcome(id, &outcome, driver.now(), jsonl.as_mut())?;
@@ -99,17 +91,11 @@ pub(super) fn run(
             }
         }
         run.show(progress, driver.now());
-        let stopped_early = matches!(
-            run.stop_reason(),
-            Some(super::step::StopReason::EngineUnusable | super::step::StopReason::Interrupted)
-        );
-        let result = run.finish(driver.now(), jsonl.as_mut())?;
-        last_rps = result.requests_per_s;
-        benchmarks.push(result);
-        if stopped_early {
+        if run.finish_into(driver.now(), jsonl.as_mut(), &mut benchmarks)? {
             incomplete = true;
             break;
         }
+        last_rps = benchmarks.last().and_then(|b| b.requests_per_s);
     }
     progress.phase("stopping engine", "");
     driver.shutdown()?;

@@ -1,53 +1,18 @@
 //! `[expect]`: the metrics a scenario may assert on, and the `"op value"` syntax.
 //!
-//! The metric names live here and only here; the report side checks expectations by the same
-//! names, so a typo in a scenario is caught at load time instead of silently never matching.
+//! The metric names are the report's own (`metrics::result`); checking them at load time catches
+//! a typo in a scenario instead of an expectation that silently never matches.
 
 use super::plan::Comparison;
 
-/// Counters and rates, one value per benchmark.
-pub const SCALAR_METRICS: &[&str] = &[
-    "completed",
-    "errors",
-    "cancelled",
-    "incomplete",
-    "lost",
-    "anomalies",
-    "requests_per_s",
-    "input_tokens_per_s",
-    "output_tokens_per_s",
-    "total_tokens_per_s",
-    "duration_s",
-    "concurrency_mean",
-    "batches",
-    "batch_size_mean",
-    "full_flush_share",
-    "timeout_flush_share",
-    "drain_flush_share",
-];
-
-/// Timings with a distribution; each yields `<timing>_<stat>_ms`.
-pub const TIMINGS: &[&str] = &["latency", "ttft", "itl", "tpot", "batch_wait", "engine_queue", "generate"];
-
-/// The statistics of each timing.
-pub const TIMING_STATS: &[&str] = &["mean", "p50", "p90", "p95", "p99", "p999", "min", "max", "std"];
-
-/// Every metric name `[expect]` accepts.
+/// Every metric name `[expect]` accepts: exactly those a benchmark result reports
+/// ([`crate::metrics::result::metric_names`]), so the two can never drift apart.
 pub fn known_metrics() -> Vec<String> {
-    let timings = TIMINGS.iter().flat_map(|t| TIMING_STATS.iter().map(move |s| format!("{t}_{s}_ms")));
-    SCALAR_METRICS.iter().map(|m| (*m).to_owned()).chain(timings).collect()
+    crate::metrics::result::metric_names().to_vec()
 }
 
 pub fn is_known_metric(name: &str) -> bool {
-    if SCALAR_METRICS.contains(&name) {
-        return true;
-    }
-    let Some(rest) = name.strip_suffix("_ms") else {
-        return false;
-    };
-    TIMINGS.iter().any(|t| {
-        rest.strip_prefix(t).and_then(|r| r.strip_prefix('_')).is_some_and(|stat| TIMING_STATS.contains(&stat))
-    })
+    crate::metrics::result::is_metric_name(name)
 }
 
 impl Comparison {
@@ -121,7 +86,7 @@ mod tests {
     #[test]
     fn metric_names() {
         let all = known_metrics();
-        assert_eq!(all.len(), SCALAR_METRICS.len() + TIMINGS.len() * TIMING_STATS.len());
+        assert_eq!(all.len(), 17 + 7 * 9, "17 scalars, 7 timings with 9 statistics each");
         assert!(all.iter().all(|m| is_known_metric(m)));
         for bad in ["ttft_p99", "ttft_p98_ms", "complete", "latency__ms", "_ms"] {
             assert!(!is_known_metric(bad), "{bad}");

@@ -42,11 +42,32 @@ impl Sample {
 #[derive(Arbitrary, Debug, Clone)]
 pub enum Event {
     Submitted,
-    Completion { submitted: u64, wait: u32, run: u32, ttft: Option<u32>, tokens: Option<u32>, prompt: Option<u32>, anomalies: u8 },
-    Error { kind: u8, submitted: u64, ended: u64 },
-    Cancelled { submitted: u64, at: u64 },
-    Incomplete { submitted: u64 },
-    Batch { size: u8, reason: u8, generate: Sample },
+    Completion {
+        submitted: u64,
+        wait: u32,
+        run: u32,
+        ttft: Option<u32>,
+        tokens: Option<u32>,
+        prompt: Option<u32>,
+        anomalies: u8,
+    },
+    Error {
+        kind: u8,
+        submitted: u64,
+        ended: u64,
+    },
+    Cancelled {
+        submitted: u64,
+        at: u64,
+    },
+    Incomplete {
+        submitted: u64,
+    },
+    Batch {
+        size: u8,
+        reason: u8,
+        generate: Sample,
+    },
 }
 
 fn distribution(samples: &[Sample]) -> Distribution {
@@ -176,7 +197,15 @@ fn check_aggregator(input: &Input) {
     check_result(&r, submitted, completed, errors, batches, requests, with);
 }
 
-fn check_result(r: &BenchmarkResult, submitted: u64, completed: u64, errors: u64, batches: u64, requests: u64, with: [u64; 4]) {
+fn check_result(
+    r: &BenchmarkResult,
+    submitted: u64,
+    completed: u64,
+    errors: u64,
+    batches: u64,
+    requests: u64,
+    with: [u64; 4],
+) {
     let c = &r.counts;
     assert_eq!((c.submitted, c.completed, c.errors), (submitted, completed, errors));
     assert_eq!(c.errors_by_kind.values().sum::<u64>(), c.errors);

@@ -126,7 +126,12 @@ impl Harness {
         if let Some(batch) = self.core.poll_dispatch(self.now) {
             assert!(self.in_flight.is_none(), "a second batch was dispatched while one is in flight");
             let ids: Vec<RequestId> = batch.requests.iter().map(|r| r.id).collect();
-            assert!(!ids.is_empty() && ids.len() <= self.batch_size, "batch of {} with batch_size {}", ids.len(), self.batch_size);
+            assert!(
+                !ids.is_empty() && ids.len() <= self.batch_size,
+                "batch of {} with batch_size {}",
+                ids.len(),
+                self.batch_size
+            );
             for id in &ids {
                 assert!(self.accepted.contains(id), "dispatched request {id} was never admitted");
                 assert!(!self.outcomes.contains_key(id), "dispatched request {id} already has an outcome");
@@ -238,7 +243,8 @@ impl Harness {
 
     fn reply(&mut self, reply: Reply) {
         let Some(InFlight { batch_id, ids }) = self.in_flight.take() else { return };
-        let with = |ids: &mut dyn Iterator<Item = Option<RequestId>>| GenerateResult::Outputs(ids.map(output).collect());
+        let with =
+            |ids: &mut dyn Iterator<Item = Option<RequestId>>| GenerateResult::Outputs(ids.map(output).collect());
         let result = match reply {
             Reply::Right => with(&mut ids.iter().map(|&i| Some(i))),
             Reply::Reversed => with(&mut ids.iter().rev().map(|&i| Some(i))),

@@ -102,8 +102,9 @@ impl Input {
             stats,
         };
         let domain = if self.foreign { ClockDomain::Foreign } else { ClockDomain::Monotonic };
-        let anchor =
-            self.anchor.map(|(wall, mono)| WallAnchor { wall_secs: wall.value(&times), mono: Timestamp::from_nanos(mono) });
+        let anchor = self
+            .anchor
+            .map(|(wall, mono)| WallAnchor { wall_secs: wall.value(&times), mono: Timestamp::from_nanos(mono) });
         Case { times, output, domain, anchor }
     }
 }
@@ -167,7 +168,8 @@ fn check_monotonic(case: &Case, m: &RequestMetrics, ordered: bool) {
     let t = &case.times;
     let s = &case.output.stats;
     let ts = |v: Option<f64>| v.and_then(Timestamp::from_secs_f64);
-    let (queued, scheduled, first, last) = (ts(s.queued_ts), ts(s.scheduled_ts), ts(s.first_token_ts), ts(s.last_token_ts));
+    let (queued, scheduled, first, last) =
+        (ts(s.queued_ts), ts(s.scheduled_ts), ts(s.first_token_ts), ts(s.last_token_ts));
 
     let scheduled_before_queued = matches!((queued, scheduled), (Some(q), Some(s)) if s < q);
     assert_eq!(m.anomalies.scheduled_before_queued, scheduled_before_queued);

@@ -39,7 +39,10 @@ pub fn check(source: &str, overrides: &Overrides) {
         Err(e) => panic!("the printed plan does not parse:\n{e}\n--- printed ---\n{printed}--- source ---\n{source}"),
     };
     let (a, b) = (without_origins(plan), without_origins(reparsed));
-    assert!(a == b, "round trip changed the plan\n--- printed ---\n{printed}\n--- before ---\n{a:#?}\n--- after ---\n{b:#?}");
+    assert!(
+        a == b,
+        "round trip changed the plan\n--- printed ---\n{printed}\n--- before ---\n{a:#?}\n--- after ---\n{b:#?}"
+    );
     // Printing is a fixed point: this also catches differences `PartialEq` cannot see (NaN).
     assert_eq!(to_toml(&b), printed, "printing the re-parsed plan gave different text");
 }

@@ -14,12 +14,13 @@ pub const BASE_DIR: &str = "/nonexistent/batchlab-fuzz";
 pub const FILE_NAME: &str = "fuzz.toml";
 
 /// The shipped scenarios: valid starting points for the structured target.
-pub const SEEDS: [&str; 5] = [
+pub const SEEDS: [&str; 6] = [
     include_str!("../../scenarios/throughput.toml"),
     include_str!("../../scenarios/constant.toml"),
     include_str!("../../scenarios/faults.toml"),
     include_str!("../../scenarios/poisson.toml"),
     include_str!("../../scenarios/sweep.toml"),
+    include_str!("../../scenarios/vllm-cpu.toml"),
 ];
 
 /// Parses `source` with `overrides`; when it parses, checks the printed plan parses back equal.

@@ -45,3 +45,12 @@ test-vllm: setup-vllm
 # Lints with the vllm feature (needs a Python 3 for pyo3's build; the venv's when it exists).
 clippy-vllm:
     PYO3_PYTHON="${PYO3_PYTHON:-$(v="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python"; [[ -x $v ]] && echo "$v" || command -v python3)}" cargo clippy --all-targets --features vllm -- -D warnings
+
+# Fuzz one target for SECONDS (default 60): `just fuzz mapper 30`. `cd fuzz && cargo fuzz list` names them.
+fuzz TARGET SECONDS="60":
+    mkdir -p fuzz/corpus/scenario && cp scenarios/*.toml fuzz/corpus/scenario/
+    cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run -a -s none {{TARGET}} -- -max_total_time={{SECONDS}} -timeout=10
+
+# Build and fuzz every target for SECONDS each; one line per target, fails on any crash.
+fuzz-all SECONDS:
+    scripts/fuzz-ci.sh {{SECONDS}}

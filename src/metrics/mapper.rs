@@ -40,7 +40,7 @@ pub struct Anomalies {
     pub last_before_first: bool,
     /// The engine scheduled the request before it queued it.
     pub scheduled_before_queued: bool,
-    /// The first token came after our completion time.
+    /// The first or the last token came after our completion time.
     pub token_after_completion: bool,
 }
 
@@ -92,15 +92,15 @@ fn to_timestamps(
             _ => None,
         },
     };
-    if stats.arrival_wall.is_some_and(|w| !w.is_finite() || w < 0.0) {
+    // Judged on the values as sent, so a bad field is flagged even when no offset can be found.
+    let sent = [stats.arrival_wall, stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts];
+    if sent.iter().flatten().any(|v| !v.is_finite() || *v < 0.0) {
         anomalies.non_finite = true;
     }
     let mut conv = |v: Option<f64>, offset: f64| -> Option<Timestamp> {
-        let v = v?;
-        let t = Timestamp::from_secs_f64(v + offset);
-        if t.is_none() || !v.is_finite() {
-            anomalies.non_finite = true;
-        }
+        let t = Timestamp::from_secs_f64(v? + offset);
+        // A finite value shifted out of our timeline is just as unusable.
+        anomalies.non_finite |= t.is_none();
         t
     };
     match offset {
@@ -149,16 +149,21 @@ pub fn map_request(
         d
     });
 
-    let itl = match (e.first_token, e.last_token, n) {
-        (Some(first), Some(last), Some(n)) => match last.checked_since(first) {
-            None => {
-                anomalies.last_before_first = true;
-                None
-            }
-            Some(_) if ttft.is_none() => None,
-            Some(span) if n >= 2 => Some(span / (n - 1)),
-            Some(_) => None,
-        },
+    // A last token after completion would make `itl` span more than the request took.
+    let last_after_completion = e.last_token.is_some_and(|last| last > times.completed);
+    anomalies.token_after_completion |= last_after_completion;
+
+    // Judged whether or not the engine gave a token count.
+    let token_span = match (e.first_token, e.last_token) {
+        (Some(first), Some(last)) => {
+            let span = last.checked_since(first);
+            anomalies.last_before_first |= span.is_none();
+            span
+        }
+        _ => None,
+    };
+    let itl = match (token_span, n) {
+        (Some(span), Some(n)) if n >= 2 && ttft.is_some() && !last_after_completion => Some(span / (n - 1)),
         _ => None,
     };
 

@@ -1,0 +1,202 @@
+//! `mapper`: `map_request` on arbitrary engine stats never panics, every duration it gives is
+//! plausible, and inconsistent inputs are flagged instead of silently dropped or believed.
+
+use arbitrary::Arbitrary;
+use batchlab::batcher::RequestTimes;
+use batchlab::engine::{ClockDomain, EngineOutput, EngineStats, FinishReason};
+use batchlab::metrics::{RequestMetrics, WallAnchor, map_request};
+use batchlab::time::Timestamp;
+
+#[derive(Arbitrary, Debug, Clone)]
+pub struct Input {
+    pub submitted: u64,
+    pub dispatch_after: u32,
+    pub complete_after: u64,
+    /// Use `raw_times` as given (possibly out of order) instead of submitted ≤ dispatched ≤ completed.
+    pub raw_times: Option<(u64, u64)>,
+    pub arrival_wall: Option<Secs>,
+    pub queued: Option<Secs>,
+    pub scheduled: Option<Secs>,
+    pub first_token: Option<Secs>,
+    pub last_token: Option<Secs>,
+    pub output_tokens: Option<u32>,
+    pub output_token_ids: Option<u16>,
+    pub prompt_tokens: Option<u32>,
+    pub foreign: bool,
+    pub anchor: Option<(Secs, u64)>,
+}
+
+/// A seconds value as an engine may report it.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub enum Secs {
+    Raw(f64),
+    /// Nanoseconds after (or before, if negative) our submit: a plausible reading.
+    NearSubmit(i32),
+    /// Nanoseconds after (or before) our completion.
+    NearCompletion(i32),
+    Nan,
+    Inf,
+    NegInf,
+    Huge,
+    Negative(u16),
+}
+
+impl Secs {
+    fn value(self, times: &RequestTimes) -> f64 {
+        let near = |t: Timestamp, delta: i32| (t.as_nanos() as f64 + f64::from(delta)) / 1e9;
+        match self {
+            Secs::Raw(v) => v,
+            Secs::NearSubmit(d) => near(times.submitted, d),
+            Secs::NearCompletion(d) => near(times.completed, d),
+            Secs::Nan => f64::NAN,
+            Secs::Inf => f64::INFINITY,
+            Secs::NegInf => f64::NEG_INFINITY,
+            Secs::Huge => 1e300,
+            Secs::Negative(n) => -f64::from(n) - 1e-9,
+        }
+    }
+}
+
+/// The request as `map_request` sees it.
+pub struct Case {
+    pub times: RequestTimes,
+    pub output: EngineOutput,
+    pub domain: ClockDomain,
+    pub anchor: Option<WallAnchor>,
+}
+
+impl Input {
+    pub fn case(&self) -> Case {
+        let times = match self.raw_times {
+            Some((dispatched, completed)) => RequestTimes {
+                submitted: Timestamp::from_nanos(self.submitted),
+                dispatched: Timestamp::from_nanos(dispatched),
+                completed: Timestamp::from_nanos(completed),
+            },
+            None => {
+                // Keep room for offsets so that the order submitted ≤ dispatched ≤ completed holds.
+                let submitted = self.submitted >> 2;
+                let dispatched = submitted + u64::from(self.dispatch_after);
+                RequestTimes {
+                    submitted: Timestamp::from_nanos(submitted),
+                    dispatched: Timestamp::from_nanos(dispatched),
+                    completed: Timestamp::from_nanos(dispatched + (self.complete_after >> 2)),
+                }
+            }
+        };
+        let secs = |s: Option<Secs>| s.map(|s| s.value(&times));
+        let stats = EngineStats {
+            arrival_wall: secs(self.arrival_wall),
+            queued_ts: secs(self.queued),
+            scheduled_ts: secs(self.scheduled),
+            first_token_ts: secs(self.first_token),
+            last_token_ts: secs(self.last_token),
+        };
+        let output = EngineOutput {
+            request_id: None,
+            prompt_tokens: self.prompt_tokens,
+            output_tokens: self.output_tokens,
+            output_token_ids: self.output_token_ids.map(|n| vec![7; usize::from(n)]),
+            text: None,
+            finish_reason: FinishReason::Length,
+            stats,
+        };
+        let domain = if self.foreign { ClockDomain::Foreign } else { ClockDomain::Monotonic };
+        let anchor = self
+            .anchor
+            .map(|(wall, mono)| WallAnchor { wall_secs: wall.value(&times), mono: Timestamp::from_nanos(mono) });
+        Case { times, output, domain, anchor }
+    }
+}
+
+pub fn check(input: &Input) {
+    let case = input.case();
+    let m = map_request(&case.times, &case.output, case.domain, case.anchor);
+    check_metrics(&case, &m);
+}
+
+/// The properties every mapping must have. Panics with the case on a violation.
+pub fn check_metrics(case: &Case, m: &RequestMetrics) {
+    let t = &case.times;
+    let s = &case.output.stats;
+    let n = case.output.generated_tokens();
+    let ordered = t.submitted <= t.dispatched && t.dispatched <= t.completed;
+
+    // Our own clock needs no engine input.
+    assert_eq!(m.latency, t.completed.saturating_since(t.submitted));
+    if ordered {
+        assert!(m.batch_wait <= m.latency, "batch_wait {:?} > latency {:?}", m.batch_wait, m.latency);
+    }
+    assert_eq!(m.output_tokens, n);
+    assert_eq!(m.prompt_tokens, case.output.prompt_tokens);
+
+    // Durations that must fit inside the request's latency.
+    if let Some(ttft) = m.ttft {
+        assert!(ttft <= m.latency, "ttft {ttft:?} > latency {:?}", m.latency);
+    }
+    if let Some(itl) = m.itl {
+        let n = n.expect("itl without a token count");
+        assert!(n >= 2, "itl with {n} tokens");
+        let ttft = m.ttft.expect("itl without ttft");
+        // The last token is at submit + ttft + itl × (n − 1) (rounded down): before completion.
+        let span = itl.checked_mul(n - 1).expect("itl × (n − 1) overflows");
+        assert!(ttft + span <= m.latency, "last token after completion: ttft {ttft:?} + {span:?} > {:?}", m.latency);
+    }
+    match (m.tpot, n) {
+        (Some(tpot), Some(n)) => {
+            assert!(n >= 1);
+            assert!(tpot.checked_mul(n).is_some_and(|total| total <= m.latency), "tpot {tpot:?} × {n}");
+        }
+        (None, Some(n)) => assert_eq!(n, 0, "tpot missing with {n} tokens"),
+        (Some(_), None) => panic!("tpot without a token count"),
+        (None, None) => {}
+    }
+
+    // A field that is NaN, infinite or negative is always flagged, whatever the clock domain.
+    let fields = [s.arrival_wall, s.queued_ts, s.scheduled_ts, s.first_token_ts, s.last_token_ts];
+    if fields.iter().flatten().any(|v| !v.is_finite() || *v < 0.0) {
+        assert!(m.anomalies.non_finite, "a non-finite or negative stat was not flagged: {s:?} → {:?}", m.anomalies);
+    }
+
+    if case.domain == ClockDomain::Monotonic {
+        check_monotonic(case, m, ordered);
+    }
+}
+
+/// On our own clock the mapping can be predicted exactly: the engine times are ours.
+fn check_monotonic(case: &Case, m: &RequestMetrics, ordered: bool) {
+    let t = &case.times;
+    let s = &case.output.stats;
+    let ts = |v: Option<f64>| v.and_then(Timestamp::from_secs_f64);
+    let (queued, scheduled, first, last) =
+        (ts(s.queued_ts), ts(s.scheduled_ts), ts(s.first_token_ts), ts(s.last_token_ts));
+
+    let scheduled_before_queued = matches!((queued, scheduled), (Some(q), Some(s)) if s < q);
+    assert_eq!(m.anomalies.scheduled_before_queued, scheduled_before_queued);
+    if let (Some(q), Some(s)) = (queued, scheduled) {
+        assert_eq!(m.engine_queue, s.checked_since(q));
+    } else {
+        assert_eq!(m.engine_queue, None);
+    }
+    if let Some(f) = first {
+        let before_arrival = f < t.submitted || queued.is_some_and(|q| f < q);
+        assert_eq!(m.anomalies.first_token_before_arrival, before_arrival, "{s:?}");
+    }
+    if let (Some(f), Some(l)) = (first, last) {
+        assert_eq!(m.anomalies.last_before_first, l < f, "{s:?}");
+    }
+    let late = |x: Option<Timestamp>| x.is_some_and(|x| x > t.completed);
+    if ordered && (late(first) || late(last)) {
+        assert!(m.anomalies.any(), "a token after completion was not flagged: {s:?} {t:?}");
+    }
+
+    // Consistent inputs give every metric they can define: nothing dropped without a flag.
+    if ordered && !m.anomalies.any() {
+        if let Some(f) = first {
+            assert_eq!(m.ttft, f.checked_since(t.submitted));
+        }
+        if let (Some(_), Some(_), Some(n)) = (first, last, case.output.generated_tokens()) {
+            assert_eq!(m.itl.is_some(), n >= 2, "itl missing on consistent input: {s:?}");
+        }
+    }
+}

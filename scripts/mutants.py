@@ -74,18 +74,37 @@ MUTANTS = [
      "t = t.saturating_add(scaled(cost.decode_per_seq, running as u64, scale));", "",
      ["--test", "batcher_traces", "--lib", "sim"], {}),
     # Slow (multiprocess vLLM starts): needs the venv from `just setup-vllm`.
-    ("vllm: leftover engine processes not reaped on exit", "src/main.rs",
+    ("vllm: leftover engine processes not reaped on exit", "src/cli.rs",
      "    let reaped = batchlab::sys::reap_descendants(REAP_GRACE);", "    let reaped = 0usize;\n    let _ = REAP_GRACE;",
      ["--features", "vllm", "--test", "vllm_cli"],
      {"PYO3_PYTHON": os.path.expanduser(os.environ.get("BATCHLAB_HOME", "~/.cache/batchlab") + "/venv/bin/python")}),
 ]
 
 
+def cargo_test(args, env):
+    e = dict(os.environ, **env)
+    # A hang is a caught mutant too; tests bound their own waits, this is a backstop.
+    try:
+        r = subprocess.run(["cargo", "test", *args], cwd=ROOT, env=e, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        return False, "timed out"
+    return r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
 def run(name_filter):
     survived = []
+    baseline = {}
     for name, path, old, new, args, env in MUTANTS:
         if name_filter and name_filter not in name:
             continue
+        # The unbroken code must pass the same command, or a "caught" proves nothing.
+        key = (tuple(args), tuple(sorted(env.items())))
+        if key not in baseline:
+            ok, out = cargo_test(args, env)
+            baseline[key] = ok
+            if not ok:
+                print(f"BASELINE FAILS: cargo test {' '.join(args)}\n{out}")
+                sys.exit(2)
         full = os.path.join(ROOT, path)
         original = open(full).read()
         if old not in original:
@@ -94,15 +113,14 @@ def run(name_filter):
             continue
         open(full, "w").write(original.replace(old, new, 1))
         try:
-            e = dict(os.environ, **env)
-            # A hang is a caught mutant too; tests bound their own waits, this is a backstop.
-            try:
-                r = subprocess.run(["cargo", "test", *args], cwd=ROOT, env=e, capture_output=True, text=True, timeout=900)
-            except subprocess.TimeoutExpired:
-                r = subprocess.CompletedProcess(args, 1)
+            passed, out = cargo_test(args, env)
         finally:
             open(full, "w").write(original)
-        caught = r.returncode != 0
+        if "error[E" in out or "could not compile" in out:
+            print(f"BROKEN  {name}: the mutant does not compile, so it proves nothing")
+            survived.append(name)
+            continue
+        caught = not passed
         print(f"{'CAUGHT ' if caught else 'MISSED '} {name}  (cargo test {' '.join(args)})", flush=True)
         if not caught:
             survived.append(name)

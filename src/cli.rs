@@ -1,0 +1,189 @@
+//! The `batchlab` command line. A thin shell over the library: parse arguments, load the scenario,
+//! run it, print the report, and turn the result into an exit code.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use batchlab::run::progress::{LogWriter, ProgressMode};
+use batchlab::run::{RunOptions, run};
+use batchlab::scenario::{Overrides, load_file, to_toml};
+use clap::{Parser, Subcommand};
+
+/// Exit codes, documented in README.md.
+const EXIT_ERROR: u8 = 1;
+const EXIT_BAD_INPUT: u8 = 2;
+const EXIT_EXPECTATIONS: u8 = 3;
+const EXIT_INTERRUPTED: u8 = 130;
+
+#[derive(Parser, Debug)]
+#[command(name = "batchlab", version, about = "Benchmark and test batched LLM inference", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Debug)]
+struct ScenarioArgs {
+    /// The scenario file (TOML; see docs/scenarios.md).
+    scenario: PathBuf,
+    /// Override any scenario key, e.g. `--set batching.batch_size=64`. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// Override the scenario's master seed.
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a scenario and report.
+    Run {
+        #[command(flatten)]
+        scenario: ScenarioArgs,
+        /// Where to write report.json, report.csv and requests.jsonl [default: the scenario's
+        /// `output.dir`, else results/<name>].
+        #[arg(long, value_name = "DIR")]
+        output: Option<PathBuf>,
+        /// Also write one line per request to requests.jsonl.
+        #[arg(long)]
+        requests_jsonl: bool,
+        /// No progress display.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Validate a scenario and print it fully resolved, with every default.
+    Check {
+        #[command(flatten)]
+        scenario: ScenarioArgs,
+    },
+}
+
+fn init_logging() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BATCHLAB_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(LogWriter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
+    // Engine panics are caught and reported per batch by the batcher; one log line each is
+    // enough. Set RUST_BACKTRACE to get the full default report.
+    if std::env::var_os("RUST_BACKTRACE").is_none() {
+        std::panic::set_hook(Box::new(|info| {
+            let thread = std::thread::current();
+            let message = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+            tracing::warn!(thread = thread.name().unwrap_or("unnamed"), "panic: {message}{location}");
+        }));
+    }
+}
+
+/// How long leftover engine processes get to exit on SIGTERM before SIGKILL.
+const REAP_GRACE: Duration = Duration::from_secs(5);
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    batchlab::sys::become_subreaper();
+    // Every way out (return, error, panic) goes through here: no engine process outlives us.
+    let code = std::panic::catch_unwind(|| real_main(cli));
+    let reaped = batchlab::sys::reap_descendants(REAP_GRACE);
+    if reaped > 0 {
+        tracing::warn!(reaped, "terminated leftover engine processes");
+    }
+    code.unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+fn real_main(cli: Cli) -> ExitCode {
+    let (args, run_args) = match cli.command {
+        Command::Run { scenario, output, requests_jsonl, quiet } => (scenario, Some((output, requests_jsonl, quiet))),
+        Command::Check { scenario } => (scenario, None),
+    };
+    let overrides = Overrides { sets: args.sets, seed: args.seed };
+    let plan = match load_file(&args.scenario, &overrides) {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let Some((output, requests_jsonl, quiet)) = run_args else {
+        print!("{}", to_toml(&plan));
+        return ExitCode::SUCCESS;
+    };
+    match run_scenario(plan, output, requests_jsonl, quiet) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+fn run_scenario(
+    plan: batchlab::scenario::Plan,
+    output: Option<PathBuf>,
+    requests_jsonl: bool,
+    quiet: bool,
+) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
+    let output_dir =
+        output.or_else(|| plan.output.dir.clone()).unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
+    let summary = runtime.block_on(async {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        // First Ctrl-C (or SIGTERM): stop admitting, drain, report. Second: leave at once.
+        tokio::spawn(async move {
+            let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+                return;
+            };
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => if r.is_err() { return },
+                _ = term.recv() => {}
+            }
+            let _ = tx.send(true);
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => if r.is_err() { return },
+                _ = term.recv() => {}
+            }
+            eprintln!("\ninterrupted twice: exiting now");
+            batchlab::sys::reap_descendants(Duration::from_secs(2));
+            std::process::exit(i32::from(EXIT_INTERRUPTED));
+        });
+        let options = RunOptions {
+            output_dir: Some(output_dir.clone()),
+            requests_jsonl,
+            progress: ProgressMode::detect(quiet),
+            interrupt: rx,
+        };
+        run(&plan, options).await
+    });
+    let summary = summary.with_context(|| format!("running scenario {}", plan.name))?;
+    print!("{}", summary.table);
+    if !summary.table.ends_with('\n') {
+        println!();
+    }
+    for path in &summary.written {
+        eprintln!("wrote {}", path.display());
+    }
+    if summary.interrupted || summary.report.incomplete {
+        eprintln!("the run is incomplete: report marked \"incomplete\": true");
+        return Ok(ExitCode::from(if summary.interrupted { EXIT_INTERRUPTED } else { EXIT_ERROR }));
+    }
+    if !summary.report.passed() {
+        eprint!("{}", batchlab::report::render_failures(&summary.report.expectations));
+        return Ok(ExitCode::from(EXIT_EXPECTATIONS));
+    }
+    if !summary.report.expectations.is_empty() {
+        eprintln!("all {} expectations met", summary.report.expectations.len());
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -39,12 +39,14 @@ MUTANTS = [
     ("shell: lost wake-up (no notify after a state change)", "src/batcher/shell.rs",
      "        drop(locked);\n        self.notify_all();\n", "        drop(locked);\n",
      ["--release", "--test", "loom_batcher"], LOOM),
-    ("shell: engine shut down before the last generate", "src/batcher/core.rs",
+    # In the threaded shell the engine thread itself runs generate and shutdown, so this one can
+    # only show in a driver that polls while a generate is out: the core's property test.
+    ("core: engine shut down while a generate is in flight", "src/batcher/core.rs",
      "            && self.in_flight.is_none()\n            && self.queue.is_empty()\n", "            && self.queue.is_empty()\n",
-     ["--release", "--test", "loom_batcher"], LOOM),
-    ("shell: start is not single-flight", "src/batcher/core.rs",
-     "        if self.state() != State::Created {\n            return false;\n        }",
-     "        if !matches!(self.state(), State::Created | State::Starting) {\n            return false;\n        }\n        if self.state() == State::Starting {\n            return true;\n        }",
+     ["--test", "batcher_core_props"], {}),
+    ("shell: engine thread never runs the start", "src/batcher/shell.rs",
+     "        if locked.guard.core.state() == State::Starting && locked.guard.start_result.is_none() {",
+     "        if locked.guard.core.state() == State::Starting && locked.guard.start_result.is_some() {",
      ["--release", "--test", "loom_batcher"], LOOM),
     ("shell: completer run under the batcher lock", "src/batcher/shell.rs",
      "        let ready = Self::collect(&mut locked.guard);\n        drop(locked);",
@@ -74,8 +76,8 @@ MUTANTS = [
      "t = t.saturating_add(scaled(cost.decode_per_seq, running as u64, scale));", "",
      ["--test", "batcher_traces", "--lib", "sim"], {}),
     # Slow (multiprocess vLLM starts): needs the venv from `just setup-vllm`.
-    ("vllm: leftover engine processes not reaped on exit", "src/cli.rs",
-     "    let reaped = batchlab::sys::reap_descendants(REAP_GRACE);", "    let reaped = 0usize;\n    let _ = REAP_GRACE;",
+    ("vllm: engine processes not reaped when a second Ctrl-C exits at once", "src/cli.rs",
+     "            batchlab::sys::reap_descendants(Duration::from_secs(2));\n", "",
      ["--features", "vllm", "--test", "vllm_cli"],
      {"PYO3_PYTHON": os.path.expanduser(os.environ.get("BATCHLAB_HOME", "~/.cache/batchlab") + "/venv/bin/python")}),
 ]

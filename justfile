@@ -36,3 +36,13 @@ test-vllm: setup-vllm
 # Lints with the vllm feature (needs a Python 3 for pyo3's build; the venv's when it exists).
 clippy-vllm:
     PYO3_PYTHON="${PYO3_PYTHON:-$(v="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python"; [[ -x $v ]] && echo "$v" || command -v python3)}" cargo clippy --all-targets --features vllm -- -D warnings
+
+# Benchmarks: harness overhead, memory at scale, vLLM vs raw vLLM (when the venv exists), time to
+# report, timing accuracy; writes docs/performance.md (~10 minutes). `just bench --quick`: a smoke
+# run for CI (small N, no vLLM, no file written, asserts nothing about speed).
+bench *ARGS:
+    scripts/bench.sh {{ARGS}}
+
+# `just bench --quick`.
+bench-quick:
+    scripts/bench.sh --quick

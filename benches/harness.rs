@@ -3,6 +3,7 @@
 //! nanosecond measured is batchlab's own.
 //!
 //! `cargo bench --bench harness -- [--requests N] [--rounds R] [--batch-sizes 1,32,256]`
+//! (under `cargo test` it runs 2,000 requests once, as a smoke test)
 //! prints one line per (round, batch size), then the median per batch size. Rounds alternate
 //! over the batch sizes so machine noise hits all of them alike. Nothing here asserts on speed.
 
@@ -21,6 +22,11 @@ struct Args {
 
 fn parse_args() -> Args {
     let mut args = Args { requests: 1_000_000, rounds: 5, batch_sizes: vec![1, 32, 256], prompt_tokens: 16 };
+    // `cargo test --all-targets` runs this binary too, without `--bench`: keep that a smoke run.
+    if !std::env::args().any(|a| a == "--bench") {
+        args.requests = 2_000;
+        args.rounds = 1;
+    }
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| panic!("{a} needs a value"));

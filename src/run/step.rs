@@ -307,8 +307,9 @@ impl StepRun {
                     RequestError::Cancelled => RequestOutcome::Cancelled,
                     _ => RequestOutcome::Error { kind: e.kind() },
                 };
+                let name = &self.step.name;
                 jsonl.map(|j| {
-                    (j, RequestRecord::unfinished(id, &self.step.name, flight.phase, outcome, Some(flight.submitted), Some(now)))
+                    (j, RequestRecord::unfinished(id, name, flight.phase, outcome, Some(flight.submitted), Some(now)))
                 })
             }
         };

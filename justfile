@@ -54,3 +54,13 @@ fuzz TARGET SECONDS="60":
 # Build and fuzz every target for SECONDS each; one line per target, fails on any crash.
 fuzz-all SECONDS:
     scripts/fuzz-ci.sh {{SECONDS}}
+
+# Benchmarks: harness overhead, memory at scale, vLLM vs raw vLLM (when the venv exists), time to
+# report, timing accuracy; writes docs/performance.md (~10 minutes). `just bench --quick`: a smoke
+# run for CI (small N, no vLLM, no file written, asserts nothing about speed).
+bench *ARGS:
+    scripts/bench.sh {{ARGS}}
+
+# `just bench --quick`.
+bench-quick:
+    scripts/bench.sh --quick

@@ -9,14 +9,17 @@
 //!   while the engine thread is stuck inside it.
 //!
 //! Outcomes leave the core under the lock and are handed to their completers after it is released
-//! (lock order in [`crate::sync`]). Every state change notifies every condvar, so no waiter can
-//! miss the change it waits for (loom checks this: `tests/loom_batcher.rs`).
+//! (lock order in [`crate::sync`]). Every state change notifies every condvar that has a waiter, so
+//! no waiter can miss the change it waits for (loom checks this: `tests/loom_batcher.rs`). Waiters
+//! are counted under the lock, so a condvar nobody waits on costs no futex call. The one exception
+//! is the hot path: a submit that neither starts the engine, nor makes the queue non-empty (a new
+//! dispatch or watchdog deadline), nor fills a batch changes nothing any waiter waits for, and
+//! notifies nobody. Without it, every submit woke the idle engine thread for nothing.
 
-use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
-use super::core::{BatchConfig, BatchRun, BatcherCore, GenerateResult, Outcome};
+use super::core::{BatchConfig, BatchRun, BatcherCore, GenerateResult, IdMap, Outcome};
 use super::error::RequestError;
 use super::lifecycle::State;
 use crate::engine::{Engine, EngineError, EngineInfo, EngineRequest, RequestId};
@@ -31,12 +34,39 @@ pub type BatchObserver = Box<dyn FnMut(&BatchRun) + Send>;
 
 struct Inner {
     core: BatcherCore,
-    waiters: HashMap<RequestId, Completer>,
+    waiters: IdMap<Completer>,
+    /// Threads blocked on each condvar, so `release` only notifies where someone waits.
+    waiting: Waiting,
     next_id: RequestId,
     start_result: Option<Result<EngineInfo, EngineError>>,
     shutdown_result: Option<Result<(), EngineError>>,
     /// Set by `shutdown` once it stops waiting: the helper threads exit.
     closing: bool,
+}
+
+/// Which condvar a thread waits on.
+#[derive(Copy, Clone)]
+enum Cv {
+    Engine,
+    Watchdog,
+    State,
+}
+
+#[derive(Copy, Clone, Default)]
+struct Waiting {
+    engine: u32,
+    watchdog: u32,
+    state: u32,
+}
+
+impl Waiting {
+    fn slot(&mut self, cv: Cv) -> &mut u32 {
+        match cv {
+            Cv::Engine => &mut self.engine,
+            Cv::Watchdog => &mut self.watchdog,
+            Cv::State => &mut self.state,
+        }
+    }
 }
 
 struct Shared {
@@ -67,6 +97,28 @@ impl Shared {
         self.state_cv.notify_all();
     }
 
+    /// Notifies the condvars that had waiters when `waiting` was read (under the lock, after the
+    /// state change): a thread that starts waiting later sees the change before it waits.
+    fn notify_waiting(&self, waiting: Waiting) {
+        if waiting.engine > 0 {
+            self.engine_cv.notify_all();
+        }
+        if waiting.watchdog > 0 {
+            self.watchdog_cv.notify_all();
+        }
+        if waiting.state > 0 {
+            self.state_cv.notify_all();
+        }
+    }
+
+    fn cv(&self, which: Cv) -> &Condvar {
+        match which {
+            Cv::Engine => &self.engine_cv,
+            Cv::Watchdog => &self.watchdog_cv,
+            Cv::State => &self.state_cv,
+        }
+    }
+
     /// Takes every ready outcome out of the core, paired with its completer.
     fn collect(inner: &mut Inner) -> Vec<(RequestId, Completer, Outcome)> {
         let mut ready = Vec::new();
@@ -80,22 +132,34 @@ impl Shared {
     }
 
     /// Ends a critical section: notifies, unlocks, then runs the completers.
-    fn release(&self, mut locked: Locked<'_>) {
+    fn release(&self, locked: Locked<'_>) {
+        self.release_and_notify(locked, true);
+    }
+
+    /// [`release`](Self::release); `notify = false` only when the critical section changed
+    /// nothing any waiter waits for (see the module docs).
+    fn release_and_notify(&self, mut locked: Locked<'_>, notify: bool) {
         let ready = Self::collect(&mut locked.guard);
+        let waiting = locked.guard.waiting;
         drop(locked);
-        self.notify_all();
+        if notify {
+            self.notify_waiting(waiting);
+        }
         sync::assert_not_held(Level::Batcher);
         for (id, complete, outcome) in ready {
             complete(id, outcome);
         }
     }
 
-    fn wait<'a>(&self, cv: &Condvar, locked: Locked<'a>, timeout: Option<Duration>) -> Locked<'a> {
-        let Locked { guard, _order } = locked;
-        let guard = match timeout {
+    fn wait<'a>(&self, which: Cv, locked: Locked<'a>, timeout: Option<Duration>) -> Locked<'a> {
+        let Locked { mut guard, _order } = locked;
+        *guard.waiting.slot(which) += 1;
+        let cv = self.cv(which);
+        let mut guard = match timeout {
             Some(t) => cv.wait_timeout(guard, t).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0),
             None => cv.wait(guard).unwrap_or_else(|e| e.into_inner()),
         };
+        *guard.waiting.slot(which) -= 1;
         Locked { guard, _order }
     }
 }
@@ -129,7 +193,8 @@ impl Batcher {
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
                 core: BatcherCore::new(config),
-                waiters: HashMap::new(),
+                waiters: IdMap::default(),
+                waiting: Waiting::default(),
                 next_id: 0,
                 start_result: None,
                 shutdown_result: None,
@@ -154,10 +219,13 @@ impl Batcher {
         self.shared.lock().guard.core.state()
     }
 
-    fn begin_start(locked: &mut Locked<'_>) {
-        if locked.guard.core.begin_start() {
+    /// Whether this call started the engine.
+    fn begin_start(locked: &mut Locked<'_>) -> bool {
+        let started = locked.guard.core.begin_start();
+        if started {
             tracing::debug!("engine start requested");
         }
+        started
     }
 
     /// Loads the engine now, before any timed work, and waits for the load. Single-flight: any
@@ -168,7 +236,7 @@ impl Batcher {
         self.shared.notify_all();
         loop {
             match locked.guard.core.state() {
-                State::Starting => locked = self.shared.wait(&self.shared.state_cv, locked, None),
+                State::Starting => locked = self.shared.wait(Cv::State, locked, None),
                 State::Created => return Err(RequestError::EngineNotStarted),
                 _ => break,
             }
@@ -189,16 +257,20 @@ impl Batcher {
     /// was not started (single-flight). A rejection is returned here and the callback is dropped.
     pub fn submit_with(&self, mut request: EngineRequest, complete: Completer) -> Result<RequestId, RequestError> {
         let mut locked = self.shared.lock();
-        Self::begin_start(&mut locked);
+        let started = Self::begin_start(&mut locked);
         let id = locked.guard.next_id;
         request.id = id;
         let now = self.shared.clock.now();
         let r = locked.guard.core.submit(request, now);
+        // Only these change what a waiter waits for: a started engine, a queue that became
+        // non-empty (a new dispatch and watchdog deadline) or a full batch (see the module docs).
+        let queued = locked.guard.core.queued();
+        let notify = started || r.is_err() || queued == 1 || queued >= locked.guard.core.config().batch_size();
         if r.is_ok() {
             locked.guard.next_id += 1;
             locked.guard.waiters.insert(id, complete);
         }
-        self.shared.release(locked);
+        self.shared.release_and_notify(locked, notify);
         r.map(|()| id)
     }
 
@@ -227,7 +299,7 @@ impl Batcher {
         locked.guard.core.begin_shutdown(now);
         self.shared.notify_all();
         while !(locked.guard.core.state() == State::Stopped || locked.guard.core.is_wedged()) {
-            locked = self.shared.wait(&self.shared.state_cv, locked, None);
+            locked = self.shared.wait(Cv::State, locked, None);
         }
         let wedged = locked.guard.core.is_wedged();
         locked.guard.closing = true;
@@ -297,9 +369,10 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Op
             continue;
         }
         if let Some(batch) = locked.guard.core.poll_dispatch(now) {
+            let waiting = locked.guard.waiting;
             drop(locked);
             // The watchdog must learn the new generate deadline before generate can block.
-            shared.notify_all();
+            shared.notify_waiting(waiting);
             let result = match catch_unwind(AssertUnwindSafe(|| engine.generate(&batch.requests))) {
                 Ok(r) => GenerateResult::from(r),
                 Err(p) => GenerateResult::Panicked(panic_message(&*p)),
@@ -335,7 +408,7 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Op
             return;
         }
         let timeout = locked.guard.core.dispatch_deadline().map(|d| d.saturating_since(now));
-        locked = shared.wait(&shared.engine_cv, locked, timeout);
+        locked = shared.wait(Cv::Engine, locked, timeout);
     }
 }
 
@@ -357,9 +430,9 @@ fn watchdog_thread(shared: Arc<Shared>) {
             }
             Some(deadline) => {
                 let wait = deadline.saturating_since(now);
-                locked = shared.wait(&shared.watchdog_cv, locked, Some(wait));
+                locked = shared.wait(Cv::Watchdog, locked, Some(wait));
             }
-            None => locked = shared.wait(&shared.watchdog_cv, locked, None),
+            None => locked = shared.wait(Cv::Watchdog, locked, None),
         }
     }
 }

@@ -6,9 +6,9 @@
 //! measured phase. The virtual-time driver and the real-time driver run the very same logic, so a
 //! scenario means the same thing on a simulated hour and on a real vLLM engine.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::batcher::core::IdMap;
 use crate::batcher::{BatchRun, Outcome, RequestError};
 use crate::engine::{ClockDomain, RequestId};
 use crate::load::{Lateness, LoadError, Poll, Scheduler, Step};
@@ -70,7 +70,7 @@ pub struct StepRun {
     measured_output_tokens: u64,
     /// What the last admission decision was.
     admitting: Option<Phase>,
-    in_flight: HashMap<RequestId, Flight>,
+    in_flight: IdMap<Flight>,
     aggregator: BenchmarkAggregator,
     domain: ClockDomain,
     anchor: Option<WallAnchor>,
@@ -107,7 +107,7 @@ impl StepRun {
             last_measured_end: None,
             measured_output_tokens: 0,
             admitting: Some(Phase::Warmup),
-            in_flight: HashMap::new(),
+            in_flight: IdMap::default(),
             aggregator,
             domain,
             anchor,
@@ -302,7 +302,6 @@ impl StepRun {
         jsonl: Option<&mut RequestsJsonl>,
     ) -> Result<(), ReportError> {
         let Some(flight) = self.in_flight.remove(&id) else { return Ok(()) };
-        let name = self.step.name.clone();
         let record = match outcome {
             Ok(c) => {
                 let metrics = map_request(&c.times, &c.output, self.domain, self.anchor);
@@ -313,7 +312,7 @@ impl StepRun {
                     self.last_measured_end =
                         Some(self.last_measured_end.map_or(c.times.completed, |e| e.max(c.times.completed)));
                 }
-                jsonl.map(|j| (j, RequestRecord::completed(id, &name, flight.phase, &c.times, &metrics)))
+                jsonl.map(|j| (j, RequestRecord::completed(id, &self.step.name, flight.phase, &c.times, &metrics)))
             }
             Err(e) => {
                 if flight.phase == Phase::Measure {
@@ -332,8 +331,9 @@ impl StepRun {
                     RequestError::Cancelled => RequestOutcome::Cancelled,
                     _ => RequestOutcome::Error { kind: e.kind() },
                 };
+                let name = &self.step.name;
                 jsonl.map(|j| {
-                    (j, RequestRecord::unfinished(id, &name, flight.phase, outcome, Some(flight.submitted), Some(now)))
+                    (j, RequestRecord::unfinished(id, name, flight.phase, outcome, Some(flight.submitted), Some(now)))
                 })
             }
         };

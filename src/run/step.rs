@@ -6,8 +6,6 @@
 //! measured phase. The virtual-time driver and the real-time driver run the very same logic, so a
 //! scenario means the same thing on a simulated hour and on a real vLLM engine.
 
-use std::time::Duration;
-
 use crate::batcher::core::IdMap;
 use crate::batcher::{BatchRun, Outcome, RequestError};
 use crate::engine::{ClockDomain, RequestId};
@@ -62,6 +60,8 @@ pub struct StepRun {
     measure_end: Option<Timestamp>,
     stop_reason: Option<StopReason>,
     warmup_submitted: u64,
+    /// Warmup requests not finished yet; measurement waits for them.
+    warmup_in_flight: u64,
     measured_submitted: u64,
     cooldown_submitted: u64,
     measured_finished: u64,
@@ -100,6 +100,7 @@ impl StepRun {
             measure_end: None,
             stop_reason: None,
             warmup_submitted: 0,
+            warmup_in_flight: 0,
             measured_submitted: 0,
             cooldown_submitted: 0,
             measured_finished: 0,
@@ -200,7 +201,8 @@ impl StepRun {
     /// the phase could change by the clock alone.
     fn admission(&mut self, now: Timestamp) -> (Option<Phase>, Option<Timestamp>) {
         let decision = self.decide_admission(now);
-        self.admitting = decision.0;
+        // Draining the warmup still shows as warmup.
+        self.admitting = if self.warmup_done { decision.0 } else { Some(Phase::Warmup) };
         decision
     }
 
@@ -219,7 +221,18 @@ impl StepRun {
                 }
                 _ => {}
             }
+            // Warmup requests are all out: let them finish, so that measurement starts on a warm,
+            // idle engine and no warmup generate runs inside the measured window.
+            if self.warmup_in_flight > 0 {
+                return (None, None);
+            }
             self.warmup_done = true;
+            if self.warmup_submitted > 0 {
+                // The load profile starts over with the measurement (a rate's first arrival now).
+                if let Ok(fresh) = Scheduler::new(self.step.clone(), now) {
+                    self.scheduler = fresh;
+                }
+            }
         }
         if self.measure_end.is_none() {
             let start = *self.measure_start.get_or_insert_with(|| {
@@ -261,7 +274,10 @@ impl StepRun {
         self.scheduler.on_submitted(now);
         self.in_flight.insert(id, Flight { phase, submitted: now });
         match phase {
-            Phase::Warmup => self.warmup_submitted += 1,
+            Phase::Warmup => {
+                self.warmup_submitted += 1;
+                self.warmup_in_flight += 1;
+            }
             Phase::Measure => {
                 self.measured_submitted += 1;
                 self.aggregator.record_submitted();
@@ -302,6 +318,9 @@ impl StepRun {
         jsonl: Option<&mut RequestsJsonl>,
     ) -> Result<(), ReportError> {
         let Some(flight) = self.in_flight.remove(&id) else { return Ok(()) };
+        if flight.phase == Phase::Warmup {
+            self.warmup_in_flight -= 1;
+        }
         let record = match outcome {
             Ok(c) => {
                 let metrics = map_request(&c.times, &c.output, self.domain, self.anchor);
@@ -420,7 +439,83 @@ impl StepRun {
     }
 }
 
-/// `Duration` helper for drivers: how long from `now` until `t` (zero when past).
-pub fn until(now: Timestamp, t: Timestamp) -> Duration {
-    t.saturating_since(now)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batcher::{Completion, RequestTimes};
+    use crate::engine::{EngineOutput, EngineStats, FinishReason};
+    use crate::load::StepKind;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_nanos(1_000_000_000 + ms * 1_000_000)
+    }
+
+    fn done(id: RequestId, submitted: u64, completed: u64) -> Outcome {
+        Ok(Completion {
+            output: EngineOutput {
+                request_id: Some(id),
+                prompt_tokens: Some(4),
+                output_tokens: Some(2),
+                output_token_ids: None,
+                text: None,
+                finish_reason: FinishReason::Length,
+                stats: EngineStats::default(),
+            },
+            times: RequestTimes { submitted: at(submitted), dispatched: at(submitted), completed: at(completed) },
+            batch_id: 0,
+            batch_size: 1,
+        })
+    }
+
+    fn step(warmup: Option<PhaseLimit>, max_requests: u64) -> StepRun {
+        let stop = StopPlan { max_requests: Some(max_requests), ..StopPlan::default() };
+        let step = Step::new(StepKind::Throughput { max_concurrency: 4 });
+        StepRun::new(step, stop, warmup, None, at(0), ClockDomain::Monotonic, None).unwrap()
+    }
+
+    #[test]
+    fn warmup_drains_before_measurement_starts() {
+        let mut run = step(Some(PhaseLimit::Requests(2)), 2);
+        for id in 0..2 {
+            assert_eq!(run.poll(at(0)), Action::Submit(Phase::Warmup));
+            run.on_submitted(id, Phase::Warmup, at(0));
+        }
+        // Concurrency allows more, but measurement waits for the warmup to finish.
+        assert_eq!(run.poll(at(0)), Action::Wait(None));
+        assert_eq!(run.phase_now(), Some(Phase::Warmup));
+        run.on_outcome(0, &done(0, 0, 10), at(10), None).unwrap();
+        assert_eq!(run.poll(at(10)), Action::Wait(None));
+        run.on_outcome(1, &done(1, 0, 20), at(20), None).unwrap();
+        for id in 2..4 {
+            assert_eq!(run.poll(at(20)), Action::Submit(Phase::Measure));
+            run.on_submitted(id, Phase::Measure, at(20));
+        }
+        assert_eq!(run.poll(at(20)), Action::Wait(None));
+        run.on_outcome(2, &done(2, 20, 30), at(30), None).unwrap();
+        run.on_outcome(3, &done(3, 20, 40), at(40), None).unwrap();
+        assert_eq!(run.poll(at(40)), Action::Done);
+        let r = run.finish(at(40), None).unwrap();
+        assert_eq!(r.counts.completed, 2, "warmup requests are not counted");
+        // The window is the measured requests' alone: 20 ms to 40 ms.
+        assert!((r.duration_s - 0.020).abs() < 1e-9, "{}", r.duration_s);
+    }
+
+    #[test]
+    fn measured_phase_stops_at_max_requests_and_lost_is_zero() {
+        let mut run = step(None, 3);
+        let mut id = 0;
+        while let Action::Submit(phase) = run.poll(at(0)) {
+            assert_eq!(phase, Phase::Measure);
+            run.on_submitted(id, phase, at(0));
+            id += 1;
+        }
+        assert_eq!(id, 3, "max_requests bounds submissions even below the concurrency cap");
+        run.on_outcome(0, &done(0, 0, 5), at(5), None).unwrap();
+        run.on_outcome(1, &Err(RequestError::Cancelled), at(6), None).unwrap();
+        let engine_error = RequestError::Engine { batch_id: 0, batch_size: 1, message: "x".into() };
+        run.on_outcome(2, &Err(engine_error), at(7), None).unwrap();
+        assert_eq!(run.poll(at(7)), Action::Done);
+        let r = run.finish(at(7), None).unwrap();
+        assert_eq!((r.counts.completed, r.counts.cancelled, r.counts.errors, r.counts.lost), (1, 1, 1, 0));
+    }
 }

@@ -297,9 +297,12 @@ impl StepRun {
         self.stop_reason = Some(StopReason::EngineUnusable);
     }
 
+    /// A batch the engine ran. It counts in the batching statistics when it was dispatched in the
+    /// measured window: after measurement started and while measured requests were still
+    /// unfinished. Drivers report a batch before its requests' outcomes.
     pub fn on_batch(&mut self, batch: &BatchRun) {
-        let measuring = self.measure_start.is_some_and(|s| batch.dispatched_at >= s)
-            && self.measure_end.is_none_or(|e| batch.dispatched_at <= e);
+        let measured_pending = self.measure_end.is_none() || self.measured_finished < self.measured_submitted;
+        let measuring = self.measure_start.is_some_and(|s| batch.dispatched_at >= s) && measured_pending;
         if measuring {
             self.aggregator.record_batch(
                 batch.size,
@@ -498,6 +501,31 @@ mod tests {
         assert_eq!(r.counts.completed, 2, "warmup requests are not counted");
         // The window is the measured requests' alone: 20 ms to 40 ms.
         assert!((r.duration_s - 0.020).abs() < 1e-9, "{}", r.duration_s);
+    }
+
+    #[test]
+    fn batches_count_while_measured_requests_are_unfinished() {
+        use crate::batcher::FlushReason;
+        let batch = |id, at_ms| BatchRun {
+            id,
+            size: 2,
+            reason: FlushReason::Full,
+            dispatched_at: at(at_ms),
+            returned_at: at(at_ms + 5),
+        };
+        let mut run = step(None, 2);
+        for id in 0..2 {
+            assert_eq!(run.poll(at(0)), Action::Submit(Phase::Measure));
+            run.on_submitted(id, Phase::Measure, at(0));
+        }
+        // Every measured request was submitted at 0 ms; its batch goes out at 1 ms and counts.
+        run.on_batch(&batch(0, 1));
+        run.on_outcome(0, &done(0, 0, 6), at(6), None).unwrap();
+        run.on_outcome(1, &done(1, 0, 6), at(6), None).unwrap();
+        // Nothing measured is left: a later batch (cooldown, say) does not count.
+        run.on_batch(&batch(1, 7));
+        let r = run.finish(at(7), None).unwrap();
+        assert_eq!(r.batching.batches, 1);
     }
 
     #[test]

@@ -43,11 +43,12 @@ pub(super) fn run(
     while let Some(step) = planner.next_step(last_rps) {
         let mut run = StepRun::for_plan(step, plan, driver.now(), domain, anchor)?;
         loop {
-            while let Some((id, outcome)) = driver.poll_outcome() {
-                run.on_outcome(id, &outcome, driver.now(), jsonl.as_mut())?;
-            }
+            // Batches before outcomes: a batch is judged while its requests are still in flight.
             for batch in driver.take_batches() {
                 run.on_batch(&batch);
+            }
+            while let Some((id, outcome)) = driver.poll_outcome() {
+                run.on_outcome(id, &outcome, driver.now(), jsonl.as_mut())?;
             }
             ticks = ticks.wrapping_add(1);
             if ticks % CHECK_EVERY == 0 {

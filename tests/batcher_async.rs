@@ -4,8 +4,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use batchlab::batcher::{BatchConfig, Batcher, RequestError};
-use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason};
+use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
 use batchlab::time::MonotonicClock;
+
+mod common;
+use common::echo;
 
 /// Answers at once and records what it was sent.
 #[derive(Clone, Default)]
@@ -19,18 +22,7 @@ impl Engine for Echo {
     }
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         self.seen.lock().unwrap().push(batch.iter().map(|r| r.id).collect());
-        Ok(batch
-            .iter()
-            .map(|r| EngineOutput {
-                request_id: Some(r.id),
-                prompt_tokens: Some(1),
-                output_tokens: Some(r.max_tokens),
-                output_token_ids: None,
-                text: None,
-                finish_reason: FinishReason::Length,
-                stats: EngineStats::default(),
-            })
-            .collect())
+        Ok(echo(batch))
     }
     fn shutdown(&mut self) -> Result<(), EngineError> {
         Ok(())

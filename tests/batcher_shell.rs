@@ -11,11 +11,12 @@ use std::time::Duration;
 use batchlab::batcher::virtual_time::VirtualDriver;
 use batchlab::batcher::{BatchConfig, Batcher, RequestError, State};
 use batchlab::engine::sim::{CostModel, FaultTrigger, Faults, SimConfig, SimEngine};
-use batchlab::engine::{
-    ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason,
-};
+use batchlab::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
 use batchlab::time::MonotonicClock;
 use mockall::mock;
+
+mod common;
+use common::echo;
 
 mock! {
     pub Eng {}
@@ -32,21 +33,6 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 fn info() -> EngineInfo {
     EngineInfo { name: "mock".into(), version: "0".into() }
-}
-
-fn echo(batch: &[EngineRequest]) -> Vec<EngineOutput> {
-    batch
-        .iter()
-        .map(|r| EngineOutput {
-            request_id: Some(r.id),
-            prompt_tokens: Some(1),
-            output_tokens: Some(r.max_tokens),
-            output_token_ids: None,
-            text: None,
-            finish_reason: FinishReason::Length,
-            stats: EngineStats::default(),
-        })
-        .collect()
 }
 
 fn req() -> EngineRequest {

@@ -10,11 +10,13 @@
 use std::time::Duration;
 
 use batchlab::batcher::{BatchConfig, Batcher, RequestError};
-use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason};
+use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
 use batchlab::sync::Arc;
 use batchlab::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use batchlab::time::{Clock, Timestamp};
 use loom::thread;
+
+mod common;
 
 /// Time stands still: only full batches and shutdown dispatch. Timed paths are tested elsewhere.
 struct Frozen;
@@ -53,18 +55,7 @@ impl Engine for LoomEngine {
         if self.fail {
             return Err(EngineError::Generate("injected".into()));
         }
-        Ok(batch
-            .iter()
-            .map(|r| EngineOutput {
-                request_id: Some(r.id),
-                prompt_tokens: None,
-                output_tokens: Some(1),
-                output_token_ids: None,
-                text: None,
-                finish_reason: FinishReason::Length,
-                stats: EngineStats::default(),
-            })
-            .collect())
+        Ok(common::echo(batch))
     }
 
     fn shutdown(&mut self) -> Result<(), EngineError> {

@@ -107,8 +107,8 @@ impl ScenarioBuilder {
     pub fn synthetic_dist(self, prompt_tokens: &TokenDist, output_tokens: &TokenDist) -> Self {
         self.forget("workload.")
             .set("workload.source", "synthetic")
-            .set("workload.prompt_tokens", token_dist(prompt_tokens))
-            .set("workload.output_tokens", token_dist(output_tokens))
+            .set("workload.prompt_tokens", super::print::token_dist(prompt_tokens))
+            .set("workload.output_tokens", super::print::token_dist(output_tokens))
     }
     pub fn workload_seed(self, seed: u64) -> Self {
         self.set("workload.seed", int(seed))
@@ -218,27 +218,5 @@ impl ScenarioBuilder {
         let overrides = Overrides { sets, seed: None };
         let base_dir = self.base_dir.unwrap_or_else(|| PathBuf::from("."));
         super::parse_with("", "builder", &base_dir, &overrides, "builder:")
-    }
-}
-
-fn token_dist(d: &TokenDist) -> Value {
-    match d {
-        TokenDist::Fixed { value } => Value::from(i64::from(*value)),
-        TokenDist::Uniform { min, max } => {
-            let mut t = InlineTable::new();
-            t.insert("dist", "uniform".into());
-            t.insert("min", i64::from(*min).into());
-            t.insert("max", i64::from(*max).into());
-            Value::InlineTable(t)
-        }
-        TokenDist::Normal { mean, stdev, min, max } => {
-            let mut t = InlineTable::new();
-            t.insert("dist", "normal".into());
-            t.insert("mean", (*mean).into());
-            t.insert("stdev", (*stdev).into());
-            t.insert("min", i64::from(*min).into());
-            t.insert("max", i64::from(*max).into());
-            Value::InlineTable(t)
-        }
     }
 }

@@ -215,7 +215,8 @@ fn optional_u32(t: &mut Table, key: &str, v: Option<u32>) {
     }
 }
 
-fn token_dist(d: &TokenDist) -> Value {
+/// A distribution as the DSL writes it (also what the builder sets).
+pub(super) fn token_dist(d: &TokenDist) -> Value {
     let mut t = InlineTable::new();
     match d {
         TokenDist::Fixed { value } => return Value::from(i64::from(*value)),

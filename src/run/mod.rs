@@ -8,6 +8,7 @@
 
 pub mod progress;
 mod realtime;
+pub mod status;
 pub mod step;
 mod virtual_driver;
 

@@ -13,7 +13,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use batchlab::engine::vllm::{batchlab_home, default_venv};
+use batchlab::engine::python::{batchlab_home, default_venv};
 
 /// Long enough for a multiprocess engine start on a loaded 2-core machine.
 const START_LIMIT: Duration = Duration::from_secs(300);

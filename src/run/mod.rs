@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::engine::python::PythonEngine;
 use crate::engine::sim::{SimConfig, SimEngine, TimeMode};
 use crate::engine::{EngineError, EngineInfo};
 use crate::load::{LoadError, Workload};
@@ -112,20 +113,19 @@ pub async fn run(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunErro
                 }
             }
         }
+        EnginePlan::Vllm(_) | EnginePlan::Python(_) if !cfg!(feature = "vllm") => {
+            return Err(RunError::Unsupported(
+                "this batchlab was built without Python engines (vLLM and `engine.kind = \"python\"`): \
+                 rebuild with `--features vllm` (see docs/vllm.md)"
+                    .into(),
+            ));
+        }
         EnginePlan::Vllm(v) => {
-            #[cfg(feature = "vllm")]
-            {
-                let engine = crate::engine::vllm::VllmEngine::new(v.clone());
-                realtime::run(plan, engine, &workload, &mut jsonl, &mut progress, options.interrupt.clone()).await?
-            }
-            #[cfg(not(feature = "vllm"))]
-            {
-                let _ = v;
-                return Err(RunError::Unsupported(
-                    "this batchlab was built without vLLM support: rebuild with `--features vllm` (see docs/vllm.md)"
-                        .into(),
-                ));
-            }
+            realtime::run(plan, v.engine(), &workload, &mut jsonl, &mut progress, options.interrupt.clone()).await?
+        }
+        EnginePlan::Python(p) => {
+            let engine = PythonEngine::new(p.clone());
+            realtime::run(plan, engine, &workload, &mut jsonl, &mut progress, options.interrupt.clone()).await?
         }
     };
     progress.clear();
@@ -156,6 +156,7 @@ fn seeds(plan: &Plan) -> BTreeMap<String, u64> {
     match &plan.engine {
         EnginePlan::Sim(sim) => s.insert("engine".to_string(), sim.seed),
         EnginePlan::Vllm(v) => s.insert("engine".to_string(), v.seed),
+        EnginePlan::Python(_) => None,
     };
     if let WorkloadPlan::Synthetic { seed, .. } = &plan.workload {
         s.insert("workload".to_string(), *seed);

@@ -9,6 +9,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::batcher::BatchConfig;
+use crate::engine::python::PythonConfig;
+use crate::engine::python::vllm::VllmConfig;
 use crate::engine::sim::{CostModel, Faults, TimeMode};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -32,7 +34,8 @@ pub struct Plan {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EnginePlan {
     Sim(SimPlan),
-    Vllm(VllmPlan),
+    Vllm(VllmConfig),
+    Python(PythonConfig),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -42,23 +45,6 @@ pub struct SimPlan {
     pub cost: CostModel,
     /// From the scenario's top-level `[faults]` table.
     pub faults: Faults,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct VllmPlan {
-    pub model: PathBuf,
-    pub dtype: String,
-    pub max_model_len: Option<u32>,
-    pub max_num_seqs: Option<u32>,
-    pub max_num_batched_tokens: Option<u32>,
-    pub enforce_eager: bool,
-    pub seed: u64,
-    pub kv_cache_gib: f64,
-    pub in_process: bool,
-    pub omp_num_threads: Option<u32>,
-    pub disable_log_stats: bool,
-    /// Passed through to `vllm.EngineArgs` unchanged.
-    pub engine_args: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A distribution of token counts.

@@ -24,6 +24,7 @@ The streamer follows each row's tokens step by step with the same rules (a row i
 the time of its last token is the step that produced it, never a later padding step.
 """
 
+import os
 import time
 
 import torch
@@ -34,7 +35,7 @@ from transformers.generation.streamers import BaseStreamer
 
 class TransformersEngine:
     def __init__(self, model, dtype="float32", device="cpu", threads=None):
-        self.model_path = str(model)
+        self.model_path = _resolve_model(str(model))
         self.dtype = dtype
         self.device = device
         self.threads = threads
@@ -119,6 +120,15 @@ class TransformersEngine:
     def shutdown(self):
         self.model = None
         self.tokenizer = None
+
+
+def _resolve_model(model):
+    """Absolute paths stay; a relative one that does not exist here is taken under
+    $BATCHLAB_HOME (default ~/.cache/batchlab), as `engine.vllm.model` is."""
+    if os.path.isabs(model) or os.path.exists(model):
+        return model
+    home = os.environ.get("BATCHLAB_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "batchlab")
+    return os.path.join(home, model)
 
 
 class _Row:

@@ -22,12 +22,12 @@ test-loom:
     RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test loom_batcher
 
 # Run a shipped scenario, e.g. `just scenario throughput.toml --set batching.batch_size=64`.
-# A vLLM scenario sets up the venv (once) and builds with the `vllm` feature.
+# A vLLM or Python-engine scenario sets up the venv (once) and builds with the `vllm` feature.
 scenario FILE *ARGS:
     #!/usr/bin/env bash
     set -euo pipefail
     f="scenarios/{{FILE}}"
-    if grep -Eq '^[[:space:]]*kind[[:space:]]*=[[:space:]]*"vllm"' "$f"; then
+    if grep -Eq '^[[:space:]]*kind[[:space:]]*=[[:space:]]*"(vllm|python)"' "$f"; then
         scripts/setup-vllm.sh >&2
         export PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python"
         exec cargo run --release --quiet --features vllm -- run "$f" {{ARGS}}
@@ -38,9 +38,10 @@ scenario FILE *ARGS:
 setup-vllm:
     scripts/setup-vllm.sh
 
-# The real vLLM engine's tests against the tiny model (sets everything up first; minutes the first time).
+# The Python engines' tests (vLLM, transformers, the echo engine of docs/engines.md) against the tiny model
+# (sets everything up first; minutes the first time).
 test-vllm: setup-vllm
-    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli -- --nocapture
+    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli --test python_engine -- --nocapture
 
 # Lints with the vllm feature (needs a Python 3 for pyo3's build; the venv's when it exists).
 clippy-vllm:

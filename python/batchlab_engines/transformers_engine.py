@@ -45,12 +45,13 @@ class TransformersEngine:
     def start(self):
         if self.threads is not None:
             torch.set_num_threads(int(self.threads))
+        # Its progress bars would draw over batchlab's.
+        transformers.utils.logging.disable_progress_bar()
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
         self.model = transformers.AutoModelForCausalLM.from_pretrained(
             self.model_path, dtype=getattr(torch, self.dtype), local_files_only=True
         ).to(self.device)
         self.model.eval()
-        transformers.utils.logging.disable_progress_bar()
         eos = self.model.generation_config.eos_token_id
         if eos is None:
             eos = self.tokenizer.eos_token_id

@@ -4,7 +4,7 @@
 //! Run with `just test-vllm`. Without the venv or the model a test prints why and passes without
 //! checking anything (SKIPPED). The docs check needs no Python and runs in `just test` too.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -29,6 +29,7 @@ fn the_documented_echo_engine_is_the_tested_fixture() {
 
 #[cfg(feature = "vllm")]
 mod with_python {
+    use std::path::PathBuf;
     use std::process::Command;
     use std::sync::Mutex;
 

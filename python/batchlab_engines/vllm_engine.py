@@ -105,6 +105,7 @@ def _flatten(request_id, output):
         "prompt_tokens": len(output.prompt_token_ids) if output.prompt_token_ids is not None else None,
         "output_token_ids": [int(t) for t in completion.token_ids] if completion is not None else [],
     }
+    flat["output_tokens"] = len(flat["output_token_ids"])
     if completion is not None:
         flat["text"] = completion.text
         flat["finish_reason"] = completion.finish_reason

@@ -177,16 +177,22 @@ fn lower_vllm(
     plan.in_process = cx.boolean(t, "in_process").unwrap_or(true);
     plan.omp_num_threads = cx.u32(t, "omp_num_threads", 1);
     plan.disable_log_stats = cx.boolean(t, "disable_log_stats").unwrap_or(false);
-    if let Some(field) = cx.field(t, "engine_args") {
-        match field.node.table_like() {
-            Some(table) => plan.engine_args = table_to_json(cx, &field.path, table),
-            None => {
-                let message = format!("`{}`: expected a table, found {}", field.path, field.node.type_name());
-                cx.report_at(&field, message, None);
-            }
+    plan.engine_args = free_form(cx, t, "engine_args");
+    plan
+}
+
+/// A free-form table (`engine_args`, `args`) as JSON, for an engine to take unchanged; empty when
+/// missing.
+fn free_form(cx: &mut Cx, t: Tbl, key: &str) -> serde_json::Map<String, serde_json::Value> {
+    let Some(field) = cx.field(t, key) else { return serde_json::Map::new() };
+    match field.node.table_like() {
+        Some(table) => table_to_json(cx, &field.path, table),
+        None => {
+            let message = format!("`{}`: expected a table, found {}", field.path, field.node.type_name());
+            cx.report_at(&field, message, None);
+            serde_json::Map::new()
         }
     }
-    plan
 }
 
 fn lower_python(
@@ -227,15 +233,7 @@ fn lower_python(
     };
     plan.path = cx.string(t, "path").map(beside);
     plan.venv = cx.string(t, "venv").map(beside);
-    if let Some(field) = cx.field(t, "args") {
-        match field.node.table_like() {
-            Some(table) => plan.args = table_to_json(cx, &field.path, table),
-            None => {
-                let message = format!("`{}`: expected a table, found {}", field.path, field.node.type_name());
-                cx.report_at(&field, message, None);
-            }
-        }
-    }
+    plan.args = free_form(cx, t, "args");
     if let Some(field) = cx.field(t, "env") {
         match field.node.table_like() {
             Some(table) => {

@@ -708,3 +708,106 @@ fn match_outputs(
         .map(|s| s.ok_or_else(|| RequestError::OutputIdMismatch { batch_id, detail: "a request got no output".into() }))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_nanos(1_000_000_000 + ms * 1_000_000)
+    }
+
+    /// A started core (batch_size 3, batch_timeout 10 ms) with requests arriving at `arrivals` ms,
+    /// then `then` applied at the last arrival: its dispatch deadline must be `expected` ms, and
+    /// `poll_dispatch` must give a batch at the deadline and not a moment before.
+    fn check(arrivals: &[u64], then: impl FnOnce(&mut BatcherCore, Timestamp), expected: Option<u64>) {
+        let mut core = BatcherCore::new(BatchConfig::new(3, Duration::from_millis(10)).unwrap());
+        assert!(core.begin_start());
+        core.handle_start_result(Ok(EngineInfo { name: "t".into(), version: "0".into() }), at(0));
+        for (i, &t) in arrivals.iter().enumerate() {
+            core.submit(EngineRequest::tokens(i as u64, vec![1], 1), at(t)).unwrap();
+        }
+        let last = at(arrivals.last().copied().unwrap_or(0));
+        then(&mut core, last);
+        let deadline = core.dispatch_deadline();
+        assert_eq!(deadline, expected.map(at), "arrivals {arrivals:?}");
+        assert_eq!(core.poll_timeout(), deadline, "no generate timeout: the dispatch deadline is the timeout");
+        if let Some(d) = deadline.filter(|&d| d > last) {
+            assert_eq!(core.poll_dispatch(Timestamp::from_nanos(d.as_nanos() - 1)), None, "dispatched before {d:?}");
+        }
+        if let Some(d) = deadline {
+            assert!(core.poll_dispatch(d.max(last)).is_some(), "nothing dispatched at the deadline {d:?}");
+        }
+    }
+
+    fn nothing(_: &mut BatcherCore, _: Timestamp) {}
+
+    #[test]
+    fn dispatch_deadline_says_when_and_now_means_now() {
+        check(&[], nothing, None);
+        // A partial batch waits batch_timeout after its oldest request.
+        check(&[5], nothing, Some(15));
+        check(&[5, 6], nothing, Some(15));
+        // A full batch is due since it filled: in the past, that is, now.
+        check(&[5, 6, 7], nothing, Some(7));
+        check(&[5, 6, 7, 8], nothing, Some(7));
+        // ... unless its oldest request timed out even earlier.
+        check(&[1, 2, 30], nothing, Some(11));
+        // Draining: due at once, full or not.
+        check(&[5], |c, now| c.begin_shutdown(now), Some(5));
+        check(&[5, 6, 7, 8], |c, now| c.begin_shutdown(now), Some(5));
+        // Nothing is due while a generate runs, or once the engine is unusable.
+        check(
+            &[5, 6, 7, 8],
+            |c, now| {
+                let _batch = c.poll_dispatch(now).expect("full");
+            },
+            None,
+        );
+        check(&[5], |c, now| c.handle_engine_died(death(), now), None);
+        check(&[5], |c, now| c.abort_in_flight(now), None);
+    }
+
+    fn death() -> EngineDeath {
+        EngineDeath { process: "VLLM::EngineCore".into(), pid: Some(7), status: "killed by SIGKILL".into() }
+    }
+
+    #[test]
+    fn death_fails_everything_once_and_rejects_later_submits() {
+        let mut core = BatcherCore::new(BatchConfig::new(2, Duration::from_millis(10)).unwrap());
+        assert!(core.begin_start());
+        core.handle_start_result(Ok(EngineInfo { name: "t".into(), version: "0".into() }), at(0));
+        for id in 0..3 {
+            core.submit(EngineRequest::tokens(id, vec![1], 1), at(1)).unwrap();
+        }
+        let batch = core.poll_dispatch(at(1)).expect("a full batch");
+        core.handle_engine_died(death(), at(2));
+        core.handle_engine_died(death(), at(3));
+        core.abort_in_flight(at(3));
+        let died = RequestError::EngineDied(death());
+        let outcomes: Vec<_> = std::iter::from_fn(|| core.poll_outcome()).collect();
+        assert_eq!(outcomes, [(0, Err(died.clone())), (1, Err(died.clone())), (2, Err(died.clone()))]);
+        assert_eq!(core.submit(EngineRequest::tokens(9, vec![1], 1), at(4)), Err(died.clone()));
+        assert_eq!(core.state(), State::Failed);
+        // Shutdown needs nothing from the stuck generate, and never shuts the engine down under it.
+        core.begin_shutdown(at(5));
+        assert!(core.is_wedged());
+        assert!(!core.poll_engine_shutdown());
+        // Should the generate ever return, its result is discarded and the engine is released.
+        core.handle_generate_result(batch.id, GenerateResult::Outputs(Vec::new()), at(6));
+        assert_eq!(core.poll_outcome(), None);
+        assert!(core.poll_engine_shutdown());
+        core.handle_engine_shutdown_done();
+        assert_eq!(core.state(), State::Stopped);
+        assert_eq!(core.submit(EngineRequest::tokens(10, vec![1], 1), at(7)), Err(died));
+    }
+
+    #[test]
+    fn engine_death_display() {
+        assert_eq!(death().to_string(), "VLLM::EngineCore (pid 7) killed by SIGKILL");
+        let d = EngineDeath { process: "engine".into(), pid: None, status: "raised EngineDeadError".into() };
+        assert_eq!(EngineError::Died(d.clone()).to_string(), "engine died: engine raised EngineDeadError");
+        assert_eq!(RequestError::EngineDied(d).kind(), "engine_died");
+        assert_eq!(RequestError::Aborted.kind(), "aborted");
+    }
+}

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use batchlab::batcher::{BatchConfig, Batcher, RequestError};
-use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
+use batchlab::engine::{Engine, EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest};
 use batchlab::sync::Arc;
 use batchlab::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use batchlab::time::{Clock, Timestamp};
@@ -164,5 +164,30 @@ fn cancel_racing_dispatch_never_hangs() {
         b.shutdown().unwrap();
         let mine = Some(mine.wait().map(|_| ()));
         assert!(matches!(mine, Some(Ok(()))), "{mine:?}");
+    });
+}
+
+#[test]
+fn engine_death_racing_a_submitter_and_shutdown_answers_everyone() {
+    model(|| {
+        let (b, probe) = batcher(1, false);
+        b.preload().unwrap();
+        let death = EngineDeath { process: "core".into(), pid: None, status: "killed by SIGKILL".into() };
+        let (b2, d2) = (b.clone(), death.clone());
+        let submitter = thread::spawn(move || match b2.submit(EngineRequest::tokens(0, vec![1], 1)) {
+            Ok(t) => match t.wait() {
+                Ok(_) => {}
+                Err(e) => assert_eq!(e, RequestError::EngineDied(d2)),
+            },
+            Err(e) => assert!(e == RequestError::EngineDied(d2) || e == RequestError::ShuttingDown, "{e:?}"),
+        });
+        let (b3, d3) = (b.clone(), death.clone());
+        let watcher = thread::spawn(move || b3.engine_died(d3));
+        // Returns whether the death came before, during or after the generate; a generate it
+        // abandoned may still be running, so the engine may be shut down after this returns.
+        b.shutdown().unwrap();
+        watcher.join().unwrap();
+        submitter.join().unwrap();
+        assert!(probe.shutdowns.load(Ordering::SeqCst) <= 1);
     });
 }

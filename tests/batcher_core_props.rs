@@ -14,7 +14,9 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use batchlab::batcher::{BatchConfig, BatcherCore, GenerateResult, Outcome, RequestError, State};
-use batchlab::engine::{EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, RequestId};
+use batchlab::engine::{
+    EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, RequestId,
+};
 use batchlab::time::Timestamp;
 use proptest::prelude::*;
 
@@ -288,10 +290,8 @@ impl Harness {
     /// The model of a death or abort: the running batch and the queue fail with `kind`, once,
     /// unless the engine was already unusable or never started.
     fn kill(&mut self, kind: &'static str) {
-        let live = matches!(
-            self.core.state(),
-            State::Starting | State::StartingThenDrain | State::Ready | State::Draining
-        );
+        let live =
+            matches!(self.core.state(), State::Starting | State::StartingThenDrain | State::Ready | State::Draining);
         if live && !self.dead {
             if let Some((_, ids, abandoned)) = self.in_flight.as_mut().filter(|f| !f.2) {
                 *abandoned = true;

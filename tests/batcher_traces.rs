@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use batchlab::batcher::virtual_time::VirtualDriver;
 use batchlab::batcher::{BatchConfig, Event};
-use batchlab::engine::{EngineDeath, EngineRequest};
 use batchlab::engine::sim::{CostModel, FaultTrigger, Faults, SimConfig, SimEngine};
+use batchlab::engine::{EngineDeath, EngineRequest};
 use batchlab::time::VirtualClock;
 
 enum Step {

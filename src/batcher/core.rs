@@ -560,7 +560,8 @@ impl BatcherCore {
             if now < f.dispatched_at.saturating_add(limit) {
                 return;
             }
-            let error = RequestError::GenerateTimedOut { batch_id: f.batch_id, batch_size: f.members.len(), after: limit };
+            let error =
+                RequestError::GenerateTimedOut { batch_id: f.batch_id, batch_size: f.members.len(), after: limit };
             self.abandon_in_flight(&error, now);
         }
         while let Some(q) = self.queue.front() {

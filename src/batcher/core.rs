@@ -115,7 +115,8 @@ impl BatchConfig {
         Ok(BatchConfig { batch_size, batch_timeout, generate_timeout: None })
     }
 
-    /// A generate running longer than this fails its batch and marks the engine failed.
+    /// A generate running longer than this fails its batch; while it stays stuck, queued requests
+    /// fail once they waited as long.
     pub fn with_generate_timeout(mut self, t: Option<Duration>) -> Result<Self, ConfigError> {
         if t.is_some_and(|t| t.is_zero()) {
             return Err(ConfigError::ZeroGenerateTimeout);
@@ -535,15 +536,15 @@ impl BatcherCore {
         }
     }
 
-    /// A generate overran `generate_timeout` and has not returned.
+    /// A generate was abandoned (it overran `generate_timeout`, or the engine died or was aborted
+    /// under it) and has not returned.
     pub fn engine_unresponsive(&self) -> bool {
         self.in_flight.as_ref().is_some_and(|f| f.abandoned)
     }
 
     /// Shutdown was requested, every request has its outcome, and the engine is stuck inside an
-    /// abandoned generate: nothing more can happen until (unless) it returns, so a driver may stop
-    /// waiting for it.
-    /// Also true when a death or abort was reported during a load that has not returned.
+    /// abandoned generate, or inside a load during which a death or abort was reported: nothing
+    /// more can happen until (unless) it returns, so a driver may stop waiting for it.
     pub fn is_wedged(&self) -> bool {
         let start_stuck = self.state() == State::StartingThenDrain && self.failure.is_some();
         self.state().shutdown_requested() && self.queue.is_empty() && (self.engine_unresponsive() || start_stuck)

@@ -262,34 +262,39 @@ fn set_affinity(tid: Pid, cpus: &[usize]) -> Result<(), SysError> {
 /// [`AffinityReset::source`] says why.
 pub fn reset_cpu_affinity() -> AffinityReset {
     let previous = current_affinity();
-    let source = match cgroup_cpus() {
+    // Only a malformed file or a refused mask is worth a warning: no cpuset file is common.
+    let (source, warn) = match cgroup_cpus() {
         Ok((path, cpus)) => match set_all_threads(&cpus) {
-            Ok(()) => AffinitySource::Cgroup(path),
-            Err(e) => AffinitySource::Kept { reason: format!("setting {} from {}: {e}", format_cpu_list(&cpus), path.display()) },
+            Ok(()) => (AffinitySource::Cgroup(path), false),
+            Err(e) => {
+                let reason = format!("setting {} from {}: {e}", format_cpu_list(&cpus), path.display());
+                (AffinitySource::Kept { reason }, true)
+            }
         },
-        Err(reason) => AffinitySource::Kept { reason },
+        Err((reason, malformed)) => (AffinitySource::Kept { reason }, malformed),
     };
     let allowed = current_affinity();
+    let list = format_cpu_list(&allowed);
     match &source {
-        AffinitySource::Kept { reason } => tracing::warn!("CPU affinity {} kept: {reason}", format_cpu_list(&allowed)),
-        AffinitySource::Cgroup(_) if allowed != previous => tracing::debug!(
-            "CPU affinity reset from {} to {} ({source})",
-            format_cpu_list(&previous),
-            format_cpu_list(&allowed)
-        ),
-        AffinitySource::Cgroup(_) => {}
+        AffinitySource::Kept { reason } if warn => tracing::warn!("CPU affinity {list} kept: {reason}"),
+        AffinitySource::Kept { reason } => tracing::debug!("CPU affinity {list} kept: {reason}"),
+        AffinitySource::Cgroup(_) => {
+            tracing::debug!("CPU affinity {list} (was {}) from {source}", format_cpu_list(&previous))
+        }
     }
     AffinityReset { allowed, previous, source }
 }
 
-/// The first non-empty cpuset file of this process's cgroups and its CPUs, or why there is none.
-fn cgroup_cpus() -> Result<(PathBuf, Vec<usize>), String> {
+/// The first non-empty cpuset file of this process's cgroups and its CPUs, or why there is none
+/// and whether that is because a file was malformed.
+fn cgroup_cpus() -> Result<(PathBuf, Vec<usize>), (String, bool)> {
     let read = |path: &Path| std::fs::read_to_string(path);
-    let cgroup = read(Path::new("/proc/self/cgroup")).map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+    let cgroup =
+        read(Path::new("/proc/self/cgroup")).map_err(|e| (format!("cannot read /proc/self/cgroup: {e}"), false))?;
     let mountinfo = read(Path::new("/proc/self/mountinfo")).unwrap_or_default();
     let candidates = cpuset_candidates(&cgroup, &mountinfo);
     if candidates.is_empty() {
-        return Err("/proc/self/cgroup names no cgroup v2 or v1 cpuset hierarchy".into());
+        return Err(("/proc/self/cgroup names no cgroup v2 or v1 cpuset hierarchy".into(), false));
     }
     let mut tried = Vec::new();
     for path in candidates {
@@ -297,13 +302,13 @@ fn cgroup_cpus() -> Result<(PathBuf, Vec<usize>), String> {
             Ok(text) => match parse_cpu_list(&text) {
                 Ok(cpus) if !cpus.is_empty() => return Ok((path, cpus)),
                 Ok(_) => tried.push(format!("{} is empty", path.display())),
-                Err(e) => return Err(SysError::CpuList { path, source: e }.to_string()),
+                Err(e) => return Err((SysError::CpuList { path, source: e }.to_string(), true)),
             },
             Err(e) => tried.push(format!("{}: {e}", path.display())),
         }
     }
     tracing::debug!(?tried, "no cgroup cpuset file");
-    Err(format!("no readable, non-empty cpuset file ({})", tried.join("; ")))
+    Err((format!("no readable, non-empty cpuset file ({})", tried.join("; ")), false))
 }
 
 /// Sets the mask of every thread of this process (`/proc/self/task`), so it holds even if a thread

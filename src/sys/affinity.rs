@@ -145,7 +145,8 @@ pub struct CgroupMount {
 /// The cgroup2 mount and the v1 cpuset mount from `/proc/self/mountinfo` text. A line reads
 /// `id parent major:minor root mount-point options [optional…] - fstype source super-options`.
 pub fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
-    let unescape = |s: &str| s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\");
+    let unescape =
+        |s: &str| s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\");
     let mut mounts = Vec::new();
     for line in text.lines() {
         let Some((before, after)) = line.split_once(" - ") else { continue };
@@ -162,7 +163,11 @@ pub fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
             _ => continue,
         };
         if !mounts.iter().any(|m: &CgroupMount| m.version == version) {
-            mounts.push(CgroupMount { version, root: unescape(root), mount_point: PathBuf::from(unescape(mount_point)) });
+            mounts.push(CgroupMount {
+                version,
+                root: unescape(root),
+                mount_point: PathBuf::from(unescape(mount_point)),
+            });
         }
     }
     mounts
@@ -314,8 +319,11 @@ fn cgroup_cpus() -> Result<(PathBuf, Vec<usize>), (String, bool)> {
 /// Sets the mask of every thread of this process (`/proc/self/task`), so it holds even if a thread
 /// was started before the reset.
 fn set_all_threads(cpus: &[usize]) -> Result<(), SysError> {
-    let tasks = std::fs::read_dir("/proc/self/task")
-        .map_err(|source| SysError::Io { action: "list", path: "/proc/self/task".into(), source })?;
+    let tasks = std::fs::read_dir("/proc/self/task").map_err(|source| SysError::Io {
+        action: "list",
+        path: "/proc/self/task".into(),
+        source,
+    })?;
     for tid in tasks.flatten().filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok()) {
         match set_affinity(Pid::from_raw(tid), cpus) {
             // A thread that ended meanwhile.
@@ -356,7 +364,10 @@ mod tests {
             ("4-2", "bad CPU list at column 1: expected a range whose end is not below its start, found \"4-2\""),
             ("0 - 3", "bad CPU list at column 1: expected a CPU number, found \"0 \""),
             ("-1", "bad CPU list at column 1: expected a CPU number, found \"\""),
-            ("0-99999999999", "bad CPU list at column 1: expected a range of at most the kernel's CPU count, found \"0-99999999999\""),
+            (
+                "0-99999999999",
+                "bad CPU list at column 1: expected a range of at most the kernel's CPU count, found \"0-99999999999\"",
+            ),
         ];
         for (text, message) in cases {
             assert_eq!(parse_cpu_list(text).map_err(|e| e.to_string()), Err(message.to_string()), "{text:?}");
@@ -419,10 +430,10 @@ mod tests {
         );
         // v1 in a container without a cgroup namespace: the mount shows /docker/abc as its root.
         let container = "50 40 0:31 /docker/abc /sys/fs/cgroup/cpuset ro - cgroup cgroup rw,cpu,cpuset\n";
-        assert_eq!(paths("5:cpu,cpuset:/docker/abc/x\n", container), [
-            "/sys/fs/cgroup/cpuset/x/cpuset.cpus",
-            "/sys/fs/cgroup/cpuset/cpuset.cpus"
-        ]);
+        assert_eq!(
+            paths("5:cpu,cpuset:/docker/abc/x\n", container),
+            ["/sys/fs/cgroup/cpuset/x/cpuset.cpus", "/sys/fs/cgroup/cpuset/cpuset.cpus"]
+        );
         assert!(paths("garbage", mountinfo).is_empty());
     }
 

@@ -103,11 +103,11 @@ impl EngineLog {
         // `try_clone_to_owned` is F_DUPFD_CLOEXEC: children do not inherit the terminal.
         let stdout = dup(std::io::stdout().as_fd(), "fd 1".into())?;
         let stderr = File::from(dup(std::io::stderr().as_fd(), "fd 2".into())?);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|source| SysError::Io { action: "open", path: path.to_path_buf(), source })?;
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|source| SysError::Io {
+            action: "open",
+            path: path.to_path_buf(),
+            source,
+        })?;
         let _ = std::io::stdout().flush();
         dup2_stdout(&log).map_err(SysError::os("dup2 onto fd 1"))?;
         if let Err(e) = dup2_stderr(&log) {

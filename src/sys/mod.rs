@@ -28,7 +28,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-pub use affinity::{AffinityReset, AffinitySource, CpuListError, current_affinity, format_cpu_list, reset_cpu_affinity};
+pub use affinity::{
+    AffinityReset, AffinitySource, CpuListError, current_affinity, format_cpu_list, reset_cpu_affinity,
+};
 pub use capture::{EngineLog, Terminal, terminal, terminal_is_tty};
 pub use watch::{ExitCause, ProcessExit, ProcessWatch};
 

@@ -156,7 +156,8 @@ impl fmt::Debug for ProcessWatch {
 }
 
 fn open_pidfd(pid: i32) -> Result<OwnedFd, SysError> {
-    let errno = |e: rustix::io::Errno| SysError::Os { call: "pidfd_open", source: nix::Error::from_raw(e.raw_os_error()) };
+    let errno =
+        |e: rustix::io::Errno| SysError::Os { call: "pidfd_open", source: nix::Error::from_raw(e.raw_os_error()) };
     let pid = rustix::process::Pid::from_raw(pid).ok_or_else(|| errno(rustix::io::Errno::INVAL))?;
     rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).map_err(errno)
 }
@@ -164,7 +165,7 @@ fn open_pidfd(pid: i32) -> Result<OwnedFd, SysError> {
 struct Watched {
     pidfd: OwnedFd,
     name: String,
-    /// Our parent at discovery, to explain an unreadable status.
+    /// Its parent at discovery, to explain an unreadable status once it is gone from /proc.
     ppid: i32,
 }
 
@@ -286,12 +287,11 @@ fn collect(pid: i32, watched: Watched) -> ProcessExit {
         Ok(WaitStatus::Exited(_, code)) => ExitCause::Exited(code),
         Ok(WaitStatus::Signaled(_, signal, core_dumped)) => ExitCause::Killed { signal: signal as i32, core_dumped },
         Ok(other) => ExitCause::Unknown(format!("unexpected wait status {other:?}")),
-        Err(nix::Error::ECHILD) if watched.ppid == std::process::id() as i32 => {
-            ExitCause::Unknown("status already collected".into())
-        }
-        Err(nix::Error::ECHILD) => {
-            ExitCause::Unknown(format!("status unknown: its parent, pid {}, is not batchlab", watched.ppid))
-        }
+        // Not our child (now: a subreaper adopts orphans, so the parent may have changed).
+        Err(nix::Error::ECHILD) => match read_proc_entry(pid).map(|e| e.ppid).unwrap_or(watched.ppid) {
+            ppid if ppid == std::process::id() as i32 => ExitCause::Unknown("status already collected".into()),
+            ppid => ExitCause::Unknown(format!("status unknown: its parent, pid {ppid}, is not batchlab")),
+        },
         Err(e) => ExitCause::Unknown(format!("status unknown: waitid failed: {e}")),
     };
     ProcessExit { pid: pid as u32, name: watched.name, status: cause.to_string(), cause }
@@ -392,11 +392,8 @@ mod tests {
     #[test]
     fn a_killed_grandchild_is_reported() {
         let _lock = process_test_lock();
-        let mut child = Command::new("sh")
-            .args(["-c", "sleep 30 & echo $!; wait"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("sh");
+        let mut child =
+            Command::new("sh").args(["-c", "sleep 30 & echo $!; wait"]).stdout(Stdio::piped()).spawn().expect("sh");
         let mut line = String::new();
         std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("the pid");
         let grandchild: u32 = line.trim().parse().expect("a pid");

@@ -69,7 +69,7 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, CpuListError> {
                     return Err(bad(0, "a range whose end is not below its start", part));
                 }
                 if last - first >= CpuSet::count() {
-                    return Err(bad(0, "a range of at most the kernel's CPU count", part));
+                    return Err(bad(0, "a range no wider than a CPU mask holds", part));
                 }
                 cpus.extend(first..=last);
             }
@@ -366,7 +366,7 @@ mod tests {
             ("-1", "bad CPU list at column 1: expected a CPU number, found \"\""),
             (
                 "0-99999999999",
-                "bad CPU list at column 1: expected a range of at most the kernel's CPU count, found \"0-99999999999\"",
+                "bad CPU list at column 1: expected a range no wider than a CPU mask holds, found \"0-99999999999\"",
             ),
         ];
         for (text, message) in cases {

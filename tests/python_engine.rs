@@ -147,6 +147,14 @@ mod with_python {
                     .into()
             ))
         );
+        assert_eq!(
+            run_bad("ForeignClock", &[]),
+            Err(EngineError::Start(
+                "bad_engines:ForeignClock.start() says clock = \"foreign\" but the engine is configured with \
+                 clock = \"monotonic\": set `engine.python.clock = \"foreign\"`"
+                    .into()
+            ))
+        );
         let marker = std::env::temp_dir().join(format!("batchlab-start-fails-{}", std::process::id()));
         let _ = std::fs::remove_file(&marker);
         let failed = run_bad("StartFails", &[("marker", marker.to_str().unwrap())]).unwrap_err().to_string();

@@ -13,6 +13,7 @@ use super::plan::*;
 use super::reader::{Cx, Field, Low, Tbl, join};
 use super::schema;
 use crate::batcher::BatchConfig;
+use crate::engine::ClockDomain;
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::sim::{CostModel, FaultTrigger, Faults, TimeMode};
@@ -233,6 +234,9 @@ fn lower_python(
     };
     plan.path = cx.string(t, "path").map(beside);
     plan.venv = cx.string(t, "venv").map(beside);
+    if cx.choice(t, "clock", &["monotonic", "foreign"]) == Some("foreign") {
+        plan.clock = ClockDomain::Foreign;
+    }
     plan.args = free_form(cx, t, "args");
     if let Some(field) = cx.field(t, "env") {
         match field.node.table_like() {

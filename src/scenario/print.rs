@@ -76,6 +76,7 @@ pub fn to_toml(plan: &Plan) -> String {
             if let Some(venv) = &p.venv {
                 t["venv"] = value(venv.to_string_lossy().as_ref());
             }
+            t["clock"] = value(if p.clock == crate::engine::ClockDomain::Foreign { "foreign" } else { "monotonic" });
             if !p.args.is_empty() {
                 t["args"] = json_table(&p.args);
             }

@@ -45,7 +45,7 @@ pub(crate) const VLLM: &[&str] = &[
     "disable_log_stats",
     "engine_args",
 ];
-pub(crate) const PYTHON: &[&str] = &["class", "path", "venv", "args", "env"];
+pub(crate) const PYTHON: &[&str] = &["class", "path", "venv", "clock", "args", "env"];
 pub(crate) const BATCHING: &[&str] = &["batch_size", "batch_timeout", "generate_timeout"];
 pub(crate) const WORKLOAD: &[&str] = &[
     "source",

@@ -142,7 +142,7 @@ ttft_p99_ms = "<= 50.5"
             let EnginePlan::Python(py) = &p.engine else { panic!() };
             assert_eq!((py.module.as_str(), py.class.as_str()), ("engines.echo", "Echo"));
             assert_eq!(py.path, Some(manifest_dir().join("engines")), "relative to the scenario's directory");
-            assert_eq!(py.venv, None);
+            assert_eq!((py.venv.as_ref(), py.clock), (None, crate::engine::ClockDomain::Monotonic));
             assert_eq!(serde_json::Value::Object(py.args.clone()), serde_json::json!({"model": "m", "threads": 1}));
             assert_eq!(py.env.get("OMP_NUM_THREADS").map(String::as_str), Some("1"));
         },
@@ -471,9 +471,15 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
         proptest::option::of("/[a-z]{1,8}"),
         python_args,
         proptest::collection::btree_map("[A-Z_]{1,8}", "[ -~]{0,8}", 0..3),
+        any::<bool>(),
     )
-        .prop_map(|(module, class, path, venv, args, env)| {
+        .prop_map(|(module, class, path, venv, args, env, foreign)| {
             EnginePlan::Python(PythonConfig {
+                clock: if foreign {
+                    crate::engine::ClockDomain::Foreign
+                } else {
+                    crate::engine::ClockDomain::Monotonic
+                },
                 path: path.map(PathBuf::from),
                 venv: venv.map(PathBuf::from),
                 args: args.into_iter().collect(),

@@ -11,7 +11,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyModule, PyString, Py
 
 use super::output::{Plain, map_info, map_outputs};
 use super::{BUILT_IN_MODULES, PythonConfig};
-use crate::engine::{ClockDomain, EngineError, EngineInfo, EngineOutput, EngineRequest, Prompt};
+use crate::engine::{EngineError, EngineInfo, EngineOutput, EngineRequest, Prompt};
 
 /// Checks the venv, installs the built-in modules and imports classes (`bootstrap.py`).
 const BOOTSTRAP: &str = include_str!("bootstrap.py");
@@ -32,7 +32,7 @@ impl Session {
         env: &[(String, String)],
         config: &PythonConfig,
         path: Option<String>,
-    ) -> Result<(Session, EngineInfo, ClockDomain), EngineError> {
+    ) -> Result<(Session, EngineInfo), EngineError> {
         let class = config.class_spec();
         initialize(venv, env).map_err(EngineError::Start)?;
         let args = serde_json::to_string(&config.args).map_err(|e| EngineError::Start(e.to_string()))?;
@@ -73,8 +73,8 @@ impl Session {
             Ok((object.unbind(), info))
         })?;
         let session = Session { object, class };
-        match map_info(&session.class, &info) {
-            Ok((info, clock)) => Ok((session, info, clock)),
+        match map_info(&session.class, &info, config.clock) {
+            Ok(info) => Ok((session, info)),
             Err(message) => {
                 Python::attach(|py| shutdown_after_failed_start(session.object.bind(py), &session.class));
                 Err(EngineError::Start(message))

@@ -87,6 +87,9 @@ pub struct PythonConfig {
     /// Environment variables set before the interpreter starts (on top of [`BASE_ENVIRONMENT`]);
     /// a value already in batchlab's environment wins.
     pub env: BTreeMap<String, String>,
+    /// The clock of the object's `*_ts` fields. Known before the engine starts, because the run
+    /// is set up before; a `clock` in `start()`'s info must agree with it.
+    pub clock: ClockDomain,
 }
 
 impl PythonConfig {
@@ -99,6 +102,7 @@ impl PythonConfig {
             args: serde_json::Map::new(),
             venv: None,
             env: BTreeMap::new(),
+            clock: ClockDomain::Monotonic,
         }
     }
 
@@ -127,8 +131,6 @@ pub struct PythonEngine {
     config: PythonConfig,
     #[cfg(feature = "vllm")]
     session: Option<interpreter::Session>,
-    #[cfg(feature = "vllm")]
-    clock: ClockDomain,
 }
 
 impl PythonEngine {
@@ -138,8 +140,6 @@ impl PythonEngine {
             config,
             #[cfg(feature = "vllm")]
             session: None,
-            #[cfg(feature = "vllm")]
-            clock: ClockDomain::Monotonic,
         }
     }
 
@@ -209,9 +209,8 @@ impl Engine for PythonEngine {
         Self::check_venv(&venv)?;
         let env = self.environment();
         let path = self.config.path.as_deref().map(path_of);
-        let (session, info, clock) = interpreter::Session::start(&venv, &env, &self.config, path)?;
+        let (session, info) = interpreter::Session::start(&venv, &env, &self.config, path)?;
         self.session = Some(session);
-        self.clock = clock;
         Ok(info)
     }
 
@@ -241,12 +240,9 @@ impl Engine for PythonEngine {
         Ok(())
     }
 
-    /// What `start()`'s info said (`clock`), monotonic by default.
+    /// [`PythonConfig::clock`].
     fn clock_domain(&self) -> ClockDomain {
-        #[cfg(feature = "vllm")]
-        return self.clock;
-        #[cfg(not(feature = "vllm"))]
-        ClockDomain::Monotonic
+        self.config.clock
     }
 }
 

@@ -136,9 +136,9 @@ fn did_you_mean<'k>(found: &str, known: &[&'k str]) -> Option<&'k str> {
         .map(|(_, k)| k)
 }
 
-/// `start()`'s dict: `name` and `version` (str), `clock` (`"monotonic"`, the default, or
-/// `"foreign"`).
-pub(crate) fn map_info(class: &str, info: &Plain) -> Result<(EngineInfo, ClockDomain), String> {
+/// `start()`'s dict: `name` and `version` (str), and optionally `clock` (`"monotonic"` or
+/// `"foreign"`), which must agree with the configured `clock`.
+pub(crate) fn map_info(class: &str, info: &Plain, configured: ClockDomain) -> Result<EngineInfo, String> {
     let fail = |message: String| format!("{class}.start() returned a bad info dict: {message}");
     let fields = Fields::new(info, INFO_FIELDS).map_err(fail)?;
     let required = |key: &str| match fields.string(key) {
@@ -149,11 +149,26 @@ pub(crate) fn map_info(class: &str, info: &Plain) -> Result<(EngineInfo, ClockDo
     let name = required("name")?;
     let version = required("version")?;
     let clock = match fields.string("clock").map_err(fail)?.as_deref() {
-        None | Some("monotonic") => ClockDomain::Monotonic,
+        None => configured,
+        Some("monotonic") => ClockDomain::Monotonic,
         Some("foreign") => ClockDomain::Foreign,
         Some(other) => return Err(fail(format!("`clock` must be \"monotonic\" or \"foreign\", found '{other}'"))),
     };
-    Ok((EngineInfo { name, version }, clock))
+    if clock != configured {
+        let (says, set) = (clock_name(clock), clock_name(configured));
+        return Err(format!(
+            "{class}.start() says clock = \"{says}\" but the engine is configured with clock = \"{set}\": set \
+             `engine.python.clock = \"{says}\"`"
+        ));
+    }
+    Ok(EngineInfo { name, version })
+}
+
+fn clock_name(clock: ClockDomain) -> &'static str {
+    match clock {
+        ClockDomain::Monotonic => "monotonic",
+        ClockDomain::Foreign => "foreign",
+    }
 }
 
 /// `generate()`'s list: one dict per request, in any order when every one has `request_id`.
@@ -371,13 +386,18 @@ mod tests {
 
     #[test]
     fn info_needs_a_name_and_a_version_and_may_name_its_clock() {
-        let info = |items: &[(&str, Plain)]| map_info("m:C", &dict(items));
+        let info = |items: &[(&str, Plain)]| map_info("m:C", &dict(items), ClockDomain::Monotonic);
         let s = |v: &str| Plain::Str(v.into());
         let echo = EngineInfo { name: "echo".into(), version: "1".into() };
-        assert_eq!(info(&[("name", s("echo")), ("version", s("1"))]), Ok((echo.clone(), ClockDomain::Monotonic)));
+        assert_eq!(info(&[("name", s("echo")), ("version", s("1"))]), Ok(echo.clone()));
+        assert_eq!(info(&[("name", s("echo")), ("version", s("1")), ("clock", s("monotonic"))]), Ok(echo.clone()));
+        let foreign = [("name", s("echo")), ("version", s("1")), ("clock", s("foreign"))];
+        assert_eq!(map_info("m:C", &dict(&foreign), ClockDomain::Foreign), Ok(echo));
         assert_eq!(
-            info(&[("name", s("echo")), ("version", s("1")), ("clock", s("foreign"))]),
-            Ok((echo, ClockDomain::Foreign))
+            info(&foreign),
+            Err("m:C.start() says clock = \"foreign\" but the engine is configured with clock = \"monotonic\": \
+                 set `engine.python.clock = \"foreign\"`"
+                .into())
         );
         for (items, message) in [
             (vec![("version", s("1"))], "`name` is missing: it must be a non-empty str"),
@@ -394,7 +414,7 @@ mod tests {
             assert_eq!(info(&items), Err(format!("m:C.start() returned a bad info dict: {message}")));
         }
         assert_eq!(
-            map_info("m:C", &Plain::None),
+            map_info("m:C", &Plain::None, ClockDomain::Monotonic),
             Err("m:C.start() returned a bad info dict: expected a dict, found None".into())
         );
     }

@@ -92,6 +92,10 @@ fn init_logging() {
             let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
             tracing::warn!(thread = thread.name().unwrap_or("unnamed"), "panic: {message}{location}");
         }));
+    } else {
+        // The full report, printed with the progress bars out of its way.
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| batchlab::run::progress::suspend(|| default(info))));
     }
 }
 

@@ -726,21 +726,45 @@ pub struct LogWriter;
 
 impl Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let write = || {
+        suspend(|| {
             let mut out = terminal();
             out.write_all(buf)?;
             out.flush()
-        };
-        match active_bars() {
-            Some(multi) => multi.suspend(write)?,
-            None => write()?,
-        }
+        })?;
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         terminal().flush()
     }
+}
+
+/// Runs `f` with the active display's bars hidden, then redraws them: for anything that writes
+/// to the terminal itself (log lines, a panic hook that prints).
+///
+/// `indicatif` does not draw from a panicking thread, so there the bars are hidden by a helper
+/// thread that holds them off until `f` is done.
+pub fn suspend<R>(f: impl FnOnce() -> R) -> R {
+    let Some(multi) = active_bars() else { return f() };
+    if !std::thread::panicking() {
+        return multi.suspend(f);
+    }
+    let (hidden_tx, hidden_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let helper = std::thread::Builder::new().spawn_scoped(scope, move || {
+            multi.suspend(|| {
+                let _ = hidden_tx.send(());
+                let _ = done_rx.recv();
+            })
+        });
+        if helper.is_ok() {
+            let _ = hidden_rx.recv();
+        }
+        let r = f();
+        drop(done_tx);
+        r
+    })
 }
 
 impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {

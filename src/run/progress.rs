@@ -151,11 +151,8 @@ fn style(template: &'static str) -> ProgressStyle {
 
 /// The bar's ETA, or `?` until there is a rate to estimate it from.
 fn eta(state: &indicatif::ProgressState, out: &mut dyn std::fmt::Write) {
-    let _ = if state.pos() == 0 {
-        out.write_str("?")
-    } else {
-        write!(out, "{:#}", indicatif::HumanDuration(state.eta()))
-    };
+    let _ =
+        if state.pos() == 0 { out.write_str("?") } else { write!(out, "{:#}", indicatif::HumanDuration(state.eta())) };
 }
 
 struct Styles {
@@ -318,7 +315,8 @@ impl Bars {
         match &self.spinner {
             Some(s) => s.set_message(step.to_string()),
             None => {
-                let s = ProgressBar::new_spinner().with_style(self.styles.spinner.clone()).with_message(step.to_string());
+                let s =
+                    ProgressBar::new_spinner().with_style(self.styles.spinner.clone()).with_message(step.to_string());
                 let s = self.add(s);
                 s.tick();
                 self.spinner = Some(s);
@@ -398,7 +396,7 @@ struct Lines {
 enum Output {
     Off,
     Plain(Lines),
-    Terminal(Bars),
+    Terminal(Box<Bars>),
 }
 
 /// What [`Progress`] and the [`EngineStepLayer`] draw on.
@@ -524,19 +522,28 @@ impl Progress {
                     #[cfg(test)]
                     Target::Memory(term) => ProgressDrawTarget::term_like(Box::new(term)),
                 };
-                Output::Terminal(Bars {
+                Output::Terminal(Box::new(Bars {
                     multi: MultiProgress::with_draw_target(draw_target),
                     styles: Styles::new(),
                     tick,
                     all: Vec::new(),
                     spinner: None,
                     current: None,
-                })
+                }))
             }
         };
         let started = clock.now();
         let display = Arc::new(Mutex::new(Display { clock: clock.clone(), started, output }));
-        Progress { mode, clock, display, active_id: None, drawn: None, next_draw: started, draws: 0, legacy: LegacyCalls::default() }
+        Progress {
+            mode,
+            clock,
+            display,
+            active_id: None,
+            drawn: None,
+            next_draw: started,
+            draws: 0,
+            legacy: LegacyCalls::default(),
+        }
     }
 
     /// Makes this the display that engine steps and log lines go to.

@@ -255,6 +255,7 @@ fn off_draws_nothing() {
 
 #[test]
 fn engine_step_events_reach_the_active_spinner() {
+    let _turn = lock(&ACTIVE_TESTS);
     let (mut p, term, _clock) = terminal_display(100);
     p.activate();
     let subscriber = tracing_subscriber::registry().with(EngineStepLayer);
@@ -295,4 +296,37 @@ fn legacy_phase_and_update_map_onto_the_new_calls() {
     [    6.0s] done b (#2): 0 requests, 0 errors
     [    6.0s] stopping engine
     ");
+}
+
+/// Tests that make a display the active one take turns.
+static ACTIVE_TESTS: Mutex<()> = Mutex::new(());
+
+#[test]
+fn log_lines_are_written_with_the_bars_hidden_then_the_bars_come_back() {
+    let _turn = lock(&ACTIVE_TESTS);
+    let (mut p, term, _clock) = terminal_display(140);
+    p.activate();
+    p.status(&measuring(10));
+    let bars = term.contents();
+    assert!(bars.starts_with("measuring throughput"), "{bars}");
+    let during = suspend(|| term.contents());
+    assert_eq!(during, "", "hidden while a log line is written");
+    assert_eq!(term.contents(), bars, "redrawn after it");
+
+    // From a panicking thread too (a panic hook that prints), where indicatif itself does not draw.
+    struct DuringUnwind(InMemoryTerm, Arc<Mutex<Option<String>>>);
+    impl Drop for DuringUnwind {
+        fn drop(&mut self) {
+            *lock(&self.1) = Some(suspend(|| self.0.contents()));
+        }
+    }
+    let seen = Arc::new(Mutex::new(None));
+    let (t, s) = (term.clone(), seen.clone());
+    let _ = std::thread::spawn(move || {
+        let _guard = DuringUnwind(t, s);
+        std::panic::resume_unwind(Box::new("unwinding on purpose"));
+    })
+    .join();
+    assert_eq!(lock(&seen).as_deref(), Some(""));
+    assert_eq!(term.contents(), bars);
 }

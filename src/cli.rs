@@ -61,7 +61,6 @@ enum Command {
 }
 
 fn init_logging() {
-    use std::io::IsTerminal;
     use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -72,7 +71,7 @@ fn init_logging() {
     let not_engine_steps = filter_fn(|m| m.target() != ENGINE_STEP_TARGET);
     let log = fmt::layer()
         .with_writer(LogWriter)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(batchlab::sys::terminal_is_tty())
         .with_target(false)
         .with_filter(filter.and(not_engine_steps));
     let engine_steps =
@@ -105,6 +104,8 @@ const REAP_GRACE: Duration = Duration::from_secs(5);
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    // Before the tokio runtime, the engine or any other thread: all of them inherit the mask.
+    batchlab::sys::reset_cpu_affinity();
     batchlab::sys::become_subreaper();
     // Every way out (return, error, panic) goes through here: no engine process outlives us.
     let code = std::panic::catch_unwind(|| real_main(cli));

@@ -19,11 +19,11 @@
 //! display. Log lines are written through [`LogWriter`], above the bars, so the two never garble
 //! each other.
 //!
-//! All display output goes through one function, [`terminal`]: it writes to stderr, and it is the
-//! one place to change when stderr is redirected (to keep the engine's noise in a log file).
+//! All display output goes through one function, [`terminal`]: the stderr batchlab started with,
+//! also while the engine's fds 1 and 2 are captured to its log (see [`crate::sys::capture`]).
 
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -45,13 +45,15 @@ pub const PLAIN_INTERVAL: Duration = Duration::from_secs(5);
 /// How often spinners and bars redraw on their own (the elapsed time and ETA move on).
 const TICK: Duration = Duration::from_millis(100);
 
-/// Where all display output goes (bars, plain lines, log lines): stderr today. It is called for
-/// every write and never kept, so a change of what it returns takes effect at once.
+/// Where all display output goes (bars, plain lines, log lines): [`crate::sys::terminal`], the
+/// stderr batchlab started with, also while the engine's output is captured to its log. It is
+/// called for every write and never kept.
 fn terminal() -> impl Write {
-    std::io::stderr()
+    crate::sys::terminal()
 }
 
-/// The (rows, columns) of the terminal that [`terminal`] writes to.
+/// The (rows, columns) of the terminal, read from fd 2: a display is created before the engine
+/// starts, and so before a capture moves fd 2 to the engine's log.
 fn terminal_size() -> (u16, u16) {
     console::Term::stderr().size_checked().unwrap_or((24, 80))
 }
@@ -70,7 +72,7 @@ impl ProgressMode {
     pub fn detect(quiet: bool) -> Self {
         if quiet {
             ProgressMode::Off
-        } else if std::io::stderr().is_terminal() && !console::is_dumb() {
+        } else if crate::sys::terminal_is_tty() && !console::is_dumb() {
             ProgressMode::Terminal
         } else {
             ProgressMode::Plain

@@ -127,7 +127,8 @@ pub(crate) mod tests {
     #[test]
     fn new_serializes_the_plan_and_checks_its_expectations() {
         use crate::batcher::BatchConfig;
-        use crate::engine::sim::{CostModel, Faults, TimeMode};
+        use crate::engine::faults::Faults;
+        use crate::engine::sim::{CostModel, TimeMode};
         use crate::scenario::plan::{EnginePlan, OutputPlan, ProfilePlan, SimPlan, StopPlan, TokenDist, WorkloadPlan};
         let plan = Plan {
             name: "plan".into(),
@@ -137,7 +138,6 @@ pub(crate) mod tests {
                 time: TimeMode::default(),
                 seed: 1,
                 cost: CostModel::default(),
-                faults: Faults::default(),
             }),
             batching: BatchConfig::default(),
             workload: WorkloadPlan::Synthetic {
@@ -153,6 +153,7 @@ pub(crate) mod tests {
             stop: StopPlan::default(),
             warmup: None,
             cooldown: None,
+            faults: Faults::default(),
             expect: vec![Expectation {
                 metric: "lost".into(),
                 op: Comparison::Eq,

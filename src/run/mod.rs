@@ -5,6 +5,8 @@
 //! runs on the single-threaded [`virtual_driver`] (deterministic, byte-identical reports for a
 //! seed); everything in real time runs on the tokio [`realtime`] driver over the threaded batcher.
 //! The engine is loaded before the first step's clock starts, so cold start is never measured.
+//! Every engine runs inside a [`FaultyEngine`] with the plan's `[faults]` (a plain pass-through
+//! when there are none), seeded with the engine's seed.
 
 pub mod progress;
 mod realtime;
@@ -19,6 +21,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::engine::sim::{SimConfig, SimEngine, TimeMode};
+use crate::engine::faults::FaultyEngine;
 use crate::engine::{EngineError, EngineInfo};
 use crate::load::{LoadError, Workload};
 use crate::report::{BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_json};
@@ -91,7 +94,7 @@ pub async fn run(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunErro
     let mut progress = Progress::new(options.progress);
     let result = match &plan.engine {
         EnginePlan::Sim(sim) => {
-            let config = SimConfig { seed: sim.seed, cost: sim.cost.clone(), faults: sim.faults.clone() };
+            let config = SimConfig { seed: sim.seed, cost: sim.cost.clone() };
             match sim.time {
                 TimeMode::Virtual => {
                     let plan = plan.clone();
@@ -108,6 +111,7 @@ pub async fn run(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunErro
                 }
                 TimeMode::Real => {
                     let engine = SimEngine::new(config, Arc::new(MonotonicClock));
+                    let engine = FaultyEngine::new(engine, plan.faults.clone(), sim.seed, Arc::new(MonotonicClock));
                     realtime::run(plan, engine, &workload, &mut jsonl, &mut progress, options.interrupt.clone()).await?
                 }
             }
@@ -116,6 +120,7 @@ pub async fn run(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunErro
             #[cfg(feature = "vllm")]
             {
                 let engine = crate::engine::vllm::VllmEngine::new(v.clone());
+                let engine = FaultyEngine::new(engine, plan.faults.clone(), v.seed, Arc::new(MonotonicClock));
                 realtime::run(plan, engine, &workload, &mut jsonl, &mut progress, options.interrupt.clone()).await?
             }
             #[cfg(not(feature = "vllm"))]

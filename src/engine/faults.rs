@@ -134,6 +134,19 @@ pub enum FaultValue {
     Process(Option<ProcessFault>),
 }
 
+impl FaultValue {
+    /// The value type's name, as docs/scenarios.md writes it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            FaultValue::Trigger(_) => "trigger",
+            FaultValue::Factor(_) => "number >= 1",
+            FaultValue::Duration(_) => "duration",
+            FaultValue::Flag(_) => "boolean",
+            FaultValue::Process(_) => "process fault",
+        }
+    }
+}
+
 /// One `[faults]` key: the single definition the schema, printer, builder and docs check use.
 pub struct FaultKey {
     pub name: &'static str,
@@ -164,19 +177,34 @@ macro_rules! fault_key {
 
 /// Every `[faults]` key, in the order the printer writes them.
 pub const FAULT_KEYS: &[FaultKey] = &[
-    fault_key!(fail_batch, Batch, Trigger, "the batch fails with an engine error"),
+    fault_key!(fail_batch, Batch, Trigger, "the batch fails with an engine error (the engine is not called)"),
     fault_key!(short_output, Batch, Trigger, "one output fewer than requests"),
     fault_key!(extra_output, Batch, Trigger, "one output more than requests"),
     fault_key!(wrong_id, Batch, Trigger, "an output carries an id not in the batch"),
     fault_key!(panic, Batch, Trigger, "generate panics"),
-    fault_key!(slow, Batch, Trigger, "generate returns `slow_factor` times later than the engine took"),
+    fault_key!(
+        slow,
+        Batch,
+        Trigger,
+        "generate returns `slow_factor` times later than the engine took (its outputs and timestamps are the engine's)"
+    ),
     fault_key!(slow_factor, Batch, Factor, "how much later a slow generate returns"),
     fault_key!(hang, Batch, Trigger, "generate blocks for `hang_for`, then fails (the engine is not called)"),
     fault_key!(hang_for, Batch, Duration, "how long a hung generate blocks; set `batching.generate_timeout` to catch it"),
     fault_key!(start_fails, Start, Flag, "the engine never starts"),
     fault_key!(start_delay, Start, Duration, "start takes this much longer"),
-    fault_key!(kill_engine, Process, Process, "SIGKILL vLLM's EngineCore ~200 ms into generate `after_batches + 1`"),
-    fault_key!(kill_worker, Process, Process, "SIGKILL a vLLM worker ~200 ms into generate `after_batches + 1`"),
+    fault_key!(
+        kill_engine,
+        Process,
+        Process,
+        "SIGKILL vLLM's `VLLM::EngineCore` process ~200 ms into generate `after_batches + 1`"
+    ),
+    fault_key!(
+        kill_worker,
+        Process,
+        Process,
+        "SIGKILL a `VLLM::Worker…` process ~200 ms into generate `after_batches + 1` (vLLM's multiprocess executor only)"
+    ),
 ];
 
 /// The keys a process fault's table takes.

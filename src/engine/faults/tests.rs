@@ -135,3 +135,25 @@ fn process_targets_match_vllm_argv0() {
     assert!(!process::Target::EngineCore.matches("VLLM::Worker"));
     assert!(!process::Target::Worker.matches("python3"));
 }
+
+/// docs/scenarios.md's `[faults]` table documents exactly the table's keys, in its order, with
+/// its types and doc lines.
+#[test]
+fn docs_document_exactly_the_fault_keys() {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/scenarios.md")).expect("docs");
+    let section = docs.split("\n## `[faults]`").nth(1).expect("a [faults] section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let rows: Vec<(String, String, String)> = section
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.trim().trim_matches('|').split(" | ").map(str::trim).collect();
+            let name = cells.first()?.strip_prefix('`')?.strip_suffix('`')?;
+            Some((name.to_owned(), cells.get(1)?.to_string(), cells.get(3)?.to_string()))
+        })
+        .collect();
+    let expected: Vec<(String, String, String)> = FAULT_KEYS
+        .iter()
+        .map(|k| (k.name.to_owned(), (k.get)(&Faults::default()).type_name().to_owned(), k.doc.to_owned()))
+        .collect();
+    assert_eq!(rows, expected);
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use batchlab::batcher::virtual_time::VirtualDriver;
 use batchlab::batcher::{BatchConfig, Batcher, RequestError, State};
-use batchlab::engine::faults::{FaultTrigger, FaultyEngine, Faults};
+use batchlab::engine::faults::{FaultTrigger, Faults, FaultyEngine};
 use batchlab::engine::sim::{CostModel, SimConfig, SimEngine};
 use batchlab::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
 use batchlab::time::MonotonicClock;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use batchlab::batcher::virtual_time::VirtualDriver;
 use batchlab::batcher::{BatchConfig, Event};
 use batchlab::engine::EngineRequest;
-use batchlab::engine::faults::{FaultTrigger, FaultyEngine, Faults};
+use batchlab::engine::faults::{FaultTrigger, Faults, FaultyEngine};
 use batchlab::engine::sim::{CostModel, SimConfig, SimEngine};
 use batchlab::time::VirtualClock;
 

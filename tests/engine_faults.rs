@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use batchlab::engine::faults::{FaultTrigger, FaultyEngine, Faults, ProcessFault};
+use batchlab::engine::faults::{FaultTrigger, Faults, FaultyEngine, ProcessFault};
 use batchlab::engine::sim::{CostModel, SimConfig, SimEngine};
 use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
 use batchlab::time::MonotonicClock;
@@ -97,7 +97,8 @@ fn batch_faults_are_injected(make: &dyn Fn() -> Box<dyn Engine>) {
     assert!(matches!(r, Err(EngineError::Generate(m)) if m.contains("injected hang")));
     assert!(took >= hang_for, "hang took {took:?}");
 
-    let (r, took) = generate_once(make(), Faults { slow: FaultTrigger::every(1), slow_factor: 3.0, ..Faults::default() });
+    let (r, took) =
+        generate_once(make(), Faults { slow: FaultTrigger::every(1), slow_factor: 3.0, ..Faults::default() });
     assert_eq!(r.expect("slow").len(), 4);
     assert!(took >= WORK * 3, "slow took {took:?}, the engine at least {WORK:?}");
 

@@ -190,7 +190,12 @@ pub const FAULT_KEYS: &[FaultKey] = &[
     ),
     fault_key!(slow_factor, Batch, Factor, "how much later a slow generate returns"),
     fault_key!(hang, Batch, Trigger, "generate blocks for `hang_for`, then fails (the engine is not called)"),
-    fault_key!(hang_for, Batch, Duration, "how long a hung generate blocks; set `batching.generate_timeout` to catch it"),
+    fault_key!(
+        hang_for,
+        Batch,
+        Duration,
+        "how long a hung generate blocks; set `batching.generate_timeout` to catch it"
+    ),
     fault_key!(start_fails, Start, Flag, "the engine never starts"),
     fault_key!(start_delay, Start, Duration, "start takes this much longer"),
     fault_key!(
@@ -214,7 +219,11 @@ pub const TRIGGER_KEYS: &[&str] = &["every", "probability"];
 
 static NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| FAULT_KEYS.iter().map(|k| k.name).collect());
 static TRIGGER_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
-    FAULT_KEYS.iter().filter(|k| matches!((k.get)(&Faults::default()), FaultValue::Trigger(_))).map(|k| k.name).collect()
+    FAULT_KEYS
+        .iter()
+        .filter(|k| matches!((k.get)(&Faults::default()), FaultValue::Trigger(_)))
+        .map(|k| k.name)
+        .collect()
 });
 
 /// Every `[faults]` key name, in table order.
@@ -295,7 +304,10 @@ impl<E: Engine> FaultyEngine<E> {
 
     /// Starts the helper threads of process faults due on this call.
     fn schedule_kills(&self, call: u64) {
-        let due = [(self.faults.kill_engine, process::Target::EngineCore), (self.faults.kill_worker, process::Target::Worker)];
+        let due = [
+            (self.faults.kill_engine, process::Target::EngineCore),
+            (self.faults.kill_worker, process::Target::Worker),
+        ];
         for (fault, target) in due {
             if fault.is_some_and(|f| f.after_batches.checked_add(1) == Some(call)) {
                 process::kill_later(target, KILL_DELAY);

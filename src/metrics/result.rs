@@ -235,7 +235,9 @@ mod tests {
     #[test]
     fn unknown_names_resolve_to_nothing() {
         let r = crate::metrics::aggregate::tests::sample_result();
-        for name in ["", "latency", "latency_ms", "latency_p42_ms", "bogus_p50_ms", "p50_ms", "ttft_p99", "errors_bogus"] {
+        for name in
+            ["", "latency", "latency_ms", "latency_p42_ms", "bogus_p50_ms", "p50_ms", "ttft_p99", "errors_bogus"]
+        {
             assert_eq!(r.metric(name), None, "{name}");
             assert!(!is_metric_name(name), "{name}");
         }

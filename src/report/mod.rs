@@ -134,11 +134,7 @@ pub(crate) mod tests {
             name: "plan".into(),
             description: None,
             seed: 42,
-            engine: EnginePlan::Sim(SimPlan {
-                time: TimeMode::default(),
-                seed: 1,
-                cost: CostModel::default(),
-            }),
+            engine: EnginePlan::Sim(SimPlan { time: TimeMode::default(), seed: 1, cost: CostModel::default() }),
             batching: BatchConfig::default(),
             workload: WorkloadPlan::Synthetic {
                 prompt_tokens: TokenDist::Fixed { value: 16 },

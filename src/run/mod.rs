@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::engine::sim::{SimConfig, SimEngine, TimeMode};
 use crate::engine::faults::FaultyEngine;
+use crate::engine::sim::{SimConfig, SimEngine, TimeMode};
 use crate::engine::{EngineError, EngineInfo};
 use crate::load::{LoadError, Workload};
 use crate::report::{BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_json};

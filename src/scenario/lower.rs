@@ -74,7 +74,21 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     let expect = lower_expect(cx, top);
     let output = lower_output(cx, top);
 
-    Plan { name, description, seed, engine, batching, workload, profile, stop, warmup, cooldown, faults, expect, output }
+    Plan {
+        name,
+        description,
+        seed,
+        engine,
+        batching,
+        workload,
+        profile,
+        stop,
+        warmup,
+        cooldown,
+        faults,
+        expect,
+        output,
+    }
 }
 
 fn lower_engine(cx: &mut Cx, top: Tbl, seed: u64, ctx: &Context) -> EnginePlan {
@@ -105,7 +119,8 @@ fn lower_engine(cx: &mut Cx, top: Tbl, seed: u64, ctx: &Context) -> EnginePlan {
         );
     }
     let defaults = CostModel::default();
-    let mut plan = SimPlan { time: TimeMode::Virtual, seed: derive_seed(seed, seed_stream::SIM), cost: defaults.clone() };
+    let mut plan =
+        SimPlan { time: TimeMode::Virtual, seed: derive_seed(seed, seed_stream::SIM), cost: defaults.clone() };
     if let Some(t) = sim {
         if cx.choice(t, "time", &["virtual", "real"]) == Some("real") {
             plan.time = TimeMode::Real;

@@ -84,8 +84,7 @@ fn slow_returns_factor_times_later_with_the_engines_own_timestamps() {
     let took = clock.now().saturating_since(t0);
     assert!(took > Duration::ZERO);
 
-    let (mut slow, clock) =
-        engine(Faults { slow: FaultTrigger::every(1), slow_factor: 4.0, ..Faults::default() });
+    let (mut slow, clock) = engine(Faults { slow: FaultTrigger::every(1), slow_factor: 4.0, ..Faults::default() });
     let t0 = clock.now();
     let late = slow.generate(&batch(2)).expect("generate");
     assert_eq!(clock.now().saturating_since(t0), took * 4);

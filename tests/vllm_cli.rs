@@ -237,28 +237,38 @@ fn batch_faults_around_the_real_engine() {
 
 /// The whole scenario: the EngineCore is SIGKILLed mid-generate. batchlab fails the in-flight
 /// batch and every queued request as `engine_died`, writes an incomplete report and exits 1,
-/// with no request lost and no process left. Needs the engine-death detection of issue 9.
+/// with no request lost and no process left. Then the same with a worker killed instead. Needs
+/// the engine-death detection of issue 9.
 #[test]
-fn engine_core_killed_mid_generate() {
+fn engine_processes_killed_mid_generate() {
     if !ready() {
         return;
     }
     let _one = one_engine();
-    let dir = output_dir("kill-engine");
-    let mut run = spawn_scenario("scenarios/vllm-faults.toml", &[], &dir);
-    run.wait_for("measuring");
-    // 20 batches of the tiny model and then the kill; a hang is what this must rule out.
-    let status = run.finish_within(Duration::from_secs(240));
-    assert_eq!(status.code(), Some(1), "stderr tail:\n{}", run.tail());
-    assert_eq!(run.leftovers(), Vec::<String>::new(), "after the EngineCore was killed");
-    let r = report(&dir);
-    assert_eq!(r["incomplete"], true);
-    let counts = &r["benchmarks"][0]["counts"];
-    assert_eq!(counts["lost"], 0, "{counts}");
-    assert!(errors_of(&r, "engine_died") > 0, "{counts}");
-    let answered = ["completed", "errors", "cancelled"].iter().map(|k| counts[k].as_u64().unwrap_or(0)).sum::<u64>();
-    assert_eq!(Some(answered), counts["submitted"].as_u64(), "{counts}");
-    let failed: Vec<_> =
-        r["expectations"].as_array().expect("expectations").iter().filter(|e| e["passed"] != true).collect();
-    assert!(failed.is_empty(), "{failed:?}");
+    let worker_instead = [
+        "--set",
+        "faults.kill_engine={ after_batches = 1000000 }",
+        "--set",
+        "faults.kill_worker={ after_batches = 13 }",
+    ];
+    for (case, extra) in [("kill-engine", &[][..]), ("kill-worker", &worker_instead[..])] {
+        let dir = output_dir(case);
+        let mut run = spawn_scenario("scenarios/vllm-faults.toml", extra, &dir);
+        run.wait_for("measuring");
+        // 20 batches of the tiny model and then the kill; a hang is what this must rule out.
+        let status = run.finish_within(Duration::from_secs(240));
+        assert_eq!(status.code(), Some(1), "{case}: stderr tail:\n{}", run.tail());
+        assert_eq!(run.leftovers(), Vec::<String>::new(), "{case}: processes left");
+        let r = report(&dir);
+        assert_eq!(r["incomplete"], true, "{case}");
+        let counts = &r["benchmarks"][0]["counts"];
+        assert_eq!(counts["lost"], 0, "{case}: {counts}");
+        assert!(errors_of(&r, "engine_died") > 0, "{case}: {counts}");
+        let answered =
+            ["completed", "errors", "cancelled"].iter().map(|k| counts[k].as_u64().unwrap_or(0)).sum::<u64>();
+        assert_eq!(Some(answered), counts["submitted"].as_u64(), "{case}: {counts}");
+        let expectations = r["expectations"].as_array().expect("expectations");
+        let failed: Vec<_> = expectations.iter().filter(|e| e["passed"] != true).collect();
+        assert!(failed.is_empty(), "{case}: {failed:?}");
+    }
 }

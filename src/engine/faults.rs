@@ -265,13 +265,17 @@ pub struct FaultyEngine<E> {
     clock: Arc<dyn Clock>,
     calls: u64,
     inner_started: bool,
+    /// Any fault configured: otherwise generate is a plain call of the inner engine.
+    active: bool,
 }
 
 impl<E: Engine> FaultyEngine<E> {
     /// Wraps `inner`. Draws come from `seed`; slow, hang and start delays sleep on `clock` (the
-    /// inner engine's clock, so a virtual one stays virtual).
+    /// inner engine's clock, so a virtual one stays virtual). With `Faults::default()` the wrapper
+    /// only passes calls through.
     pub fn new(inner: E, faults: Faults, seed: u64, clock: Arc<dyn Clock>) -> Self {
-        FaultyEngine { inner, faults, seed, clock, calls: 0, inner_started: false }
+        let active = faults != Faults::default();
+        FaultyEngine { inner, faults, seed, clock, calls: 0, inner_started: false, active }
     }
 
     pub fn faults(&self) -> &Faults {
@@ -330,6 +334,9 @@ impl<E: Engine> Engine for FaultyEngine<E> {
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        if !self.active {
+            return self.inner.generate(batch);
+        }
         self.calls += 1;
         let call = self.calls;
         self.schedule_kills(call);

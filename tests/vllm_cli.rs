@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
@@ -32,13 +32,13 @@ fn one_engine() -> MutexGuard<'static, ()> {
 }
 
 /// `scenarios/vllm-cpu.toml` in multiprocess mode with one warmup request, and `extra`.
-fn spawn(extra: &[&str], output: &PathBuf) -> Run {
+fn spawn(extra: &[&str], output: &Path) -> Run {
     let mut args = vec!["--set", "engine.vllm.in_process=false", "--set", "warmup.requests=1"];
     args.extend_from_slice(extra);
     spawn_scenario("scenarios/vllm-cpu.toml", &args, output)
 }
 
-fn spawn_scenario(scenario: &str, extra: &[&str], output: &PathBuf) -> Run {
+fn spawn_scenario(scenario: &str, extra: &[&str], output: &Path) -> Run {
     let mut args: Vec<String> = vec!["run".into(), scenario.into(), "--output".into(), output.display().to_string()];
     for e in extra {
         args.push((*e).into());
@@ -155,7 +155,7 @@ fn ready() -> bool {
     true
 }
 
-fn report(dir: &PathBuf) -> serde_json::Value {
+fn report(dir: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(dir.join("report.json")).expect("report.json")).expect("json")
 }
 

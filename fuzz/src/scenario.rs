@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::LazyLock;
 
 use arbitrary::Arbitrary;
-use batchlab::engine::faults::{FAULT_KEYS, FaultValue, Faults, PROCESS_FAULT_KEYS, TRIGGER_KEYS};
+use batchlab::engine::faults::FAULT_KEYS;
 use batchlab::scenario::expect::known_metrics;
 use batchlab::scenario::{Overrides, Plan, parse_str, to_toml};
 use toml_edit::{Array, InlineTable, Value};
@@ -193,12 +193,7 @@ static KEYS: LazyLock<Vec<String>> = LazyLock::new(|| {
     let mut keys: Vec<String> = FIXED_KEYS.iter().map(|k| k.to_string()).collect();
     for key in FAULT_KEYS {
         let name = format!("faults.{}", key.name);
-        let subkeys: &[&str] = match (key.get)(&Faults::default()) {
-            FaultValue::Trigger(_) => TRIGGER_KEYS,
-            FaultValue::Process(_) => PROCESS_FAULT_KEYS,
-            _ => &[],
-        };
-        keys.extend(subkeys.iter().map(|sub| format!("{name}.{sub}")));
+        keys.extend(key.subkeys().iter().map(|sub| format!("{name}.{sub}")));
         keys.push(name);
     }
     keys

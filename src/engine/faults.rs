@@ -105,7 +105,7 @@ impl Default for Faults {
 impl Faults {
     /// Whether any process fault is set (they need vLLM's multiprocess engine).
     pub fn has_process_faults(&self) -> bool {
-        FAULT_KEYS.iter().any(|k| k.kind == FaultKind::Process && (k.get)(self) != (k.get)(&Faults::default()))
+        FAULT_KEYS.iter().any(|k| k.kind == FaultKind::Process && (k.get)(self) != k.default_value())
     }
 }
 
@@ -157,6 +157,22 @@ pub struct FaultKey {
     pub get: fn(&Faults) -> FaultValue,
     /// Sets the key; a value of another type than `get` returns is ignored.
     pub set: fn(&mut Faults, FaultValue),
+}
+
+impl FaultKey {
+    /// The key's default, which also gives its type.
+    pub fn default_value(&self) -> FaultValue {
+        (self.get)(&Faults::default())
+    }
+
+    /// The keys of this key's own table (a trigger's, a process fault's); empty for a plain value.
+    pub fn subkeys(&self) -> &'static [&'static str] {
+        match self.default_value() {
+            FaultValue::Trigger(_) => TRIGGER_KEYS,
+            FaultValue::Process(_) => PROCESS_FAULT_KEYS,
+            _ => &[],
+        }
+    }
 }
 
 macro_rules! fault_key {
@@ -219,11 +235,7 @@ pub const TRIGGER_KEYS: &[&str] = &["every", "probability"];
 
 static NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| FAULT_KEYS.iter().map(|k| k.name).collect());
 static TRIGGER_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
-    FAULT_KEYS
-        .iter()
-        .filter(|k| matches!((k.get)(&Faults::default()), FaultValue::Trigger(_)))
-        .map(|k| k.name)
-        .collect()
+    FAULT_KEYS.iter().filter(|k| matches!(k.default_value(), FaultValue::Trigger(_))).map(|k| k.name).collect()
 });
 
 /// Every `[faults]` key name, in table order.

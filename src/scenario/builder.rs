@@ -177,10 +177,9 @@ impl ScenarioBuilder {
     /// `.faults(&Faults { fail_batch: FaultTrigger::every(7), ..Faults::default() })`. Additive:
     /// keys set by earlier calls and left at their default here stay as they were.
     pub fn faults(mut self, faults: &Faults) -> Self {
-        let defaults = Faults::default();
         for key in FAULT_KEYS {
             let v = (key.get)(faults);
-            if v == (key.get)(&defaults) {
+            if v == key.default_value() {
                 continue;
             }
             let name = format!("faults.{}", key.name);

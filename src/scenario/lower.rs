@@ -264,7 +264,7 @@ fn lower_faults(cx: &mut Cx, t: Tbl) -> Faults {
     let mut faults = Faults::default();
     for key in FAULT_KEYS {
         let Some(field) = cx.field(t, key.name) else { continue };
-        let value = match (key.get)(&faults) {
+        let value = match key.default_value() {
             FaultValue::Trigger(_) => lower_trigger(cx, &field).map(FaultValue::Trigger),
             FaultValue::Factor(_) => cx.float_of(&field, Low::AtLeast(1.0), f64::INFINITY).map(FaultValue::Factor),
             FaultValue::Duration(_) => cx.duration(t, key.name, true).map(FaultValue::Duration),

@@ -110,9 +110,8 @@ pub(crate) fn keys_under(path: &[&str]) -> Keys {
         ["stop"] => Keys::Fixed(STOP),
         ["warmup" | "cooldown"] => Keys::Fixed(PHASE),
         ["faults"] => Keys::Fixed(faults::fault_names()),
-        ["faults", key] => match faults::fault_key(key).map(|k| (k.get)(&faults::Faults::default())) {
-            Some(faults::FaultValue::Trigger(_)) => Keys::Fixed(faults::TRIGGER_KEYS),
-            Some(faults::FaultValue::Process(_)) => Keys::Fixed(faults::PROCESS_FAULT_KEYS),
+        ["faults", key] => match faults::fault_key(key).map(faults::FaultKey::subkeys) {
+            Some(keys) if !keys.is_empty() => Keys::Fixed(keys),
             _ => Keys::Value,
         },
         ["expect"] => Keys::Metrics,

@@ -340,7 +340,7 @@ fn trigger_strategy() -> impl Strategy<Value = FaultTrigger> {
 fn faults_strategy(process_faults: bool) -> impl Strategy<Value = Faults> {
     let values: Vec<BoxedStrategy<FaultValue>> = FAULT_KEYS
         .iter()
-        .map(|key| match (key.get)(&Faults::default()) {
+        .map(|key| match key.default_value() {
             FaultValue::Trigger(_) => trigger_strategy().prop_map(FaultValue::Trigger).boxed(),
             FaultValue::Factor(_) => (1.0..100.0f64).prop_map(FaultValue::Factor).boxed(),
             FaultValue::Duration(_) => duration_strategy(0).prop_map(FaultValue::Duration).boxed(),

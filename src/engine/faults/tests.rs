@@ -109,7 +109,7 @@ fn the_table_covers_every_field_once() {
     assert_eq!(unique.len(), names.len());
     // Setting each key to a non-default value changes exactly that key.
     for key in FAULT_KEYS {
-        let other = match (key.get)(&Faults::default()) {
+        let other = match key.default_value() {
             FaultValue::Trigger(_) => FaultValue::Trigger(FaultTrigger::every(2)),
             FaultValue::Factor(f) => FaultValue::Factor(f + 1.0),
             FaultValue::Duration(d) => FaultValue::Duration(d + Duration::from_secs(1)),
@@ -120,7 +120,7 @@ fn the_table_covers_every_field_once() {
         (key.set)(&mut f, other.clone());
         assert_eq!((key.get)(&f), other, "{}", key.name);
         for k in FAULT_KEYS.iter().filter(|k| k.name != key.name) {
-            assert_eq!((k.get)(&f), (k.get)(&Faults::default()), "setting {} changed {}", key.name, k.name);
+            assert_eq!((k.get)(&f), k.default_value(), "setting {} changed {}", key.name, k.name);
         }
         assert_eq!(f.has_process_faults(), key.kind == FaultKind::Process, "{}", key.name);
     }
@@ -152,7 +152,7 @@ fn docs_document_exactly_the_fault_keys() {
         .collect();
     let expected: Vec<(String, String, String)> = FAULT_KEYS
         .iter()
-        .map(|k| (k.name.to_owned(), (k.get)(&Faults::default()).type_name().to_owned(), k.doc.to_owned()))
+        .map(|k| (k.name.to_owned(), k.default_value().type_name().to_owned(), k.doc.to_owned()))
         .collect();
     assert_eq!(rows, expected);
 }

@@ -81,9 +81,9 @@ impl Run {
         panic!("no `{needle}` within {START_LIMIT:?}; stderr tail:\n{}", self.tail());
     }
 
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill only sends a signal to our own child.
-        unsafe { libc::kill(self.child.id() as i32, sig) };
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        // An error means the child is already gone; `finish` reports its status.
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig);
     }
 
     fn finish(&mut self) -> ExitStatus {
@@ -132,8 +132,8 @@ impl Drop for Run {
     /// A failed assertion must not leave a wedged batchlab and its engine behind.
     fn drop(&mut self) {
         if self.child.try_wait().ok().flatten().is_none() {
-            // SAFETY: kill only sends a signal, to the process group of our own child.
-            unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+            let group = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
             let _ = self.child.wait();
         }
     }
@@ -179,7 +179,7 @@ fn engine_processes_never_outlive_batchlab() {
     let dir = output_dir("ctrl-c");
     let mut run = spawn(&["--set", "stop.max_requests=100000"], &dir);
     run.wait_for("measuring");
-    run.signal(libc::SIGINT);
+    run.signal(nix::sys::signal::Signal::SIGINT);
     let status = run.finish();
     assert_eq!(status.code(), Some(130), "stderr tail:\n{}", run.tail());
     assert_eq!(run.leftovers(), Vec::<String>::new(), "after one Ctrl-C");
@@ -191,9 +191,9 @@ fn engine_processes_never_outlive_batchlab() {
     let dir = output_dir("ctrl-c-twice");
     let mut run = spawn(&["--set", "stop.max_requests=100000"], &dir);
     run.wait_for("measuring");
-    run.signal(libc::SIGINT);
+    run.signal(nix::sys::signal::Signal::SIGINT);
     std::thread::sleep(Duration::from_millis(50));
-    run.signal(libc::SIGINT);
+    run.signal(nix::sys::signal::Signal::SIGINT);
     let status = run.finish();
     assert_eq!(status.code(), Some(130), "stderr tail:\n{}", run.tail());
     assert_eq!(run.leftovers(), Vec::<String>::new(), "after two Ctrl-C");

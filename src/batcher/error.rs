@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::core::BatchId;
+use crate::engine::EngineDeath;
 
 /// Why a request failed. Every submitted request ends in exactly one output or one of these.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -29,11 +30,17 @@ pub enum RequestError {
     GenerateTimedOut { batch_id: BatchId, batch_size: usize, after: Duration },
     #[error("waited {waited:?} for an engine stuck in an overrunning generate")]
     EngineUnresponsive { waited: Duration },
+    /// The engine died: the running batch, the queue and every later submit get this.
+    #[error("engine died: {0}")]
+    EngineDied(EngineDeath),
+    /// The run was interrupted while a generate was running; the engine is unusable.
+    #[error("aborted: the running generate was abandoned after an interrupt")]
+    Aborted,
 }
 
 impl RequestError {
-    /// Every kind name [`Self::kind`] gives, and `engine_died`, which the engine-death watcher
-    /// (issue 9) reports. Reports count errors by these; `[expect]` names them `errors_<kind>`.
+    /// Every kind name [`Self::kind`] gives. Reports count errors by these; `[expect]` names
+    /// them `errors_<kind>`.
     pub const KINDS: &'static [&'static str] = &[
         "engine_not_started",
         "start_failed",
@@ -47,6 +54,7 @@ impl RequestError {
         "engine_panicked",
         "generate_timed_out",
         "engine_unresponsive",
+        "aborted",
     ];
 
     /// A short stable name for counting errors by kind in reports.
@@ -63,6 +71,8 @@ impl RequestError {
             RequestError::EnginePanicked { .. } => "engine_panicked",
             RequestError::GenerateTimedOut { .. } => "generate_timed_out",
             RequestError::EngineUnresponsive { .. } => "engine_unresponsive",
+            RequestError::EngineDied(_) => "engine_died",
+            RequestError::Aborted => "aborted",
         }
     }
 }
@@ -97,7 +107,14 @@ mod tests {
             RequestError::EnginePanicked { batch_id: 0, batch_size: 0, message: String::new() },
             RequestError::GenerateTimedOut { batch_id: 0, batch_size: 0, after: d },
             RequestError::EngineUnresponsive { waited: d },
+            RequestError::EngineDied(crate::engine::EngineDeath {
+                process: String::new(),
+                pid: None,
+                status: String::new(),
+            }),
+            RequestError::Aborted,
         ];
+        assert_eq!(all.len(), RequestError::KINDS.len(), "KINDS lists a kind no error has");
         for e in &all {
             assert!(RequestError::KINDS.contains(&e.kind()), "{} is missing from KINDS", e.kind());
         }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use batchlab::run::progress::{LogWriter, ProgressMode};
+use batchlab::run::progress::{ENGINE_STEP_TARGET, EngineStepLayer, LogWriter, ProgressMode};
 use batchlab::run::{RunOptions, run};
 use batchlab::scenario::{Overrides, load_file, to_toml};
 use clap::{Parser, Subcommand};
@@ -61,15 +61,22 @@ enum Command {
 }
 
 fn init_logging() {
-    use std::io::IsTerminal;
+    use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{Layer, fmt};
     let filter = tracing_subscriber::EnvFilter::try_from_env("BATCHLAB_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // Engine steps are for the display only, whatever BATCHLAB_LOG says.
+    let not_engine_steps = filter_fn(|m| m.target() != ENGINE_STEP_TARGET);
+    let log = fmt::layer()
         .with_writer(LogWriter)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(batchlab::sys::terminal_is_tty())
         .with_target(false)
-        .init();
+        .with_filter(filter.and(not_engine_steps));
+    let engine_steps =
+        EngineStepLayer.with_filter(Targets::new().with_target(ENGINE_STEP_TARGET, tracing::Level::INFO));
+    tracing_subscriber::registry().with(log).with(engine_steps).init();
     // Engine panics are caught and reported per batch by the batcher; one log line each is
     // enough. Set RUST_BACKTRACE to get the full default report.
     if std::env::var_os("RUST_BACKTRACE").is_none() {
@@ -84,6 +91,10 @@ fn init_logging() {
             let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
             tracing::warn!(thread = thread.name().unwrap_or("unnamed"), "panic: {message}{location}");
         }));
+    } else {
+        // The full report, printed with the progress bars out of its way.
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| batchlab::run::progress::suspend(|| default(info))));
     }
 }
 

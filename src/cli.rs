@@ -1,15 +1,21 @@
 //! The `batchlab` command line. A thin shell over the library: parse arguments, load the scenario,
 //! run it, print the report, and turn the result into an exit code.
 
-use std::path::PathBuf;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use batchlab::run::progress::{ENGINE_STEP_TARGET, EngineStepLayer, LogWriter, ProgressMode};
 use batchlab::run::{RunOptions, run};
+use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file, to_toml};
+use batchlab::sys::EngineLog;
 use clap::{Parser, Subcommand};
+
+/// The engine's captured output, in the output directory.
+const ENGINE_LOG_FILE: &str = "engine.log";
 
 /// Exit codes, documented in README.md.
 const EXIT_ERROR: u8 = 1;
@@ -52,6 +58,10 @@ enum Command {
         /// No progress display.
         #[arg(long, short)]
         quiet: bool,
+        /// Stream the engine's own output (vLLM's log lines, warnings) live, instead of keeping it
+        /// in `<output>/engine.log`.
+        #[arg(long, short)]
+        verbose: bool,
     },
     /// Validate a scenario and print it fully resolved, with every default.
     Check {
@@ -118,7 +128,9 @@ pub fn main() -> ExitCode {
 
 fn real_main(cli: Cli) -> ExitCode {
     let (args, run_args) = match cli.command {
-        Command::Run { scenario, output, requests_jsonl, quiet } => (scenario, Some((output, requests_jsonl, quiet))),
+        Command::Run { scenario, output, requests_jsonl, quiet, verbose } => {
+            (scenario, Some(RunArgs { output, requests_jsonl, quiet, verbose }))
+        }
         Command::Check { scenario } => (scenario, None),
     };
     let overrides = Overrides { sets: args.sets, seed: args.seed };
@@ -129,11 +141,11 @@ fn real_main(cli: Cli) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    let Some((output, requests_jsonl, quiet)) = run_args else {
+    let Some(run_args) = run_args else {
         print!("{}", to_toml(&plan));
         return ExitCode::SUCCESS;
     };
-    match run_scenario(plan, output, requests_jsonl, quiet) {
+    match run_scenario(plan, run_args) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -142,15 +154,50 @@ fn real_main(cli: Cli) -> ExitCode {
     }
 }
 
-fn run_scenario(
-    plan: batchlab::scenario::Plan,
+/// `batchlab run`'s own flags.
+struct RunArgs {
     output: Option<PathBuf>,
     requests_jsonl: bool,
     quiet: bool,
-) -> anyhow::Result<ExitCode> {
+    verbose: bool,
+}
+
+/// How many lines of engine.log a failed run prints.
+const ENGINE_LOG_TAIL: usize = 20;
+
+/// Sends the engine's fds 1 and 2 to `<output>/engine.log` for the whole run, for engines that
+/// write (the Python ones: vLLM logs, Python warnings, C++ warnings, child processes). The
+/// display and the log lines keep the terminal (`sys::terminal`).
+fn capture_engine_output(output_dir: &Path) -> anyhow::Result<EngineLog> {
+    std::fs::create_dir_all(output_dir).with_context(|| format!("creating {}", output_dir.display()))?;
+    let path = output_dir.join(ENGINE_LOG_FILE);
+    // One run's log: an earlier run's into the same directory is replaced.
+    let _ = std::fs::remove_file(&path);
+    EngineLog::redirect(&path).context("capturing the engine's output")
+}
+
+/// The end of engine.log, after the engine failed, where the user sees it.
+fn print_engine_log_tail(path: &Path) {
+    match EngineLog::tail(path, ENGINE_LOG_TAIL) {
+        Ok(lines) if !lines.is_empty() => {
+            eprintln!("last {} lines of {}:", lines.len(), path.display());
+            for line in lines {
+                eprintln!("  {line}");
+            }
+        }
+        Ok(_) => eprintln!("the engine wrote nothing to {}", path.display()),
+        Err(e) => eprintln!("cannot read the engine's log: {e}"),
+    }
+}
+
+fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let RunArgs { output, requests_jsonl, quiet, verbose } = args;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
     let output_dir =
         output.or_else(|| plan.output.dir.clone()).unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
+    let writes_output = matches!(plan.engine, EnginePlan::Vllm(_) | EnginePlan::Python(_));
+    let capture = if writes_output && !verbose { Some(capture_engine_output(&output_dir)?) } else { None };
+    let log_path = capture.as_ref().map(|c| c.path().to_path_buf());
     let summary = runtime.block_on(async {
         let (tx, rx) = tokio::sync::watch::channel(false);
         // First Ctrl-C (or SIGTERM): stop admitting, drain, report. Second: leave at once.
@@ -167,7 +214,7 @@ fn run_scenario(
                 r = tokio::signal::ctrl_c() => if r.is_err() { return },
                 _ = term.recv() => {}
             }
-            eprintln!("\ninterrupted twice: exiting now");
+            let _ = writeln!(batchlab::sys::terminal(), "\ninterrupted twice: exiting now");
             batchlab::sys::reap_descendants(Duration::from_secs(2));
             std::process::exit(i32::from(EXIT_INTERRUPTED));
         });
@@ -179,6 +226,20 @@ fn run_scenario(
         };
         run(&plan, options).await
     });
+    // A shutdown left behind on a dead engine must not hold the exit (the reaper ends its processes).
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    if let Some(capture) = capture
+        && let Err(e) = capture.restore()
+    {
+        tracing::warn!(error = %e, "cannot restore stdout and stderr");
+    }
+    let engine_failed = match &summary {
+        Err(_) => true,
+        Ok(s) => s.report.incomplete && !s.interrupted,
+    };
+    if engine_failed && let Some(path) = &log_path {
+        print_engine_log_tail(path);
+    }
     let summary = summary.with_context(|| format!("running scenario {}", plan.name))?;
     print!("{}", summary.table);
     if !summary.table.ends_with('\n') {

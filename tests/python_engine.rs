@@ -248,6 +248,56 @@ mod with_python {
         serde_json::from_slice(&std::fs::read(dir.join("report.json")).expect("report.json")).expect("json")
     }
 
+    /// `batchlab run SCENARIO --output DIR`: its exit status, report.json and stderr.
+    fn run_cli_status(scenario: &str, name: &str) -> (std::process::ExitStatus, serde_json::Value, String) {
+        let dir = output_dir(name);
+        let out = Command::new(env!("CARGO_BIN_EXE_batchlab"))
+            .args(["run", scenario, "--output"])
+            .arg(&dir)
+            .current_dir(manifest_dir())
+            .output()
+            .expect("running batchlab");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let report = std::fs::read(dir.join("report.json")).expect("report.json");
+        (out.status, serde_json::from_slice(&report).expect("json"), stderr)
+    }
+
+    fn answered(counts: &serde_json::Value) -> u64 {
+        ["completed", "errors", "cancelled"].iter().map(|k| counts[k].as_u64().unwrap_or(0)).sum()
+    }
+
+    /// A protocol engine that raises an `EngineDeadError` in generate, as vLLM does in-process:
+    /// the run stops at once with `engine_died`, an incomplete report and exit 1.
+    #[test]
+    fn an_engine_dead_error_in_generate_stops_the_run() {
+        if !ready(false) {
+            return;
+        }
+        let (status, report, stderr) = run_cli_status("tests/fixtures/dies.toml", "dies");
+        assert_eq!(status.code(), Some(1), "stderr:\n{stderr}");
+        assert_eq!(report["incomplete"], true);
+        let counts = &report["benchmarks"][0]["counts"];
+        assert_eq!(counts["lost"], 0, "{counts}");
+        assert_eq!(counts["completed"], 3 * 8, "three batches were served: {counts}");
+        assert!(counts["errors_by_kind"]["engine_died"].as_u64() > Some(0), "{counts}");
+        assert_eq!(Some(answered(counts)), counts["submitted"].as_u64(), "{counts}");
+        assert!(stderr.contains("bad_engines:DiesAfter raised in generate(): EngineDeadError"), "{stderr}");
+    }
+
+    /// An ordinary exception in generate fails its batch with `engine_error`; the run goes on.
+    #[test]
+    fn an_exception_in_generate_is_an_engine_error_in_the_report() {
+        if !ready(false) {
+            return;
+        }
+        let (status, report, stderr) = run_cli_status("tests/fixtures/raises.toml", "raises");
+        assert_eq!(status.code(), Some(0), "stderr:\n{stderr}");
+        assert_eq!(report["incomplete"], false);
+        let counts = &report["benchmarks"][0]["counts"];
+        assert_eq!(counts["errors_by_kind"]["engine_error"], 32, "{counts}");
+        assert_eq!((counts["lost"].as_u64(), Some(answered(counts))), (Some(0), counts["submitted"].as_u64()));
+    }
+
     /// Every request completed, none lost or failed, and TTFT present and never above latency.
     fn check_report(report: &serde_json::Value, engine: &str, requests: u64) {
         assert_eq!(report["environment"]["engine_name"], engine);

@@ -8,6 +8,7 @@
 //! Every engine runs inside a [`FaultyEngine`] with the plan's `[faults]` (a plain pass-through
 //! when there are none), seeded with the engine's seed.
 
+pub mod engine_guard;
 pub mod progress;
 mod realtime;
 pub mod status;

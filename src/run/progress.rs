@@ -52,10 +52,10 @@ fn terminal() -> impl Write {
     crate::sys::terminal()
 }
 
-/// The (rows, columns) of the terminal, read from fd 2: a display is created before the engine
-/// starts, and so before a capture moves fd 2 to the engine's log.
+/// The (rows, columns) of [`terminal`]: the original stderr also while a capture moved fd 2 to
+/// the engine's log.
 fn terminal_size() -> (u16, u16) {
-    console::Term::stderr().size_checked().unwrap_or((24, 80))
+    crate::sys::terminal_size().unwrap_or((24, 80))
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

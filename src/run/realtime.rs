@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
 
+use super::engine_guard::{AbortAfterGrace, DeathWatch, shutdown_bounded};
 use super::progress::Progress;
 use super::step::{Action, StepRun};
 use super::{DriverResult, RunError};
@@ -67,6 +68,7 @@ pub(super) async fn run<E: Engine + 'static>(
             return Err(RunError::Engine(crate::engine::EngineError::Start(e.to_string())));
         }
     };
+    let death_watch = DeathWatch::arm(plan, &batcher);
     let anchor = Some(wall_anchor());
 
     let mut planner = StepPlanner::new(&plan.profile);
@@ -75,6 +77,7 @@ pub(super) async fn run<E: Engine + 'static>(
     let mut next_request = 0;
     let mut interrupted = *interrupt.borrow();
     let mut incomplete = false;
+    let mut abort_after_grace = interrupted.then(|| AbortAfterGrace::start(&batcher));
 
     while let Some(step) = planner.next_step(last_rps) {
         let mut run = StepRun::for_plan(step, plan, clock.now(), domain, anchor)?;
@@ -117,6 +120,7 @@ pub(super) async fn run<E: Engine + 'static>(
                                 for id in ids {
                                     batcher.cancel(id);
                                 }
+                                abort_after_grace = Some(AbortAfterGrace::start(&batcher));
                             }
                         }
                     }
@@ -131,11 +135,10 @@ pub(super) async fn run<E: Engine + 'static>(
         last_rps = benchmarks.last().and_then(|b| b.requests_per_s);
     }
 
+    drop(abort_after_grace);
+    death_watch.disarm();
     progress.phase("stopping engine", "");
-    let b = batcher.clone();
-    let stopped =
-        tokio::task::spawn_blocking(move || b.shutdown()).await.map_err(|e| RunError::Internal(e.to_string()))?;
-    if let Err(e) = stopped {
+    if let Err(e) = shutdown_bounded(&batcher).await {
         tracing::error!(error = %e, "engine shutdown failed");
     }
     Ok(DriverResult { engine: info, benchmarks, interrupted, incomplete })

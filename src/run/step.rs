@@ -292,6 +292,11 @@ impl StepRun {
     /// The batcher refused a request: the engine is unusable or shutting down, so the step ends.
     pub fn on_rejected(&mut self, error: &RequestError, now: Timestamp) {
         tracing::error!(step = %self.step.name, %error, "request rejected; ending the benchmark");
+        self.stop_engine_unusable(now);
+    }
+
+    /// Ends admission for good: the engine can serve nothing more.
+    fn stop_engine_unusable(&mut self, now: Timestamp) {
         self.warmup_done = true;
         self.end_measure(now, StopReason::EngineUnusable);
         self.stop_reason = Some(StopReason::EngineUnusable);
@@ -337,6 +342,10 @@ impl StepRun {
                 jsonl.map(|j| (j, RequestRecord::completed(id, &self.step.name, flight.phase, &c.times, &metrics)))
             }
             Err(e) => {
+                // The engine is gone: nothing more can be served, whatever the profile says.
+                if matches!(e, RequestError::EngineDied(_)) && self.stop_reason != Some(StopReason::Interrupted) {
+                    self.stop_engine_unusable(now);
+                }
                 if flight.phase == Phase::Measure {
                     match e {
                         RequestError::Cancelled => self.aggregator.record_cancelled(flight.submitted, now),

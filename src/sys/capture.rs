@@ -58,6 +58,16 @@ pub fn terminal_is_tty() -> bool {
     }
 }
 
+/// The (rows, columns) of [`terminal`], when it is a terminal: read from the original stderr
+/// during a capture, so a display created while the engine's output is captured still fits.
+pub fn terminal_size() -> Option<(u16, u16)> {
+    let size = match &*saved() {
+        Some(saved) => rustix::termios::tcgetwinsize(&saved.stderr),
+        None => rustix::termios::tcgetwinsize(std::io::stderr()),
+    };
+    size.ok().filter(|w| w.ws_row > 0 && w.ws_col > 0).map(|w| (w.ws_row, w.ws_col))
+}
+
 impl Write for Terminal {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match &*saved() {

@@ -31,7 +31,7 @@ use nix::unistd::Pid;
 pub use affinity::{
     AffinityReset, AffinitySource, CpuListError, current_affinity, format_cpu_list, reset_cpu_affinity,
 };
-pub use capture::{EngineLog, Terminal, terminal, terminal_is_tty};
+pub use capture::{EngineLog, Terminal, terminal, terminal_is_tty, terminal_size};
 pub use watch::{ExitCause, ProcessExit, ProcessWatch};
 
 /// What can go wrong at the process boundary.

@@ -11,7 +11,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyModule, PyString, Py
 
 use super::output::{Plain, map_info, map_outputs};
 use super::{BUILT_IN_MODULES, PythonConfig};
-use crate::engine::{EngineError, EngineInfo, EngineOutput, EngineRequest, Prompt};
+use crate::engine::{EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, Prompt};
 
 /// Checks the venv, installs the built-in modules and imports classes (`bootstrap.py`).
 const BOOTSTRAP: &str = include_str!("bootstrap.py");
@@ -91,8 +91,23 @@ impl Session {
             let outputs = self.object.bind(py).call_method1("generate", (requests,))?;
             to_plain(&outputs, 0)
         })
-        .map_err(|e| EngineError::Generate(format!("{}.generate(): {}", self.class, describe(e))))?;
+        .map_err(|e| self.generate_error(e))?;
         map_outputs(&self.class, &outputs, batch.len()).map_err(EngineError::Generate)
+    }
+
+    /// A generate's exception: [`EngineError::Died`] when it says the engine is dead for good (see
+    /// [`says_engine_dead`]), else [`EngineError::Generate`] for this batch only.
+    fn generate_error(&self, e: PyErr) -> EngineError {
+        let dead = Python::attach(|py| says_engine_dead(py, &e));
+        let text = describe(e);
+        if dead {
+            return EngineError::Died(EngineDeath {
+                process: self.class.clone(),
+                pid: None,
+                status: format!("raised in generate(): {text}"),
+            });
+        }
+        EngineError::Generate(format!("{}.generate(): {text}", self.class))
     }
 
     /// Calls the object's `shutdown()`, then drops it and collects garbage, so what it held (an
@@ -192,6 +207,27 @@ fn to_plain(value: &Bound<'_, PyAny>, depth: usize) -> PyResult<Plain> {
         return Ok(Plain::Int(i));
     }
     Ok(Plain::Other(type_name()))
+}
+
+/// The protocol's engine-dead convention (docs/engines.md): the exception, or one it was raised
+/// from, is of a class named `EngineDeadError` (vLLM's `vllm.v1.engine.exceptions.EngineDeadError`
+/// or any subclass of such a class), or has a true `batchlab_engine_dead` attribute.
+fn says_engine_dead(py: Python<'_>, e: &PyErr) -> bool {
+    let mut current = Some(e.clone_ref(py));
+    // A cause chain is short; the bound only guards against a cycle.
+    for _ in 0..8 {
+        let Some(err) = current else { return false };
+        let value = err.value(py);
+        let marked = value.getattr("batchlab_engine_dead").and_then(|v| v.is_truthy()).unwrap_or(false);
+        let named = value.get_type().mro().iter().any(|t| {
+            t.getattr("__name__").and_then(|n| n.extract::<String>()).is_ok_and(|n| n == "EngineDeadError")
+        });
+        if marked || named {
+            return true;
+        }
+        current = err.cause(py);
+    }
+    false
 }
 
 /// A Python exception as one line: `Type: message`, plus the innermost traceback frame's place.

@@ -4,3 +4,9 @@ batchlab compiles these files into its binary: a scenario names them as
 `batchlab_engines.<module>:<Class>` without any `engine.python.path`. Importing this package
 imports no engine library; each engine imports its own in `start()`.
 """
+
+
+def engine_step(text):
+    """Shows `text` as the current start-up step in batchlab's display ("importing vLLM",
+    "building the engine"). batchlab replaces this no-op with its own function before an engine is
+    imported; outside batchlab it does nothing."""

@@ -20,6 +20,9 @@ class VllmEngine:
         self.llm = None
 
     def start(self):
+        from batchlab_engines import engine_step
+
+        engine_step("importing vLLM")
         vllm = _import_vllm()
         model = str(self.kwargs.get("model", ""))
         if os.path.isabs(model) and not os.path.exists(os.path.join(model, "config.json")):
@@ -27,7 +30,14 @@ class VllmEngine:
                 f"model {model} not found ({os.path.join(model, 'config.json')} is missing); "
                 "`just setup-vllm` builds the tiny test model `tiny-llama`"
             )
+        engine_step("building the engine")
         self.llm = vllm.LLM(**self.kwargs)
+        # One token through the whole engine, so the first measured batch pays no first-call costs.
+        engine_step("warming up")
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self.llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3])], SamplingParams(max_tokens=1), use_tqdm=False)
         # vLLM's RequestStateStats timestamps are time.monotonic(): CLOCK_MONOTONIC, batchlab's clock.
         return {"name": "vllm", "version": vllm.__version__, "clock": "monotonic"}
 

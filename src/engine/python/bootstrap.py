@@ -15,8 +15,9 @@ import sysconfig
 PROTOCOL_METHODS = ("start", "generate", "shutdown")
 
 
-def prepare(venv, env, built_in):
-    """Checks that this interpreter is the venv's, applies `env` and installs `built_in`.
+def prepare(venv, env, built_in, engine_step):
+    """Checks that this interpreter is the venv's, applies `env`, installs `built_in` and makes
+    `engine_step` (batchlab's display) `batchlab_engines.engine_step`.
 
     `env` values are final (Rust already let the user's values win); they are set again here
     because os.environ is a snapshot taken when the interpreter started. `built_in` is a list of
@@ -40,6 +41,8 @@ def prepare(venv, env, built_in):
     multiprocessing.set_executable(os.path.join(sys.prefix, "bin", "python"))
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _BuiltIn)]
     sys.meta_path.insert(0, _BuiltIn(built_in))
+    # Engines report start-up steps with `batchlab_engines.engine_step(text)`.
+    importlib.import_module("batchlab_engines").engine_step = engine_step
 
 
 class _BuiltIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyModule, PyString, PyTuple};
+use pyo3::types::{PyBool, PyCFunction, PyDict, PyFloat, PyInt, PyList, PyModule, PyString, PyTuple};
 
 use super::output::{Plain, map_info, map_outputs};
 use super::{BUILT_IN_MODULES, PythonConfig};
@@ -34,6 +34,7 @@ impl Session {
         path: Option<String>,
     ) -> Result<(Session, EngineInfo), EngineError> {
         let class = config.class_spec();
+        engine_step("starting Python");
         initialize(venv, env).map_err(EngineError::Start)?;
         let args = serde_json::to_string(&config.args).map_err(|e| EngineError::Start(e.to_string()))?;
         let start_error = |what: &str, e: PyErr| EngineError::Start(format!("{class}{what}: {}", describe(e)));
@@ -48,10 +49,12 @@ impl Session {
                 let file = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
                 built_in.append((*module, file, *source)).map_err(|e| start_error("", e))?;
             }
+            let step = engine_step_function(py).map_err(|e| start_error("", e))?;
             bootstrap
                 .getattr("prepare")
-                .and_then(|f| f.call1((venv.to_string_lossy().as_ref(), env_dict, built_in)))
+                .and_then(|f| f.call1((venv.to_string_lossy().as_ref(), env_dict, built_in, step)))
                 .map_err(|e| start_error(" (preparing the interpreter)", e))?;
+            engine_step(&format!("importing {}", config.module));
             let cls = bootstrap
                 .getattr("load_class")
                 .and_then(|f| f.call1((config.module.as_str(), config.class.as_str(), path)))
@@ -62,6 +65,7 @@ impl Session {
                 .and_then(|k| Ok(k.cast_into::<PyDict>()?))
                 .map_err(|e| start_error("", e))?;
             let object = cls.call((), Some(&kwargs)).map_err(|e| start_error("(**args)", e))?;
+            engine_step(&format!("starting {class}"));
             let info = match object.call_method0("start").and_then(|info| to_plain(&info, 0)) {
                 Ok(info) => info,
                 Err(e) => {
@@ -122,6 +126,26 @@ impl Session {
         })
         .map_err(|e| EngineError::Shutdown(format!("{class}.shutdown(): {}", describe(e))))
     }
+}
+
+/// Shows `text` as the engine's current start-up step (the display's spinner), through the
+/// `tracing` target the display listens to: engines know nothing of `run/`.
+fn engine_step(text: &str) {
+    tracing::info!(target: "batchlab::engine_step", "{text}");
+}
+
+/// [`engine_step`] as a Python function, `batchlab_engines.engine_step(text)`.
+fn engine_step_function(py: Python<'_>) -> PyResult<Bound<'_, PyCFunction>> {
+    PyCFunction::new_closure(
+        py,
+        Some(c"engine_step"),
+        Some(c"Shows text as the current start-up step in batchlab's display."),
+        |args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
+            let text: String = args.get_item(0)?.str()?.extract()?;
+            engine_step(&text);
+            Ok(())
+        },
+    )
 }
 
 fn shutdown_after_failed_start(object: &Bound<'_, PyAny>, class: &str) {

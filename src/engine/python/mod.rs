@@ -118,12 +118,16 @@ impl PythonConfig {
 }
 
 /// Set for every Python engine (unless the environment has its own value): no network, so no
-/// model hub is ever contacted, and no tokenizer thread pools fighting the engine for CPUs.
+/// model hub is ever contacted, no tokenizer thread pools fighting the engine for CPUs, and no
+/// progress bars (the engine's output goes to `engine.log`, where a redrawn bar is noise).
 pub const BASE_ENVIRONMENT: &[(&str, &str)] = &[
     ("HF_HUB_OFFLINE", "1"),
     ("TRANSFORMERS_OFFLINE", "1"),
     ("DO_NOT_TRACK", "1"),
     ("TOKENIZERS_PARALLELISM", "false"),
+    ("TQDM_DISABLE", "1"),
+    ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+    ("TRANSFORMERS_VERBOSITY", "warning"),
 ];
 
 /// An engine run by a Python protocol object. See the module docs.

@@ -65,8 +65,11 @@ fn environment(config: &VllmConfig) -> BTreeMap<String, String> {
         ("VLLM_CPU_KVCACHE_SPACE", kv_cache_space(config.kv_cache_gib)),
         ("VLLM_ENABLE_V1_MULTIPROCESSING", if config.in_process { "0" } else { "1" }.to_owned()),
         ("VLLM_NO_USAGE_STATS", "1".to_owned()),
-        // Logs to stderr, leaving stdout to batchlab's report.
+        // Logs to stderr, leaving stdout to batchlab's report; batchlab captures both to
+        // engine.log (or streams them with `-v`), so INFO is kept for the log.
         ("VLLM_LOGGING_STREAM", "ext://sys.stderr".to_owned()),
+        ("VLLM_CONFIGURE_LOGGING", "1".to_owned()),
+        ("VLLM_LOGGING_LEVEL", "INFO".to_owned()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

@@ -287,6 +287,9 @@ fn collect(pid: i32, watched: Watched) -> ProcessExit {
         Ok(WaitStatus::Exited(_, code)) => ExitCause::Exited(code),
         Ok(WaitStatus::Signaled(_, signal, core_dumped)) => ExitCause::Killed { signal: signal as i32, core_dumped },
         Ok(other) => ExitCause::Unknown(format!("unexpected wait status {other:?}")),
+        // Someone else's child, or already reaped (Python's multiprocessing waits for its own
+        // children): the kernel keeps the status for the pidfd once the process is reaped.
+        Err(nix::Error::ECHILD) if let Some(cause) = exit_info_when_reaped(&watched.pidfd) => cause,
         // Not our child (now: a subreaper adopts orphans, so the parent may have changed).
         Err(nix::Error::ECHILD) => match read_proc_entry(pid).map(|e| e.ppid).unwrap_or(watched.ppid) {
             ppid if ppid == std::process::id() as i32 => ExitCause::Unknown("status already collected".into()),
@@ -295,6 +298,55 @@ fn collect(pid: i32, watched: Watched) -> ProcessExit {
         Err(e) => ExitCause::Unknown(format!("status unknown: waitid failed: {e}")),
     };
     ProcessExit { pid: pid as u32, name: watched.name, status: cause.to_string(), cause }
+}
+
+/// `struct pidfd_info` of `<linux/pidfd.h>` in its first version (64 bytes, Linux 6.15).
+#[repr(C)]
+#[derive(Default)]
+struct PidfdInfo {
+    mask: u64,
+    cgroupid: u64,
+    ids: [u32; 11],
+    exit_code: i32,
+}
+
+/// `PIDFD_INFO_EXIT` of `<linux/pidfd.h>`: ask for (and, on return, got) the exit status.
+const PIDFD_INFO_EXIT: u64 = 1 << 3;
+
+// PIDFD_GET_INFO = _IOWR(PIDFS_IOCTL_MAGIC = 0xFF, 11, struct pidfd_info).
+nix::ioctl_readwrite!(pidfd_get_info, 0xFF, 11, PidfdInfo);
+
+/// How long [`exit_info_when_reaped`] waits for the parent to reap the process.
+const REAP_WAIT: Duration = Duration::from_millis(100);
+
+/// The exit status of a process someone else reaps, from `PIDFD_GET_INFO` (Linux 6.15+), which
+/// has it once the process is reaped: tried for up to [`REAP_WAIT`] (its parent is usually
+/// waiting for it). `None` on older kernels, or when the parent has not reaped it by then.
+fn exit_info_when_reaped(pidfd: &OwnedFd) -> Option<ExitCause> {
+    use std::os::fd::AsRawFd;
+    let deadline = Instant::now() + REAP_WAIT;
+    loop {
+        let mut info = PidfdInfo { mask: PIDFD_INFO_EXIT, ..PidfdInfo::default() };
+        // SAFETY: `pidfd` is an open pidfd for the call's whole duration, and `info` is a
+        // properly sized, initialised `struct pidfd_info` that the kernel fills in place.
+        let result = unsafe { pidfd_get_info(pidfd.as_raw_fd(), &mut info) };
+        match result {
+            Ok(_) if info.mask & PIDFD_INFO_EXIT != 0 => return Some(cause_of_wait_status(info.exit_code)),
+            // Not reaped yet: exit information appears when it is.
+            Ok(_) | Err(nix::Error::ESRCH) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// A `wait` status word as an [`ExitCause`].
+fn cause_of_wait_status(status: i32) -> ExitCause {
+    match status & 0x7f {
+        0 => ExitCause::Exited((status >> 8) & 0xff),
+        signal => ExitCause::Killed { signal, core_dumped: status & 0x80 != 0 },
+    }
 }
 
 #[cfg(test)]
@@ -450,6 +502,14 @@ mod tests {
         let (watch, exits) = watch();
         drop(watch);
         exits.until_closed();
+    }
+
+    #[test]
+    fn wait_statuses_decode() {
+        assert_eq!(cause_of_wait_status(9), ExitCause::Killed { signal: 9, core_dumped: false });
+        assert_eq!(cause_of_wait_status(11 | 0x80), ExitCause::Killed { signal: 11, core_dumped: true });
+        assert_eq!(cause_of_wait_status(3 << 8), ExitCause::Exited(3));
+        assert_eq!(cause_of_wait_status(0), ExitCause::Exited(0));
     }
 
     #[test]

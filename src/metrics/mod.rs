@@ -5,5 +5,6 @@ pub mod mapper;
 pub mod result;
 pub use aggregate::BenchmarkAggregator;
 pub use distribution::{Distribution, Summary};
-pub use mapper::{Anomalies, RequestMetrics, WallAnchor, map_request};
+pub use crate::time::WallAnchor;
+pub use mapper::{Anomalies, RequestMetrics, map_request};
 pub use result::{BenchmarkResult, metric_names};

@@ -127,13 +127,13 @@ pub(crate) mod tests {
     #[test]
     fn new_serializes_the_plan_and_checks_its_expectations() {
         use crate::batcher::BatchConfig;
-        use crate::engine::sim::{CostModel, Faults, TimeMode};
-        use crate::scenario::plan::{EnginePlan, OutputPlan, ProfilePlan, SimPlan, StopPlan, TokenDist, WorkloadPlan};
+        use crate::engine::sim::{CostModel, Faults, SimConfig, TimeMode};
+        use crate::scenario::plan::{EnginePlan, OutputPlan, ProfilePlan, StopPlan, TokenDist, WorkloadPlan};
         let plan = Plan {
             name: "plan".into(),
             description: None,
             seed: 42,
-            engine: EnginePlan::Sim(SimPlan {
+            engine: EnginePlan::Sim(SimConfig {
                 time: TimeMode::default(),
                 seed: 1,
                 cost: CostModel::default(),

@@ -9,13 +9,17 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::status::StepStatus;
+
 /// Whether the status line is on screen (shared with the log writer).
 static LINE_SHOWN: Mutex<bool> = Mutex::new(false);
 
 const ERASE: &str = "\r\x1b[2K";
 
+/// How progress is shown.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ProgressMode {
+    /// Not at all.
     Off,
     /// A redrawn status line.
     Terminal,
@@ -66,8 +70,35 @@ impl Progress {
         }
     }
 
+    /// The engine is loading or stopping: `step` says which ("loading engine").
+    pub fn engine_step(&mut self, step: &str) {
+        self.phase(step, "");
+    }
+
+    /// A benchmark's progress: drawn at once on a phase change, else at most once per throttle
+    /// interval. Counts are set before drawing, so a new phase never shows the old one's counts.
+    pub fn status(&mut self, s: &StepStatus) {
+        let label = s.phase.label();
+        let changed = self.status.phase != label || self.status.benchmark != s.benchmark;
+        self.status.phase = label.to_string();
+        self.status.benchmark = s.benchmark.clone();
+        self.status.done = s.done;
+        self.status.total = s.total;
+        self.status.requests_per_s = s.requests_per_s;
+        self.status.output_tokens_per_s = s.output_tokens_per_s;
+        if changed || self.last_draw.is_none_or(|t| t.elapsed() >= self.interval()) {
+            self.draw();
+        }
+    }
+
+    /// A benchmark finished: its final status.
+    pub fn benchmark_done(&mut self, s: &StepStatus) {
+        self.last_draw = None;
+        self.status(s);
+    }
+
     /// A phase change: always drawn.
-    pub fn phase(&mut self, phase: &str, benchmark: &str) {
+    fn phase(&mut self, phase: &str, benchmark: &str) {
         if self.status.phase != phase || self.status.benchmark != benchmark {
             self.status.phase = phase.to_string();
             self.status.benchmark = benchmark.to_string();
@@ -76,7 +107,8 @@ impl Progress {
     }
 
     /// New counts: drawn when the last draw is older than the throttle interval.
-    pub fn update(&mut self, done: u64, total: Option<u64>, rps: Option<f64>, tps: Option<f64>) {
+    #[cfg(test)]
+    fn update(&mut self, done: u64, total: Option<u64>, rps: Option<f64>, tps: Option<f64>) {
         self.status.done = done;
         self.status.total = total;
         self.status.requests_per_s = rps;

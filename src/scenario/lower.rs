@@ -13,7 +13,7 @@ use super::plan::*;
 use super::reader::{Cx, Field, Low, Tbl, join};
 use super::schema;
 use crate::batcher::BatchConfig;
-use crate::engine::sim::{CostModel, FaultTrigger, Faults, TimeMode};
+use crate::engine::sim::{CostModel, FaultTrigger, Faults, SimConfig, TimeMode};
 use crate::rng::SplitMix64;
 
 /// Seed streams of the components whose seed defaults to one derived from the master seed.
@@ -113,7 +113,7 @@ fn lower_engine(
     }
     let defaults = CostModel::default();
     let mut plan =
-        SimPlan { time: TimeMode::Virtual, seed: derive_seed(seed, seed_stream::SIM), cost: defaults.clone(), faults };
+        SimConfig { time: TimeMode::Virtual, seed: derive_seed(seed, seed_stream::SIM), cost: defaults.clone(), faults };
     if let Some(t) = sim {
         if cx.choice(t, "time", &["virtual", "real"]) == Some("real") {
             plan.time = TimeMode::Real;

@@ -9,7 +9,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::batcher::BatchConfig;
-use crate::engine::sim::{CostModel, Faults, TimeMode};
+use crate::engine::sim::{SimConfig, SimEngine};
+use crate::engine::{EngineError, TimedEngine};
+pub use crate::load::{ProfilePlan, TokenDist, WorkloadPlan};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {
@@ -31,17 +33,32 @@ pub struct Plan {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EnginePlan {
-    Sim(SimPlan),
+    Sim(SimConfig),
     Vllm(VllmPlan),
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct SimPlan {
-    pub time: TimeMode,
-    pub seed: u64,
-    pub cost: CostModel,
-    /// From the scenario's top-level `[faults]` table.
-    pub faults: Faults,
+impl EnginePlan {
+    /// Builds the engine this plan names, in the time it names: the simulator in virtual or real
+    /// time, vLLM in real time. Fails for vLLM in a build without the `vllm` feature.
+    pub fn build(&self) -> Result<TimedEngine, EngineError> {
+        match self {
+            EnginePlan::Sim(config) => Ok(SimEngine::timed(config.clone())),
+            #[cfg(feature = "vllm")]
+            EnginePlan::Vllm(v) => Ok(TimedEngine::real_time(crate::engine::vllm::VllmEngine::new(v.clone()))),
+            #[cfg(not(feature = "vllm"))]
+            EnginePlan::Vllm(_) => Err(EngineError::Unsupported(
+                "this batchlab was built without vLLM support: rebuild with `--features vllm` (see docs/vllm.md)".into(),
+            )),
+        }
+    }
+
+    /// The engine's seed.
+    pub fn seed(&self) -> u64 {
+        match self {
+            EnginePlan::Sim(sim) => sim.seed,
+            EnginePlan::Vllm(v) => v.seed,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -59,56 +76,6 @@ pub struct VllmPlan {
     pub disable_log_stats: bool,
     /// Passed through to `vllm.EngineArgs` unchanged.
     pub engine_args: serde_json::Map<String, serde_json::Value>,
-}
-
-/// A distribution of token counts.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "dist", rename_all = "snake_case")]
-pub enum TokenDist {
-    Fixed { value: u32 },
-    Uniform { min: u32, max: u32 },
-    Normal { mean: f64, stdev: f64, min: u32, max: u32 },
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "source", rename_all = "snake_case")]
-pub enum WorkloadPlan {
-    Synthetic {
-        prompt_tokens: TokenDist,
-        output_tokens: TokenDist,
-        seed: u64,
-        /// Each prompt starts with tokens unique to it, so prefix caching cannot flatter results.
-        unique_prefix: bool,
-        vocab_size: u32,
-        ignore_eos: bool,
-        temperature: f32,
-    },
-    File {
-        path: PathBuf,
-        /// For lines without `max_tokens`.
-        default_max_tokens: u32,
-        ignore_eos: bool,
-        temperature: f32,
-    },
-}
-
-/// How requests are offered. Each variant expands into one or more benchmarks.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ProfilePlan {
-    /// One request at a time.
-    Synchronous,
-    /// One benchmark per level, each keeping exactly that many requests in flight.
-    Concurrent { levels: Vec<u32> },
-    /// As fast as possible, with at most `max_concurrency` in flight.
-    Throughput { max_concurrency: u32 },
-    /// One benchmark per rate (requests/s), evenly spaced arrivals.
-    Constant { rates: Vec<f64>, max_concurrency: Option<u32> },
-    /// Poisson arrivals at `rate` requests/s.
-    Poisson { rate: f64, seed: u64, max_concurrency: Option<u32> },
-    /// Synchronous, then throughput, then `rates` constant rates evenly spaced between the two
-    /// measured request rates.
-    Sweep { rates: u32, max_concurrency: u32 },
 }
 
 /// Per-benchmark stop conditions; the first one met ends the benchmark.

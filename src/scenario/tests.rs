@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::plan::*;
 use super::*;
-use crate::engine::sim::{CostModel, FaultTrigger, Faults, TimeMode};
+use crate::engine::sim::{CostModel, FaultTrigger, Faults, SimConfig, TimeMode};
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -374,7 +374,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
     );
     let sim = (any::<bool>(), seed_strategy(), cost, faults).prop_map(|(real, seed, cost, faults)| {
         let time = if real { TimeMode::Real } else { TimeMode::Virtual };
-        EnginePlan::Sim(SimPlan { time, seed, cost, faults })
+        EnginePlan::Sim(SimConfig { time, seed, cost, faults })
     });
     let small = || proptest::option::of(1u32..100_000);
     let args = proptest::collection::btree_map(

@@ -96,6 +96,16 @@ pub struct RunSummary {
     pub interrupted: bool,
 }
 
+impl RunSummary {
+    /// Panics unless every expectation held and the run is complete; the message lists every
+    /// failed expectation with its measured and expected values. See
+    /// [`Report::assert_expectations`].
+    #[track_caller]
+    pub fn assert_expectations(&self) {
+        self.report.assert_expectations();
+    }
+}
+
 /// What the loop hands back.
 struct DriverResult {
     engine: EngineInfo,

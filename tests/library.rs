@@ -140,3 +140,10 @@ fn a_failed_expectation_names_measured_and_expected() {
         .expect("a valid scenario");
     run(&plan, MyEngine::new(Duration::from_millis(2))).assert_expectations();
 }
+
+#[test]
+fn docs_library_md_shows_the_example_as_it_is() {
+    let doc = include_str!("../docs/library.md");
+    let example = include_str!("../examples/custom_engine.rs");
+    assert!(doc.contains(example), "docs/library.md must contain examples/custom_engine.rs verbatim");
+}

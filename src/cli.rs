@@ -35,6 +35,10 @@ struct ScenarioArgs {
     /// Override the scenario's master seed.
     #[arg(long)]
     seed: Option<u64>,
+    /// Print only the resolved engine kind (`sim` or `vllm`, after every `--set`) and exit. The
+    /// justfile picks the build with it.
+    #[arg(long)]
+    engine_kind: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -58,9 +62,6 @@ enum Command {
     Check {
         #[command(flatten)]
         scenario: ScenarioArgs,
-        /// Print only the resolved engine kind (`sim` or `vllm`), after every `--set`.
-        #[arg(long)]
-        engine_kind: bool,
     },
 }
 
@@ -116,11 +117,13 @@ enum Task {
 
 fn real_main(cli: Cli) -> ExitCode {
     let (args, task) = match cli.command {
+        Command::Run { scenario, .. } | Command::Check { scenario } if scenario.engine_kind => {
+            (scenario, Task::PrintEngineKind)
+        }
         Command::Run { scenario, output, requests_jsonl, quiet } => {
             (scenario, Task::Run { output, requests_jsonl, quiet })
         }
-        Command::Check { scenario, engine_kind: true } => (scenario, Task::PrintEngineKind),
-        Command::Check { scenario, engine_kind: false } => (scenario, Task::Print),
+        Command::Check { scenario } => (scenario, Task::Print),
     };
     let overrides = Overrides { sets: args.sets, seed: args.seed };
     let plan = match load_file(&args.scenario, &overrides) {

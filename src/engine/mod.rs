@@ -176,7 +176,7 @@ impl<E: VirtualTimeEngine + ?Sized> VirtualTimeEngine for Box<E> {
     }
 }
 
-/// An engine and the time it runs in: what [`crate::run::run_with`] takes. Any engine converts
+/// An engine and the time it runs in: what `batchlab::run::run_with` takes. Any engine converts
 /// into real time with `From`.
 pub enum TimedEngine {
     /// Real time, on the threaded batcher: any engine.

@@ -52,7 +52,12 @@ pub struct RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { output_dir: None, requests_jsonl: false, progress: ProgressMode::Off, interrupt: Interrupt::never() }
+        RunOptions {
+            output_dir: None,
+            requests_jsonl: false,
+            progress: ProgressMode::Off,
+            interrupt: Interrupt::never(),
+        }
     }
 }
 

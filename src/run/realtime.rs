@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 
 use super::driver::{Driver, DriverEvent, Stalled};
 use super::interrupt::{Interrupt, WakerGuard};
@@ -12,11 +12,8 @@ use crate::batcher::{BatchConfig, BatchRun, Batcher, RequestError};
 use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId};
 use crate::time::{Clock, MonotonicClock, Timestamp, WallAnchor};
 
-enum Message {
-    Event(DriverEvent),
-    /// The interrupt fired: stop waiting.
-    Wake,
-}
+/// What the channel carries: an event, or `None` when the interrupt fired (stop waiting).
+type Message = Option<DriverEvent>;
 
 /// Real time over the threaded batcher.
 pub(super) struct RealTimeDriver {
@@ -39,20 +36,14 @@ impl RealTimeDriver {
             config,
             Arc::new(MonotonicClock),
             Some(Box::new(move |b: &BatchRun| {
-                let _ = batch_tx.send(Message::Event(DriverEvent::Batch(b.clone())));
+                let _ = batch_tx.send(Some(DriverEvent::Batch(b.clone())));
             })),
         );
         let wake_tx = tx.clone();
         let guard = interrupt.on_fire(move || {
-            let _ = wake_tx.send(Message::Wake);
+            let _ = wake_tx.send(None);
         });
         RealTimeDriver { batcher, domain, tx, rx, ready: VecDeque::new(), _wake_on_interrupt: guard }
-    }
-
-    fn keep(&mut self, message: Message) {
-        if let Message::Event(e) = message {
-            self.ready.push_back(e);
-        }
     }
 }
 
@@ -76,7 +67,7 @@ impl Driver for RealTimeDriver {
     fn submit(&mut self, request: EngineRequest) -> Result<RequestId, RequestError> {
         let tx = self.tx.clone();
         let complete = Box::new(move |id, outcome| {
-            let _ = tx.send(Message::Event(DriverEvent::Outcome(id, outcome, MonotonicClock::read())));
+            let _ = tx.send(Some(DriverEvent::Outcome(id, outcome, MonotonicClock::read())));
         });
         self.batcher.submit_with(request, complete)
     }
@@ -89,26 +80,17 @@ impl Driver for RealTimeDriver {
         if let Some(e) = self.ready.pop_front() {
             return Some(e);
         }
-        while let Ok(message) = self.rx.try_recv() {
-            if let Message::Event(e) = message {
-                return Some(e);
-            }
-        }
-        None
+        // Skips interrupt wake-ups.
+        std::iter::from_fn(|| self.rx.try_recv().ok()).flatten().next()
     }
 
     fn wait(&mut self, until: Option<Timestamp>) -> Result<(), Stalled> {
         // The driver holds a sender itself, so the channel never disconnects.
         let message = match until {
             None => self.rx.recv().ok(),
-            Some(t) => match self.rx.recv_timeout(t.saturating_since(MonotonicClock::read())) {
-                Ok(m) => Some(m),
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-            },
+            Some(t) => self.rx.recv_timeout(t.saturating_since(MonotonicClock::read())).ok(),
         };
-        if let Some(m) = message {
-            self.keep(m);
-        }
+        self.ready.extend(message.flatten());
         Ok(())
     }
 

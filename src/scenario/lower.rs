@@ -112,8 +112,12 @@ fn lower_engine(
         );
     }
     let defaults = CostModel::default();
-    let mut plan =
-        SimConfig { time: TimeMode::Virtual, seed: derive_seed(seed, seed_stream::SIM), cost: defaults.clone(), faults };
+    let mut plan = SimConfig {
+        time: TimeMode::Virtual,
+        seed: derive_seed(seed, seed_stream::SIM),
+        cost: defaults.clone(),
+        faults,
+    };
     if let Some(t) = sim {
         if cx.choice(t, "time", &["virtual", "real"]) == Some("real") {
             plan.time = TimeMode::Real;

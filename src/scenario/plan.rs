@@ -47,7 +47,8 @@ impl EnginePlan {
             EnginePlan::Vllm(v) => Ok(TimedEngine::real_time(crate::engine::vllm::VllmEngine::new(v.clone()))),
             #[cfg(not(feature = "vllm"))]
             EnginePlan::Vllm(_) => Err(EngineError::Unsupported(
-                "this batchlab was built without vLLM support: rebuild with `--features vllm` (see docs/vllm.md)".into(),
+                "this batchlab was built without vLLM support: rebuild with `--features vllm` (see docs/vllm.md)"
+                    .into(),
             )),
         }
     }

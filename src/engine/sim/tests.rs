@@ -53,7 +53,8 @@ fn waves_respect_max_num_seqs() {
 fn same_seed_same_outputs() {
     let cost = CostModel { eos_probability: 0.1, ..CostModel::default() };
     let run = || {
-        let (mut e, _) = engine(SimConfig { seed: 9, cost: cost.clone(), faults: Faults::default(), ..SimConfig::default() });
+        let (mut e, _) =
+            engine(SimConfig { seed: 9, cost: cost.clone(), faults: Faults::default(), ..SimConfig::default() });
         let mut b = batch(16, 32, 50);
         for r in &mut b {
             r.ignore_eos = false;
@@ -91,7 +92,8 @@ fn faults_fire_on_schedule() {
         },
     ];
     for (i, case) in cases.into_iter().enumerate() {
-        let (mut e, _) = engine(SimConfig { seed: 1, cost: CostModel::default(), faults: case.faults, ..SimConfig::default() });
+        let (mut e, _) =
+            engine(SimConfig { seed: 1, cost: CostModel::default(), faults: case.faults, ..SimConfig::default() });
         let r = e.generate(&batch(4, 4, 4));
         assert!((case.expect)(&r, 4), "case {i}: {r:?}");
     }
@@ -124,7 +126,8 @@ fn panic_fault_panics_and_hang_takes_virtual_time() {
 #[test]
 fn start_faults() {
     let faults = Faults { start_fails: true, start_delay: Duration::from_secs(2), ..Faults::default() };
-    let (mut e, clock) = SimEngine::virtual_time(SimConfig { seed: 1, cost: CostModel::default(), faults, ..SimConfig::default() });
+    let (mut e, clock) =
+        SimEngine::virtual_time(SimConfig { seed: 1, cost: CostModel::default(), faults, ..SimConfig::default() });
     assert!(e.start().is_err());
     assert_eq!(clock.now(), Timestamp::from_nanos(VirtualClock::ORIGIN.as_nanos() + 2_000_000_000));
     assert!(e.generate(&batch(1, 1, 1)).is_err(), "generate before a successful start fails");

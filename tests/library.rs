@@ -8,7 +8,7 @@ use batchlab::engine::{
     Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, TimedEngine,
     VirtualTimeEngine,
 };
-use batchlab::run::{RunOptions, RunSummary, run_with_blocking};
+use batchlab::run::{Interrupt, RunOptions, RunSummary, run_with_blocking};
 use batchlab::scenario::plan::{Comparison, Plan};
 use batchlab::scenario::{Scenario, ScenarioBuilder};
 use batchlab::time::{Clock, MonotonicClock, VirtualClock};
@@ -139,6 +139,40 @@ fn a_failed_expectation_names_measured_and_expected() {
         .build()
         .expect("a valid scenario");
     run(&plan, MyEngine::new(Duration::from_millis(2))).assert_expectations();
+}
+
+/// Fires an interrupt from inside its third generate, as a user's Ctrl-C handler would.
+struct InterruptingEngine {
+    inner: MyEngine,
+    interrupt: Interrupt,
+}
+
+impl Engine for InterruptingEngine {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        self.inner.start()
+    }
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        if self.inner.batches == 2 {
+            self.interrupt.fire();
+        }
+        self.inner.generate(batch)
+    }
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        self.inner.shutdown()
+    }
+}
+
+#[test]
+fn an_interrupt_drains_and_reports_an_incomplete_run() {
+    let plan = scenario().profile_throughput(2).max_duration(Duration::from_secs(3600)).build().expect("valid");
+    let interrupt = Interrupt::new();
+    let engine = InterruptingEngine { inner: MyEngine::new(Duration::from_millis(1)), interrupt: interrupt.clone() };
+    let options = RunOptions { interrupt, ..RunOptions::default() };
+    let summary = run_with_blocking(&plan, engine, options).expect("an interrupted run still reports");
+    assert!(summary.interrupted && summary.report.incomplete);
+    let counts = &summary.report.benchmarks[0].counts;
+    assert_eq!(counts.lost, 0);
+    assert!(counts.completed >= 2, "{counts:?}");
 }
 
 #[test]

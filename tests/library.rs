@@ -93,7 +93,9 @@ fn a_user_engine_runs_a_builder_scenario() {
         .expect("a valid scenario");
     let summary = run(&plan, MyEngine::new(Duration::from_millis(2)));
     summary.assert_expectations();
-    assert_eq!(summary.report.environment.engine_name, "my-engine");
+    let environment = &summary.report.environment;
+    assert_eq!((environment.engine_name.as_str(), environment.engine_version.as_str()), ("my-engine", "0.1"));
+    assert!(!environment.seeds.contains_key("engine"), "the plan's engine seed is not this engine's");
 }
 
 #[test]

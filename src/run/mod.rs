@@ -124,7 +124,7 @@ struct DriverResult {
 /// report. Blocks; see [`run`] for async callers.
 pub fn run_blocking(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunError> {
     let engine = plan.engine.build()?;
-    run_with_blocking(plan, engine, options)
+    run_engine(plan, engine, options, EngineSource::Plan)
 }
 
 /// [`run_blocking`] on tokio's blocking pool.
@@ -143,13 +143,29 @@ pub fn run_with_blocking(
     engine: impl Into<TimedEngine>,
     options: RunOptions,
 ) -> Result<RunSummary, RunError> {
+    run_engine(plan, engine.into(), options, EngineSource::Caller)
+}
+
+/// Whose engine a run uses: the report lists the plan's engine seed only for the plan's engine.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum EngineSource {
+    Plan,
+    Caller,
+}
+
+fn run_engine(
+    plan: &Plan,
+    engine: TimedEngine,
+    options: RunOptions,
+    source: EngineSource,
+) -> Result<RunSummary, RunError> {
     let workload = Workload::from_plan(&plan.workload)?;
     let mut jsonl = match (&options.output_dir, options.requests_jsonl || plan.output.requests_jsonl) {
         (Some(dir), true) => Some(RequestsJsonl::create(dir)?),
         _ => None,
     };
     let mut progress = Progress::new(options.progress);
-    let mut driver: Box<dyn Driver> = match engine.into() {
+    let mut driver: Box<dyn Driver> = match engine {
         TimedEngine::RealTime(e) => Box::new(RealTimeDriver::new(e, plan.batching.clone(), &options.interrupt)),
         TimedEngine::VirtualTime(e) => Box::new(VirtualTimeDriver::new(e, plan.batching.clone())),
     };
@@ -159,7 +175,7 @@ pub fn run_with_blocking(
     progress.clear();
     let result = result?;
 
-    let environment = Environment::detect(&result.engine, seeds(plan));
+    let environment = Environment::detect(&result.engine, seeds(plan, source));
     let report = Report::new(plan, environment, result.benchmarks, result.incomplete)?;
     let mut written = Vec::new();
     if let Some(dir) = &options.output_dir {
@@ -192,10 +208,12 @@ pub async fn run_with(
 }
 
 /// Every seed the run used, by component.
-fn seeds(plan: &Plan) -> BTreeMap<String, u64> {
+fn seeds(plan: &Plan, source: EngineSource) -> BTreeMap<String, u64> {
     let mut s = BTreeMap::new();
     s.insert("run".to_string(), plan.seed);
-    s.insert("engine".to_string(), plan.engine.seed());
+    if source == EngineSource::Plan {
+        s.insert("engine".to_string(), plan.engine.seed());
+    }
     if let WorkloadPlan::Synthetic { seed, .. } = &plan.workload {
         s.insert("workload".to_string(), *seed);
     }

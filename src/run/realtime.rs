@@ -49,7 +49,10 @@ impl RealTimeDriver {
 
 impl Driver for RealTimeDriver {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        self.batcher.preload().map_err(|e| EngineError::Start(e.to_string()))
+        self.batcher.preload().map_err(|e| match e {
+            RequestError::StartFailed(m) => EngineError::Start(m),
+            other => EngineError::Start(other.to_string()),
+        })
     }
 
     fn now(&self) -> Timestamp {

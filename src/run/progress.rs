@@ -78,7 +78,15 @@ impl Progress {
     /// A benchmark's progress: drawn at once on a phase change, else at most once per throttle
     /// interval. Counts are set before drawing, so a new phase never shows the old one's counts.
     pub fn status(&mut self, s: &StepStatus) {
-        let label = s.phase.label();
+        self.show(s, s.phase.label(), false);
+    }
+
+    /// A benchmark finished: its final status, always drawn.
+    pub fn benchmark_done(&mut self, s: &StepStatus) {
+        self.show(s, "finished", true);
+    }
+
+    fn show(&mut self, s: &StepStatus, label: &str, force: bool) {
         let changed = self.status.phase != label || self.status.benchmark != s.benchmark;
         self.status.phase = label.to_string();
         self.status.benchmark = s.benchmark.clone();
@@ -86,15 +94,9 @@ impl Progress {
         self.status.total = s.total;
         self.status.requests_per_s = s.requests_per_s;
         self.status.output_tokens_per_s = s.output_tokens_per_s;
-        if changed || self.last_draw.is_none_or(|t| t.elapsed() >= self.interval()) {
+        if force || changed || self.last_draw.is_none_or(|t| t.elapsed() >= self.interval()) {
             self.draw();
         }
-    }
-
-    /// A benchmark finished: its final status.
-    pub fn benchmark_done(&mut self, s: &StepStatus) {
-        self.last_draw = None;
-        self.status(s);
     }
 
     /// A phase change: always drawn.
@@ -124,7 +126,7 @@ impl Progress {
         if !s.benchmark.is_empty() {
             line.push_str(&format!(" {}", s.benchmark));
         }
-        if s.phase == "measuring" || s.phase == "warmup" || s.phase == "cooldown" {
+        if ["measuring", "warmup", "cooldown", "draining", "finished"].contains(&s.phase.as_str()) {
             match s.total {
                 Some(t) => line.push_str(&format!(": {}/{} requests", s.done, t)),
                 None => line.push_str(&format!(": {} requests", s.done)),

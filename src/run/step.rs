@@ -118,6 +118,7 @@ impl StepRun {
     ) -> Result<Self, LoadError> {
         let scheduler = Scheduler::new(step.clone(), now)?;
         let aggregator = BenchmarkAggregator::new(step.name.clone());
+        let first_phase = if warmup.is_some() { Phase::Warmup } else { Phase::Measure };
         Ok(StepRun {
             step,
             scheduler,
@@ -144,7 +145,7 @@ impl StepRun {
             index: 0,
             count: None,
             records: None,
-            admitting: Some(Phase::Warmup),
+            admitting: Some(first_phase),
             in_flight: IdMap::default(),
             aggregator,
             domain,
@@ -469,7 +470,9 @@ impl StepRun {
     }
 
     /// What the display shows at `now`: the current phase with its own finished count and its
-    /// own target (warmup counts warmup requests, measuring counts measured ones).
+    /// own target (warmup counts warmup requests, measuring counts measured ones). The
+    /// measurement shows as such until its last request finished, even once all are submitted;
+    /// `Draining` is what runs after an interruption, or after the cooldown's last submission.
     pub fn status(&self, now: Timestamp) -> StepStatus {
         let limit = |p: &Option<PhaseLimit>| match p {
             Some(PhaseLimit::Requests(n)) => (Some(*n), None),
@@ -479,7 +482,14 @@ impl StepRun {
         let since = |t: Option<Timestamp>| t.map_or(0.0, |t| now.saturating_since(t).as_secs_f64());
         let measured_total = self.stop.max_requests;
         let measured_limit = self.stop.max_duration.map(|d| d.as_secs_f64());
-        let (phase, done, (total, duration_limit_s), elapsed_s) = match self.phase_now() {
+        // Admission over, but measured requests still running: the measurement is what runs.
+        let stopped_early = matches!(self.stop_reason, Some(StopReason::Interrupted | StopReason::EngineUnusable));
+        let measuring = self.measure_start.is_some() && self.measured_finished < self.measured_submitted;
+        let phase_now = match self.phase_now() {
+            None if measuring && !stopped_early => Some(Phase::Measure),
+            p => p,
+        };
+        let (phase, done, (total, duration_limit_s), elapsed_s) = match phase_now {
             Some(Phase::Warmup) => (
                 DisplayPhase::Warmup,
                 self.warmup_submitted - self.warmup_in_flight,
@@ -670,17 +680,22 @@ mod tests {
     }
 
     #[test]
-    fn status_while_draining_and_after_errors() {
-        let mut run = step(None, 2);
-        for id in 0..2 {
+    fn status_measures_until_the_last_measured_request_and_drains_after_an_interrupt() {
+        let mut run = step(None, 3);
+        assert_eq!(counts(&run, at(0)), (DisplayPhase::Measuring, 0, Some(3)), "no warmup, none shown");
+        for id in 0..3 {
             assert_eq!(run.poll(at(0)), Action::Submit(Phase::Measure));
             run.on_submitted(id, Phase::Measure, at(0));
         }
+        // All submitted: admission is over, but the measurement is still what runs.
         assert_eq!(run.poll(at(0)), Action::Wait(None));
         let engine_error = RequestError::Engine { batch_id: 0, batch_size: 1, message: "x".into() };
         run.on_outcome(0, &Err(engine_error), at(5));
         let s = run.status(at(5));
-        assert_eq!((s.phase, s.done, s.total, s.errors), (DisplayPhase::Draining, 1, Some(2), 1));
+        assert_eq!((s.phase, s.done, s.total, s.errors), (DisplayPhase::Measuring, 1, Some(3), 1));
+        run.interrupt(at(6));
+        let s = run.status(at(6));
+        assert_eq!((s.phase, s.done, s.total), (DisplayPhase::Draining, 1, Some(3)));
     }
 
     #[test]

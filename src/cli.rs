@@ -98,6 +98,8 @@ const REAP_GRACE: Duration = Duration::from_secs(5);
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    // Before the tokio runtime, the engine or any other thread: all of them inherit the mask.
+    batchlab::sys::reset_cpu_affinity();
     batchlab::sys::become_subreaper();
     // Every way out (return, error, panic) goes through here: no engine process outlives us.
     let code = std::panic::catch_unwind(|| real_main(cli));

@@ -1,17 +1,22 @@
 //! State-machine property tests of the sans-IO batcher core against a reference model.
 //!
-//! Random sequences of submit, tick, engine result, cancel, start and shutdown are applied to
-//! [`BatcherCore`] by a faithful driver (it wakes at every `poll_timeout` deadline, like the real
-//! drivers) and to a plain FIFO model. After every step: batches come from the front of the model's
-//! queue and never exceed `batch_size`; no request is dispatched later than `batch_timeout` past
-//! the moment it could have been; a wrong output count or id fails the whole batch. At the end,
-//! after shutdown: every accepted request has exactly one outcome, and the engine is shut down once.
+//! Random sequences of submit, tick, engine result, cancel, start and shutdown, with engine deaths
+//! and aborts injected at any point, are applied to [`BatcherCore`] by a faithful driver (it wakes
+//! at every `poll_timeout` deadline, like the real drivers) and to a plain FIFO model. After every
+//! step: `poll_dispatch` gives a batch exactly when the dispatch deadline is due; batches come from
+//! the front of the model's queue and never exceed `batch_size`; no request is dispatched later
+//! than `batch_timeout` past the moment it could have been; a wrong output count or id fails the
+//! whole batch; the engine is never shut down while a generate runs. After a death, shutdown
+//! needs nothing from the engine: every request is answered before the stuck call returns. At the
+//! end: every accepted request has exactly one outcome, and the engine is shut down once.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use batchlab::batcher::{BatchConfig, BatcherCore, GenerateResult, Outcome, RequestError, State};
-use batchlab::engine::{EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, RequestId};
+use batchlab::engine::{
+    EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, RequestId,
+};
 use batchlab::time::Timestamp;
 use proptest::prelude::*;
 
@@ -25,6 +30,8 @@ enum Reply {
     MixedIds,
     Error,
     Panic,
+    /// The engine says it is dead (`EngineError::Died`).
+    Died,
 }
 
 #[derive(Clone, Debug)]
@@ -36,6 +43,20 @@ enum Op {
     Reply(Reply),
     Cancel(usize),
     Shutdown,
+    /// A process watcher reports the engine's death.
+    Died,
+    /// The first Ctrl-C abandons the running generate.
+    Abort,
+}
+
+/// A death, an abort, or a generate that returns `Died`: injected into a run, rarely, so most
+/// runs still batch for a while first.
+fn fatal() -> impl Strategy<Value = Op> {
+    prop_oneof![Just(Op::Died), Just(Op::Abort), Just(Op::Reply(Reply::Died))]
+}
+
+fn death() -> EngineDeath {
+    EngineDeath { process: "VLLM::EngineCore".into(), pid: Some(1234), status: "killed by SIGKILL".into() }
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -79,7 +100,10 @@ struct Harness {
     next_id: RequestId,
     /// The model's queue: (id, submitted at), FIFO.
     model_queue: VecDeque<(RequestId, Timestamp)>,
-    in_flight: Option<(u64, Vec<RequestId>)>,
+    /// (batch, members, abandoned by a death or abort: its late result must change nothing).
+    in_flight: Option<(u64, Vec<RequestId>, bool)>,
+    /// A death or abort was reported: nothing is admitted any more.
+    dead: bool,
     engine_free_since: Option<Timestamp>,
     accepted: Vec<RequestId>,
     outcomes: HashMap<RequestId, Vec<Outcome>>,
@@ -97,6 +121,7 @@ impl Harness {
             next_id: 0,
             model_queue: VecDeque::new(),
             in_flight: None,
+            dead: false,
             engine_free_since: None,
             accepted: Vec::new(),
             outcomes: HashMap::new(),
@@ -117,7 +142,10 @@ impl Harness {
         if self.core.state() == State::Ready && self.engine_free_since.is_none() {
             self.engine_free_since = Some(self.now);
         }
-        if let Some(batch) = self.core.poll_dispatch(self.now) {
+        let due = self.core.dispatch_deadline().is_some_and(|d| d <= self.now);
+        let dispatched = self.core.poll_dispatch(self.now);
+        prop_assert_eq!(due, dispatched.is_some(), "the dispatch deadline and poll_dispatch disagree");
+        if let Some(batch) = dispatched {
             prop_assert!(self.in_flight.is_none(), "two generates in flight");
             let n = batch.requests.len();
             prop_assert!(n >= 1 && n <= self.config.batch_size(), "batch of {n}");
@@ -138,7 +166,7 @@ impl Harness {
                     could
                 );
             }
-            self.in_flight = Some((batch.id, got));
+            self.in_flight = Some((batch.id, got, false));
             self.engine_free_since = None;
         }
         if self.core.poll_engine_shutdown() {
@@ -156,7 +184,7 @@ impl Harness {
                 self.core.begin_start();
             }
             Op::StartResult(ok) => {
-                let was_starting = self.core.state() == State::Starting;
+                let was_starting = matches!(self.core.state(), State::Starting | State::StartingThenDrain);
                 let r = if *ok {
                     Ok(EngineInfo { name: "mock".into(), version: "0".into() })
                 } else {
@@ -174,7 +202,7 @@ impl Harness {
                 self.next_id += 1;
                 let state = self.core.state();
                 let r = self.core.submit(EngineRequest::tokens(id, vec![1], 1), self.now);
-                let admit = matches!(state, State::Starting | State::Ready);
+                let admit = matches!(state, State::Starting | State::Ready) && !self.dead;
                 prop_assert_eq!(r.is_ok(), admit, "submit in {:?}: {:?}", state, r);
                 if admit {
                     self.accepted.push(id);
@@ -193,7 +221,7 @@ impl Harness {
                 self.now = target;
             }
             Op::Reply(kind) => {
-                let Some((batch_id, ids)) = self.in_flight.take() else { return Ok(()) };
+                let Some((batch_id, ids, abandoned)) = self.in_flight.take() else { return Ok(()) };
                 let result = match kind {
                     Reply::Ok => GenerateResult::Outputs(ids.iter().map(|&i| output(Some(i))).collect()),
                     Reply::Reversed => GenerateResult::Outputs(ids.iter().rev().map(|&i| output(Some(i))).collect()),
@@ -209,6 +237,7 @@ impl Harness {
                     ),
                     Reply::Error => GenerateResult::Error(EngineError::Generate("boom".into())),
                     Reply::Panic => GenerateResult::Panicked("boom".into()),
+                    Reply::Died => GenerateResult::Error(EngineError::Died(death())),
                 };
                 let expect = match kind {
                     Reply::Ok | Reply::Reversed => None,
@@ -218,10 +247,15 @@ impl Harness {
                     Reply::MixedIds => None,
                     Reply::Error => Some("engine_error"),
                     Reply::Panic => Some("engine_panicked"),
+                    Reply::Died => Some("engine_died"),
                 };
-                if let Some(kind) = expect {
+                // An abandoned generate's waiters were answered already; its result is discarded.
+                if let (Some(kind), false) = (expect, abandoned) {
                     for id in &ids {
                         self.expected.insert(*id, kind);
+                    }
+                    if kind == "engine_died" {
+                        self.kill("engine_died");
                     }
                 }
                 self.core.handle_generate_result(batch_id, result, self.now);
@@ -241,13 +275,53 @@ impl Harness {
                 }
             }
             Op::Shutdown => self.core.begin_shutdown(self.now),
+            Op::Died => {
+                self.kill("engine_died");
+                self.core.handle_engine_died(death(), self.now);
+            }
+            Op::Abort => {
+                self.kill("aborted");
+                self.core.abort_in_flight(self.now);
+            }
         }
         self.pump()
     }
 
+    /// The model of a death or abort: the running batch and the queue fail with `kind`, once,
+    /// unless the engine was already unusable or never started.
+    fn kill(&mut self, kind: &'static str) {
+        let live =
+            matches!(self.core.state(), State::Starting | State::StartingThenDrain | State::Ready | State::Draining);
+        if live && !self.dead {
+            if let Some((_, ids, abandoned)) = self.in_flight.as_mut().filter(|f| !f.2) {
+                *abandoned = true;
+                for id in ids.iter() {
+                    self.expected.insert(*id, kind);
+                }
+            }
+            for (id, _) in self.model_queue.drain(..) {
+                self.expected.insert(id, kind);
+            }
+        }
+        self.dead = true;
+    }
+
     fn finish(&mut self) -> Result<(), TestCaseError> {
         self.core.begin_shutdown(self.now);
-        if self.core.state() == State::Starting {
+        self.pump()?;
+        if self.dead {
+            // Shutdown may return now: every request is answered, whether or not the engine's
+            // stuck call ever returns.
+            prop_assert!(
+                self.core.state() == State::Stopped || self.core.is_wedged() || self.in_flight.is_none(),
+                "dead engine, shutdown would wait: {:?}",
+                self.core.state()
+            );
+            for id in &self.accepted {
+                prop_assert!(self.outcomes.contains_key(id), "request {} unanswered after the death", id);
+            }
+        }
+        if matches!(self.core.state(), State::Starting | State::StartingThenDrain) {
             self.apply(&Op::StartResult(true))?;
         }
         for _ in 0..10_000 {
@@ -286,8 +360,12 @@ proptest! {
     fn core_matches_model(
         batch_size in 1usize..6,
         timeout_us in 1u64..2_000,
-        ops in proptest::collection::vec(op(), 0..160),
+        mut ops in proptest::collection::vec(op(), 0..160),
+        fatal in proptest::collection::vec((0usize..160, fatal()), 0..3),
     ) {
+        for (at, op) in fatal {
+            ops.insert(at % (ops.len() + 1), op);
+        }
         let config = BatchConfig::new(batch_size, Duration::from_micros(timeout_us)).unwrap();
         let mut h = Harness::new(config);
         for op in &ops {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use batchlab::batcher::virtual_time::VirtualDriver;
 use batchlab::batcher::{BatchConfig, Batcher, RequestError, State};
 use batchlab::engine::sim::{CostModel, FaultTrigger, Faults, SimConfig, SimEngine};
-use batchlab::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
+use batchlab::engine::{ClockDomain, Engine, EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest};
 use batchlab::time::MonotonicClock;
 use mockall::mock;
 
@@ -313,6 +313,133 @@ fn engine_that_comes_back_after_a_timeout_serves_again() {
         .expect("served after the engine came back");
     assert_eq!(c.output.request_id, Some(second_id));
     b.shutdown().expect("shutdown");
+}
+
+/// An engine whose generate says it entered, then blocks until the test releases it (or drops the
+/// release sender: a generate that never returns while the test runs), then answers `answer`.
+struct Gated {
+    entered: mpsc::Sender<()>,
+    release: Mutex<mpsc::Receiver<()>>,
+    answer: fn(&[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError>,
+    shutdowns: Arc<AtomicUsize>,
+}
+
+impl Engine for Gated {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        Ok(info())
+    }
+    fn generate(&mut self, b: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        let _ = self.entered.send(());
+        let _ = self.release.lock().unwrap().recv();
+        (self.answer)(b)
+    }
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        self.shutdowns.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A gated batcher (batch_size 2, no generate timeout) with a full batch stuck inside generate
+/// and one request queued behind it. Returns the batcher, the two stuck and the one queued
+/// tickets, the release sender and the engine's shutdown count.
+#[allow(clippy::type_complexity)]
+fn stuck_batcher(
+    answer: fn(&[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError>,
+) -> (Batcher, Vec<batchlab::batcher::Ticket>, mpsc::Sender<()>, Arc<AtomicUsize>) {
+    let (entered_tx, entered) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel();
+    let shutdowns = Arc::new(AtomicUsize::new(0));
+    let engine = Gated { entered: entered_tx, release: Mutex::new(release_rx), answer, shutdowns: shutdowns.clone() };
+    let b = spawn(engine, config(2, Duration::from_secs(3600)));
+    let mut tickets: Vec<_> = (0..2).map(|_| b.submit(req()).expect("submit")).collect();
+    entered.recv_timeout(LIMIT).expect("the full batch reached generate");
+    tickets.push(b.submit(req()).expect("queued behind the stuck generate"));
+    (b, tickets, release, shutdowns)
+}
+
+fn death() -> EngineDeath {
+    EngineDeath { process: "VLLM::EngineCore".into(), pid: Some(4242), status: "killed by SIGKILL".into() }
+}
+
+/// Answers come from the call that caused them, so a short bound is plenty.
+const PROMPT: Duration = Duration::from_secs(2);
+
+/// `shutdown` on another thread, which must return within `LIMIT` however stuck the engine is.
+fn shutdown_returns(b: &Batcher) -> Result<(), EngineError> {
+    let (done, result) = mpsc::channel();
+    let b = b.clone();
+    std::thread::spawn(move || {
+        let _ = done.send(b.shutdown());
+    });
+    result.recv_timeout(LIMIT).unwrap_or_else(|_| panic!("shutdown did not return within {LIMIT:?}: a hang"))
+}
+
+#[test]
+fn engine_death_from_another_thread_answers_everyone_while_generate_never_returns() {
+    let (b, tickets, release, shutdowns) = stuck_batcher(|b| Ok(echo(b)));
+    let watcher = b.clone();
+    std::thread::spawn(move || watcher.engine_died(death())).join().expect("watcher");
+    for t in tickets {
+        let outcome = t.wait_timeout(PROMPT).unwrap_or_else(|_| panic!("no outcome within {PROMPT:?} of the death"));
+        assert_eq!(outcome.err(), Some(RequestError::EngineDied(death())));
+    }
+    assert_eq!(b.submit(req()).err(), Some(RequestError::EngineDied(death())), "later submits fail at once");
+    assert_eq!(b.state(), State::Failed);
+    b.engine_died(death());
+    shutdown_returns(&b).expect("shutdown");
+    b.engine_died(death());
+    assert_eq!(shutdowns.load(Ordering::SeqCst), 0, "the engine was shut down under a running generate");
+    assert_eq!(b.preload().err(), Some(RequestError::EngineDied(death())));
+    drop(release);
+}
+
+#[test]
+fn engine_death_releases_a_shutdown_that_waits_for_a_stuck_generate() {
+    let (b, tickets, release, _) = stuck_batcher(|b| Ok(echo(b)));
+    // Shutdown (the first Ctrl-C) waits for the stuck generate until the watcher sees the death;
+    // either order of the two must end with everyone answered.
+    let (done, result) = mpsc::channel();
+    let closer = b.clone();
+    std::thread::spawn(move || {
+        let _ = done.send(closer.shutdown());
+    });
+    b.engine_died(death());
+    result.recv_timeout(LIMIT).expect("shutdown returned after the death").expect("shutdown");
+    for t in tickets {
+        let outcome = t.wait_timeout(PROMPT).unwrap_or_else(|_| panic!("no outcome within {PROMPT:?} of the death"));
+        assert_eq!(outcome.err(), Some(RequestError::EngineDied(death())));
+    }
+    drop(release);
+}
+
+#[test]
+fn abort_in_flight_abandons_the_stuck_generate_and_shutdown_returns() {
+    let (b, tickets, release, shutdowns) = stuck_batcher(|b| Ok(echo(b)));
+    b.abort_in_flight();
+    for t in tickets {
+        let outcome = t.wait_timeout(PROMPT).unwrap_or_else(|_| panic!("no outcome within {PROMPT:?} of the abort"));
+        assert_eq!(outcome.err(), Some(RequestError::Aborted));
+    }
+    assert_eq!(b.submit(req()).err(), Some(RequestError::Aborted));
+    b.abort_in_flight();
+    shutdown_returns(&b).expect("shutdown");
+    assert_eq!(shutdowns.load(Ordering::SeqCst), 0);
+    drop(release);
+}
+
+#[test]
+fn generate_reporting_death_fails_batch_and_queue_and_the_engine_is_released_once() {
+    let (b, tickets, release, shutdowns) = stuck_batcher(|_| Err(EngineError::Died(death())));
+    release.send(()).expect("release the generate");
+    for t in tickets {
+        let outcome = t.wait_timeout(LIMIT).unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}: a hang"));
+        assert_eq!(outcome.err(), Some(RequestError::EngineDied(death())));
+    }
+    assert_eq!(b.submit(req()).err(), Some(RequestError::EngineDied(death())));
+    shutdown_returns(&b).expect("shutdown");
+    // No generate was stuck, so the dead engine's shutdown ran, once, before shutdown returned.
+    assert_eq!(shutdowns.load(Ordering::SeqCst), 1);
+    assert_eq!(b.state(), State::Stopped);
 }
 
 #[test]

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use batchlab::batcher::virtual_time::VirtualDriver;
 use batchlab::batcher::{BatchConfig, Event};
-use batchlab::engine::EngineRequest;
 use batchlab::engine::sim::{CostModel, FaultTrigger, Faults, SimConfig, SimEngine};
+use batchlab::engine::{EngineDeath, EngineRequest};
 use batchlab::time::VirtualClock;
 
 enum Step {
@@ -19,6 +19,10 @@ enum Step {
     Wait(u64),
     /// Drop (cancel) request `id`.
     Cancel(u64),
+    /// A process watcher reports the engine's death.
+    Died,
+    /// The first Ctrl-C abandons the running generate.
+    Abort,
     Shutdown,
 }
 
@@ -69,6 +73,12 @@ fn trace(
             Step::Cancel(id) => {
                 let _ = d.cancel(*id);
             }
+            Step::Died => d.engine_died(EngineDeath {
+                process: "VLLM::EngineCore".into(),
+                pid: Some(4242),
+                status: "killed by SIGKILL".into(),
+            }),
+            Step::Abort => d.abort_in_flight(),
             Step::Shutdown => {
                 let r = d.shutdown();
                 writeln!(out, "shutdown: {r:?}").unwrap();
@@ -201,4 +211,20 @@ trace_case!(
     None,
     Faults { start_fails: true, ..Faults::default() },
     [Submit(1), Shutdown]
+);
+trace_case!(
+    engine_death_fails_running_batch_and_queue_and_rejects_later,
+    2,
+    10,
+    None,
+    Faults { hang: FaultTrigger::every(1), ..Faults::default() },
+    [Submit(2), Wait(1), Submit(1), Died, Submit(1), Died, Shutdown]
+);
+trace_case!(
+    abort_abandons_the_running_generate,
+    2,
+    10,
+    None,
+    Faults { hang: FaultTrigger::every(1), ..Faults::default() },
+    [Submit(2), Wait(1), Submit(1), Abort, Submit(1), Shutdown]
 );

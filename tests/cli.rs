@@ -119,8 +119,7 @@ fn ctrl_c_drains_and_writes_an_incomplete_report() {
     // The plain progress line of the measured phase: the run is under way.
     let seen = lines.by_ref().map_while(Result::ok).any(|l| l.contains("measuring"));
     assert!(seen, "no progress line");
-    // SAFETY: kill only sends a signal to our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130), "{rest:?}");

@@ -1,5 +1,5 @@
 //! Model checking of the threaded batcher with loom: every interleaving (up to the preemption
-//! bound) of submitters, the engine thread and a shutdown.
+//! bound) of submitters, the engine thread, a shutdown and an engine death reported by a watcher.
 //!
 //! Run with `just test-loom` (`RUSTFLAGS="--cfg loom" cargo test --release --test loom_batcher`).
 //! A lost wake-up or a waiter left hanging shows up as a loom deadlock; two generates at once,
@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use batchlab::batcher::{BatchConfig, Batcher, RequestError};
-use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
+use batchlab::engine::{Engine, EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest};
 use batchlab::sync::Arc;
 use batchlab::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use batchlab::time::{Clock, Timestamp};
@@ -164,5 +164,65 @@ fn cancel_racing_dispatch_never_hangs() {
         b.shutdown().unwrap();
         let mine = Some(mine.wait().map(|_| ()));
         assert!(matches!(mine, Some(Ok(()))), "{mine:?}");
+    });
+}
+
+/// An engine whose generate blocks until the test opens the gate: as stuck as a dead engine's
+/// generate for as long as the test wants.
+struct GatedEngine {
+    gate: Arc<(loom::sync::Mutex<bool>, loom::sync::Condvar)>,
+    shutdowns: Arc<AtomicUsize>,
+    in_generate: Arc<AtomicBool>,
+}
+
+impl Engine for GatedEngine {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        Ok(EngineInfo { name: "loom".into(), version: "0".into() })
+    }
+
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        self.in_generate.store(true, Ordering::SeqCst);
+        let (open, cv) = &*self.gate;
+        let mut open = open.lock().unwrap();
+        while !*open {
+            open = cv.wait(open).unwrap();
+        }
+        self.in_generate.store(false, Ordering::SeqCst);
+        Ok(common::echo(batch))
+    }
+
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        assert!(!self.in_generate.load(Ordering::SeqCst), "shutdown during a stuck generate");
+        assert_eq!(self.shutdowns.fetch_add(1, Ordering::SeqCst), 0, "engine shut down twice");
+        Ok(())
+    }
+}
+
+#[test]
+fn engine_death_from_a_watcher_releases_shutdown_while_generate_is_stuck() {
+    model(|| {
+        let gate = Arc::new((loom::sync::Mutex::new(false), loom::sync::Condvar::new()));
+        let shutdowns = Arc::new(AtomicUsize::new(0));
+        let engine = GatedEngine {
+            gate: gate.clone(),
+            shutdowns: shutdowns.clone(),
+            in_generate: Arc::new(AtomicBool::new(false)),
+        };
+        let config = BatchConfig::new(1, Duration::from_secs(3600)).unwrap();
+        let b = Batcher::spawn(engine, config, std::sync::Arc::new(Frozen));
+        let ticket = b.submit(EngineRequest::tokens(0, vec![1], 1)).unwrap();
+        let death = EngineDeath { process: "core".into(), pid: None, status: "killed by SIGKILL".into() };
+        let (b2, d2) = (b.clone(), death.clone());
+        let watcher = thread::spawn(move || b2.engine_died(d2));
+        // Shutdown cannot wait for the generate (the gate opens only after it returns): only the
+        // death can end its wait. A lost wake-up is a loom deadlock.
+        b.shutdown().unwrap();
+        watcher.join().unwrap();
+        // Whether the death came before the dispatch or during the generate, it is the answer.
+        assert_eq!(ticket.wait().err(), Some(RequestError::EngineDied(death.clone())));
+        assert_eq!(b.submit(EngineRequest::tokens(0, vec![1], 1)).err(), Some(RequestError::EngineDied(death)));
+        let (open, cv) = &*gate;
+        *open.lock().unwrap() = true;
+        cv.notify_all();
     });
 }

@@ -56,6 +56,7 @@ fn redacted(report: &Report) -> Report {
         engine_version: "[version]".into(),
         cpu_model: Some("[cpu]".into()),
         cores: Some(0),
+        cpu_affinity: Some("[cpus]".into()),
         os: "[os]".into(),
         hostname: Some("[host]".into()),
         seeds: r.environment.seeds.clone(),

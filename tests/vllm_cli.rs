@@ -76,9 +76,9 @@ impl Run {
         panic!("no `{needle}` within {START_LIMIT:?}; stderr tail:\n{}", self.tail());
     }
 
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill only sends a signal to our own child.
-        unsafe { libc::kill(self.child.id() as i32, sig) };
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        // An error means the child is already gone; `finish` reports its status.
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig);
     }
 
     fn finish(&mut self) -> ExitStatus {
@@ -158,7 +158,7 @@ fn engine_processes_never_outlive_batchlab() {
     let dir = output_dir("ctrl-c");
     let mut run = spawn(&["--set", "stop.max_requests=100000"], &dir);
     run.wait_for("measuring");
-    run.signal(libc::SIGINT);
+    run.signal(nix::sys::signal::Signal::SIGINT);
     let status = run.finish();
     assert_eq!(status.code(), Some(130), "stderr tail:\n{}", run.tail());
     assert_eq!(run.leftovers(), Vec::<String>::new(), "after one Ctrl-C");
@@ -170,9 +170,9 @@ fn engine_processes_never_outlive_batchlab() {
     let dir = output_dir("ctrl-c-twice");
     let mut run = spawn(&["--set", "stop.max_requests=100000"], &dir);
     run.wait_for("measuring");
-    run.signal(libc::SIGINT);
+    run.signal(nix::sys::signal::Signal::SIGINT);
     std::thread::sleep(Duration::from_millis(50));
-    run.signal(libc::SIGINT);
+    run.signal(nix::sys::signal::Signal::SIGINT);
     let status = run.finish();
     assert_eq!(status.code(), Some(130), "stderr tail:\n{}", run.tail());
     assert_eq!(run.leftovers(), Vec::<String>::new(), "after two Ctrl-C");

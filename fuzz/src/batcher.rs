@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 use batchlab::batcher::{BatchConfig, BatcherCore, GenerateResult, Outcome, State};
-use batchlab::engine::{EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, RequestId};
+use batchlab::engine::{EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, RequestId};
 use batchlab::time::Timestamp;
 
 #[derive(Arbitrary, Debug, Clone)]
@@ -42,6 +42,10 @@ pub enum Op {
     Shutdown,
     /// The engine's shutdown returns, if it was asked for.
     EngineShutdownDone,
+    /// A process watcher reports the engine's death.
+    EngineDied,
+    /// The first Ctrl-C abandons the running generate.
+    Abort,
 }
 
 #[derive(Arbitrary, Debug, Clone, Copy, PartialEq)]
@@ -88,6 +92,8 @@ struct Harness {
     expected: HashMap<RequestId, &'static str>,
     engine_shutdown_asked: u32,
     engine_shutdown_pending: bool,
+    /// A death or abort was reported: nothing is admitted any more.
+    dead: bool,
 }
 
 impl Harness {
@@ -104,6 +110,7 @@ impl Harness {
             expected: HashMap::new(),
             engine_shutdown_asked: 0,
             engine_shutdown_pending: false,
+            dead: false,
         }
     }
 
@@ -161,7 +168,7 @@ impl Harness {
                 let deadline = self.core.poll_timeout();
                 assert!(deadline.is_some_and(|d| d > self.now), "queued requests but no future deadline: {deadline:?}");
             }
-            State::Starting => {}
+            State::Starting | State::StartingThenDrain => {}
             other => panic!("{} requests queued in state {other:?} with nothing running", self.core.queued()),
         }
     }
@@ -178,7 +185,8 @@ impl Harness {
                 self.next_id += 1;
                 let state = self.core.state();
                 let admitted = self.core.submit(EngineRequest::tokens(id, vec![1], 1), self.now).is_ok();
-                assert_eq!(admitted, matches!(state, State::Starting | State::Ready), "submit in {state:?}");
+                let open = matches!(state, State::Starting | State::Ready) && !self.dead;
+                assert_eq!(admitted, open, "submit in {state:?}");
                 if admitted {
                     self.accepted.push(id);
                 }
@@ -220,12 +228,31 @@ impl Harness {
                     assert_eq!(self.core.state(), State::Stopped);
                 }
             }
+            Op::EngineDied => {
+                self.dead = true;
+                let death = EngineDeath { process: "core".into(), pid: Some(1), status: "killed by SIGKILL".into() };
+                self.core.handle_engine_died(death, self.now);
+                self.check_all_answered();
+            }
+            Op::Abort => {
+                self.dead = true;
+                self.core.abort_in_flight(self.now);
+                self.check_all_answered();
+            }
         }
         self.pump();
     }
 
+    /// After a death or abort, nobody waits for the engine any more.
+    fn check_all_answered(&mut self) {
+        self.drain_outcomes();
+        for id in &self.accepted {
+            assert!(self.outcomes.contains_key(id), "request {id} unanswered after a death or abort");
+        }
+    }
+
     fn start_result(&mut self, ok: bool) {
-        let starting = self.core.state() == State::Starting;
+        let starting = matches!(self.core.state(), State::Starting | State::StartingThenDrain);
         let result = if ok {
             Ok(EngineInfo { name: "fuzz".into(), version: "0".into() })
         } else {
@@ -273,7 +300,8 @@ impl Harness {
         for id in &ids {
             assert!(self.outcomes.contains_key(id), "request {id} of batch {batch_id} got no outcome from its result");
             if timed_out {
-                assert_eq!(self.outcomes[id].as_ref().err().map(|e| e.kind()), Some("generate_timed_out"));
+                let kind = self.outcomes[id].as_ref().err().map(|e| e.kind());
+                assert!(matches!(kind, Some("generate_timed_out" | "engine_died" | "aborted")), "{kind:?}");
             } else if let Some(kind) = kind {
                 self.expected.insert(*id, kind);
             }
@@ -283,7 +311,7 @@ impl Harness {
     /// Shut down the way a driver does, then check every admitted request has its one outcome.
     fn finish(&mut self) {
         self.core.begin_shutdown(self.now);
-        if self.core.state() == State::Starting {
+        if matches!(self.core.state(), State::Starting | State::StartingThenDrain) {
             self.start_result(true);
         }
         self.pump();
@@ -307,9 +335,18 @@ impl Harness {
             match (outcome, self.expected.get(id)) {
                 (Ok(_), None) => {}
                 (Err(e), Some(kind)) => assert_eq!(e.kind(), *kind, "request {id}: {e}"),
-                // Failures the harness does not predict: the generate timeout and the queue it holds up.
+                // Failures the harness does not predict: the generate timeout and the queue it holds up, a
+                // death or an abort.
                 (Err(e), None) => assert!(
-                    matches!(e.kind(), "generate_timed_out" | "engine_unresponsive" | "engine_failed" | "start_failed"),
+                    matches!(
+                        e.kind(),
+                        "generate_timed_out"
+                            | "engine_unresponsive"
+                            | "engine_failed"
+                            | "start_failed"
+                            | "engine_died"
+                            | "aborted"
+                    ),
                     "request {id}: unexpected {e}"
                 ),
                 (Ok(c), Some(kind)) => panic!("request {id}: completed ({c:?}), expected {kind}"),

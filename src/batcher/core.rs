@@ -1,12 +1,47 @@
 //! The sans-IO micro-batcher.
 //!
 //! [`BatcherCore`] is a plain state machine in the style of quinn-proto: it never reads a clock,
-//! never blocks and never calls the engine. Inputs arrive through `submit`, `cancel`,
-//! `handle_*` and `begin_*`, each with `now`; work leaves through `poll_dispatch` (a batch to run),
-//! `poll_engine_shutdown` and `poll_outcome` (one outcome per request); `poll_timeout` says when
-//! the driver must call `handle_timeout` next. Drivers (the threaded shell, the virtual-time
+//! never blocks and never calls the engine. Drivers (the threaded shell, the virtual-time
 //! driver, the fuzzer, proptest) only move data between this and the world, so all of the logic
 //! that must never hang or lose a request lives here, in one place.
+//!
+//! # The driver contract
+//!
+//! A driver owns the clock and the engine, and runs the engine's calls one at a time. It passes
+//! `now` with every input, never earlier than the `now` it passed before.
+//!
+//! **Inputs.**
+//! - [`begin_start`](BatcherCore::begin_start): when it returns `true`, the driver calls the
+//!   engine's start and reports its result with
+//!   [`handle_start_result`](BatcherCore::handle_start_result).
+//! - [`submit`](BatcherCore::submit) and [`cancel`](BatcherCore::cancel), from callers. A
+//!   rejected submit returns its error and never produces an outcome.
+//! - [`handle_generate_result`](BatcherCore::handle_generate_result), once for every batch that
+//!   [`poll_dispatch`](BatcherCore::poll_dispatch) gave out, when the engine's generate returned
+//!   (or panicked), even if the batch was failed meanwhile: only then is the engine free.
+//! - [`handle_timeout`](BatcherCore::handle_timeout), when the time from
+//!   [`poll_timeout`](BatcherCore::poll_timeout) has come.
+//! - [`handle_engine_died`](BatcherCore::handle_engine_died) and
+//!   [`abort_in_flight`](BatcherCore::abort_in_flight), whenever they happen, in any state, also
+//!   while a generate runs (the driver must be able to take them while its engine thread is stuck).
+//! - [`begin_shutdown`](BatcherCore::begin_shutdown), then
+//!   [`handle_engine_shutdown_done`](BatcherCore::handle_engine_shutdown_done) when the engine's
+//!   shutdown returned.
+//!
+//! **After every input**, the driver polls, in this order:
+//! 1. [`poll_dispatch`](BatcherCore::poll_dispatch)`(now)`: a batch to run on the engine, outside
+//!    any lock. There is never more than one in flight.
+//! 2. [`poll_engine_shutdown`](BatcherCore::poll_engine_shutdown): `true` exactly once, when the
+//!    driver must call the engine's shutdown. Never while a start or generate is running.
+//! 3. [`poll_outcome`](BatcherCore::poll_outcome) until `None`: every request's one outcome, for
+//!    the driver to hand to its waiter.
+//! 4. [`poll_timeout`](BatcherCore::poll_timeout): when to call `handle_timeout` and poll again if
+//!    no other input comes first. A time at or before `now` means at once: a full batch or a
+//!    draining queue is due ([`dispatch_deadline`](BatcherCore::dispatch_deadline)).
+//!
+//! A driver is done when the state is [`State::Stopped`], or may stop waiting when
+//! [`is_wedged`](BatcherCore::is_wedged): every request is answered and only an engine call that
+//! may never return is left (the driver abandons the thread stuck in it).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -15,7 +50,7 @@ use serde::Serialize;
 
 use super::error::{ConfigError, RequestError};
 use super::lifecycle::{Lifecycle, State};
-use crate::engine::{EngineError, EngineInfo, EngineOutput, EngineRequest, RequestId};
+use crate::engine::{EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, RequestId};
 use crate::time::Timestamp;
 
 pub type BatchId = u64;
@@ -80,7 +115,8 @@ impl BatchConfig {
         Ok(BatchConfig { batch_size, batch_timeout, generate_timeout: None })
     }
 
-    /// A generate running longer than this fails its batch and marks the engine failed.
+    /// A generate running longer than this fails its batch; while it stays stuck, queued requests
+    /// fail once they waited as long.
     pub fn with_generate_timeout(mut self, t: Option<Duration>) -> Result<Self, ConfigError> {
         if t.is_some_and(|t| t.is_zero()) {
             return Err(ConfigError::ZeroGenerateTimeout);
@@ -201,10 +237,9 @@ struct InFlight {
 pub struct BatcherCore {
     config: BatchConfig,
     lifecycle: Lifecycle,
-    /// Why the engine is unusable; what later submits are rejected with.
+    /// Why the engine is unusable; what later submits are rejected with. Set together with a
+    /// failed state, or during a load that a death or abort interrupted.
     failure: Option<RequestError>,
-    shutdown_requested: bool,
-    start_attempted: bool,
     engine_shutdown_issued: bool,
     queue: VecDeque<Queued>,
     in_flight: Option<InFlight>,
@@ -219,8 +254,6 @@ impl BatcherCore {
             config,
             lifecycle: Lifecycle::default(),
             failure: None,
-            shutdown_requested: false,
-            start_attempted: false,
             engine_shutdown_issued: false,
             queue: VecDeque::new(),
             in_flight: None,
@@ -281,30 +314,35 @@ impl BatcherCore {
         if self.state() != State::Created {
             return false;
         }
-        self.start_attempted = true;
         self.set_state(State::Starting);
         true
     }
 
-    /// The engine load ended.
+    /// Why the engine is unusable, once it is.
+    pub fn failure(&self) -> Option<&RequestError> {
+        self.failure.as_ref()
+    }
+
+    /// The engine load ended. After a death or abort reported during the load, the engine is
+    /// failed whatever the result.
     pub fn handle_start_result(&mut self, result: Result<EngineInfo, EngineError>, now: Timestamp) {
-        if self.state() != State::Starting {
+        let draining = match self.state() {
+            State::Starting => false,
+            State::StartingThenDrain => true,
+            _ => return,
+        };
+        if let Some(error) = self.failure.clone() {
+            self.fail_engine(error, now);
             return;
         }
         match result {
-            Ok(_) => {
-                self.set_state(State::Ready);
-                if self.shutdown_requested {
-                    self.set_state(State::Draining);
-                }
-            }
+            Ok(_) => self.set_state(if draining { State::Draining } else { State::Ready }),
             Err(e) => {
                 let message = match e {
                     EngineError::Start(m) => m,
                     other => other.to_string(),
                 };
-                let error = RequestError::StartFailed(message);
-                self.fail_engine(error, now);
+                self.fail_engine(RequestError::StartFailed(message), now);
             }
         }
     }
@@ -312,24 +350,27 @@ impl BatcherCore {
     /// Stop admitting. Pending requests are still dispatched; then the engine is shut down.
     /// Harmless when repeated.
     pub fn begin_shutdown(&mut self, _now: Timestamp) {
-        self.shutdown_requested = true;
-        match self.state() {
-            State::Created => self.set_state(State::Stopped),
-            State::Ready => self.set_state(State::Draining),
-            // Starting: drains once the load ends. Draining, Stopped, Failed: nothing to do.
-            _ => {}
-        }
+        let to = match self.state() {
+            State::Created => State::Stopped,
+            // Drains once the load ends.
+            State::Starting => State::StartingThenDrain,
+            State::Ready => State::Draining,
+            State::Failed => State::FailedClosing,
+            State::StartingThenDrain | State::Draining | State::FailedClosing | State::Stopped => return,
+        };
+        self.set_state(to);
     }
 
     /// True exactly once: when the driver must call the engine's shutdown now. That is after
-    /// shutdown was requested, nothing is queued and no generate is running.
+    /// shutdown was requested of a started engine, nothing is queued and no generate is running.
+    /// A dead engine's shutdown is still called if and when no generate is stuck in it (it
+    /// releases what is left of the engine); while one is stuck, never.
+    #[must_use]
     pub fn poll_engine_shutdown(&mut self) -> bool {
-        let due = self.shutdown_requested
-            && self.start_attempted
-            && !self.engine_shutdown_issued
+        let due = !self.engine_shutdown_issued
             && self.in_flight.is_none()
             && self.queue.is_empty()
-            && matches!(self.state(), State::Draining | State::Failed);
+            && matches!(self.state(), State::Draining | State::FailedClosing);
         if due {
             self.engine_shutdown_issued = true;
             self.record(|| Event::EngineShutdown);
@@ -344,13 +385,75 @@ impl BatcherCore {
         }
     }
 
-    /// The engine is unusable: fail what is queued and reject everything from now on.
-    fn fail_engine(&mut self, error: RequestError, now: Timestamp) {
-        self.set_state(State::Failed);
+    /// The engine died (reported by a process watcher, on any thread, or by a generate that
+    /// returned [`EngineError::Died`]). The running batch, if any, and every queued request fail
+    /// with [`RequestError::EngineDied`]; every later submit is rejected with it. A generate still
+    /// running is abandoned: its result, should it ever come, is discarded, and the engine's
+    /// shutdown waits for it. Harmless when repeated, after another failure or after shutdown.
+    pub fn handle_engine_died(&mut self, death: EngineDeath, now: Timestamp) {
+        self.fail_for_good(RequestError::EngineDied(death), now);
+    }
+
+    /// The user interrupted a run whose generate may never return (the first Ctrl-C): the running
+    /// batch and every queued request fail with [`RequestError::Aborted`], and the engine is
+    /// unusable, as after a death. A driver may then stop as soon as [`is_wedged`](Self::is_wedged).
+    /// Harmless when repeated, after a failure or after shutdown.
+    pub fn abort_in_flight(&mut self, now: Timestamp) {
+        self.fail_for_good(RequestError::Aborted, now);
+    }
+
+    /// A death or an abort: the engine can never serve again.
+    fn fail_for_good(&mut self, error: RequestError, now: Timestamp) {
+        match self.state() {
+            // Nothing was loaded, so there is nothing to release.
+            State::Created => {
+                self.record(|| Event::EngineFailed { at: now.as_nanos(), error: error.to_string() });
+                self.failure = Some(error);
+                self.set_state(State::Stopped);
+            }
+            // The load is still running: fail what waits now, the state follows when it returns.
+            State::Starting | State::StartingThenDrain if self.failure.is_none() => {
+                self.fail_queue(&error, now);
+                self.failure = Some(error);
+            }
+            State::Ready | State::Draining => {
+                self.abandon_in_flight(&error, now);
+                self.fail_engine(error, now);
+            }
+            State::Starting | State::StartingThenDrain | State::Failed | State::FailedClosing | State::Stopped => {
+                tracing::debug!(cause = %error, state = ?self.state(), "engine already unusable or stopped");
+            }
+        }
+    }
+
+    /// Fails the running batch's waiters now; the generate's result will be discarded.
+    fn abandon_in_flight(&mut self, error: &RequestError, now: Timestamp) {
+        let Some(f) = self.in_flight.as_mut().filter(|f| !f.abandoned) else { return };
+        f.abandoned = true;
+        let batch_id = f.batch_id;
+        let members = std::mem::take(&mut f.members);
+        tracing::error!(batch_id, batch_size = members.len(), cause = %error, "batch failed");
+        self.record(|| Event::BatchFailed { at: now.as_nanos(), batch: batch_id, error: error.to_string() });
+        for (id, _) in members {
+            self.outcomes.push_back((id, Err(error.clone())));
+        }
+    }
+
+    fn fail_queue(&mut self, error: &RequestError, now: Timestamp) {
         while let Some(q) = self.queue.pop_front() {
             self.outcomes.push_back((q.request.id, Err(error.clone())));
         }
         self.record(|| Event::EngineFailed { at: now.as_nanos(), error: error.to_string() });
+    }
+
+    /// The engine is unusable: fail what is queued and reject everything from now on.
+    fn fail_engine(&mut self, error: RequestError, now: Timestamp) {
+        let to = if self.state().shutdown_requested() { State::FailedClosing } else { State::Failed };
+        self.set_state(to);
+        // A death or abort during the load already failed the queue (and recorded it).
+        if self.failure.is_none() {
+            self.fail_queue(&error, now);
+        }
         self.failure = Some(error);
     }
 
@@ -358,11 +461,12 @@ impl BatcherCore {
 
     /// Admit a request. A rejection is returned here and produces no outcome.
     pub fn submit(&mut self, request: EngineRequest, now: Timestamp) -> Result<(), RequestError> {
-        let rejection = match self.state() {
-            State::Starting | State::Ready => None,
-            State::Created => Some(RequestError::EngineNotStarted),
-            State::Draining | State::Stopped => Some(RequestError::ShuttingDown),
-            State::Failed => Some(self.failure.clone().unwrap_or_else(|| RequestError::EngineFailed("unknown".into()))),
+        let rejection = match (self.state(), &self.failure) {
+            (_, Some(failure)) => Some(failure.clone()),
+            (State::Starting | State::Ready, None) => None,
+            (State::Created, None) => Some(RequestError::EngineNotStarted),
+            (State::StartingThenDrain | State::Draining | State::Stopped, None) => Some(RequestError::ShuttingDown),
+            (State::Failed | State::FailedClosing, None) => Some(RequestError::EngineFailed("unknown".into())),
         };
         let id = request.id;
         if let Some(error) = rejection {
@@ -388,7 +492,9 @@ impl BatcherCore {
 
     /// When the driver must call [`handle_timeout`](Self::handle_timeout) and poll again: the
     /// earlier of [`dispatch_deadline`](Self::dispatch_deadline) and
-    /// [`watchdog_deadline`](Self::watchdog_deadline).
+    /// [`watchdog_deadline`](Self::watchdog_deadline). A time at or before the driver's `now`
+    /// means at once.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         match (self.dispatch_deadline(), self.watchdog_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -396,12 +502,26 @@ impl BatcherCore {
         }
     }
 
-    /// When the queued partial batch becomes due (no generate running, engine ready).
+    /// When [`poll_dispatch`](Self::poll_dispatch) gives the next batch, if nothing else happens
+    /// first: `None` while a generate runs, the engine is not ready or nothing is queued.
+    /// Otherwise the earliest of: the oldest request's arrival plus `batch_timeout`; the arrival
+    /// that filled a batch; and, while draining, the oldest arrival. The last two are in the past,
+    /// which tells the driver "now". So `poll_dispatch(now)` returns a batch exactly when this is
+    /// `Some(t)` with `t <= now`, and a driver never needs to know the dispatch rules.
     pub fn dispatch_deadline(&self) -> Option<Timestamp> {
-        if self.in_flight.is_some() || self.state() != State::Ready {
+        if self.in_flight.is_some() {
             return None;
         }
-        self.queue.front().map(|q| q.submitted_at.saturating_add(self.config.batch_timeout))
+        let oldest = self.queue.front()?.submitted_at;
+        match self.state() {
+            State::Draining => Some(oldest),
+            State::Ready => {
+                let timed_out = oldest.saturating_add(self.config.batch_timeout);
+                let filled = self.queue.get(self.config.batch_size - 1).map(|q| q.submitted_at);
+                Some(filled.map_or(timed_out, |f| f.min(timed_out)))
+            }
+            _ => None,
+        }
     }
 
     /// The deadlines `generate_timeout` enforces while the engine thread is busy: the running
@@ -416,16 +536,18 @@ impl BatcherCore {
         }
     }
 
-    /// A generate overran `generate_timeout` and has not returned.
+    /// A generate was abandoned (it overran `generate_timeout`, or the engine died or was aborted
+    /// under it) and has not returned.
     pub fn engine_unresponsive(&self) -> bool {
         self.in_flight.as_ref().is_some_and(|f| f.abandoned)
     }
 
     /// Shutdown was requested, every request has its outcome, and the engine is stuck inside an
-    /// abandoned generate: nothing more can happen until (unless) it returns, so a driver may stop
-    /// waiting for it.
+    /// abandoned generate, or inside a load during which a death or abort was reported: nothing
+    /// more can happen until (unless) it returns, so a driver may stop waiting for it.
     pub fn is_wedged(&self) -> bool {
-        self.shutdown_requested && self.queue.is_empty() && self.engine_unresponsive()
+        let start_stuck = self.state() == State::StartingThenDrain && self.failure.is_some();
+        self.state().shutdown_requested() && self.queue.is_empty() && (self.engine_unresponsive() || start_stuck)
     }
 
     /// Time passed. A generate that overran `generate_timeout` fails its batch (the engine thread
@@ -439,16 +561,9 @@ impl BatcherCore {
             if now < f.dispatched_at.saturating_add(limit) {
                 return;
             }
-            f.abandoned = true;
-            let batch_id = f.batch_id;
-            let batch_size = f.members.len();
-            let members = std::mem::take(&mut f.members);
-            let error = RequestError::GenerateTimedOut { batch_id, batch_size, after: limit };
-            tracing::error!(batch_id, batch_size, cause = %error, "batch failed");
-            self.record(|| Event::BatchFailed { at: now.as_nanos(), batch: batch_id, error: error.to_string() });
-            for (id, _) in members {
-                self.outcomes.push_back((id, Err(error.clone())));
-            }
+            let error =
+                RequestError::GenerateTimedOut { batch_id: f.batch_id, batch_size: f.members.len(), after: limit };
+            self.abandon_in_flight(&error, now);
         }
         while let Some(q) = self.queue.front() {
             let waited = now.saturating_since(q.submitted_at);
@@ -462,6 +577,7 @@ impl BatcherCore {
     }
 
     /// The next batch to run, if one is due at `now`. At most one is ever in flight.
+    #[must_use]
     pub fn poll_dispatch(&mut self, now: Timestamp) -> Option<Batch> {
         if self.in_flight.is_some() || self.queue.is_empty() {
             return None;
@@ -507,7 +623,11 @@ impl BatcherCore {
         let Some(f) = self.in_flight.take() else { return };
         if f.abandoned {
             let late = now.saturating_since(f.dispatched_at);
-            tracing::warn!(batch_id, ?late, "the engine returned from an abandoned generate; batching resumes");
+            if self.failure.is_some() {
+                tracing::warn!(batch_id, ?late, "the unusable engine returned from an abandoned generate");
+            } else {
+                tracing::warn!(batch_id, ?late, "the engine returned from an abandoned generate; batching resumes");
+            }
             return;
         }
         let batch_size = f.members.len();
@@ -523,6 +643,7 @@ impl BatcherCore {
                 }
                 Err(e) => e,
             },
+            GenerateResult::Error(EngineError::Died(death)) => RequestError::EngineDied(death),
             GenerateResult::Error(e) => RequestError::Engine { batch_id, batch_size, message: e.to_string() },
             GenerateResult::Panicked(message) => RequestError::EnginePanicked { batch_id, batch_size, message },
         };
@@ -531,9 +652,13 @@ impl BatcherCore {
         for (id, _) in f.members {
             self.outcomes.push_back((id, Err(failure.clone())));
         }
+        if matches!(failure, RequestError::EngineDied(_)) {
+            self.fail_for_good(failure, now);
+        }
     }
 
     /// The next request outcome to deliver.
+    #[must_use]
     pub fn poll_outcome(&mut self) -> Option<(RequestId, Outcome)> {
         self.outcomes.pop_front()
     }
@@ -584,4 +709,107 @@ fn match_outputs(
         .into_iter()
         .map(|s| s.ok_or_else(|| RequestError::OutputIdMismatch { batch_id, detail: "a request got no output".into() }))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_nanos(1_000_000_000 + ms * 1_000_000)
+    }
+
+    /// A started core (batch_size 3, batch_timeout 10 ms) with requests arriving at `arrivals` ms,
+    /// then `then` applied at the last arrival: its dispatch deadline must be `expected` ms, and
+    /// `poll_dispatch` must give a batch at the deadline and not a moment before.
+    fn check(arrivals: &[u64], then: impl FnOnce(&mut BatcherCore, Timestamp), expected: Option<u64>) {
+        let mut core = BatcherCore::new(BatchConfig::new(3, Duration::from_millis(10)).unwrap());
+        assert!(core.begin_start());
+        core.handle_start_result(Ok(EngineInfo { name: "t".into(), version: "0".into() }), at(0));
+        for (i, &t) in arrivals.iter().enumerate() {
+            core.submit(EngineRequest::tokens(i as u64, vec![1], 1), at(t)).unwrap();
+        }
+        let last = at(arrivals.last().copied().unwrap_or(0));
+        then(&mut core, last);
+        let deadline = core.dispatch_deadline();
+        assert_eq!(deadline, expected.map(at), "arrivals {arrivals:?}");
+        assert_eq!(core.poll_timeout(), deadline, "no generate timeout: the dispatch deadline is the timeout");
+        if let Some(d) = deadline.filter(|&d| d > last) {
+            assert_eq!(core.poll_dispatch(Timestamp::from_nanos(d.as_nanos() - 1)), None, "dispatched before {d:?}");
+        }
+        if let Some(d) = deadline {
+            assert!(core.poll_dispatch(d.max(last)).is_some(), "nothing dispatched at the deadline {d:?}");
+        }
+    }
+
+    fn nothing(_: &mut BatcherCore, _: Timestamp) {}
+
+    #[test]
+    fn dispatch_deadline_says_when_and_now_means_now() {
+        check(&[], nothing, None);
+        // A partial batch waits batch_timeout after its oldest request.
+        check(&[5], nothing, Some(15));
+        check(&[5, 6], nothing, Some(15));
+        // A full batch is due since it filled: in the past, that is, now.
+        check(&[5, 6, 7], nothing, Some(7));
+        check(&[5, 6, 7, 8], nothing, Some(7));
+        // ... unless its oldest request timed out even earlier.
+        check(&[1, 2, 30], nothing, Some(11));
+        // Draining: due at once, full or not.
+        check(&[5], |c, now| c.begin_shutdown(now), Some(5));
+        check(&[5, 6, 7, 8], |c, now| c.begin_shutdown(now), Some(5));
+        // Nothing is due while a generate runs, or once the engine is unusable.
+        check(
+            &[5, 6, 7, 8],
+            |c, now| {
+                let _batch = c.poll_dispatch(now).expect("full");
+            },
+            None,
+        );
+        check(&[5], |c, now| c.handle_engine_died(death(), now), None);
+        check(&[5], |c, now| c.abort_in_flight(now), None);
+    }
+
+    fn death() -> EngineDeath {
+        EngineDeath { process: "VLLM::EngineCore".into(), pid: Some(7), status: "killed by SIGKILL".into() }
+    }
+
+    #[test]
+    fn death_fails_everything_once_and_rejects_later_submits() {
+        let mut core = BatcherCore::new(BatchConfig::new(2, Duration::from_millis(10)).unwrap());
+        assert!(core.begin_start());
+        core.handle_start_result(Ok(EngineInfo { name: "t".into(), version: "0".into() }), at(0));
+        for id in 0..3 {
+            core.submit(EngineRequest::tokens(id, vec![1], 1), at(1)).unwrap();
+        }
+        let batch = core.poll_dispatch(at(1)).expect("a full batch");
+        core.handle_engine_died(death(), at(2));
+        core.handle_engine_died(death(), at(3));
+        core.abort_in_flight(at(3));
+        let died = RequestError::EngineDied(death());
+        let outcomes: Vec<_> = std::iter::from_fn(|| core.poll_outcome()).collect();
+        assert_eq!(outcomes, [(0, Err(died.clone())), (1, Err(died.clone())), (2, Err(died.clone()))]);
+        assert_eq!(core.submit(EngineRequest::tokens(9, vec![1], 1), at(4)), Err(died.clone()));
+        assert_eq!(core.state(), State::Failed);
+        // Shutdown needs nothing from the stuck generate, and never shuts the engine down under it.
+        core.begin_shutdown(at(5));
+        assert!(core.is_wedged());
+        assert!(!core.poll_engine_shutdown());
+        // Should the generate ever return, its result is discarded and the engine is released.
+        core.handle_generate_result(batch.id, GenerateResult::Outputs(Vec::new()), at(6));
+        assert_eq!(core.poll_outcome(), None);
+        assert!(core.poll_engine_shutdown());
+        core.handle_engine_shutdown_done();
+        assert_eq!(core.state(), State::Stopped);
+        assert_eq!(core.submit(EngineRequest::tokens(10, vec![1], 1), at(7)), Err(died));
+    }
+
+    #[test]
+    fn engine_death_display() {
+        assert_eq!(death().to_string(), "VLLM::EngineCore (pid 7) killed by SIGKILL");
+        let d = EngineDeath { process: "engine".into(), pid: None, status: "raised EngineDeadError".into() };
+        assert_eq!(EngineError::Died(d.clone()).to_string(), "engine died: engine raised EngineDeadError");
+        assert_eq!(RequestError::EngineDied(d).kind(), "engine_died");
+        assert_eq!(RequestError::Aborted.kind(), "aborted");
+    }
 }

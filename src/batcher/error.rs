@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::core::BatchId;
+use crate::engine::EngineDeath;
 
 /// Why a request failed. Every submitted request ends in exactly one output or one of these.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -29,6 +30,12 @@ pub enum RequestError {
     GenerateTimedOut { batch_id: BatchId, batch_size: usize, after: Duration },
     #[error("waited {waited:?} for an engine stuck in an overrunning generate")]
     EngineUnresponsive { waited: Duration },
+    /// The engine died: the running batch, the queue and every later submit get this.
+    #[error("engine died: {0}")]
+    EngineDied(EngineDeath),
+    /// The run was interrupted while a generate was running; the engine is unusable.
+    #[error("aborted: the running generate was abandoned after an interrupt")]
+    Aborted,
 }
 
 impl RequestError {
@@ -46,6 +53,8 @@ impl RequestError {
             RequestError::EnginePanicked { .. } => "engine_panicked",
             RequestError::GenerateTimedOut { .. } => "generate_timed_out",
             RequestError::EngineUnresponsive { .. } => "engine_unresponsive",
+            RequestError::EngineDied(_) => "engine_died",
+            RequestError::Aborted => "aborted",
         }
     }
 }

@@ -1,16 +1,30 @@
 //! The engine lifecycle as an explicit transition table.
 //!
 //! ```text
-//! Created ──start──▶ Starting ──ok──▶ Ready ──shutdown──▶ Draining ──engine stopped──▶ Stopped
-//!    │                  │                                                                ▲
-//!    │                  └──err──▶ Failed ──shutdown, engine stopped─────────────────────┤
-//!    └──shutdown before start───────────────────────────────────────────────────────────┘
+//! Created ─────────start──────────────▶ Starting
+//! Created ─────────shutdown, death,───▶ Stopped            (nothing was loaded)
+//!                  abort
+//! Starting ────────loaded─────────────▶ Ready
+//! Starting ────────shutdown───────────▶ StartingThenDrain
+//! Starting ────────load failed*───────▶ Failed
+//! StartingThenDrain ─loaded───────────▶ Draining
+//! StartingThenDrain ─load failed*─────▶ FailedClosing
+//! Ready ───────────shutdown───────────▶ Draining
+//! Ready ───────────death, abort───────▶ Failed
+//! Draining ────────death, abort───────▶ FailedClosing
+//! Failed ──────────shutdown───────────▶ FailedClosing
+//! Draining, FailedClosing ─engine stopped─▶ Stopped
 //! ```
-//! Every state change goes through [`Lifecycle::transition`], which refuses anything not in
-//! [`TRANSITIONS`]; tests enumerate the table.
+//! (*) Also when the load returns, whatever its result, after a death or abort was reported
+//! during it (that report already failed the queue and rejects every submit).
+//!
+//! Shutdown being requested is part of the state (`StartingThenDrain`, `Draining`,
+//! `FailedClosing`, `Stopped`), not a flag beside it. Every state change goes through [`Lifecycle::transition`], which refuses anything not in [`TRANSITIONS`]; tests
+//! enumerate the table.
 
 use serde::Serialize;
 
+/// Where the engine is in its one life.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
@@ -18,30 +32,56 @@ pub enum State {
     Created,
     /// The one engine load is running. Submits queue until it ends.
     Starting,
+    /// Shutdown was requested during the load: nothing new is admitted; once the load ends, what
+    /// is queued drains (or fails, if the load failed).
+    StartingThenDrain,
     /// Loaded; batches are dispatched.
     Ready,
     /// Shutdown has begun: nothing new is admitted, what is queued is dispatched.
     Draining,
-    /// The engine is shut down. Terminal.
-    Stopped,
-    /// The engine failed to start. Everything is rejected.
+    /// The engine is unusable: it failed to start, died, or its generate was aborted. Everything
+    /// is rejected with the reason. Waits for shutdown.
     Failed,
+    /// Shutdown was requested of an unusable engine: its shutdown runs once no call into it is
+    /// running, never while a generate is stuck.
+    FailedClosing,
+    /// The engine is shut down (or was never started). Terminal.
+    Stopped,
 }
 
 impl State {
-    pub const ALL: [State; 6] =
-        [State::Created, State::Starting, State::Ready, State::Draining, State::Stopped, State::Failed];
+    pub const ALL: [State; 8] = [
+        State::Created,
+        State::Starting,
+        State::StartingThenDrain,
+        State::Ready,
+        State::Draining,
+        State::Failed,
+        State::FailedClosing,
+        State::Stopped,
+    ];
+
+    /// Shutdown was requested (or is done).
+    pub fn shutdown_requested(self) -> bool {
+        matches!(self, State::StartingThenDrain | State::Draining | State::FailedClosing | State::Stopped)
+    }
 }
 
 /// Every legal transition; anything else is a bug in the caller.
 pub const TRANSITIONS: &[(State, State)] = &[
     (State::Created, State::Starting),
     (State::Created, State::Stopped),
+    (State::Starting, State::StartingThenDrain),
     (State::Starting, State::Ready),
     (State::Starting, State::Failed),
+    (State::StartingThenDrain, State::Draining),
+    (State::StartingThenDrain, State::FailedClosing),
     (State::Ready, State::Draining),
+    (State::Ready, State::Failed),
+    (State::Draining, State::FailedClosing),
     (State::Draining, State::Stopped),
-    (State::Failed, State::Stopped),
+    (State::Failed, State::FailedClosing),
+    (State::FailedClosing, State::Stopped),
 ];
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -99,11 +139,17 @@ mod tests {
             [
                 "Created -> Starting",
                 "Created -> Stopped",
+                "Starting -> StartingThenDrain",
                 "Starting -> Ready",
                 "Starting -> Failed",
+                "StartingThenDrain -> Draining",
+                "StartingThenDrain -> FailedClosing",
                 "Ready -> Draining",
+                "Ready -> Failed",
+                "Draining -> FailedClosing",
                 "Draining -> Stopped",
-                "Failed -> Stopped",
+                "Failed -> FailedClosing",
+                "FailedClosing -> Stopped",
             ]
         );
     }
@@ -130,5 +176,14 @@ mod tests {
         let mut l = Lifecycle { state: State::Stopped };
         assert!(l.transition(State::Starting).is_err());
         assert!(State::ALL.iter().all(|&to| !Lifecycle::is_legal(State::Stopped, to)));
+    }
+
+    #[test]
+    fn no_way_back_from_failure_and_shutdown_is_never_forgotten() {
+        for (from, to) in TRANSITIONS {
+            assert!(!from.shutdown_requested() || to.shutdown_requested(), "{from:?} -> {to:?} forgets the shutdown");
+            let failed = |s: &State| matches!(s, State::Failed | State::FailedClosing);
+            assert!(!failed(from) || failed(to) || *to == State::Stopped, "{from:?} -> {to:?} revives the engine");
+        }
     }
 }

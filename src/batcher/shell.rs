@@ -2,7 +2,8 @@
 //!
 //! One mutex (`Shared::inner`) guards the core and the table of waiters. Three kinds of thread
 //! meet there:
-//! - **callers** submit, cancel (by dropping a [`Ticket`]), preload and shut down;
+//! - **callers** submit, cancel (by dropping a [`Ticket`]), preload and shut down; a process
+//!   watcher or a signal handler reports an engine death or aborts the running generate;
 //! - **the engine thread** owns the engine: it runs the one start, every generate and the one
 //!   shutdown, always with the lock released, and sleeps on `engine_cv` until work is due;
 //! - **the watchdog thread**, only when a `generate_timeout` is set, fails a generate that overran
@@ -22,7 +23,7 @@ use std::time::Duration;
 use super::core::{BatchConfig, BatchRun, BatcherCore, GenerateResult, IdMap, Outcome};
 use super::error::RequestError;
 use super::lifecycle::State;
-use crate::engine::{Engine, EngineError, EngineInfo, EngineRequest, RequestId};
+use crate::engine::{Engine, EngineDeath, EngineError, EngineInfo, EngineRequest, RequestId};
 use crate::sync::{self, Arc, Condvar, Level, Mutex, MutexGuard};
 use crate::time::Clock;
 
@@ -235,17 +236,22 @@ impl Batcher {
         Self::begin_start(&mut locked);
         self.shared.notify_all();
         loop {
-            match locked.guard.core.state() {
-                State::Starting => locked = self.shared.wait(Cv::State, locked, None),
+            let core = &locked.guard.core;
+            match core.state() {
+                // A death or abort during the load answers at once: the load may never return.
+                State::Starting | State::StartingThenDrain if core.failure().is_none() => {
+                    locked = self.shared.wait(Cv::State, locked, None)
+                }
                 State::Created => return Err(RequestError::EngineNotStarted),
                 _ => break,
             }
         }
-        let result = match (locked.guard.core.state(), &locked.guard.start_result) {
-            (State::Ready, Some(Ok(info))) => Ok(info.clone()),
-            (_, Some(Err(EngineError::Start(m)))) => Err(RequestError::StartFailed(m.clone())),
-            (_, Some(Err(e))) => Err(RequestError::StartFailed(e.to_string())),
-            (State::Failed, _) => Err(RequestError::EngineFailed("the engine failed after starting".into())),
+        let core = &locked.guard.core;
+        let result = match (core.state(), &locked.guard.start_result, core.failure()) {
+            (State::Ready, Some(Ok(info)), None) => Ok(info.clone()),
+            (_, _, Some(failure)) => Err(failure.clone()),
+            (_, Some(Err(EngineError::Start(m))), None) => Err(RequestError::StartFailed(m.clone())),
+            (_, Some(Err(e)), None) => Err(RequestError::StartFailed(e.to_string())),
             // Draining or Stopped: start after stop is an error.
             _ => Err(RequestError::ShuttingDown),
         };
@@ -288,11 +294,36 @@ impl Batcher {
         cancel(&self.shared, id)
     }
 
+    /// The engine died; callable from any thread, e.g. a process watcher, also while the engine
+    /// thread is stuck inside a generate that will never return. The running batch and every
+    /// queued request fail with [`RequestError::EngineDied`] at once, later submits are rejected
+    /// with it, and [`shutdown`](Self::shutdown) returns without waiting for a stuck generate.
+    /// The engine's own shutdown still runs on the engine thread if and when no generate is stuck
+    /// in it; never while one is. Harmless when repeated or after shutdown.
+    pub fn engine_died(&self, death: EngineDeath) {
+        let mut locked = self.shared.lock();
+        let now = self.shared.clock.now();
+        locked.guard.core.handle_engine_died(death, now);
+        self.shared.release(locked);
+    }
+
+    /// Abandons the running generate, for the first Ctrl-C while it may be wedged: its batch and
+    /// every queued request fail with [`RequestError::Aborted`], the engine is unusable from now
+    /// on (as after [`engine_died`](Self::engine_died)), and [`shutdown`](Self::shutdown) returns
+    /// without waiting for the stuck generate. Harmless when repeated or after shutdown.
+    pub fn abort_in_flight(&self) {
+        let mut locked = self.shared.lock();
+        let now = self.shared.clock.now();
+        locked.guard.core.abort_in_flight(now);
+        self.shared.release(locked);
+    }
+
     /// Stops admitting, dispatches what is queued, waits for the running generate, then shuts the
     /// engine down exactly once. Every waiter has its outcome when this returns. A second call is
-    /// harmless. With a wedged engine (a generate that overran `generate_timeout` and never
-    /// returned) this returns once every request is answered, without waiting for the engine
-    /// thread, which is left behind.
+    /// harmless. With a wedged engine (a generate that overran `generate_timeout`, or that was
+    /// abandoned by [`engine_died`](Self::engine_died) or [`abort_in_flight`](Self::abort_in_flight),
+    /// and never returned) this returns once every request is answered, without waiting for the
+    /// engine thread, which is left behind.
     pub fn shutdown(&self) -> Result<(), EngineError> {
         let mut locked = self.shared.lock();
         let now = self.shared.clock.now();
@@ -353,7 +384,8 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Op
     let mut locked = shared.lock();
     loop {
         let now = shared.clock.now();
-        if locked.guard.core.state() == State::Starting && locked.guard.start_result.is_none() {
+        let starting = matches!(locked.guard.core.state(), State::Starting | State::StartingThenDrain);
+        if starting && locked.guard.start_result.is_none() {
             drop(locked);
             let result = catch_unwind(AssertUnwindSafe(|| engine.start()))
                 .unwrap_or_else(|p| Err(EngineError::Start(format!("start panicked: {}", panic_message(&*p)))));

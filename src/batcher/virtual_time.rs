@@ -12,7 +12,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use super::core::{BatchConfig, BatchId, BatchRun, BatcherCore, Event, GenerateResult, Outcome};
 use super::error::RequestError;
 use super::lifecycle::State;
-use crate::engine::{Engine, EngineError, EngineInfo, EngineRequest, RequestId};
+use crate::engine::{Engine, EngineDeath, EngineError, EngineInfo, EngineRequest, RequestId};
 use crate::time::{Clock, Timestamp, VirtualClock};
 
 /// A generate that ran and whose result applies at `at`.
@@ -111,29 +111,24 @@ impl<E: Engine> VirtualDriver<E> {
         self.core.cancel(id, self.now)
     }
 
-    /// The time of the next internal event, if any.
-    pub fn next_event(&mut self) -> Option<Timestamp> {
-        let mut next = self.pending.as_ref().map(|p| p.at);
-        if let Some(t) = self.core.poll_timeout() {
-            next = Some(next.map_or(t, |n| n.min(t)));
-        }
-        if self.pending.is_none() && !self.core.generate_in_flight() && self.dispatch_due_now() {
-            next = Some(self.now);
-        }
-        next
+    /// The engine died (see [`BatcherCore::handle_engine_died`]); outcomes follow at once.
+    pub fn engine_died(&mut self, death: EngineDeath) {
+        self.core.handle_engine_died(death, self.now);
     }
 
-    fn dispatch_due_now(&self) -> bool {
-        let queued = self.core.queued();
-        queued > 0
-            && match self.core.state() {
-                State::Draining => true,
-                State::Ready => {
-                    queued >= self.core.config().batch_size()
-                        || self.core.dispatch_deadline().is_some_and(|d| d <= self.now)
-                }
-                _ => false,
-            }
+    /// Abandons the running generate (see [`BatcherCore::abort_in_flight`]).
+    pub fn abort_in_flight(&mut self) {
+        self.core.abort_in_flight(self.now);
+    }
+
+    /// The time of the next internal event, if any: a generate's completion or the core's next
+    /// deadline (which says "now" for a full batch or a draining queue).
+    pub fn next_event(&mut self) -> Option<Timestamp> {
+        let pending = self.pending.as_ref().map(|p| p.at);
+        match (pending, self.core.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Processes every internal event at or before `t`, then sets the time to `t`.
@@ -207,6 +202,7 @@ impl<E: Engine> VirtualDriver<E> {
     }
 
     /// The next outcome, if one is ready.
+    #[must_use]
     pub fn poll_outcome(&mut self) -> Option<(RequestId, Outcome)> {
         self.peeked.pop_front().or_else(|| self.core.poll_outcome())
     }

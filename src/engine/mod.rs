@@ -134,6 +134,28 @@ pub struct EngineInfo {
     pub version: String,
 }
 
+/// An engine process that exited while the engine was in use, as whoever saw it describes it.
+///
+/// Displays as `VLLM::EngineCore (pid 1234) killed by SIGKILL`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EngineDeath {
+    /// The process's name, e.g. `VLLM::EngineCore`.
+    pub process: String,
+    /// Its pid, where known (an in-process engine error has none).
+    pub pid: Option<u32>,
+    /// How it ended, e.g. `killed by SIGKILL`, `exited with status 1`.
+    pub status: String,
+}
+
+impl std::fmt::Display for EngineDeath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.pid {
+            Some(pid) => write!(f, "{} (pid {pid}) {}", self.process, self.status),
+            None => write!(f, "{} {}", self.process, self.status),
+        }
+    }
+}
+
 /// The engine boundary's errors.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
@@ -143,6 +165,10 @@ pub enum EngineError {
     Generate(String),
     #[error("engine shutdown failed: {0}")]
     Shutdown(String),
+    /// The engine is dead for good (e.g. vLLM raised its engine-dead error): the batcher fails
+    /// everything in flight and queued, and rejects all later work.
+    #[error("engine died: {0}")]
+    Died(EngineDeath),
     /// The engine cannot be built here (e.g. a feature this binary was built without).
     #[error("{0}")]
     Unsupported(String),
@@ -152,7 +178,8 @@ pub enum EngineError {
 pub trait Engine: Send {
     /// Loads the engine. Expensive, may fail; called at most once.
     fn start(&mut self) -> Result<EngineInfo, EngineError>;
-    /// Runs one batch. Returns one output per request, or one error for the whole batch.
+    /// Runs one batch. Returns one output per request, or one error for the whole batch;
+    /// [`EngineError::Died`] when the engine knows it can never serve again.
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError>;
     /// Releases the engine. Called at most once, after the last generate.
     fn shutdown(&mut self) -> Result<(), EngineError>;

@@ -15,6 +15,9 @@ pub struct Environment {
     pub cpu_model: Option<String>,
     /// CPUs this process may use (affinity and cgroup limits included).
     pub cores: Option<usize>,
+    /// The CPU affinity mask the run used, as a CPU list (`0-1`): the cgroup's cpuset after
+    /// `sys::reset_cpu_affinity`, or the inherited mask. `None` when unreadable.
+    pub cpu_affinity: Option<String>,
     /// `linux 6.8.0-…`: the target OS and, when readable, the kernel release.
     pub os: String,
     pub hostname: Option<String>,
@@ -33,6 +36,7 @@ impl Environment {
             engine_version: engine.version.clone(),
             cpu_model: read("/proc/cpuinfo").as_deref().and_then(parse_cpu_model),
             cores: std::thread::available_parallelism().ok().map(|n| n.get()),
+            cpu_affinity: Some(crate::sys::format_cpu_list(&crate::sys::current_affinity())).filter(|s| !s.is_empty()),
             os: match kernel {
                 Some(k) if !k.is_empty() => format!("{} {k}", std::env::consts::OS),
                 _ => std::env::consts::OS.to_string(),
@@ -82,5 +86,9 @@ mod tests {
         let env = Environment::detect(&info, BTreeMap::from([("run".to_string(), 7)]));
         assert_eq!(env.engine_name, "sim");
         assert!(env.os.starts_with(std::env::consts::OS));
+        let mask = env.cpu_affinity.expect("a mask");
+        let cpus = crate::sys::affinity::parse_cpu_list(&mask).expect("a CPU list");
+        // `cores` also counts a cgroup CPU quota, so it may be below the mask's size.
+        assert!(!cpus.is_empty() && env.cores.is_some_and(|n| n <= cpus.len()), "{mask} {:?}", env.cores);
     }
 }

@@ -106,6 +106,7 @@ pub(crate) mod tests {
             engine_version: "[version]".into(),
             cpu_model: Some("[cpu]".into()),
             cores: Some(2),
+            cpu_affinity: Some("0-1".into()),
             os: "[os]".into(),
             hostname: Some("[host]".into()),
             seeds: BTreeMap::from([("run".to_string(), 42), ("workload".to_string(), 7)]),

@@ -61,7 +61,7 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     let faults_table = cx.section(top, "faults", "faults", schema::FAULTS);
     let faults = faults_table.map(|t| lower_faults(cx, t)).unwrap_or_default();
     let engine = lower_engine(cx, top, seed, faults, faults_table, ctx);
-    let batching = lower_batching(cx, top);
+    let batching = lower_batching(cx, top, !matches!(engine, EnginePlan::Sim(_)));
     let workload = lower_workload(cx, top, seed, ctx);
     let profile = lower_profile(cx, top, seed);
     let stop = lower_stop(cx, top);
@@ -298,14 +298,18 @@ fn lower_faults(cx: &mut Cx, t: Tbl) -> Faults {
     }
 }
 
-fn lower_batching(cx: &mut Cx, top: Tbl) -> BatchConfig {
-    let d = BatchConfig::default();
+/// A real engine's default `generate_timeout`: no unbounded wait by default (docs/scenarios.md).
+pub(crate) const REAL_ENGINE_GENERATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+fn lower_batching(cx: &mut Cx, top: Tbl, real_engine: bool) -> BatchConfig {
+    let default_timeout = real_engine.then_some(REAL_ENGINE_GENERATE_TIMEOUT);
+    let d = BatchConfig::default().with_generate_timeout(default_timeout).unwrap_or_default();
     let Some(t) = cx.section(top, "batching", "batching", schema::BATCHING) else {
         return d;
     };
     let batch_size = cx.int(t, "batch_size", 1, i64::MAX).map_or(d.batch_size(), |v| v as usize);
     let batch_timeout = cx.duration(t, "batch_timeout", false).unwrap_or(d.batch_timeout());
-    let generate_timeout = cx.duration(t, "generate_timeout", false);
+    let generate_timeout = cx.duration(t, "generate_timeout", false).or(default_timeout);
     // The ranges were checked above; this only fails if BatchConfig grows rules we do not know.
     match BatchConfig::new(batch_size, batch_timeout).and_then(|c| c.with_generate_timeout(generate_timeout)) {
         Ok(config) => config,

@@ -151,6 +151,20 @@ ttft_p99_ms = "<= 50.5"
 }
 
 #[test]
+fn generate_timeout_defaults_to_ten_minutes_on_a_real_engine_only() {
+    let vllm = "[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"m\"\n";
+    let real_default = Some(lower::REAL_ENGINE_GENERATE_TIMEOUT);
+    assert_eq!(real_default, Some(Duration::from_secs(600)));
+    check("", |p| assert_eq!(p.batching.generate_timeout(), None));
+    check("[batching]\nbatch_size = 4\n", |p| assert_eq!(p.batching.generate_timeout(), None));
+    check(vllm, |p| assert_eq!(p.batching.generate_timeout(), real_default));
+    check(&format!("{vllm}[batching]\nbatch_size = 4\n"), |p| assert_eq!(p.batching.generate_timeout(), real_default));
+    check(&format!("{vllm}[batching]\ngenerate_timeout = \"5s\"\n"), |p| {
+        assert_eq!(p.batching.generate_timeout(), Some(Duration::from_secs(5)))
+    });
+}
+
+#[test]
 fn overrides_apply_before_validation() {
     let plan = parse(
         "[batching]\nbatch_size = 4",
@@ -520,8 +534,12 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                 name,
                 description,
                 seed,
+                // A real engine always has a generate timeout: none is not expressible in TOML.
+                batching: match (&engine, batching.generate_timeout()) {
+                    (EnginePlan::Sim(_), _) | (_, Some(_)) => batching,
+                    _ => batching.with_generate_timeout(Some(lower::REAL_ENGINE_GENERATE_TIMEOUT)).unwrap(),
+                },
                 engine,
-                batching,
                 workload,
                 profile,
                 stop,

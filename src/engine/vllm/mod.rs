@@ -148,6 +148,8 @@ fn environment(plan: &VllmPlan, user: impl Fn(&str) -> Option<String>) -> Vec<(S
 /// least one), leaving a CPU to Python's own thread, which schedules, samples and detokenizes
 /// between forward passes and otherwise fights spinning OpenMP workers. On a 2-CPU machine, 1
 /// thread gave ~2,800 output tokens/s where 2 gave ~750 (tiny model, 64 x 128 -> 64 tokens).
+/// `available_parallelism` reads the affinity mask, so this follows the cgroup cpuset that
+/// `sys::reset_cpu_affinity` set at start-up (tested in `sys::affinity`).
 fn default_omp_threads() -> u32 {
     let cpus = std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1));
     cpus.saturating_sub(1).max(1)

@@ -1,0 +1,227 @@
+//! Process-level building blocks: what batchlab does to and about its own process and its
+//! descendants (vLLM's `VLLM::EngineCore` and `VLLM::Worker` processes). Linux only.
+//!
+//! - **Hygiene** (here): batchlab is a child subreaper ([`become_subreaper`]), so orphaned
+//!   grandchildren (a worker whose EngineCore died) re-parent to it instead of init, and
+//!   [`reap_descendants`], called by the binary on every way out, ends whatever is left. An engine
+//!   shuts its own children down on the normal path; this covers an error that skips shutdown, a
+//!   second Ctrl-C and a panic.
+//! - [`affinity`]: widen the CPU mask to the cgroup's cpuset before any thread or engine starts.
+//! - [`watch`]: [`ProcessWatch`] reports the death of any descendant within milliseconds (pidfds and
+//!   poll), so a dead EngineCore fails the run instead of hanging it.
+//! - [`capture`]: [`EngineLog`] sends fds 1 and 2 (this process's and, by inheritance, its
+//!   children's) to a log file, while [`terminal`] keeps writing to the real terminal.
+//!
+//! Invariants: system calls go through `nix` (and `rustix` for `pidfd_open`, which nix lacks),
+//! never raw `libc` in `unsafe`; this module knows nothing of engines, plans or runs: it deals in
+//! pids, fds and files, and its callers decide what an exit or a mask means.
+
+pub mod affinity;
+pub mod capture;
+pub mod watch;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+pub use affinity::{
+    AffinityReset, AffinitySource, CpuListError, current_affinity, format_cpu_list, reset_cpu_affinity,
+};
+pub use capture::{EngineLog, Terminal, terminal, terminal_is_tty};
+pub use watch::{ExitCause, ProcessExit, ProcessWatch};
+
+/// What can go wrong at the process boundary.
+#[derive(Debug, thiserror::Error)]
+pub enum SysError {
+    /// A system call failed.
+    #[error("{call} failed: {source}")]
+    Os {
+        call: &'static str,
+        #[source]
+        source: nix::Error,
+    },
+    /// A file could not be opened, read or written.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A CPU list file held something that is not a CPU list.
+    #[error("{}: {source}", path.display())]
+    CpuList {
+        path: PathBuf,
+        #[source]
+        source: CpuListError,
+    },
+    /// [`EngineLog::redirect`] while another capture is active.
+    #[error("engine output is already captured to {}", .0.display())]
+    AlreadyCapturing(PathBuf),
+}
+
+impl SysError {
+    pub(crate) fn os(call: &'static str) -> impl FnOnce(nix::Error) -> SysError {
+        move |source| SysError::Os { call, source }
+    }
+}
+
+/// Asks Linux to re-parent orphaned descendants to this process. Best effort: a failure is logged.
+pub fn become_subreaper() {
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        tracing::debug!("prctl(PR_SET_CHILD_SUBREAPER) failed: {e}");
+    }
+}
+
+/// One line of the process table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProcEntry {
+    pub pid: i32,
+    pub ppid: i32,
+    /// Clock ticks since boot at which the process started: with the pid, it names one process
+    /// even when pids are reused.
+    pub start_time: u64,
+    /// The process has exited and waits to be reaped.
+    pub zombie: bool,
+}
+
+/// Parses `/proc/<pid>/stat`: `pid (comm) state ppid … starttime(22nd) …`. comm may contain
+/// spaces and parentheses, so fields are counted from the last `)`.
+pub(crate) fn parse_stat(pid: i32, stat: &str) -> Option<ProcEntry> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // fields[0] is field 3 (state), so field n is fields[n - 3].
+    Some(ProcEntry {
+        pid,
+        ppid: fields.get(1)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+        zombie: *fields.first()? == "Z",
+    })
+}
+
+pub(crate) fn read_proc_entry(pid: i32) -> Option<ProcEntry> {
+    parse_stat(pid, &std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Every process visible in /proc.
+fn proc_table() -> Vec<ProcEntry> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|entry| entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .filter_map(read_proc_entry)
+        .collect()
+}
+
+/// Every descendant of this process (zombies included), by pid.
+pub(crate) fn descendant_entries() -> Vec<ProcEntry> {
+    let me = std::process::id() as i32;
+    let mut children: HashMap<i32, Vec<ProcEntry>> = HashMap::new();
+    for entry in proc_table() {
+        children.entry(entry.ppid).or_default().push(entry);
+    }
+    let mut found = Vec::new();
+    let mut frontier = vec![me];
+    while let Some(p) = frontier.pop() {
+        for entry in children.remove(&p).unwrap_or_default() {
+            frontier.push(entry.pid);
+            found.push(entry);
+        }
+    }
+    found.sort_unstable_by_key(|e| e.pid);
+    found
+}
+
+/// Every live descendant of this process.
+pub fn descendants() -> Vec<i32> {
+    descendant_entries().into_iter().map(|e| e.pid).collect()
+}
+
+/// Sends SIGTERM to every descendant, waits up to `grace` for them to go, then SIGKILLs the rest
+/// and reaps them. Returns how many there were.
+pub fn reap_descendants(grace: Duration) -> usize {
+    let first = descendants();
+    if first.is_empty() {
+        return 0;
+    }
+    tracing::debug!(?first, "terminating leftover child processes");
+    for &pid in &first {
+        // An error means the process is already gone.
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + grace;
+    loop {
+        reap_zombies();
+        let left = descendants();
+        if left.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            for &pid in &left {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            reap_zombies();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.len()
+}
+
+/// Collects exit statuses of finished children, so they do not linger as zombies.
+fn reap_zombies() {
+    while let Ok(status) = waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+        if status == WaitStatus::StillAlive {
+            break;
+        }
+    }
+}
+
+/// Serialises the tests of this module that start processes: [`reap_descendants`] and the
+/// [`ProcessWatch`] see every child of the test binary, including other tests' children.
+#[cfg(test)]
+pub(crate) fn process_test_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_and_reaps_a_child_and_grandchild() {
+        let _lock = process_test_lock();
+        // sh starts a sleeping grandchild and sleeps itself.
+        let mut child = std::process::Command::new("sh").args(["-c", "sleep 30 & sleep 30"]).spawn().expect("sh");
+        let pid = child.id() as i32;
+        let mut seen = Vec::new();
+        for _ in 0..200 {
+            seen = descendants();
+            if seen.len() >= 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(seen.contains(&pid), "{seen:?}");
+        assert!(seen.len() >= 2, "grandchild not found: {seen:?}");
+        become_subreaper();
+        assert!(reap_descendants(Duration::from_secs(2)) >= 2);
+        let _ = child.wait();
+        assert!(descendants().is_empty(), "{:?}", descendants());
+    }
+
+    #[test]
+    fn stat_lines_parse_with_odd_comm() {
+        let stat = "4242 (VLLM::Engine) (x) S 17 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 98765 0 0";
+        assert_eq!(parse_stat(4242, stat), Some(ProcEntry { pid: 4242, ppid: 17, start_time: 98765, zombie: false }));
+        let zombie = "7 (sh) Z 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0";
+        assert!(parse_stat(7, zombie).is_some_and(|e| e.zombie));
+        assert_eq!(parse_stat(7, "garbage"), None);
+        assert_eq!(parse_stat(7, "7 (sh) S"), None);
+    }
+}

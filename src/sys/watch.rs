@@ -1,0 +1,461 @@
+//! The process-death watcher: know within milliseconds that a descendant (vLLM's EngineCore, a
+//! worker) has died, instead of waiting forever on a generate that will never return.
+//!
+//! [`ProcessWatch::start`] runs one thread that
+//! - finds descendants by scanning /proc: once before `start` returns, then every
+//!   [`SCAN_INTERVAL`]. The scan is for *discovery* only;
+//! - opens a pidfd for each and blocks in `poll` on all of them (and an eventfd that stops it). A
+//!   pidfd becomes readable the moment its process exits, so detection is event-driven: the
+//!   latency is the callback's scheduling delay, not a polling period;
+//! - reads the exit status with `waitid(P_PIDFD, WEXITED | WNOWAIT)`, which leaves the zombie in
+//!   place: Python's (or anyone's) own `waitpid` still gets the status. That works for children
+//!   and for descendants re-parented to batchlab (a child subreaper, see
+//!   [`become_subreaper`](super::become_subreaper)); for a grandchild whose parent is alive the
+//!   status cannot be read, and [`ExitCause::Unknown`] says so;
+//! - calls `on_exit` once per exit, with status 0 included: the caller decides what is expected.
+//!
+//! Limits: a process that starts and is reaped within one scan interval is never seen. A process
+//! that exited and is still a zombie when found is reported at once.
+//!
+//! The pidfd comes from `rustix::process::pidfd_open`: nix (0.32) has `waitid` with
+//! `Id::PIDFd` but no `pidfd_open`, and rustix is a well-kept, already-locked crate whose call
+//! returns an `OwnedFd` with no `unsafe` on our side.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+
+use super::{ProcEntry, SysError, descendant_entries, read_proc_entry};
+
+/// How often /proc is scanned for new descendants. Exits of known ones are seen at once.
+pub const SCAN_INTERVAL: Duration = Duration::from_millis(200);
+
+/// How a watched process ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExitCause {
+    /// It exited with this status.
+    Exited(i32),
+    /// A signal (by number) ended it.
+    Killed { signal: i32, core_dumped: bool },
+    /// It exited, but its status could not be read (not a child of batchlab, or already reaped).
+    Unknown(String),
+}
+
+impl fmt::Display for ExitCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExitCause::Exited(code) => write!(f, "exited with status {code}"),
+            ExitCause::Killed { signal, core_dumped } => {
+                match Signal::try_from(*signal) {
+                    Ok(s) => write!(f, "killed by {}", s.as_str())?,
+                    Err(_) => write!(f, "killed by signal {signal}")?,
+                }
+                if *core_dumped {
+                    write!(f, " (core dumped)")?;
+                }
+                Ok(())
+            }
+            ExitCause::Unknown(reason) => write!(f, "exited ({reason})"),
+        }
+    }
+}
+
+/// One descendant's exit, as given to the `on_exit` callback.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessExit {
+    pub pid: u32,
+    /// argv\[0\] from `/proc/<pid>/cmdline` (vLLM sets it to `VLLM::EngineCore`), or `comm`
+    /// (truncated to 15 bytes by the kernel) when the cmdline is empty. Read when watching began.
+    pub name: String,
+    /// `killed by SIGKILL`, `exited with status 1`, …: `cause` as text.
+    pub status: String,
+    pub cause: ExitCause,
+}
+
+impl fmt::Display for ProcessExit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (pid {}) {}", self.name, self.pid, self.status)
+    }
+}
+
+/// Watches every descendant of this process and reports each exit. See the module docs.
+///
+/// Stopping: [`disarm`](Self::disarm) or drop. Either stops and joins the thread; once it returns,
+/// `on_exit` is never called again.
+pub struct ProcessWatch {
+    armed: Arc<AtomicBool>,
+    wake: Arc<EventFd>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ProcessWatch {
+    /// Starts watching. Every descendant alive (or a zombie) now is watched before this returns;
+    /// later ones are found within [`SCAN_INTERVAL`].
+    ///
+    /// `on_exit` runs on the watch's thread: keep it short (send on a channel). It may call
+    /// [`disarm`](Self::disarm) on a shared watch. A panic in it is logged and the watch goes on.
+    ///
+    /// Errors: the kernel lacks pidfds (Linux < 5.3), or no eventfd or thread could be created.
+    pub fn start(on_exit: impl Fn(ProcessExit) + Send + 'static) -> Result<ProcessWatch, SysError> {
+        // Fail here, not silently in the thread, when pidfds are unavailable.
+        open_pidfd(std::process::id() as i32)?;
+        let wake = Arc::new(EventFd::from_flags(EfdFlags::EFD_CLOEXEC).map_err(SysError::os("eventfd"))?);
+        let armed = Arc::new(AtomicBool::new(true));
+        let mut watcher = Watcher::default();
+        watcher.rescan();
+        let thread = std::thread::Builder::new()
+            .name("process-watch".into())
+            .spawn({
+                let (armed, wake) = (armed.clone(), wake.clone());
+                move || watcher.run(&wake, &armed, &on_exit)
+            })
+            .map_err(|source| SysError::Io { action: "start thread", path: "process-watch".into(), source })?;
+        Ok(ProcessWatch { armed, wake, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Stops reporting, before a normal engine shutdown whose processes exit on purpose. Stops the
+    /// thread and waits for it (unless called from `on_exit` itself). Idempotent.
+    pub fn disarm(&self) {
+        self.armed.store(false, Ordering::SeqCst);
+        // A failed write can only mean the counter is full: the thread is being woken anyway.
+        let _ = self.wake.write(1);
+        let handle = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(handle) = handle {
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+    }
+
+    /// Whether exits are still reported.
+    pub fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ProcessWatch {
+    fn drop(&mut self) {
+        self.disarm();
+    }
+}
+
+impl fmt::Debug for ProcessWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessWatch").field("armed", &self.is_armed()).finish_non_exhaustive()
+    }
+}
+
+fn open_pidfd(pid: i32) -> Result<OwnedFd, SysError> {
+    let errno =
+        |e: rustix::io::Errno| SysError::Os { call: "pidfd_open", source: nix::Error::from_raw(e.raw_os_error()) };
+    let pid = rustix::process::Pid::from_raw(pid).ok_or_else(|| errno(rustix::io::Errno::INVAL))?;
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).map_err(errno)
+}
+
+struct Watched {
+    pidfd: OwnedFd,
+    name: String,
+    /// Its parent at discovery, to explain an unreadable status once it is gone from /proc.
+    ppid: i32,
+}
+
+/// The watch thread's state.
+#[derive(Default)]
+struct Watcher {
+    watched: BTreeMap<i32, Watched>,
+    /// `(pid, start time)` of processes already reported, still in /proc as zombies.
+    reported: HashSet<(i32, u64)>,
+}
+
+impl Watcher {
+    fn run(mut self, wake: &EventFd, armed: &AtomicBool, on_exit: &dyn Fn(ProcessExit)) {
+        let mut next_scan = Instant::now() + SCAN_INTERVAL;
+        loop {
+            let timeout = next_scan.saturating_duration_since(Instant::now());
+            let (stop, exited) = match self.wait(wake, timeout) {
+                Ok(ready) => ready,
+                Err(e) => {
+                    tracing::warn!("process watch stopped: poll failed: {e}");
+                    return;
+                }
+            };
+            if stop {
+                return;
+            }
+            for pid in exited {
+                let Some(watched) = self.watched.remove(&pid) else { continue };
+                if let Some(entry) = read_proc_entry(pid) {
+                    self.reported.insert((pid, entry.start_time));
+                }
+                let exit = collect(pid, watched);
+                if armed.load(Ordering::SeqCst) {
+                    let call = std::panic::AssertUnwindSafe(|| on_exit(exit));
+                    if std::panic::catch_unwind(call).is_err() {
+                        tracing::warn!("process watch: the on_exit callback panicked");
+                    }
+                }
+            }
+            if !armed.load(Ordering::SeqCst) {
+                return;
+            }
+            if Instant::now() >= next_scan {
+                self.rescan();
+                next_scan = Instant::now() + SCAN_INTERVAL;
+            }
+        }
+    }
+
+    /// Blocks until the stop eventfd or some pidfds are readable, or `timeout` passes. Returns
+    /// whether to stop and which pids exited.
+    fn wait(&self, wake: &EventFd, timeout: Duration) -> Result<(bool, Vec<i32>), nix::Error> {
+        let mut fds = Vec::with_capacity(self.watched.len() + 1);
+        fds.push(PollFd::new(wake.as_fd(), PollFlags::POLLIN));
+        fds.extend(self.watched.values().map(|w| PollFd::new(w.pidfd.as_fd(), PollFlags::POLLIN)));
+        // Round up, so a sub-millisecond remainder does not spin.
+        let millis = timeout.as_micros().div_ceil(1000);
+        let timeout = PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX);
+        match poll(&mut fds, timeout) {
+            Ok(_) => {}
+            Err(nix::Error::EINTR) => return Ok((false, Vec::new())),
+            Err(e) => return Err(e),
+        }
+        let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
+        let stop = ready(&fds[0]);
+        let exited = self.watched.keys().zip(&fds[1..]).filter(|(_, fd)| ready(fd)).map(|(&pid, _)| pid).collect();
+        Ok((stop, exited))
+    }
+
+    /// Starts watching descendants not yet watched or reported; forgets reported ones that left /proc.
+    fn rescan(&mut self) {
+        let entries = descendant_entries();
+        let present: HashSet<(i32, u64)> = entries.iter().map(|e| (e.pid, e.start_time)).collect();
+        self.reported.retain(|key| present.contains(key));
+        for entry in entries {
+            if self.watched.contains_key(&entry.pid) || self.reported.contains(&(entry.pid, entry.start_time)) {
+                continue;
+            }
+            if let Some(watched) = watch_one(entry) {
+                self.watched.insert(entry.pid, watched);
+            }
+        }
+    }
+}
+
+/// Opens a pidfd on `entry`'s process, if it is still the one the scan saw.
+fn watch_one(entry: ProcEntry) -> Option<Watched> {
+    let pidfd = match open_pidfd(entry.pid) {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::debug!(pid = entry.pid, "not watched: {e}");
+            return None;
+        }
+    };
+    // The pid may have been reused between the scan and pidfd_open: same start time, same process.
+    if read_proc_entry(entry.pid).map(|e| e.start_time) != Some(entry.start_time) {
+        return None;
+    }
+    Some(Watched { pidfd, name: process_name(entry.pid), ppid: entry.ppid })
+}
+
+/// argv\[0\] of `/proc/<pid>/cmdline`, else `comm`, else `?`.
+fn process_name(pid: i32) -> String {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
+    let argv0 = String::from_utf8_lossy(argv0).trim().to_string();
+    if !argv0.is_empty() {
+        return argv0;
+    }
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let comm = comm.trim();
+    if comm.is_empty() { "?".to_string() } else { comm.to_string() }
+}
+
+/// The exit of a process whose pidfd is readable, read without reaping it.
+fn collect(pid: i32, watched: Watched) -> ProcessExit {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
+    let cause = match waitid(Id::PIDFd(watched.pidfd.as_fd()), flags) {
+        Ok(WaitStatus::Exited(_, code)) => ExitCause::Exited(code),
+        Ok(WaitStatus::Signaled(_, signal, core_dumped)) => ExitCause::Killed { signal: signal as i32, core_dumped },
+        Ok(other) => ExitCause::Unknown(format!("unexpected wait status {other:?}")),
+        // Not our child (now: a subreaper adopts orphans, so the parent may have changed).
+        Err(nix::Error::ECHILD) => match read_proc_entry(pid).map(|e| e.ppid).unwrap_or(watched.ppid) {
+            ppid if ppid == std::process::id() as i32 => ExitCause::Unknown("status already collected".into()),
+            ppid => ExitCause::Unknown(format!("status unknown: its parent, pid {ppid}, is not batchlab")),
+        },
+        Err(e) => ExitCause::Unknown(format!("status unknown: waitid failed: {e}")),
+    };
+    ProcessExit { pid: pid as u32, name: watched.name, status: cause.to_string(), cause }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::BufRead;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Child, Command, Stdio};
+    use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+
+    use nix::sys::signal::kill;
+    use nix::unistd::Pid;
+
+    use super::*;
+    use crate::sys::{descendants, process_test_lock};
+
+    /// The exits reported to a test's watch, in order, including ones a test has not asked for yet.
+    struct Exits {
+        rx: Receiver<ProcessExit>,
+        seen: Vec<ProcessExit>,
+    }
+
+    impl Exits {
+        /// The exit of `pid` within `limit`; others are kept for later calls.
+        fn of(&mut self, pid: u32, limit: Duration) -> ProcessExit {
+            let deadline = Instant::now() + limit;
+            loop {
+                if let Some(i) = self.seen.iter().position(|e| e.pid == pid) {
+                    return self.seen.remove(i);
+                }
+                match self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                    Ok(exit) => self.seen.push(exit),
+                    Err(e) => panic!("no exit of pid {pid} within {limit:?} ({e}); others: {:?}", self.seen),
+                }
+            }
+        }
+
+        /// Everything reported until the watch's thread ends (its sender goes with it), within 1 s.
+        fn until_closed(self) -> Vec<ProcessExit> {
+            let deadline = Instant::now() + Duration::from_secs(1);
+            let mut all = self.seen;
+            loop {
+                match self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                    Ok(exit) => all.push(exit),
+                    Err(RecvTimeoutError::Disconnected) => return all,
+                    Err(RecvTimeoutError::Timeout) => panic!("the watch thread is still running"),
+                }
+            }
+        }
+    }
+
+    fn watch() -> (ProcessWatch, Exits) {
+        let (tx, rx) = channel();
+        let watch = ProcessWatch::start(move |exit| {
+            let _ = tx.send(exit);
+        })
+        .expect("pidfds");
+        (watch, Exits { rx, seen: Vec::new() })
+    }
+
+    fn sleeper() -> Child {
+        Command::new("sleep").arg("30").spawn().expect("sleep")
+    }
+
+    fn sigkill(pid: u32) -> Instant {
+        kill(Pid::from_raw(pid as i32), Signal::SIGKILL).expect("kill");
+        Instant::now()
+    }
+
+    /// Reaps `child` and checks that the watch left its status for us (WNOWAIT) and no zombie.
+    fn reap(mut child: Child) -> std::process::ExitStatus {
+        let pid = child.id() as i32;
+        let status = child.wait().expect("the status is still ours to collect");
+        assert!(!descendants().contains(&pid), "pid {pid} left behind");
+        status
+    }
+
+    #[test]
+    fn sigkill_of_a_child_is_reported_at_once_and_not_reaped() {
+        let _lock = process_test_lock();
+        let child = sleeper();
+        let pid = child.id();
+        let (_watch, mut exits) = watch();
+        let killed = sigkill(pid);
+        let exit = exits.of(pid, Duration::from_secs(1));
+        let latency = killed.elapsed();
+        assert_eq!(exit.status, "killed by SIGKILL");
+        assert_eq!(exit.cause, ExitCause::Killed { signal: 9, core_dumped: false });
+        assert_eq!(exit.name, "sleep");
+        assert_eq!(exit.to_string(), format!("sleep (pid {pid}) killed by SIGKILL"));
+        eprintln!("SIGKILL seen after {latency:?}");
+        assert!(latency < Duration::from_millis(500), "detected after {latency:?}");
+        assert_eq!(reap(child).signal(), Some(9));
+    }
+
+    #[test]
+    fn a_killed_grandchild_is_reported() {
+        let _lock = process_test_lock();
+        let mut child =
+            Command::new("sh").args(["-c", "sleep 30 & echo $!; wait"]).stdout(Stdio::piped()).spawn().expect("sh");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("the pid");
+        let grandchild: u32 = line.trim().parse().expect("a pid");
+        let (_watch, mut exits) = watch();
+        sigkill(grandchild);
+        let exit = exits.of(grandchild, Duration::from_secs(1));
+        assert_eq!(exit.name, "sleep");
+        // sh, not batchlab, is its parent, so only sh can read its status.
+        assert!(matches!(exit.cause, ExitCause::Unknown(_)), "{exit}");
+        // sh's `wait` returns, and sh exits on purpose: reported too.
+        let sh = exits.of(child.id(), Duration::from_secs(1));
+        assert_eq!(sh.status, "exited with status 0");
+        assert!(reap(child).success());
+    }
+
+    #[test]
+    fn a_process_started_after_the_watch_is_found() {
+        let _lock = process_test_lock();
+        let (_watch, mut exits) = watch();
+        let child = sleeper();
+        let pid = child.id();
+        // Killed at once: found alive or as a zombie at the next scan, either way reported.
+        sigkill(pid);
+        let exit = exits.of(pid, SCAN_INTERVAL + Duration::from_secs(1));
+        assert_eq!(exit.status, "killed by SIGKILL");
+        assert_eq!(reap(child).signal(), Some(9));
+    }
+
+    #[test]
+    fn after_disarm_nothing_is_reported() {
+        let _lock = process_test_lock();
+        let child = sleeper();
+        let pid = child.id();
+        let (watch, exits) = watch();
+        watch.disarm();
+        assert!(!watch.is_armed());
+        sigkill(pid);
+        assert_eq!(reap(child).signal(), Some(9));
+        drop(watch);
+        // The thread is gone with its sender: the channel ends, without this pid in it.
+        assert!(exits.until_closed().iter().all(|e| e.pid != pid));
+    }
+
+    #[test]
+    fn dropping_the_watch_stops_its_thread() {
+        let _lock = process_test_lock();
+        let (watch, exits) = watch();
+        drop(watch);
+        exits.until_closed();
+    }
+
+    #[test]
+    fn causes_read_as_text() {
+        let cases = [
+            (ExitCause::Exited(1), "exited with status 1"),
+            (ExitCause::Exited(0), "exited with status 0"),
+            (ExitCause::Killed { signal: 11, core_dumped: true }, "killed by SIGSEGV (core dumped)"),
+            (ExitCause::Killed { signal: 99, core_dumped: false }, "killed by signal 99"),
+            (ExitCause::Unknown("status already collected".into()), "exited (status already collected)"),
+        ];
+        for (cause, text) in cases {
+            assert_eq!(cause.to_string(), text);
+        }
+    }
+}

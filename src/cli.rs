@@ -176,23 +176,29 @@ fn run_scenario(
     let summary = runtime.block_on(async {
         let fire = interrupt.clone();
         // First Ctrl-C (or SIGTERM): stop admitting, drain, report. Second: leave at once.
-        tokio::spawn(async move {
-            let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
-                return;
-            };
-            tokio::select! {
-                r = tokio::signal::ctrl_c() => if r.is_err() { return },
-                _ = term.recv() => {}
+        // Handlers are installed here, before the run starts: a signal that came before the
+        // watcher task first ran would otherwise kill the process.
+        use tokio::signal::unix::{SignalKind, signal};
+        let signals = signal(SignalKind::interrupt()).and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
+        match signals {
+            Ok((mut int, mut term)) => {
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
+                    fire.fire();
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
+                    eprintln!("\ninterrupted twice: exiting now");
+                    batchlab::sys::reap_descendants(Duration::from_secs(2));
+                    std::process::exit(i32::from(EXIT_INTERRUPTED));
+                });
             }
-            fire.fire();
-            tokio::select! {
-                r = tokio::signal::ctrl_c() => if r.is_err() { return },
-                _ = term.recv() => {}
-            }
-            eprintln!("\ninterrupted twice: exiting now");
-            batchlab::sys::reap_descendants(Duration::from_secs(2));
-            std::process::exit(i32::from(EXIT_INTERRUPTED));
-        });
+            Err(e) => tracing::warn!(error = %e, "cannot watch for Ctrl-C and SIGTERM"),
+        }
         let options = RunOptions {
             output_dir: Some(output_dir.clone()),
             requests_jsonl,

@@ -22,14 +22,14 @@ test-loom:
     RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test loom_batcher
 
 # Run a shipped scenario, e.g. `just scenario throughput.toml --set batching.batch_size=64`.
-# A vLLM scenario (as resolved, `--set engine.kind=vllm` included) sets up the venv (once) and
-# builds with the `vllm` feature.
+# A vLLM or Python-engine scenario (as resolved, `--set engine.kind=vllm` included) sets up the
+# venv (once) and builds with the `vllm` feature.
 scenario FILE *ARGS:
     #!/usr/bin/env bash
     set -euo pipefail
     f="scenarios/{{FILE}}"
     kind="$(cargo run --release --quiet -- run --engine-kind "$f" {{ARGS}})"
-    if [[ $kind == vllm ]]; then
+    if [[ $kind == vllm || $kind == python ]]; then
         scripts/setup-vllm.sh >&2
         export PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python"
         exec cargo run --release --quiet --features vllm -- run "$f" {{ARGS}}
@@ -40,9 +40,10 @@ scenario FILE *ARGS:
 setup-vllm:
     scripts/setup-vllm.sh
 
-# The real vLLM engine's tests against the tiny model (sets everything up first; minutes the first time).
+# The Python engines' tests (vLLM, transformers, the echo engine of docs/engines.md) against the tiny model
+# (sets everything up first; minutes the first time).
 test-vllm: setup-vllm
-    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli -- --nocapture
+    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli --test python_engine -- --nocapture
 
 # Lints with the vllm feature (needs a Python 3 for pyo3's build; the venv's when it exists).
 clippy-vllm:

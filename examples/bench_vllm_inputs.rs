@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use batchlab::engine::Prompt;
-use batchlab::engine::vllm::VllmEngine;
 use batchlab::load::Workload;
 use batchlab::scenario::plan::{EnginePlan, PhaseLimit};
 use batchlab::scenario::{Overrides, load_file};
@@ -74,14 +73,14 @@ fn main() -> ExitCode {
         })
         .collect()
     };
-    let engine = VllmEngine::new(v.clone());
+    let engine = v.engine();
     let env: serde_json::Map<String, Value> =
         engine.environment().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
     let out = json!({
         "scenario": plan.name,
         "batch_size": plan.batching.batch_size(),
         "env": env,
-        "kwargs": engine.llm_kwargs(),
+        "kwargs": v.llm_kwargs(),
         "warmup": prompts(0..warmup),
         "measured": prompts(warmup..warmup + measured),
     });

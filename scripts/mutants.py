@@ -75,6 +75,12 @@ MUTANTS = [
     ("sim: decode cost ignores running sequences", "src/engine/sim/cost.rs",
      "t = t.saturating_add(scaled(cost.decode_per_seq, running as u64, scale));", "",
      ["--test", "batcher_traces", "--lib", "sim"], {}),
+    ("python engine: an output's unknown field is accepted", "src/engine/python/output.rs",
+     "items.iter().find(|(k, _)| !known.contains(&k.as_str()))", "items.iter().find(|_| false)",
+     ["--lib", "engine::python"], {}),
+    ("python engine: output_tokens and output_token_ids may disagree", "src/engine/python/output.rs",
+     "(Some(n), Some(ids)) if ids.len() != n as usize =>", "(Some(n), Some(ids)) if ids.len() == usize::MAX && n == 0 =>",
+     ["--lib", "engine::python"], {}),
     # Slow (multiprocess vLLM starts): needs the venv from `just setup-vllm`.
     ("vllm: engine processes not reaped when a second Ctrl-C exits at once", "src/cli.rs",
      "            batchlab::sys::reap_descendants(Duration::from_secs(2));\n", "",

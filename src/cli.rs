@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use batchlab::run::progress::{LogWriter, ProgressMode};
+use batchlab::run::progress::{ENGINE_STEP_TARGET, EngineStepLayer, LogWriter, ProgressMode};
 use batchlab::run::{Interrupt, RunOptions, run_blocking};
 use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file, to_toml};
@@ -35,8 +35,8 @@ struct ScenarioArgs {
     /// Override the scenario's master seed.
     #[arg(long)]
     seed: Option<u64>,
-    /// Print only the resolved engine kind (`sim` or `vllm`, after every `--set`) and exit. The
-    /// justfile picks the build with it.
+    /// Print only the resolved engine kind (`sim`, `vllm` or `python`, after every `--set`) and
+    /// exit. The justfile picks the build with it.
     #[arg(long)]
     engine_kind: bool,
 }
@@ -66,15 +66,22 @@ enum Command {
 }
 
 fn init_logging() {
-    use std::io::IsTerminal;
+    use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{Layer, fmt};
     let filter = tracing_subscriber::EnvFilter::try_from_env("BATCHLAB_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // Engine steps are for the display only, whatever BATCHLAB_LOG says.
+    let not_engine_steps = filter_fn(|m| m.target() != ENGINE_STEP_TARGET);
+    let log = fmt::layer()
         .with_writer(LogWriter)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(batchlab::sys::terminal_is_tty())
         .with_target(false)
-        .init();
+        .with_filter(filter.and(not_engine_steps));
+    let engine_steps =
+        EngineStepLayer.with_filter(Targets::new().with_target(ENGINE_STEP_TARGET, tracing::Level::INFO));
+    tracing_subscriber::registry().with(log).with(engine_steps).init();
     // Engine panics are caught and reported per batch by the batcher; one log line each is
     // enough. Set RUST_BACKTRACE to get the full default report.
     if std::env::var_os("RUST_BACKTRACE").is_none() {
@@ -89,6 +96,10 @@ fn init_logging() {
             let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
             tracing::warn!(thread = thread.name().unwrap_or("unnamed"), "panic: {message}{location}");
         }));
+    } else {
+        // The full report, printed with the progress bars out of its way.
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| batchlab::run::progress::suspend(|| default(info))));
     }
 }
 
@@ -155,11 +166,12 @@ fn real_main(cli: Cli) -> ExitCode {
     }
 }
 
-/// The scenario's `engine.kind`, as the justfile picks the build by it.
+/// The scenario's `engine.kind`; the justfile picks the build by it.
 fn engine_kind(engine: &EnginePlan) -> &'static str {
     match engine {
         EnginePlan::Sim(_) => "sim",
         EnginePlan::Vllm(_) => "vllm",
+        EnginePlan::Python(_) => "python",
     }
 }
 

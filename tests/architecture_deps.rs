@@ -37,9 +37,8 @@ fn violations(layer: &str, except: &[&str], forbidden: &[&str]) -> Vec<String> {
 
 #[test]
 fn dependencies_point_down() {
-    // engine/vllm still reads its plan type; its config moves into engine::vllm (issue 10).
     let cases: &[(&str, &[&str], &[&str])] = &[
-        ("src/engine", &["src/engine/vllm"], &["crate::scenario", "crate::metrics", "crate::run"]),
+        ("src/engine", &[], &["crate::scenario", "crate::metrics", "crate::run"]),
         ("src/load", &[], &["crate::scenario", "crate::metrics", "crate::run"]),
         ("src/metrics", &[], &["crate::scenario", "crate::run"]),
         ("src/batcher", &[], &["crate::scenario", "crate::metrics", "crate::run", "crate::report"]),

@@ -152,3 +152,19 @@ fn engine_kind_is_the_resolved_one() {
     assert_eq!(kind(&[&["run", "--engine-kind", file], &vllm[..], &run_args[..]].concat()), "vllm\n");
     assert_eq!(kind(&["check", "--engine-kind", "scenarios/vllm-cpu.toml"]), "vllm\n");
 }
+
+#[test]
+fn progress_piped_is_plain_lines_without_escape_codes() {
+    let out = temp_dir("plain-progress");
+    let o = batchlab(&["run", "scenarios/sweep.toml", "--output", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(!err.contains('\x1b') && !err.contains('\r'), "{err:?}");
+    assert!(err.contains("] loading engine\n"), "{err}");
+    // One finished line per benchmark (2 + 3 in this sweep), each with its own count.
+    let done: Vec<_> = err.lines().filter(|l| l.contains("] done ")).collect();
+    assert_eq!(done.len(), 5, "{err}");
+    assert!(done.iter().all(|l| l.contains(" 64/64 requests")), "{err}");
+    assert!(err.contains("] stopping engine\n"), "{err}");
+    assert!(!text(&o.stdout).contains('\x1b'));
+}

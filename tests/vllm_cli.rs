@@ -8,12 +8,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use batchlab::engine::vllm::{batchlab_home, default_venv};
+use batchlab::engine::python::{batchlab_home, default_venv};
 
 /// Long enough for a multiprocess engine start on a loaded 2-core machine.
 const START_LIMIT: Duration = Duration::from_secs(300);
@@ -24,7 +24,7 @@ struct Run {
     stderr: Vec<String>,
 }
 
-fn spawn(extra: &[&str], output: &PathBuf) -> Run {
+fn spawn(extra: &[&str], output: &Path) -> Run {
     let mut args: Vec<String> = vec![
         "run".into(),
         "scenarios/vllm-cpu.toml".into(),
@@ -135,7 +135,7 @@ fn ready() -> bool {
     true
 }
 
-fn report(dir: &PathBuf) -> serde_json::Value {
+fn report(dir: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(dir.join("report.json")).expect("report.json")).expect("json")
 }
 

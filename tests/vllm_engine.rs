@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 
-use batchlab::engine::vllm::{VllmEngine, batchlab_home, default_venv};
+use batchlab::engine::python::vllm::VllmConfig;
+use batchlab::engine::python::{batchlab_home, default_venv};
 use batchlab::engine::{Engine, EngineOutput, EngineRequest, FinishReason, Prompt};
-use batchlab::scenario::plan::VllmPlan;
 use batchlab::time::{MonotonicClock, Timestamp};
 
 /// One engine at a time: a 2-core machine, and one Python per process.
@@ -21,7 +21,7 @@ static ONE_ENGINE_AT_A_TIME: Mutex<()> = Mutex::new(());
 const CHILD_ENV: &str = "BATCHLAB_VLLM_MULTIPROCESS_CHILD";
 
 /// The tiny model's plan, or `None` (after saying why) when the venv or model is missing.
-fn tiny_plan(in_process: bool) -> Option<VllmPlan> {
+fn tiny_plan(in_process: bool) -> Option<VllmConfig> {
     let model = batchlab_home().join("tiny-llama");
     let python = default_venv().join("bin/python");
     for needed in [python, model.join("config.json")] {
@@ -30,7 +30,7 @@ fn tiny_plan(in_process: bool) -> Option<VllmPlan> {
             return None;
         }
     }
-    Some(VllmPlan {
+    Some(VllmConfig {
         model,
         dtype: "float32".into(),
         max_model_len: Some(512),
@@ -59,7 +59,7 @@ fn secs(t: Timestamp) -> f64 {
 /// Everything an output of an EOS-ignoring request must satisfy, with stats inside `window`.
 fn check_output(req: &EngineRequest, out: &EngineOutput, window: (Timestamp, Timestamp)) {
     let what = format!("request {} -> {out:?}", req.id);
-    assert_eq!(out.request_id, None, "vLLM's ids are its own: outputs are matched by position");
+    assert_eq!(out.request_id, Some(req.id), "the vLLM engine answers with our ids (vLLM's own are positional)");
     if let Prompt::Tokens(ids) = &req.prompt {
         assert_eq!(out.prompt_tokens, Some(ids.len() as u32), "{what}");
     } else {
@@ -89,7 +89,7 @@ fn check_output(req: &EngineRequest, out: &EngineOutput, window: (Timestamp, Tim
 fn in_process_engine_generates_token_and_text_prompts() {
     let _one = ONE_ENGINE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(plan) = tiny_plan(true) else { return };
-    let mut engine = VllmEngine::new(plan);
+    let mut engine = plan.engine();
     let started = std::time::Instant::now();
     let info = engine.start().expect("start");
     eprintln!("started {} {} in {:.1?}", info.name, info.version, started.elapsed());
@@ -144,7 +144,7 @@ fn a_bad_engine_arg_is_a_start_error_with_the_python_message() {
     let _one = ONE_ENGINE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(mut plan) = tiny_plan(true) else { return };
     plan.engine_args.insert("no_such_engine_arg".into(), 1.into());
-    let err = VllmEngine::new(plan).start().expect_err("an unknown kwarg fails").to_string();
+    let err = plan.engine().start().expect_err("an unknown kwarg fails").to_string();
     assert!(err.contains("no_such_engine_arg"), "{err}");
 }
 
@@ -205,7 +205,7 @@ fn tail(text: &str) -> String {
 fn multiprocess_child() {
     let plan = tiny_plan(false).expect("the parent checked the venv and model");
     assert!(child_processes().is_empty(), "children before start: {:?}", child_processes());
-    let mut engine = VllmEngine::new(plan);
+    let mut engine = plan.engine();
     let started = std::time::Instant::now();
     engine.start().expect("start");
     println!("MULTIPROCESS: engine started in {:.1?}", started.elapsed());

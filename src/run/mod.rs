@@ -211,8 +211,8 @@ pub async fn run_with(
 fn seeds(plan: &Plan, source: EngineSource) -> BTreeMap<String, u64> {
     let mut s = BTreeMap::new();
     s.insert("run".to_string(), plan.seed);
-    if source == EngineSource::Plan {
-        s.insert("engine".to_string(), plan.engine.seed());
+    if let Some(seed) = plan.engine.seed().filter(|_| source == EngineSource::Plan) {
+        s.insert("engine".to_string(), seed);
     }
     if let WorkloadPlan::Synthetic { seed, .. } = &plan.workload {
         s.insert("workload".to_string(), *seed);

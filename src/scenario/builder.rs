@@ -88,6 +88,11 @@ impl ScenarioBuilder {
         let model = model.as_ref().to_string_lossy().into_owned();
         self.forget("engine.").forget("faults.").set("engine.kind", "vllm").set("engine.vllm.model", model)
     }
+    /// A Python protocol engine, `class = "module:Class"`; `path`, `args.*` and the other
+    /// `engine.python.*` keys through [`Self::set`].
+    pub fn python(self, class: &str) -> Self {
+        self.forget("engine.").forget("faults.").set("engine.kind", "python").set("engine.python.class", class)
+    }
 
     pub fn batch_size(self, n: usize) -> Self {
         self.set("batching.batch_size", int(n as u64))

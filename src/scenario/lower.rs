@@ -13,6 +13,9 @@ use super::plan::*;
 use super::reader::{Cx, Field, Low, Tbl, join};
 use super::schema;
 use crate::batcher::BatchConfig;
+use crate::engine::ClockDomain;
+use crate::engine::python::PythonConfig;
+use crate::engine::python::vllm::VllmConfig;
 use crate::engine::sim::{CostModel, FaultTrigger, Faults, SimConfig, TimeMode};
 use crate::rng::SplitMix64;
 
@@ -82,34 +85,29 @@ fn lower_engine(
     ctx: &Context,
 ) -> EnginePlan {
     let engine = cx.section(top, "engine", "engine", schema::ENGINE);
-    let kind = engine.and_then(|e| cx.choice(e, "kind", &["sim", "vllm"])).unwrap_or("sim");
+    let kind = engine.and_then(|e| cx.choice(e, "kind", &["sim", "vllm", "python"])).unwrap_or("sim");
     let sim = engine.and_then(|e| cx.section(e, "sim", "engine.sim", schema::SIM));
     let vllm = engine.and_then(|e| cx.section(e, "vllm", "engine.vllm", schema::VLLM));
+    let python = engine.and_then(|e| cx.section(e, "python", "engine.python", schema::PYTHON));
     let engine_span = engine.and_then(|e| e.span());
-    if kind == "vllm" {
-        if let Some(sim) = sim {
-            let help = "remove [engine.sim] or set `engine.kind = \"sim\"`".to_owned();
-            cx.report(
-                "engine.sim",
-                sim.span(),
-                "[engine.sim] is set but `engine.kind` is \"vllm\"".to_owned(),
-                Some(help),
-            );
+    // A section for another kind than the chosen one contradicts it.
+    for (name, section) in [("sim", sim), ("vllm", vllm), ("python", python)] {
+        if let Some(t) = section.filter(|_| name != kind) {
+            let help = format!("set `engine.kind = \"{name}\"` or remove [engine.{name}]");
+            let message = format!("[engine.{name}] is set but `engine.kind` is \"{kind}\"");
+            cx.report(&format!("engine.{name}"), t.span(), message, Some(help));
         }
-        if let Some(faults) = faults_table {
-            let help = "fault injection needs `engine.kind = \"sim\"`".to_owned();
-            cx.report("faults", faults.span(), "[faults] only applies to the sim engine".to_owned(), Some(help));
-        }
-        return EnginePlan::Vllm(lower_vllm(cx, vllm, engine_span, seed, ctx));
     }
-    if let Some(vllm) = vllm {
-        let help = "set `engine.kind = \"vllm\"` or remove [engine.vllm]".to_owned();
-        cx.report(
-            "engine.vllm",
-            vllm.span(),
-            "[engine.vllm] is set but `engine.kind` is \"sim\"".to_owned(),
-            Some(help),
-        );
+    if kind != "sim"
+        && let Some(faults) = faults_table
+    {
+        let help = "fault injection needs `engine.kind = \"sim\"`".to_owned();
+        cx.report("faults", faults.span(), "[faults] only applies to the sim engine".to_owned(), Some(help));
+    }
+    match kind {
+        "vllm" => return EnginePlan::Vllm(lower_vllm(cx, vllm, engine_span, seed, ctx)),
+        "python" => return EnginePlan::Python(lower_python(cx, python, engine_span, ctx)),
+        _ => {}
     }
     let defaults = CostModel::default();
     let mut plan = SimConfig {
@@ -141,8 +139,8 @@ fn lower_vllm(
     engine_span: Option<std::ops::Range<usize>>,
     seed: u64,
     ctx: &Context,
-) -> VllmPlan {
-    let mut plan = VllmPlan {
+) -> VllmConfig {
+    let mut plan = VllmConfig {
         model: PathBuf::new(),
         dtype: "float32".to_owned(),
         max_model_len: None,
@@ -184,9 +182,77 @@ fn lower_vllm(
     plan.in_process = cx.boolean(t, "in_process").unwrap_or(true);
     plan.omp_num_threads = cx.u32(t, "omp_num_threads", 1);
     plan.disable_log_stats = cx.boolean(t, "disable_log_stats").unwrap_or(false);
-    if let Some(field) = cx.field(t, "engine_args") {
+    plan.engine_args = free_form(cx, t, "engine_args");
+    plan
+}
+
+/// A free-form table (`engine_args`, `args`) as JSON, for an engine to take unchanged; empty when
+/// missing.
+fn free_form(cx: &mut Cx, t: Tbl, key: &str) -> serde_json::Map<String, serde_json::Value> {
+    let Some(field) = cx.field(t, key) else { return serde_json::Map::new() };
+    match field.node.table_like() {
+        Some(table) => table_to_json(cx, &field.path, table),
+        None => {
+            let message = format!("`{}`: expected a table, found {}", field.path, field.node.type_name());
+            cx.report_at(&field, message, None);
+            serde_json::Map::new()
+        }
+    }
+}
+
+fn lower_python(
+    cx: &mut Cx,
+    t: Option<Tbl>,
+    engine_span: Option<std::ops::Range<usize>>,
+    ctx: &Context,
+) -> PythonConfig {
+    let mut plan = PythonConfig::new("", "");
+    let missing = "missing `engine.python.class` (required with `engine.kind = \"python\"`)".to_owned();
+    let help = "write `class = \"module:Class\"` (docs/engines.md)".to_owned();
+    let Some(t) = t else {
+        cx.report("engine", engine_span, missing, Some(format!("add [engine.python] and {help}")));
+        return plan;
+    };
+    match cx.field(t, "class") {
+        None => cx.report("engine.python", t.span(), missing, Some(help)),
+        Some(field) => {
+            if let Some(spec) = cx.string_of(&field) {
+                match parse_class_spec(&spec) {
+                    Some((module, class)) => (plan.module, plan.class) = (module.to_owned(), class.to_owned()),
+                    None => {
+                        let message = format!("`engine.python.class`: expected \"module:Class\", found \"{spec}\"");
+                        cx.report_at(&field, message, Some(help));
+                    }
+                }
+            }
+        }
+    }
+    // Relative to the scenario's directory; existence is checked when the engine starts.
+    let beside = |p: String| {
+        let p = PathBuf::from(p);
+        if p.is_absolute() {
+            return p;
+        }
+        let p = ctx.base_dir.join(p);
+        std::path::absolute(&p).unwrap_or(p)
+    };
+    plan.path = cx.string(t, "path").map(beside);
+    plan.venv = cx.string(t, "venv").map(beside);
+    if cx.choice(t, "clock", &["monotonic", "foreign"]) == Some("foreign") {
+        plan.clock = ClockDomain::Foreign;
+    }
+    plan.args = free_form(cx, t, "args");
+    if let Some(field) = cx.field(t, "env") {
         match field.node.table_like() {
-            Some(table) => plan.engine_args = table_to_json(cx, &field.path, table),
+            Some(table) => {
+                for (key, item) in table.iter() {
+                    let value =
+                        Field { path: join(&field.path, key), node: super::reader::Node::Item(item), key_span: None };
+                    if let Some(v) = cx.string_of(&value) {
+                        plan.env.insert(key.to_owned(), v);
+                    }
+                }
+            }
             None => {
                 let message = format!("`{}`: expected a table, found {}", field.path, field.node.type_name());
                 cx.report_at(&field, message, None);
@@ -194,6 +260,16 @@ fn lower_vllm(
         }
     }
     plan
+}
+
+/// `module:Class`: a dotted module path and a class name, both Python identifiers.
+fn parse_class_spec(spec: &str) -> Option<(&str, &str)> {
+    let identifier = |s: &str| {
+        let mut chars = s.chars();
+        chars.next().is_some_and(|c| c.is_alphabetic() || c == '_') && chars.all(|c| c.is_alphanumeric() || c == '_')
+    };
+    let (module, class) = spec.split_once(':')?;
+    (module.split('.').all(identifier) && identifier(class)).then_some((module, class))
 }
 
 /// Absolute paths stay; a relative path is taken next to the scenario if it exists there, else
@@ -243,7 +319,7 @@ fn value_to_json(cx: &mut Cx, field: &Field, value: &Value) -> Option<serde_json
             None => {
                 cx.report_at(
                     field,
-                    format!("`{}`: {} cannot be passed to vLLM (not valid JSON)", field.path, f.value()),
+                    format!("`{}`: {} cannot be passed to the engine (not valid JSON)", field.path, f.value()),
                     None,
                 );
                 return None;

@@ -9,6 +9,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::batcher::BatchConfig;
+use crate::engine::python::vllm::VllmConfig;
+use crate::engine::python::{PythonConfig, PythonEngine};
 use crate::engine::sim::{SimConfig, SimEngine};
 use crate::engine::{EngineError, TimedEngine};
 pub use crate::load::{ProfilePlan, TokenDist, WorkloadPlan};
@@ -34,49 +36,35 @@ pub struct Plan {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EnginePlan {
     Sim(SimConfig),
-    Vllm(VllmPlan),
+    Vllm(VllmConfig),
+    Python(PythonConfig),
 }
 
 impl EnginePlan {
     /// Builds the engine this plan names, in the time it names: the simulator in virtual or real
-    /// time, vLLM in real time. Fails for vLLM in a build without the `vllm` feature.
+    /// time, Python engines (vLLM included) in real time. Fails for a Python engine in a build
+    /// without the `vllm` feature.
     pub fn build(&self) -> Result<TimedEngine, EngineError> {
         match self {
             EnginePlan::Sim(config) => Ok(SimEngine::timed(config.clone())),
-            #[cfg(feature = "vllm")]
-            EnginePlan::Vllm(v) => Ok(TimedEngine::real_time(crate::engine::vllm::VllmEngine::new(v.clone()))),
-            #[cfg(not(feature = "vllm"))]
-            EnginePlan::Vllm(_) => Err(EngineError::Unsupported(
-                "this batchlab was built without vLLM support: rebuild with `--features vllm` (see docs/vllm.md)"
+            EnginePlan::Vllm(_) | EnginePlan::Python(_) if !cfg!(feature = "vllm") => Err(EngineError::Unsupported(
+                "this batchlab was built without Python engines (vLLM and `engine.kind = \"python\"`): \
+                 rebuild with `--features vllm` (see docs/vllm.md)"
                     .into(),
             )),
+            EnginePlan::Vllm(v) => Ok(TimedEngine::real_time(v.engine())),
+            EnginePlan::Python(p) => Ok(TimedEngine::real_time(PythonEngine::new(p.clone()))),
         }
     }
 
-    /// The engine's seed.
-    pub fn seed(&self) -> u64 {
+    /// The engine's seed, where the plan gives it one.
+    pub fn seed(&self) -> Option<u64> {
         match self {
-            EnginePlan::Sim(sim) => sim.seed,
-            EnginePlan::Vllm(v) => v.seed,
+            EnginePlan::Sim(sim) => Some(sim.seed),
+            EnginePlan::Vllm(v) => Some(v.seed),
+            EnginePlan::Python(_) => None,
         }
     }
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct VllmPlan {
-    pub model: PathBuf,
-    pub dtype: String,
-    pub max_model_len: Option<u32>,
-    pub max_num_seqs: Option<u32>,
-    pub max_num_batched_tokens: Option<u32>,
-    pub enforce_eager: bool,
-    pub seed: u64,
-    pub kv_cache_gib: f64,
-    pub in_process: bool,
-    pub omp_num_threads: Option<u32>,
-    pub disable_log_stats: bool,
-    /// Passed through to `vllm.EngineArgs` unchanged.
-    pub engine_args: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Per-benchmark stop conditions; the first one met ends the benchmark.

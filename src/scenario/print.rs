@@ -12,6 +12,17 @@ use super::plan::*;
 use super::units::format_duration;
 use crate::engine::sim::FaultTrigger;
 
+/// Free-form keyword arguments as a table.
+fn json_table(map: &serde_json::Map<String, serde_json::Value>) -> Item {
+    let mut table = Table::new();
+    for (k, j) in map {
+        if let Some(x) = json_to_value(j) {
+            table[k.as_str()] = value(x);
+        }
+    }
+    Item::Table(table)
+}
+
 /// The scenario text of `plan`.
 pub fn to_toml(plan: &Plan) -> String {
     let mut doc = DocumentMut::new();
@@ -51,15 +62,32 @@ pub fn to_toml(plan: &Plan) -> String {
             optional_u32(&mut t, "omp_num_threads", v.omp_num_threads);
             t["disable_log_stats"] = value(v.disable_log_stats);
             if !v.engine_args.is_empty() {
-                let mut args = Table::new();
-                for (k, j) in &v.engine_args {
-                    if let Some(x) = json_to_value(j) {
-                        args[k.as_str()] = value(x);
-                    }
-                }
-                t["engine_args"] = Item::Table(args);
+                t["engine_args"] = json_table(&v.engine_args);
             }
             engine["vllm"] = Item::Table(t);
+        }
+        EnginePlan::Python(p) => {
+            engine["kind"] = value("python");
+            let mut t = Table::new();
+            t["class"] = value(p.class_spec());
+            if let Some(path) = &p.path {
+                t["path"] = value(path.to_string_lossy().as_ref());
+            }
+            if let Some(venv) = &p.venv {
+                t["venv"] = value(venv.to_string_lossy().as_ref());
+            }
+            t["clock"] = value(if p.clock == crate::engine::ClockDomain::Foreign { "foreign" } else { "monotonic" });
+            if !p.args.is_empty() {
+                t["args"] = json_table(&p.args);
+            }
+            if !p.env.is_empty() {
+                let mut env = Table::new();
+                for (k, v) in &p.env {
+                    env[k.as_str()] = value(v.as_str());
+                }
+                t["env"] = Item::Table(env);
+            }
+            engine["python"] = Item::Table(t);
         }
     }
     doc["engine"] = Item::Table(engine);

@@ -20,7 +20,7 @@ pub(crate) const TOP: &[&str] = &[
     "expect",
     "output",
 ];
-pub(crate) const ENGINE: &[&str] = &["kind", "sim", "vllm"];
+pub(crate) const ENGINE: &[&str] = &["kind", "sim", "vllm", "python"];
 pub(crate) const SIM: &[&str] = &[
     "time",
     "seed",
@@ -45,6 +45,7 @@ pub(crate) const VLLM: &[&str] = &[
     "disable_log_stats",
     "engine_args",
 ];
+pub(crate) const PYTHON: &[&str] = &["class", "path", "venv", "clock", "args", "env"];
 pub(crate) const BATCHING: &[&str] = &["batch_size", "batch_timeout", "generate_timeout"];
 pub(crate) const WORKLOAD: &[&str] = &[
     "source",
@@ -102,7 +103,7 @@ pub(crate) const OUTPUT: &[&str] = &["dir", "requests_jsonl"];
 /// What may appear under a table.
 pub(crate) enum Keys {
     Fixed(&'static [&'static str]),
-    /// Free-form (`engine.vllm.engine_args`).
+    /// Free-form (`engine.vllm.engine_args`, `engine.python.args`, `engine.python.env`).
     Any,
     /// Metric names (`[expect]`).
     Metrics,
@@ -118,6 +119,8 @@ pub(crate) fn keys_under(path: &[&str]) -> Keys {
         ["engine", "sim"] => Keys::Fixed(SIM),
         ["engine", "vllm"] => Keys::Fixed(VLLM),
         ["engine", "vllm", "engine_args", ..] => Keys::Any,
+        ["engine", "python"] => Keys::Fixed(PYTHON),
+        ["engine", "python", "args" | "env", ..] => Keys::Any,
         ["batching"] => Keys::Fixed(BATCHING),
         ["workload"] => Keys::Fixed(WORKLOAD),
         ["workload", "prompt_tokens" | "output_tokens"] => Keys::Fixed(TOKEN_DIST),

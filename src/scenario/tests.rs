@@ -7,6 +7,8 @@ use proptest::prelude::*;
 
 use super::plan::*;
 use super::*;
+use crate::engine::python::PythonConfig;
+use crate::engine::python::vllm::VllmConfig;
 use crate::engine::sim::{CostModel, FaultTrigger, Faults, SimConfig, TimeMode};
 
 fn manifest_dir() -> &'static Path {
@@ -133,6 +135,18 @@ ttft_p99_ms = "<= 50.5"
             );
         },
     );
+    check(
+        "[engine]\nkind = \"python\"\n[engine.python]\nclass = \"engines.echo:Echo\"\npath = \"engines\"\n\
+         [engine.python.args]\nmodel = \"m\"\nthreads = 1\n[engine.python.env]\nOMP_NUM_THREADS = \"1\"",
+        |p| {
+            let EnginePlan::Python(py) = &p.engine else { panic!() };
+            assert_eq!((py.module.as_str(), py.class.as_str()), ("engines.echo", "Echo"));
+            assert_eq!(py.path, Some(manifest_dir().join("engines")), "relative to the scenario's directory");
+            assert_eq!((py.venv.as_ref(), py.clock), (None, crate::engine::ClockDomain::Monotonic));
+            assert_eq!(serde_json::Value::Object(py.args.clone()), serde_json::json!({"model": "m", "threads": 1}));
+            assert_eq!(py.env.get("OMP_NUM_THREADS").map(String::as_str), Some("1"));
+        },
+    );
     check("[workload]\nsource = \"file\"\npath = \"Cargo.toml\"", |p| {
         let WorkloadPlan::File { path, default_max_tokens, .. } = &p.workload else { panic!() };
         assert!(path.is_absolute() && path.ends_with("Cargo.toml"));
@@ -210,6 +224,24 @@ fn problems() {
             "missing `engine.vllm.model` (required with `engine.kind = \"vllm\"`)",
             "[faults] only applies to the sim engine",
             "`faults.panic.every` must be at least 1, found 0",
+        ],
+    );
+    check_problems(
+        "[engine]\nkind = \"python\"\n[engine.vllm]\nmodel = \"m\"\n[faults]\npanic = { every = 1 }",
+        &[],
+        &[
+            "missing `engine.python.class` (required with `engine.kind = \"python\"`)",
+            "[engine.vllm] is set but `engine.kind` is \"python\"",
+            "[faults] only applies to the sim engine",
+        ],
+    );
+    check_problems(
+        "[engine]\nkind = \"python\"\n[engine.python]\nclass = \"my-engine.Engine\"\nargs = 3\nenv = { A = 1 }",
+        &[],
+        &[
+            "`engine.python.class`: expected \"module:Class\", found \"my-engine.Engine\"",
+            "`engine.python.args`: expected a table, found an integer",
+            "`engine.python.env.A`: expected a string, found an integer",
         ],
     );
     check_problems(
@@ -400,6 +432,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
         ],
         0..4,
     );
+    let python_args = args.clone();
     let vllm = (
         "/[a-z]{1,8}/[a-z0-9.-]{1,8}",
         "[a-z0-9]{1,8}",
@@ -415,7 +448,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
                 (enforce_eager, seed, kv_cache_gib, in_process, disable_log_stats),
                 args,
             )| {
-                EnginePlan::Vllm(VllmPlan {
+                EnginePlan::Vllm(VllmConfig {
                     model: PathBuf::from(model),
                     dtype,
                     max_model_len,
@@ -431,7 +464,30 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
                 })
             },
         );
-    prop_oneof![sim, vllm]
+    let python = (
+        "[a-z_][a-z0-9_]{0,6}(\\.[a-z_][a-z0-9_]{0,6}){0,2}",
+        "[A-Z][A-Za-z0-9_]{0,8}",
+        proptest::option::of("/[a-z]{1,8}/[a-z0-9.-]{1,8}"),
+        proptest::option::of("/[a-z]{1,8}"),
+        python_args,
+        proptest::collection::btree_map("[A-Z_]{1,8}", "[ -~]{0,8}", 0..3),
+        any::<bool>(),
+    )
+        .prop_map(|(module, class, path, venv, args, env, foreign)| {
+            EnginePlan::Python(PythonConfig {
+                clock: if foreign {
+                    crate::engine::ClockDomain::Foreign
+                } else {
+                    crate::engine::ClockDomain::Monotonic
+                },
+                path: path.map(PathBuf::from),
+                venv: venv.map(PathBuf::from),
+                args: args.into_iter().collect(),
+                env,
+                ..PythonConfig::new(module, class)
+            })
+        });
+    prop_oneof![sim, vllm, python]
 }
 
 fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {

@@ -397,6 +397,13 @@ mod tests {
         let mut line = String::new();
         std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("the pid");
         let grandchild: u32 = line.trim().parse().expect("a pid");
+        // `$!` is known as soon as sh forks, before the fork has exec'd `sleep`.
+        let comm = format!("/proc/{grandchild}/comm");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::fs::read_to_string(&comm).map_or(true, |c| c.trim() != "sleep") {
+            assert!(std::time::Instant::now() < deadline, "the grandchild never became sleep");
+            std::thread::yield_now();
+        }
         let (_watch, mut exits) = watch();
         sigkill(grandchild);
         let exit = exits.of(grandchild, Duration::from_secs(1));

@@ -1,0 +1,135 @@
+"""vLLM's offline `LLM` as a batchlab protocol engine (docs/engines.md).
+
+batchlab builds this class from `[engine.vllm]` (`engine.kind = "vllm"`): its keyword arguments are
+`vllm.LLM(...)`'s, already merged from the typed settings and `engine_args`. It can also be named
+directly: `engine.kind = "python"`, `class = "batchlab_engines.vllm_engine:VllmEngine"`. Keep vLLM
+version quirks here.
+"""
+
+import gc
+import multiprocessing
+import os
+import sys
+
+TIMESTAMPS = ("arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
+
+
+class VllmEngine:
+    def __init__(self, **llm_kwargs):
+        self.kwargs = llm_kwargs
+        self.llm = None
+
+    def start(self):
+        vllm = _import_vllm()
+        model = str(self.kwargs.get("model", ""))
+        if os.path.isabs(model) and not os.path.exists(os.path.join(model, "config.json")):
+            raise FileNotFoundError(
+                f"model {model} not found ({os.path.join(model, 'config.json')} is missing); "
+                "`just setup-vllm` builds the tiny test model `tiny-llama`"
+            )
+        self.llm = vllm.LLM(**self.kwargs)
+        # vLLM's RequestStateStats timestamps are time.monotonic(): CLOCK_MONOTONIC, batchlab's clock.
+        return {"name": "vllm", "version": vllm.__version__, "clock": "monotonic"}
+
+    def generate(self, requests):
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        prompts = []
+        params = []
+        for r in requests:
+            tokens = r["prompt_token_ids"]
+            prompts.append(TokensPrompt(prompt_token_ids=tokens) if tokens is not None else r["prompt"])
+            params.append(
+                SamplingParams(
+                    max_tokens=r["max_tokens"],
+                    min_tokens=r["min_tokens"],
+                    ignore_eos=r["ignore_eos"],
+                    temperature=r["temperature"],
+                    seed=r["seed"],
+                )
+            )
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        _check_order(outputs)
+        # In input order (checked above), so each output answers the request at its position.
+        return [_flatten(r["id"], o) for r, o in zip(requests, outputs)]
+
+    def shutdown(self):
+        """Stops the engine core, then reaps what vLLM leaves behind: child processes it
+        terminated but never waited for (zombies), and the multiprocessing resource tracker its
+        shared memory started. Safe on a half-built engine."""
+        llm, self.llm = self.llm, None
+        try:
+            stop = getattr(llm, "shutdown", None)
+            if not callable(stop):
+                # vLLM 0.32 has no LLM.shutdown().
+                core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+                stop = getattr(core, "shutdown", None)
+            if callable(stop):
+                stop()
+        finally:
+            del llm
+            gc.collect()
+            _reap_children()
+
+
+def _import_vllm():
+    """`import vllm`, checked to come from this interpreter's venv (batchlab checked sys.prefix)."""
+    try:
+        import vllm
+    except ImportError as e:
+        raise RuntimeError(f"`import vllm` failed in {sys.prefix} (sys.path: {sys.path}): {e}") from e
+    venv = os.path.realpath(sys.prefix)
+    where = os.path.realpath(vllm.__file__)
+    if not where.startswith(venv + os.sep):
+        raise RuntimeError(f"`import vllm` resolved to {where}, outside the venv {venv}")
+    return vllm
+
+
+def _check_order(outputs):
+    """`LLM.generate` numbers requests with a counter in input order and returns outputs sorted by
+    it; a numeric id out of order would mean outputs answer the wrong requests."""
+    try:
+        ids = [int(o.request_id) for o in outputs]
+    except (TypeError, ValueError):
+        return
+    if any(a >= b for a, b in zip(ids, ids[1:])):
+        raise RuntimeError(f"vLLM returned outputs out of input order: request ids {ids}")
+
+
+def _flatten(request_id, output):
+    completion = output.outputs[0] if output.outputs else None
+    metrics = getattr(output, "metrics", None)
+    flat = {
+        "request_id": request_id,
+        "prompt_tokens": len(output.prompt_token_ids) if output.prompt_token_ids is not None else None,
+        "output_token_ids": [int(t) for t in completion.token_ids] if completion is not None else [],
+    }
+    flat["output_tokens"] = len(flat["output_token_ids"])
+    if completion is not None:
+        flat["text"] = completion.text
+        flat["finish_reason"] = completion.finish_reason
+    if metrics is not None:
+        for key in TIMESTAMPS:
+            value = getattr(metrics, key, None)
+            # RequestStateStats starts every timestamp at 0.0 and leaves it there when the event
+            # never happened: that is "absent", not the clock's epoch.
+            if isinstance(value, (int, float)) and value != 0.0:
+                flat[key] = float(value)
+    return flat
+
+
+def _reap_children(timeout=10.0):
+    from multiprocessing import resource_tracker
+
+    # active_children() also waits for finished children, so no zombie is left.
+    for child in multiprocessing.active_children():
+        child.join(timeout)
+        if child.is_alive():
+            child.kill()
+            child.join(timeout)
+    # The tracker would otherwise live until this process exits. Stopping it unlinks any shared
+    # memory vLLM leaked; a later engine starts a new one.
+    stop = getattr(getattr(resource_tracker, "_resource_tracker", None), "_stop", None)
+    if callable(stop):
+        stop()

@@ -1,0 +1,283 @@
+//! The embedded interpreter and the calls into a protocol object. Every function here runs on the
+//! engine thread.
+
+use std::ffi::{CStr, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyModule, PyString, PyTuple};
+
+use super::output::{Plain, map_info, map_outputs};
+use super::{BUILT_IN_MODULES, PythonConfig};
+use crate::engine::{EngineError, EngineInfo, EngineOutput, EngineRequest, Prompt};
+
+/// Checks the venv, installs the built-in modules and imports classes (`bootstrap.py`).
+const BOOTSTRAP: &str = include_str!("bootstrap.py");
+
+/// A started protocol object.
+pub(super) struct Session {
+    object: Py<PyAny>,
+    /// `module:Class`, for messages.
+    class: String,
+}
+
+impl Session {
+    /// Starts the interpreter (once per process), checks it, imports the class, builds the object
+    /// with the config's arguments and calls its `start()`. A `start()` that fails is followed by
+    /// the object's `shutdown()`, so a half-started engine can clean up.
+    pub(super) fn start(
+        venv: &Path,
+        env: &[(String, String)],
+        config: &PythonConfig,
+        path: Option<String>,
+    ) -> Result<(Session, EngineInfo), EngineError> {
+        let class = config.class_spec();
+        initialize(venv, env).map_err(EngineError::Start)?;
+        let args = serde_json::to_string(&config.args).map_err(|e| EngineError::Start(e.to_string()))?;
+        let start_error = |what: &str, e: PyErr| EngineError::Start(format!("{class}{what}: {}", describe(e)));
+        let (object, info) = Python::attach(|py| {
+            let bootstrap = load_bootstrap(py).map_err(|e| start_error(" (loading batchlab's bootstrap)", e))?;
+            let env_dict = PyDict::new(py);
+            for (key, value) in env {
+                env_dict.set_item(key, value).map_err(|e| start_error("", e))?;
+            }
+            let built_in = PyList::empty(py);
+            for (module, file, source) in BUILT_IN_MODULES {
+                let file = format!("{}/{file}", env!("CARGO_MANIFEST_DIR"));
+                built_in.append((*module, file, *source)).map_err(|e| start_error("", e))?;
+            }
+            bootstrap
+                .getattr("prepare")
+                .and_then(|f| f.call1((venv.to_string_lossy().as_ref(), env_dict, built_in)))
+                .map_err(|e| start_error(" (preparing the interpreter)", e))?;
+            let cls = bootstrap
+                .getattr("load_class")
+                .and_then(|f| f.call1((config.module.as_str(), config.class.as_str(), path)))
+                .map_err(|e| start_error(" (importing)", e))?;
+            let kwargs = py
+                .import("json")
+                .and_then(|json| json.getattr("loads")?.call1((args,)))
+                .and_then(|k| Ok(k.cast_into::<PyDict>()?))
+                .map_err(|e| start_error("", e))?;
+            let object = cls.call((), Some(&kwargs)).map_err(|e| start_error("(**args)", e))?;
+            let info = match object.call_method0("start").and_then(|info| to_plain(&info, 0)) {
+                Ok(info) => info,
+                Err(e) => {
+                    let err = start_error(".start()", e);
+                    shutdown_after_failed_start(&object, &class);
+                    return Err(err);
+                }
+            };
+            Ok((object.unbind(), info))
+        })?;
+        let session = Session { object, class };
+        match map_info(&session.class, &info, config.clock) {
+            Ok(info) => Ok((session, info)),
+            Err(message) => {
+                Python::attach(|py| shutdown_after_failed_start(session.object.bind(py), &session.class));
+                Err(EngineError::Start(message))
+            }
+        }
+    }
+
+    pub(super) fn generate(&self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        let outputs = Python::attach(|py| -> PyResult<Plain> {
+            let requests = PyList::empty(py);
+            for req in batch {
+                requests.append(request_dict(py, req)?)?;
+            }
+            let outputs = self.object.bind(py).call_method1("generate", (requests,))?;
+            to_plain(&outputs, 0)
+        })
+        .map_err(|e| EngineError::Generate(format!("{}.generate(): {}", self.class, describe(e))))?;
+        map_outputs(&self.class, &outputs, batch.len()).map_err(EngineError::Generate)
+    }
+
+    /// Calls the object's `shutdown()`, then drops it and collects garbage, so what it held (an
+    /// engine core, a model) is released now rather than at exit.
+    pub(super) fn shutdown(self) -> Result<(), EngineError> {
+        let class = self.class;
+        Python::attach(|py| -> PyResult<()> {
+            let result = self.object.bind(py).call_method0("shutdown");
+            drop(self.object);
+            py.import("gc")?.getattr("collect")?.call0()?;
+            result.map(drop)
+        })
+        .map_err(|e| EngineError::Shutdown(format!("{class}.shutdown(): {}", describe(e))))
+    }
+}
+
+fn shutdown_after_failed_start(object: &Bound<'_, PyAny>, class: &str) {
+    if let Err(e) = object.call_method0("shutdown") {
+        tracing::warn!(error = %describe(e), "{class}.shutdown() after a failed start");
+    }
+}
+
+fn load_bootstrap(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
+    let code = CString::new(BOOTSTRAP).expect("bootstrap.py has no NUL byte");
+    PyModule::from_code(py, &code, c"batchlab/engine/python/bootstrap.py", c"_batchlab_bootstrap")
+}
+
+/// One request as the protocol's dict: `id`, `prompt` (str) or `prompt_token_ids` (list of int),
+/// the other `None`, `max_tokens`, `min_tokens`, `ignore_eos`, `temperature`, `seed`.
+fn request_dict<'py>(py: Python<'py>, req: &EngineRequest) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("id", req.id)?;
+    match &req.prompt {
+        Prompt::Text(text) => {
+            d.set_item("prompt", text)?;
+            d.set_item("prompt_token_ids", py.None())?;
+        }
+        Prompt::Tokens(ids) => {
+            d.set_item("prompt", py.None())?;
+            d.set_item("prompt_token_ids", ids)?;
+        }
+    }
+    d.set_item("max_tokens", req.max_tokens)?;
+    d.set_item("min_tokens", req.min_tokens)?;
+    d.set_item("ignore_eos", req.ignore_eos)?;
+    d.set_item("temperature", req.temperature)?;
+    d.set_item("seed", req.seed)?;
+    Ok(d)
+}
+
+/// Deep enough for a list of dicts of lists; anything deeper is not protocol data.
+const MAX_DEPTH: usize = 4;
+
+/// A Python value as [`Plain`] data. Integers that are not `int` but have `__index__` (numpy's)
+/// count as integers; numpy's float64 is a float subclass and counts as a float.
+fn to_plain(value: &Bound<'_, PyAny>, depth: usize) -> PyResult<Plain> {
+    if value.is_none() {
+        return Ok(Plain::None);
+    }
+    if let Ok(b) = value.cast::<PyBool>() {
+        return Ok(Plain::Bool(b.is_true()));
+    }
+    if value.is_instance_of::<PyInt>() {
+        return Ok(value.extract::<i128>().map_or_else(|_| Plain::Other("int (too large)".into()), Plain::Int));
+    }
+    if let Ok(f) = value.cast::<PyFloat>() {
+        return Ok(Plain::Float(f.value()));
+    }
+    if let Ok(s) = value.cast::<PyString>() {
+        // A lone surrogate cannot cross into Rust as UTF-8.
+        return Ok(Plain::Str(s.to_string_lossy().into_owned()));
+    }
+    let type_name = || value.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "object".into());
+    if depth >= MAX_DEPTH {
+        return Ok(Plain::Other(format!("{} (nested too deep)", type_name())));
+    }
+    if let Ok(list) = value.cast::<PyList>() {
+        return list.iter().map(|item| to_plain(&item, depth + 1)).collect::<PyResult<_>>().map(Plain::List);
+    }
+    if let Ok(tuple) = value.cast::<PyTuple>() {
+        return tuple.iter().map(|item| to_plain(&item, depth + 1)).collect::<PyResult<_>>().map(Plain::List);
+    }
+    if let Ok(dict) = value.cast::<PyDict>() {
+        let mut items = Vec::with_capacity(dict.len());
+        for (key, item) in dict.iter() {
+            let key = match key.cast::<PyString>() {
+                Ok(k) => k.to_string_lossy().into_owned(),
+                Err(_) => key.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into()),
+            };
+            items.push((key, to_plain(&item, depth + 1)?));
+        }
+        return Ok(Plain::Dict(items));
+    }
+    if value.hasattr("__index__")?
+        && let Ok(i) = value.extract::<i128>()
+    {
+        return Ok(Plain::Int(i));
+    }
+    Ok(Plain::Other(type_name()))
+}
+
+/// A Python exception as one line: `Type: message`, plus the innermost traceback frame's place.
+fn describe(e: PyErr) -> String {
+    Python::attach(|py| {
+        let mut text = e.to_string();
+        if let Some(tb) = e.traceback(py)
+            && let Ok(formatted) = tb.format()
+        {
+            tracing::debug!(traceback = %formatted, "Python exception");
+            if let Some(last) = formatted.lines().rev().find(|l| l.trim_start().starts_with("File ")) {
+                text.push_str(&format!(" (at {})", last.trim()));
+            }
+        }
+        text
+    })
+}
+
+/// Outcome of the one initialization this process gets, and the venv it was for.
+static INITIALIZED: OnceLock<Mutex<Option<Result<String, String>>>> = OnceLock::new();
+
+/// Starts the interpreter as the venv's python, with `env` set first. Only the first call starts
+/// it; later calls (a second engine in one process) must name the same venv.
+fn initialize(venv: &Path, env: &[(String, String)]) -> Result<(), String> {
+    let venv_text = venv.to_string_lossy().into_owned();
+    let cell = INITIALIZED.get_or_init(|| Mutex::new(None));
+    let mut state = cell.lock().unwrap_or_else(|p| p.into_inner());
+    match &*state {
+        Some(Ok(first)) if *first == venv_text => return Ok(()),
+        Some(Ok(first)) => {
+            return Err(format!("Python is already running from the venv {first}; it cannot switch to {venv_text}"));
+        }
+        Some(Err(e)) => return Err(e.clone()),
+        None => {}
+    }
+    let result = initialize_once(venv, env).map(|()| venv_text);
+    *state = Some(result.clone());
+    result.map(drop)
+}
+
+fn initialize_once(venv: &Path, env: &[(String, String)]) -> Result<(), String> {
+    // SAFETY: Py_IsInitialized may be called at any time.
+    if unsafe { pyo3::ffi::Py_IsInitialized() } != 0 {
+        // Someone else started it; `bootstrap.prepare` reports it if it is not the venv's.
+        return Ok(());
+    }
+    for (key, value) in env {
+        // SAFETY: this runs once, on the engine thread, before the interpreter exists; batchlab's
+        // other threads read the environment only while starting up, before any engine starts.
+        // OpenMP reads OMP_NUM_THREADS when torch loads it, so it must be set in the process
+        // environment now, not only in Python's `os.environ` later.
+        unsafe { std::env::set_var(key, value) };
+    }
+    let python = venv.join("bin/python");
+    let python = CString::new(python.as_os_str().as_bytes()).map_err(|e| format!("venv path: {e}"))?;
+    // SAFETY: the PyConfig calls follow CPython's "Python Initialization Configuration" protocol:
+    // init the struct, set fields through the API, initialize, clear. The interpreter is not
+    // initialized (checked above), and this runs once (guarded by INITIALIZED).
+    unsafe {
+        let mut config = std::mem::MaybeUninit::<pyo3::ffi::PyConfig>::zeroed();
+        pyo3::ffi::PyConfig_InitPythonConfig(config.as_mut_ptr());
+        let config = config.assume_init_mut();
+        // Like pyo3's own initialization: Python must not take over SIGINT and friends.
+        config.install_signal_handlers = 0;
+        config.parse_argv = 0;
+        // The executable decides sys.prefix: the venv's python makes it the venv (pyvenv.cfg).
+        let mut status = pyo3::ffi::PyConfig_SetBytesString(config, &mut config.program_name, python.as_ptr());
+        if pyo3::ffi::PyStatus_Exception(status) == 0 {
+            status = pyo3::ffi::PyConfig_SetBytesString(config, &mut config.executable, python.as_ptr());
+        }
+        if pyo3::ffi::PyStatus_Exception(status) == 0 {
+            status = pyo3::ffi::Py_InitializeFromConfig(config);
+        }
+        pyo3::ffi::PyConfig_Clear(config);
+        if pyo3::ffi::PyStatus_Exception(status) != 0 {
+            let message = if status.err_msg.is_null() {
+                "unknown error".into()
+            } else {
+                CStr::from_ptr(status.err_msg).to_string_lossy()
+            };
+            return Err(format!("starting Python from {}: {message}", venv.display()));
+        }
+        // Release the GIL taken by initialization, as pyo3's own initialization does.
+        pyo3::ffi::PyEval_SaveThread();
+    }
+    // A no-op now, but keeps pyo3's bookkeeping in step.
+    Python::initialize();
+    Ok(())
+}

@@ -1,0 +1,310 @@
+//! Any Python engine, through one small protocol (cargo feature `vllm`, which embeds CPython with
+//! pyo3).
+//!
+//! A protocol object is an instance of a Python class with three methods:
+//! `start() -> info`, `generate(requests) -> outputs` and `shutdown()` (docs/engines.md has the
+//! fields, units and clock). [`PythonEngine`] drives any such object: vLLM
+//! ([`vllm::VllmConfig`]), the Hugging Face transformers engine, or a user's own class, with no
+//! Rust change per engine.
+//!
+//! This is the only module that touches Python. [`PythonEngine::new`] is cheap and needs no Python,
+//! so the runner can build one in any build; the interpreter starts in [`Engine::start`], on the
+//! batcher's engine thread, which then makes every Python call. Without the `vllm` feature `start`
+//! fails with a message saying how to rebuild. The pure parts (configuration, environment, the
+//! checks of what the object returns in `output.rs`) are compiled and tested in every build.
+//!
+//! The interpreter is the venv's (`$BATCHLAB_HOME/venv` from `just setup-vllm`, or
+//! [`PythonConfig::venv`]): it is started with that venv's `python` as its executable, so
+//! `sys.prefix` is the venv and child processes (vLLM's multiprocess mode) run the venv's
+//! interpreter. One process gets one interpreter: a second engine must use the same venv.
+//!
+//! The engines batchlab ships (`python/batchlab_engines/`) are compiled into the binary and
+//! importable as `batchlab_engines.<module>` from anywhere; a user's class is imported from
+//! [`PythonConfig::path`].
+
+#[cfg(feature = "vllm")]
+mod interpreter;
+// Used by `interpreter` only; compiled (and tested) in every build because it needs no Python.
+#[cfg_attr(not(feature = "vllm"), allow(dead_code))]
+mod output;
+pub mod vllm;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
+
+/// The Python modules shipped inside batchlab, importable as `batchlab_engines.<name>`: module
+/// name, file (for tracebacks) and source.
+pub const BUILT_IN_MODULES: &[(&str, &str, &str)] = &[
+    (
+        "batchlab_engines",
+        "python/batchlab_engines/__init__.py",
+        include_str!("../../../python/batchlab_engines/__init__.py"),
+    ),
+    (
+        "batchlab_engines.vllm_engine",
+        "python/batchlab_engines/vllm_engine.py",
+        include_str!("../../../python/batchlab_engines/vllm_engine.py"),
+    ),
+    (
+        "batchlab_engines.transformers_engine",
+        "python/batchlab_engines/transformers_engine.py",
+        include_str!("../../../python/batchlab_engines/transformers_engine.py"),
+    ),
+];
+
+/// `$BATCHLAB_HOME`, else `~/.cache/batchlab`: where the venv and models live.
+pub fn batchlab_home() -> PathBuf {
+    if let Some(home) = std::env::var_os("BATCHLAB_HOME") {
+        return PathBuf::from(home);
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    home.join(".cache/batchlab")
+}
+
+/// The venv `just setup-vllm` builds: `$BATCHLAB_HOME/venv`.
+pub fn default_venv() -> PathBuf {
+    batchlab_home().join("venv")
+}
+
+/// Which Python class to run, and how.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PythonConfig {
+    /// The module to import (`batchlab_engines.transformers_engine`, `my_engine`).
+    pub module: String,
+    /// The protocol class in that module.
+    pub class: String,
+    /// Put first on `sys.path` before importing `module` (absolute; the scenario's
+    /// `engine.python.path` is resolved against the scenario's directory).
+    pub path: Option<PathBuf>,
+    /// Keyword arguments for the class's constructor.
+    pub args: serde_json::Map<String, serde_json::Value>,
+    /// The venv whose interpreter runs the engine; `None` is [`default_venv`].
+    pub venv: Option<PathBuf>,
+    /// Environment variables set before the interpreter starts (on top of [`BASE_ENVIRONMENT`]);
+    /// a value already in batchlab's environment wins.
+    pub env: BTreeMap<String, String>,
+    /// The clock of the object's `*_ts` fields. Known before the engine starts, because the run
+    /// is set up before; a `clock` in `start()`'s info must agree with it.
+    pub clock: ClockDomain,
+}
+
+impl PythonConfig {
+    /// The class `module:Class` with no arguments, nothing added to `sys.path`.
+    pub fn new(module: impl Into<String>, class: impl Into<String>) -> Self {
+        PythonConfig {
+            module: module.into(),
+            class: class.into(),
+            path: None,
+            args: serde_json::Map::new(),
+            venv: None,
+            env: BTreeMap::new(),
+            clock: ClockDomain::Monotonic,
+        }
+    }
+
+    /// `module:Class`, as a scenario writes it and as errors name the engine.
+    pub fn class_spec(&self) -> String {
+        format!("{}:{}", self.module, self.class)
+    }
+
+    /// The venv to run in: [`Self::venv`] or [`default_venv`].
+    pub fn venv_or_default(&self) -> PathBuf {
+        self.venv.clone().unwrap_or_else(default_venv)
+    }
+}
+
+/// Set for every Python engine (unless the environment has its own value): no network, so no
+/// model hub is ever contacted, and no tokenizer thread pools fighting the engine for CPUs.
+pub const BASE_ENVIRONMENT: &[(&str, &str)] = &[
+    ("HF_HUB_OFFLINE", "1"),
+    ("TRANSFORMERS_OFFLINE", "1"),
+    ("DO_NOT_TRACK", "1"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+];
+
+/// An engine run by a Python protocol object. See the module docs.
+pub struct PythonEngine {
+    config: PythonConfig,
+    #[cfg(feature = "vllm")]
+    session: Option<interpreter::Session>,
+}
+
+impl PythonEngine {
+    /// An engine for `config`. Cheap: nothing is loaded until [`Engine::start`].
+    pub fn new(config: PythonConfig) -> Self {
+        PythonEngine {
+            config,
+            #[cfg(feature = "vllm")]
+            session: None,
+        }
+    }
+
+    /// Uses another venv.
+    pub fn with_venv(mut self, venv: impl Into<PathBuf>) -> Self {
+        self.config.venv = Some(venv.into());
+        self
+    }
+
+    pub fn config(&self) -> &PythonConfig {
+        &self.config
+    }
+
+    /// The environment variables the engine sets before Python starts, with their final values
+    /// (a value already in the environment wins).
+    pub fn environment(&self) -> Vec<(String, String)> {
+        environment(&self.config.env, |key| std::env::var(key).ok())
+    }
+
+    #[cfg(feature = "vllm")]
+    fn check_venv(venv: &std::path::Path) -> Result<(), EngineError> {
+        let python = venv.join("bin/python");
+        if !python.exists() {
+            return Err(EngineError::Start(format!(
+                "no Python venv at {} ({} is missing): run `just setup-vllm`, or set BATCHLAB_HOME",
+                venv.display(),
+                python.display()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// [`BASE_ENVIRONMENT`] and then `extra` (which wins), each only where `user` (the environment)
+/// has no value of its own.
+fn environment(extra: &BTreeMap<String, String>, user: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    let mut ours: BTreeMap<&str, &str> = BASE_ENVIRONMENT.iter().copied().collect();
+    for (key, value) in extra {
+        ours.insert(key, value);
+    }
+    ours.into_iter()
+        .map(|(key, value)| {
+            let value = match user(key) {
+                Some(theirs) if theirs != value => {
+                    tracing::warn!(%key, %theirs, ours = %value, "keeping the environment's value over the plan's");
+                    theirs
+                }
+                _ => value.to_owned(),
+            };
+            (key.to_owned(), value)
+        })
+        .collect()
+}
+
+#[cfg(feature = "vllm")]
+fn path_of(p: &std::path::Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+impl Engine for PythonEngine {
+    #[cfg(feature = "vllm")]
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        if self.session.is_some() {
+            return Err(EngineError::Start("the engine is already started".into()));
+        }
+        let venv = self.config.venv_or_default();
+        Self::check_venv(&venv)?;
+        let env = self.environment();
+        let path = self.config.path.as_deref().map(path_of);
+        let (session, info) = interpreter::Session::start(&venv, &env, &self.config, path)?;
+        self.session = Some(session);
+        Ok(info)
+    }
+
+    #[cfg(not(feature = "vllm"))]
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        Err(EngineError::Start(format!(
+            "{}: this batchlab was built without Python engines (the `vllm` feature): rebuild with \
+             `cargo build --features vllm`",
+            self.config.class_spec()
+        )))
+    }
+
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        #[cfg(feature = "vllm")]
+        if let Some(session) = &self.session {
+            return session.generate(batch);
+        }
+        let _ = batch;
+        Err(EngineError::Generate("generate before start".into()))
+    }
+
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        #[cfg(feature = "vllm")]
+        if let Some(session) = self.session.take() {
+            return session.shutdown();
+        }
+        Ok(())
+    }
+
+    /// [`PythonConfig::clock`].
+    fn clock_domain(&self) -> ClockDomain {
+        self.config.clock
+    }
+}
+
+#[cfg(feature = "vllm")]
+impl Drop for PythonEngine {
+    /// A started engine that was never shut down (an error path, a panic) still runs the object's
+    /// `shutdown()`, so an engine's child processes never outlive batchlab.
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take()
+            && let Err(e) = session.shutdown()
+        {
+            tracing::warn!(error = %e, "Python engine shutdown on drop failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_base_environment_is_set_and_the_user_and_the_config_win() {
+        let mut extra = BTreeMap::new();
+        extra.insert("OMP_NUM_THREADS".to_owned(), "1".to_owned());
+        extra.insert("TOKENIZERS_PARALLELISM".to_owned(), "true".to_owned());
+        let user = |k: &str| (k == "HF_HUB_OFFLINE").then(|| "0".to_owned());
+        let env = environment(&extra, user);
+        let get = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        assert_eq!(get("HF_HUB_OFFLINE"), Some("0"), "the environment wins");
+        assert_eq!(get("TRANSFORMERS_OFFLINE"), Some("1"));
+        assert_eq!(get("TOKENIZERS_PARALLELISM"), Some("true"), "the config wins over the base");
+        assert_eq!(get("OMP_NUM_THREADS"), Some("1"));
+    }
+
+    #[test]
+    fn built_in_modules_are_a_package() {
+        assert_eq!(BUILT_IN_MODULES[0].0, "batchlab_engines");
+        for (module, file, source) in BUILT_IN_MODULES {
+            assert!(module.starts_with("batchlab_engines"), "{module}");
+            assert!(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file).exists(), "{file}");
+            assert!(!source.contains('\0'), "{file}");
+        }
+    }
+
+    #[cfg(feature = "vllm")]
+    #[test]
+    fn start_reports_a_missing_venv() {
+        let dir = std::env::temp_dir().join(format!("batchlab-python-missing-{}", std::process::id()));
+        let mut engine = PythonEngine::new(PythonConfig::new("m", "C")).with_venv(&dir);
+        let err = engine.start().unwrap_err().to_string();
+        assert!(err.contains("no Python venv") && err.contains("just setup-vllm"), "{err}");
+        assert_eq!(engine.generate(&[]), Err(EngineError::Generate("generate before start".into())));
+        assert_eq!(engine.shutdown(), Ok(()));
+    }
+
+    #[cfg(not(feature = "vllm"))]
+    #[test]
+    fn without_the_feature_start_says_how_to_rebuild() {
+        let mut engine = PythonEngine::new(PythonConfig::new("echo_engine", "EchoEngine"));
+        let err = engine.start().unwrap_err().to_string();
+        assert!(err.contains("echo_engine:EchoEngine") && err.contains("--features vllm"), "{err}");
+        assert_eq!(engine.generate(&[]), Err(EngineError::Generate("generate before start".into())));
+        assert_eq!(engine.shutdown(), Ok(()));
+    }
+}

@@ -7,4 +7,4 @@ pub use crate::time::WallAnchor;
 pub use aggregate::BenchmarkAggregator;
 pub use distribution::{Distribution, Summary};
 pub use mapper::{Anomalies, RequestMetrics, map_request};
-pub use result::{BenchmarkResult, metric_names};
+pub use result::{BenchmarkResult, all_metric_names, metric_names};

@@ -7,6 +7,8 @@
 //! real time on the threaded batcher for any engine, or virtual time on one thread for an engine
 //! that implements [`VirtualTimeEngine`] (deterministic, byte-identical reports for a seed). The
 //! engine is loaded before the first step's clock starts, so cold start is never measured.
+//! Every engine, the caller's included, runs inside a [`FaultyEngine`] with the plan's `[faults]`
+//! (a plain pass-through when there are none).
 
 pub mod driver;
 mod interrupt;
@@ -27,10 +29,12 @@ use crate::engine::{Engine, VirtualTimeEngine};
 #[cfg(doc)]
 use crate::scenario::plan::EnginePlan;
 
+use crate::engine::faults::FaultyEngine;
 use crate::engine::{EngineError, EngineInfo, TimedEngine};
 use crate::load::{LoadError, Workload};
 use crate::report::{BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_json};
 use crate::scenario::plan::{Plan, ProfilePlan, WorkloadPlan};
+use crate::time::MonotonicClock;
 use driver::{Driver, Sinks, run_steps};
 use progress::{Progress, ProgressMode};
 use realtime::RealTimeDriver;
@@ -165,9 +169,19 @@ fn run_engine(
         _ => None,
     };
     let mut progress = Progress::new(options.progress);
+    // Faults draw from the engine's seed where the plan gives one, else from the run's.
+    let seed = plan.engine.seed().filter(|_| source == EngineSource::Plan).unwrap_or(plan.seed);
+    let faults = plan.faults.clone();
     let mut driver: Box<dyn Driver> = match engine {
-        TimedEngine::RealTime(e) => Box::new(RealTimeDriver::new(e, plan.batching.clone(), &options.interrupt)),
-        TimedEngine::VirtualTime(e) => Box::new(VirtualTimeDriver::new(e, plan.batching.clone())),
+        TimedEngine::RealTime(e) => {
+            let e = FaultyEngine::new(e, faults, seed, std::sync::Arc::new(MonotonicClock));
+            Box::new(RealTimeDriver::new(e, plan.batching.clone(), &options.interrupt))
+        }
+        TimedEngine::VirtualTime(e) => {
+            // The virtual driver puts the wrapper, and with it the engine, on its virtual clock.
+            let e = FaultyEngine::new(e, faults, seed, std::sync::Arc::new(MonotonicClock));
+            Box::new(VirtualTimeDriver::new(e, plan.batching.clone()))
+        }
     };
     let sinks = Sinks { jsonl: jsonl.as_mut(), progress: &mut progress, interrupt: &options.interrupt };
     let result = run_steps(plan, driver.as_mut(), &workload, sinks);

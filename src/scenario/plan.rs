@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::batcher::BatchConfig;
+use crate::engine::faults::Faults;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::python::{PythonConfig, PythonEngine};
 use crate::engine::sim::{SimConfig, SimEngine};
@@ -28,6 +29,8 @@ pub struct Plan {
     pub stop: StopPlan,
     pub warmup: Option<PhaseLimit>,
     pub cooldown: Option<PhaseLimit>,
+    /// `[faults]`: injected around whichever engine runs.
+    pub faults: Faults,
     pub expect: Vec<Expectation>,
     pub output: OutputPlan,
 }

@@ -11,15 +11,15 @@
 //! - [`shutdown_bounded`]: the engine's shutdown gets [`SHUTDOWN_LIMIT`]; a shutdown stuck on a
 //!   dead engine is left behind (the binary's reaper ends any process left over).
 //!
-//! A driver creates the watch after the engine started ([`DeathWatch::arm`]), an
-//! [`AbortAfterGrace`] on the first interrupt (dropped when the steps are over), and calls
-//! [`DeathWatch::disarm`] and then [`shutdown_bounded`] at the end.
+//! The real-time driver ([`super::realtime`]) arms the watch once the engine started, starts an
+//! [`AbortAfterGrace`] on the first interrupt, and at shutdown drops that, disarms the watch and
+//! calls [`shutdown_bounded`].
 
+use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::batcher::Batcher;
 use crate::engine::{EngineDeath, EngineError};
-use crate::scenario::plan::{EnginePlan, Plan};
 use crate::sys::{ProcessExit, ProcessWatch};
 
 /// How long the running generate may go on after the first Ctrl-C before it is abandoned.
@@ -34,13 +34,11 @@ pub struct DeathWatch {
 }
 
 impl DeathWatch {
-    /// Starts watching for engines that run processes (the Python engines: vLLM's multiprocess
-    /// mode and whatever a protocol engine starts). The simulator has none, and a watch there
-    /// would take a test harness's own children for engine processes: it gets an unarmed watch.
-    pub fn arm(plan: &Plan, batcher: &Batcher) -> DeathWatch {
-        if !matches!(plan.engine, EnginePlan::Vllm(_) | EnginePlan::Python(_)) {
-            return DeathWatch { watch: None };
-        }
+    /// Starts watching every descendant of this process. Only for engines that run processes
+    /// (the Python ones: vLLM's multiprocess mode, whatever a protocol engine starts): the
+    /// simulator has none, and a watch there would take a test harness's own children for engine
+    /// processes.
+    pub fn arm(batcher: &Batcher) -> DeathWatch {
         let batcher = batcher.clone();
         let on_exit = move |exit: ProcessExit| {
             tracing::error!("engine process {exit}: failing every request in flight and queued");
@@ -66,39 +64,47 @@ impl DeathWatch {
 /// After the first Ctrl-C: abandons the running generate once [`INTERRUPT_GRACE`] passed. Dropping
 /// it (the steps are over, the engine is about to be shut down normally) cancels that.
 pub struct AbortAfterGrace {
-    task: tokio::task::JoinHandle<()>,
+    /// Dropping it wakes the grace thread, which then leaves without aborting.
+    _cancel: mpsc::Sender<()>,
 }
 
 impl AbortAfterGrace {
-    /// Starts the grace period now. Needs a tokio runtime.
+    /// Starts the grace period now, on a thread of its own.
     pub fn start(batcher: &Batcher) -> AbortAfterGrace {
         let batcher = batcher.clone();
-        let task = tokio::spawn(async move {
-            tokio::time::sleep(INTERRUPT_GRACE).await;
-            tracing::warn!(
-                "the running generate did not return within {INTERRUPT_GRACE:?} of the interrupt: abandoning it"
-            );
-            batcher.abort_in_flight();
+        let (cancel, cancelled) = mpsc::channel::<()>();
+        let spawned = std::thread::Builder::new().name("batchlab-interrupt-grace".into()).spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = cancelled.recv_timeout(INTERRUPT_GRACE) {
+                tracing::warn!(
+                    "the running generate did not return within {INTERRUPT_GRACE:?} of the interrupt: abandoning it"
+                );
+                batcher.abort_in_flight();
+            }
         });
-        AbortAfterGrace { task }
+        if let Err(e) = spawned {
+            // Without the thread, a wedged generate is still ended by the generate timeout.
+            tracing::warn!(error = %e, "cannot start the interrupt grace thread");
+        }
+        AbortAfterGrace { _cancel: cancel }
     }
 }
 
-impl Drop for AbortAfterGrace {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// [`Batcher::shutdown`], given at most [`SHUTDOWN_LIMIT`]. Every request is answered either way.
-pub async fn shutdown_bounded(batcher: &Batcher) -> Result<(), EngineError> {
+/// [`Batcher::shutdown`], given at most [`SHUTDOWN_LIMIT`]; past that it is left running on a thread
+/// of its own. Every request is answered either way.
+pub fn shutdown_bounded(batcher: &Batcher) -> Result<(), EngineError> {
     let b = batcher.clone();
-    let stop = tokio::task::spawn_blocking(move || b.shutdown());
-    match tokio::time::timeout(SHUTDOWN_LIMIT, stop).await {
-        Ok(Ok(result)) => result,
-        Ok(Err(join)) => Err(EngineError::Shutdown(format!("shutdown panicked: {join}"))),
-        Err(_) => Err(EngineError::Shutdown(format!(
+    let (done, result) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("batchlab-shutdown".into())
+        .spawn(move || {
+            let _ = done.send(b.shutdown());
+        })
+        .map_err(|e| EngineError::Shutdown(format!("cannot start the shutdown thread: {e}")))?;
+    match result.recv_timeout(SHUTDOWN_LIMIT) {
+        Ok(result) => result,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(EngineError::Shutdown(format!(
             "did not finish within {SHUTDOWN_LIMIT:?}; left behind (leftover processes are ended at exit)"
         ))),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(EngineError::Shutdown("shutdown panicked".into())),
     }
 }

@@ -333,9 +333,7 @@ fn exit_info_when_reaped(pidfd: &OwnedFd) -> Option<ExitCause> {
         match result {
             Ok(_) if info.mask & PIDFD_INFO_EXIT != 0 => return Some(cause_of_wait_status(info.exit_code)),
             // Not reaped yet: exit information appears when it is.
-            Ok(_) | Err(nix::Error::ESRCH) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(5))
-            }
+            Ok(_) | Err(nix::Error::ESRCH) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
             _ => return None,
         }
     }

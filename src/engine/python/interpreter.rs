@@ -243,9 +243,10 @@ fn says_engine_dead(py: Python<'_>, e: &PyErr) -> bool {
         let Some(err) = current else { return false };
         let value = err.value(py);
         let marked = value.getattr("batchlab_engine_dead").and_then(|v| v.is_truthy()).unwrap_or(false);
-        let named = value.get_type().mro().iter().any(|t| {
-            t.getattr("__name__").and_then(|n| n.extract::<String>()).is_ok_and(|n| n == "EngineDeadError")
-        });
+        let named =
+            value.get_type().mro().iter().any(|t| {
+                t.getattr("__name__").and_then(|n| n.extract::<String>()).is_ok_and(|n| n == "EngineDeadError")
+            });
         if marked || named {
             return true;
         }

@@ -297,7 +297,7 @@ fn the_engine_is_quiet_and_its_log_kept() {
         return;
     }
     let _one = one_engine();
-    let small = ["--set", "stop.max_requests=32", "--set", "warmup.requests=0", "--set", "expect.completed=32"];
+    let small = ["--set", "stop.max_requests=32", "--set", "warmup.requests=1", "--set", "expect.completed=32"];
 
     // Piped.
     let dir = output_dir("quiet-piped");

@@ -59,6 +59,9 @@ class VllmEngine:
                     seed=r["seed"],
                 )
             )
+        # In-process, a dead engine core makes this raise vllm's EngineDeadError, which batchlab
+        # turns into an engine death (docs/engines.md). Multiprocess, a killed EngineCore makes it
+        # block for ever: batchlab's process watch declares that death (docs/vllm.md).
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         _check_order(outputs)
         # In input order (checked above), so each output answers the request at its position.

@@ -36,7 +36,9 @@ use super::SysError;
 pub struct CpuListError {
     /// 1-based column in the trimmed text.
     pub column: usize,
+    /// What the parser expected there, e.g. `a CPU number`.
     pub expected: &'static str,
+    /// What the text held there instead.
     pub found: String,
 }
 
@@ -135,10 +137,12 @@ pub fn parse_proc_self_cgroup(text: &str) -> Vec<(CgroupVersion, String)> {
 /// A cgroup filesystem mount from `/proc/self/mountinfo`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CgroupMount {
+    /// Which cgroup hierarchy this mount is.
     pub version: CgroupVersion,
     /// The hierarchy path that is mounted (`/` unless a sub-tree is bind-mounted, as in a container
     /// without a cgroup namespace).
     pub root: String,
+    /// Where it is mounted, e.g. `/sys/fs/cgroup`.
     pub mount_point: PathBuf,
 }
 
@@ -208,7 +212,10 @@ pub enum AffinitySource {
     /// Set from this cgroup cpuset file.
     Cgroup(PathBuf),
     /// The mask the process started with, kept; the reason says why.
-    Kept { reason: String },
+    Kept {
+        /// Why no cgroup cpuset was applied.
+        reason: String,
+    },
 }
 
 impl fmt::Display for AffinitySource {
@@ -227,6 +234,7 @@ pub struct AffinityReset {
     pub allowed: Vec<usize>,
     /// The mask before the reset.
     pub previous: Vec<usize>,
+    /// Where `allowed` came from.
     pub source: AffinitySource,
 }
 

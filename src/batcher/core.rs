@@ -240,7 +240,7 @@ pub enum Event {
         /// The request.
         id: RequestId,
     },
-    /// A submit was refused (full queue, shutting down, failed engine).
+    /// A submit was refused: engine not started, shutting down, or engine unusable.
     Rejected {
         /// When, in nanoseconds on the batcher's clock.
         at: u64,

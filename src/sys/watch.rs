@@ -320,8 +320,13 @@ struct PidfdInfo {
 /// `PIDFD_INFO_EXIT` of `<linux/pidfd.h>`: ask for (and, on return, got) the exit status.
 const PIDFD_INFO_EXIT: u64 = 1 << 3;
 
-// PIDFD_GET_INFO = _IOWR(PIDFS_IOCTL_MAGIC = 0xFF, 11, struct pidfd_info).
-nix::ioctl_readwrite!(pidfd_get_info, 0xFF, 11, PidfdInfo);
+nix::ioctl_readwrite!(
+    /// `ioctl(pidfd, PIDFD_GET_INFO, &info)`: `_IOWR(PIDFS_IOCTL_MAGIC = 0xFF, 11, struct pidfd_info)`.
+    pidfd_get_info,
+    0xFF,
+    11,
+    PidfdInfo
+);
 
 /// How long [`exit_info_when_reaped`] waits for the parent to reap the process.
 const REAP_WAIT: Duration = Duration::from_millis(100);

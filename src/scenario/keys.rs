@@ -1,0 +1,1028 @@
+//! Every scenario key, one row each.
+//!
+//! A section's keys are one table of [`Key`]s over the type the section lowers into: the key's
+//! name, its doc line (docs/scenarios.md's notes column), its default as the docs state it, and
+//! how its value is read ([`Codec::read`]) and printed ([`Codec::print`]). The schema (allowed keys,
+//! did-you-mean, `--set` paths), [`lower`](super::lower), [`print`](super::print), the builder and
+//! the docs check all walk these tables, so adding a key is one row here (plus its plan field).
+//! Rules between keys (required keys, exactly-one-of, keys of another variant) stay in `lower`.
+//!
+//! Sections whose keys depend on a tag (`workload.source`, `profile.kind`) have one table per
+//! variant ([`Variant`]); a row shared by variants matches them with an or-pattern. `[faults]`
+//! keys are [`crate::engine::faults::FAULT_KEYS`] (the engine layer cannot know [`Cx`]).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toml_edit::{Array, InlineTable, Item, Table, Value, value};
+
+use super::plan::*;
+use super::reader::{Cx, Field, Low, Node, Tbl, join};
+use super::units::format_duration;
+use crate::engine::ClockDomain;
+use crate::engine::python::PythonConfig;
+use crate::engine::python::vllm::VllmConfig;
+use crate::engine::sim::{CostModel, TimeMode};
+
+/// What may stand below a key: nothing (a plain value), anything (a free-form table), or fixed keys.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Sub {
+    Value,
+    Any,
+    Fixed(&'static [&'static str]),
+}
+
+/// A key's default as docs/scenarios.md states it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Dflt {
+    /// The section's default value, printed (`"500us"`, `256`, `true`; `none` when unset).
+    Value,
+    /// Words, for a default that is not a value (`derived (stream 1)`, `vLLM's`).
+    Text(&'static str),
+    /// The key must be written; the example goes into the "add `key = example`" help.
+    Required(&'static str),
+}
+
+/// One key of a section that lowers into an `S`.
+pub(crate) struct Key<S: 'static> {
+    pub name: &'static str,
+    /// The docs' notes on the key (the last column of its row in docs/scenarios.md, checked there).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub doc: &'static str,
+    pub default: Dflt,
+    pub sub: Sub,
+    /// Reads a present key into `S`; a bad value is reported and leaves `S` as it was.
+    pub read: fn(&mut Cx, &Field, &mut S),
+    /// The key's value in `S` as TOML; `None` leaves the key out (unset, or another variant's).
+    pub print: fn(&S) -> Option<Item>,
+}
+
+/// How a value type is read from and written to TOML.
+pub(crate) trait Codec {
+    type Value;
+    const SUB: Sub = Sub::Value;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<Self::Value>;
+    fn print(&self, v: &Self::Value) -> Option<Item>;
+}
+
+pub(crate) const fn sub_of<C: Codec>(_: &C) -> Sub {
+    C::SUB
+}
+
+/// One [`Key`] row. `key!(name: Codec, default, "doc", in Type)` reads and prints the field `name`
+/// of the struct or enum variant `Type`; `key!(name: Codec, default, "doc", pattern)` binds `name`
+/// in any pattern (an or-pattern for a key several variants share).
+macro_rules! key {
+    ($name:ident: $codec:expr, $default:expr, $doc:literal, in $($ty:ident)::+) => {
+        key!($name: $codec, $default, $doc, $($ty)::+ { $name, .. })
+    };
+    ($name:ident: $codec:expr, $default:expr, $doc:literal, $pat:pat) => {
+        Key {
+            name: stringify!($name),
+            doc: $doc,
+            default: $default,
+            sub: sub_of(&$codec),
+            read: |cx, field, s| match s {
+                $pat => {
+                    if let Some(v) = Codec::read(&$codec, cx, field) {
+                        *$name = v;
+                    }
+                }
+                #[allow(unreachable_patterns)]
+                _ => {}
+            },
+            print: |s| match s {
+                $pat => Codec::print(&$codec, $name),
+                #[allow(unreachable_patterns)]
+                _ => None,
+            },
+        }
+    };
+}
+
+/// Reads every key of `keys` that `t` has into `s`, in table order.
+pub(crate) fn read<S>(cx: &mut Cx, t: Tbl, keys: &[Key<S>], s: &mut S) {
+    for key in keys {
+        if let Some(field) = cx.field(t, key.name) {
+            (key.read)(cx, &field, s);
+        }
+    }
+}
+
+/// Writes every key of `keys` that `s` has into `t`, in table order.
+pub(crate) fn print<S>(t: &mut Table, keys: &[Key<S>], s: &S) {
+    for key in keys {
+        if let Some(item) = (key.print)(s) {
+            t[key.name] = item;
+        }
+    }
+}
+
+/// The key names of `keys`, in order.
+pub(crate) fn names<S>(keys: &[Key<S>]) -> impl Iterator<Item = &'static str> + '_ {
+    keys.iter().map(|k| k.name)
+}
+
+/// A variant of a tagged section: the tag's value, its keys and its plan before any key is read
+/// (from the master seed, for derived seeds).
+pub(crate) struct Variant<S: 'static> {
+    pub name: &'static str,
+    pub keys: &'static [Key<S>],
+    pub default: fn(u64) -> S,
+    /// Whether a value is this variant (for the printer).
+    pub is: fn(&S) -> bool,
+}
+
+/// The variant named `name` (the tag was read as one of the names, so it exists).
+pub(crate) fn variant<S>(variants: &'static [Variant<S>], name: &str) -> &'static Variant<S> {
+    variants.iter().find(|v| v.name == name).unwrap_or(&variants[0])
+}
+
+/// Every key some variant has, in order of first appearance.
+pub(crate) fn variant_keys<S>(variants: &[Variant<S>]) -> Vec<(&'static str, Sub)> {
+    let mut all: Vec<(&'static str, Sub)> = Vec::new();
+    for key in variants.iter().flat_map(|v| v.keys) {
+        if !all.iter().any(|(name, _)| *name == key.name) {
+            all.push((key.name, key.sub));
+        }
+    }
+    all
+}
+
+/// A section's keys as the schema sees them.
+pub(crate) fn subs<S>(keys: &[Key<S>]) -> impl Iterator<Item = (&'static str, Sub)> + '_ {
+    keys.iter().map(|k| (k.name, k.sub))
+}
+
+// ---- codecs ----
+
+fn int(v: u64) -> Item {
+    value(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+fn path_item(p: &Path) -> Item {
+    value(p.to_string_lossy().as_ref())
+}
+
+pub(crate) struct Str;
+impl Codec for Str {
+    type Value = String;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<String> {
+        cx.string_of(field)
+    }
+    fn print(&self, v: &String) -> Option<Item> {
+        Some(value(v.as_str()))
+    }
+}
+
+/// A string that is not blank.
+pub(crate) struct NonBlank;
+impl Codec for NonBlank {
+    type Value = String;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<String> {
+        let s = cx.string_of(field)?;
+        if s.trim().is_empty() {
+            cx.report_at(field, format!("`{}` must not be empty", field.path), None);
+            return None;
+        }
+        Some(s)
+    }
+    fn print(&self, v: &String) -> Option<Item> {
+        Some(value(v.as_str()))
+    }
+}
+
+/// An integer of at least `.0`.
+pub(crate) struct U64(pub u64);
+impl Codec for U64 {
+    type Value = u64;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<u64> {
+        cx.int_of(field, self.0 as i64, i64::MAX).map(|v| v as u64)
+    }
+    fn print(&self, v: &u64) -> Option<Item> {
+        Some(int(*v))
+    }
+}
+
+/// An integer of at least `.0` that fits a `u32`.
+pub(crate) struct U32(pub u32);
+impl Codec for U32 {
+    type Value = u32;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<u32> {
+        cx.int_of(field, i64::from(self.0), i64::from(u32::MAX)).map(|v| v as u32)
+    }
+    fn print(&self, v: &u32) -> Option<Item> {
+        Some(value(i64::from(*v)))
+    }
+}
+
+/// A count of at least `.0`.
+pub(crate) struct Count(pub usize);
+impl Codec for Count {
+    type Value = usize;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<usize> {
+        cx.int_of(field, self.0 as i64, i64::MAX).map(|v| v as usize)
+    }
+    fn print(&self, v: &usize) -> Option<Item> {
+        Some(int(*v as u64))
+    }
+}
+
+/// A number in `low..=hi`.
+pub(crate) struct Float(pub Low, pub f64);
+impl Codec for Float {
+    type Value = f64;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<f64> {
+        cx.float_of(field, self.0, self.1)
+    }
+    fn print(&self, v: &f64) -> Option<Item> {
+        Some(value(*v))
+    }
+}
+
+/// A number in `low..=hi`, kept as an `f32`.
+pub(crate) struct Float32(pub Low, pub f64);
+impl Codec for Float32 {
+    type Value = f32;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<f32> {
+        cx.float_of(field, self.0, self.1).map(|v| v as f32)
+    }
+    fn print(&self, v: &f32) -> Option<Item> {
+        Some(value(f64::from(*v)))
+    }
+}
+
+pub(crate) struct Bool;
+impl Codec for Bool {
+    type Value = bool;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<bool> {
+        cx.boolean_of(field)
+    }
+    fn print(&self, v: &bool) -> Option<Item> {
+        Some(value(*v))
+    }
+}
+
+/// A duration string; zero only where `zero` is allowed.
+pub(crate) struct Dur {
+    pub zero: bool,
+}
+impl Codec for Dur {
+    type Value = Duration;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<Duration> {
+        cx.duration_of(field, self.zero)
+    }
+    fn print(&self, v: &Duration) -> Option<Item> {
+        Some(value(format_duration(*v)))
+    }
+}
+
+/// One of a few strings, each meaning a `T`.
+pub(crate) struct Choice<T: 'static>(pub &'static [(&'static str, T)]);
+impl<T: Copy + PartialEq> Codec for Choice<T> {
+    type Value = T;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<T> {
+        let names: Vec<&'static str> = self.0.iter().map(|(name, _)| *name).collect();
+        let name = cx.choice_of(field, &names)?;
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+    fn print(&self, v: &T) -> Option<Item> {
+        self.0.iter().find(|(_, x)| x == v).map(|(name, _)| value(*name))
+    }
+}
+
+/// One of a few strings (a section's tag).
+pub(crate) struct OneOf(pub &'static [&'static str]);
+impl Codec for OneOf {
+    type Value = &'static str;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<&'static str> {
+        cx.choice_of(field, self.0)
+    }
+    fn print(&self, v: &&'static str) -> Option<Item> {
+        Some(value(*v))
+    }
+}
+
+/// A key that may be left unset: `None` is printed by leaving it out.
+pub(crate) struct Opt<C>(pub C);
+impl<C: Codec> Codec for Opt<C> {
+    type Value = Option<C::Value>;
+    const SUB: Sub = C::SUB;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<Option<C::Value>> {
+        self.0.read(cx, field).map(Some)
+    }
+    fn print(&self, v: &Option<C::Value>) -> Option<Item> {
+        v.as_ref().and_then(|v| self.0.print(v))
+    }
+}
+
+/// A non-empty array whose elements all read as `C`.
+pub(crate) struct List<C>(pub C);
+impl<C: Codec> Codec for List<C> {
+    type Value = Vec<C::Value>;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<Vec<C::Value>> {
+        let elements = cx.array(field)?;
+        if elements.is_empty() {
+            cx.report_at(field, format!("`{}` must not be empty", field.path), None);
+            return None;
+        }
+        let values: Vec<Option<C::Value>> = elements.iter().map(|e| self.0.read(cx, e)).collect();
+        values.into_iter().collect()
+    }
+    fn print(&self, v: &Vec<C::Value>) -> Option<Item> {
+        let array: Array = v.iter().filter_map(|x| self.0.print(x)?.into_value().ok()).collect();
+        Some(value(array))
+    }
+}
+
+/// A path as written (relative to the current directory when it is used).
+pub(crate) struct PathAsIs;
+impl Codec for PathAsIs {
+    type Value = PathBuf;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<PathBuf> {
+        cx.string_of(field).map(PathBuf::from)
+    }
+    fn print(&self, v: &PathBuf) -> Option<Item> {
+        Some(path_item(v))
+    }
+}
+
+/// A path relative to the scenario's directory; existence is the user's business.
+pub(crate) struct PathBeside;
+impl Codec for PathBeside {
+    type Value = PathBuf;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<PathBuf> {
+        let p = PathBuf::from(cx.string_of(field)?);
+        if p.is_absolute() {
+            return Some(p);
+        }
+        let p = cx.base_dir.join(p);
+        Some(std::path::absolute(&p).unwrap_or(p))
+    }
+    fn print(&self, v: &PathBuf) -> Option<Item> {
+        Some(path_item(v))
+    }
+}
+
+/// A model path: absolute, or next to the scenario if it exists there, else under
+/// `$BATCHLAB_HOME` (default `~/.cache/batchlab`). Existence is the engine's business.
+pub(crate) struct ModelPath;
+impl Codec for ModelPath {
+    type Value = PathBuf;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<PathBuf> {
+        let model = PathBuf::from(cx.string_of(field)?);
+        if model.is_absolute() {
+            return Some(model);
+        }
+        let beside = cx.base_dir.join(&model);
+        let chosen = if beside.exists() {
+            beside
+        } else if let Some(home) = std::env::var_os("BATCHLAB_HOME") {
+            PathBuf::from(home).join(model)
+        } else if let Some(home) = std::env::var_os("HOME") {
+            PathBuf::from(home).join(".cache/batchlab").join(model)
+        } else {
+            beside
+        };
+        Some(std::path::absolute(&chosen).unwrap_or(chosen))
+    }
+    fn print(&self, v: &PathBuf) -> Option<Item> {
+        Some(path_item(v))
+    }
+}
+
+/// A file relative to the scenario's directory that must exist.
+pub(crate) struct ExistingFile;
+impl Codec for ExistingFile {
+    type Value = PathBuf;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<PathBuf> {
+        let written = cx.string_of(field)?;
+        let joined = cx.base_dir.join(&written);
+        let path = std::path::absolute(&joined).unwrap_or_else(|_| joined.clone());
+        if !path.is_file() {
+            let message = format!("workload file `{written}` not found (looked for {})", joined.display());
+            cx.report_at(field, message, Some("paths are relative to the scenario file".to_owned()));
+        }
+        Some(path)
+    }
+    fn print(&self, v: &PathBuf) -> Option<Item> {
+        Some(path_item(v))
+    }
+}
+
+/// A free-form table, as JSON for an engine to take unchanged; empty is printed by leaving it out.
+pub(crate) struct Json;
+impl Codec for Json {
+    type Value = serde_json::Map<String, serde_json::Value>;
+    const SUB: Sub = Sub::Any;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<Self::Value> {
+        match field.node.table_like() {
+            Some(table) => Some(table_to_json(cx, &field.path, table)),
+            None => {
+                let message = format!("`{}`: expected a table, found {}", field.path, field.node.type_name());
+                cx.report_at(field, message, None);
+                None
+            }
+        }
+    }
+    fn print(&self, map: &Self::Value) -> Option<Item> {
+        if map.is_empty() {
+            return None;
+        }
+        let mut table = Table::new();
+        for (k, j) in map {
+            if let Some(x) = json_to_value(j) {
+                table[k.as_str()] = value(x);
+            }
+        }
+        Some(Item::Table(table))
+    }
+}
+
+/// A table of strings (environment variables); empty is printed by leaving it out.
+pub(crate) struct StringTable;
+impl Codec for StringTable {
+    type Value = BTreeMap<String, String>;
+    const SUB: Sub = Sub::Any;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<Self::Value> {
+        let Some(table) = field.node.table_like() else {
+            let message = format!("`{}`: expected a table, found {}", field.path, field.node.type_name());
+            cx.report_at(field, message, None);
+            return None;
+        };
+        let mut map = BTreeMap::new();
+        for (key, item) in table.iter() {
+            let entry = Field { path: join(&field.path, key), node: Node::Item(item), key_span: None };
+            if let Some(v) = cx.string_of(&entry) {
+                map.insert(key.to_owned(), v);
+            }
+        }
+        Some(map)
+    }
+    fn print(&self, map: &Self::Value) -> Option<Item> {
+        if map.is_empty() {
+            return None;
+        }
+        let mut table = Table::new();
+        for (k, v) in map {
+            table[k.as_str()] = value(v.as_str());
+        }
+        Some(Item::Table(table))
+    }
+}
+
+/// The keys a token distribution's table takes.
+pub(crate) const TOKEN_DIST_KEYS: &[&str] = &["dist", "value", "min", "max", "mean", "stdev"];
+
+/// A token distribution: an integer (fixed) or a table with `dist`.
+pub(crate) struct Dist;
+impl Codec for Dist {
+    type Value = TokenDist;
+    const SUB: Sub = Sub::Fixed(TOKEN_DIST_KEYS);
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<TokenDist> {
+        read_token_dist(cx, field)
+    }
+    fn print(&self, d: &TokenDist) -> Option<Item> {
+        Some(value(token_dist_value(d)))
+    }
+}
+
+fn read_token_dist(cx: &mut Cx, field: &Field) -> Option<TokenDist> {
+    if field.node.value().is_some_and(Value::is_integer) {
+        return cx.int_of(field, 1, i64::from(u32::MAX)).map(|v| TokenDist::Fixed { value: v as u32 });
+    }
+    let Some(table) = field.node.table_like() else {
+        let message = format!(
+            "`{}`: expected an integer or a table such as {{ dist = \"uniform\", min = 64, max = 256 }}, found {}",
+            field.path,
+            field.node.type_name()
+        );
+        cx.report_at(field, message, None);
+        return None;
+    };
+    let path = field.path.as_str();
+    let d = Tbl { path, table, at: field.span().map(|r| (r.start, r.end)) };
+    let Some(dist) = cx.choice(d, "dist", &["fixed", "uniform", "normal"]) else {
+        if cx.field(d, "dist").is_none() {
+            let help = "add `dist = \"uniform\"` (or \"normal\", \"fixed\")".to_owned();
+            cx.report_at(field, format!("`{path}`: missing `dist`"), Some(help));
+        }
+        return None;
+    };
+    let keys: &[&str] = match dist {
+        "fixed" => &["dist", "value"],
+        "uniform" => &["dist", "min", "max"],
+        _ => &["dist", "mean", "stdev", "min", "max"],
+    };
+    cx.check_keys(d, keys);
+    let required_u32 = |cx: &mut Cx, k: &str| {
+        if cx.field(d, k).is_none() {
+            cx.report_at(field, format!("`{path}`: missing `{k}` (required with dist = \"{dist}\")"), None);
+        }
+        cx.u32(d, k, 1)
+    };
+    if dist == "fixed" {
+        return required_u32(cx, "value").map(|value| TokenDist::Fixed { value });
+    }
+    let (mean, stdev) = if dist == "normal" {
+        let required_f64 = |cx: &mut Cx, k: &str| {
+            if cx.field(d, k).is_none() {
+                cx.report_at(field, format!("`{path}`: missing `{k}` (required with dist = \"normal\")"), None);
+            }
+            cx.float(d, k, Low::AtLeast(0.0), f64::INFINITY)
+        };
+        (required_f64(cx, "mean"), required_f64(cx, "stdev"))
+    } else {
+        (Some(0.0), Some(0.0))
+    };
+    let (min, max) = (required_u32(cx, "min"), required_u32(cx, "max"));
+    let (min, max, mean, stdev) = (min?, max?, mean?, stdev?);
+    if min > max {
+        cx.report_at(field, format!("`{path}`: `min` ({min}) is greater than `max` ({max})"), None);
+        return None;
+    }
+    Some(if dist == "uniform" { TokenDist::Uniform { min, max } } else { TokenDist::Normal { mean, stdev, min, max } })
+}
+
+/// A distribution as the DSL writes it (also what the builder sets).
+pub(crate) fn token_dist_value(d: &TokenDist) -> Value {
+    let mut t = InlineTable::new();
+    match d {
+        TokenDist::Fixed { value } => return Value::from(i64::from(*value)),
+        TokenDist::Uniform { min, max } => {
+            t.insert("dist", "uniform".into());
+            t.insert("min", i64::from(*min).into());
+            t.insert("max", i64::from(*max).into());
+        }
+        TokenDist::Normal { mean, stdev, min, max } => {
+            t.insert("dist", "normal".into());
+            t.insert("mean", (*mean).into());
+            t.insert("stdev", (*stdev).into());
+            t.insert("min", i64::from(*min).into());
+            t.insert("max", i64::from(*max).into());
+        }
+    }
+    Value::InlineTable(t)
+}
+
+/// `profile.rates` with kind = "sweep": a count, where an array is a likely mix-up with "constant".
+pub(crate) struct SweepRates;
+impl Codec for SweepRates {
+    type Value = u32;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<u32> {
+        if field.node.value().is_some_and(Value::is_array) {
+            let message = "`profile.rates`: with kind = \"sweep\" expected an integer (how many rates \
+                           between the synchronous and throughput rates), found an array"
+                .to_owned();
+            cx.report_at(field, message, Some("for a list of rates use kind = \"constant\"".to_owned()));
+            return None;
+        }
+        U32(1).read(cx, field)
+    }
+    fn print(&self, v: &u32) -> Option<Item> {
+        U32(1).print(v)
+    }
+}
+
+fn table_to_json(
+    cx: &mut Cx,
+    path: &str,
+    table: &dyn toml_edit::TableLike,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut map = serde_json::Map::new();
+    for (key, item) in table.iter() {
+        let field = Field { path: join(path, key), node: Node::Item(item), key_span: None };
+        let json = if let Some(sub) = item.as_table_like() {
+            Some(serde_json::Value::Object(table_to_json(cx, &field.path, sub)))
+        } else if let Some(value) = item.as_value() {
+            value_to_json(cx, &field, value)
+        } else {
+            cx.report_at(&field, format!("`{}`: arrays of tables are not supported here", field.path), None);
+            None
+        };
+        if let Some(json) = json {
+            map.insert(key.to_owned(), json);
+        }
+    }
+    map
+}
+
+fn value_to_json(cx: &mut Cx, field: &Field, value: &Value) -> Option<serde_json::Value> {
+    Some(match value {
+        Value::String(s) => serde_json::Value::String(s.value().clone()),
+        Value::Integer(i) => serde_json::Value::from(*i.value()),
+        Value::Float(f) => match serde_json::Number::from_f64(*f.value()) {
+            Some(n) => serde_json::Value::Number(n),
+            None => {
+                cx.report_at(
+                    field,
+                    format!("`{}`: {} cannot be passed to the engine (not valid JSON)", field.path, f.value()),
+                    None,
+                );
+                return None;
+            }
+        },
+        Value::Boolean(b) => serde_json::Value::Bool(*b.value()),
+        Value::Datetime(d) => serde_json::Value::String(d.value().to_string()),
+        Value::Array(a) => serde_json::Value::Array(a.iter().filter_map(|v| value_to_json(cx, field, v)).collect()),
+        Value::InlineTable(t) => serde_json::Value::Object(table_to_json(cx, &field.path, t)),
+    })
+}
+
+/// JSON back to TOML; `null` has no TOML form and is dropped (it cannot come from a file).
+fn json_to_value(j: &serde_json::Value) -> Option<Value> {
+    Some(match j {
+        serde_json::Value::Null => return None,
+        serde_json::Value::Bool(b) => (*b).into(),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => i.into(),
+            None => n.as_f64()?.into(),
+        },
+        serde_json::Value::String(s) => s.as_str().into(),
+        serde_json::Value::Array(a) => Value::Array(a.iter().filter_map(json_to_value).collect()),
+        serde_json::Value::Object(o) => {
+            let mut t = InlineTable::new();
+            for (k, v) in o {
+                if let Some(v) = json_to_value(v) {
+                    t.insert(k, v);
+                }
+            }
+            Value::InlineTable(t)
+        }
+    })
+}
+
+// ---- the tables ----
+
+/// The top level's own keys (the sections are [`SECTIONS`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Head {
+    pub name: String,
+    pub description: Option<String>,
+    pub seed: u64,
+}
+
+pub(crate) const HEAD_KEYS: &[Key<Head>] = &[
+    key!(name: NonBlank, Dflt::Text("the file stem"), "non-empty", in Head),
+    key!(description: Opt(Str), Dflt::Value, "", in Head),
+    key!(seed: U64(0), Dflt::Value, "master seed, see above", in Head),
+];
+
+/// The top level's sections, in the order the printer writes them.
+pub(crate) const SECTIONS: &[&str] =
+    &["engine", "batching", "workload", "profile", "stop", "warmup", "cooldown", "faults", "expect", "output"];
+
+/// A section's tag: `engine.kind`, `workload.source`, `profile.kind`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Tag(pub &'static str);
+
+/// The engine kinds; each has its own sub-section, `[engine.<kind>]`.
+pub(crate) const ENGINE_KINDS: &[&str] = &["sim", "vllm", "python"];
+
+pub(crate) const ENGINE_KEYS: &[Key<Tag>] = &[key!(
+    kind: OneOf(ENGINE_KINDS),
+    Dflt::Value,
+    "`[engine.sim]` only with sim, `[engine.vllm]` only with vllm, `[engine.python]` only with python",
+    Tag(kind)
+)];
+
+/// `[engine.sim]`'s keys besides the cost model's ([`COST_KEYS`]).
+pub(crate) const SIM_KEYS: &[Key<SimPlan>] = &[
+    key!(
+        time: Choice(&[("virtual", TimeMode::Virtual), ("real", TimeMode::Real)]),
+        Dflt::Value,
+        "virtual only advances a clock: fast, reproducible",
+        in SimPlan
+    ),
+    key!(seed: U64(0), Dflt::Text("derived (stream 1)"), ">= 0", in SimPlan),
+];
+
+/// `[engine.sim]`'s cost model.
+pub(crate) const COST_KEYS: &[Key<CostModel>] = &[
+    key!(fixed_overhead: Dur { zero: true }, Dflt::Value, ">= 0, per wave", in CostModel),
+    key!(prefill_per_token: Dur { zero: true }, Dflt::Value, ">= 0", in CostModel),
+    key!(decode_step: Dur { zero: true }, Dflt::Value, ">= 0, per generated token", in CostModel),
+    key!(decode_per_seq: Dur { zero: true }, Dflt::Value, ">= 0, per running sequence per step", in CostModel),
+    key!(max_num_seqs: Count(1), Dflt::Value, ">= 1, sequences per wave", in CostModel),
+    key!(
+        eos_probability: Float(Low::AtLeast(0.0), 1.0),
+        Dflt::Value,
+        "0..=1, per token, for requests that do not ignore EOS",
+        in CostModel
+    ),
+];
+
+/// `[engine.sim]` before any key is read.
+pub(crate) fn sim_default(master_seed: u64) -> SimPlan {
+    let seed = super::derive_seed(master_seed, super::seed_stream::SIM);
+    SimPlan { time: TimeMode::Virtual, seed, cost: CostModel::default() }
+}
+
+pub(crate) const VLLM_KEYS: &[Key<VllmConfig>] = &[
+    key!(
+        model: ModelPath,
+        Dflt::Required("\"path/to/model\""),
+        "absolute, or relative: next to the scenario if it exists there, else under `$BATCHLAB_HOME` \
+         (default `~/.cache/batchlab`); existence is checked by the engine",
+        in VllmConfig
+    ),
+    key!(dtype: Str, Dflt::Value, "", in VllmConfig),
+    key!(max_model_len: Opt(U32(1)), Dflt::Text("vLLM's"), "", in VllmConfig),
+    key!(max_num_seqs: Opt(U32(1)), Dflt::Text("vLLM's"), "", in VllmConfig),
+    key!(max_num_batched_tokens: Opt(U32(1)), Dflt::Text("vLLM's"), "", in VllmConfig),
+    key!(enforce_eager: Bool, Dflt::Value, "", in VllmConfig),
+    key!(seed: U64(0), Dflt::Text("derived (stream 2)"), "", in VllmConfig),
+    key!(kv_cache_gib: Float(Low::Above(0.0), f64::INFINITY), Dflt::Value, "", in VllmConfig),
+    key!(in_process: Bool, Dflt::Value, "", in VllmConfig),
+    key!(omp_num_threads: Opt(U32(1)), Dflt::Text("unset"), "", in VllmConfig),
+    key!(disable_log_stats: Bool, Dflt::Value, "", in VllmConfig),
+    key!(engine_args: Json, Dflt::Text("empty"), "passed unchanged to `vllm.EngineArgs`", in VllmConfig),
+];
+
+/// `[engine.vllm]` before any key is read.
+pub(crate) fn vllm_default(master_seed: u64) -> VllmConfig {
+    VllmConfig {
+        model: PathBuf::new(),
+        dtype: "float32".to_owned(),
+        max_model_len: None,
+        max_num_seqs: None,
+        max_num_batched_tokens: None,
+        enforce_eager: true,
+        seed: super::derive_seed(master_seed, super::seed_stream::VLLM),
+        kv_cache_gib: 1.0,
+        in_process: true,
+        omp_num_threads: None,
+        disable_log_stats: false,
+        engine_args: serde_json::Map::new(),
+    }
+}
+
+/// The help of a missing or malformed `engine.python.class`.
+pub(crate) const CLASS_HELP: &str = "write `class = \"module:Class\"` (docs/engines.md)";
+
+pub(crate) const PYTHON_KEYS: &[Key<PythonConfig>] = &[
+    Key {
+        name: "class",
+        doc: "the protocol class; `batchlab_engines.*` are built into batchlab",
+        default: Dflt::Required("\"module:Class\""),
+        sub: Sub::Value,
+        read: |cx, field, p| {
+            let Some(spec) = cx.string_of(field) else { return };
+            match parse_class_spec(&spec) {
+                Some((module, class)) => (p.module, p.class) = (module.to_owned(), class.to_owned()),
+                None => {
+                    let message = format!("`engine.python.class`: expected \"module:Class\", found \"{spec}\"");
+                    cx.report_at(field, message, Some(CLASS_HELP.to_owned()));
+                }
+            }
+        },
+        print: |p| Some(value(p.class_spec())),
+    },
+    key!(
+        path: Opt(PathBeside),
+        Dflt::Value,
+        "a directory put first on `sys.path`; relative to the scenario's directory",
+        in PythonConfig
+    ),
+    key!(
+        venv: Opt(PathBeside),
+        Dflt::Text("`$BATCHLAB_HOME/venv`"),
+        "the venv whose interpreter runs the engine; relative to the scenario's directory",
+        in PythonConfig
+    ),
+    key!(
+        clock: Choice(&[("monotonic", ClockDomain::Monotonic), ("foreign", ClockDomain::Foreign)]),
+        Dflt::Value,
+        "the clock of the engine's `*_ts` timestamps; `start()`'s info must agree",
+        in PythonConfig
+    ),
+    key!(
+        args: Json,
+        Dflt::Text("empty"),
+        "keyword arguments for the class's constructor, passed unchanged",
+        in PythonConfig
+    ),
+    key!(
+        env: StringTable,
+        Dflt::Text("empty"),
+        "environment variables set before Python starts (the environment's own value wins)",
+        in PythonConfig
+    ),
+];
+
+/// `module:Class`: a dotted module path and a class name, both Python identifiers.
+fn parse_class_spec(spec: &str) -> Option<(&str, &str)> {
+    let identifier = |s: &str| {
+        let mut chars = s.chars();
+        chars.next().is_some_and(|c| c.is_alphabetic() || c == '_') && chars.all(|c| c.is_alphanumeric() || c == '_')
+    };
+    let (module, class) = spec.split_once(':')?;
+    (module.split('.').all(identifier) && identifier(class)).then_some((module, class))
+}
+
+/// `[batching]` as plain values; `BatchConfig` checks them together.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Batching {
+    pub batch_size: usize,
+    pub batch_timeout: Duration,
+    pub generate_timeout: Option<Duration>,
+}
+
+impl Batching {
+    pub fn of(c: &crate::batcher::BatchConfig) -> Self {
+        Batching {
+            batch_size: c.batch_size(),
+            batch_timeout: c.batch_timeout(),
+            generate_timeout: c.generate_timeout(),
+        }
+    }
+}
+
+pub(crate) const BATCHING_KEYS: &[Key<Batching>] = &[
+    key!(batch_size: Count(1), Dflt::Value, ">= 1; a full batch flushes at once", in Batching),
+    key!(
+        batch_timeout: Dur { zero: false },
+        Dflt::Value,
+        "> 0; a partial batch flushes when its oldest request waited this long",
+        in Batching
+    ),
+    key!(
+        generate_timeout: Opt(Dur { zero: false }),
+        Dflt::Text("none for `sim`; `\"10m\"` for a real engine"),
+        "> 0; a longer generate fails its batch, and while it stays stuck, queued requests fail after waiting as long",
+        in Batching
+    ),
+];
+
+pub(crate) const WORKLOAD_TAG: Key<Tag> = key!(source: OneOf(&["synthetic", "file"]), Dflt::Value, "", Tag(source));
+
+const IGNORE_EOS: Key<WorkloadPlan> = key!(
+    ignore_eos: Bool,
+    Dflt::Value,
+    "",
+    WorkloadPlan::Synthetic { ignore_eos, .. } | WorkloadPlan::File { ignore_eos, .. }
+);
+const TEMPERATURE: Key<WorkloadPlan> = key!(
+    temperature: Float32(Low::AtLeast(0.0), f32::MAX as f64),
+    Dflt::Value,
+    "",
+    WorkloadPlan::Synthetic { temperature, .. } | WorkloadPlan::File { temperature, .. }
+);
+
+/// `[workload]`, by `source`.
+pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
+    Variant {
+        name: "synthetic",
+        is: |s| matches!(s, WorkloadPlan::Synthetic { .. }),
+        keys: &[
+            key!(prompt_tokens: Dist, Dflt::Value, "synthetic only", in WorkloadPlan::Synthetic),
+            key!(output_tokens: Dist, Dflt::Value, "synthetic only", in WorkloadPlan::Synthetic),
+            key!(seed: U64(0), Dflt::Text("derived (stream 3)"), "synthetic only", in WorkloadPlan::Synthetic),
+            key!(
+                unique_prefix: Bool,
+                Dflt::Value,
+                "synthetic only; defeats prefix caching",
+                in WorkloadPlan::Synthetic
+            ),
+            key!(vocab_size: U32(2), Dflt::Value, "synthetic only", in WorkloadPlan::Synthetic),
+            IGNORE_EOS,
+            TEMPERATURE,
+        ],
+        default: |master_seed| WorkloadPlan::Synthetic {
+            prompt_tokens: TokenDist::Fixed { value: 128 },
+            output_tokens: TokenDist::Fixed { value: 64 },
+            seed: super::derive_seed(master_seed, super::seed_stream::WORKLOAD),
+            unique_prefix: true,
+            vocab_size: 32000,
+            ignore_eos: true,
+            temperature: 0.0,
+        },
+    },
+    Variant {
+        name: "file",
+        is: |s| matches!(s, WorkloadPlan::File { .. }),
+        keys: &[
+            key!(
+                path: ExistingFile,
+                Dflt::Required("\"prompts.jsonl\""),
+                "JSONL, relative to the scenario file; must exist",
+                in WorkloadPlan::File
+            ),
+            key!(
+                default_max_tokens: U32(1),
+                Dflt::Value,
+                "file only; for lines without `max_tokens`",
+                in WorkloadPlan::File
+            ),
+            IGNORE_EOS,
+            TEMPERATURE,
+        ],
+        default: |_| WorkloadPlan::File {
+            path: PathBuf::new(),
+            default_max_tokens: 64,
+            ignore_eos: true,
+            temperature: 0.0,
+        },
+    },
+];
+
+pub(crate) const PROFILE_TAG: Key<Tag> = key!(kind: OneOf(PROFILE_KINDS), Dflt::Value, "", Tag(kind));
+pub(crate) const PROFILE_KINDS: &[&str] = &["synchronous", "concurrent", "throughput", "constant", "poisson", "sweep"];
+
+/// `[profile]`, by `kind` (in [`PROFILE_KINDS`] order).
+pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
+    Variant {
+        name: "synchronous",
+        is: |s| matches!(s, ProfilePlan::Synchronous),
+        keys: &[],
+        default: |_| ProfilePlan::Synchronous,
+    },
+    Variant {
+        name: "concurrent",
+        is: |s| matches!(s, ProfilePlan::Concurrent { .. }),
+        keys: &[key!(levels: List(U32(1)), Dflt::Required("[1, 4, 16]"), "", in ProfilePlan::Concurrent)],
+        default: |_| ProfilePlan::Concurrent { levels: Vec::new() },
+    },
+    Variant {
+        name: "throughput",
+        is: |s| matches!(s, ProfilePlan::Throughput { .. }),
+        keys: &[key!(max_concurrency: U32(1), Dflt::Value, "", in ProfilePlan::Throughput)],
+        default: |_| ProfilePlan::Throughput { max_concurrency: 256 },
+    },
+    Variant {
+        name: "constant",
+        is: |s| matches!(s, ProfilePlan::Constant { .. }),
+        keys: &[
+            key!(
+                rates: List(Float(Low::Above(0.0), f64::INFINITY)),
+                Dflt::Required("[10.0, 20.0]"),
+                "",
+                in ProfilePlan::Constant
+            ),
+            key!(max_concurrency: Opt(U32(1)), Dflt::Value, "", in ProfilePlan::Constant),
+        ],
+        default: |_| ProfilePlan::Constant { rates: Vec::new(), max_concurrency: None },
+    },
+    Variant {
+        name: "poisson",
+        is: |s| matches!(s, ProfilePlan::Poisson { .. }),
+        keys: &[
+            key!(rate: Float(Low::Above(0.0), f64::INFINITY), Dflt::Required("50.0"), "", in ProfilePlan::Poisson),
+            key!(seed: U64(0), Dflt::Text("derived, stream 4"), "", in ProfilePlan::Poisson),
+            key!(max_concurrency: Opt(U32(1)), Dflt::Value, "", in ProfilePlan::Poisson),
+        ],
+        default: |master_seed| ProfilePlan::Poisson {
+            rate: 1.0,
+            seed: super::derive_seed(master_seed, super::seed_stream::POISSON),
+            max_concurrency: None,
+        },
+    },
+    Variant {
+        name: "sweep",
+        is: |s| matches!(s, ProfilePlan::Sweep { .. }),
+        keys: &[
+            key!(rates: SweepRates, Dflt::Value, "", in ProfilePlan::Sweep),
+            key!(max_concurrency: U32(1), Dflt::Value, "", in ProfilePlan::Sweep),
+        ],
+        default: |_| ProfilePlan::Sweep { rates: 5, max_concurrency: 256 },
+    },
+];
+
+pub(crate) const STOP_KEYS: &[Key<StopPlan>] = &[
+    key!(
+        max_requests: Opt(U64(1)),
+        Dflt::Text("1000 if neither `max_requests` nor `max_duration` is set"),
+        "",
+        in StopPlan
+    ),
+    key!(max_duration: Opt(Dur { zero: false }), Dflt::Value, "", in StopPlan),
+    key!(max_errors: Opt(U64(0)), Dflt::Value, "", in StopPlan),
+    key!(max_error_rate: Opt(Float(Low::AtLeast(0.0), 1.0)), Dflt::Value, "", in StopPlan),
+];
+
+/// `[warmup]` or `[cooldown]` as written: exactly one of the two must be set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Phase {
+    pub requests: Option<u64>,
+    pub duration: Option<Duration>,
+}
+
+impl Phase {
+    pub fn of(limit: &PhaseLimit) -> Self {
+        match limit {
+            PhaseLimit::Requests(n) => Phase { requests: Some(*n), duration: None },
+            PhaseLimit::Duration(d) => Phase { requests: None, duration: Some(*d) },
+        }
+    }
+}
+
+pub(crate) const PHASE_KEYS: &[Key<Phase>] = &[
+    key!(requests: Opt(U64(1)), Dflt::Value, "requests run before (after) the measured ones", in Phase),
+    key!(duration: Opt(Dur { zero: false }), Dflt::Value, "how long to run them instead", in Phase),
+];
+
+pub(crate) const OUTPUT_KEYS: &[Key<OutputPlan>] = &[
+    key!(dir: Opt(PathAsIs), Dflt::Value, "relative to the current directory", in OutputPlan),
+    key!(requests_jsonl: Bool, Dflt::Value, "also write one line per request", in OutputPlan),
+];

@@ -1018,11 +1018,14 @@ impl Phase {
 }
 
 pub(crate) const PHASE_KEYS: &[Key<Phase>] = &[
-    key!(requests: Opt(U64(1)), Dflt::Value, "requests run before (after) the measured ones", in Phase),
-    key!(duration: Opt(Dur { zero: false }), Dflt::Value, "how long to run them instead", in Phase),
+    key!(requests: Opt(U64(1)), Dflt::Value, "this many requests", in Phase),
+    key!(duration: Opt(Dur { zero: false }), Dflt::Value, "requests for this long", in Phase),
 ];
 
 pub(crate) const OUTPUT_KEYS: &[Key<OutputPlan>] = &[
     key!(dir: Opt(PathAsIs), Dflt::Value, "relative to the current directory", in OutputPlan),
     key!(requests_jsonl: Bool, Dflt::Value, "also write one line per request", in OutputPlan),
 ];
+
+#[cfg(test)]
+mod tests;

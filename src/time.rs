@@ -92,6 +92,29 @@ impl Clock for MonotonicClock {
     }
 }
 
+/// One wall-clock reading and one monotonic reading taken together, to convert between them.
+#[derive(Copy, Clone, Debug, PartialEq, serde::Serialize)]
+pub struct WallAnchor {
+    /// Seconds since the Unix epoch.
+    pub wall_secs: f64,
+    /// The same moment on our monotonic timeline.
+    pub mono: Timestamp,
+}
+
+impl WallAnchor {
+    /// Virtual time's fixed anchor: [`VirtualClock::ORIGIN`] stands for 2026-01-01T00:00:00Z, so
+    /// virtual runs have a fixed wall clock and byte-identical reports.
+    pub const VIRTUAL: WallAnchor = WallAnchor { wall_secs: 1_767_225_600.0, mono: VirtualClock::ORIGIN };
+
+    /// The wall clock and [`MonotonicClock`] read now.
+    pub fn now() -> WallAnchor {
+        let mono = MonotonicClock::read();
+        let wall_secs =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+        WallAnchor { wall_secs, mono }
+    }
+}
+
 /// Virtual time: `sleep` advances it at once. Clones share the same time.
 #[derive(Clone, Debug)]
 pub struct VirtualClock(Arc<AtomicU64>);

@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
+use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, VirtualTimeEngine};
 use crate::rng::SplitMix64;
-use crate::time::Clock;
+use crate::time::{Clock, VirtualClock};
 
 /// When a batch fault fires: on every `every`-th generate call (1-based), and/or with
 /// `probability`.
@@ -329,6 +329,14 @@ impl<E: Engine> FaultyEngine<E> {
                 process::kill_later(target, KILL_DELAY);
             }
         }
+    }
+}
+
+/// On a virtual clock, the wrapper's delays and the engine's costs both advance it.
+impl<E: VirtualTimeEngine> VirtualTimeEngine for FaultyEngine<E> {
+    fn use_virtual_clock(&mut self, clock: VirtualClock) {
+        self.clock = Arc::new(clock.clone());
+        self.inner.use_virtual_clock(clock);
     }
 }
 

@@ -12,6 +12,10 @@ pub mod sim;
 
 use serde::Serialize;
 
+use crate::time::VirtualClock;
+#[cfg(doc)]
+use crate::time::WallAnchor;
+
 /// Our id for a request; unique within one batcher.
 pub type RequestId = u64;
 
@@ -166,6 +170,9 @@ pub enum EngineError {
     /// everything in flight and queued, and rejects all later work.
     #[error("engine died: {0}")]
     Died(EngineDeath),
+    /// The engine cannot be built here (e.g. a feature this binary was built without).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// A blocking inference engine, driven from one dedicated thread.
@@ -180,6 +187,56 @@ pub trait Engine: Send {
     /// The clock of the `*_ts` fields in [`EngineStats`].
     fn clock_domain(&self) -> ClockDomain {
         ClockDomain::Monotonic
+    }
+}
+
+/// An engine that can also run in virtual time: it lets time pass by advancing a
+/// [`VirtualClock`] instead of sleeping, so a run is deterministic and takes no wall time.
+pub trait VirtualTimeEngine: Engine {
+    /// Puts the engine on `clock`; called once, before `start`. From then on every cost advances
+    /// `clock`, and wall-clock times the engine reports derive from [`WallAnchor::VIRTUAL`].
+    fn use_virtual_clock(&mut self, clock: VirtualClock);
+}
+
+impl<E: VirtualTimeEngine + ?Sized> VirtualTimeEngine for Box<E> {
+    fn use_virtual_clock(&mut self, clock: VirtualClock) {
+        (**self).use_virtual_clock(clock)
+    }
+}
+
+/// An engine and the time it runs in: what `batchlab::run::run_with` takes. Any engine converts
+/// into real time with `From`.
+pub enum TimedEngine {
+    /// Real time, on the threaded batcher: any engine.
+    RealTime(Box<dyn Engine>),
+    /// Virtual time, on one thread, deterministic: an engine that can pass time by hand.
+    VirtualTime(Box<dyn VirtualTimeEngine>),
+}
+
+impl TimedEngine {
+    /// `engine` in real time.
+    pub fn real_time(engine: impl Engine + 'static) -> Self {
+        TimedEngine::RealTime(Box::new(engine))
+    }
+
+    /// `engine` in virtual time.
+    pub fn virtual_time(engine: impl VirtualTimeEngine + 'static) -> Self {
+        TimedEngine::VirtualTime(Box::new(engine))
+    }
+}
+
+impl<E: Engine + 'static> From<E> for TimedEngine {
+    fn from(engine: E) -> Self {
+        TimedEngine::real_time(engine)
+    }
+}
+
+impl std::fmt::Debug for TimedEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimedEngine::RealTime(_) => "TimedEngine::RealTime(..)",
+            TimedEngine::VirtualTime(_) => "TimedEngine::VirtualTime(..)",
+        })
     }
 }
 

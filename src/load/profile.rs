@@ -7,7 +7,24 @@
 
 use serde::Serialize;
 
-use crate::scenario::plan::ProfilePlan;
+/// How requests are offered. Each variant expands into one or more benchmarks.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ProfilePlan {
+    /// One request at a time.
+    Synchronous,
+    /// One benchmark per level, each keeping exactly that many requests in flight.
+    Concurrent { levels: Vec<u32> },
+    /// As fast as possible, with at most `max_concurrency` in flight.
+    Throughput { max_concurrency: u32 },
+    /// One benchmark per rate (requests/s), evenly spaced arrivals.
+    Constant { rates: Vec<f64>, max_concurrency: Option<u32> },
+    /// Poisson arrivals at `rate` requests/s.
+    Poisson { rate: f64, seed: u64, max_concurrency: Option<u32> },
+    /// Synchronous, then throughput, then `rates` constant rates evenly spaced between the two
+    /// measured request rates.
+    Sweep { rates: u32, max_concurrency: u32 },
+}
 
 /// How one benchmark offers requests. See [`crate::load::Scheduler`] for the exact semantics.
 // Externally tagged: serde cannot put a `kind` tag inside `Concurrent`'s bare integer.

@@ -23,13 +23,45 @@
 //! Prompt token counts are known only for token prompts ([`Prompt::token_len`]); for text prompts
 //! they are `None` until the engine reports them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
 
 use super::error::LoadError;
 use super::jsonl::{PromptLine, parse_jsonl};
 use crate::engine::{EngineRequest, Prompt, RequestId};
 use crate::rng::SplitMix64;
-use crate::scenario::plan::{TokenDist, WorkloadPlan};
+
+/// A distribution of token counts.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "dist", rename_all = "snake_case")]
+pub enum TokenDist {
+    Fixed { value: u32 },
+    Uniform { min: u32, max: u32 },
+    Normal { mean: f64, stdev: f64, min: u32, max: u32 },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "source", rename_all = "snake_case")]
+pub enum WorkloadPlan {
+    Synthetic {
+        prompt_tokens: TokenDist,
+        output_tokens: TokenDist,
+        seed: u64,
+        /// Each prompt starts with tokens unique to it, so prefix caching cannot flatter results.
+        unique_prefix: bool,
+        vocab_size: u32,
+        ignore_eos: bool,
+        temperature: f32,
+    },
+    File {
+        path: PathBuf,
+        /// For lines without `max_tokens`.
+        default_max_tokens: u32,
+        ignore_eos: bool,
+        temperature: f32,
+    },
+}
 
 /// Sub-streams of one request's random stream.
 const STREAM_PROMPT_LEN: u64 = 1;

@@ -20,14 +20,7 @@ use serde::Serialize;
 
 use crate::batcher::RequestTimes;
 use crate::engine::{ClockDomain, EngineOutput, EngineStats};
-use crate::time::Timestamp;
-
-/// One wall-clock reading and one monotonic reading taken together, to convert between them.
-#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
-pub struct WallAnchor {
-    pub wall_secs: f64,
-    pub mono: Timestamp,
-}
+use crate::time::{Timestamp, WallAnchor};
 
 /// Inconsistencies found in one request's stats. Counted in reports, never a crash.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]

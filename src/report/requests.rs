@@ -14,28 +14,20 @@ use super::ReportError;
 use crate::batcher::RequestTimes;
 use crate::engine::RequestId;
 use crate::metrics::RequestMetrics;
+pub use crate::run::Phase;
 use crate::time::Timestamp;
 
 pub const REQUESTS_FILE: &str = "requests.jsonl";
 
-/// Which part of a benchmark a request belonged to. Only `measure` counts in the metrics.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    Warmup,
-    Measure,
-    Cooldown,
-}
-
 /// How a request ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum RequestOutcome<'a> {
+pub enum RequestOutcome {
     Completed,
     /// `kind` is [`crate::batcher::RequestError::kind`].
     Error {
         #[serde(rename = "error_kind")]
-        kind: &'a str,
+        kind: &'static str,
     },
     Cancelled,
     /// Still running when its benchmark ended.
@@ -44,12 +36,12 @@ pub enum RequestOutcome<'a> {
 
 /// One line of `requests.jsonl`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct RequestRecord<'a> {
+pub struct RequestRecord {
     pub id: RequestId,
-    pub benchmark: &'a str,
+    pub benchmark: String,
     pub phase: Phase,
     #[serde(flatten)]
-    pub outcome: RequestOutcome<'a>,
+    pub outcome: RequestOutcome,
     pub submitted_ns: Option<Timestamp>,
     pub dispatched_ns: Option<Timestamp>,
     /// When it completed, failed or was cancelled.
@@ -98,17 +90,17 @@ impl From<&RequestMetrics> for MetricsMs {
     }
 }
 
-impl<'a> RequestRecord<'a> {
+impl RequestRecord {
     pub fn completed(
         id: RequestId,
-        benchmark: &'a str,
+        benchmark: &str,
         phase: Phase,
         times: &RequestTimes,
         metrics: &RequestMetrics,
     ) -> Self {
         RequestRecord {
             id,
-            benchmark,
+            benchmark: benchmark.to_owned(),
             phase,
             outcome: RequestOutcome::Completed,
             submitted_ns: Some(times.submitted),
@@ -121,15 +113,15 @@ impl<'a> RequestRecord<'a> {
     /// A request without metrics (error, cancelled, incomplete); unknown times are `None`.
     pub fn unfinished(
         id: RequestId,
-        benchmark: &'a str,
+        benchmark: &str,
         phase: Phase,
-        outcome: RequestOutcome<'a>,
+        outcome: RequestOutcome,
         submitted: Option<Timestamp>,
         finished: Option<Timestamp>,
     ) -> Self {
         RequestRecord {
             id,
-            benchmark,
+            benchmark: benchmark.to_owned(),
             phase,
             outcome,
             submitted_ns: submitted,
@@ -164,7 +156,7 @@ impl<W: Write> RequestsJsonl<W> {
         RequestsJsonl { out, path, lines: 0 }
     }
 
-    pub fn write(&mut self, record: &RequestRecord<'_>) -> Result<(), ReportError> {
+    pub fn write(&mut self, record: &RequestRecord) -> Result<(), ReportError> {
         serde_json::to_writer(&mut self.out, record).map_err(|source| ReportError::Serialize {
             what: "a request record",
             path: self.path.clone(),

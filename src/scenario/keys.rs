@@ -23,7 +23,7 @@ use super::units::format_duration;
 use crate::engine::ClockDomain;
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
-use crate::engine::sim::{CostModel, TimeMode};
+use crate::engine::sim::{CostModel, SimConfig, TimeMode};
 
 /// What may stand below a key: nothing (a plain value), anything (a free-form table), or fixed keys.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -688,14 +688,14 @@ pub(crate) const ENGINE_KEYS: &[Key<Tag>] = &[key!(
 )];
 
 /// `[engine.sim]`'s keys besides the cost model's ([`COST_KEYS`]).
-pub(crate) const SIM_KEYS: &[Key<SimPlan>] = &[
+pub(crate) const SIM_KEYS: &[Key<SimConfig>] = &[
     key!(
         time: Choice(&[("virtual", TimeMode::Virtual), ("real", TimeMode::Real)]),
         Dflt::Value,
         "virtual only advances a clock: fast, reproducible",
-        in SimPlan
+        in SimConfig
     ),
-    key!(seed: U64(0), Dflt::Text("derived (stream 1)"), ">= 0", in SimPlan),
+    key!(seed: U64(0), Dflt::Text("derived (stream 1)"), ">= 0", in SimConfig),
 ];
 
 /// `[engine.sim]`'s cost model.
@@ -714,9 +714,9 @@ pub(crate) const COST_KEYS: &[Key<CostModel>] = &[
 ];
 
 /// `[engine.sim]` before any key is read.
-pub(crate) fn sim_default(master_seed: u64) -> SimPlan {
+pub(crate) fn sim_default(master_seed: u64) -> SimConfig {
     let seed = super::derive_seed(master_seed, super::seed_stream::SIM);
-    SimPlan { time: TimeMode::Virtual, seed, cost: CostModel::default() }
+    SimConfig { time: TimeMode::Virtual, seed, cost: CostModel::default() }
 }
 
 pub(crate) const VLLM_KEYS: &[Key<VllmConfig>] = &[

@@ -10,9 +10,11 @@ use serde::Serialize;
 
 use crate::batcher::BatchConfig;
 use crate::engine::faults::Faults;
-use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
-use crate::engine::sim::{CostModel, TimeMode};
+use crate::engine::python::{PythonConfig, PythonEngine};
+use crate::engine::sim::{SimConfig, SimEngine};
+use crate::engine::{EngineError, TimedEngine};
+pub use crate::load::{ProfilePlan, TokenDist, WorkloadPlan};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {
@@ -36,66 +38,36 @@ pub struct Plan {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EnginePlan {
-    Sim(SimPlan),
+    Sim(SimConfig),
     Vllm(VllmConfig),
     Python(PythonConfig),
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct SimPlan {
-    pub time: TimeMode,
-    pub seed: u64,
-    pub cost: CostModel,
-}
+impl EnginePlan {
+    /// Builds the engine this plan names, in the time it names: the simulator in virtual or real
+    /// time, Python engines (vLLM included) in real time. Fails for a Python engine in a build
+    /// without the `vllm` feature.
+    pub fn build(&self) -> Result<TimedEngine, EngineError> {
+        match self {
+            EnginePlan::Sim(config) => Ok(SimEngine::timed(config.clone())),
+            EnginePlan::Vllm(_) | EnginePlan::Python(_) if !cfg!(feature = "vllm") => Err(EngineError::Unsupported(
+                "this batchlab was built without Python engines (vLLM and `engine.kind = \"python\"`): \
+                 rebuild with `--features vllm` (see docs/vllm.md)"
+                    .into(),
+            )),
+            EnginePlan::Vllm(v) => Ok(TimedEngine::real_time(v.engine())),
+            EnginePlan::Python(p) => Ok(TimedEngine::real_time(PythonEngine::new(p.clone()))),
+        }
+    }
 
-/// A distribution of token counts.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "dist", rename_all = "snake_case")]
-pub enum TokenDist {
-    Fixed { value: u32 },
-    Uniform { min: u32, max: u32 },
-    Normal { mean: f64, stdev: f64, min: u32, max: u32 },
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "source", rename_all = "snake_case")]
-pub enum WorkloadPlan {
-    Synthetic {
-        prompt_tokens: TokenDist,
-        output_tokens: TokenDist,
-        seed: u64,
-        /// Each prompt starts with tokens unique to it, so prefix caching cannot flatter results.
-        unique_prefix: bool,
-        vocab_size: u32,
-        ignore_eos: bool,
-        temperature: f32,
-    },
-    File {
-        path: PathBuf,
-        /// For lines without `max_tokens`.
-        default_max_tokens: u32,
-        ignore_eos: bool,
-        temperature: f32,
-    },
-}
-
-/// How requests are offered. Each variant expands into one or more benchmarks.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ProfilePlan {
-    /// One request at a time.
-    Synchronous,
-    /// One benchmark per level, each keeping exactly that many requests in flight.
-    Concurrent { levels: Vec<u32> },
-    /// As fast as possible, with at most `max_concurrency` in flight.
-    Throughput { max_concurrency: u32 },
-    /// One benchmark per rate (requests/s), evenly spaced arrivals.
-    Constant { rates: Vec<f64>, max_concurrency: Option<u32> },
-    /// Poisson arrivals at `rate` requests/s.
-    Poisson { rate: f64, seed: u64, max_concurrency: Option<u32> },
-    /// Synchronous, then throughput, then `rates` constant rates evenly spaced between the two
-    /// measured request rates.
-    Sweep { rates: u32, max_concurrency: u32 },
+    /// The engine's seed, where the plan gives it one.
+    pub fn seed(&self) -> Option<u64> {
+        match self {
+            EnginePlan::Sim(sim) => Some(sim.seed),
+            EnginePlan::Vllm(v) => Some(v.seed),
+            EnginePlan::Python(_) => None,
+        }
+    }
 }
 
 /// Per-benchmark stop conditions; the first one met ends the benchmark.

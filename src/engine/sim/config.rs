@@ -56,9 +56,11 @@ pub enum TimeMode {
     Virtual,
 }
 
-/// Everything the simulated engine needs.
+/// Everything the simulated engine needs: a scenario's `[engine.sim]` table.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct SimConfig {
+    /// The time [`super::SimEngine::timed`] runs the engine in.
+    pub time: TimeMode,
     pub seed: u64,
     pub cost: CostModel,
 }

@@ -306,11 +306,16 @@ fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
     plan
 }
 
-fn lower_stop(cx: &mut Cx, top: Tbl) -> StopPlan {
-    let mut stop = StopPlan::default();
-    if let Some(t) = section(cx, top, "stop") {
-        keys::read(cx, t, keys::STOP_KEYS, &mut stop);
+/// A section with no rules between its keys: `s` with every key `[name]` has read into it.
+fn simple_section<S>(cx: &mut Cx, top: Tbl, name: &'static str, keys: &[keys::Key<S>], mut s: S) -> S {
+    if let Some(t) = section(cx, top, name) {
+        keys::read(cx, t, keys, &mut s);
     }
+    s
+}
+
+fn lower_stop(cx: &mut Cx, top: Tbl) -> StopPlan {
+    let mut stop = simple_section(cx, top, "stop", keys::STOP_KEYS, StopPlan::default());
     // Only fill in the default when neither was written (a bad value already has its problem).
     let written = |key| cx_has(top, "stop", key);
     if stop.max_requests.is_none()
@@ -383,9 +388,5 @@ fn lower_expect(cx: &mut Cx, top: Tbl) -> Vec<Expectation> {
 }
 
 fn lower_output(cx: &mut Cx, top: Tbl) -> OutputPlan {
-    let mut output = OutputPlan::default();
-    if let Some(t) = section(cx, top, "output") {
-        keys::read(cx, t, keys::OUTPUT_KEYS, &mut output);
-    }
-    output
+    simple_section(cx, top, "output", keys::OUTPUT_KEYS, OutputPlan::default())
 }

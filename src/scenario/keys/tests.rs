@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::batcher::BatchConfig;
+use toml_edit::Value;
 
 /// The text under the heading that starts with `heading`, up to the next heading.
 fn docs_section(heading: &str) -> String {

@@ -236,6 +236,12 @@ impl ScenarioBuilder {
         self.set("output.requests_jsonl", yes)
     }
 
+    /// The key paths set so far, in order.
+    #[cfg(test)]
+    pub(super) fn paths(&self) -> Vec<&str> {
+        self.sets.iter().map(|(key, _)| key.as_str()).collect()
+    }
+
     /// Validates and returns the plan; the default name is "builder".
     pub fn build(self) -> Result<Plan, ScenarioError> {
         let sets = self.sets.iter().map(|(k, v)| format!("{k}={v}")).collect();

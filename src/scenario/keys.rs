@@ -120,6 +120,19 @@ pub(crate) struct Variant<S: 'static> {
     pub is: fn(&S) -> bool,
 }
 
+/// A tag naming one of `variants`.
+pub(crate) struct TagOf<S: 'static>(pub &'static [Variant<S>]);
+impl<S> Codec for TagOf<S> {
+    type Value = &'static str;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<&'static str> {
+        let names: Vec<&'static str> = self.0.iter().map(|v| v.name).collect();
+        cx.choice_of(field, &names)
+    }
+    fn print(&self, v: &&'static str) -> Option<Item> {
+        Some(value(*v))
+    }
+}
+
 /// The variant named `name` (the tag was read as one of the names, so it exists).
 pub(crate) fn variant<S>(variants: &'static [Variant<S>], name: &str) -> &'static Variant<S> {
     variants.iter().find(|v| v.name == name).unwrap_or(&variants[0])
@@ -341,7 +354,7 @@ pub(crate) const BATCHING_KEYS: &[Key<Batching>] = &[
     ),
 ];
 
-pub(crate) const WORKLOAD_TAG: Key<Tag> = key!(source: OneOf(&["synthetic", "file"]), Dflt::Value, "", Tag(source));
+pub(crate) const WORKLOAD_TAG: Key<Tag> = key!(source: TagOf(WORKLOAD_VARIANTS), Dflt::Value, "", Tag(source));
 
 const IGNORE_EOS: Key<WorkloadPlan> = key!(
     ignore_eos: Bool,
@@ -413,10 +426,9 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
     },
 ];
 
-pub(crate) const PROFILE_TAG: Key<Tag> = key!(kind: OneOf(PROFILE_KINDS), Dflt::Value, "", Tag(kind));
-pub(crate) const PROFILE_KINDS: &[&str] = &["synchronous", "concurrent", "throughput", "constant", "poisson", "sweep"];
+pub(crate) const PROFILE_TAG: Key<Tag> = key!(kind: TagOf(PROFILE_VARIANTS), Dflt::Value, "", Tag(kind));
 
-/// `[profile]`, by `kind` (in [`PROFILE_KINDS`] order).
+/// `[profile]`, by `kind`.
 pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
     Variant {
         name: "synchronous",

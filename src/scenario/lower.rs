@@ -264,6 +264,13 @@ fn choose_variant<S>(
     (variant, foreign)
 }
 
+/// `variant`'s plan with every key of `t` read into it.
+fn read_variant<S>(cx: &mut Cx, t: Tbl, variant: &Variant<S>, seed: u64) -> S {
+    let mut plan = (variant.default)(seed);
+    keys::read(cx, t, variant.keys, &mut plan);
+    plan
+}
+
 fn lower_workload(cx: &mut Cx, top: Tbl, seed: u64) -> WorkloadPlan {
     let variants = keys::WORKLOAD_VARIANTS;
     let Some(t) = section(cx, top, "workload") else {
@@ -280,16 +287,15 @@ fn lower_workload(cx: &mut Cx, top: Tbl, seed: u64) -> WorkloadPlan {
         let message = format!("missing `workload.{key}` (required with `workload.source = \"{}\"`)", variant.name);
         cx.report("workload", t.span(), message, Some(format!("add `{key} = {example}`")));
     }
-    let mut plan = (variant.default)(seed);
-    keys::read(cx, t, variant.keys, &mut plan);
-    plan
+    read_variant(cx, t, variant, seed)
 }
 
 fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
+    let default = keys::variant(keys::PROFILE_VARIANTS, "throughput");
     let Some(t) = section(cx, top, "profile") else {
-        return ProfilePlan::Throughput { max_concurrency: 256 };
+        return (default.default)(seed);
     };
-    let (variant, foreign) = choose_variant(cx, t, &keys::PROFILE_TAG, "throughput", keys::PROFILE_VARIANTS);
+    let (variant, foreign) = choose_variant(cx, t, &keys::PROFILE_TAG, default.name, keys::PROFILE_VARIANTS);
     let kind = variant.name;
     for (key, users) in foreign {
         if let Some(field) = cx.field(t, &key) {
@@ -301,9 +307,7 @@ fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
         let message = format!("missing `profile.{key}` (required with kind = \"{kind}\")");
         cx.report("profile", t.span(), message, Some(format!("add `{key} = {example}`")));
     }
-    let mut plan = (variant.default)(seed);
-    keys::read(cx, t, variant.keys, &mut plan);
-    plan
+    read_variant(cx, t, variant, seed)
 }
 
 /// A section with no rules between its keys: `s` with every key `[name]` has read into it.

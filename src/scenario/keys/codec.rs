@@ -1,7 +1,7 @@
 //! How each kind of value is read from and written to TOML: the codecs the key rows name.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use toml_edit::{Array, InlineTable, Item, Table, Value, value};
@@ -153,11 +153,17 @@ pub(crate) struct PathBeside;
 codec!(PathBeside => PathBuf, |_c, cx, field| path_beside(cx, field), |v| v.to_string_lossy().as_ref());
 
 fn path_beside(cx: &mut Cx, field: &Field) -> Option<PathBuf> {
+    resolved(cx, field, |dir, p| dir.join(p))
+}
+
+/// A written path: an absolute one as it is, a relative one through `resolve` (given the
+/// scenario's directory), made absolute.
+fn resolved(cx: &mut Cx, field: &Field, resolve: fn(&Path, PathBuf) -> PathBuf) -> Option<PathBuf> {
     let p = PathBuf::from(cx.string_of(field)?);
     if p.is_absolute() {
         return Some(p);
     }
-    let p = cx.base_dir.join(p);
+    let p = resolve(cx.base_dir, p);
     Some(std::path::absolute(&p).unwrap_or(p))
 }
 
@@ -167,21 +173,18 @@ pub(crate) struct ModelPath;
 codec!(ModelPath => PathBuf, |_c, cx, field| model_path(cx, field), |v| v.to_string_lossy().as_ref());
 
 fn model_path(cx: &mut Cx, field: &Field) -> Option<PathBuf> {
-    let model = PathBuf::from(cx.string_of(field)?);
-    if model.is_absolute() {
-        return Some(model);
-    }
-    let beside = cx.base_dir.join(&model);
-    let chosen = if beside.exists() {
-        beside
-    } else if let Some(home) = std::env::var_os("BATCHLAB_HOME") {
-        PathBuf::from(home).join(model)
-    } else if let Some(home) = std::env::var_os("HOME") {
-        PathBuf::from(home).join(".cache/batchlab").join(model)
-    } else {
-        beside
-    };
-    Some(std::path::absolute(&chosen).unwrap_or(chosen))
+    resolved(cx, field, |dir, model| {
+        let beside = dir.join(&model);
+        if beside.exists() {
+            beside
+        } else if let Some(home) = std::env::var_os("BATCHLAB_HOME") {
+            PathBuf::from(home).join(model)
+        } else if let Some(home) = std::env::var_os("HOME") {
+            PathBuf::from(home).join(".cache/batchlab").join(model)
+        } else {
+            beside
+        }
+    })
 }
 
 /// A file relative to the scenario's directory that must exist.
@@ -205,27 +208,35 @@ impl Codec for Json {
     type Value = serde_json::Map<String, serde_json::Value>;
     const SUB: Sub = Sub::Any;
     fn read(&self, cx: &mut Cx, field: &Field) -> Option<Self::Value> {
-        match field.node.table_like() {
-            Some(table) => Some(table_to_json(cx, &field.path, table)),
-            None => {
-                let message = format!("`{}`: expected a table, found {}", field.path, field.node.type_name());
-                cx.report_at(field, message, None);
-                None
-            }
-        }
+        table_like(cx, field).map(|table| table_to_json(cx, &field.path, table))
     }
     fn print(&self, map: &Self::Value) -> Option<Item> {
-        if map.is_empty() {
-            return None;
-        }
-        let mut table = Table::new();
-        for (k, j) in map {
-            if let Some(x) = json_to_value(j) {
-                table[k.as_str()] = value(x);
-            }
-        }
-        Some(Item::Table(table))
+        table_of(map, json_to_value)
     }
+}
+
+/// The table at `field`, or a type problem.
+fn table_like<'t>(cx: &mut Cx, field: &Field<'t>) -> Option<&'t dyn toml_edit::TableLike> {
+    let table = field.node.table_like();
+    if table.is_none() {
+        let message = format!("`{}`: expected a table, found {}", field.path, field.node.type_name());
+        cx.report_at(field, message, None);
+    }
+    table
+}
+
+/// Entries as a TOML table; an empty one is printed by leaving the key out.
+fn table_of<'a, V: 'a>(
+    entries: impl IntoIterator<Item = (&'a String, &'a V)>,
+    to_value: impl Fn(&V) -> Option<Value>,
+) -> Option<Item> {
+    let mut table = Table::new();
+    for (k, v) in entries {
+        if let Some(x) = to_value(v) {
+            table[k.as_str()] = value(x);
+        }
+    }
+    (!table.is_empty()).then_some(Item::Table(table))
 }
 
 /// A table of strings (environment variables); empty is printed by leaving it out.
@@ -234,11 +245,7 @@ impl Codec for StringTable {
     type Value = BTreeMap<String, String>;
     const SUB: Sub = Sub::Any;
     fn read(&self, cx: &mut Cx, field: &Field) -> Option<Self::Value> {
-        let Some(table) = field.node.table_like() else {
-            let message = format!("`{}`: expected a table, found {}", field.path, field.node.type_name());
-            cx.report_at(field, message, None);
-            return None;
-        };
+        let table = table_like(cx, field)?;
         let mut map = BTreeMap::new();
         for (key, item) in table.iter() {
             let entry = Field { path: join(&field.path, key), node: Node::Item(item), key_span: None };
@@ -249,14 +256,7 @@ impl Codec for StringTable {
         Some(map)
     }
     fn print(&self, map: &Self::Value) -> Option<Item> {
-        if map.is_empty() {
-            return None;
-        }
-        let mut table = Table::new();
-        for (k, v) in map {
-            table[k.as_str()] = value(v.as_str());
-        }
-        Some(Item::Table(table))
+        table_of(map, |v| Some(Value::from(v.as_str())))
     }
 }
 

@@ -33,7 +33,7 @@ pub(crate) enum Sub {
 
 /// A key's default as docs/scenarios.md states it.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Dflt {
+pub(crate) enum KeyDefault {
     /// The section's default value, printed (`"500us"`, `256`, `true`; `none` when unset).
     Value,
     /// Words, for a default that is not a value (`derived (stream 1)`, `vLLM's`).
@@ -48,7 +48,7 @@ pub(crate) struct Key<S: 'static> {
     /// The docs' notes on the key (the last column of its row in docs/scenarios.md, checked there).
     #[cfg_attr(not(test), allow(dead_code))]
     pub doc: &'static str,
-    pub default: Dflt,
+    pub default: KeyDefault,
     pub sub: Sub,
     /// Reads a present key into `S`; a bad value is reported and leaves `S` as it was.
     pub read: fn(&mut Cx, &Field, &mut S),
@@ -163,9 +163,9 @@ pub(crate) struct Head {
 }
 
 pub(crate) const HEAD_KEYS: &[Key<Head>] = &[
-    key!(name: NonBlank, Dflt::Text("the file stem"), "non-empty", in Head),
-    key!(description: Opt(Str), Dflt::Value, "", in Head),
-    key!(seed: U64(0), Dflt::Value, "master seed, see above", in Head),
+    key!(name: NonBlank, KeyDefault::Text("the file stem"), "non-empty", in Head),
+    key!(description: Opt(Str), KeyDefault::Value, "", in Head),
+    key!(seed: U64(0), KeyDefault::Value, "master seed, see above", in Head),
 ];
 
 /// The top level's sections, in the order the printer writes them.
@@ -181,7 +181,7 @@ pub(crate) const ENGINE_KINDS: &[&str] = &["sim", "vllm", "python"];
 
 pub(crate) const ENGINE_KEYS: &[Key<Tag>] = &[key!(
     kind: OneOf(ENGINE_KINDS),
-    Dflt::Value,
+    KeyDefault::Value,
     "`[engine.sim]` only with sim, `[engine.vllm]` only with vllm, `[engine.python]` only with python",
     Tag(kind)
 )];
@@ -190,23 +190,23 @@ pub(crate) const ENGINE_KEYS: &[Key<Tag>] = &[key!(
 pub(crate) const SIM_KEYS: &[Key<SimConfig>] = &[
     key!(
         time: Choice(&[("virtual", TimeMode::Virtual), ("real", TimeMode::Real)]),
-        Dflt::Value,
+        KeyDefault::Value,
         "virtual only advances a clock: fast, reproducible",
         in SimConfig
     ),
-    key!(seed: U64(0), Dflt::Text("derived (stream 1)"), ">= 0", in SimConfig),
+    key!(seed: U64(0), KeyDefault::Text("derived (stream 1)"), ">= 0", in SimConfig),
 ];
 
 /// `[engine.sim]`'s cost model.
 pub(crate) const COST_KEYS: &[Key<CostModel>] = &[
-    key!(fixed_overhead: Dur { zero: true }, Dflt::Value, ">= 0, per wave", in CostModel),
-    key!(prefill_per_token: Dur { zero: true }, Dflt::Value, ">= 0", in CostModel),
-    key!(decode_step: Dur { zero: true }, Dflt::Value, ">= 0, per generated token", in CostModel),
-    key!(decode_per_seq: Dur { zero: true }, Dflt::Value, ">= 0, per running sequence per step", in CostModel),
-    key!(max_num_seqs: Count(1), Dflt::Value, ">= 1, sequences per wave", in CostModel),
+    key!(fixed_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per wave", in CostModel),
+    key!(prefill_per_token: Dur { zero: true }, KeyDefault::Value, ">= 0", in CostModel),
+    key!(decode_step: Dur { zero: true }, KeyDefault::Value, ">= 0, per generated token", in CostModel),
+    key!(decode_per_seq: Dur { zero: true }, KeyDefault::Value, ">= 0, per running sequence per step", in CostModel),
+    key!(max_num_seqs: Count(1), KeyDefault::Value, ">= 1, sequences per wave", in CostModel),
     key!(
         eos_probability: Float(Low::AtLeast(0.0), 1.0),
-        Dflt::Value,
+        KeyDefault::Value,
         "0..=1, per token, for requests that do not ignore EOS",
         in CostModel
     ),
@@ -221,22 +221,22 @@ pub(crate) fn sim_default(master_seed: u64) -> SimConfig {
 pub(crate) const VLLM_KEYS: &[Key<VllmConfig>] = &[
     key!(
         model: ModelPath,
-        Dflt::Required("\"path/to/model\""),
+        KeyDefault::Required("\"path/to/model\""),
         "absolute, or relative: next to the scenario if it exists there, else under `$BATCHLAB_HOME` \
          (default `~/.cache/batchlab`); existence is checked by the engine",
         in VllmConfig
     ),
-    key!(dtype: Str, Dflt::Value, "", in VllmConfig),
-    key!(max_model_len: Opt(U32(1)), Dflt::Text("vLLM's"), "", in VllmConfig),
-    key!(max_num_seqs: Opt(U32(1)), Dflt::Text("vLLM's"), "", in VllmConfig),
-    key!(max_num_batched_tokens: Opt(U32(1)), Dflt::Text("vLLM's"), "", in VllmConfig),
-    key!(enforce_eager: Bool, Dflt::Value, "", in VllmConfig),
-    key!(seed: U64(0), Dflt::Text("derived (stream 2)"), "", in VllmConfig),
-    key!(kv_cache_gib: Float(Low::Above(0.0), f64::INFINITY), Dflt::Value, "", in VllmConfig),
-    key!(in_process: Bool, Dflt::Value, "", in VllmConfig),
-    key!(omp_num_threads: Opt(U32(1)), Dflt::Text("unset"), "", in VllmConfig),
-    key!(disable_log_stats: Bool, Dflt::Value, "", in VllmConfig),
-    key!(engine_args: Json, Dflt::Text("empty"), "passed unchanged to `vllm.EngineArgs`", in VllmConfig),
+    key!(dtype: Str, KeyDefault::Value, "", in VllmConfig),
+    key!(max_model_len: Opt(U32(1)), KeyDefault::Text("vLLM's"), "", in VllmConfig),
+    key!(max_num_seqs: Opt(U32(1)), KeyDefault::Text("vLLM's"), "", in VllmConfig),
+    key!(max_num_batched_tokens: Opt(U32(1)), KeyDefault::Text("vLLM's"), "", in VllmConfig),
+    key!(enforce_eager: Bool, KeyDefault::Value, "", in VllmConfig),
+    key!(seed: U64(0), KeyDefault::Text("derived (stream 2)"), "", in VllmConfig),
+    key!(kv_cache_gib: Float(Low::Above(0.0), f64::INFINITY), KeyDefault::Value, "", in VllmConfig),
+    key!(in_process: Bool, KeyDefault::Value, "", in VllmConfig),
+    key!(omp_num_threads: Opt(U32(1)), KeyDefault::Text("unset"), "", in VllmConfig),
+    key!(disable_log_stats: Bool, KeyDefault::Value, "", in VllmConfig),
+    key!(engine_args: Json, KeyDefault::Text("empty"), "passed unchanged to `vllm.EngineArgs`", in VllmConfig),
 ];
 
 /// `[engine.vllm]` before any key is read.
@@ -264,7 +264,7 @@ pub(crate) const PYTHON_KEYS: &[Key<PythonConfig>] = &[
     Key {
         name: "class",
         doc: "the protocol class; `batchlab_engines.*` are built into batchlab",
-        default: Dflt::Required("\"module:Class\""),
+        default: KeyDefault::Required("\"module:Class\""),
         sub: Sub::Value,
         read: |cx, field, p| {
             let Some(spec) = cx.string_of(field) else { return };
@@ -280,31 +280,31 @@ pub(crate) const PYTHON_KEYS: &[Key<PythonConfig>] = &[
     },
     key!(
         path: Opt(PathBeside),
-        Dflt::Value,
+        KeyDefault::Value,
         "a directory put first on `sys.path`; relative to the scenario's directory",
         in PythonConfig
     ),
     key!(
         venv: Opt(PathBeside),
-        Dflt::Text("`$BATCHLAB_HOME/venv`"),
+        KeyDefault::Text("`$BATCHLAB_HOME/venv`"),
         "the venv whose interpreter runs the engine; relative to the scenario's directory",
         in PythonConfig
     ),
     key!(
         clock: Choice(&[("monotonic", ClockDomain::Monotonic), ("foreign", ClockDomain::Foreign)]),
-        Dflt::Value,
+        KeyDefault::Value,
         "the clock of the engine's `*_ts` timestamps; `start()`'s info must agree",
         in PythonConfig
     ),
     key!(
         args: Json,
-        Dflt::Text("empty"),
+        KeyDefault::Text("empty"),
         "keyword arguments for the class's constructor, passed unchanged",
         in PythonConfig
     ),
     key!(
         env: StringTable,
-        Dflt::Text("empty"),
+        KeyDefault::Text("empty"),
         "environment variables set before Python starts (the environment's own value wins)",
         in PythonConfig
     ),
@@ -339,32 +339,32 @@ impl Batching {
 }
 
 pub(crate) const BATCHING_KEYS: &[Key<Batching>] = &[
-    key!(batch_size: Count(1), Dflt::Value, ">= 1; a full batch flushes at once", in Batching),
+    key!(batch_size: Count(1), KeyDefault::Value, ">= 1; a full batch flushes at once", in Batching),
     key!(
         batch_timeout: Dur { zero: false },
-        Dflt::Value,
+        KeyDefault::Value,
         "> 0; a partial batch flushes when its oldest request waited this long",
         in Batching
     ),
     key!(
         generate_timeout: Opt(Dur { zero: false }),
-        Dflt::Text("none for `sim`; `\"10m\"` for a real engine"),
+        KeyDefault::Text("none for `sim`; `\"10m\"` for a real engine"),
         "> 0; a longer generate fails its batch, and while it stays stuck, queued requests fail after waiting as long",
         in Batching
     ),
 ];
 
-pub(crate) const WORKLOAD_TAG: Key<Tag> = key!(source: TagOf(WORKLOAD_VARIANTS), Dflt::Value, "", Tag(source));
+pub(crate) const WORKLOAD_TAG: Key<Tag> = key!(source: TagOf(WORKLOAD_VARIANTS), KeyDefault::Value, "", Tag(source));
 
 const IGNORE_EOS: Key<WorkloadPlan> = key!(
     ignore_eos: Bool,
-    Dflt::Value,
+    KeyDefault::Value,
     "",
     WorkloadPlan::Synthetic { ignore_eos, .. } | WorkloadPlan::File { ignore_eos, .. }
 );
 const TEMPERATURE: Key<WorkloadPlan> = key!(
     temperature: Float32(Low::AtLeast(0.0), f32::MAX as f64),
-    Dflt::Value,
+    KeyDefault::Value,
     "",
     WorkloadPlan::Synthetic { temperature, .. } | WorkloadPlan::File { temperature, .. }
 );
@@ -375,16 +375,16 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
         name: "synthetic",
         is: |s| matches!(s, WorkloadPlan::Synthetic { .. }),
         keys: &[
-            key!(prompt_tokens: Dist, Dflt::Value, "synthetic only", in WorkloadPlan::Synthetic),
-            key!(output_tokens: Dist, Dflt::Value, "synthetic only", in WorkloadPlan::Synthetic),
-            key!(seed: U64(0), Dflt::Text("derived (stream 3)"), "synthetic only", in WorkloadPlan::Synthetic),
+            key!(prompt_tokens: Dist, KeyDefault::Value, "synthetic only", in WorkloadPlan::Synthetic),
+            key!(output_tokens: Dist, KeyDefault::Value, "synthetic only", in WorkloadPlan::Synthetic),
+            key!(seed: U64(0), KeyDefault::Text("derived (stream 3)"), "synthetic only", in WorkloadPlan::Synthetic),
             key!(
                 unique_prefix: Bool,
-                Dflt::Value,
+                KeyDefault::Value,
                 "synthetic only; defeats prefix caching",
                 in WorkloadPlan::Synthetic
             ),
-            key!(vocab_size: U32(2), Dflt::Value, "synthetic only", in WorkloadPlan::Synthetic),
+            key!(vocab_size: U32(2), KeyDefault::Value, "synthetic only", in WorkloadPlan::Synthetic),
             IGNORE_EOS,
             TEMPERATURE,
         ],
@@ -404,13 +404,13 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
         keys: &[
             key!(
                 path: ExistingFile,
-                Dflt::Required("\"prompts.jsonl\""),
+                KeyDefault::Required("\"prompts.jsonl\""),
                 "JSONL, relative to the scenario file; must exist",
                 in WorkloadPlan::File
             ),
             key!(
                 default_max_tokens: U32(1),
-                Dflt::Value,
+                KeyDefault::Value,
                 "file only; for lines without `max_tokens`",
                 in WorkloadPlan::File
             ),
@@ -426,7 +426,7 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
     },
 ];
 
-pub(crate) const PROFILE_TAG: Key<Tag> = key!(kind: TagOf(PROFILE_VARIANTS), Dflt::Value, "", Tag(kind));
+pub(crate) const PROFILE_TAG: Key<Tag> = key!(kind: TagOf(PROFILE_VARIANTS), KeyDefault::Value, "", Tag(kind));
 
 /// `[profile]`, by `kind`.
 pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
@@ -439,13 +439,13 @@ pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
     Variant {
         name: "concurrent",
         is: |s| matches!(s, ProfilePlan::Concurrent { .. }),
-        keys: &[key!(levels: List(U32(1)), Dflt::Required("[1, 4, 16]"), "", in ProfilePlan::Concurrent)],
+        keys: &[key!(levels: List(U32(1)), KeyDefault::Required("[1, 4, 16]"), "", in ProfilePlan::Concurrent)],
         default: |_| ProfilePlan::Concurrent { levels: Vec::new() },
     },
     Variant {
         name: "throughput",
         is: |s| matches!(s, ProfilePlan::Throughput { .. }),
-        keys: &[key!(max_concurrency: U32(1), Dflt::Value, "", in ProfilePlan::Throughput)],
+        keys: &[key!(max_concurrency: U32(1), KeyDefault::Value, "", in ProfilePlan::Throughput)],
         default: |_| ProfilePlan::Throughput { max_concurrency: 256 },
     },
     Variant {
@@ -454,11 +454,11 @@ pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
         keys: &[
             key!(
                 rates: List(Float(Low::Above(0.0), f64::INFINITY)),
-                Dflt::Required("[10.0, 20.0]"),
+                KeyDefault::Required("[10.0, 20.0]"),
                 "",
                 in ProfilePlan::Constant
             ),
-            key!(max_concurrency: Opt(U32(1)), Dflt::Value, "", in ProfilePlan::Constant),
+            key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfilePlan::Constant),
         ],
         default: |_| ProfilePlan::Constant { rates: Vec::new(), max_concurrency: None },
     },
@@ -466,9 +466,9 @@ pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
         name: "poisson",
         is: |s| matches!(s, ProfilePlan::Poisson { .. }),
         keys: &[
-            key!(rate: Float(Low::Above(0.0), f64::INFINITY), Dflt::Required("50.0"), "", in ProfilePlan::Poisson),
-            key!(seed: U64(0), Dflt::Text("derived, stream 4"), "", in ProfilePlan::Poisson),
-            key!(max_concurrency: Opt(U32(1)), Dflt::Value, "", in ProfilePlan::Poisson),
+            key!(rate: Float(Low::Above(0.0), f64::INFINITY), KeyDefault::Required("50.0"), "", in ProfilePlan::Poisson),
+            key!(seed: U64(0), KeyDefault::Text("derived, stream 4"), "", in ProfilePlan::Poisson),
+            key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfilePlan::Poisson),
         ],
         default: |master_seed| ProfilePlan::Poisson {
             rate: 1.0,
@@ -480,8 +480,8 @@ pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
         name: "sweep",
         is: |s| matches!(s, ProfilePlan::Sweep { .. }),
         keys: &[
-            key!(rates: SweepRates, Dflt::Value, "", in ProfilePlan::Sweep),
-            key!(max_concurrency: U32(1), Dflt::Value, "", in ProfilePlan::Sweep),
+            key!(rates: SweepRates, KeyDefault::Value, "", in ProfilePlan::Sweep),
+            key!(max_concurrency: U32(1), KeyDefault::Value, "", in ProfilePlan::Sweep),
         ],
         default: |_| ProfilePlan::Sweep { rates: 5, max_concurrency: 256 },
     },
@@ -490,13 +490,13 @@ pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
 pub(crate) const STOP_KEYS: &[Key<StopPlan>] = &[
     key!(
         max_requests: Opt(U64(1)),
-        Dflt::Text("1000 if neither `max_requests` nor `max_duration` is set"),
+        KeyDefault::Text("1000 if neither `max_requests` nor `max_duration` is set"),
         "",
         in StopPlan
     ),
-    key!(max_duration: Opt(Dur { zero: false }), Dflt::Value, "", in StopPlan),
-    key!(max_errors: Opt(U64(0)), Dflt::Value, "", in StopPlan),
-    key!(max_error_rate: Opt(Float(Low::AtLeast(0.0), 1.0)), Dflt::Value, "", in StopPlan),
+    key!(max_duration: Opt(Dur { zero: false }), KeyDefault::Value, "", in StopPlan),
+    key!(max_errors: Opt(U64(0)), KeyDefault::Value, "", in StopPlan),
+    key!(max_error_rate: Opt(Float(Low::AtLeast(0.0), 1.0)), KeyDefault::Value, "", in StopPlan),
 ];
 
 /// `[warmup]` or `[cooldown]` as written: exactly one of the two must be set.
@@ -516,13 +516,13 @@ impl Phase {
 }
 
 pub(crate) const PHASE_KEYS: &[Key<Phase>] = &[
-    key!(requests: Opt(U64(1)), Dflt::Value, "this many requests", in Phase),
-    key!(duration: Opt(Dur { zero: false }), Dflt::Value, "requests for this long", in Phase),
+    key!(requests: Opt(U64(1)), KeyDefault::Value, "this many requests", in Phase),
+    key!(duration: Opt(Dur { zero: false }), KeyDefault::Value, "requests for this long", in Phase),
 ];
 
 pub(crate) const OUTPUT_KEYS: &[Key<OutputPlan>] = &[
-    key!(dir: Opt(PathAsIs), Dflt::Value, "relative to the current directory", in OutputPlan),
-    key!(requests_jsonl: Bool, Dflt::Value, "also write one line per request", in OutputPlan),
+    key!(dir: Opt(PathAsIs), KeyDefault::Value, "relative to the current directory", in OutputPlan),
+    key!(requests_jsonl: Bool, KeyDefault::Value, "also write one line per request", in OutputPlan),
 ];
 
 mod codec;

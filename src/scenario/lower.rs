@@ -7,7 +7,7 @@
 use toml_edit::{Table, TableLike, Value};
 
 use super::expect;
-use super::keys::{self, Batching, Dflt, Head, Phase, Tag, Variant};
+use super::keys::{self, Batching, Head, KeyDefault, Phase, Tag, Variant};
 use super::plan::*;
 use super::reader::{Cx, Field, Low, Tbl, join};
 use super::schema;
@@ -133,7 +133,7 @@ fn lower_vllm(cx: &mut Cx, t: Option<Tbl>, engine_span: Option<std::ops::Range<u
 fn missing_required<S>(cx: &Cx, t: Tbl, keys: &[keys::Key<S>]) -> Vec<(&'static str, &'static str)> {
     keys.iter()
         .filter_map(|k| match k.default {
-            Dflt::Required(example) if cx.field(t, k.name).is_none() => Some((k.name, example)),
+            KeyDefault::Required(example) if cx.field(t, k.name).is_none() => Some((k.name, example)),
             _ => None,
         })
         .collect()

@@ -33,9 +33,9 @@ fn key_name(cell: &str) -> String {
 /// A default as the docs write it.
 fn default_text<S>(key: &Key<S>, default: &S) -> String {
     match key.default {
-        Dflt::Text(text) => text.to_owned(),
-        Dflt::Required(_) => "**required**".to_owned(),
-        Dflt::Value => match (key.print)(default) {
+        KeyDefault::Text(text) => text.to_owned(),
+        KeyDefault::Required(_) => "**required**".to_owned(),
+        KeyDefault::Value => match (key.print)(default) {
             None => "none".to_owned(),
             Some(Item::Value(Value::String(s))) => format!("`\"{}\"`", s.value()),
             Some(Item::Value(v)) => v.decorated("", "").to_string(),
@@ -159,8 +159,8 @@ fn docs_profile() {
         for (i, key) in variant.keys.iter().enumerate() {
             let notes = pieces.get(2 + 2 * i).copied().unwrap_or("");
             let wanted = match default_text(key, &default) {
-                text if key.default == Dflt::Value && text == "none" => "optional".to_owned(),
-                text if key.default == Dflt::Value => format!("default {text}"),
+                text if key.default == KeyDefault::Value && text == "none" => "optional".to_owned(),
+                text if key.default == KeyDefault::Value => format!("default {text}"),
                 text => text,
             };
             assert!(notes.contains(&wanted), "{}.{}: `{notes}` does not say {wanted}", variant.name, key.name);

@@ -264,10 +264,36 @@ fn choose_variant<S>(
     (variant, foreign)
 }
 
-/// `variant`'s plan with every key of `t` read into it.
-fn read_variant<S>(cx: &mut Cx, t: Tbl, variant: &Variant<S>, seed: u64) -> S {
+/// `variant`'s plan with every key of `t` read into it, the keys named in `first` before the
+/// others (the order in which problems of `--set`s are listed). A key of `first` that belongs to
+/// another variant is still read as that variant reads it, so a bad value is reported too.
+fn read_variant<S>(
+    cx: &mut Cx,
+    t: Tbl,
+    variants: &'static [Variant<S>],
+    variant: &Variant<S>,
+    seed: u64,
+    first: &[&str],
+) -> S {
     let mut plan = (variant.default)(seed);
-    keys::read(cx, t, variant.keys, &mut plan);
+    let row = |v: &'static Variant<S>, name: &str| v.keys.iter().find(|k| k.name == name);
+    for name in first {
+        let Some(field) = cx.field(t, name) else { continue };
+        match variant.keys.iter().find(|k| k.name == *name) {
+            Some(key) => (key.read)(cx, &field, &mut plan),
+            None => {
+                if let Some((other, key)) = variants.iter().find_map(|v| row(v, name).map(|k| (v, k))) {
+                    let mut scratch = (other.default)(seed);
+                    (key.read)(cx, &field, &mut scratch);
+                }
+            }
+        }
+    }
+    for key in variant.keys.iter().filter(|k| !first.contains(&k.name)) {
+        if let Some(field) = cx.field(t, key.name) {
+            (key.read)(cx, &field, &mut plan);
+        }
+    }
     plan
 }
 
@@ -287,7 +313,11 @@ fn lower_workload(cx: &mut Cx, top: Tbl, seed: u64) -> WorkloadPlan {
         let message = format!("missing `workload.{key}` (required with `workload.source = \"{}\"`)", variant.name);
         cx.report("workload", t.span(), message, Some(format!("add `{key} = {example}`")));
     }
-    read_variant(cx, t, variant, seed)
+    // The keys every source takes are read first.
+    let shared: Vec<&str> = keys::names(variant.keys)
+        .filter(|name| variants.iter().all(|v| keys::names(v.keys).any(|k| k == *name)))
+        .collect();
+    read_variant(cx, t, variants, variant, seed, &shared)
 }
 
 fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
@@ -307,7 +337,8 @@ fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
         let message = format!("missing `profile.{key}` (required with kind = \"{kind}\")");
         cx.report("profile", t.span(), message, Some(format!("add `{key} = {example}`")));
     }
-    read_variant(cx, t, variant, seed)
+    // `max_concurrency` is read first, and checked even where it does not apply.
+    read_variant(cx, t, keys::PROFILE_VARIANTS, variant, seed, &["max_concurrency"])
 }
 
 /// A section with no rules between its keys: `s` with every key `[name]` has read into it.

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use batchlab::engine::faults::{FaultTrigger, Faults};
 use batchlab::engine::{
     Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, TimedEngine,
     VirtualTimeEngine,
@@ -129,6 +130,34 @@ fn a_user_engine_runs_in_virtual_time() {
     let measured = &summary.report.benchmarks[0];
     assert!(measured.duration_s >= 4.9, "5 s of virtual arrivals, measured {}", measured.duration_s);
     assert!(wall.elapsed() < Duration::from_secs(4), "virtual time takes no wall time");
+}
+
+#[test]
+fn faults_on_a_user_engine_fail_exactly_their_batches() {
+    // 24 requests in full batches of 4 (throughput keeps 8 in flight): generates 1..=6. In virtual
+    // time the batches are the same on every run, so the counts are exact: `fail_batch` fails calls
+    // 3 and 6 (8 requests), `short_output` drops an output from call 5 (its 4 requests fail as a
+    // count mismatch), and the other 3 batches complete.
+    let plan = Scenario::builder()
+        .name("library-faults")
+        .synthetic(16, 8)
+        .batch_size(4)
+        .batch_timeout(Duration::from_millis(2))
+        .profile_throughput(8)
+        .max_requests(24)
+        .faults(&Faults {
+            fail_batch: FaultTrigger::every(3),
+            short_output: FaultTrigger::every(5),
+            ..Faults::default()
+        })
+        .expect("completed", Comparison::Eq, 12.0)
+        .expect("errors", Comparison::Eq, 12.0)
+        .expect("errors_engine_error", Comparison::Eq, 8.0)
+        .expect("errors_output_count_mismatch", Comparison::Eq, 4.0)
+        .expect("lost", Comparison::Eq, 0.0)
+        .build()
+        .expect("a valid scenario");
+    run(&plan, TimedEngine::virtual_time(MyEngine::new(Duration::from_millis(2)))).assert_expectations();
 }
 
 #[test]

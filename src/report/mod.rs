@@ -28,14 +28,19 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// Everything a run produced.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
+    /// The report format's version, [`SCHEMA_VERSION`].
     pub schema_version: u32,
+    /// The batchlab version that ran.
     pub batchlab_version: String,
     /// The run stopped early (interrupted, or the engine failed): some benchmarks are missing.
     pub incomplete: bool,
     /// The resolved scenario the run executed, as `batchlab check` prints it (in JSON).
     pub scenario: serde_json::Value,
+    /// Versions, engine, machine and seeds.
     pub environment: Environment,
+    /// One result per benchmark (profile step), in run order.
     pub benchmarks: Vec<BenchmarkResult>,
+    /// Every `[expect]` checked against every benchmark, passed or not.
     pub expectations: Vec<ExpectationOutcome>,
 }
 

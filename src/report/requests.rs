@@ -17,18 +17,22 @@ use crate::metrics::RequestMetrics;
 pub use crate::run::Phase;
 use crate::time::Timestamp;
 
+/// The per-request file's name in the output directory (one [`RequestRecord`] per line).
 pub const REQUESTS_FILE: &str = "requests.jsonl";
 
 /// How a request ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum RequestOutcome {
+    /// The request got an output.
     Completed,
     /// `kind` is [`crate::batcher::RequestError::kind`].
     Error {
+        /// The error kind, written as `error_kind`.
         #[serde(rename = "error_kind")]
         kind: &'static str,
     },
+    /// Cancelled before dispatch.
     Cancelled,
     /// Still running when its benchmark ended.
     Incomplete,
@@ -37,15 +41,22 @@ pub enum RequestOutcome {
 /// One line of `requests.jsonl`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RequestRecord {
+    /// The request's id, unique within the run.
     pub id: RequestId,
+    /// The benchmark (step) it belongs to.
     pub benchmark: String,
+    /// Warm-up, measured or cool-down.
     pub phase: Phase,
+    /// How it ended (flattened: `outcome`, and `error_kind` for an error).
     #[serde(flatten)]
     pub outcome: RequestOutcome,
+    /// When it was submitted, in ns on the monotonic clock.
     pub submitted_ns: Option<Timestamp>,
+    /// When its batch was dispatched; `None` if it never was.
     pub dispatched_ns: Option<Timestamp>,
     /// When it completed, failed or was cancelled.
     pub finished_ns: Option<Timestamp>,
+    /// A completed request's timings (flattened); `None` otherwise.
     #[serde(flatten)]
     pub metrics: Option<MetricsMs>,
 }
@@ -53,13 +64,21 @@ pub struct RequestRecord {
 /// A completed request's metrics in milliseconds; see `metrics::mapper` for definitions.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MetricsMs {
+    /// Our submit to our completion.
     pub latency_ms: f64,
+    /// Our submit to the dispatch of its batch.
     pub batch_wait_ms: f64,
+    /// The engine's `queued_ts` to `scheduled_ts`.
     pub engine_queue_ms: Option<f64>,
+    /// Our submit to the first token.
     pub ttft_ms: Option<f64>,
+    /// Mean gap between tokens after the first.
     pub itl_ms: Option<f64>,
+    /// Latency divided by generated tokens, the first included.
     pub tpot_ms: Option<f64>,
+    /// Prompt length in tokens, as the engine counted it.
     pub prompt_tokens: Option<u32>,
+    /// Generated tokens, as the engine counted them.
     pub output_tokens: Option<u32>,
     /// Names of the anomalies found in the engine's stats; empty when none.
     pub anomalies: Vec<&'static str>,
@@ -91,6 +110,7 @@ impl From<&RequestMetrics> for MetricsMs {
 }
 
 impl RequestRecord {
+    /// The record of a completed request, its metrics converted to milliseconds.
     pub fn completed(
         id: RequestId,
         benchmark: &str,
@@ -156,6 +176,7 @@ impl<W: Write> RequestsJsonl<W> {
         RequestsJsonl { out, path, lines: 0 }
     }
 
+    /// Writes `record` as one JSON line.
     pub fn write(&mut self, record: &RequestRecord) -> Result<(), ReportError> {
         serde_json::to_writer(&mut self.out, record).map_err(|source| ReportError::Serialize {
             what: "a request record",

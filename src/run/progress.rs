@@ -58,8 +58,10 @@ fn terminal_size() -> (u16, u16) {
     console::Term::stderr().size_checked().unwrap_or((24, 80))
 }
 
+/// How a run shows its progress on stderr.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ProgressMode {
+    /// Nothing is shown (the library default).
     Off,
     /// Redrawn bars and spinners.
     Terminal,

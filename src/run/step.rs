@@ -50,12 +50,17 @@ pub enum Action {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
+    /// `stop.max_requests` measured requests were submitted.
     MaxRequests,
+    /// `stop.max_duration` of measurement passed.
     MaxDuration,
+    /// `stop.max_errors` measured requests failed.
     MaxErrors,
+    /// The measured error rate exceeded `stop.max_error_rate`; judged once 20 measured requests finished.
     MaxErrorRate,
     /// The engine rejects everything (it failed to start, or is wedged).
     EngineUnusable,
+    /// The run was interrupted (Ctrl-C or [`crate::run::Interrupt::fire`]).
     Interrupted,
 }
 
@@ -67,6 +72,9 @@ struct Flight {
 /// Minimum finished requests before `max_error_rate` is judged, so one early error is not 100 %.
 const ERROR_RATE_MIN_SAMPLE: u64 = 20;
 
+/// One benchmark as a sans-IO state machine: it says when to submit ([`poll`](Self::poll)), takes
+/// submissions and outcomes with their times, and returns records and a [`BenchmarkResult`]; the driver
+/// does the IO.
 pub struct StepRun {
     step: Step,
     scheduler: Scheduler,
@@ -107,6 +115,8 @@ pub struct StepRun {
 }
 
 impl StepRun {
+    /// A step starting at `now`: its scheduler, stop rules and warm-up/cool-down limits; `domain` and
+    /// `anchor` say how to map the engine's timestamps. Fails on an invalid rate.
     pub fn new(
         step: Step,
         stop: StopPlan,
@@ -190,10 +200,12 @@ impl StepRun {
         }
     }
 
+    /// The step's name, e.g. `constant@10.00/s`.
     pub fn name(&self) -> &str {
         &self.step.name
     }
 
+    /// Requests submitted and not yet finished, of any phase.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
@@ -203,10 +215,12 @@ impl StepRun {
         self.in_flight.keys().copied()
     }
 
+    /// Measured requests submitted so far.
     pub fn measured_submitted(&self) -> u64 {
         self.measured_submitted
     }
 
+    /// Measured requests finished (completed or failed) so far.
     pub fn measured_finished(&self) -> u64 {
         self.measured_finished
     }
@@ -221,10 +235,12 @@ impl StepRun {
         self.admitting
     }
 
+    /// Why measured admission stopped; `None` while it goes on.
     pub fn stop_reason(&self) -> Option<StopReason> {
         self.stop_reason
     }
 
+    /// How late arrivals were submitted relative to the schedule.
     pub fn lateness(&self) -> Lateness {
         self.scheduler.lateness()
     }
@@ -309,6 +325,7 @@ impl StepRun {
         }
     }
 
+    /// What the driver should do at `now`: submit one request, wait, or finish the step.
     pub fn poll(&mut self, now: Timestamp) -> Action {
         let (phase, phase_deadline) = self.admission(now);
         let Some(phase) = phase else {
@@ -321,6 +338,7 @@ impl StepRun {
         }
     }
 
+    /// The request asked for by [`Action::Submit`] was accepted as `id` at `now`.
     pub fn on_submitted(&mut self, id: RequestId, phase: Phase, now: Timestamp) {
         self.scheduler.on_submitted(now);
         self.in_flight.insert(id, Flight { phase, submitted: now });

@@ -21,9 +21,13 @@ use crate::rng::SplitMix64;
 
 /// Seed streams of the components whose seed defaults to one derived from the master seed.
 pub mod seed_stream {
+    /// `engine.sim.seed`.
     pub const SIM: u64 = 1;
+    /// `engine.vllm.seed`.
     pub const VLLM: u64 = 2;
+    /// `workload.seed`.
     pub const WORKLOAD: u64 = 3;
+    /// A poisson profile's `seed`.
     pub const POISSON: u64 = 4;
 }
 

@@ -39,6 +39,7 @@ pub use schema::key_paths;
 pub struct Scenario;
 
 impl Scenario {
+    /// A builder with every key at its default; `.build()` validates it like a file.
     pub fn builder() -> ScenarioBuilder {
         ScenarioBuilder::new()
     }

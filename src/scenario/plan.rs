@@ -16,30 +16,46 @@ use crate::engine::sim::{SimConfig, SimEngine};
 use crate::engine::{EngineError, TimedEngine};
 pub use crate::load::{ProfilePlan, TokenDist, WorkloadPlan};
 
+/// A validated scenario: everything a run needs, with every default filled in.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {
+    /// `name`: the scenario's name; `batchlab run` writes to `results/<name>` unless `output.dir` is set.
     pub name: String,
+    /// `description`: free text, carried into the report.
     pub description: Option<String>,
     /// The run's master seed; component seeds default to values derived from it.
     pub seed: u64,
+    /// `[engine]`: which engine runs, with its settings (ignored by `run_with*`).
     pub engine: EnginePlan,
+    /// `[batching]`: batch size, batch timeout and generate timeout.
     pub batching: BatchConfig,
+    /// `[workload]`: where the requests come from.
     pub workload: WorkloadPlan,
+    /// `[profile]`: how requests are offered; one or more benchmarks.
     pub profile: ProfilePlan,
+    /// `[stop]`: when each benchmark stops admitting measured requests.
     pub stop: StopPlan,
+    /// `[warmup]`: unmeasured requests before each benchmark's measurement.
     pub warmup: Option<PhaseLimit>,
+    /// `[cooldown]`: unmeasured requests after each benchmark's measurement.
     pub cooldown: Option<PhaseLimit>,
     /// `[faults]`: injected around whichever engine runs.
     pub faults: Faults,
+    /// `[expect]`: the checks `RunSummary::assert_expectations` and `batchlab run` judge.
     pub expect: Vec<Expectation>,
+    /// `[output]`: where files are written.
     pub output: OutputPlan,
 }
 
+/// `[engine]`: the built-in engine a plan names; [`EnginePlan::build`] builds it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EnginePlan {
+    /// `kind = "sim"`: the simulated engine.
     Sim(SimConfig),
+    /// `kind = "vllm"`: vLLM through its Python protocol class (needs the `vllm` feature).
     Vllm(VllmConfig),
+    /// `kind = "python"`: any Python class implementing the engine protocol (needs the `vllm` feature).
     Python(PythonConfig),
 }
 
@@ -73,9 +89,13 @@ impl EnginePlan {
 /// Per-benchmark stop conditions; the first one met ends the benchmark.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct StopPlan {
+    /// Measured requests to submit.
     pub max_requests: Option<u64>,
+    /// How long to measure.
     pub max_duration: Option<Duration>,
+    /// Stop once this many measured requests failed.
     pub max_errors: Option<u64>,
+    /// Stop once this share (0 to 1) of measured requests failed, judged after 20.
     pub max_error_rate: Option<f64>,
 }
 
@@ -83,22 +103,31 @@ pub struct StopPlan {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PhaseLimit {
+    /// This many requests.
     Requests(u64),
+    /// This long.
     Duration(Duration),
 }
 
+/// How an expectation compares the measured value with its bound.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum Comparison {
+    /// `==`: equal (exactly; counts are whole numbers).
     #[serde(rename = "==")]
     Eq,
+    /// `!=`: not equal.
     #[serde(rename = "!=")]
     Ne,
+    /// `<`: less than.
     #[serde(rename = "<")]
     Lt,
+    /// `<=`: at most.
     #[serde(rename = "<=")]
     Le,
+    /// `>`: greater than.
     #[serde(rename = ">")]
     Gt,
+    /// `>=`: at least.
     #[serde(rename = ">=")]
     Ge,
 }
@@ -106,15 +135,21 @@ pub enum Comparison {
 /// `metric op value`, checked against every benchmark of the run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Expectation {
+    /// A metric name, one of [`crate::scenario::expect::known_metrics`].
     pub metric: String,
+    /// How measured is compared with `value`.
     pub op: Comparison,
+    /// The bound.
     pub value: f64,
     /// Where it was written, for messages: `file:line:column`.
     pub origin: String,
 }
 
+/// `[output]`: what the run writes, and where.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct OutputPlan {
+    /// Directory for report.json, report.csv (and requests.jsonl); `None` writes nothing.
     pub dir: Option<PathBuf>,
+    /// Also write requests.jsonl, one line per request.
     pub requests_jsonl: bool,
 }

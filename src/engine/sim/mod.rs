@@ -57,6 +57,7 @@ impl SimEngine {
         (engine, clock)
     }
 
+    /// The settings the engine was built with.
     pub fn config(&self) -> &SimConfig {
         &self.config
     }

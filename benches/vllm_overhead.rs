@@ -61,7 +61,9 @@ use statrs::distribution::{ContinuousCDF, StudentsT};
 const RAW_METHOD: &str = "bench_raw_generate";
 
 struct Args {
-    pairs: usize,
+    /// Pairs per batch size (`--pairs 10`, or `--pairs 32=40,256=20`).
+    pairs: BTreeMap<usize, usize>,
+    default_pairs: usize,
     batch_sizes: Vec<usize>,
     modes: Vec<Mode>,
     scenario: PathBuf,
@@ -92,6 +94,12 @@ impl Mode {
     }
 }
 
+impl Args {
+    fn pairs_for(&self, batch_size: usize) -> usize {
+        self.pairs.get(&batch_size).copied().unwrap_or(self.default_pairs)
+    }
+}
+
 fn parse_args() -> Option<Args> {
     if !std::env::args().any(|a| a == "--bench") {
         println!(
@@ -100,7 +108,8 @@ fn parse_args() -> Option<Args> {
         return None;
     }
     let mut args = Args {
-        pairs: 10,
+        pairs: BTreeMap::new(),
+        default_pairs: 10,
         batch_sizes: vec![32, 256],
         modes: vec![Mode::InProcess, Mode::Multiprocess],
         scenario: PathBuf::from("scenarios/vllm-cpu.toml"),
@@ -111,7 +120,16 @@ fn parse_args() -> Option<Args> {
     while let Some(a) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| panic!("{a} needs a value"));
         match a.as_str() {
-            "--pairs" => args.pairs = value().parse().expect("--pairs N"),
+            "--pairs" => {
+                for item in value().split(',') {
+                    match item.split_once('=') {
+                        Some((bs, n)) => {
+                            args.pairs.insert(bs.trim().parse().expect("--pairs B=N"), n.trim().parse().expect("--pairs B=N"));
+                        }
+                        None => args.default_pairs = item.trim().parse().expect("--pairs N"),
+                    }
+                }
+            }
             "--batch-sizes" => {
                 args.batch_sizes = value().split(',').map(|s| s.trim().parse().expect("--batch-sizes 32,256")).collect()
             }
@@ -225,7 +243,9 @@ fn run_child(args: &Args, mode: Mode, batch_size: usize) {
     // Warmup, unmeasured.
     batchlab(next_batch());
     raw(next_batch());
-    for pair in 0..args.pairs {
+    let mut sides = vec!["batchlab", "raw"]; // every LLM.generate of this process, in order
+    let mut results = Vec::new();
+    for pair in 0..args.pairs_for(batch_size) {
         let raw_first = pair % 2 == 1;
         let (bl, rw) = if raw_first {
             let r = raw(next_batch());
@@ -234,13 +254,37 @@ fn run_child(args: &Args, mode: Mode, batch_size: usize) {
             let b = batchlab(next_batch());
             (b, raw(next_batch()))
         };
-        let line = json!({"mode": mode.name(), "batch_size": batch_size, "pair": pair,
-                          "first": if raw_first { "raw" } else { "batchlab" },
-                          "batchlab_s": bl, "raw_s": rw});
-        println!("PAIR {line}");
+        sides.extend(if raw_first { ["raw", "batchlab"] } else { ["batchlab", "raw"] });
+        results.push((pair, raw_first, bl, rw, sides.len() - if raw_first { 1 } else { 2 }));
     }
     batcher.shutdown().expect("shutdown");
     batchlab::sys::reap_descendants(Duration::from_secs(5));
+    // LLM.generate's own duration in each batchlab batch (scripts/bench_timing/sitecustomize.py,
+    // which the parent put on PYTHONPATH): batchlab's time outside it is its overhead within
+    // the very same batch, free of the noise between batches.
+    let calls = generate_log_durations();
+    if calls.len() != sides.len() {
+        eprintln!("the generate log has {} calls for {} batches: no per-batch overhead", calls.len(), sides.len());
+    }
+    for (pair, raw_first, bl, rw, call) in results {
+        let generate_s = (calls.len() == sides.len()).then(|| calls[call]);
+        let line = json!({"mode": mode.name(), "batch_size": batch_size, "pair": pair,
+                          "first": if raw_first { "raw" } else { "batchlab" },
+                          "batchlab_s": bl, "raw_s": rw, "batchlab_generate_s": generate_s});
+        println!("PAIR {line}");
+    }
+}
+
+/// The durations in `$BATCHLAB_BENCH_GENERATE_LOG` ("start end prompts" per `LLM.generate`).
+fn generate_log_durations() -> Vec<f64> {
+    let Some(path) = std::env::var_os("BATCHLAB_BENCH_GENERATE_LOG") else { return Vec::new() };
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let v: Vec<f64> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            (v.len() >= 2).then(|| v[1] - v[0])
+        })
+        .collect()
 }
 
 #[derive(Clone, Debug)]
@@ -249,6 +293,18 @@ struct Pair {
     batch_size: usize,
     batchlab_s: f64,
     raw_s: f64,
+    /// `LLM.generate`'s own seconds inside the batchlab batch.
+    batchlab_generate_s: Option<f64>,
+}
+
+impl Pair {
+    fn ratio(&self) -> f64 {
+        self.raw_s / self.batchlab_s
+    }
+    /// batchlab's seconds outside `LLM.generate`, in its own batch.
+    fn overhead_s(&self) -> Option<f64> {
+        self.batchlab_generate_s.map(|g| self.batchlab_s - g)
+    }
 }
 
 /// Geometric mean of `ratios` and its 95 % confidence interval (t-distribution on the logs).
@@ -280,16 +336,22 @@ fn main() {
     let exe = std::env::current_exe().expect("own path");
     let log = std::fs::File::create(&args.engine_log).expect("engine log");
     eprintln!(
-        "vllm_overhead: {} pairs per mode and batch size, batch sizes {:?}, engine output in {}",
-        args.pairs,
+        "vllm_overhead: pairs per mode for batch sizes {:?}: {:?}, engine output in {}",
         args.batch_sizes,
+        args.batch_sizes.iter().map(|&b| args.pairs_for(b)).collect::<Vec<_>>(),
         args.engine_log.display()
     );
     let mut pairs = Vec::new();
+    let timing = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/bench_timing");
     for &mode in &args.modes {
         for &bs in &args.batch_sizes {
+            let generate_log = std::env::temp_dir().join(format!("batchlab-vllm-overhead-{}-{bs}.log", mode.name()));
+            let _ = std::fs::remove_file(&generate_log);
             let mut child = Command::new(&exe)
-                .args(["--bench", "--child", &format!("{}:{bs}", mode.name()), "--pairs", &args.pairs.to_string()])
+                .args(["--bench", "--child", &format!("{}:{bs}", mode.name())])
+                .args(["--pairs", &args.pairs_for(bs).to_string()])
+                .env("PYTHONPATH", &timing)
+                .env("BATCHLAB_BENCH_GENERATE_LOG", &generate_log)
                 .arg("--scenario")
                 .arg(&args.scenario)
                 .stdout(Stdio::piped())
@@ -306,16 +368,18 @@ fn main() {
                     batch_size: v["batch_size"].as_u64().unwrap() as usize,
                     batchlab_s: v["batchlab_s"].as_f64().unwrap(),
                     raw_s: v["raw_s"].as_f64().unwrap(),
+                    batchlab_generate_s: v["batchlab_generate_s"].as_f64(),
                 };
                 eprintln!(
-                    "[{} B={}] pair {:>2} ({} first): batchlab {:.4} s, raw {:.4} s, raw/batchlab {:.4}",
+                    "[{} B={}] pair {:>2} ({} first): batchlab {:.4} s (overhead {:.2} ms), raw {:.4} s, raw/batchlab {:.4}",
                     p.mode,
                     p.batch_size,
                     v["pair"],
                     v["first"].as_str().unwrap(),
                     p.batchlab_s,
+                    p.overhead_s().unwrap_or(f64::NAN) * 1e3,
                     p.raw_s,
-                    p.raw_s / p.batchlab_s
+                    p.ratio()
                 );
                 pairs.push(p);
             }
@@ -332,14 +396,21 @@ fn print_table(pairs: &[Pair]) {
         groups.entry((p.batch_size, p.mode.clone())).or_default().push(p);
     }
     println!(
-        "| mode | batch size | pairs | median batchlab (s) | median raw (s) | geometric mean raw/batchlab | 95 % CI | lower bound ≥ 0.97 |"
+        "| mode | batch size | pairs | median batchlab (s) | median raw (s) | geometric mean raw/batchlab | 95 % CI | lower bound ≥ 0.97 | batchlab outside `LLM.generate`, median (ms) | share |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|:---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|:---:|---:|---:|");
     for ((bs, mode), ps) in &groups {
-        let ratios: Vec<f64> = ps.iter().map(|p| p.raw_s / p.batchlab_s).collect();
+        let ratios: Vec<f64> = ps.iter().map(|p| p.ratio()).collect();
         let (gm, lo, hi) = geometric_mean_ci(&ratios);
+        let overheads: Vec<f64> = ps.iter().filter_map(|p| p.overhead_s()).collect();
+        let shares: Vec<f64> = ps.iter().filter_map(|p| p.overhead_s().map(|o| o / p.batchlab_s)).collect();
+        let (overhead, share) = if overheads.is_empty() {
+            ("–".to_owned(), "–".to_owned())
+        } else {
+            (format!("{:.1}", median(overheads) * 1e3), format!("{:.2} %", median(shares) * 100.0))
+        };
         println!(
-            "| {mode} | {bs} | {} | {:.4} | {:.4} | **{gm:.4}** | {lo:.4} – {hi:.4} | {} |",
+            "| {mode} | {bs} | {} | {:.4} | {:.4} | **{gm:.4}** | {lo:.4} – {hi:.4} | {} | {overhead} | {share} |",
             ps.len(),
             median(ps.iter().map(|p| p.batchlab_s).collect()),
             median(ps.iter().map(|p| p.raw_s).collect()),
@@ -350,11 +421,12 @@ fn print_table(pairs: &[Pair]) {
     println!();
     println!("<details><summary>Every pair</summary>");
     println!();
-    println!("| mode | batch size | pair | batchlab (s) | raw (s) | raw/batchlab |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| mode | batch size | pair | batchlab (s) | raw (s) | raw/batchlab | batchlab outside `LLM.generate` (ms) |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for ((bs, mode), ps) in &groups {
         for (i, p) in ps.iter().enumerate() {
-            println!("| {mode} | {bs} | {i} | {:.4} | {:.4} | {:.4} |", p.batchlab_s, p.raw_s, p.raw_s / p.batchlab_s);
+            let overhead = p.overhead_s().map_or("–".to_owned(), |o| format!("{:.1}", o * 1e3));
+            println!("| {mode} | {bs} | {i} | {:.4} | {:.4} | {:.4} | {overhead} |", p.batchlab_s, p.raw_s, p.ratio());
         }
     }
     println!();

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use batchlab::batcher::virtual_time::VirtualDriver;
 use batchlab::batcher::{BatchConfig, Event};
-use batchlab::engine::sim::{CostModel, FaultTrigger, Faults, SimConfig, SimEngine};
+use batchlab::engine::faults::{FaultTrigger, Faults, FaultyEngine};
+use batchlab::engine::sim::{CostModel, SimConfig, SimEngine};
 use batchlab::engine::{EngineDeath, EngineRequest};
 use batchlab::time::VirtualClock;
 
@@ -48,7 +49,8 @@ fn trace(
     let config = BatchConfig::new(batch_size, Duration::from_millis(timeout_ms))
         .and_then(|c| c.with_generate_timeout(generate_timeout_ms.map(Duration::from_millis)))
         .expect("config");
-    let (engine, clock) = SimEngine::virtual_time(SimConfig { seed: 1, cost: cost(), faults });
+    let (engine, clock) = SimEngine::virtual_time(SimConfig { seed: 1, cost: cost() });
+    let engine = FaultyEngine::new(engine, faults, 1, std::sync::Arc::new(clock.clone()));
     let mut d = VirtualDriver::new(engine, config, clock).with_events();
     let origin = VirtualClock::ORIGIN.as_nanos();
     let ms = |ns: u64| (ns - origin) as f64 / 1e6;

@@ -31,7 +31,7 @@ check!(wrong_type, "[batching]\nbatch_size = \"32\"\nbatch_timeout = 10\n");
 check!(out_of_range, "[engine.sim]\neos_probability = 1.5\nmax_num_seqs = 0\n[stop]\nmax_requests = 0\n");
 check!(
     contradictory,
-    "[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"m\"\n[faults]\npanic = { every = 3 }\n\
+    "[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"m\"\n[faults]\nkill_engine = { after_batches = 3 }\n\
      [warmup]\nrequests = 10\nduration = \"5s\"\n[workload]\nprompt_tokens = { dist = \"uniform\", min = 256, max = 64 }\n"
 );
 check!(syntax_error, "[batching]\nbatch_size = = 3\n");

@@ -1,7 +1,7 @@
 //! vLLM's EngineCore and worker processes never outlive batchlab: not on a normal exit, not on
 //! Ctrl-C (once: drain and report; twice: leave at once), not when the engine fails to start.
 //!
-//! Each case runs the real binary on `scenarios/vllm-cpu.toml` in multiprocess mode, in its own
+//! Each case runs the real binary on `scenarios/vllm-cpu.toml` (or `vllm-faults.toml`) in multiprocess mode, in its own
 //! process group, and afterwards looks for any process still in that group. Run with
 //! `just test-vllm`; without the venv and model the test says SKIPPED and checks nothing.
 #![cfg(feature = "vllm")]
@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 
 use batchlab::engine::python::{batchlab_home, default_venv};
@@ -24,17 +24,22 @@ struct Run {
     stderr: Vec<String>,
 }
 
+/// One engine at a time on a 2-core machine: every test here holds this while it runs.
+static ONE_ENGINE: Mutex<()> = Mutex::new(());
+
+fn one_engine() -> MutexGuard<'static, ()> {
+    ONE_ENGINE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `scenarios/vllm-cpu.toml` in multiprocess mode with one warmup request, and `extra`.
 fn spawn(extra: &[&str], output: &Path) -> Run {
-    let mut args: Vec<String> = vec![
-        "run".into(),
-        "scenarios/vllm-cpu.toml".into(),
-        "--output".into(),
-        output.display().to_string(),
-        "--set".into(),
-        "engine.vllm.in_process=false".into(),
-        "--set".into(),
-        "warmup.requests=1".into(),
-    ];
+    let mut args = vec!["--set", "engine.vllm.in_process=false", "--set", "warmup.requests=1"];
+    args.extend_from_slice(extra);
+    spawn_scenario("scenarios/vllm-cpu.toml", &args, output)
+}
+
+fn spawn_scenario(scenario: &str, extra: &[&str], output: &Path) -> Run {
+    let mut args: Vec<String> = vec!["run".into(), scenario.into(), "--output".into(), output.display().to_string()];
     for e in extra {
         args.push((*e).into());
     }
@@ -82,7 +87,11 @@ impl Run {
     }
 
     fn finish(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + START_LIMIT;
+        self.finish_within(START_LIMIT)
+    }
+
+    fn finish_within(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
         loop {
             while let Ok(line) = self.lines.try_recv() {
                 self.stderr.push(line);
@@ -93,7 +102,7 @@ impl Run {
                 }
                 return status;
             }
-            assert!(Instant::now() < deadline, "batchlab did not exit; stderr tail:\n{}", self.tail());
+            assert!(Instant::now() < deadline, "batchlab did not exit within {limit:?}; stderr tail:\n{}", self.tail());
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -116,6 +125,17 @@ impl Run {
             }
         }
         left
+    }
+}
+
+impl Drop for Run {
+    /// A failed assertion must not leave a wedged batchlab and its engine behind.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let group = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            let _ = self.child.wait();
+        }
     }
 }
 
@@ -145,6 +165,7 @@ fn engine_processes_never_outlive_batchlab() {
     if !ready() {
         return;
     }
+    let _one = one_engine();
 
     // A normal run to completion.
     let dir = output_dir("normal");
@@ -183,4 +204,71 @@ fn engine_processes_never_outlive_batchlab() {
     let status = run.finish();
     assert_eq!(status.code(), Some(1), "stderr tail:\n{}", run.tail());
     assert_eq!(run.leftovers(), Vec::<String>::new(), "after a failed start");
+}
+
+/// The error counts of the first benchmark, by kind.
+fn errors_of(r: &serde_json::Value, kind: &str) -> u64 {
+    r["benchmarks"][0]["counts"]["errors_by_kind"][kind].as_u64().unwrap_or(0)
+}
+
+/// `scenarios/vllm-faults.toml`'s batch faults, injected around the real engine, with the
+/// EngineCore kill postponed past the end of the run: every expectation but the kill's holds.
+#[test]
+fn batch_faults_around_the_real_engine() {
+    if !ready() {
+        return;
+    }
+    let _one = one_engine();
+    let dir = output_dir("batch-faults");
+    let later = ["--set", "faults.kill_engine={ after_batches = 1000000 }", "--set", "expect.errors_engine_died=0"];
+    let mut run = spawn_scenario("scenarios/vllm-faults.toml", &later, &dir);
+    let status = run.finish();
+    assert_eq!(status.code(), Some(0), "stderr tail:\n{}", run.tail());
+    assert_eq!(run.leftovers(), Vec::<String>::new());
+    let r = report(&dir);
+    let counts = &r["benchmarks"][0]["counts"];
+    assert_eq!(counts["lost"], 0);
+    assert_eq!(counts["submitted"], 160);
+    // Calls 3, 6, ..., 21 fail, 5, 10, 20 (not 15: fail_batch comes first) come back short.
+    assert_eq!(errors_of(&r, "engine_error"), 7 * 8, "{counts}");
+    assert_eq!(errors_of(&r, "output_count_mismatch"), 3 * 8, "{counts}");
+    assert_eq!(counts["completed"], 160 - 10 * 8, "{counts}");
+}
+
+/// The whole scenario: the EngineCore is SIGKILLed mid-generate. batchlab fails the in-flight
+/// batch and every queued request as `engine_died`, writes an incomplete report and exits 1,
+/// with no request lost and no process left. Then the same with a worker killed instead. Needs
+/// the engine-death detection of issue 9.
+#[test]
+fn engine_processes_killed_mid_generate() {
+    if !ready() {
+        return;
+    }
+    let _one = one_engine();
+    let worker_instead = [
+        "--set",
+        "faults.kill_engine={ after_batches = 1000000 }",
+        "--set",
+        "faults.kill_worker={ after_batches = 13 }",
+    ];
+    for (case, extra) in [("kill-engine", &[][..]), ("kill-worker", &worker_instead[..])] {
+        let dir = output_dir(case);
+        let mut run = spawn_scenario("scenarios/vllm-faults.toml", extra, &dir);
+        run.wait_for("measuring");
+        // 20 batches of the tiny model and then the kill; a hang is what this must rule out.
+        let status = run.finish_within(Duration::from_secs(240));
+        assert_eq!(status.code(), Some(1), "{case}: stderr tail:\n{}", run.tail());
+        assert_eq!(run.leftovers(), Vec::<String>::new(), "{case}: processes left");
+        let r = report(&dir);
+        assert_eq!(r["incomplete"], true, "{case}");
+        let counts = &r["benchmarks"][0]["counts"];
+        assert_eq!(counts["lost"], 0, "{case}: {counts}");
+        assert!(errors_of(&r, "engine_died") > 0, "{case}: {counts}");
+        let answered =
+            ["completed", "errors", "cancelled"].iter().map(|k| counts[k].as_u64().unwrap_or(0)).sum::<u64>();
+        assert_eq!(Some(answered), counts["submitted"].as_u64(), "{case}: {counts}");
+        let expectations = r["expectations"].as_array().expect("expectations");
+        let failed: Vec<_> = expectations.iter().filter(|e| e["passed"] != true).collect();
+        assert!(failed.is_empty(), "{case}: {failed:?}");
+    }
 }

@@ -2,8 +2,10 @@
 //! `to_toml` → `parse_str` unchanged (except `Expectation::origin`, which names where it was read).
 
 use std::path::Path;
+use std::sync::LazyLock;
 
 use arbitrary::Arbitrary;
+use batchlab::engine::faults::FAULT_KEYS;
 use batchlab::scenario::expect::known_metrics;
 use batchlab::scenario::{Overrides, Plan, parse_str, to_toml};
 use toml_edit::{Array, InlineTable, Value};
@@ -14,13 +16,14 @@ pub const BASE_DIR: &str = "/nonexistent/batchlab-fuzz";
 pub const FILE_NAME: &str = "fuzz.toml";
 
 /// The shipped scenarios: valid starting points for the structured target.
-pub const SEEDS: [&str; 6] = [
+pub const SEEDS: [&str; 7] = [
     include_str!("../../scenarios/throughput.toml"),
     include_str!("../../scenarios/constant.toml"),
     include_str!("../../scenarios/faults.toml"),
     include_str!("../../scenarios/poisson.toml"),
     include_str!("../../scenarios/sweep.toml"),
     include_str!("../../scenarios/vllm-cpu.toml"),
+    include_str!("../../scenarios/vllm-faults.toml"),
 ];
 
 /// Parses `source` with `overrides`; when it parses, checks the printed plan parses back equal.
@@ -71,7 +74,7 @@ pub struct Set {
 
 #[derive(Arbitrary, Debug)]
 pub enum Key {
-    /// One of the keys the DSL knows (index into [`KEYS`]).
+    /// One of the keys the DSL knows (index into [`keys`]).
     Known(u8),
     /// An `[expect]` metric.
     Metric(u16),
@@ -119,8 +122,9 @@ pub enum DurationUnit {
     H,
 }
 
-/// Every settable key path, so most edits land somewhere meaningful.
-pub const KEYS: &[&str] = &[
+/// Every settable key path, so most edits land somewhere meaningful: these, then the `[faults]`
+/// keys from batchlab's fault table (see [`keys`]).
+const FIXED_KEYS: &[&str] = &[
     "name",
     "description",
     "seed",
@@ -181,20 +185,24 @@ pub const KEYS: &[&str] = &[
     "warmup.duration",
     "cooldown.requests",
     "cooldown.duration",
-    "faults.fail_batch.every",
-    "faults.short_output.probability",
-    "faults.extra_output.every",
-    "faults.wrong_id.probability",
-    "faults.panic.every",
-    "faults.slow",
-    "faults.slow_factor",
-    "faults.hang.every",
-    "faults.hang_for",
-    "faults.start_fails",
-    "faults.start_delay",
     "output.dir",
     "output.requests_jsonl",
 ];
+
+static KEYS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    let mut keys: Vec<String> = FIXED_KEYS.iter().map(|k| k.to_string()).collect();
+    for key in FAULT_KEYS {
+        let name = format!("faults.{}", key.name);
+        keys.extend(key.subkeys().iter().map(|sub| format!("{name}.{sub}")));
+        keys.push(name);
+    }
+    keys
+});
+
+/// Every key path edits choose from.
+pub fn keys() -> &'static [String] {
+    &KEYS
+}
 
 /// String values the DSL gives a meaning to.
 const CHOICES: &[&str] = &[
@@ -232,7 +240,7 @@ impl Edit {
             .iter()
             .map(|s| {
                 let key = match &s.key {
-                    Key::Known(i) => KEYS[usize::from(*i) % KEYS.len()].to_owned(),
+                    Key::Known(i) => KEYS[usize::from(*i) % KEYS.len()].clone(),
                     Key::Metric(i) => format!("expect.{}", metrics[usize::from(*i) % metrics.len()]),
                     Key::EngineArg(k) => format!("engine.vllm.engine_args.{k}"),
                     Key::Raw(k) => k.clone(),

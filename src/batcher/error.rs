@@ -39,6 +39,24 @@ pub enum RequestError {
 }
 
 impl RequestError {
+    /// Every kind name [`Self::kind`] gives. Reports count errors by these; `[expect]` names
+    /// them `errors_<kind>`.
+    pub const KINDS: &'static [&'static str] = &[
+        "engine_not_started",
+        "start_failed",
+        "engine_failed",
+        "engine_died",
+        "shutting_down",
+        "cancelled",
+        "engine_error",
+        "output_count_mismatch",
+        "output_id_mismatch",
+        "engine_panicked",
+        "generate_timed_out",
+        "engine_unresponsive",
+        "aborted",
+    ];
+
     /// A short stable name for counting errors by kind in reports.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -68,4 +86,37 @@ pub enum ConfigError {
     ZeroBatchTimeout,
     #[error("generate_timeout must be > 0 when set")]
     ZeroGenerateTimeout,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_listed() {
+        let d = Duration::ZERO;
+        let all = [
+            RequestError::EngineNotStarted,
+            RequestError::StartFailed(String::new()),
+            RequestError::EngineFailed(String::new()),
+            RequestError::ShuttingDown,
+            RequestError::Cancelled,
+            RequestError::Engine { batch_id: 0, batch_size: 0, message: String::new() },
+            RequestError::OutputCountMismatch { batch_id: 0, expected: 0, got: 0 },
+            RequestError::OutputIdMismatch { batch_id: 0, detail: String::new() },
+            RequestError::EnginePanicked { batch_id: 0, batch_size: 0, message: String::new() },
+            RequestError::GenerateTimedOut { batch_id: 0, batch_size: 0, after: d },
+            RequestError::EngineUnresponsive { waited: d },
+            RequestError::EngineDied(crate::engine::EngineDeath {
+                process: String::new(),
+                pid: None,
+                status: String::new(),
+            }),
+            RequestError::Aborted,
+        ];
+        assert_eq!(all.len(), RequestError::KINDS.len(), "KINDS lists a kind no error has");
+        for e in &all {
+            assert!(RequestError::KINDS.contains(&e.kind()), "{} is missing from KINDS", e.kind());
+        }
+    }
 }

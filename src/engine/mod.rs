@@ -6,6 +6,7 @@
 //! an engine reports is optional where a real engine may omit it, so the metrics mapper can make a
 //! missing value an absent metric instead of a wrong zero.
 
+pub mod faults;
 pub mod python;
 pub mod sim;
 

@@ -6,4 +6,4 @@ pub mod result;
 pub use aggregate::BenchmarkAggregator;
 pub use distribution::{Distribution, Summary};
 pub use mapper::{Anomalies, RequestMetrics, WallAnchor, map_request};
-pub use result::{BenchmarkResult, metric_names};
+pub use result::{BenchmarkResult, all_metric_names, metric_names};

@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 use serde::Serialize;
 
 use super::distribution::Summary;
+use crate::batcher::RequestError;
 
 /// One benchmark (one step of a profile), aggregated.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -131,6 +132,10 @@ const SCALAR_METRICS: [&str; 17] = [
     "drain_flush_share",
 ];
 
+/// `errors_<kind>`: errors of one kind. A flat name, because in TOML `errors.engine_error` would
+/// make `errors` a table and clash with the `errors` metric.
+const ERROR_KIND_PREFIX: &str = "errors_";
+
 static METRIC_NAMES: LazyLock<Vec<String>> = LazyLock::new(|| {
     let mut names: Vec<String> = SCALAR_METRICS.iter().map(|s| s.to_string()).collect();
     for dist in Distributions::NAMES {
@@ -141,14 +146,27 @@ static METRIC_NAMES: LazyLock<Vec<String>> = LazyLock::new(|| {
     names
 });
 
-/// Every name [`BenchmarkResult::metric`] accepts, in a fixed order (also the CSV column order).
+static ALL_METRIC_NAMES: LazyLock<Vec<String>> = LazyLock::new(|| {
+    let mut names = METRIC_NAMES.clone();
+    names.extend(RequestError::KINDS.iter().map(|k| format!("{ERROR_KIND_PREFIX}{k}")));
+    names
+});
+
+/// The CSV's metric columns, in order: every metric except the per-kind error counts, which the
+/// CSV has in its `errors_by_kind` column.
 pub fn metric_names() -> &'static [String] {
     &METRIC_NAMES
 }
 
+/// Every name [`BenchmarkResult::metric`] accepts (and `[expect]` may use), in a fixed order:
+/// [`metric_names`], then `errors_<kind>` for every [`RequestError::KINDS`].
+pub fn all_metric_names() -> &'static [String] {
+    &ALL_METRIC_NAMES
+}
+
 /// Whether `name` is a metric expectations may use.
 pub fn is_metric_name(name: &str) -> bool {
-    METRIC_NAMES.iter().any(|n| n == name)
+    ALL_METRIC_NAMES.iter().any(|n| n == name)
 }
 
 impl BenchmarkResult {
@@ -175,6 +193,10 @@ impl BenchmarkResult {
             "full_flush_share" => b.full_share,
             "timeout_flush_share" => b.timeout_share,
             "drain_flush_share" => b.drain_share,
+            _ if name.starts_with(ERROR_KIND_PREFIX) => {
+                let kind = name.strip_prefix(ERROR_KIND_PREFIX)?;
+                RequestError::KINDS.contains(&kind).then(|| c.errors_by_kind.get(kind).copied().unwrap_or(0) as f64)
+            }
             _ => {
                 let (dist, stat) = name.strip_suffix("_ms")?.rsplit_once('_')?;
                 if !Summary::STATS.contains(&stat) {
@@ -202,9 +224,20 @@ mod tests {
     }
 
     #[test]
+    fn errors_by_kind_are_metrics() {
+        let r = crate::metrics::aggregate::tests::sample_result();
+        assert_eq!(r.metric("errors_engine_error"), Some(1.0));
+        assert_eq!(r.metric("errors_engine_died"), Some(0.0), "a kind that did not occur counts 0");
+        assert!(is_metric_name("errors_generate_timed_out"));
+        assert!(!metric_names().iter().any(|n| n.starts_with(ERROR_KIND_PREFIX)), "not CSV columns");
+    }
+
+    #[test]
     fn unknown_names_resolve_to_nothing() {
         let r = crate::metrics::aggregate::tests::sample_result();
-        for name in ["", "latency", "latency_ms", "latency_p42_ms", "bogus_p50_ms", "p50_ms", "ttft_p99"] {
+        for name in
+            ["", "latency", "latency_ms", "latency_p42_ms", "bogus_p50_ms", "p50_ms", "ttft_p99", "errors_bogus"]
+        {
             assert_eq!(r.metric(name), None, "{name}");
             assert!(!is_metric_name(name), "{name}");
         }
@@ -213,7 +246,7 @@ mod tests {
     #[test]
     fn every_listed_name_resolves_on_a_non_empty_result() {
         let r = crate::metrics::aggregate::tests::sample_result();
-        for name in metric_names() {
+        for name in all_metric_names() {
             let v = r.metric(name);
             assert!(v.is_some_and(f64::is_finite), "{name}: {v:?}");
         }

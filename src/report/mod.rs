@@ -128,18 +128,14 @@ pub(crate) mod tests {
     #[test]
     fn new_serializes_the_plan_and_checks_its_expectations() {
         use crate::batcher::BatchConfig;
-        use crate::engine::sim::{CostModel, Faults, TimeMode};
+        use crate::engine::faults::Faults;
+        use crate::engine::sim::{CostModel, TimeMode};
         use crate::scenario::plan::{EnginePlan, OutputPlan, ProfilePlan, SimPlan, StopPlan, TokenDist, WorkloadPlan};
         let plan = Plan {
             name: "plan".into(),
             description: None,
             seed: 42,
-            engine: EnginePlan::Sim(SimPlan {
-                time: TimeMode::default(),
-                seed: 1,
-                cost: CostModel::default(),
-                faults: Faults::default(),
-            }),
+            engine: EnginePlan::Sim(SimPlan { time: TimeMode::default(), seed: 1, cost: CostModel::default() }),
             batching: BatchConfig::default(),
             workload: WorkloadPlan::Synthetic {
                 prompt_tokens: TokenDist::Fixed { value: 16 },
@@ -154,6 +150,7 @@ pub(crate) mod tests {
             stop: StopPlan::default(),
             warmup: None,
             cooldown: None,
+            faults: Faults::default(),
             expect: vec![Expectation {
                 metric: "lost".into(),
                 op: Comparison::Eq,

@@ -5,6 +5,8 @@
 //! runs on the single-threaded [`virtual_driver`] (deterministic, byte-identical reports for a
 //! seed); everything in real time runs on the tokio [`realtime`] driver over the threaded batcher.
 //! The engine is loaded before the first step's clock starts, so cold start is never measured.
+//! Every engine runs inside a [`FaultyEngine`] with the plan's `[faults]` (a plain pass-through
+//! when there are none), seeded with the engine's seed.
 
 pub mod progress;
 mod realtime;
@@ -18,6 +20,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::engine::faults::FaultyEngine;
 use crate::engine::python::PythonEngine;
 use crate::engine::sim::{SimConfig, SimEngine, TimeMode};
 use crate::engine::{EngineError, EngineInfo};
@@ -92,7 +95,7 @@ pub async fn run(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunErro
     let mut progress = Progress::new(options.progress);
     let result = match &plan.engine {
         EnginePlan::Sim(sim) => {
-            let config = SimConfig { seed: sim.seed, cost: sim.cost.clone(), faults: sim.faults.clone() };
+            let config = SimConfig { seed: sim.seed, cost: sim.cost.clone() };
             match sim.time {
                 TimeMode::Virtual => {
                     let plan = plan.clone();
@@ -109,6 +112,7 @@ pub async fn run(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunErro
                 }
                 TimeMode::Real => {
                     let engine = SimEngine::new(config, Arc::new(MonotonicClock));
+                    let engine = FaultyEngine::new(engine, plan.faults.clone(), sim.seed, Arc::new(MonotonicClock));
                     realtime::run(plan, engine, &workload, &mut jsonl, &mut progress, options.interrupt.clone()).await?
                 }
             }
@@ -121,10 +125,12 @@ pub async fn run(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunErro
             ));
         }
         EnginePlan::Vllm(v) => {
-            realtime::run(plan, v.engine(), &workload, &mut jsonl, &mut progress, options.interrupt.clone()).await?
+            let engine = FaultyEngine::new(v.engine(), plan.faults.clone(), v.seed, Arc::new(MonotonicClock));
+            realtime::run(plan, engine, &workload, &mut jsonl, &mut progress, options.interrupt.clone()).await?
         }
         EnginePlan::Python(p) => {
             let engine = PythonEngine::new(p.clone());
+            let engine = FaultyEngine::new(engine, plan.faults.clone(), plan.seed, Arc::new(MonotonicClock));
             realtime::run(plan, engine, &workload, &mut jsonl, &mut progress, options.interrupt.clone()).await?
         }
     };

@@ -6,6 +6,7 @@ use super::step::{Action, StepRun};
 use super::{DriverResult, RunError};
 use crate::batcher::virtual_time::VirtualDriver;
 use crate::engine::Engine;
+use crate::engine::faults::FaultyEngine;
 use crate::engine::sim::{SimConfig, SimEngine};
 use crate::load::{StepPlanner, Workload};
 use crate::metrics::WallAnchor;
@@ -25,7 +26,9 @@ pub(super) fn run(
     progress: &mut Progress,
     interrupt: &watch::Receiver<bool>,
 ) -> Result<DriverResult, RunError> {
+    let seed = config.seed;
     let (engine, clock) = SimEngine::virtual_time(config);
+    let engine = FaultyEngine::new(engine, plan.faults.clone(), seed, std::sync::Arc::new(clock.clone()));
     let domain = engine.clock_domain();
     let mut driver = VirtualDriver::new(engine, plan.batching.clone(), clock);
     progress.phase("loading engine", "");

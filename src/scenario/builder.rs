@@ -6,13 +6,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use toml_edit::{Array, InlineTable, Value};
+use toml_edit::{Array, Value};
 
 use super::error::ScenarioError;
 use super::overrides::Overrides;
 use super::plan::{Comparison, Plan, TokenDist};
 use super::units::format_duration;
-use crate::engine::sim::{CostModel, FaultTrigger};
+use crate::engine::faults::{FAULT_KEYS, FaultTrigger, FaultValue, Faults, ProcessFault};
+use crate::engine::sim::CostModel;
 
 /// Builds a [`Plan`]; start with `Scenario::builder()`. Later calls win; switching the engine,
 /// workload source or profile kind forgets the settings of the previous one.
@@ -86,7 +87,7 @@ impl ScenarioBuilder {
     /// The vLLM engine with `model`; other `engine.vllm.*` keys through [`Self::set`].
     pub fn vllm(self, model: impl AsRef<Path>) -> Self {
         let model = model.as_ref().to_string_lossy().into_owned();
-        self.forget("engine.").forget("faults.").set("engine.kind", "vllm").set("engine.vllm.model", model)
+        self.forget("engine.").set("engine.kind", "vllm").set("engine.vllm.model", model)
     }
     /// A Python protocol engine, `class = "module:Class"`; `path`, `args.*` and the other
     /// `engine.python.*` keys through [`Self::set`].
@@ -177,32 +178,48 @@ impl ScenarioBuilder {
         self.forget("cooldown.").set("cooldown.duration", duration(d))
     }
 
-    /// A fault trigger by its `[faults]` name (`fail_batch`, `short_output`, `extra_output`,
-    /// `wrong_id`, `panic`, `slow`, `hang`).
-    pub fn fault(self, kind: &str, trigger: &FaultTrigger) -> Self {
-        let mut t = InlineTable::new();
-        if let Some(every) = trigger.every {
-            t.insert("every", int(every));
+    /// Sets every `[faults]` key in which `faults` differs from the defaults, e.g.
+    /// `.faults(&Faults { fail_batch: FaultTrigger::every(7), ..Faults::default() })`. Additive:
+    /// keys set by earlier calls and left at their default here stay as they were.
+    pub fn faults(mut self, faults: &Faults) -> Self {
+        for key in FAULT_KEYS {
+            let v = (key.get)(faults);
+            if v == key.default_value() {
+                continue;
+            }
+            let name = format!("faults.{}", key.name);
+            self = match super::print::fault_value(&v) {
+                Some(text) => self.set(&name, text),
+                None => self.forget(&name),
+            };
         }
-        if trigger.probability != 0.0 {
-            t.insert("probability", trigger.probability.into());
+        self
+    }
+    /// A fault trigger by its `[faults]` name (one of [`crate::engine::faults::trigger_names`]).
+    pub fn fault(self, name: &str, trigger: &FaultTrigger) -> Self {
+        match super::print::fault_value(&FaultValue::Trigger(trigger.clone())) {
+            Some(v) => self.set(&format!("faults.{name}"), v),
+            None => self.forget(&format!("faults.{name}")),
         }
-        self.set(&format!("faults.{kind}"), t)
     }
     pub fn fault_fail_batch_every(self, n: u64) -> Self {
-        self.fault("fail_batch", &FaultTrigger::every(n))
+        self.faults(&Faults { fail_batch: FaultTrigger::every(n), ..Faults::default() })
     }
     pub fn fault_hang_every(self, n: u64, hang_for: Duration) -> Self {
-        self.fault("hang", &FaultTrigger::every(n)).set("faults.hang_for", duration(hang_for))
+        self.faults(&Faults { hang: FaultTrigger::every(n), hang_for, ..Faults::default() })
     }
-    pub fn fault_slow(self, trigger: &FaultTrigger, factor: f64) -> Self {
-        self.fault("slow", trigger).set("faults.slow_factor", factor)
+    pub fn fault_slow(self, trigger: &FaultTrigger, slow_factor: f64) -> Self {
+        self.faults(&Faults { slow: trigger.clone(), slow_factor, ..Faults::default() })
     }
-    pub fn fault_start_fails(self, yes: bool) -> Self {
-        self.set("faults.start_fails", yes)
+    pub fn fault_start_fails(self, start_fails: bool) -> Self {
+        self.faults(&Faults { start_fails, ..Faults::default() })
     }
-    pub fn fault_start_delay(self, d: Duration) -> Self {
-        self.set("faults.start_delay", duration(d))
+    pub fn fault_start_delay(self, start_delay: Duration) -> Self {
+        self.faults(&Faults { start_delay, ..Faults::default() })
+    }
+    /// SIGKILL vLLM's EngineCore during generate `after_batches + 1` (multiprocess vLLM only).
+    pub fn fault_kill_engine(self, after_batches: u64) -> Self {
+        self.faults(&Faults { kill_engine: Some(ProcessFault { after_batches }), ..Faults::default() })
     }
 
     /// Adds `metric op value` to `[expect]`.

@@ -6,9 +6,9 @@
 use super::plan::Comparison;
 
 /// Every metric name `[expect]` accepts: exactly those a benchmark result reports
-/// ([`crate::metrics::result::metric_names`]), so the two can never drift apart.
+/// ([`crate::metrics::result::all_metric_names`]), so the two can never drift apart.
 pub fn known_metrics() -> Vec<String> {
-    crate::metrics::result::metric_names().to_vec()
+    crate::metrics::result::all_metric_names().to_vec()
 }
 
 pub fn is_known_metric(name: &str) -> bool {
@@ -86,7 +86,8 @@ mod tests {
     #[test]
     fn metric_names() {
         let all = known_metrics();
-        assert_eq!(all.len(), 17 + 7 * 9, "17 scalars, 7 timings with 9 statistics each");
+        let kinds = crate::batcher::RequestError::KINDS.len();
+        assert_eq!(all.len(), 17 + 7 * 9 + kinds, "17 scalars, 7 timings with 9 statistics each, errors by kind");
         assert!(all.iter().all(|m| is_known_metric(m)));
         for bad in ["ttft_p99", "ttft_p98_ms", "complete", "latency__ms", "_ms"] {
             assert!(!is_known_metric(bad), "{bad}");

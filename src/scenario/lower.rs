@@ -14,9 +14,12 @@ use super::reader::{Cx, Field, Low, Tbl, join};
 use super::schema;
 use crate::batcher::BatchConfig;
 use crate::engine::ClockDomain;
+use crate::engine::faults::{
+    FAULT_KEYS, FaultKind, FaultTrigger, FaultValue, Faults, PROCESS_FAULT_KEYS, ProcessFault, TRIGGER_KEYS,
+};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
-use crate::engine::sim::{CostModel, FaultTrigger, Faults, TimeMode};
+use crate::engine::sim::{CostModel, TimeMode};
 use crate::rng::SplitMix64;
 
 /// Seed streams of the components whose seed defaults to one derived from the master seed.
@@ -61,9 +64,10 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     let description = cx.string(top, "description");
     let seed = cx.u64(top, "seed", 0).unwrap_or(0);
 
-    let faults_table = cx.section(top, "faults", "faults", schema::FAULTS);
+    let faults_table = cx.section(top, "faults", "faults", crate::engine::faults::fault_names());
     let faults = faults_table.map(|t| lower_faults(cx, t)).unwrap_or_default();
-    let engine = lower_engine(cx, top, seed, faults, faults_table, ctx);
+    let engine = lower_engine(cx, top, seed, ctx);
+    check_process_faults(cx, faults_table, &engine);
     let batching = lower_batching(cx, top, !matches!(engine, EnginePlan::Sim(_)));
     let workload = lower_workload(cx, top, seed, ctx);
     let profile = lower_profile(cx, top, seed);
@@ -73,17 +77,24 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     let expect = lower_expect(cx, top);
     let output = lower_output(cx, top);
 
-    Plan { name, description, seed, engine, batching, workload, profile, stop, warmup, cooldown, expect, output }
+    Plan {
+        name,
+        description,
+        seed,
+        engine,
+        batching,
+        workload,
+        profile,
+        stop,
+        warmup,
+        cooldown,
+        faults,
+        expect,
+        output,
+    }
 }
 
-fn lower_engine(
-    cx: &mut Cx,
-    top: Tbl,
-    seed: u64,
-    faults: Faults,
-    faults_table: Option<Tbl>,
-    ctx: &Context,
-) -> EnginePlan {
+fn lower_engine(cx: &mut Cx, top: Tbl, seed: u64, ctx: &Context) -> EnginePlan {
     let engine = cx.section(top, "engine", "engine", schema::ENGINE);
     let kind = engine.and_then(|e| cx.choice(e, "kind", &["sim", "vllm", "python"])).unwrap_or("sim");
     let sim = engine.and_then(|e| cx.section(e, "sim", "engine.sim", schema::SIM));
@@ -98,12 +109,6 @@ fn lower_engine(
             cx.report(&format!("engine.{name}"), t.span(), message, Some(help));
         }
     }
-    if kind != "sim"
-        && let Some(faults) = faults_table
-    {
-        let help = "fault injection needs `engine.kind = \"sim\"`".to_owned();
-        cx.report("faults", faults.span(), "[faults] only applies to the sim engine".to_owned(), Some(help));
-    }
     match kind {
         "vllm" => return EnginePlan::Vllm(lower_vllm(cx, vllm, engine_span, seed, ctx)),
         "python" => return EnginePlan::Python(lower_python(cx, python, engine_span, ctx)),
@@ -111,7 +116,7 @@ fn lower_engine(
     }
     let defaults = CostModel::default();
     let mut plan =
-        SimPlan { time: TimeMode::Virtual, seed: derive_seed(seed, seed_stream::SIM), cost: defaults.clone(), faults };
+        SimPlan { time: TimeMode::Virtual, seed: derive_seed(seed, seed_stream::SIM), cost: defaults.clone() };
     if let Some(t) = sim {
         if cx.choice(t, "time", &["virtual", "real"]) == Some("real") {
             plan.time = TimeMode::Real;
@@ -328,45 +333,66 @@ fn value_to_json(cx: &mut Cx, field: &Field, value: &Value) -> Option<serde_json
     })
 }
 
+/// `[faults]`, key by key from [`FAULT_KEYS`]: each key is read as the type its default has.
 fn lower_faults(cx: &mut Cx, t: Tbl) -> Faults {
-    let d = Faults::default();
-    let trigger = |cx: &mut Cx, key: &str| {
-        let Some(field) = cx.field(t, key) else {
-            return FaultTrigger::NEVER;
+    let mut faults = Faults::default();
+    for key in FAULT_KEYS {
+        let Some(field) = cx.field(t, key.name) else { continue };
+        let value = match key.default_value() {
+            FaultValue::Trigger(_) => lower_trigger(cx, &field).map(FaultValue::Trigger),
+            FaultValue::Factor(_) => cx.float_of(&field, Low::AtLeast(1.0), f64::INFINITY).map(FaultValue::Factor),
+            FaultValue::Duration(_) => cx.duration(t, key.name, true).map(FaultValue::Duration),
+            FaultValue::Flag(_) => cx.boolean(t, key.name).map(FaultValue::Flag),
+            FaultValue::Process(_) => lower_process_fault(cx, &field).map(|p| FaultValue::Process(Some(p))),
         };
-        let path = match key {
-            "fail_batch" => "faults.fail_batch",
-            "short_output" => "faults.short_output",
-            "extra_output" => "faults.extra_output",
-            "wrong_id" => "faults.wrong_id",
-            "panic" => "faults.panic",
-            "slow" => "faults.slow",
-            _ => "faults.hang",
-        };
-        let Some(tt) = cx.as_table(&field, path, schema::TRIGGER) else {
-            return FaultTrigger::NEVER;
-        };
-        if tt.table.get("every").is_none() && tt.table.get("probability").is_none() {
-            let help = "write { every = N } and/or { probability = p }".to_owned();
-            cx.report_at(&field, format!("`{path}` needs `every` and/or `probability`"), Some(help));
+        if let Some(value) = value {
+            (key.set)(&mut faults, value);
         }
-        FaultTrigger {
-            every: cx.u64(tt, "every", 1),
-            probability: cx.float(tt, "probability", Low::AtLeast(0.0), 1.0).unwrap_or(0.0),
+    }
+    faults
+}
+
+fn lower_trigger(cx: &mut Cx, field: &Field) -> Option<FaultTrigger> {
+    let tt = cx.as_table(field, &field.path, TRIGGER_KEYS)?;
+    if tt.table.get("every").is_none() && tt.table.get("probability").is_none() {
+        let help = "write { every = N } and/or { probability = p }".to_owned();
+        cx.report_at(field, format!("`{}` needs `every` and/or `probability`", field.path), Some(help));
+    }
+    Some(FaultTrigger {
+        every: cx.u64(tt, "every", 1),
+        probability: cx.float(tt, "probability", Low::AtLeast(0.0), 1.0).unwrap_or(0.0),
+    })
+}
+
+fn lower_process_fault(cx: &mut Cx, field: &Field) -> Option<ProcessFault> {
+    let tt = cx.as_table(field, &field.path, PROCESS_FAULT_KEYS)?;
+    if tt.table.get("after_batches").is_none() {
+        let help = "write { after_batches = N }: the kill lands during generate N + 1".to_owned();
+        cx.report_at(field, format!("`{}` needs `after_batches`", field.path), Some(help));
+    }
+    Some(ProcessFault { after_batches: cx.u64(tt, "after_batches", 0)? })
+}
+
+/// Process faults kill a process of vLLM's multiprocess engine: any other engine has none.
+fn check_process_faults(cx: &mut Cx, faults_table: Option<Tbl>, engine: &EnginePlan) {
+    if matches!(engine, EnginePlan::Vllm(v) if !v.in_process) {
+        return;
+    }
+    let Some(t) = faults_table else { return };
+    for key in FAULT_KEYS.iter().filter(|k| k.kind == FaultKind::Process) {
+        if let Some(field) = cx.field(t, key.name) {
+            let message = format!(
+                "`{}` kills a process of vLLM's multiprocess engine, but the engine is {}",
+                field.path,
+                match engine {
+                    EnginePlan::Sim(_) => "the simulator",
+                    EnginePlan::Vllm(_) => "vLLM in-process",
+                    EnginePlan::Python(_) => "a Python protocol engine",
+                }
+            );
+            let help = "use `engine.kind = \"vllm\"` with `engine.vllm.in_process = false`".to_owned();
+            cx.report_at(&field, message, Some(help));
         }
-    };
-    Faults {
-        fail_batch: trigger(cx, "fail_batch"),
-        short_output: trigger(cx, "short_output"),
-        extra_output: trigger(cx, "extra_output"),
-        wrong_id: trigger(cx, "wrong_id"),
-        panic: trigger(cx, "panic"),
-        slow: trigger(cx, "slow"),
-        slow_factor: cx.float(t, "slow_factor", Low::AtLeast(1.0), f64::INFINITY).unwrap_or(d.slow_factor),
-        hang: trigger(cx, "hang"),
-        hang_for: cx.duration(t, "hang_for", true).unwrap_or(d.hang_for),
-        start_fails: cx.boolean(t, "start_fails").unwrap_or(d.start_fails),
-        start_delay: cx.duration(t, "start_delay", true).unwrap_or(d.start_delay),
     }
 }
 

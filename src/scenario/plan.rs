@@ -9,9 +9,10 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::batcher::BatchConfig;
+use crate::engine::faults::Faults;
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
-use crate::engine::sim::{CostModel, Faults, TimeMode};
+use crate::engine::sim::{CostModel, TimeMode};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {
@@ -26,6 +27,8 @@ pub struct Plan {
     pub stop: StopPlan,
     pub warmup: Option<PhaseLimit>,
     pub cooldown: Option<PhaseLimit>,
+    /// `[faults]`: injected around whichever engine runs.
+    pub faults: Faults,
     pub expect: Vec<Expectation>,
     pub output: OutputPlan,
 }
@@ -43,8 +46,6 @@ pub struct SimPlan {
     pub time: TimeMode,
     pub seed: u64,
     pub cost: CostModel,
-    /// From the scenario's top-level `[faults]` table.
-    pub faults: Faults,
 }
 
 /// A distribution of token counts.

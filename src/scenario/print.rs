@@ -10,7 +10,7 @@ use toml_edit::{Array, DocumentMut, InlineTable, Item, Table, Value, value};
 
 use super::plan::*;
 use super::units::format_duration;
-use crate::engine::sim::FaultTrigger;
+use crate::engine::faults::{FAULT_KEYS, FaultValue};
 
 /// Free-form keyword arguments as a table.
 fn json_table(map: &serde_json::Map<String, serde_json::Value>) -> Item {
@@ -186,28 +186,13 @@ pub fn to_toml(plan: &Plan) -> String {
         doc[key] = Item::Table(t);
     }
 
-    if let EnginePlan::Sim(sim) = &plan.engine {
-        let f = &sim.faults;
-        let mut t = Table::new();
-        for (key, trigger) in [
-            ("fail_batch", &f.fail_batch),
-            ("short_output", &f.short_output),
-            ("extra_output", &f.extra_output),
-            ("wrong_id", &f.wrong_id),
-            ("panic", &f.panic),
-            ("slow", &f.slow),
-            ("hang", &f.hang),
-        ] {
-            if let Some(inline) = fault_trigger(trigger) {
-                t[key] = value(inline);
-            }
+    let mut faults = Table::new();
+    for key in FAULT_KEYS {
+        if let Some(v) = fault_value(&(key.get)(&plan.faults)) {
+            faults[key.name] = value(v);
         }
-        t["slow_factor"] = value(f.slow_factor);
-        t["hang_for"] = duration(f.hang_for);
-        t["start_fails"] = value(f.start_fails);
-        t["start_delay"] = duration(f.start_delay);
-        doc["faults"] = Item::Table(t);
     }
+    doc["faults"] = Item::Table(faults);
 
     if !plan.expect.is_empty() {
         let mut t = Table::new();
@@ -264,15 +249,28 @@ pub(super) fn token_dist(d: &TokenDist) -> Value {
     Value::InlineTable(t)
 }
 
-fn fault_trigger(trigger: &FaultTrigger) -> Option<InlineTable> {
+/// A `[faults]` value as the DSL writes it (also what the builder sets); `None` for a trigger
+/// that never fires or an unset process fault, which are written by leaving the key out.
+pub(super) fn fault_value(v: &FaultValue) -> Option<Value> {
     let mut t = InlineTable::new();
-    if let Some(every) = trigger.every {
-        t.insert("every", int(every).into());
+    match v {
+        FaultValue::Trigger(trigger) => {
+            if let Some(every) = trigger.every {
+                t.insert("every", int(every).into());
+            }
+            if trigger.probability != 0.0 {
+                t.insert("probability", trigger.probability.into());
+            }
+        }
+        FaultValue::Process(Some(p)) => {
+            t.insert("after_batches", int(p.after_batches).into());
+        }
+        FaultValue::Process(None) => {}
+        FaultValue::Factor(f) => return Some((*f).into()),
+        FaultValue::Duration(d) => return Some(format_duration(*d).into()),
+        FaultValue::Flag(b) => return Some((*b).into()),
     }
-    if trigger.probability != 0.0 {
-        t.insert("probability", trigger.probability.into());
-    }
-    (!t.is_empty()).then_some(t)
+    (!t.is_empty()).then_some(Value::InlineTable(t))
 }
 
 /// JSON back to TOML; `null` has no TOML form and is dropped (it cannot come from a file).

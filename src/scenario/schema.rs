@@ -4,6 +4,7 @@
 //! before anything is parsed) ask this module, so the two can never disagree.
 
 use super::expect;
+use crate::engine::faults;
 
 pub(crate) const TOP: &[&str] = &[
     "name",
@@ -82,22 +83,6 @@ pub(crate) fn profile_keys(kind: &str) -> &'static [&'static str] {
 
 pub(crate) const STOP: &[&str] = &["max_requests", "max_duration", "max_errors", "max_error_rate"];
 pub(crate) const PHASE: &[&str] = &["requests", "duration"];
-pub(crate) const FAULT_TRIGGERS: &[&str] =
-    &["fail_batch", "short_output", "extra_output", "wrong_id", "panic", "slow", "hang"];
-pub(crate) const FAULTS: &[&str] = &[
-    "fail_batch",
-    "short_output",
-    "extra_output",
-    "wrong_id",
-    "panic",
-    "slow",
-    "slow_factor",
-    "hang",
-    "hang_for",
-    "start_fails",
-    "start_delay",
-];
-pub(crate) const TRIGGER: &[&str] = &["every", "probability"];
 pub(crate) const OUTPUT: &[&str] = &["dir", "requests_jsonl"];
 
 /// What may appear under a table.
@@ -127,8 +112,11 @@ pub(crate) fn keys_under(path: &[&str]) -> Keys {
         ["profile"] => Keys::Fixed(PROFILE),
         ["stop"] => Keys::Fixed(STOP),
         ["warmup" | "cooldown"] => Keys::Fixed(PHASE),
-        ["faults"] => Keys::Fixed(FAULTS),
-        ["faults", trigger] if FAULT_TRIGGERS.contains(trigger) => Keys::Fixed(TRIGGER),
+        ["faults"] => Keys::Fixed(faults::fault_names()),
+        ["faults", key] => match faults::fault_key(key).map(faults::FaultKey::subkeys) {
+            Some(keys) if !keys.is_empty() => Keys::Fixed(keys),
+            _ => Keys::Value,
+        },
         ["expect"] => Keys::Metrics,
         ["output"] => Keys::Fixed(OUTPUT),
         _ => Keys::Value,

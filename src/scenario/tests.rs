@@ -7,9 +7,10 @@ use proptest::prelude::*;
 
 use super::plan::*;
 use super::*;
+use crate::engine::faults::{FAULT_KEYS, FaultKind, FaultTrigger, FaultValue, Faults, ProcessFault};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
-use crate::engine::sim::{CostModel, FaultTrigger, Faults, TimeMode};
+use crate::engine::sim::{CostModel, TimeMode};
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -47,7 +48,7 @@ fn empty_file_gives_all_defaults() {
         let EnginePlan::Sim(sim) = &p.engine else { panic!("{:?}", p.engine) };
         assert_eq!(sim.time, TimeMode::Virtual);
         assert_eq!(sim.cost, CostModel::default());
-        assert_eq!(sim.faults, Faults::default());
+        assert_eq!(p.faults, Faults::default());
         assert_eq!(sim.seed, derive_seed(0, seed_stream::SIM));
         assert_eq!(p.batching, crate::batcher::BatchConfig::default());
         assert_eq!(p.profile, ProfilePlan::Throughput { max_concurrency: 256 });
@@ -100,8 +101,8 @@ ttft_p99_ms = "<= 50.5"
             assert_eq!(sim.time, TimeMode::Real);
             assert_eq!(sim.cost.decode_step, Duration::from_micros(1500));
             assert_eq!(sim.seed, derive_seed(9, seed_stream::SIM));
-            assert_eq!(sim.faults.fail_batch, FaultTrigger::every(7));
-            assert_eq!(sim.faults.slow, FaultTrigger { every: Some(3), probability: 0.1 });
+            assert_eq!(p.faults.fail_batch, FaultTrigger::every(7));
+            assert_eq!(p.faults.slow, FaultTrigger { every: Some(3), probability: 0.1 });
             assert_eq!(p.batching.batch_size(), 8);
             assert_eq!(p.batching.generate_timeout(), Some(Duration::from_secs(30)));
             let WorkloadPlan::Synthetic { prompt_tokens, output_tokens, .. } = &p.workload else { panic!() };
@@ -218,12 +219,22 @@ fn problems() {
         ],
     );
     check_problems(
-        "[engine]\nkind = \"vllm\"\n[faults]\npanic = { every = 0 }",
+        "[engine]\nkind = \"vllm\"\n[faults]\npanic = { every = 0 }\nkill_engine = { after_batches = 3 }",
         &[],
         &[
             "missing `engine.vllm.model` (required with `engine.kind = \"vllm\"`)",
-            "[faults] only applies to the sim engine",
             "`faults.panic.every` must be at least 1, found 0",
+            "`faults.kill_engine` kills a process of vLLM's multiprocess engine, but the engine is vLLM in-process",
+        ],
+    );
+    check_problems(
+        "[faults]\nkill_worker = { every = 2 }\nkill_engine = { after_batches = 1 }",
+        &[],
+        &[
+            "`faults.kill_worker` needs `after_batches`",
+            "`faults.kill_worker` kills a process of vLLM's multiprocess engine, but the engine is the simulator",
+            "unknown key `every` in [faults.kill_worker]",
+            "`faults.kill_engine` kills a process of vLLM's multiprocess engine, but the engine is the simulator",
         ],
     );
     check_problems(
@@ -232,7 +243,6 @@ fn problems() {
         &[
             "missing `engine.python.class` (required with `engine.kind = \"python\"`)",
             "[engine.vllm] is set but `engine.kind` is \"python\"",
-            "[faults] only applies to the sim engine",
         ],
     );
     check_problems(
@@ -296,8 +306,7 @@ fn builder_goes_through_validation() {
         .unwrap();
     assert_eq!(plan.batching.batch_size(), 8);
     assert_eq!(plan.profile, ProfilePlan::Throughput { max_concurrency: 64 });
-    let EnginePlan::Sim(sim) = &plan.engine else { panic!() };
-    assert_eq!(sim.faults.fail_batch, FaultTrigger::every(7));
+    assert_eq!(plan.faults.fail_batch, FaultTrigger::every(7));
     assert_eq!(plan.expect[0].value, 256.0);
     let e = Scenario::builder().batch_size(0).expect("completd", Comparison::Eq, 1.0).build().unwrap_err();
     let messages: Vec<&str> = e.problems.iter().map(|p| p.message.as_str()).collect();
@@ -372,6 +381,32 @@ fn trigger_strategy() -> impl Strategy<Value = FaultTrigger> {
         .prop_map(|(every, probability)| FaultTrigger { every, probability })
 }
 
+/// Any `[faults]`, key by key from the table; process faults only where they are allowed.
+fn faults_strategy(process_faults: bool) -> impl Strategy<Value = Faults> {
+    let values: Vec<BoxedStrategy<FaultValue>> = FAULT_KEYS
+        .iter()
+        .map(|key| match key.default_value() {
+            FaultValue::Trigger(_) => trigger_strategy().prop_map(FaultValue::Trigger).boxed(),
+            FaultValue::Factor(_) => (1.0..100.0f64).prop_map(FaultValue::Factor).boxed(),
+            FaultValue::Duration(_) => duration_strategy(0).prop_map(FaultValue::Duration).boxed(),
+            FaultValue::Flag(_) => any::<bool>().prop_map(FaultValue::Flag).boxed(),
+            FaultValue::Process(_) if process_faults && key.kind == FaultKind::Process => {
+                proptest::option::of((0u64..1000).prop_map(|after_batches| ProcessFault { after_batches }))
+                    .prop_map(FaultValue::Process)
+                    .boxed()
+            }
+            FaultValue::Process(_) => Just(FaultValue::Process(None)).boxed(),
+        })
+        .collect();
+    values.prop_map(|values| {
+        let mut faults = Faults::default();
+        for (key, v) in FAULT_KEYS.iter().zip(values) {
+            (key.set)(&mut faults, v);
+        }
+        faults
+    })
+}
+
 fn dist_strategy() -> impl Strategy<Value = TokenDist> {
     prop_oneof![
         (1u32..=u32::MAX).prop_map(|value| TokenDist::Fixed { value }),
@@ -402,25 +437,9 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
             max_num_seqs,
             eos_probability,
         });
-    let triggers = proptest::collection::vec(trigger_strategy(), 7);
-    let faults = (triggers, 1.0..100.0f64, duration_strategy(0), any::<bool>(), duration_strategy(0)).prop_map(
-        |(t, slow_factor, hang_for, start_fails, start_delay)| Faults {
-            fail_batch: t[0].clone(),
-            short_output: t[1].clone(),
-            extra_output: t[2].clone(),
-            wrong_id: t[3].clone(),
-            panic: t[4].clone(),
-            slow: t[5].clone(),
-            slow_factor,
-            hang: t[6].clone(),
-            hang_for,
-            start_fails,
-            start_delay,
-        },
-    );
-    let sim = (any::<bool>(), seed_strategy(), cost, faults).prop_map(|(real, seed, cost, faults)| {
+    let sim = (any::<bool>(), seed_strategy(), cost).prop_map(|(real, seed, cost)| {
         let time = if real { TimeMode::Real } else { TimeMode::Virtual };
-        EnginePlan::Sim(SimPlan { time, seed, cost, faults })
+        EnginePlan::Sim(SimPlan { time, seed, cost })
     });
     let small = || proptest::option::of(1u32..100_000);
     let args = proptest::collection::btree_map(
@@ -564,9 +583,13 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
     let output = (proptest::option::of("[a-z]{1,8}(/[a-z]{1,8})?"), any::<bool>())
         .prop_map(|(dir, requests_jsonl)| OutputPlan { dir: dir.map(PathBuf::from), requests_jsonl });
     let head = ("[a-zA-Z][a-zA-Z0-9 _\"\\\\é-]{0,15}", proptest::option::of("[ -~é\n]{0,20}"), seed_strategy());
+    let engine_and_faults = engine_strategy().prop_flat_map(|engine| {
+        let process_faults = matches!(&engine, EnginePlan::Vllm(v) if !v.in_process);
+        (Just(engine), faults_strategy(process_faults))
+    });
     (
         head,
-        engine_strategy(),
+        engine_and_faults,
         batching,
         workload_strategy(),
         profile_strategy(),
@@ -578,7 +601,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
         .prop_map(
             |(
                 (name, description, seed),
-                engine,
+                (engine, faults),
                 batching,
                 workload,
                 profile,
@@ -601,6 +624,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                 stop,
                 warmup,
                 cooldown,
+                faults,
                 expect,
                 output,
             },

@@ -51,13 +51,12 @@ fn output_tokens(req: &EngineRequest, cost: &CostModel, seed: u64) -> u32 {
     floor.saturating_add(extra).min(req.max_tokens)
 }
 
-fn scaled(d: Duration, times: u64, scale: f64) -> Duration {
-    let nanos = d.as_nanos().saturating_mul(times as u128) as f64 * scale;
-    Duration::from_nanos(if nanos.is_finite() { nanos.min(u64::MAX as f64) as u64 } else { u64::MAX })
+fn scaled(d: Duration, times: u64) -> Duration {
+    Duration::from_nanos(u64::try_from(d.as_nanos().saturating_mul(times as u128)).unwrap_or(u64::MAX))
 }
 
-/// Simulates one batch. `scale` multiplies every cost (the `slow` fault).
-pub fn simulate(cost: &CostModel, seed: u64, batch: &[EngineRequest], scale: f64) -> Timeline {
+/// Simulates one batch.
+pub fn simulate(cost: &CostModel, seed: u64, batch: &[EngineRequest]) -> Timeline {
     let mut requests: Vec<SeqTiming> = batch
         .iter()
         .map(|r| SeqTiming {
@@ -75,8 +74,8 @@ pub fn simulate(cost: &CostModel, seed: u64, batch: &[EngineRequest], scale: f64
         for s in wave.iter_mut() {
             s.scheduled = t;
         }
-        t = t.saturating_add(scaled(cost.fixed_overhead, 1, scale));
-        t = t.saturating_add(scaled(cost.prefill_per_token, prompt_total, scale));
+        t = t.saturating_add(scaled(cost.fixed_overhead, 1));
+        t = t.saturating_add(scaled(cost.prefill_per_token, prompt_total));
         // Decode: step k (k = 1, 2, ...) yields token k+1 for every sequence with more than k tokens.
         let mut lengths: Vec<u32> = wave.iter().map(|s| s.output_tokens).collect();
         lengths.sort_unstable();
@@ -92,8 +91,8 @@ pub fn simulate(cost: &CostModel, seed: u64, batch: &[EngineRequest], scale: f64
             running -= 1;
         }
         while running > 0 {
-            t = t.saturating_add(scaled(cost.decode_step, 1, scale));
-            t = t.saturating_add(scaled(cost.decode_per_seq, running as u64, scale));
+            t = t.saturating_add(scaled(cost.decode_step, 1));
+            t = t.saturating_add(scaled(cost.decode_per_seq, running as u64));
             k += 1;
             while idx < lengths.len() && lengths[idx] == k {
                 finish_times.push((k, t));

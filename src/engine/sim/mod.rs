@@ -3,9 +3,9 @@
 //! It exists so that everything above the [`Engine`] boundary can be tested and benchmarked
 //! without Python or a model: a cost model (fixed overhead, prefill per prompt token, decode per
 //! step and per running sequence, a `max_num_seqs` limit) produces timings in the same shape vLLM
-//! reports, and fault injection produces every failure a real engine can. All randomness comes from
-//! the seed, the batch number and the request id, so a seed always gives the same run. With a
-//! [`VirtualClock`](crate::time::VirtualClock) no wall time passes at all.
+//! reports. Faults are not its business: [`crate::engine::faults::FaultyEngine`] wraps it like any
+//! other engine. All randomness comes from the seed and the request id, so a seed always gives the
+//! same run. With a [`VirtualClock`](crate::time::VirtualClock) no wall time passes at all.
 
 pub mod config;
 mod cost;
@@ -13,31 +13,17 @@ mod cost;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{CostModel, FaultTrigger, Faults, SimConfig, TimeMode};
+pub use config::{CostModel, SimConfig, TimeMode};
 
 use crate::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason};
 use crate::metrics::WallAnchor;
-use crate::rng::SplitMix64;
 use crate::time::{Clock, VirtualClock};
-
-/// Which injected fault a batch gets.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum BatchFault {
-    None,
-    Panic,
-    Hang,
-    Fail,
-    ShortOutput,
-    ExtraOutput,
-    WrongId,
-}
 
 /// The simulated engine. See the module docs.
 pub struct SimEngine {
     config: SimConfig,
     clock: Arc<dyn Clock>,
     anchor: WallAnchor,
-    batches: u64,
     started: bool,
 }
 
@@ -54,7 +40,7 @@ impl SimEngine {
         } else {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
         };
-        SimEngine { config, clock, anchor: WallAnchor { wall_secs, mono: now }, batches: 0, started: false }
+        SimEngine { config, clock, anchor: WallAnchor { wall_secs, mono: now }, started: false }
     }
 
     /// An engine on a fresh virtual clock, and that clock.
@@ -66,43 +52,10 @@ impl SimEngine {
     pub fn config(&self) -> &SimConfig {
         &self.config
     }
-
-    fn fires(trigger: &FaultTrigger, batch_no: u64, rng: &mut SplitMix64) -> bool {
-        let by_count = trigger.every.is_some_and(|n| n > 0 && batch_no % n == 0);
-        // Draw even when the count fires, so one trigger's settings never shift another's draws.
-        let by_chance = rng.chance(trigger.probability);
-        by_count || by_chance
-    }
-
-    fn pick_fault(&self, batch_no: u64, rng: &mut SplitMix64) -> (BatchFault, bool) {
-        let f = &self.config.faults;
-        let order = [
-            (&f.panic, BatchFault::Panic),
-            (&f.hang, BatchFault::Hang),
-            (&f.fail_batch, BatchFault::Fail),
-            (&f.short_output, BatchFault::ShortOutput),
-            (&f.extra_output, BatchFault::ExtraOutput),
-            (&f.wrong_id, BatchFault::WrongId),
-        ];
-        let mut chosen = BatchFault::None;
-        for (trigger, fault) in order {
-            if Self::fires(trigger, batch_no, rng) && chosen == BatchFault::None {
-                chosen = fault;
-            }
-        }
-        let slow = Self::fires(&f.slow, batch_no, rng);
-        (chosen, slow)
-    }
 }
 
 impl Engine for SimEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        if !self.config.faults.start_delay.is_zero() {
-            self.clock.sleep(self.config.faults.start_delay);
-        }
-        if self.config.faults.start_fails {
-            return Err(EngineError::Start("injected start failure".into()));
-        }
         self.started = true;
         Ok(EngineInfo { name: "sim".into(), version: env!("CARGO_PKG_VERSION").into() })
     }
@@ -111,32 +64,12 @@ impl Engine for SimEngine {
         if !self.started {
             return Err(EngineError::Generate("generate before start".into()));
         }
-        self.batches += 1;
-        let batch_no = self.batches;
-        let mut rng = SplitMix64::derive(self.config.seed, batch_no);
-        let (fault, slow) = self.pick_fault(batch_no, &mut rng);
-        match fault {
-            BatchFault::Panic => panic!("injected panic (generate call {batch_no})"),
-            BatchFault::Hang => {
-                self.clock.sleep(self.config.faults.hang_for);
-                return Err(EngineError::Generate(format!(
-                    "injected hang of {:?} (generate call {batch_no})",
-                    self.config.faults.hang_for
-                )));
-            }
-            BatchFault::Fail => {
-                return Err(EngineError::Generate(format!("injected failure (generate call {batch_no})")));
-            }
-            _ => {}
-        }
-
         let start = self.clock.now();
-        let scale = if slow { self.config.faults.slow_factor.max(1.0) } else { 1.0 };
-        let timeline = cost::simulate(&self.config.cost, self.config.seed, batch, scale);
+        let timeline = cost::simulate(&self.config.cost, self.config.seed, batch);
         let secs = |offset: Duration| start.saturating_add(offset).as_secs_f64();
         let arrival_wall = self.anchor.wall_secs + start.saturating_since(self.anchor.mono).as_secs_f64();
 
-        let mut outputs: Vec<EngineOutput> = batch
+        let outputs: Vec<EngineOutput> = batch
             .iter()
             .zip(&timeline.requests)
             .map(|(req, t)| EngineOutput {
@@ -161,23 +94,6 @@ impl Engine for SimEngine {
             .collect();
         self.clock.sleep(timeline.total);
 
-        match fault {
-            BatchFault::ShortOutput => {
-                outputs.pop();
-            }
-            BatchFault::ExtraOutput => {
-                if let Some(last) = outputs.last().cloned() {
-                    outputs.push(last);
-                }
-            }
-            BatchFault::WrongId => {
-                let stranger = batch.iter().map(|r| r.id).max().unwrap_or(0).wrapping_add(1);
-                if let Some(first) = outputs.first_mut() {
-                    first.request_id = Some(stranger);
-                }
-            }
-            _ => {}
-        }
         Ok(outputs)
     }
 

@@ -1,6 +1,5 @@
 use super::*;
 use crate::engine::{Engine, EngineRequest};
-use crate::time::Timestamp;
 
 fn batch(n: u64, prompt: usize, out: u32) -> Vec<EngineRequest> {
     (0..n).map(|i| EngineRequest::tokens(i, vec![1; prompt], out)).collect()
@@ -22,7 +21,7 @@ fn cost_model_timings_follow_the_formula() {
         max_num_seqs: 256,
         eos_probability: 0.0,
     };
-    let (mut e, clock) = engine(SimConfig { seed: 1, cost, faults: Faults::default() });
+    let (mut e, clock) = engine(SimConfig { seed: 1, cost });
     let t0 = clock.now();
     let out = e.generate(&batch(2, 100, 3)).expect("generate");
     // prefill: 1 ms + 200 tokens × 10 µs = 3 ms; two decode steps of 2 ms + 2 × 100 µs = 2.2 ms.
@@ -38,7 +37,7 @@ fn cost_model_timings_follow_the_formula() {
 #[test]
 fn waves_respect_max_num_seqs() {
     let cost = CostModel { max_num_seqs: 2, ..CostModel::default() };
-    let (mut e, _) = engine(SimConfig { seed: 1, cost, faults: Faults::default() });
+    let (mut e, _) = engine(SimConfig { seed: 1, cost });
     let out = e.generate(&batch(5, 8, 4)).expect("generate");
     let sched: Vec<f64> = out.iter().map(|o| o.stats.scheduled_ts.unwrap()).collect();
     assert_eq!(sched[0], sched[1]);
@@ -53,7 +52,7 @@ fn waves_respect_max_num_seqs() {
 fn same_seed_same_outputs() {
     let cost = CostModel { eos_probability: 0.1, ..CostModel::default() };
     let run = || {
-        let (mut e, _) = engine(SimConfig { seed: 9, cost: cost.clone(), faults: Faults::default() });
+        let (mut e, _) = engine(SimConfig { seed: 9, cost: cost.clone() });
         let mut b = batch(16, 32, 50);
         for r in &mut b {
             r.ignore_eos = false;
@@ -63,69 +62,4 @@ fn same_seed_same_outputs() {
     let (a, b) = (run(), run());
     assert_eq!(a, b);
     assert!(a.iter().any(|o| o.output_tokens < Some(50)), "some EOS before max_tokens");
-}
-
-#[test]
-fn faults_fire_on_schedule() {
-    struct Case {
-        faults: Faults,
-        expect: fn(&Result<Vec<EngineOutput>, EngineError>, usize) -> bool,
-    }
-    let cases = [
-        Case { faults: Faults { fail_batch: FaultTrigger::every(1), ..Faults::default() }, expect: |r, _| r.is_err() },
-        Case {
-            faults: Faults { short_output: FaultTrigger::every(1), ..Faults::default() },
-            expect: |r, n| r.as_ref().is_ok_and(|o| o.len() == n - 1),
-        },
-        Case {
-            faults: Faults { extra_output: FaultTrigger::every(1), ..Faults::default() },
-            expect: |r, n| r.as_ref().is_ok_and(|o| o.len() == n + 1),
-        },
-        Case {
-            faults: Faults { wrong_id: FaultTrigger::every(1), ..Faults::default() },
-            expect: |r, n| r.as_ref().is_ok_and(|o| o[0].request_id == Some(n as u64)),
-        },
-        Case {
-            faults: Faults { hang: FaultTrigger::every(1), hang_for: Duration::from_secs(7), ..Faults::default() },
-            expect: |r, _| r.is_err(),
-        },
-    ];
-    for (i, case) in cases.into_iter().enumerate() {
-        let (mut e, _) = engine(SimConfig { seed: 1, cost: CostModel::default(), faults: case.faults });
-        let r = e.generate(&batch(4, 4, 4));
-        assert!((case.expect)(&r, 4), "case {i}: {r:?}");
-    }
-}
-
-#[test]
-fn every_nth_batch_fails() {
-    let faults = Faults { fail_batch: FaultTrigger::every(3), ..Faults::default() };
-    let (mut e, _) = engine(SimConfig { seed: 1, cost: CostModel::default(), faults });
-    let failed: Vec<bool> = (0..7).map(|_| e.generate(&batch(1, 1, 1)).is_err()).collect();
-    assert_eq!(failed, [false, false, true, false, false, true, false]);
-}
-
-#[test]
-fn panic_fault_panics_and_hang_takes_virtual_time() {
-    let faults = Faults { panic: FaultTrigger::every(1), ..Faults::default() };
-    let (mut e, _) = engine(SimConfig { seed: 1, cost: CostModel::default(), faults });
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.generate(&batch(1, 1, 1))));
-    assert!(r.is_err());
-
-    let faults = Faults { hang: FaultTrigger::every(1), hang_for: Duration::from_secs(3600), ..Faults::default() };
-    let (mut e, clock) = engine(SimConfig { seed: 1, cost: CostModel::default(), faults });
-    let t0 = clock.now();
-    let wall = std::time::Instant::now();
-    assert!(e.generate(&batch(1, 1, 1)).is_err());
-    assert_eq!(clock.now(), t0.saturating_add(Duration::from_secs(3600)));
-    assert!(wall.elapsed() < Duration::from_secs(1), "virtual hang takes no wall time");
-}
-
-#[test]
-fn start_faults() {
-    let faults = Faults { start_fails: true, start_delay: Duration::from_secs(2), ..Faults::default() };
-    let (mut e, clock) = SimEngine::virtual_time(SimConfig { seed: 1, cost: CostModel::default(), faults });
-    assert!(e.start().is_err());
-    assert_eq!(clock.now(), Timestamp::from_nanos(VirtualClock::ORIGIN.as_nanos() + 2_000_000_000));
-    assert!(e.generate(&batch(1, 1, 1)).is_err(), "generate before a successful start fails");
 }

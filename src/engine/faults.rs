@@ -1,0 +1,466 @@
+//! Fault injection around any engine.
+//!
+//! [`FaultyEngine`] wraps an [`Engine`] (the simulator, vLLM, a user's own) and makes it fail the
+//! way real engines fail: a batch error, too few or too many outputs, an output for a stranger, a
+//! panic, a slow or hung generate, a start that fails or takes long, and, for vLLM's multiprocess
+//! engine, a SIGKILL of its EngineCore or a worker in the middle of a generate. The batcher above
+//! must survive all of them with every request answered exactly once.
+//!
+//! Every `[faults]` key is one row of [`FAULT_KEYS`]: its name, what kind of fault it is, its doc
+//! line and how it is read from and written to [`Faults`]. The scenario schema, the printer, the
+//! builder, the tests' strategies and the docs check all take the names from there.
+//!
+//! Draws are deterministic: generate call `n` (1-based) draws from `SplitMix64::derive(seed, n)`,
+//! every trigger draws whether or not it fires, so a seed gives the same faults on the same
+//! batches, and virtual-time reports stay byte-identical. Sleeps (slow, hang, start delay) go
+//! through the wrapper's [`Clock`], so they cost no wall time under a virtual clock.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
+use crate::rng::SplitMix64;
+use crate::time::Clock;
+
+/// When a batch fault fires: on every `every`-th generate call (1-based), and/or with
+/// `probability`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FaultTrigger {
+    pub every: Option<u64>,
+    pub probability: f64,
+}
+
+impl FaultTrigger {
+    pub const NEVER: FaultTrigger = FaultTrigger { every: None, probability: 0.0 };
+
+    pub fn every(n: u64) -> Self {
+        FaultTrigger { every: Some(n), probability: 0.0 }
+    }
+
+    pub fn probability(p: f64) -> Self {
+        FaultTrigger { every: None, probability: p }
+    }
+
+    pub fn is_never(&self) -> bool {
+        self.every.is_none_or(|n| n == 0) && self.probability.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
+    }
+
+    /// Whether the trigger fires on generate call `call`. Draws even when the count fires, so one
+    /// trigger's settings never shift another's draws.
+    fn fires(&self, call: u64, rng: &mut SplitMix64) -> bool {
+        let by_count = self.every.is_some_and(|n| n > 0 && call % n == 0);
+        let by_chance = rng.chance(self.probability);
+        by_count || by_chance
+    }
+}
+
+/// A process of the engine killed with SIGKILL during generate call `after_batches + 1`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProcessFault {
+    pub after_batches: u64,
+}
+
+/// The faults to inject. Batch faults are checked in this order and at most one fires per
+/// generate: panic, hang, fail_batch, short_output, extra_output, wrong_id; `slow` combines with
+/// any of them. The field names are the `[faults]` keys (see [`FAULT_KEYS`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Faults {
+    pub fail_batch: FaultTrigger,
+    pub short_output: FaultTrigger,
+    pub extra_output: FaultTrigger,
+    pub wrong_id: FaultTrigger,
+    pub panic: FaultTrigger,
+    pub slow: FaultTrigger,
+    pub slow_factor: f64,
+    pub hang: FaultTrigger,
+    pub hang_for: Duration,
+    pub start_fails: bool,
+    pub start_delay: Duration,
+    pub kill_engine: Option<ProcessFault>,
+    pub kill_worker: Option<ProcessFault>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            fail_batch: FaultTrigger::NEVER,
+            short_output: FaultTrigger::NEVER,
+            extra_output: FaultTrigger::NEVER,
+            wrong_id: FaultTrigger::NEVER,
+            panic: FaultTrigger::NEVER,
+            slow: FaultTrigger::NEVER,
+            slow_factor: 10.0,
+            hang: FaultTrigger::NEVER,
+            hang_for: Duration::from_secs(3600),
+            start_fails: false,
+            start_delay: Duration::ZERO,
+            kill_engine: None,
+            kill_worker: None,
+        }
+    }
+}
+
+impl Faults {
+    /// Whether any process fault is set (they need vLLM's multiprocess engine).
+    pub fn has_process_faults(&self) -> bool {
+        FAULT_KEYS.iter().any(|k| k.kind == FaultKind::Process && (k.get)(self) != k.default_value())
+    }
+}
+
+/// What a `[faults]` key is about.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    /// Drawn per generate call: a trigger, or a setting of the fault a trigger fires.
+    Batch,
+    /// Applies to `start`.
+    Start,
+    /// Kills a process of the engine (multiprocess vLLM only).
+    Process,
+}
+
+/// One `[faults]` key's value, typed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FaultValue {
+    /// `{ every = N }` and/or `{ probability = p }`.
+    Trigger(FaultTrigger),
+    /// A number >= 1.
+    Factor(f64),
+    Duration(Duration),
+    Flag(bool),
+    /// `{ after_batches = N }`, or unset.
+    Process(Option<ProcessFault>),
+}
+
+impl FaultValue {
+    /// The value type's name, as docs/scenarios.md writes it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            FaultValue::Trigger(_) => "trigger",
+            FaultValue::Factor(_) => "number >= 1",
+            FaultValue::Duration(_) => "duration",
+            FaultValue::Flag(_) => "boolean",
+            FaultValue::Process(_) => "process fault",
+        }
+    }
+}
+
+/// One `[faults]` key: the single definition the schema, printer, builder and docs check use.
+pub struct FaultKey {
+    pub name: &'static str,
+    pub kind: FaultKind,
+    /// One line for `docs/scenarios.md` and `batchlab check`.
+    pub doc: &'static str,
+    /// The key's value in a [`Faults`]; on `Faults::default()` it gives the default and the type.
+    pub get: fn(&Faults) -> FaultValue,
+    /// Sets the key; a value of another type than `get` returns is ignored.
+    pub set: fn(&mut Faults, FaultValue),
+}
+
+impl FaultKey {
+    /// The key's default, which also gives its type.
+    pub fn default_value(&self) -> FaultValue {
+        (self.get)(&Faults::default())
+    }
+
+    /// The keys of this key's own table (a trigger's, a process fault's); empty for a plain value.
+    pub fn subkeys(&self) -> &'static [&'static str] {
+        match self.default_value() {
+            FaultValue::Trigger(_) => TRIGGER_KEYS,
+            FaultValue::Process(_) => PROCESS_FAULT_KEYS,
+            _ => &[],
+        }
+    }
+}
+
+macro_rules! fault_key {
+    ($field:ident, $kind:ident, $variant:ident, $doc:literal) => {
+        FaultKey {
+            name: stringify!($field),
+            kind: FaultKind::$kind,
+            doc: $doc,
+            get: |f| FaultValue::$variant(f.$field.clone()),
+            set: |f, v| {
+                if let FaultValue::$variant(x) = v {
+                    f.$field = x;
+                }
+            },
+        }
+    };
+}
+
+/// Every `[faults]` key, in the order the printer writes them.
+pub const FAULT_KEYS: &[FaultKey] = &[
+    fault_key!(fail_batch, Batch, Trigger, "the batch fails with an engine error (the engine is not called)"),
+    fault_key!(short_output, Batch, Trigger, "one output fewer than requests"),
+    fault_key!(extra_output, Batch, Trigger, "one output more than requests"),
+    fault_key!(wrong_id, Batch, Trigger, "an output carries an id not in the batch"),
+    fault_key!(panic, Batch, Trigger, "generate panics"),
+    fault_key!(
+        slow,
+        Batch,
+        Trigger,
+        "generate returns `slow_factor` times later than the engine took (its outputs and timestamps are the engine's)"
+    ),
+    fault_key!(slow_factor, Batch, Factor, "how much later a slow generate returns"),
+    fault_key!(hang, Batch, Trigger, "generate blocks for `hang_for`, then fails (the engine is not called)"),
+    fault_key!(
+        hang_for,
+        Batch,
+        Duration,
+        "how long a hung generate blocks; set `batching.generate_timeout` to catch it"
+    ),
+    fault_key!(start_fails, Start, Flag, "the engine never starts"),
+    fault_key!(start_delay, Start, Duration, "start takes this much longer"),
+    fault_key!(
+        kill_engine,
+        Process,
+        Process,
+        "SIGKILL vLLM's `VLLM::EngineCore` process ~200 ms into generate `after_batches + 1`"
+    ),
+    fault_key!(
+        kill_worker,
+        Process,
+        Process,
+        "SIGKILL a `VLLM::Worker…` process ~200 ms into generate `after_batches + 1` (vLLM's multiprocess executor only)"
+    ),
+];
+
+/// The keys a process fault's table takes.
+pub const PROCESS_FAULT_KEYS: &[&str] = &["after_batches"];
+/// The keys a trigger's table takes.
+pub const TRIGGER_KEYS: &[&str] = &["every", "probability"];
+
+static NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| FAULT_KEYS.iter().map(|k| k.name).collect());
+static TRIGGER_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    FAULT_KEYS.iter().filter(|k| matches!(k.default_value(), FaultValue::Trigger(_))).map(|k| k.name).collect()
+});
+
+/// Every `[faults]` key name, in table order.
+pub fn fault_names() -> &'static [&'static str] {
+    &NAMES
+}
+
+/// The `[faults]` keys whose value is a trigger.
+pub fn trigger_names() -> &'static [&'static str] {
+    &TRIGGER_NAMES
+}
+
+/// The row of `name`.
+pub fn fault_key(name: &str) -> Option<&'static FaultKey> {
+    FAULT_KEYS.iter().find(|k| k.name == name)
+}
+
+/// How long after the start of the chosen generate a process fault kills: late enough that
+/// the generate is under way, early enough that even a tiny model's batch is still running.
+pub const KILL_DELAY: Duration = Duration::from_millis(200);
+
+/// Which batch fault a generate call gets.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum BatchFault {
+    None,
+    Panic,
+    Hang,
+    Fail,
+    ShortOutput,
+    ExtraOutput,
+    WrongId,
+}
+
+/// An engine with faults injected; see the module docs.
+pub struct FaultyEngine<E> {
+    inner: E,
+    faults: Faults,
+    seed: u64,
+    clock: Arc<dyn Clock>,
+    calls: u64,
+    inner_started: bool,
+    /// Any fault configured: otherwise generate is a plain call of the inner engine.
+    active: bool,
+}
+
+impl<E: Engine> FaultyEngine<E> {
+    /// Wraps `inner`. Draws come from `seed`; slow, hang and start delays sleep on `clock` (the
+    /// inner engine's clock, so a virtual one stays virtual). With `Faults::default()` the wrapper
+    /// only passes calls through.
+    pub fn new(inner: E, faults: Faults, seed: u64, clock: Arc<dyn Clock>) -> Self {
+        let active = faults != Faults::default();
+        FaultyEngine { inner, faults, seed, clock, calls: 0, inner_started: false, active }
+    }
+
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    pub fn inner(&self) -> &E {
+        &self.inner
+    }
+
+    fn pick(&self, call: u64) -> (BatchFault, bool) {
+        let mut rng = SplitMix64::derive(self.seed, call);
+        let f = &self.faults;
+        let order = [
+            (&f.panic, BatchFault::Panic),
+            (&f.hang, BatchFault::Hang),
+            (&f.fail_batch, BatchFault::Fail),
+            (&f.short_output, BatchFault::ShortOutput),
+            (&f.extra_output, BatchFault::ExtraOutput),
+            (&f.wrong_id, BatchFault::WrongId),
+        ];
+        let mut chosen = BatchFault::None;
+        for (trigger, fault) in order {
+            if trigger.fires(call, &mut rng) && chosen == BatchFault::None {
+                chosen = fault;
+            }
+        }
+        (chosen, f.slow.fires(call, &mut rng))
+    }
+
+    /// Starts the helper threads of process faults due on this call.
+    fn schedule_kills(&self, call: u64) {
+        let due = [
+            (self.faults.kill_engine, process::Target::EngineCore),
+            (self.faults.kill_worker, process::Target::Worker),
+        ];
+        for (fault, target) in due {
+            if fault.is_some_and(|f| f.after_batches.checked_add(1) == Some(call)) {
+                process::kill_later(target, KILL_DELAY);
+            }
+        }
+    }
+}
+
+impl<E: Engine> Engine for FaultyEngine<E> {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        if !self.faults.start_delay.is_zero() {
+            self.clock.sleep(self.faults.start_delay);
+        }
+        if self.faults.start_fails {
+            return Err(EngineError::Start("injected start failure".into()));
+        }
+        let info = self.inner.start()?;
+        self.inner_started = true;
+        Ok(info)
+    }
+
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        if !self.active {
+            return self.inner.generate(batch);
+        }
+        self.calls += 1;
+        let call = self.calls;
+        self.schedule_kills(call);
+        let (fault, slow) = self.pick(call);
+        match fault {
+            BatchFault::Panic => panic!("injected panic (generate call {call})"),
+            BatchFault::Hang => {
+                self.clock.sleep(self.faults.hang_for);
+                return Err(EngineError::Generate(format!(
+                    "injected hang of {:?} (generate call {call})",
+                    self.faults.hang_for
+                )));
+            }
+            BatchFault::Fail => return Err(EngineError::Generate(format!("injected failure (generate call {call})"))),
+            _ => {}
+        }
+
+        let began = self.clock.now();
+        let result = self.inner.generate(batch);
+        if slow {
+            // The engine cannot be made to compute slower; its answer is held back instead.
+            let took = self.clock.now().saturating_since(began);
+            let extra = took.mul_f64((self.faults.slow_factor - 1.0).max(0.0));
+            self.clock.sleep(extra);
+        }
+        let mut outputs = result?;
+        match fault {
+            BatchFault::ShortOutput => {
+                outputs.pop();
+            }
+            BatchFault::ExtraOutput => {
+                if let Some(last) = outputs.last().cloned() {
+                    outputs.push(last);
+                }
+            }
+            BatchFault::WrongId => {
+                let stranger = batch.iter().map(|r| r.id).max().unwrap_or(0).wrapping_add(1);
+                if let Some(first) = outputs.first_mut() {
+                    first.request_id = Some(stranger);
+                }
+            }
+            _ => {}
+        }
+        Ok(outputs)
+    }
+
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        if !self.inner_started {
+            return Ok(());
+        }
+        self.inner_started = false;
+        self.inner.shutdown()
+    }
+
+    fn clock_domain(&self) -> ClockDomain {
+        self.inner.clock_domain()
+    }
+}
+
+/// Process faults: find one of batchlab's descendants by its command line and SIGKILL it.
+mod process {
+    use std::time::Duration;
+
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    /// A process of vLLM's multiprocess engine, by the name vLLM gives its argv[0]
+    /// (`/proc/<pid>/comm` would cut it at 15 characters).
+    #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+    pub(super) enum Target {
+        EngineCore,
+        Worker,
+    }
+
+    impl Target {
+        pub(super) fn matches(self, argv0: &str) -> bool {
+            match self {
+                Target::EngineCore => argv0.starts_with("VLLM::EngineCore"),
+                Target::Worker => argv0.starts_with("VLLM::Worker"),
+            }
+        }
+    }
+
+    /// argv[0] of `pid`, if it is still there.
+    fn argv0(pid: i32) -> Option<String> {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let first = cmdline.split(|&b| b == 0).next()?;
+        Some(String::from_utf8_lossy(first).into_owned())
+    }
+
+    /// The lowest-numbered descendant of this process that is `target`.
+    pub(super) fn find(target: Target) -> Option<i32> {
+        crate::sys::descendants().into_iter().find(|&pid| argv0(pid).is_some_and(|a| target.matches(&a)))
+    }
+
+    /// From a helper thread, `delay` from now: SIGKILL `target`. Logs what it did.
+    pub(super) fn kill_later(target: Target, delay: Duration) {
+        let spawned = std::thread::Builder::new().name("batchlab-fault-kill".into()).spawn(move || {
+            std::thread::sleep(delay);
+            match find(target) {
+                Some(pid) => match kill(Pid::from_raw(pid), Signal::SIGKILL) {
+                    Ok(()) => tracing::warn!(?target, pid, "injected fault: sent SIGKILL"),
+                    Err(e) => tracing::error!(?target, pid, error = %e, "injected fault: kill failed"),
+                },
+                None => tracing::error!(?target, "injected fault: no such process among batchlab's descendants"),
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!(?target, error = %e, "injected fault: cannot start the kill thread");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

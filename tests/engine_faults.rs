@@ -1,0 +1,156 @@
+//! The fault wrapper works around any engine: the simulator on a real clock and an engine written
+//! here, as a user would, with nothing but `batchlab::` public items. Every fault kind is injected
+//! into both; the process faults kill a stand-in child whose argv[0] is vLLM's process name.
+//!
+//! Real time, so the durations are small; what is measured is the injected delay itself.
+
+mod common;
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use batchlab::engine::faults::{FaultTrigger, Faults, FaultyEngine, ProcessFault};
+use batchlab::engine::sim::{CostModel, SimConfig, SimEngine};
+use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
+use batchlab::time::MonotonicClock;
+
+/// How long one generate takes in both engines.
+const WORK: Duration = Duration::from_millis(15);
+
+/// A user's engine: echoes after `WORK`, and counts how often it was called.
+struct UserEngine {
+    starts: Arc<AtomicU64>,
+    generates: Arc<AtomicU64>,
+}
+
+impl Engine for UserEngine {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        self.starts.fetch_add(1, Ordering::SeqCst);
+        Ok(EngineInfo { name: "user".into(), version: "1".into() })
+    }
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        self.generates.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(WORK);
+        Ok(common::echo(batch))
+    }
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+fn real_time_sim() -> Box<dyn Engine> {
+    let cost = CostModel { fixed_overhead: WORK, ..CostModel::free() };
+    Box::new(SimEngine::new(SimConfig { seed: 7, cost }, Arc::new(MonotonicClock)))
+}
+
+fn user_engine() -> (Box<dyn Engine>, Arc<AtomicU64>, Arc<AtomicU64>) {
+    let (starts, generates) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    (Box::new(UserEngine { starts: starts.clone(), generates: generates.clone() }), starts, generates)
+}
+
+fn wrap(inner: Box<dyn Engine>, faults: Faults) -> FaultyEngine<Box<dyn Engine>> {
+    FaultyEngine::new(inner, faults, 7, Arc::new(MonotonicClock))
+}
+
+fn batch(n: u64) -> Vec<EngineRequest> {
+    (0..n).map(|i| EngineRequest::tokens(i, vec![1, 2, 3], 2)).collect()
+}
+
+/// What one started engine with `faults` gives for one batch of 4, and how long it took.
+fn generate_once(inner: Box<dyn Engine>, faults: Faults) -> (Result<Vec<EngineOutput>, EngineError>, Duration) {
+    let mut e = wrap(inner, faults);
+    e.start().expect("start");
+    let t0 = Instant::now();
+    let r = e.generate(&batch(4));
+    (r, t0.elapsed())
+}
+
+fn every_call(f: impl FnOnce(&mut Faults, FaultTrigger)) -> Faults {
+    let mut faults = Faults::default();
+    f(&mut faults, FaultTrigger::every(1));
+    faults
+}
+
+/// Every batch fault, against an engine made by `make`.
+fn batch_faults_are_injected(make: &dyn Fn() -> Box<dyn Engine>) {
+    let (r, _) = generate_once(make(), Faults::default());
+    assert_eq!(r.expect("no faults").len(), 4);
+
+    let (r, _) = generate_once(make(), every_call(|f, t| f.fail_batch = t));
+    assert!(matches!(r, Err(EngineError::Generate(m)) if m.contains("injected failure")));
+    let (r, _) = generate_once(make(), every_call(|f, t| f.short_output = t));
+    assert_eq!(r.expect("short_output").len(), 3);
+    let (r, _) = generate_once(make(), every_call(|f, t| f.extra_output = t));
+    assert_eq!(r.expect("extra_output").len(), 5);
+    let (r, _) = generate_once(make(), every_call(|f, t| f.wrong_id = t));
+    assert_eq!(r.expect("wrong_id")[0].request_id, Some(4), "an id not in the batch");
+
+    let mut e = wrap(make(), every_call(|f, t| f.panic = t));
+    e.start().expect("start");
+    assert!(catch_unwind(AssertUnwindSafe(|| e.generate(&batch(4)))).is_err(), "panic");
+
+    let hang_for = Duration::from_millis(40);
+    let (r, took) = generate_once(make(), Faults { hang: FaultTrigger::every(1), hang_for, ..Faults::default() });
+    assert!(matches!(r, Err(EngineError::Generate(m)) if m.contains("injected hang")));
+    assert!(took >= hang_for, "hang took {took:?}");
+
+    let (r, took) =
+        generate_once(make(), Faults { slow: FaultTrigger::every(1), slow_factor: 3.0, ..Faults::default() });
+    assert_eq!(r.expect("slow").len(), 4);
+    assert!(took >= WORK * 3, "slow took {took:?}, the engine at least {WORK:?}");
+
+    let start_delay = Duration::from_millis(30);
+    let mut e = wrap(make(), Faults { start_delay, ..Faults::default() });
+    let t0 = Instant::now();
+    e.start().expect("a delayed start still starts");
+    assert!(t0.elapsed() >= start_delay);
+    let mut e = wrap(make(), Faults { start_fails: true, ..Faults::default() });
+    assert!(matches!(e.start(), Err(EngineError::Start(_))));
+}
+
+#[test]
+fn every_fault_around_a_real_time_sim_engine() {
+    batch_faults_are_injected(&real_time_sim);
+}
+
+#[test]
+fn every_fault_around_a_user_engine() {
+    batch_faults_are_injected(&|| user_engine().0);
+    // Faults that replace the engine's work do not call it at all.
+    let (inner, starts, generates) = user_engine();
+    let mut e = wrap(inner, Faults { fail_batch: FaultTrigger::every(2), ..Faults::default() });
+    e.start().expect("start");
+    for _ in 0..4 {
+        let _ = e.generate(&batch(1));
+    }
+    assert_eq!((starts.load(Ordering::SeqCst), generates.load(Ordering::SeqCst)), (1, 2));
+    let (inner, starts, _) = user_engine();
+    let mut e = wrap(inner, Faults { start_fails: true, ..Faults::default() });
+    assert!(e.start().is_err());
+    assert!(e.shutdown().is_ok());
+    assert_eq!(starts.load(Ordering::SeqCst), 0);
+}
+
+/// `kill_engine` and `kill_worker` SIGKILL the descendant whose argv[0] is vLLM's process name,
+/// during generate `after_batches + 1`.
+#[test]
+fn process_faults_kill_the_named_descendant_during_the_chosen_generate() {
+    for (argv0, faults) in [
+        ("VLLM::EngineCore", Faults { kill_engine: Some(ProcessFault { after_batches: 1 }), ..Faults::default() }),
+        ("VLLM::Worker_TP0", Faults { kill_worker: Some(ProcessFault { after_batches: 1 }), ..Faults::default() }),
+    ] {
+        let mut stand_in =
+            std::process::Command::new("sleep").arg0(argv0).arg("30").spawn().expect("spawning a stand-in process");
+        let (inner, _, _) = user_engine();
+        let mut e = wrap(inner, faults);
+        e.start().expect("start");
+        e.generate(&batch(1)).expect("generate 1");
+        assert_eq!(stand_in.try_wait().expect("try_wait"), None, "{argv0} was killed too early");
+        e.generate(&batch(1)).expect("generate 2 itself succeeds: only the process dies");
+        let status = stand_in.wait().expect("wait");
+        assert_eq!(status.signal(), Some(9), "{argv0}: {status:?}");
+    }
+}

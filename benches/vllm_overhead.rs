@@ -37,7 +37,7 @@
 //!
 //! Prints progress to stderr and a markdown table to stdout; the children's (vLLM's) output goes
 //! to `--engine-log` (default: a file in the temp directory). Under `cargo test` (no `--bench`)
-//! it only says how to run it: a real vLLM run takes minutes.
+//! it checks its statistics and says how to run it: a real vLLM run takes minutes.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -102,6 +102,7 @@ impl Args {
 
 fn parse_args() -> Option<Args> {
     if !std::env::args().any(|a| a == "--bench") {
+        check_statistics();
         println!(
             "vllm_overhead: a real vLLM run of minutes; run it with `cargo bench --features vllm --bench vllm_overhead`"
         );
@@ -124,7 +125,10 @@ fn parse_args() -> Option<Args> {
                 for item in value().split(',') {
                     match item.split_once('=') {
                         Some((bs, n)) => {
-                            args.pairs.insert(bs.trim().parse().expect("--pairs B=N"), n.trim().parse().expect("--pairs B=N"));
+                            args.pairs.insert(
+                                bs.trim().parse().expect("--pairs B=N"),
+                                n.trim().parse().expect("--pairs B=N"),
+                            );
                         }
                         None => args.default_pairs = item.trim().parse().expect("--pairs N"),
                     }
@@ -321,6 +325,14 @@ fn geometric_mean_ci(ratios: &[f64]) -> (f64, f64, f64) {
     (mean.exp(), (mean - half).exp(), (mean + half).exp())
 }
 
+/// Under `cargo test`: the interval against one worked by hand (logs 0, ±0.1: sd 0.1, n 3,
+/// t(0.975, 2) = 4.3027, half-width 0.24841).
+fn check_statistics() {
+    let (gm, lo, hi) = geometric_mean_ci(&[1.0, 0.1f64.exp(), (-0.1f64).exp()]);
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-4;
+    assert!(close(gm, 1.0) && close(lo, (-0.24841f64).exp()) && close(hi, 0.24841f64.exp()), "{gm} {lo} {hi}");
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
@@ -384,7 +396,12 @@ fn main() {
                 pairs.push(p);
             }
             let status = child.wait().expect("wait for the child");
-            assert!(status.success(), "the {} B={bs} child failed ({status}); see {}", mode.name(), args.engine_log.display());
+            assert!(
+                status.success(),
+                "the {} B={bs} child failed ({status}); see {}",
+                mode.name(),
+                args.engine_log.display()
+            );
         }
     }
     print_table(&pairs);
@@ -416,12 +433,17 @@ fn print_table(pairs: &[Pair]) {
             median(ps.iter().map(|p| p.raw_s).collect()),
             if lo >= 0.97 { "yes" } else { "no" }
         );
-        eprintln!("SUMMARY mode={mode} batch_size={bs} pairs={} geomean={gm:.4} ci_low={lo:.4} ci_high={hi:.4}", ps.len());
+        eprintln!(
+            "SUMMARY mode={mode} batch_size={bs} pairs={} geomean={gm:.4} ci_low={lo:.4} ci_high={hi:.4}",
+            ps.len()
+        );
     }
     println!();
     println!("<details><summary>Every pair</summary>");
     println!();
-    println!("| mode | batch size | pair | batchlab (s) | raw (s) | raw/batchlab | batchlab outside `LLM.generate` (ms) |");
+    println!(
+        "| mode | batch size | pair | batchlab (s) | raw (s) | raw/batchlab | batchlab outside `LLM.generate` (ms) |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for ((bs, mode), ps) in &groups {
         for (i, p) in ps.iter().enumerate() {

@@ -22,12 +22,14 @@ test-loom:
     RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test loom_batcher
 
 # Run a shipped scenario, e.g. `just scenario throughput.toml --set batching.batch_size=64`.
-# A vLLM or Python-engine scenario sets up the venv (once) and builds with the `vllm` feature.
+# A vLLM or Python-engine scenario (as resolved, `--set engine.kind=vllm` included) sets up the
+# venv (once) and builds with the `vllm` feature.
 scenario FILE *ARGS:
     #!/usr/bin/env bash
     set -euo pipefail
     f="scenarios/{{FILE}}"
-    if grep -Eq '^[[:space:]]*kind[[:space:]]*=[[:space:]]*"(vllm|python)"' "$f"; then
+    kind="$(cargo run --release --quiet -- run --engine-kind "$f" {{ARGS}})"
+    if [[ $kind == vllm || $kind == python ]]; then
         scripts/setup-vllm.sh >&2
         export PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python"
         exec cargo run --release --quiet --features vllm -- run "$f" {{ARGS}}

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use batchlab::engine::sim::CostModel;
-use batchlab::run::{RunOptions, run};
+use batchlab::run::{RunOptions, run_blocking};
 use batchlab::scenario::Scenario;
 
 struct Args {
@@ -60,9 +60,8 @@ fn measure(batch_size: usize, args: &Args) -> (f64, Duration, u64) {
         .warmup_requests(requests / 20)
         .build()
         .expect("the harness scenario is valid");
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio");
     let t0 = Instant::now();
-    let summary = rt.block_on(run(&plan, RunOptions::quiet())).expect("the run succeeds");
+    let summary = run_blocking(&plan, RunOptions::default()).expect("the run succeeds");
     let wall = t0.elapsed();
     let b = &summary.report.benchmarks[0];
     assert_eq!(b.counts.completed, requests, "every measured request completes");

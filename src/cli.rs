@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use batchlab::run::progress::{ENGINE_STEP_TARGET, EngineStepLayer, LogWriter, ProgressMode};
-use batchlab::run::{RunOptions, run};
+use batchlab::run::{Interrupt, RunOptions, run_blocking};
+use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file, to_toml};
 use clap::{Parser, Subcommand};
 
@@ -34,6 +35,10 @@ struct ScenarioArgs {
     /// Override the scenario's master seed.
     #[arg(long)]
     seed: Option<u64>,
+    /// Print only the resolved engine kind (`sim`, `vllm` or `python`, after every `--set`) and
+    /// exit. The justfile picks the build with it.
+    #[arg(long)]
+    engine_kind: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -116,10 +121,22 @@ pub fn main() -> ExitCode {
     code.unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
+/// What to do with the loaded plan.
+enum Task {
+    Run { output: Option<PathBuf>, requests_jsonl: bool, quiet: bool },
+    Print,
+    PrintEngineKind,
+}
+
 fn real_main(cli: Cli) -> ExitCode {
-    let (args, run_args) = match cli.command {
-        Command::Run { scenario, output, requests_jsonl, quiet } => (scenario, Some((output, requests_jsonl, quiet))),
-        Command::Check { scenario } => (scenario, None),
+    let (args, task) = match cli.command {
+        Command::Run { scenario, .. } | Command::Check { scenario } if scenario.engine_kind => {
+            (scenario, Task::PrintEngineKind)
+        }
+        Command::Run { scenario, output, requests_jsonl, quiet } => {
+            (scenario, Task::Run { output, requests_jsonl, quiet })
+        }
+        Command::Check { scenario } => (scenario, Task::Print),
     };
     let overrides = Overrides { sets: args.sets, seed: args.seed };
     let plan = match load_file(&args.scenario, &overrides) {
@@ -129,9 +146,16 @@ fn real_main(cli: Cli) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    let Some((output, requests_jsonl, quiet)) = run_args else {
-        print!("{}", to_toml(&plan));
-        return ExitCode::SUCCESS;
+    let (output, requests_jsonl, quiet) = match task {
+        Task::Print => {
+            print!("{}", to_toml(&plan));
+            return ExitCode::SUCCESS;
+        }
+        Task::PrintEngineKind => {
+            println!("{}", engine_kind(&plan.engine));
+            return ExitCode::SUCCESS;
+        }
+        Task::Run { output, requests_jsonl, quiet } => (output, requests_jsonl, quiet),
     };
     match run_scenario(plan, output, requests_jsonl, quiet) {
         Ok(code) => code,
@@ -139,6 +163,15 @@ fn real_main(cli: Cli) -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(EXIT_ERROR)
         }
+    }
+}
+
+/// The scenario's `engine.kind`; the justfile picks the build by it.
+fn engine_kind(engine: &EnginePlan) -> &'static str {
+    match engine {
+        EnginePlan::Sim(_) => "sim",
+        EnginePlan::Vllm(_) => "vllm",
+        EnginePlan::Python(_) => "python",
     }
 }
 
@@ -151,33 +184,44 @@ fn run_scenario(
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
     let output_dir =
         output.or_else(|| plan.output.dir.clone()).unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
+    let interrupt = Interrupt::new();
     let summary = runtime.block_on(async {
-        let (tx, rx) = tokio::sync::watch::channel(false);
+        let fire = interrupt.clone();
         // First Ctrl-C (or SIGTERM): stop admitting, drain, report. Second: leave at once.
-        tokio::spawn(async move {
-            let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
-                return;
-            };
-            tokio::select! {
-                r = tokio::signal::ctrl_c() => if r.is_err() { return },
-                _ = term.recv() => {}
+        // Handlers are installed here, before the run starts: a signal that came before the
+        // watcher task first ran would otherwise kill the process.
+        use tokio::signal::unix::{SignalKind, signal};
+        let signals = signal(SignalKind::interrupt()).and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
+        match signals {
+            Ok((mut int, mut term)) => {
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
+                    fire.fire();
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
+                    eprintln!("\ninterrupted twice: exiting now");
+                    batchlab::sys::reap_descendants(Duration::from_secs(2));
+                    std::process::exit(i32::from(EXIT_INTERRUPTED));
+                });
             }
-            let _ = tx.send(true);
-            tokio::select! {
-                r = tokio::signal::ctrl_c() => if r.is_err() { return },
-                _ = term.recv() => {}
-            }
-            eprintln!("\ninterrupted twice: exiting now");
-            batchlab::sys::reap_descendants(Duration::from_secs(2));
-            std::process::exit(i32::from(EXIT_INTERRUPTED));
-        });
+            Err(e) => tracing::warn!(error = %e, "cannot watch for Ctrl-C and SIGTERM"),
+        }
         let options = RunOptions {
             output_dir: Some(output_dir.clone()),
             requests_jsonl,
             progress: ProgressMode::detect(quiet),
-            interrupt: rx,
+            interrupt,
         };
-        run(&plan, options).await
+        let plan = plan.clone();
+        // The run blocks; the runtime's thread stays free to watch for signals.
+        tokio::task::spawn_blocking(move || run_blocking(&plan, options))
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     });
     let summary = summary.with_context(|| format!("running scenario {}", plan.name))?;
     print!("{}", summary.table);

@@ -1,6 +1,7 @@
 //! batchlab: benchmark and test batched LLM inference.
 //!
 //! See ARCHITECTURE.md for the map and the invariants.
+#![warn(missing_docs)]
 pub mod batcher;
 pub mod engine;
 pub mod load;

@@ -1,10 +1,12 @@
 //! A small seeded generator (SplitMix64). Ours, so that a seed gives the same numbers on every
 //! platform and every version of every dependency: reports are byte-identical for a seed.
 
+/// The SplitMix64 generator: 64 bits of state, a seed always gives the same sequence.
 #[derive(Clone, Debug)]
 pub struct SplitMix64(u64);
 
 impl SplitMix64 {
+    /// A generator whose state starts at `seed`.
     pub fn new(seed: u64) -> Self {
         SplitMix64(seed)
     }
@@ -16,6 +18,7 @@ impl SplitMix64 {
         g
     }
 
+    /// The next 64 uniformly distributed bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;

@@ -27,7 +27,9 @@ use std::cell::Cell;
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Level {
+    /// The shell's state mutex; taken first.
     Batcher = 1,
+    /// A waiter's outcome slot; a leaf, never held while taking another lock.
     Slot = 2,
 }
 

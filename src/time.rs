@@ -16,12 +16,15 @@ use std::time::Duration;
 pub struct Timestamp(u64);
 
 impl Timestamp {
+    /// The timeline's origin (boot, for `CLOCK_MONOTONIC`).
     pub const ZERO: Timestamp = Timestamp(0);
 
+    /// The timestamp `nanos` ns after the origin.
     pub const fn from_nanos(nanos: u64) -> Self {
         Timestamp(nanos)
     }
 
+    /// Nanoseconds since the origin.
     pub const fn as_nanos(self) -> u64 {
         self.0
     }
@@ -39,6 +42,7 @@ impl Timestamp {
         Some(Timestamp(nanos.round() as u64))
     }
 
+    /// Seconds since the origin, as engines report their `*_ts` stats.
     pub fn as_secs_f64(self) -> f64 {
         self.0 as f64 / 1e9
     }
@@ -53,6 +57,7 @@ impl Timestamp {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
 
+    /// `self + d`, saturating at the end of the `u64` nanosecond range.
     pub fn saturating_add(self, d: Duration) -> Timestamp {
         Timestamp(self.0.saturating_add(duration_nanos(d)))
     }
@@ -65,6 +70,7 @@ pub fn duration_nanos(d: Duration) -> u64 {
 
 /// A source of `now`, and a way to let time pass.
 pub trait Clock: Send + Sync + 'static {
+    /// The current time on this clock.
     fn now(&self) -> Timestamp;
     /// Lets `d` pass: a real sleep, or an advance of virtual time.
     fn sleep(&self, d: Duration);
@@ -75,6 +81,7 @@ pub trait Clock: Send + Sync + 'static {
 pub struct MonotonicClock;
 
 impl MonotonicClock {
+    /// Reads `CLOCK_MONOTONIC` now.
     pub fn read() -> Timestamp {
         use nix::time::{ClockId, clock_gettime};
         // CLOCK_MONOTONIC cannot fail on Linux; a zero would only make durations absent, never wrong.
@@ -92,6 +99,29 @@ impl Clock for MonotonicClock {
     }
 }
 
+/// One wall-clock reading and one monotonic reading taken together, to convert between them.
+#[derive(Copy, Clone, Debug, PartialEq, serde::Serialize)]
+pub struct WallAnchor {
+    /// Seconds since the Unix epoch.
+    pub wall_secs: f64,
+    /// The same moment on our monotonic timeline.
+    pub mono: Timestamp,
+}
+
+impl WallAnchor {
+    /// Virtual time's fixed anchor: [`VirtualClock::ORIGIN`] stands for 2026-01-01T00:00:00Z, so
+    /// virtual runs have a fixed wall clock and byte-identical reports.
+    pub const VIRTUAL: WallAnchor = WallAnchor { wall_secs: 1_767_225_600.0, mono: VirtualClock::ORIGIN };
+
+    /// The wall clock and [`MonotonicClock`] read now.
+    pub fn now() -> WallAnchor {
+        let mono = MonotonicClock::read();
+        let wall_secs =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+        WallAnchor { wall_secs, mono }
+    }
+}
+
 /// Virtual time: `sleep` advances it at once. Clones share the same time.
 #[derive(Clone, Debug)]
 pub struct VirtualClock(Arc<AtomicU64>);
@@ -100,6 +130,7 @@ impl VirtualClock {
     /// Virtual time starts at a fixed, recognisable origin (1000 s) so reports are byte-identical.
     pub const ORIGIN: Timestamp = Timestamp(1_000_000_000_000);
 
+    /// A virtual clock at [`Self::ORIGIN`].
     pub fn new() -> Self {
         VirtualClock(Arc::new(AtomicU64::new(Self::ORIGIN.0)))
     }

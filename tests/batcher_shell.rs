@@ -478,7 +478,8 @@ fn completer_may_submit_again() {
 fn failed_batch_logs_one_error_with_size_and_cause() {
     // On the test's own thread (the virtual driver), so the log lands in this test's scope.
     let faults = Faults { fail_batch: FaultTrigger::every(1), ..Faults::default() };
-    let (engine, clock) = SimEngine::virtual_time(SimConfig { seed: 1, cost: CostModel::default() });
+    let (engine, clock) =
+        SimEngine::virtual_time(SimConfig { seed: 1, cost: CostModel::default(), ..SimConfig::default() });
     let engine = FaultyEngine::new(engine, faults, 1, std::sync::Arc::new(clock.clone()));
     let mut d = VirtualDriver::new(engine, config(3, Duration::from_millis(1)), clock);
     d.start().expect("start");

@@ -49,7 +49,7 @@ fn trace(
     let config = BatchConfig::new(batch_size, Duration::from_millis(timeout_ms))
         .and_then(|c| c.with_generate_timeout(generate_timeout_ms.map(Duration::from_millis)))
         .expect("config");
-    let (engine, clock) = SimEngine::virtual_time(SimConfig { seed: 1, cost: cost() });
+    let (engine, clock) = SimEngine::virtual_time(SimConfig { seed: 1, cost: cost(), ..SimConfig::default() });
     let engine = FaultyEngine::new(engine, faults, 1, std::sync::Arc::new(clock.clone()));
     let mut d = VirtualDriver::new(engine, config, clock).with_events();
     let origin = VirtualClock::ORIGIN.as_nanos();

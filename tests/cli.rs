@@ -134,6 +134,26 @@ fn ctrl_c_drains_and_writes_an_incomplete_report() {
 }
 
 #[test]
+fn engine_kind_is_the_resolved_one() {
+    // The justfile picks the vLLM build by this, with the run's own arguments: `--set` counts.
+    let dir = temp_dir("kind");
+    let file = dir.join("empty.toml");
+    std::fs::write(&file, "").unwrap();
+    let file = file.to_str().unwrap();
+    let kind = |args: &[&str]| {
+        let o = batchlab(args);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        text(&o.stdout)
+    };
+    assert_eq!(kind(&["check", "--engine-kind", file]), "sim\n");
+    let vllm = ["--set", "engine.kind=vllm", "--set", "engine.vllm.model=models/x"];
+    assert_eq!(kind(&[&["check", "--engine-kind", file], &vllm[..]].concat()), "vllm\n");
+    let run_args = ["--quiet", "--output", "/nonexistent/never-written"];
+    assert_eq!(kind(&[&["run", "--engine-kind", file], &vllm[..], &run_args[..]].concat()), "vllm\n");
+    assert_eq!(kind(&["check", "--engine-kind", "scenarios/vllm-cpu.toml"]), "vllm\n");
+}
+
+#[test]
 fn progress_piped_is_plain_lines_without_escape_codes() {
     let out = temp_dir("plain-progress");
     let o = batchlab(&["run", "scenarios/sweep.toml", "--output", out.to_str().unwrap()]);

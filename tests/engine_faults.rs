@@ -43,7 +43,7 @@ impl Engine for UserEngine {
 
 fn real_time_sim() -> Box<dyn Engine> {
     let cost = CostModel { fixed_overhead: WORK, ..CostModel::free() };
-    Box::new(SimEngine::new(SimConfig { seed: 7, cost }, Arc::new(MonotonicClock)))
+    Box::new(SimEngine::new(SimConfig { seed: 7, cost, ..SimConfig::default() }))
 }
 
 fn user_engine() -> (Box<dyn Engine>, Arc<AtomicU64>, Arc<AtomicU64>) {

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use batchlab::report::{Environment, Report};
-use batchlab::run::{RunOptions, RunSummary, run};
+use batchlab::run::{RunOptions, RunSummary, run_blocking};
 use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file};
 
@@ -21,8 +21,7 @@ fn scenarios() -> Vec<PathBuf> {
 
 fn run_file(path: &Path, overrides: &Overrides) -> RunSummary {
     let plan = load_file(path, overrides).unwrap_or_else(|e| panic!("{e}"));
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(run(&plan, RunOptions::quiet())).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    run_blocking(&plan, RunOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 #[test]

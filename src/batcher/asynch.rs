@@ -36,6 +36,7 @@ pub struct PendingOutcome {
 }
 
 impl PendingOutcome {
+    /// The request this outcome belongs to.
     pub fn id(&self) -> RequestId {
         self.id
     }

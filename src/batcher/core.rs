@@ -53,6 +53,7 @@ use super::lifecycle::{Lifecycle, State};
 use crate::engine::{EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, RequestId};
 use crate::time::Timestamp;
 
+/// Numbers the batches of one batcher in dispatch order, from 0.
 pub type BatchId = u64;
 
 /// A map keyed by [`RequestId`], for the per-request tables of the batcher and the runner.
@@ -70,6 +71,7 @@ impl std::hash::BuildHasher for BuildIdHasher {
     }
 }
 
+/// The [`std::hash::Hasher`] that [`BuildIdHasher`] builds: one multiplication per `u64` key.
 #[derive(Copy, Clone, Debug, Default)]
 pub struct IdHasher(u64);
 
@@ -105,6 +107,7 @@ impl Default for BatchConfig {
 }
 
 impl BatchConfig {
+    /// Checks the two required settings: `batch_size` and `batch_timeout` must be non-zero. No generate timeout.
     pub fn new(batch_size: usize, batch_timeout: Duration) -> Result<Self, ConfigError> {
         if batch_size == 0 {
             return Err(ConfigError::ZeroBatchSize);
@@ -125,12 +128,15 @@ impl BatchConfig {
         Ok(self)
     }
 
+    /// Most requests in one batch; a batch this full is dispatched at once.
     pub fn batch_size(&self) -> usize {
         self.batch_size
     }
+    /// How long the oldest queued request waits before a partial batch is dispatched.
     pub fn batch_timeout(&self) -> Duration {
         self.batch_timeout
     }
+    /// How long a generate may run before its batch fails; `None` waits forever.
     pub fn generate_timeout(&self) -> Option<Duration> {
         self.generate_timeout
     }
@@ -151,18 +157,26 @@ pub enum FlushReason {
 /// A batch for the engine.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Batch {
+    /// Numbers this batch in dispatch order.
     pub id: BatchId,
+    /// The requests, oldest first; at most `batch_size` of them.
     pub requests: Vec<EngineRequest>,
+    /// Why the batch was dispatched now.
     pub reason: FlushReason,
+    /// When the batch left the queue, on the batcher's clock.
     pub dispatched_at: Timestamp,
 }
 
 /// One generate as a driver ran it: for batching statistics.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BatchRun {
+    /// The batch's [`BatchId`].
     pub id: BatchId,
+    /// How many requests the batch held.
     pub size: usize,
+    /// Why it was dispatched.
     pub reason: FlushReason,
+    /// When it left the queue, on the driver's clock.
     pub dispatched_at: Timestamp,
     /// When generate returned (or panicked).
     pub returned_at: Timestamp,
@@ -171,8 +185,11 @@ pub struct BatchRun {
 /// How a generate call ended, as the driver saw it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum GenerateResult {
+    /// The engine returned outputs (still to be matched to the batch's requests).
     Outputs(Vec<EngineOutput>),
+    /// The engine returned an error; every request of the batch fails with it.
     Error(EngineError),
+    /// The engine panicked, with the panic's message; every request of the batch fails.
     Panicked(String),
 }
 
@@ -188,17 +205,24 @@ impl From<Result<Vec<EngineOutput>, EngineError>> for GenerateResult {
 /// Our clock's view of one request.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RequestTimes {
+    /// When the request entered the queue.
     pub submitted: Timestamp,
+    /// When its batch was handed to the engine.
     pub dispatched: Timestamp,
+    /// When its batch's generate returned.
     pub completed: Timestamp,
 }
 
 /// A request's output, with where and when it ran.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Completion {
+    /// What the engine returned for this request.
     pub output: EngineOutput,
+    /// When it was queued, dispatched and completed, on the batcher's clock.
     pub times: RequestTimes,
+    /// The batch it ran in.
     pub batch_id: BatchId,
+    /// How many requests that batch held.
     pub batch_size: usize,
 }
 
@@ -209,14 +233,69 @@ pub type Outcome = Result<Completion, RequestError>;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
-    Submitted { at: u64, id: RequestId },
-    Rejected { at: u64, id: RequestId, error: String },
-    Cancelled { at: u64, id: RequestId },
-    Dispatched { at: u64, batch: BatchId, ids: Vec<RequestId>, reason: FlushReason },
-    BatchCompleted { at: u64, batch: BatchId },
-    BatchFailed { at: u64, batch: BatchId, error: String },
-    EngineFailed { at: u64, error: String },
-    State { to: State },
+    /// A request entered the queue.
+    Submitted {
+        /// When, in nanoseconds on the batcher's clock.
+        at: u64,
+        /// The request.
+        id: RequestId,
+    },
+    /// A submit was refused: engine not started, shutting down, or engine unusable.
+    Rejected {
+        /// When, in nanoseconds on the batcher's clock.
+        at: u64,
+        /// The refused request.
+        id: RequestId,
+        /// The [`RequestError`] it got, as text.
+        error: String,
+    },
+    /// A queued request was cancelled before its batch was dispatched.
+    Cancelled {
+        /// When, in nanoseconds on the batcher's clock.
+        at: u64,
+        /// The cancelled request.
+        id: RequestId,
+    },
+    /// A batch was handed to the engine.
+    Dispatched {
+        /// When, in nanoseconds on the batcher's clock.
+        at: u64,
+        /// The batch.
+        batch: BatchId,
+        /// Its requests, in the order the engine sees them.
+        ids: Vec<RequestId>,
+        /// Why it left the queue now.
+        reason: FlushReason,
+    },
+    /// A batch's generate returned outputs that matched its requests.
+    BatchCompleted {
+        /// When, in nanoseconds on the batcher's clock.
+        at: u64,
+        /// The batch.
+        batch: BatchId,
+    },
+    /// A batch failed (engine error, panic, timeout or mismatched outputs); its requests failed.
+    BatchFailed {
+        /// When, in nanoseconds on the batcher's clock.
+        at: u64,
+        /// The batch.
+        batch: BatchId,
+        /// Why, as text.
+        error: String,
+    },
+    /// The engine became unusable (failed start or death); queued requests failed.
+    EngineFailed {
+        /// When, in nanoseconds on the batcher's clock.
+        at: u64,
+        /// Why, as text.
+        error: String,
+    },
+    /// The lifecycle moved to a new state.
+    State {
+        /// The state entered.
+        to: State,
+    },
+    /// The batcher asked the driver to shut the engine down (once per run).
     EngineShutdown,
 }
 
@@ -249,6 +328,7 @@ pub struct BatcherCore {
 }
 
 impl BatcherCore {
+    /// A batcher in [`State::Created`] with an empty queue; events are off (see [`with_events`](Self::with_events)).
     pub fn new(config: BatchConfig) -> Self {
         BatcherCore {
             config,
@@ -269,6 +349,7 @@ impl BatcherCore {
         self
     }
 
+    /// Takes the events recorded since the last call; empty unless [`with_events`](Self::with_events) was called.
     pub fn take_events(&mut self) -> Vec<Event> {
         self.events.as_mut().map(std::mem::take).unwrap_or_default()
     }
@@ -288,12 +369,15 @@ impl BatcherCore {
         }
     }
 
+    /// The batching settings this batcher was built with.
     pub fn config(&self) -> &BatchConfig {
         &self.config
     }
+    /// Where the batcher is in its lifecycle.
     pub fn state(&self) -> State {
         self.lifecycle.state()
     }
+    /// How many requests are waiting for a batch (not counting the running one).
     pub fn queued(&self) -> usize {
         self.queue.len()
     }

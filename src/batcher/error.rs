@@ -8,28 +8,75 @@ use crate::engine::EngineDeath;
 /// Why a request failed. Every submitted request ends in exactly one output or one of these.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
+    /// Submitted before the engine was started.
     #[error("engine not started: call start() or preload() first")]
     EngineNotStarted,
+    /// The engine's `start` failed, with its message; no request can run.
     #[error("engine failed to start: {0}")]
     StartFailed(String),
+    /// The engine became unusable earlier in the run (the message says why).
     #[error("engine is unusable: {0}")]
     EngineFailed(String),
+    /// Submitted after shutdown began.
     #[error("rejected: the batcher is shutting down")]
     ShuttingDown,
+    /// Cancelled by the caller while still queued.
     #[error("cancelled before dispatch")]
     Cancelled,
     #[error("batch {batch_id} of {batch_size} failed in the engine: {message}")]
-    Engine { batch_id: BatchId, batch_size: usize, message: String },
+    /// The engine's `generate` returned an error for the request's batch.
+    Engine {
+        /// The failed batch.
+        batch_id: BatchId,
+        /// How many requests it held (all of them failed).
+        batch_size: usize,
+        /// The engine's error, as text.
+        message: String,
+    },
     #[error("batch {batch_id}: engine returned {got} outputs for {expected} requests")]
-    OutputCountMismatch { batch_id: BatchId, expected: usize, got: usize },
+    /// The engine returned a different number of outputs than the batch had requests.
+    OutputCountMismatch {
+        /// The failed batch.
+        batch_id: BatchId,
+        /// Requests in the batch.
+        expected: usize,
+        /// Outputs returned.
+        got: usize,
+    },
     #[error("batch {batch_id}: outputs do not match requests: {detail}")]
-    OutputIdMismatch { batch_id: BatchId, detail: String },
+    /// The outputs' request ids do not match the batch's requests one to one.
+    OutputIdMismatch {
+        /// The failed batch.
+        batch_id: BatchId,
+        /// Which ids were missing, repeated or unknown.
+        detail: String,
+    },
     #[error("batch {batch_id} of {batch_size}: engine panicked: {message}")]
-    EnginePanicked { batch_id: BatchId, batch_size: usize, message: String },
+    /// The engine panicked in `generate`.
+    EnginePanicked {
+        /// The failed batch.
+        batch_id: BatchId,
+        /// How many requests it held (all of them failed).
+        batch_size: usize,
+        /// The panic's message.
+        message: String,
+    },
     #[error("batch {batch_id} of {batch_size}: generate did not return within {after:?}")]
-    GenerateTimedOut { batch_id: BatchId, batch_size: usize, after: Duration },
+    /// The batch's `generate` overran the generate timeout; its result, if any, is discarded.
+    GenerateTimedOut {
+        /// The failed batch.
+        batch_id: BatchId,
+        /// How many requests it held (all of them failed).
+        batch_size: usize,
+        /// The generate timeout that elapsed.
+        after: Duration,
+    },
     #[error("waited {waited:?} for an engine stuck in an overrunning generate")]
-    EngineUnresponsive { waited: Duration },
+    /// Still queued after waiting a generate timeout behind a generate that never returned.
+    EngineUnresponsive {
+        /// How long the request waited.
+        waited: Duration,
+    },
     /// The engine died: the running batch, the queue and every later submit get this.
     #[error("engine died: {0}")]
     EngineDied(EngineDeath),
@@ -80,10 +127,13 @@ impl RequestError {
 /// Invalid batching settings.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// `batch_size` was 0.
     #[error("batch_size must be > 0")]
     ZeroBatchSize,
+    /// `batch_timeout` was 0.
     #[error("batch_timeout must be > 0")]
     ZeroBatchTimeout,
+    /// `generate_timeout` was set to 0.
     #[error("generate_timeout must be > 0 when set")]
     ZeroGenerateTimeout,
 }

@@ -50,6 +50,7 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, for exhaustive tests of the transition table.
     pub const ALL: [State; 8] = [
         State::Created,
         State::Starting,
@@ -84,10 +85,13 @@ pub const TRANSITIONS: &[(State, State)] = &[
     (State::FailedClosing, State::Stopped),
 ];
 
+/// A transition that [`TRANSITIONS`] does not allow; a bug in the caller, never user input.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("illegal lifecycle transition {from:?} -> {to:?}")]
 pub struct IllegalTransition {
+    /// The state the lifecycle was in.
     pub from: State,
+    /// The state that was asked for.
     pub to: State,
 }
 
@@ -104,14 +108,17 @@ impl Default for Lifecycle {
 }
 
 impl Lifecycle {
+    /// The current state.
     pub fn state(&self) -> State {
         self.state
     }
 
+    /// Whether `from -> to` is in [`TRANSITIONS`].
     pub fn is_legal(from: State, to: State) -> bool {
         TRANSITIONS.contains(&(from, to))
     }
 
+    /// Moves to `to` if the table allows it from the current state; otherwise leaves the state as it was.
     pub fn transition(&mut self, to: State) -> Result<(), IllegalTransition> {
         if Self::is_legal(self.state, to) {
             self.state = to;

@@ -216,6 +216,7 @@ impl Batcher {
         Batcher { shared, threads: std::sync::Arc::new(std::sync::Mutex::new(threads)) }
     }
 
+    /// Where the batcher is in its lifecycle.
     pub fn state(&self) -> State {
         self.shared.lock().guard.core.state()
     }
@@ -490,6 +491,7 @@ pub struct Ticket {
 }
 
 impl Ticket {
+    /// The request this ticket waits for.
     pub fn id(&self) -> RequestId {
         self.id
     }

@@ -22,6 +22,7 @@ struct Pending {
     result: GenerateResult,
 }
 
+/// The batcher core and an engine driven in virtual time on the caller's thread: see the module docs.
 pub struct VirtualDriver<E> {
     core: BatcherCore,
     engine: E,
@@ -64,18 +65,22 @@ impl<E: Engine> VirtualDriver<E> {
         self
     }
 
+    /// Takes the core events recorded since the last call; empty unless [`with_events`](Self::with_events).
     pub fn take_events(&mut self) -> Vec<Event> {
         self.core.take_events()
     }
 
+    /// The driver's current virtual time.
     pub fn now(&self) -> Timestamp {
         self.now
     }
 
+    /// Where the batcher is in its lifecycle.
     pub fn state(&self) -> State {
         self.core.state()
     }
 
+    /// The engine, for inspecting it after a run.
     pub fn engine(&self) -> &E {
         &self.engine
     }
@@ -107,6 +112,7 @@ impl<E: Engine> VirtualDriver<E> {
         self.core.submit(request, self.now)
     }
 
+    /// Cancels a queued request at the current time; `false` if it was already dispatched or unknown.
     pub fn cancel(&mut self, id: RequestId) -> bool {
         self.core.cancel(id, self.now)
     }

@@ -20,29 +20,35 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
+use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, VirtualTimeEngine};
 use crate::rng::SplitMix64;
-use crate::time::Clock;
+use crate::time::{Clock, VirtualClock};
 
 /// When a batch fault fires: on every `every`-th generate call (1-based), and/or with
 /// `probability`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct FaultTrigger {
+    /// Fires on every call whose 1-based number is a multiple of this; `None` (or 0) never by count.
     pub every: Option<u64>,
+    /// Chance in [0, 1] that it fires on any one call, drawn from the wrapper's seed.
     pub probability: f64,
 }
 
 impl FaultTrigger {
+    /// A trigger that never fires (the default of every batch fault).
     pub const NEVER: FaultTrigger = FaultTrigger { every: None, probability: 0.0 };
 
+    /// Fires on generate calls `n`, `2n`, `3n`, ... (1-based).
     pub fn every(n: u64) -> Self {
         FaultTrigger { every: Some(n), probability: 0.0 }
     }
 
+    /// Fires on each generate call with chance `p` in [0, 1].
     pub fn probability(p: f64) -> Self {
         FaultTrigger { every: None, probability: p }
     }
 
+    /// Whether the trigger can never fire (no positive `every`, probability <= 0).
     pub fn is_never(&self) -> bool {
         self.every.is_none_or(|n| n == 0) && self.probability.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
     }
@@ -59,6 +65,7 @@ impl FaultTrigger {
 /// A process of the engine killed with SIGKILL during generate call `after_batches + 1`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ProcessFault {
+    /// Generate calls that complete before the kill; the kill lands in the next one.
     pub after_batches: u64,
 }
 
@@ -67,18 +74,31 @@ pub struct ProcessFault {
 /// any of them. The field names are the `[faults]` keys (see [`FAULT_KEYS`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Faults {
+    /// The batch fails with an engine error without calling the engine.
     pub fail_batch: FaultTrigger,
+    /// The engine's outputs lose their last one (one output fewer than requests).
     pub short_output: FaultTrigger,
+    /// The engine's outputs gain a copy of one (one output more than requests).
     pub extra_output: FaultTrigger,
+    /// One output's request id is replaced by an id not in the batch.
     pub wrong_id: FaultTrigger,
+    /// Generate panics.
     pub panic: FaultTrigger,
+    /// Generate returns `slow_factor` times later than the engine took.
     pub slow: FaultTrigger,
+    /// How much later a slow generate returns; >= 1, default 10.
     pub slow_factor: f64,
+    /// Generate blocks for `hang_for`, then fails without calling the engine.
     pub hang: FaultTrigger,
+    /// How long a hung generate blocks; default one hour.
     pub hang_for: Duration,
+    /// `start` fails, so the engine never starts.
     pub start_fails: bool,
+    /// Extra time `start` takes before calling the engine.
     pub start_delay: Duration,
+    /// SIGKILL vLLM's EngineCore process during a generate.
     pub kill_engine: Option<ProcessFault>,
+    /// SIGKILL a vLLM worker process during a generate (multiprocess executor only).
     pub kill_worker: Option<ProcessFault>,
 }
 
@@ -128,7 +148,9 @@ pub enum FaultValue {
     Trigger(FaultTrigger),
     /// A number >= 1.
     Factor(f64),
+    /// A duration such as `"250ms"`.
     Duration(Duration),
+    /// `true` or `false`.
     Flag(bool),
     /// `{ after_batches = N }`, or unset.
     Process(Option<ProcessFault>),
@@ -149,7 +171,9 @@ impl FaultValue {
 
 /// One `[faults]` key: the single definition the schema, printer, builder and docs check use.
 pub struct FaultKey {
+    /// The key as written under `[faults]`, and the [`Faults`] field it sets.
     pub name: &'static str,
+    /// Which part of the engine the fault hits.
     pub kind: FaultKind,
     /// One line for `docs/scenarios.md` and `batchlab check`.
     pub doc: &'static str,
@@ -290,10 +314,12 @@ impl<E: Engine> FaultyEngine<E> {
         FaultyEngine { inner, faults, seed, clock, calls: 0, inner_started: false, active }
     }
 
+    /// The faults this wrapper injects.
     pub fn faults(&self) -> &Faults {
         &self.faults
     }
 
+    /// The wrapped engine.
     pub fn inner(&self) -> &E {
         &self.inner
     }
@@ -329,6 +355,14 @@ impl<E: Engine> FaultyEngine<E> {
                 process::kill_later(target, KILL_DELAY);
             }
         }
+    }
+}
+
+/// On a virtual clock, the wrapper's delays and the engine's costs both advance it.
+impl<E: VirtualTimeEngine> VirtualTimeEngine for FaultyEngine<E> {
+    fn use_virtual_clock(&mut self, clock: VirtualClock) {
+        self.clock = Arc::new(clock.clone());
+        self.inner.use_virtual_clock(clock);
     }
 }
 

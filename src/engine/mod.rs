@@ -12,6 +12,10 @@ pub mod sim;
 
 use serde::Serialize;
 
+use crate::time::VirtualClock;
+#[cfg(doc)]
+use crate::time::WallAnchor;
+
 /// Our id for a request; unique within one batcher.
 pub type RequestId = u64;
 
@@ -19,7 +23,9 @@ pub type RequestId = u64;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Prompt {
+    /// A text prompt, tokenized by the engine.
     Text(String),
+    /// Token ids, given to the engine as they are.
     Tokens(Vec<u32>),
 }
 
@@ -36,14 +42,19 @@ impl Prompt {
 /// One request as the engine sees it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EngineRequest {
+    /// Unique within one batcher; an output names its request by this.
     pub id: RequestId,
+    /// What to continue.
     pub prompt: Prompt,
+    /// Most tokens to generate.
     pub max_tokens: u32,
     /// Generate at least this many tokens before an end-of-sequence may stop generation.
     pub min_tokens: u32,
     /// Ignore end-of-sequence entirely: generate exactly `max_tokens`.
     pub ignore_eos: bool,
+    /// Sampling temperature; 0 is greedy.
     pub temperature: f32,
+    /// Per-request sampling seed; `None` leaves sampling to the engine's own seed.
     pub seed: Option<u64>,
 }
 
@@ -74,6 +85,7 @@ pub enum FinishReason {
     Abort,
     /// Anything else the engine said, verbatim.
     Other(String),
+    /// The engine gave no finish reason.
     Unknown,
 }
 
@@ -84,10 +96,15 @@ pub enum FinishReason {
 /// engine sent them (NaN included) and judged by the metrics mapper.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct EngineStats {
+    /// Wall-clock seconds since the Unix epoch when the engine saw the request arrive.
     pub arrival_wall: Option<f64>,
+    /// Engine-clock seconds when the request entered the engine's queue.
     pub queued_ts: Option<f64>,
+    /// Engine-clock seconds when the engine first scheduled the request.
     pub scheduled_ts: Option<f64>,
+    /// Engine-clock seconds when the first output token was produced.
     pub first_token_ts: Option<f64>,
+    /// Engine-clock seconds when the last output token was produced.
     pub last_token_ts: Option<f64>,
 }
 
@@ -96,13 +113,17 @@ pub struct EngineStats {
 pub struct EngineOutput {
     /// The id of the request this answers, where the engine returns ids.
     pub request_id: Option<RequestId>,
+    /// Prompt length in tokens, as the engine counted it.
     pub prompt_tokens: Option<u32>,
     /// The engine's count of generated tokens.
     pub output_tokens: Option<u32>,
     /// The generated token ids, where the engine returns them (a fallback for the count).
     pub output_token_ids: Option<Vec<u32>>,
+    /// The generated text, where the engine returns it.
     pub text: Option<String>,
+    /// Why generation stopped.
     pub finish_reason: FinishReason,
+    /// The engine's timing of this request, for TTFT, ITL and queueing metrics.
     pub stats: EngineStats,
 }
 
@@ -127,7 +148,9 @@ pub enum ClockDomain {
 /// What an engine says about itself once started.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct EngineInfo {
+    /// The engine's name as reports show it (`environment.engine_name`), e.g. `vllm`.
     pub name: String,
+    /// The engine's version, as reports show it.
     pub version: String,
 }
 
@@ -156,16 +179,22 @@ impl std::fmt::Display for EngineDeath {
 /// The engine boundary's errors.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
+    /// `start` failed, with the engine's message.
     #[error("engine failed to start: {0}")]
     Start(String),
+    /// `generate` failed for the whole batch, with the engine's message.
     #[error("generate failed: {0}")]
     Generate(String),
+    /// `shutdown` failed, with the engine's message.
     #[error("engine shutdown failed: {0}")]
     Shutdown(String),
     /// The engine is dead for good (e.g. vLLM raised its engine-dead error): the batcher fails
     /// everything in flight and queued, and rejects all later work.
     #[error("engine died: {0}")]
     Died(EngineDeath),
+    /// The engine cannot be built here (e.g. a feature this binary was built without).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// A blocking inference engine, driven from one dedicated thread.
@@ -180,6 +209,56 @@ pub trait Engine: Send {
     /// The clock of the `*_ts` fields in [`EngineStats`].
     fn clock_domain(&self) -> ClockDomain {
         ClockDomain::Monotonic
+    }
+}
+
+/// An engine that can also run in virtual time: it lets time pass by advancing a
+/// [`VirtualClock`] instead of sleeping, so a run is deterministic and takes no wall time.
+pub trait VirtualTimeEngine: Engine {
+    /// Puts the engine on `clock`; called once, before `start`. From then on every cost advances
+    /// `clock`, and wall-clock times the engine reports derive from [`WallAnchor::VIRTUAL`].
+    fn use_virtual_clock(&mut self, clock: VirtualClock);
+}
+
+impl<E: VirtualTimeEngine + ?Sized> VirtualTimeEngine for Box<E> {
+    fn use_virtual_clock(&mut self, clock: VirtualClock) {
+        (**self).use_virtual_clock(clock)
+    }
+}
+
+/// An engine and the time it runs in: what `batchlab::run::run_with` takes. Any engine converts
+/// into real time with `From`.
+pub enum TimedEngine {
+    /// Real time, on the threaded batcher: any engine.
+    RealTime(Box<dyn Engine>),
+    /// Virtual time, on one thread, deterministic: an engine that can pass time by hand.
+    VirtualTime(Box<dyn VirtualTimeEngine>),
+}
+
+impl TimedEngine {
+    /// `engine` in real time.
+    pub fn real_time(engine: impl Engine + 'static) -> Self {
+        TimedEngine::RealTime(Box::new(engine))
+    }
+
+    /// `engine` in virtual time.
+    pub fn virtual_time(engine: impl VirtualTimeEngine + 'static) -> Self {
+        TimedEngine::VirtualTime(Box::new(engine))
+    }
+}
+
+impl<E: Engine + 'static> From<E> for TimedEngine {
+    fn from(engine: E) -> Self {
+        TimedEngine::real_time(engine)
+    }
+}
+
+impl std::fmt::Debug for TimedEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimedEngine::RealTime(_) => "TimedEngine::RealTime(..)",
+            TimedEngine::VirtualTime(_) => "TimedEngine::VirtualTime(..)",
+        })
     }
 }
 

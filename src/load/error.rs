@@ -7,32 +7,49 @@ use std::path::PathBuf;
 /// At most this many bad lines of a workload file are reported; the rest are only counted.
 pub const MAX_REPORTED_LINES: usize = 20;
 
+/// Why a workload or profile could not be turned into requests.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// A synthetic workload with `vocab_size = 0` has no tokens to draw.
     #[error("workload: vocab_size must be at least 1, found 0")]
     EmptyVocab,
     #[error("cannot read workload file {}: {source}", path.display())]
+    /// A workload file could not be read.
     Io {
+        /// The file.
         path: PathBuf,
+        /// Why reading failed.
         #[source]
         source: std::io::Error,
     },
+    /// A workload file holds no prompt lines.
     #[error(
         "workload file {} has no prompts: expected one JSON object per line, \
          such as {{\"prompt\": \"Hello\", \"max_tokens\": 64}}",
         path.display()
     )]
-    EmptyFile { path: PathBuf },
+    EmptyFile {
+        /// The file.
+        path: PathBuf,
+    },
     #[error("{}", bad_lines_message(path, problems, *omitted))]
+    /// Lines of a workload file that are not valid requests; all of them, up to a limit.
     BadLines {
+        /// The file.
         path: PathBuf,
         /// The first [`MAX_REPORTED_LINES`] problems, in file order.
         problems: Vec<LineProblem>,
         /// Bad lines found beyond those reported.
         omitted: usize,
     },
+    /// A rate that is not finite and positive.
     #[error("step {step}: rate must be a finite number of requests/s above 0, found {rate}")]
-    InvalidRate { step: String, rate: f64 },
+    InvalidRate {
+        /// The step, by name.
+        step: String,
+        /// The rate found.
+        rate: f64,
+    },
 }
 
 /// One bad line of a workload file.

@@ -7,7 +7,47 @@
 
 use serde::Serialize;
 
-use crate::scenario::plan::ProfilePlan;
+/// How requests are offered. Each variant expands into one or more benchmarks.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ProfilePlan {
+    /// One request at a time.
+    Synchronous,
+    /// One benchmark per level, each keeping exactly that many requests in flight.
+    Concurrent {
+        /// Requests in flight, one benchmark per entry.
+        levels: Vec<u32>,
+    },
+    /// As fast as possible, with at most `max_concurrency` in flight.
+    Throughput {
+        /// Most requests in flight.
+        max_concurrency: u32,
+    },
+    /// One benchmark per rate (requests/s), evenly spaced arrivals.
+    Constant {
+        /// Arrival rates in requests/s, one benchmark per entry.
+        rates: Vec<f64>,
+        /// Most requests in flight; `None` is unbounded.
+        max_concurrency: Option<u32>,
+    },
+    /// Poisson arrivals at `rate` requests/s.
+    Poisson {
+        /// Mean arrival rate in requests/s.
+        rate: f64,
+        /// Seed of the arrival draws; defaults to one derived from the run seed.
+        seed: u64,
+        /// Most requests in flight; `None` is unbounded.
+        max_concurrency: Option<u32>,
+    },
+    /// Synchronous, then throughput, then `rates` constant rates evenly spaced between the two
+    /// measured request rates.
+    Sweep {
+        /// How many constant-rate steps between the two measured rates.
+        rates: u32,
+        /// Most requests in flight in the throughput and constant steps.
+        max_concurrency: u32,
+    },
+}
 
 /// How one benchmark offers requests. See [`crate::load::Scheduler`] for the exact semantics.
 // Externally tagged: serde cannot put a `kind` tag inside `Concurrent`'s bare integer.
@@ -19,11 +59,26 @@ pub enum StepKind {
     /// Exactly this many in flight.
     Concurrent(u32),
     /// As many as possible, at most `max_concurrency` in flight.
-    Throughput { max_concurrency: u32 },
+    Throughput {
+        /// Most requests in flight.
+        max_concurrency: u32,
+    },
     /// Arrivals every `1 / rate` seconds.
-    Constant { rate: f64, max_concurrency: Option<u32> },
+    Constant {
+        /// Arrival rate in requests/s.
+        rate: f64,
+        /// Most requests in flight; `None` is unbounded.
+        max_concurrency: Option<u32>,
+    },
     /// Poisson arrivals at `rate` per second, from `seed`.
-    Poisson { rate: f64, seed: u64, max_concurrency: Option<u32> },
+    Poisson {
+        /// Mean arrival rate in requests/s.
+        rate: f64,
+        /// Seed of the arrival draws; defaults to one derived from the run seed.
+        seed: u64,
+        /// Most requests in flight; `None` is unbounded.
+        max_concurrency: Option<u32>,
+    },
 }
 
 /// One benchmark: a name for reports and how it offers requests.
@@ -31,10 +86,12 @@ pub enum StepKind {
 pub struct Step {
     /// `synchronous`, `concurrent@4`, `throughput`, `constant@10.00/s`, `poisson@50.00/s`.
     pub name: String,
+    /// How the benchmark offers requests.
     pub kind: StepKind,
 }
 
 impl Step {
+    /// A step named after its kind, e.g. `constant@10.00/s`.
     pub fn new(kind: StepKind) -> Step {
         let name = match &kind {
             StepKind::Synchronous => "synchronous".to_owned(),
@@ -56,7 +113,12 @@ pub enum Expansion {
     /// Synchronous, throughput at `max_concurrency`, then `rates` constant steps (capped at
     /// `max_concurrency`) at [`sweep_rates`] of the two measured rates. Fewer when the
     /// measurements leave no room between them.
-    Sweep { rates: u32, max_concurrency: u32 },
+    Sweep {
+        /// How many constant-rate steps between the two measured rates.
+        rates: u32,
+        /// Most requests in flight in the throughput and constant steps.
+        max_concurrency: u32,
+    },
 }
 
 /// The steps of a profile; see [`Expansion`].
@@ -120,6 +182,7 @@ pub struct StepPlanner {
 }
 
 impl StepPlanner {
+    /// A planner for `profile`'s steps, none issued yet.
     pub fn new(profile: &ProfilePlan) -> StepPlanner {
         StepPlanner { expansion: expand(profile), issued: 0, sync_rps: None, sweep_steps: Vec::new() }
     }

@@ -53,6 +53,7 @@ pub struct Lateness {
     pub delayed_by_cap: u64,
     /// Sum of (submit time - due time) over all arrivals.
     pub total: Duration,
+    /// Largest single (submit time - due time).
     pub max: Duration,
 }
 
@@ -160,10 +161,12 @@ impl Scheduler {
         }
     }
 
+    /// The step this scheduler paces.
     pub fn step(&self) -> &Step {
         &self.step
     }
 
+    /// When the step began; arrival times are offsets from it.
     pub fn start(&self) -> Timestamp {
         self.start
     }
@@ -173,6 +176,7 @@ impl Scheduler {
         self.submitted
     }
 
+    /// How late arrivals were submitted so far.
     pub fn lateness(&self) -> Lateness {
         self.lateness
     }

@@ -23,13 +23,77 @@
 //! Prompt token counts are known only for token prompts ([`Prompt::token_len`]); for text prompts
 //! they are `None` until the engine reports them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
 
 use super::error::LoadError;
 use super::jsonl::{PromptLine, parse_jsonl};
 use crate::engine::{EngineRequest, Prompt, RequestId};
 use crate::rng::SplitMix64;
-use crate::scenario::plan::{TokenDist, WorkloadPlan};
+
+/// A distribution of token counts.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "dist", rename_all = "snake_case")]
+pub enum TokenDist {
+    /// Always the same count.
+    Fixed {
+        /// Every draw gives this count.
+        value: u32,
+    },
+    /// Uniform over `min..=max`.
+    Uniform {
+        /// Smallest count.
+        min: u32,
+        /// Largest count (inclusive).
+        max: u32,
+    },
+    /// Normal, rounded and clamped to `min..=max`.
+    Normal {
+        /// Mean count.
+        mean: f64,
+        /// Standard deviation, in tokens.
+        stdev: f64,
+        /// Draws below are clamped up to this.
+        min: u32,
+        /// Draws above are clamped down to this.
+        max: u32,
+    },
+}
+
+/// Where the requests come from: drawn from distributions, or read from a JSONL file.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "source", rename_all = "snake_case")]
+pub enum WorkloadPlan {
+    /// Random token prompts with drawn lengths.
+    Synthetic {
+        /// Prompt length in tokens.
+        prompt_tokens: TokenDist,
+        /// `max_tokens` of each request.
+        output_tokens: TokenDist,
+        /// Seed of the draws; defaults to one derived from the run seed.
+        seed: u64,
+        /// Each prompt starts with tokens unique to it, so prefix caching cannot flatter results.
+        unique_prefix: bool,
+        /// Prompt token ids are drawn from `0..vocab_size`; at least 1.
+        vocab_size: u32,
+        /// Requests ignore end-of-sequence and generate exactly `max_tokens`.
+        ignore_eos: bool,
+        /// Sampling temperature of every request; 0 is greedy.
+        temperature: f32,
+    },
+    /// One request per line of a JSONL file, replayed in order.
+    File {
+        /// The JSONL file.
+        path: PathBuf,
+        /// For lines without `max_tokens`.
+        default_max_tokens: u32,
+        /// Requests ignore end-of-sequence and generate exactly `max_tokens`.
+        ignore_eos: bool,
+        /// Sampling temperature of every request; 0 is greedy.
+        temperature: f32,
+    },
+}
 
 /// Sub-streams of one request's random stream.
 const STREAM_PROMPT_LEN: u64 = 1;

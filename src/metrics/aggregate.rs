@@ -57,6 +57,7 @@ pub struct BenchmarkAggregator {
 }
 
 impl BenchmarkAggregator {
+    /// An empty aggregator for the benchmark `name`; its window opens at [`start`](Self::start).
     pub fn new(name: impl Into<String>) -> Self {
         BenchmarkAggregator {
             name: name.into(),
@@ -92,10 +93,12 @@ impl BenchmarkAggregator {
         self.start = Some(at);
     }
 
+    /// Counts one request handed to the batcher.
     pub fn record_submitted(&mut self) {
         self.submitted += 1;
     }
 
+    /// Counts one completed request and adds its timings to the distributions.
     pub fn record_completion(&mut self, metrics: &RequestMetrics, times: &RequestTimes) {
         self.completed += 1;
         self.add_in_flight(times.submitted, times.completed);

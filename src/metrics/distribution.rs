@@ -33,16 +33,25 @@ pub const RELATIVE_PRECISION: f64 = 1.0 / 1024.0;
 /// Summary statistics in milliseconds. All `None` when there are no samples.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Summary {
+    /// Samples recorded.
     pub count: u64,
+    /// Arithmetic mean.
     pub mean: Option<f64>,
     /// Population standard deviation (divides by `count`).
     pub std: Option<f64>,
+    /// Smallest sample.
     pub min: Option<f64>,
+    /// Median.
     pub p50: Option<f64>,
+    /// 90th percentile.
     pub p90: Option<f64>,
+    /// 95th percentile.
     pub p95: Option<f64>,
+    /// 99th percentile.
     pub p99: Option<f64>,
+    /// 99.9th percentile.
     pub p999: Option<f64>,
+    /// Largest sample.
     pub max: Option<f64>,
 }
 
@@ -87,16 +96,19 @@ impl Default for Distribution {
 }
 
 impl Distribution {
+    /// An empty distribution.
     pub fn new() -> Self {
         // Auto-resizing from a tiny start: memory follows the largest value seen, not the count.
         let histogram = Histogram::new(SIGNIFICANT_DIGITS).expect("3 significant digits is a valid setting");
         Distribution { histogram, count: 0, min: u64::MAX, max: 0, sum: 0, mean: 0.0, m2: 0.0 }
     }
 
+    /// Records one sample.
     pub fn record(&mut self, d: Duration) {
         self.record_nanos(duration_nanos(d));
     }
 
+    /// Records one sample of `nanos` ns; percentiles saturate above [`MAX_TRACKED_NS`], min, max and mean stay exact.
     pub fn record_nanos(&mut self, nanos: u64) {
         self.histogram
             .record(nanos.min(MAX_TRACKED_NS))
@@ -129,10 +141,12 @@ impl Distribution {
         self.sum += other.sum;
     }
 
+    /// Samples recorded.
     pub fn count(&self) -> u64 {
         self.count
     }
 
+    /// Whether no sample was recorded.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
@@ -142,10 +156,12 @@ impl Distribution {
         self.sum
     }
 
+    /// The exact smallest sample in ns; `None` when empty.
     pub fn min_nanos(&self) -> Option<u64> {
         (self.count > 0).then_some(self.min)
     }
 
+    /// The exact largest sample in ns; `None` when empty.
     pub fn max_nanos(&self) -> Option<u64> {
         (self.count > 0).then_some(self.max)
     }
@@ -160,6 +176,7 @@ impl Distribution {
         Some(self.histogram.value_at_quantile(q).clamp(self.min, self.max))
     }
 
+    /// The statistics in milliseconds, as reports show them.
     pub fn summary(&self) -> Summary {
         if self.count == 0 {
             return Summary::default();

@@ -20,14 +20,7 @@ use serde::Serialize;
 
 use crate::batcher::RequestTimes;
 use crate::engine::{ClockDomain, EngineOutput, EngineStats};
-use crate::time::Timestamp;
-
-/// One wall-clock reading and one monotonic reading taken together, to convert between them.
-#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
-pub struct WallAnchor {
-    pub wall_secs: f64,
-    pub mono: Timestamp,
-}
+use crate::time::{Timestamp, WallAnchor};
 
 /// Inconsistencies found in one request's stats. Counted in reports, never a crash.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -45,6 +38,7 @@ pub struct Anomalies {
 }
 
 impl Anomalies {
+    /// Whether any anomaly was found.
     pub fn any(&self) -> bool {
         self.non_finite
             || self.first_token_before_arrival
@@ -57,14 +51,23 @@ impl Anomalies {
 /// Per-request timings. See the module docs for each definition.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RequestMetrics {
+    /// Our submit to our dispatch of its batch.
     pub batch_wait: Duration,
+    /// Our submit to our completion.
     pub latency: Duration,
+    /// Engine `queued_ts` to `scheduled_ts`.
     pub engine_queue: Option<Duration>,
+    /// Our submit to the engine's `first_token_ts`.
     pub ttft: Option<Duration>,
+    /// Mean gap between tokens after the first; needs 2 or more tokens.
     pub itl: Option<Duration>,
+    /// `latency / n` over `n >= 1` generated tokens.
     pub tpot: Option<Duration>,
+    /// Prompt length in tokens, as the engine counted it.
     pub prompt_tokens: Option<u32>,
+    /// Generated tokens, as the engine counted them.
     pub output_tokens: Option<u32>,
+    /// Inconsistencies in the engine's stats; the affected timings are `None`.
     pub anomalies: Anomalies,
 }
 

@@ -16,30 +16,44 @@ use crate::batcher::RequestError;
 pub struct BenchmarkResult {
     /// `throughput`, `concurrent@4`, `constant@10.0/s`, ...
     pub name: String,
+    /// What happened to the requests: completed, failed by kind, lost.
     pub counts: Counts,
+    /// Prompt and generated token totals over completed requests.
     pub tokens: Tokens,
     /// Length of the measurement window, seconds.
     pub duration_s: f64,
     /// Completed requests per second of the window. `None` for an empty window.
     pub requests_per_s: Option<f64>,
+    /// Prompt tokens of completed requests per second of the window.
     pub input_tokens_per_s: Option<f64>,
+    /// Generated tokens per second of the window.
     pub output_tokens_per_s: Option<f64>,
+    /// Prompt plus generated tokens per second of the window.
     pub total_tokens_per_s: Option<f64>,
     /// Time-weighted mean number of requests in flight over the window.
     pub concurrency_mean: Option<f64>,
+    /// Latency, TTFT, ITL, ... distributions, in milliseconds.
     pub distributions: Distributions,
+    /// How many batches, how full, and why each was dispatched.
     pub batching: Batching,
+    /// Completed requests whose engine stats were inconsistent.
     pub anomalies: AnomalyCounts,
 }
 
 /// What happened to the benchmark's requests. `lost` must be 0.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Counts {
+    /// Requests handed to the batcher.
     pub submitted: u64,
+    /// Requests that got an output.
     pub completed: u64,
+    /// Requests that failed, of any kind.
     pub errors: u64,
+    /// Failed requests per [`RequestError::kind`]; `[expect]` names them `errors_<kind>`.
     pub errors_by_kind: BTreeMap<String, u64>,
+    /// Requests cancelled before dispatch.
     pub cancelled: u64,
+    /// Requests still unanswered when the window ended (an interrupted run).
     pub incomplete: u64,
     /// `submitted − (completed + errors + cancelled + incomplete)`. Anything but 0 is a bug.
     pub lost: i64,
@@ -48,18 +62,26 @@ pub struct Counts {
 /// Token totals over completed requests. Requests whose engine gave no count add nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Tokens {
+    /// Prompt tokens.
     pub input: u64,
+    /// Generated tokens.
     pub output: u64,
 }
 
 /// Per-request and per-batch timing distributions, in milliseconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Distributions {
+    /// Per request: our submit to our completion.
     pub latency: Summary,
+    /// Per request: our submit to the engine's first token.
     pub ttft: Summary,
+    /// Per request: mean gap between tokens after the first.
     pub itl: Summary,
+    /// Per request: latency divided by generated tokens, the first included.
     pub tpot: Summary,
+    /// Per request: our submit to the dispatch of its batch.
     pub batch_wait: Summary,
+    /// Per request: the engine's `queued_ts` to `scheduled_ts`.
     pub engine_queue: Summary,
     /// Per batch: the engine's generate call.
     pub generate: Summary,
@@ -69,6 +91,7 @@ impl Distributions {
     /// Names in report order.
     pub const NAMES: [&'static str; 7] = ["latency", "ttft", "itl", "tpot", "batch_wait", "engine_queue", "generate"];
 
+    /// The distribution named `name` (one of [`Self::NAMES`]).
     pub fn get(&self, name: &str) -> Option<&Summary> {
         Some(match name {
             "latency" => &self.latency,
@@ -86,16 +109,23 @@ impl Distributions {
 /// How the batcher grouped requests.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Batching {
+    /// Batches dispatched.
     pub batches: u64,
     /// Batch size → number of batches of that size.
     pub batch_size_histogram: BTreeMap<usize, u64>,
+    /// Mean requests per batch; `None` without batches.
     pub batch_size_mean: Option<f64>,
+    /// Batches dispatched because they were full.
     pub full: u64,
+    /// Batches dispatched because the oldest request waited `batch_timeout`.
     pub timeout: u64,
+    /// Batches dispatched by shutdown draining the queue.
     pub drain: u64,
     /// `full / batches`; `None` when there were no batches. Likewise for the other shares.
     pub full_share: Option<f64>,
+    /// `timeout / batches`.
     pub timeout_share: Option<f64>,
+    /// `drain / batches`.
     pub drain_share: Option<f64>,
 }
 
@@ -104,10 +134,15 @@ pub struct Batching {
 pub struct AnomalyCounts {
     /// Requests with at least one anomaly.
     pub requests: u64,
+    /// A timestamp was NaN, infinite or negative.
     pub non_finite: u64,
+    /// The first token came before the request arrived.
     pub first_token_before_arrival: u64,
+    /// The last token came before the first.
     pub last_before_first: u64,
+    /// The engine scheduled the request before it queued it.
     pub scheduled_before_queued: u64,
+    /// A token came after our completion time.
     pub token_after_completion: u64,
 }
 

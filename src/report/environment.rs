@@ -6,10 +6,14 @@ use serde::Serialize;
 
 use crate::engine::EngineInfo;
 
+/// Where and with what the run ran: versions, engine, machine and seeds (`report.json`'s `environment`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Environment {
+    /// The batchlab version that ran (`CARGO_PKG_VERSION`).
     pub batchlab_version: String,
+    /// The engine's name, from the [`EngineInfo`] its `start` returned.
     pub engine_name: String,
+    /// The engine's version, from its [`EngineInfo`].
     pub engine_version: String,
     /// From `/proc/cpuinfo`; `None` when it is unreadable or names no model.
     pub cpu_model: Option<String>,
@@ -20,6 +24,7 @@ pub struct Environment {
     pub cpu_affinity: Option<String>,
     /// `linux 6.8.0-…`: the target OS and, when readable, the kernel release.
     pub os: String,
+    /// The machine's hostname; `None` when unreadable.
     pub hostname: Option<String>,
     /// Every seed the run used, by component (`run`, `workload`, `engine`, ...).
     pub seeds: BTreeMap<String, u64>,

@@ -2,16 +2,39 @@
 
 use std::path::PathBuf;
 
+/// Why a report file could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
+    /// The output directory could not be created.
     #[error("cannot create report directory {path}: {source}")]
-    CreateDir { path: PathBuf, source: std::io::Error },
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why creating it failed.
+        source: std::io::Error,
+    },
+    /// A report file could not be written.
     #[error("cannot write {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why writing failed.
+        source: std::io::Error,
+    },
+    /// A record could not be serialized to JSON.
     #[error("cannot serialize {what} for {path}: {source}")]
-    Serialize { what: &'static str, path: PathBuf, source: serde_json::Error },
+    Serialize {
+        /// What was being serialized, e.g. `report`.
+        what: &'static str,
+        /// The file it was for.
+        path: PathBuf,
+        /// serde_json's error.
+        source: serde_json::Error,
+    },
+    /// The plan could not be serialized into the report.
     #[error("cannot serialize the scenario plan: {0}")]
     Plan(serde_json::Error),
+    /// The resolved scenario printed as TOML failed to parse back (a printer bug).
     #[error("the printed scenario does not read back as TOML: {0}")]
     Scenario(String),
 }

@@ -15,12 +15,17 @@ use crate::scenario::plan::{Comparison, Expectation};
 /// One expectation checked against one benchmark.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ExpectationOutcome {
+    /// The metric, as `[expect]` names it (e.g. `ttft_p99_ms`, `errors_engine_error`).
     pub metric: String,
+    /// How measured is compared with expected.
     pub op: Comparison,
+    /// The bound the expectation gives.
     pub expected: f64,
     /// `None` when the benchmark has no such measurement; see `reason`.
     pub measured: Option<f64>,
+    /// The benchmark it was checked against.
     pub benchmark: String,
+    /// Whether the measurement met the bound (false when there is no measurement).
     pub passed: bool,
     /// `file:line:column` of the expectation.
     pub origin: String,

@@ -28,14 +28,19 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// Everything a run produced.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
+    /// The report format's version, [`SCHEMA_VERSION`].
     pub schema_version: u32,
+    /// The batchlab version that ran.
     pub batchlab_version: String,
     /// The run stopped early (interrupted, or the engine failed): some benchmarks are missing.
     pub incomplete: bool,
     /// The resolved scenario the run executed, as `batchlab check` prints it (in JSON).
     pub scenario: serde_json::Value,
+    /// Versions, engine, machine and seeds.
     pub environment: Environment,
+    /// One result per benchmark (profile step), in run order.
     pub benchmarks: Vec<BenchmarkResult>,
+    /// Every `[expect]` checked against every benchmark, passed or not.
     pub expectations: Vec<ExpectationOutcome>,
 }
 
@@ -67,6 +72,25 @@ impl Report {
     /// Whether every expectation held.
     pub fn passed(&self) -> bool {
         self.expectations.iter().all(|o| o.passed)
+    }
+
+    /// Panics unless every expectation held and the run is complete. The message lists every
+    /// failed expectation with its measured and expected values, one per line:
+    /// `FAIL ttft_p99_ms <= 50 (scenarios/x.toml:12:1): measured 73.2 in benchmark throughput`.
+    #[track_caller]
+    pub fn assert_expectations(&self) {
+        let mut problems = render_failures(&self.expectations);
+        if self.incomplete {
+            problems.push_str("the run is incomplete (interrupted, or the engine became unusable)\n");
+        }
+        if !problems.is_empty() {
+            let failed = self.expectations.iter().filter(|o| !o.passed).count();
+            panic!(
+                "{failed} of {} expectations failed in scenario {}:\n{problems}",
+                self.expectations.len(),
+                self.scenario.get("name").and_then(|n| n.as_str()).unwrap_or("?"),
+            );
+        }
     }
 }
 
@@ -129,13 +153,13 @@ pub(crate) mod tests {
     fn new_serializes_the_plan_and_checks_its_expectations() {
         use crate::batcher::BatchConfig;
         use crate::engine::faults::Faults;
-        use crate::engine::sim::{CostModel, TimeMode};
-        use crate::scenario::plan::{EnginePlan, OutputPlan, ProfilePlan, SimPlan, StopPlan, TokenDist, WorkloadPlan};
+        use crate::engine::sim::{CostModel, SimConfig, TimeMode};
+        use crate::scenario::plan::{EnginePlan, OutputPlan, ProfilePlan, StopPlan, TokenDist, WorkloadPlan};
         let plan = Plan {
             name: "plan".into(),
             description: None,
             seed: 42,
-            engine: EnginePlan::Sim(SimPlan { time: TimeMode::default(), seed: 1, cost: CostModel::default() }),
+            engine: EnginePlan::Sim(SimConfig { time: TimeMode::default(), seed: 1, cost: CostModel::default() }),
             batching: BatchConfig::default(),
             workload: WorkloadPlan::Synthetic {
                 prompt_tokens: TokenDist::Fixed { value: 16 },
@@ -167,6 +191,24 @@ pub(crate) mod tests {
         assert_eq!(report.scenario["profile"]["kind"], "throughput");
         assert_eq!(report.expectations.len(), 1);
         assert!(report.passed());
+    }
+
+    #[test]
+    fn assert_expectations_lists_every_failure_with_measured_and_expected() {
+        let report = sample_report();
+        let panic = std::panic::catch_unwind(|| report.assert_expectations()).expect_err("ttft_p99_ms fails");
+        let message = panic.downcast_ref::<String>().expect("a formatted message");
+        insta::assert_snapshot!(message, @r"
+        2 of 4 expectations failed in scenario sample:
+        FAIL ttft_p99_ms <= 50 (scenarios/x.toml:21:1): measured 70 in benchmark throughput
+        FAIL ttft_p99_ms <= 50 (scenarios/x.toml:21:1): measured 70 in benchmark constant@10.0/s
+        ");
+        let mut passing = sample_report();
+        passing.expectations.retain(|o| o.metric == "lost");
+        passing.assert_expectations();
+        passing.incomplete = true;
+        let panic = std::panic::catch_unwind(|| passing.assert_expectations()).expect_err("incomplete");
+        assert!(panic.downcast_ref::<String>().unwrap().contains("the run is incomplete"));
     }
 
     #[test]

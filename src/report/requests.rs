@@ -14,29 +14,25 @@ use super::ReportError;
 use crate::batcher::RequestTimes;
 use crate::engine::RequestId;
 use crate::metrics::RequestMetrics;
+pub use crate::run::Phase;
 use crate::time::Timestamp;
 
+/// The per-request file's name in the output directory (one [`RequestRecord`] per line).
 pub const REQUESTS_FILE: &str = "requests.jsonl";
-
-/// Which part of a benchmark a request belonged to. Only `measure` counts in the metrics.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    Warmup,
-    Measure,
-    Cooldown,
-}
 
 /// How a request ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum RequestOutcome<'a> {
+pub enum RequestOutcome {
+    /// The request got an output.
     Completed,
     /// `kind` is [`crate::batcher::RequestError::kind`].
     Error {
+        /// The error kind, written as `error_kind`.
         #[serde(rename = "error_kind")]
-        kind: &'a str,
+        kind: &'static str,
     },
+    /// Cancelled before dispatch.
     Cancelled,
     /// Still running when its benchmark ended.
     Incomplete,
@@ -44,16 +40,23 @@ pub enum RequestOutcome<'a> {
 
 /// One line of `requests.jsonl`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct RequestRecord<'a> {
+pub struct RequestRecord {
+    /// The request's id, unique within the run.
     pub id: RequestId,
-    pub benchmark: &'a str,
+    /// The benchmark (step) it belongs to.
+    pub benchmark: String,
+    /// Warm-up, measured or cool-down.
     pub phase: Phase,
+    /// How it ended (flattened: `outcome`, and `error_kind` for an error).
     #[serde(flatten)]
-    pub outcome: RequestOutcome<'a>,
+    pub outcome: RequestOutcome,
+    /// When it was submitted, in ns on the monotonic clock.
     pub submitted_ns: Option<Timestamp>,
+    /// When its batch was dispatched; `None` if it never was.
     pub dispatched_ns: Option<Timestamp>,
     /// When it completed, failed or was cancelled.
     pub finished_ns: Option<Timestamp>,
+    /// A completed request's timings (flattened); `None` otherwise.
     #[serde(flatten)]
     pub metrics: Option<MetricsMs>,
 }
@@ -61,13 +64,21 @@ pub struct RequestRecord<'a> {
 /// A completed request's metrics in milliseconds; see `metrics::mapper` for definitions.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MetricsMs {
+    /// Our submit to our completion.
     pub latency_ms: f64,
+    /// Our submit to the dispatch of its batch.
     pub batch_wait_ms: f64,
+    /// The engine's `queued_ts` to `scheduled_ts`.
     pub engine_queue_ms: Option<f64>,
+    /// Our submit to the first token.
     pub ttft_ms: Option<f64>,
+    /// Mean gap between tokens after the first.
     pub itl_ms: Option<f64>,
+    /// Latency divided by generated tokens, the first included.
     pub tpot_ms: Option<f64>,
+    /// Prompt length in tokens, as the engine counted it.
     pub prompt_tokens: Option<u32>,
+    /// Generated tokens, as the engine counted them.
     pub output_tokens: Option<u32>,
     /// Names of the anomalies found in the engine's stats; empty when none.
     pub anomalies: Vec<&'static str>,
@@ -98,17 +109,18 @@ impl From<&RequestMetrics> for MetricsMs {
     }
 }
 
-impl<'a> RequestRecord<'a> {
+impl RequestRecord {
+    /// The record of a completed request, its metrics converted to milliseconds.
     pub fn completed(
         id: RequestId,
-        benchmark: &'a str,
+        benchmark: &str,
         phase: Phase,
         times: &RequestTimes,
         metrics: &RequestMetrics,
     ) -> Self {
         RequestRecord {
             id,
-            benchmark,
+            benchmark: benchmark.to_owned(),
             phase,
             outcome: RequestOutcome::Completed,
             submitted_ns: Some(times.submitted),
@@ -121,15 +133,15 @@ impl<'a> RequestRecord<'a> {
     /// A request without metrics (error, cancelled, incomplete); unknown times are `None`.
     pub fn unfinished(
         id: RequestId,
-        benchmark: &'a str,
+        benchmark: &str,
         phase: Phase,
-        outcome: RequestOutcome<'a>,
+        outcome: RequestOutcome,
         submitted: Option<Timestamp>,
         finished: Option<Timestamp>,
     ) -> Self {
         RequestRecord {
             id,
-            benchmark,
+            benchmark: benchmark.to_owned(),
             phase,
             outcome,
             submitted_ns: submitted,
@@ -164,7 +176,8 @@ impl<W: Write> RequestsJsonl<W> {
         RequestsJsonl { out, path, lines: 0 }
     }
 
-    pub fn write(&mut self, record: &RequestRecord<'_>) -> Result<(), ReportError> {
+    /// Writes `record` as one JSON line.
+    pub fn write(&mut self, record: &RequestRecord) -> Result<(), ReportError> {
         serde_json::to_writer(&mut self.out, record).map_err(|source| ReportError::Serialize {
             what: "a request record",
             path: self.path.clone(),

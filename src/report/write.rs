@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use super::{Report, ReportError};
 use crate::metrics::result::{BenchmarkResult, metric_names};
 
+/// The JSON report's name in the output directory.
 pub const JSON_FILE: &str = "report.json";
+/// The CSV report's name: one row per benchmark, one column per metric.
 pub const CSV_FILE: &str = "report.csv";
 
 /// Writes `dir/report.json` (pretty-printed) and returns its path. Creates `dir` if needed.

@@ -1,13 +1,17 @@
-//! `batchlab run`: a validated [`Plan`] in, a [`Report`] out.
+//! `batchlab run`: a validated [`Plan`] and an engine in, a [`Report`] out. **API boundary**:
+//! [`run_with`] / [`run_with_blocking`] run a plan against any [`Engine`]; [`run`] /
+//! [`run_blocking`] against the engine the plan names ([`EnginePlan::build`]).
 //!
-//! The plan's profile expands into steps (benchmarks). Each step is a [`step::StepRun`] state
-//! machine; a driver feeds it time, submissions and outcomes. The simulated engine in virtual time
-//! runs on the single-threaded [`virtual_driver`] (deterministic, byte-identical reports for a
-//! seed); everything in real time runs on the tokio [`realtime`] driver over the threaded batcher.
-//! The engine is loaded before the first step's clock starts, so cold start is never measured.
-//! Every engine runs inside a [`FaultyEngine`] with the plan's `[faults]` (a plain pass-through
-//! when there are none), seeded with the engine's seed.
+//! The plan's profile expands into steps (benchmarks). Each step is a sans-IO [`step::StepRun`];
+//! one loop ([`driver`]) feeds it time, submissions and outcomes through a [`driver::Driver`]:
+//! real time on the threaded batcher for any engine, or virtual time on one thread for an engine
+//! that implements [`VirtualTimeEngine`] (deterministic, byte-identical reports for a seed). The
+//! engine is loaded before the first step's clock starts, so cold start is never measured.
+//! Every engine, the caller's included, runs inside a [`FaultyEngine`] with the plan's `[faults]`
+//! (a plain pass-through when there are none).
 
+pub mod driver;
+mod interrupt;
 pub mod progress;
 mod realtime;
 pub mod status;
@@ -16,51 +20,74 @@ mod virtual_driver;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use tokio::sync::watch;
+pub use interrupt::Interrupt;
+pub use step::Phase;
+
+#[cfg(doc)]
+use crate::engine::{Engine, VirtualTimeEngine};
+#[cfg(doc)]
+use crate::scenario::plan::EnginePlan;
 
 use crate::engine::faults::FaultyEngine;
-use crate::engine::python::PythonEngine;
-use crate::engine::sim::{SimConfig, SimEngine, TimeMode};
-use crate::engine::{EngineError, EngineInfo};
+use crate::engine::{EngineError, EngineInfo, TimedEngine};
 use crate::load::{LoadError, Workload};
 use crate::report::{BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_json};
-use crate::scenario::plan::{EnginePlan, Plan, WorkloadPlan};
+use crate::scenario::plan::{Plan, ProfilePlan, WorkloadPlan};
 use crate::time::MonotonicClock;
+use driver::{Driver, Sinks, run_steps};
 use progress::{Progress, ProgressMode};
+use realtime::RealTimeDriver;
+use virtual_driver::VirtualTimeDriver;
 
-/// How a run is carried out and where it writes.
+/// How a run is carried out and where it writes. The default writes nothing, shows nothing and is
+/// never interrupted.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     /// Where report.json, report.csv (and requests.jsonl) go; `None` writes nothing.
     pub output_dir: Option<PathBuf>,
+    /// Also write requests.jsonl (so does the plan's `output.requests_jsonl`).
     pub requests_jsonl: bool,
+    /// The live display.
     pub progress: ProgressMode,
-    /// Becomes `true` on the first Ctrl-C.
-    pub interrupt: watch::Receiver<bool>,
+    /// Fire it to stop admitting, drain and report (the CLI fires it on the first Ctrl-C).
+    pub interrupt: Interrupt,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            output_dir: None,
+            requests_jsonl: false,
+            progress: ProgressMode::Off,
+            interrupt: Interrupt::never(),
+        }
+    }
 }
 
 impl RunOptions {
     /// No output files, no progress, never interrupted: for tests and embedding.
     pub fn quiet() -> Self {
-        let (tx, rx) = watch::channel(false);
-        // Keep the sender alive for the life of the process so `changed()` never errors.
-        std::mem::forget(tx);
-        RunOptions { output_dir: None, requests_jsonl: false, progress: ProgressMode::Off, interrupt: rx }
+        RunOptions::default()
     }
 }
 
+/// Why a run failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The engine failed to start (or cannot be built).
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The workload could not be loaded.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// The report could not be assembled or written.
     #[error(transparent)]
     Report(#[from] ReportError),
+    /// The run cannot be carried out as asked.
     #[error("{0}")]
     Unsupported(String),
+    /// A bug: please report it.
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -68,15 +95,27 @@ pub enum RunError {
 /// What a run produced.
 #[derive(Debug)]
 pub struct RunSummary {
+    /// The report, as written to report.json.
     pub report: Report,
     /// The console table.
     pub table: String,
     /// Files written.
     pub written: Vec<PathBuf>,
+    /// The run's interrupt fired.
     pub interrupted: bool,
 }
 
-/// What a driver hands back.
+impl RunSummary {
+    /// Panics unless every expectation held and the run is complete; the message lists every
+    /// failed expectation with its measured and expected values. See
+    /// [`Report::assert_expectations`].
+    #[track_caller]
+    pub fn assert_expectations(&self) {
+        self.report.assert_expectations();
+    }
+}
+
+/// What the loop hands back.
 struct DriverResult {
     engine: EngineInfo,
     benchmarks: Vec<BenchmarkResult>,
@@ -85,58 +124,72 @@ struct DriverResult {
     incomplete: bool,
 }
 
-/// Runs a plan to completion (or interruption) and writes its report.
+/// Runs a plan against the engine it names, to completion (or interruption), and writes its
+/// report. Blocks; see [`run`] for async callers.
+pub fn run_blocking(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunError> {
+    let engine = plan.engine.build()?;
+    run_engine(plan, engine, options, EngineSource::Plan)
+}
+
+/// [`run_blocking`] on tokio's blocking pool.
 pub async fn run(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunError> {
+    let plan = plan.clone();
+    tokio::task::spawn_blocking(move || run_blocking(&plan, options))
+        .await
+        .map_err(|e| RunError::Internal(e.to_string()))?
+}
+
+/// Runs a plan against `engine`: any [`Engine`] (real time), or a [`TimedEngine::VirtualTime`].
+/// The plan's `[engine]` section is ignored, and the report names the engine by its
+/// [`EngineInfo`]. Blocks; see [`run_with`] for async callers.
+pub fn run_with_blocking(
+    plan: &Plan,
+    engine: impl Into<TimedEngine>,
+    options: RunOptions,
+) -> Result<RunSummary, RunError> {
+    run_engine(plan, engine.into(), options, EngineSource::Caller)
+}
+
+/// Whose engine a run uses: the report lists the plan's engine seed only for the plan's engine.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum EngineSource {
+    Plan,
+    Caller,
+}
+
+fn run_engine(
+    plan: &Plan,
+    engine: TimedEngine,
+    options: RunOptions,
+    source: EngineSource,
+) -> Result<RunSummary, RunError> {
     let workload = Workload::from_plan(&plan.workload)?;
     let mut jsonl = match (&options.output_dir, options.requests_jsonl || plan.output.requests_jsonl) {
         (Some(dir), true) => Some(RequestsJsonl::create(dir)?),
         _ => None,
     };
     let mut progress = Progress::new(options.progress);
-    let result = match &plan.engine {
-        EnginePlan::Sim(sim) => {
-            let config = SimConfig { seed: sim.seed, cost: sim.cost.clone() };
-            match sim.time {
-                TimeMode::Virtual => {
-                    let plan = plan.clone();
-                    let interrupt = options.interrupt.clone();
-                    let (r, j) = tokio::task::spawn_blocking(move || {
-                        let mut progress = Progress::new(options.progress);
-                        let r = virtual_driver::run(&plan, config, &workload, &mut jsonl, &mut progress, &interrupt);
-                        (r, jsonl)
-                    })
-                    .await
-                    .map_err(|e| RunError::Internal(e.to_string()))?;
-                    jsonl = j;
-                    r?
-                }
-                TimeMode::Real => {
-                    let engine = SimEngine::new(config, Arc::new(MonotonicClock));
-                    let engine = FaultyEngine::new(engine, plan.faults.clone(), sim.seed, Arc::new(MonotonicClock));
-                    realtime::run(plan, engine, &workload, &mut jsonl, &mut progress, options.interrupt.clone()).await?
-                }
-            }
+    // Faults draw from the engine's seed where the plan gives one, else from the run's.
+    let seed = plan.engine.seed().filter(|_| source == EngineSource::Plan).unwrap_or(plan.seed);
+    let faults = plan.faults.clone();
+    let mut driver: Box<dyn Driver> = match engine {
+        TimedEngine::RealTime(e) => {
+            let e = FaultyEngine::new(e, faults, seed, std::sync::Arc::new(MonotonicClock));
+            Box::new(RealTimeDriver::new(e, plan.batching.clone(), &options.interrupt))
         }
-        EnginePlan::Vllm(_) | EnginePlan::Python(_) if !cfg!(feature = "vllm") => {
-            return Err(RunError::Unsupported(
-                "this batchlab was built without Python engines (vLLM and `engine.kind = \"python\"`): \
-                 rebuild with `--features vllm` (see docs/vllm.md)"
-                    .into(),
-            ));
-        }
-        EnginePlan::Vllm(v) => {
-            let engine = FaultyEngine::new(v.engine(), plan.faults.clone(), v.seed, Arc::new(MonotonicClock));
-            realtime::run(plan, engine, &workload, &mut jsonl, &mut progress, options.interrupt.clone()).await?
-        }
-        EnginePlan::Python(p) => {
-            let engine = PythonEngine::new(p.clone());
-            let engine = FaultyEngine::new(engine, plan.faults.clone(), plan.seed, Arc::new(MonotonicClock));
-            realtime::run(plan, engine, &workload, &mut jsonl, &mut progress, options.interrupt.clone()).await?
+        TimedEngine::VirtualTime(e) => {
+            // The virtual driver puts the wrapper, and with it the engine, on its virtual clock.
+            let e = FaultyEngine::new(e, faults, seed, std::sync::Arc::new(MonotonicClock));
+            Box::new(VirtualTimeDriver::new(e, plan.batching.clone()))
         }
     };
+    let sinks = Sinks { jsonl: jsonl.as_mut(), progress: &mut progress, interrupt: &options.interrupt };
+    let result = run_steps(plan, driver.as_mut(), &workload, sinks);
+    drop(driver);
     progress.clear();
+    let result = result?;
 
-    let environment = Environment::detect(&result.engine, seeds(plan));
+    let environment = Environment::detect(&result.engine, seeds(plan, source));
     let report = Report::new(plan, environment, result.benchmarks, result.incomplete)?;
     let mut written = Vec::new();
     if let Some(dir) = &options.output_dir {
@@ -155,19 +208,30 @@ pub async fn run(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunErro
     Ok(RunSummary { report, table, written, interrupted: result.interrupted })
 }
 
+/// [`run_with_blocking`] on tokio's blocking pool.
+pub async fn run_with(
+    plan: &Plan,
+    engine: impl Into<TimedEngine>,
+    options: RunOptions,
+) -> Result<RunSummary, RunError> {
+    let plan = plan.clone();
+    let engine = engine.into();
+    tokio::task::spawn_blocking(move || run_with_blocking(&plan, engine, options))
+        .await
+        .map_err(|e| RunError::Internal(e.to_string()))?
+}
+
 /// Every seed the run used, by component.
-fn seeds(plan: &Plan) -> BTreeMap<String, u64> {
+fn seeds(plan: &Plan, source: EngineSource) -> BTreeMap<String, u64> {
     let mut s = BTreeMap::new();
     s.insert("run".to_string(), plan.seed);
-    match &plan.engine {
-        EnginePlan::Sim(sim) => s.insert("engine".to_string(), sim.seed),
-        EnginePlan::Vllm(v) => s.insert("engine".to_string(), v.seed),
-        EnginePlan::Python(_) => None,
-    };
+    if let Some(seed) = plan.engine.seed().filter(|_| source == EngineSource::Plan) {
+        s.insert("engine".to_string(), seed);
+    }
     if let WorkloadPlan::Synthetic { seed, .. } = &plan.workload {
         s.insert("workload".to_string(), *seed);
     }
-    if let crate::scenario::plan::ProfilePlan::Poisson { seed, .. } = &plan.profile {
+    if let ProfilePlan::Poisson { seed, .. } = &plan.profile {
         s.insert("poisson".to_string(), *seed);
     }
     s

@@ -58,8 +58,10 @@ fn terminal_size() -> (u16, u16) {
     console::Term::stderr().size_checked().unwrap_or((24, 80))
 }
 
+/// How a run shows its progress on stderr.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ProgressMode {
+    /// Nothing is shown (the library default).
     Off,
     /// Redrawn bars and spinners.
     Terminal,
@@ -494,7 +496,6 @@ pub struct Progress {
     next_draw: Timestamp,
     /// How many statuses passed the throttle (for tests).
     draws: u64,
-    legacy: LegacyCalls,
 }
 
 /// Where a [`Progress`] draws in terminal mode.
@@ -536,16 +537,7 @@ impl Progress {
         };
         let started = clock.now();
         let display = Arc::new(Mutex::new(Display { clock: clock.clone(), started, output }));
-        Progress {
-            mode,
-            clock,
-            display,
-            active_id: None,
-            drawn: None,
-            next_draw: started,
-            draws: 0,
-            legacy: LegacyCalls::default(),
-        }
+        Progress { mode, clock, display, active_id: None, drawn: None, next_draw: started, draws: 0 }
     }
 
     /// Makes this the display that engine steps and log lines go to.
@@ -623,75 +615,6 @@ impl Drop for Progress {
         }
     }
 }
-
-// ---------------------------------------------------------------------------------------------
-// Adapters for the run loop of before `StepStatus`; the run-loop rewrite calls only the methods
-// above, and whichever of the two changes lands second deletes these.
-
-/// What the old `phase`/`update` calls said, kept to build a [`StepStatus`].
-#[derive(Default)]
-struct LegacyCalls {
-    phase: Option<DisplayPhase>,
-    benchmark: String,
-    index: Option<usize>,
-    last: Option<StepStatus>,
-}
-
-impl Progress {
-    /// Old API: a phase change ("loading engine", "measuring", …) of a benchmark ("" for none).
-    pub fn phase(&mut self, phase: &str, benchmark: &str) {
-        let display_phase = match phase {
-            "warmup" => Some(DisplayPhase::Warmup),
-            "measuring" => Some(DisplayPhase::Measuring),
-            "cooldown" => Some(DisplayPhase::Cooldown),
-            "draining" => Some(DisplayPhase::Draining),
-            _ => None,
-        };
-        let new_benchmark = display_phase.is_some() && self.legacy.benchmark != benchmark;
-        if new_benchmark || display_phase.is_none() {
-            if let Some(last) = self.legacy.last.take() {
-                self.benchmark_done(&last);
-            }
-        }
-        match display_phase {
-            None => {
-                self.legacy.phase = None;
-                self.legacy.benchmark.clear();
-                self.engine_step(phase);
-            }
-            Some(p) => {
-                if new_benchmark {
-                    self.legacy.index = Some(self.legacy.index.map_or(0, |i| i + 1));
-                    self.legacy.benchmark = benchmark.to_string();
-                }
-                self.legacy.phase = Some(p);
-            }
-        }
-    }
-
-    /// Old API: the current phase's counts.
-    pub fn update(&mut self, done: u64, total: Option<u64>, rps: Option<f64>, tps: Option<f64>) {
-        let Some(phase) = self.legacy.phase else { return };
-        let s = StepStatus {
-            benchmark: self.legacy.benchmark.clone(),
-            index: self.legacy.index.unwrap_or(0),
-            count: None,
-            phase,
-            done,
-            total,
-            elapsed_s: 0.0,
-            duration_limit_s: None,
-            requests_per_s: rps,
-            output_tokens_per_s: tps,
-            mean_batch_size: None,
-            errors: 0,
-        };
-        self.status(&s);
-        self.legacy.last = Some(s);
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 
 /// A `tracing` layer that turns events with the target [`ENGINE_STEP_TARGET`] into the active
 /// display's engine step (the spinner's text, or a plain line). Install it with a per-layer

@@ -1,150 +1,103 @@
-//! Runs a plan's steps in real time: the threaded batcher and its engine thread, driven from a
-//! tokio task that sleeps until the next arrival, a completion or Ctrl-C, whichever comes first.
+//! [`RealTimeDriver`]: any engine on the threaded [`Batcher`] and the monotonic clock. Outcomes
+//! and batches arrive from the batcher's threads over a channel; waiting blocks on that channel
+//! until the next message, the step's deadline or the interrupt, whichever comes first.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, Sender};
 
-use tokio::sync::{mpsc, watch};
+use super::driver::{Driver, DriverEvent, Stalled};
+use super::interrupt::{Interrupt, WakerGuard};
+use crate::batcher::{BatchConfig, BatchRun, Batcher, RequestError};
+use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId};
+use crate::time::{Clock, MonotonicClock, Timestamp, WallAnchor};
 
-use super::progress::Progress;
-use super::step::{Action, StepRun};
-use super::{DriverResult, RunError};
-use crate::batcher::{BatchRun, Batcher, Outcome};
-use crate::engine::{Engine, RequestId};
-use crate::load::{StepPlanner, Workload};
-use crate::metrics::WallAnchor;
-use crate::report::RequestsJsonl;
-use crate::scenario::plan::Plan;
-use crate::time::{Clock, MonotonicClock, Timestamp};
+/// What the channel carries: an event, or `None` when the interrupt fired (stop waiting).
+type Message = Option<DriverEvent>;
 
-enum Message {
-    Outcome(RequestId, Outcome, Timestamp),
-    Batch(BatchRun),
+/// Real time over the threaded batcher.
+pub(super) struct RealTimeDriver {
+    batcher: Batcher,
+    domain: ClockDomain,
+    tx: Sender<Message>,
+    rx: Receiver<Message>,
+    /// Events received while waiting, not yet polled.
+    ready: VecDeque<DriverEvent>,
+    _wake_on_interrupt: WakerGuard,
 }
 
-fn wall_anchor() -> WallAnchor {
-    let mono = MonotonicClock::read();
-    let wall_secs =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    WallAnchor { wall_secs, mono }
+impl RealTimeDriver {
+    pub(super) fn new<E: Engine + 'static>(engine: E, config: BatchConfig, interrupt: &Interrupt) -> Self {
+        let domain = engine.clock_domain();
+        let (tx, rx) = mpsc::channel::<Message>();
+        let batch_tx = tx.clone();
+        let batcher = Batcher::spawn_observed(
+            engine,
+            config,
+            Arc::new(MonotonicClock),
+            Some(Box::new(move |b: &BatchRun| {
+                let _ = batch_tx.send(Some(DriverEvent::Batch(b.clone())));
+            })),
+        );
+        let wake_tx = tx.clone();
+        let guard = interrupt.on_fire(move || {
+            let _ = wake_tx.send(None);
+        });
+        RealTimeDriver { batcher, domain, tx, rx, ready: VecDeque::new(), _wake_on_interrupt: guard }
+    }
 }
 
-/// A tokio sleep until a monotonic timestamp.
-async fn sleep_until(t: Timestamp) {
-    let wait = t.saturating_since(MonotonicClock::read());
-    tokio::time::sleep(wait).await;
-}
-
-pub(super) async fn run<E: Engine + 'static>(
-    plan: &Plan,
-    engine: E,
-    workload: &Workload,
-    jsonl: &mut Option<RequestsJsonl>,
-    progress: &mut Progress,
-    mut interrupt: watch::Receiver<bool>,
-) -> Result<DriverResult, RunError> {
-    let domain = engine.clock_domain();
-    let clock = Arc::new(MonotonicClock);
-    let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
-    let batch_tx = tx.clone();
-    let batcher = Batcher::spawn_observed(
-        engine,
-        plan.batching.clone(),
-        clock.clone(),
-        Some(Box::new(move |b: &BatchRun| {
-            let _ = batch_tx.send(Message::Batch(b.clone()));
-        })),
-    );
-
-    progress.phase("loading engine", "");
-    let b = batcher.clone();
-    let started =
-        tokio::task::spawn_blocking(move || b.preload()).await.map_err(|e| RunError::Internal(e.to_string()))?;
-    let info = match started {
-        Ok(info) => info,
-        Err(e) => {
-            let b = batcher.clone();
-            let _ = tokio::task::spawn_blocking(move || b.shutdown()).await;
-            return Err(RunError::Engine(crate::engine::EngineError::Start(e.to_string())));
-        }
-    };
-    let anchor = Some(wall_anchor());
-
-    let mut planner = StepPlanner::new(&plan.profile);
-    let mut last_rps = None;
-    let mut benchmarks = Vec::new();
-    let mut next_request = 0;
-    let mut interrupted = *interrupt.borrow();
-    let mut incomplete = false;
-
-    while let Some(step) = planner.next_step(last_rps) {
-        let mut run = StepRun::for_plan(step, plan, clock.now(), domain, anchor)?;
-        if interrupted {
-            run.interrupt(clock.now());
-        }
-        loop {
-            while let Ok(msg) = rx.try_recv() {
-                handle(&mut run, msg, jsonl)?;
-            }
-            let now = clock.now();
-            run.show(progress, now);
-            match run.poll(now) {
-                Action::Submit(phase) => {
-                    let request = workload.request(next_request);
-                    next_request += 1;
-                    let tx = tx.clone();
-                    let complete = Box::new(move |id, outcome| {
-                        let _ = tx.send(Message::Outcome(id, outcome, MonotonicClock::read()));
-                    });
-                    match batcher.submit_with(request, complete) {
-                        Ok(id) => run.on_submitted(id, phase, now),
-                        Err(e) => run.on_rejected(&e, now),
-                    }
-                }
-                Action::Wait(until) => {
-                    tokio::select! {
-                        msg = rx.recv() => {
-                            if let Some(msg) = msg {
-                                handle(&mut run, msg, jsonl)?;
-                            }
-                        }
-                        _ = async { if let Some(t) = until { sleep_until(t).await } else { std::future::pending::<()>().await } } => {}
-                        changed = interrupt.changed(), if !interrupted => {
-                            if changed.is_ok() && *interrupt.borrow() {
-                                interrupted = true;
-                                tracing::warn!("interrupted: no new requests; cancelling queued ones and draining the rest");
-                                run.interrupt(clock.now());
-                                let ids: Vec<_> = run.in_flight_ids().collect();
-                                for id in ids {
-                                    batcher.cancel(id);
-                                }
-                            }
-                        }
-                    }
-                }
-                Action::Done => break,
-            }
-        }
-        if run.finish_into(clock.now(), jsonl.as_mut(), &mut benchmarks)? {
-            incomplete = true;
-            break;
-        }
-        last_rps = benchmarks.last().and_then(|b| b.requests_per_s);
+impl Driver for RealTimeDriver {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        self.batcher.preload().map_err(|e| match e {
+            RequestError::StartFailed(m) => EngineError::Start(m),
+            other => EngineError::Start(other.to_string()),
+        })
     }
 
-    progress.phase("stopping engine", "");
-    let b = batcher.clone();
-    let stopped =
-        tokio::task::spawn_blocking(move || b.shutdown()).await.map_err(|e| RunError::Internal(e.to_string()))?;
-    if let Err(e) = stopped {
-        tracing::error!(error = %e, "engine shutdown failed");
+    fn now(&self) -> Timestamp {
+        MonotonicClock.now()
     }
-    Ok(DriverResult { engine: info, benchmarks, interrupted, incomplete })
-}
 
-fn handle(run: &mut StepRun, msg: Message, jsonl: &mut Option<RequestsJsonl>) -> Result<(), RunError> {
-    match msg {
-        Message::Outcome(id, outcome, at) => run.on_outcome(id, &outcome, at, jsonl.as_mut())?,
-        Message::Batch(b) => run.on_batch(&b),
+    fn clock_domain(&self) -> ClockDomain {
+        self.domain
     }
-    Ok(())
+
+    fn wall_anchor(&self) -> WallAnchor {
+        WallAnchor::now()
+    }
+
+    fn submit(&mut self, request: EngineRequest) -> Result<RequestId, RequestError> {
+        let tx = self.tx.clone();
+        let complete = Box::new(move |id, outcome| {
+            let _ = tx.send(Some(DriverEvent::Outcome(id, outcome, MonotonicClock::read())));
+        });
+        self.batcher.submit_with(request, complete)
+    }
+
+    fn cancel(&mut self, id: RequestId) {
+        self.batcher.cancel(id);
+    }
+
+    fn poll_event(&mut self) -> Option<DriverEvent> {
+        if let Some(e) = self.ready.pop_front() {
+            return Some(e);
+        }
+        // Skips interrupt wake-ups.
+        std::iter::from_fn(|| self.rx.try_recv().ok()).flatten().next()
+    }
+
+    fn wait(&mut self, until: Option<Timestamp>) -> Result<(), Stalled> {
+        // The driver holds a sender itself, so the channel never disconnects.
+        let message = match until {
+            None => self.rx.recv().ok(),
+            Some(t) => self.rx.recv_timeout(t.saturating_since(MonotonicClock::read())).ok(),
+        };
+        self.ready.extend(message.flatten());
+        Ok(())
+    }
+
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        self.batcher.shutdown()
+    }
 }

@@ -33,7 +33,9 @@ pub struct StepStatus {
     pub benchmark: String,
     /// 0-based position of this benchmark in the run, and how many the run has when known.
     pub index: usize,
+    /// How many benchmarks the run has; `None` while a sweep's steps are unknown.
     pub count: Option<usize>,
+    /// Where the benchmark is: warm-up, measuring, cool-down or draining.
     pub phase: DisplayPhase,
     /// Requests of *this phase* that have finished (completed or failed).
     pub done: u64,
@@ -41,9 +43,11 @@ pub struct StepStatus {
     pub total: Option<u64>,
     /// Seconds this phase has run, and its duration limit when it has one.
     pub elapsed_s: f64,
+    /// This phase's duration limit in seconds, when it has one.
     pub duration_limit_s: Option<f64>,
     /// Rates of the measured requests so far.
     pub requests_per_s: Option<f64>,
+    /// Generated tokens per second of the measured requests so far.
     pub output_tokens_per_s: Option<f64>,
     /// Mean size of the batches dispatched in this benchmark so far.
     pub mean_batch_size: Option<f64>,

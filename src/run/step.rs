@@ -1,20 +1,39 @@
-//! One benchmark (one profile step) as a sans-IO state machine, shared by both drivers.
+//! One benchmark (one profile step) as a sans-IO state machine, shared by every driver.
 //!
 //! A step decides, at each `now`, whether to submit (and in which phase: warmup, measure,
 //! cooldown), how long to wait, or that it is done. It learns about submissions, rejections,
 //! outcomes and batches from the driver, maps each completion to metrics and aggregates only the
-//! measured phase. The virtual-time driver and the real-time driver run the very same logic, so a
+//! measured phase. It does no IO: `requests.jsonl` rows come out of [`StepRun::poll_record`] and
+//! [`StepRun::finish`], display updates out of [`StepRun::status`], and the run loop
+//! ([`super::driver`]) writes and draws them. Virtual and real time run the very same logic, so a
 //! scenario means the same thing on a simulated hour and on a real vLLM engine.
 
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use super::status::{DisplayPhase, StepStatus};
 use crate::batcher::core::IdMap;
 use crate::batcher::{BatchRun, Outcome, RequestError};
 use crate::engine::{ClockDomain, RequestId};
 use crate::load::{Lateness, LoadError, Poll, Scheduler, Step};
 use crate::metrics::aggregate::BenchmarkAggregator;
-use crate::metrics::{WallAnchor, map_request};
-use crate::report::{BenchmarkResult, Phase, ReportError, RequestOutcome, RequestRecord, RequestsJsonl};
+use crate::metrics::map_request;
+use crate::report::{BenchmarkResult, RequestOutcome, RequestRecord};
 use crate::scenario::plan::{PhaseLimit, StopPlan};
-use crate::time::Timestamp;
+use crate::time::{Timestamp, WallAnchor};
+
+/// Which part of a benchmark a request belonged to. Only `measure` counts in the metrics.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Before the measurement; not measured.
+    Warmup,
+    /// Measured.
+    Measure,
+    /// After the measurement; not measured.
+    Cooldown,
+}
 
 /// What the driver should do now.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -31,12 +50,17 @@ pub enum Action {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
+    /// `stop.max_requests` measured requests were submitted.
     MaxRequests,
+    /// `stop.max_duration` of measurement passed.
     MaxDuration,
+    /// `stop.max_errors` measured requests failed.
     MaxErrors,
+    /// The measured error rate exceeded `stop.max_error_rate`; judged once 20 measured requests finished.
     MaxErrorRate,
     /// The engine rejects everything (it failed to start, or is wedged).
     EngineUnusable,
+    /// The run was interrupted (Ctrl-C or [`crate::run::Interrupt::fire`]).
     Interrupted,
 }
 
@@ -48,6 +72,9 @@ struct Flight {
 /// Minimum finished requests before `max_error_rate` is judged, so one early error is not 100 %.
 const ERROR_RATE_MIN_SAMPLE: u64 = 20;
 
+/// One benchmark as a sans-IO state machine: it says when to submit ([`poll`](Self::poll)), takes
+/// submissions and outcomes with their times, and returns records and a [`BenchmarkResult`]; the driver
+/// does the IO.
 pub struct StepRun {
     step: Step,
     scheduler: Scheduler,
@@ -68,6 +95,17 @@ pub struct StepRun {
     measured_errors: u64,
     last_measured_end: Option<Timestamp>,
     measured_output_tokens: u64,
+    cooldown_finished: u64,
+    /// Requests of any phase that failed (not cancelled).
+    errors: u64,
+    /// Batches dispatched in this benchmark and their total size, for the display.
+    batches: u64,
+    batched_requests: u64,
+    /// 0-based position in the run, and the run's step count when known.
+    index: usize,
+    count: Option<usize>,
+    /// `requests.jsonl` rows not yet taken by the driver; `None` when not recording.
+    records: Option<VecDeque<RequestRecord>>,
     /// What the last admission decision was.
     admitting: Option<Phase>,
     in_flight: IdMap<Flight>,
@@ -77,6 +115,8 @@ pub struct StepRun {
 }
 
 impl StepRun {
+    /// A step starting at `now`: its scheduler, stop rules and warm-up/cool-down limits; `domain` and
+    /// `anchor` say how to map the engine's timestamps. Fails on an invalid rate.
     pub fn new(
         step: Step,
         stop: StopPlan,
@@ -88,6 +128,7 @@ impl StepRun {
     ) -> Result<Self, LoadError> {
         let scheduler = Scheduler::new(step.clone(), now)?;
         let aggregator = BenchmarkAggregator::new(step.name.clone());
+        let first_phase = if warmup.is_some() { Phase::Warmup } else { Phase::Measure };
         Ok(StepRun {
             step,
             scheduler,
@@ -107,7 +148,14 @@ impl StepRun {
             measured_errors: 0,
             last_measured_end: None,
             measured_output_tokens: 0,
-            admitting: Some(Phase::Warmup),
+            cooldown_finished: 0,
+            errors: 0,
+            batches: 0,
+            batched_requests: 0,
+            index: 0,
+            count: None,
+            records: None,
+            admitting: Some(first_phase),
             in_flight: IdMap::default(),
             aggregator,
             domain,
@@ -126,23 +174,38 @@ impl StepRun {
         Self::new(step, plan.stop.clone(), plan.warmup.clone(), plan.cooldown.clone(), now, domain, anchor)
     }
 
-    /// Finishes the step into `benchmarks`. Returns whether the run must stop here (interrupted,
-    /// or the engine became unusable), which makes the report incomplete.
-    pub fn finish_into(
-        self,
-        now: Timestamp,
-        jsonl: Option<&mut RequestsJsonl>,
-        benchmarks: &mut Vec<BenchmarkResult>,
-    ) -> Result<bool, ReportError> {
-        let stop_run = matches!(self.stop_reason, Some(StopReason::EngineUnusable | StopReason::Interrupted));
-        benchmarks.push(self.finish(now, jsonl)?);
-        Ok(stop_run)
+    /// Keeps a `requests.jsonl` row per request, for [`poll_record`](Self::poll_record) and
+    /// [`finish`](Self::finish).
+    pub fn with_records(mut self) -> Self {
+        self.records = Some(VecDeque::new());
+        self
     }
 
+    /// Where this benchmark stands in the run, for the display: 0-based `index` of `count`.
+    pub fn with_position(mut self, index: usize, count: Option<usize>) -> Self {
+        self.index = index;
+        self.count = count;
+        self
+    }
+
+    /// The next `requests.jsonl` row, oldest first. Call after every `on_outcome`.
+    #[must_use]
+    pub fn poll_record(&mut self) -> Option<RequestRecord> {
+        self.records.as_mut()?.pop_front()
+    }
+
+    fn record(&mut self, make: impl FnOnce(&str) -> RequestRecord) {
+        if let Some(queue) = &mut self.records {
+            queue.push_back(make(&self.step.name));
+        }
+    }
+
+    /// The step's name, e.g. `constant@10.00/s`.
     pub fn name(&self) -> &str {
         &self.step.name
     }
 
+    /// Requests submitted and not yet finished, of any phase.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
@@ -152,10 +215,12 @@ impl StepRun {
         self.in_flight.keys().copied()
     }
 
+    /// Measured requests submitted so far.
     pub fn measured_submitted(&self) -> u64 {
         self.measured_submitted
     }
 
+    /// Measured requests finished (completed or failed) so far.
     pub fn measured_finished(&self) -> u64 {
         self.measured_finished
     }
@@ -170,10 +235,12 @@ impl StepRun {
         self.admitting
     }
 
+    /// Why measured admission stopped; `None` while it goes on.
     pub fn stop_reason(&self) -> Option<StopReason> {
         self.stop_reason
     }
 
+    /// How late arrivals were submitted relative to the schedule.
     pub fn lateness(&self) -> Lateness {
         self.scheduler.lateness()
     }
@@ -258,6 +325,7 @@ impl StepRun {
         }
     }
 
+    /// What the driver should do at `now`: submit one request, wait, or finish the step.
     pub fn poll(&mut self, now: Timestamp) -> Action {
         let (phase, phase_deadline) = self.admission(now);
         let Some(phase) = phase else {
@@ -270,6 +338,7 @@ impl StepRun {
         }
     }
 
+    /// The request asked for by [`Action::Submit`] was accepted as `id` at `now`.
     pub fn on_submitted(&mut self, id: RequestId, phase: Phase, now: Timestamp) {
         self.scheduler.on_submitted(now);
         self.in_flight.insert(id, Flight { phase, submitted: now });
@@ -301,6 +370,8 @@ impl StepRun {
     /// measured window: after measurement started and while measured requests were still
     /// unfinished. Drivers report a batch before its requests' outcomes.
     pub fn on_batch(&mut self, batch: &BatchRun) {
+        self.batches += 1;
+        self.batched_requests += batch.size as u64;
         let measured_pending = self.measure_end.is_none() || self.measured_finished < self.measured_submitted;
         let measuring = self.measure_start.is_some_and(|s| batch.dispatched_at >= s) && measured_pending;
         if measuring {
@@ -312,19 +383,16 @@ impl StepRun {
         }
     }
 
-    /// A request's outcome arrived at `now`. Returns its `requests.jsonl` record when asked to.
-    pub fn on_outcome(
-        &mut self,
-        id: RequestId,
-        outcome: &Outcome,
-        now: Timestamp,
-        jsonl: Option<&mut RequestsJsonl>,
-    ) -> Result<(), ReportError> {
-        let Some(flight) = self.in_flight.remove(&id) else { return Ok(()) };
-        if flight.phase == Phase::Warmup {
-            self.warmup_in_flight -= 1;
+    /// A request's outcome arrived at `now`. Its `requests.jsonl` row, when recording, is then
+    /// ready at [`poll_record`](Self::poll_record).
+    pub fn on_outcome(&mut self, id: RequestId, outcome: &Outcome, now: Timestamp) {
+        let Some(flight) = self.in_flight.remove(&id) else { return };
+        match flight.phase {
+            Phase::Warmup => self.warmup_in_flight -= 1,
+            Phase::Cooldown => self.cooldown_finished += 1,
+            Phase::Measure => {}
         }
-        let record = match outcome {
+        match outcome {
             Ok(c) => {
                 let metrics = map_request(&c.times, &c.output, self.domain, self.anchor);
                 if flight.phase == Phase::Measure {
@@ -334,9 +402,12 @@ impl StepRun {
                     self.last_measured_end =
                         Some(self.last_measured_end.map_or(c.times.completed, |e| e.max(c.times.completed)));
                 }
-                jsonl.map(|j| (j, RequestRecord::completed(id, &self.step.name, flight.phase, &c.times, &metrics)))
+                self.record(|name| RequestRecord::completed(id, name, flight.phase, &c.times, &metrics));
             }
             Err(e) => {
+                if !matches!(e, RequestError::Cancelled) {
+                    self.errors += 1;
+                }
                 if flight.phase == Phase::Measure {
                     match e {
                         RequestError::Cancelled => self.aggregator.record_cancelled(flight.submitted, now),
@@ -353,16 +424,11 @@ impl StepRun {
                     RequestError::Cancelled => RequestOutcome::Cancelled,
                     _ => RequestOutcome::Error { kind: e.kind() },
                 };
-                let name = &self.step.name;
-                jsonl.map(|j| {
-                    (j, RequestRecord::unfinished(id, name, flight.phase, outcome, Some(flight.submitted), Some(now)))
-                })
+                self.record(|name| {
+                    RequestRecord::unfinished(id, name, flight.phase, outcome, Some(flight.submitted), Some(now))
+                });
             }
-        };
-        if let Some((j, r)) = record {
-            j.write(&r)?;
         }
-        Ok(())
     }
 
     fn check_error_limits(&mut self, now: Timestamp) {
@@ -382,23 +448,25 @@ impl StepRun {
     /// Closes the benchmark. Measured requests still in flight (an interrupted run) are counted
     /// incomplete. The window runs from the first measured submission to the last measured
     /// outcome.
-    pub fn finish(mut self, now: Timestamp, jsonl: Option<&mut RequestsJsonl>) -> Result<BenchmarkResult, ReportError> {
-        let mut jsonl = jsonl;
+    pub fn finish(mut self, now: Timestamp) -> Finished {
+        let ends_run = matches!(self.stop_reason, Some(StopReason::EngineUnusable | StopReason::Interrupted));
         let mut leftovers: Vec<_> = self.in_flight.drain().collect();
         leftovers.sort_by_key(|(id, _)| *id);
+        let recording = self.records.is_some();
+        let mut records: Vec<RequestRecord> = self.records.take().map(Vec::from).unwrap_or_default();
         for (id, f) in &leftovers {
             if f.phase == Phase::Measure {
                 self.aggregator.record_incomplete(f.submitted);
             }
-            if let Some(j) = jsonl.as_deref_mut() {
-                j.write(&RequestRecord::unfinished(
+            if recording {
+                records.push(RequestRecord::unfinished(
                     *id,
                     &self.step.name,
                     f.phase,
                     RequestOutcome::Incomplete,
                     Some(f.submitted),
                     None,
-                ))?;
+                ));
             }
         }
         let end = if leftovers.iter().any(|(_, f)| f.phase == Phase::Measure) {
@@ -406,7 +474,7 @@ impl StepRun {
         } else {
             self.last_measured_end.or(self.measure_end).unwrap_or(now)
         };
-        Ok(self.aggregator.finish(end))
+        Finished { result: self.aggregator.finish(end), records, ends_run }
     }
 
     /// For progress displays: (requests/s, output tokens/s) over the measured window so far.
@@ -419,27 +487,77 @@ impl StepRun {
         (Some(self.measured_finished as f64 / secs), Some(self.measured_output_tokens as f64 / secs))
     }
 
-    /// Updates a progress display with this step's state.
-    pub fn show(&self, progress: &mut super::progress::Progress, now: Timestamp) {
-        let phase = match self.phase_now() {
-            Some(Phase::Warmup) => "warmup",
-            Some(Phase::Measure) => "measuring",
-            Some(Phase::Cooldown) => "cooldown",
-            None => "draining",
-        };
-        progress.phase(phase, &self.step.name);
-        let (rps, tps) = self.rates_so_far(now);
+    /// What the display shows at `now`: the current phase with its own finished count and its
+    /// own target (warmup counts warmup requests, measuring counts measured ones). The
+    /// measurement shows as such until its last request finished, even once all are submitted;
+    /// `Draining` is what runs after an interruption, or after the cooldown's last submission.
+    pub fn status(&self, now: Timestamp) -> StepStatus {
         let limit = |p: &Option<PhaseLimit>| match p {
-            Some(PhaseLimit::Requests(n)) => Some(*n),
-            _ => None,
+            Some(PhaseLimit::Requests(n)) => (Some(*n), None),
+            Some(PhaseLimit::Duration(d)) => (None, Some(d.as_secs_f64())),
+            None => (None, None),
         };
-        let (done, total) = match self.phase_now() {
-            Some(Phase::Warmup) => (self.warmup_submitted, limit(&self.warmup)),
-            Some(Phase::Cooldown) => (self.cooldown_submitted, limit(&self.cooldown)),
-            _ => (self.measured_finished, self.stop.max_requests),
+        let since = |t: Option<Timestamp>| t.map_or(0.0, |t| now.saturating_since(t).as_secs_f64());
+        let measured_total = self.stop.max_requests;
+        let measured_limit = self.stop.max_duration.map(|d| d.as_secs_f64());
+        // Admission over, but measured requests still running: the measurement is what runs.
+        let stopped_early = matches!(self.stop_reason, Some(StopReason::Interrupted | StopReason::EngineUnusable));
+        let measuring = self.measure_start.is_some() && self.measured_finished < self.measured_submitted;
+        let phase_now = match self.phase_now() {
+            None if measuring && !stopped_early => Some(Phase::Measure),
+            p => p,
         };
-        progress.update(done, total, rps, tps);
+        let (phase, done, (total, duration_limit_s), elapsed_s) = match phase_now {
+            Some(Phase::Warmup) => (
+                DisplayPhase::Warmup,
+                self.warmup_submitted - self.warmup_in_flight,
+                limit(&self.warmup),
+                since(Some(self.started_at)),
+            ),
+            Some(Phase::Measure) => (
+                DisplayPhase::Measuring,
+                self.measured_finished,
+                (measured_total, measured_limit),
+                since(self.measure_start),
+            ),
+            Some(Phase::Cooldown) => {
+                (DisplayPhase::Cooldown, self.cooldown_finished, limit(&self.cooldown), since(self.measure_end))
+            }
+            None => (
+                DisplayPhase::Draining,
+                self.measured_finished,
+                (measured_total, measured_limit),
+                since(self.measure_start),
+            ),
+        };
+        let (requests_per_s, output_tokens_per_s) = self.rates_so_far(now);
+        StepStatus {
+            benchmark: self.step.name.clone(),
+            index: self.index,
+            count: self.count,
+            phase,
+            done,
+            total,
+            elapsed_s,
+            duration_limit_s,
+            requests_per_s,
+            output_tokens_per_s,
+            mean_batch_size: (self.batches > 0).then(|| self.batched_requests as f64 / self.batches as f64),
+            errors: self.errors,
+        }
     }
+}
+
+/// A finished benchmark.
+#[derive(Debug)]
+pub struct Finished {
+    /// Its measurements.
+    pub result: BenchmarkResult,
+    /// `requests.jsonl` rows not yet taken, and one per request still in flight (incomplete).
+    pub records: Vec<RequestRecord>,
+    /// The run must stop here (interrupted, or the engine became unusable): the report is
+    /// incomplete.
+    pub ends_run: bool,
 }
 
 #[cfg(test)]
@@ -486,18 +604,18 @@ mod tests {
         // Concurrency allows more, but measurement waits for the warmup to finish.
         assert_eq!(run.poll(at(0)), Action::Wait(None));
         assert_eq!(run.phase_now(), Some(Phase::Warmup));
-        run.on_outcome(0, &done(0, 0, 10), at(10), None).unwrap();
+        run.on_outcome(0, &done(0, 0, 10), at(10));
         assert_eq!(run.poll(at(10)), Action::Wait(None));
-        run.on_outcome(1, &done(1, 0, 20), at(20), None).unwrap();
+        run.on_outcome(1, &done(1, 0, 20), at(20));
         for id in 2..4 {
             assert_eq!(run.poll(at(20)), Action::Submit(Phase::Measure));
             run.on_submitted(id, Phase::Measure, at(20));
         }
         assert_eq!(run.poll(at(20)), Action::Wait(None));
-        run.on_outcome(2, &done(2, 20, 30), at(30), None).unwrap();
-        run.on_outcome(3, &done(3, 20, 40), at(40), None).unwrap();
+        run.on_outcome(2, &done(2, 20, 30), at(30));
+        run.on_outcome(3, &done(3, 20, 40), at(40));
         assert_eq!(run.poll(at(40)), Action::Done);
-        let r = run.finish(at(40), None).unwrap();
+        let r = run.finish(at(40)).result;
         assert_eq!(r.counts.completed, 2, "warmup requests are not counted");
         // The window is the measured requests' alone: 20 ms to 40 ms.
         assert!((r.duration_s - 0.020).abs() < 1e-9, "{}", r.duration_s);
@@ -520,11 +638,11 @@ mod tests {
         }
         // Every measured request was submitted at 0 ms; its batch goes out at 1 ms and counts.
         run.on_batch(&batch(0, 1));
-        run.on_outcome(0, &done(0, 0, 6), at(6), None).unwrap();
-        run.on_outcome(1, &done(1, 0, 6), at(6), None).unwrap();
+        run.on_outcome(0, &done(0, 0, 6), at(6));
+        run.on_outcome(1, &done(1, 0, 6), at(6));
         // Nothing measured is left: a later batch (cooldown, say) does not count.
         run.on_batch(&batch(1, 7));
-        let r = run.finish(at(7), None).unwrap();
+        let r = run.finish(at(7)).result;
         assert_eq!(r.batching.batches, 1);
     }
 
@@ -538,12 +656,91 @@ mod tests {
             id += 1;
         }
         assert_eq!(id, 3, "max_requests bounds submissions even below the concurrency cap");
-        run.on_outcome(0, &done(0, 0, 5), at(5), None).unwrap();
-        run.on_outcome(1, &Err(RequestError::Cancelled), at(6), None).unwrap();
+        run.on_outcome(0, &done(0, 0, 5), at(5));
+        run.on_outcome(1, &Err(RequestError::Cancelled), at(6));
         let engine_error = RequestError::Engine { batch_id: 0, batch_size: 1, message: "x".into() };
-        run.on_outcome(2, &Err(engine_error), at(7), None).unwrap();
+        run.on_outcome(2, &Err(engine_error), at(7));
         assert_eq!(run.poll(at(7)), Action::Done);
-        let r = run.finish(at(7), None).unwrap();
+        let r = run.finish(at(7)).result;
         assert_eq!((r.counts.completed, r.counts.cancelled, r.counts.errors, r.counts.lost), (1, 1, 1, 0));
+    }
+
+    fn counts(run: &StepRun, now: Timestamp) -> (DisplayPhase, u64, Option<u64>) {
+        let s = run.status(now);
+        (s.phase, s.done, s.total)
+    }
+
+    #[test]
+    fn status_counts_each_phase_on_its_own() {
+        // Issue 9: the warmup showed "0 requests" and the measurement began at "32/32": each
+        // phase must show its own finished count against its own target.
+        let mut run = step(Some(PhaseLimit::Requests(2)), 3).with_position(1, Some(4));
+        assert_eq!(counts(&run, at(0)), (DisplayPhase::Warmup, 0, Some(2)));
+        for id in 0..2 {
+            assert_eq!(run.poll(at(0)), Action::Submit(Phase::Warmup));
+            run.on_submitted(id, Phase::Warmup, at(0));
+        }
+        assert_eq!(counts(&run, at(0)), (DisplayPhase::Warmup, 0, Some(2)), "submitted is not finished");
+        run.on_outcome(0, &done(0, 0, 10), at(10));
+        assert_eq!(run.poll(at(10)), Action::Wait(None));
+        assert_eq!(counts(&run, at(10)), (DisplayPhase::Warmup, 1, Some(2)));
+        run.on_outcome(1, &done(1, 0, 20), at(20));
+        assert_eq!(run.poll(at(20)), Action::Submit(Phase::Measure));
+        assert_eq!(counts(&run, at(20)), (DisplayPhase::Measuring, 0, Some(3)), "measuring starts at 0 of its own");
+        run.on_submitted(2, Phase::Measure, at(20));
+        run.on_outcome(2, &done(2, 20, 30), at(30));
+        let s = run.status(at(30));
+        assert_eq!((s.phase, s.done, s.total), (DisplayPhase::Measuring, 1, Some(3)));
+        assert_eq!((s.benchmark.as_str(), s.index, s.count), ("throughput", 1, Some(4)));
+        assert!((s.elapsed_s - 0.010).abs() < 1e-9, "{}", s.elapsed_s);
+        assert_eq!(s.requests_per_s, Some(100.0));
+        assert_eq!(s.errors, 0);
+    }
+
+    #[test]
+    fn status_measures_until_the_last_measured_request_and_drains_after_an_interrupt() {
+        let mut run = step(None, 3);
+        assert_eq!(counts(&run, at(0)), (DisplayPhase::Measuring, 0, Some(3)), "no warmup, none shown");
+        for id in 0..3 {
+            assert_eq!(run.poll(at(0)), Action::Submit(Phase::Measure));
+            run.on_submitted(id, Phase::Measure, at(0));
+        }
+        // All submitted: admission is over, but the measurement is still what runs.
+        assert_eq!(run.poll(at(0)), Action::Wait(None));
+        let engine_error = RequestError::Engine { batch_id: 0, batch_size: 1, message: "x".into() };
+        run.on_outcome(0, &Err(engine_error), at(5));
+        let s = run.status(at(5));
+        assert_eq!((s.phase, s.done, s.total, s.errors), (DisplayPhase::Measuring, 1, Some(3), 1));
+        run.interrupt(at(6));
+        let s = run.status(at(6));
+        assert_eq!((s.phase, s.done, s.total), (DisplayPhase::Draining, 1, Some(3)));
+    }
+
+    #[test]
+    fn records_come_out_of_the_step_and_leftovers_are_incomplete() {
+        let mut run = step(None, 2).with_records();
+        for id in 0..2 {
+            assert_eq!(run.poll(at(0)), Action::Submit(Phase::Measure));
+            run.on_submitted(id, Phase::Measure, at(0));
+        }
+        run.on_outcome(0, &done(0, 0, 5), at(5));
+        let record = run.poll_record().expect("a row for the completed request");
+        assert_eq!((record.id, record.outcome), (0, RequestOutcome::Completed));
+        assert!(run.poll_record().is_none());
+        run.interrupt(at(6));
+        let finished = run.finish(at(6));
+        assert!(finished.ends_run);
+        let rows: Vec<_> = finished.records.iter().map(|r| (r.id, r.outcome)).collect();
+        assert_eq!(rows, [(1, RequestOutcome::Incomplete)]);
+    }
+
+    #[test]
+    fn no_records_unless_asked() {
+        let mut run = step(None, 1);
+        assert_eq!(run.poll(at(0)), Action::Submit(Phase::Measure));
+        run.on_submitted(0, Phase::Measure, at(0));
+        run.on_outcome(0, &done(0, 0, 5), at(5));
+        assert!(run.poll_record().is_none());
+        assert!(run.finish(at(5)).records.is_empty());
     }
 }

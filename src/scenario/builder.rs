@@ -32,6 +32,7 @@ fn int(v: u64) -> Value {
 }
 
 impl ScenarioBuilder {
+    /// An empty builder: every key at its default (the sim engine in virtual time, name `builder`).
     pub fn new() -> Self {
         Self::default()
     }
@@ -55,12 +56,15 @@ impl ScenarioBuilder {
         self
     }
 
+    /// `name`: the scenario's name, in reports and the default output directory.
     pub fn name(self, name: &str) -> Self {
         self.set("name", name)
     }
+    /// `description`: free text carried into the report.
     pub fn description(self, text: &str) -> Self {
         self.set("description", text)
     }
+    /// `seed`: the run seed every component's default seed is derived from.
     pub fn seed(self, seed: u64) -> Self {
         self.set("seed", int(seed))
     }
@@ -73,9 +77,11 @@ impl ScenarioBuilder {
     pub fn sim_real(self) -> Self {
         self.forget("engine.").set("engine.kind", "sim").set("engine.sim.time", "real")
     }
+    /// `engine.sim.seed`: the simulator's own seed, instead of one derived from the run seed.
     pub fn sim_seed(self, seed: u64) -> Self {
         self.set("engine.sim.seed", int(seed))
     }
+    /// `engine.sim.*`: every field of the simulator's cost model.
     pub fn sim_cost(self, cost: &CostModel) -> Self {
         self.set("engine.sim.fixed_overhead", duration(cost.fixed_overhead))
             .set("engine.sim.prefill_per_token", duration(cost.prefill_per_token))
@@ -95,12 +101,15 @@ impl ScenarioBuilder {
         self.forget("engine.").forget("faults.").set("engine.kind", "python").set("engine.python.class", class)
     }
 
+    /// `batching.batch_size`: most requests per batch (>= 1).
     pub fn batch_size(self, n: usize) -> Self {
         self.set("batching.batch_size", int(n as u64))
     }
+    /// `batching.batch_timeout`: how long the oldest request waits before a partial batch goes (> 0).
     pub fn batch_timeout(self, t: Duration) -> Self {
         self.set("batching.batch_timeout", duration(t))
     }
+    /// `batching.generate_timeout`: a generate running longer fails its batch (default: none).
     pub fn generate_timeout(self, t: Duration) -> Self {
         self.set("batching.generate_timeout", duration(t))
     }
@@ -116,6 +125,7 @@ impl ScenarioBuilder {
             .set("workload.prompt_tokens", super::print::token_dist(prompt_tokens))
             .set("workload.output_tokens", super::print::token_dist(output_tokens))
     }
+    /// `workload.seed`: the synthetic workload's seed, instead of one derived from the run seed.
     pub fn workload_seed(self, seed: u64) -> Self {
         self.set("workload.seed", int(seed))
     }
@@ -125,25 +135,31 @@ impl ScenarioBuilder {
         self.forget("workload.").set("workload.source", "file").set("workload.path", path)
     }
 
+    /// `profile.kind = "synchronous"`: one request at a time.
     pub fn profile_synchronous(self) -> Self {
         self.forget("profile.").set("profile.kind", "synchronous")
     }
+    /// `profile.kind = "concurrent"`: one benchmark per level, each keeping that many requests in flight.
     pub fn profile_concurrent(self, levels: &[u32]) -> Self {
         let levels: Array = levels.iter().map(|l| i64::from(*l)).collect();
         self.forget("profile.").set("profile.kind", "concurrent").set("profile.levels", levels)
     }
+    /// `profile.kind = "throughput"`: as fast as possible, at most `max_concurrency` in flight.
     pub fn profile_throughput(self, max_concurrency: u32) -> Self {
         self.forget("profile.")
             .set("profile.kind", "throughput")
             .set("profile.max_concurrency", i64::from(max_concurrency))
     }
+    /// `profile.kind = "constant"`: one benchmark per rate (requests/s), evenly spaced arrivals.
     pub fn profile_constant(self, rates: &[f64]) -> Self {
         let rates: Array = rates.iter().copied().collect();
         self.forget("profile.").set("profile.kind", "constant").set("profile.rates", rates)
     }
+    /// `profile.kind = "poisson"`: Poisson arrivals at `rate` requests/s.
     pub fn profile_poisson(self, rate: f64) -> Self {
         self.forget("profile.").set("profile.kind", "poisson").set("profile.rate", rate)
     }
+    /// `profile.kind = "sweep"`: synchronous, throughput, then `rates` constant rates between the two.
     pub fn profile_sweep(self, rates: u32) -> Self {
         self.forget("profile.").set("profile.kind", "sweep").set("profile.rates", i64::from(rates))
     }
@@ -152,28 +168,36 @@ impl ScenarioBuilder {
         self.set("profile.max_concurrency", i64::from(n))
     }
 
+    /// `stop.max_requests`: stop admitting after this many measured requests.
     pub fn max_requests(self, n: u64) -> Self {
         self.set("stop.max_requests", int(n))
     }
+    /// `stop.max_duration`: stop admitting after measuring this long.
     pub fn max_duration(self, d: Duration) -> Self {
         self.set("stop.max_duration", duration(d))
     }
+    /// `stop.max_errors`: stop admitting after this many measured requests failed.
     pub fn max_errors(self, n: u64) -> Self {
         self.set("stop.max_errors", int(n))
     }
+    /// `stop.max_error_rate`: stop admitting once this share (0 to 1) of measured requests failed.
     pub fn max_error_rate(self, rate: f64) -> Self {
         self.set("stop.max_error_rate", rate)
     }
 
+    /// `warmup.requests`: run this many unmeasured requests first (replaces a warm-up duration).
     pub fn warmup_requests(self, n: u64) -> Self {
         self.forget("warmup.").set("warmup.requests", int(n))
     }
+    /// `warmup.duration`: run unmeasured requests this long first (replaces a warm-up count).
     pub fn warmup_duration(self, d: Duration) -> Self {
         self.forget("warmup.").set("warmup.duration", duration(d))
     }
+    /// `cooldown.requests`: keep the load on for this many unmeasured requests after measuring.
     pub fn cooldown_requests(self, n: u64) -> Self {
         self.forget("cooldown.").set("cooldown.requests", int(n))
     }
+    /// `cooldown.duration`: keep the load on, unmeasured, this long after measuring.
     pub fn cooldown_duration(self, d: Duration) -> Self {
         self.forget("cooldown.").set("cooldown.duration", duration(d))
     }
@@ -202,18 +226,23 @@ impl ScenarioBuilder {
             None => self.forget(&format!("faults.{name}")),
         }
     }
+    /// `faults.fail_batch = { every = n }`: every `n`-th generate fails with an engine error.
     pub fn fault_fail_batch_every(self, n: u64) -> Self {
         self.faults(&Faults { fail_batch: FaultTrigger::every(n), ..Faults::default() })
     }
+    /// `faults.hang = { every = n }` with `hang_for`: every `n`-th generate blocks, then fails.
     pub fn fault_hang_every(self, n: u64, hang_for: Duration) -> Self {
         self.faults(&Faults { hang: FaultTrigger::every(n), hang_for, ..Faults::default() })
     }
+    /// `faults.slow` with `slow_factor`: triggered generates return `slow_factor` times later.
     pub fn fault_slow(self, trigger: &FaultTrigger, slow_factor: f64) -> Self {
         self.faults(&Faults { slow: trigger.clone(), slow_factor, ..Faults::default() })
     }
+    /// `faults.start_fails`: the engine never starts.
     pub fn fault_start_fails(self, start_fails: bool) -> Self {
         self.faults(&Faults { start_fails, ..Faults::default() })
     }
+    /// `faults.start_delay`: start takes this much longer.
     pub fn fault_start_delay(self, start_delay: Duration) -> Self {
         self.faults(&Faults { start_delay, ..Faults::default() })
     }
@@ -227,9 +256,11 @@ impl ScenarioBuilder {
         self.set(&format!("expect.{metric}"), format!("{} {value}", op.symbol()))
     }
 
+    /// `output.dir`: where report.json and report.csv are written.
     pub fn output_dir(self, dir: impl AsRef<Path>) -> Self {
         self.set("output.dir", dir.as_ref().to_string_lossy().as_ref())
     }
+    /// `output.requests_jsonl`: also write one line per request to requests.jsonl.
     pub fn requests_jsonl(self, yes: bool) -> Self {
         self.set("output.requests_jsonl", yes)
     }

@@ -10,11 +10,28 @@ use std::fmt;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Origin {
     /// A place in the scenario text; `line` and `column` are 1-based, `width` is the caret length.
-    Source { file: String, line: usize, column: usize, line_text: String, width: usize },
+    Source {
+        /// The file, as the user named it (`builder` for the builder).
+        file: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column, in characters.
+        column: usize,
+        /// The whole line, for the caret display.
+        line_text: String,
+        /// How many characters the caret underlines (at least 1).
+        width: usize,
+    },
     /// The `--set` (or `--seed`, or builder) argument that put the value there.
-    Override { arg: String },
+    Override {
+        /// The argument as given, e.g. `batching.batch_size=0`.
+        arg: String,
+    },
     /// The file as a whole: it is missing, or a required key is absent from it.
-    File { file: String },
+    File {
+        /// The file, as the user named it.
+        file: String,
+    },
 }
 
 impl Origin {
@@ -51,7 +68,9 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
 /// One thing wrong with a scenario.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
+    /// What is wrong: what was found and what was expected.
     pub message: String,
+    /// Where the offending value came from.
     pub origin: Origin,
     /// A hint such as "did you mean `batch_size`?".
     pub help: Option<String>,
@@ -60,6 +79,7 @@ pub struct Problem {
 /// Everything wrong with a scenario, reported at once. `Display` renders the full report.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct ScenarioError {
+    /// Every problem found, in source order; never empty.
     pub problems: Vec<Problem>,
 }
 

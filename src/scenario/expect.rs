@@ -11,6 +11,7 @@ pub fn known_metrics() -> Vec<String> {
     crate::metrics::result::all_metric_names().to_vec()
 }
 
+/// Whether `[expect]` accepts `name` (one of [`known_metrics`]).
 pub fn is_known_metric(name: &str) -> bool {
     crate::metrics::result::is_metric_name(name)
 }

@@ -19,14 +19,18 @@ use crate::engine::faults::{
 };
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
-use crate::engine::sim::{CostModel, TimeMode};
+use crate::engine::sim::{CostModel, SimConfig, TimeMode};
 use crate::rng::SplitMix64;
 
 /// Seed streams of the components whose seed defaults to one derived from the master seed.
 pub mod seed_stream {
+    /// `engine.sim.seed`.
     pub const SIM: u64 = 1;
+    /// `engine.vllm.seed`.
     pub const VLLM: u64 = 2;
+    /// `workload.seed`.
     pub const WORKLOAD: u64 = 3;
+    /// A poisson profile's `seed`.
     pub const POISSON: u64 = 4;
 }
 
@@ -116,7 +120,7 @@ fn lower_engine(cx: &mut Cx, top: Tbl, seed: u64, ctx: &Context) -> EnginePlan {
     }
     let defaults = CostModel::default();
     let mut plan =
-        SimPlan { time: TimeMode::Virtual, seed: derive_seed(seed, seed_stream::SIM), cost: defaults.clone() };
+        SimConfig { time: TimeMode::Virtual, seed: derive_seed(seed, seed_stream::SIM), cost: defaults.clone() };
     if let Some(t) = sim {
         if cx.choice(t, "time", &["virtual", "real"]) == Some("real") {
             plan.time = TimeMode::Real;

@@ -36,6 +36,7 @@ pub use print::to_toml;
 pub struct Scenario;
 
 impl Scenario {
+    /// A builder with every key at its default; `.build()` validates it like a file.
     pub fn builder() -> ScenarioBuilder {
         ScenarioBuilder::new()
     }

@@ -20,6 +20,7 @@ pub struct Overrides {
 }
 
 impl Overrides {
+    /// Adds one `key=value` assignment, as `--set` takes it; later ones win.
     pub fn set(mut self, assignment: impl Into<String>) -> Self {
         self.sets.push(assignment.into());
         self

@@ -10,100 +10,92 @@ use serde::Serialize;
 
 use crate::batcher::BatchConfig;
 use crate::engine::faults::Faults;
-use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
-use crate::engine::sim::{CostModel, TimeMode};
+use crate::engine::python::{PythonConfig, PythonEngine};
+use crate::engine::sim::{SimConfig, SimEngine};
+use crate::engine::{EngineError, TimedEngine};
+pub use crate::load::{ProfilePlan, TokenDist, WorkloadPlan};
 
+/// A validated scenario: everything a run needs, with every default filled in.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {
+    /// `name`: the scenario's name; `batchlab run` writes to `results/<name>` unless `output.dir` is set.
     pub name: String,
+    /// `description`: free text, carried into the report.
     pub description: Option<String>,
     /// The run's master seed; component seeds default to values derived from it.
     pub seed: u64,
+    /// `[engine]`: which engine runs, with its settings (ignored by `run_with*`).
     pub engine: EnginePlan,
+    /// `[batching]`: batch size, batch timeout and generate timeout.
     pub batching: BatchConfig,
+    /// `[workload]`: where the requests come from.
     pub workload: WorkloadPlan,
+    /// `[profile]`: how requests are offered; one or more benchmarks.
     pub profile: ProfilePlan,
+    /// `[stop]`: when each benchmark stops admitting measured requests.
     pub stop: StopPlan,
+    /// `[warmup]`: unmeasured requests before each benchmark's measurement.
     pub warmup: Option<PhaseLimit>,
+    /// `[cooldown]`: unmeasured requests after each benchmark's measurement.
     pub cooldown: Option<PhaseLimit>,
     /// `[faults]`: injected around whichever engine runs.
     pub faults: Faults,
+    /// `[expect]`: the checks `RunSummary::assert_expectations` and `batchlab run` judge.
     pub expect: Vec<Expectation>,
+    /// `[output]`: where files are written.
     pub output: OutputPlan,
 }
 
+/// `[engine]`: the built-in engine a plan names; [`EnginePlan::build`] builds it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EnginePlan {
-    Sim(SimPlan),
+    /// `kind = "sim"`: the simulated engine.
+    Sim(SimConfig),
+    /// `kind = "vllm"`: vLLM through its Python protocol class (needs the `vllm` feature).
     Vllm(VllmConfig),
+    /// `kind = "python"`: any Python class implementing the engine protocol (needs the `vllm` feature).
     Python(PythonConfig),
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct SimPlan {
-    pub time: TimeMode,
-    pub seed: u64,
-    pub cost: CostModel,
-}
+impl EnginePlan {
+    /// Builds the engine this plan names, in the time it names: the simulator in virtual or real
+    /// time, Python engines (vLLM included) in real time. Fails for a Python engine in a build
+    /// without the `vllm` feature.
+    pub fn build(&self) -> Result<TimedEngine, EngineError> {
+        match self {
+            EnginePlan::Sim(config) => Ok(SimEngine::timed(config.clone())),
+            EnginePlan::Vllm(_) | EnginePlan::Python(_) if !cfg!(feature = "vllm") => Err(EngineError::Unsupported(
+                "this batchlab was built without Python engines (vLLM and `engine.kind = \"python\"`): \
+                 rebuild with `--features vllm` (see docs/vllm.md)"
+                    .into(),
+            )),
+            EnginePlan::Vllm(v) => Ok(TimedEngine::real_time(v.engine())),
+            EnginePlan::Python(p) => Ok(TimedEngine::real_time(PythonEngine::new(p.clone()))),
+        }
+    }
 
-/// A distribution of token counts.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "dist", rename_all = "snake_case")]
-pub enum TokenDist {
-    Fixed { value: u32 },
-    Uniform { min: u32, max: u32 },
-    Normal { mean: f64, stdev: f64, min: u32, max: u32 },
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "source", rename_all = "snake_case")]
-pub enum WorkloadPlan {
-    Synthetic {
-        prompt_tokens: TokenDist,
-        output_tokens: TokenDist,
-        seed: u64,
-        /// Each prompt starts with tokens unique to it, so prefix caching cannot flatter results.
-        unique_prefix: bool,
-        vocab_size: u32,
-        ignore_eos: bool,
-        temperature: f32,
-    },
-    File {
-        path: PathBuf,
-        /// For lines without `max_tokens`.
-        default_max_tokens: u32,
-        ignore_eos: bool,
-        temperature: f32,
-    },
-}
-
-/// How requests are offered. Each variant expands into one or more benchmarks.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ProfilePlan {
-    /// One request at a time.
-    Synchronous,
-    /// One benchmark per level, each keeping exactly that many requests in flight.
-    Concurrent { levels: Vec<u32> },
-    /// As fast as possible, with at most `max_concurrency` in flight.
-    Throughput { max_concurrency: u32 },
-    /// One benchmark per rate (requests/s), evenly spaced arrivals.
-    Constant { rates: Vec<f64>, max_concurrency: Option<u32> },
-    /// Poisson arrivals at `rate` requests/s.
-    Poisson { rate: f64, seed: u64, max_concurrency: Option<u32> },
-    /// Synchronous, then throughput, then `rates` constant rates evenly spaced between the two
-    /// measured request rates.
-    Sweep { rates: u32, max_concurrency: u32 },
+    /// The engine's seed, where the plan gives it one.
+    pub fn seed(&self) -> Option<u64> {
+        match self {
+            EnginePlan::Sim(sim) => Some(sim.seed),
+            EnginePlan::Vllm(v) => Some(v.seed),
+            EnginePlan::Python(_) => None,
+        }
+    }
 }
 
 /// Per-benchmark stop conditions; the first one met ends the benchmark.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct StopPlan {
+    /// Measured requests to submit.
     pub max_requests: Option<u64>,
+    /// How long to measure.
     pub max_duration: Option<Duration>,
+    /// Stop once this many measured requests failed.
     pub max_errors: Option<u64>,
+    /// Stop once this share (0 to 1) of measured requests failed, judged after 20.
     pub max_error_rate: Option<f64>,
 }
 
@@ -111,22 +103,31 @@ pub struct StopPlan {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PhaseLimit {
+    /// This many requests.
     Requests(u64),
+    /// This long.
     Duration(Duration),
 }
 
+/// How an expectation compares the measured value with its bound.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum Comparison {
+    /// `==`: equal (exactly; counts are whole numbers).
     #[serde(rename = "==")]
     Eq,
+    /// `!=`: not equal.
     #[serde(rename = "!=")]
     Ne,
+    /// `<`: less than.
     #[serde(rename = "<")]
     Lt,
+    /// `<=`: at most.
     #[serde(rename = "<=")]
     Le,
+    /// `>`: greater than.
     #[serde(rename = ">")]
     Gt,
+    /// `>=`: at least.
     #[serde(rename = ">=")]
     Ge,
 }
@@ -134,15 +135,21 @@ pub enum Comparison {
 /// `metric op value`, checked against every benchmark of the run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Expectation {
+    /// A metric name, one of [`crate::scenario::expect::known_metrics`].
     pub metric: String,
+    /// How measured is compared with `value`.
     pub op: Comparison,
+    /// The bound.
     pub value: f64,
     /// Where it was written, for messages: `file:line:column`.
     pub origin: String,
 }
 
+/// `[output]`: what the run writes, and where.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct OutputPlan {
+    /// Directory for report.json, report.csv (and requests.jsonl); `None` writes nothing.
     pub dir: Option<PathBuf>,
+    /// Also write requests.jsonl, one line per request.
     pub requests_jsonl: bool,
 }

@@ -10,7 +10,7 @@ use super::*;
 use crate::engine::faults::{FAULT_KEYS, FaultKind, FaultTrigger, FaultValue, Faults, ProcessFault};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
-use crate::engine::sim::{CostModel, TimeMode};
+use crate::engine::sim::{CostModel, SimConfig, TimeMode};
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -439,7 +439,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
         });
     let sim = (any::<bool>(), seed_strategy(), cost).prop_map(|(real, seed, cost)| {
         let time = if real { TimeMode::Real } else { TimeMode::Virtual };
-        EnginePlan::Sim(SimPlan { time, seed, cost })
+        EnginePlan::Sim(SimConfig { time, seed, cost })
     });
     let small = || proptest::option::of(1u32..100_000);
     let args = proptest::collection::btree_map(

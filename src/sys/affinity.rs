@@ -36,7 +36,9 @@ use super::SysError;
 pub struct CpuListError {
     /// 1-based column in the trimmed text.
     pub column: usize,
+    /// What the parser expected there, e.g. `a CPU number`.
     pub expected: &'static str,
+    /// What the text held there instead.
     pub found: String,
 }
 
@@ -100,7 +102,7 @@ pub fn format_cpu_list(cpus: &[usize]) -> String {
 
 /// Which cgroup hierarchy a path in `/proc/self/cgroup` belongs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CgroupVersion {
+pub(crate) enum CgroupVersion {
     /// The unified hierarchy, line `0::/path`.
     V2,
     /// A v1 hierarchy with the `cpuset` controller, line `N:cpuset[,…]:/path`.
@@ -109,7 +111,7 @@ pub enum CgroupVersion {
 
 /// This process's cgroup paths from `/proc/self/cgroup` text, v2 first, then v1's cpuset, each
 /// only when present. Lines that are neither (other v1 controllers, garbage) are skipped.
-pub fn parse_proc_self_cgroup(text: &str) -> Vec<(CgroupVersion, String)> {
+pub(crate) fn parse_proc_self_cgroup(text: &str) -> Vec<(CgroupVersion, String)> {
     let mut v2 = None;
     let mut v1 = None;
     for line in text.lines() {
@@ -134,17 +136,19 @@ pub fn parse_proc_self_cgroup(text: &str) -> Vec<(CgroupVersion, String)> {
 
 /// A cgroup filesystem mount from `/proc/self/mountinfo`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CgroupMount {
+pub(crate) struct CgroupMount {
+    /// Which cgroup hierarchy this mount is.
     pub version: CgroupVersion,
     /// The hierarchy path that is mounted (`/` unless a sub-tree is bind-mounted, as in a container
     /// without a cgroup namespace).
     pub root: String,
+    /// Where it is mounted, e.g. `/sys/fs/cgroup`.
     pub mount_point: PathBuf,
 }
 
 /// The cgroup2 mount and the v1 cpuset mount from `/proc/self/mountinfo` text. A line reads
 /// `id parent major:minor root mount-point options [optional…] - fstype source super-options`.
-pub fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
+pub(crate) fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
     let unescape =
         |s: &str| s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\");
     let mut mounts = Vec::new();
@@ -177,7 +181,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
 /// cpuset file, then its parents' up to the mount point. Pure: the texts of `/proc/self/cgroup` and
 /// `/proc/self/mountinfo` are passed in. Without a mount line, `/sys/fs/cgroup` (v2) and
 /// `/sys/fs/cgroup/cpuset` (v1) are assumed.
-pub fn cpuset_candidates(proc_self_cgroup: &str, mountinfo: &str) -> Vec<PathBuf> {
+pub(crate) fn cpuset_candidates(proc_self_cgroup: &str, mountinfo: &str) -> Vec<PathBuf> {
     let mounts = parse_mountinfo(mountinfo);
     let mut files = Vec::new();
     for (version, path) in parse_proc_self_cgroup(proc_self_cgroup) {
@@ -208,7 +212,10 @@ pub enum AffinitySource {
     /// Set from this cgroup cpuset file.
     Cgroup(PathBuf),
     /// The mask the process started with, kept; the reason says why.
-    Kept { reason: String },
+    Kept {
+        /// Why no cgroup cpuset was applied.
+        reason: String,
+    },
 }
 
 impl fmt::Display for AffinitySource {
@@ -227,6 +234,7 @@ pub struct AffinityReset {
     pub allowed: Vec<usize>,
     /// The mask before the reset.
     pub previous: Vec<usize>,
+    /// Where `allowed` came from.
     pub source: AffinitySource,
 }
 

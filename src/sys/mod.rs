@@ -40,22 +40,29 @@ pub enum SysError {
     /// A system call failed.
     #[error("{call} failed: {source}")]
     Os {
+        /// The call, e.g. `sched_setaffinity`.
         call: &'static str,
+        /// The errno it returned.
         #[source]
         source: nix::Error,
     },
     /// A file could not be opened, read or written.
     #[error("cannot {action} {}: {source}", path.display())]
     Io {
+        /// What was being done: `open`, `read`, `write`.
         action: &'static str,
+        /// The file.
         path: PathBuf,
+        /// Why it failed.
         #[source]
         source: std::io::Error,
     },
     /// A CPU list file held something that is not a CPU list.
     #[error("{}: {source}", path.display())]
     CpuList {
+        /// The file.
         path: PathBuf,
+        /// Where and how the text is not a CPU list.
         #[source]
         source: CpuListError,
     },

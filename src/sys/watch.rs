@@ -46,7 +46,12 @@ pub enum ExitCause {
     /// It exited with this status.
     Exited(i32),
     /// A signal (by number) ended it.
-    Killed { signal: i32, core_dumped: bool },
+    Killed {
+        /// The signal number, e.g. 9 for SIGKILL.
+        signal: i32,
+        /// Whether the kernel wrote a core dump.
+        core_dumped: bool,
+    },
     /// It exited, but its status could not be read (not a child of batchlab, or already reaped).
     Unknown(String),
 }
@@ -73,12 +78,14 @@ impl fmt::Display for ExitCause {
 /// One descendant's exit, as given to the `on_exit` callback.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcessExit {
+    /// Its process id.
     pub pid: u32,
     /// argv\[0\] from `/proc/<pid>/cmdline` (vLLM sets it to `VLLM::EngineCore`), or `comm`
     /// (truncated to 15 bytes by the kernel) when the cmdline is empty. Read when watching began.
     pub name: String,
     /// `killed by SIGKILL`, `exited with status 1`, …: `cause` as text.
     pub status: String,
+    /// How it ended, typed.
     pub cause: ExitCause,
 }
 

@@ -10,7 +10,8 @@ fn batch(n: u64) -> Vec<EngineRequest> {
 
 /// A started sim engine in virtual time with `faults` around it, and its clock.
 fn engine(faults: Faults) -> (FaultyEngine<SimEngine>, VirtualClock) {
-    let (sim, clock) = SimEngine::virtual_time(SimConfig { seed: 1, cost: CostModel::default() });
+    let (sim, clock) =
+        SimEngine::virtual_time(SimConfig { seed: 1, cost: CostModel::default(), ..SimConfig::default() });
     let mut e = FaultyEngine::new(sim, faults, 1, Arc::new(clock.clone()));
     e.start().expect("start");
     (e, clock)
@@ -93,7 +94,8 @@ fn slow_returns_factor_times_later_with_the_engines_own_timestamps() {
 
 #[test]
 fn start_faults() {
-    let (sim, clock) = SimEngine::virtual_time(SimConfig { seed: 1, cost: CostModel::default() });
+    let (sim, clock) =
+        SimEngine::virtual_time(SimConfig { seed: 1, cost: CostModel::default(), ..SimConfig::default() });
     let faults = Faults { start_fails: true, start_delay: Duration::from_secs(2), ..Faults::default() };
     let mut e = FaultyEngine::new(sim, faults, 1, Arc::new(clock.clone()));
     assert!(e.start().is_err());

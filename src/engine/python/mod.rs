@@ -149,6 +149,7 @@ impl PythonEngine {
         self
     }
 
+    /// The settings the engine was built with (class, path, venv, clock, environment).
     pub fn config(&self) -> &PythonConfig {
         &self.config
     }

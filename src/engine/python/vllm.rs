@@ -14,21 +14,33 @@ use super::{PythonConfig, PythonEngine};
 
 /// The built-in vLLM protocol class.
 pub const VLLM_MODULE: &str = "batchlab_engines.vllm_engine";
+/// The protocol class in [`VLLM_MODULE`] that drives `vllm.LLM`.
 pub const VLLM_CLASS: &str = "VllmEngine";
 
 /// A vLLM engine's settings. docs/vllm.md says how each reaches vLLM.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct VllmConfig {
+    /// The model directory (or Hugging Face id) `vllm.LLM` loads.
     pub model: PathBuf,
+    /// `LLM(dtype=...)`, e.g. `"bfloat16"`.
     pub dtype: String,
+    /// `LLM(max_model_len=...)`: longest prompt plus output, in tokens; `None` lets vLLM choose.
     pub max_model_len: Option<u32>,
+    /// `LLM(max_num_seqs=...)`: most sequences vLLM schedules at once; `None` lets vLLM choose.
     pub max_num_seqs: Option<u32>,
+    /// `LLM(max_num_batched_tokens=...)`: token budget of one scheduler step; `None` lets vLLM choose.
     pub max_num_batched_tokens: Option<u32>,
+    /// `LLM(enforce_eager=...)`: skip graph capture and compilation (default true here).
     pub enforce_eager: bool,
+    /// `LLM(seed=...)`: the engine's sampling seed.
     pub seed: u64,
+    /// KV-cache size for vLLM's CPU backend, in GiB, rounded up (`VLLM_CPU_KVCACHE_SPACE`).
     pub kv_cache_gib: f64,
+    /// Run the engine core in batchlab's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) rather than a child.
     pub in_process: bool,
+    /// `OMP_NUM_THREADS` for torch; `None` leaves OpenMP's default.
     pub omp_num_threads: Option<u32>,
+    /// `LLM(disable_log_stats=...)`; with stats off vLLM reports no per-request timings.
     pub disable_log_stats: bool,
     /// Passed through to `vllm.EngineArgs` unchanged.
     pub engine_args: serde_json::Map<String, serde_json::Value>,

@@ -15,9 +15,11 @@ use std::time::Duration;
 
 pub use config::{CostModel, SimConfig, TimeMode};
 
-use crate::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason};
-use crate::metrics::WallAnchor;
-use crate::time::{Clock, VirtualClock};
+use crate::engine::{
+    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, TimedEngine,
+    VirtualTimeEngine,
+};
+use crate::time::{Clock, MonotonicClock, VirtualClock, WallAnchor};
 
 /// The simulated engine. See the module docs.
 pub struct SimEngine {
@@ -27,28 +29,35 @@ pub struct SimEngine {
     started: bool,
 }
 
-/// Unix seconds that virtual time's origin stands for, so virtual runs have a fixed wall clock.
-const VIRTUAL_WALL_ORIGIN: f64 = 1_767_225_600.0; // 2026-01-01T00:00:00Z
-
 impl SimEngine {
-    /// An engine on the given clock. The wall-clock anchor is read now for a real clock and fixed
-    /// for a virtual one.
-    pub fn new(config: SimConfig, clock: Arc<dyn Clock>) -> Self {
-        let now = clock.now();
-        let wall_secs = if now.as_nanos() == VirtualClock::ORIGIN.as_nanos() {
-            VIRTUAL_WALL_ORIGIN
-        } else {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
-        };
-        SimEngine { config, clock, anchor: WallAnchor { wall_secs, mono: now }, started: false }
+    /// An engine in real time: it sleeps on [`MonotonicClock`], anchored on the wall clock now.
+    /// `config.time` is not looked at; [`SimEngine::timed`] honours it.
+    pub fn new(config: SimConfig) -> Self {
+        SimEngine::on_clock(config, Arc::new(MonotonicClock), WallAnchor::now())
+    }
+
+    /// An engine that passes time on `clock`, whose wall-clock times derive from `anchor`.
+    pub fn on_clock(config: SimConfig, clock: Arc<dyn Clock>, anchor: WallAnchor) -> Self {
+        SimEngine { config, clock, anchor, started: false }
+    }
+
+    /// An engine in the time `config.time` names.
+    pub fn timed(config: SimConfig) -> TimedEngine {
+        match config.time {
+            TimeMode::Real => TimedEngine::real_time(SimEngine::new(config)),
+            TimeMode::Virtual => TimedEngine::virtual_time(SimEngine::new(config)),
+        }
     }
 
     /// An engine on a fresh virtual clock, and that clock.
     pub fn virtual_time(config: SimConfig) -> (Self, VirtualClock) {
         let clock = VirtualClock::new();
-        (SimEngine::new(config, Arc::new(clock.clone())), clock)
+        let mut engine = SimEngine::new(config);
+        engine.use_virtual_clock(clock.clone());
+        (engine, clock)
     }
 
+    /// The settings the engine was built with.
     pub fn config(&self) -> &SimConfig {
         &self.config
     }
@@ -100,6 +109,13 @@ impl Engine for SimEngine {
     fn shutdown(&mut self) -> Result<(), EngineError> {
         self.started = false;
         Ok(())
+    }
+}
+
+impl VirtualTimeEngine for SimEngine {
+    fn use_virtual_clock(&mut self, clock: VirtualClock) {
+        self.clock = Arc::new(clock);
+        self.anchor = WallAnchor::VIRTUAL;
     }
 }
 

@@ -21,7 +21,7 @@ fn cost_model_timings_follow_the_formula() {
         max_num_seqs: 256,
         eos_probability: 0.0,
     };
-    let (mut e, clock) = engine(SimConfig { seed: 1, cost });
+    let (mut e, clock) = engine(SimConfig { seed: 1, cost, ..SimConfig::default() });
     let t0 = clock.now();
     let out = e.generate(&batch(2, 100, 3)).expect("generate");
     // prefill: 1 ms + 200 tokens × 10 µs = 3 ms; two decode steps of 2 ms + 2 × 100 µs = 2.2 ms.
@@ -37,7 +37,7 @@ fn cost_model_timings_follow_the_formula() {
 #[test]
 fn waves_respect_max_num_seqs() {
     let cost = CostModel { max_num_seqs: 2, ..CostModel::default() };
-    let (mut e, _) = engine(SimConfig { seed: 1, cost });
+    let (mut e, _) = engine(SimConfig { seed: 1, cost, ..SimConfig::default() });
     let out = e.generate(&batch(5, 8, 4)).expect("generate");
     let sched: Vec<f64> = out.iter().map(|o| o.stats.scheduled_ts.unwrap()).collect();
     assert_eq!(sched[0], sched[1]);
@@ -52,7 +52,7 @@ fn waves_respect_max_num_seqs() {
 fn same_seed_same_outputs() {
     let cost = CostModel { eos_probability: 0.1, ..CostModel::default() };
     let run = || {
-        let (mut e, _) = engine(SimConfig { seed: 9, cost: cost.clone() });
+        let (mut e, _) = engine(SimConfig { seed: 9, cost: cost.clone(), ..SimConfig::default() });
         let mut b = batch(16, 32, 50);
         for r in &mut b {
             r.ignore_eos = false;

@@ -272,32 +272,6 @@ fn engine_step_events_reach_the_active_spinner() {
     assert!(active_display().is_none(), "a dropped display is no longer active");
 }
 
-#[test]
-fn legacy_phase_and_update_map_onto_the_new_calls() {
-    let (mut p, buf, clock) = plain();
-    p.phase("loading engine", "");
-    p.phase("warmup", "a");
-    p.update(0, Some(2), None, None);
-    p.phase("measuring", "a");
-    p.update(0, Some(4), None, None);
-    clock.advance_to(at_ms(6000));
-    p.phase("measuring", "a");
-    p.update(3, Some(4), Some(1.0), Some(2.0));
-    p.phase("measuring", "b");
-    p.update(0, None, None, None);
-    p.phase("stopping engine", "");
-    insta::assert_snapshot!(text(&buf), @r"
-    [    0.0s] loading engine
-    [    0.0s] warmup a (#1): 0/2 requests, 0 errors
-    [    0.0s] measuring a (#1): 0/4 requests, 0 errors
-    [    6.0s] measuring a (#1): 3/4 requests, 1.0 req/s, 2 out tok/s, 0 errors
-    [    6.0s] done a (#1): 3/4 requests, 1.0 req/s, 2 out tok/s, 0 errors
-    [    6.0s] measuring b (#2): 0 requests, 0 errors
-    [    6.0s] done b (#2): 0 requests, 0 errors
-    [    6.0s] stopping engine
-    ");
-}
-
 /// Tests that make a display the active one take turns.
 static ACTIVE_TESTS: Mutex<()> = Mutex::new(());
 

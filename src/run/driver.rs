@@ -1,0 +1,186 @@
+//! The one step loop, written against [`Driver`]: how time passes and where requests go.
+//!
+//! A driver owns the clock and the batcher ([`super::realtime`]: threads and a real clock;
+//! [`super::virtual_driver`]: one thread and virtual time). The loop owns everything else: the
+//! steps of the profile, the sans-IO [`StepRun`] of each, the interrupt, writing the
+//! `requests.jsonl` rows the step returns and handing its [`StepStatus`](super::status::StepStatus)
+//! to the display.
+//!
+//! # The driver contract
+//! The loop calls [`Driver::start`] once, then, per step, repeatedly: [`Driver::poll_event`] until
+//! it returns `None` (a batch is always given before the outcomes of its requests), then
+//! [`Driver::submit`] or [`Driver::wait`] as the step asks, [`Driver::cancel`] on interruption,
+//! and finally [`Driver::shutdown`] once, whatever happened before.
+
+use std::time::{Duration, Instant};
+
+use super::interrupt::Interrupt;
+use super::progress::Progress;
+use super::step::{Action, StepRun};
+use super::{DriverResult, RunError};
+use crate::batcher::{BatchRun, Outcome, RequestError};
+use crate::engine::{ClockDomain, EngineError, EngineInfo, EngineRequest, RequestId};
+use crate::load::{Expansion, StepPlanner, Workload, expand};
+use crate::report::RequestsJsonl;
+use crate::scenario::plan::Plan;
+use crate::time::{Timestamp, WallAnchor};
+
+/// Something that happened in the batcher, for the step.
+#[derive(Debug)]
+pub enum DriverEvent {
+    /// The engine ran a batch.
+    Batch(BatchRun),
+    /// A request's outcome, and when it arrived.
+    Outcome(RequestId, Outcome, Timestamp),
+}
+
+/// Nothing can ever happen: no event is scheduled and the step gave no deadline (a driver bug or
+/// a wedged virtual engine).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Stalled;
+
+/// How time passes and where requests go; see the module docs for the calling order.
+pub trait Driver {
+    /// Loads the engine and says what it is. Called once, before anything else.
+    fn start(&mut self) -> Result<EngineInfo, EngineError>;
+    /// The driver's current time.
+    fn now(&self) -> Timestamp;
+    /// The clock of the engine's `*_ts` stats.
+    fn clock_domain(&self) -> ClockDomain;
+    /// The wall clock at a moment of the driver's timeline.
+    fn wall_anchor(&self) -> WallAnchor;
+    /// Submits a request now; returns the id its outcome will carry.
+    fn submit(&mut self, request: EngineRequest) -> Result<RequestId, RequestError>;
+    /// Cancels a queued request (its outcome becomes `Cancelled`); no effect once dispatched.
+    fn cancel(&mut self, id: RequestId);
+    /// The next event that is ready, batches before the outcomes of their requests.
+    #[must_use]
+    fn poll_event(&mut self) -> Option<DriverEvent>;
+    /// Lets time pass until an event is ready, `until` is reached, or (real time) the run's
+    /// interrupt fires.
+    fn wait(&mut self, until: Option<Timestamp>) -> Result<(), Stalled>;
+    /// Shuts the engine down; every request still queued gets its outcome first.
+    fn shutdown(&mut self) -> Result<(), EngineError>;
+}
+
+/// Where the loop's outputs go.
+pub(super) struct Sinks<'a> {
+    pub jsonl: Option<&'a mut RequestsJsonl>,
+    pub progress: &'a mut Progress,
+    pub interrupt: &'a Interrupt,
+}
+
+/// How often, at most, the loop builds a status for the display.
+const STATUS_EVERY: Duration = Duration::from_millis(50);
+
+/// Runs every step of `plan` on `driver`.
+pub(super) fn run_steps(
+    plan: &Plan,
+    driver: &mut dyn Driver,
+    workload: &Workload,
+    sinks: Sinks<'_>,
+) -> Result<DriverResult, RunError> {
+    let Sinks { mut jsonl, progress, interrupt } = sinks;
+    progress.engine_step("loading engine");
+    let info = match driver.start() {
+        Ok(info) => info,
+        Err(e) => {
+            if let Err(e) = driver.shutdown() {
+                tracing::error!(error = %e, "engine shutdown after a failed start failed");
+            }
+            return Err(RunError::Engine(e));
+        }
+    };
+    let domain = driver.clock_domain();
+    let anchor = Some(driver.wall_anchor());
+    let count = match expand(&plan.profile) {
+        Expansion::Fixed(steps) => Some(steps.len()),
+        Expansion::Sweep { .. } => None,
+    };
+
+    let mut planner = StepPlanner::new(&plan.profile);
+    let mut last_rps = None;
+    let mut benchmarks = Vec::new();
+    let mut next_request = 0;
+    let mut interrupted = false;
+    let mut incomplete = false;
+    let mut last_status: Option<Instant> = None;
+
+    while let Some(step) = planner.next_step(last_rps) {
+        let index = benchmarks.len();
+        let mut run = StepRun::for_plan(step, plan, driver.now(), domain, anchor)?.with_position(index, count);
+        if jsonl.is_some() {
+            run = run.with_records();
+        }
+        if interrupted {
+            run.interrupt(driver.now());
+        }
+        loop {
+            while let Some(event) = driver.poll_event() {
+                match event {
+                    DriverEvent::Batch(b) => run.on_batch(&b),
+                    DriverEvent::Outcome(id, outcome, at) => {
+                        run.on_outcome(id, &outcome, at);
+                        while let Some(record) = run.poll_record() {
+                            if let Some(j) = jsonl.as_deref_mut() {
+                                j.write(&record)?;
+                            }
+                        }
+                    }
+                }
+            }
+            if !interrupted && interrupt.is_fired() {
+                interrupted = true;
+                tracing::warn!("interrupted: no new requests; cancelling queued ones and draining the rest");
+                run.interrupt(driver.now());
+                let ids: Vec<_> = run.in_flight_ids().collect();
+                for id in ids {
+                    driver.cancel(id);
+                }
+            }
+            if last_status.is_none_or(|t| t.elapsed() >= STATUS_EVERY) {
+                last_status = Some(Instant::now());
+                progress.status(&run.status(driver.now()));
+            }
+            let now = driver.now();
+            match run.poll(now) {
+                Action::Submit(phase) => {
+                    let request = workload.request(next_request);
+                    next_request += 1;
+                    match driver.submit(request) {
+                        Ok(id) => run.on_submitted(id, phase, now),
+                        Err(e) => run.on_rejected(&e, now),
+                    }
+                }
+                Action::Wait(until) => driver.wait(until).map_err(|Stalled| {
+                    RunError::Internal(format!(
+                        "benchmark {} is waiting with nothing scheduled ({} in flight)",
+                        run.name(),
+                        run.in_flight()
+                    ))
+                })?,
+                Action::Done => break,
+            }
+        }
+        let now = driver.now();
+        progress.benchmark_done(&run.status(now));
+        let finished = run.finish(now);
+        if let Some(j) = jsonl.as_deref_mut() {
+            for record in &finished.records {
+                j.write(record)?;
+            }
+        }
+        benchmarks.push(finished.result);
+        if finished.ends_run {
+            incomplete = true;
+            break;
+        }
+        last_rps = benchmarks.last().and_then(|b| b.requests_per_s);
+    }
+
+    progress.engine_step("stopping engine");
+    if let Err(e) = driver.shutdown() {
+        tracing::error!(error = %e, "engine shutdown failed");
+    }
+    Ok(DriverResult { engine: info, benchmarks, interrupted, incomplete })
+}

@@ -1,0 +1,214 @@
+//! batchlab as another crate uses it: only `batchlab::` public items, a user's own engine, a
+//! scenario from the builder, and the outcome checked in one line.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use batchlab::engine::faults::{FaultTrigger, Faults};
+use batchlab::engine::{
+    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, TimedEngine,
+    VirtualTimeEngine,
+};
+use batchlab::run::{Interrupt, RunOptions, RunSummary, run_with_blocking};
+use batchlab::scenario::plan::{Comparison, Plan};
+use batchlab::scenario::{Scenario, ScenarioBuilder};
+use batchlab::time::{Clock, MonotonicClock, VirtualClock};
+
+/// A user's engine: every batch takes `per_batch`, and each request's first token comes after
+/// half of it, on whatever clock it is given.
+struct MyEngine {
+    clock: Arc<dyn Clock>,
+    per_batch: Duration,
+    batches: u64,
+}
+
+impl MyEngine {
+    fn new(per_batch: Duration) -> Self {
+        MyEngine { clock: Arc::new(MonotonicClock), per_batch, batches: 0 }
+    }
+}
+
+impl Engine for MyEngine {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        Ok(EngineInfo { name: "my-engine".into(), version: "0.1".into() })
+    }
+
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        self.batches += 1;
+        let start = self.clock.now().as_secs_f64();
+        let secs = self.per_batch.as_secs_f64();
+        self.clock.sleep(self.per_batch);
+        Ok(batch
+            .iter()
+            .map(|r| EngineOutput {
+                request_id: Some(r.id),
+                prompt_tokens: r.prompt.token_len().map(|n| n as u32),
+                output_tokens: Some(r.max_tokens),
+                output_token_ids: None,
+                text: None,
+                finish_reason: FinishReason::Length,
+                stats: EngineStats {
+                    queued_ts: Some(start),
+                    scheduled_ts: Some(start),
+                    first_token_ts: Some(start + secs / 2.0),
+                    last_token_ts: Some(start + secs),
+                    ..EngineStats::default()
+                },
+            })
+            .collect())
+    }
+
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+/// The same engine can pass time by hand, so it also runs in virtual time.
+impl VirtualTimeEngine for MyEngine {
+    fn use_virtual_clock(&mut self, clock: VirtualClock) {
+        self.clock = Arc::new(clock);
+    }
+}
+
+fn scenario() -> ScenarioBuilder {
+    Scenario::builder()
+        .name("library")
+        .synthetic(16, 8)
+        .batch_size(4)
+        .batch_timeout(Duration::from_millis(2))
+        .expect("lost", Comparison::Eq, 0.0)
+        .expect("errors", Comparison::Eq, 0.0)
+}
+
+fn run(plan: &Plan, engine: impl Into<TimedEngine>) -> RunSummary {
+    run_with_blocking(plan, engine, RunOptions::default()).expect("the run finishes")
+}
+
+#[test]
+fn a_user_engine_runs_a_builder_scenario() {
+    let plan = scenario()
+        .profile_throughput(8)
+        .max_requests(24)
+        .expect("completed", Comparison::Eq, 24.0)
+        .build()
+        .expect("a valid scenario");
+    let summary = run(&plan, MyEngine::new(Duration::from_millis(2)));
+    summary.assert_expectations();
+    let environment = &summary.report.environment;
+    assert_eq!((environment.engine_name.as_str(), environment.engine_version.as_str()), ("my-engine", "0.1"));
+    assert!(!environment.seeds.contains_key("engine"), "the plan's engine seed is not this engine's");
+}
+
+#[test]
+fn a_rate_profile_waits_between_arrivals_on_a_user_engine() {
+    // 20 requests at 200/s: arrivals 5 ms apart, so the loop waits on `Wait(Some(t))`.
+    let plan = scenario()
+        .profile_constant(&[200.0])
+        .max_requests(20)
+        .expect("completed", Comparison::Eq, 20.0)
+        .expect("requests_per_s", Comparison::Le, 250.0)
+        .build()
+        .expect("a valid scenario");
+    let summary = run(&plan, MyEngine::new(Duration::from_millis(1)));
+    summary.assert_expectations();
+    let measured = &summary.report.benchmarks[0];
+    assert!(measured.duration_s >= 0.090, "20 arrivals 5 ms apart span 95 ms, measured {}", measured.duration_s);
+}
+
+#[test]
+fn a_user_engine_runs_in_virtual_time() {
+    let plan = scenario()
+        .profile_constant(&[10.0])
+        .max_requests(50)
+        .expect("completed", Comparison::Eq, 50.0)
+        .build()
+        .expect("a valid scenario");
+    let wall = std::time::Instant::now();
+    let engine = TimedEngine::virtual_time(MyEngine::new(Duration::from_millis(20)));
+    let summary = run(&plan, engine);
+    summary.assert_expectations();
+    let measured = &summary.report.benchmarks[0];
+    assert!(measured.duration_s >= 4.9, "5 s of virtual arrivals, measured {}", measured.duration_s);
+    assert!(wall.elapsed() < Duration::from_secs(4), "virtual time takes no wall time");
+}
+
+#[test]
+fn faults_on_a_user_engine_fail_exactly_their_batches() {
+    // 24 requests in full batches of 4 (throughput keeps 8 in flight): generates 1..=6. In virtual
+    // time the batches are the same on every run, so the counts are exact: `fail_batch` fails calls
+    // 3 and 6 (8 requests), `short_output` drops an output from call 5 (its 4 requests fail as a
+    // count mismatch), and the other 3 batches complete.
+    let plan = Scenario::builder()
+        .name("library-faults")
+        .synthetic(16, 8)
+        .batch_size(4)
+        .batch_timeout(Duration::from_millis(2))
+        .profile_throughput(8)
+        .max_requests(24)
+        .faults(&Faults {
+            fail_batch: FaultTrigger::every(3),
+            short_output: FaultTrigger::every(5),
+            ..Faults::default()
+        })
+        .expect("completed", Comparison::Eq, 12.0)
+        .expect("errors", Comparison::Eq, 12.0)
+        .expect("errors_engine_error", Comparison::Eq, 8.0)
+        .expect("errors_output_count_mismatch", Comparison::Eq, 4.0)
+        .expect("lost", Comparison::Eq, 0.0)
+        .build()
+        .expect("a valid scenario");
+    run(&plan, TimedEngine::virtual_time(MyEngine::new(Duration::from_millis(2)))).assert_expectations();
+}
+
+#[test]
+#[should_panic(expected = "FAIL ttft_p99_ms <= 0.001 (builder: expect.ttft_p99_ms=\"<= 0.001\"): measured ")]
+fn a_failed_expectation_names_measured_and_expected() {
+    let plan = scenario()
+        .profile_synchronous()
+        .max_requests(3)
+        .expect("ttft_p99_ms", Comparison::Le, 0.001)
+        .build()
+        .expect("a valid scenario");
+    run(&plan, MyEngine::new(Duration::from_millis(2))).assert_expectations();
+}
+
+/// Fires an interrupt from inside its third generate, as a user's Ctrl-C handler would.
+struct InterruptingEngine {
+    inner: MyEngine,
+    interrupt: Interrupt,
+}
+
+impl Engine for InterruptingEngine {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        self.inner.start()
+    }
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        if self.inner.batches == 2 {
+            self.interrupt.fire();
+        }
+        self.inner.generate(batch)
+    }
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        self.inner.shutdown()
+    }
+}
+
+#[test]
+fn an_interrupt_drains_and_reports_an_incomplete_run() {
+    let plan = scenario().profile_throughput(2).max_duration(Duration::from_secs(3600)).build().expect("valid");
+    let interrupt = Interrupt::new();
+    let engine = InterruptingEngine { inner: MyEngine::new(Duration::from_millis(1)), interrupt: interrupt.clone() };
+    let options = RunOptions { interrupt, ..RunOptions::default() };
+    let summary = run_with_blocking(&plan, engine, options).expect("an interrupted run still reports");
+    assert!(summary.interrupted && summary.report.incomplete);
+    let counts = &summary.report.benchmarks[0].counts;
+    assert_eq!(counts.lost, 0);
+    assert!(counts.completed >= 2, "{counts:?}");
+}
+
+#[test]
+fn docs_library_md_shows_the_example_as_it_is() {
+    let doc = include_str!("../docs/library.md");
+    let example = include_str!("../examples/custom_engine.rs");
+    assert!(doc.contains(example), "docs/library.md must contain examples/custom_engine.rs verbatim");
+}

@@ -58,8 +58,9 @@ fuzz TARGET SECONDS="60":
 fuzz-all SECONDS:
     scripts/fuzz-ci.sh {{SECONDS}}
 
-# Benchmarks: harness overhead, memory at scale, vLLM vs raw vLLM (when the venv exists), time to
-# report, timing accuracy; writes docs/performance.md (~10 minutes). `just bench --quick`: a smoke
+# Benchmarks: harness overhead, memory at scale, vLLM vs raw vLLM alternated in one engine (when
+# the venv exists), time to report against its floor, timing accuracy; writes docs/performance.md
+# (~20 minutes). `just bench --quick`: a smoke
 # run for CI (small N, no vLLM, no file written, asserts nothing about speed).
 bench *ARGS:
     scripts/bench.sh {{ARGS}}

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `just bench`: harness overhead, memory at scale, vLLM vs raw vLLM, time to report, timing
-# accuracy; writes docs/performance.md. `just bench --quick`: small N, no vLLM, no speed assertions
-# (a CI smoke test that every benchmark still runs). Benchmarks assert nothing about speed.
+# `just bench`: harness overhead, memory at scale, vLLM vs raw vLLM (alternated inside one engine),
+# time to report against its floor, timing accuracy; writes docs/performance.md. `just bench
+# --quick`: small N, no vLLM, no speed assertions (a CI smoke test that every benchmark still
+# runs). Benchmarks assert nothing about speed. BENCH_PAIRS, BENCH_TTR_ROUNDS and BENCH_ROUNDS
+# set the vLLM sections' repetitions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,7 +12,9 @@ quick=false
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 home="${BATCHLAB_HOME:-$HOME/.cache/batchlab}"
 venv_python="$home/venv/bin/python"
-rounds="${BENCH_ROUNDS:-3}"
+rounds="${BENCH_ROUNDS:-3}"          # timing accuracy
+pairs="${BENCH_PAIRS:-32=40,256=20}"  # in-engine alternation, per mode and batch size
+ttr_rounds="${BENCH_TTR_ROUNDS:-5}"  # time to report vs its floor
 work="$(mktemp -d -t batchlab-bench.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 out="$work/performance.md"
@@ -72,30 +76,81 @@ md "Growth from ${sizes[0]} to ${sizes[-1]} requests: **$(awk "BEGIN{printf \"%.
 
 # ---- 3-5. vLLM ----------------------------------------------------------------------------------
 md ""
-md "## 3. vLLM: batchlab vs raw \`LLM.generate\`"
+md "## 3. vLLM: batchlab vs raw \`LLM.generate\`, alternated in one engine"
 md ""
 if $quick; then
-    md "Skipped in quick mode."
+    md "Skipped in quick mode (sections 3-5 need vLLM)."
 elif [[ ! -x "$venv_python" ]]; then
     echo "no vLLM venv at $home/venv: skipping the vLLM benchmarks (run \`just setup-vllm\`)" >&2
     md "Skipped: no vLLM venv at \`$home/venv\` (run \`just setup-vllm\`)."
 else
-    section "vLLM vs raw vLLM ($rounds rounds)"
     export PYO3_PYTHON="$venv_python"
     vtarget="$CARGO_TARGET_DIR/vllm"
     CARGO_TARGET_DIR="$vtarget" cargo build --release --quiet --features vllm
     vbin="$vtarget/release/batchlab"
+
+    # ---- 3. in-engine alternation ----
+    section "vLLM: batchlab vs raw, alternated in one engine ($pairs pairs)"
+    CARGO_TARGET_DIR="$vtarget" cargo bench --quiet --features vllm --bench vllm_overhead -- \
+        --pairs "$pairs" --engine-log "$work/overhead-engine.log" >"$work/overhead.md" \
+        || { tail -n 30 "$work/overhead-engine.log" >&2; exit 1; }
+    md "One vLLM engine per mode and batch size B (\`scenarios/vllm-cpu.toml\`'s settings; in-process, and multiprocess with \`engine.vllm.in_process=false\`) behind a real \`Batcher\` of batch size B, alternating two kinds of batch of B requests: **batchlab** (submit B requests, timed in Rust from the first submit to the last outcome) and **raw** (the benchmark's engine wrapper routes the batch to \`VllmEngine.bench_raw_generate\`, which builds \`TokensPrompt\`s and \`SamplingParams\` and calls \`LLM.generate\` as a raw script does, timing only that with \`time.perf_counter()\`). Both on the engine thread, in the same process, with the same engine; every batch gets the workload's next B prompts (128 prompt tokens, 64 output tokens, \`ignore_eos\`; distinct, so no prefix-cache hits). One unmeasured batch of each kind first, then pairs (\`--pairs $pairs\`: batch size = pairs per mode), alternating which side goes first. Per pair, ratio = raw s / batchlab s (≥ 1: batchlab is as fast); geometric mean with a 95 % confidence interval from the t-distribution on the log ratios (\`statrs\`). Goal: ≥ 0.97. The last two columns are batchlab's time outside \`LLM.generate\` in its own batches (request dicts, output checks, batcher, completers; \`LLM.generate\` timed by \`scripts/bench_timing/sitecustomize.py\`): its overhead measured within one batch, free of the noise between batches."
+    md ""
+    md "\`\`\`sh"
+    md "cargo bench --features vllm --bench vllm_overhead -- --pairs $pairs   # benches/vllm_overhead.rs"
+    md "\`\`\`"
+    md ""
+    cat "$work/overhead.md" >>"$out"
+    md ""
+    md "Noise: the machine's 2 CPUs are shared with other work, and whole runs of the same thing differ by ±25 %. Within a pair the two batches run seconds apart in one engine, so slow phases hit both sides; what noise remains widens the interval rather than biasing the ratio."
+
+    # ---- 4. time to report vs its floor ----
+    section "time to report vs floor ($ttr_rounds rounds)"
     cargo build --release --quiet --example bench_vllm_inputs
-    # One batch of warmup before the measured window, and max_concurrency = batch_size so the
-    # window starts after the warmup batch returned and batches run back to back, as in (b).
+    "$CARGO_TARGET_DIR/release/examples/bench_vllm_inputs" scenarios/vllm-cpu.toml >"$work/inputs-ttr.json"
+    ttr_batchlab() { # round
+        # What `just scenario vllm-cpu.toml` runs (set-up check, cargo's freshness check, the run),
+        # on the vllm build made above.
+        { scripts/setup-vllm.sh && CARGO_TARGET_DIR="$vtarget" cargo run --release --quiet --features vllm -- \
+            run scenarios/vllm-cpu.toml --quiet --output "$work/ttr-$1"; } >/dev/null 2>"$work/ttr.err" \
+            || { cat "$work/ttr.err" >&2; exit 1; }
+    }
+    ttr_floor() {
+        "$venv_python" scripts/bench_raw_vllm.py "$work/inputs-ttr.json" >>"$work/floor.jsonl" 2>"$work/floor.err" \
+            || { cat "$work/floor.err" >&2; exit 1; }
+    }
+    wall() { local t0; t0=$(date +%s.%N); "$@"; awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}"; }
+    bl_times=() fl_times=() ratios=()
+    for ((r = 0; r < ttr_rounds; r++)); do
+        # Alternate which command goes first.
+        if ((r % 2 == 0)); then b=$(wall ttr_batchlab "$r"); f=$(wall ttr_floor)
+        else f=$(wall ttr_floor); b=$(wall ttr_batchlab "$r"); fi
+        bl_times+=("$b") fl_times+=("$f") ratios+=("$(awk "BEGIN{printf \"%.3f\", $b / $f}")")
+        echo "time to report, round $r: batchlab $b s, floor $f s, batchlab/floor ${ratios[-1]}" >&2
+    done
+    med() { printf '%s\n' "$@" | sort -n | sed -n "$((($# + 1) / 2))p"; }
+    md ""
+    md "## 4. Time to report"
+    md ""
+    md "\`just scenario vllm-cpu.toml\` (in-process, venv and build already there), from the command to the printed report: engine start (importing vLLM and torch, building the engine), 32 warmup and 256 measured requests in batches of 32, shutdown. The floor is \`scripts/bench_raw_vllm.py\`: a Python script that imports vLLM, builds the same \`LLM\` (batchlab's arguments and environment, from \`cargo run --example bench_vllm_inputs\`) and runs the same generates (9 sequential \`LLM.generate\` calls of 32 prompts, the same prompts). Whole-process wall time, $ttr_rounds rounds, alternating which command goes first:"
+    md ""
+    md "\`\`\`sh"
+    md "time just scenario vllm-cpu.toml --quiet --output DIR   # = scripts/setup-vllm.sh, then cargo run --release --features vllm -- run ..."
+    md "time ~/.cache/batchlab/venv/bin/python scripts/bench_raw_vllm.py INPUTS.json"
+    md "\`\`\`"
+    md ""
+    md "| round | batchlab (s) | floor (s) | batchlab/floor |"
+    md "|---:|---:|---:|---:|"
+    for ((r = 0; r < ttr_rounds; r++)); do md "| $r | ${bl_times[r]} | ${fl_times[r]} | ${ratios[r]} |"; done
+    md ""
+    md "Median: batchlab **$(med "${bl_times[@]}") s**, floor **$(med "${fl_times[@]}") s** (range $(printf '%s\n' "${fl_times[@]}" | sort -n | head -1)–$(printf '%s\n' "${fl_times[@]}" | sort -n | tail -1) s); median batchlab/floor **$(med "${ratios[@]}")**."
+
+    # ---- 5. timing accuracy ----
+    section "timing accuracy ($rounds rounds)"
     declare -A sets=(
         [32]="--set batching.batch_size=32 --set profile.max_concurrency=32 --set warmup.requests=32"
         [256]="--set batching.batch_size=256 --set profile.max_concurrency=256 --set warmup.requests=256"
     )
-    for bs in 32 256; do
-        # shellcheck disable=SC2086
-        "$CARGO_TARGET_DIR/release/examples/bench_vllm_inputs" scenarios/vllm-cpu.toml ${sets[$bs]} >"$work/inputs-$bs.json"
-    done
     : >"$work/vllm.jsonl"
     run_batchlab() { # round, batch size
         local dir="$work/bl-$1-$2" log="$work/gen-$1-$2.log"
@@ -105,42 +160,11 @@ else
             || { cat "$work/bl.err" >&2; return 1; }
         python3 scripts/bench_summary.py batchlab "$1" "$2" "$dir/report.json" "$log" | tee -a "$work/vllm.jsonl" >&2
     }
-    run_raw() { # round
-        "$venv_python" scripts/bench_raw_vllm.py "$work/inputs-32.json" "$work/inputs-256.json" 2>"$work/raw.err" \
-            | python3 scripts/bench_summary.py raw "$1" | tee -a "$work/vllm.jsonl" >&2 \
-            || { cat "$work/raw.err" >&2; return 1; }
-    }
     for ((r = 0; r < rounds; r++)); do
-        # Alternate: even rounds batchlab first, odd rounds raw first.
-        if ((r % 2 == 0)); then run_batchlab $r 32; run_batchlab $r 256; run_raw $r
-        else run_raw $r; run_batchlab $r 256; run_batchlab $r 32; fi
+        if ((r % 2 == 0)); then run_batchlab $r 32; run_batchlab $r 256; else run_batchlab $r 256; run_batchlab $r 32; fi
     done
+    md ""
     python3 scripts/bench_summary.py table "$work/vllm.jsonl" >>"$out"
-
-    # ---- 4. time to report ----
-    section "time to report"
-    md ""
-    md "## 4. Time to report"
-    md ""
-    md "\`just scenario vllm-cpu.toml\` (in-process, venv and build already there), from the command to the printed report: engine start (importing vLLM and torch, building the engine), 32 warmup and 256 measured requests, shutdown. Wall time of $rounds runs:"
-    md ""
-    md "\`\`\`sh"
-    md "time just scenario vllm-cpu.toml --quiet --output DIR   # = scripts/setup-vllm.sh, then cargo run --release --features vllm -- run ..."
-    md "\`\`\`"
-    md ""
-    times=()
-    for ((r = 0; r < rounds; r++)); do
-        t0=$(date +%s.%N)
-        # What `just scenario vllm-cpu.toml` runs (set-up check, cargo's freshness check, the run),
-        # on the vllm build made above.
-        { scripts/setup-vllm.sh && CARGO_TARGET_DIR="$vtarget" cargo run --release --quiet --features vllm -- \
-            run scenarios/vllm-cpu.toml --quiet --output "$work/ttr-$r"; } >/dev/null 2>"$work/ttr.err" \
-            || { cat "$work/ttr.err" >&2; exit 1; }
-        t=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")
-        times+=("$t")
-        echo "time to report: $t s" >&2
-    done
-    md "Runs: $(IFS=,; echo "${times[*]}" | sed 's/,/ s, /g') s; median **$(printf '%s\n' "${times[@]}" | sort -n | sed -n "$(((rounds + 1) / 2))p") s** (target < 20 s)."
 fi
 
 md ""

@@ -1,15 +1,13 @@
 """Summaries for scripts/bench.sh (plain Python 3, no packages).
 
   bench_summary.py batchlab ROUND BATCH_SIZE REPORT.json GENERATE.log  -> one JSON line
-  bench_summary.py raw ROUND < bench_raw_vllm.py output                -> JSON lines
-  bench_summary.py table RESULTS.jsonl                                 -> markdown
+  bench_summary.py table RESULTS.jsonl                                 -> markdown (timing accuracy)
 
 GENERATE.log has one "start end prompts" line per `LLM.generate`, written by
 scripts/bench_timing/sitecustomize.py from inside the Python process (time.monotonic()).
 """
 
 import json
-import statistics
 import sys
 
 
@@ -49,39 +47,10 @@ def table(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     out = []
     w = out.append
-    w("Same tiny model, same engine settings (batchlab's `LLM(...)` arguments and environment, printed")
-    w("by `cargo run --example bench_vllm_inputs`), the same token prompts (256 requests, 128 prompt")
-    w("tokens, 64 output tokens, `ignore_eos`), one warmup batch before timing. batchlab runs")
-    w("`scenarios/vllm-cpu.toml` with `batching.batch_size=B`, `profile.max_concurrency=B`,")
-    w("`warmup.requests=B`; raw is `scripts/bench_raw_vllm.py` with (a) one `LLM.generate` over all 256")
-    w("prompts and (b) sequential `LLM.generate` calls of B prompts. Output tokens/s; ratios are taken")
-    w("within each round, then the median over rounds. Rounds alternate which side runs first.")
-    w("")
-    w("| batch size | round | batchlab tok/s | raw (a) tok/s | raw (b) tok/s | batchlab/(a) | batchlab/(b) |")
-    w("|---:|---:|---:|---:|---:|---:|---:|")
-    summary = []
-    for bs in sorted({r["batch_size"] for r in rows}):
-        ra, rb = [], []
-        for rnd in sorted({r["round"] for r in rows}):
-            bl = [r for r in rows if r["side"] == "batchlab" and r["batch_size"] == bs and r["round"] == rnd]
-            raw = [r for r in rows if r["side"] == "raw" and r["batch_size"] == bs and r["round"] == rnd]
-            if not bl or not raw:
-                continue
-            t, a, b = bl[0]["output_tokens_per_s"], raw[0]["a_output_tokens_per_s"], raw[0]["b_output_tokens_per_s"]
-            ra.append(t / a)
-            rb.append(t / b)
-            w(f"| {bs} | {rnd} | {t:.0f} | {a:.0f} | {b:.0f} | {t / a:.3f} | {t / b:.3f} |")
-        if ra:
-            summary.append((bs, statistics.median(ra), statistics.median(rb), len(ra)))
-    w("")
-    w("| batch size | median batchlab/(a) | median batchlab/(b) (target ≥ 0.97) | rounds |")
-    w("|---:|---:|---:|---:|")
-    for bs, a, b, n in summary:
-        w(f"| {bs} | **{a:.3f}** | **{b:.3f}** | {n} |")
-    w("")
     w("## 5. Timing accuracy")
     w("")
-    w("The same batchlab runs, checked against `time.monotonic()` read inside the Python process around")
+    w("batchlab runs of `scenarios/vllm-cpu.toml` with `batching.batch_size=B`, `profile.max_concurrency=B`,")
+    w("`warmup.requests=B` (one warmup batch, then batches back to back), checked against `time.monotonic()` read inside the Python process around")
     w("every `LLM.generate` (`scripts/bench_timing/sitecustomize.py` on `PYTHONPATH`, a clock batchlab")
     w("does not read): the sum of batchlab's reported generate durations vs the independently timed")
     w("generates; batchlab's measured window vs first measured generate start → last generate end;")
@@ -111,12 +80,6 @@ def main():
     mode = sys.argv[1]
     if mode == "batchlab":
         print(json.dumps(batchlab(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])))
-    elif mode == "raw":
-        for line in sys.stdin:
-            d = json.loads(line)
-            if "batch_size" in d:
-                d.update(side="raw", round=int(sys.argv[2]))
-                print(json.dumps(d))
     elif mode == "table":
         table(sys.argv[2])
     else:

@@ -5,7 +5,6 @@ use std::path::Path;
 use std::sync::LazyLock;
 
 use arbitrary::Arbitrary;
-use batchlab::engine::faults::FAULT_KEYS;
 use batchlab::scenario::expect::known_metrics;
 use batchlab::scenario::{Overrides, Plan, parse_str, to_toml};
 use toml_edit::{Array, InlineTable, Value};
@@ -122,82 +121,8 @@ pub enum DurationUnit {
     H,
 }
 
-/// Every settable key path, so most edits land somewhere meaningful: these, then the `[faults]`
-/// keys from batchlab's fault table (see [`keys`]).
-const FIXED_KEYS: &[&str] = &[
-    "name",
-    "description",
-    "seed",
-    "engine.kind",
-    "engine.sim.time",
-    "engine.sim.seed",
-    "engine.sim.fixed_overhead",
-    "engine.sim.prefill_per_token",
-    "engine.sim.decode_step",
-    "engine.sim.decode_per_seq",
-    "engine.sim.max_num_seqs",
-    "engine.sim.eos_probability",
-    "engine.vllm.model",
-    "engine.vllm.dtype",
-    "engine.vllm.max_model_len",
-    "engine.vllm.max_num_seqs",
-    "engine.vllm.max_num_batched_tokens",
-    "engine.vllm.enforce_eager",
-    "engine.vllm.seed",
-    "engine.vllm.kv_cache_gib",
-    "engine.vllm.in_process",
-    "engine.vllm.omp_num_threads",
-    "engine.vllm.disable_log_stats",
-    "engine.vllm.engine_args",
-    "batching.batch_size",
-    "batching.batch_timeout",
-    "batching.generate_timeout",
-    "workload.source",
-    "workload.prompt_tokens",
-    "workload.prompt_tokens.dist",
-    "workload.prompt_tokens.value",
-    "workload.prompt_tokens.min",
-    "workload.prompt_tokens.max",
-    "workload.prompt_tokens.mean",
-    "workload.prompt_tokens.stdev",
-    "workload.output_tokens",
-    "workload.output_tokens.dist",
-    "workload.output_tokens.min",
-    "workload.output_tokens.max",
-    "workload.seed",
-    "workload.unique_prefix",
-    "workload.vocab_size",
-    "workload.ignore_eos",
-    "workload.temperature",
-    "workload.path",
-    "workload.default_max_tokens",
-    "profile.kind",
-    "profile.max_concurrency",
-    "profile.levels",
-    "profile.rates",
-    "profile.rate",
-    "profile.seed",
-    "stop.max_requests",
-    "stop.max_duration",
-    "stop.max_errors",
-    "stop.max_error_rate",
-    "warmup.requests",
-    "warmup.duration",
-    "cooldown.requests",
-    "cooldown.duration",
-    "output.dir",
-    "output.requests_jsonl",
-];
-
-static KEYS: LazyLock<Vec<String>> = LazyLock::new(|| {
-    let mut keys: Vec<String> = FIXED_KEYS.iter().map(|k| k.to_string()).collect();
-    for key in FAULT_KEYS {
-        let name = format!("faults.{}", key.name);
-        keys.extend(key.subkeys().iter().map(|sub| format!("{name}.{sub}")));
-        keys.push(name);
-    }
-    keys
-});
+/// Every settable key path, from batchlab's key tables, so most edits land somewhere meaningful.
+static KEYS: LazyLock<Vec<String>> = LazyLock::new(batchlab::scenario::key_paths);
 
 /// Every key path edits choose from.
 pub fn keys() -> &'static [String] {

@@ -10,6 +10,7 @@ import gc
 import multiprocessing
 import os
 import sys
+import time
 
 TIMESTAMPS = ("arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
 
@@ -66,6 +67,28 @@ class VllmEngine:
         _check_order(outputs)
         # In input order (checked above), so each output answers the request at its position.
         return [_flatten(r["id"], o) for r, o in zip(requests, outputs)]
+
+    def bench_raw_generate(self, requests):
+        """Bench only, not part of the protocol (benches/vllm_overhead.rs): what a raw vLLM script
+        does with these requests, as scripts/bench_raw_vllm.py does it (token prompts,
+        `SamplingParams` from the same fields, one `LLM.generate`), none of batchlab's own work.
+        Returns the seconds of its own work, by `time.perf_counter()`."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        start = time.perf_counter()
+        prompts = [TokensPrompt(prompt_token_ids=r["prompt_token_ids"]) for r in requests]
+        params = [
+            SamplingParams(
+                max_tokens=r["max_tokens"],
+                min_tokens=r["min_tokens"],
+                ignore_eos=r["ignore_eos"],
+                temperature=r["temperature"],
+            )
+            for r in requests
+        ]
+        self.llm.generate(prompts, params, use_tqdm=False)
+        return time.perf_counter() - start
 
     def shutdown(self):
         """Stops the engine core, then reaps what vLLM leaves behind: child processes it

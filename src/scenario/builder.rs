@@ -9,6 +9,7 @@ use std::time::Duration;
 use toml_edit::{Array, Value};
 
 use super::error::ScenarioError;
+use super::keys;
 use super::overrides::Overrides;
 use super::plan::{Comparison, Plan, TokenDist};
 use super::units::format_duration;
@@ -81,14 +82,14 @@ impl ScenarioBuilder {
     pub fn sim_seed(self, seed: u64) -> Self {
         self.set("engine.sim.seed", int(seed))
     }
-    /// `engine.sim.*`: every field of the simulator's cost model.
-    pub fn sim_cost(self, cost: &CostModel) -> Self {
-        self.set("engine.sim.fixed_overhead", duration(cost.fixed_overhead))
-            .set("engine.sim.prefill_per_token", duration(cost.prefill_per_token))
-            .set("engine.sim.decode_step", duration(cost.decode_step))
-            .set("engine.sim.decode_per_seq", duration(cost.decode_per_seq))
-            .set("engine.sim.max_num_seqs", int(cost.max_num_seqs as u64))
-            .set("engine.sim.eos_probability", cost.eos_probability)
+    /// `engine.sim.*`: every field of the simulator's cost model (the rows of its key table).
+    pub fn sim_cost(mut self, cost: &CostModel) -> Self {
+        for key in keys::COST_KEYS {
+            if let Some(v) = (key.print)(cost).and_then(|item| item.into_value().ok()) {
+                self = self.set(&format!("engine.sim.{}", key.name), v);
+            }
+        }
+        self
     }
     /// The vLLM engine with `model`; other `engine.vllm.*` keys through [`Self::set`].
     pub fn vllm(self, model: impl AsRef<Path>) -> Self {
@@ -122,8 +123,8 @@ impl ScenarioBuilder {
     pub fn synthetic_dist(self, prompt_tokens: &TokenDist, output_tokens: &TokenDist) -> Self {
         self.forget("workload.")
             .set("workload.source", "synthetic")
-            .set("workload.prompt_tokens", super::print::token_dist(prompt_tokens))
-            .set("workload.output_tokens", super::print::token_dist(output_tokens))
+            .set("workload.prompt_tokens", keys::token_dist_value(prompt_tokens))
+            .set("workload.output_tokens", keys::token_dist_value(output_tokens))
     }
     /// `workload.seed`: the synthetic workload's seed, instead of one derived from the run seed.
     pub fn workload_seed(self, seed: u64) -> Self {
@@ -263,6 +264,12 @@ impl ScenarioBuilder {
     /// `output.requests_jsonl`: also write one line per request to requests.jsonl.
     pub fn requests_jsonl(self, yes: bool) -> Self {
         self.set("output.requests_jsonl", yes)
+    }
+
+    /// The key paths set so far, in order.
+    #[cfg(test)]
+    pub(super) fn paths(&self) -> Vec<&str> {
+        self.sets.iter().map(|(key, _)| key.as_str()).collect()
     }
 
     /// Validates and returns the plan; the default name is "builder".

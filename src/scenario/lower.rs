@@ -4,22 +4,19 @@
 //! contradict each other. It reads everything even after a problem (falling back to defaults) so
 //! the error lists every problem at once.
 
-use std::path::{Path, PathBuf};
-
 use toml_edit::{Table, TableLike, Value};
 
 use super::expect;
+use super::keys::{self, Batching, Head, KeyDefault, Phase, Tag, Variant};
 use super::plan::*;
 use super::reader::{Cx, Field, Low, Tbl, join};
 use super::schema;
 use crate::batcher::BatchConfig;
-use crate::engine::ClockDomain;
 use crate::engine::faults::{
     FAULT_KEYS, FaultKind, FaultTrigger, FaultValue, Faults, PROCESS_FAULT_KEYS, ProcessFault, TRIGGER_KEYS,
 };
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
-use crate::engine::sim::{CostModel, SimConfig, TimeMode};
 use crate::rng::SplitMix64;
 
 /// Seed streams of the components whose seed defaults to one derived from the master seed.
@@ -44,36 +41,21 @@ pub fn derive_seed(master: u64, stream: u64) -> u64 {
 pub(crate) struct Context<'a> {
     /// The scenario's default name.
     pub stem: &'a str,
-    /// Relative workload paths and model paths resolve against this.
-    pub base_dir: &'a Path,
 }
-
-const U32_MAX: i64 = u32::MAX as i64;
 
 pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     let top = Tbl { path: "", table: root as &dyn TableLike, at: None };
-    cx.check_keys(top, schema::TOP);
+    cx.check_keys(top, schema::names(&[]));
+    let mut head = Head { name: ctx.stem.to_owned(), ..Head::default() };
+    keys::read(cx, top, keys::HEAD_KEYS, &mut head);
+    let Head { name, description, seed } = head;
 
-    let name = match cx.field(top, "name") {
-        Some(field) => match cx.string_of(&field) {
-            Some(name) if name.trim().is_empty() => {
-                cx.report_at(&field, "`name` must not be empty".to_owned(), None);
-                ctx.stem.to_owned()
-            }
-            Some(name) => name,
-            None => ctx.stem.to_owned(),
-        },
-        None => ctx.stem.to_owned(),
-    };
-    let description = cx.string(top, "description");
-    let seed = cx.u64(top, "seed", 0).unwrap_or(0);
-
-    let faults_table = cx.section(top, "faults", "faults", crate::engine::faults::fault_names());
+    let faults_table = cx.section(top, "faults", "faults", schema::names(&["faults"]));
     let faults = faults_table.map(|t| lower_faults(cx, t)).unwrap_or_default();
-    let engine = lower_engine(cx, top, seed, ctx);
+    let engine = lower_engine(cx, top, seed);
     check_process_faults(cx, faults_table, &engine);
     let batching = lower_batching(cx, top, !matches!(engine, EnginePlan::Sim(_)));
-    let workload = lower_workload(cx, top, seed, ctx);
+    let workload = lower_workload(cx, top, seed);
     let profile = lower_profile(cx, top, seed);
     let stop = lower_stop(cx, top);
     let warmup = lower_phase(cx, top, "warmup");
@@ -98,12 +80,22 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     }
 }
 
-fn lower_engine(cx: &mut Cx, top: Tbl, seed: u64, ctx: &Context) -> EnginePlan {
-    let engine = cx.section(top, "engine", "engine", schema::ENGINE);
-    let kind = engine.and_then(|e| cx.choice(e, "kind", &["sim", "vllm", "python"])).unwrap_or("sim");
-    let sim = engine.and_then(|e| cx.section(e, "sim", "engine.sim", schema::SIM));
-    let vllm = engine.and_then(|e| cx.section(e, "vllm", "engine.vllm", schema::VLLM));
-    let python = engine.and_then(|e| cx.section(e, "python", "engine.python", schema::PYTHON));
+/// A section of the top level, its unknown keys reported.
+fn section<'t>(cx: &mut Cx, top: Tbl<'t>, name: &'static str) -> Option<Tbl<'t>> {
+    cx.section(top, name, name, schema::names(&[name]))
+}
+
+fn lower_engine(cx: &mut Cx, top: Tbl, seed: u64) -> EnginePlan {
+    let engine = section(cx, top, "engine");
+    let mut kind = Tag("sim");
+    if let Some(e) = engine {
+        keys::read(cx, e, keys::ENGINE_KEYS, &mut kind);
+    }
+    let kind = kind.0;
+    let mut sub = |name: &'static str, path: &'static str| {
+        engine.and_then(|e| cx.section(e, name, path, schema::names(&["engine", name])))
+    };
+    let (sim, vllm, python) = (sub("sim", "engine.sim"), sub("vllm", "engine.vllm"), sub("python", "engine.python"));
     let engine_span = engine.and_then(|e| e.span());
     // A section for another kind than the chosen one contradicts it.
     for (name, section) in [("sim", sim), ("vllm", vllm), ("python", python)] {
@@ -114,227 +106,56 @@ fn lower_engine(cx: &mut Cx, top: Tbl, seed: u64, ctx: &Context) -> EnginePlan {
         }
     }
     match kind {
-        "vllm" => return EnginePlan::Vllm(lower_vllm(cx, vllm, engine_span, seed, ctx)),
-        "python" => return EnginePlan::Python(lower_python(cx, python, engine_span, ctx)),
+        "vllm" => return EnginePlan::Vllm(lower_vllm(cx, vllm, engine_span, seed)),
+        "python" => return EnginePlan::Python(lower_python(cx, python, engine_span)),
         _ => {}
     }
-    let defaults = CostModel::default();
-    let mut plan =
-        SimConfig { time: TimeMode::Virtual, seed: derive_seed(seed, seed_stream::SIM), cost: defaults.clone() };
+    let mut plan = keys::sim_default(seed);
     if let Some(t) = sim {
-        if cx.choice(t, "time", &["virtual", "real"]) == Some("real") {
-            plan.time = TimeMode::Real;
-        }
-        plan.seed = cx.u64(t, "seed", 0).unwrap_or(plan.seed);
-        plan.cost = CostModel {
-            fixed_overhead: cx.duration(t, "fixed_overhead", true).unwrap_or(defaults.fixed_overhead),
-            prefill_per_token: cx.duration(t, "prefill_per_token", true).unwrap_or(defaults.prefill_per_token),
-            decode_step: cx.duration(t, "decode_step", true).unwrap_or(defaults.decode_step),
-            decode_per_seq: cx.duration(t, "decode_per_seq", true).unwrap_or(defaults.decode_per_seq),
-            max_num_seqs: cx.int(t, "max_num_seqs", 1, i64::MAX).map_or(defaults.max_num_seqs, |v| v as usize),
-            eos_probability: cx.float(t, "eos_probability", Low::AtLeast(0.0), 1.0).unwrap_or(defaults.eos_probability),
-        };
+        keys::read(cx, t, keys::SIM_KEYS, &mut plan);
+        keys::read(cx, t, keys::COST_KEYS, &mut plan.cost);
     }
     EnginePlan::Sim(plan)
 }
 
-fn lower_vllm(
-    cx: &mut Cx,
-    t: Option<Tbl>,
-    engine_span: Option<std::ops::Range<usize>>,
-    seed: u64,
-    ctx: &Context,
-) -> VllmConfig {
-    let mut plan = VllmConfig {
-        model: PathBuf::new(),
-        dtype: "float32".to_owned(),
-        max_model_len: None,
-        max_num_seqs: None,
-        max_num_batched_tokens: None,
-        enforce_eager: true,
-        seed: derive_seed(seed, seed_stream::VLLM),
-        kv_cache_gib: 1.0,
-        in_process: true,
-        omp_num_threads: None,
-        disable_log_stats: false,
-        engine_args: serde_json::Map::new(),
-    };
+fn lower_vllm(cx: &mut Cx, t: Option<Tbl>, engine_span: Option<std::ops::Range<usize>>, seed: u64) -> VllmConfig {
+    let mut plan = keys::vllm_default(seed);
+    let missing = "missing `engine.vllm.model` (required with `engine.kind = \"vllm\"`)".to_owned();
     let Some(t) = t else {
         let help = "add [engine.vllm] with `model = \"path/to/model\"`".to_owned();
-        cx.report(
-            "engine",
-            engine_span,
-            "missing `engine.vllm.model` (required with `engine.kind = \"vllm\"`)".to_owned(),
-            Some(help),
-        );
+        cx.report("engine", engine_span, missing, Some(help));
         return plan;
     };
-    match cx.string(t, "model") {
-        Some(model) => plan.model = resolve_model(Path::new(&model), ctx.base_dir),
-        None if cx.field(t, "model").is_none() => {
-            let message = "missing `engine.vllm.model` (required with `engine.kind = \"vllm\"`)".to_owned();
-            cx.report("engine.vllm", t.span(), message, Some("add `model = \"path/to/model\"`".to_owned()));
-        }
-        None => {}
+    for (key, example) in missing_required(cx, t, keys::VLLM_KEYS) {
+        cx.report("engine.vllm", t.span(), missing.clone(), Some(format!("add `{key} = {example}`")));
     }
-    plan.dtype = cx.string(t, "dtype").unwrap_or(plan.dtype);
-    plan.max_model_len = cx.u32(t, "max_model_len", 1);
-    plan.max_num_seqs = cx.u32(t, "max_num_seqs", 1);
-    plan.max_num_batched_tokens = cx.u32(t, "max_num_batched_tokens", 1);
-    plan.enforce_eager = cx.boolean(t, "enforce_eager").unwrap_or(true);
-    plan.seed = cx.u64(t, "seed", 0).unwrap_or(plan.seed);
-    plan.kv_cache_gib = cx.float(t, "kv_cache_gib", Low::Above(0.0), f64::INFINITY).unwrap_or(1.0);
-    plan.in_process = cx.boolean(t, "in_process").unwrap_or(true);
-    plan.omp_num_threads = cx.u32(t, "omp_num_threads", 1);
-    plan.disable_log_stats = cx.boolean(t, "disable_log_stats").unwrap_or(false);
-    plan.engine_args = free_form(cx, t, "engine_args");
+    keys::read(cx, t, keys::VLLM_KEYS, &mut plan);
     plan
 }
 
-/// A free-form table (`engine_args`, `args`) as JSON, for an engine to take unchanged; empty when
-/// missing.
-fn free_form(cx: &mut Cx, t: Tbl, key: &str) -> serde_json::Map<String, serde_json::Value> {
-    let Some(field) = cx.field(t, key) else { return serde_json::Map::new() };
-    match field.node.table_like() {
-        Some(table) => table_to_json(cx, &field.path, table),
-        None => {
-            let message = format!("`{}`: expected a table, found {}", field.path, field.node.type_name());
-            cx.report_at(&field, message, None);
-            serde_json::Map::new()
-        }
-    }
+/// The required keys of `keys` that `t` lacks, each with its example value.
+fn missing_required<S>(cx: &Cx, t: Tbl, keys: &[keys::Key<S>]) -> Vec<(&'static str, &'static str)> {
+    keys.iter()
+        .filter_map(|k| match k.default {
+            KeyDefault::Required(example) if cx.field(t, k.name).is_none() => Some((k.name, example)),
+            _ => None,
+        })
+        .collect()
 }
 
-fn lower_python(
-    cx: &mut Cx,
-    t: Option<Tbl>,
-    engine_span: Option<std::ops::Range<usize>>,
-    ctx: &Context,
-) -> PythonConfig {
+fn lower_python(cx: &mut Cx, t: Option<Tbl>, engine_span: Option<std::ops::Range<usize>>) -> PythonConfig {
     let mut plan = PythonConfig::new("", "");
     let missing = "missing `engine.python.class` (required with `engine.kind = \"python\"`)".to_owned();
-    let help = "write `class = \"module:Class\"` (docs/engines.md)".to_owned();
+    let help = keys::CLASS_HELP.to_owned();
     let Some(t) = t else {
         cx.report("engine", engine_span, missing, Some(format!("add [engine.python] and {help}")));
         return plan;
     };
-    match cx.field(t, "class") {
-        None => cx.report("engine.python", t.span(), missing, Some(help)),
-        Some(field) => {
-            if let Some(spec) = cx.string_of(&field) {
-                match parse_class_spec(&spec) {
-                    Some((module, class)) => (plan.module, plan.class) = (module.to_owned(), class.to_owned()),
-                    None => {
-                        let message = format!("`engine.python.class`: expected \"module:Class\", found \"{spec}\"");
-                        cx.report_at(&field, message, Some(help));
-                    }
-                }
-            }
-        }
+    if !missing_required(cx, t, keys::PYTHON_KEYS).is_empty() {
+        cx.report("engine.python", t.span(), missing, Some(help));
     }
-    // Relative to the scenario's directory; existence is checked when the engine starts.
-    let beside = |p: String| {
-        let p = PathBuf::from(p);
-        if p.is_absolute() {
-            return p;
-        }
-        let p = ctx.base_dir.join(p);
-        std::path::absolute(&p).unwrap_or(p)
-    };
-    plan.path = cx.string(t, "path").map(beside);
-    plan.venv = cx.string(t, "venv").map(beside);
-    if cx.choice(t, "clock", &["monotonic", "foreign"]) == Some("foreign") {
-        plan.clock = ClockDomain::Foreign;
-    }
-    plan.args = free_form(cx, t, "args");
-    if let Some(field) = cx.field(t, "env") {
-        match field.node.table_like() {
-            Some(table) => {
-                for (key, item) in table.iter() {
-                    let value =
-                        Field { path: join(&field.path, key), node: super::reader::Node::Item(item), key_span: None };
-                    if let Some(v) = cx.string_of(&value) {
-                        plan.env.insert(key.to_owned(), v);
-                    }
-                }
-            }
-            None => {
-                let message = format!("`{}`: expected a table, found {}", field.path, field.node.type_name());
-                cx.report_at(&field, message, None);
-            }
-        }
-    }
+    keys::read(cx, t, keys::PYTHON_KEYS, &mut plan);
     plan
-}
-
-/// `module:Class`: a dotted module path and a class name, both Python identifiers.
-fn parse_class_spec(spec: &str) -> Option<(&str, &str)> {
-    let identifier = |s: &str| {
-        let mut chars = s.chars();
-        chars.next().is_some_and(|c| c.is_alphabetic() || c == '_') && chars.all(|c| c.is_alphanumeric() || c == '_')
-    };
-    let (module, class) = spec.split_once(':')?;
-    (module.split('.').all(identifier) && identifier(class)).then_some((module, class))
-}
-
-/// Absolute paths stay; a relative path is taken next to the scenario if it exists there, else
-/// under `$BATCHLAB_HOME` (default `~/.cache/batchlab`). Existence is the engine's business.
-fn resolve_model(model: &Path, base_dir: &Path) -> PathBuf {
-    if model.is_absolute() {
-        return model.to_owned();
-    }
-    let beside = base_dir.join(model);
-    let chosen = if beside.exists() {
-        beside
-    } else if let Some(home) = std::env::var_os("BATCHLAB_HOME") {
-        PathBuf::from(home).join(model)
-    } else if let Some(home) = std::env::var_os("HOME") {
-        PathBuf::from(home).join(".cache/batchlab").join(model)
-    } else {
-        beside
-    };
-    std::path::absolute(&chosen).unwrap_or(chosen)
-}
-
-fn table_to_json(cx: &mut Cx, path: &str, table: &dyn TableLike) -> serde_json::Map<String, serde_json::Value> {
-    let mut map = serde_json::Map::new();
-    for (key, item) in table.iter() {
-        let field = Field { path: join(path, key), node: super::reader::Node::Item(item), key_span: None };
-        let json = if let Some(sub) = item.as_table_like() {
-            Some(serde_json::Value::Object(table_to_json(cx, &field.path, sub)))
-        } else if let Some(value) = item.as_value() {
-            value_to_json(cx, &field, value)
-        } else {
-            cx.report_at(&field, format!("`{}`: arrays of tables are not supported here", field.path), None);
-            None
-        };
-        if let Some(json) = json {
-            map.insert(key.to_owned(), json);
-        }
-    }
-    map
-}
-
-fn value_to_json(cx: &mut Cx, field: &Field, value: &Value) -> Option<serde_json::Value> {
-    Some(match value {
-        Value::String(s) => serde_json::Value::String(s.value().clone()),
-        Value::Integer(i) => serde_json::Value::from(*i.value()),
-        Value::Float(f) => match serde_json::Number::from_f64(*f.value()) {
-            Some(n) => serde_json::Value::Number(n),
-            None => {
-                cx.report_at(
-                    field,
-                    format!("`{}`: {} cannot be passed to the engine (not valid JSON)", field.path, f.value()),
-                    None,
-                );
-                return None;
-            }
-        },
-        Value::Boolean(b) => serde_json::Value::Bool(*b.value()),
-        Value::Datetime(d) => serde_json::Value::String(d.value().to_string()),
-        Value::Array(a) => serde_json::Value::Array(a.iter().filter_map(|v| value_to_json(cx, field, v)).collect()),
-        Value::InlineTable(t) => serde_json::Value::Object(table_to_json(cx, &field.path, t)),
-    })
 }
 
 /// `[faults]`, key by key from [`FAULT_KEYS`]: each key is read as the type its default has.
@@ -406,14 +227,13 @@ pub(crate) const REAL_ENGINE_GENERATE_TIMEOUT: std::time::Duration = std::time::
 fn lower_batching(cx: &mut Cx, top: Tbl, real_engine: bool) -> BatchConfig {
     let default_timeout = real_engine.then_some(REAL_ENGINE_GENERATE_TIMEOUT);
     let d = BatchConfig::default().with_generate_timeout(default_timeout).unwrap_or_default();
-    let Some(t) = cx.section(top, "batching", "batching", schema::BATCHING) else {
+    let Some(t) = section(cx, top, "batching") else {
         return d;
     };
-    let batch_size = cx.int(t, "batch_size", 1, i64::MAX).map_or(d.batch_size(), |v| v as usize);
-    let batch_timeout = cx.duration(t, "batch_timeout", false).unwrap_or(d.batch_timeout());
-    let generate_timeout = cx.duration(t, "generate_timeout", false).or(default_timeout);
+    let mut b = Batching::of(&d);
+    keys::read(cx, t, keys::BATCHING_KEYS, &mut b);
     // The ranges were checked above; this only fails if BatchConfig grows rules we do not know.
-    match BatchConfig::new(batch_size, batch_timeout).and_then(|c| c.with_generate_timeout(generate_timeout)) {
+    match BatchConfig::new(b.batch_size, b.batch_timeout).and_then(|c| c.with_generate_timeout(b.generate_timeout)) {
         Ok(config) => config,
         Err(e) => {
             cx.report("batching", t.span(), format!("[batching]: {e}"), None);
@@ -422,206 +242,119 @@ fn lower_batching(cx: &mut Cx, top: Tbl, real_engine: bool) -> BatchConfig {
     }
 }
 
-fn lower_workload(cx: &mut Cx, top: Tbl, seed: u64, ctx: &Context) -> WorkloadPlan {
-    let derived = derive_seed(seed, seed_stream::WORKLOAD);
-    let Some(t) = cx.section(top, "workload", "workload", schema::WORKLOAD) else {
-        return WorkloadPlan::Synthetic {
-            prompt_tokens: TokenDist::Fixed { value: 128 },
-            output_tokens: TokenDist::Fixed { value: 64 },
-            seed: derived,
-            unique_prefix: true,
-            vocab_size: 32000,
-            ignore_eos: true,
-            temperature: 0.0,
-        };
+/// The variant a tagged section's tag chooses, and the keys of other variants it has (in the
+/// table's order), each with the variants that take it.
+fn choose_variant<S>(
+    cx: &mut Cx,
+    t: Tbl,
+    tag: &keys::Key<Tag>,
+    default: &'static str,
+    variants: &'static [Variant<S>],
+) -> (&'static Variant<S>, Vec<(String, Vec<&'static str>)>) {
+    let mut chosen = Tag(default);
+    keys::read(cx, t, std::slice::from_ref(tag), &mut chosen);
+    let variant = keys::variant(variants, chosen.0);
+    let foreign = t
+        .table
+        .iter()
+        .map(|(key, _)| key)
+        .filter(|key| *key != tag.name && !keys::names(variant.keys).any(|k| k == *key))
+        .filter_map(|key| {
+            let users: Vec<&str> =
+                variants.iter().filter(|v| keys::names(v.keys).any(|k| k == key)).map(|v| v.name).collect();
+            (!users.is_empty()).then(|| (key.to_owned(), users))
+        })
+        .collect();
+    (variant, foreign)
+}
+
+/// `variant`'s plan with every key of `t` read into it, the keys named in `first` before the
+/// others (the order in which problems of `--set`s are listed). A key of `first` that belongs to
+/// another variant is still read as that variant reads it, so a bad value is reported too.
+fn read_variant<S>(
+    cx: &mut Cx,
+    t: Tbl,
+    variants: &'static [Variant<S>],
+    variant: &Variant<S>,
+    seed: u64,
+    first: &[&str],
+) -> S {
+    let mut plan = (variant.default)(seed);
+    let row = |v: &'static Variant<S>, name: &str| v.keys.iter().find(|k| k.name == name);
+    for name in first {
+        let Some(field) = cx.field(t, name) else { continue };
+        match variant.keys.iter().find(|k| k.name == *name) {
+            Some(key) => (key.read)(cx, &field, &mut plan),
+            None => {
+                if let Some((other, key)) = variants.iter().find_map(|v| row(v, name).map(|k| (v, k))) {
+                    let mut scratch = (other.default)(seed);
+                    (key.read)(cx, &field, &mut scratch);
+                }
+            }
+        }
+    }
+    for key in variant.keys.iter().filter(|k| !first.contains(&k.name)) {
+        if let Some(field) = cx.field(t, key.name) {
+            (key.read)(cx, &field, &mut plan);
+        }
+    }
+    plan
+}
+
+fn lower_workload(cx: &mut Cx, top: Tbl, seed: u64) -> WorkloadPlan {
+    let variants = keys::WORKLOAD_VARIANTS;
+    let Some(t) = section(cx, top, "workload") else {
+        return (variants[0].default)(seed);
     };
-    let source = cx.choice(t, "source", &["synthetic", "file"]).unwrap_or("synthetic");
-    let foreign = if source == "file" { schema::WORKLOAD_SYNTHETIC_ONLY } else { schema::WORKLOAD_FILE_ONLY };
-    for key in foreign {
-        if let Some(field) = cx.field(t, key) {
-            let other = if source == "file" { "synthetic" } else { "file" };
-            let message = format!("`{}` only applies with `workload.source = \"{other}\"`", field.path);
+    let (variant, foreign) = choose_variant(cx, t, &keys::WORKLOAD_TAG, "synthetic", variants);
+    for (key, users) in foreign {
+        if let Some(field) = cx.field(t, &key) {
+            let message = format!("`{}` only applies with `workload.source = \"{}\"`", field.path, users[0]);
             cx.report_at(&field, message, None);
         }
     }
-    let ignore_eos = cx.boolean(t, "ignore_eos").unwrap_or(true);
-    let temperature = cx.float(t, "temperature", Low::AtLeast(0.0), f64::from(f32::MAX)).unwrap_or(0.0) as f32;
-    if source == "file" {
-        let path = match cx.field(t, "path") {
-            None => {
-                let message = "missing `workload.path` (required with `workload.source = \"file\"`)".to_owned();
-                cx.report("workload", t.span(), message, Some("add `path = \"prompts.jsonl\"`".to_owned()));
-                PathBuf::new()
-            }
-            Some(field) => match cx.string_of(&field) {
-                None => PathBuf::new(),
-                Some(written) => {
-                    let joined = ctx.base_dir.join(&written);
-                    let path = std::path::absolute(&joined).unwrap_or_else(|_| joined.clone());
-                    if !path.is_file() {
-                        let message = format!("workload file `{written}` not found (looked for {})", joined.display());
-                        cx.report_at(&field, message, Some("paths are relative to the scenario file".to_owned()));
-                    }
-                    path
-                }
-            },
-        };
-        let default_max_tokens = cx.u32(t, "default_max_tokens", 1).unwrap_or(64);
-        return WorkloadPlan::File { path, default_max_tokens, ignore_eos, temperature };
+    for (key, example) in missing_required(cx, t, variant.keys) {
+        let message = format!("missing `workload.{key}` (required with `workload.source = \"{}\"`)", variant.name);
+        cx.report("workload", t.span(), message, Some(format!("add `{key} = {example}`")));
     }
-    WorkloadPlan::Synthetic {
-        prompt_tokens: token_dist(cx, t, "prompt_tokens").unwrap_or(TokenDist::Fixed { value: 128 }),
-        output_tokens: token_dist(cx, t, "output_tokens").unwrap_or(TokenDist::Fixed { value: 64 }),
-        seed: cx.u64(t, "seed", 0).unwrap_or(derived),
-        unique_prefix: cx.boolean(t, "unique_prefix").unwrap_or(true),
-        vocab_size: cx.u32(t, "vocab_size", 2).unwrap_or(32000),
-        ignore_eos,
-        temperature,
-    }
-}
-
-fn token_dist(cx: &mut Cx, t: Tbl, key: &str) -> Option<TokenDist> {
-    let field = cx.field(t, key)?;
-    if field.node.value().is_some_and(Value::is_integer) {
-        return cx.int_of(&field, 1, U32_MAX).map(|v| TokenDist::Fixed { value: v as u32 });
-    }
-    let Some(table) = field.node.table_like() else {
-        let message = format!(
-            "`{}`: expected an integer or a table such as {{ dist = \"uniform\", min = 64, max = 256 }}, found {}",
-            field.path,
-            field.node.type_name()
-        );
-        cx.report_at(&field, message, None);
-        return None;
-    };
-    let path = if key == "prompt_tokens" { "workload.prompt_tokens" } else { "workload.output_tokens" };
-    let d = Tbl { path, table, at: field.span().map(|r| (r.start, r.end)) };
-    let Some(dist) = cx.choice(d, "dist", &["fixed", "uniform", "normal"]) else {
-        if cx.field(d, "dist").is_none() {
-            let help = "add `dist = \"uniform\"` (or \"normal\", \"fixed\")".to_owned();
-            cx.report_at(&field, format!("`{path}`: missing `dist`"), Some(help));
-        }
-        return None;
-    };
-    let keys: &[&str] = match dist {
-        "fixed" => &["dist", "value"],
-        "uniform" => &["dist", "min", "max"],
-        _ => &["dist", "mean", "stdev", "min", "max"],
-    };
-    cx.check_keys(d, keys);
-    let required_u32 = |cx: &mut Cx, k: &str| {
-        if cx.field(d, k).is_none() {
-            cx.report_at(&field, format!("`{path}`: missing `{k}` (required with dist = \"{dist}\")"), None);
-        }
-        cx.u32(d, k, 1)
-    };
-    if dist == "fixed" {
-        return required_u32(cx, "value").map(|value| TokenDist::Fixed { value });
-    }
-    let (mean, stdev) = if dist == "normal" {
-        let required_f64 = |cx: &mut Cx, k: &str| {
-            if cx.field(d, k).is_none() {
-                cx.report_at(&field, format!("`{path}`: missing `{k}` (required with dist = \"normal\")"), None);
-            }
-            cx.float(d, k, Low::AtLeast(0.0), f64::INFINITY)
-        };
-        (required_f64(cx, "mean"), required_f64(cx, "stdev"))
-    } else {
-        (Some(0.0), Some(0.0))
-    };
-    let (min, max) = (required_u32(cx, "min"), required_u32(cx, "max"));
-    let (min, max, mean, stdev) = (min?, max?, mean?, stdev?);
-    if min > max {
-        cx.report_at(&field, format!("`{path}`: `min` ({min}) is greater than `max` ({max})"), None);
-        return None;
-    }
-    Some(if dist == "uniform" { TokenDist::Uniform { min, max } } else { TokenDist::Normal { mean, stdev, min, max } })
+    // The keys every source takes are read first.
+    let shared: Vec<&str> = keys::names(variant.keys)
+        .filter(|name| variants.iter().all(|v| keys::names(v.keys).any(|k| k == *name)))
+        .collect();
+    read_variant(cx, t, variants, variant, seed, &shared)
 }
 
 fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
-    let Some(t) = cx.section(top, "profile", "profile", schema::PROFILE) else {
-        return ProfilePlan::Throughput { max_concurrency: 256 };
+    let default = keys::variant(keys::PROFILE_VARIANTS, "throughput");
+    let Some(t) = section(cx, top, "profile") else {
+        return (default.default)(seed);
     };
-    let kind = cx.choice(t, "kind", schema::PROFILE_KINDS).unwrap_or("throughput");
-    let applicable = schema::profile_keys(kind);
-    for (key, _) in t.table.iter() {
-        if key == "kind" || applicable.contains(&key) || !schema::PROFILE.contains(&key) {
-            continue;
-        }
-        let users: Vec<&str> =
-            schema::PROFILE_KINDS.iter().copied().filter(|k| schema::profile_keys(k).contains(&key)).collect();
-        if let Some(field) = cx.field(t, key) {
+    let (variant, foreign) = choose_variant(cx, t, &keys::PROFILE_TAG, default.name, keys::PROFILE_VARIANTS);
+    let kind = variant.name;
+    for (key, users) in foreign {
+        if let Some(field) = cx.field(t, &key) {
             let message = format!("`profile.{key}` does not apply to profile kind `{kind}`");
             cx.report_at(&field, message, Some(format!("`{key}` is used by: {}", users.join(", "))));
         }
     }
-    let max_concurrency = cx.u32(t, "max_concurrency", 1);
-    let required = |cx: &mut Cx, key: &str, example: &str| {
-        let field = cx.field(t, key);
-        if field.is_none() {
-            let message = format!("missing `profile.{key}` (required with kind = \"{kind}\")");
-            cx.report("profile", t.span(), message, Some(format!("add `{key} = {example}`")));
-        }
-        field
-    };
-    match kind {
-        "synchronous" => ProfilePlan::Synchronous,
-        "concurrent" => {
-            let levels = required(cx, "levels", "[1, 4, 16]")
-                .and_then(|f| positive_list(cx, &f, |cx, e| cx.int_of(e, 1, U32_MAX).map(|v| v as u32)))
-                .unwrap_or_default();
-            ProfilePlan::Concurrent { levels }
-        }
-        "constant" => {
-            let rates = required(cx, "rates", "[10.0, 20.0]")
-                .and_then(|f| positive_list(cx, &f, |cx, e| cx.float_of(e, Low::Above(0.0), f64::INFINITY)))
-                .unwrap_or_default();
-            ProfilePlan::Constant { rates, max_concurrency }
-        }
-        "poisson" => {
-            let rate = required(cx, "rate", "50.0")
-                .and_then(|f| cx.float_of(&f, Low::Above(0.0), f64::INFINITY))
-                .unwrap_or(1.0);
-            let seed = cx.u64(t, "seed", 0).unwrap_or(derive_seed(seed, seed_stream::POISSON));
-            ProfilePlan::Poisson { rate, seed, max_concurrency }
-        }
-        "sweep" => {
-            let rates = match cx.field(t, "rates") {
-                Some(f) if f.node.value().is_some_and(Value::is_array) => {
-                    let message = "`profile.rates`: with kind = \"sweep\" expected an integer (how many rates \
-                                   between the synchronous and throughput rates), found an array"
-                        .to_owned();
-                    cx.report_at(&f, message, Some("for a list of rates use kind = \"constant\"".to_owned()));
-                    5
-                }
-                Some(f) => cx.int_of(&f, 1, U32_MAX).map_or(5, |v| v as u32),
-                None => 5,
-            };
-            ProfilePlan::Sweep { rates, max_concurrency: max_concurrency.unwrap_or(256) }
-        }
-        _ => ProfilePlan::Throughput { max_concurrency: max_concurrency.unwrap_or(256) },
+    for (key, example) in missing_required(cx, t, variant.keys) {
+        let message = format!("missing `profile.{key}` (required with kind = \"{kind}\")");
+        cx.report("profile", t.span(), message, Some(format!("add `{key} = {example}`")));
     }
+    // `max_concurrency` is read first, and checked even where it does not apply.
+    read_variant(cx, t, keys::PROFILE_VARIANTS, variant, seed, &["max_concurrency"])
 }
 
-/// A non-empty array whose elements all pass `element`.
-fn positive_list<T>(cx: &mut Cx, field: &Field, element: impl Fn(&mut Cx, &Field) -> Option<T>) -> Option<Vec<T>> {
-    let elements = cx.array(field)?;
-    if elements.is_empty() {
-        cx.report_at(field, format!("`{}` must not be empty", field.path), None);
-        return None;
+/// A section with no rules between its keys: `s` with every key `[name]` has read into it.
+fn simple_section<S>(cx: &mut Cx, top: Tbl, name: &'static str, keys: &[keys::Key<S>], mut s: S) -> S {
+    if let Some(t) = section(cx, top, name) {
+        keys::read(cx, t, keys, &mut s);
     }
-    let values: Vec<Option<T>> = elements.iter().map(|e| element(cx, e)).collect();
-    values.into_iter().collect()
+    s
 }
 
 fn lower_stop(cx: &mut Cx, top: Tbl) -> StopPlan {
-    let mut stop = StopPlan::default();
-    if let Some(t) = cx.section(top, "stop", "stop", schema::STOP) {
-        stop.max_requests = cx.u64(t, "max_requests", 1);
-        stop.max_duration = cx.duration(t, "max_duration", false);
-        stop.max_errors = cx.u64(t, "max_errors", 0);
-        stop.max_error_rate = cx.float(t, "max_error_rate", Low::AtLeast(0.0), 1.0);
-    }
+    let mut stop = simple_section(cx, top, "stop", keys::STOP_KEYS, StopPlan::default());
     // Only fill in the default when neither was written (a bad value already has its problem).
     let written = |key| cx_has(top, "stop", key);
     if stop.max_requests.is_none()
@@ -639,9 +372,9 @@ fn cx_has(top: Tbl, section: &str, key: &str) -> bool {
 }
 
 fn lower_phase(cx: &mut Cx, top: Tbl, which: &'static str) -> Option<PhaseLimit> {
-    let t = cx.section(top, which, which, schema::PHASE)?;
-    let requests = cx.u64(t, "requests", 1);
-    let duration = cx.duration(t, "duration", false);
+    let t = section(cx, top, which)?;
+    let mut phase = Phase::default();
+    keys::read(cx, t, keys::PHASE_KEYS, &mut phase);
     let (has_requests, has_duration) = (t.table.contains_key("requests"), t.table.contains_key("duration"));
     if has_requests && has_duration {
         let message = format!("[{which}] sets both `requests` and `duration`");
@@ -650,7 +383,7 @@ fn lower_phase(cx: &mut Cx, top: Tbl, which: &'static str) -> Option<PhaseLimit>
         let message = format!("[{which}] needs `requests` or `duration`");
         cx.report(which, t.span(), message, Some("e.g. `requests = 10` or `duration = \"5s\"`".to_owned()));
     }
-    match (requests, duration) {
+    match (phase.requests, phase.duration) {
         (Some(n), None) => Some(PhaseLimit::Requests(n)),
         (None, Some(d)) => Some(PhaseLimit::Duration(d)),
         _ => None,
@@ -694,11 +427,5 @@ fn lower_expect(cx: &mut Cx, top: Tbl) -> Vec<Expectation> {
 }
 
 fn lower_output(cx: &mut Cx, top: Tbl) -> OutputPlan {
-    let Some(t) = cx.section(top, "output", "output", schema::OUTPUT) else {
-        return OutputPlan::default();
-    };
-    OutputPlan {
-        dir: cx.string(t, "dir").map(PathBuf::from),
-        requests_jsonl: cx.boolean(t, "requests_jsonl").unwrap_or(false),
-    }
+    simple_section(cx, top, "output", keys::OUTPUT_KEYS, OutputPlan::default())
 }

@@ -6,12 +6,14 @@
 //! built in Rust is held to the same rules as one written by hand. Nothing downstream sees TOML.
 //!
 //! Files: `error` (problems and their rustc-like report), `reader` (typed, located reads),
-//! `schema` (the known keys), `units` (durations), `expect` (metric names), `lower` (meaning and
+//! `keys` (every key's row: name, doc, default, reading and printing), `schema` (the known keys,
+//! from `keys`), `units` (durations), `expect` (metric names), `lower` (meaning and
 //! defaults), `overrides`, `builder`, `print` (plan back to TOML).
 
 pub mod builder;
 pub mod error;
 pub mod expect;
+mod keys;
 mod lower;
 mod overrides;
 pub mod plan;
@@ -31,6 +33,7 @@ pub use lower::{derive_seed, seed_stream};
 pub use overrides::Overrides;
 pub use plan::Plan;
 pub use print::to_toml;
+pub use schema::key_paths;
 
 /// Entry point for Rust-built scenarios: `Scenario::builder()`.
 pub struct Scenario;
@@ -82,8 +85,8 @@ fn parse_with(
     let mut problems = Vec::new();
     let sets = overrides::apply(&mut root, overrides, set_arg, &mut problems);
     let stem = Path::new(file_name).file_stem().and_then(|s| s.to_str()).unwrap_or("scenario");
-    let mut cx = reader::Cx { source, file: file_name, sets: &sets, problems };
-    let plan = lower::lower(&mut cx, &root, &lower::Context { stem, base_dir });
+    let mut cx = reader::Cx { source, file: file_name, base_dir, sets: &sets, problems };
+    let plan = lower::lower(&mut cx, &root, &lower::Context { stem });
     if cx.problems.is_empty() {
         return Ok(plan);
     }

@@ -4,185 +4,55 @@
 //! gives `p` back, except for `Expectation::origin`, which names where the text was read. The
 //! fuzz target and the round-trip proptest rely on this.
 
-use std::time::Duration;
+use toml_edit::{DocumentMut, InlineTable, Item, Table, Value, value};
 
-use toml_edit::{Array, DocumentMut, InlineTable, Item, Table, Value, value};
-
+use super::keys::{self, Batching, Head, Phase, Tag};
 use super::plan::*;
 use super::units::format_duration;
 use crate::engine::faults::{FAULT_KEYS, FaultValue};
 
-/// Free-form keyword arguments as a table.
-fn json_table(map: &serde_json::Map<String, serde_json::Value>) -> Item {
-    let mut table = Table::new();
-    for (k, j) in map {
-        if let Some(x) = json_to_value(j) {
-            table[k.as_str()] = value(x);
-        }
-    }
-    Item::Table(table)
-}
-
 /// The scenario text of `plan`.
 pub fn to_toml(plan: &Plan) -> String {
     let mut doc = DocumentMut::new();
-    doc["name"] = value(plan.name.as_str());
-    if let Some(description) = &plan.description {
-        doc["description"] = value(description.as_str());
-    }
-    doc["seed"] = value(int(plan.seed));
+    let head = Head { name: plan.name.clone(), description: plan.description.clone(), seed: plan.seed };
+    keys::print(doc.as_table_mut(), keys::HEAD_KEYS, &head);
 
     let mut engine = Table::new();
-    match &plan.engine {
+    let mut t = Table::new();
+    let kind = match &plan.engine {
         EnginePlan::Sim(sim) => {
-            engine["kind"] = value("sim");
-            let mut t = Table::new();
-            t["time"] = value(if sim.time == crate::engine::sim::TimeMode::Real { "real" } else { "virtual" });
-            t["seed"] = value(int(sim.seed));
-            t["fixed_overhead"] = duration(sim.cost.fixed_overhead);
-            t["prefill_per_token"] = duration(sim.cost.prefill_per_token);
-            t["decode_step"] = duration(sim.cost.decode_step);
-            t["decode_per_seq"] = duration(sim.cost.decode_per_seq);
-            t["max_num_seqs"] = value(int(sim.cost.max_num_seqs as u64));
-            t["eos_probability"] = value(sim.cost.eos_probability);
-            engine["sim"] = Item::Table(t);
+            keys::print(&mut t, keys::SIM_KEYS, sim);
+            keys::print(&mut t, keys::COST_KEYS, &sim.cost);
+            "sim"
         }
         EnginePlan::Vllm(v) => {
-            engine["kind"] = value("vllm");
-            let mut t = Table::new();
-            t["model"] = value(v.model.to_string_lossy().as_ref());
-            t["dtype"] = value(v.dtype.as_str());
-            optional_u32(&mut t, "max_model_len", v.max_model_len);
-            optional_u32(&mut t, "max_num_seqs", v.max_num_seqs);
-            optional_u32(&mut t, "max_num_batched_tokens", v.max_num_batched_tokens);
-            t["enforce_eager"] = value(v.enforce_eager);
-            t["seed"] = value(int(v.seed));
-            t["kv_cache_gib"] = value(v.kv_cache_gib);
-            t["in_process"] = value(v.in_process);
-            optional_u32(&mut t, "omp_num_threads", v.omp_num_threads);
-            t["disable_log_stats"] = value(v.disable_log_stats);
-            if !v.engine_args.is_empty() {
-                t["engine_args"] = json_table(&v.engine_args);
-            }
-            engine["vllm"] = Item::Table(t);
+            keys::print(&mut t, keys::VLLM_KEYS, v);
+            "vllm"
         }
         EnginePlan::Python(p) => {
-            engine["kind"] = value("python");
-            let mut t = Table::new();
-            t["class"] = value(p.class_spec());
-            if let Some(path) = &p.path {
-                t["path"] = value(path.to_string_lossy().as_ref());
-            }
-            if let Some(venv) = &p.venv {
-                t["venv"] = value(venv.to_string_lossy().as_ref());
-            }
-            t["clock"] = value(if p.clock == crate::engine::ClockDomain::Foreign { "foreign" } else { "monotonic" });
-            if !p.args.is_empty() {
-                t["args"] = json_table(&p.args);
-            }
-            if !p.env.is_empty() {
-                let mut env = Table::new();
-                for (k, v) in &p.env {
-                    env[k.as_str()] = value(v.as_str());
-                }
-                t["env"] = Item::Table(env);
-            }
-            engine["python"] = Item::Table(t);
+            keys::print(&mut t, keys::PYTHON_KEYS, p);
+            "python"
         }
-    }
+    };
+    keys::print(&mut engine, keys::ENGINE_KEYS, &Tag(kind));
+    engine[kind] = Item::Table(t);
     doc["engine"] = Item::Table(engine);
 
     let mut batching = Table::new();
-    batching["batch_size"] = value(int(plan.batching.batch_size() as u64));
-    batching["batch_timeout"] = duration(plan.batching.batch_timeout());
-    if let Some(t) = plan.batching.generate_timeout() {
-        batching["generate_timeout"] = duration(t);
-    }
+    keys::print(&mut batching, keys::BATCHING_KEYS, &Batching::of(&plan.batching));
     doc["batching"] = Item::Table(batching);
 
-    let mut workload = Table::new();
-    match &plan.workload {
-        WorkloadPlan::Synthetic {
-            prompt_tokens,
-            output_tokens,
-            seed,
-            unique_prefix,
-            vocab_size,
-            ignore_eos,
-            temperature,
-        } => {
-            workload["source"] = value("synthetic");
-            workload["prompt_tokens"] = value(token_dist(prompt_tokens));
-            workload["output_tokens"] = value(token_dist(output_tokens));
-            workload["seed"] = value(int(*seed));
-            workload["unique_prefix"] = value(*unique_prefix);
-            workload["vocab_size"] = value(i64::from(*vocab_size));
-            workload["ignore_eos"] = value(*ignore_eos);
-            workload["temperature"] = value(f64::from(*temperature));
-        }
-        WorkloadPlan::File { path, default_max_tokens, ignore_eos, temperature } => {
-            workload["source"] = value("file");
-            workload["path"] = value(path.to_string_lossy().as_ref());
-            workload["default_max_tokens"] = value(i64::from(*default_max_tokens));
-            workload["ignore_eos"] = value(*ignore_eos);
-            workload["temperature"] = value(f64::from(*temperature));
-        }
-    }
-    doc["workload"] = Item::Table(workload);
-
-    let mut profile = Table::new();
-    let concurrency = |t: &mut Table, c: Option<u32>| optional_u32(t, "max_concurrency", c);
-    match &plan.profile {
-        ProfilePlan::Synchronous => profile["kind"] = value("synchronous"),
-        ProfilePlan::Concurrent { levels } => {
-            profile["kind"] = value("concurrent");
-            profile["levels"] = value(levels.iter().map(|l| i64::from(*l)).collect::<Array>());
-        }
-        ProfilePlan::Throughput { max_concurrency } => {
-            profile["kind"] = value("throughput");
-            concurrency(&mut profile, Some(*max_concurrency));
-        }
-        ProfilePlan::Constant { rates, max_concurrency } => {
-            profile["kind"] = value("constant");
-            profile["rates"] = value(rates.iter().copied().collect::<Array>());
-            concurrency(&mut profile, *max_concurrency);
-        }
-        ProfilePlan::Poisson { rate, seed, max_concurrency } => {
-            profile["kind"] = value("poisson");
-            profile["rate"] = value(*rate);
-            profile["seed"] = value(int(*seed));
-            concurrency(&mut profile, *max_concurrency);
-        }
-        ProfilePlan::Sweep { rates, max_concurrency } => {
-            profile["kind"] = value("sweep");
-            profile["rates"] = value(i64::from(*rates));
-            concurrency(&mut profile, Some(*max_concurrency));
-        }
-    }
-    doc["profile"] = Item::Table(profile);
+    doc["workload"] = Item::Table(tagged(&keys::WORKLOAD_TAG, keys::WORKLOAD_VARIANTS, &plan.workload));
+    doc["profile"] = Item::Table(tagged(&keys::PROFILE_TAG, keys::PROFILE_VARIANTS, &plan.profile));
 
     let mut stop = Table::new();
-    if let Some(n) = plan.stop.max_requests {
-        stop["max_requests"] = value(int(n));
-    }
-    if let Some(d) = plan.stop.max_duration {
-        stop["max_duration"] = duration(d);
-    }
-    if let Some(n) = plan.stop.max_errors {
-        stop["max_errors"] = value(int(n));
-    }
-    if let Some(r) = plan.stop.max_error_rate {
-        stop["max_error_rate"] = value(r);
-    }
+    keys::print(&mut stop, keys::STOP_KEYS, &plan.stop);
     doc["stop"] = Item::Table(stop);
 
     for (key, phase) in [("warmup", &plan.warmup), ("cooldown", &plan.cooldown)] {
+        let Some(phase) = phase else { continue };
         let mut t = Table::new();
-        match phase {
-            Some(PhaseLimit::Requests(n)) => t["requests"] = value(int(*n)),
-            Some(PhaseLimit::Duration(d)) => t["duration"] = duration(*d),
-            None => continue,
-        }
+        keys::print(&mut t, keys::PHASE_KEYS, &Phase::of(phase));
         doc[key] = Item::Table(t);
     }
 
@@ -203,55 +73,26 @@ pub fn to_toml(plan: &Plan) -> String {
     }
 
     let mut output = Table::new();
-    if let Some(dir) = &plan.output.dir {
-        output["dir"] = value(dir.to_string_lossy().as_ref());
-    }
-    output["requests_jsonl"] = value(plan.output.requests_jsonl);
+    keys::print(&mut output, keys::OUTPUT_KEYS, &plan.output);
     doc["output"] = Item::Table(output);
 
     doc.to_string()
 }
 
-/// TOML integers are i64; values beyond (only possible in plans not read from a file, such as
-/// `CostModel::free()`'s unlimited `max_num_seqs`) saturate.
-fn int(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn duration(d: Duration) -> Item {
-    value(format_duration(d))
-}
-
-fn optional_u32(t: &mut Table, key: &str, v: Option<u32>) {
-    if let Some(v) = v {
-        t[key] = value(i64::from(v));
+/// A tagged section: the tag, then the keys of the variant `s` is.
+fn tagged<S>(tag: &keys::Key<Tag>, variants: &[keys::Variant<S>], s: &S) -> Table {
+    let mut table = Table::new();
+    if let Some(v) = variants.iter().find(|v| (v.is)(s)) {
+        keys::print(&mut table, std::slice::from_ref(tag), &Tag(v.name));
+        keys::print(&mut table, v.keys, s);
     }
-}
-
-/// A distribution as the DSL writes it (also what the builder sets).
-pub(super) fn token_dist(d: &TokenDist) -> Value {
-    let mut t = InlineTable::new();
-    match d {
-        TokenDist::Fixed { value } => return Value::from(i64::from(*value)),
-        TokenDist::Uniform { min, max } => {
-            t.insert("dist", "uniform".into());
-            t.insert("min", i64::from(*min).into());
-            t.insert("max", i64::from(*max).into());
-        }
-        TokenDist::Normal { mean, stdev, min, max } => {
-            t.insert("dist", "normal".into());
-            t.insert("mean", (*mean).into());
-            t.insert("stdev", (*stdev).into());
-            t.insert("min", i64::from(*min).into());
-            t.insert("max", i64::from(*max).into());
-        }
-    }
-    Value::InlineTable(t)
+    table
 }
 
 /// A `[faults]` value as the DSL writes it (also what the builder sets); `None` for a trigger
 /// that never fires or an unset process fault, which are written by leaving the key out.
 pub(super) fn fault_value(v: &FaultValue) -> Option<Value> {
+    let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     let mut t = InlineTable::new();
     match v {
         FaultValue::Trigger(trigger) => {
@@ -271,27 +112,4 @@ pub(super) fn fault_value(v: &FaultValue) -> Option<Value> {
         FaultValue::Flag(b) => return Some((*b).into()),
     }
     (!t.is_empty()).then_some(Value::InlineTable(t))
-}
-
-/// JSON back to TOML; `null` has no TOML form and is dropped (it cannot come from a file).
-fn json_to_value(j: &serde_json::Value) -> Option<Value> {
-    Some(match j {
-        serde_json::Value::Null => return None,
-        serde_json::Value::Bool(b) => (*b).into(),
-        serde_json::Value::Number(n) => match n.as_i64() {
-            Some(i) => i.into(),
-            None => n.as_f64()?.into(),
-        },
-        serde_json::Value::String(s) => s.as_str().into(),
-        serde_json::Value::Array(a) => Value::Array(a.iter().filter_map(json_to_value).collect()),
-        serde_json::Value::Object(o) => {
-            let mut t = InlineTable::new();
-            for (k, v) in o {
-                if let Some(v) = json_to_value(v) {
-                    t.insert(k, v);
-                }
-            }
-            Value::InlineTable(t)
-        }
-    })
 }

@@ -23,6 +23,8 @@ pub(crate) struct AppliedSet {
 pub(crate) struct Cx<'a> {
     pub source: &'a str,
     pub file: &'a str,
+    /// Relative workload, model and engine paths resolve against this.
+    pub base_dir: &'a std::path::Path,
     pub sets: &'a [AppliedSet],
     pub problems: Vec<Problem>,
 }
@@ -250,10 +252,14 @@ impl<'a> Cx<'a> {
 
     pub fn boolean(&mut self, t: Tbl, key: &str) -> Option<bool> {
         let field = self.field(t, key)?;
+        self.boolean_of(&field)
+    }
+
+    pub fn boolean_of(&mut self, field: &Field) -> Option<bool> {
         match field.node.value().and_then(Value::as_bool) {
             Some(b) => Some(b),
             None => {
-                self.wrong_type(&field, "a boolean (true or false)");
+                self.wrong_type(field, "a boolean (true or false)");
                 None
             }
         }
@@ -269,41 +275,44 @@ impl<'a> Cx<'a> {
         }
     }
 
-    pub fn string(&mut self, t: Tbl, key: &str) -> Option<String> {
-        let field = self.field(t, key)?;
-        self.string_of(&field)
-    }
-
     /// A string naming one of `options`.
     pub fn choice(&mut self, t: Tbl, key: &str, options: &[&'static str]) -> Option<&'static str> {
         let field = self.field(t, key)?;
-        let found = self.string_of(&field)?;
+        self.choice_of(&field, options)
+    }
+
+    pub fn choice_of(&mut self, field: &Field, options: &[&'static str]) -> Option<&'static str> {
+        let found = self.string_of(field)?;
         if let Some(option) = options.iter().find(|o| **o == found) {
             return Some(option);
         }
         let list = options.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>().join(", ");
         let help = did_you_mean(&found, options.iter().copied());
-        self.report_at(&field, format!("`{}` must be one of {list}, found `{found}`", field.path), help);
+        self.report_at(field, format!("`{}` must be one of {list}, found `{found}`", field.path), help);
         None
     }
 
     /// A duration string; zero allowed only with `allow_zero`.
     pub fn duration(&mut self, t: Tbl, key: &str, allow_zero: bool) -> Option<Duration> {
         let field = self.field(t, key)?;
+        self.duration_of(&field, allow_zero)
+    }
+
+    pub fn duration_of(&mut self, field: &Field, allow_zero: bool) -> Option<Duration> {
         let Some(text) = field.node.value().and_then(Value::as_str) else {
             let message =
                 format!("`{}`: expected a duration such as \"10ms\", found {}", field.path, field.node.type_name());
-            self.report_at(&field, message, Some("write the number and its unit as a string: \"10ms\"".to_owned()));
+            self.report_at(field, message, Some("write the number and its unit as a string: \"10ms\"".to_owned()));
             return None;
         };
         match parse_duration(text) {
             Ok(d) if d.is_zero() && !allow_zero => {
-                self.report_at(&field, format!("`{}` must be greater than 0", field.path), None);
+                self.report_at(field, format!("`{}` must be greater than 0", field.path), None);
                 None
             }
             Ok(d) => Some(d),
             Err(message) => {
-                self.report_at(&field, format!("`{}`: {message}", field.path), None);
+                self.report_at(field, format!("`{}`: {message}", field.path), None);
                 None
             }
         }

@@ -1,89 +1,87 @@
-//! The keys the DSL knows, in one place.
+//! The keys the DSL knows, derived from the key tables ([`super::keys`]).
 //!
 //! Both the file validator (unknown keys, did-you-mean) and `--set` (whose key path must exist
 //! before anything is parsed) ask this module, so the two can never disagree.
 
+use std::sync::LazyLock;
+
 use super::expect;
+use super::keys::{self, Sub};
 use crate::engine::faults;
 
-pub(crate) const TOP: &[&str] = &[
-    "name",
-    "description",
-    "seed",
-    "engine",
-    "batching",
-    "workload",
-    "profile",
-    "stop",
-    "warmup",
-    "cooldown",
-    "faults",
-    "expect",
-    "output",
-];
-pub(crate) const ENGINE: &[&str] = &["kind", "sim", "vllm", "python"];
-pub(crate) const SIM: &[&str] = &[
-    "time",
-    "seed",
-    "fixed_overhead",
-    "prefill_per_token",
-    "decode_step",
-    "decode_per_seq",
-    "max_num_seqs",
-    "eos_probability",
-];
-pub(crate) const VLLM: &[&str] = &[
-    "model",
-    "dtype",
-    "max_model_len",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "enforce_eager",
-    "seed",
-    "kv_cache_gib",
-    "in_process",
-    "omp_num_threads",
-    "disable_log_stats",
-    "engine_args",
-];
-pub(crate) const PYTHON: &[&str] = &["class", "path", "venv", "clock", "args", "env"];
-pub(crate) const BATCHING: &[&str] = &["batch_size", "batch_timeout", "generate_timeout"];
-pub(crate) const WORKLOAD: &[&str] = &[
-    "source",
-    "prompt_tokens",
-    "output_tokens",
-    "seed",
-    "unique_prefix",
-    "vocab_size",
-    "ignore_eos",
-    "temperature",
-    "path",
-    "default_max_tokens",
-];
-/// Workload keys that only make sense with `source = "synthetic"`.
-pub(crate) const WORKLOAD_SYNTHETIC_ONLY: &[&str] =
-    &["prompt_tokens", "output_tokens", "seed", "unique_prefix", "vocab_size"];
-/// Workload keys that only make sense with `source = "file"`.
-pub(crate) const WORKLOAD_FILE_ONLY: &[&str] = &["path", "default_max_tokens"];
-pub(crate) const TOKEN_DIST: &[&str] = &["dist", "value", "min", "max", "mean", "stdev"];
-pub(crate) const PROFILE: &[&str] = &["kind", "max_concurrency", "levels", "rates", "rate", "seed"];
-pub(crate) const PROFILE_KINDS: &[&str] = &["synchronous", "concurrent", "throughput", "constant", "poisson", "sweep"];
+/// The keys of one table of the scenario, and what may stand below each.
+pub(crate) struct SectionKeys {
+    pub names: Vec<&'static str>,
+    subs: Vec<Sub>,
+}
 
-/// The `[profile]` keys each kind accepts besides `kind`.
-pub(crate) fn profile_keys(kind: &str) -> &'static [&'static str] {
-    match kind {
-        "concurrent" => &["levels"],
-        "throughput" => &["max_concurrency"],
-        "constant" => &["rates", "max_concurrency"],
-        "poisson" => &["rate", "seed", "max_concurrency"],
-        "sweep" => &["rates", "max_concurrency"],
-        _ => &[],
+impl SectionKeys {
+    fn new(keys: impl IntoIterator<Item = (&'static str, Sub)>) -> Self {
+        let (names, subs) = keys.into_iter().unzip();
+        SectionKeys { names, subs }
+    }
+
+    fn sub(&self, key: &str) -> Option<Sub> {
+        self.names.iter().position(|n| *n == key).map(|i| self.subs[i])
     }
 }
 
-pub(crate) const STOP: &[&str] = &["max_requests", "max_duration", "max_errors", "max_error_rate"];
-pub(crate) const PHASE: &[&str] = &["requests", "duration"];
-pub(crate) const OUTPUT: &[&str] = &["dir", "requests_jsonl"];
+/// A sub-section: a table of fixed keys.
+fn table(name: &'static str) -> (&'static str, Sub) {
+    (name, Sub::Fixed(&[]))
+}
+
+static TOP: LazyLock<SectionKeys> =
+    LazyLock::new(|| SectionKeys::new(keys::subs(keys::HEAD_KEYS).chain(keys::SECTIONS.iter().map(|s| table(s)))));
+static ENGINE: LazyLock<SectionKeys> = LazyLock::new(|| {
+    SectionKeys::new(keys::subs(keys::ENGINE_KEYS).chain(keys::ENGINE_KINDS.iter().map(|k| table(k))))
+});
+static SIM: LazyLock<SectionKeys> =
+    LazyLock::new(|| SectionKeys::new(keys::subs(keys::SIM_KEYS).chain(keys::subs(keys::COST_KEYS))));
+static VLLM: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::VLLM_KEYS)));
+static PYTHON: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::PYTHON_KEYS)));
+static BATCHING: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::BATCHING_KEYS)));
+static WORKLOAD: LazyLock<SectionKeys> = LazyLock::new(|| {
+    let tag = (keys::WORKLOAD_TAG.name, keys::WORKLOAD_TAG.sub);
+    SectionKeys::new(std::iter::once(tag).chain(keys::variant_keys(keys::WORKLOAD_VARIANTS)))
+});
+static PROFILE: LazyLock<SectionKeys> = LazyLock::new(|| {
+    let tag = (keys::PROFILE_TAG.name, keys::PROFILE_TAG.sub);
+    SectionKeys::new(std::iter::once(tag).chain(keys::variant_keys(keys::PROFILE_VARIANTS)))
+});
+static STOP: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::STOP_KEYS)));
+static PHASE: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::PHASE_KEYS)));
+static FAULTS: LazyLock<SectionKeys> = LazyLock::new(|| {
+    SectionKeys::new(faults::FAULT_KEYS.iter().map(|k| match k.subkeys() {
+        [] => (k.name, Sub::Value),
+        subkeys => (k.name, Sub::Fixed(subkeys)),
+    }))
+});
+static OUTPUT: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::OUTPUT_KEYS)));
+
+/// The table of fixed keys at `path`, if there is one (`[expect]` takes metric names instead).
+pub(crate) fn section(path: &[&str]) -> Option<&'static SectionKeys> {
+    Some(match path {
+        [] => &TOP,
+        ["engine"] => &ENGINE,
+        ["engine", "sim"] => &SIM,
+        ["engine", "vllm"] => &VLLM,
+        ["engine", "python"] => &PYTHON,
+        ["batching"] => &BATCHING,
+        ["workload"] => &WORKLOAD,
+        ["profile"] => &PROFILE,
+        ["stop"] => &STOP,
+        ["warmup" | "cooldown"] => &PHASE,
+        ["faults"] => &FAULTS,
+        ["output"] => &OUTPUT,
+        _ => return None,
+    })
+}
+
+/// The key names of the table at `path` (empty where there is none).
+pub(crate) fn names(path: &[&str]) -> &'static [&'static str] {
+    section(path).map_or(&[], |s| s.names.as_slice())
+}
 
 /// What may appear under a table.
 pub(crate) enum Keys {
@@ -98,29 +96,23 @@ pub(crate) enum Keys {
 
 /// The keys allowed directly under the table at `path`.
 pub(crate) fn keys_under(path: &[&str]) -> Keys {
-    match path {
-        [] => Keys::Fixed(TOP),
-        ["engine"] => Keys::Fixed(ENGINE),
-        ["engine", "sim"] => Keys::Fixed(SIM),
-        ["engine", "vllm"] => Keys::Fixed(VLLM),
-        ["engine", "vllm", "engine_args", ..] => Keys::Any,
-        ["engine", "python"] => Keys::Fixed(PYTHON),
-        ["engine", "python", "args" | "env", ..] => Keys::Any,
-        ["batching"] => Keys::Fixed(BATCHING),
-        ["workload"] => Keys::Fixed(WORKLOAD),
-        ["workload", "prompt_tokens" | "output_tokens"] => Keys::Fixed(TOKEN_DIST),
-        ["profile"] => Keys::Fixed(PROFILE),
-        ["stop"] => Keys::Fixed(STOP),
-        ["warmup" | "cooldown"] => Keys::Fixed(PHASE),
-        ["faults"] => Keys::Fixed(faults::fault_names()),
-        ["faults", key] => match faults::fault_key(key).map(faults::FaultKey::subkeys) {
-            Some(keys) if !keys.is_empty() => Keys::Fixed(keys),
-            _ => Keys::Value,
-        },
-        ["expect"] => Keys::Metrics,
-        ["output"] => Keys::Fixed(OUTPUT),
-        _ => Keys::Value,
+    if let Some(s) = section(path) {
+        return Keys::Fixed(&s.names);
     }
+    if path == ["expect"] {
+        return Keys::Metrics;
+    }
+    // Below a key of a section: its own table, a free-form one, or nothing.
+    for split in (0..path.len()).rev() {
+        let (parent, rest) = path.split_at(split);
+        let Some(sub) = section(parent).and_then(|s| s.sub(rest[0])) else { continue };
+        return match (sub, rest.len()) {
+            (Sub::Any, _) => Keys::Any,
+            (Sub::Fixed(keys), 1) => Keys::Fixed(keys),
+            _ => Keys::Value,
+        };
+    }
+    Keys::Value
 }
 
 /// Why a dotted key path does not exist: the message and an optional did-you-mean.
@@ -152,4 +144,24 @@ pub(crate) fn check_path(path: &[&str]) -> Result<(), (String, Option<String>)> 
 
 fn prefix(parent: &[&str]) -> String {
     parent.iter().map(|p| format!("{p}.")).collect()
+}
+
+/// Every key path `--set` can reach below the fixed tables, sub-keys included (free-form tables
+/// and metrics are not listed): for the fuzz target and tests.
+pub fn key_paths() -> Vec<String> {
+    let mut out = Vec::new();
+    let mut walk = vec![Vec::<&str>::new()];
+    while let Some(path) = walk.pop() {
+        let Keys::Fixed(keys) = keys_under(&path) else { continue };
+        for key in keys {
+            let mut child = path.clone();
+            child.push(key);
+            if !path.is_empty() || !keys::SECTIONS.contains(key) {
+                out.push(child.join("."));
+            }
+            walk.push(child);
+        }
+    }
+    out.sort();
+    out
 }

@@ -316,6 +316,35 @@ fn builder_goes_through_validation() {
     assert_eq!(plan.profile, ProfilePlan::Sweep { rates: 3, max_concurrency: 256 });
 }
 
+/// Every setter's key is a key of the tables (the builder names its keys; `build` would reject a
+/// wrong one, this finds it without a plan that uses the setter).
+#[test]
+fn builder_setters_set_known_keys() {
+    let d = Duration::from_millis(1);
+    let trigger = FaultTrigger::every(2);
+    let builders = [
+        Scenario::builder().name("x").description("y").seed(1).sim_real().sim_seed(2).sim_cost(&CostModel::default()),
+        Scenario::builder().sim_virtual().vllm("m").batch_size(1).batch_timeout(d).generate_timeout(d),
+        Scenario::builder().python("m:C").synthetic(1, 2).workload_seed(3).profile_synchronous(),
+        Scenario::builder().workload_file("f").profile_concurrent(&[1]).profile_throughput(1).profile_constant(&[1.0]),
+        Scenario::builder().profile_poisson(1.0).profile_sweep(2).max_concurrency(3).max_requests(1).max_duration(d),
+        Scenario::builder().max_errors(1).max_error_rate(0.5).warmup_requests(1).warmup_duration(d),
+        Scenario::builder().cooldown_requests(1).cooldown_duration(d).fault("panic", &trigger).fault_hang_every(2, d),
+        Scenario::builder().fault_fail_batch_every(1).fault_slow(&trigger, 2.0).fault_start_fails(true),
+        Scenario::builder().fault_start_delay(d).fault_kill_engine(1).output_dir("o").requests_jsonl(true),
+        Scenario::builder().expect("completed", Comparison::Eq, 1.0),
+    ];
+    let mut count = 0;
+    for b in &builders {
+        for path in b.paths() {
+            let parts: Vec<&str> = path.split('.').collect();
+            assert!(schema::check_path(&parts).is_ok(), "the builder sets `{path}`, which no table has");
+            count += 1;
+        }
+    }
+    assert!(count > 40, "{count} keys set");
+}
+
 fn without_origins(mut plan: Plan) -> Plan {
     for e in &mut plan.expect {
         e.origin.clear();
@@ -637,4 +666,39 @@ proptest! {
     fn generated_plans_round_trip(plan in plan_strategy()) {
         round_trip(&plan);
     }
+}
+
+/// Every key of the key tables: the strategy above must write each at least once in a few hundred
+/// plans, so a new row without a strategy for its field fails here.
+#[test]
+fn generated_plans_cover_every_key() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+
+    fn walk(prefix: &str, table: &dyn toml_edit::TableLike, out: &mut std::collections::BTreeSet<String>) {
+        for (key, item) in table.iter() {
+            let path = if prefix.is_empty() { key.to_owned() } else { format!("{prefix}.{key}") };
+            if let Some(sub) = item.as_table_like() {
+                walk(&path, sub, out);
+            }
+            out.insert(path);
+        }
+    }
+    let mut runner = TestRunner::deterministic();
+    let strategy = plan_strategy();
+    let mut written = std::collections::BTreeSet::new();
+    for _ in 0..400 {
+        let plan = strategy.new_tree(&mut runner).unwrap().current();
+        let doc: toml_edit::DocumentMut = to_toml(&plan).parse().unwrap();
+        walk("", doc.as_table(), &mut written);
+    }
+    let rows: Vec<String> = key_paths()
+        .into_iter()
+        .filter(|p| {
+            let parts: Vec<&str> = p.split('.').collect();
+            schema::section(&parts[..parts.len() - 1]).is_some()
+        })
+        .collect();
+    let missing: Vec<&String> = rows.iter().filter(|p| !written.contains(*p)).collect();
+    assert!(missing.is_empty(), "no generated plan writes {missing:?}");
 }

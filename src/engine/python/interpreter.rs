@@ -88,11 +88,7 @@ impl Session {
 
     pub(super) fn generate(&self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         let outputs = Python::attach(|py| -> PyResult<Plain> {
-            let requests = PyList::empty(py);
-            for req in batch {
-                requests.append(request_dict(py, req)?)?;
-            }
-            let outputs = self.object.bind(py).call_method1("generate", (requests,))?;
+            let outputs = self.object.bind(py).call_method1("generate", (request_list(py, batch)?,))?;
             to_plain(&outputs, 0)
         })
         .map_err(|e| self.generate_error(e))?;
@@ -112,6 +108,15 @@ impl Session {
             });
         }
         EngineError::Generate(format!("{}.generate(): {text}", self.class))
+    }
+
+    /// `object.<method>(requests)`, with the requests as `generate` gets them, returning the
+    /// number (of seconds) it returns. Bench only: [`super::PythonEngine::bench_call`].
+    pub(super) fn call_timed(&self, method: &str, batch: &[EngineRequest]) -> Result<f64, EngineError> {
+        Python::attach(|py| -> PyResult<f64> {
+            self.object.bind(py).call_method1(method, (request_list(py, batch)?,))?.extract::<f64>()
+        })
+        .map_err(|e| EngineError::Generate(format!("{}.{method}(): {}", self.class, describe(e))))
     }
 
     /// Calls the object's `shutdown()`, then drops it and collects garbage, so what it held (an
@@ -157,6 +162,15 @@ fn shutdown_after_failed_start(object: &Bound<'_, PyAny>, class: &str) {
 fn load_bootstrap(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
     let code = CString::new(BOOTSTRAP).expect("bootstrap.py has no NUL byte");
     PyModule::from_code(py, &code, c"batchlab/engine/python/bootstrap.py", c"_batchlab_bootstrap")
+}
+
+/// A batch as the protocol's list of request dicts.
+fn request_list<'py>(py: Python<'py>, batch: &[EngineRequest]) -> PyResult<Bound<'py, PyList>> {
+    let requests = PyList::empty(py);
+    for req in batch {
+        requests.append(request_dict(py, req)?)?;
+    }
+    Ok(requests)
 }
 
 /// One request as the protocol's dict: `id`, `prompt` (str) or `prompt_token_ids` (list of int),

@@ -164,6 +164,21 @@ impl PythonEngine {
         environment(&self.config.env, |key| std::env::var(key).ok())
     }
 
+    /// Bench only, not part of the protocol or of batchlab's API: calls the started object's
+    /// `method(requests)` (the requests as [`Engine::generate`] would pass them) and returns the
+    /// number it returns. Call it only from the engine thread, e.g. from inside an [`Engine`]
+    /// wrapper's `generate`, as `benches/vllm_overhead.rs` does to time raw `LLM.generate` calls
+    /// (`VllmEngine.bench_raw_generate`) between batches batchlab drives, in one engine.
+    #[doc(hidden)]
+    pub fn bench_call(&mut self, method: &str, batch: &[EngineRequest]) -> Result<f64, EngineError> {
+        #[cfg(feature = "vllm")]
+        if let Some(session) = &self.session {
+            return session.call_timed(method, batch);
+        }
+        let _ = batch;
+        Err(EngineError::Generate(format!("{method} before start")))
+    }
+
     #[cfg(feature = "vllm")]
     fn check_venv(venv: &std::path::Path) -> Result<(), EngineError> {
         let python = venv.join("bin/python");

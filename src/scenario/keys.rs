@@ -1,0 +1,532 @@
+//! Every scenario key, one row each.
+//!
+//! A section's keys are one table of [`Key`]s over the type the section lowers into: the key's
+//! name, its doc line (docs/scenarios.md's notes column), its default as the docs state it, and
+//! how its value is read ([`Codec::read`]) and printed ([`Codec::print`]). The schema (allowed keys,
+//! did-you-mean, `--set` paths), [`lower`](super::lower), [`print`](super::print), the builder and
+//! the docs check all walk these tables, so adding a key is one row here (plus its plan field).
+//! Rules between keys (required keys, exactly-one-of, keys of another variant) stay in `lower`.
+//!
+//! Sections whose keys depend on a tag (`workload.source`, `profile.kind`) have one table per
+//! variant ([`Variant`]); a row shared by variants matches them with an or-pattern. `[faults]`
+//! keys are [`crate::engine::faults::FAULT_KEYS`] (the engine layer cannot know [`Cx`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use toml_edit::{Item, Table, value};
+
+use super::plan::*;
+use super::reader::{Cx, Field, Low, Tbl};
+use crate::engine::ClockDomain;
+use crate::engine::python::PythonConfig;
+use crate::engine::python::vllm::VllmConfig;
+use crate::engine::sim::{CostModel, SimConfig, TimeMode};
+
+/// What may stand below a key: nothing (a plain value), anything (a free-form table), or fixed keys.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Sub {
+    Value,
+    Any,
+    Fixed(&'static [&'static str]),
+}
+
+/// A key's default as docs/scenarios.md states it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum KeyDefault {
+    /// The section's default value, printed (`"500us"`, `256`, `true`; `none` when unset).
+    Value,
+    /// Words, for a default that is not a value (`derived (stream 1)`, `vLLM's`).
+    Text(&'static str),
+    /// The key must be written; the example goes into the "add `key = example`" help.
+    Required(&'static str),
+}
+
+/// One key of a section that lowers into an `S`.
+pub(crate) struct Key<S: 'static> {
+    pub name: &'static str,
+    /// The docs' notes on the key (the last column of its row in docs/scenarios.md, checked there).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub doc: &'static str,
+    pub default: KeyDefault,
+    pub sub: Sub,
+    /// Reads a present key into `S`; a bad value is reported and leaves `S` as it was.
+    pub read: fn(&mut Cx, &Field, &mut S),
+    /// The key's value in `S` as TOML; `None` leaves the key out (unset, or another variant's).
+    pub print: fn(&S) -> Option<Item>,
+}
+
+/// One [`Key`] row. `key!(name: Codec, default, "doc", in Type)` reads and prints the field `name`
+/// of the struct or enum variant `Type`; `key!(name: Codec, default, "doc", pattern)` binds `name`
+/// in any pattern (an or-pattern for a key several variants share).
+macro_rules! key {
+    ($name:ident: $codec:expr, $default:expr, $doc:literal, in $($ty:ident)::+) => {
+        key!($name: $codec, $default, $doc, $($ty)::+ { $name, .. })
+    };
+    ($name:ident: $codec:expr, $default:expr, $doc:literal, $pat:pat) => {
+        Key {
+            name: stringify!($name),
+            doc: $doc,
+            default: $default,
+            sub: sub_of(&$codec),
+            read: |cx, field, s| match s {
+                $pat => {
+                    if let Some(v) = Codec::read(&$codec, cx, field) {
+                        *$name = v;
+                    }
+                }
+                #[allow(unreachable_patterns)]
+                _ => {}
+            },
+            print: |s| match s {
+                $pat => Codec::print(&$codec, $name),
+                #[allow(unreachable_patterns)]
+                _ => None,
+            },
+        }
+    };
+}
+
+/// Reads every key of `keys` that `t` has into `s`, in table order.
+pub(crate) fn read<S>(cx: &mut Cx, t: Tbl, keys: &[Key<S>], s: &mut S) {
+    for key in keys {
+        if let Some(field) = cx.field(t, key.name) {
+            (key.read)(cx, &field, s);
+        }
+    }
+}
+
+/// Writes every key of `keys` that `s` has into `t`, in table order.
+pub(crate) fn print<S>(t: &mut Table, keys: &[Key<S>], s: &S) {
+    for key in keys {
+        if let Some(item) = (key.print)(s) {
+            t[key.name] = item;
+        }
+    }
+}
+
+/// The key names of `keys`, in order.
+pub(crate) fn names<S>(keys: &[Key<S>]) -> impl Iterator<Item = &'static str> + '_ {
+    keys.iter().map(|k| k.name)
+}
+
+/// A variant of a tagged section: the tag's value, its keys and its plan before any key is read
+/// (from the master seed, for derived seeds).
+pub(crate) struct Variant<S: 'static> {
+    pub name: &'static str,
+    pub keys: &'static [Key<S>],
+    pub default: fn(u64) -> S,
+    /// Whether a value is this variant (for the printer).
+    pub is: fn(&S) -> bool,
+}
+
+/// A tag naming one of `variants`.
+pub(crate) struct TagOf<S: 'static>(pub &'static [Variant<S>]);
+impl<S> Codec for TagOf<S> {
+    type Value = &'static str;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<&'static str> {
+        let names: Vec<&'static str> = self.0.iter().map(|v| v.name).collect();
+        cx.choice_of(field, &names)
+    }
+    fn print(&self, v: &&'static str) -> Option<Item> {
+        Some(value(*v))
+    }
+}
+
+/// The variant named `name` (the tag was read as one of the names, so it exists).
+pub(crate) fn variant<S>(variants: &'static [Variant<S>], name: &str) -> &'static Variant<S> {
+    variants.iter().find(|v| v.name == name).unwrap_or(&variants[0])
+}
+
+/// Every key some variant has, in order of first appearance.
+pub(crate) fn variant_keys<S>(variants: &[Variant<S>]) -> Vec<(&'static str, Sub)> {
+    let mut all: Vec<(&'static str, Sub)> = Vec::new();
+    for key in variants.iter().flat_map(|v| v.keys) {
+        if !all.iter().any(|(name, _)| *name == key.name) {
+            all.push((key.name, key.sub));
+        }
+    }
+    all
+}
+
+/// A section's keys as the schema sees them.
+pub(crate) fn subs<S>(keys: &[Key<S>]) -> impl Iterator<Item = (&'static str, Sub)> + '_ {
+    keys.iter().map(|k| (k.name, k.sub))
+}
+
+/// The top level's own keys (the sections are [`SECTIONS`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Head {
+    pub name: String,
+    pub description: Option<String>,
+    pub seed: u64,
+}
+
+pub(crate) const HEAD_KEYS: &[Key<Head>] = &[
+    key!(name: NonBlank, KeyDefault::Text("the file stem"), "non-empty", in Head),
+    key!(description: Opt(Str), KeyDefault::Value, "", in Head),
+    key!(seed: U64(0), KeyDefault::Value, "master seed, see above", in Head),
+];
+
+/// The top level's sections, in the order the printer writes them.
+pub(crate) const SECTIONS: &[&str] =
+    &["engine", "batching", "workload", "profile", "stop", "warmup", "cooldown", "faults", "expect", "output"];
+
+/// A section's tag: `engine.kind`, `workload.source`, `profile.kind`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Tag(pub &'static str);
+
+/// The engine kinds; each has its own sub-section, `[engine.<kind>]`.
+pub(crate) const ENGINE_KINDS: &[&str] = &["sim", "vllm", "python"];
+
+pub(crate) const ENGINE_KEYS: &[Key<Tag>] = &[key!(
+    kind: OneOf(ENGINE_KINDS),
+    KeyDefault::Value,
+    "`[engine.sim]` only with sim, `[engine.vllm]` only with vllm, `[engine.python]` only with python",
+    Tag(kind)
+)];
+
+/// `[engine.sim]`'s keys besides the cost model's ([`COST_KEYS`]).
+pub(crate) const SIM_KEYS: &[Key<SimConfig>] = &[
+    key!(
+        time: Choice(&[("virtual", TimeMode::Virtual), ("real", TimeMode::Real)]),
+        KeyDefault::Value,
+        "virtual only advances a clock: fast, reproducible",
+        in SimConfig
+    ),
+    key!(seed: U64(0), KeyDefault::Text("derived (stream 1)"), ">= 0", in SimConfig),
+];
+
+/// `[engine.sim]`'s cost model.
+pub(crate) const COST_KEYS: &[Key<CostModel>] = &[
+    key!(fixed_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per wave", in CostModel),
+    key!(prefill_per_token: Dur { zero: true }, KeyDefault::Value, ">= 0", in CostModel),
+    key!(decode_step: Dur { zero: true }, KeyDefault::Value, ">= 0, per generated token", in CostModel),
+    key!(decode_per_seq: Dur { zero: true }, KeyDefault::Value, ">= 0, per running sequence per step", in CostModel),
+    key!(max_num_seqs: Count(1), KeyDefault::Value, ">= 1, sequences per wave", in CostModel),
+    key!(
+        eos_probability: Float(Low::AtLeast(0.0), 1.0),
+        KeyDefault::Value,
+        "0..=1, per token, for requests that do not ignore EOS",
+        in CostModel
+    ),
+];
+
+/// `[engine.sim]` before any key is read.
+pub(crate) fn sim_default(master_seed: u64) -> SimConfig {
+    let seed = super::derive_seed(master_seed, super::seed_stream::SIM);
+    SimConfig { time: TimeMode::Virtual, seed, cost: CostModel::default() }
+}
+
+pub(crate) const VLLM_KEYS: &[Key<VllmConfig>] = &[
+    key!(
+        model: ModelPath,
+        KeyDefault::Required("\"path/to/model\""),
+        "absolute, or relative: next to the scenario if it exists there, else under `$BATCHLAB_HOME` \
+         (default `~/.cache/batchlab`); existence is checked by the engine",
+        in VllmConfig
+    ),
+    key!(dtype: Str, KeyDefault::Value, "", in VllmConfig),
+    key!(max_model_len: Opt(U32(1)), KeyDefault::Text("vLLM's"), "", in VllmConfig),
+    key!(max_num_seqs: Opt(U32(1)), KeyDefault::Text("vLLM's"), "", in VllmConfig),
+    key!(max_num_batched_tokens: Opt(U32(1)), KeyDefault::Text("vLLM's"), "", in VllmConfig),
+    key!(enforce_eager: Bool, KeyDefault::Value, "", in VllmConfig),
+    key!(seed: U64(0), KeyDefault::Text("derived (stream 2)"), "", in VllmConfig),
+    key!(kv_cache_gib: Float(Low::Above(0.0), f64::INFINITY), KeyDefault::Value, "", in VllmConfig),
+    key!(in_process: Bool, KeyDefault::Value, "", in VllmConfig),
+    key!(omp_num_threads: Opt(U32(1)), KeyDefault::Text("unset"), "", in VllmConfig),
+    key!(disable_log_stats: Bool, KeyDefault::Value, "", in VllmConfig),
+    key!(engine_args: Json, KeyDefault::Text("empty"), "passed unchanged to `vllm.EngineArgs`", in VllmConfig),
+];
+
+/// `[engine.vllm]` before any key is read.
+pub(crate) fn vllm_default(master_seed: u64) -> VllmConfig {
+    VllmConfig {
+        model: PathBuf::new(),
+        dtype: "float32".to_owned(),
+        max_model_len: None,
+        max_num_seqs: None,
+        max_num_batched_tokens: None,
+        enforce_eager: true,
+        seed: super::derive_seed(master_seed, super::seed_stream::VLLM),
+        kv_cache_gib: 1.0,
+        in_process: true,
+        omp_num_threads: None,
+        disable_log_stats: false,
+        engine_args: serde_json::Map::new(),
+    }
+}
+
+/// The help of a missing or malformed `engine.python.class`.
+pub(crate) const CLASS_HELP: &str = "write `class = \"module:Class\"` (docs/engines.md)";
+
+pub(crate) const PYTHON_KEYS: &[Key<PythonConfig>] = &[
+    Key {
+        name: "class",
+        doc: "the protocol class; `batchlab_engines.*` are built into batchlab",
+        default: KeyDefault::Required("\"module:Class\""),
+        sub: Sub::Value,
+        read: |cx, field, p| {
+            let Some(spec) = cx.string_of(field) else { return };
+            match parse_class_spec(&spec) {
+                Some((module, class)) => (p.module, p.class) = (module.to_owned(), class.to_owned()),
+                None => {
+                    let message = format!("`engine.python.class`: expected \"module:Class\", found \"{spec}\"");
+                    cx.report_at(field, message, Some(CLASS_HELP.to_owned()));
+                }
+            }
+        },
+        print: |p| Some(value(p.class_spec())),
+    },
+    key!(
+        path: Opt(PathBeside),
+        KeyDefault::Value,
+        "a directory put first on `sys.path`; relative to the scenario's directory",
+        in PythonConfig
+    ),
+    key!(
+        venv: Opt(PathBeside),
+        KeyDefault::Text("`$BATCHLAB_HOME/venv`"),
+        "the venv whose interpreter runs the engine; relative to the scenario's directory",
+        in PythonConfig
+    ),
+    key!(
+        clock: Choice(&[("monotonic", ClockDomain::Monotonic), ("foreign", ClockDomain::Foreign)]),
+        KeyDefault::Value,
+        "the clock of the engine's `*_ts` timestamps; `start()`'s info must agree",
+        in PythonConfig
+    ),
+    key!(
+        args: Json,
+        KeyDefault::Text("empty"),
+        "keyword arguments for the class's constructor, passed unchanged",
+        in PythonConfig
+    ),
+    key!(
+        env: StringTable,
+        KeyDefault::Text("empty"),
+        "environment variables set before Python starts (the environment's own value wins)",
+        in PythonConfig
+    ),
+];
+
+/// `module:Class`: a dotted module path and a class name, both Python identifiers.
+fn parse_class_spec(spec: &str) -> Option<(&str, &str)> {
+    let identifier = |s: &str| {
+        let mut chars = s.chars();
+        chars.next().is_some_and(|c| c.is_alphabetic() || c == '_') && chars.all(|c| c.is_alphanumeric() || c == '_')
+    };
+    let (module, class) = spec.split_once(':')?;
+    (module.split('.').all(identifier) && identifier(class)).then_some((module, class))
+}
+
+/// `[batching]` as plain values; `BatchConfig` checks them together.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Batching {
+    pub batch_size: usize,
+    pub batch_timeout: Duration,
+    pub generate_timeout: Option<Duration>,
+}
+
+impl Batching {
+    pub fn of(c: &crate::batcher::BatchConfig) -> Self {
+        Batching {
+            batch_size: c.batch_size(),
+            batch_timeout: c.batch_timeout(),
+            generate_timeout: c.generate_timeout(),
+        }
+    }
+}
+
+pub(crate) const BATCHING_KEYS: &[Key<Batching>] = &[
+    key!(batch_size: Count(1), KeyDefault::Value, ">= 1; a full batch flushes at once", in Batching),
+    key!(
+        batch_timeout: Dur { zero: false },
+        KeyDefault::Value,
+        "> 0; a partial batch flushes when its oldest request waited this long",
+        in Batching
+    ),
+    key!(
+        generate_timeout: Opt(Dur { zero: false }),
+        KeyDefault::Text("none for `sim`; `\"10m\"` for a real engine"),
+        "> 0; a longer generate fails its batch, and while it stays stuck, queued requests fail after waiting as long",
+        in Batching
+    ),
+];
+
+pub(crate) const WORKLOAD_TAG: Key<Tag> = key!(source: TagOf(WORKLOAD_VARIANTS), KeyDefault::Value, "", Tag(source));
+
+const IGNORE_EOS: Key<WorkloadPlan> = key!(
+    ignore_eos: Bool,
+    KeyDefault::Value,
+    "",
+    WorkloadPlan::Synthetic { ignore_eos, .. } | WorkloadPlan::File { ignore_eos, .. }
+);
+const TEMPERATURE: Key<WorkloadPlan> = key!(
+    temperature: Float32(Low::AtLeast(0.0), f32::MAX as f64),
+    KeyDefault::Value,
+    "",
+    WorkloadPlan::Synthetic { temperature, .. } | WorkloadPlan::File { temperature, .. }
+);
+
+/// `[workload]`, by `source`.
+pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
+    Variant {
+        name: "synthetic",
+        is: |s| matches!(s, WorkloadPlan::Synthetic { .. }),
+        keys: &[
+            key!(prompt_tokens: Dist, KeyDefault::Value, "synthetic only", in WorkloadPlan::Synthetic),
+            key!(output_tokens: Dist, KeyDefault::Value, "synthetic only", in WorkloadPlan::Synthetic),
+            key!(seed: U64(0), KeyDefault::Text("derived (stream 3)"), "synthetic only", in WorkloadPlan::Synthetic),
+            key!(
+                unique_prefix: Bool,
+                KeyDefault::Value,
+                "synthetic only; defeats prefix caching",
+                in WorkloadPlan::Synthetic
+            ),
+            key!(vocab_size: U32(2), KeyDefault::Value, "synthetic only", in WorkloadPlan::Synthetic),
+            IGNORE_EOS,
+            TEMPERATURE,
+        ],
+        default: |master_seed| WorkloadPlan::Synthetic {
+            prompt_tokens: TokenDist::Fixed { value: 128 },
+            output_tokens: TokenDist::Fixed { value: 64 },
+            seed: super::derive_seed(master_seed, super::seed_stream::WORKLOAD),
+            unique_prefix: true,
+            vocab_size: 32000,
+            ignore_eos: true,
+            temperature: 0.0,
+        },
+    },
+    Variant {
+        name: "file",
+        is: |s| matches!(s, WorkloadPlan::File { .. }),
+        keys: &[
+            key!(
+                path: ExistingFile,
+                KeyDefault::Required("\"prompts.jsonl\""),
+                "JSONL, relative to the scenario file; must exist",
+                in WorkloadPlan::File
+            ),
+            key!(
+                default_max_tokens: U32(1),
+                KeyDefault::Value,
+                "file only; for lines without `max_tokens`",
+                in WorkloadPlan::File
+            ),
+            IGNORE_EOS,
+            TEMPERATURE,
+        ],
+        default: |_| WorkloadPlan::File {
+            path: PathBuf::new(),
+            default_max_tokens: 64,
+            ignore_eos: true,
+            temperature: 0.0,
+        },
+    },
+];
+
+pub(crate) const PROFILE_TAG: Key<Tag> = key!(kind: TagOf(PROFILE_VARIANTS), KeyDefault::Value, "", Tag(kind));
+
+/// `[profile]`, by `kind`.
+pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
+    Variant {
+        name: "synchronous",
+        is: |s| matches!(s, ProfilePlan::Synchronous),
+        keys: &[],
+        default: |_| ProfilePlan::Synchronous,
+    },
+    Variant {
+        name: "concurrent",
+        is: |s| matches!(s, ProfilePlan::Concurrent { .. }),
+        keys: &[key!(levels: List(U32(1)), KeyDefault::Required("[1, 4, 16]"), "", in ProfilePlan::Concurrent)],
+        default: |_| ProfilePlan::Concurrent { levels: Vec::new() },
+    },
+    Variant {
+        name: "throughput",
+        is: |s| matches!(s, ProfilePlan::Throughput { .. }),
+        keys: &[key!(max_concurrency: U32(1), KeyDefault::Value, "", in ProfilePlan::Throughput)],
+        default: |_| ProfilePlan::Throughput { max_concurrency: 256 },
+    },
+    Variant {
+        name: "constant",
+        is: |s| matches!(s, ProfilePlan::Constant { .. }),
+        keys: &[
+            key!(
+                rates: List(Float(Low::Above(0.0), f64::INFINITY)),
+                KeyDefault::Required("[10.0, 20.0]"),
+                "",
+                in ProfilePlan::Constant
+            ),
+            key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfilePlan::Constant),
+        ],
+        default: |_| ProfilePlan::Constant { rates: Vec::new(), max_concurrency: None },
+    },
+    Variant {
+        name: "poisson",
+        is: |s| matches!(s, ProfilePlan::Poisson { .. }),
+        keys: &[
+            key!(rate: Float(Low::Above(0.0), f64::INFINITY), KeyDefault::Required("50.0"), "", in ProfilePlan::Poisson),
+            key!(seed: U64(0), KeyDefault::Text("derived, stream 4"), "", in ProfilePlan::Poisson),
+            key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfilePlan::Poisson),
+        ],
+        default: |master_seed| ProfilePlan::Poisson {
+            rate: 1.0,
+            seed: super::derive_seed(master_seed, super::seed_stream::POISSON),
+            max_concurrency: None,
+        },
+    },
+    Variant {
+        name: "sweep",
+        is: |s| matches!(s, ProfilePlan::Sweep { .. }),
+        keys: &[
+            key!(rates: SweepRates, KeyDefault::Value, "", in ProfilePlan::Sweep),
+            key!(max_concurrency: U32(1), KeyDefault::Value, "", in ProfilePlan::Sweep),
+        ],
+        default: |_| ProfilePlan::Sweep { rates: 5, max_concurrency: 256 },
+    },
+];
+
+pub(crate) const STOP_KEYS: &[Key<StopPlan>] = &[
+    key!(
+        max_requests: Opt(U64(1)),
+        KeyDefault::Text("1000 if neither `max_requests` nor `max_duration` is set"),
+        "",
+        in StopPlan
+    ),
+    key!(max_duration: Opt(Dur { zero: false }), KeyDefault::Value, "", in StopPlan),
+    key!(max_errors: Opt(U64(0)), KeyDefault::Value, "", in StopPlan),
+    key!(max_error_rate: Opt(Float(Low::AtLeast(0.0), 1.0)), KeyDefault::Value, "", in StopPlan),
+];
+
+/// `[warmup]` or `[cooldown]` as written: exactly one of the two must be set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Phase {
+    pub requests: Option<u64>,
+    pub duration: Option<Duration>,
+}
+
+impl Phase {
+    pub fn of(limit: &PhaseLimit) -> Self {
+        match limit {
+            PhaseLimit::Requests(n) => Phase { requests: Some(*n), duration: None },
+            PhaseLimit::Duration(d) => Phase { requests: None, duration: Some(*d) },
+        }
+    }
+}
+
+pub(crate) const PHASE_KEYS: &[Key<Phase>] = &[
+    key!(requests: Opt(U64(1)), KeyDefault::Value, "this many requests", in Phase),
+    key!(duration: Opt(Dur { zero: false }), KeyDefault::Value, "requests for this long", in Phase),
+];
+
+pub(crate) const OUTPUT_KEYS: &[Key<OutputPlan>] = &[
+    key!(dir: Opt(PathAsIs), KeyDefault::Value, "relative to the current directory", in OutputPlan),
+    key!(requests_jsonl: Bool, KeyDefault::Value, "also write one line per request", in OutputPlan),
+];
+
+mod codec;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use codec::*;

@@ -133,6 +133,46 @@ fn ctrl_c_drains_and_writes_an_incomplete_report() {
     assert_eq!(n("completed") + n("cancelled") + n("errors"), n("submitted"), "{counts}");
 }
 
+/// The first Ctrl-C finishes the run even while a generate is wedged: after a short grace the
+/// running batch is abandoned (`aborted`), the report is written, and batchlab exits 130.
+#[test]
+fn ctrl_c_abandons_a_wedged_generate_and_still_reports() {
+    use std::io::{BufRead, BufReader};
+    let dir = temp_dir("ctrl-c-wedged");
+    let file = dir.join("wedged.toml");
+    // Real time, and the first generate hangs for an hour, with no generate_timeout to end it.
+    std::fs::write(
+        &file,
+        "[engine.sim]\ntime = \"real\"\n[batching]\nbatch_size = 4\n\
+         [workload]\nprompt_tokens = 8\noutput_tokens = 8\n[profile]\nkind = \"throughput\"\nmax_concurrency = 16\n\
+         [stop]\nmax_requests = 1000\n[faults]\nhang = { every = 1 }\nhang_for = \"1h\"\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_batchlab"))
+        .args(["run", file.to_str().unwrap(), "--output", dir.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let seen = lines.by_ref().map_while(Result::ok).any(|l| l.contains("measuring"));
+    assert!(seen, "no progress line");
+    let interrupted = std::time::Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    let took = interrupted.elapsed();
+    assert_eq!(status.code(), Some(130), "{rest:?}");
+    assert!(took < std::time::Duration::from_secs(30), "took {took:?}: {rest:?}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["incomplete"], true);
+    let counts = &report["benchmarks"][0]["counts"];
+    let n = |k: &str| counts[k].as_u64().unwrap_or(0);
+    assert_eq!(n("lost"), 0, "{counts}");
+    assert!(counts["errors_by_kind"]["aborted"].as_u64() > Some(0), "the wedged batch is abandoned: {counts}");
+    assert_eq!(n("completed") + n("cancelled") + n("errors"), n("submitted"), "{counts}");
+}
+
 #[test]
 fn engine_kind_is_the_resolved_one() {
     // The justfile picks the vLLM build by this, with the run's own arguments: `--set` counts.

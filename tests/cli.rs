@@ -169,7 +169,10 @@ fn ctrl_c_abandons_a_wedged_generate_and_still_reports() {
     let counts = &report["benchmarks"][0]["counts"];
     let n = |k: &str| counts[k].as_u64().unwrap_or(0);
     assert_eq!(n("lost"), 0, "{counts}");
-    assert!(counts["errors_by_kind"]["aborted"].as_u64() > Some(0), "the wedged batch is abandoned: {counts}");
+    // Under load the interrupt can land before the first batch is dispatched: then everything is
+    // cancelled. Otherwise the wedged batch is abandoned (`aborted`) and the rest cancelled.
+    let aborted = counts["errors_by_kind"]["aborted"].as_u64().unwrap_or(0);
+    assert_eq!(aborted + n("cancelled"), n("submitted"), "the wedged batch is abandoned, the rest cancelled: {counts}");
     assert_eq!(n("completed") + n("cancelled") + n("errors"), n("submitted"), "{counts}");
 }
 

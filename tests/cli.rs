@@ -96,19 +96,10 @@ fn check_prints_the_resolved_scenario() {
     assert!(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/throughput.toml").exists());
 }
 
-#[test]
-fn ctrl_c_drains_and_writes_an_incomplete_report() {
+/// Runs `file` with its plain progress piped, sends one SIGINT once the measured phase is under
+/// way, and checks batchlab exits 130. Returns the rest of its stderr and how long it took to exit.
+fn interrupt_mid_run(file: &Path, dir: &Path) -> (Vec<String>, std::time::Duration) {
     use std::io::{BufRead, BufReader};
-    let dir = temp_dir("ctrl-c");
-    let file = dir.join("long.toml");
-    // Real time, endless: only the interrupt ends it.
-    std::fs::write(
-        &file,
-        "[engine.sim]\ntime = \"real\"\ndecode_step = \"1ms\"\n[batching]\nbatch_size = 4\n\
-         [workload]\nprompt_tokens = 8\noutput_tokens = 8\n[profile]\nkind = \"throughput\"\nmax_concurrency = 16\n\
-         [stop]\nmax_requests = 100000000\n",
-    )
-    .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_batchlab"))
         .args(["run", file.to_str().unwrap(), "--output", dir.to_str().unwrap()])
         .stdout(std::process::Stdio::null())
@@ -119,12 +110,30 @@ fn ctrl_c_drains_and_writes_an_incomplete_report() {
     // The plain progress line of the measured phase: the run is under way.
     let seen = lines.by_ref().map_while(Result::ok).any(|l| l.contains("measuring"));
     assert!(seen, "no progress line");
+    let interrupted = std::time::Instant::now();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
+    let took = interrupted.elapsed();
     assert_eq!(status.code(), Some(130), "{rest:?}");
+    (rest, took)
+}
+
+#[test]
+fn ctrl_c_drains_and_writes_an_incomplete_report() {
+    let dir = temp_dir("ctrl-c");
+    let file = dir.join("long.toml");
+    // Real time, endless: only the interrupt ends it.
+    std::fs::write(
+        &file,
+        "[engine.sim]\ntime = \"real\"\ndecode_step = \"1ms\"\n[batching]\nbatch_size = 4\n\
+         [workload]\nprompt_tokens = 8\noutput_tokens = 8\n[profile]\nkind = \"throughput\"\nmax_concurrency = 16\n\
+         [stop]\nmax_requests = 100000000\n",
+    )
+    .unwrap();
+    let (rest, _) = interrupt_mid_run(&file, &dir);
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
-    assert_eq!(report["incomplete"], true);
+    assert_eq!(report["incomplete"], true, "{rest:?}");
     let counts = &report["benchmarks"][0]["counts"];
     assert_eq!(counts["lost"], 0);
     // Depending on when the signal lands, queued requests were cancelled and running ones drained.
@@ -137,7 +146,6 @@ fn ctrl_c_drains_and_writes_an_incomplete_report() {
 /// running batch is abandoned (`aborted`), the report is written, and batchlab exits 130.
 #[test]
 fn ctrl_c_abandons_a_wedged_generate_and_still_reports() {
-    use std::io::{BufRead, BufReader};
     let dir = temp_dir("ctrl-c-wedged");
     let file = dir.join("wedged.toml");
     // Real time, and the first generate hangs for an hour, with no generate_timeout to end it.
@@ -148,24 +156,10 @@ fn ctrl_c_abandons_a_wedged_generate_and_still_reports() {
          [stop]\nmax_requests = 1000\n[faults]\nhang = { every = 1 }\nhang_for = \"1h\"\n",
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_batchlab"))
-        .args(["run", file.to_str().unwrap(), "--output", dir.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let seen = lines.by_ref().map_while(Result::ok).any(|l| l.contains("measuring"));
-    assert!(seen, "no progress line");
-    let interrupted = std::time::Instant::now();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let status = child.wait().unwrap();
-    let took = interrupted.elapsed();
-    assert_eq!(status.code(), Some(130), "{rest:?}");
+    let (rest, took) = interrupt_mid_run(&file, &dir);
     assert!(took < std::time::Duration::from_secs(30), "took {took:?}: {rest:?}");
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
-    assert_eq!(report["incomplete"], true);
+    assert_eq!(report["incomplete"], true, "{rest:?}");
     let counts = &report["benchmarks"][0]["counts"];
     let n = |k: &str| counts[k].as_u64().unwrap_or(0);
     assert_eq!(n("lost"), 0, "{counts}");

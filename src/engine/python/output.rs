@@ -56,6 +56,7 @@ pub(crate) const OUTPUT_FIELDS: &[&str] = &[
     "scheduled_ts",
     "first_token_ts",
     "last_token_ts",
+    "cached_tokens",
 ];
 
 /// The keys of the dict `start()` returns; `name` and `version` are required.
@@ -251,6 +252,7 @@ fn map_output(value: &Plain) -> Result<EngineOutput, String> {
             scheduled_ts: f.seconds("scheduled_ts")?,
             first_token_ts: f.seconds("first_token_ts")?,
             last_token_ts: f.seconds("last_token_ts")?,
+            cached_tokens: f.int("cached_tokens", u64::from(u32::MAX))?.map(|n| n as u32),
         },
     })
 }
@@ -327,6 +329,7 @@ mod tests {
                     scheduled_ts: Some(10.5),
                     first_token_ts: Some(11.0),
                     last_token_ts: Some(12.0),
+                    cached_tokens: None,
                 },
             }),
         );

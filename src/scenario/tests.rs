@@ -7,10 +7,10 @@ use proptest::prelude::*;
 
 use super::plan::*;
 use super::*;
+use crate::engine::ResolvedEngineConfig;
 use crate::engine::faults::{FAULT_KEYS, FaultKind, FaultTrigger, FaultValue, Faults, ProcessFault};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
-use crate::engine::ResolvedEngineConfig;
 use crate::engine::sim::{CostModel, SimConfig, TimeMode};
 
 fn manifest_dir() -> &'static Path {
@@ -357,7 +357,8 @@ fn without_origins(mut plan: Plan) -> Plan {
 /// profiles/example-source.toml.
 fn shipped_scenarios() -> Vec<std::path::PathBuf> {
     let dir = manifest_dir().join("scenarios");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file()).collect();
+    let mut files: Vec<_> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file()).collect();
     files.push(dir.join("profiles/example-source.toml"));
     files
 }

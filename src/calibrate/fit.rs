@@ -110,8 +110,7 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
                 prefix: PrefixSource::Known(r.cached_tokens),
             })
             .collect();
-        let schedule =
-            scheduler::replay(config, &specs).map_err(|source| FitError::Replay { batch: b, source })?;
+        let schedule = scheduler::replay(config, &specs).map_err(|source| FitError::Replay { batch: b, source })?;
         // cum[k]: [steps, ΣP, ΣD, ΣC/1000] over steps 0..k.
         let mut cum = vec![[0.0f64; 4]; schedule.steps.len() + 1];
         for (k, step) in schedule.steps.iter().enumerate() {
@@ -216,12 +215,8 @@ fn non_negative_least_squares(samples: &[Sample], n: usize) -> (Vec<f64>, Vec<us
             active.retain(|j| !dependent.contains(j));
             continue;
         }
-        let most_negative = active
-            .iter()
-            .zip(&beta)
-            .filter(|(_, b)| **b < 0.0)
-            .min_by(|a, b| a.1.total_cmp(b.1))
-            .map(|(j, _)| *j);
+        let most_negative =
+            active.iter().zip(&beta).filter(|(_, b)| **b < 0.0).min_by(|a, b| a.1.total_cmp(b.1)).map(|(j, _)| *j);
         match most_negative {
             Some(j) => active.retain(|&a| a != j),
             None => {

@@ -191,7 +191,8 @@ pub fn fit_dirs(dirs: &[PathBuf]) -> Result<Profile, CalibrateError> {
 }
 
 fn read_report(path: &Path) -> Result<ReportHead, CalibrateError> {
-    let text = std::fs::read_to_string(path).map_err(|source| CalibrateError::Read { path: path.to_path_buf(), source })?;
+    let text =
+        std::fs::read_to_string(path).map_err(|source| CalibrateError::Read { path: path.to_path_buf(), source })?;
     serde_json::from_str(&text).map_err(|e| CalibrateError::Parse {
         path: path.to_path_buf(),
         line: e.line(),

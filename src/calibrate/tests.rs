@@ -51,14 +51,17 @@ fn simulate(config: &SimConfig, shared_prefix: usize) -> Vec<BatchObservation> {
     let mut rng = SplitMix64::new(11);
     let mut id = 0;
     let mut out = Vec::new();
-    for (size, prompt_max, output_max) in [(1, 64, 16), (3, 300, 8), (8, 200, 40), (12, 120, 60), (5, 500, 5), (16, 40, 30)] {
+    for (size, prompt_max, output_max) in
+        [(1, 64, 16), (3, 300, 8), (8, 200, 40), (12, 120, 60), (5, 500, 5), (16, 40, 30)]
+    {
         let batch: Vec<EngineRequest> = (0..size)
             .map(|_| {
                 id += 1;
                 let prompt_len = 1 + (rng.next_u64() % prompt_max) as usize;
                 let output = 1 + (rng.next_u64() % output_max) as u32;
-                let prompt: Vec<u32> =
-                    (0..prompt_len).map(|j| if j < shared_prefix { j as u32 } else { (id * 10_000 + j) as u32 }).collect();
+                let prompt: Vec<u32> = (0..prompt_len)
+                    .map(|j| if j < shared_prefix { j as u32 } else { (id * 10_000 + j) as u32 })
+                    .collect();
                 EngineRequest::tokens(id as u64, prompt, output)
             })
             .collect();
@@ -156,8 +159,7 @@ fn a_fit_takes_prefix_cache_hits_off_the_prefill() {
 #[test]
 fn batches_of_one_size_leave_the_per_request_overhead_unidentified() {
     let config = SimConfig { seed: 3, cost: known_cost(), scheduler: tight_limits(false), ..SimConfig::default() };
-    let batches: Vec<BatchObservation> =
-        simulate(&config, 0).into_iter().filter(|b| b.requests.len() == 8).collect();
+    let batches: Vec<BatchObservation> = simulate(&config, 0).into_iter().filter(|b| b.requests.len() == 8).collect();
     let fit = fit(&config.scheduler, &batches).expect("fit");
     assert_eq!(fit.unidentified, vec!["request_overhead".to_owned(), "finish_per_request".to_owned()]);
     // Their costs move into the per-call overheads: 2 ms + 8 × 40 µs, 0.7 ms + 8 × 12 µs.

@@ -160,7 +160,12 @@ pub(crate) mod tests {
             name: "plan".into(),
             description: None,
             seed: 42,
-            engine: EnginePlan::Sim(SimConfig { time: TimeMode::default(), seed: 1, cost: CostModel::default(), ..SimConfig::default() }),
+            engine: EnginePlan::Sim(SimConfig {
+                time: TimeMode::default(),
+                seed: 1,
+                cost: CostModel::default(),
+                ..SimConfig::default()
+            }),
             batching: BatchConfig::default(),
             workload: WorkloadPlan::Synthetic {
                 prompt_tokens: TokenDist::Fixed { value: 16 },

@@ -13,8 +13,8 @@ use super::keys;
 use super::overrides::Overrides;
 use super::plan::{Comparison, Plan, TokenDist};
 use super::units::format_duration;
-use crate::engine::faults::{FAULT_KEYS, FaultTrigger, FaultValue, Faults, ProcessFault};
 use crate::engine::ResolvedEngineConfig;
+use crate::engine::faults::{FAULT_KEYS, FaultTrigger, FaultValue, Faults, ProcessFault};
 use crate::engine::sim::CostModel;
 
 /// Builds a [`Plan`]; start with `Scenario::builder()`. Later calls win; switching the engine,

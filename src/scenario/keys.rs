@@ -18,10 +18,10 @@ use toml_edit::{Item, Table, value};
 
 use super::plan::*;
 use super::reader::{Cx, Field, Low, Tbl};
-use crate::engine::{ClockDomain, ResolvedEngineConfig};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::sim::{CostModel, DEFAULT_SCHEDULER, SimConfig, TimeMode};
+use crate::engine::{ClockDomain, ResolvedEngineConfig};
 
 /// What may stand below a key: nothing (a plain value), anything (a free-form table), or fixed keys.
 #[derive(Clone, Copy, Debug, PartialEq)]

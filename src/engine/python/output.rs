@@ -393,7 +393,7 @@ mod tests {
                 dict(&[two.clone(), ("first_token_time", Plain::Float(1.0))]),
                 "unknown field `first_token_time` (did you mean `first_token_ts`?) (known: request_id, prompt_tokens, \
                  output_tokens, output_token_ids, text, finish_reason, arrival_time, queued_ts, scheduled_ts, \
-                 first_token_ts, last_token_ts)",
+                 first_token_ts, last_token_ts, cached_tokens)",
             ),
             (Plain::List(vec![]), "expected a dict, found list of 0"),
         ] {

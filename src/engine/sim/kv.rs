@@ -34,7 +34,13 @@ pub(crate) struct KvCache {
 
 impl KvCache {
     pub(crate) fn new(num_blocks: u32) -> Self {
-        KvCache { capacity: u64::from(num_blocks), blocks: Vec::new(), free: BTreeSet::new(), cached: HashMap::new(), clock: 0 }
+        KvCache {
+            capacity: u64::from(num_blocks),
+            blocks: Vec::new(),
+            free: BTreeSet::new(),
+            cached: HashMap::new(),
+            clock: 0,
+        }
     }
 
     /// Blocks that can be handed out now: never used, or free (cached or not).

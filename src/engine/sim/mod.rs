@@ -26,9 +26,9 @@ use crate::engine::{
     VirtualTimeEngine,
 };
 use crate::rng::SplitMix64;
+use crate::time::{Clock, MonotonicClock, VirtualClock, WallAnchor};
 use kv::KvCache;
 use scheduler::{PrefixSource, SeqSpec};
-use crate::time::{Clock, MonotonicClock, VirtualClock, WallAnchor};
 
 /// The simulated engine. See the module docs.
 pub struct SimEngine {
@@ -127,7 +127,11 @@ impl Engine for SimEngine {
                 output_tokens: Some(spec.output_len),
                 output_token_ids: None,
                 text: None,
-                finish_reason: if spec.output_len >= req.max_tokens { FinishReason::Length } else { FinishReason::Stop },
+                finish_reason: if spec.output_len >= req.max_tokens {
+                    FinishReason::Length
+                } else {
+                    FinishReason::Stop
+                },
                 stats: EngineStats {
                     arrival_wall: Some(arrival_wall),
                     queued_ts: Some(at(0.0)),

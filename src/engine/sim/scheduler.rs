@@ -149,7 +149,11 @@ fn blocks_for(tokens: u64, block_size: u32) -> u64 {
 
 /// Schedules one `generate` call on `kv`, the engine's KV cache (it persists between calls, and
 /// with it the prefix cache). See the module docs.
-pub(crate) fn schedule(config: &ResolvedEngineConfig, kv: &mut KvCache, specs: &[SeqSpec]) -> Result<Schedule, ScheduleError> {
+pub(crate) fn schedule(
+    config: &ResolvedEngineConfig,
+    kv: &mut KvCache,
+    specs: &[SeqSpec],
+) -> Result<Schedule, ScheduleError> {
     let bs = config.block_size.max(1);
     let mut seqs: Vec<Seq> = Vec::with_capacity(specs.len());
     for (index, s) in specs.iter().enumerate() {

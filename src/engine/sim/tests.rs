@@ -49,7 +49,8 @@ fn step_times_follow_the_formula() {
         finish_per_request: Duration::from_micros(100),
         eos_probability: 0.0,
     };
-    let (mut e, clock) = engine(SimConfig { seed: 1, cost, scheduler: limits(256, 8192, 1000), ..SimConfig::default() });
+    let (mut e, clock) =
+        engine(SimConfig { seed: 1, cost, scheduler: limits(256, 8192, 1000), ..SimConfig::default() });
     let t0 = clock.now().as_secs_f64();
     let out = e.generate(&batch(2, 100, 3)).expect("generate");
     // Overhead 1 ms + 2 × 50 µs = 1.1 ms. Step 0: both prompts (P = 200, C = 200):
@@ -249,7 +250,11 @@ fn the_prefix_cache_evicts_least_recently_used_blocks() {
     let mut kv = KvCache::new(40);
     let a = spec(129, 1, unique_prompt(0, 129));
     assert_eq!(schedule(&config, &mut kv, std::slice::from_ref(&a)).unwrap().seqs[0].cached_tokens, 0);
-    assert_eq!(schedule(&config, &mut kv, std::slice::from_ref(&a)).unwrap().seqs[0].cached_tokens, 128, "still cached");
+    assert_eq!(
+        schedule(&config, &mut kv, std::slice::from_ref(&a)).unwrap().seqs[0].cached_tokens,
+        128,
+        "still cached"
+    );
     let others: Vec<SeqSpec> = (1..9).map(|i| spec(129, 1, unique_prompt(i, 129))).collect();
     schedule(&config, &mut kv, &others).unwrap();
     assert_eq!(schedule(&config, &mut kv, std::slice::from_ref(&a)).unwrap().seqs[0].cached_tokens, 0, "evicted");

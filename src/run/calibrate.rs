@@ -225,7 +225,9 @@ fn check_complete(summary: &RunSummary, name: &str) -> Result<(), DesignError> {
         .benchmarks
         .iter()
         .filter(|b| b.counts.completed != b.counts.submitted || b.counts.errors > 0)
-        .map(|b| format!("{} of {} requests completed ({} errors)", b.counts.completed, b.counts.submitted, b.counts.errors))
+        .map(|b| {
+            format!("{} of {} requests completed ({} errors)", b.counts.completed, b.counts.submitted, b.counts.errors)
+        })
         .collect();
     if summary.report.incomplete || !problems.is_empty() {
         return Err(DesignError::Incomplete {
@@ -296,8 +298,9 @@ mod tests {
         assert_eq!(plan.profile, ProfilePlan::Throughput { max_concurrency: 8 });
         assert_eq!(plan.stop.max_requests, Some(24));
         assert!(plan.warmup.is_none() && plan.expect.is_empty() && plan.output.requests_jsonl);
-        let WorkloadPlan::Synthetic { prompt_tokens, output_tokens, ignore_eos, unique_prefix, vocab_size, seed, .. } =
-            &plan.workload
+        let WorkloadPlan::Synthetic {
+            prompt_tokens, output_tokens, ignore_eos, unique_prefix, vocab_size, seed, ..
+        } = &plan.workload
         else {
             panic!("synthetic: {:?}", plan.workload)
         };

@@ -257,7 +257,7 @@ fn main() {
     let mut text = String::new();
     let engine = &design.engine;
     text.push_str(&format!(
-        "Calibrated from `{}` ({} {}) in {calibrate_s:.0} s ({} designed settings, one engine start); \
+        "Calibrated from `{}` ({} {}) in {calibrate_s:.0} s ({} designed batches, one engine start); \
          {} held-out rows × {} rounds measured in {measure_s:.0} s; whole bench {:.0} s.\n\n",
         args.scenario.display(),
         engine.name,

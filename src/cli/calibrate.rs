@@ -184,7 +184,8 @@ fn design_and_fit(plan: batchlab::scenario::Plan, runs: PathBuf, args: &Calibrat
     }
     match result {
         Ok((profile, design)) => {
-            eprintln!("ran {} designed settings in {}", design.dirs.len(), runs.display());
+            let settings = batchlab::run::calibrate::DESIGN.len();
+            eprintln!("ran {} designed batches of {settings} settings in {}", design.dirs.len(), runs.display());
             write(&profile, &args.output)?;
             Ok(ExitCode::SUCCESS)
         }

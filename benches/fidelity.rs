@@ -3,7 +3,8 @@
 //!
 //! ```sh
 //! PYO3_PYTHON=~/.cache/batchlab/venv/bin/python cargo bench --features vllm --bench fidelity -- \
-//!     [--scenario scenarios/vllm-cpu.toml] [--rounds 3] [--out FILE] [--work DIR] [--sim-only]
+//!     [--scenario scenarios/vllm-cpu.toml] [--rounds 3] [--out FILE] [--work DIR] [--sim-only] \
+//!     [--profile PROFILE.toml] [--measured WORK/measured.json]
 //! ```
 //!
 //! 1. `calibrate`: exactly what `batchlab calibrate SCENARIO` does (`run::calibrate`): the
@@ -23,6 +24,11 @@
 //! real rounds, predicted = median of the simulated ones (identical: virtual time), error =
 //! (predicted − measured) / measured, spread = (max − min) / median of the real rounds.
 //! Goal: |throughput error| ≤ 5 % and |latency p50 error| ≤ 10 % on every row.
+//!
+//! The real measurements are saved to `<work>/measured.json`. `--profile` skips the calibration and
+//! predicts with a given profile; `--measured` skips the real runs and compares with an earlier
+//! run's measurements: together they re-judge a new fit against the same real numbers in
+//! milliseconds (the rows must be the same).
 //!
 //! `--sim-only` (what `just bench --quick` runs, no Python): the "real" engine is the simulator
 //! with the hand-set costs of `scenarios/throughput.toml`, so the table checks the whole pipeline
@@ -47,6 +53,10 @@ struct Args {
     out: Option<PathBuf>,
     work: PathBuf,
     sim_only: bool,
+    /// Skip the calibration: predict with this profile.
+    profile: Option<PathBuf>,
+    /// Skip the real runs: compare with these measurements (a `measured.json` of an earlier run).
+    measured: Option<PathBuf>,
 }
 
 fn parse_args() -> Option<Args> {
@@ -60,6 +70,8 @@ fn parse_args() -> Option<Args> {
         out: None,
         work: std::env::temp_dir().join(format!("batchlab-fidelity-{}", std::process::id())),
         sim_only: false,
+        profile: None,
+        measured: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -70,6 +82,8 @@ fn parse_args() -> Option<Args> {
             "--out" => args.out = Some(PathBuf::from(value())),
             "--work" => args.work = PathBuf::from(value()),
             "--sim-only" => args.sim_only = true,
+            "--profile" => args.profile = Some(PathBuf::from(value())),
+            "--measured" => args.measured = Some(PathBuf::from(value())),
             _ => {} // `--bench` and anything libtest-ish
         }
     }
@@ -130,8 +144,16 @@ fn held_out_rows(base: &Plan, stream: u64) -> Vec<Row> {
     rows
 }
 
+/// What `<work>/measured.json` holds: the real engine's metrics per row and round.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Measurements {
+    labels: Vec<String>,
+    /// Per row (in `labels` order), per round.
+    rounds: Vec<Vec<Measured>>,
+}
+
 /// The metrics the table compares, from a run's one benchmark.
-#[derive(Copy, Clone, Debug, Default)]
+#[derive(Copy, Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Measured {
     output_tok_s: f64,
     latency_p50: f64,
@@ -188,46 +210,60 @@ fn main() {
     std::fs::create_dir_all(&args.work).expect("creating the work directory");
     let started = Instant::now();
     let base = load_file(&args.scenario, &Overrides::default()).unwrap_or_else(|e| panic!("{e}"));
-    let capture = (!args.sim_only).then(|| {
+    let real_runs = !args.sim_only && args.measured.is_none();
+    let capture = real_runs.then(|| {
         batchlab::sys::EngineLog::redirect(&args.work.join("engine.log")).expect("capturing the engine's output")
     });
 
-    // 1. Calibrate, as `batchlab calibrate SCENARIO` does.
-    say(&format!("fidelity: calibrating from {} ...", args.scenario.display()));
+    // 1. Calibrate, as `batchlab calibrate SCENARIO` does (or take the given profile).
     let t0 = Instant::now();
-    let options = DesignOptions {
-        runs_dir: args.work.join("calibration"),
-        progress: ProgressMode::Off,
-        interrupt: Interrupt::never(),
+    let (profile_path, design) = match &args.profile {
+        Some(path) => (path.clone(), None),
+        None => {
+            say(&format!("fidelity: calibrating from {} ...", args.scenario.display()));
+            let options = DesignOptions {
+                runs_dir: args.work.join("calibration"),
+                progress: ProgressMode::Off,
+                interrupt: Interrupt::never(),
+            };
+            let (profile, design) = calibrate_scenario(&base, &options).unwrap_or_else(|e| panic!("calibrate: {e}"));
+            let path = args.work.join("profile.toml");
+            profile.write(&path).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+            (path, Some(design))
+        }
     };
-    let (profile, design) = calibrate_scenario(&base, &options).unwrap_or_else(|e| panic!("calibrate: {e}"));
-    let profile_path = args.work.join("profile.toml");
-    profile.write(&profile_path).unwrap_or_else(|e| panic!("writing {}: {e}", profile_path.display()));
     let calibrate_s = t0.elapsed().as_secs_f64();
-    say(&format!("fidelity: calibrated in {calibrate_s:.1} s: {}", profile_path.display()));
+    say(&format!("fidelity: profile {} ({calibrate_s:.1} s)", profile_path.display()));
 
     // The simulator's engine, through `engine.sim.profile` as a user's scenario names it.
     let sim_scenario = args.work.join("fidelity-sim.toml");
+    let absolute = std::fs::canonicalize(&profile_path).unwrap_or_else(|e| panic!("{}: {e}", profile_path.display()));
     std::fs::write(
         &sim_scenario,
         format!(
             "name = \"fidelity-sim\"\n\n[engine]\nkind = \"sim\"\n\n[engine.sim]\ntime = \"virtual\"\nprofile = {:?}\n",
-            profile_path.display().to_string()
+            absolute.display().to_string()
         ),
     )
     .expect("writing the simulator's scenario");
     let sim_engine = load_file(&sim_scenario, &Overrides::default()).unwrap_or_else(|e| panic!("{e}")).engine;
 
     // 2-3. Rounds of real and simulated runs, interleaved.
-    let real_engine = base.engine.build().unwrap_or_else(|e| panic!("{e}"));
-    let mut real = PlanRunner::new(real_engine);
-    let sim_runner_engine = sim_engine.build().unwrap_or_else(|e| panic!("{e}"));
-    let mut sim = PlanRunner::new(sim_runner_engine);
     let labels: Vec<String> = held_out_rows(&base, 0).into_iter().map(|r| r.label).collect();
+    let earlier: Option<Measurements> = args.measured.as_ref().map(|path| {
+        let m: Measurements =
+            serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(m.labels, labels, "{} measured other rows", path.display());
+        m
+    });
+    let mut real = real_runs.then(|| PlanRunner::new(base.engine.build().unwrap_or_else(|e| panic!("{e}"))));
+    let mut sim = PlanRunner::new(sim_engine.build().unwrap_or_else(|e| panic!("{e}")));
+    let rounds = earlier.as_ref().map_or(args.rounds, |m| m.rounds[0].len());
     let mut measured: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
     let mut predicted: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
     let t1 = Instant::now();
-    for round in 0..args.rounds {
+    for round in 0..rounds {
         let rows = held_out_rows(&base, 1 + round as u64);
         let mut order: Vec<usize> = (0..rows.len()).collect();
         if round % 2 == 1 {
@@ -235,7 +271,12 @@ fn main() {
         }
         for i in order {
             let row = &rows[i];
-            let m = run_row(&mut real, &row.plan);
+            let m = match (&mut real, &earlier) {
+                (Some(real), _) => run_row(real, &row.plan),
+                (None, Some(e)) => e.rounds[i][round],
+                // --sim-only: the scenario's own (simulated) engine stands in for the real one.
+                (None, None) => run_row(&mut PlanRunner::new(base.engine.build().expect("the simulator")), &row.plan),
+            };
             let sim_plan = Plan { engine: sim_engine.clone(), ..row.plan.clone() };
             let p = run_row(&mut sim, &sim_plan);
             say(&format!(
@@ -246,28 +287,41 @@ fn main() {
             predicted[i].push(p);
         }
     }
-    real.finish().unwrap_or_else(|e| panic!("shutting the engine down: {e}"));
+    if let Some(real) = real {
+        real.finish().unwrap_or_else(|e| panic!("shutting the engine down: {e}"));
+    }
     sim.finish().expect("the simulator shuts down");
     let measure_s = t1.elapsed().as_secs_f64();
     if let Some(capture) = capture {
         let _ = capture.restore();
     }
+    // The measurements, to compare another profile with them later (`--measured`).
+    let saved = Measurements { labels: labels.clone(), rounds: measured.clone() };
+    let saved_path = args.work.join("measured.json");
+    std::fs::write(&saved_path, serde_json::to_vec_pretty(&saved).expect("json"))
+        .unwrap_or_else(|e| panic!("writing {}: {e}", saved_path.display()));
 
-    let table = render(&labels, &measured, &predicted, args.rounds);
+    let table = render(&labels, &measured, &predicted, rounds);
     let mut text = String::new();
-    let engine = &design.engine;
+    let profile = batchlab::engine::sim::Profile::load(&profile_path).unwrap_or_else(|e| panic!("{e}"));
+    match &design {
+        Some(design) => text.push_str(&format!(
+            "Calibrated from `{}` ({} {}) in {calibrate_s:.0} s ({} designed batches, one engine start); ",
+            args.scenario.display(),
+            design.engine.name,
+            design.engine.version,
+            design.dirs.len(),
+        )),
+        None => text.push_str(&format!("Profile `{}`; ", profile_path.display())),
+    }
+    let source = if args.measured.is_some() { "taken from an earlier run" } else { "measured" };
     text.push_str(&format!(
-        "Calibrated from `{}` ({} {}) in {calibrate_s:.0} s ({} designed batches, one engine start); \
-         {} held-out rows × {} rounds measured in {measure_s:.0} s; whole bench {:.0} s.\n\n",
-        args.scenario.display(),
-        engine.name,
-        engine.version,
-        design.dirs.len(),
+        "{} held-out rows × {rounds} rounds {source} in {measure_s:.0} s; whole bench {:.0} s.\n\n",
         labels.len(),
-        args.rounds,
         started.elapsed().as_secs_f64()
     ));
-    if let Some(c) = engine.resolved_config {
+    {
+        let c = profile.engine;
         text.push_str(&format!(
             "Resolved engine configuration: max_num_seqs {}, max_num_batched_tokens {}, {} KV blocks of {} tokens, \
              prefix caching {}, chunked prefill {}.\n\n",

@@ -220,3 +220,23 @@ fn noisy_timestamps_give_close_coefficients_and_residuals_that_show_the_noise() 
         assert!((got - want).abs() / want < 0.05, "{name}: {got} vs {want}");
     }
 }
+
+#[test]
+fn without_scheduled_timestamps_the_head_is_fitted_with_the_steps() {
+    let config = SimConfig { seed: 3, cost: known_cost(), scheduler: tight_limits(false), ..SimConfig::default() };
+    let batches: Vec<BatchObservation> = simulate(&config, 0)
+        .into_iter()
+        .map(|b| BatchObservation {
+            requests: b.requests.iter().map(|r| RequestObservation { scheduled_ns: None, ..r.clone() }).collect(),
+            returned_ns: b.returned_ns,
+        })
+        .collect();
+    let fit = fit(&config.scheduler, &batches).expect("fit");
+    assert_recovered(&fit.coefficients, &config.cost);
+    assert!(!fit.residuals.contains_key("head") && !fit.residuals.contains_key("scheduled"), "{:?}", fit.residuals);
+    assert_eq!(fit.batches.len(), batches.len());
+    for b in &fit.batches {
+        let measured = b.measured_last_token_ns.unwrap();
+        assert!((b.predicted_last_token_ns - measured).abs() < 1e-6 * measured, "{b:?}");
+    }
+}

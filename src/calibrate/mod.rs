@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-pub use fit::{BatchObservation, FitError, FitResult, RequestObservation, fit};
+pub use fit::{BatchFit, BatchObservation, FitError, FitResult, RequestObservation, fit};
 
 use crate::engine::ResolvedEngineConfig;
-use crate::engine::sim::profile::{FitSummary, Profile, Provenance};
+use crate::engine::sim::profile::{BatchSizeFit, FitSummary, Profile, Provenance};
 use crate::report::JSON_FILE;
 use crate::report::requests::REQUESTS_FILE;
 
@@ -178,6 +178,7 @@ pub fn fit_dirs(dirs: &[PathBuf]) -> Result<Profile, CalibrateError> {
             skipped_batches: m.skipped,
             samples: result.samples,
             unidentified: result.unidentified,
+            by_batch_size: by_batch_size(&result.batches),
         },
         residuals: result.residuals,
         provenance: Provenance {
@@ -188,6 +189,29 @@ pub fn fit_dirs(dirs: &[PathBuf]) -> Result<Profile, CalibrateError> {
             sources: dirs.iter().map(|d| d.display().to_string()).collect(),
         },
     })
+}
+
+/// The batches' makespans, grouped by batch size.
+fn by_batch_size(batches: &[BatchFit]) -> Vec<BatchSizeFit> {
+    let mut groups: BTreeMap<usize, Vec<(f64, f64)>> = BTreeMap::new();
+    for b in batches {
+        if let Some(measured) = b.measured_last_token_ns.filter(|m| *m > 0.0) {
+            groups.entry(b.size).or_default().push((measured, b.predicted_last_token_ns));
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(size, v)| {
+            let n = v.len() as f64;
+            BatchSizeFit {
+                size: size as u64,
+                batches: v.len() as u64,
+                measured_ms: v.iter().map(|(m, _)| m).sum::<f64>() / n / 1e6,
+                predicted_ms: v.iter().map(|(_, p)| p).sum::<f64>() / n / 1e6,
+                mean_rel_error: v.iter().map(|(m, p)| (p - m) / m).sum::<f64>() / n,
+            }
+        })
+        .collect()
 }
 
 fn read_report(path: &Path) -> Result<ReportHead, CalibrateError> {

@@ -67,8 +67,8 @@ fn calibrate_sources(sources: &[PathBuf]) -> anyhow::Result<Sources> {
         }
         if !s.is_dir() {
             anyhow::bail!(
-                "{} is neither a scenario file nor a directory: give one scenario, or the output directories \
-                 of earlier runs",
+                "{} is not a directory, nor a scenario file: give one scenario, or the output directories of \
+                 earlier runs",
                 s.display()
             );
         }
@@ -226,6 +226,6 @@ mod tests {
         let err = calibrate_sources(&[scenario.clone(), dir.clone()]).unwrap_err().to_string();
         assert!(err.contains("is a file"), "{err}");
         let err = calibrate_sources(&[dir.join("missing.toml")]).unwrap_err().to_string();
-        assert!(err.contains("neither a scenario file nor a directory"), "{err}");
+        assert!(err.contains("is not a directory, nor a scenario file"), "{err}");
     }
 }

@@ -259,14 +259,16 @@ fn main() {
     let sim_engine = load_file(&sim_scenario, &Overrides::default()).unwrap_or_else(|e| panic!("{e}")).engine;
 
     // 2-3. Rounds of real and simulated runs, interleaved.
-    let labels: Vec<String> = held_out_rows(&base, 0).into_iter().map(|r| r.label).collect();
     let earlier: Option<Measurements> = args.measured.as_ref().map(|path| {
-        let m: Measurements =
-            serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert_eq!(m.labels, labels, "{} measured other rows", path.display());
-        m
+        serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     });
+    // With earlier measurements, the rows they have (an older run may lack the newer rows).
+    let wanted = |label: &str| earlier.as_ref().is_none_or(|m| m.labels.iter().any(|l| l == label));
+    let labels: Vec<String> = held_out_rows(&base, 0).into_iter().map(|r| r.label).filter(|l| wanted(l)).collect();
+    if let Some(m) = &earlier {
+        assert!(m.labels.iter().all(|l| labels.contains(l)), "{:?} has rows this bench does not know", args.measured);
+    }
     let mut real = real_runs.then(|| PlanRunner::new(base.engine.build().unwrap_or_else(|e| panic!("{e}"))));
     let mut sim = PlanRunner::new(sim_engine.build().unwrap_or_else(|e| panic!("{e}")));
     let rounds = earlier.as_ref().map_or(args.rounds, |m| m.rounds[0].len());
@@ -274,7 +276,7 @@ fn main() {
     let mut predicted: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
     let t1 = Instant::now();
     for round in 0..rounds {
-        let rows = held_out_rows(&base, 1 + round as u64);
+        let rows: Vec<Row> = held_out_rows(&base, 1 + round as u64).into_iter().filter(|r| wanted(&r.label)).collect();
         let mut order: Vec<usize> = (0..rows.len()).collect();
         if round % 2 == 1 {
             order.reverse();
@@ -283,7 +285,10 @@ fn main() {
             let row = &rows[i];
             let m = match (&mut real, &earlier) {
                 (Some(real), _) => run_row(real, &row.plan),
-                (None, Some(e)) => e.rounds[i][round],
+                (None, Some(e)) => {
+                    let at = e.labels.iter().position(|l| *l == row.label).expect("a measured row");
+                    e.rounds[at][round]
+                }
                 // --sim-only: the scenario's own (simulated) engine stands in for the real one.
                 (None, None) => run_row(&mut PlanRunner::new(base.engine.build().expect("the simulator")), &row.plan),
             };
@@ -326,8 +331,9 @@ fn main() {
     }
     let source = if args.measured.is_some() { "taken from an earlier run" } else { "measured" };
     text.push_str(&format!(
-        "{} held-out rows and a control × {rounds} rounds {source} in {measure_s:.0} s; whole bench {:.0} s.\n\n",
-        labels.len() - 1,
+        "{} held-out rows{} × {rounds} rounds {source} in {measure_s:.0} s; whole bench {:.0} s.\n\n",
+        labels.iter().filter(|l| !l.starts_with(CONTROL)).count(),
+        if labels.iter().any(|l| l.starts_with(CONTROL)) { " and a control" } else { "" },
         started.elapsed().as_secs_f64()
     ));
     {

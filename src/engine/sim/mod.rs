@@ -8,7 +8,7 @@
 //! and [`CostModel`] prices each step; every request's scheduled, first-token and last-token times
 //! come from the steps. Faults are not its business: [`crate::engine::faults::FaultyEngine`] wraps it
 //! like any other engine. All randomness comes from the seed and the request id, so a seed always
-//! gives the same run. With a [`VirtualClock`](crate::time::VirtualClock) no wall time passes at all.
+//! gives the same run. With a [`VirtualClock`] no wall time passes at all.
 
 pub mod config;
 mod kv;

@@ -163,7 +163,12 @@ pub(crate) struct Head {
 }
 
 pub(crate) const HEAD_KEYS: &[Key<Head>] = &[
-    key!(name: NonBlank, KeyDefault::Text("the file stem"), "non-empty", in Head),
+    key!(
+        name: ScenarioName,
+        KeyDefault::Text("the file stem"),
+        "one plain file name: no `/` or `\\`, not `.` or `..` (it names `results/<name>`)",
+        in Head
+    ),
     key!(description: Opt(Str), KeyDefault::Value, "", in Head),
     key!(seed: U64(0), KeyDefault::Value, "master seed, see above", in Head),
 ];

@@ -321,7 +321,7 @@ fn failed_engine_start_writes_an_incomplete_report_with_the_error() {
 #[test]
 fn injected_engine_panics_stay_one_line_whatever_rust_backtrace_says() {
     let dir = temp_dir("panics");
-    std::fs::write(dir.join("s.toml"), format!("{SMALL_RUN}[faults]\npanic = {{ every = 2 }}\n")).unwrap();
+    std::fs::write(dir.join("s.toml"), format!("{SMALL_RUN}[faults]\npanic = {{ every = 1 }}\n")).unwrap();
     for backtrace in ["0", "1", "full"] {
         let o = batchlab_in(&dir, &["run", "s.toml", "--quiet", "--output", "out"], &[("RUST_BACKTRACE", backtrace)]);
         let err = text(&o.stderr);

@@ -166,7 +166,7 @@ fn canonical_mappings() {
             None,
         ),
         (
-            "queued and scheduled before dispatch",
+            "queued, scheduled before dispatch",
             output(stats(Some(s + 0.002), Some(s + 0.003), Some(s + 0.050), Some(s + 0.190)), Some(8), None),
             ClockDomain::Monotonic,
             None,

@@ -228,7 +228,7 @@ pub(crate) const VLLM_KEYS: &[Key<VllmConfig>] = &[
         model: ModelPath,
         KeyDefault::Required("\"path/to/model\""),
         "absolute, or relative: next to the scenario if it exists there, else under `$BATCHLAB_HOME` \
-         (default `~/.cache/batchlab`); existence is checked by the engine",
+         (default `~/.cache/batchlab`); must exist (checked by `check` and before a run): nothing is downloaded",
         in VllmConfig
     ),
     key!(dtype: Str, KeyDefault::Value, "", in VllmConfig),

@@ -192,7 +192,8 @@ fn run_engine(
     let result = result?;
 
     let environment = Environment::detect(&result.engine, seeds(plan, source));
-    let report = Report::new(plan, environment, result.benchmarks, result.incomplete)?;
+    let mut report = Report::new(plan, environment, result.benchmarks, result.incomplete)?;
+    report.dataset = workload.dataset_stats().cloned();
     let mut written = Vec::new();
     if let Some(dir) = &options.output_dir {
         written.push(write_json(&report, dir)?);

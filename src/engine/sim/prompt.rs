@@ -53,15 +53,24 @@ mod tests {
         assert_eq!(prompt_tokens(&Prompt::Tokens(vec![])), Ok(1));
         assert_eq!(prompt_tokens(&Prompt::Text("abcdefghi".into())), Ok(3));
         let messages = vec![Message::new("user", "Hi")];
-        // "<s><|user|>\nHi</s>\n<|assistant|>\n" is 32 bytes.
+        // "<s><|user|>\nHi</s>\n<|assistant|>\n" is 33 bytes.
         let chat = RequestFormat::ChatTemplate.prompt(messages.clone());
-        assert_eq!(prompt_tokens(&chat), Ok(8));
+        assert_eq!(prompt_tokens(&chat), Ok(9));
         // Plain is text by then: "user: Hi".
         assert_eq!(prompt_tokens(&RequestFormat::Plain.prompt(messages.clone())), Ok(2));
         let custom = ChatTemplate::new("{{ bos_token }}{% for _ in range(6) %}{{ messages[0].content }}{% endfor %}", TemplateOrigin::Inline)
                 .unwrap();
         let chat = Prompt::Chat(ChatPrompt { messages, template: Template::Custom(custom) });
         assert_eq!(prompt_tokens(&chat), Ok(4), "<s> and 12 bytes");
+    }
+
+    /// What Hugging Face's Jinja renders for the tiny model (transformers 5.19, printed by
+    /// `tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)`).
+    #[test]
+    fn the_model_template_renders_as_hugging_face_does() {
+        let messages = [Message::new("system", "Be brief."), Message::new("user", "Hi there")];
+        let text = model_template().render(&messages, BOS_TOKEN, EOS_TOKEN).unwrap();
+        assert_eq!(text, "<s><|system|>\nBe brief.</s>\n<|user|>\nHi there</s>\n<|assistant|>\n");
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub enum FileFormat {
     #[default]
     Jsonl,
     /// ShareGPT conversations (`conversations` of `{from, value}`), as a JSON array or JSONL.
+    #[serde(rename = "sharegpt")]
     ShareGpt,
     /// One text prompt per line.
     Text,

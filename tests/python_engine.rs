@@ -6,6 +6,10 @@
 
 use std::path::Path;
 
+#[cfg(feature = "vllm")]
+#[path = "common/hf_chat.rs"]
+mod hf_chat;
+
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -33,6 +37,7 @@ mod with_python {
     use std::process::Command;
     use std::sync::Mutex;
 
+    use batchlab::engine::chat::{ChatPrompt, Message, Template};
     use batchlab::engine::python::{PythonConfig, PythonEngine, batchlab_home, default_venv};
     use batchlab::engine::{Engine, EngineError, EngineRequest, FinishReason, Prompt};
     use batchlab::time::MonotonicClock;
@@ -92,8 +97,18 @@ mod with_python {
             assert!(before <= first && first <= last && last <= after, "{out:?} not within {before}..{after}");
         }
         assert_eq!(outputs[3].output_token_ids, Some(vec![104, 105, 104]), "\"hi\" as bytes, echoed");
+        // The echo engine does not say it takes chat prompts: a chat batch fails, saying so.
+        let err = engine.generate(&[chat_request(7, "hi")]).unwrap_err().to_string();
+        assert!(err.contains("echo_engine:EchoEngine does not take chat prompts"), "{err}");
+        assert!(engine.generate(&batch[..1]).is_ok(), "and the engine goes on");
         engine.shutdown().expect("shutdown");
         assert!(engine.generate(&batch).is_err(), "generate after shutdown fails");
+    }
+
+    fn chat_request(id: u64, question: &str) -> EngineRequest {
+        let messages = vec![Message::new("system", "Be brief."), Message::new("user", question)];
+        let prompt = Prompt::Chat(ChatPrompt { messages, template: Template::Model });
+        EngineRequest { prompt, ..EngineRequest::tokens(id, vec![], 3) }
     }
 
     /// Starts `class` from tests/fixtures/bad_engines.py and runs one generate of two requests.
@@ -210,7 +225,7 @@ mod with_python {
             }
             match &req.prompt {
                 Prompt::Tokens(ids) => assert_eq!(out.prompt_tokens, Some(ids.len() as u32), "{what}"),
-                Prompt::Text(_) => assert!(out.prompt_tokens.is_some_and(|n| n > 0), "{what}"),
+                _ => assert!(out.prompt_tokens.is_some_and(|n| n > 0), "{what}"),
             }
             let s = &out.stats;
             let (queued, scheduled, first, last) =
@@ -223,7 +238,23 @@ mod with_python {
         }
         // Longer requests finish later: the last token's time is the request's own.
         assert!(outputs[0].stats.last_token_ts < outputs[3].stats.last_token_ts, "{outputs:?}");
+
+        // Chat prompts go through the model's template; the counts are the tokenizer's.
+        let chats = [chat_request(10, "Hi"), chat_request(11, "What is continuous batching, in short?")];
+        let outputs = engine.generate(&chats).expect("chat generate");
         engine.shutdown().expect("shutdown");
+        let cases: Vec<_> = chats
+            .iter()
+            .map(|r| match &r.prompt {
+                Prompt::Chat(c) => (c.messages.clone(), None),
+                _ => unreachable!(),
+            })
+            .collect();
+        let expected = hf_chat::chat_lengths(&batchlab_home().join("tiny-llama"), &cases);
+        for (out, (templated, raw)) in outputs.iter().zip(expected) {
+            assert_eq!(out.prompt_tokens, Some(templated as u32), "{out:?}");
+            assert!(templated > raw, "the template's own tokens count: {templated} vs {raw}");
+        }
     }
 
     fn output_dir(name: &str) -> PathBuf {

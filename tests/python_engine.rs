@@ -257,6 +257,39 @@ mod with_python {
         }
     }
 
+    /// A model without a chat template of its own: chat prompts for the model's template fall back
+    /// to batchlab's plain format, so they count exactly as that text does.
+    #[test]
+    fn a_model_without_a_chat_template_falls_back_to_plain() {
+        if !ready(true) {
+            return;
+        }
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let model = output_dir("no-template-model");
+        std::fs::create_dir_all(&model).unwrap();
+        for entry in std::fs::read_dir(batchlab_home().join("tiny-llama")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.file_name().is_some_and(|n| n != "chat_template.jinja") {
+                std::fs::copy(&path, model.join(path.file_name().unwrap())).unwrap();
+            }
+        }
+        let mut config = PythonConfig::new("batchlab_engines.transformers_engine", "TransformersEngine");
+        config.args.insert("model".into(), model.to_string_lossy().into_owned().into());
+        config.args.insert("threads".into(), 1.into());
+        let mut engine = PythonEngine::new(config);
+        engine.start().expect("start");
+        let chat = chat_request(0, "What is continuous batching?");
+        let Prompt::Chat(c) = &chat.prompt else { unreachable!() };
+        let plain = batchlab::engine::chat::render_plain(&c.messages);
+        assert_eq!(plain, "system: Be brief.\nuser: What is continuous batching?");
+        let text = EngineRequest { prompt: Prompt::Text(plain), ..EngineRequest::tokens(1, vec![], 3) };
+        let outputs = engine.generate(&[chat, text]).expect("generate");
+        engine.shutdown().expect("shutdown");
+        assert!(outputs[0].prompt_tokens.is_some_and(|n| n > 0), "{outputs:?}");
+        assert_eq!(outputs[0].prompt_tokens, outputs[1].prompt_tokens, "the chat prompt went as its plain text");
+        std::fs::remove_dir_all(&model).unwrap();
+    }
+
     fn output_dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("batchlab-python-cli-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

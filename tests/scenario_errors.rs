@@ -45,7 +45,10 @@ check!(
 );
 
 // Chat prompts and datasets: the rules between keys, and templates checked at load time.
-check!(broken_inline_template, "[workload]\nchat = true\nrequest_format = \"{% for m in messages %}{{ m.content }}\"\n");
+check!(
+    broken_inline_template,
+    "[workload]\nchat = true\nrequest_format = \"{% for m in messages %}{{ m.content }}\"\n"
+);
 check!(broken_template_file, "[workload]\nchat = true\nrequest_format = \"../tests/fixtures/broken_chat.jinja\"\n");
 check!(missing_template_file, "[workload]\nchat = true\nrequest_format = \"templates/chatml.jinja\"\n");
 check!(

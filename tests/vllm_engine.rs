@@ -178,7 +178,10 @@ fn chat_prompts_are_templated_in_the_engine_and_counted_by_it() {
     engine.shutdown().expect("shutdown");
     let expected = hf_chat::chat_lengths(&model, &cases);
     for ((req, out), (templated, raw)) in batch.iter().zip(&outputs).zip(expected) {
-        eprintln!("CHAT: request {}: engine {:?} prompt tokens, apply_chat_template {templated}, contents alone {raw}", req.id, out.prompt_tokens);
+        eprintln!(
+            "CHAT: request {}: engine {:?} prompt tokens, apply_chat_template {templated}, contents alone {raw}",
+            req.id, out.prompt_tokens
+        );
         assert_eq!(out.prompt_tokens, Some(templated as u32), "request {}: {out:?}", req.id);
         assert!(templated > raw, "request {}: the template adds its own tokens ({templated} vs {raw})", req.id);
         assert_eq!(out.output_tokens, Some(req.max_tokens));

@@ -64,14 +64,21 @@ fn chat_scenario_prompts_are_templated_then_counted_by_the_simulator() {
         assert_eq!(c.messages[1].role, "user");
         let user = c.messages[1].content.as_str();
         let templated = text_tokens(&tiny_template(&[("system", &system), ("user", user)]));
-        assert_eq!(row["prompt_tokens"].as_u64(), Some(templated as u64), "request {id}: the engine's count, templated");
+        assert_eq!(
+            row["prompt_tokens"].as_u64(),
+            Some(templated as u64),
+            "request {id}: the engine's count, templated"
+        );
         assert!(templated > text_tokens(&system) + text_tokens(user), "the template's own tokens count");
     }
 }
 
 #[test]
 fn plain_chat_prompts_are_role_prefixed_text() {
-    let plan = scenario("chat.toml", &["workload.request_format=\"plain\"", "stop.max_requests=16", "expect.completed=16", "warmup.requests=1"]);
+    let plan = scenario(
+        "chat.toml",
+        &["workload.request_format=\"plain\"", "stop.max_requests=16", "expect.completed=16", "warmup.requests=1"],
+    );
     let workload = Workload::from_plan(&plan.workload).unwrap();
     let (_, rows) = run_with_rows(&plan, "plain");
     for row in &rows {
@@ -86,7 +93,11 @@ fn plain_chat_prompts_are_role_prefixed_text() {
 fn a_custom_template_is_what_the_simulator_counts() {
     let plan = scenario(
         "chat.toml",
-        &["workload.request_format=\"[{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}]\"", "stop.max_requests=8", "expect.completed=8"],
+        &[
+            "workload.request_format=\"[{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}]\"",
+            "stop.max_requests=8",
+            "expect.completed=8",
+        ],
     );
     let workload = Workload::from_plan(&plan.workload).unwrap();
     let (_, rows) = run_with_rows(&plan, "custom");
@@ -98,9 +109,11 @@ fn a_custom_template_is_what_the_simulator_counts() {
     }
 }
 
-/// The sample's conversations, read independently of batchlab: `(turns, reply)` where turns end
-/// at the last human turn.
-fn sample_conversations() -> Vec<(Vec<(String, String)>, Option<String>)> {
+/// `(from, value)` turns up to the last human one, and the reply after it.
+type Conversation = (Vec<(String, String)>, Option<String>);
+
+/// The sample's conversations, read independently of batchlab.
+fn sample_conversations() -> Vec<Conversation> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/data/sharegpt-sample.json");
     let data: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     data.iter()
@@ -180,7 +193,10 @@ fn bad_dataset_lines_are_errors_or_skipped_and_reported() {
     assert!(matches!(err, LoadError::BadLines { .. }), "{err:?}");
     let message = err.to_string();
     assert!(message.contains(&format!("{}:2:2: invalid JSON", data.display())), "{message}");
-    assert!(message.contains(&format!("{}:4: expected `prompt` to be a string, found a number", data.display())), "{message}");
+    assert!(
+        message.contains(&format!("{}:4: expected `prompt` to be a string, found a number", data.display())),
+        "{message}"
+    );
     assert!(run_blocking(&plan, RunOptions::default()).is_err(), "a run fails before it starts");
 
     let overrides = Overrides { sets: vec!["workload.skip_bad_lines=true".into()], seed: None };

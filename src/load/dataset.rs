@@ -80,10 +80,18 @@ pub struct DatasetStats {
 type Entry = (usize, Result<PromptLine, Problem>);
 
 /// Reads a whole workload file's bytes. `origin` names the file in messages.
-pub(crate) fn read(bytes: &[u8], origin: &Path, options: &DatasetOptions) -> Result<(Vec<PromptLine>, DatasetStats), LoadError> {
+pub(crate) fn read(
+    bytes: &[u8],
+    origin: &Path,
+    options: &DatasetOptions,
+) -> Result<(Vec<PromptLine>, DatasetStats), LoadError> {
     let entries = match options.format {
-        FileFormat::Jsonl => lines(bytes).map(|(n, line)| (n, line.and_then(|l| jsonl::parse_line(l, &options.columns)))).collect(),
-        FileFormat::Text => lines(bytes).map(|(n, line)| (n, line.map(|l| PromptLine::new(LinePrompt::Text(l.to_owned()))))).collect(),
+        FileFormat::Jsonl => {
+            lines(bytes).map(|(n, line)| (n, line.and_then(|l| jsonl::parse_line(l, &options.columns)))).collect()
+        }
+        FileFormat::Text => {
+            lines(bytes).map(|(n, line)| (n, line.map(|l| PromptLine::new(LinePrompt::Text(l.to_owned()))))).collect()
+        }
         FileFormat::ShareGpt => sharegpt(bytes, options).map_err(|problem| LoadError::BadLines {
             path: origin.to_owned(),
             problems: vec![problem],
@@ -149,14 +157,19 @@ fn sharegpt(bytes: &[u8], options: &DatasetOptions) -> Result<Vec<Entry>, LinePr
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'[') {
         return Ok(lines(bytes)
             .map(|(n, line)| {
-                let entry = line.and_then(|l| serde_json::from_str(l).map_err(|e| jsonl::json_problem(&e))).and_then(parse);
+                let entry =
+                    line.and_then(|l| serde_json::from_str(l).map_err(|e| jsonl::json_problem(&e))).and_then(parse);
                 (n, entry)
             })
             .collect());
     }
     let text = std::str::from_utf8(bytes).map_err(|e| {
         let (line, column) = position(bytes, e.valid_up_to());
-        LineProblem { line, column: Some(column), message: "invalid UTF-8; expected a JSON array of conversations".into() }
+        LineProblem {
+            line,
+            column: Some(column),
+            message: "invalid UTF-8; expected a JSON array of conversations".into(),
+        }
     })?;
     let items: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| LineProblem {
         line: e.line(),
@@ -197,24 +210,41 @@ fn conversation(value: &Value, columns: &Columns, reply_max_tokens: bool) -> Res
     let key = &columns.conversations;
     let turns = match map.get(key) {
         Some(Value::Array(turns)) => turns,
-        Some(other) => return Err((None, format!("expected `{key}` to be a list of {{\"from\", \"value\"}} turns, found {}", jsonl::kind(other)))),
+        Some(other) => {
+            return Err((
+                None,
+                format!("expected `{key}` to be a list of {{\"from\", \"value\"}} turns, found {}", jsonl::kind(other)),
+            ));
+        }
         None => return Err((None, format!("missing `{key}` (expected a list of {{\"from\", \"value\"}} turns)"))),
     };
     let mut messages = Vec::with_capacity(turns.len());
     for (i, turn) in turns.iter().enumerate() {
         let Value::Object(t) = turn else {
-            return Err((None, format!("expected `{key}[{i}]` to be a {{\"from\", \"value\"}} object, found {}", jsonl::kind(turn))));
+            return Err((
+                None,
+                format!("expected `{key}[{i}]` to be a {{\"from\", \"value\"}} object, found {}", jsonl::kind(turn)),
+            ));
         };
         let role = match t.get("from") {
             Some(Value::String(from)) => sharegpt_role(from).ok_or_else(|| {
                 (None, format!("`{key}[{i}].from` is \"{from}\"; expected \"human\", \"gpt\" or \"system\""))
             })?,
-            Some(other) => return Err((None, format!("expected `{key}[{i}].from` to be a string, found {}", jsonl::kind(other)))),
-            None => return Err((None, format!("missing `{key}[{i}].from` (expected \"human\", \"gpt\" or \"system\")"))),
+            Some(other) => {
+                return Err((None, format!("expected `{key}[{i}].from` to be a string, found {}", jsonl::kind(other))));
+            }
+            None => {
+                return Err((None, format!("missing `{key}[{i}].from` (expected \"human\", \"gpt\" or \"system\")")));
+            }
         };
         let content = match t.get("value") {
             Some(Value::String(s)) => s.clone(),
-            Some(other) => return Err((None, format!("expected `{key}[{i}].value` to be a string, found {}", jsonl::kind(other)))),
+            Some(other) => {
+                return Err((
+                    None,
+                    format!("expected `{key}[{i}].value` to be a string, found {}", jsonl::kind(other)),
+                ));
+            }
             None => return Err((None, format!("missing `{key}[{i}].value` (expected a string)"))),
         };
         messages.push(Message { role: role.to_owned(), content });

@@ -167,7 +167,8 @@ pub(crate) fn check_near_misses(map: &Map<String, Value>, columns: &Columns, fie
 /// Exactly one of the prompt keys.
 fn line_prompt(map: &Map<String, Value>, columns: &Columns) -> Result<LinePrompt, Problem> {
     let (text, ids, chat) = (&columns.prompt, &columns.prompt_token_ids, &columns.messages);
-    let present: Vec<&str> = [text, ids, chat].into_iter().filter(|k| map.contains_key(*k)).map(String::as_str).collect();
+    let present: Vec<&str> =
+        [text, ids, chat].into_iter().filter(|k| map.contains_key(*k)).map(String::as_str).collect();
     match present.as_slice() {
         [] => Err((None, format!("missing `{text}` (expected a string; or `{ids}` or `{chat}`)"))),
         [_] if map.contains_key(text) => text_prompt(&map[text], text).map(LinePrompt::Text),
@@ -197,7 +198,10 @@ fn token_ids(v: &Value, key: &str) -> Result<Vec<u32>, Problem> {
         .enumerate()
         .map(|(i, item)| {
             item.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
-                (None, format!("expected `{key}[{i}]` to be a token id (an integer from 0 to {}), found {item}", u32::MAX))
+                (
+                    None,
+                    format!("expected `{key}[{i}]` to be a token id (an integer from 0 to {}), found {item}", u32::MAX),
+                )
             })
         })
         .collect()
@@ -206,7 +210,10 @@ fn token_ids(v: &Value, key: &str) -> Result<Vec<u32>, Problem> {
 /// OpenAI-style messages: a non-empty list of `{"role": str, "content": str}`.
 pub(crate) fn messages(v: &Value, key: &str) -> Result<Vec<Message>, Problem> {
     let Value::Array(items) = v else {
-        return Err((None, format!("expected `{key}` to be a list of {{\"role\", \"content\"}} objects, found {}", kind(v))));
+        return Err((
+            None,
+            format!("expected `{key}` to be a list of {{\"role\", \"content\"}} objects, found {}", kind(v)),
+        ));
     };
     if items.is_empty() {
         return Err((None, format!("expected `{key}` to be non-empty")));
@@ -216,12 +223,17 @@ pub(crate) fn messages(v: &Value, key: &str) -> Result<Vec<Message>, Problem> {
         .enumerate()
         .map(|(i, item)| {
             let Value::Object(m) = item else {
-                return Err((None, format!("expected `{key}[{i}]` to be a {{\"role\", \"content\"}} object, found {}", kind(item))));
+                return Err((
+                    None,
+                    format!("expected `{key}[{i}]` to be a {{\"role\", \"content\"}} object, found {}", kind(item)),
+                ));
             };
             let field = |name: &str, nonempty: bool| match m.get(name) {
                 Some(Value::String(s)) if !nonempty || !s.is_empty() => Ok(s.clone()),
                 Some(Value::String(_)) => Err((None, format!("expected `{key}[{i}].{name}` to be non-empty"))),
-                Some(other) => Err((None, format!("expected `{key}[{i}].{name}` to be a string, found {}", kind(other)))),
+                Some(other) => {
+                    Err((None, format!("expected `{key}[{i}].{name}` to be a string, found {}", kind(other))))
+                }
                 None => Err((None, format!("missing `{key}[{i}].{name}` (expected a string)"))),
             };
             Ok(Message { role: field("role", true)?, content: field("content", false)? })
@@ -274,8 +286,12 @@ mod tests {
     /// `Ok((prompt, max_tokens))` or `Err(text the message contains)`.
     fn check(raw: &str, columns: &Columns, expected: Result<(LinePrompt, Option<u32>), &str>) {
         match (parse_line(raw, columns), expected) {
-            (Ok(line), Ok((prompt, max_tokens))) => assert_eq!((line.prompt, line.max_tokens), (prompt, max_tokens), "{raw}"),
-            (Err((_, message)), Err(needle)) => assert!(message.contains(needle), "{raw}: {message:?} should contain {needle:?}"),
+            (Ok(line), Ok((prompt, max_tokens))) => {
+                assert_eq!((line.prompt, line.max_tokens), (prompt, max_tokens), "{raw}")
+            }
+            (Err((_, message)), Err(needle)) => {
+                assert!(message.contains(needle), "{raw}: {message:?} should contain {needle:?}")
+            }
             (got, want) => panic!("{raw}: got {got:?}, expected {want:?}"),
         }
     }
@@ -299,7 +315,11 @@ mod tests {
         *c.key_mut("prompt").unwrap() = "question".into();
         *c.key_mut("max_tokens").unwrap() = "answer_len".into();
         check(r#"{"question": "why?", "answer_len": 12, "prompt": 3}"#, &c, Ok((text("why?"), Some(12))));
-        check(r#"{"prompt": "why?"}"#, &c, Err("missing `question` (expected a string; or `prompt_token_ids` or `messages`)"));
+        check(
+            r#"{"prompt": "why?"}"#,
+            &c,
+            Err("missing `question` (expected a string; or `prompt_token_ids` or `messages`)"),
+        );
         check(r#"{"questio": "why?"}"#, &c, Err("unknown key `questio`; did you mean `question`?"));
         check(r#"{"question": "x", "answer_len": 0}"#, &c, Err("expected `answer_len` to be an integer from 1"));
         assert_eq!(c.renamed().collect::<Vec<_>>(), [("prompt", "question"), ("max_tokens", "answer_len")]);
@@ -324,12 +344,21 @@ mod tests {
             (r#"{"prompt_token_ids": []}"#, "expected `prompt_token_ids` to be non-empty"),
             (r#"{"prompt_token_ids": [1, -2]}"#, "expected `prompt_token_ids[1]` to be a token id"),
             (r#"{"prompt_token_ids": "1 2"}"#, "to be a list of token ids, found a string"),
-            (r#"{"messages": "hi"}"#, "expected `messages` to be a list of {\"role\", \"content\"} objects, found a string"),
+            (
+                r#"{"messages": "hi"}"#,
+                "expected `messages` to be a list of {\"role\", \"content\"} objects, found a string",
+            ),
             (r#"{"messages": []}"#, "expected `messages` to be non-empty"),
-            (r#"{"messages": ["hi"]}"#, "expected `messages[0]` to be a {\"role\", \"content\"} object, found a string"),
+            (
+                r#"{"messages": ["hi"]}"#,
+                "expected `messages[0]` to be a {\"role\", \"content\"} object, found a string",
+            ),
             (r#"{"messages": [{"role": "user"}]}"#, "missing `messages[0].content`"),
             (r#"{"messages": [{"role": "", "content": "x"}]}"#, "expected `messages[0].role` to be non-empty"),
-            (r#"{"messages": [{"role": "user", "content": [{"type": "text"}]}]}"#, "`messages[0].content` to be a string, found an array"),
+            (
+                r#"{"messages": [{"role": "user", "content": [{"type": "text"}]}]}"#,
+                "`messages[0].content` to be a string, found an array",
+            ),
         ] {
             check(raw, &c, Err(needle));
         }

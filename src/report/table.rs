@@ -66,7 +66,9 @@ pub fn render_table(report: &Report) -> String {
     for row in &rows {
         out.push_str(&line(row));
     }
-    if let Some(d) = report.dataset.as_ref().filter(|d| d.skipped_bad_lines + d.dropped_short + d.dropped_long + d.truncated > 0) {
+    if let Some(d) =
+        report.dataset.as_ref().filter(|d| d.skipped_bad_lines + d.dropped_short + d.dropped_long + d.truncated > 0)
+    {
         out.push_str(&format!(
             "(workload file: {} prompts of {} entries; {} bad lines skipped, {} too short and {} too long dropped, {} truncated)\n",
             d.prompts, d.entries, d.skipped_bad_lines, d.dropped_short, d.dropped_long, d.truncated
@@ -105,7 +107,8 @@ mod tests {
             truncated: 3,
             prompts: 7,
         };
-        report.dataset = Some(crate::load::DatasetStats { skipped_bad_lines: 0, dropped_short: 0, truncated: 0, ..stats.clone() });
+        report.dataset =
+            Some(crate::load::DatasetStats { skipped_bad_lines: 0, dropped_short: 0, truncated: 0, ..stats.clone() });
         assert!(!render_table(&report).contains("workload file"), "nothing to say");
         report.dataset = Some(stats);
         let table = render_table(&report);

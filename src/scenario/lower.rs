@@ -356,7 +356,8 @@ fn check_chat_and_dataset(cx: &mut Cx, t: Tbl, plan: &WorkloadPlan) {
                 needs(cx, "columns", message, help);
             }
             if dataset.reply_max_tokens && dataset.format != FileFormat::ShareGpt {
-                let message = format!("`workload.reply_max_tokens` needs ShareGPT replies, but the format is \"{format}\"");
+                let message =
+                    format!("`workload.reply_max_tokens` needs ShareGPT replies, but the format is \"{format}\"");
                 needs(cx, "reply_max_tokens", message, "set `format = \"sharegpt\"` or remove it".to_owned());
             }
             if dataset.truncate && dataset.max_prompt_tokens.is_none() {
@@ -366,8 +367,9 @@ fn check_chat_and_dataset(cx: &mut Cx, t: Tbl, plan: &WorkloadPlan) {
             if let (Some(min), Some(max)) = (dataset.min_prompt_tokens, dataset.max_prompt_tokens)
                 && min > max
             {
-                let message =
-                    format!("`workload.min_prompt_tokens` ({min}) is greater than `workload.max_prompt_tokens` ({max})");
+                let message = format!(
+                    "`workload.min_prompt_tokens` ({min}) is greater than `workload.max_prompt_tokens` ({max})"
+                );
                 needs(cx, "min_prompt_tokens", message, "no prompt could pass both".to_owned());
             }
         }

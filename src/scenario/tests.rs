@@ -609,7 +609,11 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {
         request_format_strategy(),
     )
         .prop_map(
-            |((prompt_tokens, output_tokens, seed, unique_prefix, vocab_size, ignore_eos, temperature), chat, request_format)| {
+            |(
+                (prompt_tokens, output_tokens, seed, unique_prefix, vocab_size, ignore_eos, temperature),
+                chat,
+                request_format,
+            )| {
                 WorkloadPlan::Synthetic {
                     prompt_tokens,
                     output_tokens,

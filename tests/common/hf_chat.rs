@@ -46,7 +46,8 @@ pub fn chat_lengths(model: &Path, cases: &[(Vec<Message>, Option<String>)]) -> V
     assert!(out.status.success(), "python failed: {}", String::from_utf8_lossy(&out.stderr));
     let result: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json from python");
     assert_eq!(
-        result["has_template"], true,
+        result["has_template"],
+        true,
         "{} has no chat template: run `just setup-vllm` (scripts/build_tiny_model.py installs it)",
         model.display()
     );

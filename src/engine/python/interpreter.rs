@@ -79,8 +79,8 @@ impl Session {
             };
             Ok((object.unbind(), info))
         })?;
-        let checked = map_info(&class, &info, config.clock)
-            .and_then(|checked| Ok((checked, map_chat_support(&class, &info)?)));
+        let checked =
+            map_info(&class, &info, config.clock).and_then(|checked| Ok((checked, map_chat_support(&class, &info)?)));
         let (checked, chat) = match checked {
             Ok(checked) => checked,
             Err(message) => {

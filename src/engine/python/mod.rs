@@ -370,7 +370,8 @@ mod tests {
             crate::engine::chat::TemplateOrigin::Inline,
         )
         .unwrap();
-        let batch = vec![EngineRequest::tokens(0, vec![1], 4), chat(1, Template::Model), chat(2, Template::Custom(custom))];
+        let batch =
+            vec![EngineRequest::tokens(0, vec![1], 4), chat(1, Template::Model), chat(2, Template::Custom(custom))];
         let mut warned = false;
         // The model has a template: everything goes as it is.
         let same = prepare_chat("m:C", ChatSupport::ModelTemplate, &mut warned, &batch).unwrap();

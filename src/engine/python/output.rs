@@ -73,7 +73,8 @@ pub(crate) enum ChatSupport {
 
 /// `start()`'s `model_chat_template`: a bool, or missing.
 pub(crate) fn map_chat_support(class: &str, info: &Plain) -> Result<ChatSupport, String> {
-    let fields = Fields::new(info, INFO_FIELDS).map_err(|e| format!("{class}.start() returned a bad info dict: {e}"))?;
+    let fields =
+        Fields::new(info, INFO_FIELDS).map_err(|e| format!("{class}.start() returned a bad info dict: {e}"))?;
     match fields.get("model_chat_template") {
         Plain::None => Ok(ChatSupport::None),
         Plain::Bool(true) => Ok(ChatSupport::ModelTemplate),

@@ -58,8 +58,11 @@ mod tests {
         assert_eq!(prompt_tokens(&chat), Ok(9));
         // Plain is text by then: "user: Hi".
         assert_eq!(prompt_tokens(&RequestFormat::Plain.prompt(messages.clone())), Ok(2));
-        let custom = ChatTemplate::new("{{ bos_token }}{% for _ in range(6) %}{{ messages[0].content }}{% endfor %}", TemplateOrigin::Inline)
-                .unwrap();
+        let custom = ChatTemplate::new(
+            "{{ bos_token }}{% for _ in range(6) %}{{ messages[0].content }}{% endfor %}",
+            TemplateOrigin::Inline,
+        )
+        .unwrap();
         let chat = Prompt::Chat(ChatPrompt { messages, template: Template::Custom(custom) });
         assert_eq!(prompt_tokens(&chat), Ok(4), "<s> and 12 bytes");
     }

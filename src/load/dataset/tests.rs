@@ -39,7 +39,12 @@ const SHAREGPT: &str = r#"[
 #[test]
 fn sharegpt_prompts_end_at_the_last_human_turn() {
     let (lines, stats) = read_str(SHAREGPT, &options(FileFormat::ShareGpt)).unwrap();
-    let first = chat(&[("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello there, friend"), ("user", "How are you?")]);
+    let first = chat(&[
+        ("system", "Be brief."),
+        ("user", "Hi"),
+        ("assistant", "Hello there, friend"),
+        ("user", "How are you?"),
+    ]);
     assert_eq!(lines, [PromptLine::new(first), PromptLine::new(chat(&[("user", "Only a question")]))]);
     assert_eq!((stats.entries, stats.prompts, stats.format), (2, 2, FileFormat::ShareGpt));
 }
@@ -89,7 +94,11 @@ fn bad_conversations_are_reported_at_their_line() {
 
 #[test]
 fn a_broken_json_array_is_one_problem_with_its_position() {
-    check_bad("[\n  {\"conversations\": []},\n  {oops}\n]", &options(FileFormat::ShareGpt), &[(3, Some(4), "invalid JSON")]);
+    check_bad(
+        "[\n  {\"conversations\": []},\n  {oops}\n]",
+        &options(FileFormat::ShareGpt),
+        &[(3, Some(4), "invalid JSON")],
+    );
     // Never skipped: nothing after it could be read.
     let o = DatasetOptions { skip_bad_lines: true, ..options(FileFormat::ShareGpt) };
     assert!(matches!(read_str("[{]", &o), Err(LoadError::BadLines { .. })));

@@ -7,10 +7,10 @@ use std::time::Duration;
 use toml_edit::{Array, InlineTable, Item, Table, Value, value};
 
 use super::super::plan::{Columns, TokenDist};
-use crate::engine::chat::{ChatTemplate, RequestFormat, TemplateOrigin, looks_like_template};
 use super::super::reader::{Cx, Field, Low, Node, Tbl, join};
 use super::super::units::format_duration;
 use super::Sub;
+use crate::engine::chat::{ChatTemplate, RequestFormat, TemplateOrigin, looks_like_template};
 
 /// How a value type is read from and written to TOML.
 pub(crate) trait Codec {

@@ -186,14 +186,17 @@ fn text_prompt(v: &Value, key: &str) -> Result<String, Problem> {
     }
 }
 
-fn token_ids(v: &Value, key: &str) -> Result<Vec<u32>, Problem> {
-    let Value::Array(items) = v else {
-        return Err((None, format!("expected `{key}` to be a list of token ids, found {}", kind(v))));
-    };
-    if items.is_empty() {
-        return Err((None, format!("expected `{key}` to be non-empty")));
+/// The items of a non-empty JSON list of `what`.
+fn non_empty_list<'v>(v: &'v Value, key: &str, what: &str) -> Result<&'v [Value], Problem> {
+    match v {
+        Value::Array(items) if items.is_empty() => Err((None, format!("expected `{key}` to be non-empty"))),
+        Value::Array(items) => Ok(items),
+        other => Err((None, format!("expected `{key}` to be a list of {what}, found {}", kind(other)))),
     }
-    items
+}
+
+fn token_ids(v: &Value, key: &str) -> Result<Vec<u32>, Problem> {
+    non_empty_list(v, key, "token ids")?
         .iter()
         .enumerate()
         .map(|(i, item)| {
@@ -209,16 +212,7 @@ fn token_ids(v: &Value, key: &str) -> Result<Vec<u32>, Problem> {
 
 /// OpenAI-style messages: a non-empty list of `{"role": str, "content": str}`.
 pub(crate) fn messages(v: &Value, key: &str) -> Result<Vec<Message>, Problem> {
-    let Value::Array(items) = v else {
-        return Err((
-            None,
-            format!("expected `{key}` to be a list of {{\"role\", \"content\"}} objects, found {}", kind(v)),
-        ));
-    };
-    if items.is_empty() {
-        return Err((None, format!("expected `{key}` to be non-empty")));
-    }
-    items
+    non_empty_list(v, key, "{\"role\", \"content\"} objects")?
         .iter()
         .enumerate()
         .map(|(i, item)| {

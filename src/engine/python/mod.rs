@@ -230,7 +230,7 @@ fn environment(extra: &BTreeMap<String, String>, user: impl Fn(&str) -> Option<S
 /// engine that takes none fails the batch, saying what to do.
 #[cfg_attr(not(feature = "vllm"), allow(dead_code))]
 fn prepare_chat<'b>(
-    class: &str,
+    config: &PythonConfig,
     support: ChatSupport,
     warned: &mut bool,
     batch: &'b [EngineRequest],
@@ -243,8 +243,9 @@ fn prepare_chat<'b>(
     match support {
         ChatSupport::ModelTemplate => Ok(Cow::Borrowed(batch)),
         ChatSupport::None => Err(EngineError::Generate(format!(
-            "{class} does not take chat prompts: its start() info has no `model_chat_template` (docs/engines.md); \
-             set `workload.request_format = \"plain\"` to send the messages as text"
+            "{} does not take chat prompts: its start() info has no `model_chat_template` (docs/engines.md); \
+             set `workload.request_format = \"plain\"` to send the messages as text",
+            config.class_spec()
         ))),
         ChatSupport::NoModelTemplate => {
             let falls_back = |r: &EngineRequest| matches!(&r.prompt, Prompt::Chat(c) if c.template == Template::Model);
@@ -253,7 +254,7 @@ fn prepare_chat<'b>(
             }
             if !std::mem::replace(warned, true) {
                 tracing::warn!(
-                    engine = %class,
+                    engine = %config.class_spec(),
                     "the model has no chat template: chat prompts fall back to the plain format \
                      (`role: content` lines; docs/scenarios.md)"
                 );
@@ -304,8 +305,7 @@ impl Engine for PythonEngine {
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         #[cfg(feature = "vllm")]
         if let Some(session) = &self.session {
-            let class = self.config.class_spec();
-            let batch = prepare_chat(&class, session.chat(), &mut self.warned_plain, batch)?;
+            let batch = prepare_chat(&self.config, session.chat(), &mut self.warned_plain, batch)?;
             return session.generate(&batch);
         }
         let _ = batch;
@@ -373,20 +373,21 @@ mod tests {
         let batch =
             vec![EngineRequest::tokens(0, vec![1], 4), chat(1, Template::Model), chat(2, Template::Custom(custom))];
         let mut warned = false;
+        let m = PythonConfig::new("m", "C");
         // The model has a template: everything goes as it is.
-        let same = prepare_chat("m:C", ChatSupport::ModelTemplate, &mut warned, &batch).unwrap();
+        let same = prepare_chat(&m, ChatSupport::ModelTemplate, &mut warned, &batch).unwrap();
         assert_eq!(&*same, &batch[..]);
         assert!(!warned);
         // It has none: the model-template request becomes plain text; a custom template still applies.
-        let fell_back = prepare_chat("m:C", ChatSupport::NoModelTemplate, &mut warned, &batch).unwrap();
+        let fell_back = prepare_chat(&m, ChatSupport::NoModelTemplate, &mut warned, &batch).unwrap();
         assert_eq!(fell_back[0], batch[0]);
         assert_eq!(fell_back[1].prompt, Prompt::Text("user: Hi".into()));
         assert_eq!(fell_back[2], batch[2]);
         assert!(warned, "the fallback is warned about");
         // Token prompts need no chat support at all; chat prompts do.
         let tokens = &batch[..1];
-        assert_eq!(&*prepare_chat("m:C", ChatSupport::None, &mut warned, tokens).unwrap(), tokens);
-        let err = prepare_chat("m:C", ChatSupport::None, &mut warned, &batch).unwrap_err().to_string();
+        assert_eq!(&*prepare_chat(&m, ChatSupport::None, &mut warned, tokens).unwrap(), tokens);
+        let err = prepare_chat(&m, ChatSupport::None, &mut warned, &batch).unwrap_err().to_string();
         assert!(err.contains("m:C does not take chat prompts") && err.contains("request_format = \"plain\""), "{err}");
     }
 
@@ -395,8 +396,9 @@ mod tests {
     fn the_plain_fallback_is_warned_about_once() {
         let batch = vec![chat(1, Template::Model)];
         let mut warned = false;
+        let m = PythonConfig::new("m", "C");
         for _ in 0..3 {
-            prepare_chat("m:C", ChatSupport::NoModelTemplate, &mut warned, &batch).unwrap();
+            prepare_chat(&m, ChatSupport::NoModelTemplate, &mut warned, &batch).unwrap();
         }
         logs_assert(|lines: &[&str]| {
             let n = lines.iter().filter(|l| l.contains("the model has no chat template")).count();

@@ -177,10 +177,13 @@ fn sharegpt(bytes: &[u8], options: &DatasetOptions) -> Result<Vec<Entry>, LinePr
         message: format!("invalid JSON ({}); expected a JSON array of conversations", message_of(&e)),
     })?;
     let mut entries = Vec::with_capacity(items.len());
+    // Entries come in file order: count the newlines between one and the next (linear in the file).
+    let (mut line, mut counted) = (1, 0);
     for item in items {
         // A raw value borrows its text from `text`: its offset is where the entry starts.
         let offset = item.get().as_ptr() as usize - text.as_ptr() as usize;
-        let (line, _) = position(bytes, offset);
+        line += bytes[counted..offset].iter().filter(|&&b| b == b'\n').count();
+        counted = offset;
         let entry = serde_json::from_str(item.get()).map_err(|e| jsonl::json_problem(&e)).and_then(parse);
         entries.push((line, entry));
     }

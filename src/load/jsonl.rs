@@ -13,8 +13,8 @@
 //! # Adding a field
 //! A field is a member of [`PromptLine`], its JSON key in [`Columns`] (with its entry in
 //! [`Columns::FIELDS`], which drives near-miss detection and the names `workload.columns`
-//! accepts), and one statement in [`parse_line`] built from the helpers at the bottom
-//! (`optional_u32`, `optional_f64`).
+//! accepts), and one statement in [`parse_line`] reading it (as `optional_u32` reads
+//! `max_tokens`).
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -246,18 +246,6 @@ pub(crate) fn optional_u32(map: &Map<String, Value>, key: &str, min: u32) -> Res
     }
 }
 
-/// `key` as a finite number of at least 0; `None` when missing or null.
-#[allow(dead_code)] // for the next numeric field (a trace's `timestamp`)
-pub(crate) fn optional_f64(map: &Map<String, Value>, key: &str) -> Result<Option<f64>, Problem> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_f64() {
-            Some(x) if x.is_finite() && x >= 0.0 => Ok(Some(x)),
-            _ => Err((None, format!("expected `{key}` to be a number >= 0, found {v}"))),
-        },
-    }
-}
-
 pub(crate) fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -367,11 +355,11 @@ mod tests {
 
     #[test]
     fn optional_numbers() {
-        let map = parse_object(r#"{"t": 1.5, "n": null, "bad": -1, "s": "x"}"#).unwrap();
-        assert_eq!(optional_f64(&map, "t"), Ok(Some(1.5)));
-        assert_eq!(optional_f64(&map, "n"), Ok(None));
-        assert_eq!(optional_f64(&map, "missing"), Ok(None));
-        assert!(optional_f64(&map, "bad").unwrap_err().1.contains("expected `bad` to be a number >= 0, found -1"));
+        let map = parse_object(r#"{"n": 3, "null": null, "s": "x"}"#).unwrap();
+        assert_eq!(optional_u32(&map, "n", 1), Ok(Some(3)));
+        assert_eq!(optional_u32(&map, "null", 1), Ok(None));
+        assert_eq!(optional_u32(&map, "missing", 1), Ok(None));
+        assert!(optional_u32(&map, "n", 4).unwrap_err().1.contains("expected `n` to be an integer from 4"));
         assert!(optional_u32(&map, "s", 0).unwrap_err().1.contains("found \"x\""));
     }
 }

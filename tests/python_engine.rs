@@ -290,6 +290,43 @@ mod with_python {
         std::fs::remove_dir_all(&model).unwrap();
     }
 
+    /// `scripts/build_tiny_model.py` gives a model built before the chat template (or with an older
+    /// copy) the current template without rebuilding it, and then does nothing.
+    #[test]
+    fn setup_installs_the_chat_template_into_an_existing_model() {
+        if !ready(true) {
+            return;
+        }
+        let model = output_dir("template-install");
+        std::fs::create_dir_all(&model).unwrap();
+        for entry in std::fs::read_dir(batchlab_home().join("tiny-llama")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.file_name().is_some_and(|n| n != "chat_template.jinja") {
+                std::fs::copy(&path, model.join(path.file_name().unwrap())).unwrap();
+            }
+        }
+        let build = || {
+            let out = Command::new(default_venv().join("bin/python"))
+                .arg(manifest_dir().join("scripts/build_tiny_model.py"))
+                .arg(&model)
+                .output()
+                .expect("python");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let weights = std::fs::read(model.join("model.safetensors")).unwrap();
+        let template = std::fs::read_to_string(manifest_dir().join("scripts/tiny_chat_template.jinja")).unwrap();
+        let installed = || std::fs::read_to_string(model.join("chat_template.jinja")).ok();
+        assert!(build().contains("chat template installed"));
+        assert_eq!(installed().as_deref(), Some(template.as_str()));
+        assert!(build().contains("is up to date"), "a second run does nothing");
+        std::fs::write(model.join("chat_template.jinja"), "{{ an older template }}").unwrap();
+        assert!(build().contains("chat template installed"), "an older copy is replaced");
+        assert_eq!(installed().as_deref(), Some(template.as_str()));
+        assert_eq!(std::fs::read(model.join("model.safetensors")).unwrap(), weights, "the model is not rebuilt");
+        std::fs::remove_dir_all(&model).unwrap();
+    }
+
     fn output_dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("batchlab-python-cli-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

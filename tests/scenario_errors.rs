@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use batchlab::load::Workload;
 use batchlab::scenario::{Overrides, load_file, parse_str};
 
 /// Renders the error for `source` (with `--set`s) as the user would see it.
@@ -10,7 +11,8 @@ fn report(source: &str, sets: &[&str]) -> String {
     let overrides = Overrides { sets: sets.iter().map(|s| (*s).to_owned()).collect(), seed: None };
     match parse_str(source, "scenarios/bad.toml", Path::new("scenarios"), &overrides) {
         Ok(plan) => panic!("expected an error, got {plan:#?}"),
-        Err(e) => e.to_string(),
+        // A template's file is named by its absolute path.
+        Err(e) => e.to_string().replace(env!("CARGO_MANIFEST_DIR"), "[repo]"),
     }
 }
 
@@ -42,8 +44,101 @@ check!(
     "name = \"\"\n[engine]\nkind = \"simm\"\n[profile]\nkind = \"constant\"\nrates = []\n[expect]\nttft_p99 = \"<= 50\"\ncompleted = \"=> 3\"\n"
 );
 
+// Chat prompts and datasets: the rules between keys, and templates checked at load time.
+check!(
+    broken_inline_template,
+    "[workload]\nchat = true\nrequest_format = \"{% for m in messages %}{{ m.content }}\"\n"
+);
+check!(broken_template_file, "[workload]\nchat = true\nrequest_format = \"../tests/fixtures/broken_chat.jinja\"\n");
+check!(missing_template_file, "[workload]\nchat = true\nrequest_format = \"templates/chatml.jinja\"\n");
+check!(
+    chat_rules,
+    "[workload]\nsystem_prompt = \"Be brief.\"\nrequest_format = 3\n[profile]\nkind = \"synchronous\"\n"
+);
+check!(
+    dataset_rules,
+    "[workload]\nsource = \"file\"\npath = \"data/sharegpt-sample.json\"\nformat = \"text\"\n\
+     columns = { prompt = \"q\", promt = \"x\" }\nreply_max_tokens = true\ntruncate = true\n"
+);
+check!(
+    dataset_limits,
+    "[workload]\nsource = \"file\"\npath = \"data/sharegpt-sample.json\"\nformat = \"csv\"\n\
+     min_prompt_tokens = 100\nmax_prompt_tokens = 10\ncolumns = { conversations = \"\" }\n"
+);
+
+/// Renders the error of loading the workload of `source` (which must parse), with the checkout's
+/// path replaced: bad entries of a dataset are found when the workload is read, before any run.
+fn workload_report(source: &str) -> String {
+    let plan = parse_str(source, "scenarios/bad.toml", Path::new("scenarios"), &Overrides::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    match Workload::from_plan(&plan.workload) {
+        Ok(_) => panic!("expected a workload error"),
+        Err(e) => e.to_string().replace(env!("CARGO_MANIFEST_DIR"), "[repo]"),
+    }
+}
+
+macro_rules! check_workload {
+    ($name:ident, $source:expr) => {
+        #[test]
+        fn $name() {
+            insta::assert_snapshot!(workload_report($source));
+        }
+    };
+}
+
+check_workload!(
+    bad_sharegpt_entries,
+    "[workload]\nsource = \"file\"\npath = \"../tests/fixtures/bad-sharegpt.json\"\nformat = \"sharegpt\"\n"
+);
+check_workload!(bad_jsonl_lines, "[workload]\nsource = \"file\"\npath = \"../tests/fixtures/bad-prompts.jsonl\"\n");
+check_workload!(
+    broken_sharegpt_json,
+    "[workload]\nsource = \"file\"\npath = \"../tests/fixtures/broken-sharegpt.json\"\nformat = \"sharegpt\"\n"
+);
+check_workload!(
+    no_prompts_left,
+    "[workload]\nsource = \"file\"\npath = \"data/sharegpt-sample.json\"\nformat = \"sharegpt\"\nmin_prompt_tokens = 1000\n"
+);
+
 #[test]
 fn missing_scenario_file() {
     let e = load_file(Path::new("scenarios/does-not-exist.toml"), &Overrides::default()).unwrap_err();
     insta::assert_snapshot!(e.to_string());
+}
+
+// Hardening (issue 15): every bad input refused at once, with its place.
+check!(infinite_rate, "[profile]\nkind = \"poisson\"\nrate = inf\n");
+check!(non_finite_rates, "[profile]\nkind = \"constant\"\nrates = [1.0, inf, nan]\n");
+check!(
+    non_finite_floats,
+    "[engine.sim]\neos_probability = nan\n[faults]\nslow = { every = 2 }\nslow_factor = inf\n[stop]\nmax_error_rate = -inf\n"
+);
+check!(infinite_rate_set, "[profile]\nkind = \"poisson\"\nrate = 1.0\n", &["profile.rate=inf"]);
+check!(escape_sequence_in_a_line, "[batching]\nbatch_size = \u{1b}[2J8\n");
+check!(escape_sequence_in_a_key, "[batching]\n\"\\u001b[2Jbatch\" = 8\n");
+check!(duplicate_benchmark_names, "[profile]\nkind = \"constant\"\nrates = [1, 1]\n");
+check!(duplicate_concurrency_levels, "[profile]\nkind = \"concurrent\"\nlevels = [4, 8, 4]\n");
+check!(name_escapes_results, "name = \"../../escape\"\n");
+check!(name_is_absolute, "name = \"/tmp/x\"\n");
+check!(name_is_dot_dot, "name = \"..\"\n");
+check!(name_is_blank, "name = \"  \"\n");
+check!(many_problems_are_capped, &(0..25).map(|i| format!("key_{i} = {i}\n")).collect::<String>());
+check!(six_problems_one_line_each, &(0..6).map(|i| format!("key_{i} = {i}\n")).collect::<String>());
+check!(
+    long_line_is_windowed,
+    &format!("[profile]\nkind = \"constant\"\nrates = [{}-1, {}]\n", "1, ".repeat(60), "2, ".repeat(60))
+);
+check!(scenario_over_one_mib, &format!("# {}\n", "x".repeat(batchlab::scenario::MAX_SCENARIO_BYTES)));
+
+#[test]
+fn scenario_file_over_one_mib_is_refused_unread() {
+    let dir = std::env::temp_dir().join(format!("batchlab-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("big.toml");
+    std::fs::write(&file, "x = 1\n".repeat(400_000)).unwrap();
+    let e = load_file(&file, &Overrides::default()).unwrap_err();
+    assert_eq!(e.problems.len(), 1, "{e}");
+    let message = e.to_string().replace(dir.to_str().unwrap(), "[dir]");
+    insta::assert_snapshot!(message);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

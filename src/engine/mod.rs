@@ -6,10 +6,12 @@
 //! an engine reports is optional where a real engine may omit it, so the metrics mapper can make a
 //! missing value an absent metric instead of a wrong zero.
 
+pub mod chat;
 pub mod faults;
 pub mod python;
 pub mod shared;
 pub mod sim;
+pub mod tokens;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,13 +30,15 @@ pub enum Prompt {
     Text(String),
     /// Token ids, given to the engine as they are.
     Tokens(Vec<u32>),
+    /// Chat messages, templated and tokenized by the engine ([`chat`]).
+    Chat(chat::ChatPrompt),
 }
 
 impl Prompt {
     /// The prompt's length in tokens when it is given as tokens.
     pub fn token_len(&self) -> Option<usize> {
         match self {
-            Prompt::Text(_) => None,
+            Prompt::Text(_) | Prompt::Chat(_) => None,
             Prompt::Tokens(t) => Some(t.len()),
         }
     }
@@ -131,10 +135,24 @@ pub struct EngineOutput {
 }
 
 impl EngineOutput {
-    /// Generated tokens: the engine's count, else the length of the returned token ids.
+    /// Generated tokens: the engine's count, else the length of the returned token ids; a count
+    /// of 0 next to token ids gives the ids' length (as guidellm does: vLLM leaves the count at 0
+    /// when it kept no stats).
     pub fn generated_tokens(&self) -> Option<u32> {
-        self.output_tokens
-            .or_else(|| self.output_token_ids.as_ref().map(|ids| u32::try_from(ids.len()).unwrap_or(u32::MAX)))
+        match (self.output_tokens, self.output_token_ids_len()) {
+            (Some(0), Some(ids)) if ids > 0 => Some(ids),
+            (Some(count), _) => Some(count),
+            (None, ids) => ids,
+        }
+    }
+
+    /// Whether the engine's count and its token ids disagree (both given, different lengths).
+    pub fn token_count_mismatch(&self) -> bool {
+        matches!((self.output_tokens, self.output_token_ids_len()), (Some(count), Some(ids)) if count != ids)
+    }
+
+    fn output_token_ids_len(&self) -> Option<u32> {
+        self.output_token_ids.as_ref().map(|ids| u32::try_from(ids.len()).unwrap_or(u32::MAX))
     }
 }
 

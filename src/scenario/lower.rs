@@ -46,7 +46,9 @@ pub(crate) struct Context<'a> {
 pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     let top = Tbl { path: "", table: root as &dyn TableLike, at: None };
     cx.check_keys(top, schema::names(&[]));
-    let mut head = Head { name: ctx.stem.to_owned(), ..Head::default() };
+    // A file stem is one path component already; `...toml`'s stem `..` is the one that is not.
+    let stem = if keys::name_problem(ctx.stem).is_none() { ctx.stem } else { "scenario" };
+    let mut head = Head { name: stem.to_owned(), ..Head::default() };
     keys::read(cx, top, keys::HEAD_KEYS, &mut head);
     let Head { name, description, seed } = head;
 
@@ -57,6 +59,7 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     let batching = lower_batching(cx, top, !matches!(engine, EnginePlan::Sim(_)));
     let workload = lower_workload(cx, top, seed);
     let profile = lower_profile(cx, top, seed);
+    check_benchmark_names(cx, top, &profile);
     let stop = lower_stop(cx, top);
     let warmup = lower_phase(cx, top, "warmup");
     let cooldown = lower_phase(cx, top, "cooldown");
@@ -333,7 +336,59 @@ fn lower_workload(cx: &mut Cx, top: Tbl, seed: u64) -> WorkloadPlan {
     let shared: Vec<&str> = keys::names(variant.keys)
         .filter(|name| variants.iter().all(|v| keys::names(v.keys).any(|k| k == *name)))
         .collect();
-    read_variant(cx, t, variants, variant, seed, &shared)
+    let plan = read_variant(cx, t, variants, variant, seed, &shared);
+    check_chat_and_dataset(cx, t, &plan);
+    plan
+}
+
+/// The rules between the chat and dataset keys of `[workload]`.
+fn check_chat_and_dataset(cx: &mut Cx, t: Tbl, plan: &WorkloadPlan) {
+    let needs = |cx: &mut Cx, key: &str, message: String, help: String| {
+        if let Some(field) = cx.field(t, key) {
+            cx.report_at(&field, message, Some(help));
+        }
+    };
+    match plan {
+        WorkloadPlan::Synthetic { chat, .. } if !chat.enabled => needs(
+            cx,
+            "system_prompt",
+            "`workload.system_prompt` is set but `workload.chat` is false".to_owned(),
+            "add `chat = true`: only chat prompts have a system turn".to_owned(),
+        ),
+        WorkloadPlan::Synthetic { .. } => {}
+        WorkloadPlan::File { dataset, .. } => {
+            let (format, fields) = match dataset.format {
+                FileFormat::Jsonl => ("jsonl", Columns::JSONL_FIELDS),
+                FileFormat::ShareGpt => ("sharegpt", Columns::SHAREGPT_FIELDS),
+                FileFormat::Text => ("text", &[][..]),
+            };
+            for (name, _) in dataset.columns.renamed().filter(|(name, _)| !fields.contains(name)) {
+                let help = match fields {
+                    [] => format!("format \"{format}\" has no columns"),
+                    _ => format!("format \"{format}\" reads: {}", fields.join(", ")),
+                };
+                let message = format!("`workload.columns.{name}` does not apply with `workload.format = \"{format}\"`");
+                needs(cx, "columns", message, help);
+            }
+            if dataset.reply_max_tokens && dataset.format != FileFormat::ShareGpt {
+                let message =
+                    format!("`workload.reply_max_tokens` needs ShareGPT replies, but the format is \"{format}\"");
+                needs(cx, "reply_max_tokens", message, "set `format = \"sharegpt\"` or remove it".to_owned());
+            }
+            if dataset.truncate && dataset.max_prompt_tokens.is_none() {
+                let message = "`workload.truncate` is set but `workload.max_prompt_tokens` is not".to_owned();
+                needs(cx, "truncate", message, "add `max_prompt_tokens = N`: the length to cut to".to_owned());
+            }
+            if let (Some(min), Some(max)) = (dataset.min_prompt_tokens, dataset.max_prompt_tokens)
+                && min > max
+            {
+                let message = format!(
+                    "`workload.min_prompt_tokens` ({min}) is greater than `workload.max_prompt_tokens` ({max})"
+                );
+                needs(cx, "min_prompt_tokens", message, "no prompt could pass both".to_owned());
+            }
+        }
+    }
 }
 
 fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
@@ -355,6 +410,19 @@ fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
     }
     // `max_concurrency` is read first, and checked even where it does not apply.
     read_variant(cx, t, keys::PROFILE_VARIANTS, variant, seed, &["max_concurrency"])
+}
+
+/// Benchmark names key the report, the CSV and the expectations: a profile whose steps share one
+/// (`rates = [1, 1]`) is refused. Rates are named with as many digits as tell them apart, so
+/// only equal rates collide. A sweep's rates are measured, and always distinct.
+fn check_benchmark_names(cx: &mut Cx, top: Tbl, profile: &ProfilePlan) {
+    let crate::load::Expansion::Fixed(steps) = crate::load::expand(profile) else { return };
+    if let Some(name) = crate::load::duplicate_name(&steps) {
+        let field = cx.field(top, "profile");
+        let span = field.and_then(|f| f.span());
+        let message = format!("[profile] gives two benchmarks the same name `{name}`: each needs its own");
+        cx.report("profile", span, message, Some("remove the repeated rate or level".to_owned()));
+    }
 }
 
 /// A section with no rules between its keys: `s` with every key `[name]` has read into it.

@@ -3,6 +3,7 @@ pub mod aggregate;
 pub mod distribution;
 pub mod mapper;
 pub mod result;
+pub mod series;
 pub use crate::time::WallAnchor;
 pub use aggregate::BenchmarkAggregator;
 pub use distribution::{Distribution, Summary};

@@ -6,13 +6,14 @@
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::distribution::Summary;
+use super::series::TimeSeries;
 use crate::batcher::RequestError;
 
 /// One benchmark (one step of a profile), aggregated.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BenchmarkResult {
     /// `throughput`, `concurrent@4`, `constant@10.0/s`, ...
     pub name: String,
@@ -38,10 +39,12 @@ pub struct BenchmarkResult {
     pub batching: Batching,
     /// Completed requests whose engine stats were inconsistent.
     pub anomalies: AnomalyCounts,
+    /// Completions, tokens, errors, concurrency and batches per interval of the window.
+    pub time_series: TimeSeries,
 }
 
 /// What happened to the benchmark's requests. `lost` must be 0.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counts {
     /// Requests handed to the batcher.
     pub submitted: u64,
@@ -60,7 +63,7 @@ pub struct Counts {
 }
 
 /// Token totals over completed requests. Requests whose engine gave no count add nothing.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tokens {
     /// Prompt tokens.
     pub input: u64,
@@ -69,7 +72,7 @@ pub struct Tokens {
 }
 
 /// Per-request and per-batch timing distributions, in milliseconds.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Distributions {
     /// Per request: our submit to our completion.
     pub latency: Summary,
@@ -107,7 +110,7 @@ impl Distributions {
 }
 
 /// How the batcher grouped requests.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Batching {
     /// Batches dispatched.
     pub batches: u64,
@@ -130,7 +133,7 @@ pub struct Batching {
 }
 
 /// Completed requests whose engine stats were inconsistent, in total and per kind of problem.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AnomalyCounts {
     /// Requests with at least one anomaly.
     pub requests: u64,

@@ -37,4 +37,41 @@ pub enum ReportError {
     /// The resolved scenario printed as TOML failed to parse back (a printer bug).
     #[error("the printed scenario does not read back as TOML: {0}")]
     Scenario(String),
+    /// A saved report could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why reading failed.
+        source: std::io::Error,
+    },
+    /// A saved report is not valid `report.json`.
+    #[error("{path}:{line}:{column}: not a batchlab report.json: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line of the problem.
+        line: usize,
+        /// 1-based column of the problem.
+        column: usize,
+        /// What was found and what was expected, from serde_json.
+        message: String,
+    },
+    /// A saved report has another schema version than this batchlab reads.
+    #[error(
+        "{path}: report schema version {found} (written by batchlab {written_by}), but this batchlab \
+         ({ours}) reads version {expected} only: re-run the scenario with this batchlab to get a new report"
+    )]
+    Schema {
+        /// The file.
+        path: PathBuf,
+        /// Its `schema_version`; 0 when it has none.
+        found: u64,
+        /// [`super::SCHEMA_VERSION`].
+        expected: u32,
+        /// Its `batchlab_version`, `unknown` when it has none.
+        written_by: String,
+        /// This batchlab's version.
+        ours: &'static str,
+    },
 }

@@ -6,14 +6,14 @@
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::metrics::BenchmarkResult;
 use crate::metrics::result::is_metric_name;
 use crate::scenario::plan::{Comparison, Expectation};
 
 /// One expectation checked against one benchmark.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExpectationOutcome {
     /// The metric, as `[expect]` names it (e.g. `ttft_p99_ms`, `errors_engine_error`).
     pub metric: String,

@@ -6,16 +6,20 @@
 pub mod environment;
 pub mod error;
 pub mod expect;
+pub mod html;
+pub mod read;
 pub mod requests;
 pub mod table;
 pub mod write;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use crate::metrics::result::{BenchmarkResult, metric_names};
 pub use environment::Environment;
 pub use error::ReportError;
 pub use expect::{ExpectationOutcome, evaluate, render_failures};
+pub use html::{HTML_FILE, render_html, write_html};
+pub use read::read_report;
 pub use requests::{Phase, RequestOutcome, RequestRecord, RequestsJsonl};
 pub use table::render_table;
 pub use write::{CSV_FILE, JSON_FILE, csv_columns, write_csv, write_json};
@@ -26,7 +30,7 @@ use crate::scenario::plan::Plan;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// Everything a run produced.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// The report format's version, [`SCHEMA_VERSION`].
     pub schema_version: u32,

@@ -110,7 +110,7 @@ pub enum PhaseLimit {
 }
 
 /// How an expectation compares the measured value with its bound.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub enum Comparison {
     /// `==`: equal (exactly; counts are whole numbers).
     #[serde(rename = "==")]

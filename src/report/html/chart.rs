@@ -53,17 +53,40 @@ pub struct Chart<'a> {
     pub y_label: &'a str,
     /// A logarithmic x axis (positive values only; others are dropped).
     pub log_x: bool,
+    /// A fixed x range instead of one fitted to the data.
+    pub x_range: Option<(f64, f64)>,
+    /// x ticks on whole numbers only (sizes, counts).
+    pub integer_x: bool,
 }
 
 impl<'a> Chart<'a> {
     /// A chart with a linear x axis.
     pub fn new(title: &'a str, x_label: &'a str, y_label: &'a str) -> Self {
-        Chart { title, x_label, y_label, log_x: false }
+        Chart { title, x_label, y_label, log_x: false, x_range: None, integer_x: false }
     }
 
     /// The same chart with a logarithmic x axis when `log`.
     pub fn log_x(self, log: bool) -> Self {
         Chart { log_x: log, ..self }
+    }
+
+    /// The same chart with x fixed to `[lo, hi]`.
+    pub fn x_range(self, lo: f64, hi: f64) -> Self {
+        Chart { x_range: Some((lo, hi)), ..self }
+    }
+
+    /// The same chart with x ticks on whole numbers only.
+    pub fn integer_x(self) -> Self {
+        Chart { integer_x: true, ..self }
+    }
+
+    /// Its x axis over `values` (or its fixed range).
+    fn x_axis(&self, values: impl Iterator<Item = f64>) -> TickAxis {
+        let fit = Fit { log: self.log_x, from_zero: false, integer: self.integer_x, headroom: 0.04 };
+        match self.x_range {
+            Some((lo, hi)) if hi > lo && (!self.log_x || lo > 0.0) => TickAxis::fixed(lo, hi, fit),
+            _ => TickAxis::fit(values, fit),
+        }
     }
 }
 
@@ -120,16 +143,21 @@ pub fn histogram_svg(chart: &Chart, bins: &[Bin]) -> String {
     if bins.is_empty() {
         return no_data(chart.title);
     }
-    let x = TickAxis::fit(bins.iter().flat_map(|b| [b.lower, b.upper]), chart.log_x, false);
-    let y = TickAxis::fit(bins.iter().map(|b| b.count).chain([0.0]), false, true);
+    let x = chart.x_axis(bins.iter().flat_map(|b| [b.lower, b.upper]));
+    let y = TickAxis::fit(bins.iter().map(|b| b.count).chain([0.0]), Fit::COUNTS);
+    // A bar narrower than 0.6 % of the axis (one value, a short last interval) is widened to that.
+    let min_width = x.span() * 0.006;
     render(chart, |root| {
-        let mut ctx = frame(root, chart, x, y, |v| format_tick(v), format_tick)?;
+        let mut ctx = frame(root, chart, x, y, format_tick, format_tick)?;
         let color = PALETTE[0];
-        ctx.draw_series(bins.iter().map(|b| {
-            let mut rect = Rectangle::new([(b.lower, 0.0), (b.upper, b.count)], color.mix(0.75).filled());
-            rect.set_margin(0, 0, 0, u32::from(b.upper > b.lower));
-            rect
-        }))?;
+        let widen = |b: &Bin| {
+            let missing = (min_width - (b.upper - b.lower)).max(0.0) / 2.0;
+            [(b.lower - missing, 0.0), (b.upper + missing, b.count)]
+        };
+        let bars = || bins.iter().filter(|b| b.count > 0.0).map(widen);
+        ctx.draw_series(bars().map(|corners| Rectangle::new(corners, color.mix(0.75).filled())))?;
+        // A thin white outline keeps neighbouring bars apart without shrinking narrow ones.
+        ctx.draw_series(bars().map(|corners| Rectangle::new(corners, WHITE.stroke_width(1))))?;
         Ok(())
     })
 }
@@ -142,7 +170,8 @@ pub fn bar_svg(chart: &Chart, bars: &[(String, f64)]) -> String {
     }
     let n = bars.len();
     let x = TickAxis { lo: -0.5, hi: n as f64 - 0.5, log: false, ticks: (0..n).map(|i| i as f64).collect() };
-    let y = TickAxis::fit(bars.iter().map(|(_, v)| *v).chain([0.0]), false, true);
+    // Room above the tallest bar for its value.
+    let y = TickAxis::fit(bars.iter().map(|(_, v)| *v).chain([0.0]), Fit { headroom: 0.14, ..Fit::COUNTS });
     let names: Vec<String> = bars.iter().map(|(name, _)| name.clone()).collect();
     render(chart, |root| {
         let name = |v: f64| names.get(v.round().max(0.0) as usize).cloned().unwrap_or_default();
@@ -177,11 +206,15 @@ fn xy_svg(chart: &Chart, series: &[Series], style: Style, labels: &[Vec<String>]
     if all().next().is_none() {
         return no_data(chart.title);
     }
-    let x = TickAxis::fit(all().map(|p| p.0), chart.log_x, false);
+    // Scatter labels go right of their point: room for the rightmost one.
+    let (x_min, x_max) = all().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
+    let label_room = if style == Style::Scatter && x_max > x_min { vec![x_max + (x_max - x_min) * 0.2] } else { vec![] };
+    let x = chart.x_axis(all().map(|p| p.0).chain(label_room));
+    // A legend sits above the lines, in room left for it.
+    let headroom = if series.len() > 1 { 0.35 } else { 0.06 };
     let y = match style {
-        Style::Cdf => TickAxis { lo: 0.0, hi: 1.0, log: false, ticks: vec![0.0, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0] },
-        Style::Lines => TickAxis::fit(all().map(|p| p.1).chain([0.0]), false, true),
-        Style::Scatter => TickAxis::fit(all().map(|p| p.1).chain([0.0]), false, true),
+        Style::Cdf => TickAxis { lo: 0.0, hi: 1.0, log: false, ticks: vec![0.0, 0.25, 0.5, 0.75, 0.9, 1.0] },
+        Style::Lines | Style::Scatter => TickAxis::fit(all().map(|p| p.1).chain([0.0]), Fit { headroom, ..Fit::VALUES }),
     };
     let y_format = move |v: f64| if style == Style::Cdf { format!("{}%", format_tick(v * 100.0)) } else { format_tick(v) };
     render(chart, |root| {
@@ -206,7 +239,7 @@ fn xy_svg(chart: &Chart, series: &[Series], style: Style, labels: &[Vec<String>]
         }
         if series.len() > 1 {
             ctx.configure_series_labels()
-                .position(if style == Style::Cdf { SeriesLabelPosition::LowerRight } else { SeriesLabelPosition::UpperLeft })
+                .position(if style == Style::Cdf { SeriesLabelPosition::LowerRight } else { SeriesLabelPosition::UpperRight })
                 .background_style(WHITE.mix(0.85))
                 .border_style(GRID)
                 .label_font((FONT, px(13.0)).into_font().color(&TEXT))
@@ -300,9 +333,41 @@ pub struct TickAxis {
     ticks: Vec<f64>,
 }
 
+/// How an axis is fitted to its values.
+#[derive(Clone, Copy, Debug)]
+struct Fit {
+    /// Logarithmic (positive values only).
+    log: bool,
+    /// Starts at 0 (counts, rates): no room below.
+    from_zero: bool,
+    /// Ticks on whole numbers only.
+    integer: bool,
+    /// Room above the largest value, as a share of the span.
+    headroom: f64,
+}
+
+impl Fit {
+    /// Counts: from 0, whole ticks.
+    const COUNTS: Fit = Fit { log: false, from_zero: true, integer: true, headroom: 0.04 };
+    /// Measured values: from 0.
+    const VALUES: Fit = Fit { log: false, from_zero: true, integer: false, headroom: 0.06 };
+}
+
 impl TickAxis {
-    /// An axis covering `values` with a little room; from 0 when `from_zero` (counts, rates).
-    fn fit(values: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> Self {
+    /// The axis `[lo, hi]` exactly.
+    fn fixed(lo: f64, hi: f64, fit: Fit) -> Self {
+        let ticks = if fit.log { log_ticks(lo, hi) } else { linear_ticks(lo, hi, 6, fit.integer) };
+        TickAxis { lo, hi, log: fit.log, ticks }
+    }
+
+    /// The axis' length in its own units.
+    fn span(&self) -> f64 {
+        self.hi - self.lo
+    }
+
+    /// An axis covering `values`, with room above as `fit` says.
+    fn fit(values: impl Iterator<Item = f64>, fit: Fit) -> Self {
+        let Fit { log, from_zero, integer, headroom } = fit;
         let (mut lo, mut hi) = values
             .filter(|v| v.is_finite() && (!log || *v > 0.0))
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
@@ -325,7 +390,7 @@ impl TickAxis {
             }
         } else {
             let pad = (hi - lo) * 0.04;
-            hi += pad;
+            hi += (hi - lo) * headroom;
             if !from_zero || lo > 0.0 {
                 lo -= pad;
             }
@@ -333,7 +398,10 @@ impl TickAxis {
                 lo = 0.0;
             }
         }
-        TickAxis { lo, hi, log, ticks: linear_ticks(lo, hi, 6) }
+        if integer && from_zero {
+            hi = hi.max(1.0);
+        }
+        TickAxis { lo, hi, log, ticks: linear_ticks(lo, hi, 6, integer) }
     }
 
     fn position(&self, v: f64) -> f64 {
@@ -363,11 +431,17 @@ impl Ranged for TickAxis {
     }
 }
 
-/// Multiples of a 1-2-5 step in `[lo, hi]`, about `n` of them.
-fn linear_ticks(lo: f64, hi: f64, n: usize) -> Vec<f64> {
+/// Multiples of a 1-2-5 step in `[lo, hi]`, about `n` of them; a step of at least 1 if `integer`.
+fn linear_ticks(lo: f64, hi: f64, n: usize, integer: bool) -> Vec<f64> {
     let raw = (hi - lo) / n as f64;
+    let raw = if integer { raw.max(1.0) } else { raw };
     let magnitude = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * magnitude).find(|s| *s >= raw).unwrap_or(10.0 * magnitude);
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * magnitude)
+        .filter(|s| !integer || s.fract() == 0.0)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * magnitude);
     let first = (lo / step).ceil() as i64;
     let last = (hi / step).floor() as i64;
     (first..=last).map(|k| k as f64 * step).map(|v| if v.abs() < step * 1e-9 { 0.0 } else { v }).collect()
@@ -378,7 +452,7 @@ fn linear_ticks(lo: f64, hi: f64, n: usize) -> Vec<f64> {
 fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
     let decades = (hi / lo).log10();
     if decades < 1.0 {
-        return linear_ticks(lo, hi, 5);
+        return linear_ticks(lo, hi, 5, false);
     }
     let mantissas: &[f64] = if decades <= 3.5 { &[1.0, 2.0, 5.0] } else { &[1.0] };
     let mut ticks = Vec::new();
@@ -435,12 +509,14 @@ mod tests {
             (-0.3, 2.7, &[0.0, 0.5, 1.0, 1.5, 2.0, 2.5]),
         ];
         for (lo, hi, expected) in cases {
-            let got = linear_ticks(lo, hi, 6);
+            let got = linear_ticks(lo, hi, 6, false);
             assert_eq!(got.len(), expected.len(), "{lo}..{hi}: {got:?}");
             for (g, e) in got.iter().zip(expected) {
                 assert!((g - e).abs() < 1e-9, "{lo}..{hi}: {got:?}");
             }
         }
+        assert_eq!(linear_ticks(0.0, 1.04, 6, true), [0.0, 1.0], "whole counts");
+        assert_eq!(linear_ticks(0.5, 16.5, 6, true), [5.0, 10.0, 15.0], "no 2.5 steps for counts");
         assert_eq!(log_ticks(0.9, 1100.0), [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]);
         assert_eq!(log_ticks(0.5, 2e5), [1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0]);
     }
@@ -494,7 +570,7 @@ mod tests {
         }
         let has = |svg: &str, text: &str| texts(svg).iter().any(|t| t == text);
         assert!(has(&svgs[1], "a") && has(&svgs[1], "b"), "a legend for two series");
-        assert!(has(&svgs[1], "99%"), "CDF ticks in percent");
+        assert!(has(&svgs[1], "90%"), "CDF ticks in percent");
         assert!(!has(&svgs[0], "a"), "no legend for one");
         assert!(has(&svgs[2], "y"), "scatter points are labelled");
         assert!(has(&svgs[4], "timeout") && has(&svgs[4], "3"), "bar names and values");

@@ -36,10 +36,10 @@ tbody tr:hover { background: #f3f7fc; }
 .badge.good { color: var(--good); background: var(--good-bg); }
 .badge.bad { color: var(--bad); background: var(--bad-bg); }
 .badge.neutral { color: var(--muted); background: #eaeef2; }
-.cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 8px 0 6px; }
-.card { min-width: 128px; padding: 7px 14px; background: var(--panel); border: 1px solid var(--border); border-radius: 6px; }
-.card .label { color: var(--muted); font-size: 12px; }
-.card .value { font-size: 18px; font-weight: 600; font-variant-numeric: tabular-nums; }
+.cards { display: flex; flex-wrap: wrap; gap: 8px; margin: 8px 0 6px; }
+.card { flex: 1 1 auto; min-width: 96px; padding: 6px 12px; background: var(--panel); border: 1px solid var(--border); border-radius: 6px; }
+.card .label { color: var(--muted); font-size: 12px; white-space: nowrap; }
+.card .value { font-size: 17px; font-weight: 600; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .card .value small { color: var(--muted); font-size: 12px; font-weight: 400; }
 .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 14px; margin: 8px 0 12px; }
 .charts figure { margin: 0; padding: 6px; background: #fff; border: 1px solid var(--border); border-radius: 6px; }

@@ -27,8 +27,9 @@ pub(super) fn render(report: &Report) -> String {
     if report.benchmarks.len() > 1 {
         page.section(across(report));
     }
+    let batch_size = report.scenario.pointer("/batching/batch_size").and_then(|v| v.as_u64()).map(|n| n as usize);
     for b in &report.benchmarks {
-        page.section(benchmark(b));
+        page.section(benchmark(b, batch_size));
     }
     page.section(environment(report));
     page.render()
@@ -104,25 +105,46 @@ fn expectations(report: &Report) -> Section {
         return s.text("The scenario has no [expect] section.");
     }
     let passed = report.expectations.iter().filter(|o| o.passed).count();
-    let mut table = Table::new(&["benchmark", "expectation", "measured", "result", "where"]);
+    // One row per expectation, one column per benchmark: the measured value, green or red.
+    let names: Vec<&str> = report.benchmarks.iter().map(|b| b.name.as_str()).collect();
+    let mut headers = vec!["expectation", "where"];
+    headers.extend(&names);
+    let mut table = Table::new(&headers);
+    let mut rows: Vec<(&str, &str, Vec<Cell>)> = Vec::new();
     for o in &report.expectations {
-        let op = serde_json::to_value(o.op).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-        let measured = match (&o.measured, &o.reason) {
-            (Some(m), _) => Cell::num(format_value(*m)),
-            (None, Some(reason)) => Cell::text(reason.clone()),
-            (None, None) => Cell::text("-"),
+        let key = (o.origin.as_str(), o.metric.as_str());
+        let row = match rows.iter().position(|r| (r.0, r.1) == key) {
+            Some(i) => i,
+            None => {
+                let op = serde_json::to_value(o.op).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+                let mut cells = vec![
+                    Cell::text(format!("{} {op} {}", o.metric, format_value(o.expected))),
+                    Cell::text(o.origin.clone()),
+                ];
+                cells.resize(2 + names.len(), Cell::text("-"));
+                rows.push((key.0, key.1, cells));
+                rows.len() - 1
+            }
         };
-        let result = if o.passed { Cell::Badge(Badge::Good, "pass".into()) } else { Cell::Badge(Badge::Bad, "fail".into()) };
-        table.row(vec![
-            Cell::text(o.benchmark.clone()),
-            Cell::text(format!("{} {op} {}", o.metric, format_value(o.expected))),
-            measured,
-            result,
-            Cell::text(o.origin.clone()),
-        ]);
+        let measured = match (&o.measured, &o.reason) {
+            (Some(m), _) => format_value(*m),
+            (None, Some(reason)) => reason.clone(),
+            (None, None) => "-".to_string(),
+        };
+        let badge = if o.passed { Badge::Good } else { Badge::Bad };
+        if let Some(col) = names.iter().position(|n| *n == o.benchmark) {
+            rows[row].2[2 + col] = Cell::Badge(badge, measured);
+        }
     }
-    s.text(&format!("{passed} of {} checks passed (every expectation against every benchmark).", report.expectations.len()))
-        .table(&table)
+    for (_, _, cells) in rows {
+        table.row(cells);
+    }
+    let verdict = if passed == report.expectations.len() { Badge::Good.html("pass") } else { Badge::Bad.html("fail") };
+    s.html(format!(
+        "<p>{verdict} {passed} of {} checks passed: every expectation against every benchmark; each cell is the measured value.</p>",
+        report.expectations.len()
+    ))
+    .table(&table)
 }
 
 /// Throughput against latency across the benchmarks of a sweep, concurrency or rate profile.
@@ -156,7 +178,7 @@ fn across(report: &Report) -> Section {
         .charts(charts)
 }
 
-fn benchmark(b: &BenchmarkResult) -> Section {
+fn benchmark(b: &BenchmarkResult, batch_size_limit: Option<usize>) -> Section {
     let c = &b.counts;
     let cards = [
         ("completed", format!("{} of {}", c.completed, c.submitted), ""),
@@ -179,7 +201,7 @@ fn benchmark(b: &BenchmarkResult) -> Section {
             b.anomalies.requests
         ));
     }
-    s.subsection(distributions(b)).subsection(over_time(b)).subsection(batching(b))
+    s.subsection(distributions(b)).subsection(over_time(b)).subsection(batching(b, batch_size_limit))
 }
 
 fn distributions(b: &BenchmarkResult) -> Section {
@@ -245,8 +267,14 @@ struct TimePoint {
     batch_size_mean: Option<f64>,
 }
 
-fn time_points(ts: &TimeSeries, duration_s: f64) -> Vec<TimePoint> {
-    let group = ts.len().div_ceil(MAX_TIME_POINTS).max(1);
+/// How many points a chart over time shows: about `2·√completed` (so that each holds a few
+/// completions and rates are not all spikes), between 10 and [`MAX_TIME_POINTS`].
+fn time_point_count(completed: u64) -> usize {
+    (2.0 * (completed as f64).sqrt()).clamp(10.0, MAX_TIME_POINTS as f64) as usize
+}
+
+fn time_points(ts: &TimeSeries, duration_s: f64, points: usize) -> Vec<TimePoint> {
+    let group = ts.len().div_ceil(points.max(1)).max(1);
     let mut points = Vec::new();
     for start in (0..ts.len()).step_by(group) {
         let range = start..(start + group).min(ts.len());
@@ -276,7 +304,8 @@ fn time_points(ts: &TimeSeries, duration_s: f64) -> Vec<TimePoint> {
 }
 
 fn over_time(b: &BenchmarkResult) -> Section {
-    let points = time_points(&b.time_series, b.duration_s);
+    let shown = time_point_count(b.counts.completed);
+    let points = time_points(&b.time_series, b.duration_s, shown);
     // Short windows read better in milliseconds.
     let (scale, unit) = if b.duration_s < 2.0 { (1000.0, "ms") } else { (1.0, "s") };
     let x_label = format!("time since the window opened ({unit})");
@@ -302,7 +331,7 @@ fn over_time(b: &BenchmarkResult) -> Section {
         ),
         chart::histogram_svg(&Chart::new("Errors over time", &x_label, "errors"), &errors),
     ];
-    let interval = b.time_series.interval_s * (b.time_series.len().div_ceil(MAX_TIME_POINTS).max(1)) as f64;
+    let interval = b.time_series.interval_s * (b.time_series.len().div_ceil(shown).max(1)) as f64;
     Section::new(&format!("time-{}", anchor(&b.name)), "Over time").charts(charts).note(&format!(
         "Per interval of {} s ({} recorded intervals of {} s in report.json). Rates are per second of each interval.",
         format_value(interval),
@@ -311,7 +340,7 @@ fn over_time(b: &BenchmarkResult) -> Section {
     ))
 }
 
-fn batching(b: &BenchmarkResult) -> Section {
+fn batching(b: &BenchmarkResult, batch_size_limit: Option<usize>) -> Section {
     let bt = &b.batching;
     let sizes: Vec<Bin> = bt
         .batch_size_histogram
@@ -321,8 +350,11 @@ fn batching(b: &BenchmarkResult) -> Section {
     let reasons = [("full", bt.full), ("timeout", bt.timeout), ("drain", bt.drain)]
         .map(|(name, n)| (name.to_string(), n as f64))
         .to_vec();
+    // Up to the configured batch size, so that how full the batches were shows.
+    let largest = bt.batch_size_histogram.keys().max().copied().unwrap_or(1).max(batch_size_limit.unwrap_or(1));
+    let size_chart = Chart::new("Batch sizes", "requests in the batch", "batches").integer_x().x_range(0.5, largest as f64 + 0.5);
     let charts = vec![
-        chart::histogram_svg(&Chart::new("Batch sizes", "requests in the batch", "batches"), &sizes),
+        chart::histogram_svg(&size_chart, &sizes),
         chart::bar_svg(&Chart::new("Flush reasons", "why the batch was dispatched", "batches"), &reasons),
     ];
     let mut s = Section::new(&format!("batch-{}", anchor(&b.name)), "Batching and errors").charts(charts).note(&format!(
@@ -397,7 +429,7 @@ mod tests {
             batches: vec![1, 3, 0],
             batch_size_mean: vec![Some(4.0), Some(2.0), None],
         };
-        let points = time_points(&ts, 1.25);
+        let points = time_points(&ts, 1.25, 150);
         assert_eq!(points.len(), 3);
         assert_eq!((points[2].start_s, points[2].len_s), (1.0, 0.25), "the last interval ends with the window");
         let long: TimeSeries = TimeSeries {
@@ -409,7 +441,7 @@ mod tests {
             batches: vec![1; 300],
             batch_size_mean: (0..300).map(|i| Some(if i % 2 == 0 { 2.0 } else { 4.0 })).collect(),
         };
-        let points = time_points(&long, 0.3);
+        let points = time_points(&long, 0.3, 150);
         assert_eq!(points.len(), 150);
         let p = &points[0];
         assert_eq!((p.completed, p.output_tokens, p.concurrency, p.batch_size_mean), (2, 4, Some(2.0), Some(3.0)));

@@ -154,12 +154,17 @@ fn a_sweep_report_renders_in_chromium_with_every_chart_and_no_console_message() 
     for title in ["Latency vs throughput", "TTFT vs throughput"] {
         assert_eq!(count(&page.dom, &format!("aria-label=\"{title}\"")), 1, "{title}");
     }
-    assert!(count(&page.dom, "<rect") > 100 && count(&page.dom, "<polyline") >= benchmarks * 8, "bars and lines are drawn");
+    assert!(
+        count(&page.dom, "<rect") > 100 && count(&page.dom, "<polyline") >= benchmarks * 8,
+        "bars and lines are drawn"
+    );
     for b in &report.benchmarks {
         assert!(page.dom.contains(&format!("<h2>Benchmark {}</h2>", b.name)), "{}", b.name);
     }
     assert!(page.dom.contains(">all 15 expectations met</span>"), "the sweep's 3 expectations × 5 benchmarks");
-    for part in ["<h2>Summary</h2>", "<h2>Expectations</h2>", "<h2>Across benchmarks</h2>", "<h2>Environment and seeds</h2>"] {
+    for part in
+        ["<h2>Summary</h2>", "<h2>Expectations</h2>", "<h2>Across benchmarks</h2>", "<h2>Environment and seeds</h2>"]
+    {
         assert!(page.dom.contains(part), "{part}");
     }
     screenshot(&html_path, &dir.join("sweep.png"), &dir.join("profile"));
@@ -228,5 +233,8 @@ fn batchlab_report_rerenders_the_same_page_from_report_json() {
     let out = Command::new(env!("CARGO_BIN_EXE_batchlab")).arg("report").arg(&bad).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.starts_with(&format!("{}:1:", bad.display())) && stderr.contains("not a batchlab report.json"), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!("{}:1:", bad.display())) && stderr.contains("not a batchlab report.json"),
+        "{stderr}"
+    );
 }

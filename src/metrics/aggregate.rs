@@ -352,7 +352,10 @@ pub(crate) mod tests {
             s.concurrency.iter().enumerate().map(|(i, c)| c.unwrap() * s.interval_len_s(i, r.duration_s)).sum();
         assert!((weighted / r.duration_s - r.concurrency_mean.unwrap()).abs() < 1e-9, "{weighted}");
         // Requests submitted at 0 and 100 ms, in flight until 110..450 ms; the incomplete one from 900 ms.
-        assert_eq!((s.concurrency[0], s.concurrency[105], s.concurrency[200], s.concurrency[950]), (Some(2.0), Some(4.0), Some(2.0), Some(1.0)));
+        assert_eq!(
+            (s.concurrency[0], s.concurrency[105], s.concurrency[200], s.concurrency[950]),
+            (Some(2.0), Some(4.0), Some(2.0), Some(1.0))
+        );
     }
 
     /// One row: requests as `(submitted_ms, ended_ms)`, window, expected mean concurrency.

@@ -22,7 +22,7 @@ pub use html::{HTML_FILE, render_html, write_html};
 pub use read::read_report;
 pub use requests::{Phase, RequestOutcome, RequestRecord, RequestsJsonl};
 pub use table::render_table;
-pub use write::{CSV_FILE, JSON_FILE, csv_columns, write_csv, write_json};
+pub use write::{CSV_FILE, JSON_FILE, csv_columns, render_json, write_csv, write_json};
 
 use crate::scenario::plan::Plan;
 

@@ -78,7 +78,10 @@ mod tests {
                  reads version {SCHEMA_VERSION} only: re-run the scenario with this batchlab to get a new report"
             ),
         );
-        check_error("{\n  \"schema_version\": \n", "out/report.json:3:0: not a batchlab report.json: EOF while parsing a value");
+        check_error(
+            "{\n  \"schema_version\": \n",
+            "out/report.json:3:0: not a batchlab report.json: EOF while parsing a value",
+        );
         check_error(
             &format!("{{\n  \"schema_version\": {SCHEMA_VERSION},\n  \"incomplete\": 3\n}}"),
             "out/report.json:3:17: not a batchlab report.json: invalid type: integer `3`, expected a boolean",

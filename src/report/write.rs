@@ -20,15 +20,20 @@ pub const CSV_FILE: &str = "report.csv";
 /// path. Creates `dir` if needed.
 pub fn write_json(report: &Report, dir: &Path) -> Result<PathBuf, ReportError> {
     let path = dir.join(JSON_FILE);
-    let pretty = serde_json::to_string_pretty(report).map_err(|source| ReportError::Serialize {
+    let text = render_json(report).map_err(|source| ReportError::Serialize {
         what: "the report",
         path: path.clone(),
         source,
     })?;
-    let mut text = inline_scalar_arrays(&pretty);
-    text.push('\n');
     write_atomically(dir, &path, text.as_bytes())?;
     Ok(path)
+}
+
+/// The text of `report.json`: pretty-printed, arrays of numbers on one line, a final newline.
+pub fn render_json(report: &Report) -> Result<String, serde_json::Error> {
+    let mut text = inline_scalar_arrays(&serde_json::to_string_pretty(report)?);
+    text.push('\n');
+    Ok(text)
 }
 
 /// Puts every JSON array that holds no array or object on one line (`[1, 2, 3]`): the time
@@ -49,7 +54,9 @@ fn inline_scalar_arrays(json: &str) -> String {
             }
         } else if b == b'"' {
             in_string = true;
-        } else if b == b'[' && let Some(end) = scalar_array_end(bytes, i) {
+        } else if b == b'['
+            && let Some(end) = scalar_array_end(bytes, i)
+        {
             out.push_str(&json[copied..i]);
             out.push_str(&collapse(&json[i..=end]));
             i = end + 1;

@@ -31,7 +31,9 @@ use crate::engine::{Engine, VirtualTimeEngine};
 use crate::engine::faults::FaultyEngine;
 use crate::engine::{EngineError, EngineInfo, TimedEngine};
 use crate::load::{LoadError, Workload};
-use crate::report::{BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_html, write_json};
+use crate::report::{
+    BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_html, write_json,
+};
 use crate::scenario::plan::{EnginePlan, Plan, ProfilePlan, WorkloadPlan};
 use crate::time::MonotonicClock;
 use driver::{Driver, Sinks, run_steps};

@@ -181,7 +181,8 @@ pub fn bar_svg(chart: &Chart, bars: &[(String, f64)]) -> String {
             Rectangle::new([(i as f64 - 0.3, 0.0), (i as f64 + 0.3, *v)], color.mix(0.8).filled())
         }))?;
         // The value above each bar.
-        let label = TextStyle::from((FONT, px(13.0)).into_font()).color(&TEXT).pos(Pos::new(HPos::Center, VPos::Bottom));
+        let label =
+            TextStyle::from((FONT, px(13.0)).into_font()).color(&TEXT).pos(Pos::new(HPos::Center, VPos::Bottom));
         ctx.draw_series(
             bars.iter().enumerate().map(|(i, (_, v))| Text::new(format_value(*v), (i as f64, *v), label.clone())),
         )?;
@@ -208,15 +209,19 @@ fn xy_svg(chart: &Chart, series: &[Series], style: Style, labels: &[Vec<String>]
     }
     // Scatter labels go right of their point: room for the rightmost one.
     let (x_min, x_max) = all().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
-    let label_room = if style == Style::Scatter && x_max > x_min { vec![x_max + (x_max - x_min) * 0.2] } else { vec![] };
+    let label_room =
+        if style == Style::Scatter && x_max > x_min { vec![x_max + (x_max - x_min) * 0.2] } else { vec![] };
     let x = chart.x_axis(all().map(|p| p.0).chain(label_room));
     // A legend sits above the lines, in room left for it.
     let headroom = if series.len() > 1 { 0.35 } else { 0.06 };
     let y = match style {
         Style::Cdf => TickAxis { lo: 0.0, hi: 1.0, log: false, ticks: vec![0.0, 0.25, 0.5, 0.75, 0.9, 1.0] },
-        Style::Lines | Style::Scatter => TickAxis::fit(all().map(|p| p.1).chain([0.0]), Fit { headroom, ..Fit::VALUES }),
+        Style::Lines | Style::Scatter => {
+            TickAxis::fit(all().map(|p| p.1).chain([0.0]), Fit { headroom, ..Fit::VALUES })
+        }
     };
-    let y_format = move |v: f64| if style == Style::Cdf { format!("{}%", format_tick(v * 100.0)) } else { format_tick(v) };
+    let y_format =
+        move |v: f64| if style == Style::Cdf { format!("{}%", format_tick(v * 100.0)) } else { format_tick(v) };
     render(chart, |root| {
         let mut ctx = frame(root, chart, x, y, format_tick, y_format)?;
         for (i, s) in series.iter().enumerate() {
@@ -239,7 +244,11 @@ fn xy_svg(chart: &Chart, series: &[Series], style: Style, labels: &[Vec<String>]
         }
         if series.len() > 1 {
             ctx.configure_series_labels()
-                .position(if style == Style::Cdf { SeriesLabelPosition::LowerRight } else { SeriesLabelPosition::UpperRight })
+                .position(if style == Style::Cdf {
+                    SeriesLabelPosition::LowerRight
+                } else {
+                    SeriesLabelPosition::UpperRight
+                })
                 .background_style(WHITE.mix(0.85))
                 .border_style(GRID)
                 .label_font((FONT, px(13.0)).into_font().color(&TEXT))
@@ -284,13 +293,17 @@ fn frame<'a, 'b>(
 }
 
 /// Draws onto a fresh SVG document and returns it, with the title as `aria-label`.
-fn render(chart: &Chart, draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> DrawResult<()>) -> String {
+fn render(
+    chart: &Chart,
+    draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> DrawResult<()>,
+) -> String {
     let mut svg = String::new();
     let result = {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| e.to_string()).and_then(|()| draw(&root).map_err(|e| e.to_string())).and_then(
-            |()| root.present().map_err(|e| e.to_string()),
-        )
+        root.fill(&WHITE)
+            .map_err(|e| e.to_string())
+            .and_then(|()| draw(&root).map_err(|e| e.to_string()))
+            .and_then(|()| root.present().map_err(|e| e.to_string()))
     };
     match result {
         Ok(()) => label_svg(&svg, chart.title),
@@ -304,7 +317,11 @@ fn render(chart: &Chart, draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::co
 /// Adds `role`, `aria-label` and the `chart` class to the root `<svg>`.
 fn label_svg(svg: &str, title: &str) -> String {
     let body = svg.trim_start_matches(|c| c != '<');
-    let body = if body.starts_with("<?xml") { body.split_once("?>").map_or(body, |(_, rest)| rest.trim_start()) } else { body };
+    let body = if body.starts_with("<?xml") {
+        body.split_once("?>").map_or(body, |(_, rest)| rest.trim_start())
+    } else {
+        body
+    };
     match body.strip_prefix("<svg") {
         Some(rest) => format!("<svg class=\"chart\" role=\"img\" aria-label=\"{}\"{rest}", escape(title)),
         None => no_data(title),
@@ -536,7 +553,10 @@ mod tests {
         for (v, expected) in cases {
             assert_eq!(format_tick(v), expected, "{v}");
         }
-        assert_eq!((format_value(123.456), format_value(0.012345), format_value(7.0)), ("123.5".into(), "0.01235".into(), "7".into()));
+        assert_eq!(
+            (format_value(123.456), format_value(0.012345), format_value(7.0)),
+            ("123.5".into(), "0.01235".into(), "7".into())
+        );
     }
 
     fn count(svg: &str, what: &str) -> usize {
@@ -545,18 +565,27 @@ mod tests {
 
     /// The trimmed contents of every `<text>` element.
     pub(crate) fn texts(svg: &str) -> Vec<String> {
-        svg.split("<text").skip(1).filter_map(|t| Some(t.split_once('>')?.1.split_once("</text>")?.0.trim().to_string())).collect()
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|t| Some(t.split_once('>')?.1.split_once("</text>")?.0.trim().to_string()))
+            .collect()
     }
 
     #[test]
     fn charts_are_labelled_svg_with_text() {
         let chart = Chart::new("Latency <CDF>", "latency (ms)", "requests");
-        let series = [Series::new("a", vec![(1.0, 0.0), (2.0, 0.5), (4.0, 1.0)]), Series::new("b", vec![(1.5, 0.0), (3.0, 1.0)])];
+        let series = [
+            Series::new("a", vec![(1.0, 0.0), (2.0, 0.5), (4.0, 1.0)]),
+            Series::new("b", vec![(1.5, 0.0), (3.0, 1.0)]),
+        ];
         let svgs = [
             line_svg(&chart, &series[..1]),
             cdf_svg(&chart.log_x(true), &series),
             scatter_svg(&chart, &series[..1], &[vec!["x".into(), "y".into(), "z".into()]]),
-            histogram_svg(&chart, &[Bin { lower: 1.0, upper: 2.0, count: 3.0 }, Bin { lower: 2.0, upper: 2.0, count: 1.0 }]),
+            histogram_svg(
+                &chart,
+                &[Bin { lower: 1.0, upper: 2.0, count: 3.0 }, Bin { lower: 2.0, upper: 2.0, count: 1.0 }],
+            ),
             bar_svg(&chart, &[("full".into(), 3.0), ("timeout".into(), 0.0)]),
         ];
         for svg in &svgs {
@@ -580,7 +609,12 @@ mod tests {
     fn nothing_to_draw_is_a_placeholder() {
         let chart = Chart::new("Empty", "x", "y");
         let nan = [Series::new("s", vec![(f64::NAN, 1.0)])];
-        for svg in [line_svg(&chart, &[]), line_svg(&chart, &nan), histogram_svg(&chart.log_x(true), &[Bin { lower: 0.0, upper: 0.0, count: 1.0 }]), bar_svg(&chart, &[])] {
+        for svg in [
+            line_svg(&chart, &[]),
+            line_svg(&chart, &nan),
+            histogram_svg(&chart.log_x(true), &[Bin { lower: 0.0, upper: 0.0, count: 1.0 }]),
+            bar_svg(&chart, &[]),
+        ] {
             assert_eq!(texts(&svg), ["Empty", "no data"], "{svg}");
         }
     }

@@ -42,7 +42,8 @@ pub fn external_urls(html: &str) -> Vec<String> {
         let mut from = 0;
         while let Some(pos) = lower[from..].find(attr).map(|p| p + from) {
             from = pos + attr.len();
-            let before_ok = pos == 0 || !lower.as_bytes()[pos - 1].is_ascii_alphanumeric() && lower.as_bytes()[pos - 1] != b'-';
+            let before_ok =
+                pos == 0 || !lower.as_bytes()[pos - 1].is_ascii_alphanumeric() && lower.as_bytes()[pos - 1] != b'-';
             let rest = lower[from..].trim_start();
             let Some(rest) = rest.strip_prefix('=').filter(|_| before_ok) else { continue };
             let rest = rest.trim_start();
@@ -51,7 +52,10 @@ pub fn external_urls(html: &str) -> Vec<String> {
                 _ => rest.split(|c: char| c.is_whitespace() || c == '>').next().unwrap_or(""),
             };
             let value = value.trim();
-            let scheme = value.split_once(':').map(|(s, _)| s).filter(|s| s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)));
+            let scheme = value
+                .split_once(':')
+                .map(|(s, _)| s)
+                .filter(|s| s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)));
             let leaves = value.starts_with("//") || scheme.is_some_and(|s| s != "data");
             if leaves {
                 found.push(value.to_string());
@@ -87,8 +91,12 @@ mod tests {
     fn the_sample_report_page_is_self_contained_and_has_every_part() {
         let html = render_html(&sample_report());
         assert_eq!(external_urls(&html), Vec::<String>::new());
-        assert!(!html.contains("<script") && !html.contains("<link") && !html.contains("url("), "no resources to fetch");
-        for heading in ["Summary", "Expectations", "Across benchmarks", "Environment and seeds", "Benchmark throughput"] {
+        assert!(
+            !html.contains("<script") && !html.contains("<link") && !html.contains("url("),
+            "no resources to fetch"
+        );
+        for heading in ["Summary", "Expectations", "Across benchmarks", "Environment and seeds", "Benchmark throughput"]
+        {
             assert!(html.contains(&format!(">{heading}</")), "{heading}");
         }
         for title in [

@@ -354,7 +354,9 @@ mod tests {
     #[test]
     fn escaping_and_anchors() {
         assert_eq!(escape(r#"<a href="x">&'"#), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
-        for (name, id) in [("constant@10.0/s", "constant-10-0-s"), ("Sweep", "sweep"), ("@@", "section"), ("a b", "a-b")] {
+        for (name, id) in
+            [("constant@10.0/s", "constant-10-0-s"), ("Sweep", "sweep"), ("@@", "section"), ("a b", "a-b")]
+        {
             assert_eq!(anchor(name), id, "{name}");
         }
     }
@@ -366,7 +368,9 @@ mod tests {
         table.row(vec![Cell::text("c"), Cell::num("2")]);
         let mut page = Page::new("Report & co").subtitle("sim 1.0").status(Badge::Good.html("pass"));
         page.section(Section::new("summary", "Summary").text("two rows").table(&table));
-        page.section(Section::new("x y", "Charts").charts(vec!["<svg></svg>".into()]).subsection(Section::new("s", "Sub")));
+        page.section(
+            Section::new("x y", "Charts").charts(vec!["<svg></svg>".into()]).subsection(Section::new("s", "Sub")),
+        );
         let html = page.render();
         assert!(html.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"), "{html}");
         assert!(html.contains("<title>Report &amp; co</title>"));

@@ -116,7 +116,8 @@ fn expectations(report: &Report) -> Section {
         let row = match rows.iter().position(|r| (r.0, r.1) == key) {
             Some(i) => i,
             None => {
-                let op = serde_json::to_value(o.op).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+                let op =
+                    serde_json::to_value(o.op).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
                 let mut cells = vec![
                     Cell::text(format!("{} {op} {}", o.metric, format_value(o.expected))),
                     Cell::text(o.origin.clone()),
@@ -151,7 +152,8 @@ fn expectations(report: &Report) -> Section {
 fn across(report: &Report) -> Section {
     let mut benches: Vec<&BenchmarkResult> =
         report.benchmarks.iter().filter(|b| b.output_tokens_per_s.is_some()).collect();
-    benches.sort_by(|a, b| a.output_tokens_per_s.partial_cmp(&b.output_tokens_per_s).unwrap_or(std::cmp::Ordering::Equal));
+    benches
+        .sort_by(|a, b| a.output_tokens_per_s.partial_cmp(&b.output_tokens_per_s).unwrap_or(std::cmp::Ordering::Equal));
     let names: Vec<String> = benches.iter().map(|b| b.name.clone()).collect();
     let mut charts = Vec::new();
     for (metric, label) in [("latency", "Latency"), ("ttft", "TTFT")] {
@@ -188,7 +190,11 @@ fn benchmark(b: &BenchmarkResult, batch_size_limit: Option<usize>) -> Section {
         ("output tokens/s", num(b.output_tokens_per_s), ""),
         ("concurrency", num(b.concurrency_mean), "mean"),
         ("batch size", num(b.batching.batch_size_mean), "mean"),
-        ("latency p50 / p99", format!("{} / {}", num(b.metric("latency_p50_ms")), num(b.metric("latency_p99_ms"))), "ms"),
+        (
+            "latency p50 / p99",
+            format!("{} / {}", num(b.metric("latency_p50_ms")), num(b.metric("latency_p99_ms"))),
+            "ms",
+        ),
         ("TTFT p50 / p99", format!("{} / {}", num(b.metric("ttft_p50_ms")), num(b.metric("ttft_p99_ms"))), "ms"),
     ];
     let mut s = Section::new(&format!("bench-{}", anchor(&b.name)), &format!("Benchmark {}", b.name)).cards(&cards);
@@ -216,7 +222,10 @@ fn distributions(b: &BenchmarkResult) -> Section {
         charts.push(chart::histogram_svg(&Chart::new(&title, &x, "requests").log_x(log), &bins));
         let title = format!("{label} CDF");
         let cdf = histogram.map(Histogram::cdf_points).unwrap_or_default();
-        charts.push(chart::cdf_svg(&Chart::new(&title, &x, "requests at or below").log_x(log), &[Series::new(label, cdf)]));
+        charts.push(chart::cdf_svg(
+            &Chart::new(&title, &x, "requests at or below").log_x(log),
+            &[Series::new(label, cdf)],
+        ));
     }
     let mut table = Table::new(&["distribution", "count", "mean", "p50", "p90", "p95", "p99", "p99.9", "max", "std"]);
     for name in Distributions::NAMES {
@@ -323,8 +332,14 @@ fn over_time(b: &BenchmarkResult) -> Section {
         .map(|p| Bin { lower: p.start_s * scale, upper: (p.start_s + p.len_s) * scale, count: p.errors as f64 })
         .collect();
     let charts = vec![
-        chart::line_svg(&Chart::new("Throughput over time", &x_label, "output tokens/s"), &[Series::new("output tokens/s", tokens)]),
-        chart::line_svg(&Chart::new("Completed requests over time", &x_label, "requests/s"), &[Series::new("requests/s", requests)]),
+        chart::line_svg(
+            &Chart::new("Throughput over time", &x_label, "output tokens/s"),
+            &[Series::new("output tokens/s", tokens)],
+        ),
+        chart::line_svg(
+            &Chart::new("Completed requests over time", &x_label, "requests/s"),
+            &[Series::new("requests/s", requests)],
+        ),
         chart::line_svg(
             &Chart::new("Concurrency over time", &x_label, "requests"),
             &[Series::new("in flight (mean)", concurrency), Series::new("batch size (mean)", batch)],
@@ -352,7 +367,8 @@ fn batching(b: &BenchmarkResult, batch_size_limit: Option<usize>) -> Section {
         .to_vec();
     // Up to the configured batch size, so that how full the batches were shows.
     let largest = bt.batch_size_histogram.keys().max().copied().unwrap_or(1).max(batch_size_limit.unwrap_or(1));
-    let size_chart = Chart::new("Batch sizes", "requests in the batch", "batches").integer_x().x_range(0.5, largest as f64 + 0.5);
+    let size_chart =
+        Chart::new("Batch sizes", "requests in the batch", "batches").integer_x().x_range(0.5, largest as f64 + 0.5);
     let charts = vec![
         chart::histogram_svg(&size_chart, &sizes),
         chart::bar_svg(&Chart::new("Flush reasons", "why the batch was dispatched", "batches"), &reasons),
@@ -395,10 +411,10 @@ fn environment(report: &Report) -> Section {
         seeds.row(vec![Cell::text(k.clone()), Cell::num(v.to_string())]);
     }
     let scenario = toml::to_string(&report.scenario).unwrap_or_else(|_| report.scenario.to_string());
-    Section::new("environment", "Environment and seeds")
-        .table(&table)
-        .table(&seeds)
-        .details("The scenario as it ran (every default filled in)", format!("<pre>{}</pre>", super::page::escape(&scenario)))
+    Section::new("environment", "Environment and seeds").table(&table).table(&seeds).details(
+        "The scenario as it ran (every default filled in)",
+        format!("<pre>{}</pre>", super::page::escape(&scenario)),
+    )
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::time::duration_nanos;
 
@@ -31,7 +31,7 @@ pub const MAX_TRACKED_NS: u64 = 1 << 50;
 pub const RELATIVE_PRECISION: f64 = 1.0 / 1024.0;
 
 /// Summary statistics in milliseconds. All `None` when there are no samples.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Samples recorded.
     pub count: u64,

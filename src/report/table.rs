@@ -32,7 +32,7 @@ const COLUMNS: [Column; 11] = [
     Column { header: "lat p99 ms", cell: |b| ms(b, "latency_p99_ms") },
     Column { header: "ttft p50 ms", cell: |b| ms(b, "ttft_p50_ms") },
     Column { header: "ttft p99 ms", cell: |b| ms(b, "ttft_p99_ms") },
-    Column { header: "itl p50 ms", cell: |b| ms(b, "itl_p50_ms") },
+    Column { header: "tpot p50 ms", cell: |b| ms(b, "tpot_p50_ms") },
     Column { header: "batch mean", cell: |b| fixed(b.batching.batch_size_mean, 2) },
 ];
 

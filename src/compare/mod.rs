@@ -17,6 +17,18 @@
 //! higher throughput; metrics without a better direction, such as `batches`, are `differs`), else
 //! `within noise`. A **gated** metric that is `worse` by more than `max_regression` of A's value
 //! is a regression, and `batchlab compare` exits non-zero ([`Comparison::passed`]).
+//! docs/compare.md has the details.
+//!
+//! ```no_run
+//! use batchlab::compare::{CompareOptions, Run, compare, table::render_comparison};
+//!
+//! let a = Run::load("results/base".as_ref())?;
+//! let b = Run::load("results/new".as_ref())?;
+//! let comparison = compare(&a, &b, &CompareOptions::default())?;
+//! print!("{}", render_comparison(&comparison));
+//! assert!(comparison.passed(), "regressions: {:?}", comparison.regressions().collect::<Vec<_>>());
+//! # Ok::<(), batchlab::compare::CompareError>(())
+//! ```
 
 pub mod html;
 pub mod stats;

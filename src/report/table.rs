@@ -40,8 +40,19 @@ const COLUMNS: [Column; 11] = [
 /// The summary table for the console. The benchmark name is left-aligned, numbers right-aligned;
 /// `-` marks a value that was not measured. "requests" counts completed requests.
 pub fn render_table(report: &Report) -> String {
-    let rows: Vec<Vec<String>> =
-        report.benchmarks.iter().map(|b| COLUMNS.iter().map(|c| (c.cell)(b)).collect()).collect();
+    let repeated = !report.repeats.is_empty();
+    let rows: Vec<Vec<String>> = report
+        .benchmarks
+        .iter()
+        .map(|b| {
+            let mut row: Vec<String> = COLUMNS.iter().map(|c| (c.cell)(b)).collect();
+            // With repeats, each row says which run it is: `throughput #2`.
+            if repeated {
+                row[0] = format!("{} #{}", b.name, b.repeat + 1);
+            }
+            row
+        })
+        .collect();
     let widths: Vec<usize> = COLUMNS
         .iter()
         .enumerate()

@@ -137,6 +137,7 @@ fn check_aggregator(input: &Input) {
     }
     let (mut submitted, mut completed, mut errors, mut batches, mut requests) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut with = [0u64; 4];
+    let mut gaps = 0u64;
     for event in &input.events {
         match event {
             Event::Submitted => {
@@ -155,8 +156,13 @@ fn check_aggregator(input: &Input) {
                     latency,
                     engine_queue: ttft.map(|t| t / 2),
                     ttft,
-                    itl: tokens.filter(|n| *n >= 2).and_then(|n| ttft.map(|t| latency.saturating_sub(t) / (n - 1))),
-                    tpot: tokens.filter(|n| *n >= 1).map(|n| latency / n),
+                    tpot: tokens.filter(|n| *n >= 2).and_then(|n| ttft.map(|t| latency.saturating_sub(t) / (n - 1))),
+                    latency_per_token: tokens.filter(|n| *n >= 1).map(|n| latency / n),
+                    // Evenly spaced tokens: n - 1 gaps, one ITL sample each.
+                    itl: match (tokens, ttft) {
+                        (Some(n), Some(t)) if *n >= 2 => vec![latency.saturating_sub(t) / (n - 1); (*n - 1) as usize],
+                        _ => Vec::new(),
+                    },
                     prompt_tokens: *prompt,
                     output_tokens: *tokens,
                     anomalies: Anomalies {
@@ -165,11 +171,13 @@ fn check_aggregator(input: &Input) {
                         last_before_first: anomalies & 4 != 0,
                         scheduled_before_queued: anomalies & 8 != 0,
                         token_after_completion: anomalies & 16 != 0,
+                        token_times_inconsistent: anomalies & 32 != 0,
                     },
                 };
-                for (k, present) in [metrics.ttft, metrics.itl, metrics.tpot, metrics.engine_queue].iter().enumerate() {
+                for (k, present) in [metrics.ttft, metrics.tpot, metrics.latency_per_token, metrics.engine_queue].iter().enumerate() {
                     with[k] += u64::from(present.is_some());
                 }
+                gaps += metrics.itl.len() as u64;
                 agg.record_completion(&metrics, &times);
                 completed += 1;
                 requests += 1;
@@ -242,9 +250,10 @@ fn check_result(
     let d = &r.distributions;
     assert_eq!(d.latency.count, completed);
     assert_eq!(d.batch_wait.count, completed);
-    assert_eq!([d.ttft.count, d.itl.count, d.tpot.count, d.engine_queue.count], with);
+    assert_eq!([d.ttft.count, d.tpot.count, d.latency_per_token.count, d.engine_queue.count], with);
+    assert_eq!(d.itl.count, gaps, "one ITL sample per gap");
     assert_eq!(d.generate.count, batches);
-    for name in ["latency", "ttft", "itl", "tpot", "batch_wait", "engine_queue", "generate"] {
+    for name in batchlab::metrics::result::Distributions::NAMES {
         check_summary(d.get(name).unwrap(), name);
     }
     for name in batchlab::metrics::metric_names() {

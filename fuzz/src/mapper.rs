@@ -91,6 +91,7 @@ impl Input {
             scheduled_ts: secs(self.scheduled),
             first_token_ts: secs(self.first_token),
             last_token_ts: secs(self.last_token),
+            token_ts: None,
         };
         let output = EngineOutput {
             request_id: None,
@@ -134,21 +135,21 @@ pub fn check_metrics(case: &Case, m: &RequestMetrics) {
     if let Some(ttft) = m.ttft {
         assert!(ttft <= m.latency, "ttft {ttft:?} > latency {:?}", m.latency);
     }
-    if let Some(itl) = m.itl {
-        let n = n.expect("itl without a token count");
-        assert!(n >= 2, "itl with {n} tokens");
-        let ttft = m.ttft.expect("itl without ttft");
-        // The last token is at submit + ttft + itl × (n − 1) (rounded down): before completion.
-        let span = itl.checked_mul(n - 1).expect("itl × (n − 1) overflows");
+    if let Some(tpot) = m.tpot {
+        let n = n.expect("tpot without a token count");
+        assert!(n >= 2, "tpot with {n} tokens");
+        let ttft = m.ttft.expect("tpot without ttft");
+        // The last token is at submit + ttft + tpot × (n − 1) (rounded down): before completion.
+        let span = tpot.checked_mul(n - 1).expect("tpot × (n − 1) overflows");
         assert!(ttft + span <= m.latency, "last token after completion: ttft {ttft:?} + {span:?} > {:?}", m.latency);
     }
-    match (m.tpot, n) {
-        (Some(tpot), Some(n)) => {
+    match (m.latency_per_token, n) {
+        (Some(latency_per_token), Some(n)) => {
             assert!(n >= 1);
-            assert!(tpot.checked_mul(n).is_some_and(|total| total <= m.latency), "tpot {tpot:?} × {n}");
+            assert!(latency_per_token.checked_mul(n).is_some_and(|total| total <= m.latency), "latency_per_token {latency_per_token:?} × {n}");
         }
-        (None, Some(n)) => assert_eq!(n, 0, "tpot missing with {n} tokens"),
-        (Some(_), None) => panic!("tpot without a token count"),
+        (None, Some(n)) => assert_eq!(n, 0, "latency_per_token missing with {n} tokens"),
+        (Some(_), None) => panic!("latency_per_token without a token count"),
         (None, None) => {}
     }
 
@@ -196,7 +197,7 @@ fn check_monotonic(case: &Case, m: &RequestMetrics, ordered: bool) {
             assert_eq!(m.ttft, f.checked_since(t.submitted));
         }
         if let (Some(_), Some(_), Some(n)) = (first, last, case.output.generated_tokens()) {
-            assert_eq!(m.itl.is_some(), n >= 2, "itl missing on consistent input: {s:?}");
+            assert_eq!(m.tpot.is_some(), n >= 2, "tpot missing on consistent input: {s:?}");
         }
     }
 }

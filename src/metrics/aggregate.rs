@@ -15,6 +15,7 @@ use super::distribution::Distribution;
 use super::mapper::RequestMetrics;
 use super::result::{AnomalyCounts, Batching, BenchmarkResult, Counts, Distributions, Tokens};
 use super::series::SeriesRecorder;
+use super::slo::{Slo, SloResult, SloVerdict};
 use crate::batcher::{FlushReason, RequestTimes};
 use crate::time::Timestamp;
 
@@ -45,8 +46,9 @@ pub struct BenchmarkAggregator {
 
     latency: Distribution,
     ttft: Distribution,
-    itl: Distribution,
     tpot: Distribution,
+    itl: Distribution,
+    latency_per_token: Distribution,
     batch_wait: Distribution,
     engine_queue: Distribution,
     generate: Distribution,
@@ -57,6 +59,11 @@ pub struct BenchmarkAggregator {
     drain: u64,
 
     series: SeriesRecorder,
+    /// The objectives requests are judged against; `None` without `[slo]`.
+    slo: Option<Slo>,
+    slo_met: u64,
+    slo_met_output_tokens: u64,
+    slo_unmeasurable: u64,
 }
 
 impl BenchmarkAggregator {
@@ -79,8 +86,9 @@ impl BenchmarkAggregator {
             incomplete_starts_ns: 0,
             latency: Distribution::new(),
             ttft: Distribution::new(),
-            itl: Distribution::new(),
             tpot: Distribution::new(),
+            itl: Distribution::new(),
+            latency_per_token: Distribution::new(),
             batch_wait: Distribution::new(),
             engine_queue: Distribution::new(),
             generate: Distribution::new(),
@@ -89,7 +97,23 @@ impl BenchmarkAggregator {
             timeout: 0,
             drain: 0,
             series: SeriesRecorder::new(),
+            slo: None,
+            slo_met: 0,
+            slo_met_output_tokens: 0,
+            slo_unmeasurable: 0,
         }
+    }
+
+    /// Judges every completed and failed request against `slo` (when it sets any objective);
+    /// the result gains [`BenchmarkResult::slo`].
+    pub fn with_slo(mut self, slo: &Slo) -> Self {
+        self.set_slo(slo);
+        self
+    }
+
+    /// [`with_slo`](Self::with_slo) in place; call before recording anything.
+    pub fn set_slo(&mut self, slo: &Slo) {
+        self.slo = slo.is_set().then(|| slo.clone());
     }
 
     /// Opens the measurement window. Requests submitted earlier count only from here on.
@@ -114,16 +138,28 @@ impl BenchmarkAggregator {
 
         self.latency.record(metrics.latency);
         self.batch_wait.record(metrics.batch_wait);
+        match self.slo.as_ref().map(|slo| slo.judge(metrics)) {
+            Some(SloVerdict::Met) => {
+                self.slo_met += 1;
+                self.slo_met_output_tokens += u64::from(metrics.output_tokens.unwrap_or(0));
+            }
+            Some(SloVerdict::Unmeasurable) => self.slo_unmeasurable += 1,
+            Some(SloVerdict::Missed) | None => {}
+        }
         let optional = [
             (&mut self.ttft, metrics.ttft),
-            (&mut self.itl, metrics.itl),
             (&mut self.tpot, metrics.tpot),
+            (&mut self.latency_per_token, metrics.latency_per_token),
             (&mut self.engine_queue, metrics.engine_queue),
         ];
         for (dist, value) in optional {
             if let Some(v) = value {
                 dist.record(v);
             }
+        }
+        // One sample per gap, as vLLM counts ITL.
+        for &gap in &metrics.itl {
+            self.itl.record(gap);
         }
 
         let a = &metrics.anomalies;
@@ -134,6 +170,7 @@ impl BenchmarkAggregator {
         c.last_before_first += u64::from(a.last_before_first);
         c.scheduled_before_queued += u64::from(a.scheduled_before_queued);
         c.token_after_completion += u64::from(a.token_after_completion);
+        c.token_times_inconsistent += u64::from(a.token_times_inconsistent);
     }
 
     /// A request that failed; `kind` is [`crate::batcher::RequestError::kind`].
@@ -210,9 +247,22 @@ impl BenchmarkAggregator {
         let batches: u64 = self.batch_sizes.values().sum();
         let share = |n: u64| (batches > 0).then(|| n as f64 / batches as f64);
         let size_sum: u128 = self.batch_sizes.iter().map(|(&size, &n)| size as u128 * u128::from(n)).sum();
+        let slo = self.slo.as_ref().map(|_| {
+            // An error is judged and never meets the SLO; cancelled and unfinished requests are not judged.
+            let judged = self.completed + self.errors;
+            SloResult {
+                judged,
+                met: self.slo_met,
+                unmeasurable: self.slo_unmeasurable,
+                attainment: (judged > 0).then(|| self.slo_met as f64 / judged as f64),
+                goodput_requests_per_s: per_s(self.slo_met),
+                goodput_output_tokens_per_s: per_s(self.slo_met_output_tokens),
+            }
+        });
 
         BenchmarkResult {
             name: self.name,
+            repeat: 0,
             counts: Counts {
                 submitted: self.submitted,
                 completed: self.completed,
@@ -232,8 +282,9 @@ impl BenchmarkAggregator {
             distributions: Distributions {
                 latency: self.latency.summary(),
                 ttft: self.ttft.summary(),
-                itl: self.itl.summary(),
                 tpot: self.tpot.summary(),
+                itl: self.itl.summary(),
+                latency_per_token: self.latency_per_token.summary(),
                 batch_wait: self.batch_wait.summary(),
                 engine_queue: self.engine_queue.summary(),
                 generate: self.generate.summary(),
@@ -250,6 +301,7 @@ impl BenchmarkAggregator {
                 drain_share: share(self.drain),
             },
             anomalies: self.anomalies,
+            slo,
             time_series: self.series.finish(end),
         }
     }
@@ -279,8 +331,10 @@ pub(crate) mod tests {
             latency,
             engine_queue: Some(Duration::from_micros(250)),
             ttft: Some(ttft),
-            itl: (n >= 2).then(|| latency.saturating_sub(ttft) / (n - 1)),
-            tpot: (n >= 1).then(|| latency / n),
+            tpot: (n >= 2).then(|| latency.saturating_sub(ttft) / (n - 1)),
+            latency_per_token: (n >= 1).then(|| latency / n),
+            // Evenly spaced tokens after the first: n - 1 equal gaps.
+            itl: if n >= 2 { vec![latency.saturating_sub(ttft) / (n - 1); (n - 1) as usize] } else { Vec::new() },
             prompt_tokens: Some(16),
             output_tokens: Some(n),
             anomalies: Anomalies::default(),
@@ -290,7 +344,8 @@ pub(crate) mod tests {
     /// A hand-built benchmark: 1 s window, 4 completions, one error, one cancellation, one
     /// request still running at the end. Shared by the report snapshot tests.
     pub(crate) fn sample_aggregator(name: &str) -> BenchmarkAggregator {
-        let mut agg = BenchmarkAggregator::new(name);
+        let slo = Slo { ttft_ms: Some(50.0), latency_ms: Some(400.0), ..Slo::default() };
+        let mut agg = BenchmarkAggregator::new(name).with_slo(&slo);
         agg.start(at_ms(0));
         for _ in 0..7 {
             agg.record_submitted();
@@ -314,6 +369,36 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn slo_attainment_and_goodput() {
+        let r = sample_result();
+        // Met: the first two (ttft 30 and 35 ms, latency 110 and 130 ms). Missed: ttft 60 and 70 ms.
+        // The error is judged and misses; the cancelled and the unfinished request are not judged.
+        let slo = r.slo.clone().expect("an SLO was set");
+        assert_eq!((slo.judged, slo.met, slo.unmeasurable), (5, 2, 0));
+        assert_eq!(slo.attainment, Some(0.4));
+        assert_eq!(slo.goodput_requests_per_s, Some(2.0));
+        assert_eq!(slo.goodput_output_tokens_per_s, Some(18.0));
+        assert_eq!(r.metric("slo_attainment"), Some(0.4));
+
+        // An objective whose metric is absent: unmeasurable, not met.
+        let itl = Slo { itl_ms: Some(1000.0), ..Slo::default() };
+        let mut agg = BenchmarkAggregator::new("itl").with_slo(&itl);
+        agg.start(at_ms(0));
+        let t = times(0, 1, 10);
+        let mut m = metrics(&t, 5, 4);
+        agg.record_submitted();
+        agg.record_completion(&m, &t);
+        m.itl.clear();
+        agg.record_submitted();
+        agg.record_completion(&m, &t);
+        let slo = agg.finish(at_ms(10)).slo.unwrap();
+        assert_eq!((slo.judged, slo.met, slo.unmeasurable, slo.attainment), (2, 1, 1, Some(0.5)));
+
+        let none = BenchmarkAggregator::new("none").with_slo(&Slo::default()).finish(at_ms(1));
+        assert_eq!((none.slo.clone(), none.metric("slo_attainment")), (None, None), "no objective, no SLO result");
+    }
+
+    #[test]
     fn sample_counts_rates_and_concurrency() {
         let r = sample_result();
         assert_eq!(r.counts.lost, 0);
@@ -334,6 +419,8 @@ pub(crate) mod tests {
         assert_eq!(r.batching.batch_size_mean, Some(5.0 / 3.0));
         assert_eq!(r.distributions.latency.count, 4);
         assert_eq!(r.distributions.generate.count, 3);
+        assert_eq!(r.distributions.itl.count, 7 + 9 + 19 + 23, "one ITL sample per gap");
+        assert_eq!(r.distributions.tpot.count, 4, "one TPOT sample per request");
     }
 
     #[test]
@@ -438,6 +525,7 @@ pub(crate) mod tests {
         );
         assert_eq!(r.distributions.ttft.count, 0);
         assert_eq!(r.distributions.itl.count, 0);
+        assert_eq!(r.distributions.tpot.count, 0);
         assert_eq!(r.distributions.latency.count, 1);
     }
 }

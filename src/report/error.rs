@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-/// Why a report file could not be written.
+/// Why a report file could not be written or read back.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     /// The output directory could not be created.
@@ -37,7 +37,7 @@ pub enum ReportError {
     /// The resolved scenario printed as TOML failed to parse back (a printer bug).
     #[error("the printed scenario does not read back as TOML: {0}")]
     Scenario(String),
-    /// A saved report could not be read.
+    /// A report file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
         /// The file.
@@ -45,33 +45,25 @@ pub enum ReportError {
         /// Why reading failed.
         source: std::io::Error,
     },
-    /// A saved report is not valid `report.json`.
-    #[error("{path}:{line}:{column}: not a batchlab report.json: {message}")]
+    /// A report file is not JSON of the expected shape.
+    #[error("cannot read {path} as a report: {source}")]
     Parse {
         /// The file.
         path: PathBuf,
-        /// 1-based line of the problem.
-        line: usize,
-        /// 1-based column of the problem.
-        column: usize,
-        /// What was found and what was expected, from serde_json.
-        message: String,
+        /// serde_json's error, with line and column.
+        source: serde_json::Error,
     },
-    /// A saved report has another schema version than this batchlab reads.
+    /// A `report.json` of another schema version.
     #[error(
-        "{path}: report schema version {found} (written by batchlab {written_by}), but this batchlab \
-         ({ours}) reads version {expected} only: re-run the scenario with this batchlab to get a new report"
+        "{path}: {}, this batchlab reads schema {expected}: re-run the scenario with this batchlab to get a report it can read",
+        found.map_or_else(|| "report.json has no schema_version".to_string(), |v| format!("report.json schema {v}"))
     )]
     Schema {
         /// The file.
         path: PathBuf,
-        /// Its `schema_version`; 0 when it has none.
-        found: u64,
+        /// The version it has, if any.
+        found: Option<u64>,
         /// [`super::SCHEMA_VERSION`].
         expected: u32,
-        /// Its `batchlab_version`, `unknown` when it has none.
-        written_by: String,
-        /// This batchlab's version.
-        ours: &'static str,
     },
 }

@@ -38,6 +38,9 @@ fn missing_reason(metric: &str) -> String {
     if !is_metric_name(metric) {
         return format!("unknown metric {metric:?}");
     }
+    if matches!(metric, "slo_attainment" | "goodput_requests_per_s" | "goodput_output_tokens_per_s") {
+        return "no [slo] objectives in the scenario, or nothing judged".to_string();
+    }
     let dist = metric.strip_suffix("_ms").and_then(|m| m.rsplit_once('_')).map(|(d, _)| d);
     match dist {
         Some(dist) => format!("no {dist} samples"),

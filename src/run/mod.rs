@@ -53,6 +53,9 @@ pub struct RunOptions {
     pub progress: ProgressMode,
     /// Fire it to stop admitting, drain and report (the CLI fires it on the first Ctrl-C).
     pub interrupt: Interrupt,
+    /// Run every benchmark this many times in one engine start (`--repeat`; 0 counts as 1). The
+    /// report keeps each repeat and summarizes them (`Report::repeats`).
+    pub repeat: u32,
 }
 
 impl Default for RunOptions {
@@ -62,6 +65,7 @@ impl Default for RunOptions {
             requests_jsonl: false,
             progress: ProgressMode::Off,
             interrupt: Interrupt::never(),
+            repeat: 1,
         }
     }
 }
@@ -188,7 +192,7 @@ fn run_engine(
         }
     };
     let sinks = Sinks { jsonl: jsonl.as_mut(), progress: &mut progress, interrupt: &options.interrupt };
-    let result = run_steps(plan, driver.as_mut(), &workload, sinks);
+    let result = run_steps(plan, driver.as_mut(), &workload, sinks, options.repeat);
     drop(driver);
     progress.clear();
     let result = result?;

@@ -609,6 +609,9 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
             crate::batcher::BatchConfig::new(size, timeout).unwrap().with_generate_timeout(generate).unwrap()
         },
     );
+    let objective = || proptest::option::of(0.001..1e6f64);
+    let slo = (objective(), objective(), objective(), objective())
+        .prop_map(|(ttft_ms, tpot_ms, itl_ms, latency_ms)| Slo { ttft_ms, tpot_ms, itl_ms, latency_ms });
     let output = (proptest::option::of("[a-z]{1,8}(/[a-z]{1,8})?"), any::<bool>())
         .prop_map(|(dir, requests_jsonl)| OutputPlan { dir: dir.map(PathBuf::from), requests_jsonl });
     let head = ("[a-zA-Z][a-zA-Z0-9 _\"\\\\é-]{0,15}", proptest::option::of("[ -~é\n]{0,20}"), seed_strategy());
@@ -624,7 +627,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
         profile_strategy(),
         stop,
         (phase(), phase()),
-        expect,
+        (slo, expect),
         output,
     )
         .prop_map(
@@ -636,7 +639,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                 profile,
                 stop,
                 (warmup, cooldown),
-                expect,
+                (slo, expect),
                 output,
             )| Plan {
                 name,
@@ -654,6 +657,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                 warmup,
                 cooldown,
                 faults,
+                slo,
                 expect,
                 output,
             },

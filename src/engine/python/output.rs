@@ -212,6 +212,7 @@ fn map_output(value: &Plain) -> Result<EngineOutput, String> {
             scheduled_ts: f.seconds("scheduled_ts")?,
             first_token_ts: f.seconds("first_token_ts")?,
             last_token_ts: f.seconds("last_token_ts")?,
+            token_ts: None,
         },
     })
 }
@@ -288,6 +289,7 @@ mod tests {
                     scheduled_ts: Some(10.5),
                     first_token_ts: Some(11.0),
                     last_token_ts: Some(12.0),
+                    token_ts: None,
                 },
             }),
         );

@@ -20,6 +20,8 @@ pub struct SeqTiming {
     pub scheduled: Duration,
     pub first_token: Option<Duration>,
     pub last_token: Option<Duration>,
+    /// When each output token was produced (`first_token` first, `last_token` last).
+    pub token_times: Vec<Duration>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -65,6 +67,7 @@ pub fn simulate(cost: &CostModel, seed: u64, batch: &[EngineRequest]) -> Timelin
             scheduled: Duration::ZERO,
             first_token: None,
             last_token: None,
+            token_times: Vec::new(),
         })
         .collect();
     let mut t = Duration::ZERO;
@@ -81,6 +84,8 @@ pub fn simulate(cost: &CostModel, seed: u64, batch: &[EngineRequest]) -> Timelin
         lengths.sort_unstable();
         let mut finish_times: Vec<(u32, Duration)> = Vec::with_capacity(lengths.len());
         let first = t;
+        // steps[k - 1]: when the wave's k-th token came out (for every sequence still running).
+        let mut steps: Vec<Duration> = vec![first];
         let mut running = lengths.iter().filter(|&&n| n >= 1).count();
         let mut idx = lengths.iter().position(|&n| n >= 1).unwrap_or(lengths.len());
         let mut k: u32 = 1;
@@ -94,6 +99,7 @@ pub fn simulate(cost: &CostModel, seed: u64, batch: &[EngineRequest]) -> Timelin
             t = t.saturating_add(scaled(cost.decode_step, 1));
             t = t.saturating_add(scaled(cost.decode_per_seq, running as u64));
             k += 1;
+            steps.push(t);
             while idx < lengths.len() && lengths[idx] == k {
                 finish_times.push((k, t));
                 idx += 1;
@@ -105,6 +111,7 @@ pub fn simulate(cost: &CostModel, seed: u64, batch: &[EngineRequest]) -> Timelin
                 s.first_token = Some(first);
                 let end = finish_times.iter().find(|(n, _)| *n == s.output_tokens).map(|(_, d)| *d).unwrap_or(first);
                 s.last_token = Some(end);
+                s.token_times = steps[..s.output_tokens as usize].to_vec();
             }
         }
         t = t.max(first);

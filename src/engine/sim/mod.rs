@@ -98,6 +98,7 @@ impl Engine for SimEngine {
                     scheduled_ts: Some(secs(t.scheduled)),
                     first_token_ts: t.first_token.map(secs),
                     last_token_ts: t.last_token.map(secs),
+                    token_ts: Some(t.token_times.iter().map(|&d| secs(d)).collect()),
                 },
             })
             .collect();

@@ -30,6 +30,12 @@ fn cost_model_timings_follow_the_formula() {
         assert_eq!(o.output_tokens, Some(3));
         assert!((o.stats.first_token_ts.unwrap() - at(3.0)).abs() < 1e-9);
         assert!((o.stats.last_token_ts.unwrap() - at(7.4)).abs() < 1e-9);
+        // One time per token: the first token, then one per decode step.
+        let tokens = o.stats.token_ts.as_deref().expect("the simulator times every token");
+        let expected = [at(3.0), at(5.2), at(7.4)];
+        assert_eq!(tokens.len(), expected.len());
+        assert!(tokens.iter().zip(expected).all(|(t, e)| (t - e).abs() < 1e-9), "{tokens:?}");
+        assert_eq!((tokens.first(), tokens.last()), (o.stats.first_token_ts.as_ref(), o.stats.last_token_ts.as_ref()));
     }
     assert_eq!(clock.now(), t0.saturating_add(Duration::from_micros(7_400)));
 }

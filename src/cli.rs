@@ -100,6 +100,12 @@ enum Command {
         #[command(flatten)]
         scenario: ScenarioArgs,
     },
+    /// Re-render report.html (next to report.json) and print the summary table from a saved report.
+    Report {
+        /// An output directory, or its report.json.
+        #[arg(value_name = "DIR|REPORT.JSON")]
+        report: PathBuf,
+    },
 }
 
 fn init_logging() {
@@ -212,6 +218,7 @@ fn compare_runs(a: &Path, b: &Path, options: batchlab::compare::CompareOptions, 
 
 fn real_main(cli: Cli) -> ExitCode {
     let (args, task) = match cli.command {
+        Command::Report { report } => return rerender_report(&report),
         Command::Compare { a, b, max_regression, alpha, gates, output } => {
             let gates = if gates.is_empty() { batchlab::compare::CompareOptions::default().gates } else { gates };
             let options = batchlab::compare::CompareOptions { max_regression, alpha, gates };
@@ -248,6 +255,31 @@ fn real_main(cli: Cli) -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+/// `batchlab report`: report.html again from report.json, and the table.
+fn rerender_report(path: &Path) -> ExitCode {
+    let report = match batchlab::report::read_report(path) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let json = batchlab::report::read::report_path(path);
+    let dir = json.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    match batchlab::report::write_html(&report, dir) {
+        Ok(written) => {
+            print!("{}", batchlab::report::render_table(&report));
+            eprint!("{}", batchlab::report::render_failures(&report.expectations));
+            eprintln!("wrote {}", written.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
             ExitCode::from(EXIT_ERROR)
         }
     }

@@ -64,6 +64,7 @@ pub enum Event {
         submitted: u64,
     },
     Batch {
+        dispatched: u64,
         size: u8,
         reason: u8,
         generate: Sample,
@@ -194,9 +195,9 @@ fn check_aggregator(input: &Input) {
                 agg.record_incomplete(at(*s));
                 requests += 1;
             }
-            Event::Batch { size, reason, generate } => {
+            Event::Batch { dispatched, size, reason, generate } => {
                 let reason = [FlushReason::Full, FlushReason::Timeout, FlushReason::Drain][usize::from(*reason) % 3];
-                agg.record_batch(usize::from(*size), reason, Duration::from_nanos(generate.nanos()));
+                agg.record_batch(at(*dispatched), usize::from(*size), reason, Duration::from_nanos(generate.nanos()));
                 batches += 1;
             }
         }
@@ -259,4 +260,15 @@ fn check_result(
         assert!(r.metric(name).is_none_or(|v| !v.is_nan()), "{name} is NaN");
     }
     assert!(r.anomalies.requests <= completed);
+
+    // The time series: bounded, and its intervals add up to the totals.
+    let s = &r.time_series;
+    assert!(s.len() <= batchlab::metrics::series::MAX_INTERVALS, "{} intervals", s.len());
+    assert_eq!(s.completed.iter().sum::<u64>(), completed);
+    assert_eq!(s.errors.iter().sum::<u64>(), errors);
+    assert_eq!(s.batches.iter().sum::<u64>(), batches);
+    assert_eq!(s.output_tokens.iter().sum::<u64>(), r.tokens.output);
+    for c in s.concurrency.iter().chain(&s.batch_size_mean).flatten() {
+        assert!(c.is_finite() && *c >= 0.0, "series value {c}");
+    }
 }

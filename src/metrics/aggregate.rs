@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::distribution::Distribution;
 use super::mapper::RequestMetrics;
 use super::result::{AnomalyCounts, Batching, BenchmarkResult, Counts, Distributions, Tokens};
+use super::series::SeriesRecorder;
 use super::slo::{Slo, SloResult, SloVerdict};
 use crate::batcher::{FlushReason, RequestTimes};
 use crate::time::Timestamp;
@@ -57,6 +58,7 @@ pub struct BenchmarkAggregator {
     timeout: u64,
     drain: u64,
 
+    series: SeriesRecorder,
     /// The objectives requests are judged against; `None` without `[slo]`.
     slo: Option<Slo>,
     slo_met: u64,
@@ -94,6 +96,7 @@ impl BenchmarkAggregator {
             full: 0,
             timeout: 0,
             drain: 0,
+            series: SeriesRecorder::new(),
             slo: None,
             slo_met: 0,
             slo_met_output_tokens: 0,
@@ -116,6 +119,7 @@ impl BenchmarkAggregator {
     /// Opens the measurement window. Requests submitted earlier count only from here on.
     pub fn start(&mut self, at: Timestamp) {
         self.start = Some(at);
+        self.series.start(at);
     }
 
     /// Counts one request handed to the batcher.
@@ -127,6 +131,7 @@ impl BenchmarkAggregator {
     pub fn record_completion(&mut self, metrics: &RequestMetrics, times: &RequestTimes) {
         self.completed += 1;
         self.add_in_flight(times.submitted, times.completed);
+        self.series.completion(times.completed, u64::from(metrics.output_tokens.unwrap_or(0)));
 
         self.tokens.input += u64::from(metrics.prompt_tokens.unwrap_or(0));
         self.tokens.output += u64::from(metrics.output_tokens.unwrap_or(0));
@@ -173,6 +178,7 @@ impl BenchmarkAggregator {
         self.errors += 1;
         *self.errors_by_kind.entry(kind.to_string()).or_default() += 1;
         self.add_in_flight(submitted, completed);
+        self.series.error(completed);
     }
 
     /// A request cancelled at `at` before it ran.
@@ -186,11 +192,14 @@ impl BenchmarkAggregator {
         self.incomplete += 1;
         self.note_submitted(submitted);
         self.incomplete_starts_ns += u128::from(self.clip_start(submitted).as_nanos());
+        self.series.request(self.clip_start(submitted), None);
     }
 
-    /// A batch the engine ran: its size, why it was flushed, and how long generate took.
-    pub fn record_batch(&mut self, size: usize, reason: FlushReason, generate: Duration) {
+    /// A batch the engine ran: when it was dispatched, its size, why it was flushed, and how long
+    /// generate took.
+    pub fn record_batch(&mut self, dispatched_at: Timestamp, size: usize, reason: FlushReason, generate: Duration) {
         *self.batch_sizes.entry(size).or_default() += 1;
+        self.series.batch(dispatched_at, size);
         match reason {
             FlushReason::Full => self.full += 1,
             FlushReason::Timeout => self.timeout += 1,
@@ -214,6 +223,7 @@ impl BenchmarkAggregator {
         self.latest_end = Some(self.latest_end.map_or(ended, |e| e.max(ended)));
         let from = self.clip_start(submitted);
         self.in_flight_ns += u128::from(ended.as_nanos().saturating_sub(from.as_nanos()));
+        self.series.request(from, Some(ended));
     }
 
     /// Closes the window at `at` and computes the result. If a recorded request ended after
@@ -292,6 +302,7 @@ impl BenchmarkAggregator {
             },
             anomalies: self.anomalies,
             slo,
+            time_series: self.series.finish(end),
         }
     }
 }
@@ -344,9 +355,9 @@ pub(crate) mod tests {
             let t = times(s, d, c);
             agg.record_completion(&metrics(&t, ttft, n), &t);
         }
-        agg.record_batch(2, FlushReason::Timeout, Duration::from_millis(100));
-        agg.record_batch(2, FlushReason::Full, Duration::from_millis(280));
-        agg.record_batch(1, FlushReason::Drain, Duration::from_millis(20));
+        agg.record_batch(at_ms(10), 2, FlushReason::Timeout, Duration::from_millis(100));
+        agg.record_batch(at_ms(120), 2, FlushReason::Full, Duration::from_millis(280));
+        agg.record_batch(at_ms(500), 1, FlushReason::Drain, Duration::from_millis(20));
         agg.record_error("engine_error", at_ms(500), at_ms(520));
         agg.record_cancelled(at_ms(600), at_ms(610));
         agg.record_incomplete(at_ms(900));
@@ -410,6 +421,28 @@ pub(crate) mod tests {
         assert_eq!(r.distributions.generate.count, 3);
         assert_eq!(r.distributions.itl.count, 7 + 9 + 19 + 23, "one ITL sample per gap");
         assert_eq!(r.distributions.tpot.count, 4, "one TPOT sample per request");
+    }
+
+    #[test]
+    fn time_series_adds_up_to_the_totals() {
+        let r = sample_result();
+        let s = &r.time_series;
+        // A 1 s window: 1000 intervals of 1 ms.
+        assert_eq!((s.interval_s, s.len()), (0.001, 1000));
+        assert_eq!(s.completed.iter().sum::<u64>(), r.counts.completed);
+        assert_eq!(s.output_tokens.iter().sum::<u64>(), r.tokens.output);
+        assert_eq!(s.errors.iter().sum::<u64>(), r.counts.errors);
+        assert_eq!(s.batches.iter().sum::<u64>(), r.batching.batches);
+        assert_eq!((s.completed[109], s.output_tokens[109], s.errors[519]), (1, 8, 1), "by end time");
+        assert_eq!((s.batch_size_mean[9], s.batch_size_mean[499]), (Some(2.0), Some(1.0)));
+        let weighted: f64 =
+            s.concurrency.iter().enumerate().map(|(i, c)| c.unwrap() * s.interval_len_s(i, r.duration_s)).sum();
+        assert!((weighted / r.duration_s - r.concurrency_mean.unwrap()).abs() < 1e-9, "{weighted}");
+        // Requests submitted at 0 and 100 ms, in flight until 110..450 ms; the incomplete one from 900 ms.
+        assert_eq!(
+            (s.concurrency[0], s.concurrency[105], s.concurrency[200], s.concurrency[950]),
+            (Some(2.0), Some(4.0), Some(2.0), Some(1.0))
+        );
     }
 
     /// One row: requests as `(submitted_ms, ended_ms)`, window, expected mean concurrency.

@@ -4,6 +4,7 @@ pub mod distribution;
 pub mod mapper;
 pub mod repeats;
 pub mod result;
+pub mod series;
 pub mod slo;
 pub use crate::time::WallAnchor;
 pub use aggregate::BenchmarkAggregator;

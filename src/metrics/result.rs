@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 use serde::{Deserialize, Serialize};
 
 use super::distribution::Summary;
+use super::series::TimeSeries;
 use super::slo::SloResult;
 use crate::batcher::RequestError;
 
@@ -44,6 +45,8 @@ pub struct BenchmarkResult {
     pub anomalies: AnomalyCounts,
     /// Attainment and goodput against the scenario's `[slo]`; `None` without one.
     pub slo: Option<SloResult>,
+    /// Completions, tokens, errors, concurrency and batches per interval of the window.
+    pub time_series: TimeSeries,
 }
 
 /// What happened to the benchmark's requests. `lost` must be 0.

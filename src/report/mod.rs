@@ -6,6 +6,7 @@
 pub mod environment;
 pub mod error;
 pub mod expect;
+pub mod html;
 pub mod read;
 pub mod requests;
 pub mod table;
@@ -17,10 +18,11 @@ pub use crate::metrics::result::{BenchmarkResult, metric_names};
 pub use environment::Environment;
 pub use error::ReportError;
 pub use expect::{ExpectationOutcome, evaluate, render_failures};
+pub use html::{HTML_FILE, render_html, write_html};
 pub use read::{read_report, report_path};
 pub use requests::{Phase, RequestOutcome, RequestRecord, RequestsJsonl};
 pub use table::render_table;
-pub use write::{CSV_FILE, JSON_FILE, csv_columns, write_csv, write_json};
+pub use write::{CSV_FILE, JSON_FILE, csv_columns, render_json, write_csv, write_json};
 
 use crate::metrics::repeats::{RepeatSummary, summarize_repeats};
 use crate::scenario::plan::Plan;

@@ -29,7 +29,8 @@ pub fn parse_report(text: &str, path: &Path) -> Result<Report, ReportError> {
     if found != Some(u64::from(SCHEMA_VERSION)) {
         return Err(ReportError::Schema { path: path.to_path_buf(), found, expected: SCHEMA_VERSION });
     }
-    serde_json::from_value(value).map_err(|source| ReportError::Parse { path: path.to_path_buf(), source })
+    // From the text, not the value: serde_json then gives the line and column of a problem.
+    serde_json::from_str(text).map_err(|source| ReportError::Parse { path: path.to_path_buf(), source })
 }
 
 #[cfg(test)]

@@ -5,10 +5,11 @@ use crate::metrics::result::BenchmarkResult;
 
 use super::Report;
 
-/// A column: header, and how to show a benchmark's value in it.
-struct Column {
-    header: &'static str,
-    cell: fn(&BenchmarkResult) -> String,
+/// A column: header, and how to show a benchmark's value in it. report.html's summary uses the
+/// same columns.
+pub(crate) struct Column {
+    pub(crate) header: &'static str,
+    pub(crate) cell: fn(&BenchmarkResult) -> String,
 }
 
 fn count(v: u64) -> String {
@@ -23,7 +24,7 @@ fn ms(b: &BenchmarkResult, metric: &str) -> String {
     fixed(b.metric(metric), 2)
 }
 
-const COLUMNS: [Column; 11] = [
+pub(crate) const COLUMNS: [Column; 11] = [
     Column { header: "benchmark", cell: |b| b.name.clone() },
     Column { header: "requests", cell: |b| count(b.counts.completed) },
     Column { header: "errors", cell: |b| count(b.counts.errors) },

@@ -31,7 +31,9 @@ use crate::engine::{Engine, VirtualTimeEngine};
 use crate::engine::faults::FaultyEngine;
 use crate::engine::{EngineError, EngineInfo, TimedEngine};
 use crate::load::{LoadError, Workload};
-use crate::report::{BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_json};
+use crate::report::{
+    BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_html, write_json,
+};
 use crate::scenario::plan::{EnginePlan, Plan, ProfilePlan, WorkloadPlan};
 use crate::time::MonotonicClock;
 use driver::{Driver, Sinks, run_steps};
@@ -43,7 +45,7 @@ use virtual_driver::VirtualTimeDriver;
 /// never interrupted.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
-    /// Where report.json, report.csv (and requests.jsonl) go; `None` writes nothing.
+    /// Where report.json, report.csv, report.html (and requests.jsonl) go; `None` writes nothing.
     pub output_dir: Option<PathBuf>,
     /// Also write requests.jsonl (so does the plan's `output.requests_jsonl`).
     pub requests_jsonl: bool,
@@ -201,6 +203,7 @@ fn run_engine(
     if let Some(dir) = &options.output_dir {
         written.push(write_json(&report, dir)?);
         written.push(write_csv(&report, dir)?);
+        written.push(write_html(&report, dir)?);
     }
     if let Some(j) = jsonl {
         let lines = j.lines();

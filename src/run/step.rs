@@ -395,6 +395,7 @@ impl StepRun {
         let measuring = self.measure_start.is_some_and(|s| batch.dispatched_at >= s) && measured_pending;
         if measuring {
             self.aggregator.record_batch(
+                batch.dispatched_at,
                 batch.size,
                 batch.reason,
                 batch.returned_at.saturating_since(batch.dispatched_at),

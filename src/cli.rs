@@ -196,8 +196,8 @@ fn parse_alpha(text: &str) -> Result<f64, String> {
 fn compare_runs(a: &Path, b: &Path, options: batchlab::compare::CompareOptions, output: Option<PathBuf>) -> ExitCode {
     use batchlab::compare::{Run, compare, table::render_comparison};
     let loaded = Run::load(a).and_then(|ra| Ok((ra, Run::load(b)?)));
-    let comparison = loaded.and_then(|(ra, rb)| compare(&ra, &rb, &options));
-    let comparison = match comparison {
+    let compared = loaded.and_then(|(ra, rb)| Ok((compare(&ra, &rb, &options)?, ra, rb)));
+    let (comparison, run_a, run_b) = match compared {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
@@ -206,7 +206,7 @@ fn compare_runs(a: &Path, b: &Path, options: batchlab::compare::CompareOptions, 
     };
     print!("{}", render_comparison(&comparison));
     let dir = output.unwrap_or_else(|| PathBuf::from("."));
-    match batchlab::compare::html::write_html(&comparison, &dir) {
+    match batchlab::compare::html::write_html(&comparison, &run_a, &run_b, &dir) {
         Ok(path) => eprintln!("wrote {}", path.display()),
         Err(e) => {
             eprintln!("error: {e}");

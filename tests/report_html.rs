@@ -245,3 +245,35 @@ fn batchlab_report_rerenders_the_same_page_from_report_json() {
     );
     assert!(stderr.starts_with(&expected), "{stderr}");
 }
+
+/// compare.html (`batchlab compare`) in the same browser: two runs of a shipped scenario, the
+/// second with a doubled decode step; every chart there, nothing logged, self-contained.
+#[test]
+fn a_compare_page_renders_in_chromium_with_its_charts_and_no_console_message() {
+    use batchlab::compare::{CompareOptions, Run, compare, html};
+    let dir = scratch("compare");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/throughput.toml");
+    for (name, sets) in [("a", vec![]), ("b", vec!["engine.sim.decode_step=2ms".to_string()])] {
+        let plan = load_file(&path, &Overrides { sets, seed: None }).unwrap();
+        let options =
+            RunOptions { output_dir: Some(dir.join(name)), requests_jsonl: true, repeat: 2, ..RunOptions::quiet() };
+        run_blocking(&plan, options).unwrap();
+    }
+    let (a, b) = (Run::load(&dir.join("a")).unwrap(), Run::load(&dir.join("b")).unwrap());
+    let comparison = compare(&a, &b, &CompareOptions::default()).unwrap();
+    assert!(!comparison.passed());
+    let page_path = html::write_html(&comparison, &a, &b, &dir).unwrap();
+    let text = std::fs::read_to_string(&page_path).unwrap();
+    check_self_contained(&text);
+
+    let page = load(&page_path, &dir.join("profile"));
+    assert_eq!(page.console, Vec::<String>::new(), "the page logged to the console");
+    // The gated metrics' bars, and A against B for 4 distributions.
+    assert_eq!(count(&page.dom, "<svg class=\"chart\""), 1 + 4);
+    for title in ["Latency CDF", "TTFT CDF", "TPOT CDF", "ITL CDF", "throughput: gated metrics, B against A"] {
+        assert_eq!(count(&page.dom, &format!("aria-label=\"{title}\"")), 1, "{title}");
+    }
+    assert!(page.dom.contains("<h2>Benchmark throughput</h2>") && page.dom.contains("<h3>Regressions</h3>"));
+    assert!(page.dom.contains("worse · regression"), "regressions are marked");
+    screenshot(&page_path, &dir.join("compare.png"), &dir.join("profile"));
+}

@@ -136,8 +136,8 @@ fn check_aggregator(input: &Input) {
         agg.start(at(s));
     }
     let (mut submitted, mut completed, mut errors, mut batches, mut requests) = (0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut with = [0u64; 4];
-    let mut gaps = 0u64;
+    // Requests with ttft, tpot, latency_per_token, engine_queue; then ITL gaps.
+    let mut with = [0u64; 5];
     for event in &input.events {
         match event {
             Event::Submitted => {
@@ -177,7 +177,7 @@ fn check_aggregator(input: &Input) {
                 for (k, present) in [metrics.ttft, metrics.tpot, metrics.latency_per_token, metrics.engine_queue].iter().enumerate() {
                     with[k] += u64::from(present.is_some());
                 }
-                gaps += metrics.itl.len() as u64;
+                with[4] += metrics.itl.len() as u64;
                 agg.record_completion(&metrics, &times);
                 completed += 1;
                 requests += 1;
@@ -213,7 +213,7 @@ fn check_result(
     errors: u64,
     batches: u64,
     requests: u64,
-    with: [u64; 4],
+    with: [u64; 5],
 ) {
     let c = &r.counts;
     assert_eq!((c.submitted, c.completed, c.errors), (submitted, completed, errors));
@@ -250,8 +250,8 @@ fn check_result(
     let d = &r.distributions;
     assert_eq!(d.latency.count, completed);
     assert_eq!(d.batch_wait.count, completed);
-    assert_eq!([d.ttft.count, d.tpot.count, d.latency_per_token.count, d.engine_queue.count], with);
-    assert_eq!(d.itl.count, gaps, "one ITL sample per gap");
+    assert_eq!([d.ttft.count, d.tpot.count, d.latency_per_token.count, d.engine_queue.count], with[..4]);
+    assert_eq!(d.itl.count, with[4], "one ITL sample per gap");
     assert_eq!(d.generate.count, batches);
     for name in batchlab::metrics::result::Distributions::NAMES {
         check_summary(d.get(name).unwrap(), name);

@@ -24,6 +24,17 @@ pub struct Input {
     pub prompt_tokens: Option<u32>,
     pub foreign: bool,
     pub anchor: Option<(Secs, u64)>,
+    pub token_times: Option<TokenTimes>,
+}
+
+/// Per-token times as an engine may report them.
+#[derive(Arbitrary, Debug, Clone)]
+pub enum TokenTimes {
+    /// One per generated token (at most 4096), evenly spaced from the first token's time to the
+    /// last's: consistent whenever those two are.
+    Even,
+    /// As given: any count, any order.
+    Raw(Vec<Secs>),
 }
 
 /// A seconds value as an engine may report it.
@@ -85,13 +96,30 @@ impl Input {
             }
         };
         let secs = |s: Option<Secs>| s.map(|s| s.value(&times));
+        let generated = self.output_tokens.or(self.output_token_ids.map(u32::from));
+        let token_ts = match &self.token_times {
+            None => None,
+            Some(TokenTimes::Raw(v)) => Some(v.iter().map(|s| s.value(&times)).collect()),
+            Some(TokenTimes::Even) => match (secs(self.first_token), secs(self.last_token), generated) {
+                (Some(f), Some(l), Some(n)) if n >= 1 => {
+                    let n = n.min(4096) as usize;
+                    let mut ts: Vec<f64> =
+                        (0..n).map(|i| if n == 1 { f } else { f + (l - f) * i as f64 / (n - 1) as f64 }).collect();
+                    if n >= 2 {
+                        ts[n - 1] = l;
+                    }
+                    Some(ts)
+                }
+                _ => None,
+            },
+        };
         let stats = EngineStats {
             arrival_wall: secs(self.arrival_wall),
             queued_ts: secs(self.queued),
             scheduled_ts: secs(self.scheduled),
             first_token_ts: secs(self.first_token),
             last_token_ts: secs(self.last_token),
-            token_ts: None,
+            token_ts,
         };
         let output = EngineOutput {
             request_id: None,
@@ -153,6 +181,21 @@ pub fn check_metrics(case: &Case, m: &RequestMetrics) {
         (None, None) => {}
     }
 
+    // Per-gap ITL: one gap per token after the first, only with a TTFT, never longer in total than
+    // the request, and only from per-token times in order.
+    if !m.itl.is_empty() {
+        let n = n.expect("itl without a token count");
+        assert_eq!(m.itl.len() as u64, u64::from(n) - 1, "itl gaps for {n} tokens");
+        assert!(m.ttft.is_some(), "itl without ttft");
+        let total: std::time::Duration = m.itl.iter().sum();
+        assert!(total <= m.latency, "itl gaps {total:?} longer than the request {:?}", m.latency);
+        let tokens = s.token_ts.as_deref().expect("itl without per-token times");
+        assert!(tokens.windows(2).all(|w| w[0] <= w[1]), "itl from out-of-order token times {tokens:?}");
+    }
+    if s.token_ts.is_none() {
+        assert!(m.itl.is_empty() && !m.anomalies.token_times_inconsistent, "itl without per-token times");
+    }
+
     // A field that is NaN, infinite or negative is always flagged, whatever the clock domain.
     let fields = [s.arrival_wall, s.queued_ts, s.scheduled_ts, s.first_token_ts, s.last_token_ts];
     if fields.iter().flatten().any(|v| !v.is_finite() || *v < 0.0) {
@@ -196,8 +239,13 @@ fn check_monotonic(case: &Case, m: &RequestMetrics, ordered: bool) {
         if let Some(f) = first {
             assert_eq!(m.ttft, f.checked_since(t.submitted));
         }
-        if let (Some(_), Some(_), Some(n)) = (first, last, case.output.generated_tokens()) {
+        if let (Some(f), Some(l), Some(n)) = (first, last, case.output.generated_tokens()) {
             assert_eq!(m.tpot.is_some(), n >= 2, "tpot missing on consistent input: {s:?}");
+            // Evenly spread per-token times (up to 4096 tokens) give every gap, adding up exactly.
+            if s.token_ts.as_ref().is_some_and(|ts| ts.len() == n as usize) && n >= 2 && m.ttft.is_some() {
+                assert_eq!(m.itl.len(), n as usize - 1, "itl missing on consistent input: {s:?}");
+                assert_eq!(m.itl.iter().sum::<std::time::Duration>(), l.saturating_since(f));
+            }
         }
     }
 }

@@ -131,11 +131,11 @@ fn bad_comparisons_are_refused() {
 #[test]
 fn html_is_self_contained_and_escaped() {
     let a = run("a<&>", Some(&LATENCIES));
-    let html = html::render_html(&compare(&a, &a.clone(), &CompareOptions::default()).unwrap());
-    assert!(html.starts_with("<!DOCTYPE html>"));
+    let html = html::render_html(&compare(&a, &a.clone(), &CompareOptions::default()).unwrap(), &a, &a);
+    assert!(html.to_lowercase().starts_with("<!doctype html>"), "{}", &html[..40]);
     assert!(html.contains("a&lt;&amp;&gt;"));
-    assert!(
-        !html.contains("http://") && !html.contains("https://") && !html.contains("src=") && !html.contains("href=")
-    );
+    assert_eq!(crate::report::html::external_urls(&html), Vec::<String>::new());
     assert!(html.contains("within noise"));
+    assert!(html.contains("Latency CDF"), "distributions are charted");
+    assert!(html.matches("<svg").count() >= 2 * 4, "four CDFs per benchmark");
 }

@@ -219,13 +219,12 @@ fn distributions(b: &BenchmarkResult) -> Section {
         let x = format!("{label} (ms{})", if log { ", log scale" } else { "" });
         let title = format!("{label} histogram");
         let bins = histogram.map(display_bins).unwrap_or_default();
-        charts.push(chart::histogram_svg(&Chart::new(&title, &x, "requests").log_x(log), &bins));
+        let unit = super::sample_unit(name);
+        charts.push(chart::histogram_svg(&Chart::new(&title, &x, unit).log_x(log), &bins));
         let title = format!("{label} CDF");
         let cdf = histogram.map(Histogram::cdf_points).unwrap_or_default();
-        charts.push(chart::cdf_svg(
-            &Chart::new(&title, &x, "requests at or below").log_x(log),
-            &[Series::new(label, cdf)],
-        ));
+        let y = format!("{unit} at or below");
+        charts.push(chart::cdf_svg(&Chart::new(&title, &x, &y).log_x(log), &[Series::new(label, cdf)]));
     }
     let empty: Vec<&str> = DISTRIBUTION_CHARTS
         .iter()
@@ -247,7 +246,8 @@ fn distributions(b: &BenchmarkResult) -> Section {
         ));
     }
     s.table(&table).note(
-        "Milliseconds. generate is per batch, the others per request. Histograms use 100 geometric bins between \
+        "Milliseconds. itl has one sample per gap between tokens, generate one per batch, the others one per \
+         request. Histograms use 100 geometric bins between \
          min and max (merged for small samples); a log axis is used when max is 20× min or more.",
     )
 }

@@ -99,6 +99,8 @@ impl From<&RequestMetrics> for MetricsMs {
             (a.scheduled_before_queued, "scheduled_before_queued"),
             (a.token_after_completion, "token_after_completion"),
             (a.token_times_inconsistent, "token_times_inconsistent"),
+            (a.impossible_timestamp, "impossible_timestamp"),
+            (a.token_count_mismatch, "token_count_mismatch"),
         ];
         MetricsMs {
             latency_ms: ms(m.latency),

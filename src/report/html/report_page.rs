@@ -22,6 +22,11 @@ pub(super) fn render(report: &Report) -> String {
              `batchlab report DIR`. Field definitions: docs/report.md.",
             report.batchlab_version
         ));
+    if let Some(error) = &report.error {
+        page.section(
+            Section::new("error", "The run could not start").html(format!("<pre>{}</pre>", super::page::escape(error))),
+        );
+    }
     page.section(summary(report));
     page.section(expectations(report));
     if report.benchmarks.len() > 1 {
@@ -64,7 +69,9 @@ fn status(report: &Report) -> String {
     } else {
         badges.push(Badge::Bad.html(&format!("{failed} of {total} expectations failed")));
     }
-    if report.incomplete {
+    if report.error.is_some() {
+        badges.push(Badge::Bad.html("the engine did not start"));
+    } else if report.incomplete {
         badges.push(Badge::Bad.html("incomplete run"));
     }
     let lost: i64 = report.benchmarks.iter().map(|b| b.counts.lost).sum();
@@ -519,6 +526,18 @@ mod tests {
         assert!(wants_log_axis(&h(1.0, 50.0)));
         assert!(!wants_log_axis(&h(10.0, 50.0)));
         assert!(!wants_log_axis(&h(0.0, 50.0)), "a zero minimum has no place on a log axis");
+    }
+
+    #[test]
+    fn a_run_that_could_not_start_shows_why() {
+        let mut report = crate::report::tests::sample_report();
+        report.benchmarks.clear();
+        report.expectations.clear();
+        report.incomplete = true;
+        report.error = Some("cannot load model <x>".into());
+        let html = render(&report);
+        assert!(html.contains("<h2>The run could not start</h2>\n<pre>cannot load model &lt;x&gt;</pre>"), "{html}");
+        assert!(html.contains("<span class=\"badge bad\">the engine did not start</span>"));
     }
 
     #[test]

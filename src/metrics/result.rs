@@ -157,6 +157,10 @@ pub struct AnomalyCounts {
     pub scheduled_before_queued: u64,
     /// A token came after our completion time.
     pub token_after_completion: u64,
+    /// A timestamp was 0 or outside our dispatch … completion; taken as missing.
+    pub impossible_timestamp: u64,
+    /// The engine's token count disagreed with its token ids.
+    pub token_count_mismatch: u64,
     /// The per-token times were out of order or disagreed with the first/last token or the count.
     pub token_times_inconsistent: u64,
 }

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::engine::{EngineRequest, Prompt};
+use crate::engine::EngineRequest;
 use crate::rng::SplitMix64;
 
 use super::CostModel;
@@ -30,15 +30,6 @@ pub struct Timeline {
     pub total: Duration,
 }
 
-/// Prompt length in tokens; text is estimated at four bytes a token.
-fn prompt_tokens(req: &EngineRequest) -> u32 {
-    let n = match &req.prompt {
-        Prompt::Tokens(t) => t.len(),
-        Prompt::Text(s) => s.len().div_ceil(4),
-    };
-    u32::try_from(n).unwrap_or(u32::MAX).max(1)
-}
-
 /// Output length: `max_tokens` when EOS is ignored, else an EOS may come after `min_tokens`.
 fn output_tokens(req: &EngineRequest, cost: &CostModel, seed: u64) -> u32 {
     if req.ignore_eos || cost.eos_probability <= 0.0 || req.max_tokens == 0 {
@@ -57,12 +48,14 @@ fn scaled(d: Duration, times: u64) -> Duration {
     Duration::from_nanos(u64::try_from(d.as_nanos().saturating_mul(times as u128)).unwrap_or(u64::MAX))
 }
 
-/// Simulates one batch.
-pub fn simulate(cost: &CostModel, seed: u64, batch: &[EngineRequest]) -> Timeline {
+/// Simulates one batch; `prompt_tokens[i]` is request `i`'s prompt length
+/// ([`super::prompt::prompt_tokens`]).
+pub fn simulate(cost: &CostModel, seed: u64, batch: &[EngineRequest], prompt_tokens: &[u32]) -> Timeline {
     let mut requests: Vec<SeqTiming> = batch
         .iter()
-        .map(|r| SeqTiming {
-            prompt_tokens: prompt_tokens(r),
+        .zip(prompt_tokens)
+        .map(|(r, &prompt_tokens)| SeqTiming {
+            prompt_tokens,
             output_tokens: output_tokens(r, cost, seed),
             scheduled: Duration::ZERO,
             first_token: None,

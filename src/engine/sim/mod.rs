@@ -3,12 +3,14 @@
 //! It exists so that everything above the [`Engine`] boundary can be tested and benchmarked
 //! without Python or a model: a cost model (fixed overhead, prefill per prompt token, decode per
 //! step and per running sequence, a `max_num_seqs` limit) produces timings in the same shape vLLM
-//! reports. Faults are not its business: [`crate::engine::faults::FaultyEngine`] wraps it like any
+//! reports. Prompts are counted by [`prompt`]: chat prompts after templating, text by batchlab's
+//! one counting rule. Faults are not its business: [`crate::engine::faults::FaultyEngine`] wraps it like any
 //! other engine. All randomness comes from the seed and the request id, so a seed always gives the
 //! same run. With a [`VirtualClock`](crate::time::VirtualClock) no wall time passes at all.
 
 pub mod config;
 mod cost;
+pub mod prompt;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,8 +75,13 @@ impl Engine for SimEngine {
         if !self.started {
             return Err(EngineError::Generate("generate before start".into()));
         }
+        let prompt_tokens = batch
+            .iter()
+            .map(|r| prompt::prompt_tokens(&r.prompt))
+            .collect::<Result<Vec<u32>, _>>()
+            .map_err(|e| EngineError::Generate(e.to_string()))?;
         let start = self.clock.now();
-        let timeline = cost::simulate(&self.config.cost, self.config.seed, batch);
+        let timeline = cost::simulate(&self.config.cost, self.config.seed, batch, &prompt_tokens);
         let secs = |offset: Duration| start.saturating_add(offset).as_secs_f64();
         let arrival_wall = self.anchor.wall_secs + start.saturating_since(self.anchor.mono).as_secs_f64();
 

@@ -62,9 +62,9 @@ fn row(m: &RequestMetrics) -> String {
         (a.last_before_first, "last_before_first"),
         (a.scheduled_before_queued, "scheduled_before_queued"),
         (a.token_after_completion, "token_after_completion"),
-        (a.token_times_inconsistent, "token_times_inconsistent"),
         (a.impossible_timestamp, "impossible_timestamp"),
         (a.token_count_mismatch, "token_count_mismatch"),
+        (a.token_times_inconsistent, "token_times_inconsistent"),
     ]
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))

@@ -46,14 +46,14 @@ pub struct Anomalies {
     pub scheduled_before_queued: bool,
     /// The first or the last token came after our completion time.
     pub token_after_completion: bool,
-    /// The per-token times go backwards, lie outside `[first_token_ts, last_token_ts]`, or are
-    /// not one per generated token.
-    pub token_times_inconsistent: bool,
     /// A `*_ts` was 0, or a queued or scheduled time lay outside our dispatch … completion; it
     /// was taken as missing (see the module docs).
     pub impossible_timestamp: bool,
     /// The engine's `output_tokens` and its number of `output_token_ids` differ.
     pub token_count_mismatch: bool,
+    /// The per-token times go backwards, lie outside `[first_token_ts, last_token_ts]`, or are
+    /// not one per generated token.
+    pub token_times_inconsistent: bool,
 }
 
 impl Anomalies {
@@ -64,9 +64,9 @@ impl Anomalies {
             || self.last_before_first
             || self.scheduled_before_queued
             || self.token_after_completion
-            || self.token_times_inconsistent
             || self.impossible_timestamp
             || self.token_count_mismatch
+            || self.token_times_inconsistent
     }
 }
 
@@ -131,13 +131,14 @@ fn to_timestamps(
         anomalies.impossible_timestamp = true;
     }
     let unset_zero = |v: Option<f64>| v.filter(|v| *v != 0.0);
+    let token_ts = stats.token_ts.as_deref();
     let stats = &EngineStats {
         arrival_wall: stats.arrival_wall,
         queued_ts: unset_zero(stats.queued_ts),
         scheduled_ts: unset_zero(stats.scheduled_ts),
         first_token_ts: unset_zero(stats.first_token_ts),
         last_token_ts: unset_zero(stats.last_token_ts),
-        token_ts: stats.token_ts.clone(),
+        token_ts: None,
     };
     let offset = match domain {
         ClockDomain::Monotonic => Some(0.0),
@@ -151,8 +152,7 @@ fn to_timestamps(
     };
     // Judged on the values as sent, so a bad field is flagged even when no offset can be found.
     let sent = [stats.arrival_wall, stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts];
-    let tokens_sent = stats.token_ts.as_deref().unwrap_or_default();
-    if sent.iter().flatten().chain(tokens_sent).any(|v| !v.is_finite() || *v < 0.0) {
+    if sent.iter().flatten().chain(token_ts.unwrap_or_default()).any(|v| !v.is_finite() || *v < 0.0) {
         anomalies.non_finite = true;
     }
     let mut conv = |v: Option<f64>, offset: f64| -> Option<Timestamp> {
@@ -167,7 +167,7 @@ fn to_timestamps(
             scheduled: conv(stats.scheduled_ts, o),
             first_token: conv(stats.first_token_ts, o),
             last_token: conv(stats.last_token_ts, o),
-            tokens: stats.token_ts.as_ref().and_then(|ts| ts.iter().map(|&v| conv(Some(v), o)).collect()),
+            tokens: token_ts.and_then(|ts| ts.iter().map(|&v| conv(Some(v), o)).collect()),
         },
         _ => EngineTimes { queued: None, scheduled: None, first_token: None, last_token: None, tokens: None },
     };

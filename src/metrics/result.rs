@@ -157,12 +157,12 @@ pub struct AnomalyCounts {
     pub scheduled_before_queued: u64,
     /// A token came after our completion time.
     pub token_after_completion: u64,
-    /// The per-token times were out of order or disagreed with the first/last token or the count.
-    pub token_times_inconsistent: u64,
     /// A timestamp was 0 or outside our dispatch … completion; taken as missing.
     pub impossible_timestamp: u64,
     /// The engine's token count disagreed with its token ids.
     pub token_count_mismatch: u64,
+    /// The per-token times were out of order or disagreed with the first/last token or the count.
+    pub token_times_inconsistent: u64,
 }
 
 /// Metrics that are not a distribution statistic, in report order.
@@ -227,6 +227,12 @@ pub fn is_metric_name(name: &str) -> bool {
 }
 
 impl BenchmarkResult {
+    /// The name people read: the benchmark's name, and from its second repeat on which one it is
+    /// (`throughput #2`), so every run of a `--repeat` report has a label of its own.
+    pub fn label(&self) -> String {
+        if self.repeat == 0 { self.name.clone() } else { format!("{} #{}", self.name, self.repeat + 1) }
+    }
+
     /// The metric called `name`; `None` for an unknown name or a value that was not measured
     /// (a percentile with no samples, a rate over an empty window).
     pub fn metric(&self, name: &str) -> Option<f64> {

@@ -58,7 +58,7 @@ pub struct Report {
     pub expectations: Vec<ExpectationOutcome>,
     /// A file workload: its entries, the bad lines skipped and the prompts filtered; absent for
     /// synthetic workloads.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dataset: Option<crate::load::DatasetStats>,
 }
 

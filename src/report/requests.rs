@@ -98,9 +98,9 @@ impl From<&RequestMetrics> for MetricsMs {
             (a.last_before_first, "last_before_first"),
             (a.scheduled_before_queued, "scheduled_before_queued"),
             (a.token_after_completion, "token_after_completion"),
-            (a.token_times_inconsistent, "token_times_inconsistent"),
             (a.impossible_timestamp, "impossible_timestamp"),
             (a.token_count_mismatch, "token_count_mismatch"),
+            (a.token_times_inconsistent, "token_times_inconsistent"),
         ];
         MetricsMs {
             latency_ms: ms(m.latency),

@@ -108,7 +108,11 @@ enum Command {
         #[arg(value_name = "DIR|REPORT.JSON")]
         report: PathBuf,
     },
+    /// Fit a simulator profile (docs/simulation.md) from the output directories of earlier runs.
+    Calibrate(calibrate::CalibrateArgs),
 }
+
+mod calibrate;
 
 fn init_logging() {
     use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
@@ -254,6 +258,7 @@ fn real_main(cli: Cli) -> ExitCode {
             let options = batchlab::compare::CompareOptions { max_regression, alpha, gates };
             return compare_runs(&a, &b, options, output);
         }
+        Command::Calibrate(args) => return calibrate::main(args),
         Command::Run { scenario, .. } | Command::Check { scenario } if scenario.engine_kind => {
             (scenario, Task::PrintEngineKind)
         }

@@ -114,6 +114,7 @@ fn mapper_consistent_stats_map_cleanly() {
         first_token_ts: Some(11.0),
         last_token_ts: Some(15.0),
         token_ts: None,
+        cached_tokens: None,
     };
     let tpot = Some(Duration::from_secs(1));
     check_mapper(

@@ -120,6 +120,7 @@ impl Input {
             first_token_ts: secs(self.first_token),
             last_token_ts: secs(self.last_token),
             token_ts,
+            cached_tokens: None,
         };
         let output = EngineOutput {
             request_id: None,

@@ -339,6 +339,10 @@ pub(crate) mod tests {
             itl: if n >= 2 { vec![latency.saturating_sub(ttft) / (n - 1); (n - 1) as usize] } else { Vec::new() },
             prompt_tokens: Some(16),
             output_tokens: Some(n),
+            cached_tokens: None,
+            engine_scheduled: None,
+            engine_first_token: None,
+            engine_last_token: None,
             anomalies: Anomalies::default(),
         }
     }

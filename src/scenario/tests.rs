@@ -7,6 +7,7 @@ use proptest::prelude::*;
 
 use super::plan::*;
 use super::*;
+use crate::engine::ResolvedEngineConfig;
 use crate::engine::faults::{FAULT_KEYS, FaultKind, FaultTrigger, FaultValue, Faults, ProcessFault};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
@@ -361,12 +362,14 @@ fn round_trip(plan: &Plan) {
     assert_eq!(to_toml(&again), text);
 }
 
-/// The shipped scenario files (`scenarios/data/` holds their datasets).
+/// The shipped scenario files (`scenarios/data/` holds their datasets, `scenarios/profiles/`
+/// calibration profiles and the run the example profile came from, which is a scenario too).
 fn shipped_scenarios() -> Vec<PathBuf> {
     let entries = std::fs::read_dir(manifest_dir().join("scenarios")).unwrap();
     let mut files: Vec<PathBuf> =
         entries.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "toml")).collect();
     files.sort();
+    files.push(manifest_dir().join("scenarios/profiles/example-source.toml"));
     files
 }
 
@@ -392,7 +395,6 @@ fn round_trip_of_files_and_builders() {
 
 #[test]
 fn shipped_scenarios_validate() {
-    let dir = manifest_dir().join("scenarios");
     let mut count = 0;
     for path in shipped_scenarios() {
         if let Err(e) = load_file(&path, &Overrides::default()) {
@@ -400,7 +402,7 @@ fn shipped_scenarios_validate() {
         }
         count += 1;
     }
-    assert!(count >= 5, "expected the five shipped scenarios in {}", dir.display());
+    assert!(count >= 5, "expected the five shipped scenarios, found {count}");
 }
 
 // ---- proptest: generated plans survive to_toml -> parse_str ----
@@ -459,25 +461,44 @@ fn seed_strategy() -> impl Strategy<Value = u64> {
 
 fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
     let cost = (
-        duration_strategy(0),
-        duration_strategy(0),
-        duration_strategy(0),
-        duration_strategy(0),
-        1usize..100_000,
+        (duration_strategy(0), duration_strategy(0), duration_strategy(0)),
+        (duration_strategy(0), duration_strategy(0), duration_strategy(0)),
+        (duration_strategy(0), duration_strategy(0)),
         0.0..=1.0f64,
     )
-        .prop_map(|(a, b, c, d, max_num_seqs, eos_probability)| CostModel {
+        .prop_map(|((a, b, c), (d, e, f), (g, h), eos_probability)| CostModel {
             fixed_overhead: a,
-            prefill_per_token: b,
+            request_overhead: b,
             decode_step: c,
-            decode_per_seq: d,
-            max_num_seqs,
+            prefill_per_token: d,
+            decode_per_seq: e,
+            context_per_1k_tokens: f,
+            finish_overhead: g,
+            finish_per_request: h,
             eos_probability,
         });
-    let sim = (any::<bool>(), seed_strategy(), cost).prop_map(|(real, seed, cost)| {
-        let time = if real { TimeMode::Real } else { TimeMode::Virtual };
-        EnginePlan::Sim(SimConfig { time, seed, cost })
-    });
+    let scheduler = (1u32..100_000, 1u32..100_000, 1u32..100_000, 1u32..64, any::<bool>(), any::<bool>()).prop_map(
+        |(max_num_seqs, max_num_batched_tokens, num_kv_blocks, block_size, prefix_caching, chunked_prefill)| {
+            ResolvedEngineConfig {
+                max_num_seqs,
+                max_num_batched_tokens,
+                num_kv_blocks,
+                block_size,
+                prefix_caching,
+                chunked_prefill,
+            }
+        },
+    );
+    // A shipped profile, so a plan that names one parses back (its values are then overridden by
+    // the printed keys, as the docs promise).
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/profiles/example.toml");
+    let profile = proptest::option::of(Just(shipped));
+    let sim = (any::<bool>(), seed_strategy(), cost, scheduler, profile).prop_map(
+        |(real, seed, cost, scheduler, profile)| {
+            let time = if real { TimeMode::Real } else { TimeMode::Virtual };
+            EnginePlan::Sim(SimConfig { time, seed, cost, scheduler, profile })
+        },
+    );
     let small = || proptest::option::of(1u32..100_000);
     let args = proptest::collection::btree_map(
         "[a-z_]{1,8}",

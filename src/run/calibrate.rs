@@ -206,6 +206,7 @@ pub fn run_design(base: &Plan, design: &[Setting], options: &DesignOptions) -> R
             requests_jsonl: true,
             progress: options.progress,
             interrupt: options.interrupt.clone(),
+            repeat: 1,
         };
         let summary = runner.run(plan, run_options)?;
         check_complete(&summary, name)?;

@@ -273,6 +273,10 @@ pub(crate) mod tests {
             tpot: (n >= 1).then(|| latency / n),
             prompt_tokens: Some(16),
             output_tokens: Some(n),
+            cached_tokens: None,
+            engine_scheduled: None,
+            engine_first_token: None,
+            engine_last_token: None,
             anomalies: Anomalies::default(),
         }
     }

@@ -31,7 +31,7 @@ pub enum DriverEvent {
     /// The engine ran a batch.
     Batch(BatchRun),
     /// A request's outcome, and when it arrived.
-    Outcome(RequestId, Outcome, Timestamp),
+    Outcome(RequestId, Box<Outcome>, Timestamp),
 }
 
 /// Nothing can ever happen: no event is scheduled and the step gave no deadline (a driver bug or

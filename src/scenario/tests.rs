@@ -7,6 +7,7 @@ use proptest::prelude::*;
 
 use super::plan::*;
 use super::*;
+use crate::engine::ResolvedEngineConfig;
 use crate::engine::faults::{FAULT_KEYS, FaultKind, FaultTrigger, FaultValue, Faults, ProcessFault};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
@@ -352,6 +353,16 @@ fn without_origins(mut plan: Plan) -> Plan {
     plan
 }
 
+/// The scenario files under scenarios/ (not its subdirectories, such as profiles/), and
+/// profiles/example-source.toml.
+fn shipped_scenarios() -> Vec<std::path::PathBuf> {
+    let dir = manifest_dir().join("scenarios");
+    let mut files: Vec<_> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file()).collect();
+    files.push(dir.join("profiles/example-source.toml"));
+    files
+}
+
 fn round_trip(plan: &Plan) {
     let text = to_toml(plan);
     let again = parse_str(&text, "rt.toml", manifest_dir(), &Overrides::default())
@@ -364,8 +375,8 @@ fn round_trip(plan: &Plan) {
 #[test]
 fn round_trip_of_files_and_builders() {
     check("", round_trip);
-    for entry in std::fs::read_dir(manifest_dir().join("scenarios")).unwrap() {
-        let plan = load_file(&entry.unwrap().path(), &Overrides::default()).unwrap();
+    for path in shipped_scenarios() {
+        let plan = load_file(&path, &Overrides::default()).unwrap();
         round_trip(&plan);
     }
     let plan = Scenario::builder()
@@ -383,16 +394,14 @@ fn round_trip_of_files_and_builders() {
 
 #[test]
 fn shipped_scenarios_validate() {
-    let dir = manifest_dir().join("scenarios");
     let mut count = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
+    for path in shipped_scenarios() {
         if let Err(e) = load_file(&path, &Overrides::default()) {
             panic!("{}:\n{e}", path.display());
         }
         count += 1;
     }
-    assert!(count >= 5, "expected the five shipped scenarios in {}", dir.display());
+    assert!(count >= 5, "expected the five shipped scenarios, found {count}");
 }
 
 // ---- proptest: generated plans survive to_toml -> parse_str ----
@@ -451,25 +460,44 @@ fn seed_strategy() -> impl Strategy<Value = u64> {
 
 fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
     let cost = (
-        duration_strategy(0),
-        duration_strategy(0),
-        duration_strategy(0),
-        duration_strategy(0),
-        1usize..100_000,
+        (duration_strategy(0), duration_strategy(0), duration_strategy(0)),
+        (duration_strategy(0), duration_strategy(0), duration_strategy(0)),
+        (duration_strategy(0), duration_strategy(0)),
         0.0..=1.0f64,
     )
-        .prop_map(|(a, b, c, d, max_num_seqs, eos_probability)| CostModel {
+        .prop_map(|((a, b, c), (d, e, f), (g, h), eos_probability)| CostModel {
             fixed_overhead: a,
-            prefill_per_token: b,
+            request_overhead: b,
             decode_step: c,
-            decode_per_seq: d,
-            max_num_seqs,
+            prefill_per_token: d,
+            decode_per_seq: e,
+            context_per_1k_tokens: f,
+            finish_overhead: g,
+            finish_per_request: h,
             eos_probability,
         });
-    let sim = (any::<bool>(), seed_strategy(), cost).prop_map(|(real, seed, cost)| {
-        let time = if real { TimeMode::Real } else { TimeMode::Virtual };
-        EnginePlan::Sim(SimConfig { time, seed, cost })
-    });
+    let scheduler = (1u32..100_000, 1u32..100_000, 1u32..100_000, 1u32..64, any::<bool>(), any::<bool>()).prop_map(
+        |(max_num_seqs, max_num_batched_tokens, num_kv_blocks, block_size, prefix_caching, chunked_prefill)| {
+            ResolvedEngineConfig {
+                max_num_seqs,
+                max_num_batched_tokens,
+                num_kv_blocks,
+                block_size,
+                prefix_caching,
+                chunked_prefill,
+            }
+        },
+    );
+    // A shipped profile, so a plan that names one parses back (its values are then overridden by
+    // the printed keys, as the docs promise).
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/profiles/example.toml");
+    let profile = proptest::option::of(Just(shipped));
+    let sim = (any::<bool>(), seed_strategy(), cost, scheduler, profile).prop_map(
+        |(real, seed, cost, scheduler, profile)| {
+            let time = if real { TimeMode::Real } else { TimeMode::Virtual };
+            EnginePlan::Sim(SimConfig { time, seed, cost, scheduler, profile })
+        },
+    );
     let small = || proptest::option::of(1u32..100_000);
     let args = proptest::collection::btree_map(
         "[a-z_]{1,8}",

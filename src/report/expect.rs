@@ -6,14 +6,14 @@
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::metrics::BenchmarkResult;
 use crate::metrics::result::is_metric_name;
 use crate::scenario::plan::{Comparison, Expectation};
 
 /// One expectation checked against one benchmark.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExpectationOutcome {
     /// The metric, as `[expect]` names it (e.g. `ttft_p99_ms`, `errors_engine_error`).
     pub metric: String,
@@ -37,6 +37,9 @@ pub struct ExpectationOutcome {
 fn missing_reason(metric: &str) -> String {
     if !is_metric_name(metric) {
         return format!("unknown metric {metric:?}");
+    }
+    if matches!(metric, "slo_attainment" | "goodput_requests_per_s" | "goodput_output_tokens_per_s") {
+        return "no [slo] objectives in the scenario, or nothing judged".to_string();
     }
     let dist = metric.strip_suffix("_ms").and_then(|m| m.rsplit_once('_')).map(|(d, _)| d);
     match dist {

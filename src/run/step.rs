@@ -103,6 +103,8 @@ pub struct StepRun {
     batched_requests: u64,
     /// 0-based position in the run, and the run's step count when known.
     index: usize,
+    /// Which run of this benchmark (`--repeat`), 0-based.
+    repeat: u32,
     count: Option<usize>,
     /// `requests.jsonl` rows not yet taken by the driver; `None` when not recording.
     records: Option<VecDeque<RequestRecord>>,
@@ -153,6 +155,7 @@ impl StepRun {
             batches: 0,
             batched_requests: 0,
             index: 0,
+            repeat: 0,
             count: None,
             records: None,
             admitting: Some(first_phase),
@@ -171,7 +174,16 @@ impl StepRun {
         domain: ClockDomain,
         anchor: Option<WallAnchor>,
     ) -> Result<Self, LoadError> {
-        Self::new(step, plan.stop.clone(), plan.warmup.clone(), plan.cooldown.clone(), now, domain, anchor)
+        let mut run =
+            Self::new(step, plan.stop.clone(), plan.warmup.clone(), plan.cooldown.clone(), now, domain, anchor)?;
+        run.aggregator.set_slo(&plan.slo);
+        Ok(run)
+    }
+
+    /// Marks this as run `repeat` (0-based) of its benchmark: its result and records carry it.
+    pub fn with_repeat(mut self, repeat: u32) -> Self {
+        self.repeat = repeat;
+        self
     }
 
     /// Keeps a `requests.jsonl` row per request, for [`poll_record`](Self::poll_record) and
@@ -196,7 +208,9 @@ impl StepRun {
 
     fn record(&mut self, make: impl FnOnce(&str) -> RequestRecord) {
         if let Some(queue) = &mut self.records {
-            queue.push_back(make(&self.step.name));
+            let mut record = make(&self.step.name);
+            record.repeat = self.repeat;
+            queue.push_back(record);
         }
     }
 
@@ -381,6 +395,7 @@ impl StepRun {
         let measuring = self.measure_start.is_some_and(|s| batch.dispatched_at >= s) && measured_pending;
         if measuring {
             self.aggregator.record_batch(
+                batch.dispatched_at,
                 batch.size,
                 batch.reason,
                 batch.returned_at.saturating_since(batch.dispatched_at),
@@ -468,14 +483,16 @@ impl StepRun {
                 self.aggregator.record_incomplete(f.submitted);
             }
             if recording {
-                records.push(RequestRecord::unfinished(
+                let mut record = RequestRecord::unfinished(
                     *id,
                     &self.step.name,
                     f.phase,
                     RequestOutcome::Incomplete,
                     Some(f.submitted),
                     None,
-                ));
+                );
+                record.repeat = self.repeat;
+                records.push(record);
             }
         }
         let end = if leftovers.iter().any(|(_, f)| f.phase == Phase::Measure) {
@@ -483,7 +500,9 @@ impl StepRun {
         } else {
             self.last_measured_end.or(self.measure_end).unwrap_or(now)
         };
-        Finished { result: self.aggregator.finish(end), records, ends_run }
+        let mut result = self.aggregator.finish(end);
+        result.repeat = self.repeat;
+        Finished { result, records, ends_run }
     }
 
     /// For progress displays: (requests/s, output tokens/s) over the measured window so far.

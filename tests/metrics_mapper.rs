@@ -225,6 +225,7 @@ fn canonical_mappings() {
                     scheduled_ts: Some(0.0),
                     first_token_ts: Some(5.044),
                     last_token_ts: Some(5.184),
+                    cached_tokens: None,
                     token_ts: None,
                 },
                 Some(8),

@@ -21,7 +21,7 @@ struct NoTokenTimes {
 
 impl Engine for NoTokenTimes {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo { name: "no-token-times".into(), version: "0".into() })
+        Ok(EngineInfo { name: "no-token-times".into(), version: "0".into(), resolved_config: None })
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {

@@ -689,6 +689,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                 slo,
                 expect,
                 output,
+                matrix: None,
             },
         )
 }

@@ -104,6 +104,8 @@ enum Command {
     },
     /// Fit a simulator profile (docs/simulation.md) from the output directories of earlier runs.
     Calibrate(calibrate::CalibrateArgs),
+    /// Search batching settings in the simulator for the best goodput under an SLO (docs/tuning.md).
+    Tune(tune::TuneArgs),
     /// Re-render report.html (next to report.json) and print the summary table from a saved report.
     Report {
         /// An output directory, or its report.json.
@@ -113,6 +115,7 @@ enum Command {
 }
 
 mod calibrate;
+mod tune;
 
 fn init_logging() {
     use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
@@ -253,6 +256,7 @@ fn compare_runs(a: &Path, b: &Path, options: batchlab::compare::CompareOptions, 
 fn real_main(cli: Cli) -> ExitCode {
     let (args, task) = match cli.command {
         Command::Calibrate(args) => return calibrate::main(args),
+        Command::Tune(args) => return tune::main(args),
         Command::Report { report } => return rerender_report(&report),
         Command::Compare { a, b, max_regression, alpha, gates, output } => {
             let gates = if gates.is_empty() { batchlab::compare::CompareOptions::default().gates } else { gates };

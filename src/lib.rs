@@ -5,6 +5,7 @@
 pub mod batcher;
 pub mod calibrate;
 pub mod compare;
+pub mod tune;
 pub mod engine;
 pub mod load;
 pub mod metrics;

@@ -150,6 +150,17 @@ fn front_table(result: &TuneResult, objective: &Objective) -> String {
     );
     let mut front: Vec<_> = result.points.iter().filter(|p| p.front).collect();
     front.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
+    // Points that tie on both axes are one row: the first found (the best point, if it is one).
+    let best = result.best_point();
+    front.sort_by_key(|p| best != Some(*p));
+    let mut shown: Vec<(Option<f64>, Option<f64>)> = Vec::new();
+    front.retain(|p| {
+        let key = (p.score, p.latency_p99_ms);
+        let new = !shown.contains(&key);
+        shown.push(key);
+        new
+    });
+    front.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
     for p in front {
         let mark = if result.best_point() == Some(p) { " <- best" } else { "" };
         out.push_str(&format!(

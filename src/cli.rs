@@ -339,12 +339,12 @@ fn engine_kind(engine: &EnginePlan) -> &'static str {
 }
 
 /// `batchlab run`'s own flags.
-struct RunArgs {
-    output: Option<PathBuf>,
-    requests_jsonl: bool,
-    quiet: bool,
-    verbose: bool,
-    repeat: u32,
+pub(crate) struct RunArgs {
+    pub(crate) output: Option<PathBuf>,
+    pub(crate) requests_jsonl: bool,
+    pub(crate) quiet: bool,
+    pub(crate) verbose: bool,
+    pub(crate) repeat: u32,
 }
 
 /// How many lines of engine.log a failed run prints.
@@ -375,7 +375,7 @@ fn print_engine_log_tail(path: &Path) {
     }
 }
 
-fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result<ExitCode> {
     let RunArgs { output, requests_jsonl, quiet, verbose, repeat } = args;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
     let output_dir =

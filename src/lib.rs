@@ -5,7 +5,6 @@
 pub mod batcher;
 pub mod calibrate;
 pub mod compare;
-pub mod tune;
 pub mod engine;
 pub mod load;
 pub mod metrics;
@@ -16,3 +15,4 @@ pub mod scenario;
 pub mod sync;
 pub mod sys;
 pub mod time;
+pub mod tune;

@@ -96,7 +96,9 @@ fn a_bad_value_points_at_its_place_in_the_list() {
     let line = text.lines().position(|l| l.contains("batch_size")).unwrap() + 1;
     assert!(err.contains(&format!("m.toml:{line}:")), "{err}");
     assert!(err.contains("1 problem"), "told once: {err}");
-    for bad in ["\"batching.batch_size\" = 8", "\"batching.batch_size\" = []", "\"seed\" = [1, 2]", "\"batching.nope\" = [1]"] {
+    for bad in
+        ["\"batching.batch_size\" = 8", "\"batching.batch_size\" = []", "\"seed\" = [1, 2]", "\"batching.nope\" = [1]"]
+    {
         assert!(parse_str(&scenario(bad), "m.toml", Path::new("."), &Overrides::default()).is_err(), "{bad}");
     }
 }

@@ -58,11 +58,12 @@ fn the_result_beats_every_grid_point_and_its_snippet_is_a_valid_batching_section
     assert_eq!(tuned.batching.batch_size(), best.batch_size as usize);
     assert_eq!(tuned.batching.batch_timeout(), best.batch_timeout);
     // And the recommendation is at least as good as the scenario's own settings.
-    let own = search(&sim, &Objective::Goodput, 1, Space {
-        batch_size: (32, 32),
-        batch_timeout_us: (10_000, 10_000),
-        ..Space::for_plan(&sim)
-    })
+    let own = search(
+        &sim,
+        &Objective::Goodput,
+        1,
+        Space { batch_size: (32, 32), batch_timeout_us: (10_000, 10_000), ..Space::for_plan(&sim) },
+    )
     .expect("one point");
     assert!(own.points[0].score.unwrap_or(0.0) <= best.score.unwrap());
 }
@@ -85,7 +86,10 @@ fn without_an_slo_it_maximizes_throughput_under_the_latency_bound() {
 
 #[test]
 fn a_real_engine_scenario_needs_a_profile() {
-    let text = SCENARIO.replace("kind = \"sim\"\n[engine.sim]\ntime = \"virtual\"", "kind = \"vllm\"\n[engine.vllm]\nmodel = \"/nonexistent\"");
+    let text = SCENARIO.replace(
+        "kind = \"sim\"\n[engine.sim]\ntime = \"virtual\"",
+        "kind = \"vllm\"\n[engine.vllm]\nmodel = \"/nonexistent\"",
+    );
     let err = search_plan(&plan(&text), None).unwrap_err().to_string();
     assert!(err.contains("--profile"), "{err}");
     let with_profile = search_plan(&plan(&text), Some(Path::new("scenarios/profiles/example.toml"))).expect("profile");

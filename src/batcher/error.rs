@@ -142,7 +142,9 @@ pub enum ConfigError {
     #[error("generate_timeout must be > 0 when set")]
     ZeroGenerateTimeout,
     /// New settings were given while requests were queued, running or unanswered.
-    #[error("batching settings can change only while the batcher is idle ({queued} queued, generate running: {running})")]
+    #[error(
+        "batching settings can change only while the batcher is idle ({queued} queued, generate running: {running})"
+    )]
     Busy {
         /// Requests in the queue.
         queued: usize,

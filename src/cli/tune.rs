@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use batchlab::run::{RunOptions, run_blocking};
 use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::units::{format_duration, parse_duration};
 use batchlab::scenario::{Overrides, load_file};
@@ -26,6 +25,9 @@ pub(super) struct TuneArgs {
     /// Without an SLO: maximize output throughput among points with latency p99 at most this.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     max_latency_p99: Option<Duration>,
+    /// Keep the scenario's load (its max_concurrency or rate): search batch size and timeout only.
+    #[arg(long)]
+    keep_load: bool,
     /// How many points (runs in the simulator) the search may evaluate.
     #[arg(long, default_value_t = 100)]
     budget: usize,
@@ -36,6 +38,9 @@ pub(super) struct TuneArgs {
     /// real engine (one engine start); 0 skips it.
     #[arg(long, default_value_t = 3)]
     confirm: usize,
+    /// Where the confirmation run writes its report (report.json, report.html, engine.log).
+    #[arg(long, value_name = "DIR")]
+    output: Option<PathBuf>,
     /// Override a scenario key, like `run --set`; repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
@@ -55,7 +60,9 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
         (true, _) => Objective::Goodput,
         (false, Some(max_latency_p99)) => Objective::ThroughputUnder { max_latency_p99 },
         (false, None) => {
-            eprintln!("error: name what to optimize: an SLO (`--slo ttft_ms=200`, or `[slo]` in the scenario) or `--max-latency-p99 500ms`");
+            eprintln!(
+                "error: name what to optimize: an SLO (`--slo ttft_ms=200`, or `[slo]` in the scenario) or `--max-latency-p99 500ms`"
+            );
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
@@ -66,7 +73,10 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    let space = Space::for_plan(&sim);
+    let mut space = Space::for_plan(&sim);
+    if args.keep_load {
+        space.load = batchlab::tune::LoadKnob::None;
+    }
     let started = std::time::Instant::now();
     let result = match search(&sim, &objective, args.budget, space) {
         Ok(r) => r,
@@ -93,16 +103,33 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
             }
         };
         eprintln!("confirming the best {} points on the real engine (one engine start)", top.len());
-        let summary = match run_blocking(&confirm, RunOptions { progress: batchlab::run::progress::ProgressMode::Plain, ..RunOptions::default() }) {
-            Ok(s) => s,
+        let output =
+            args.output.clone().unwrap_or_else(|| PathBuf::from("results").join(format!("{}-tune", plan.name)));
+        let run_args = super::RunArgs {
+            output: Some(output.clone()),
+            requests_jsonl: false,
+            quiet: false,
+            verbose: false,
+            repeat: 1,
+        };
+        // The same path as `batchlab run`: engine.log captured, Ctrl-C handled, the report written.
+        if let Err(e) = super::run_scenario(confirm, run_args) {
+            eprintln!("error: confirmation run: {e:#}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+        let summary = match batchlab::report::read_report(&output) {
+            Ok(report) => report,
             Err(e) => {
                 eprintln!("error: confirmation run: {e}");
                 return ExitCode::from(EXIT_ERROR);
             }
         };
         println!("predicted (simulator) against measured (real engine):");
-        println!("{:<54} {:>14} {:>14} {:>8} {:>14} {:>14}", "point", "pred score", "meas score", "err %", "pred p99 ms", "meas p99 ms");
-        for (p, b) in top.iter().zip(&summary.report.benchmarks) {
+        println!(
+            "{:<54} {:>14} {:>14} {:>8} {:>14} {:>14}",
+            "point", "pred score", "meas score", "err %", "pred p99 ms", "meas p99 ms"
+        );
+        for (p, b) in top.iter().zip(&summary.benchmarks) {
             let measured = match &objective {
                 Objective::Goodput => b.slo.as_ref().and_then(|s| s.goodput_output_tokens_per_s),
                 Objective::ThroughputUnder { .. } => b.output_tokens_per_s,

@@ -28,13 +28,13 @@ mod tests {
     fn the_front_holds_exactly_the_undominated_points() {
         let p = |t: f64, l: f64| (Some(t), Some(l));
         let points = [
-            p(100.0, 50.0), // front: the fastest
-            p(200.0, 80.0), // front
-            p(150.0, 90.0), // dominated by (200, 80)
-            p(300.0, 200.0), // front: the most throughput
-            p(300.0, 250.0), // dominated by (300, 200): same throughput, more latency
+            p(100.0, 50.0),     // front: the fastest
+            p(200.0, 80.0),     // front
+            p(150.0, 90.0),     // dominated by (200, 80)
+            p(300.0, 200.0),    // front: the most throughput
+            p(300.0, 250.0),    // dominated by (300, 200): same throughput, more latency
             (None, Some(10.0)), // unmeasured: never on the front, never dominates
-            p(200.0, 80.0), // a tie with a front point: both stay
+            p(200.0, 80.0),     // a tie with a front point: both stay
         ];
         assert_eq!(front(&points), [true, true, false, true, false, false, true]);
     }

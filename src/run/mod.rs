@@ -222,12 +222,20 @@ fn run_engine(
     let sinks = Sinks { jsonl: jsonl.as_mut(), progress: &mut progress, interrupt: &options.interrupt };
     // A `[matrix]` run: one segment per combination (each with its own workload), one engine start.
     let result = match &plan.matrix {
-        None => run_steps(&[Segment { plan, workload: &workload, label: None }], driver.as_mut(), sinks, options.repeat),
+        None => {
+            run_steps(&[Segment { plan, workload: &workload, label: None }], driver.as_mut(), sinks, options.repeat)
+        }
         Some(matrix) => {
             let workloads = matrix
                 .combinations
                 .iter()
-                .map(|c| if c.plan.workload == plan.workload { Ok(workload.clone()) } else { Workload::from_plan(&c.plan.workload) })
+                .map(|c| {
+                    if c.plan.workload == plan.workload {
+                        Ok(workload.clone())
+                    } else {
+                        Workload::from_plan(&c.plan.workload)
+                    }
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             let segments: Vec<Segment<'_>> = matrix
                 .combinations

@@ -109,7 +109,10 @@ pub(crate) fn extract(
         }
         if !RUN_TIME_SECTIONS.contains(&path[0]) || path.len() < 2 {
             fail(
-                format!("[matrix] key `{key}` is not a run-time key; expected a key of {}", RUN_TIME_SECTIONS.join(", ")),
+                format!(
+                    "[matrix] key `{key}` is not a run-time key; expected a key of {}",
+                    RUN_TIME_SECTIONS.join(", ")
+                ),
                 None,
             );
             continue;
@@ -147,7 +150,8 @@ pub(crate) fn extract(
             };
         }
     }
-    let combinations: usize = axes.iter().map(|a| a.values.len()).try_fold(1usize, usize::checked_mul).unwrap_or(usize::MAX);
+    let combinations: usize =
+        axes.iter().map(|a| a.values.len()).try_fold(1usize, usize::checked_mul).unwrap_or(usize::MAX);
     if combinations > MAX_COMBINATIONS {
         problems.push(Problem {
             message: format!("[matrix] has {combinations} combinations; the limit is {MAX_COMBINATIONS}"),
@@ -231,6 +235,9 @@ pub fn label(values: &[(String, String)]) -> String {
 /// The axes as TOML text, for printing the plan back.
 pub(crate) fn axes_of(raw: &[RawAxis]) -> Vec<Axis> {
     raw.iter()
-        .map(|a| Axis { key: a.key.clone(), values: a.values.iter().map(|v| v.clone().decorated("", "").to_string()).collect() })
+        .map(|a| Axis {
+            key: a.key.clone(),
+            values: a.values.iter().map(|v| v.clone().decorated("", "").to_string()).collect(),
+        })
         .collect()
 }

@@ -98,7 +98,9 @@ impl Space {
                 let c = f64::from(*max_concurrency);
                 (LoadKnob::MaxConcurrency, ((c / 8.0).max(1.0).round(), (c * 4.0).round()))
             }
-            ProfilePlan::Constant { rates, .. } if rates.len() == 1 => (LoadKnob::Rate, (rates[0] / 8.0, rates[0] * 4.0)),
+            ProfilePlan::Constant { rates, .. } if rates.len() == 1 => {
+                (LoadKnob::Rate, (rates[0] / 8.0, rates[0] * 4.0))
+            }
             _ => (LoadKnob::None, (0.0, 0.0)),
         };
         Space { batch_size: (1, 512), batch_timeout_us: (500, 200_000), load, load_range }
@@ -175,10 +177,18 @@ impl TuneResult {
         Some(s)
     }
 
-    /// The best `k` points by score, best first.
+    /// The best `k` points by score, best first, ties on score and latency shown once.
     pub fn top(&self, k: usize) -> Vec<&Point> {
         let mut v: Vec<&Point> = self.points.iter().filter(|p| p.score.is_some()).collect();
         v.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
+        // Points that tie on both score and latency predict the same: keep the first of each.
+        let mut seen: Vec<(Option<f64>, Option<f64>)> = Vec::new();
+        v.retain(|p| {
+            let key = (p.score, p.latency_p99_ms);
+            let new = !seen.contains(&key);
+            seen.push(key);
+            new
+        });
         v.truncate(k);
         v
     }
@@ -267,7 +277,9 @@ impl Search<'_> {
         let load = match s.load {
             LoadKnob::None => None,
             LoadKnob::MaxConcurrency => Some(load.round().clamp(s.load_range.0, s.load_range.1)),
-            LoadKnob::Rate => Some((load * 1000.0).round().clamp(s.load_range.0 * 1000.0, s.load_range.1 * 1000.0) / 1000.0),
+            LoadKnob::Rate => {
+                Some((load * 1000.0).round().clamp(s.load_range.0 * 1000.0, s.load_range.1 * 1000.0) / 1000.0)
+            }
         };
         (bs, to, load)
     }

@@ -98,7 +98,11 @@ fn pareto_chart(report: &Report) -> String {
     let series = |label: &str, pts: &[(f64, f64, String)]| Series::new(label, pts.iter().map(|p| (p.0, p.1)).collect());
     let labels = |pts: &[(f64, f64, String)]| pts.iter().map(|p| p.2.clone()).collect::<Vec<_>>();
     let chart = Chart::new("Throughput against latency p99", "output tokens/s", "latency p99 (ms)");
-    chart::scatter_svg(&chart, &[series("Pareto front", &front), series("dominated", &others)], &[labels(&front), labels(&others)])
+    chart::scatter_svg(
+        &chart,
+        &[series("Pareto front", &front), series("dominated", &others)],
+        &[labels(&front), labels(&others)],
+    )
 }
 
 fn summary(report: &Report) -> Section {

@@ -56,6 +56,10 @@ pub struct Report {
     pub repeats: Vec<RepeatSummary>,
     /// Every `[expect]` checked against every benchmark, passed or not.
     pub expectations: Vec<ExpectationOutcome>,
+    /// A file workload: its entries, the bad lines skipped and the prompts filtered; absent for
+    /// synthetic workloads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<crate::load::DatasetStats>,
 }
 
 impl Report {
@@ -83,6 +87,7 @@ impl Report {
             benchmarks,
             repeats,
             expectations,
+            dataset: None,
         })
     }
 
@@ -166,6 +171,7 @@ pub(crate) mod tests {
             expectations: evaluate(&expectations, &benchmarks),
             benchmarks,
             repeats: Vec::new(),
+            dataset: None,
         }
     }
 
@@ -194,6 +200,8 @@ pub(crate) mod tests {
                 vocab_size: 1000,
                 ignore_eos: true,
                 temperature: 0.0,
+                chat: Default::default(),
+                request_format: Default::default(),
             },
             profile: ProfilePlan::Throughput { max_concurrency: 4 },
             stop: StopPlan::default(),

@@ -353,16 +353,6 @@ fn without_origins(mut plan: Plan) -> Plan {
     plan
 }
 
-/// The scenario files under scenarios/ (not its subdirectories, such as profiles/), and
-/// profiles/example-source.toml.
-fn shipped_scenarios() -> Vec<std::path::PathBuf> {
-    let dir = manifest_dir().join("scenarios");
-    let mut files: Vec<_> =
-        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file()).collect();
-    files.push(dir.join("profiles/example-source.toml"));
-    files
-}
-
 fn round_trip(plan: &Plan) {
     let text = to_toml(plan);
     let again = parse_str(&text, "rt.toml", manifest_dir(), &Overrides::default())
@@ -370,6 +360,17 @@ fn round_trip(plan: &Plan) {
     assert_eq!(without_origins(again.clone()), without_origins(plan.clone()), "\n{text}");
     // Printing the re-read plan gives the same text, origins included.
     assert_eq!(to_toml(&again), text);
+}
+
+/// The shipped scenario files (`scenarios/data/` holds their datasets, `scenarios/profiles/`
+/// calibration profiles and the run the example profile came from, which is a scenario too).
+fn shipped_scenarios() -> Vec<PathBuf> {
+    let entries = std::fs::read_dir(manifest_dir().join("scenarios")).unwrap();
+    let mut files: Vec<PathBuf> =
+        entries.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "toml")).collect();
+    files.sort();
+    files.push(manifest_dir().join("scenarios/profiles/example-source.toml"));
+    files
 }
 
 #[test]
@@ -566,10 +567,74 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
     prop_oneof![sim, vllm, python]
 }
 
+fn request_format_strategy() -> impl Strategy<Value = RequestFormat> {
+    use crate::engine::chat::{ChatTemplate, TemplateOrigin};
+    prop_oneof![
+        Just(RequestFormat::Plain),
+        Just(RequestFormat::ChatTemplate),
+        "[a-z <>|\n]{0,12}".prop_map(|text| {
+            let source = format!("{{% for m in messages %}}{text}{{{{ m.content }}}}{{% endfor %}}");
+            RequestFormat::Custom(ChatTemplate::new(source, TemplateOrigin::Inline).unwrap())
+        }),
+        Just(()).prop_map(|_| {
+            let path = manifest_dir().join("scripts/tiny_chat_template.jinja");
+            let source = std::fs::read_to_string(&path).unwrap();
+            RequestFormat::Custom(ChatTemplate::new(source, TemplateOrigin::File(path)).unwrap())
+        }),
+    ]
+}
+
+fn dataset_strategy() -> impl Strategy<Value = DatasetOptions> {
+    let format = prop_oneof![Just(FileFormat::Jsonl), Just(FileFormat::ShareGpt), Just(FileFormat::Text)];
+    let renames = proptest::collection::vec((0..Columns::FIELDS.len(), "[a-z_]{1,8}"), 0..3);
+    let limits = (proptest::option::of(1u32..1000), proptest::option::of(1u32..1000), any::<bool>());
+    (format, renames, any::<bool>(), limits, any::<bool>()).prop_map(
+        |(format, renames, skip_bad_lines, (min, max, truncate), reply)| {
+            // Only what the lowering rules allow: columns of the format, a reply only from ShareGPT,
+            // truncation only to a maximum, and min <= max.
+            let fields = match format {
+                FileFormat::Jsonl => Columns::JSONL_FIELDS,
+                FileFormat::ShareGpt => Columns::SHAREGPT_FIELDS,
+                FileFormat::Text => &[][..],
+            };
+            let mut columns = Columns::default();
+            for (i, key) in renames {
+                if let Some(field) = fields.get(i % fields.len().max(1)) {
+                    *columns.key_mut(field).unwrap() = key;
+                }
+            }
+            let (min_prompt_tokens, max_prompt_tokens) = match (min, max) {
+                (Some(a), Some(b)) => (Some(a.min(b)), Some(a.max(b))),
+                other => other,
+            };
+            DatasetOptions {
+                format,
+                columns,
+                skip_bad_lines,
+                min_prompt_tokens,
+                max_prompt_tokens,
+                truncate: truncate && max_prompt_tokens.is_some(),
+                reply_max_tokens: reply && format == FileFormat::ShareGpt,
+            }
+        },
+    )
+}
+
 fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {
-    let synthetic =
-        (dist_strategy(), dist_strategy(), seed_strategy(), any::<bool>(), 2u32..=u32::MAX, any::<bool>(), 0.0..4.0f32)
-            .prop_map(|(prompt_tokens, output_tokens, seed, unique_prefix, vocab_size, ignore_eos, temperature)| {
+    let chat = (any::<bool>(), proptest::option::of("[ -~é\n]{0,20}")).prop_map(|(enabled, system_prompt)| {
+        SyntheticChat { enabled, system_prompt: system_prompt.filter(|_| enabled) }
+    });
+    let synthetic = (
+        (dist_strategy(), dist_strategy(), seed_strategy(), any::<bool>(), 2u32..=u32::MAX, any::<bool>(), 0.0..4.0f32),
+        chat,
+        request_format_strategy(),
+    )
+        .prop_map(
+            |(
+                (prompt_tokens, output_tokens, seed, unique_prefix, vocab_size, ignore_eos, temperature),
+                chat,
+                request_format,
+            )| {
                 WorkloadPlan::Synthetic {
                     prompt_tokens,
                     output_tokens,
@@ -578,11 +643,21 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {
                     vocab_size,
                     ignore_eos,
                     temperature,
+                    chat,
+                    request_format,
                 }
-            });
-    let file = (1u32..100_000, any::<bool>(), 0.0..4.0f32).prop_map(|(default_max_tokens, ignore_eos, temperature)| {
-        WorkloadPlan::File { path: manifest_dir().join("Cargo.toml"), default_max_tokens, ignore_eos, temperature }
-    });
+            },
+        );
+    let file = (1u32..100_000, any::<bool>(), 0.0..4.0f32, dataset_strategy(), request_format_strategy()).prop_map(
+        |(default_max_tokens, ignore_eos, temperature, dataset, request_format)| WorkloadPlan::File {
+            path: manifest_dir().join("Cargo.toml"),
+            default_max_tokens,
+            ignore_eos,
+            temperature,
+            dataset,
+            request_format,
+        },
+    );
     prop_oneof![synthetic, file]
 }
 

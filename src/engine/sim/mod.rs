@@ -6,13 +6,16 @@
 //! `generate` call, [`scheduler`] runs vLLM's continuous batching (a token budget per step, chunked
 //! prefill, a KV cache in blocks with preemption, the prefix cache, which persists between calls)
 //! and [`CostModel`] prices each step; every request's scheduled, first-token and last-token times
-//! come from the steps. Faults are not its business: [`crate::engine::faults::FaultyEngine`] wraps it
-//! like any other engine. All randomness comes from the seed and the request id, so a seed always
-//! gives the same run. With a [`VirtualClock`](crate::time::VirtualClock) no wall time passes at all.
+//! come from the steps. Prompts are counted by [`prompt`]: chat prompts after templating, text by
+//! batchlab's one counting rule. Faults are not its business:
+//! [`crate::engine::faults::FaultyEngine`] wraps it like any other engine. All randomness comes
+//! from the seed and the request id, so a seed always gives the same run. With a [`VirtualClock`]
+//! no wall time passes at all.
 
 pub mod config;
 mod kv;
 pub mod profile;
+pub mod prompt;
 pub mod scheduler;
 
 use std::sync::Arc;
@@ -22,7 +25,7 @@ pub use config::{CostModel, DEFAULT_SCHEDULER, SimConfig, StepLoad, TimeMode, UN
 pub use profile::{Profile, ProfileError};
 
 use crate::engine::{
-    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, Prompt, TimedEngine,
+    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, TimedEngine,
     VirtualTimeEngine,
 };
 use crate::rng::SplitMix64;
@@ -90,17 +93,20 @@ impl Engine for SimEngine {
         if !self.started {
             return Err(EngineError::Generate("generate before start".into()));
         }
+        let prompts = batch
+            .iter()
+            .map(|r| prompt::prompt_ids(&r.prompt))
+            .collect::<Result<Vec<Vec<u32>>, _>>()
+            .map_err(|e| EngineError::Generate(e.to_string()))?;
         let start = self.clock.now();
         let cost = &self.config.cost;
         let specs: Vec<SeqSpec> = batch
             .iter()
-            .map(|r| {
-                let ids = prompt_ids(r);
-                SeqSpec {
-                    prompt_len: u32::try_from(ids.len()).unwrap_or(u32::MAX),
-                    output_len: output_tokens(r, cost, self.config.seed),
-                    prefix: PrefixSource::Tokens(ids),
-                }
+            .zip(prompts)
+            .map(|(r, ids)| SeqSpec {
+                prompt_len: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+                output_len: output_tokens(r, cost, self.config.seed),
+                prefix: PrefixSource::Tokens(ids),
             })
             .collect();
         let schedule = scheduler::schedule(&self.config.scheduler, &mut self.kv, &specs)
@@ -160,23 +166,6 @@ impl VirtualTimeEngine for SimEngine {
         self.clock = Arc::new(clock);
         self.anchor = WallAnchor::VIRTUAL;
     }
-}
-
-/// The prompt's token ids; a text prompt becomes one pseudo-token per four bytes (the simulator's
-/// estimate of its length), so shared text prefixes meet in the prefix cache too.
-fn prompt_ids(req: &EngineRequest) -> Vec<u32> {
-    let mut ids: Vec<u32> = match &req.prompt {
-        Prompt::Tokens(t) => t.clone(),
-        Prompt::Text(s) => s
-            .as_bytes()
-            .chunks(4)
-            .map(|c| c.iter().enumerate().fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (8 * i))))
-            .collect(),
-    };
-    if ids.is_empty() {
-        ids.push(0);
-    }
-    ids
 }
 
 /// Output length: `max_tokens` when EOS is ignored, else an EOS may come after `min_tokens`.

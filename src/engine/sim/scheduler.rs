@@ -1,7 +1,7 @@
 //! vLLM v1's scheduler, step by step: which tokens of which sequences each engine step computes.
 //!
-//! One call of [`schedule`] is one `generate` call: every sequence starts waiting, in request
-//! order. Each step, as vLLM v1's `Scheduler.schedule()`:
+//! One call of `schedule` (or [`replay`]) is one `generate` call: every sequence starts waiting,
+//! in request order. Each step, as vLLM v1's `Scheduler.schedule()`:
 //! 1. **Running sequences first**, in the order they were admitted: each gets the tokens it still
 //!    needs (one for a decode, the rest of its prompt for a chunked prefill), cut to the step's
 //!    remaining token budget (`max_num_batched_tokens`). If the KV cache has no room for them,

@@ -73,7 +73,7 @@ fn same_seed_runs_are_within_noise_everywhere_and_exit_zero() {
     assert!(line("latency_p50_ms").contains("mann-whitney"), "{table}");
     assert!(line("requests_per_s").contains("welch-t"), "{table}");
     let page = std::fs::read_to_string(html.join("compare.html")).expect("compare.html");
-    assert!(page.contains("No gated metric is worse"), "{page}");
+    assert!(page.contains("no gated metric worse by more than 5 %"), "{page}");
     for attr in ["src=\"http", "href=\"http", "src=\"//", "href=\"//"] {
         assert!(!page.contains(attr), "compare.html is not self-contained: {attr}");
     }

@@ -394,7 +394,11 @@ fn verdict(metric: &str, test: Option<&TestResult>, alpha: f64, per_request: boo
         } else if per_request_field(metric).is_some() {
             format!("needs requests.jsonl in both runs, or 2+ repeats in each (A has {}, B has {})", ra.len(), rb.len())
         } else {
-            format!("needs 2+ repeats in each run (--repeat N; A has {}, B has {})", ra.len(), rb.len())
+            format!(
+                "one run cannot say how noisy it is: needs 2+ repeats in each run (--repeat N; A has {}, B has {})",
+                ra.len(),
+                rb.len()
+            )
         };
         return Verdict::NotJudged(reason);
     };

@@ -139,6 +139,7 @@ fn to_timestamps(
         anomalies.impossible_timestamp = true;
     }
     let unset_zero = |v: Option<f64>| v.filter(|v| *v != 0.0);
+    let token_ts = stats.token_ts.as_deref();
     let stats = &EngineStats {
         arrival_wall: stats.arrival_wall,
         queued_ts: unset_zero(stats.queued_ts),
@@ -160,8 +161,7 @@ fn to_timestamps(
     };
     // Judged on the values as sent, so a bad field is flagged even when no offset can be found.
     let sent = [stats.arrival_wall, stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts];
-    let tokens_sent = stats.token_ts.as_deref().unwrap_or_default();
-    if sent.iter().flatten().chain(tokens_sent).any(|v| !v.is_finite() || *v < 0.0) {
+    if sent.iter().flatten().chain(token_ts.unwrap_or_default()).any(|v| !v.is_finite() || *v < 0.0) {
         anomalies.non_finite = true;
     }
     let mut conv = |v: Option<f64>, offset: f64| -> Option<Timestamp> {
@@ -176,7 +176,7 @@ fn to_timestamps(
             scheduled: conv(stats.scheduled_ts, o),
             first_token: conv(stats.first_token_ts, o),
             last_token: conv(stats.last_token_ts, o),
-            tokens: stats.token_ts.as_ref().and_then(|ts| ts.iter().map(|&v| conv(Some(v), o)).collect()),
+            tokens: token_ts.and_then(|ts| ts.iter().map(|&v| conv(Some(v), o)).collect()),
         },
         _ => EngineTimes { queued: None, scheduled: None, first_token: None, last_token: None, tokens: None },
     };

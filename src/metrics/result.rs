@@ -243,6 +243,12 @@ pub fn is_metric_name(name: &str) -> bool {
 }
 
 impl BenchmarkResult {
+    /// The name people read: the benchmark's name, and from its second repeat on which one it is
+    /// (`throughput #2`), so every run of a `--repeat` report has a label of its own.
+    pub fn label(&self) -> String {
+        if self.repeat == 0 { self.name.clone() } else { format!("{} #{}", self.name, self.repeat + 1) }
+    }
+
     /// The metric called `name`; `None` for an unknown name or a value that was not measured
     /// (a percentile with no samples, a rate over an empty window).
     pub fn metric(&self, name: &str) -> Option<f64> {

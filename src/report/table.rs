@@ -25,7 +25,7 @@ fn ms(b: &BenchmarkResult, metric: &str) -> String {
 }
 
 pub(crate) const COLUMNS: [Column; 11] = [
-    Column { header: "benchmark", cell: |b| b.name.clone() },
+    Column { header: "benchmark", cell: |b| b.label() },
     Column { header: "requests", cell: |b| count(b.counts.completed) },
     Column { header: "errors", cell: |b| count(b.counts.errors) },
     Column { header: "req/s", cell: |b| fixed(b.requests_per_s, 2) },
@@ -49,7 +49,6 @@ pub(crate) fn front_cell(b: &BenchmarkResult) -> &'static str {
 /// The summary table for the console. The benchmark name is left-aligned, numbers right-aligned;
 /// `-` marks a value that was not measured. "requests" counts completed requests.
 pub fn render_table(report: &Report) -> String {
-    let repeated = !report.repeats.is_empty();
     // A `[matrix]` run marks its throughput/latency Pareto front in a last column.
     let matrix = report.benchmarks.iter().any(|b| b.matrix.is_some());
     let mut headers: Vec<String> = COLUMNS.iter().map(|c| c.header.to_string()).collect();
@@ -61,10 +60,6 @@ pub fn render_table(report: &Report) -> String {
         .iter()
         .map(|b| {
             let mut row: Vec<String> = COLUMNS.iter().map(|c| (c.cell)(b)).collect();
-            // With repeats, each row says which run it is: `throughput #2`.
-            if repeated {
-                row[0] = format!("{} #{}", b.name, b.repeat + 1);
-            }
             if matrix {
                 row.push(front_cell(b).to_string());
             }

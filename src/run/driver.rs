@@ -158,7 +158,7 @@ pub(super) fn run_steps(
                 let index = benchmarks.len();
                 let mut run = StepRun::for_plan(step, plan, driver.now(), domain, anchor)?
                     .with_position(index, count)
-                    .with_repeat(round);
+                    .with_repeat(round, repeats);
                 if jsonl.is_some() {
                     run = run.with_records();
                 }

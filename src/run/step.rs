@@ -103,8 +103,9 @@ pub struct StepRun {
     batched_requests: u64,
     /// 0-based position in the run, and the run's step count when known.
     index: usize,
-    /// Which run of this benchmark (`--repeat`), 0-based.
+    /// Which run of this benchmark (`--repeat`), 0-based, of how many.
     repeat: u32,
+    repeats: u32,
     count: Option<usize>,
     /// `requests.jsonl` rows not yet taken by the driver; `None` when not recording.
     records: Option<VecDeque<RequestRecord>>,
@@ -156,6 +157,7 @@ impl StepRun {
             batched_requests: 0,
             index: 0,
             repeat: 0,
+            repeats: 1,
             count: None,
             records: None,
             admitting: Some(first_phase),
@@ -180,9 +182,11 @@ impl StepRun {
         Ok(run)
     }
 
-    /// Marks this as run `repeat` (0-based) of its benchmark: its result and records carry it.
-    pub fn with_repeat(mut self, repeat: u32) -> Self {
+    /// Marks this as run `repeat` (0-based) of `repeats` of its benchmark: its result and records
+    /// carry it, and the display names it (`throughput #2/3`) when there are several.
+    pub fn with_repeat(mut self, repeat: u32, repeats: u32) -> Self {
         self.repeat = repeat;
+        self.repeats = repeats;
         self
     }
 
@@ -559,8 +563,13 @@ impl StepRun {
             ),
         };
         let (requests_per_s, output_tokens_per_s) = self.rates_so_far(now);
+        let benchmark = if self.repeats > 1 {
+            format!("{} #{}/{}", self.step.name, self.repeat + 1, self.repeats)
+        } else {
+            self.step.name.clone()
+        };
         StepStatus {
-            benchmark: self.step.name.clone(),
+            benchmark,
             index: self.index,
             count: self.count,
             phase,
@@ -696,6 +705,19 @@ mod tests {
     fn counts(run: &StepRun, now: Timestamp) -> (DisplayPhase, u64, Option<u64>) {
         let s = run.status(now);
         (s.phase, s.done, s.total)
+    }
+
+    #[test]
+    fn repeats_are_named_in_the_display_and_carried_by_results_and_records() {
+        let mut run = step(None, 1).with_records().with_repeat(1, 3);
+        assert_eq!(run.status(at(0)).benchmark, "throughput #2/3");
+        assert_eq!(run.poll(at(0)), Action::Submit(Phase::Measure));
+        run.on_submitted(0, Phase::Measure, at(0));
+        run.on_outcome(0, &done(0, 0, 5), at(5));
+        assert_eq!(run.poll_record().map(|r| r.repeat), Some(1));
+        let finished = run.finish(at(5));
+        assert_eq!((finished.result.name.as_str(), finished.result.repeat), ("throughput", 1));
+        assert_eq!(step(None, 1).status(at(0)).benchmark, "throughput", "one run: the plain name");
     }
 
     #[test]

@@ -146,9 +146,9 @@ fn expectations(report: &Report) -> Section {
     }
     let passed = report.expectations.iter().filter(|o| o.passed).count();
     // One row per expectation, one column per benchmark: the measured value, green or red.
-    let names: Vec<&str> = report.benchmarks.iter().map(|b| b.name.as_str()).collect();
+    let names: Vec<String> = report.benchmarks.iter().map(BenchmarkResult::label).collect();
     let mut headers = vec!["expectation", "where"];
-    headers.extend(&names);
+    headers.extend(names.iter().map(String::as_str));
     let mut table = Table::new(&headers);
     let mut rows: Vec<(&str, &str, Vec<Cell>)> = Vec::new();
     for o in &report.expectations {
@@ -173,7 +173,7 @@ fn expectations(report: &Report) -> Section {
             (None, None) => "-".to_string(),
         };
         let badge = if o.passed { Badge::Good } else { Badge::Bad };
-        if let Some(col) = names.iter().position(|n| *n == o.benchmark) {
+        if let Some(col) = names.iter().position(|n| *n == o.label()) {
             rows[row].2[2 + col] = Cell::Badge(badge, measured);
         }
     }
@@ -194,7 +194,7 @@ fn across(report: &Report) -> Section {
         report.benchmarks.iter().filter(|b| b.output_tokens_per_s.is_some()).collect();
     benches
         .sort_by(|a, b| a.output_tokens_per_s.partial_cmp(&b.output_tokens_per_s).unwrap_or(std::cmp::Ordering::Equal));
-    let names: Vec<String> = benches.iter().map(|b| b.name.clone()).collect();
+    let names: Vec<String> = benches.iter().map(|b| b.label()).collect();
     let mut charts = Vec::new();
     for (metric, label) in [("latency", "Latency"), ("ttft", "TTFT")] {
         let mut series = Vec::new();
@@ -237,7 +237,8 @@ fn benchmark(b: &BenchmarkResult, batch_size_limit: Option<usize>) -> Section {
         ),
         ("TTFT p50 / p99", format!("{} / {}", num(b.metric("ttft_p50_ms")), num(b.metric("ttft_p99_ms"))), "ms"),
     ];
-    let mut s = Section::new(&format!("bench-{}", anchor(&b.name)), &format!("Benchmark {}", b.name)).cards(&cards);
+    let mut s =
+        Section::new(&format!("bench-{}", anchor(&b.label())), &format!("Benchmark {}", b.label())).cards(&cards);
     if c.incomplete > 0 || c.cancelled > 0 {
         s = s.note(&format!("{} cancelled, {} still running when the benchmark ended.", c.cancelled, c.incomplete));
     }
@@ -274,7 +275,7 @@ fn distributions(b: &BenchmarkResult) -> Section {
         row.extend(["mean", "p50", "p90", "p95", "p99", "p999", "max", "std"].map(|stat| Cell::num(num(s.stat(stat)))));
         table.row(row);
     }
-    Section::new(&format!("dist-{}", anchor(&b.name)), "Distributions").charts(charts).table(&table).note(
+    Section::new(&format!("dist-{}", anchor(&b.label())), "Distributions").charts(charts).table(&table).note(
         "Milliseconds. generate is per batch, the others per request. Histograms use 100 geometric bins between \
          min and max (merged for small samples); a log axis is used when max is 20× min or more.",
     )
@@ -387,7 +388,7 @@ fn over_time(b: &BenchmarkResult) -> Section {
         chart::histogram_svg(&Chart::new("Errors over time", &x_label, "errors"), &errors),
     ];
     let interval = b.time_series.interval_s * (b.time_series.len().div_ceil(shown).max(1)) as f64;
-    Section::new(&format!("time-{}", anchor(&b.name)), "Over time").charts(charts).note(&format!(
+    Section::new(&format!("time-{}", anchor(&b.label())), "Over time").charts(charts).note(&format!(
         "Per interval of {} s ({} recorded intervals of {} s in report.json). Rates are per second of each interval.",
         format_value(interval),
         b.time_series.len(),
@@ -413,7 +414,7 @@ fn batching(b: &BenchmarkResult, batch_size_limit: Option<usize>) -> Section {
         chart::histogram_svg(&size_chart, &sizes),
         chart::bar_svg(&Chart::new("Flush reasons", "why the batch was dispatched", "batches"), &reasons),
     ];
-    let mut s = Section::new(&format!("batch-{}", anchor(&b.name)), "Batching and errors").charts(charts).note(&format!(
+    let mut s = Section::new(&format!("batch-{}", anchor(&b.label())), "Batching and errors").charts(charts).note(&format!(
         "{} batches, mean size {}. full: batch_size requests were waiting; timeout: the oldest waited batch_timeout; \
          drain: the queue was flushed at the end.",
         bt.batches,

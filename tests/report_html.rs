@@ -17,7 +17,13 @@ use batchlab::scenario::{Overrides, load_file};
 /// The browser, or a failure that says how to get one.
 fn chromium() -> PathBuf {
     if let Some(path) = std::env::var_os("BATCHLAB_CHROMIUM") {
-        return PathBuf::from(path);
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "BATCHLAB_CHROMIUM={} is not a file: point it at a Chromium or Chrome binary",
+            path.display()
+        );
+        return path;
     }
     let names = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable"];
     let path = std::env::var_os("PATH").unwrap_or_default();

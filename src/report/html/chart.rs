@@ -238,16 +238,18 @@ fn xy_svg(chart: &Chart, series: &[Series], style: Style, labels: &[Vec<String>]
                     let text = names.and_then(|n| n.get(j)).cloned().unwrap_or_default();
                     EmptyElement::at(p)
                         + Circle::new((0, 0), 4, color.filled())
-                        + Text::new(text, (6, -16), font.clone())
+                        // Neighbours alternate above and below, so that close points stay legible.
+                        + Text::new(text, (6, if j % 2 == 0 { -16 } else { 6 }), font.clone())
                 }))?;
             }
         }
         if series.len() > 1 {
             ctx.configure_series_labels()
-                .position(if style == Style::Cdf {
-                    SeriesLabelPosition::LowerRight
-                } else {
-                    SeriesLabelPosition::UpperRight
+                // Where the lines rarely are: a CDF's lower right, a knee's upper left.
+                .position(match style {
+                    Style::Cdf => SeriesLabelPosition::LowerRight,
+                    Style::Scatter => SeriesLabelPosition::UpperLeft,
+                    Style::Lines => SeriesLabelPosition::UpperRight,
                 })
                 .background_style(WHITE.mix(0.85))
                 .border_style(GRID)

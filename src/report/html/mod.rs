@@ -21,6 +21,16 @@ pub const HTML_FILE: &str = "report.html";
 pub const DISTRIBUTION_CHARTS: [(&str, &str); 4] =
     [("latency", "Latency"), ("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL")];
 
+/// What one sample of the distribution `name` is, for axis labels: one per token gap for ITL,
+/// one per batch for generate, else one per request.
+pub fn sample_unit(name: &str) -> &'static str {
+    match name {
+        "itl" => "token gaps",
+        "generate" => "batches",
+        _ => "requests",
+    }
+}
+
 /// The page for `report`.
 pub fn render_html(report: &Report) -> String {
     report_page::render(report)

@@ -142,12 +142,17 @@ impl Table {
         let numeric = |col: usize| {
             !self.rows.is_empty() && self.rows.iter().all(|r| matches!(r.get(col), Some(Cell::Num(_)) | None))
         };
-        let mut out = String::from("<div class=\"table-wrap\"><table>\n<thead><tr>");
-        for (i, h) in self.headers.iter().enumerate() {
-            let class = if numeric(i) { " class=\"num\"" } else { "" };
-            let _ = write!(out, "<th{class}>{}</th>", escape(h));
+        let mut out = String::from("<div class=\"table-wrap\"><table>\n");
+        // A key-value table has no header row.
+        if self.headers.iter().any(|h| !h.is_empty()) {
+            out.push_str("<thead><tr>");
+            for (i, h) in self.headers.iter().enumerate() {
+                let class = if numeric(i) { " class=\"num\"" } else { "" };
+                let _ = write!(out, "<th{class}>{}</th>", escape(h));
+            }
+            out.push_str("</tr></thead>\n");
         }
-        out.push_str("</tr></thead>\n<tbody>\n");
+        out.push_str("<tbody>\n");
         for row in &self.rows {
             out.push_str("<tr>");
             for cell in row {

@@ -22,6 +22,11 @@ pub(super) fn render(report: &Report) -> String {
              `batchlab report DIR`. Field definitions: docs/report.md.",
             report.batchlab_version
         ));
+    if let Some(error) = &report.error {
+        page.section(
+            Section::new("error", "The run could not start").html(format!("<pre>{}</pre>", super::page::escape(error))),
+        );
+    }
     page.section(summary(report));
     page.section(expectations(report));
     if report.benchmarks.len() > 1 {
@@ -64,7 +69,9 @@ fn status(report: &Report) -> String {
     } else {
         badges.push(Badge::Bad.html(&format!("{failed} of {total} expectations failed")));
     }
-    if report.incomplete {
+    if report.error.is_some() {
+        badges.push(Badge::Bad.html("the engine did not start"));
+    } else if report.incomplete {
         badges.push(Badge::Bad.html("incomplete run"));
     }
     let lost: i64 = report.benchmarks.iter().map(|b| b.counts.lost).sum();
@@ -260,14 +267,18 @@ fn distributions(b: &BenchmarkResult) -> Section {
         let x = format!("{label} (ms{})", if log { ", log scale" } else { "" });
         let title = format!("{label} histogram");
         let bins = histogram.map(display_bins).unwrap_or_default();
-        charts.push(chart::histogram_svg(&Chart::new(&title, &x, "requests").log_x(log), &bins));
+        let unit = super::sample_unit(name);
+        charts.push(chart::histogram_svg(&Chart::new(&title, &x, unit).log_x(log), &bins));
         let title = format!("{label} CDF");
         let cdf = histogram.map(Histogram::cdf_points).unwrap_or_default();
-        charts.push(chart::cdf_svg(
-            &Chart::new(&title, &x, "requests at or below").log_x(log),
-            &[Series::new(label, cdf)],
-        ));
+        let y = format!("{unit} at or below");
+        charts.push(chart::cdf_svg(&Chart::new(&title, &x, &y).log_x(log), &[Series::new(label, cdf)]));
     }
+    let empty: Vec<&str> = DISTRIBUTION_CHARTS
+        .iter()
+        .filter(|(name, _)| b.distributions.get(name).is_none_or(|s| s.count == 0))
+        .map(|(_, label)| *label)
+        .collect();
     let mut table = Table::new(&["distribution", "count", "mean", "p50", "p90", "p95", "p99", "p99.9", "max", "std"]);
     for name in Distributions::NAMES {
         let Some(s) = b.distributions.get(name) else { continue };
@@ -275,8 +286,16 @@ fn distributions(b: &BenchmarkResult) -> Section {
         row.extend(["mean", "p50", "p90", "p95", "p99", "p999", "max", "std"].map(|stat| Cell::num(num(s.stat(stat)))));
         table.row(row);
     }
-    Section::new(&format!("dist-{}", anchor(&b.label())), "Distributions").charts(charts).table(&table).note(
-        "Milliseconds. generate is per batch, the others per request. Histograms use 100 geometric bins between \
+    let mut s = Section::new(&format!("dist-{}", anchor(&b.label())), "Distributions").charts(charts);
+    if !empty.is_empty() {
+        s = s.note(&format!(
+            "No {} samples: no request completed with the engine timestamps they need (see docs/report.md).",
+            empty.join(", ")
+        ));
+    }
+    s.table(&table).note(
+        "Milliseconds. itl has one sample per gap between tokens, generate one per batch, the others one per \
+         request. Histograms use 100 geometric bins between \
          min and max (merged for small samples); a log axis is used when max is 20× min or more.",
     )
 }
@@ -314,6 +333,7 @@ struct TimePoint {
     output_tokens: u64,
     errors: u64,
     concurrency: Option<f64>,
+    batches: u64,
     batch_size_mean: Option<f64>,
 }
 
@@ -347,8 +367,28 @@ fn time_points(ts: &TimeSeries, duration_s: f64, points: usize) -> Vec<TimePoint
             output_tokens: ts.output_tokens[range.clone()].iter().sum(),
             errors: ts.errors[range].iter().sum(),
             concurrency: (conc.1 > 0.0).then(|| conc.0 / conc.1),
+            batches: batch.1,
             batch_size_mean: (batch.1 > 0).then(|| batch.0 / batch.1 as f64),
         });
+    }
+    // A last interval much shorter than the others would show a burst as a spike of rate: it
+    // joins the one before.
+    let full = group as f64 * ts.interval_s;
+    if points.len() >= 2 && points.last().is_some_and(|p| p.len_s < full / 2.0) {
+        let last = points.pop().expect("two points");
+        let prev = points.last_mut().expect("one point");
+        let weighted = |a: Option<f64>, wa: f64, b: Option<f64>, wb: f64| match (a, b) {
+            (Some(a), Some(b)) if wa + wb > 0.0 => Some((a * wa + b * wb) / (wa + wb)),
+            (a, b) => a.or(b),
+        };
+        prev.concurrency = weighted(prev.concurrency, prev.len_s, last.concurrency, last.len_s);
+        prev.batch_size_mean =
+            weighted(prev.batch_size_mean, prev.batches as f64, last.batch_size_mean, last.batches as f64);
+        prev.batches += last.batches;
+        prev.len_s += last.len_s;
+        prev.completed += last.completed;
+        prev.output_tokens += last.output_tokens;
+        prev.errors += last.errors;
     }
     points
 }
@@ -365,7 +405,14 @@ fn over_time(b: &BenchmarkResult) -> Section {
         points.iter().filter_map(|p| f(p).map(|v| (mid(p), v))).collect()
     };
     let tokens = line(&|p| rate(p.output_tokens, p));
-    let requests = line(&|p| rate(p.completed, p));
+    // Cumulative, from (0, 0): its slope is the request rate, and batched completions (steps) read
+    // as such instead of as spikes.
+    let mut requests = vec![(0.0, 0.0)];
+    let mut done = 0;
+    for p in &points {
+        done += p.completed;
+        requests.push(((p.start_s + p.len_s) * scale, done as f64));
+    }
     let concurrency = line(&|p| p.concurrency);
     let batch = line(&|p| p.batch_size_mean);
     let errors: Vec<Bin> = points
@@ -378,8 +425,8 @@ fn over_time(b: &BenchmarkResult) -> Section {
             &[Series::new("output tokens/s", tokens)],
         ),
         chart::line_svg(
-            &Chart::new("Completed requests over time", &x_label, "requests/s"),
-            &[Series::new("requests/s", requests)],
+            &Chart::new("Completed requests over time", &x_label, "requests completed (cumulative)"),
+            &[Series::new("completed", requests)],
         ),
         chart::line_svg(
             &Chart::new("Concurrency over time", &x_label, "requests"),
@@ -389,7 +436,8 @@ fn over_time(b: &BenchmarkResult) -> Section {
     ];
     let interval = b.time_series.interval_s * (b.time_series.len().div_ceil(shown).max(1)) as f64;
     Section::new(&format!("time-{}", anchor(&b.label())), "Over time").charts(charts).note(&format!(
-        "Per interval of {} s ({} recorded intervals of {} s in report.json). Rates are per second of each interval.",
+        "Per interval of {} s ({} recorded intervals of {} s in report.json); rates are per second of each interval, \
+         completed requests are counted from the window's start.",
         format_value(interval),
         b.time_series.len(),
         format_value(b.time_series.interval_s)
@@ -486,9 +534,17 @@ mod tests {
             batches: vec![1, 3, 0],
             batch_size_mean: vec![Some(4.0), Some(2.0), None],
         };
-        let points = time_points(&ts, 1.25, 150);
+        let points = time_points(&ts, 1.375, 150);
         assert_eq!(points.len(), 3);
-        assert_eq!((points[2].start_s, points[2].len_s), (1.0, 0.25), "the last interval ends with the window");
+        assert_eq!((points[2].start_s, points[2].len_s), (1.0, 0.375), "the last interval ends with the window");
+        // Shorter than half an interval: merged into the one before.
+        let points = time_points(&ts, 1.125, 150);
+        assert_eq!(points.len(), 2);
+        let p = &points[1];
+        assert_eq!((p.start_s, p.completed, p.errors, p.batches), (0.5, 5, 1, 3));
+        assert_eq!(p.len_s, 0.625);
+        assert!((p.concurrency.unwrap() - (3.0 * 0.5 + 2.0 * 0.125) / 0.625).abs() < 1e-12);
+        assert_eq!(p.batch_size_mean, Some(2.0), "the last interval had no batch");
         let long: TimeSeries = TimeSeries {
             interval_s: 0.001,
             completed: vec![1; 300],
@@ -511,6 +567,18 @@ mod tests {
         assert!(wants_log_axis(&h(1.0, 50.0)));
         assert!(!wants_log_axis(&h(10.0, 50.0)));
         assert!(!wants_log_axis(&h(0.0, 50.0)), "a zero minimum has no place on a log axis");
+    }
+
+    #[test]
+    fn a_run_that_could_not_start_shows_why() {
+        let mut report = crate::report::tests::sample_report();
+        report.benchmarks.clear();
+        report.expectations.clear();
+        report.incomplete = true;
+        report.error = Some("cannot load model <x>".into());
+        let html = render(&report);
+        assert!(html.contains("<h2>The run could not start</h2>\n<pre>cannot load model &lt;x&gt;</pre>"), "{html}");
+        assert!(html.contains("<span class=\"badge bad\">the engine did not start</span>"));
     }
 
     #[test]

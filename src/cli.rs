@@ -102,16 +102,16 @@ enum Command {
         #[command(flatten)]
         scenario: ScenarioArgs,
     },
-    /// Fit a simulator profile (docs/simulation.md) from the output directories of earlier runs.
-    Calibrate(calibrate::CalibrateArgs),
-    /// Search batching settings in the simulator for the best goodput under an SLO (docs/tuning.md).
-    Tune(tune::TuneArgs),
     /// Re-render report.html (next to report.json) and print the summary table from a saved report.
     Report {
         /// An output directory, or its report.json.
         #[arg(value_name = "DIR|REPORT.JSON")]
         report: PathBuf,
     },
+    /// Fit a simulator profile (docs/simulation.md) from the output directories of earlier runs.
+    Calibrate(calibrate::CalibrateArgs),
+    /// Search batching settings in the simulator for the best goodput under an SLO (docs/tuning.md).
+    Tune(tune::TuneArgs),
 }
 
 mod calibrate;
@@ -255,14 +255,14 @@ fn compare_runs(a: &Path, b: &Path, options: batchlab::compare::CompareOptions, 
 
 fn real_main(cli: Cli) -> ExitCode {
     let (args, task) = match cli.command {
-        Command::Calibrate(args) => return calibrate::main(args),
-        Command::Tune(args) => return tune::main(args),
         Command::Report { report } => return rerender_report(&report),
         Command::Compare { a, b, max_regression, alpha, gates, output } => {
             let gates = if gates.is_empty() { batchlab::compare::CompareOptions::default().gates } else { gates };
             let options = batchlab::compare::CompareOptions { max_regression, alpha, gates };
             return compare_runs(&a, &b, options, output);
         }
+        Command::Calibrate(args) => return calibrate::main(args),
+        Command::Tune(args) => return tune::main(args),
         Command::Run { scenario, .. } | Command::Check { scenario } if scenario.engine_kind => {
             (scenario, Task::PrintEngineKind)
         }

@@ -39,6 +39,9 @@ pub enum CalibrateError {
         /// Why.
         source: std::io::Error,
     },
+    /// A report.json that cannot be read back (missing, another schema, malformed).
+    #[error(transparent)]
+    Report(#[from] crate::report::ReportError),
     /// A file is not what a run writes.
     #[error("{}:{line}: {message}", path.display())]
     Parse {
@@ -105,18 +108,6 @@ struct Row {
     output_tokens: Option<u32>,
 }
 
-#[derive(Deserialize)]
-struct ReportHead {
-    environment: EnvironmentHead,
-}
-
-#[derive(Deserialize)]
-struct EnvironmentHead {
-    engine_name: String,
-    engine_version: String,
-    engine_config: Option<ResolvedEngineConfig>,
-}
-
 /// The batches of a set of output directories, and what they ran on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Measurements {
@@ -138,8 +129,8 @@ pub fn read_dirs(dirs: &[PathBuf]) -> Result<Measurements, CalibrateError> {
     let mut skipped = 0;
     for dir in dirs {
         let report_path = dir.join(JSON_FILE);
-        let head = read_report(&report_path)?;
-        let env = head.environment;
+        // The one report reader: it refuses a report of another schema first.
+        let env = crate::report::read_report(&report_path)?.environment;
         let this = env.engine_config.ok_or_else(|| CalibrateError::NoEngineConfig { path: report_path.clone() })?;
         match &config {
             Some((first_path, first)) if *first != this => {
@@ -212,16 +203,6 @@ fn by_batch_size(batches: &[BatchFit]) -> Vec<BatchSizeFit> {
             }
         })
         .collect()
-}
-
-fn read_report(path: &Path) -> Result<ReportHead, CalibrateError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|source| CalibrateError::Read { path: path.to_path_buf(), source })?;
-    serde_json::from_str(&text).map_err(|e| CalibrateError::Parse {
-        path: path.to_path_buf(),
-        line: e.line(),
-        message: format!("not a batchlab report.json: {e}"),
-    })
 }
 
 /// The usable batches of one `requests.jsonl`, and how many were left out.

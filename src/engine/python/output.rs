@@ -54,8 +54,8 @@ pub(crate) const OUTPUT_FIELDS: &[&str] = &[
     "scheduled_ts",
     "first_token_ts",
     "last_token_ts",
-    "cached_tokens",
     "token_ts",
+    "cached_tokens",
 ];
 
 /// The keys of the dict `start()` returns; `name` and `version` are required.
@@ -258,8 +258,8 @@ fn map_output(value: &Plain) -> Result<EngineOutput, String> {
             scheduled_ts: f.seconds("scheduled_ts")?,
             first_token_ts: f.seconds("first_token_ts")?,
             last_token_ts: f.seconds("last_token_ts")?,
-            cached_tokens: f.int("cached_tokens", u64::from(u32::MAX))?.map(|n| n as u32),
             token_ts: f.seconds_list("token_ts")?,
+            cached_tokens: f.int("cached_tokens", u64::from(u32::MAX))?.map(|n| n as u32),
         },
     })
 }
@@ -337,8 +337,8 @@ mod tests {
                     scheduled_ts: Some(10.5),
                     first_token_ts: Some(11.0),
                     last_token_ts: Some(12.0),
-                    cached_tokens: None,
                     token_ts: Some(vec![11.0, 12.0]),
+                    cached_tokens: None,
                 },
             }),
         );
@@ -410,7 +410,7 @@ mod tests {
                 dict(&[two.clone(), ("first_token_time", Plain::Float(1.0))]),
                 "unknown field `first_token_time` (did you mean `first_token_ts`?) (known: request_id, prompt_tokens, \
                  output_tokens, output_token_ids, text, finish_reason, arrival_time, queued_ts, scheduled_ts, \
-                 first_token_ts, last_token_ts, cached_tokens, token_ts)",
+                 first_token_ts, last_token_ts, token_ts, cached_tokens)",
             ),
             (Plain::List(vec![]), "expected a dict, found list of 0"),
         ] {

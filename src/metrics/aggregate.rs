@@ -305,6 +305,7 @@ impl BenchmarkAggregator {
             anomalies: self.anomalies,
             slo,
             time_series: self.series.finish(end),
+            matrix: None,
         }
     }
 }

@@ -38,15 +38,38 @@ pub(crate) const COLUMNS: [Column; 11] = [
     Column { header: "batch mean", cell: |b| fixed(b.batching.batch_size_mean, 2) },
 ];
 
+/// The last column of a `[matrix]` run's table: `*` on the throughput/latency Pareto front.
+pub(crate) const FRONT_HEADER: &str = "front";
+
+/// `*` when the benchmark is on its matrix run's Pareto front, else empty.
+pub(crate) fn front_cell(b: &BenchmarkResult) -> &'static str {
+    if b.matrix.as_ref().is_some_and(|m| m.pareto_front) { "*" } else { "" }
+}
+
 /// The summary table for the console. The benchmark name is left-aligned, numbers right-aligned;
 /// `-` marks a value that was not measured. "requests" counts completed requests.
 pub fn render_table(report: &Report) -> String {
-    let rows: Vec<Vec<String>> =
-        report.benchmarks.iter().map(|b| COLUMNS.iter().map(|c| (c.cell)(b)).collect()).collect();
-    let widths: Vec<usize> = COLUMNS
+    // A `[matrix]` run marks its throughput/latency Pareto front in a last column.
+    let matrix = report.benchmarks.iter().any(|b| b.matrix.is_some());
+    let mut headers: Vec<String> = COLUMNS.iter().map(|c| c.header.to_string()).collect();
+    if matrix {
+        headers.push(FRONT_HEADER.to_string());
+    }
+    let rows: Vec<Vec<String>> = report
+        .benchmarks
+        .iter()
+        .map(|b| {
+            let mut row: Vec<String> = COLUMNS.iter().map(|c| (c.cell)(b)).collect();
+            if matrix {
+                row.push(front_cell(b).to_string());
+            }
+            row
+        })
+        .collect();
+    let widths: Vec<usize> = headers
         .iter()
         .enumerate()
-        .map(|(i, c)| rows.iter().map(|r| r[i].len()).chain([c.header.len()]).max().unwrap_or(0))
+        .map(|(i, h)| rows.iter().map(|r| r[i].len()).chain([h.len()]).max().unwrap_or(0))
         .collect();
 
     let line = |cells: &[String]| {
@@ -61,7 +84,6 @@ pub fn render_table(report: &Report) -> String {
         line
     };
 
-    let headers: Vec<String> = COLUMNS.iter().map(|c| c.header.to_string()).collect();
     let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
     let mut out = line(&headers);
     out.push_str(&line(&rule));

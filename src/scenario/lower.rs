@@ -82,6 +82,7 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
         slo,
         expect,
         output,
+        matrix: None,
     }
 }
 

@@ -4,7 +4,7 @@
 //! settle: every test waits on an outcome or on a join, and the only real-time waits are the
 //! timeouts under test (tens of milliseconds).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::Duration;
 
@@ -48,26 +48,35 @@ fn spawn(engine: impl Engine + 'static, config: BatchConfig) -> Batcher {
     Batcher::spawn(engine, config, Arc::new(MonotonicClock))
 }
 
+/// Eight threads race to preload and submit: one load, one shutdown. The first generate waits,
+/// inside the engine, until a submit from another thread got in while it runs (the engine thread
+/// holds no batcher lock during a generate; the next batch waits for this one). With the lock held
+/// that submit could not get in: the generate gives up after `LIMIT` and its batch fails.
 #[test]
-fn mock_engine_loads_once_serializes_generates_and_shuts_down_once() {
-    let in_generate = Arc::new(AtomicBool::new(false));
-    let overlapped = Arc::new(AtomicBool::new(false));
+fn mock_engine_loads_once_lets_submits_in_during_a_generate_and_shuts_down_once() {
+    let generates = Arc::new(AtomicUsize::new(0));
+    // The first generate says it is running, then waits for one submit made meanwhile.
+    let (entered_tx, entered_rx) = mpsc::channel::<()>();
+    let (admitted_tx, admitted_rx) = mpsc::channel::<()>();
+    let (entered_tx, admitted_rx) = (Mutex::new(entered_tx), Mutex::new(admitted_rx));
     let mut e = MockEng::new();
     e.expect_start().times(1).returning(|| Ok(info()));
-    let (flag, bad) = (in_generate.clone(), overlapped.clone());
+    let count = generates.clone();
     e.expect_generate().returning(move |b| {
-        if flag.swap(true, Ordering::SeqCst) {
-            bad.store(true, Ordering::SeqCst);
+        if count.fetch_add(1, Ordering::SeqCst) == 0 {
+            entered_tx.lock().unwrap().send(()).expect("the test waits for the first generate");
+            admitted_rx
+                .lock()
+                .unwrap()
+                .recv_timeout(LIMIT)
+                .unwrap_or_else(|_| panic!("no submit got in during a generate within {LIMIT:?}"));
         }
-        std::thread::yield_now();
-        flag.store(false, Ordering::SeqCst);
         Ok(echo(b))
     });
     e.expect_shutdown().times(1).returning(|| Ok(()));
     e.expect_clock_domain().return_const(ClockDomain::Monotonic);
 
     let b = spawn(e, config(4, Duration::from_millis(1)));
-    // Eight threads race to preload and then submit: one load, serialized generates.
     let barrier = Arc::new(Barrier::new(8));
     let handles: Vec<_> = (0..8)
         .map(|_| {
@@ -86,11 +95,14 @@ fn mock_engine_loads_once_serializes_generates_and_shuts_down_once() {
             })
         })
         .collect();
+    entered_rx.recv_timeout(LIMIT).expect("a first generate");
+    let during = b.submit(req()).expect("a submit while a generate runs");
+    admitted_tx.send(()).expect("the first generate waits for it");
     let ok: usize = handles.into_iter().map(|h| h.join().expect("submitter")).sum();
-    assert_eq!(ok, 200);
+    assert!(during.wait_timeout(LIMIT).unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}")).is_ok());
+    assert_eq!(ok, 200, "every request of the racing submitters completes");
     b.shutdown().expect("shutdown");
     b.shutdown().expect("second shutdown is harmless");
-    assert!(!overlapped.load(Ordering::SeqCst), "two generates overlapped");
     assert_eq!(b.state(), State::Stopped);
 }
 

@@ -91,20 +91,18 @@ impl Run {
     }
 
     fn finish_within(&mut self, limit: Duration) -> ExitStatus {
-        let deadline = Instant::now() + limit;
-        loop {
-            while let Ok(line) = self.lines.try_recv() {
-                self.stderr.push(line);
-            }
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
-                    self.stderr.push(line);
-                }
-                return status;
-            }
-            assert!(Instant::now() < deadline, "batchlab did not exit within {limit:?}; stderr tail:\n{}", self.tail());
-            std::thread::sleep(Duration::from_millis(100));
+        // Waits on batchlab's exit itself (its pidfd), reading stderr lines as they come.
+        let exited = batchlab::sys::wait_for_any_exit(&[self.child.id() as i32], limit);
+        while let Ok(line) = self.lines.try_recv() {
+            self.stderr.push(line);
         }
+        assert!(exited, "batchlab did not exit within {limit:?}; stderr tail:\n{}", self.tail());
+        let status = self.child.wait().expect("wait");
+        // The last lines, until the pipe closes (bounded: a leftover process may hold it open).
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+            self.stderr.push(line);
+        }
+        status
     }
 
     fn tail(&self) -> String {
@@ -192,7 +190,8 @@ fn engine_processes_never_outlive_batchlab() {
     let mut run = spawn(&["--set", "stop.max_requests=100000"], &dir);
     run.wait_for("measuring");
     run.signal(nix::sys::signal::Signal::SIGINT);
-    std::thread::sleep(Duration::from_millis(50));
+    // The second Ctrl-C once the first was handled (two at once may arrive as one signal).
+    run.wait_for("interrupted: no new requests");
     run.signal(nix::sys::signal::Signal::SIGINT);
     let status = run.finish();
     assert_eq!(status.code(), Some(130), "stderr tail:\n{}", run.tail());

@@ -7,6 +7,7 @@ mutation in turn, runs the named test, checks that it FAILS, and restores the fi
 
     python3 scripts/mutants.py            # all
     python3 scripts/mutants.py loom       # only those whose name contains "loom"
+    python3 scripts/mutants.py -loom -vllm   # all but those
     python3 scripts/mutants.py --list     # what there is, and which test catches each
 
 A variant is CAUGHT when its test command fails (or hangs past 15 minutes); MISSED when it
@@ -233,7 +234,7 @@ MUTANTS = [
     ("vllm: the engine's first-token time dropped", "src/engine/python/output.rs",
      '            first_token_ts: f.seconds("first_token_ts")?,', "            first_token_ts: None,",
      ["--features", "vllm", "--test", "vllm_engine", "in_process_engine_generates_token_and_text_prompts"], VLLM),
-    ("python engine: an output without a token count accepted", "src/engine/python/output.rs",
+    ("vllm: a Python engine output without a token count accepted", "src/engine/python/output.rs",
      '(None, None) => return Err("`output_tokens` or `output_token_ids` is required (both are missing)".into()),',
      "(None, None) => {}",
      ["--features", "vllm", "--test", "python_engine", "protocol_violations_are_engine_errors_naming_the_class_and_the_field"], VLLM),
@@ -255,24 +256,20 @@ def cargo_test(args, env):
     return r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:], ran
 
 
-def run(name_filter):
+def run(wanted, unwanted):
+    selected = [m for m in MUTANTS if (not wanted or any(w in m[0] for w in wanted)) and not any(u in m[0] for u in unwanted)]
+    # The unbroken code must pass each command, running at least one test, or a "caught" proves
+    # nothing. All baselines first: they share one build of the unbroken code.
+    for args, env in dict.fromkeys((tuple(m[4]), tuple(sorted(m[5].items()))) for m in selected):
+        ok, out, ran = cargo_test(list(args), dict(env))
+        if not ok:
+            print(f"BASELINE FAILS: cargo test {' '.join(args)}\n{out}")
+            sys.exit(2)
+        if ran == 0:
+            print(f"BASELINE RUNS NO TEST: cargo test {' '.join(args)}")
+            sys.exit(2)
     survived = []
-    baseline = {}
-    for name, path, old, new, args, env in MUTANTS:
-        if name_filter and name_filter not in name:
-            continue
-        # The unbroken code must pass the same command, running at least one test, or a
-        # "caught" proves nothing.
-        key = (tuple(args), tuple(sorted(env.items())))
-        if key not in baseline:
-            ok, out, ran = cargo_test(args, env)
-            baseline[key] = ok
-            if not ok:
-                print(f"BASELINE FAILS: cargo test {' '.join(args)}\n{out}")
-                sys.exit(2)
-            if ran == 0:
-                print(f"BASELINE RUNS NO TEST: cargo test {' '.join(args)}")
-                sys.exit(2)
+    for name, path, old, new, args, env in selected:
         full = os.path.join(ROOT, path)
         original = open(full).read()
         if old not in original:
@@ -292,6 +289,7 @@ def run(name_filter):
         print(f"{'CAUGHT ' if caught else 'MISSED '} {name}  (cargo test {' '.join(args)})", flush=True)
         if not caught:
             survived.append(name)
+    print(f"{len(selected) - len(survived)} of {len(selected)} variant(s) caught")
     if survived:
         print(f"{len(survived)} mutant(s) not caught: {survived}")
         sys.exit(1)
@@ -302,4 +300,6 @@ if __name__ == "__main__":
         for name, path, _, _, args, _ in MUTANTS:
             print(f"{name}  [{path}]  cargo test {' '.join(args)}")
         sys.exit(0)
-    run(sys.argv[1] if len(sys.argv) > 1 else "")
+    wanted = [a for a in sys.argv[1:] if not a.startswith("-")]
+    unwanted = [a[1:] for a in sys.argv[1:] if a.startswith("-") and a != "-"]
+    run(wanted, unwanted)

@@ -353,9 +353,10 @@ fn the_engine_is_quiet_and_its_log_kept() {
 }
 
 /// vLLM's own counters, read from the Prometheus files its in-process engine kept in `dir`
-/// (`PROMETHEUS_MULTIPROC_DIR`): the tokens its scheduler generated and the requests it finished.
-/// Counted by vLLM step by step, independently of the outputs batchlab reads and counts.
-fn vllm_counters(dir: &Path) -> (u64, u64) {
+/// (`PROMETHEUS_MULTIPROC_DIR`): the tokens its scheduler generated, the requests it finished and
+/// the prompt tokens it read. Counted by vLLM step by step, independently of the outputs batchlab
+/// reads and counts.
+fn vllm_counters(dir: &Path) -> (u64, u64, u64) {
     let script = "import sys\n\
         from prometheus_client import CollectorRegistry, multiprocess\n\
         r = CollectorRegistry()\n\
@@ -364,7 +365,8 @@ fn vllm_counters(dir: &Path) -> (u64, u64) {
         for m in r.collect():\n\
         \x20   for s in m.samples:\n\
         \x20       total[s.name] = total.get(s.name, 0) + s.value\n\
-        print(int(total.get('vllm:generation_tokens_total', -1)), int(total.get('vllm:request_success_total', -1)))\n";
+        names = ['vllm:generation_tokens_total', 'vllm:request_success_total', 'vllm:prompt_tokens_total']\n\
+        print(*(int(total.get(n, -1)) for n in names))\n";
     let out = Command::new(default_venv().join("bin/python"))
         .args(["-c", script])
         .arg(dir)
@@ -374,16 +376,16 @@ fn vllm_counters(dir: &Path) -> (u64, u64) {
     let text = String::from_utf8_lossy(&out.stdout);
     let numbers: Vec<i64> = text.split_whitespace().map(|n| n.parse().expect("a count")).collect();
     assert!(
-        numbers.len() == 2 && numbers.iter().all(|&n| n >= 0),
+        numbers.len() == 3 && numbers.iter().all(|&n| n >= 0),
         "vLLM kept no counters in {}: {text}",
         dir.display()
     );
-    (numbers[0] as u64, numbers[1] as u64)
+    (numbers[0] as u64, numbers[1] as u64, numbers[2] as u64)
 }
 
 /// The in-process engine end to end through the CLI: every request has its TTFT and inter-token
 /// times, and batchlab's token counts are vLLM's own. vLLM counts, besides these requests, the
-/// one-token request `VllmEngine.start` sends to warm the engine up.
+/// request `VllmEngine.start` sends to warm the engine up: 3 prompt tokens, 1 generated.
 #[test]
 fn the_in_process_engine_times_every_request_and_counts_vllms_tokens() {
     if !ready() {
@@ -447,9 +449,11 @@ fn the_in_process_engine_times_every_request_and_counts_vllms_tokens() {
     let measured: u64 = completed.iter().filter(|r| r["phase"] == "measure").map(|r| tokens(r)).sum();
     assert_eq!(report["benchmarks"][0]["tokens"]["output"].as_u64(), Some(measured), "report vs requests.jsonl");
     let all: u64 = completed.iter().map(|r| tokens(r)).sum();
+    let prompts: u64 = completed.iter().map(|r| r["prompt_tokens"].as_u64().expect("prompt_tokens")).sum();
 
     // vLLM's own counts: the same, plus its one-token warm-up request.
-    let (vllm_tokens, vllm_requests) = vllm_counters(&metrics);
+    let (vllm_tokens, vllm_requests, vllm_prompts) = vllm_counters(&metrics);
     assert_eq!(vllm_requests, completed.len() as u64 + 1, "requests vLLM finished vs batchlab's completed + warm-up");
     assert_eq!(vllm_tokens, all + 1, "tokens vLLM generated vs batchlab's output tokens + the warm-up's one");
+    assert_eq!(vllm_prompts, prompts + 3, "prompt tokens vLLM read vs batchlab's + the warm-up's three");
 }

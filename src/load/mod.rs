@@ -15,6 +15,8 @@ mod scheduler;
 mod workload;
 
 pub use error::{LineProblem, LoadError, MAX_REPORTED_LINES};
-pub use profile::{Expansion, ProfilePlan, Step, StepKind, StepPlanner, expand, sweep_rates};
+pub use profile::{
+    Expansion, ProfilePlan, Step, StepKind, StepPlanner, duplicate_name, expand, format_rate, rate_labels, sweep_rates,
+};
 pub use scheduler::{Lateness, Poll, Scheduler};
 pub use workload::{TokenDist, Workload, WorkloadPlan};

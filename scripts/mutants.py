@@ -38,14 +38,14 @@ SHELL_DISPATCH = (
     "            drop(locked);\n"
     "            // The watchdog must learn the new generate deadline before generate can block.\n"
     "            shared.notify_waiting(waiting);\n"
-    "            let result = match catch_unwind(AssertUnwindSafe(|| engine.generate(&batch.requests))) {\n"
+    "            let result = match catch_engine_panic(|| engine.generate(&batch.requests)) {\n"
     "                Ok(r) => GenerateResult::from(r),\n"
     "                Err(p) => GenerateResult::Panicked(panic_message(&*p)),\n"
     "            };\n"
 )
 SHELL_DISPATCH_LOCKED = (
     "            shared.notify_waiting(waiting);\n"
-    "            let result = match catch_unwind(AssertUnwindSafe(|| engine.generate(&batch.requests))) {\n"
+    "            let result = match catch_engine_panic(|| engine.generate(&batch.requests)) {\n"
     "                Ok(r) => GenerateResult::from(r),\n"
     "                Err(p) => GenerateResult::Panicked(panic_message(&*p)),\n"
     "            };\n"
@@ -125,7 +125,7 @@ MUTANTS = [
      "            // The watchdog must learn the new generate deadline before generate can block.\n            shared.notify_waiting(waiting);", "            let _ = waiting;",
      ["--test", "batcher_shell", "hung_partial_batch"], {}),
     ("shell: panic not caught on the engine thread", "src/batcher/shell.rs",
-     "            let result = match catch_unwind(AssertUnwindSafe(|| engine.generate(&batch.requests))) {",
+     "            let result = match catch_engine_panic(|| engine.generate(&batch.requests)) {",
      "            let result = match Ok::<_, Box<dyn std::any::Any + Send>>(engine.generate(&batch.requests)) {",
      ["--test", "batcher_shell", "engine_panic"], {}),
     ("core: failed batch not logged", "src/batcher/core.rs",
@@ -246,7 +246,8 @@ MUTANTS = [
 
 def cargo_test(args, env):
     """Runs `cargo test ARGS`: (passed, tail of the output, number of tests that ran)."""
-    e = dict(os.environ, **env)
+    # A variant's failing proptest cases must not be saved as regressions of the unbroken code.
+    e = dict(os.environ, PROPTEST_DISABLE_FAILURE_PERSISTENCE="1", **env)
     # A hang is a caught mutant too; tests bound their own waits, this is a backstop.
     try:
         r = subprocess.run(["cargo", "test", *args], cwd=ROOT, env=e, capture_output=True, text=True, timeout=900)

@@ -133,12 +133,12 @@ MUTANTS = [
      ["--test", "batcher_shell", "logs_one_error"], {}),
 
     # ---- event traces (insta, tests/batcher_traces.rs) ----
-    ("traces: decode cost ignores running sequences", "src/engine/sim/cost.rs",
-     "t = t.saturating_add(scaled(cost.decode_per_seq, running as u64));", "",
+    ("traces: decode cost ignores running sequences", "src/engine/sim/config.rs",
+     "            + ns(self.decode_per_seq) * load.decode_seqs as f64\n", "",
      ["--test", "batcher_traces"], SNAP),
 
     # ---- the mapper (tests/metrics_mapper.rs): the snapshot table and each property ----
-    ("mapper: ITL divides by n instead of n-1", "src/metrics/mapper.rs",
+    ("mapper: TPOT divides by n instead of n-1", "src/metrics/mapper.rs",
      "Some(span / (n - 1)),", "Some(span / n),",
      ["--test", "metrics_mapper", "canonical_mappings"], SNAP),
     ("mapper: inconsistent first token not flagged", "src/metrics/mapper.rs",
@@ -190,9 +190,9 @@ MUTANTS = [
      ["--lib", "generated_plans_round_trip"], {}),
 
     # ---- engines ----
-    ("sim: decode cost ignores running sequences", "src/engine/sim/cost.rs",
-     "t = t.saturating_add(scaled(cost.decode_per_seq, running as u64));", "",
-     ["--lib", "engine::sim"], {}),
+    ("sim: decode cost ignores running sequences", "src/engine/sim/config.rs",
+     "            + ns(self.decode_per_seq) * load.decode_seqs as f64\n", "",
+     ["--lib", "engine::sim::tests::step_times_follow_the_formula"], {}),
     ("faults: slow returns one engine time early", "src/engine/faults.rs",
      "let extra = took.mul_f64((self.faults.slow_factor - 1.0).max(0.0));",
      "let extra = took.mul_f64((self.faults.slow_factor - 2.0).max(0.0));",
@@ -211,8 +211,8 @@ MUTANTS = [
     ("library: an interrupted run is not marked incomplete", "src/run/driver.rs",
      "            incomplete = true;\n            break;", "            incomplete = false;\n            break;",
      ["--test", "library", "an_interrupt_drains_and_reports_an_incomplete_run"], {}),
-    ("shipped scenarios: decode cost ignores running sequences", "src/engine/sim/cost.rs",
-     "t = t.saturating_add(scaled(cost.decode_per_seq, running as u64));", "",
+    ("shipped scenarios: decode cost ignores running sequences", "src/engine/sim/config.rs",
+     "            + ns(self.decode_per_seq) * load.decode_seqs as f64\n", "",
      ["--test", "scenarios_shipped"], SNAP),
     ("architecture: the engine names a layer above it", "src/engine/mod.rs",
      "pub mod faults;\n", "pub mod faults;\n#[allow(unused_imports)]\nuse crate::run as _;\n",
@@ -241,6 +241,19 @@ MUTANTS = [
     ("vllm: engine processes not reaped when a second Ctrl-C exits at once", "src/cli.rs",
      "            batchlab::sys::reap_descendants(Duration::from_secs(2));\n", "",
      ["--features", "vllm", "--test", "vllm_cli", "engine_processes_never_outlive_batchlab"], VLLM),
+    ("sim: the token budget ignored", "src/engine/sim/scheduler.rs",
+     "let new = u64::from(seqs[r].num_tokens() - seqs[r].computed).min(budget) as u32;",
+     "let new = u64::from(seqs[r].num_tokens() - seqs[r].computed) as u32;",
+     ["--lib", "engine::sim::tests::schedules_respect_every_limit"], {}),
+    ("sim: a preempted request's recomputation priced as decodes", "src/engine/sim/scheduler.rs",
+     "if s.generated >= 1 && new == 1 && s.computed + 1 == s.num_tokens() {", "if s.generated >= 1 {",
+     ["--lib", "engine::sim::tests::a_full_kv_cache_preempts_the_newest"], {}),
+    ("calibrate: reported prefix-cache hits ignored", "src/calibrate/fit.rs",
+     "prefix: PrefixSource::Known(r.cached_tokens),", "prefix: PrefixSource::Known(0),",
+     ["--lib", "calibrate::tests::a_fit_takes_prefix_cache_hits_off_the_prefill"], {}),
+    ("calibrate: scheduled_ts taken at the end of its step", "src/calibrate/fit.rs",
+     "(r.scheduled_ns, seq.first_scheduled),", "(r.scheduled_ns, seq.first_scheduled.map(|k| k + 1)),",
+     ["--lib", "calibrate::tests::a_fit_recovers_known_coefficients"], {}),
 ]
 
 

@@ -32,6 +32,8 @@ import transformers
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from batchlab_engines import chat
+
 
 class TransformersEngine:
     def __init__(self, model, dtype="float32", device="cpu", threads=None):
@@ -58,7 +60,12 @@ class TransformersEngine:
         self.eos_ids = sorted({eos} if isinstance(eos, int) else set(eos or []))
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)
-        return {"name": "transformers", "version": transformers.__version__, "clock": "monotonic"}
+        return {
+            "name": "transformers",
+            "version": transformers.__version__,
+            "clock": "monotonic",
+            "model_chat_template": chat.has_chat_template(self.tokenizer),
+        }
 
     def generate(self, requests):
         arrival, queued = time.time(), time.monotonic()
@@ -109,6 +116,7 @@ class TransformersEngine:
                 "scheduled_ts": scheduled,
                 "first_token_ts": row.first_ts,
                 "last_token_ts": row.last_ts,
+                "token_ts": row.token_ts,
             }
             for p, row in zip(prompts, rows)
         ]
@@ -116,6 +124,8 @@ class TransformersEngine:
     def _prompt_ids(self, request):
         if request["prompt_token_ids"] is not None:
             return [int(t) for t in request["prompt_token_ids"]]
+        if request.get("messages") is not None:
+            return chat.prompt_ids(self.tokenizer, request)
         return self.tokenizer(request["prompt"])["input_ids"]
 
     def shutdown(self):
@@ -143,6 +153,7 @@ class _Row:
         self.tokens = []
         self.first_ts = None
         self.last_ts = None
+        self.token_ts = []
         self.finish_reason = None
 
     def eos_allowed(self):
@@ -157,6 +168,7 @@ class _Row:
             return
         allowed = self.eos_allowed()
         self.tokens.append(token)
+        self.token_ts.append(now)
         if self.first_ts is None:
             self.first_ts = now
         self.last_ts = now
@@ -168,7 +180,7 @@ class _Row:
 
 class _Streamer(BaseStreamer):
     """`generate` calls put() once with the prompts, then once per step with that step's token for
-    every row; each row records its own tokens and the time of its first and last one."""
+    every row; each row records its own tokens and the time of each (first, last, every one)."""
 
     def __init__(self, rows):
         self.rows = rows

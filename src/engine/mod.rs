@@ -6,11 +6,13 @@
 //! an engine reports is optional where a real engine may omit it, so the metrics mapper can make a
 //! missing value an absent metric instead of a wrong zero.
 
+pub mod chat;
 pub mod faults;
 pub mod python;
 pub mod sim;
+pub mod tokens;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::time::VirtualClock;
 #[cfg(doc)]
@@ -27,13 +29,15 @@ pub enum Prompt {
     Text(String),
     /// Token ids, given to the engine as they are.
     Tokens(Vec<u32>),
+    /// Chat messages, templated and tokenized by the engine ([`chat`]).
+    Chat(chat::ChatPrompt),
 }
 
 impl Prompt {
     /// The prompt's length in tokens when it is given as tokens.
     pub fn token_len(&self) -> Option<usize> {
         match self {
-            Prompt::Text(_) => None,
+            Prompt::Text(_) | Prompt::Chat(_) => None,
             Prompt::Tokens(t) => Some(t.len()),
         }
     }
@@ -106,6 +110,12 @@ pub struct EngineStats {
     pub first_token_ts: Option<f64>,
     /// Engine-clock seconds when the last output token was produced.
     pub last_token_ts: Option<f64>,
+    /// Engine-clock seconds of every output token, in order (the first is `first_token_ts`, the
+    /// last `last_token_ts`), where the engine times each token: the simulator does; offline vLLM
+    /// does not. The per-gap inter-token latency (`itl`) comes from these alone.
+    pub token_ts: Option<Vec<f64>>,
+    /// Prompt tokens served from the engine's prefix cache (vLLM's `num_cached_tokens`).
+    pub cached_tokens: Option<u32>,
 }
 
 /// One output per request.
@@ -160,12 +170,35 @@ pub enum ClockDomain {
 }
 
 /// What an engine says about itself once started.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct EngineInfo {
     /// The engine's name as reports show it (`environment.engine_name`), e.g. `vllm`.
     pub name: String,
     /// The engine's version, as reports show it.
     pub version: String,
+    /// The scheduler and KV-cache configuration the engine actually resolved (`report.json`'s
+    /// `environment.engine_config`); `None` when the engine cannot say.
+    pub resolved_config: Option<ResolvedEngineConfig>,
+}
+
+/// The scheduler and KV-cache settings an engine actually runs with, not the ones it was asked
+/// for: vLLM's resolved `SchedulerConfig` and `CacheConfig`, or the simulator's own. A calibration
+/// fit replays batches under exactly these limits (docs/simulation.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolvedEngineConfig {
+    /// Most sequences running at once (`scheduler_config.max_num_seqs`).
+    pub max_num_seqs: u32,
+    /// Most tokens scheduled in one engine step (`scheduler_config.max_num_batched_tokens`).
+    pub max_num_batched_tokens: u32,
+    /// KV-cache blocks the engine got (`cache_config.num_gpu_blocks`, on CPU too).
+    pub num_kv_blocks: u32,
+    /// Tokens per KV-cache block (`cache_config.block_size`).
+    pub block_size: u32,
+    /// Whether full prompt blocks are cached and reused across requests (`enable_prefix_caching`).
+    pub prefix_caching: bool,
+    /// Whether a prompt may be prefilled over several steps (`enable_chunked_prefill`).
+    pub chunked_prefill: bool,
 }
 
 /// An engine process that exited while the engine was in use, as whoever saw it describes it.

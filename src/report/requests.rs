@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::ReportError;
-use crate::batcher::RequestTimes;
+use crate::batcher::{Completion, RequestTimes};
 use crate::engine::RequestId;
 use crate::metrics::RequestMetrics;
 pub use crate::run::Phase;
@@ -45,6 +45,8 @@ pub struct RequestRecord {
     pub id: RequestId,
     /// The benchmark (step) it belongs to.
     pub benchmark: String,
+    /// Which run of the benchmark (`--repeat`), 0-based.
+    pub repeat: u32,
     /// Warm-up, measured or cool-down.
     pub phase: Phase,
     /// How it ended (flattened: `outcome`, and `error_kind` for an error).
@@ -56,6 +58,19 @@ pub struct RequestRecord {
     pub dispatched_ns: Option<Timestamp>,
     /// When it completed, failed or was cancelled.
     pub finished_ns: Option<Timestamp>,
+    /// Which generate call it ran in: the batch's id, 0-based in dispatch order, unique within the
+    /// run (one engine start). `None` unless completed.
+    pub batch: Option<u64>,
+    /// How many requests that generate call held.
+    pub batch_size: Option<usize>,
+    /// The engine's `scheduled_ts`, in ns on the monotonic clock (as sent: for calibration fits).
+    pub engine_scheduled_ns: Option<Timestamp>,
+    /// The engine's `first_token_ts`, in ns on the monotonic clock.
+    pub engine_first_token_ns: Option<Timestamp>,
+    /// The engine's `last_token_ts`, in ns on the monotonic clock.
+    pub engine_last_token_ns: Option<Timestamp>,
+    /// Prompt tokens the engine served from its prefix cache, where it says.
+    pub cached_tokens: Option<u32>,
     /// A completed request's timings (flattened); `None` otherwise.
     #[serde(flatten)]
     pub metrics: Option<MetricsMs>,
@@ -72,10 +87,12 @@ pub struct MetricsMs {
     pub engine_queue_ms: Option<f64>,
     /// Our submit to the first token.
     pub ttft_ms: Option<f64>,
-    /// Mean gap between tokens after the first.
-    pub itl_ms: Option<f64>,
-    /// Latency divided by generated tokens, the first included.
+    /// vLLM's TPOT: `(last_token − first_token) / (n − 1)`.
     pub tpot_ms: Option<f64>,
+    /// The longest gap between two consecutive tokens; `None` without per-token times.
+    pub itl_max_ms: Option<f64>,
+    /// Latency divided by generated tokens, the first included (guidellm's TPOT).
+    pub latency_per_token_ms: Option<f64>,
     /// Prompt length in tokens, as the engine counted it.
     pub prompt_tokens: Option<u32>,
     /// Generated tokens, as the engine counted them.
@@ -96,14 +113,16 @@ impl From<&RequestMetrics> for MetricsMs {
             (a.token_after_completion, "token_after_completion"),
             (a.impossible_timestamp, "impossible_timestamp"),
             (a.token_count_mismatch, "token_count_mismatch"),
+            (a.token_times_inconsistent, "token_times_inconsistent"),
         ];
         MetricsMs {
             latency_ms: ms(m.latency),
             batch_wait_ms: ms(m.batch_wait),
             engine_queue_ms: m.engine_queue.map(ms),
             ttft_ms: m.ttft.map(ms),
-            itl_ms: m.itl.map(ms),
             tpot_ms: m.tpot.map(ms),
+            itl_max_ms: m.itl_max().map(ms),
+            latency_per_token_ms: m.latency_per_token.map(ms),
             prompt_tokens: m.prompt_tokens,
             output_tokens: m.output_tokens,
             anomalies: flags.into_iter().filter(|(on, _)| *on).map(|(_, name)| name).collect(),
@@ -117,17 +136,25 @@ impl RequestRecord {
         id: RequestId,
         benchmark: &str,
         phase: Phase,
-        times: &RequestTimes,
+        completion: &Completion,
         metrics: &RequestMetrics,
     ) -> Self {
+        let times: &RequestTimes = &completion.times;
         RequestRecord {
             id,
             benchmark: benchmark.to_owned(),
+            repeat: 0,
             phase,
             outcome: RequestOutcome::Completed,
             submitted_ns: Some(times.submitted),
             dispatched_ns: Some(times.dispatched),
             finished_ns: Some(times.completed),
+            batch: Some(completion.batch_id),
+            batch_size: Some(completion.batch_size),
+            engine_scheduled_ns: metrics.engine_scheduled,
+            engine_first_token_ns: metrics.engine_first_token,
+            engine_last_token_ns: metrics.engine_last_token,
+            cached_tokens: metrics.cached_tokens,
             metrics: Some(metrics.into()),
         }
     }
@@ -144,11 +171,18 @@ impl RequestRecord {
         RequestRecord {
             id,
             benchmark: benchmark.to_owned(),
+            repeat: 0,
             phase,
             outcome,
             submitted_ns: submitted,
             dispatched_ns: None,
             finished_ns: finished,
+            batch: None,
+            batch_size: None,
+            engine_scheduled_ns: None,
+            engine_first_token_ns: None,
+            engine_last_token_ns: None,
+            cached_tokens: None,
             metrics: None,
         }
     }
@@ -208,6 +242,18 @@ mod tests {
 
     use super::*;
 
+    fn output() -> crate::engine::EngineOutput {
+        crate::engine::EngineOutput {
+            request_id: Some(1),
+            prompt_tokens: Some(16),
+            output_tokens: Some(6),
+            output_token_ids: None,
+            text: None,
+            finish_reason: crate::engine::FinishReason::Length,
+            stats: crate::engine::EngineStats::default(),
+        }
+    }
+
     fn t(ms: u64) -> Timestamp {
         Timestamp::from_nanos(1_000_000_000_000 + ms * 1_000_000)
     }
@@ -220,15 +266,21 @@ mod tests {
             latency: Duration::from_millis(12),
             engine_queue: None,
             ttft: Some(Duration::from_micros(4500)),
-            itl: Some(Duration::from_millis(1)),
-            tpot: Some(Duration::from_millis(2)),
+            tpot: Some(Duration::from_millis(1)),
+            latency_per_token: Some(Duration::from_millis(2)),
+            itl: vec![Duration::from_micros(500), Duration::from_micros(1500)],
             prompt_tokens: Some(16),
             output_tokens: Some(6),
             ..RequestMetrics::default()
         };
         metrics.anomalies.scheduled_before_queued = true;
+        metrics.engine_scheduled = Some(t(3));
+        metrics.engine_first_token = Some(t(4));
+        metrics.engine_last_token = Some(t(9));
+        metrics.cached_tokens = Some(0);
+        let completion = Completion { output: output(), times, batch_id: 7, batch_size: 3 };
         let mut out = RequestsJsonl::from_writer(Vec::new(), PathBuf::from("requests.jsonl"));
-        out.write(&RequestRecord::completed(1, "throughput", Phase::Measure, &times, &metrics)).unwrap();
+        out.write(&RequestRecord::completed(1, "throughput", Phase::Measure, &completion, &metrics)).unwrap();
         let error = RequestOutcome::Error { kind: "engine_error" };
         out.write(&RequestRecord::unfinished(2, "throughput", Phase::Warmup, error, Some(t(1)), Some(t(3)))).unwrap();
         out.write(&RequestRecord::unfinished(
@@ -243,9 +295,9 @@ mod tests {
         assert_eq!(out.lines(), 3);
         let text = String::from_utf8(out.finish().unwrap()).unwrap();
         insta::assert_snapshot!(text, @r#"
-        {"id":1,"benchmark":"throughput","phase":"measure","outcome":"completed","submitted_ns":1000000000000,"dispatched_ns":1000002000000,"finished_ns":1000012000000,"latency_ms":12.0,"batch_wait_ms":2.0,"engine_queue_ms":null,"ttft_ms":4.5,"itl_ms":1.0,"tpot_ms":2.0,"prompt_tokens":16,"output_tokens":6,"anomalies":["scheduled_before_queued"]}
-        {"id":2,"benchmark":"throughput","phase":"warmup","outcome":"error","error_kind":"engine_error","submitted_ns":1000001000000,"dispatched_ns":null,"finished_ns":1000003000000}
-        {"id":3,"benchmark":"concurrent@4","phase":"measure","outcome":"incomplete","submitted_ns":1000005000000,"dispatched_ns":null,"finished_ns":null}
+        {"id":1,"benchmark":"throughput","repeat":0,"phase":"measure","outcome":"completed","submitted_ns":1000000000000,"dispatched_ns":1000002000000,"finished_ns":1000012000000,"batch":7,"batch_size":3,"engine_scheduled_ns":1000003000000,"engine_first_token_ns":1000004000000,"engine_last_token_ns":1000009000000,"cached_tokens":0,"latency_ms":12.0,"batch_wait_ms":2.0,"engine_queue_ms":null,"ttft_ms":4.5,"tpot_ms":1.0,"itl_max_ms":1.5,"latency_per_token_ms":2.0,"prompt_tokens":16,"output_tokens":6,"anomalies":["scheduled_before_queued"]}
+        {"id":2,"benchmark":"throughput","repeat":0,"phase":"warmup","outcome":"error","error_kind":"engine_error","submitted_ns":1000001000000,"dispatched_ns":null,"finished_ns":1000003000000,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null}
+        {"id":3,"benchmark":"concurrent@4","repeat":0,"phase":"measure","outcome":"incomplete","submitted_ns":1000005000000,"dispatched_ns":null,"finished_ns":null,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null}
         "#);
         for line in text.lines() {
             serde_json::from_str::<serde_json::Value>(line).unwrap();

@@ -11,8 +11,9 @@ use toml_edit::{Array, Value};
 use super::error::ScenarioError;
 use super::keys;
 use super::overrides::Overrides;
-use super::plan::{Comparison, Plan, TokenDist};
+use super::plan::{Comparison, Plan, Slo, TokenDist};
 use super::units::format_duration;
+use crate::engine::ResolvedEngineConfig;
 use crate::engine::faults::{FAULT_KEYS, FaultTrigger, FaultValue, Faults, ProcessFault};
 use crate::engine::sim::CostModel;
 
@@ -90,6 +91,19 @@ impl ScenarioBuilder {
             }
         }
         self
+    }
+    /// `engine.sim.*`: every scheduler limit of the simulator (the rows of its key table).
+    pub fn sim_scheduler(mut self, limits: &ResolvedEngineConfig) -> Self {
+        for key in keys::SCHED_KEYS {
+            if let Some(v) = (key.print)(limits).and_then(|item| item.into_value().ok()) {
+                self = self.set(&format!("engine.sim.{}", key.name), v);
+            }
+        }
+        self
+    }
+    /// `engine.sim.profile`: a calibrated profile (docs/simulation.md); keys set after it override it.
+    pub fn sim_profile(self, path: impl AsRef<Path>) -> Self {
+        self.set("engine.sim.profile", path.as_ref().to_string_lossy().into_owned())
     }
     /// The vLLM engine with `model`; other `engine.vllm.*` keys through [`Self::set`].
     pub fn vllm(self, model: impl AsRef<Path>) -> Self {
@@ -250,6 +264,24 @@ impl ScenarioBuilder {
     /// SIGKILL vLLM's EngineCore during generate `after_batches + 1` (multiprocess vLLM only).
     pub fn fault_kill_engine(self, after_batches: u64) -> Self {
         self.faults(&Faults { kill_engine: Some(ProcessFault { after_batches }), ..Faults::default() })
+    }
+
+    /// `[slo]`: sets every objective `slo` sets (replacing earlier ones), e.g.
+    /// `.slo(&Slo { ttft_ms: Some(50.0), ..Slo::default() })`.
+    pub fn slo(mut self, slo: &Slo) -> Self {
+        self = self.forget("slo.");
+        let objectives = [
+            ("ttft_ms", slo.ttft_ms),
+            ("tpot_ms", slo.tpot_ms),
+            ("itl_ms", slo.itl_ms),
+            ("latency_ms", slo.latency_ms),
+        ];
+        for (key, bound) in objectives {
+            if let Some(ms) = bound {
+                self = self.set(&format!("slo.{key}"), ms);
+            }
+        }
+        self
     }
 
     /// Adds `metric op value` to `[expect]`.

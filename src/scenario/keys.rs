@@ -18,10 +18,10 @@ use toml_edit::{Item, Table, value};
 
 use super::plan::*;
 use super::reader::{Cx, Field, Low, Tbl};
-use crate::engine::ClockDomain;
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
-use crate::engine::sim::{CostModel, SimConfig, TimeMode};
+use crate::engine::sim::{CostModel, DEFAULT_SCHEDULER, SimConfig, TimeMode};
+use crate::engine::{ClockDomain, ResolvedEngineConfig};
 
 /// What may stand below a key: nothing (a plain value), anything (a free-form table), or fixed keys.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -175,7 +175,7 @@ pub(crate) const HEAD_KEYS: &[Key<Head>] = &[
 
 /// The top level's sections, in the order the printer writes them.
 pub(crate) const SECTIONS: &[&str] =
-    &["engine", "batching", "workload", "profile", "stop", "warmup", "cooldown", "faults", "expect", "output"];
+    &["engine", "batching", "workload", "profile", "stop", "warmup", "cooldown", "faults", "slo", "expect", "output"];
 
 /// A section's tag: `engine.kind`, `workload.source`, `profile.kind`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -191,7 +191,8 @@ pub(crate) const ENGINE_KEYS: &[Key<Tag>] = &[key!(
     Tag(kind)
 )];
 
-/// `[engine.sim]`'s keys besides the cost model's ([`COST_KEYS`]).
+/// `[engine.sim]`'s keys besides the cost model's ([`COST_KEYS`]) and the scheduler's ([`SCHED_KEYS`]).
+/// `profile` is read first: its values are the defaults that the other keys override.
 pub(crate) const SIM_KEYS: &[Key<SimConfig>] = &[
     key!(
         time: Choice(&[("virtual", TimeMode::Virtual), ("real", TimeMode::Real)]),
@@ -200,15 +201,31 @@ pub(crate) const SIM_KEYS: &[Key<SimConfig>] = &[
         in SimConfig
     ),
     key!(seed: U64(0), KeyDefault::Text("derived (stream 1)"), ">= 0", in SimConfig),
+    key!(
+        profile: Opt(PathBeside),
+        KeyDefault::Value,
+        "a `batchlab calibrate` profile, relative to the scenario: sets every cost and scheduler key; \
+         keys written here override it",
+        in SimConfig
+    ),
 ];
 
-/// `[engine.sim]`'s cost model.
+/// `[engine.sim]`'s cost model: `t_step = decode_step + prefill_per_token·P + decode_per_seq·D +
+/// context_per_1k_tokens·C/1000` (docs/simulation.md).
 pub(crate) const COST_KEYS: &[Key<CostModel>] = &[
-    key!(fixed_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per wave", in CostModel),
-    key!(prefill_per_token: Dur { zero: true }, KeyDefault::Value, ">= 0", in CostModel),
-    key!(decode_step: Dur { zero: true }, KeyDefault::Value, ">= 0, per generated token", in CostModel),
-    key!(decode_per_seq: Dur { zero: true }, KeyDefault::Value, ">= 0, per running sequence per step", in CostModel),
-    key!(max_num_seqs: Count(1), KeyDefault::Value, ">= 1, sequences per wave", in CostModel),
+    key!(fixed_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per generate call", in CostModel),
+    key!(request_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per request of a generate call", in CostModel),
+    key!(decode_step: Dur { zero: true }, KeyDefault::Value, ">= 0, per engine step (one token per running sequence)", in CostModel),
+    key!(prefill_per_token: Dur { zero: true }, KeyDefault::Value, ">= 0, per prefill token in a step", in CostModel),
+    key!(decode_per_seq: Dur { zero: true }, KeyDefault::Value, ">= 0, per decoding sequence per step", in CostModel),
+    key!(
+        context_per_1k_tokens: Dur { zero: true },
+        KeyDefault::Value,
+        ">= 0, per 1000 context tokens attended in a step",
+        in CostModel
+    ),
+    key!(finish_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per generate call, after its last step", in CostModel),
+    key!(finish_per_request: Dur { zero: true }, KeyDefault::Value, ">= 0, per request, after the last step", in CostModel),
     key!(
         eos_probability: Float(Low::AtLeast(0.0), 1.0),
         KeyDefault::Value,
@@ -217,10 +234,20 @@ pub(crate) const COST_KEYS: &[Key<CostModel>] = &[
     ),
 ];
 
+/// `[engine.sim]`'s scheduler limits: the [`ResolvedEngineConfig`] it simulates.
+pub(crate) const SCHED_KEYS: &[Key<ResolvedEngineConfig>] = &[
+    key!(max_num_seqs: U32(1), KeyDefault::Value, ">= 1, sequences running at once", in ResolvedEngineConfig),
+    key!(max_num_batched_tokens: U32(1), KeyDefault::Value, ">= 1, tokens per engine step", in ResolvedEngineConfig),
+    key!(num_kv_blocks: U32(1), KeyDefault::Value, ">= 1, KV-cache capacity in blocks", in ResolvedEngineConfig),
+    key!(block_size: U32(1), KeyDefault::Value, ">= 1, tokens per KV block", in ResolvedEngineConfig),
+    key!(prefix_caching: Bool, KeyDefault::Value, "reuse cached full prompt blocks across requests", in ResolvedEngineConfig),
+    key!(chunked_prefill: Bool, KeyDefault::Value, "split prompts across steps to fit the budget", in ResolvedEngineConfig),
+];
+
 /// `[engine.sim]` before any key is read.
 pub(crate) fn sim_default(master_seed: u64) -> SimConfig {
     let seed = super::derive_seed(master_seed, super::seed_stream::SIM);
-    SimConfig { time: TimeMode::Virtual, seed, cost: CostModel::default() }
+    SimConfig { time: TimeMode::Virtual, seed, cost: CostModel::default(), scheduler: DEFAULT_SCHEDULER, profile: None }
 }
 
 pub(crate) const VLLM_KEYS: &[Key<VllmConfig>] = &[
@@ -374,6 +401,14 @@ const TEMPERATURE: Key<WorkloadPlan> = key!(
     WorkloadPlan::Synthetic { temperature, .. } | WorkloadPlan::File { temperature, .. }
 );
 
+const REQUEST_FORMAT: Key<WorkloadPlan> = key!(
+    request_format: ReqFormat,
+    KeyDefault::Value,
+    "how chat prompts (`messages`) become the model's prompt: `\"plain\"`, `\"chat-template\"` (the model's), \
+     or a Jinja template: inline, or a file relative to the scenario",
+    WorkloadPlan::Synthetic { request_format, .. } | WorkloadPlan::File { request_format, .. }
+);
+
 /// `[workload]`, by `source`.
 pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
     Variant {
@@ -390,8 +425,21 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
                 in WorkloadPlan::Synthetic
             ),
             key!(vocab_size: U32(2), KeyDefault::Value, "synthetic only", in WorkloadPlan::Synthetic),
+            key!(
+                chat: Bool,
+                KeyDefault::Value,
+                "synthetic only; each prompt is a conversation: `system_prompt`, then a user turn of `prompt_tokens` words",
+                WorkloadPlan::Synthetic { chat: SyntheticChat { enabled: chat, .. }, .. }
+            ),
+            key!(
+                system_prompt: Opt(Str),
+                KeyDefault::Value,
+                "synthetic only, with `chat = true`; the system turn, the same for every prompt",
+                WorkloadPlan::Synthetic { chat: SyntheticChat { system_prompt, .. }, .. }
+            ),
             IGNORE_EOS,
             TEMPERATURE,
+            REQUEST_FORMAT,
         ],
         default: |master_seed| WorkloadPlan::Synthetic {
             prompt_tokens: TokenDist::Fixed { value: 128 },
@@ -401,6 +449,8 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
             vocab_size: 32000,
             ignore_eos: true,
             temperature: 0.0,
+            chat: SyntheticChat::default(),
+            request_format: RequestFormat::default(),
         },
     },
     Variant {
@@ -410,7 +460,7 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
             key!(
                 path: ExistingFile,
                 KeyDefault::Required("\"prompts.jsonl\""),
-                "JSONL, relative to the scenario file; must exist",
+                "relative to the scenario file; must exist",
                 in WorkloadPlan::File
             ),
             key!(
@@ -421,12 +471,57 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
             ),
             IGNORE_EOS,
             TEMPERATURE,
+            REQUEST_FORMAT,
+            key!(
+                format: Choice(&[("jsonl", FileFormat::Jsonl), ("sharegpt", FileFormat::ShareGpt), ("text", FileFormat::Text)]),
+                KeyDefault::Value,
+                "file only; `jsonl` (`prompt`, `prompt_token_ids` or `messages`), `sharegpt` (a JSON array or JSONL of `conversations`), `text` (one prompt per line)",
+                WorkloadPlan::File { dataset: DatasetOptions { format, .. }, .. }
+            ),
+            key!(
+                columns: ColumnMap,
+                KeyDefault::Text("each field's own name"),
+                "file only; the JSON key of each field, e.g. `{ prompt = \"question\", max_tokens = \"answer_len\" }`",
+                WorkloadPlan::File { dataset: DatasetOptions { columns, .. }, .. }
+            ),
+            key!(
+                skip_bad_lines: Bool,
+                KeyDefault::Value,
+                "file only; skip bad entries and count them in the report, instead of failing",
+                WorkloadPlan::File { dataset: DatasetOptions { skip_bad_lines, .. }, .. }
+            ),
+            key!(
+                min_prompt_tokens: Opt(U32(1)),
+                KeyDefault::Value,
+                "file only; drop shorter prompts (4 bytes a token)",
+                WorkloadPlan::File { dataset: DatasetOptions { min_prompt_tokens, .. }, .. }
+            ),
+            key!(
+                max_prompt_tokens: Opt(U32(1)),
+                KeyDefault::Value,
+                "file only; drop longer prompts, or cut them with `truncate`",
+                WorkloadPlan::File { dataset: DatasetOptions { max_prompt_tokens, .. }, .. }
+            ),
+            key!(
+                truncate: Bool,
+                KeyDefault::Value,
+                "file only, with `max_prompt_tokens`; cut longer prompts to it instead of dropping them",
+                WorkloadPlan::File { dataset: DatasetOptions { truncate, .. }, .. }
+            ),
+            key!(
+                reply_max_tokens: Bool,
+                KeyDefault::Value,
+                "`sharegpt` only; the recorded reply's length is the request's `max_tokens`",
+                WorkloadPlan::File { dataset: DatasetOptions { reply_max_tokens, .. }, .. }
+            ),
         ],
         default: |_| WorkloadPlan::File {
             path: PathBuf::new(),
             default_max_tokens: 64,
             ignore_eos: true,
             temperature: 0.0,
+            dataset: DatasetOptions::default(),
+            request_format: RequestFormat::default(),
         },
     },
 ];
@@ -523,6 +618,16 @@ impl Phase {
 pub(crate) const PHASE_KEYS: &[Key<Phase>] = &[
     key!(requests: Opt(U64(1)), KeyDefault::Value, "this many requests", in Phase),
     key!(duration: Opt(Dur { zero: false }), KeyDefault::Value, "requests for this long", in Phase),
+];
+
+/// A latency objective in milliseconds.
+const OBJECTIVE_MS: Opt<Float> = Opt(Float(Low::Above(0.0), f64::INFINITY));
+
+pub(crate) const SLO_KEYS: &[Key<Slo>] = &[
+    key!(ttft_ms: OBJECTIVE_MS, KeyDefault::Value, "> 0; time to first token, ms", in Slo),
+    key!(tpot_ms: OBJECTIVE_MS, KeyDefault::Value, "> 0; time per output token after the first, ms", in Slo),
+    key!(itl_ms: OBJECTIVE_MS, KeyDefault::Value, "> 0; every gap between two tokens, ms (needs per-token times)", in Slo),
+    key!(latency_ms: OBJECTIVE_MS, KeyDefault::Value, "> 0; end-to-end latency, ms", in Slo),
 ];
 
 pub(crate) const OUTPUT_KEYS: &[Key<OutputPlan>] = &[

@@ -63,6 +63,7 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     let stop = lower_stop(cx, top);
     let warmup = lower_phase(cx, top, "warmup");
     let cooldown = lower_phase(cx, top, "cooldown");
+    let slo = simple_section(cx, top, "slo", keys::SLO_KEYS, Slo::default());
     let expect = lower_expect(cx, top);
     let output = lower_output(cx, top);
 
@@ -78,6 +79,7 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
         warmup,
         cooldown,
         faults,
+        slo,
         expect,
         output,
     }
@@ -116,7 +118,19 @@ fn lower_engine(cx: &mut Cx, top: Tbl, seed: u64) -> EnginePlan {
     let mut plan = keys::sim_default(seed);
     if let Some(t) = sim {
         keys::read(cx, t, keys::SIM_KEYS, &mut plan);
+        // The profile first: the keys written beside it override its values.
+        if let Some(path) = plan.profile.clone() {
+            match crate::engine::sim::Profile::load(&path) {
+                Ok(profile) => profile.apply(&mut plan.cost, &mut plan.scheduler),
+                Err(e) => {
+                    let span = cx.field(t, "profile").and_then(|f| f.span());
+                    let help = "profiles are written by `batchlab calibrate`; the path is relative to the scenario";
+                    cx.report("engine.sim.profile", span, e.to_string(), Some(help.to_owned()));
+                }
+            }
+        }
         keys::read(cx, t, keys::COST_KEYS, &mut plan.cost);
+        keys::read(cx, t, keys::SCHED_KEYS, &mut plan.scheduler);
     }
     EnginePlan::Sim(plan)
 }
@@ -324,7 +338,59 @@ fn lower_workload(cx: &mut Cx, top: Tbl, seed: u64) -> WorkloadPlan {
     let shared: Vec<&str> = keys::names(variant.keys)
         .filter(|name| variants.iter().all(|v| keys::names(v.keys).any(|k| k == *name)))
         .collect();
-    read_variant(cx, t, variants, variant, seed, &shared)
+    let plan = read_variant(cx, t, variants, variant, seed, &shared);
+    check_chat_and_dataset(cx, t, &plan);
+    plan
+}
+
+/// The rules between the chat and dataset keys of `[workload]`.
+fn check_chat_and_dataset(cx: &mut Cx, t: Tbl, plan: &WorkloadPlan) {
+    let needs = |cx: &mut Cx, key: &str, message: String, help: String| {
+        if let Some(field) = cx.field(t, key) {
+            cx.report_at(&field, message, Some(help));
+        }
+    };
+    match plan {
+        WorkloadPlan::Synthetic { chat, .. } if !chat.enabled => needs(
+            cx,
+            "system_prompt",
+            "`workload.system_prompt` is set but `workload.chat` is false".to_owned(),
+            "add `chat = true`: only chat prompts have a system turn".to_owned(),
+        ),
+        WorkloadPlan::Synthetic { .. } => {}
+        WorkloadPlan::File { dataset, .. } => {
+            let (format, fields) = match dataset.format {
+                FileFormat::Jsonl => ("jsonl", Columns::JSONL_FIELDS),
+                FileFormat::ShareGpt => ("sharegpt", Columns::SHAREGPT_FIELDS),
+                FileFormat::Text => ("text", &[][..]),
+            };
+            for (name, _) in dataset.columns.renamed().filter(|(name, _)| !fields.contains(name)) {
+                let help = match fields {
+                    [] => format!("format \"{format}\" has no columns"),
+                    _ => format!("format \"{format}\" reads: {}", fields.join(", ")),
+                };
+                let message = format!("`workload.columns.{name}` does not apply with `workload.format = \"{format}\"`");
+                needs(cx, "columns", message, help);
+            }
+            if dataset.reply_max_tokens && dataset.format != FileFormat::ShareGpt {
+                let message =
+                    format!("`workload.reply_max_tokens` needs ShareGPT replies, but the format is \"{format}\"");
+                needs(cx, "reply_max_tokens", message, "set `format = \"sharegpt\"` or remove it".to_owned());
+            }
+            if dataset.truncate && dataset.max_prompt_tokens.is_none() {
+                let message = "`workload.truncate` is set but `workload.max_prompt_tokens` is not".to_owned();
+                needs(cx, "truncate", message, "add `max_prompt_tokens = N`: the length to cut to".to_owned());
+            }
+            if let (Some(min), Some(max)) = (dataset.min_prompt_tokens, dataset.max_prompt_tokens)
+                && min > max
+            {
+                let message = format!(
+                    "`workload.min_prompt_tokens` ({min}) is greater than `workload.max_prompt_tokens` ({max})"
+                );
+                needs(cx, "min_prompt_tokens", message, "no prompt could pass both".to_owned());
+            }
+        }
+    }
 }
 
 fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {

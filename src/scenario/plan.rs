@@ -6,15 +6,17 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::batcher::BatchConfig;
+pub use crate::engine::chat::RequestFormat;
 use crate::engine::faults::Faults;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::python::{PythonConfig, PythonEngine};
 use crate::engine::sim::{SimConfig, SimEngine};
 use crate::engine::{EngineError, TimedEngine};
-pub use crate::load::{ProfilePlan, TokenDist, WorkloadPlan};
+pub use crate::load::{Columns, DatasetOptions, FileFormat, ProfilePlan, SyntheticChat, TokenDist, WorkloadPlan};
+pub use crate::metrics::slo::Slo;
 
 /// A validated scenario: everything a run needs, with every default filled in.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -41,6 +43,8 @@ pub struct Plan {
     pub cooldown: Option<PhaseLimit>,
     /// `[faults]`: injected around whichever engine runs.
     pub faults: Faults,
+    /// `[slo]`: per-request objectives; the report's `slo_attainment` and goodput judge them.
+    pub slo: Slo,
     /// `[expect]`: the checks `RunSummary::assert_expectations` and `batchlab run` judge.
     pub expect: Vec<Expectation>,
     /// `[output]`: where files are written.
@@ -124,7 +128,7 @@ pub enum PhaseLimit {
 }
 
 /// How an expectation compares the measured value with its bound.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Comparison {
     /// `==`: equal (exactly; counts are whole numbers).
     #[serde(rename = "==")]

@@ -23,6 +23,7 @@ pub fn to_toml(plan: &Plan) -> String {
         EnginePlan::Sim(sim) => {
             keys::print(&mut t, keys::SIM_KEYS, sim);
             keys::print(&mut t, keys::COST_KEYS, &sim.cost);
+            keys::print(&mut t, keys::SCHED_KEYS, &sim.scheduler);
             "sim"
         }
         EnginePlan::Vllm(v) => {
@@ -63,6 +64,12 @@ pub fn to_toml(plan: &Plan) -> String {
         }
     }
     doc["faults"] = Item::Table(faults);
+
+    if plan.slo.is_set() {
+        let mut slo = Table::new();
+        keys::print(&mut slo, keys::SLO_KEYS, &plan.slo);
+        doc["slo"] = Item::Table(slo);
+    }
 
     if !plan.expect.is_empty() {
         let mut t = Table::new();

@@ -36,8 +36,9 @@ static TOP: LazyLock<SectionKeys> =
 static ENGINE: LazyLock<SectionKeys> = LazyLock::new(|| {
     SectionKeys::new(keys::subs(keys::ENGINE_KEYS).chain(keys::ENGINE_KINDS.iter().map(|k| table(k))))
 });
-static SIM: LazyLock<SectionKeys> =
-    LazyLock::new(|| SectionKeys::new(keys::subs(keys::SIM_KEYS).chain(keys::subs(keys::COST_KEYS))));
+static SIM: LazyLock<SectionKeys> = LazyLock::new(|| {
+    SectionKeys::new(keys::subs(keys::SIM_KEYS).chain(keys::subs(keys::COST_KEYS)).chain(keys::subs(keys::SCHED_KEYS)))
+});
 static VLLM: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::VLLM_KEYS)));
 static PYTHON: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::PYTHON_KEYS)));
 static BATCHING: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::BATCHING_KEYS)));
@@ -57,6 +58,7 @@ static FAULTS: LazyLock<SectionKeys> = LazyLock::new(|| {
         subkeys => (k.name, Sub::Fixed(subkeys)),
     }))
 });
+static SLO: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::SLO_KEYS)));
 static OUTPUT: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::OUTPUT_KEYS)));
 
 /// The table of fixed keys at `path`, if there is one (`[expect]` takes metric names instead).
@@ -73,6 +75,7 @@ pub(crate) fn section(path: &[&str]) -> Option<&'static SectionKeys> {
         ["stop"] => &STOP,
         ["warmup" | "cooldown"] => &PHASE,
         ["faults"] => &FAULTS,
+        ["slo"] => &SLO,
         ["output"] => &OUTPUT,
         _ => return None,
     })

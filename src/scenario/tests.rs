@@ -7,6 +7,7 @@ use proptest::prelude::*;
 
 use super::plan::*;
 use super::*;
+use crate::engine::ResolvedEngineConfig;
 use crate::engine::faults::{FAULT_KEYS, FaultKind, FaultTrigger, FaultValue, Faults, ProcessFault};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
@@ -361,11 +362,22 @@ fn round_trip(plan: &Plan) {
     assert_eq!(to_toml(&again), text);
 }
 
+/// The shipped scenario files (`scenarios/data/` holds their datasets, `scenarios/profiles/`
+/// calibration profiles and the run the example profile came from, which is a scenario too).
+fn shipped_scenarios() -> Vec<PathBuf> {
+    let entries = std::fs::read_dir(manifest_dir().join("scenarios")).unwrap();
+    let mut files: Vec<PathBuf> =
+        entries.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "toml")).collect();
+    files.sort();
+    files.push(manifest_dir().join("scenarios/profiles/example-source.toml"));
+    files
+}
+
 #[test]
 fn round_trip_of_files_and_builders() {
     check("", round_trip);
-    for entry in std::fs::read_dir(manifest_dir().join("scenarios")).unwrap() {
-        let plan = load_file(&entry.unwrap().path(), &Overrides::default()).unwrap();
+    for path in shipped_scenarios() {
+        let plan = load_file(&path, &Overrides::default()).unwrap();
         round_trip(&plan);
     }
     let plan = Scenario::builder()
@@ -383,16 +395,14 @@ fn round_trip_of_files_and_builders() {
 
 #[test]
 fn shipped_scenarios_validate() {
-    let dir = manifest_dir().join("scenarios");
     let mut count = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
+    for path in shipped_scenarios() {
         if let Err(e) = load_file(&path, &Overrides::default()) {
             panic!("{}:\n{e}", path.display());
         }
         count += 1;
     }
-    assert!(count >= 5, "expected the five shipped scenarios in {}", dir.display());
+    assert!(count >= 5, "expected the five shipped scenarios, found {count}");
 }
 
 // ---- proptest: generated plans survive to_toml -> parse_str ----
@@ -451,25 +461,44 @@ fn seed_strategy() -> impl Strategy<Value = u64> {
 
 fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
     let cost = (
-        duration_strategy(0),
-        duration_strategy(0),
-        duration_strategy(0),
-        duration_strategy(0),
-        1usize..100_000,
+        (duration_strategy(0), duration_strategy(0), duration_strategy(0)),
+        (duration_strategy(0), duration_strategy(0), duration_strategy(0)),
+        (duration_strategy(0), duration_strategy(0)),
         0.0..=1.0f64,
     )
-        .prop_map(|(a, b, c, d, max_num_seqs, eos_probability)| CostModel {
+        .prop_map(|((a, b, c), (d, e, f), (g, h), eos_probability)| CostModel {
             fixed_overhead: a,
-            prefill_per_token: b,
+            request_overhead: b,
             decode_step: c,
-            decode_per_seq: d,
-            max_num_seqs,
+            prefill_per_token: d,
+            decode_per_seq: e,
+            context_per_1k_tokens: f,
+            finish_overhead: g,
+            finish_per_request: h,
             eos_probability,
         });
-    let sim = (any::<bool>(), seed_strategy(), cost).prop_map(|(real, seed, cost)| {
-        let time = if real { TimeMode::Real } else { TimeMode::Virtual };
-        EnginePlan::Sim(SimConfig { time, seed, cost })
-    });
+    let scheduler = (1u32..100_000, 1u32..100_000, 1u32..100_000, 1u32..64, any::<bool>(), any::<bool>()).prop_map(
+        |(max_num_seqs, max_num_batched_tokens, num_kv_blocks, block_size, prefix_caching, chunked_prefill)| {
+            ResolvedEngineConfig {
+                max_num_seqs,
+                max_num_batched_tokens,
+                num_kv_blocks,
+                block_size,
+                prefix_caching,
+                chunked_prefill,
+            }
+        },
+    );
+    // A shipped profile, so a plan that names one parses back (its values are then overridden by
+    // the printed keys, as the docs promise).
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/profiles/example.toml");
+    let profile = proptest::option::of(Just(shipped));
+    let sim = (any::<bool>(), seed_strategy(), cost, scheduler, profile).prop_map(
+        |(real, seed, cost, scheduler, profile)| {
+            let time = if real { TimeMode::Real } else { TimeMode::Virtual };
+            EnginePlan::Sim(SimConfig { time, seed, cost, scheduler, profile })
+        },
+    );
     let small = || proptest::option::of(1u32..100_000);
     let args = proptest::collection::btree_map(
         "[a-z_]{1,8}",
@@ -538,10 +567,74 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
     prop_oneof![sim, vllm, python]
 }
 
+fn request_format_strategy() -> impl Strategy<Value = RequestFormat> {
+    use crate::engine::chat::{ChatTemplate, TemplateOrigin};
+    prop_oneof![
+        Just(RequestFormat::Plain),
+        Just(RequestFormat::ChatTemplate),
+        "[a-z <>|\n]{0,12}".prop_map(|text| {
+            let source = format!("{{% for m in messages %}}{text}{{{{ m.content }}}}{{% endfor %}}");
+            RequestFormat::Custom(ChatTemplate::new(source, TemplateOrigin::Inline).unwrap())
+        }),
+        Just(()).prop_map(|_| {
+            let path = manifest_dir().join("scripts/tiny_chat_template.jinja");
+            let source = std::fs::read_to_string(&path).unwrap();
+            RequestFormat::Custom(ChatTemplate::new(source, TemplateOrigin::File(path)).unwrap())
+        }),
+    ]
+}
+
+fn dataset_strategy() -> impl Strategy<Value = DatasetOptions> {
+    let format = prop_oneof![Just(FileFormat::Jsonl), Just(FileFormat::ShareGpt), Just(FileFormat::Text)];
+    let renames = proptest::collection::vec((0..Columns::FIELDS.len(), "[a-z_]{1,8}"), 0..3);
+    let limits = (proptest::option::of(1u32..1000), proptest::option::of(1u32..1000), any::<bool>());
+    (format, renames, any::<bool>(), limits, any::<bool>()).prop_map(
+        |(format, renames, skip_bad_lines, (min, max, truncate), reply)| {
+            // Only what the lowering rules allow: columns of the format, a reply only from ShareGPT,
+            // truncation only to a maximum, and min <= max.
+            let fields = match format {
+                FileFormat::Jsonl => Columns::JSONL_FIELDS,
+                FileFormat::ShareGpt => Columns::SHAREGPT_FIELDS,
+                FileFormat::Text => &[][..],
+            };
+            let mut columns = Columns::default();
+            for (i, key) in renames {
+                if let Some(field) = fields.get(i % fields.len().max(1)) {
+                    *columns.key_mut(field).unwrap() = key;
+                }
+            }
+            let (min_prompt_tokens, max_prompt_tokens) = match (min, max) {
+                (Some(a), Some(b)) => (Some(a.min(b)), Some(a.max(b))),
+                other => other,
+            };
+            DatasetOptions {
+                format,
+                columns,
+                skip_bad_lines,
+                min_prompt_tokens,
+                max_prompt_tokens,
+                truncate: truncate && max_prompt_tokens.is_some(),
+                reply_max_tokens: reply && format == FileFormat::ShareGpt,
+            }
+        },
+    )
+}
+
 fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {
-    let synthetic =
-        (dist_strategy(), dist_strategy(), seed_strategy(), any::<bool>(), 2u32..=u32::MAX, any::<bool>(), 0.0..4.0f32)
-            .prop_map(|(prompt_tokens, output_tokens, seed, unique_prefix, vocab_size, ignore_eos, temperature)| {
+    let chat = (any::<bool>(), proptest::option::of("[ -~é\n]{0,20}")).prop_map(|(enabled, system_prompt)| {
+        SyntheticChat { enabled, system_prompt: system_prompt.filter(|_| enabled) }
+    });
+    let synthetic = (
+        (dist_strategy(), dist_strategy(), seed_strategy(), any::<bool>(), 2u32..=u32::MAX, any::<bool>(), 0.0..4.0f32),
+        chat,
+        request_format_strategy(),
+    )
+        .prop_map(
+            |(
+                (prompt_tokens, output_tokens, seed, unique_prefix, vocab_size, ignore_eos, temperature),
+                chat,
+                request_format,
+            )| {
                 WorkloadPlan::Synthetic {
                     prompt_tokens,
                     output_tokens,
@@ -550,11 +643,21 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {
                     vocab_size,
                     ignore_eos,
                     temperature,
+                    chat,
+                    request_format,
                 }
-            });
-    let file = (1u32..100_000, any::<bool>(), 0.0..4.0f32).prop_map(|(default_max_tokens, ignore_eos, temperature)| {
-        WorkloadPlan::File { path: manifest_dir().join("Cargo.toml"), default_max_tokens, ignore_eos, temperature }
-    });
+            },
+        );
+    let file = (1u32..100_000, any::<bool>(), 0.0..4.0f32, dataset_strategy(), request_format_strategy()).prop_map(
+        |(default_max_tokens, ignore_eos, temperature, dataset, request_format)| WorkloadPlan::File {
+            path: manifest_dir().join("Cargo.toml"),
+            default_max_tokens,
+            ignore_eos,
+            temperature,
+            dataset,
+            request_format,
+        },
+    );
     prop_oneof![synthetic, file]
 }
 
@@ -609,6 +712,9 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
             crate::batcher::BatchConfig::new(size, timeout).unwrap().with_generate_timeout(generate).unwrap()
         },
     );
+    let objective = || proptest::option::of(0.001..1e6f64);
+    let slo = (objective(), objective(), objective(), objective())
+        .prop_map(|(ttft_ms, tpot_ms, itl_ms, latency_ms)| Slo { ttft_ms, tpot_ms, itl_ms, latency_ms });
     let output = (proptest::option::of("[a-z]{1,8}(/[a-z]{1,8})?"), any::<bool>())
         .prop_map(|(dir, requests_jsonl)| OutputPlan { dir: dir.map(PathBuf::from), requests_jsonl });
     // Names are one path component (no `/` or `\\`); a quote still tests the printer's quoting.
@@ -625,7 +731,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
         profile_strategy(),
         stop,
         (phase(), phase()),
-        expect,
+        (slo, expect),
         output,
     )
         .prop_map(
@@ -637,7 +743,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                 profile,
                 stop,
                 (warmup, cooldown),
-                expect,
+                (slo, expect),
                 output,
             )| Plan {
                 name,
@@ -655,6 +761,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                 warmup,
                 cooldown,
                 faults,
+                slo,
                 expect,
                 output,
             },

@@ -54,10 +54,39 @@ pub(crate) const OUTPUT_FIELDS: &[&str] = &[
     "scheduled_ts",
     "first_token_ts",
     "last_token_ts",
+    "token_ts",
+    "cached_tokens",
 ];
 
 /// The keys of the dict `start()` returns; `name` and `version` are required.
-pub(crate) const INFO_FIELDS: &[&str] = &["name", "version", "clock"];
+pub(crate) const INFO_FIELDS: &[&str] = &["name", "version", "clock", "model_chat_template"];
+
+/// Whether a started engine takes chat prompts (`messages`), from its info's `model_chat_template`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChatSupport {
+    /// No `model_chat_template`: the engine takes text and token prompts only.
+    None,
+    /// `model_chat_template = True`: it templates messages, and the model has a template.
+    ModelTemplate,
+    /// `model_chat_template = False`: it templates messages, but the model has no template of its
+    /// own, so a chat prompt for the model's template falls back to plain.
+    NoModelTemplate,
+}
+
+/// `start()`'s `model_chat_template`: a bool, or missing.
+pub(crate) fn map_chat_support(class: &str, info: &Plain) -> Result<ChatSupport, String> {
+    let fields =
+        Fields::new(info, INFO_FIELDS).map_err(|e| format!("{class}.start() returned a bad info dict: {e}"))?;
+    match fields.get("model_chat_template") {
+        Plain::None => Ok(ChatSupport::None),
+        Plain::Bool(true) => Ok(ChatSupport::ModelTemplate),
+        Plain::Bool(false) => Ok(ChatSupport::NoModelTemplate),
+        other => Err(format!(
+            "{class}.start() returned a bad info dict: `model_chat_template` must be a bool or None, found {}",
+            other.describe()
+        )),
+    }
+}
 
 /// A dict's fields, checked against `known`; missing keys read as `None`.
 struct Fields<'a> {
@@ -103,6 +132,23 @@ impl<'a> Fields<'a> {
             Plain::Float(f) => Ok(Some(*f)),
             Plain::Int(i) => Ok(Some(*i as f64)),
             other => Err(format!("`{key}` must be a number of seconds or None, found {}", other.describe())),
+        }
+    }
+
+    fn seconds_list(&self, key: &str) -> Result<Option<Vec<f64>>, String> {
+        match self.get(key) {
+            Plain::None => Ok(None),
+            Plain::List(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    Plain::Float(f) => Ok(*f),
+                    Plain::Int(t) => Ok(*t as f64),
+                    other => Err(format!("`{key}[{i}]` must be a number of seconds, found {}", other.describe())),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            other => Err(format!("`{key}` must be a list of seconds or None, found {}", other.describe())),
         }
     }
 
@@ -161,7 +207,7 @@ pub(crate) fn map_info(class: &str, info: &Plain, configured: ClockDomain) -> Re
              `engine.python.clock = \"{says}\"`"
         ));
     }
-    Ok(EngineInfo { name, version })
+    Ok(EngineInfo { name, version, resolved_config: None })
 }
 
 fn clock_name(clock: ClockDomain) -> &'static str {
@@ -212,6 +258,8 @@ fn map_output(value: &Plain) -> Result<EngineOutput, String> {
             scheduled_ts: f.seconds("scheduled_ts")?,
             first_token_ts: f.seconds("first_token_ts")?,
             last_token_ts: f.seconds("last_token_ts")?,
+            token_ts: f.seconds_list("token_ts")?,
+            cached_tokens: f.int("cached_tokens", u64::from(u32::MAX))?.map(|n| n as u32),
         },
     })
 }
@@ -274,6 +322,7 @@ mod tests {
                 ("scheduled_ts", Plain::Float(10.5)),
                 ("first_token_ts", Plain::Float(11.0)),
                 ("last_token_ts", Plain::Float(12.0)),
+                ("token_ts", Plain::List(vec![Plain::Float(11.0), Plain::Int(12)])),
             ]),
             Ok(EngineOutput {
                 request_id: Some(7),
@@ -288,6 +337,8 @@ mod tests {
                     scheduled_ts: Some(10.5),
                     first_token_ts: Some(11.0),
                     last_token_ts: Some(12.0),
+                    token_ts: Some(vec![11.0, 12.0]),
+                    cached_tokens: None,
                 },
             }),
         );
@@ -340,6 +391,14 @@ mod tests {
             ),
             (dict(&[two.clone(), ("text", Plain::Other("bytes".into()))]), "`text` must be a str or None, found bytes"),
             (
+                dict(&[two.clone(), ("token_ts", Plain::Float(1.0))]),
+                "`token_ts` must be a list of seconds or None, found float 1",
+            ),
+            (
+                dict(&[two.clone(), ("token_ts", Plain::List(vec![Plain::Float(1.0), Plain::Str("x".into())]))]),
+                "`token_ts[1]` must be a number of seconds, found str 'x'",
+            ),
+            (
                 dict(&[("output_token_ids", Plain::List(vec![Plain::Int(1), Plain::Float(2.0)]))]),
                 "`output_token_ids[1]` must be a token id (an int in 0..=2^32-1), found float 2",
             ),
@@ -351,7 +410,7 @@ mod tests {
                 dict(&[two.clone(), ("first_token_time", Plain::Float(1.0))]),
                 "unknown field `first_token_time` (did you mean `first_token_ts`?) (known: request_id, prompt_tokens, \
                  output_tokens, output_token_ids, text, finish_reason, arrival_time, queued_ts, scheduled_ts, \
-                 first_token_ts, last_token_ts)",
+                 first_token_ts, last_token_ts, token_ts, cached_tokens)",
             ),
             (Plain::List(vec![]), "expected a dict, found list of 0"),
         ] {
@@ -388,7 +447,7 @@ mod tests {
     fn info_needs_a_name_and_a_version_and_may_name_its_clock() {
         let info = |items: &[(&str, Plain)]| map_info("m:C", &dict(items), ClockDomain::Monotonic);
         let s = |v: &str| Plain::Str(v.into());
-        let echo = EngineInfo { name: "echo".into(), version: "1".into() };
+        let echo = EngineInfo { name: "echo".into(), version: "1".into(), resolved_config: None };
         assert_eq!(info(&[("name", s("echo")), ("version", s("1"))]), Ok(echo.clone()));
         assert_eq!(info(&[("name", s("echo")), ("version", s("1")), ("clock", s("monotonic"))]), Ok(echo.clone()));
         let foreign = [("name", s("echo")), ("version", s("1")), ("clock", s("foreign"))];
@@ -408,7 +467,7 @@ mod tests {
             ),
             (
                 vec![("name", s("e")), ("version", s("1")), ("vendor", s("x"))],
-                "unknown field `vendor` (known: name, version, clock)",
+                "unknown field `vendor` (known: name, version, clock, model_chat_template)",
             ),
         ] {
             assert_eq!(info(&items), Err(format!("m:C.start() returned a bad info dict: {message}")));
@@ -416,6 +475,27 @@ mod tests {
         assert_eq!(
             map_info("m:C", &Plain::None, ClockDomain::Monotonic),
             Err("m:C.start() returned a bad info dict: expected a dict, found None".into())
+        );
+    }
+
+    #[test]
+    fn info_says_whether_the_engine_templates_chat_prompts() {
+        let s = |v: &str| Plain::Str(v.into());
+        let info = |extra: Option<Plain>| {
+            let mut items = vec![("name", s("e")), ("version", s("1"))];
+            if let Some(v) = extra {
+                items.push(("model_chat_template", v));
+            }
+            map_chat_support("m:C", &dict(&items))
+        };
+        assert_eq!(info(None), Ok(ChatSupport::None));
+        assert_eq!(info(Some(Plain::None)), Ok(ChatSupport::None));
+        assert_eq!(info(Some(Plain::Bool(true))), Ok(ChatSupport::ModelTemplate));
+        assert_eq!(info(Some(Plain::Bool(false))), Ok(ChatSupport::NoModelTemplate));
+        assert_eq!(
+            info(Some(s("yes"))),
+            Err("m:C.start() returned a bad info dict: `model_chat_template` must be a bool or None, found str 'yes'"
+                .into())
         );
     }
 }

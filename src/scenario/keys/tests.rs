@@ -104,6 +104,7 @@ fn docs_engine_sim() {
     let sim = sim_default(0);
     let mut expected = rows(SIM_KEYS, &sim);
     expected.extend(rows(COST_KEYS, &sim.cost));
+    expected.extend(rows(SCHED_KEYS, &sim.scheduler));
     check_docs("### `[engine.sim]`", expected);
 }
 
@@ -135,6 +136,11 @@ fn docs_stop() {
 #[test]
 fn docs_warmup_and_cooldown() {
     check_docs("## `[warmup]` and `[cooldown]`", rows(PHASE_KEYS, &Phase::default()));
+}
+
+#[test]
+fn docs_slo() {
+    check_docs("## `[slo]`", rows(SLO_KEYS, &Slo::default()));
 }
 
 #[test]

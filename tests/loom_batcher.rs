@@ -239,7 +239,7 @@ struct HeldEngine {
 
 impl Engine for HeldEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo { name: "loom".into(), version: "0".into() })
+        Ok(EngineInfo { name: "loom".into(), version: "0".into(), resolved_config: None })
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {

@@ -371,6 +371,35 @@ fn print_engine_log_tail(path: &Path) {
     }
 }
 
+/// First Ctrl-C (or SIGTERM): fire `interrupt` (stop admitting, drain, report) and keep the
+/// signal's exit code (130 for SIGINT, 143 for SIGTERM) in `first_signal`. Second: leave at once,
+/// with the second signal's code. Call inside the runtime, before the run starts: a signal that
+/// came before the watcher task first ran would otherwise kill the process.
+fn watch_signals(interrupt: Interrupt, first_signal: std::sync::Arc<std::sync::atomic::AtomicU8>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let signals = signal(SignalKind::interrupt()).and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
+    match signals {
+        Ok((mut int, mut term)) => {
+            tokio::spawn(async move {
+                let code = tokio::select! {
+                    _ = int.recv() => EXIT_SIGINT,
+                    _ = term.recv() => EXIT_SIGTERM,
+                };
+                first_signal.store(code, std::sync::atomic::Ordering::SeqCst);
+                interrupt.fire();
+                let code = tokio::select! {
+                    _ = int.recv() => EXIT_SIGINT,
+                    _ = term.recv() => EXIT_SIGTERM,
+                };
+                let _ = writeln!(batchlab::sys::terminal(), "\ninterrupted twice: exiting now");
+                batchlab::sys::reap_descendants(Duration::from_secs(2));
+                std::process::exit(i32::from(code));
+            });
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot watch for Ctrl-C and SIGTERM"),
+    }
+}
+
 fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result<ExitCode> {
     let RunArgs { output, requests_jsonl, quiet, verbose, repeat } = args;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
@@ -388,33 +417,7 @@ fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result
     // The exit code of the first signal: 130 for SIGINT, 143 for SIGTERM.
     let signal_code = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(EXIT_SIGINT));
     let summary = runtime.block_on(async {
-        let fire = interrupt.clone();
-        let first_signal = signal_code.clone();
-        // First Ctrl-C (or SIGTERM): stop admitting, drain, report. Second: leave at once.
-        // Handlers are installed here, before the run starts: a signal that came before the
-        // watcher task first ran would otherwise kill the process.
-        use tokio::signal::unix::{SignalKind, signal};
-        let signals = signal(SignalKind::interrupt()).and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
-        match signals {
-            Ok((mut int, mut term)) => {
-                tokio::spawn(async move {
-                    let code = tokio::select! {
-                        _ = int.recv() => EXIT_SIGINT,
-                        _ = term.recv() => EXIT_SIGTERM,
-                    };
-                    first_signal.store(code, std::sync::atomic::Ordering::SeqCst);
-                    fire.fire();
-                    let code = tokio::select! {
-                        _ = int.recv() => EXIT_SIGINT,
-                        _ = term.recv() => EXIT_SIGTERM,
-                    };
-                    let _ = writeln!(batchlab::sys::terminal(), "\ninterrupted twice: exiting now");
-                    batchlab::sys::reap_descendants(Duration::from_secs(2));
-                    std::process::exit(i32::from(code));
-                });
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot watch for Ctrl-C and SIGTERM"),
-        }
+        watch_signals(interrupt.clone(), signal_code.clone());
         let options = RunOptions {
             output_dir: Some(output_dir.clone()),
             requests_jsonl,

@@ -9,6 +9,7 @@
 pub mod chat;
 pub mod faults;
 pub mod python;
+pub mod shared;
 pub mod sim;
 pub mod tokens;
 

@@ -7,16 +7,55 @@ mutation in turn, runs the named test, checks that it FAILS, and restores the fi
 
     python3 scripts/mutants.py            # all
     python3 scripts/mutants.py loom       # only those whose name contains "loom"
+    python3 scripts/mutants.py -loom -vllm   # all but those
+    python3 scripts/mutants.py --list     # what there is, and which test catches each
+
+A variant is CAUGHT when its test command fails (or hangs past 15 minutes); MISSED when it
+passes; STALE when its pattern is no longer in the file (the code moved: update the entry);
+BROKEN when it does not compile. Each command is first run on the unbroken code, which must pass
+and run at least one test.
 """
 import os
+import re
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOOM = {"RUSTFLAGS": "--cfg loom", "CARGO_TARGET_DIR": "target/loom"}
 
-# name, file, original text, broken text, cargo test arguments, extra environment
+# Snapshot tests must fail on a mismatch, not write `.snap.new` files next to the reviewed ones.
+SNAP = {"INSTA_UPDATE": "no"}
+VLLM = {"PYO3_PYTHON": os.path.expanduser(os.environ.get("BATCHLAB_HOME", "~/.cache/batchlab") + "/venv/bin/python")}
+
+
+def loom(model):
+    """The cargo test arguments that run one loom model."""
+    return ["--release", "--test", "loom_batcher", model]
+
+
+# The shell's dispatch: the engine thread releases the batcher lock before it calls generate.
+SHELL_DISPATCH = (
+    "            drop(locked);\n"
+    "            // The watchdog must learn the new generate deadline before generate can block.\n"
+    "            shared.notify_waiting(waiting);\n"
+    "            let result = match catch_engine_panic(|| engine.generate(&batch.requests)) {\n"
+    "                Ok(r) => GenerateResult::from(r),\n"
+    "                Err(p) => GenerateResult::Panicked(panic_message(&*p)),\n"
+    "            };\n"
+)
+SHELL_DISPATCH_LOCKED = (
+    "            shared.notify_waiting(waiting);\n"
+    "            let result = match catch_engine_panic(|| engine.generate(&batch.requests)) {\n"
+    "                Ok(r) => GenerateResult::from(r),\n"
+    "                Err(p) => GenerateResult::Panicked(panic_message(&*p)),\n"
+    "            };\n"
+    "            drop(locked);\n"
+)
+
+# name, file, original text, broken text, cargo test arguments, extra environment.
+# Each names the one test (or test file) that must catch it; docs/testing.md lists them by test.
 MUTANTS = [
+    # ---- the core's state machine (proptest: core_matches_model) ----
     ("core: batch larger than batch_size", "src/batcher/core.rs",
      "let n = self.queue.len().min(self.config.batch_size);", "let n = self.queue.len();",
      ["--test", "batcher_core_props"], {}),
@@ -36,56 +75,172 @@ MUTANTS = [
     ("core: outputs matched by position despite ids", "src/batcher/core.rs",
      "    if with_ids == 0 {\n        return Ok(outputs);", "    if with_ids < usize::MAX {\n        return Ok(outputs);",
      ["--test", "batcher_core_props"], {}),
-    ("shell: lost wake-up (no notify after a state change)", "src/batcher/shell.rs",
-     "        if notify {\n            self.notify_waiting(waiting);\n        }\n", "        let _ = (notify, waiting);\n",
-     ["--release", "--test", "loom_batcher"], LOOM),
-    # In the threaded shell the engine thread itself runs generate and shutdown, so this one can
-    # only show in a driver that polls while a generate is out: the core's property test.
+    # The threaded shell runs generate and shutdown on one thread, in order, so this one can only
+    # show in a driver that polls while a generate is out: the core's property test.
     ("core: engine shut down while a generate is in flight", "src/batcher/core.rs",
      "            && self.in_flight.is_none()\n            && self.queue.is_empty()\n", "            && self.queue.is_empty()\n",
      ["--test", "batcher_core_props"], {}),
-    ("shell: engine thread never runs the start", "src/batcher/shell.rs",
-     "        if locked.guard.core.state() == State::Starting && locked.guard.start_result.is_none() {",
-     "        if locked.guard.core.state() == State::Starting && locked.guard.start_result.is_some() {",
-     ["--release", "--test", "loom_batcher"], LOOM),
+
+    # ---- loom models (tests/loom_batcher.rs), one model each ----
+    ("loom: lost wake-up (no notify after a state change)", "src/batcher/shell.rs",
+     "        if notify {\n            self.notify_waiting(waiting);\n        }\n", "        let _ = (notify, waiting);\n",
+     loom("submitters_racing_shutdown_all_get_answers_and_engine_stops_once"), LOOM),
+    ("loom: a failed batch answers only its first request", "src/batcher/core.rs",
+     "        for (id, _) in f.members {\n            self.outcomes.push_back((id, Err(failure.clone())));",
+     "        for (id, _) in f.members.into_iter().take(1) {\n            self.outcomes.push_back((id, Err(failure.clone())));",
+     loom("engine_failure_answers_every_waiter"), LOOM),
+    ("loom: engine thread never runs the start", "src/batcher/shell.rs",
+     "        if starting && locked.guard.start_result.is_none() {",
+     "        if starting && locked.guard.start_result.is_some() {",
+     loom("concurrent_preload_loads_once"), LOOM),
+    ("loom: cancel removes the queue's front, not the request", "src/batcher/core.rs",
+     "let Some(pos) = self.queue.iter().position(|q| q.request.id == id) else {",
+     "let Some(pos) = self.queue.iter().position(|q| q.request.id == id || q.request.id != id) else {",
+     loom("cancel_racing_dispatch_never_hangs"), LOOM),
+    ("loom: batcher lock taken while holding a slot (lock order)", "src/batcher/shell.rs",
+     "            let mut g = sync::lock(&self.slot.outcome);\n            loop {\n                if let Some(o) = g.take() {\n                    break o;",
+     "            let mut g = sync::lock(&self.slot.outcome);\n            if let Some(b) = &self.batcher { cancel(b, self.id); }\n            loop {\n                if let Some(o) = g.take() {\n                    break o;",
+     loom("cancel_racing_dispatch_never_hangs"), LOOM),
+    ("loom: generate called with the batcher lock held", "src/batcher/shell.rs",
+     SHELL_DISPATCH, SHELL_DISPATCH_LOCKED,
+     loom("a_running_generate_lets_others_submit_and_shut_down_and_the_next_waits_for_it"), LOOM),
+    ("loom: engine reported stopped before its shutdown returned", "src/batcher/shell.rs",
+     "        if locked.guard.core.poll_engine_shutdown() {\n            drop(locked);\n",
+     "        if locked.guard.core.poll_engine_shutdown() {\n            locked.guard.core.handle_engine_shutdown_done();\n            shared.release(locked);\n",
+     loom("engine_shutdown_follows_the_last_generate_and_its_error_reaches_shutdown"), LOOM),
+    ("loom: engine thread leaves without the shutdown a late generate is owed", "src/batcher/shell.rs",
+     "        if locked.guard.core.poll_engine_shutdown() {\n",
+     "        if locked.guard.closing {\n            shared.release(locked);\n            return;\n        }\n        if locked.guard.core.poll_engine_shutdown() {\n",
+     loom("engine_death_from_a_watcher_releases_shutdown_and_a_late_generate_is_followed_by_the_shutdown"), LOOM),
+
+    # ---- the threaded shell with real threads (tests/batcher_shell.rs) ----
+    ("shell: generate called with the batcher lock held (mockall)", "src/batcher/shell.rs",
+     SHELL_DISPATCH, SHELL_DISPATCH_LOCKED,
+     ["--test", "batcher_shell", "mock_engine_loads_once_lets_submits_in_during_a_generate_and_shuts_down_once"], {}),
     ("shell: completer run under the batcher lock", "src/batcher/shell.rs",
      "        let ready = Self::collect(&mut locked.guard);\n        let waiting = locked.guard.waiting;\n        drop(locked);",
      "        let ready = Self::collect(&mut locked.guard);\n        for (id, complete, outcome) in ready { complete(id, outcome); }\n        let ready: Vec<(RequestId, Completer, Outcome)> = Vec::new();\n        let waiting = locked.guard.waiting;\n        drop(locked);",
      ["--test", "batcher_shell", "completer_may_submit_again"], {}),
-    ("shell: batcher lock taken while holding a slot (lock order)", "src/batcher/shell.rs",
-     "            let mut g = sync::lock(&self.slot.outcome);\n            loop {\n                if let Some(o) = g.take() {\n                    break o;",
-     "            let mut g = sync::lock(&self.slot.outcome);\n            if let Some(b) = &self.batcher { cancel(b, self.id); }\n            loop {\n                if let Some(o) = g.take() {\n                    break o;",
-     ["--release", "--test", "loom_batcher"], LOOM),
     ("shell: watchdog not told about a new generate (lost wake-up)", "src/batcher/shell.rs",
      "            // The watchdog must learn the new generate deadline before generate can block.\n            shared.notify_waiting(waiting);", "            let _ = waiting;",
      ["--test", "batcher_shell", "hung_partial_batch"], {}),
     ("shell: panic not caught on the engine thread", "src/batcher/shell.rs",
-     "            let result = match catch_unwind(AssertUnwindSafe(|| engine.generate(&batch.requests))) {",
+     "            let result = match catch_engine_panic(|| engine.generate(&batch.requests)) {",
      "            let result = match Ok::<_, Box<dyn std::any::Any + Send>>(engine.generate(&batch.requests)) {",
      ["--test", "batcher_shell", "engine_panic"], {}),
     ("core: failed batch not logged", "src/batcher/core.rs",
      '        tracing::error!(batch_id, batch_size, cause = %failure, "batch failed");', "",
      ["--test", "batcher_shell", "logs_one_error"], {}),
+
+    # ---- event traces (insta, tests/batcher_traces.rs) ----
+    ("traces: decode cost ignores running sequences", "src/engine/sim/config.rs",
+     "            + ns(self.decode_per_seq) * load.decode_seqs as f64\n", "",
+     ["--test", "batcher_traces"], SNAP),
+
+    # ---- the mapper (tests/metrics_mapper.rs): the snapshot table and each property ----
     ("mapper: TPOT divides by n instead of n-1", "src/metrics/mapper.rs",
      "Some(span / (n - 1)),", "Some(span / n),",
-     ["--test", "metrics_mapper"], {}),
+     ["--test", "metrics_mapper", "canonical_mappings"], SNAP),
     ("mapper: inconsistent first token not flagged", "src/metrics/mapper.rs",
      "            anomalies.first_token_before_arrival = true;\n", "",
-     ["--test", "metrics_mapper"], {}),
+     ["--test", "metrics_mapper", "canonical_mappings"], SNAP),
+    ("mapper: a first token after completion still gives a TTFT", "src/metrics/mapper.rs",
+     "        if first > times.completed {", "        if first > times.completed && first < times.submitted {",
+     ["--test", "metrics_mapper", "arbitrary_stats_never_panic_and_durations_stay_sane"], {}),
+    ("mapper: TTFT measured from the dispatch, not the submit", "src/metrics/mapper.rs",
+     "let d = first.checked_since(times.submitted);", "let d = first.checked_since(times.dispatched);",
+     ["--test", "metrics_mapper", "consistent_stats_give_ordered_metrics"], {}),
+
+    # ---- distributions (proptest, src/metrics/distribution.rs) ----
+    ("distribution: quantiles read at 90% of the rank", "src/metrics/distribution.rs",
+     "Some(self.histogram.value_at_quantile(q).clamp(self.min, self.max))",
+     "Some(self.histogram.value_at_quantile(q * 0.9).clamp(self.min, self.max))",
+     ["--lib", "percentiles_match_sorted_vector"], {}),
+    ("distribution: merge drops the other side's minimum", "src/metrics/distribution.rs",
+     "        self.min = self.min.min(other.min);\n", "",
+     ["--lib", "merge_is_like_recording_everything"], {}),
+
+    # ---- load: sweep, workload, scheduler (proptest) ----
+    ("profile: sweep rates reach the throughput rate", "src/load/profile.rs",
+     "let r = lo + (hi - lo) * f64::from(i) / (f64::from(n) + 1.0);", "let r = lo + (hi - lo) * f64::from(i) / f64::from(n);",
+     ["--lib", "sweep_rates_are_strictly_increasing_and_inside"], {}),
+    ("workload: unique prefix off by one", "src/load/workload.rs",
+     "tokens.push((rest % vocab) as u32);", "tokens.push(((rest + 1) % vocab) as u32);",
+     ["--lib", "prompts_in_bounds_and_prefixes_unique"], {}),
+    ("scheduler: constant arrivals one period late", "src/load/scheduler.rs",
+     "*due = offset(self.start, self.submitted as f64 / *rate);", "*due = offset(self.start, (self.submitted + 1) as f64 / *rate);",
+     ["--lib", "uncapped_constant_arrivals_are_exactly_on_time"], {}),
+    ("scheduler: arrivals submitted up to 1 ms early", "src/load/scheduler.rs",
+     "            Some(due) if now < due => return Poll::At(due),",
+     "            Some(due) if now.as_nanos() + 1_000_000 < due.as_nanos() => return Poll::At(due),",
+     ["--lib", "constant_arrivals_are_never_early"], {}),
+    ("scheduler: one request above the concurrency cap", "src/load/scheduler.rs",
+     "if self.cap.is_some_and(|cap| in_flight >= cap) {", "if self.cap.is_some_and(|cap| in_flight > cap) {",
+     ["--lib", "in_flight_never_exceeds_the_cap"], {}),
+    ("scheduler: closed loops keep one request fewer", "src/load/scheduler.rs",
+     "                (Pacing::Closed, Some(at_least_one(n)))", "                (Pacing::Closed, Some(at_least_one(n.saturating_sub(1))))",
+     ["--lib", "closed_loops_keep_the_level_when_requests_are_slow"], {}),
+    ("rng: exponential gaps 10% short", "src/rng.rs",
+     "        -(1.0 - u).ln() / rate", "        -(1.0 - u).ln() / (rate * 1.1)",
+     ["--lib", "poisson_mean_rate_matches"], {}),
+
+    # ---- scenarios ----
+    ("scenario: to_toml leaves out [stop]", "src/scenario/print.rs",
+     '    doc["stop"] = Item::Table(stop);', "    let _ = stop;",
+     ["--lib", "generated_plans_round_trip"], {}),
+
+    # ---- engines ----
     ("sim: decode cost ignores running sequences", "src/engine/sim/config.rs",
      "            + ns(self.decode_per_seq) * load.decode_seqs as f64\n", "",
      ["--lib", "engine::sim::tests::step_times_follow_the_formula"], {}),
+    ("faults: slow returns one engine time early", "src/engine/faults.rs",
+     "let extra = took.mul_f64((self.faults.slow_factor - 1.0).max(0.0));",
+     "let extra = took.mul_f64((self.faults.slow_factor - 2.0).max(0.0));",
+     ["--test", "engine_faults", "every_fault_around_a_user_engine"], {}),
+
+    # ---- the other integration test files ----
+    ("async: dropping the future does not cancel", "src/batcher/asynch.rs",
+     "            b.cancel(self.id);", "            let _ = (b, self.id);",
+     ["--test", "batcher_async", "dropping_the_future_cancels_an_undispatched_request"], {}),
+    ("scenario errors: no did-you-mean", "src/scenario/error.rs",
+     ".filter(|(score, _)| *score >= 0.8)", ".filter(|(score, _)| *score > 1.0)",
+     ["--test", "scenario_errors"], SNAP),
+    ("cli: no did-you-mean in the typo error", "src/scenario/error.rs",
+     ".filter(|(score, _)| *score >= 0.8)", ".filter(|(score, _)| *score > 1.0)",
+     ["--test", "cli", "typo"], SNAP),
+    ("library: an interrupted run is not marked incomplete", "src/run/driver.rs",
+     "            incomplete = true;\n            break;", "            incomplete = false;\n            break;",
+     ["--test", "library", "an_interrupt_drains_and_reports_an_incomplete_run"], {}),
+    ("shipped scenarios: decode cost ignores running sequences", "src/engine/sim/config.rs",
+     "            + ns(self.decode_per_seq) * load.decode_seqs as f64\n", "",
+     ["--test", "scenarios_shipped"], SNAP),
+    ("architecture: the engine names a layer above it", "src/engine/mod.rs",
+     "pub mod faults;\n", "pub mod faults;\n#[allow(unused_imports)]\nuse crate::run as _;\n",
+     ["--test", "architecture_deps"], {}),
+    ("sys: descendants() misses grandchildren", "src/sys/mod.rs",
+     "            frontier.push(entry.pid);\n", "",
+     ["--lib", "sys::tests::finds_and_reaps_a_child_and_grandchild"], {}),
     ("python engine: an output's unknown field is accepted", "src/engine/python/output.rs",
      "items.iter().find(|(k, _)| !known.contains(&k.as_str()))", "items.iter().find(|_| false)",
      ["--lib", "engine::python"], {}),
     ("python engine: output_tokens and output_token_ids may disagree", "src/engine/python/output.rs",
      "(Some(n), Some(ids)) if ids.len() != n as usize =>", "(Some(n), Some(ids)) if ids.len() == usize::MAX && n == 0 =>",
      ["--lib", "engine::python"], {}),
-    # Slow (multiprocess vLLM starts): needs the venv from `just setup-vllm`.
+    # Slow (real vLLM runs): need the venv from `just setup-vllm`.
+    ("vllm: batchlab counts one token fewer than the engine returned", "src/engine/python/output.rs",
+     "        output_tokens,\n        output_token_ids,\n        text: f.string(\"text\")?,",
+     "        output_tokens: output_tokens.map(|n| n.saturating_sub(1)),\n        output_token_ids,\n        text: f.string(\"text\")?,",
+     ["--features", "vllm", "--test", "vllm_cli", "the_in_process_engine_times_every_request_and_counts_vllms_tokens"], VLLM),
+    ("vllm: the engine's first-token time dropped", "src/engine/python/output.rs",
+     '            first_token_ts: f.seconds("first_token_ts")?,', "            first_token_ts: None,",
+     ["--features", "vllm", "--test", "vllm_engine", "in_process_engine_generates_token_and_text_prompts"], VLLM),
+    ("vllm: a Python engine output without a token count accepted", "src/engine/python/output.rs",
+     '(None, None) => return Err("`output_tokens` or `output_token_ids` is required (both are missing)".into()),',
+     "(None, None) => {}",
+     ["--features", "vllm", "--test", "python_engine", "protocol_violations_are_engine_errors_naming_the_class_and_the_field"], VLLM),
     ("vllm: engine processes not reaped when a second Ctrl-C exits at once", "src/cli.rs",
      "            batchlab::sys::reap_descendants(Duration::from_secs(2));\n", "",
-     ["--features", "vllm", "--test", "vllm_cli"],
-     {"PYO3_PYTHON": os.path.expanduser(os.environ.get("BATCHLAB_HOME", "~/.cache/batchlab") + "/venv/bin/python")}),
+     ["--features", "vllm", "--test", "vllm_cli", "engine_processes_never_outlive_batchlab"], VLLM),
     ("sim: the token budget ignored", "src/engine/sim/scheduler.rs",
      "let new = u64::from(seqs[r].num_tokens() - seqs[r].computed).min(budget) as u32;",
      "let new = u64::from(seqs[r].num_tokens() - seqs[r].computed) as u32;",
@@ -103,29 +258,32 @@ MUTANTS = [
 
 
 def cargo_test(args, env):
-    e = dict(os.environ, **env)
+    """Runs `cargo test ARGS`: (passed, tail of the output, number of tests that ran)."""
+    # A variant's failing proptest cases must not be saved as regressions of the unbroken code.
+    e = dict(os.environ, PROPTEST_DISABLE_FAILURE_PERSISTENCE="1", **env)
     # A hang is a caught mutant too; tests bound their own waits, this is a backstop.
     try:
         r = subprocess.run(["cargo", "test", *args], cwd=ROOT, env=e, capture_output=True, text=True, timeout=900)
     except subprocess.TimeoutExpired:
-        return False, "timed out"
-    return r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        return False, "timed out", 0
+    ran = sum(int(p) + int(f) for p, f in re.findall(r"test result: \w+\. (\d+) passed; (\d+) failed", r.stdout))
+    return r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:], ran
 
 
-def run(name_filter):
+def run(wanted, unwanted):
+    selected = [m for m in MUTANTS if (not wanted or any(w in m[0] for w in wanted)) and not any(u in m[0] for u in unwanted)]
+    # The unbroken code must pass each command, running at least one test, or a "caught" proves
+    # nothing. All baselines first: they share one build of the unbroken code.
+    for args, env in dict.fromkeys((tuple(m[4]), tuple(sorted(m[5].items()))) for m in selected):
+        ok, out, ran = cargo_test(list(args), dict(env))
+        if not ok:
+            print(f"BASELINE FAILS: cargo test {' '.join(args)}\n{out}")
+            sys.exit(2)
+        if ran == 0:
+            print(f"BASELINE RUNS NO TEST: cargo test {' '.join(args)}")
+            sys.exit(2)
     survived = []
-    baseline = {}
-    for name, path, old, new, args, env in MUTANTS:
-        if name_filter and name_filter not in name:
-            continue
-        # The unbroken code must pass the same command, or a "caught" proves nothing.
-        key = (tuple(args), tuple(sorted(env.items())))
-        if key not in baseline:
-            ok, out = cargo_test(args, env)
-            baseline[key] = ok
-            if not ok:
-                print(f"BASELINE FAILS: cargo test {' '.join(args)}\n{out}")
-                sys.exit(2)
+    for name, path, old, new, args, env in selected:
         full = os.path.join(ROOT, path)
         original = open(full).read()
         if old not in original:
@@ -134,7 +292,7 @@ def run(name_filter):
             continue
         open(full, "w").write(original.replace(old, new, 1))
         try:
-            passed, out = cargo_test(args, env)
+            passed, out, _ = cargo_test(args, env)
         finally:
             open(full, "w").write(original)
         if "error[E" in out or "could not compile" in out:
@@ -145,10 +303,17 @@ def run(name_filter):
         print(f"{'CAUGHT ' if caught else 'MISSED '} {name}  (cargo test {' '.join(args)})", flush=True)
         if not caught:
             survived.append(name)
+    print(f"{len(selected) - len(survived)} of {len(selected)} variant(s) caught")
     if survived:
         print(f"{len(survived)} mutant(s) not caught: {survived}")
         sys.exit(1)
 
 
 if __name__ == "__main__":
-    run(sys.argv[1] if len(sys.argv) > 1 else "")
+    if sys.argv[1:] == ["--list"]:
+        for name, path, _, _, args, _ in MUTANTS:
+            print(f"{name}  [{path}]  cargo test {' '.join(args)}")
+        sys.exit(0)
+    wanted = [a for a in sys.argv[1:] if not a.startswith("-")]
+    unwanted = [a[1:] for a in sys.argv[1:] if a.startswith("-") and a != "-"]
+    run(wanted, unwanted)

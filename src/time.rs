@@ -95,6 +95,9 @@ impl Clock for MonotonicClock {
         Self::read()
     }
     fn sleep(&self, d: Duration) {
+        // The real clock's sleep: how real-time engines (the simulator in real time, injected
+        // delays) take time. Tests run them on a `VirtualClock` instead, except where real time
+        // is what is under test.
         std::thread::sleep(d)
     }
 }

@@ -59,11 +59,13 @@ async fn dropping_the_future_cancels_an_undispatched_request() {
     // Virtual time: the timeout elapses at once, and the dropped future cancels the request.
     assert!(tokio::time::timeout(Duration::from_secs(60), lonely).await.is_err());
     let pair: Vec<_> = (0..2).map(|_| b.submit_async(EngineRequest::tokens(0, vec![1], 2)).unwrap()).collect();
+    // Shut down before awaiting: the drain answers whatever is still queued, so a request the
+    // drop failed to cancel shows up in the engine below instead of leaving a future pending.
+    let b2 = b.clone();
+    tokio::task::spawn_blocking(move || b2.shutdown()).await.unwrap().unwrap();
     for f in pair {
         f.await.expect("completed");
     }
-    let b2 = b.clone();
-    tokio::task::spawn_blocking(move || b2.shutdown()).await.unwrap().unwrap();
     let seen = engine.seen.lock().unwrap().concat();
     assert!(!seen.contains(&lonely_id), "a cancelled request reached the engine: {seen:?}");
     assert_eq!(seen.len(), 2);

@@ -4,7 +4,7 @@
 //! settle: every test waits on an outcome or on a join, and the only real-time waits are the
 //! timeouts under test (tens of milliseconds).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::Duration;
 
@@ -48,26 +48,35 @@ fn spawn(engine: impl Engine + 'static, config: BatchConfig) -> Batcher {
     Batcher::spawn(engine, config, Arc::new(MonotonicClock))
 }
 
+/// Eight threads race to preload and submit: one load, one shutdown. The first generate waits,
+/// inside the engine, until a submit from another thread got in while it runs (the engine thread
+/// holds no batcher lock during a generate; the next batch waits for this one). With the lock held
+/// that submit could not get in: the generate gives up after `LIMIT` and its batch fails.
 #[test]
-fn mock_engine_loads_once_serializes_generates_and_shuts_down_once() {
-    let in_generate = Arc::new(AtomicBool::new(false));
-    let overlapped = Arc::new(AtomicBool::new(false));
+fn mock_engine_loads_once_lets_submits_in_during_a_generate_and_shuts_down_once() {
+    let generates = Arc::new(AtomicUsize::new(0));
+    // The first generate says it is running, then waits for one submit made meanwhile.
+    let (entered_tx, entered_rx) = mpsc::channel::<()>();
+    let (admitted_tx, admitted_rx) = mpsc::channel::<()>();
+    let (entered_tx, admitted_rx) = (Mutex::new(entered_tx), Mutex::new(admitted_rx));
     let mut e = MockEng::new();
     e.expect_start().times(1).returning(|| Ok(info()));
-    let (flag, bad) = (in_generate.clone(), overlapped.clone());
+    let count = generates.clone();
     e.expect_generate().returning(move |b| {
-        if flag.swap(true, Ordering::SeqCst) {
-            bad.store(true, Ordering::SeqCst);
+        if count.fetch_add(1, Ordering::SeqCst) == 0 {
+            entered_tx.lock().unwrap().send(()).expect("the test waits for the first generate");
+            admitted_rx
+                .lock()
+                .unwrap()
+                .recv_timeout(LIMIT)
+                .unwrap_or_else(|_| panic!("no submit got in during a generate within {LIMIT:?}"));
         }
-        std::thread::yield_now();
-        flag.store(false, Ordering::SeqCst);
         Ok(echo(b))
     });
     e.expect_shutdown().times(1).returning(|| Ok(()));
     e.expect_clock_domain().return_const(ClockDomain::Monotonic);
 
     let b = spawn(e, config(4, Duration::from_millis(1)));
-    // Eight threads race to preload and then submit: one load, serialized generates.
     let barrier = Arc::new(Barrier::new(8));
     let handles: Vec<_> = (0..8)
         .map(|_| {
@@ -86,11 +95,14 @@ fn mock_engine_loads_once_serializes_generates_and_shuts_down_once() {
             })
         })
         .collect();
+    entered_rx.recv_timeout(LIMIT).expect("a first generate");
+    let during = b.submit(req()).expect("a submit while a generate runs");
+    admitted_tx.send(()).expect("the first generate waits for it");
     let ok: usize = handles.into_iter().map(|h| h.join().expect("submitter")).sum();
-    assert_eq!(ok, 200);
+    assert!(during.wait_timeout(LIMIT).unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}")).is_ok());
+    assert_eq!(ok, 200, "every request of the racing submitters completes");
     b.shutdown().expect("shutdown");
     b.shutdown().expect("second shutdown is harmless");
-    assert!(!overlapped.load(Ordering::SeqCst), "two generates overlapped");
     assert_eq!(b.state(), State::Stopped);
 }
 
@@ -362,9 +374,6 @@ fn death() -> EngineDeath {
     EngineDeath { process: "VLLM::EngineCore".into(), pid: Some(4242), status: "killed by SIGKILL".into() }
 }
 
-/// Answers come from the call that caused them, so a short bound is plenty.
-const PROMPT: Duration = Duration::from_secs(2);
-
 /// `shutdown` on another thread, which must return within `LIMIT` however stuck the engine is.
 fn shutdown_returns(b: &Batcher) -> Result<(), EngineError> {
     let (done, result) = mpsc::channel();
@@ -380,8 +389,9 @@ fn engine_death_from_another_thread_answers_everyone_while_generate_never_return
     let (b, tickets, release, shutdowns) = stuck_batcher(|b| Ok(echo(b)));
     let watcher = b.clone();
     std::thread::spawn(move || watcher.engine_died(death())).join().expect("watcher");
-    for t in tickets {
-        let outcome = t.wait_timeout(PROMPT).unwrap_or_else(|_| panic!("no outcome within {PROMPT:?} of the death"));
+    // Answers come from the call that caused them: they are there when it returns.
+    for mut t in tickets {
+        let outcome = t.try_take().expect("answered by the death itself");
         assert_eq!(outcome.err(), Some(RequestError::EngineDied(death())));
     }
     assert_eq!(b.submit(req()).err(), Some(RequestError::EngineDied(death())), "later submits fail at once");
@@ -406,8 +416,9 @@ fn engine_death_releases_a_shutdown_that_waits_for_a_stuck_generate() {
     });
     b.engine_died(death());
     result.recv_timeout(LIMIT).expect("shutdown returned after the death").expect("shutdown");
-    for t in tickets {
-        let outcome = t.wait_timeout(PROMPT).unwrap_or_else(|_| panic!("no outcome within {PROMPT:?} of the death"));
+    // Answers come from the call that caused them: they are there when it returns.
+    for mut t in tickets {
+        let outcome = t.try_take().expect("answered by the death itself");
         assert_eq!(outcome.err(), Some(RequestError::EngineDied(death())));
     }
     drop(release);
@@ -417,8 +428,8 @@ fn engine_death_releases_a_shutdown_that_waits_for_a_stuck_generate() {
 fn abort_in_flight_abandons_the_stuck_generate_and_shutdown_returns() {
     let (b, tickets, release, shutdowns) = stuck_batcher(|b| Ok(echo(b)));
     b.abort_in_flight();
-    for t in tickets {
-        let outcome = t.wait_timeout(PROMPT).unwrap_or_else(|_| panic!("no outcome within {PROMPT:?} of the abort"));
+    for mut t in tickets {
+        let outcome = t.try_take().expect("answered by the abort itself");
         assert_eq!(outcome.err(), Some(RequestError::Aborted));
     }
     assert_eq!(b.submit(req()).err(), Some(RequestError::Aborted));

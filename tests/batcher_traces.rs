@@ -32,8 +32,21 @@ fn cost() -> CostModel {
     CostModel { decode_step: Duration::from_millis(1), ..CostModel::free() }
 }
 
-/// Runs a script; returns the rendered trace. Times are milliseconds since the driver's start.
+/// Runs a script with the default [`cost`]; returns the rendered trace.
 fn trace(
+    batch_size: usize,
+    timeout_ms: u64,
+    generate_timeout_ms: Option<u64>,
+    faults: Faults,
+    steps: &[Step],
+) -> String {
+    trace_with(cost(), batch_size, timeout_ms, generate_timeout_ms, faults, steps)
+}
+
+/// Runs a script against a simulated engine of `cost`; returns the rendered trace. Times are
+/// milliseconds since the driver's start.
+fn trace_with(
+    cost: CostModel,
     batch_size: usize,
     timeout_ms: u64,
     generate_timeout_ms: Option<u64>,
@@ -43,7 +56,7 @@ fn trace(
     let config = BatchConfig::new(batch_size, Duration::from_millis(timeout_ms))
         .and_then(|c| c.with_generate_timeout(generate_timeout_ms.map(Duration::from_millis)))
         .expect("config");
-    let (engine, clock) = SimEngine::virtual_time(SimConfig { seed: 1, cost: cost(), ..SimConfig::default() });
+    let (engine, clock) = SimEngine::virtual_time(SimConfig { seed: 1, cost, ..SimConfig::default() });
     let engine = FaultyEngine::new(engine, faults, 1, std::sync::Arc::new(clock.clone()));
     let mut d = VirtualDriver::new(engine, config, clock).with_events();
     let origin = VirtualClock::ORIGIN.as_nanos();
@@ -224,3 +237,20 @@ trace_case!(
     Faults { hang: FaultTrigger::every(1), ..Faults::default() },
     [Submit(2), Wait(1), Submit(1), Abort, Submit(1), Shutdown]
 );
+
+/// Each decode step costs 1 ms per running sequence on top of its 1 ms. Two output tokens: the
+/// first at the end of the 1 ms prefill, the second one decode step later. A lone request takes
+/// 1 + (1 + 1) = 3 ms, a batch of 4 takes 1 + (1 + 4) = 6 ms.
+#[test]
+fn decode_cost_grows_with_the_running_batch() {
+    use Step::*;
+    let cost = CostModel { decode_per_seq: Duration::from_millis(1), ..cost() };
+    insta::assert_snapshot!(trace_with(
+        cost,
+        4,
+        10,
+        None,
+        Faults::default(),
+        &[Submit(1), Wait(50), Submit(4), Wait(50), Shutdown]
+    ));
+}

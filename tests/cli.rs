@@ -97,18 +97,14 @@ fn check_prints_the_resolved_scenario() {
 }
 
 /// Runs `file` with its plain progress piped, sends one SIGINT once the measured phase is under
-/// way, and checks batchlab exits 130. Returns the rest of its stderr and how long it took to exit.
-fn interrupt_mid_run(file: &Path, dir: &Path) -> (Vec<String>, std::time::Duration) {
+/// way, and checks batchlab exits 130 (waiting on its exit, up to a backstop far below any hang
+/// under test). Returns the rest of its stderr.
+fn interrupt_mid_run(file: &Path, dir: &Path) -> Vec<String> {
     signal_mid_run(file, dir, nix::sys::signal::Signal::SIGINT, 130)
 }
 
 /// [`interrupt_mid_run`] with `signal`, expecting exit code `code`.
-fn signal_mid_run(
-    file: &Path,
-    dir: &Path,
-    signal: nix::sys::signal::Signal,
-    code: i32,
-) -> (Vec<String>, std::time::Duration) {
+fn signal_mid_run(file: &Path, dir: &Path, signal: nix::sys::signal::Signal, code: i32) -> Vec<String> {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(env!("CARGO_BIN_EXE_batchlab"))
         .args(["run", file.to_str().unwrap(), "--output", dir.to_str().unwrap()])
@@ -120,13 +116,16 @@ fn signal_mid_run(
     // The plain progress line of the measured phase: the run is under way.
     let seen = lines.by_ref().map_while(Result::ok).any(|l| l.contains("measuring"));
     assert!(seen, "no progress line");
-    let interrupted = std::time::Instant::now();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+    let exited = batchlab::sys::wait_for_any_exit(&[child.id() as i32], std::time::Duration::from_secs(120));
+    if !exited {
+        let _ = child.kill();
+    }
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
-    let took = interrupted.elapsed();
+    assert!(exited, "no exit after the signal: {rest:?}");
     assert_eq!(status.code(), Some(code), "{rest:?}");
-    (rest, took)
+    rest
 }
 
 #[test]
@@ -141,7 +140,7 @@ fn ctrl_c_drains_and_writes_an_incomplete_report() {
          [stop]\nmax_requests = 100000000\n",
     )
     .unwrap();
-    let (rest, _) = interrupt_mid_run(&file, &dir);
+    let rest = interrupt_mid_run(&file, &dir);
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["incomplete"], true, "{rest:?}");
     let counts = &report["benchmarks"][0]["counts"];
@@ -166,8 +165,8 @@ fn ctrl_c_abandons_a_wedged_generate_and_still_reports() {
          [stop]\nmax_requests = 1000\n[faults]\nhang = { every = 1 }\nhang_for = \"1h\"\n",
     )
     .unwrap();
-    let (rest, took) = interrupt_mid_run(&file, &dir);
-    assert!(took < std::time::Duration::from_secs(30), "took {took:?}: {rest:?}");
+    // The hang lasts an hour: exiting at all (within interrupt_mid_run's backstop) is the point.
+    let rest = interrupt_mid_run(&file, &dir);
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["incomplete"], true, "{rest:?}");
     let counts = &report["benchmarks"][0]["counts"];
@@ -373,7 +372,7 @@ fn sigterm_drains_reports_and_exits_143() {
          [workload]\nprompt_tokens = 8\noutput_tokens = 8\n[stop]\nmax_requests = 100000000\n",
     )
     .unwrap();
-    let (rest, _) = signal_mid_run(&file, &dir, nix::sys::signal::Signal::SIGTERM, 143);
+    let rest = signal_mid_run(&file, &dir, nix::sys::signal::Signal::SIGTERM, 143);
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["incomplete"], true, "{rest:?}");
 }

@@ -2,17 +2,25 @@
 //! bound) of submitters, the engine thread, a shutdown and an engine death reported by a watcher.
 //!
 //! Run with `just test-loom` (`RUSTFLAGS="--cfg loom" cargo test --release --test loom_batcher`).
-//! A lost wake-up or a waiter left hanging shows up as a loom deadlock; two generates at once,
-//! a generate after the engine's shutdown, or a second engine shutdown fail the engine's own
-//! assertions; a lock-order violation panics in `batchlab::sync::ordered`.
+//! A lost wake-up or a waiter left hanging shows up as a loom deadlock; a lock-order violation
+//! panics in `batchlab::sync::ordered`. Every model here fails against a broken variant of the
+//! shell or the core kept in `scripts/mutants.py` (docs/testing.md lists which).
+//!
+//! The engine is moved into the one engine thread and every engine call takes `&mut self`, so no
+//! variant of the shell that compiles can run two generates at the same instant. What the shell
+//! *can* break about its generates is what other threads see while one runs: that a running
+//! generate holds no batcher lock (others submit and shut down meanwhile, and the next generate
+//! waits for it), that the engine's shutdown and its result come after the last generate, and that
+//! a dead engine's generate returning late is still followed by the engine's one shutdown. The
+//! engines below record their calls in loom atomics shared with the test threads, which check them.
 #![cfg(loom)]
 
 use std::time::Duration;
 
 use batchlab::batcher::{BatchConfig, Batcher, RequestError};
 use batchlab::engine::{Engine, EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest};
-use batchlab::sync::Arc;
-use batchlab::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use batchlab::sync::atomic::{AtomicUsize, Ordering};
+use batchlab::sync::{Arc, Condvar, Mutex};
 use batchlab::time::{Clock, Timestamp};
 use loom::thread;
 
@@ -28,17 +36,60 @@ impl Clock for Frozen {
     fn sleep(&self, _: Duration) {}
 }
 
+/// A one-way signal between threads: `open` once, `wait` until it was opened.
+#[derive(Clone, Default)]
+struct Gate(Arc<(Mutex<bool>, Condvar)>);
+
+impl Gate {
+    fn open(&self) {
+        let (open, cv) = &*self.0;
+        *open.lock().unwrap() = true;
+        cv.notify_all();
+    }
+
+    fn wait(&self) {
+        let (open, cv) = &*self.0;
+        let mut open = open.lock().unwrap();
+        while !*open {
+            open = cv.wait(open).unwrap();
+        }
+    }
+}
+
+/// What the engine saw, in loom atomics the test threads read.
 #[derive(Clone, Default)]
 struct Probe {
     starts: Arc<AtomicUsize>,
     generates: Arc<AtomicUsize>,
-    in_generate: Arc<AtomicBool>,
+    /// Generates running right now.
+    in_generate: Arc<AtomicUsize>,
     shutdowns: Arc<AtomicUsize>,
+    /// How many generates had returned when the engine's shutdown ran.
+    generates_at_shutdown: Arc<AtomicUsize>,
+}
+
+impl Probe {
+    fn enter_generate(&self) {
+        assert_eq!(self.in_generate.fetch_add(1, Ordering::SeqCst), 0, "two generates at once");
+        assert_eq!(self.shutdowns.load(Ordering::SeqCst), 0, "generate after engine shutdown");
+    }
+
+    fn leave_generate(&self) {
+        self.generates.fetch_add(1, Ordering::SeqCst);
+        self.in_generate.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn shutdown(&self) {
+        assert_eq!(self.in_generate.load(Ordering::SeqCst), 0, "shutdown during generate");
+        self.generates_at_shutdown.store(self.generates.load(Ordering::SeqCst), Ordering::SeqCst);
+        assert_eq!(self.shutdowns.fetch_add(1, Ordering::SeqCst), 0, "engine shut down twice");
+    }
 }
 
 struct LoomEngine {
     probe: Probe,
     fail: bool,
+    shutdown_fails: bool,
 }
 
 impl Engine for LoomEngine {
@@ -48,10 +99,8 @@ impl Engine for LoomEngine {
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
-        assert!(!self.probe.in_generate.swap(true, Ordering::SeqCst), "two generates at once");
-        assert_eq!(self.probe.shutdowns.load(Ordering::SeqCst), 0, "generate after engine shutdown");
-        self.probe.generates.fetch_add(1, Ordering::SeqCst);
-        self.probe.in_generate.store(false, Ordering::SeqCst);
+        self.probe.enter_generate();
+        self.probe.leave_generate();
         if self.fail {
             return Err(EngineError::Generate("injected".into()));
         }
@@ -59,16 +108,25 @@ impl Engine for LoomEngine {
     }
 
     fn shutdown(&mut self) -> Result<(), EngineError> {
-        assert!(!self.probe.in_generate.load(Ordering::SeqCst), "shutdown during generate");
-        assert_eq!(self.probe.shutdowns.fetch_add(1, Ordering::SeqCst), 0, "engine shut down twice");
+        self.probe.shutdown();
+        if self.shutdown_fails {
+            return Err(EngineError::Shutdown("injected".into()));
+        }
         Ok(())
     }
 }
 
+fn config(batch_size: usize) -> BatchConfig {
+    BatchConfig::new(batch_size, Duration::from_secs(3600)).unwrap()
+}
+
+fn spawn(engine: impl Engine + 'static, batch_size: usize) -> Batcher {
+    Batcher::spawn(engine, config(batch_size), std::sync::Arc::new(Frozen))
+}
+
 fn batcher(batch_size: usize, fail: bool) -> (Batcher, Probe) {
     let probe = Probe::default();
-    let config = BatchConfig::new(batch_size, Duration::from_secs(3600)).unwrap();
-    let b = Batcher::spawn(LoomEngine { probe: probe.clone(), fail }, config, std::sync::Arc::new(Frozen));
+    let b = spawn(LoomEngine { probe: probe.clone(), fail, shutdown_fails: false }, batch_size);
     (b, probe)
 }
 
@@ -80,9 +138,13 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
     builder.check(f);
 }
 
+fn request() -> EngineRequest {
+    EngineRequest::tokens(0, vec![1], 1)
+}
+
 /// A submitter: returns whether its request was admitted and how it ended.
 fn submit_and_wait(b: &Batcher) -> Option<Result<(), RequestError>> {
-    match b.submit(EngineRequest::tokens(0, vec![1], 1)) {
+    match b.submit(request()) {
         Ok(t) => Some(t.wait().map(|_| ())),
         Err(e) => {
             assert_eq!(e, RequestError::ShuttingDown);
@@ -153,11 +215,11 @@ fn cancel_racing_dispatch_never_hangs() {
         b.preload().unwrap();
         let b2 = b.clone();
         let canceller = thread::spawn(move || {
-            if let Ok(t) = b2.submit(EngineRequest::tokens(0, vec![1], 1)) {
+            if let Ok(t) = b2.submit(request()) {
                 drop(t);
             }
         });
-        let mine = b.submit(EngineRequest::tokens(0, vec![1], 1)).unwrap();
+        let mine = b.submit(request()).unwrap();
         canceller.join().unwrap();
         // Time is frozen, so a lone request can only leave the queue through a full batch or the
         // drain at shutdown; waiting before shutdown could (rightly) wait forever.
@@ -167,12 +229,95 @@ fn cancel_racing_dispatch_never_hangs() {
     });
 }
 
+/// An engine whose first generate tells the test it is running (`entered`), then waits until the
+/// test opens `gate`.
+struct HeldEngine {
+    probe: Probe,
+    entered: Gate,
+    gate: Gate,
+}
+
+impl Engine for HeldEngine {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        Ok(EngineInfo { name: "loom".into(), version: "0".into(), resolved_config: None })
+    }
+
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        self.probe.enter_generate();
+        if self.probe.generates.load(Ordering::SeqCst) == 0 {
+            self.entered.open();
+            self.gate.wait();
+        }
+        self.probe.leave_generate();
+        Ok(common::echo(batch))
+    }
+
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        self.probe.shutdown();
+        Ok(())
+    }
+}
+
+/// While a generate runs on the engine thread, another thread's submit gets in (queued behind
+/// it) and a third thread's shutdown waits for both generates, one after the other. A generate
+/// run with the batcher lock held blocks that submit: a loom deadlock.
+#[test]
+fn a_running_generate_lets_others_submit_and_shut_down_and_the_next_waits_for_it() {
+    model(|| {
+        let probe = Probe::default();
+        let (entered, gate) = (Gate::default(), Gate::default());
+        let engine = HeldEngine { probe: probe.clone(), entered: entered.clone(), gate: gate.clone() };
+        let b = spawn(engine, 1);
+        let b1 = b.clone();
+        let first = thread::spawn(move || submit_and_wait(&b1));
+        entered.wait();
+        let second = b.submit(request()).expect("a submit is admitted while a generate runs");
+        let b2 = b.clone();
+        let stopper = thread::spawn(move || b2.shutdown());
+        gate.open();
+        assert_eq!(first.join().unwrap(), Some(Ok(())));
+        assert!(second.wait().is_ok());
+        stopper.join().unwrap().unwrap();
+        assert_eq!(probe.generates.load(Ordering::SeqCst), 2);
+        assert_eq!(probe.generates_at_shutdown.load(Ordering::SeqCst), 2, "engine shut down before the last generate");
+        assert_eq!(probe.shutdowns.load(Ordering::SeqCst), 1);
+    });
+}
+
+/// A submit racing shutdown, with an engine whose shutdown fails: the engine's shutdown runs once,
+/// after the last generate, and `Batcher::shutdown` (another thread) returns its error. A shell
+/// that reports the engine stopped before its shutdown returned lets `Batcher::shutdown` read no
+/// result, and return `Ok`, in some interleaving.
+#[test]
+fn engine_shutdown_follows_the_last_generate_and_its_error_reaches_shutdown() {
+    model(|| {
+        let probe = Probe::default();
+        let b = spawn(LoomEngine { probe: probe.clone(), fail: false, shutdown_fails: true }, 1);
+        let b2 = b.clone();
+        let submitter = thread::spawn(move || submit_and_wait(&b2));
+        let result = b.shutdown();
+        let answer = submitter.join().unwrap();
+        let generates = probe.generates.load(Ordering::SeqCst);
+        if probe.starts.load(Ordering::SeqCst) == 0 {
+            assert_eq!(answer, None, "admitted without an engine start");
+            assert_eq!(result, Ok(()));
+            assert_eq!(probe.shutdowns.load(Ordering::SeqCst), 0);
+            return;
+        }
+        assert_eq!(result, Err(EngineError::Shutdown("injected".into())), "the engine's shutdown error is lost");
+        assert_eq!(probe.shutdowns.load(Ordering::SeqCst), 1);
+        assert_eq!(probe.generates_at_shutdown.load(Ordering::SeqCst), generates, "a generate after the shutdown");
+        assert_eq!(generates, usize::from(answer.is_some()));
+        assert_eq!(answer.unwrap_or(Ok(())), Ok(()));
+    });
+}
+
 /// An engine whose generate blocks until the test opens the gate: as stuck as a dead engine's
-/// generate for as long as the test wants.
+/// generate for as long as the test wants. Dropping it opens `dropped`.
 struct GatedEngine {
-    gate: Arc<(loom::sync::Mutex<bool>, loom::sync::Condvar)>,
-    shutdowns: Arc<AtomicUsize>,
-    in_generate: Arc<AtomicBool>,
+    gate: Gate,
+    dropped: Gate,
+    probe: Probe,
 }
 
 impl Engine for GatedEngine {
@@ -181,36 +326,35 @@ impl Engine for GatedEngine {
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
-        self.in_generate.store(true, Ordering::SeqCst);
-        let (open, cv) = &*self.gate;
-        let mut open = open.lock().unwrap();
-        while !*open {
-            open = cv.wait(open).unwrap();
-        }
-        self.in_generate.store(false, Ordering::SeqCst);
+        self.probe.enter_generate();
+        self.gate.wait();
+        self.probe.leave_generate();
         Ok(common::echo(batch))
     }
 
     fn shutdown(&mut self) -> Result<(), EngineError> {
-        assert!(!self.in_generate.load(Ordering::SeqCst), "shutdown during a stuck generate");
-        assert_eq!(self.shutdowns.fetch_add(1, Ordering::SeqCst), 0, "engine shut down twice");
+        self.probe.shutdown();
         Ok(())
     }
 }
 
+impl Drop for GatedEngine {
+    fn drop(&mut self) {
+        self.dropped.open();
+    }
+}
+
+/// A watcher reports the engine's death while its generate may be stuck: shutdown returns without
+/// waiting for the generate. When the generate returns after all, its result is discarded and the
+/// engine is shut down then, once, on the engine thread, before the engine is dropped; never while
+/// the generate is stuck (invariant 3).
 #[test]
-fn engine_death_from_a_watcher_releases_shutdown_while_generate_is_stuck() {
+fn engine_death_from_a_watcher_releases_shutdown_and_a_late_generate_is_followed_by_the_shutdown() {
     model(|| {
-        let gate = Arc::new((loom::sync::Mutex::new(false), loom::sync::Condvar::new()));
-        let shutdowns = Arc::new(AtomicUsize::new(0));
-        let engine = GatedEngine {
-            gate: gate.clone(),
-            shutdowns: shutdowns.clone(),
-            in_generate: Arc::new(AtomicBool::new(false)),
-        };
-        let config = BatchConfig::new(1, Duration::from_secs(3600)).unwrap();
-        let b = Batcher::spawn(engine, config, std::sync::Arc::new(Frozen));
-        let ticket = b.submit(EngineRequest::tokens(0, vec![1], 1)).unwrap();
+        let (gate, dropped, probe) = (Gate::default(), Gate::default(), Probe::default());
+        let engine = GatedEngine { gate: gate.clone(), dropped: dropped.clone(), probe: probe.clone() };
+        let b = spawn(engine, 1);
+        let ticket = b.submit(request()).unwrap();
         let death = EngineDeath { process: "core".into(), pid: None, status: "killed by SIGKILL".into() };
         let (b2, d2) = (b.clone(), death.clone());
         let watcher = thread::spawn(move || b2.engine_died(d2));
@@ -220,9 +364,12 @@ fn engine_death_from_a_watcher_releases_shutdown_while_generate_is_stuck() {
         watcher.join().unwrap();
         // Whether the death came before the dispatch or during the generate, it is the answer.
         assert_eq!(ticket.wait().err(), Some(RequestError::EngineDied(death.clone())));
-        assert_eq!(b.submit(EngineRequest::tokens(0, vec![1], 1)).err(), Some(RequestError::EngineDied(death)));
-        let (open, cv) = &*gate;
-        *open.lock().unwrap() = true;
-        cv.notify_all();
+        assert_eq!(b.submit(request()).err(), Some(RequestError::EngineDied(death)));
+        // The stuck generate (if one was dispatched) returns now; the engine thread must still
+        // shut the engine down before it lets the engine go.
+        gate.open();
+        dropped.wait();
+        assert_eq!(probe.shutdowns.load(Ordering::SeqCst), 1, "the engine was dropped without its shutdown");
+        assert_eq!(probe.generates_at_shutdown.load(Ordering::SeqCst), probe.generates.load(Ordering::SeqCst));
     });
 }

@@ -94,20 +94,18 @@ impl Run {
     }
 
     fn finish_within(&mut self, limit: Duration) -> ExitStatus {
-        let deadline = Instant::now() + limit;
-        loop {
-            while let Ok(line) = self.lines.try_recv() {
-                self.stderr.push(line);
-            }
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
-                    self.stderr.push(line);
-                }
-                return status;
-            }
-            assert!(Instant::now() < deadline, "batchlab did not exit within {limit:?}; stderr tail:\n{}", self.tail());
-            std::thread::sleep(Duration::from_millis(100));
+        // Waits on batchlab's exit itself (its pidfd), reading stderr lines as they come.
+        let exited = batchlab::sys::wait_for_any_exit(&[self.child.id() as i32], limit);
+        while let Ok(line) = self.lines.try_recv() {
+            self.stderr.push(line);
         }
+        assert!(exited, "batchlab did not exit within {limit:?}; stderr tail:\n{}", self.tail());
+        let status = self.child.wait().expect("wait");
+        // The last lines, until the pipe closes (bounded: a leftover process may hold it open).
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+            self.stderr.push(line);
+        }
+        status
     }
 
     fn tail(&self) -> String {
@@ -241,7 +239,8 @@ fn engine_processes_never_outlive_batchlab() {
     let mut run = spawn(&["--set", "stop.max_requests=100000"], &dir);
     run.wait_for("measuring");
     run.signal(nix::sys::signal::Signal::SIGINT);
-    std::thread::sleep(Duration::from_millis(50));
+    // The second Ctrl-C once the first was handled (two at once may arrive as one signal).
+    run.wait_for("interrupted: no new requests");
     run.signal(nix::sys::signal::Signal::SIGINT);
     let status = run.finish();
     assert_eq!(status.code(), Some(130), "stderr tail:\n{}", run.tail());
@@ -400,4 +399,110 @@ fn the_engine_is_quiet_and_its_log_kept() {
     assert!(out.status.success(), "stderr:\n{stderr}");
     assert!(stderr.lines().any(engine_noise), "-v streams vLLM's lines:\n{stderr}");
     assert!(!dir.join("engine.log").exists());
+}
+
+/// vLLM's own counters, read from the Prometheus files its in-process engine kept in `dir`
+/// (`PROMETHEUS_MULTIPROC_DIR`): the tokens its scheduler generated, the requests it finished and
+/// the prompt tokens it read. Counted by vLLM step by step, independently of the outputs batchlab
+/// reads and counts.
+fn vllm_counters(dir: &Path) -> (u64, u64, u64) {
+    let script = "import sys\n\
+        from prometheus_client import CollectorRegistry, multiprocess\n\
+        r = CollectorRegistry()\n\
+        multiprocess.MultiProcessCollector(r, path=sys.argv[1])\n\
+        total = {}\n\
+        for m in r.collect():\n\
+        \x20   for s in m.samples:\n\
+        \x20       total[s.name] = total.get(s.name, 0) + s.value\n\
+        names = ['vllm:generation_tokens_total', 'vllm:request_success_total', 'vllm:prompt_tokens_total']\n\
+        print(*(int(total.get(n, -1)) for n in names))\n";
+    let out = Command::new(default_venv().join("bin/python"))
+        .args(["-c", script])
+        .arg(dir)
+        .output()
+        .expect("the venv's python");
+    assert!(out.status.success(), "reading vLLM's counters: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let numbers: Vec<i64> = text.split_whitespace().map(|n| n.parse().expect("a count")).collect();
+    assert!(
+        numbers.len() == 3 && numbers.iter().all(|&n| n >= 0),
+        "vLLM kept no counters in {}: {text}",
+        dir.display()
+    );
+    (numbers[0] as u64, numbers[1] as u64, numbers[2] as u64)
+}
+
+/// The in-process engine end to end through the CLI: every request has its TTFT and inter-token
+/// times, and batchlab's token counts are vLLM's own. vLLM counts, besides these requests, the
+/// request `VllmEngine.start` sends to warm the engine up: 3 prompt tokens, 1 generated.
+#[test]
+fn the_in_process_engine_times_every_request_and_counts_vllms_tokens() {
+    if !ready() {
+        return;
+    }
+    let _one = one_engine();
+    let dir = output_dir("in-process");
+    let metrics = dir.join("prometheus");
+    std::fs::create_dir_all(&metrics).expect("the metrics dir");
+    let args = [
+        "run",
+        "scenarios/vllm-cpu.toml",
+        "--output",
+        dir.to_str().expect("utf-8 path"),
+        "--set",
+        "engine.vllm.in_process=true",
+        "--set",
+        "batching.batch_size=8",
+        "--set",
+        "workload.prompt_tokens=32",
+        "--set",
+        "workload.output_tokens=16",
+        "--set",
+        "warmup.requests=4",
+        "--set",
+        "stop.max_requests=24",
+        "--set",
+        "expect.completed=24",
+        "--set",
+        "output.requests_jsonl=true",
+    ];
+    let out = Command::new(env!("CARGO_BIN_EXE_batchlab"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("PROMETHEUS_MULTIPROC_DIR", &metrics)
+        .env_remove("VLLM_ENABLE_V1_MULTIPROCESSING")
+        .output()
+        .expect("batchlab");
+    assert!(out.status.success(), "stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("requests.jsonl"))
+        .expect("requests.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON row"))
+        .collect();
+    let completed: Vec<_> = rows.iter().filter(|r| r["outcome"] == "completed").collect();
+    assert_eq!(completed.len(), rows.len(), "every request completes: {rows:?}");
+    assert_eq!(completed.iter().filter(|r| r["phase"] == "measure").count(), 24);
+    let tokens = |r: &serde_json::Value| r["output_tokens"].as_u64().unwrap_or_else(|| panic!("no output_tokens: {r}"));
+    for r in &completed {
+        assert_eq!(tokens(r), 16, "ignore_eos: every request generates output_tokens: {r}");
+        for field in ["ttft_ms", "tpot_ms", "latency_per_token_ms"] {
+            assert!(r[field].as_f64().is_some_and(|v| v > 0.0), "{field} missing or not positive: {r}");
+        }
+        assert!(r["ttft_ms"].as_f64() <= r["latency_ms"].as_f64(), "TTFT after the latency: {r}");
+        assert_eq!(r["anomalies"], serde_json::json!([]), "{r}");
+    }
+
+    // batchlab's totals: the report's measured ones, and every completed request's.
+    let report = report(&dir);
+    let measured: u64 = completed.iter().filter(|r| r["phase"] == "measure").map(|r| tokens(r)).sum();
+    assert_eq!(report["benchmarks"][0]["tokens"]["output"].as_u64(), Some(measured), "report vs requests.jsonl");
+    let all: u64 = completed.iter().map(|r| tokens(r)).sum();
+    let prompts: u64 = completed.iter().map(|r| r["prompt_tokens"].as_u64().expect("prompt_tokens")).sum();
+
+    // vLLM's own counts: the same, plus its one-token warm-up request.
+    let (vllm_tokens, vllm_requests, vllm_prompts) = vllm_counters(&metrics);
+    assert_eq!(vllm_requests, completed.len() as u64 + 1, "requests vLLM finished vs batchlab's completed + warm-up");
+    assert_eq!(vllm_tokens, all + 1, "tokens vLLM generated vs batchlab's output tokens + the warm-up's one");
+    assert_eq!(vllm_prompts, prompts + 3, "prompt tokens vLLM read vs batchlab's + the warm-up's three");
 }

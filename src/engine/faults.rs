@@ -481,6 +481,8 @@ mod process {
     /// From a helper thread, `delay` from now: SIGKILL `target`. Logs what it did.
     pub(super) fn kill_later(target: Target, delay: Duration) {
         let spawned = std::thread::Builder::new().name("batchlab-fault-kill".into()).spawn(move || {
+            // The kill lands `delay` into the generate of a real (multiprocess) engine: real time
+            // by nature, as the processes it kills are real.
             std::thread::sleep(delay);
             match find(target) {
                 Some(pid) => match kill(Pid::from_raw(pid), Signal::SIGKILL) {

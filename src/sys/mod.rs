@@ -148,7 +148,8 @@ pub fn descendants() -> Vec<i32> {
 }
 
 /// Sends SIGTERM to every descendant, waits up to `grace` for them to go, then SIGKILLs the rest
-/// and reaps them. Returns how many there were.
+/// and reaps them. Returns how many there were. Waits on the processes' exits (pidfds), never by
+/// polling /proc on a timer.
 pub fn reap_descendants(grace: Duration) -> usize {
     let first = descendants();
     if first.is_empty() {
@@ -159,24 +160,65 @@ pub fn reap_descendants(grace: Duration) -> usize {
         // An error means the process is already gone.
         let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
-    let deadline = Instant::now() + grace;
-    loop {
-        reap_zombies();
-        let left = descendants();
-        if left.is_empty() {
-            break;
+    let left = reap_until_gone(Instant::now() + grace);
+    if !left.is_empty() {
+        for &pid in &left {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
-        if Instant::now() >= deadline {
-            for &pid in &left {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-            reap_zombies();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+        // SIGKILL cannot be ignored: this wait ends as soon as the kernel has ended them.
+        reap_until_gone(Instant::now() + KILL_WAIT);
     }
     first.len()
+}
+
+/// How long [`reap_descendants`] waits for SIGKILLed descendants to go.
+const KILL_WAIT: Duration = Duration::from_secs(1);
+
+/// Reaps exited descendants until none is left or `deadline` passes; returns those still alive.
+fn reap_until_gone(deadline: Instant) -> Vec<i32> {
+    loop {
+        reap_zombies();
+        let left = descendant_entries();
+        let alive: Vec<i32> = left.iter().filter(|e| !e.zombie).map(|e| e.pid).collect();
+        let now = Instant::now();
+        if left.is_empty() || now >= deadline {
+            return alive;
+        }
+        if alive.is_empty() {
+            // Only zombies, reaped by the next round (ours) or by their parents.
+            std::thread::yield_now();
+            continue;
+        }
+        wait_for_any_exit(&alive, deadline.saturating_duration_since(now));
+    }
+}
+
+/// Blocks until one of `pids` exits or `timeout` passes, on their pidfds (readable once a process
+/// has exited): the wait ends at the exit itself. Returns whether one exited (a pid already gone
+/// counts). Without pidfds (Linux < 5.3) it waits a short slice instead, so callers that loop
+/// until a condition holds still make progress.
+pub fn wait_for_any_exit(pids: &[i32], timeout: Duration) -> bool {
+    use std::os::fd::AsFd;
+
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+    let mut fds = Vec::with_capacity(pids.len());
+    for &pid in pids {
+        match watch::open_pidfd(pid) {
+            Ok(fd) => fds.push(fd),
+            Err(SysError::Os { source: nix::Error::ESRCH, .. }) => return true,
+            Err(_) => {
+                // No pidfds on this kernel: the only wait left is a timed one (explained above).
+                std::thread::sleep(timeout.min(Duration::from_millis(20)));
+                return false;
+            }
+        }
+    }
+    let mut polled: Vec<PollFd> = fds.iter().map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN)).collect();
+    // Round up, so a sub-millisecond remainder does not spin.
+    let millis = timeout.as_micros().div_ceil(1000);
+    let timeout = PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX);
+    matches!(poll(&mut polled, timeout), Ok(n) if n > 0)
 }
 
 /// Collects exit statuses of finished children, so they do not linger as zombies.
@@ -202,24 +244,37 @@ mod tests {
 
     #[test]
     fn finds_and_reaps_a_child_and_grandchild() {
+        use std::io::BufRead;
         let _lock = process_test_lock();
-        // sh starts a sleeping grandchild and sleeps itself.
-        let mut child = std::process::Command::new("sh").args(["-c", "sleep 30 & sleep 30"]).spawn().expect("sh");
+        // sh starts a sleeping grandchild, says its pid (so both exist: sh forked it), and sleeps.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; sleep 30"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh");
         let pid = child.id() as i32;
-        let mut seen = Vec::new();
-        for _ in 0..200 {
-            seen = descendants();
-            if seen.len() >= 2 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(seen.contains(&pid), "{seen:?}");
-        assert!(seen.len() >= 2, "grandchild not found: {seen:?}");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("the pid");
+        let grandchild: i32 = line.trim().parse().expect("a pid");
+        let seen = descendants();
+        assert!(seen.contains(&pid) && seen.contains(&grandchild), "{seen:?} lacks {pid} or {grandchild}");
         become_subreaper();
         assert!(reap_descendants(Duration::from_secs(2)) >= 2);
         let _ = child.wait();
         assert!(descendants().is_empty(), "{:?}", descendants());
+    }
+
+    #[test]
+    fn waiting_for_an_exit_ends_at_the_exit() {
+        let _lock = process_test_lock();
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pid = child.id() as i32;
+        assert!(!wait_for_any_exit(&[pid], Duration::ZERO), "a running process has not exited");
+        kill(Pid::from_raw(pid), Signal::SIGKILL).expect("kill");
+        // Far above the kill's latency; only a missed exit reaches it.
+        assert!(wait_for_any_exit(&[pid], Duration::from_secs(60)), "the exit was not seen");
+        let _ = child.wait();
+        assert!(wait_for_any_exit(&[pid], Duration::from_secs(60)), "a reaped pid counts as exited");
     }
 
     #[test]

@@ -19,7 +19,7 @@ struct EchoEngine;
 
 impl Engine for EchoEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo { name: "echo-engine".into(), version: "1.0".into() })
+        Ok(EngineInfo { name: "echo-engine".into(), version: "1.0".into(), resolved_config: None })
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -40,6 +40,7 @@ impl Engine for EchoEngine {
                     scheduled_ts: Some(start),
                     first_token_ts: Some(start + (end - start) / 2.0),
                     last_token_ts: Some(end),
+                    cached_tokens: None,
                     ..EngineStats::default()
                 },
             })

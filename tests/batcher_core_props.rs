@@ -186,7 +186,7 @@ impl Harness {
             Op::StartResult(ok) => {
                 let was_starting = matches!(self.core.state(), State::Starting | State::StartingThenDrain);
                 let r = if *ok {
-                    Ok(EngineInfo { name: "mock".into(), version: "0".into() })
+                    Ok(EngineInfo { name: "mock".into(), version: "0".into(), resolved_config: None })
                 } else {
                     Err(EngineError::Start("no".into()))
                 };

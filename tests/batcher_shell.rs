@@ -33,7 +33,7 @@ mock! {
 const LIMIT: Duration = Duration::from_secs(20);
 
 fn info() -> EngineInfo {
-    EngineInfo { name: "mock".into(), version: "0".into() }
+    EngineInfo { name: "mock".into(), version: "0".into(), resolved_config: None }
 }
 
 fn req() -> EngineRequest {

@@ -30,7 +30,7 @@ impl MyEngine {
 
 impl Engine for MyEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo { name: "my-engine".into(), version: "0.1".into() })
+        Ok(EngineInfo { name: "my-engine".into(), version: "0.1".into(), resolved_config: None })
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -52,6 +52,7 @@ impl Engine for MyEngine {
                     scheduled_ts: Some(start),
                     first_token_ts: Some(start + secs / 2.0),
                     last_token_ts: Some(start + secs),
+                    cached_tokens: None,
                     ..EngineStats::default()
                 },
             })

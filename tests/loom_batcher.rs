@@ -44,7 +44,7 @@ struct LoomEngine {
 impl Engine for LoomEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
         self.probe.starts.fetch_add(1, Ordering::SeqCst);
-        Ok(EngineInfo { name: "loom".into(), version: "0".into() })
+        Ok(EngineInfo { name: "loom".into(), version: "0".into(), resolved_config: None })
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -177,7 +177,7 @@ struct GatedEngine {
 
 impl Engine for GatedEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo { name: "loom".into(), version: "0".into() })
+        Ok(EngineInfo { name: "loom".into(), version: "0".into(), resolved_config: None })
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {

@@ -158,6 +158,7 @@ fn check_aggregator(input: &Input) {
                     tpot: tokens.filter(|n| *n >= 1).map(|n| latency / n),
                     prompt_tokens: *prompt,
                     output_tokens: *tokens,
+                    cached_tokens: None,
                     anomalies: Anomalies {
                         non_finite: anomalies & 1 != 0,
                         first_token_before_arrival: anomalies & 2 != 0,

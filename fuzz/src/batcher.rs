@@ -254,7 +254,7 @@ impl Harness {
     fn start_result(&mut self, ok: bool) {
         let starting = matches!(self.core.state(), State::Starting | State::StartingThenDrain);
         let result = if ok {
-            Ok(EngineInfo { name: "fuzz".into(), version: "0".into() })
+            Ok(EngineInfo { name: "fuzz".into(), version: "0".into(), resolved_config: None })
         } else {
             Err(EngineError::Start("no".into()))
         };

@@ -809,7 +809,10 @@ mod tests {
     fn check(arrivals: &[u64], then: impl FnOnce(&mut BatcherCore, Timestamp), expected: Option<u64>) {
         let mut core = BatcherCore::new(BatchConfig::new(3, Duration::from_millis(10)).unwrap());
         assert!(core.begin_start());
-        core.handle_start_result(Ok(EngineInfo { name: "t".into(), version: "0".into() }), at(0));
+        core.handle_start_result(
+            Ok(EngineInfo { name: "t".into(), version: "0".into(), resolved_config: None }),
+            at(0),
+        );
         for (i, &t) in arrivals.iter().enumerate() {
             core.submit(EngineRequest::tokens(i as u64, vec![1], 1), at(t)).unwrap();
         }
@@ -862,7 +865,10 @@ mod tests {
     fn death_fails_everything_once_and_rejects_later_submits() {
         let mut core = BatcherCore::new(BatchConfig::new(2, Duration::from_millis(10)).unwrap());
         assert!(core.begin_start());
-        core.handle_start_result(Ok(EngineInfo { name: "t".into(), version: "0".into() }), at(0));
+        core.handle_start_result(
+            Ok(EngineInfo { name: "t".into(), version: "0".into(), resolved_config: None }),
+            at(0),
+        );
         for id in 0..3 {
             core.submit(EngineRequest::tokens(id, vec![1], 1), at(1)).unwrap();
         }

@@ -106,6 +106,8 @@ pub struct EngineStats {
     pub first_token_ts: Option<f64>,
     /// Engine-clock seconds when the last output token was produced.
     pub last_token_ts: Option<f64>,
+    /// Prompt tokens served from the prefix cache (vLLM's `RequestOutput.num_cached_tokens`).
+    pub cached_tokens: Option<u32>,
 }
 
 /// One output per request.
@@ -145,13 +147,32 @@ pub enum ClockDomain {
     Foreign,
 }
 
+/// The engine configuration an engine actually resolved (vLLM's `vllm_config`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ResolvedEngineConfig {
+    /// `scheduler_config.max_num_seqs`.
+    pub max_num_seqs: u32,
+    /// `scheduler_config.max_num_batched_tokens`.
+    pub max_num_batched_tokens: u32,
+    /// `cache_config.num_gpu_blocks`: the KV blocks the engine got (on CPU too).
+    pub num_kv_blocks: u32,
+    /// `cache_config.block_size`: tokens per KV block, the unit of prefix-cache hits.
+    pub block_size: u32,
+    /// `cache_config.enable_prefix_caching`.
+    pub prefix_caching: bool,
+    /// `scheduler_config.enable_chunked_prefill`.
+    pub chunked_prefill: bool,
+}
+
 /// What an engine says about itself once started.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct EngineInfo {
     /// The engine's name as reports show it (`environment.engine_name`), e.g. `vllm`.
     pub name: String,
     /// The engine's version, as reports show it.
     pub version: String,
+    /// What the engine actually resolved; `None` when it cannot say.
+    pub resolved_config: Option<ResolvedEngineConfig>,
 }
 
 /// An engine process that exited while the engine was in use, as whoever saw it describes it.

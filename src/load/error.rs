@@ -42,6 +42,16 @@ pub enum LoadError {
         /// Bad lines found beyond those reported.
         omitted: usize,
     },
+    /// A profile parameter (burstiness, time scale, ...) that is out of range.
+    #[error("step {step}: {what} must be a finite number above 0, found {value}")]
+    InvalidParameter {
+        /// The step, by name.
+        step: String,
+        /// The parameter.
+        what: &'static str,
+        /// The value found.
+        value: f64,
+    },
     /// A rate that is not finite and positive.
     #[error("step {step}: rate must be a finite number of requests/s above 0, found {rate}")]
     InvalidRate {

@@ -1,4 +1,5 @@
-//! Prompt files: one JSON object per line, `{"prompt": "...", "max_tokens": 64}`.
+//! Prompt files: one JSON object per line, `{"prompt": "...", "max_tokens": 64}`, optionally with
+//! a `timestamp` (seconds, any origin) for trace replay.
 //!
 //! Parsing is a pure function of the text so tests need no files. Every bad line is reported (up
 //! to [`MAX_REPORTED_LINES`]) in one error, so a user fixes a file in one pass instead of one
@@ -13,14 +14,16 @@ use serde_json::Value;
 use super::error::{LineProblem, LoadError, MAX_REPORTED_LINES};
 
 /// One usable line of a prompt file.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PromptLine {
     pub prompt: String,
     /// `None` when the line has no `max_tokens`; the workload's default applies.
     pub max_tokens: Option<u32>,
+    /// When the request arrived, in seconds (any origin): a trace profile replays lines at these.
+    pub timestamp: Option<f64>,
 }
 
-const KNOWN_KEYS: [&str; 2] = ["prompt", "max_tokens"];
+const KNOWN_KEYS: [&str; 3] = ["prompt", "max_tokens", "timestamp"];
 
 /// Parses a whole prompt file. `origin` names the file in messages.
 pub(crate) fn parse_jsonl(text: &str, origin: &Path) -> Result<Vec<PromptLine>, LoadError> {
@@ -84,7 +87,51 @@ fn parse_line(raw: &str) -> Result<PromptLine, (Option<usize>, String)> {
             }
         },
     };
-    Ok(PromptLine { prompt, max_tokens })
+    let timestamp = match map.get("timestamp") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_f64() {
+            Some(t) if t.is_finite() && t >= 0.0 => Some(t),
+            _ => return Err((None, format!("expected `timestamp` to be a number of seconds >= 0, found {v}"))),
+        },
+    };
+    Ok(PromptLine { prompt, max_tokens, timestamp })
+}
+
+/// The arrival times of a trace file: every line's `timestamp`, which must be there and never go
+/// back in time. Every line without one, or earlier than the line before it, is reported.
+pub(crate) fn trace_timestamps(text: &str, origin: &Path) -> Result<Vec<f64>, LoadError> {
+    let lines = parse_jsonl(text, origin)?;
+    let mut problems = Vec::new();
+    let mut omitted = 0;
+    let mut timestamps = Vec::with_capacity(lines.len());
+    let mut previous: Option<f64> = None;
+    let numbered = text.lines().enumerate().filter(|(_, raw)| !raw.trim().is_empty()).map(|(i, _)| i + 1);
+    for (line_no, line) in numbered.zip(&lines) {
+        let problem = match (line.timestamp, previous) {
+            (None, _) => Some(
+                "missing `timestamp` (a trace profile replays every line at its recorded time, in seconds)".to_owned(),
+            ),
+            (Some(t), Some(p)) if t < p => {
+                Some(format!("`timestamp` {t} is before the previous line's {p}: a trace must be in time order"))
+            }
+            (Some(t), _) => {
+                timestamps.push(t);
+                previous = Some(t);
+                None
+            }
+        };
+        if let Some(message) = problem {
+            if problems.len() < MAX_REPORTED_LINES {
+                problems.push(LineProblem { line: line_no, column: None, message });
+            } else {
+                omitted += 1;
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(LoadError::BadLines { path: origin.to_owned(), problems, omitted });
+    }
+    Ok(timestamps)
 }
 
 /// The known key an unknown key was probably meant to be.
@@ -191,6 +238,61 @@ mod tests {
             "{message}"
         );
         assert!(message.ends_with("... and 5 more"), "{message}");
+    }
+
+    #[test]
+    fn timestamps_are_optional_numbers() {
+        let lines = parse_jsonl(
+            "{\"prompt\": \"a\", \"timestamp\": 1.5}\n{\"prompt\": \"b\"}\n{\"prompt\": \"c\", \"timestamp\": 2}",
+            Path::new("t.jsonl"),
+        )
+        .unwrap();
+        let got: Vec<_> = lines.iter().map(|l| l.timestamp).collect();
+        assert_eq!(got, [Some(1.5), None, Some(2.0)]);
+        let text = [
+            r#"{"prompt": "a", "timestamp": -1}"#,
+            r#"{"prompt": "a", "timestamp": "3"}"#,
+            r#"{"prompt": "a", "timestamps": 3}"#,
+        ]
+        .join("\n");
+        check(
+            &text,
+            Err(vec![
+                (1, "`timestamp` to be a number of seconds >= 0, found -1"),
+                (2, "found \"3\""),
+                (3, "did you mean `timestamp`"),
+            ]),
+        );
+    }
+
+    /// `Ok` lists the timestamps; `Err` lists `(line, text the message contains)`.
+    fn check_trace(text: &str, expected: Result<Vec<f64>, Vec<(usize, &str)>>) {
+        match (trace_timestamps(text, Path::new("trace.jsonl")), expected) {
+            (Ok(got), Ok(want)) => assert_eq!(got, want),
+            (Err(LoadError::BadLines { problems, .. }), Err(want)) => {
+                let got: Vec<_> = problems.iter().map(|p| p.line).collect();
+                assert_eq!(got, want.iter().map(|w| w.0).collect::<Vec<_>>(), "{problems:#?}");
+                for (p, (_, needle)) in problems.iter().zip(want) {
+                    assert!(p.message.contains(needle), "{:?} should contain {needle:?}", p.message);
+                }
+            }
+            (got, want) => panic!("{text:?}: got {got:?}, expected {want:?}"),
+        }
+    }
+
+    #[test]
+    fn traces_need_ordered_timestamps_on_every_line() {
+        let line = |t: &str| format!("{{\"prompt\": \"p\"{t}}}");
+        let ok = [line(", \"timestamp\": 5"), String::new(), line(", \"timestamp\": 5"), line(", \"timestamp\": 7.25")];
+        check_trace(&ok.join("\n"), Ok(vec![5.0, 5.0, 7.25]));
+        let bad = [
+            line(", \"timestamp\": 5"),
+            line(""),
+            String::new(),
+            line(", \"timestamp\": 4"),
+            line(", \"timestamp\": 6"),
+        ];
+        check_trace(&bad.join("\n"), Err(vec![(2, "missing `timestamp`"), (4, "4 is before the previous line's 5")]));
     }
 
     #[test]

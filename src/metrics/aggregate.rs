@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::distribution::Distribution;
 use super::mapper::RequestMetrics;
-use super::result::{AnomalyCounts, Batching, BenchmarkResult, Counts, Distributions, Tokens};
+use super::result::{AnomalyCounts, Batching, BenchmarkResult, Counts, Distributions, PrefixCacheTokens, Tokens};
 use crate::batcher::{FlushReason, RequestTimes};
 use crate::time::Timestamp;
 
@@ -35,6 +35,7 @@ pub struct BenchmarkAggregator {
     incomplete: u64,
     tokens: Tokens,
     anomalies: AnomalyCounts,
+    prefix_cache: PrefixCacheTokens,
 
     /// Σ of in-flight time of finished requests inside the window, ns.
     in_flight_ns: u128,
@@ -72,6 +73,7 @@ impl BenchmarkAggregator {
             incomplete: 0,
             tokens: Tokens::default(),
             anomalies: AnomalyCounts::default(),
+            prefix_cache: PrefixCacheTokens::default(),
             in_flight_ns: 0,
             incomplete_starts_ns: 0,
             latency: Distribution::new(),
@@ -105,6 +107,10 @@ impl BenchmarkAggregator {
 
         self.tokens.input += u64::from(metrics.prompt_tokens.unwrap_or(0));
         self.tokens.output += u64::from(metrics.output_tokens.unwrap_or(0));
+        if let (Some(cached), Some(prompt)) = (metrics.cached_tokens, metrics.prompt_tokens) {
+            self.prefix_cache.cached += u64::from(cached.min(prompt));
+            self.prefix_cache.prompt += u64::from(prompt);
+        }
 
         self.latency.record(metrics.latency);
         self.batch_wait.record(metrics.batch_wait);
@@ -128,6 +134,15 @@ impl BenchmarkAggregator {
         c.last_before_first += u64::from(a.last_before_first);
         c.scheduled_before_queued += u64::from(a.scheduled_before_queued);
         c.token_after_completion += u64::from(a.token_after_completion);
+    }
+
+    /// What a completed request's prompt was designed to hit in a prefix cache: `designed` of its
+    /// `prompt_tokens` (the engine's count; a request without one adds nothing).
+    pub fn record_designed_cached(&mut self, designed: u32, prompt_tokens: Option<u32>) {
+        if let Some(prompt) = prompt_tokens {
+            self.prefix_cache.designed_cached += u64::from(designed.min(prompt));
+            self.prefix_cache.designed_prompt += u64::from(prompt);
+        }
     }
 
     /// A request that failed; `kind` is [`crate::batcher::RequestError::kind`].
@@ -199,6 +214,10 @@ impl BenchmarkAggregator {
         let batches: u64 = self.batch_sizes.values().sum();
         let share = |n: u64| (batches > 0).then(|| n as f64 / batches as f64);
         let size_sum: u128 = self.batch_sizes.iter().map(|(&size, &n)| size as u128 * u128::from(n)).sum();
+        let p = &self.prefix_cache;
+        let ratio = |part: u64, whole: u64| (whole > 0).then(|| part as f64 / whole as f64);
+        let prefix_cache_hit_rate = ratio(p.cached, p.prompt);
+        let prefix_cache_designed_hit_rate = ratio(p.designed_cached, p.designed_prompt);
 
         BenchmarkResult {
             name: self.name,
@@ -239,6 +258,9 @@ impl BenchmarkAggregator {
                 drain_share: share(self.drain),
             },
             anomalies: self.anomalies,
+            prefix_cache_hit_rate,
+            prefix_cache_designed_hit_rate,
+            prefix_cache_tokens: self.prefix_cache,
         }
     }
 }
@@ -271,6 +293,7 @@ pub(crate) mod tests {
             tpot: (n >= 1).then(|| latency / n),
             prompt_tokens: Some(16),
             output_tokens: Some(n),
+            cached_tokens: Some(4),
             anomalies: Anomalies::default(),
         }
     }
@@ -287,6 +310,7 @@ pub(crate) mod tests {
         for (s, d, c, ttft, n) in completions {
             let t = times(s, d, c);
             agg.record_completion(&metrics(&t, ttft, n), &t);
+            agg.record_designed_cached(8, Some(16));
         }
         agg.record_batch(2, FlushReason::Timeout, Duration::from_millis(100));
         agg.record_batch(2, FlushReason::Full, Duration::from_millis(280));

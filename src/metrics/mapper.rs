@@ -67,6 +67,8 @@ pub struct RequestMetrics {
     pub prompt_tokens: Option<u32>,
     /// Generated tokens, as the engine counted them.
     pub output_tokens: Option<u32>,
+    /// Prompt tokens the engine served from its prefix cache, where it says.
+    pub cached_tokens: Option<u32>,
     /// Inconsistencies in the engine's stats; the affected timings are `None`.
     pub anomalies: Anomalies,
 }
@@ -184,6 +186,7 @@ pub fn map_request(
         tpot,
         prompt_tokens: output.prompt_tokens,
         output_tokens: n,
+        cached_tokens: output.stats.cached_tokens,
         anomalies,
     }
 }

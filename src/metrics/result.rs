@@ -38,6 +38,28 @@ pub struct BenchmarkResult {
     pub batching: Batching,
     /// Completed requests whose engine stats were inconsistent.
     pub anomalies: AnomalyCounts,
+    /// The prefix-cache hit rate the engine achieved: `cached / prompt` of
+    /// [`PrefixCacheTokens`]; `None` when no completed request reported cached tokens.
+    pub prefix_cache_hit_rate: Option<f64>,
+    /// The hit rate the workload was designed for: `designed_cached / designed_prompt`; `None`
+    /// for a workload without a design (a prompt file).
+    pub prefix_cache_designed_hit_rate: Option<f64>,
+    /// The token sums behind the two rates.
+    pub prefix_cache_tokens: PrefixCacheTokens,
+}
+
+/// Prompt tokens served from the prefix cache, over completed measured requests.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PrefixCacheTokens {
+    /// Σ cached tokens, over the requests whose engine reported both them and the prompt length.
+    pub cached: u64,
+    /// Σ prompt tokens of those same requests.
+    pub prompt: u64,
+    /// Σ designed cached tokens (`load::PrefixDesign::cached_tokens`), over requests with a
+    /// prompt length.
+    pub designed_cached: u64,
+    /// Σ prompt tokens of those same requests.
+    pub designed_prompt: u64,
 }
 
 /// What happened to the benchmark's requests. `lost` must be 0.
@@ -147,7 +169,7 @@ pub struct AnomalyCounts {
 }
 
 /// Metrics that are not a distribution statistic, in report order.
-const SCALAR_METRICS: [&str; 17] = [
+const SCALAR_METRICS: [&str; 19] = [
     "completed",
     "errors",
     "cancelled",
@@ -165,6 +187,8 @@ const SCALAR_METRICS: [&str; 17] = [
     "full_flush_share",
     "timeout_flush_share",
     "drain_flush_share",
+    "prefix_cache_hit_rate",
+    "prefix_cache_designed_hit_rate",
 ];
 
 /// `errors_<kind>`: errors of one kind. A flat name, because in TOML `errors.engine_error` would
@@ -228,6 +252,8 @@ impl BenchmarkResult {
             "full_flush_share" => b.full_share,
             "timeout_flush_share" => b.timeout_share,
             "drain_flush_share" => b.drain_share,
+            "prefix_cache_hit_rate" => self.prefix_cache_hit_rate,
+            "prefix_cache_designed_hit_rate" => self.prefix_cache_designed_hit_rate,
             _ if name.starts_with(ERROR_KIND_PREFIX) => {
                 let kind = name.strip_prefix(ERROR_KIND_PREFIX)?;
                 RequestError::KINDS.contains(&kind).then(|| c.errors_by_kind.get(kind).copied().unwrap_or(0) as f64)
@@ -250,7 +276,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_complete() {
         let names = metric_names();
-        assert_eq!(names.len(), 17 + 7 * 9);
+        assert_eq!(names.len(), 19 + 7 * 9);
         let unique: std::collections::BTreeSet<_> = names.iter().collect();
         assert_eq!(unique.len(), names.len());
         for name in ["ttft_p99_ms", "generate_std_ms", "engine_queue_p999_ms", "lost", "drain_flush_share"] {

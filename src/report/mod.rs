@@ -162,6 +162,8 @@ pub(crate) mod tests {
             engine: EnginePlan::Sim(SimConfig { time: TimeMode::default(), seed: 1, cost: CostModel::default() }),
             batching: BatchConfig::default(),
             workload: WorkloadPlan::Synthetic {
+                prefix_groups: 0,
+                prefix_tokens: 0,
                 prompt_tokens: TokenDist::Fixed { value: 16 },
                 output_tokens: TokenDist::Fixed { value: 8 },
                 seed: 2,

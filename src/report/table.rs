@@ -36,12 +36,24 @@ const COLUMNS: [Column; 11] = [
     Column { header: "batch mean", cell: |b| fixed(b.batching.batch_size_mean, 2) },
 ];
 
+/// Shown only when a benchmark has a prefix-cache hit rate or was designed to hit: achieved
+/// (designed), e.g. `0.48 (0.50)`.
+const PREFIX_COLUMN: Column = Column {
+    header: "prefix hit (designed)",
+    cell: |b| format!("{} ({})", fixed(b.prefix_cache_hit_rate, 2), fixed(b.prefix_cache_designed_hit_rate, 2)),
+};
+
 /// The summary table for the console. The benchmark name is left-aligned, numbers right-aligned;
 /// `-` marks a value that was not measured. "requests" counts completed requests.
 pub fn render_table(report: &Report) -> String {
+    let prefix = report
+        .benchmarks
+        .iter()
+        .any(|b| b.prefix_cache_hit_rate.is_some() || b.prefix_cache_designed_hit_rate.is_some_and(|r| r > 0.0));
+    let columns: Vec<&Column> = COLUMNS.iter().chain(prefix.then_some(&PREFIX_COLUMN)).collect();
     let rows: Vec<Vec<String>> =
-        report.benchmarks.iter().map(|b| COLUMNS.iter().map(|c| (c.cell)(b)).collect()).collect();
-    let widths: Vec<usize> = COLUMNS
+        report.benchmarks.iter().map(|b| columns.iter().map(|c| (c.cell)(b)).collect()).collect();
+    let widths: Vec<usize> = columns
         .iter()
         .enumerate()
         .map(|(i, c)| rows.iter().map(|r| r[i].len()).chain([c.header.len()]).max().unwrap_or(0))
@@ -59,7 +71,7 @@ pub fn render_table(report: &Report) -> String {
         line
     };
 
-    let headers: Vec<String> = COLUMNS.iter().map(|c| c.header.to_string()).collect();
+    let headers: Vec<String> = columns.iter().map(|c| c.header.to_string()).collect();
     let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
     let mut out = line(&headers);
     out.push_str(&line(&rule));
@@ -84,6 +96,21 @@ mod tests {
         let mut report = sample_report();
         report.benchmarks.push(BenchmarkAggregator::new("concurrent@4").finish(Timestamp::from_nanos(5)));
         insta::assert_snapshot!("table", render_table(&report));
+    }
+
+    #[test]
+    fn the_prefix_column_shows_only_with_a_rate() {
+        let mut report = sample_report();
+        for b in &mut report.benchmarks {
+            b.prefix_cache_hit_rate = None;
+            b.prefix_cache_designed_hit_rate = Some(0.0);
+        }
+        assert!(!render_table(&report).contains("prefix hit"));
+        report.benchmarks[0].prefix_cache_hit_rate = Some(0.4821);
+        report.benchmarks[0].prefix_cache_designed_hit_rate = Some(0.5);
+        let table = render_table(&report);
+        assert!(table.lines().next().unwrap().ends_with("prefix hit (designed)"), "{table}");
+        assert!(table.lines().nth(2).unwrap().ends_with("0.48 (0.50)"), "{table}");
     }
 
     #[test]

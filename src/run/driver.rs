@@ -73,6 +73,12 @@ pub(super) struct Sinks<'a> {
 /// How often, at most, the loop builds a status for the display.
 const STATUS_EVERY: Duration = Duration::from_millis(50);
 
+/// The token count of a KV block, the unit a prefix cache hits in: the engine's, where it says;
+/// else 1 (the designed hit rate then counts the shared prefix token by token).
+fn kv_block_size(info: &EngineInfo) -> u32 {
+    info.resolved_config.map_or(1, |c| c.block_size)
+}
+
 /// Runs every step of `plan` on `driver`.
 pub(super) fn run_steps(
     plan: &Plan,
@@ -111,6 +117,9 @@ pub(super) fn run_steps(
         let mut run = StepRun::for_plan(step, plan, driver.now(), domain, anchor)?.with_position(index, count);
         if jsonl.is_some() {
             run = run.with_records();
+        }
+        if let Some(design) = workload.prefix_design() {
+            run = run.with_prefix_design(design, kv_block_size(&info));
         }
         if interrupted {
             run.interrupt(driver.now());

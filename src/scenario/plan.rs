@@ -14,7 +14,7 @@ use crate::engine::python::vllm::VllmConfig;
 use crate::engine::python::{PythonConfig, PythonEngine};
 use crate::engine::sim::{SimConfig, SimEngine};
 use crate::engine::{EngineError, TimedEngine};
-pub use crate::load::{ProfilePlan, TokenDist, WorkloadPlan};
+pub use crate::load::{ProfilePlan, TokenDist, TraceArrivals, WorkloadPlan};
 
 /// A validated scenario: everything a run needs, with every default filled in.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -54,6 +54,7 @@ pub(crate) const OUTPUT_FIELDS: &[&str] = &[
     "scheduled_ts",
     "first_token_ts",
     "last_token_ts",
+    "cached_tokens",
 ];
 
 /// The keys of the dict `start()` returns; `name` and `version` are required.
@@ -161,7 +162,7 @@ pub(crate) fn map_info(class: &str, info: &Plain, configured: ClockDomain) -> Re
              `engine.python.clock = \"{says}\"`"
         ));
     }
-    Ok(EngineInfo { name, version })
+    Ok(EngineInfo { name, version, resolved_config: None })
 }
 
 fn clock_name(clock: ClockDomain) -> &'static str {
@@ -212,6 +213,7 @@ fn map_output(value: &Plain) -> Result<EngineOutput, String> {
             scheduled_ts: f.seconds("scheduled_ts")?,
             first_token_ts: f.seconds("first_token_ts")?,
             last_token_ts: f.seconds("last_token_ts")?,
+            cached_tokens: f.int("cached_tokens", max)?.map(|n| n as u32),
         },
     })
 }
@@ -274,6 +276,7 @@ mod tests {
                 ("scheduled_ts", Plain::Float(10.5)),
                 ("first_token_ts", Plain::Float(11.0)),
                 ("last_token_ts", Plain::Float(12.0)),
+                ("cached_tokens", Plain::Int(2)),
             ]),
             Ok(EngineOutput {
                 request_id: Some(7),
@@ -288,6 +291,7 @@ mod tests {
                     scheduled_ts: Some(10.5),
                     first_token_ts: Some(11.0),
                     last_token_ts: Some(12.0),
+                    cached_tokens: Some(2),
                 },
             }),
         );
@@ -351,7 +355,7 @@ mod tests {
                 dict(&[two.clone(), ("first_token_time", Plain::Float(1.0))]),
                 "unknown field `first_token_time` (did you mean `first_token_ts`?) (known: request_id, prompt_tokens, \
                  output_tokens, output_token_ids, text, finish_reason, arrival_time, queued_ts, scheduled_ts, \
-                 first_token_ts, last_token_ts)",
+                 first_token_ts, last_token_ts, cached_tokens)",
             ),
             (Plain::List(vec![]), "expected a dict, found list of 0"),
         ] {
@@ -388,7 +392,7 @@ mod tests {
     fn info_needs_a_name_and_a_version_and_may_name_its_clock() {
         let info = |items: &[(&str, Plain)]| map_info("m:C", &dict(items), ClockDomain::Monotonic);
         let s = |v: &str| Plain::Str(v.into());
-        let echo = EngineInfo { name: "echo".into(), version: "1".into() };
+        let echo = EngineInfo { name: "echo".into(), version: "1".into(), resolved_config: None };
         assert_eq!(info(&[("name", s("echo")), ("version", s("1"))]), Ok(echo.clone()));
         assert_eq!(info(&[("name", s("echo")), ("version", s("1")), ("clock", s("monotonic"))]), Ok(echo.clone()));
         let foreign = [("name", s("echo")), ("version", s("1")), ("clock", s("foreign"))];

@@ -66,7 +66,7 @@ impl SimEngine {
 impl Engine for SimEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
         self.started = true;
-        Ok(EngineInfo { name: "sim".into(), version: env!("CARGO_PKG_VERSION").into() })
+        Ok(EngineInfo { name: "sim".into(), version: env!("CARGO_PKG_VERSION").into(), resolved_config: None })
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -98,6 +98,7 @@ impl Engine for SimEngine {
                     scheduled_ts: Some(secs(t.scheduled)),
                     first_token_ts: t.first_token.map(secs),
                     last_token_ts: t.last_token.map(secs),
+                    cached_tokens: None,
                 },
             })
             .collect();

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use batchlab::engine::sim::CostModel;
+use batchlab::engine::sim::{CostModel, UNLIMITED_SCHEDULER};
 use batchlab::run::{RunOptions, run_blocking};
 use batchlab::scenario::Scenario;
 
@@ -52,6 +52,7 @@ fn measure(batch_size: usize, args: &Args) -> (f64, Duration, u64) {
         .name(&format!("harness-b{batch_size}"))
         .sim_real()
         .sim_cost(&CostModel::free())
+        .sim_scheduler(&UNLIMITED_SCHEDULER)
         .batch_size(batch_size)
         .batch_timeout(Duration::from_millis(1))
         .synthetic(args.prompt_tokens, 16)

@@ -72,7 +72,11 @@ enum Command {
         #[command(flatten)]
         scenario: ScenarioArgs,
     },
+    /// Fit a simulator profile (docs/simulation.md) from the output directories of earlier runs.
+    Calibrate(calibrate::CalibrateArgs),
 }
+
+mod calibrate;
 
 fn init_logging() {
     use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
@@ -140,6 +144,7 @@ enum Task {
 
 fn real_main(cli: Cli) -> ExitCode {
     let (args, task) = match cli.command {
+        Command::Calibrate(args) => return calibrate::main(args),
         Command::Run { scenario, .. } | Command::Check { scenario } if scenario.engine_kind => {
             (scenario, Task::PrintEngineKind)
         }

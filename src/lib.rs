@@ -3,6 +3,7 @@
 //! See ARCHITECTURE.md for the map and the invariants.
 #![warn(missing_docs)]
 pub mod batcher;
+pub mod calibrate;
 pub mod engine;
 pub mod load;
 pub mod metrics;

@@ -27,15 +27,9 @@ enum Step {
     Shutdown,
 }
 
+/// A generate of `n`-token outputs takes `n` ms: one 1 ms step per token.
 fn cost() -> CostModel {
-    CostModel {
-        fixed_overhead: Duration::from_millis(1),
-        prefill_per_token: Duration::ZERO,
-        decode_step: Duration::from_millis(1),
-        decode_per_seq: Duration::ZERO,
-        max_num_seqs: 64,
-        eos_probability: 0.0,
-    }
+    CostModel { decode_step: Duration::from_millis(1), ..CostModel::free() }
 }
 
 /// Runs a script; returns the rendered trace. Times are milliseconds since the driver's start.

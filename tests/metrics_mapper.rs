@@ -186,14 +186,7 @@ proptest! {
             dispatched: Timestamp::from_nanos(submit + wait),
             completed: Timestamp::from_nanos(submit + wait + run),
         };
-        let stats = EngineStats {
-            arrival_wall: wall,
-            queued_ts: q,
-            scheduled_ts: sch,
-            first_token_ts: first,
-            last_token_ts: last,
-            cached_tokens: None,
-        };
+        let stats = EngineStats { arrival_wall: wall, queued_ts: q, scheduled_ts: sch, first_token_ts: first, last_token_ts: last, cached_tokens: None };
         let domain = if foreign { ClockDomain::Foreign } else { ClockDomain::Monotonic };
         let anchor = Some(WallAnchor { wall_secs: 100.0, mono: Timestamp::from_nanos(submit) });
         let m = map_request(&t, &output(stats, tokens, None), domain, anchor);

@@ -54,6 +54,7 @@ fn redacted(report: &Report) -> Report {
         batchlab_version: "[version]".into(),
         engine_name: r.environment.engine_name.clone(),
         engine_version: "[version]".into(),
+        engine_config: r.environment.engine_config,
         cpu_model: Some("[cpu]".into()),
         cores: Some(0),
         cpu_affinity: Some("[cpus]".into()),

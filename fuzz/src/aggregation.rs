@@ -159,6 +159,9 @@ fn check_aggregator(input: &Input) {
                     prompt_tokens: *prompt,
                     output_tokens: *tokens,
                     cached_tokens: None,
+                    engine_scheduled: None,
+                    engine_first_token: None,
+                    engine_last_token: None,
                     anomalies: Anomalies {
                         non_finite: anomalies & 1 != 0,
                         first_token_before_arrival: anomalies & 2 != 0,

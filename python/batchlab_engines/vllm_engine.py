@@ -142,6 +142,9 @@ def _flatten(request_id, output):
         "output_token_ids": [int(t) for t in completion.token_ids] if completion is not None else [],
     }
     flat["output_tokens"] = len(flat["output_token_ids"])
+    cached = getattr(output, "num_cached_tokens", None)
+    if isinstance(cached, int) and cached >= 0:
+        flat["cached_tokens"] = cached
     if completion is not None:
         flat["text"] = completion.text
         flat["finish_reason"] = completion.finish_reason

@@ -10,7 +10,7 @@ pub mod faults;
 pub mod python;
 pub mod sim;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::time::VirtualClock;
 #[cfg(doc)]
@@ -106,7 +106,7 @@ pub struct EngineStats {
     pub first_token_ts: Option<f64>,
     /// Engine-clock seconds when the last output token was produced.
     pub last_token_ts: Option<f64>,
-    /// Prompt tokens served from the prefix cache (vLLM's `RequestOutput.num_cached_tokens`).
+    /// Prompt tokens served from the engine's prefix cache (vLLM's `num_cached_tokens`).
     pub cached_tokens: Option<u32>,
 }
 
@@ -147,23 +147,6 @@ pub enum ClockDomain {
     Foreign,
 }
 
-/// The engine configuration an engine actually resolved (vLLM's `vllm_config`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct ResolvedEngineConfig {
-    /// `scheduler_config.max_num_seqs`.
-    pub max_num_seqs: u32,
-    /// `scheduler_config.max_num_batched_tokens`.
-    pub max_num_batched_tokens: u32,
-    /// `cache_config.num_gpu_blocks`: the KV blocks the engine got (on CPU too).
-    pub num_kv_blocks: u32,
-    /// `cache_config.block_size`: tokens per KV block, the unit of prefix-cache hits.
-    pub block_size: u32,
-    /// `cache_config.enable_prefix_caching`.
-    pub prefix_caching: bool,
-    /// `scheduler_config.enable_chunked_prefill`.
-    pub chunked_prefill: bool,
-}
-
 /// What an engine says about itself once started.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct EngineInfo {
@@ -171,8 +154,29 @@ pub struct EngineInfo {
     pub name: String,
     /// The engine's version, as reports show it.
     pub version: String,
-    /// What the engine actually resolved; `None` when it cannot say.
+    /// The scheduler and KV-cache configuration the engine actually resolved (`report.json`'s
+    /// `environment.engine_config`); `None` when the engine cannot say.
     pub resolved_config: Option<ResolvedEngineConfig>,
+}
+
+/// The scheduler and KV-cache settings an engine actually runs with, not the ones it was asked
+/// for: vLLM's resolved `SchedulerConfig` and `CacheConfig`, or the simulator's own. A calibration
+/// fit replays batches under exactly these limits (docs/simulation.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolvedEngineConfig {
+    /// Most sequences running at once (`scheduler_config.max_num_seqs`).
+    pub max_num_seqs: u32,
+    /// Most tokens scheduled in one engine step (`scheduler_config.max_num_batched_tokens`).
+    pub max_num_batched_tokens: u32,
+    /// KV-cache blocks the engine got (`cache_config.num_gpu_blocks`, on CPU too).
+    pub num_kv_blocks: u32,
+    /// Tokens per KV-cache block (`cache_config.block_size`).
+    pub block_size: u32,
+    /// Whether full prompt blocks are cached and reused across requests (`enable_prefix_caching`).
+    pub prefix_caching: bool,
+    /// Whether a prompt may be prefilled over several steps (`enable_chunked_prefill`).
+    pub chunked_prefill: bool,
 }
 
 /// An engine process that exited while the engine was in use, as whoever saw it describes it.

@@ -294,6 +294,9 @@ pub(crate) mod tests {
             prompt_tokens: Some(16),
             output_tokens: Some(n),
             cached_tokens: Some(4),
+            engine_scheduled: None,
+            engine_first_token: None,
+            engine_last_token: None,
             anomalies: Anomalies::default(),
         }
     }

@@ -67,8 +67,14 @@ pub struct RequestMetrics {
     pub prompt_tokens: Option<u32>,
     /// Generated tokens, as the engine counted them.
     pub output_tokens: Option<u32>,
-    /// Prompt tokens the engine served from its prefix cache, where it says.
+    /// Prompt tokens the engine served from its prefix cache, as it reported them.
     pub cached_tokens: Option<u32>,
+    /// The engine's `scheduled_ts` on our clock, as sent (not judged): for calibration fits.
+    pub engine_scheduled: Option<Timestamp>,
+    /// The engine's `first_token_ts` on our clock, as sent (not judged).
+    pub engine_first_token: Option<Timestamp>,
+    /// The engine's `last_token_ts` on our clock, as sent (not judged).
+    pub engine_last_token: Option<Timestamp>,
     /// Inconsistencies in the engine's stats; the affected timings are `None`.
     pub anomalies: Anomalies,
 }
@@ -187,6 +193,9 @@ pub fn map_request(
         prompt_tokens: output.prompt_tokens,
         output_tokens: n,
         cached_tokens: output.stats.cached_tokens,
+        engine_scheduled: e.scheduled,
+        engine_first_token: e.first_token,
+        engine_last_token: e.last_token,
         anomalies,
     }
 }

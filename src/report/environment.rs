@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::engine::EngineInfo;
+use crate::engine::{EngineInfo, ResolvedEngineConfig};
 
 /// Where and with what the run ran: versions, engine, machine and seeds (`report.json`'s `environment`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -15,6 +15,9 @@ pub struct Environment {
     pub engine_name: String,
     /// The engine's version, from its [`EngineInfo`].
     pub engine_version: String,
+    /// The scheduler and KV-cache configuration the engine resolved, from its [`EngineInfo`];
+    /// `null` when the engine does not say. `batchlab calibrate` reads it.
+    pub engine_config: Option<ResolvedEngineConfig>,
     /// From `/proc/cpuinfo`; `None` when it is unreadable or names no model.
     pub cpu_model: Option<String>,
     /// CPUs this process may use (affinity and cgroup limits included).
@@ -39,6 +42,7 @@ impl Environment {
             batchlab_version: env!("CARGO_PKG_VERSION").to_string(),
             engine_name: engine.name.clone(),
             engine_version: engine.version.clone(),
+            engine_config: engine.resolved_config,
             cpu_model: read("/proc/cpuinfo").as_deref().and_then(parse_cpu_model),
             cores: std::thread::available_parallelism().ok().map(|n| n.get()),
             cpu_affinity: Some(crate::sys::format_cpu_list(&crate::sys::current_affinity())).filter(|s| !s.is_empty()),

@@ -109,6 +109,7 @@ pub(crate) mod tests {
             batchlab_version: "[version]".into(),
             engine_name: "sim".into(),
             engine_version: "[version]".into(),
+            engine_config: None,
             cpu_model: Some("[cpu]".into()),
             cores: Some(2),
             cpu_affinity: Some("0-1".into()),
@@ -159,7 +160,12 @@ pub(crate) mod tests {
             name: "plan".into(),
             description: None,
             seed: 42,
-            engine: EnginePlan::Sim(SimConfig { time: TimeMode::default(), seed: 1, cost: CostModel::default() }),
+            engine: EnginePlan::Sim(SimConfig {
+                time: TimeMode::default(),
+                seed: 1,
+                cost: CostModel::default(),
+                ..SimConfig::default()
+            }),
             batching: BatchConfig::default(),
             workload: WorkloadPlan::Synthetic {
                 prefix_groups: 0,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::ReportError;
-use crate::batcher::RequestTimes;
+use crate::batcher::{Completion, RequestTimes};
 use crate::engine::RequestId;
 use crate::metrics::RequestMetrics;
 pub use crate::run::Phase;
@@ -56,6 +56,19 @@ pub struct RequestRecord {
     pub dispatched_ns: Option<Timestamp>,
     /// When it completed, failed or was cancelled.
     pub finished_ns: Option<Timestamp>,
+    /// Which generate call it ran in: the batch's id, 0-based in dispatch order, unique within the
+    /// run (one engine start). `None` unless completed.
+    pub batch: Option<u64>,
+    /// How many requests that generate call held.
+    pub batch_size: Option<usize>,
+    /// The engine's `scheduled_ts`, in ns on the monotonic clock (as sent: for calibration fits).
+    pub engine_scheduled_ns: Option<Timestamp>,
+    /// The engine's `first_token_ts`, in ns on the monotonic clock.
+    pub engine_first_token_ns: Option<Timestamp>,
+    /// The engine's `last_token_ts`, in ns on the monotonic clock.
+    pub engine_last_token_ns: Option<Timestamp>,
+    /// Prompt tokens the engine served from its prefix cache, where it says.
+    pub cached_tokens: Option<u32>,
     /// A completed request's timings (flattened); `None` otherwise.
     #[serde(flatten)]
     pub metrics: Option<MetricsMs>,
@@ -115,9 +128,10 @@ impl RequestRecord {
         id: RequestId,
         benchmark: &str,
         phase: Phase,
-        times: &RequestTimes,
+        completion: &Completion,
         metrics: &RequestMetrics,
     ) -> Self {
+        let times: &RequestTimes = &completion.times;
         RequestRecord {
             id,
             benchmark: benchmark.to_owned(),
@@ -126,6 +140,12 @@ impl RequestRecord {
             submitted_ns: Some(times.submitted),
             dispatched_ns: Some(times.dispatched),
             finished_ns: Some(times.completed),
+            batch: Some(completion.batch_id),
+            batch_size: Some(completion.batch_size),
+            engine_scheduled_ns: metrics.engine_scheduled,
+            engine_first_token_ns: metrics.engine_first_token,
+            engine_last_token_ns: metrics.engine_last_token,
+            cached_tokens: metrics.cached_tokens,
             metrics: Some(metrics.into()),
         }
     }
@@ -147,6 +167,12 @@ impl RequestRecord {
             submitted_ns: submitted,
             dispatched_ns: None,
             finished_ns: finished,
+            batch: None,
+            batch_size: None,
+            engine_scheduled_ns: None,
+            engine_first_token_ns: None,
+            engine_last_token_ns: None,
+            cached_tokens: None,
             metrics: None,
         }
     }
@@ -206,6 +232,18 @@ mod tests {
 
     use super::*;
 
+    fn output() -> crate::engine::EngineOutput {
+        crate::engine::EngineOutput {
+            request_id: Some(1),
+            prompt_tokens: Some(16),
+            output_tokens: Some(6),
+            output_token_ids: None,
+            text: None,
+            finish_reason: crate::engine::FinishReason::Length,
+            stats: crate::engine::EngineStats::default(),
+        }
+    }
+
     fn t(ms: u64) -> Timestamp {
         Timestamp::from_nanos(1_000_000_000_000 + ms * 1_000_000)
     }
@@ -225,8 +263,13 @@ mod tests {
             ..RequestMetrics::default()
         };
         metrics.anomalies.scheduled_before_queued = true;
+        metrics.engine_scheduled = Some(t(3));
+        metrics.engine_first_token = Some(t(4));
+        metrics.engine_last_token = Some(t(9));
+        metrics.cached_tokens = Some(0);
+        let completion = Completion { output: output(), times, batch_id: 7, batch_size: 3 };
         let mut out = RequestsJsonl::from_writer(Vec::new(), PathBuf::from("requests.jsonl"));
-        out.write(&RequestRecord::completed(1, "throughput", Phase::Measure, &times, &metrics)).unwrap();
+        out.write(&RequestRecord::completed(1, "throughput", Phase::Measure, &completion, &metrics)).unwrap();
         let error = RequestOutcome::Error { kind: "engine_error" };
         out.write(&RequestRecord::unfinished(2, "throughput", Phase::Warmup, error, Some(t(1)), Some(t(3)))).unwrap();
         out.write(&RequestRecord::unfinished(

@@ -437,7 +437,7 @@ impl StepRun {
                     self.last_measured_end =
                         Some(self.last_measured_end.map_or(c.times.completed, |e| e.max(c.times.completed)));
                 }
-                self.record(|name| RequestRecord::completed(id, name, flight.phase, &c.times, &metrics));
+                self.record(|name| RequestRecord::completed(id, name, flight.phase, c, &metrics));
             }
             Err(e) => {
                 // The engine is gone: nothing more can be served, whatever the profile says.

@@ -13,6 +13,7 @@ use super::keys;
 use super::overrides::Overrides;
 use super::plan::{Comparison, Plan, TokenDist};
 use super::units::format_duration;
+use crate::engine::ResolvedEngineConfig;
 use crate::engine::faults::{FAULT_KEYS, FaultTrigger, FaultValue, Faults, ProcessFault};
 use crate::engine::sim::CostModel;
 
@@ -90,6 +91,19 @@ impl ScenarioBuilder {
             }
         }
         self
+    }
+    /// `engine.sim.*`: every scheduler limit of the simulator (the rows of its key table).
+    pub fn sim_scheduler(mut self, limits: &ResolvedEngineConfig) -> Self {
+        for key in keys::SCHED_KEYS {
+            if let Some(v) = (key.print)(limits).and_then(|item| item.into_value().ok()) {
+                self = self.set(&format!("engine.sim.{}", key.name), v);
+            }
+        }
+        self
+    }
+    /// `engine.sim.profile`: a calibrated profile (docs/simulation.md); keys set after it override it.
+    pub fn sim_profile(self, path: impl AsRef<Path>) -> Self {
+        self.set("engine.sim.profile", path.as_ref().to_string_lossy().into_owned())
     }
     /// The vLLM engine with `model`; other `engine.vllm.*` keys through [`Self::set`].
     pub fn vllm(self, model: impl AsRef<Path>) -> Self {

@@ -18,10 +18,10 @@ use toml_edit::{Item, Table, value};
 
 use super::plan::*;
 use super::reader::{Cx, Field, Low, Tbl};
-use crate::engine::ClockDomain;
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
-use crate::engine::sim::{CostModel, SimConfig, TimeMode};
+use crate::engine::sim::{CostModel, DEFAULT_SCHEDULER, SimConfig, TimeMode};
+use crate::engine::{ClockDomain, ResolvedEngineConfig};
 
 /// What may stand below a key: nothing (a plain value), anything (a free-form table), or fixed keys.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -186,7 +186,8 @@ pub(crate) const ENGINE_KEYS: &[Key<Tag>] = &[key!(
     Tag(kind)
 )];
 
-/// `[engine.sim]`'s keys besides the cost model's ([`COST_KEYS`]).
+/// `[engine.sim]`'s keys besides the cost model's ([`COST_KEYS`]) and the scheduler's ([`SCHED_KEYS`]).
+/// `profile` is read first: its values are the defaults that the other keys override.
 pub(crate) const SIM_KEYS: &[Key<SimConfig>] = &[
     key!(
         time: Choice(&[("virtual", TimeMode::Virtual), ("real", TimeMode::Real)]),
@@ -195,15 +196,31 @@ pub(crate) const SIM_KEYS: &[Key<SimConfig>] = &[
         in SimConfig
     ),
     key!(seed: U64(0), KeyDefault::Text("derived (stream 1)"), ">= 0", in SimConfig),
+    key!(
+        profile: Opt(PathBeside),
+        KeyDefault::Value,
+        "a `batchlab calibrate` profile, relative to the scenario: sets every cost and scheduler key; \
+         keys written here override it",
+        in SimConfig
+    ),
 ];
 
-/// `[engine.sim]`'s cost model.
+/// `[engine.sim]`'s cost model: `t_step = decode_step + prefill_per_token·P + decode_per_seq·D +
+/// context_per_1k_tokens·C/1000` (docs/simulation.md).
 pub(crate) const COST_KEYS: &[Key<CostModel>] = &[
-    key!(fixed_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per wave", in CostModel),
-    key!(prefill_per_token: Dur { zero: true }, KeyDefault::Value, ">= 0", in CostModel),
-    key!(decode_step: Dur { zero: true }, KeyDefault::Value, ">= 0, per generated token", in CostModel),
-    key!(decode_per_seq: Dur { zero: true }, KeyDefault::Value, ">= 0, per running sequence per step", in CostModel),
-    key!(max_num_seqs: Count(1), KeyDefault::Value, ">= 1, sequences per wave", in CostModel),
+    key!(fixed_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per generate call", in CostModel),
+    key!(request_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per request of a generate call", in CostModel),
+    key!(decode_step: Dur { zero: true }, KeyDefault::Value, ">= 0, per engine step (one token per running sequence)", in CostModel),
+    key!(prefill_per_token: Dur { zero: true }, KeyDefault::Value, ">= 0, per prefill token in a step", in CostModel),
+    key!(decode_per_seq: Dur { zero: true }, KeyDefault::Value, ">= 0, per decoding sequence per step", in CostModel),
+    key!(
+        context_per_1k_tokens: Dur { zero: true },
+        KeyDefault::Value,
+        ">= 0, per 1000 context tokens attended in a step",
+        in CostModel
+    ),
+    key!(finish_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per generate call, after its last step", in CostModel),
+    key!(finish_per_request: Dur { zero: true }, KeyDefault::Value, ">= 0, per request, after the last step", in CostModel),
     key!(
         eos_probability: Float(Low::AtLeast(0.0), 1.0),
         KeyDefault::Value,
@@ -212,10 +229,20 @@ pub(crate) const COST_KEYS: &[Key<CostModel>] = &[
     ),
 ];
 
+/// `[engine.sim]`'s scheduler limits: the [`ResolvedEngineConfig`] it simulates.
+pub(crate) const SCHED_KEYS: &[Key<ResolvedEngineConfig>] = &[
+    key!(max_num_seqs: U32(1), KeyDefault::Value, ">= 1, sequences running at once", in ResolvedEngineConfig),
+    key!(max_num_batched_tokens: U32(1), KeyDefault::Value, ">= 1, tokens per engine step", in ResolvedEngineConfig),
+    key!(num_kv_blocks: U32(1), KeyDefault::Value, ">= 1, KV-cache capacity in blocks", in ResolvedEngineConfig),
+    key!(block_size: U32(1), KeyDefault::Value, ">= 1, tokens per KV block", in ResolvedEngineConfig),
+    key!(prefix_caching: Bool, KeyDefault::Value, "reuse cached full prompt blocks across requests", in ResolvedEngineConfig),
+    key!(chunked_prefill: Bool, KeyDefault::Value, "split prompts across steps to fit the budget", in ResolvedEngineConfig),
+];
+
 /// `[engine.sim]` before any key is read.
 pub(crate) fn sim_default(master_seed: u64) -> SimConfig {
     let seed = super::derive_seed(master_seed, super::seed_stream::SIM);
-    SimConfig { time: TimeMode::Virtual, seed, cost: CostModel::default() }
+    SimConfig { time: TimeMode::Virtual, seed, cost: CostModel::default(), scheduler: DEFAULT_SCHEDULER, profile: None }
 }
 
 pub(crate) const VLLM_KEYS: &[Key<VllmConfig>] = &[

@@ -117,7 +117,19 @@ fn lower_engine(cx: &mut Cx, top: Tbl, seed: u64) -> EnginePlan {
     let mut plan = keys::sim_default(seed);
     if let Some(t) = sim {
         keys::read(cx, t, keys::SIM_KEYS, &mut plan);
+        // The profile first: the keys written beside it override its values.
+        if let Some(path) = plan.profile.clone() {
+            match crate::engine::sim::Profile::load(&path) {
+                Ok(profile) => profile.apply(&mut plan.cost, &mut plan.scheduler),
+                Err(e) => {
+                    let span = cx.field(t, "profile").and_then(|f| f.span());
+                    let help = "profiles are written by `batchlab calibrate`; the path is relative to the scenario";
+                    cx.report("engine.sim.profile", span, e.to_string(), Some(help.to_owned()));
+                }
+            }
+        }
         keys::read(cx, t, keys::COST_KEYS, &mut plan.cost);
+        keys::read(cx, t, keys::SCHED_KEYS, &mut plan.scheduler);
     }
     EnginePlan::Sim(plan)
 }

@@ -23,6 +23,7 @@ pub fn to_toml(plan: &Plan) -> String {
         EnginePlan::Sim(sim) => {
             keys::print(&mut t, keys::SIM_KEYS, sim);
             keys::print(&mut t, keys::COST_KEYS, &sim.cost);
+            keys::print(&mut t, keys::SCHED_KEYS, &sim.scheduler);
             "sim"
         }
         EnginePlan::Vllm(v) => {

@@ -36,8 +36,9 @@ static TOP: LazyLock<SectionKeys> =
 static ENGINE: LazyLock<SectionKeys> = LazyLock::new(|| {
     SectionKeys::new(keys::subs(keys::ENGINE_KEYS).chain(keys::ENGINE_KINDS.iter().map(|k| table(k))))
 });
-static SIM: LazyLock<SectionKeys> =
-    LazyLock::new(|| SectionKeys::new(keys::subs(keys::SIM_KEYS).chain(keys::subs(keys::COST_KEYS))));
+static SIM: LazyLock<SectionKeys> = LazyLock::new(|| {
+    SectionKeys::new(keys::subs(keys::SIM_KEYS).chain(keys::subs(keys::COST_KEYS)).chain(keys::subs(keys::SCHED_KEYS)))
+});
 static VLLM: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::VLLM_KEYS)));
 static PYTHON: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::PYTHON_KEYS)));
 static BATCHING: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::BATCHING_KEYS)));

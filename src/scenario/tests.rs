@@ -7,6 +7,7 @@ use proptest::prelude::*;
 
 use super::plan::*;
 use super::*;
+use crate::engine::ResolvedEngineConfig;
 use crate::engine::faults::{FAULT_KEYS, FaultKind, FaultTrigger, FaultValue, Faults, ProcessFault};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
@@ -483,24 +484,37 @@ fn seed_strategy() -> impl Strategy<Value = u64> {
 
 fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
     let cost = (
-        duration_strategy(0),
-        duration_strategy(0),
-        duration_strategy(0),
-        duration_strategy(0),
-        1usize..100_000,
+        (duration_strategy(0), duration_strategy(0), duration_strategy(0)),
+        (duration_strategy(0), duration_strategy(0), duration_strategy(0)),
+        (duration_strategy(0), duration_strategy(0)),
         0.0..=1.0f64,
     )
-        .prop_map(|(a, b, c, d, max_num_seqs, eos_probability)| CostModel {
+        .prop_map(|((a, b, c), (d, e, f), (g, h), eos_probability)| CostModel {
             fixed_overhead: a,
-            prefill_per_token: b,
+            request_overhead: b,
             decode_step: c,
-            decode_per_seq: d,
-            max_num_seqs,
+            prefill_per_token: d,
+            decode_per_seq: e,
+            context_per_1k_tokens: f,
+            finish_overhead: g,
+            finish_per_request: h,
             eos_probability,
         });
-    let sim = (any::<bool>(), seed_strategy(), cost).prop_map(|(real, seed, cost)| {
+    let scheduler = (1u32..100_000, 1u32..100_000, 1u32..100_000, 1u32..64, any::<bool>(), any::<bool>()).prop_map(
+        |(max_num_seqs, max_num_batched_tokens, num_kv_blocks, block_size, prefix_caching, chunked_prefill)| {
+            ResolvedEngineConfig {
+                max_num_seqs,
+                max_num_batched_tokens,
+                num_kv_blocks,
+                block_size,
+                prefix_caching,
+                chunked_prefill,
+            }
+        },
+    );
+    let sim = (any::<bool>(), seed_strategy(), cost, scheduler).prop_map(|(real, seed, cost, scheduler)| {
         let time = if real { TimeMode::Real } else { TimeMode::Virtual };
-        EnginePlan::Sim(SimConfig { time, seed, cost })
+        EnginePlan::Sim(SimConfig { time, seed, cost, scheduler, profile: None })
     });
     let small = || proptest::option::of(1u32..100_000);
     let args = proptest::collection::btree_map(

@@ -1,25 +1,44 @@
-//! The simulated engine's settings: its seed and cost model. Faults are a wrapper around any
-//! engine: [`crate::engine::faults`].
+//! The simulated engine's settings: its seed, its step-time coefficients and its scheduler limits.
+//! Faults are a wrapper around any engine: [`crate::engine::faults`].
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
 
-/// What a batch costs. Sequences run in waves of at most `max_num_seqs`; each wave pays
-/// `fixed_overhead`, then prefill (`prefill_per_token` for every prompt token of the wave), then one
-/// decode step per generated token (`decode_step` plus `decode_per_seq` for every running sequence).
+use crate::engine::ResolvedEngineConfig;
+
+/// What the simulated engine's time is made of (docs/simulation.md).
+///
+/// A `generate` call of `n` requests pays `fixed_overhead + request_overhead × n` before its
+/// first engine step, `finish_overhead + finish_per_request × n` after its last one (output
+/// building: the call returns then), and one step time per engine step:
+///
+/// ```text
+/// t_step = decode_step + prefill_per_token × P + decode_per_seq × D + context_per_1k_tokens × C / 1000
+/// ```
+///
+/// with `P` the prompt (prefill) tokens the step computes, `D` the sequences it decodes one token
+/// for, and `C` the context tokens the step attends over (for each scheduled sequence, the tokens
+/// computed before the step plus those it computes).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CostModel {
-    /// Paid once per wave of sequences.
+    /// Paid once per `generate` call, before its first step (Python, input and output handling).
     pub fixed_overhead: Duration,
-    /// Prefill cost of each prompt token of a wave.
-    pub prefill_per_token: Duration,
-    /// Cost of one decode step (one token for every running sequence), whatever the wave's size.
+    /// Paid per request of a `generate` call, before its first step.
+    pub request_overhead: Duration,
+    /// Paid by every engine step, whatever it holds (the step's fixed cost, a decode step's floor).
     pub decode_step: Duration,
-    /// Added to each decode step for every sequence still running in it.
+    /// Per prefill token computed in a step.
+    pub prefill_per_token: Duration,
+    /// Per sequence a step decodes one token for.
     pub decode_per_seq: Duration,
-    /// Most sequences in one wave; a larger batch runs in several waves.
-    pub max_num_seqs: usize,
+    /// Per 1000 context tokens a step attends over.
+    pub context_per_1k_tokens: Duration,
+    /// Paid once per `generate` call after its last step, before it returns.
+    pub finish_overhead: Duration,
+    /// Paid per request of a `generate` call after its last step.
+    pub finish_per_request: Duration,
     /// Probability per generated token (after `min_tokens`) of an end-of-sequence, for requests
     /// that do not ignore EOS.
     pub eos_probability: f64,
@@ -29,10 +48,13 @@ impl Default for CostModel {
     fn default() -> Self {
         CostModel {
             fixed_overhead: Duration::from_micros(500),
-            prefill_per_token: Duration::from_micros(2),
+            request_overhead: Duration::ZERO,
             decode_step: Duration::from_micros(1_000),
+            prefill_per_token: Duration::from_micros(2),
             decode_per_seq: Duration::from_micros(20),
-            max_num_seqs: 256,
+            context_per_1k_tokens: Duration::ZERO,
+            finish_overhead: Duration::ZERO,
+            finish_per_request: Duration::ZERO,
             eos_probability: 0.0,
         }
     }
@@ -43,14 +65,72 @@ impl CostModel {
     pub fn free() -> Self {
         CostModel {
             fixed_overhead: Duration::ZERO,
-            prefill_per_token: Duration::ZERO,
+            request_overhead: Duration::ZERO,
             decode_step: Duration::ZERO,
+            prefill_per_token: Duration::ZERO,
             decode_per_seq: Duration::ZERO,
-            max_num_seqs: usize::MAX,
+            context_per_1k_tokens: Duration::ZERO,
+            finish_overhead: Duration::ZERO,
+            finish_per_request: Duration::ZERO,
             eos_probability: 0.0,
         }
     }
+
+    /// Nanoseconds before the first step of a `generate` call of `requests` requests.
+    pub fn overhead_ns(&self, requests: usize) -> f64 {
+        ns(self.fixed_overhead) + ns(self.request_overhead) * requests as f64
+    }
+
+    /// Nanoseconds after the last step of a `generate` call of `requests` requests.
+    pub fn finish_ns(&self, requests: usize) -> f64 {
+        ns(self.finish_overhead) + ns(self.finish_per_request) * requests as f64
+    }
+
+    /// Nanoseconds one step of this load takes (the formula in the type's docs).
+    pub fn step_ns(&self, load: &StepLoad) -> f64 {
+        ns(self.decode_step)
+            + ns(self.prefill_per_token) * load.prefill_tokens as f64
+            + ns(self.decode_per_seq) * load.decode_seqs as f64
+            + ns(self.context_per_1k_tokens) * load.context_tokens as f64 / 1000.0
+    }
 }
+
+fn ns(d: Duration) -> f64 {
+    d.as_nanos() as f64
+}
+
+/// What one engine step computes: the inputs of [`CostModel::step_ns`].
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StepLoad {
+    /// Prompt tokens computed (prefill chunks, recomputation after a preemption included).
+    pub prefill_tokens: u64,
+    /// Sequences decoding one token.
+    pub decode_seqs: u64,
+    /// Context tokens attended over: for each scheduled sequence, its computed tokens after the step.
+    pub context_tokens: u64,
+}
+
+/// The simulator's scheduler limits when a scenario sets none: vLLM v1's defaults for its offline
+/// `LLM` class (256 sequences, 8192 tokens a step, 16-token blocks, chunked prefill and prefix
+/// caching on) and a KV cache of 65536 blocks (1 Mi tokens).
+pub const DEFAULT_SCHEDULER: ResolvedEngineConfig = ResolvedEngineConfig {
+    max_num_seqs: 256,
+    max_num_batched_tokens: 8192,
+    num_kv_blocks: 65_536,
+    block_size: 16,
+    prefix_caching: true,
+    chunked_prefill: true,
+};
+
+/// Scheduler limits that never bind: for measuring the harness itself.
+pub const UNLIMITED_SCHEDULER: ResolvedEngineConfig = ResolvedEngineConfig {
+    max_num_seqs: u32::MAX,
+    max_num_batched_tokens: u32::MAX,
+    num_kv_blocks: u32::MAX,
+    block_size: 16,
+    prefix_caching: false,
+    chunked_prefill: true,
+};
 
 /// Real time sleeps for every cost; virtual time only advances a [`crate::time::VirtualClock`].
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -64,12 +144,29 @@ pub enum TimeMode {
 }
 
 /// Everything the simulated engine needs: a scenario's `[engine.sim]` table.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimConfig {
     /// The time [`super::SimEngine::timed`] runs the engine in.
     pub time: TimeMode,
     /// Seed of the simulator's RNG (its EOS draws); a scenario defaults it to one derived from the run seed.
     pub seed: u64,
-    /// What each batch costs.
+    /// What each step and each `generate` call costs.
     pub cost: CostModel,
+    /// The scheduler's limits: sequences, tokens per step, KV cache, prefix caching.
+    pub scheduler: ResolvedEngineConfig,
+    /// The calibration profile the cost model and limits were loaded from, if any (already
+    /// applied: only kept so the scenario prints back as it was written).
+    pub profile: Option<PathBuf>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            time: TimeMode::default(),
+            seed: 0,
+            cost: CostModel::default(),
+            scheduler: DEFAULT_SCHEDULER,
+            profile: None,
+        }
+    }
 }

@@ -1,25 +1,34 @@
-//! The deterministic simulated engine.
+//! The deterministic simulated engine: a step-level model of vLLM v1's scheduler.
 //!
 //! It exists so that everything above the [`Engine`] boundary can be tested and benchmarked
-//! without Python or a model: a cost model (fixed overhead, prefill per prompt token, decode per
-//! step and per running sequence, a `max_num_seqs` limit) produces timings in the same shape vLLM
-//! reports. Faults are not its business: [`crate::engine::faults::FaultyEngine`] wraps it like any
-//! other engine. All randomness comes from the seed and the request id, so a seed always gives the
-//! same run. With a [`VirtualClock`](crate::time::VirtualClock) no wall time passes at all.
+//! without Python or a model, and so that a profile calibrated on a real engine
+//! (docs/simulation.md) answers "what would this setting give" in milliseconds. Inside one
+//! `generate` call, [`scheduler`] runs vLLM's continuous batching (a token budget per step, chunked
+//! prefill, a KV cache in blocks with preemption, the prefix cache, which persists between calls)
+//! and [`CostModel`] prices each step; every request's scheduled, first-token and last-token times
+//! come from the steps. Faults are not its business: [`crate::engine::faults::FaultyEngine`] wraps it
+//! like any other engine. All randomness comes from the seed and the request id, so a seed always
+//! gives the same run. With a [`VirtualClock`](crate::time::VirtualClock) no wall time passes at all.
 
 pub mod config;
-mod cost;
+mod kv;
+pub mod profile;
+pub mod scheduler;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{CostModel, SimConfig, TimeMode};
+pub use config::{CostModel, DEFAULT_SCHEDULER, SimConfig, StepLoad, TimeMode, UNLIMITED_SCHEDULER};
+pub use profile::{Profile, ProfileError};
 
 use crate::engine::{
-    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, TimedEngine,
+    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, Prompt, TimedEngine,
     VirtualTimeEngine,
 };
+use crate::rng::SplitMix64;
 use crate::time::{Clock, MonotonicClock, VirtualClock, WallAnchor};
+use kv::KvCache;
+use scheduler::{PrefixSource, SeqSpec};
 
 /// The simulated engine. See the module docs.
 pub struct SimEngine {
@@ -27,6 +36,8 @@ pub struct SimEngine {
     clock: Arc<dyn Clock>,
     anchor: WallAnchor,
     started: bool,
+    /// The KV cache (and prefix cache) for the engine's life: reset by `start`.
+    kv: KvCache,
 }
 
 impl SimEngine {
@@ -38,7 +49,8 @@ impl SimEngine {
 
     /// An engine that passes time on `clock`, whose wall-clock times derive from `anchor`.
     pub fn on_clock(config: SimConfig, clock: Arc<dyn Clock>, anchor: WallAnchor) -> Self {
-        SimEngine { config, clock, anchor, started: false }
+        let kv = KvCache::new(config.scheduler.num_kv_blocks);
+        SimEngine { config, clock, anchor, started: false, kv }
     }
 
     /// An engine in the time `config.time` names.
@@ -66,7 +78,12 @@ impl SimEngine {
 impl Engine for SimEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
         self.started = true;
-        Ok(EngineInfo { name: "sim".into(), version: env!("CARGO_PKG_VERSION").into(), resolved_config: None })
+        self.kv = KvCache::new(self.config.scheduler.num_kv_blocks);
+        Ok(EngineInfo {
+            name: "sim".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            resolved_config: Some(self.config.scheduler),
+        })
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -74,35 +91,59 @@ impl Engine for SimEngine {
             return Err(EngineError::Generate("generate before start".into()));
         }
         let start = self.clock.now();
-        let timeline = cost::simulate(&self.config.cost, self.config.seed, batch);
-        let secs = |offset: Duration| start.saturating_add(offset).as_secs_f64();
+        let cost = &self.config.cost;
+        let specs: Vec<SeqSpec> = batch
+            .iter()
+            .map(|r| {
+                let ids = prompt_ids(r);
+                SeqSpec {
+                    prompt_len: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+                    output_len: output_tokens(r, cost, self.config.seed),
+                    prefix: PrefixSource::Tokens(ids),
+                }
+            })
+            .collect();
+        let schedule = scheduler::schedule(&self.config.scheduler, &mut self.kv, &specs)
+            .map_err(|e| EngineError::Generate(e.to_string()))?;
+        // Step boundaries in ns after `start`: step k runs from ends[k] to ends[k + 1]; ends[0] is
+        // the end of the per-call overhead.
+        let mut ends = Vec::with_capacity(schedule.steps.len() + 1);
+        let mut t = cost.overhead_ns(batch.len());
+        ends.push(t);
+        for step in &schedule.steps {
+            t += cost.step_ns(&step.load);
+            ends.push(t);
+        }
+        let at = |ns: f64| start.as_secs_f64() + ns / 1e9;
         let arrival_wall = self.anchor.wall_secs + start.saturating_since(self.anchor.mono).as_secs_f64();
 
         let outputs: Vec<EngineOutput> = batch
             .iter()
-            .zip(&timeline.requests)
-            .map(|(req, t)| EngineOutput {
+            .zip(&specs)
+            .zip(&schedule.seqs)
+            .map(|((req, spec), seq)| EngineOutput {
                 request_id: Some(req.id),
-                prompt_tokens: Some(t.prompt_tokens),
-                output_tokens: Some(t.output_tokens),
+                prompt_tokens: Some(spec.prompt_len),
+                output_tokens: Some(spec.output_len),
                 output_token_ids: None,
                 text: None,
-                finish_reason: if t.output_tokens >= req.max_tokens {
+                finish_reason: if spec.output_len >= req.max_tokens {
                     FinishReason::Length
                 } else {
                     FinishReason::Stop
                 },
                 stats: EngineStats {
                     arrival_wall: Some(arrival_wall),
-                    queued_ts: Some(secs(Duration::ZERO)),
-                    scheduled_ts: Some(secs(t.scheduled)),
-                    first_token_ts: t.first_token.map(secs),
-                    last_token_ts: t.last_token.map(secs),
-                    cached_tokens: None,
+                    queued_ts: Some(at(0.0)),
+                    scheduled_ts: Some(at(seq.first_scheduled.map_or(ends[0], |k| ends[k]))),
+                    first_token_ts: seq.first_token.map(|k| at(ends[k + 1])),
+                    last_token_ts: seq.last_token.map(|k| at(ends[k + 1])),
+                    cached_tokens: Some(seq.cached_tokens),
                 },
             })
             .collect();
-        self.clock.sleep(timeline.total);
+        let returns = t + cost.finish_ns(batch.len());
+        self.clock.sleep(Duration::from_nanos(returns.round() as u64));
 
         Ok(outputs)
     }
@@ -118,6 +159,37 @@ impl VirtualTimeEngine for SimEngine {
         self.clock = Arc::new(clock);
         self.anchor = WallAnchor::VIRTUAL;
     }
+}
+
+/// The prompt's token ids; a text prompt becomes one pseudo-token per four bytes (the simulator's
+/// estimate of its length), so shared text prefixes meet in the prefix cache too.
+fn prompt_ids(req: &EngineRequest) -> Vec<u32> {
+    let mut ids: Vec<u32> = match &req.prompt {
+        Prompt::Tokens(t) => t.clone(),
+        Prompt::Text(s) => s
+            .as_bytes()
+            .chunks(4)
+            .map(|c| c.iter().enumerate().fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (8 * i))))
+            .collect(),
+    };
+    if ids.is_empty() {
+        ids.push(0);
+    }
+    ids
+}
+
+/// Output length: `max_tokens` when EOS is ignored, else an EOS may come after `min_tokens`.
+fn output_tokens(req: &EngineRequest, cost: &CostModel, seed: u64) -> u32 {
+    if req.ignore_eos || cost.eos_probability <= 0.0 || req.max_tokens == 0 {
+        return req.max_tokens;
+    }
+    let mut rng = SplitMix64::derive(seed ^ 0x05EE_DE05, req.seed.unwrap_or(req.id));
+    let floor = req.min_tokens.clamp(1, req.max_tokens);
+    // A geometric draw, by inversion, capped at max_tokens.
+    let p = cost.eos_probability.min(1.0);
+    let extra = if p >= 1.0 { 0.0 } else { (1.0 - rng.next_f64()).ln() / (1.0 - p).ln() };
+    let extra = if extra.is_finite() { extra.floor().min(u32::MAX as f64) as u32 } else { u32::MAX };
+    floor.saturating_add(extra).min(req.max_tokens)
 }
 
 #[cfg(test)]

@@ -104,6 +104,7 @@ fn docs_engine_sim() {
     let sim = sim_default(0);
     let mut expected = rows(SIM_KEYS, &sim);
     expected.extend(rows(COST_KEYS, &sim.cost));
+    expected.extend(rows(SCHED_KEYS, &sim.scheduler));
     check_docs("### `[engine.sim]`", expected);
 }
 

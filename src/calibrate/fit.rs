@@ -1,0 +1,297 @@
+//! The least-squares fit of the simulator's coefficients to measured batches.
+//!
+//! Inside one `generate` call the schedule depends only on token counts, the engine's limits and
+//! its prefix-cache hits, never on time ([`crate::engine::sim::scheduler`]). So each batch is
+//! replayed under the resolved configuration, and every measured timestamp (from the batch's
+//! dispatch) is a linear function of the six coefficients:
+//!
+//! ```text
+//! t = fixed_overhead + request_overhead·n + decode_step·k + prefill_per_token·ΣP + decode_per_seq·ΣD
+//!     + context_per_1k_tokens·ΣC/1000
+//! ```
+//!
+//! summed over the `k` steps before it (its `scheduled_ts`) or up to and including the step that
+//! produced it (its first and last token). Ordinary least squares on all of them recovers the
+//! six coefficients; the call's tail (`finish_overhead + finish_per_request·n`) is fitted on its
+//! own, from the time between a batch's last token and the return of its `generate`. Each fit: columns are scaled to unit norm, the system is solved by modified Gram-Schmidt QR
+//! (a column the others already explain is reported as unidentified and fixed at 0), and a
+//! negative coefficient is fixed at 0 and the rest refitted (an active-set non-negative fit), since
+//! no cost is negative. Six unknowns need no linear-algebra crate.
+
+use std::collections::BTreeMap;
+
+use crate::engine::ResolvedEngineConfig;
+use crate::engine::sim::profile::{Coefficients, Residual};
+use crate::engine::sim::scheduler::{self, PrefixSource, ScheduleError, SeqSpec};
+
+/// One measured request of a batch, times in ns after the batch's dispatch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestObservation {
+    /// Prompt tokens, as the engine counted them.
+    pub prompt_tokens: u32,
+    /// Generated tokens.
+    pub output_tokens: u32,
+    /// Prompt tokens served from the prefix cache (0 when the engine does not say).
+    pub cached_tokens: u32,
+    /// The engine's `scheduled_ts`.
+    pub scheduled_ns: Option<f64>,
+    /// The engine's `first_token_ts`.
+    pub first_token_ns: Option<f64>,
+    /// The engine's `last_token_ts`.
+    pub last_token_ns: Option<f64>,
+}
+
+/// One `generate` call: its requests in the order the engine got them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchObservation {
+    /// The requests, in batch order.
+    pub requests: Vec<RequestObservation>,
+    /// When the call returned, ns after its dispatch (our completion time).
+    pub returned_ns: Option<f64>,
+}
+
+/// What [`fit`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FitResult {
+    /// The fitted coefficients.
+    pub coefficients: Coefficients,
+    /// Per metric (`scheduled`, `first_token`, `last_token`, `finish`).
+    pub residuals: BTreeMap<String, Residual>,
+    /// Coefficients the data could not separate (fixed at 0).
+    pub unidentified: Vec<String>,
+    /// Timestamps fitted.
+    pub samples: u64,
+}
+
+/// The fit could not be made.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum FitError {
+    /// A batch cannot be replayed under the configuration.
+    #[error("batch {batch} cannot be replayed under the engine's configuration: {source}")]
+    Replay {
+        /// Its index among the batches given.
+        batch: usize,
+        /// Why.
+        source: ScheduleError,
+    },
+    /// Fewer timestamps than coefficients.
+    #[error("{samples} timestamps are too few to fit {needed} coefficients")]
+    TooFewSamples {
+        /// Timestamps found.
+        samples: usize,
+        /// Coefficients.
+        needed: usize,
+    },
+}
+
+const METRICS: [&str; 4] = ["scheduled", "first_token", "last_token", "finish"];
+/// Columns of the step fit (the first six coefficients) and of the tail fit (the last two).
+const N: usize = 6;
+const TAIL: usize = 2;
+
+/// One timestamp: its row of the design matrix, its value and which metric it is.
+struct Sample {
+    x: Vec<f64>,
+    y: f64,
+    metric: usize,
+}
+
+/// Fits the coefficients to `batches`, replayed under `config`. See the module docs.
+pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Result<FitResult, FitError> {
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut tails: Vec<Sample> = Vec::new();
+    for (b, batch) in batches.iter().enumerate() {
+        let specs: Vec<SeqSpec> = batch
+            .requests
+            .iter()
+            .map(|r| SeqSpec {
+                prompt_len: r.prompt_tokens,
+                output_len: r.output_tokens,
+                prefix: PrefixSource::Known(r.cached_tokens),
+            })
+            .collect();
+        let schedule = scheduler::replay(config, &specs).map_err(|source| FitError::Replay { batch: b, source })?;
+        // cum[k]: [steps, ΣP, ΣD, ΣC/1000] over steps 0..k.
+        let mut cum = vec![[0.0f64; 4]; schedule.steps.len() + 1];
+        for (k, step) in schedule.steps.iter().enumerate() {
+            let l = &step.load;
+            let add = [1.0, l.prefill_tokens as f64, l.decode_seqs as f64, l.context_tokens as f64 / 1000.0];
+            for j in 0..4 {
+                cum[k + 1][j] = cum[k][j] + add[j];
+            }
+        }
+        let n = batch.requests.len() as f64;
+        let row = |k: usize| {
+            let c = cum[k];
+            vec![1.0, n, c[0], c[1], c[2], c[3]]
+        };
+        let last = batch.requests.iter().filter_map(|r| r.last_token_ns).fold(f64::NEG_INFINITY, f64::max);
+        if let Some(returned) = batch.returned_ns.filter(|r| r.is_finite() && last.is_finite() && *r >= last) {
+            tails.push(Sample { x: vec![1.0, n], y: returned - last, metric: 3 });
+        }
+        for (r, seq) in batch.requests.iter().zip(&schedule.seqs) {
+            let points = [
+                (r.scheduled_ns, seq.first_scheduled),
+                (r.first_token_ns, seq.first_token.map(|k| k + 1)),
+                (r.last_token_ns, seq.last_token.map(|k| k + 1)),
+            ];
+            for (metric, (measured, k)) in points.into_iter().enumerate() {
+                if let (Some(y), Some(k)) = (measured, k) {
+                    if y.is_finite() {
+                        samples.push(Sample { x: row(k), y, metric });
+                    }
+                }
+            }
+        }
+    }
+    if samples.len() < N {
+        return Err(FitError::TooFewSamples { samples: samples.len(), needed: N });
+    }
+
+    let (steps, mut unidentified) = non_negative_least_squares(&samples, N);
+    // No tail measured (no return times) leaves it at 0, said as unidentified.
+    let (tail, tail_unidentified) =
+        if tails.is_empty() { (vec![0.0; TAIL], vec![0, 1]) } else { non_negative_least_squares(&tails, TAIL) };
+    unidentified.extend(tail_unidentified.iter().map(|j| j + N));
+    let mut residuals = BTreeMap::new();
+    for (m, name) in METRICS.iter().enumerate() {
+        let mut abs: Vec<f64> = Vec::new();
+        let mut rel: Vec<f64> = Vec::new();
+        let (theta, rows) = if m == 3 { (&tail, &tails) } else { (&steps, &samples) };
+        for s in rows.iter().filter(|s| s.metric == m) {
+            let predicted: f64 = s.x.iter().zip(theta.iter()).map(|(x, t)| x * t).sum();
+            let err = (predicted - s.y).abs();
+            abs.push(err / 1e6);
+            if s.y > 0.0 {
+                rel.push(err / s.y);
+            }
+        }
+        if !abs.is_empty() {
+            residuals.insert((*name).to_owned(), residual(abs, rel));
+        }
+    }
+    let mut all = [0.0; N + TAIL];
+    all[..N].copy_from_slice(&steps);
+    all[N..].copy_from_slice(&tail);
+    Ok(FitResult {
+        coefficients: Coefficients::from_array(all),
+        residuals,
+        unidentified: unidentified.into_iter().map(|j| Coefficients::NAMES[j].to_owned()).collect(),
+        samples: (samples.len() + tails.len()) as u64,
+    })
+}
+
+fn residual(mut abs: Vec<f64>, mut rel: Vec<f64>) -> Residual {
+    let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+    let pct = |v: &mut Vec<f64>, p: f64| {
+        if v.is_empty() {
+            return 0.0;
+        }
+        v.sort_by(f64::total_cmp);
+        // Nearest rank.
+        let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
+        v[rank - 1]
+    };
+    Residual {
+        samples: abs.len() as u64,
+        mean_abs_ms: mean(&abs),
+        p50_abs_ms: pct(&mut abs, 0.50),
+        p99_abs_ms: pct(&mut abs, 0.99),
+        mean_rel: mean(&rel),
+        p50_rel: pct(&mut rel, 0.50),
+        p99_rel: pct(&mut rel, 0.99),
+    }
+}
+
+/// Least squares with every coefficient >= 0: fit on the free columns, fix the most negative at 0,
+/// repeat. Returns the `n` coefficients and the columns the data could not identify.
+fn non_negative_least_squares(samples: &[Sample], n: usize) -> (Vec<f64>, Vec<usize>) {
+    let mut active: Vec<usize> = (0..n).collect();
+    let mut unidentified = Vec::new();
+    loop {
+        let (beta, dependent) = least_squares(samples, &active);
+        if !dependent.is_empty() {
+            unidentified.extend(dependent.iter().copied());
+            active.retain(|j| !dependent.contains(j));
+            continue;
+        }
+        let most_negative =
+            active.iter().zip(&beta).filter(|(_, b)| **b < 0.0).min_by(|a, b| a.1.total_cmp(b.1)).map(|(j, _)| *j);
+        match most_negative {
+            Some(j) => active.retain(|&a| a != j),
+            None => {
+                let mut theta = vec![0.0; n];
+                for (j, b) in active.iter().zip(beta) {
+                    theta[*j] = b;
+                }
+                unidentified.sort_unstable();
+                return (theta, unidentified);
+            }
+        }
+    }
+}
+
+/// Ordinary least squares on the columns `cols`, by modified Gram-Schmidt on unit-norm columns.
+/// Returns the coefficients (in `cols` order) and the columns found linearly dependent on the
+/// earlier ones (then the coefficients are not meaningful and the caller drops them).
+fn least_squares(samples: &[Sample], cols: &[usize]) -> (Vec<f64>, Vec<usize>) {
+    let m = samples.len();
+    let k = cols.len();
+    if k == 0 {
+        return (Vec::new(), Vec::new());
+    }
+    // Columns, scaled to unit norm (the scales differ by orders of magnitude).
+    let mut q: Vec<Vec<f64>> = cols.iter().map(|&j| samples.iter().map(|s| s.x[j]).collect()).collect();
+    let scale: Vec<f64> = q.iter().map(|c| norm(c)).collect();
+    let mut dependent = Vec::new();
+    for (c, (col, s)) in q.iter_mut().zip(&scale).enumerate() {
+        if *s == 0.0 {
+            dependent.push(cols[c]);
+        } else {
+            col.iter_mut().for_each(|v| *v /= s);
+        }
+    }
+    if !dependent.is_empty() {
+        return (Vec::new(), dependent);
+    }
+    let mut r = vec![vec![0.0; k]; k];
+    for j in 0..k {
+        // Twice, for orthogonality at working precision.
+        for _ in 0..2 {
+            for i in 0..j {
+                let d = dot(&q[i], &q[j]);
+                r[i][j] += d;
+                let (qi, qj) = (q[i].clone(), &mut q[j]);
+                qj.iter_mut().zip(&qi).for_each(|(a, b)| *a -= d * b);
+            }
+        }
+        let n = norm(&q[j]);
+        // A column whose part the earlier ones cannot explain is below round-off is dependent.
+        if n < 1e-8 {
+            dependent.push(cols[j]);
+            continue;
+        }
+        r[j][j] = n;
+        q[j].iter_mut().for_each(|v| *v /= n);
+    }
+    if !dependent.is_empty() {
+        return (Vec::new(), dependent);
+    }
+    let y: Vec<f64> = samples.iter().map(|s| s.y).collect();
+    let qty: Vec<f64> = (0..k).map(|i| dot(&q[i], &y)).collect();
+    let mut beta = vec![0.0; k];
+    for i in (0..k).rev() {
+        let tail: f64 = (i + 1..k).map(|j| r[i][j] * beta[j]).sum();
+        beta[i] = (qty[i] - tail) / r[i][i];
+    }
+    debug_assert_eq!(m, y.len());
+    (beta.iter().zip(&scale).map(|(b, s)| b / s).collect(), Vec::new())
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn norm(a: &[f64]) -> f64 {
+    dot(a, a).sqrt()
+}

@@ -1,0 +1,337 @@
+//! `profile.toml`: a calibrated simulator model, as `batchlab calibrate` writes it.
+//!
+//! It holds the step-time coefficients (in nanoseconds, as floats: a fit gives sub-nanosecond
+//! per-token costs), the engine configuration the real engine resolved (the scheduler replays
+//! under exactly these limits), the fit's residuals and where the profile came from. A scenario
+//! uses it with `engine.sim.profile = "profile.toml"` (docs/simulation.md).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::CostModel;
+use crate::engine::ResolvedEngineConfig;
+
+/// A calibrated model of one engine on one machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// The step-time coefficients.
+    pub coefficients: Coefficients,
+    /// The engine's resolved scheduler and KV-cache configuration.
+    pub engine: ResolvedEngineConfig,
+    /// What the fit was made from.
+    #[serde(default)]
+    pub fit: FitSummary,
+    /// How far the fitted model is from the measurements, per metric (`scheduled`,
+    /// `first_token`, `last_token`, `finish`).
+    #[serde(default)]
+    pub residuals: BTreeMap<String, Residual>,
+    /// Where the profile came from.
+    pub provenance: Provenance,
+}
+
+/// The [`CostModel`]'s coefficients in nanoseconds (docs/simulation.md has the formula).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Coefficients {
+    /// Per `generate` call, before its first step.
+    #[serde(deserialize_with = "non_negative")]
+    pub fixed_overhead_ns: f64,
+    /// Per request of a `generate` call, before its first step.
+    #[serde(deserialize_with = "non_negative")]
+    pub request_overhead_ns: f64,
+    /// Per engine step.
+    #[serde(deserialize_with = "non_negative")]
+    pub decode_step_ns: f64,
+    /// Per prefill token in a step.
+    #[serde(deserialize_with = "non_negative")]
+    pub prefill_per_token_ns: f64,
+    /// Per decoding sequence in a step.
+    #[serde(deserialize_with = "non_negative")]
+    pub decode_per_seq_ns: f64,
+    /// Per 1000 context tokens in a step.
+    #[serde(deserialize_with = "non_negative")]
+    pub context_per_1k_tokens_ns: f64,
+    /// Per `generate` call, after its last step.
+    #[serde(deserialize_with = "non_negative")]
+    pub finish_overhead_ns: f64,
+    /// Per request of a `generate` call, after its last step.
+    #[serde(deserialize_with = "non_negative")]
+    pub finish_per_request_ns: f64,
+}
+
+impl Coefficients {
+    /// The names of the coefficients, in the fit's column order.
+    pub const NAMES: [&'static str; 8] = [
+        "fixed_overhead",
+        "request_overhead",
+        "decode_step",
+        "prefill_per_token",
+        "decode_per_seq",
+        "context_per_1k_tokens",
+        "finish_overhead",
+        "finish_per_request",
+    ];
+
+    /// The coefficients in [`Self::NAMES`] order.
+    pub fn to_array(&self) -> [f64; 8] {
+        [
+            self.fixed_overhead_ns,
+            self.request_overhead_ns,
+            self.decode_step_ns,
+            self.prefill_per_token_ns,
+            self.decode_per_seq_ns,
+            self.context_per_1k_tokens_ns,
+            self.finish_overhead_ns,
+            self.finish_per_request_ns,
+        ]
+    }
+
+    /// From values in [`Self::NAMES`] order.
+    pub fn from_array(v: [f64; 8]) -> Self {
+        Coefficients {
+            fixed_overhead_ns: v[0],
+            request_overhead_ns: v[1],
+            decode_step_ns: v[2],
+            prefill_per_token_ns: v[3],
+            decode_per_seq_ns: v[4],
+            context_per_1k_tokens_ns: v[5],
+            finish_overhead_ns: v[6],
+            finish_per_request_ns: v[7],
+        }
+    }
+
+    /// A cost model's coefficients.
+    pub fn of(cost: &CostModel) -> Self {
+        let ns = |d: Duration| d.as_nanos() as f64;
+        Coefficients {
+            fixed_overhead_ns: ns(cost.fixed_overhead),
+            request_overhead_ns: ns(cost.request_overhead),
+            decode_step_ns: ns(cost.decode_step),
+            prefill_per_token_ns: ns(cost.prefill_per_token),
+            decode_per_seq_ns: ns(cost.decode_per_seq),
+            context_per_1k_tokens_ns: ns(cost.context_per_1k_tokens),
+            finish_overhead_ns: ns(cost.finish_overhead),
+            finish_per_request_ns: ns(cost.finish_per_request),
+        }
+    }
+
+    /// Sets `cost`'s coefficients to these, rounded to the nanosecond (`eos_probability` is kept).
+    pub fn apply(&self, cost: &mut CostModel) {
+        let d = |ns: f64| Duration::from_nanos(ns.max(0.0).round() as u64);
+        cost.fixed_overhead = d(self.fixed_overhead_ns);
+        cost.request_overhead = d(self.request_overhead_ns);
+        cost.decode_step = d(self.decode_step_ns);
+        cost.prefill_per_token = d(self.prefill_per_token_ns);
+        cost.decode_per_seq = d(self.decode_per_seq_ns);
+        cost.context_per_1k_tokens = d(self.context_per_1k_tokens_ns);
+        cost.finish_overhead = d(self.finish_overhead_ns);
+        cost.finish_per_request = d(self.finish_per_request_ns);
+    }
+}
+
+/// What the fit was made from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FitSummary {
+    /// `generate` calls used.
+    pub batches: u64,
+    /// Batches left out (rows missing, or without engine timestamps).
+    pub skipped_batches: u64,
+    /// Timestamps fitted (three per request).
+    pub samples: u64,
+    /// Coefficients the data could not tell apart from the others (all batches the same size,
+    /// say): fixed at 0, the others absorb them.
+    pub unidentified: Vec<String>,
+}
+
+/// One metric's residuals: predicted minus measured, each measured from its batch's dispatch.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Residual {
+    /// Timestamps compared.
+    pub samples: u64,
+    /// Mean absolute error, ms.
+    pub mean_abs_ms: f64,
+    /// Median absolute error, ms.
+    pub p50_abs_ms: f64,
+    /// 99th-percentile absolute error, ms.
+    pub p99_abs_ms: f64,
+    /// Mean relative error (|predicted − measured| / measured).
+    pub mean_rel: f64,
+    /// Median relative error.
+    pub p50_rel: f64,
+    /// 99th-percentile relative error.
+    pub p99_rel: f64,
+}
+
+/// Where a profile came from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// The engine measured (`vllm`, `sim`).
+    pub engine_name: String,
+    /// Its version.
+    pub engine_version: String,
+    /// The batchlab that fitted it.
+    pub batchlab_version: String,
+    /// When, UTC, RFC 3339.
+    pub created: String,
+    /// The output directories the fit read.
+    pub sources: Vec<String>,
+}
+
+/// Reading or writing a profile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// The file could not be read.
+    #[error("cannot read profile {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a valid profile.
+    #[error("{}:{line}:{column}: {message}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What was found and what was expected.
+        message: String,
+    },
+    /// The file could not be written.
+    #[error("cannot write profile {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn non_negative<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = f64::deserialize(d)?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(serde::de::Error::custom(format!("expected a finite number of nanoseconds >= 0, found {v}")));
+    }
+    Ok(v)
+}
+
+impl Profile {
+    /// Reads and checks `path`. Errors name the file, line and column.
+    pub fn load(path: &Path) -> Result<Profile, ProfileError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ProfileError::Read { path: path.to_path_buf(), source })?;
+        Profile::parse(&text, path)
+    }
+
+    /// Parses profile text; `path` only names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Profile, ProfileError> {
+        let at = |offset: usize, message: String| {
+            let before = &text[..offset.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            ProfileError::Parse { path: path.to_path_buf(), line, column, message }
+        };
+        let profile: Profile = toml::from_str(text).map_err(|e| {
+            let offset = e.span().map_or(0, |s| s.start);
+            at(offset, e.message().to_owned())
+        })?;
+        let e = &profile.engine;
+        let limits = [
+            ("max_num_seqs", e.max_num_seqs),
+            ("max_num_batched_tokens", e.max_num_batched_tokens),
+            ("num_kv_blocks", e.num_kv_blocks),
+            ("block_size", e.block_size),
+        ];
+        if let Some((key, _)) = limits.iter().find(|(_, v)| *v == 0) {
+            let offset = find_key(text, key).unwrap_or(0);
+            return Err(at(offset, format!("`engine.{key}` must be >= 1, found 0")));
+        }
+        Ok(profile)
+    }
+
+    /// The profile as TOML text, with a header naming what it is.
+    pub fn to_toml(&self) -> String {
+        let body = toml::to_string(self).unwrap_or_default();
+        format!(
+            "# A batchlab simulator profile, written by `batchlab calibrate` (docs/simulation.md).\n\
+             # Use it with `[engine.sim] profile = \"<this file>\"`.\n\
+             # t_step = decode_step + prefill_per_token*P + decode_per_seq*D + context_per_1k_tokens*C/1000;\n\
+             # a generate call of n requests first pays fixed_overhead + request_overhead*n and, after its\n\
+             # last step, finish_overhead + finish_per_request*n.\n\n{body}"
+        )
+    }
+
+    /// Writes the profile to `path`.
+    pub fn write(&self, path: &Path) -> Result<(), ProfileError> {
+        std::fs::write(path, self.to_toml()).map_err(|source| ProfileError::Write { path: path.to_path_buf(), source })
+    }
+
+    /// Sets a cost model and scheduler limits from this profile (`eos_probability` is kept).
+    pub fn apply(&self, cost: &mut CostModel, scheduler: &mut ResolvedEngineConfig) {
+        self.coefficients.apply(cost);
+        *scheduler = self.engine;
+    }
+}
+
+/// The byte offset of the line that sets `key`, for an error about its value.
+fn find_key(text: &str, key: &str) -> Option<usize> {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if trimmed.strip_prefix(key).is_some_and(|rest| rest.trim_start().starts_with('=')) {
+            return Some(offset + (line.len() - trimmed.len()));
+        }
+        offset += line.len();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Profile {
+        Profile {
+            coefficients: Coefficients::from_array([1e6, 1e4, 8e5, 900.5, 2e4, 3000.25, 5e5, 1234.5]),
+            engine: crate::engine::sim::DEFAULT_SCHEDULER,
+            fit: FitSummary { batches: 3, skipped_batches: 0, samples: 90, unidentified: vec![] },
+            residuals: BTreeMap::from([("first_token".to_owned(), Residual { samples: 30, ..Residual::default() })]),
+            provenance: Provenance { engine_name: "sim".into(), ..Provenance::default() },
+        }
+    }
+
+    #[test]
+    fn round_trips_through_toml() {
+        let p = sample();
+        let text = p.to_toml();
+        assert_eq!(Profile::parse(&text, Path::new("p.toml")).unwrap(), p, "{text}");
+    }
+
+    #[test]
+    fn errors_name_file_line_and_column() {
+        let text = sample().to_toml();
+        let cases = [
+            ("decode_step_ns = 800000.0", "decode_step_ns = -1.0", "found -1"),
+            ("block_size = 16", "block_size = 0", "`engine.block_size` must be >= 1, found 0"),
+            ("max_num_seqs = 256", "max_num_seqs = 256\nmax_num_seq = 3", "unknown field `max_num_seq`"),
+        ];
+        for (from, to, expected) in cases {
+            assert!(text.contains(from), "{from} not in\n{text}");
+            let bad = text.replace(from, to);
+            let line = bad.lines().position(|l| l.contains(to.lines().last().unwrap())).unwrap() + 1;
+            let err = Profile::parse(&bad, Path::new("dir/p.toml")).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("dir/p.toml:{line}:")), "{err} (expected line {line})");
+            assert!(err.contains(expected), "{err}");
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! `batchlab calibrate` through files, as a user runs it: a simulated run with known coefficients
+//! writes requests.jsonl and report.json, `calibrate` fits them, the profile holds the known
+//! coefficients within 1 %, and a scenario using the profile runs with them.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use batchlab::engine::sim::Profile;
+use batchlab::scenario::plan::EnginePlan;
+use batchlab::scenario::{Overrides, load_file};
+
+fn batchlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_batchlab"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("BATCHLAB_LOG")
+        .output()
+        .expect("running batchlab")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("batchlab-calibrate-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// Known coefficients (ns), in `Coefficients::NAMES` order, as the scenario below spells them.
+const TRUTH: [(&str, f64); 8] = [
+    ("fixed_overhead", 2_000_000.0),
+    ("request_overhead", 40_000.0),
+    ("decode_step", 900_000.0),
+    ("prefill_per_token", 5_300.0),
+    ("decode_per_seq", 31_000.0),
+    ("context_per_1k_tokens", 17_000.0),
+    ("finish_overhead", 700_000.0),
+    ("finish_per_request", 12_000.0),
+];
+
+/// Small limits (chunked prefill and preemption happen), batches of several sizes, varied
+/// prompt and output lengths.
+const SCENARIO: &str = r#"
+name = "calibration-source"
+seed = 5
+
+[engine.sim]
+fixed_overhead = "2ms"
+request_overhead = "40us"
+decode_step = "900us"
+prefill_per_token = "5300ns"
+decode_per_seq = "31us"
+context_per_1k_tokens = "17us"
+finish_overhead = "700us"
+finish_per_request = "12us"
+max_num_seqs = 8
+max_num_batched_tokens = 256
+num_kv_blocks = 48
+block_size = 16
+prefix_caching = false
+
+[batching]
+batch_size = 16
+batch_timeout = "5ms"
+
+[workload]
+prompt_tokens = { dist = "uniform", min = 8, max = 400 }
+output_tokens = { dist = "uniform", min = 1, max = 60 }
+
+[profile]
+kind = "concurrent"
+levels = [1, 3, 8, 16]
+
+[stop]
+max_requests = 48
+"#;
+
+#[test]
+fn calibrate_recovers_a_simulated_runs_coefficients_from_its_output_directory() {
+    let dir = temp_dir("fit");
+    let scenario = dir.join("source.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let out = dir.join("run");
+    let run = batchlab(&[
+        "run",
+        scenario.to_str().unwrap(),
+        "--quiet",
+        "--requests-jsonl",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+
+    let profile_path = dir.join("profile.toml");
+    let fit = batchlab(&["calibrate", out.to_str().unwrap(), "--output", profile_path.to_str().unwrap()]);
+    assert!(fit.status.success(), "{}", text(&fit.stderr));
+    assert!(text(&fit.stdout).contains("residual last_token"), "{}", text(&fit.stdout));
+
+    let profile = Profile::load(&profile_path).expect("a valid profile");
+    for ((name, want), got) in TRUTH.iter().zip(profile.coefficients.to_array()) {
+        let err = (got - want).abs() / want;
+        assert!(err < 0.01, "{name}: fitted {got} ns, true {want} ns ({:.3} %)", err * 100.0);
+    }
+    assert_eq!(profile.engine.max_num_batched_tokens, 256);
+    assert_eq!(profile.engine.num_kv_blocks, 48);
+    assert_eq!(profile.provenance.engine_name, "sim");
+    assert_eq!(profile.provenance.sources, vec![out.display().to_string()]);
+    assert!(profile.fit.batches >= 8, "{:?}", profile.fit);
+    assert!(profile.residuals["first_token"].p99_rel < 1e-4, "{:?}", profile.residuals);
+
+    // A scenario that uses the profile gets its coefficients and limits; a key written beside
+    // `profile` overrides it.
+    let user = dir.join("user.toml");
+    std::fs::write(&user, "[engine.sim]\nprofile = \"profile.toml\"\nmax_num_seqs = 4\n").unwrap();
+    let plan = load_file(&user, &Overrides::default()).unwrap_or_else(|e| panic!("{e}"));
+    let EnginePlan::Sim(sim) = &plan.engine else { panic!("{:?}", plan.engine) };
+    assert_eq!(sim.cost.decode_step.as_nanos(), profile.coefficients.decode_step_ns.round() as u128);
+    assert_eq!(sim.scheduler.num_kv_blocks, 48);
+    assert_eq!(sim.scheduler.max_num_seqs, 4, "the explicit key wins");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn calibrate_explains_what_it_cannot_use() {
+    let dir = temp_dir("errors");
+    let o = batchlab(&["calibrate", dir.join("missing").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("is not a directory"), "{}", text(&o.stderr));
+
+    // A run without requests.jsonl.
+    let out = dir.join("run");
+    let run = batchlab(&["run", "scenarios/throughput.toml", "--quiet", "--output", out.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let o = batchlab(&["calibrate", out.to_str().unwrap(), "--output", dir.join("p.toml").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("requests.jsonl"), "{}", text(&o.stderr));
+
+    // A bad profile in a scenario names the profile's file and line.
+    std::fs::write(dir.join("bad.toml"), "[coefficients]\nfixed_overhead_ns = \"fast\"\n").unwrap();
+    std::fs::write(dir.join("user.toml"), "[engine.sim]\nprofile = \"bad.toml\"\n").unwrap();
+    let err = load_file(&dir.join("user.toml"), &Overrides::default()).unwrap_err().to_string();
+    assert!(err.contains("bad.toml:2:"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -226,6 +226,33 @@ fn print_engine_log_tail(path: &Path) {
     }
 }
 
+/// First Ctrl-C (or SIGTERM): fire `interrupt` (stop admitting, drain, report). Second: leave at
+/// once. Call inside the runtime, before the run starts: a signal that came before the watcher
+/// task first ran would otherwise kill the process.
+fn watch_signals(interrupt: Interrupt) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let signals = signal(SignalKind::interrupt()).and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
+    match signals {
+        Ok((mut int, mut term)) => {
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+                interrupt.fire();
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+                let _ = writeln!(batchlab::sys::terminal(), "\ninterrupted twice: exiting now");
+                batchlab::sys::reap_descendants(Duration::from_secs(2));
+                std::process::exit(i32::from(EXIT_INTERRUPTED));
+            });
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot watch for Ctrl-C and SIGTERM"),
+    }
+}
+
 fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result<ExitCode> {
     let RunArgs { output, requests_jsonl, quiet, verbose } = args;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
@@ -236,31 +263,7 @@ fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result
     let log_path = capture.as_ref().map(|c| c.path().to_path_buf());
     let interrupt = Interrupt::new();
     let summary = runtime.block_on(async {
-        let fire = interrupt.clone();
-        // First Ctrl-C (or SIGTERM): stop admitting, drain, report. Second: leave at once.
-        // Handlers are installed here, before the run starts: a signal that came before the
-        // watcher task first ran would otherwise kill the process.
-        use tokio::signal::unix::{SignalKind, signal};
-        let signals = signal(SignalKind::interrupt()).and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
-        match signals {
-            Ok((mut int, mut term)) => {
-                tokio::spawn(async move {
-                    tokio::select! {
-                        _ = int.recv() => {}
-                        _ = term.recv() => {}
-                    }
-                    fire.fire();
-                    tokio::select! {
-                        _ = int.recv() => {}
-                        _ = term.recv() => {}
-                    }
-                    let _ = writeln!(batchlab::sys::terminal(), "\ninterrupted twice: exiting now");
-                    batchlab::sys::reap_descendants(Duration::from_secs(2));
-                    std::process::exit(i32::from(EXIT_INTERRUPTED));
-                });
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot watch for Ctrl-C and SIGTERM"),
-        }
+        watch_signals(interrupt.clone());
         let options = RunOptions {
             output_dir: Some(output_dir.clone()),
             requests_jsonl,

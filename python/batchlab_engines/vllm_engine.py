@@ -40,7 +40,12 @@ class VllmEngine:
 
         self.llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3])], SamplingParams(max_tokens=1), use_tqdm=False)
         # vLLM's RequestStateStats timestamps are time.monotonic(): CLOCK_MONOTONIC, batchlab's clock.
-        return {"name": "vllm", "version": vllm.__version__, "clock": "monotonic"}
+        return {
+            "name": "vllm",
+            "version": vllm.__version__,
+            "clock": "monotonic",
+            "engine_config": resolved_config(self.llm),
+        }
 
     def generate(self, requests):
         from vllm import SamplingParams
@@ -107,6 +112,36 @@ class VllmEngine:
             del llm
             gc.collect()
             _reap_children()
+
+
+def resolved_config(llm):
+    """The scheduler and KV-cache configuration the engine resolved (docs/vllm.md): after vLLM
+    filled in its platform defaults and profiled memory, not what was asked for. It is read from
+    `llm.llm_engine.vllm_config`: in-process that object is the engine core's own; multiprocess,
+    vLLM copies the core's post-start values (KV blocks, block size, max_model_len) back into it
+    from the core's ready message. On CPU the KV blocks follow from `VLLM_CPU_KVCACHE_SPACE`."""
+    config = llm.llm_engine.vllm_config
+    scheduler = config.scheduler_config
+    cache = config.cache_config
+    # The scheduler's per-step token budget: `max_num_scheduled_tokens` when set, else
+    # `max_num_batched_tokens` (vllm/v1/core/sched/scheduler.py).
+    budget = getattr(scheduler, "max_num_scheduled_tokens", None) or scheduler.max_num_batched_tokens
+    resolved = {
+        "max_num_seqs": scheduler.max_num_seqs,
+        "max_num_batched_tokens": budget,
+        "num_kv_blocks": cache.num_gpu_blocks,
+        "block_size": cache.block_size,
+        "prefix_caching": bool(cache.enable_prefix_caching),
+        "chunked_prefill": bool(scheduler.enable_chunked_prefill),
+    }
+    return {key: _plain(value) for key, value in resolved.items()}
+
+
+def _plain(value):
+    """A config value as a plain int or bool (vLLM's may be numpy or pydantic types); None stays."""
+    if value is None or isinstance(value, bool):
+        return value
+    return int(value)
 
 
 def _import_vllm():

@@ -1,43 +1,94 @@
-//! `batchlab calibrate`: fit a simulator profile and write profile.toml.
+//! `batchlab calibrate`: fit a simulator profile and write profile.toml, either from the output
+//! directories of earlier runs or from a scenario, whose engine then runs the designed settings of
+//! `batchlab::run::calibrate` first (one engine start).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use batchlab::calibrate::{CalibrateError, fit_dirs};
 use batchlab::engine::sim::Profile;
+use batchlab::run::calibrate::{DesignError, DesignOptions, calibrate_scenario, default_runs_dir};
+use batchlab::run::Interrupt;
+use batchlab::run::progress::ProgressMode;
+use batchlab::scenario::plan::EnginePlan;
+use batchlab::scenario::{Overrides, load_file};
 
-use super::{EXIT_BAD_INPUT, EXIT_ERROR};
+use super::{EXIT_BAD_INPUT, EXIT_ERROR, EXIT_INTERRUPTED};
 
 #[derive(clap::Args, Debug)]
 pub(super) struct CalibrateArgs {
-    /// Output directories of earlier runs, each with requests.jsonl (run with `--requests-jsonl`)
+    /// Either one scenario file (`.toml`) whose engine runs the designed settings first, or the
+    /// output directories of earlier runs, each with requests.jsonl (run with `--requests-jsonl`)
     /// and report.json. All must come from one engine configuration.
-    #[arg(required = true, value_name = "DIR")]
+    #[arg(required = true, value_name = "SCENARIO | DIR...")]
     sources: Vec<PathBuf>,
     /// Where to write the profile.
     #[arg(long, value_name = "FILE", default_value = "profile.toml")]
     output: PathBuf,
+    /// With a scenario: where the designed runs write their reports, requests.jsonl and
+    /// engine.log [default: `<profile stem>-runs/` next to the profile].
+    #[arg(long, value_name = "DIR")]
+    runs: Option<PathBuf>,
+    /// With a scenario: override any of its keys, as `batchlab run --set` does. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// With a scenario: override its master seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// With a scenario: no progress display.
+    #[arg(long, short)]
+    quiet: bool,
+    /// With a scenario: stream the engine's own output instead of keeping it in `<runs>/engine.log`.
+    #[arg(long, short)]
+    verbose: bool,
 }
 
-/// What the sources name: the output directories to fit.
-fn calibrate_sources(sources: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+/// What the sources name.
+#[derive(Debug, PartialEq)]
+enum Sources {
+    /// The output directories of earlier runs, to fit.
+    Dirs(Vec<PathBuf>),
+    /// A scenario to run the designed settings on, then fit.
+    Scenario(PathBuf),
+}
+
+/// Directories, or exactly one scenario file; nothing else.
+fn calibrate_sources(sources: &[PathBuf]) -> anyhow::Result<Sources> {
+    if let [one] = sources
+        && one.is_file()
+    {
+        return Ok(Sources::Scenario(one.clone()));
+    }
     for s in sources {
+        if s.is_file() {
+            anyhow::bail!("{} is a file: give one scenario file, or output directories of earlier runs", s.display());
+        }
         if !s.is_dir() {
-            anyhow::bail!("{} is not a directory: give the output directories of earlier runs", s.display());
+            anyhow::bail!(
+                "{} is neither a scenario file nor a directory: give one scenario, or the output directories \
+                 of earlier runs",
+                s.display()
+            );
         }
     }
-    Ok(sources.to_vec())
+    Ok(Sources::Dirs(sources.to_vec()))
 }
 
 pub(super) fn main(args: CalibrateArgs) -> ExitCode {
     let dirs = match calibrate_sources(&args.sources) {
-        Ok(dirs) => dirs,
+        Ok(Sources::Dirs(dirs)) => dirs,
+        Ok(Sources::Scenario(path)) => return from_scenario(&path, &args),
         Err(e) => {
             eprintln!("error: {e:#}");
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    if !args.sets.is_empty() || args.seed.is_some() || args.runs.is_some() {
+        eprintln!("error: --set, --seed and --runs need a scenario, not output directories");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     match fit_dirs(&dirs) {
         Ok(profile) => match write(&profile, &args.output) {
             Ok(()) => ExitCode::SUCCESS,
@@ -88,4 +139,82 @@ fn summary(p: &Profile) -> String {
         );
     }
     out.trim_end().to_owned()
+}
+
+/// `batchlab calibrate SCENARIO`: the designed settings on the scenario's engine (started once),
+/// each into `<runs>/<setting>/`, then the fit of those directories.
+fn from_scenario(path: &Path, args: &CalibrateArgs) -> ExitCode {
+    let overrides = Overrides { sets: args.sets.clone(), seed: args.seed };
+    let plan = match load_file(path, &overrides) {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let runs = args.runs.clone().unwrap_or_else(|| default_runs_dir(&args.output));
+    match design_and_fit(plan, runs, args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+fn design_and_fit(plan: batchlab::scenario::Plan, runs: PathBuf, args: &CalibrateArgs) -> anyhow::Result<ExitCode> {
+    std::fs::create_dir_all(&runs).with_context(|| format!("creating {}", runs.display()))?;
+    let writes_output = matches!(plan.engine, EnginePlan::Vllm(_) | EnginePlan::Python(_));
+    let capture = if writes_output && !args.verbose { Some(super::capture_engine_output(&runs)?) } else { None };
+    let log_path = capture.as_ref().map(|c| c.path().to_path_buf());
+    let interrupt = Interrupt::new();
+    let options = DesignOptions { runs_dir: runs.clone(), progress: ProgressMode::detect(args.quiet), interrupt };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
+    let result = runtime.block_on(async {
+        super::watch_signals(options.interrupt.clone());
+        tokio::task::spawn_blocking(move || calibrate_scenario(&plan, &options))
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    });
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    if let Some(capture) = capture
+        && let Err(e) = capture.restore()
+    {
+        tracing::warn!(error = %e, "cannot restore stdout and stderr");
+    }
+    match result {
+        Ok((profile, design)) => {
+            eprintln!("ran {} designed settings in {}", design.dirs.len(), runs.display());
+            write(&profile, &args.output)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(DesignError::Interrupted) => {
+            eprintln!("error: {}", DesignError::Interrupted);
+            Ok(ExitCode::from(EXIT_INTERRUPTED))
+        }
+        Err(e) => {
+            if let (DesignError::Run(_) | DesignError::Incomplete { .. }, Some(path)) = (&e, &log_path) {
+                super::print_engine_log_tail(path);
+            }
+            Err(e).with_context(|| format!("calibrating from {}", args.sources[0].display()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_one_scenario_or_directories() {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let scenario = root.join("scenarios/vllm-cpu.toml");
+        let dir = root.join("scenarios");
+        assert_eq!(calibrate_sources(std::slice::from_ref(&scenario)).unwrap(), Sources::Scenario(scenario.clone()));
+        assert_eq!(calibrate_sources(&[dir.clone(), root.clone()]).unwrap(), Sources::Dirs(vec![dir.clone(), root]));
+        let err = calibrate_sources(&[scenario.clone(), dir.clone()]).unwrap_err().to_string();
+        assert!(err.contains("is a file"), "{err}");
+        let err = calibrate_sources(&[dir.join("missing.toml")]).unwrap_err().to_string();
+        assert!(err.contains("neither a scenario file nor a directory"), "{err}");
+    }
 }

@@ -8,6 +8,7 @@
 
 pub mod faults;
 pub mod python;
+pub mod shared;
 pub mod sim;
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,337 @@
+//! The simulator's fidelity (issue 11): calibrate once from the real engine, then predict held-out
+//! settings with the calibrated simulator and measure the same settings on the real engine.
+//!
+//! ```sh
+//! PYO3_PYTHON=~/.cache/batchlab/venv/bin/python cargo bench --features vllm --bench fidelity -- \
+//!     [--scenario scenarios/vllm-cpu.toml] [--rounds 3] [--out FILE] [--work DIR] [--sim-only]
+//! ```
+//!
+//! 1. `calibrate`: exactly what `batchlab calibrate SCENARIO` does (`run::calibrate`): the
+//!    designed settings in one engine start, then the fit, written to `<work>/profile.toml`.
+//! 2. A second engine start for the measurements. The held-out rows are settings the design did
+//!    not run: batch sizes 8, 64 and 256, prompts of 64 and 256 tokens and outputs of 32 and 128
+//!    (one factor at a time around the scenario's 32 × 128 → 64), one constant-rate profile and
+//!    one whole-dataset run (every request in one batch). Each row is a [`Plan`] run by the
+//!    ordinary run loop and batcher, once on the real engine and once on the simulator, which
+//!    reads the profile through `engine.sim.profile` (virtual time).
+//! 3. `--rounds` rounds, real and simulated runs interleaved row by row (odd rounds in reverse
+//!    row order), so the real engine's own run-to-run spread is measured in the same run. Every
+//!    run draws prompts of its own (a seed per row and round, shared by its real and simulated
+//!    run), so no prompt is served from an earlier run's prefix cache.
+//!
+//! Per row and metric (output tok/s, latency p50 and p99, TTFT p50): measured = median of the
+//! real rounds, predicted = median of the simulated ones (identical: virtual time), error =
+//! (predicted − measured) / measured, spread = (max − min) / median of the real rounds.
+//! Goal: |throughput error| ≤ 5 % and |latency p50 error| ≤ 10 % on every row.
+//!
+//! `--sim-only` (what `just bench --quick` runs, no Python): the "real" engine is the simulator
+//! with the hand-set costs of `scenarios/throughput.toml`, so the table checks the whole pipeline
+//! (design, fit, profile, `engine.sim.profile`) end to end in seconds. vLLM's output goes to
+//! `<work>/engine.log`; progress goes to the terminal, the markdown table to `--out` (default
+//! stdout, after the engine's output is released).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use batchlab::run::calibrate::{DesignOptions, PlanRunner, Setting, calibrate_scenario, setting_plan};
+use batchlab::report::BenchmarkResult;
+use batchlab::run::progress::ProgressMode;
+use batchlab::run::{Interrupt, RunOptions};
+use batchlab::scenario::plan::{Plan, ProfilePlan};
+use batchlab::scenario::{Overrides, load_file};
+use std::io::Write as _;
+
+struct Args {
+    scenario: PathBuf,
+    rounds: usize,
+    out: Option<PathBuf>,
+    work: PathBuf,
+    sim_only: bool,
+}
+
+fn parse_args() -> Option<Args> {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("fidelity: a real vLLM run of minutes; run it with `cargo bench --features vllm --bench fidelity`");
+        return None;
+    }
+    let mut args = Args {
+        scenario: PathBuf::from("scenarios/vllm-cpu.toml"),
+        rounds: 3,
+        out: None,
+        work: std::env::temp_dir().join(format!("batchlab-fidelity-{}", std::process::id())),
+        sim_only: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{a} needs a value"));
+        match a.as_str() {
+            "--scenario" => args.scenario = PathBuf::from(value()),
+            "--rounds" => args.rounds = value().parse().expect("--rounds N"),
+            "--out" => args.out = Some(PathBuf::from(value())),
+            "--work" => args.work = PathBuf::from(value()),
+            "--sim-only" => args.sim_only = true,
+            _ => {} // `--bench` and anything libtest-ish
+        }
+    }
+    if args.sim_only && args.scenario == Path::new("scenarios/vllm-cpu.toml") {
+        args.scenario = PathBuf::from("scenarios/throughput.toml");
+    }
+    Some(args)
+}
+
+/// A progress line on the terminal (the engine's output may be captured).
+fn say(text: &str) {
+    let _ = writeln!(batchlab::sys::terminal(), "{text}");
+}
+
+/// One held-out setting: its label and the real engine's plan (the simulator's is the same plan
+/// with the profile's engine).
+struct Row {
+    label: String,
+    plan: Plan,
+}
+
+/// The held-out rows around the scenario's own setting (batch 32, prompt 128, output 64): one
+/// factor at a time, then a constant rate and the whole dataset in one batch. `stream` gives each
+/// run its own prompts.
+fn held_out_rows(base: &Plan, stream: u64) -> Vec<Row> {
+    let setting = |batch_size, prompt_tokens, output_tokens, batches| Setting {
+        batch_size,
+        prompt_tokens,
+        output_tokens,
+        batches,
+    };
+    let mut rows = Vec::new();
+    let mut add = |label: String, plan: Plan| rows.push(Row { label, plan });
+    for (i, (label, s)) in [
+        ("batch 8", setting(8, 128, 64, 16)),
+        ("batch 64", setting(64, 128, 64, 4)),
+        ("batch 256", setting(256, 128, 64, 2)),
+        ("prompt 64", setting(32, 64, 64, 8)),
+        ("prompt 256", setting(32, 256, 64, 8)),
+        ("output 32", setting(32, 128, 32, 8)),
+        ("output 128", setting(32, 128, 128, 4)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        add(format!("{label} ({})", s.name()), setting_plan(base, &s, stream * 100 + i as u64));
+    }
+    // Constant rate: 192 arrivals at 30/s into batches of up to 32 (partial batches on the timeout).
+    let mut constant = setting_plan(base, &setting(32, 128, 64, 6), stream * 100 + 50);
+    constant.profile = ProfilePlan::Constant { rates: vec![30.0], max_concurrency: None };
+    add("constant 30 req/s (b32-p128-o64)".into(), constant);
+    // The whole dataset in one batch: 128 requests, batch size 256 (the batch leaves on its timeout).
+    let mut whole = setting_plan(base, &setting(128, 128, 64, 1), stream * 100 + 60);
+    whole.batching = batchlab::batcher::BatchConfig::new(256, base.batching.batch_timeout())
+        .and_then(|b| b.with_generate_timeout(base.batching.generate_timeout()))
+        .expect("valid batching");
+    add("whole dataset: 128 in one batch of ≤ 256".into(), whole);
+    rows
+}
+
+/// The metrics the table compares, from a run's one benchmark.
+#[derive(Copy, Clone, Debug, Default)]
+struct Measured {
+    output_tok_s: f64,
+    latency_p50: f64,
+    latency_p99: f64,
+    ttft_p50: f64,
+}
+
+impl Measured {
+    const NAMES: [&'static str; 4] = ["output tok/s", "latency p50 (ms)", "latency p99 (ms)", "TTFT p50 (ms)"];
+
+    fn of(b: &BenchmarkResult) -> Self {
+        let d = &b.distributions;
+        Measured {
+            output_tok_s: b.output_tokens_per_s.unwrap_or(f64::NAN),
+            latency_p50: d.latency.p50.unwrap_or(f64::NAN),
+            latency_p99: d.latency.p99.unwrap_or(f64::NAN),
+            ttft_p50: d.ttft.p50.unwrap_or(f64::NAN),
+        }
+    }
+
+    fn get(&self, i: usize) -> f64 {
+        [self.output_tok_s, self.latency_p50, self.latency_p99, self.ttft_p50][i]
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 }
+}
+
+/// Runs `plan` and returns its one benchmark's metrics; a run with errors or lost requests fails.
+fn run_row(runner: &mut PlanRunner, plan: &Plan) -> Measured {
+    let summary = runner.run(plan, RunOptions::quiet()).unwrap_or_else(|e| panic!("{}: {e}", plan.name));
+    let b = summary.report.benchmarks.first().unwrap_or_else(|| panic!("{}: no benchmark", plan.name));
+    assert!(
+        !summary.report.incomplete && b.counts.errors == 0 && b.counts.completed == b.counts.submitted,
+        "{}: {} of {} completed, {} errors",
+        plan.name,
+        b.counts.completed,
+        b.counts.submitted,
+        b.counts.errors
+    );
+    Measured::of(b)
+}
+
+fn main() {
+    let Some(args) = parse_args() else { return };
+    batchlab::sys::reset_cpu_affinity();
+    batchlab::sys::become_subreaper();
+    std::fs::create_dir_all(&args.work).expect("creating the work directory");
+    let started = Instant::now();
+    let base = load_file(&args.scenario, &Overrides::default()).unwrap_or_else(|e| panic!("{e}"));
+    let capture = (!args.sim_only).then(|| {
+        batchlab::sys::EngineLog::redirect(&args.work.join("engine.log")).expect("capturing the engine's output")
+    });
+
+    // 1. Calibrate, as `batchlab calibrate SCENARIO` does.
+    say(&format!("fidelity: calibrating from {} ...", args.scenario.display()));
+    let t0 = Instant::now();
+    let options = DesignOptions {
+        runs_dir: args.work.join("calibration"),
+        progress: ProgressMode::Off,
+        interrupt: Interrupt::never(),
+    };
+    let (profile, design) = calibrate_scenario(&base, &options).unwrap_or_else(|e| panic!("calibrate: {e}"));
+    let profile_path = args.work.join("profile.toml");
+    profile.write(&profile_path).unwrap_or_else(|e| panic!("writing {}: {e}", profile_path.display()));
+    let calibrate_s = t0.elapsed().as_secs_f64();
+    say(&format!("fidelity: calibrated in {calibrate_s:.1} s: {}", profile_path.display()));
+
+    // The simulator's engine, through `engine.sim.profile` as a user's scenario names it.
+    let sim_scenario = args.work.join("fidelity-sim.toml");
+    std::fs::write(
+        &sim_scenario,
+        format!(
+            "name = \"fidelity-sim\"\n\n[engine]\nkind = \"sim\"\n\n[engine.sim]\ntime = \"virtual\"\nprofile = {:?}\n",
+            profile_path.display().to_string()
+        ),
+    )
+    .expect("writing the simulator's scenario");
+    let sim_engine = load_file(&sim_scenario, &Overrides::default()).unwrap_or_else(|e| panic!("{e}")).engine;
+
+    // 2-3. Rounds of real and simulated runs, interleaved.
+    let real_engine = base.engine.build().unwrap_or_else(|e| panic!("{e}"));
+    let mut real = PlanRunner::new(real_engine);
+    let sim_runner_engine = sim_engine.build().unwrap_or_else(|e| panic!("{e}"));
+    let mut sim = PlanRunner::new(sim_runner_engine);
+    let labels: Vec<String> = held_out_rows(&base, 0).into_iter().map(|r| r.label).collect();
+    let mut measured: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
+    let mut predicted: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
+    let t1 = Instant::now();
+    for round in 0..args.rounds {
+        let rows = held_out_rows(&base, 1 + round as u64);
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let row = &rows[i];
+            let m = run_row(&mut real, &row.plan);
+            let sim_plan = Plan { engine: sim_engine.clone(), ..row.plan.clone() };
+            let p = run_row(&mut sim, &sim_plan);
+            say(&format!(
+                "fidelity: round {round} {}: real {:.0} tok/s, p50 {:.1} ms; sim {:.0} tok/s, p50 {:.1} ms",
+                row.label, m.output_tok_s, m.latency_p50, p.output_tok_s, p.latency_p50
+            ));
+            measured[i].push(m);
+            predicted[i].push(p);
+        }
+    }
+    real.finish().unwrap_or_else(|e| panic!("shutting the engine down: {e}"));
+    sim.finish().expect("the simulator shuts down");
+    let measure_s = t1.elapsed().as_secs_f64();
+    if let Some(capture) = capture {
+        let _ = capture.restore();
+    }
+
+    let table = render(&labels, &measured, &predicted, args.rounds);
+    let mut text = String::new();
+    let engine = &design.engine;
+    text.push_str(&format!(
+        "Calibrated from `{}` ({} {}) in {calibrate_s:.0} s ({} designed settings, one engine start); \
+         {} held-out rows × {} rounds measured in {measure_s:.0} s; whole bench {:.0} s.\n\n",
+        args.scenario.display(),
+        engine.name,
+        engine.version,
+        design.dirs.len(),
+        labels.len(),
+        args.rounds,
+        started.elapsed().as_secs_f64()
+    ));
+    if let Some(c) = engine.resolved_config {
+        text.push_str(&format!(
+            "Resolved engine configuration: max_num_seqs {}, max_num_batched_tokens {}, {} KV blocks of {} tokens, \
+             prefix caching {}, chunked prefill {}.\n\n",
+            c.max_num_seqs,
+            c.max_num_batched_tokens,
+            c.num_kv_blocks,
+            c.block_size,
+            if c.prefix_caching { "on" } else { "off" },
+            if c.chunked_prefill { "on" } else { "off" },
+        ));
+    }
+    text.push_str("```toml\n");
+    text.push_str(&std::fs::read_to_string(&profile_path).unwrap_or_default());
+    text.push_str("```\n\n");
+    text.push_str(&table);
+    match &args.out {
+        Some(path) => std::fs::write(path, &text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display())),
+        None => print!("{text}"),
+    }
+}
+
+/// The markdown table: per row and metric, predicted, measured, error and the real spread.
+fn render(labels: &[String], measured: &[Vec<Measured>], predicted: &[Vec<Measured>], rounds: usize) -> String {
+    let mut out = String::new();
+    out.push_str("| held-out row | metric | predicted | measured | error | real spread |\n");
+    out.push_str("|---|---|---:|---:|---:|---:|\n");
+    let mut misses = Vec::new();
+    for (r, label) in labels.iter().enumerate() {
+        for (k, name) in Measured::NAMES.iter().enumerate() {
+            let mut real: Vec<f64> = measured[r].iter().map(|m| m.get(k)).collect();
+            let mut sim: Vec<f64> = predicted[r].iter().map(|m| m.get(k)).collect();
+            let m = median(&mut real);
+            let p = median(&mut sim);
+            let spread = (real.last().copied().unwrap_or(f64::NAN) - real.first().copied().unwrap_or(f64::NAN)) / m;
+            let error = (p - m) / m;
+            let goal = match k {
+                0 => Some(0.05),
+                1 => Some(0.10),
+                _ => None,
+            };
+            let verdict = match goal {
+                Some(g) if error.abs() > g => {
+                    misses.push(format!("{label} {name} {:+.1} %", error * 100.0));
+                    " ✗"
+                }
+                Some(_) => " ✓",
+                None => "",
+            };
+            let row = if k == 0 { label.as_str() } else { "" };
+            out.push_str(&format!(
+                "| {row} | {name} | {p:.1} | {m:.1} | {:+.1} %{verdict} | {:.1} % |\n",
+                error * 100.0,
+                spread * 100.0
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "\nMeasured: median of {rounds} real rounds; spread: (max − min) / median of those rounds. Goal \
+         (✓/✗): throughput within ±5 %, latency p50 within ±10 %. "
+    ));
+    if misses.is_empty() {
+        out.push_str("Every row meets the goal.\n");
+    } else {
+        out.push_str(&format!("Misses: {}.\n", misses.join("; ")));
+    }
+    out
+}

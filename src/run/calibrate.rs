@@ -1,0 +1,336 @@
+//! `batchlab calibrate SCENARIO`: a short designed run on the scenario's engine, then the fit
+//! ([`crate::calibrate::fit_dirs`]).
+//!
+//! The step model's coefficients (docs/simulation.md) are separable only from batches that vary
+//! what each term counts: one sequence against hundreds (per-sequence decode cost against the
+//! fixed step cost), short prompts against long ones (prefill tokens, attended context), short
+//! outputs against long ones (prefill against decode), and batches larger than the token budget
+//! or `max_num_seqs` (chunked prefill, continuous batching). [`DESIGN`] is that set of
+//! [`Setting`]s, each a few full batches of one batch size and fixed prompt and output lengths.
+//!
+//! Each setting becomes a [`Plan`] of its own ([`setting_plan`]): the scenario with its
+//! `[batching]`, `[workload]`, `[profile]` and `[stop]` replaced, so every setting runs through
+//! the ordinary run loop and batcher and writes its own `report.json` and `requests.jsonl`. The
+//! workload is pinned (fixed lengths, `ignore_eos`, greedy, a unique prefix and a seed of its own
+//! per setting, so no prompt is served from an earlier setting's prefix cache). A real engine is
+//! started **once** for all of them ([`SharedEngine`]); a first warm-up run, not fitted, takes the
+//! engine's first-call costs. A simulated engine in virtual time runs each plan on its own
+//! (deterministic, no start cost).
+
+use std::path::{Path, PathBuf};
+
+use super::progress::ProgressMode;
+use super::{Interrupt, RunError, RunOptions, RunSummary, run_blocking, run_with_blocking};
+use crate::batcher::BatchConfig;
+use crate::calibrate::{CalibrateError, fit_dirs};
+use crate::engine::shared::SharedEngine;
+use crate::engine::sim::Profile;
+use crate::engine::{EngineInfo, TimedEngine};
+use crate::rng::SplitMix64;
+use crate::scenario::plan::{EnginePlan, OutputPlan, Plan, ProfilePlan, StopPlan, TokenDist, WorkloadPlan};
+
+/// Why a designed calibration run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DesignError {
+    /// A setting's run could not be carried out (the engine failed to start, a report could not be
+    /// written, ...).
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The fit failed.
+    #[error(transparent)]
+    Calibrate(#[from] CalibrateError),
+    /// The run was interrupted (Ctrl-C): no profile from a partial design.
+    #[error("interrupted: the designed run did not finish, no profile written")]
+    Interrupted,
+    /// A setting's run finished without completing every request.
+    #[error("designed setting {setting}: {problem}; a fit from it would be biased, no profile written")]
+    Incomplete {
+        /// The setting's name (`b32-p128-o64`).
+        setting: String,
+        /// What went wrong.
+        problem: String,
+    },
+}
+
+/// One designed setting: `batches` full batches of `batch_size` requests, each with a prompt of
+/// `prompt_tokens` and exactly `output_tokens` generated tokens.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Setting {
+    /// Requests per batch (one generate call), and requests in flight.
+    pub batch_size: u32,
+    /// Prompt length in tokens.
+    pub prompt_tokens: u32,
+    /// Generated tokens per request (`ignore_eos`).
+    pub output_tokens: u32,
+    /// Full batches to run.
+    pub batches: u32,
+}
+
+impl Setting {
+    /// `b32-p128-o64`: the setting's directory name.
+    pub fn name(&self) -> String {
+        format!("b{}-p{}-o{}", self.batch_size, self.prompt_tokens, self.output_tokens)
+    }
+}
+
+/// The warm-up run before the design (not fitted): one batch of 32 mid-length requests.
+pub const WARMUP: Setting = Setting { batch_size: 32, prompt_tokens: 128, output_tokens: 16, batches: 1 };
+
+/// The designed settings, in run order. With vLLM's CPU defaults (`max_num_seqs` 256,
+/// `max_num_batched_tokens` 4096) the last three exceed the token budget (chunked prefill over
+/// 4 to 8 steps, mixed with decodes) and the last one `max_num_seqs` (half the batch waits and
+/// joins as the first half finishes). About 60,000 generated tokens in all: well under two minutes
+/// on the tiny test model on 2 CPUs.
+pub const DESIGN: &[Setting] = &[
+    // One sequence: the fixed cost of a step, and prefill and context at D = 1.
+    Setting { batch_size: 1, prompt_tokens: 16, output_tokens: 64, batches: 3 },
+    Setting { batch_size: 1, prompt_tokens: 384, output_tokens: 32, batches: 3 },
+    // Small batches: per-sequence decode cost; long prompts add context per step.
+    Setting { batch_size: 8, prompt_tokens: 16, output_tokens: 64, batches: 3 },
+    Setting { batch_size: 8, prompt_tokens: 384, output_tokens: 64, batches: 2 },
+    Setting { batch_size: 32, prompt_tokens: 128, output_tokens: 8, batches: 2 },
+    // Beyond the token budget: 128 x 256 = 32768 prompt tokens, 8 chunked-prefill steps.
+    Setting { batch_size: 128, prompt_tokens: 256, output_tokens: 8, batches: 1 },
+    Setting { batch_size: 256, prompt_tokens: 64, output_tokens: 64, batches: 1 },
+    // Beyond max_num_seqs: continuous batching inside one generate.
+    Setting { batch_size: 512, prompt_tokens: 16, output_tokens: 16, batches: 1 },
+];
+
+/// The scenario `base` reshaped to run `setting`: its engine, seed and output settings kept;
+/// `[batching]` of the setting's batch size (the scenario's batch timeout and generate timeout);
+/// a pinned synthetic workload seeded by `stream`; a throughput profile with exactly one batch in
+/// flight; `batches × batch_size` measured requests; no warm-up, cool-down, faults or
+/// expectations. The prompt is shortened where prompt plus output would exceed the engine's
+/// `max_model_len`.
+pub fn setting_plan(base: &Plan, setting: &Setting, stream: u64) -> Plan {
+    let batch_size = setting.batch_size.max(1);
+    let mut prompt = setting.prompt_tokens.max(1);
+    if let EnginePlan::Vllm(v) = &base.engine
+        && let Some(max) = v.max_model_len
+    {
+        prompt = prompt.min(max.saturating_sub(setting.output_tokens).max(1));
+    }
+    let vocab_size = match &base.workload {
+        WorkloadPlan::Synthetic { vocab_size, .. } => *vocab_size,
+        // A prompt file says nothing about the vocabulary; ids below 1000 exist in every model.
+        WorkloadPlan::File { .. } => 1000,
+    };
+    let batching = BatchConfig::new(batch_size as usize, base.batching.batch_timeout())
+        .and_then(|b| b.with_generate_timeout(base.batching.generate_timeout()))
+        .expect("a batch size of at least 1 and the scenario's validated timeouts");
+    Plan {
+        name: format!("{}-{}", base.name, Setting { prompt_tokens: prompt, ..*setting }.name()),
+        description: Some(format!("batchlab calibrate: {} batches of {}", setting.batches, setting.name())),
+        batching,
+        workload: WorkloadPlan::Synthetic {
+            prompt_tokens: TokenDist::Fixed { value: prompt },
+            output_tokens: TokenDist::Fixed { value: setting.output_tokens.max(1) },
+            seed: SplitMix64::derive(base.seed, 0xCA11_B000 + stream).next_u64(),
+            unique_prefix: true,
+            vocab_size,
+            ignore_eos: true,
+            temperature: 0.0,
+        },
+        profile: ProfilePlan::Throughput { max_concurrency: batch_size },
+        stop: StopPlan {
+            max_requests: Some(u64::from(setting.batches.max(1)) * u64::from(batch_size)),
+            ..StopPlan::default()
+        },
+        warmup: None,
+        cooldown: None,
+        faults: Default::default(),
+        expect: Vec::new(),
+        output: OutputPlan { dir: None, requests_jsonl: true },
+        ..base.clone()
+    }
+}
+
+/// How a designed run is carried out.
+#[derive(Clone, Debug)]
+pub struct DesignOptions {
+    /// Each setting writes `runs_dir/<setting>/` (report.json, report.csv, requests.jsonl).
+    pub runs_dir: PathBuf,
+    /// The live display of each run.
+    pub progress: ProgressMode,
+    /// Fire it to stop after the running setting (the CLI fires it on Ctrl-C).
+    pub interrupt: Interrupt,
+}
+
+/// What a designed run produced.
+#[derive(Clone, Debug)]
+pub struct DesignRun {
+    /// One output directory per fitted setting, in run order (the warm-up's is not among them).
+    pub dirs: Vec<PathBuf>,
+    /// What the engine said about itself, its resolved configuration included.
+    pub engine: EngineInfo,
+}
+
+/// Runs the warm-up and then every setting of `design` on the engine `base` names, started once.
+pub fn run_design(base: &Plan, design: &[Setting], options: &DesignOptions) -> Result<DesignRun, DesignError> {
+    let mut plans = vec![("warmup".to_owned(), setting_plan(base, &WARMUP, 0))];
+    for (i, setting) in design.iter().enumerate() {
+        plans.push((setting.name(), setting_plan(base, setting, 1 + i as u64)));
+    }
+    let engine = base.engine.build().map_err(RunError::from)?;
+    let mut runner = PlanRunner::new(engine);
+    let mut dirs = Vec::new();
+    let mut info = None;
+    for (i, (name, plan)) in plans.iter().enumerate() {
+        if options.interrupt.is_fired() {
+            return Err(DesignError::Interrupted);
+        }
+        let dir = options.runs_dir.join(name);
+        let run_options = RunOptions {
+            output_dir: Some(dir.clone()),
+            requests_jsonl: true,
+            progress: options.progress,
+            interrupt: options.interrupt.clone(),
+        };
+        let summary = runner.run(plan, run_options)?;
+        check_complete(&summary, name)?;
+        info.get_or_insert_with(|| summary_engine(&summary));
+        if i > 0 {
+            dirs.push(dir);
+        }
+    }
+    runner.finish()?;
+    let engine = info.unwrap_or_default();
+    Ok(DesignRun { dirs, engine })
+}
+
+/// `batchlab calibrate SCENARIO`: [`run_design`] with [`DESIGN`], then [`fit_dirs`] on its
+/// directories.
+pub fn calibrate_scenario(base: &Plan, options: &DesignOptions) -> Result<(Profile, DesignRun), DesignError> {
+    let run = run_design(base, DESIGN, options)?;
+    let profile = fit_dirs(&run.dirs)?;
+    Ok((profile, run))
+}
+
+fn summary_engine(summary: &RunSummary) -> EngineInfo {
+    let env = &summary.report.environment;
+    EngineInfo {
+        name: env.engine_name.clone(),
+        version: env.engine_version.clone(),
+        resolved_config: env.engine_config,
+    }
+}
+
+/// A designed run must complete every request: a fit from a partial run would be silently biased.
+fn check_complete(summary: &RunSummary, name: &str) -> Result<(), DesignError> {
+    if summary.interrupted {
+        return Err(DesignError::Interrupted);
+    }
+    let problems: Vec<String> = summary
+        .report
+        .benchmarks
+        .iter()
+        .filter(|b| b.counts.completed != b.counts.submitted || b.counts.errors > 0)
+        .map(|b| format!("{} of {} requests completed ({} errors)", b.counts.completed, b.counts.submitted, b.counts.errors))
+        .collect();
+    if summary.report.incomplete || !problems.is_empty() {
+        return Err(DesignError::Incomplete {
+            setting: name.to_owned(),
+            problem: if problems.is_empty() { "the run is incomplete".into() } else { problems.join("; ") },
+        });
+    }
+    Ok(())
+}
+
+/// Runs plans on one engine: a real-time engine started once and shared by every plan
+/// ([`SharedEngine`]); a virtual-time engine rebuilt from each plan (it starts in no time).
+pub struct PlanRunner {
+    shared: Option<SharedEngine>,
+}
+
+impl PlanRunner {
+    /// A runner for `engine` (from [`EnginePlan::build`]).
+    pub fn new(engine: TimedEngine) -> Self {
+        match engine {
+            TimedEngine::RealTime(e) => PlanRunner { shared: Some(SharedEngine::new(e)) },
+            TimedEngine::VirtualTime(_) => PlanRunner { shared: None },
+        }
+    }
+
+    /// Runs `plan`: on the shared engine, or on the plan's own virtual-time engine.
+    pub fn run(&mut self, plan: &Plan, options: RunOptions) -> Result<RunSummary, RunError> {
+        match &self.shared {
+            Some(shared) => run_with_blocking(plan, shared.handle(), options),
+            None => run_blocking(plan, options),
+        }
+    }
+
+    /// Shuts the shared engine down.
+    pub fn finish(mut self) -> Result<(), RunError> {
+        match self.shared.take() {
+            Some(shared) => shared.shutdown().map_err(RunError::from),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The directory `batchlab calibrate SCENARIO` runs the design in when not told: next to the
+/// profile, `<profile stem>-runs/`.
+pub fn default_runs_dir(profile: &Path) -> PathBuf {
+    let stem = profile.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "profile".into());
+    profile.with_file_name(format!("{stem}-runs"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{Overrides, load_file};
+
+    fn shipped(name: &str) -> Plan {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios").join(name);
+        load_file(&path, &Overrides::default()).expect("a shipped scenario")
+    }
+
+    #[test]
+    fn a_setting_plan_pins_the_workload_and_keeps_the_engine() {
+        let base = shipped("vllm-cpu.toml");
+        let setting = Setting { batch_size: 8, prompt_tokens: 600, output_tokens: 64, batches: 3 };
+        let plan = setting_plan(&base, &setting, 5);
+        assert_eq!(plan.engine, base.engine);
+        assert_eq!(plan.batching.batch_size(), 8);
+        assert_eq!(plan.batching.batch_timeout(), base.batching.batch_timeout());
+        assert_eq!(plan.profile, ProfilePlan::Throughput { max_concurrency: 8 });
+        assert_eq!(plan.stop.max_requests, Some(24));
+        assert!(plan.warmup.is_none() && plan.expect.is_empty() && plan.output.requests_jsonl);
+        let WorkloadPlan::Synthetic { prompt_tokens, output_tokens, ignore_eos, unique_prefix, vocab_size, seed, .. } =
+            &plan.workload
+        else {
+            panic!("synthetic: {:?}", plan.workload)
+        };
+        // vllm-cpu.toml has max_model_len = 512: the prompt leaves room for the output.
+        assert_eq!((prompt_tokens, output_tokens), (&TokenDist::Fixed { value: 448 }, &TokenDist::Fixed { value: 64 }));
+        assert!(*ignore_eos && *unique_prefix);
+        assert_eq!(*vocab_size, 4000, "the scenario's vocabulary (the tiny model has 4096 tokens)");
+        assert_eq!(plan.name, "vllm-cpu-b8-p448-o64");
+        let other = setting_plan(&base, &setting, 6);
+        let WorkloadPlan::Synthetic { seed: other_seed, .. } = other.workload else { unreachable!() };
+        assert_ne!(*seed, other_seed, "every setting draws prompts of its own: no prefix-cache hits across settings");
+    }
+
+    #[test]
+    fn the_design_spans_the_terms_of_the_step_model() {
+        let budget = 4096; // vLLM's CPU default max_num_batched_tokens
+        let max_num_seqs = 256;
+        assert!(DESIGN.iter().any(|s| s.batch_size == 1), "a lone sequence");
+        assert!(DESIGN.iter().any(|s| s.batch_size * s.prompt_tokens > budget), "chunked prefill");
+        assert!(DESIGN.iter().any(|s| s.batch_size > max_num_seqs), "continuous batching");
+        let prompts: std::collections::BTreeSet<_> = DESIGN.iter().map(|s| s.prompt_tokens).collect();
+        let outputs: std::collections::BTreeSet<_> = DESIGN.iter().map(|s| s.output_tokens).collect();
+        assert!(prompts.len() >= 3 && outputs.len() >= 3, "{prompts:?} {outputs:?}");
+        let tokens: u32 = DESIGN.iter().map(|s| s.batch_size * s.output_tokens * s.batches).sum();
+        assert!(tokens < 80_000, "the design stays short: {tokens} generated tokens");
+        for s in DESIGN {
+            assert!(s.prompt_tokens + s.output_tokens <= 512, "{} fits vllm-cpu.toml's max_model_len", s.name());
+        }
+    }
+
+    #[test]
+    fn default_runs_dir_is_next_to_the_profile() {
+        assert_eq!(default_runs_dir(Path::new("out/cpu.toml")), PathBuf::from("out/cpu-runs"));
+        assert_eq!(default_runs_dir(Path::new("profile.toml")), PathBuf::from("profile-runs"));
+    }
+}

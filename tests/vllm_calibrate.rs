@@ -70,7 +70,8 @@ fn logged(engine_log: &Path) -> Logged {
         &log[at + marker.len()..]
     };
     let number = |text: &str| -> u64 {
-        let digits: String = text.chars().take_while(|c| c.is_ascii_digit() || *c == ',').filter(|c| *c != ',').collect();
+        let digits: String =
+            text.chars().take_while(|c| c.is_ascii_digit() || *c == ',').filter(|c| *c != ',').collect();
         digits.parse().unwrap_or_else(|_| panic!("no number at {:?}", &text[..text.len().min(40)]))
     };
     let flag = |marker: &str| after(marker).starts_with("True");
@@ -157,10 +158,14 @@ fn calibrate_writes_a_profile_with_the_resolved_config() {
         "--quiet",
     ]);
     let log = logged(&runs.join("engine.log"));
-    let starts = std::fs::read_to_string(runs.join("engine.log")).expect("engine.log").matches("Initializing a V1 LLM engine").count();
+    let starts = std::fs::read_to_string(runs.join("engine.log"))
+        .expect("engine.log")
+        .matches("Initializing a V1 LLM engine")
+        .count();
     assert_eq!(starts, 1, "every designed setting runs in one engine start");
 
-    let profile: toml::Value = toml::from_str(&std::fs::read_to_string(&profile_path).expect("profile.toml")).expect("toml");
+    let profile: toml::Value =
+        toml::from_str(&std::fs::read_to_string(&profile_path).expect("profile.toml")).expect("toml");
     let engine = serde_json::to_value(&profile["engine"]).expect("json");
     check_config(&engine, &log, 256, "profile.toml [engine]");
 

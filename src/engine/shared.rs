@@ -127,11 +127,8 @@ fn owner_thread(mut engine: impl Engine, calls: Receiver<Call>) {
                 let _ = reply.send(std::panic::catch_unwind(AssertUnwindSafe(|| engine.generate(&batch))));
             }
             Call::Shutdown(reply) => {
-                let result = if started {
-                    std::panic::catch_unwind(AssertUnwindSafe(|| engine.shutdown()))
-                } else {
-                    Ok(Ok(()))
-                };
+                let result =
+                    if started { std::panic::catch_unwind(AssertUnwindSafe(|| engine.shutdown())) } else { Ok(Ok(())) };
                 let _ = reply.send(result);
                 return;
             }
@@ -147,7 +144,9 @@ impl Engine for EngineHandle {
     /// Starts the shared engine the first time; later handles get the first start's result.
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
         self.started
-            .get_or_init(|| call(&self.calls, Call::Start).unwrap_or_else(|| Err(EngineError::Start(gone().to_string()))))
+            .get_or_init(|| {
+                call(&self.calls, Call::Start).unwrap_or_else(|| Err(EngineError::Start(gone().to_string())))
+            })
             .clone()
     }
 
@@ -242,8 +241,9 @@ mod tests {
         let shared = SharedEngine::new(Recorder { log: Arc::default() });
         let mut handle = shared.handle();
         handle.start().unwrap();
-        let panic = std::panic::catch_unwind(AssertUnwindSafe(|| handle.generate(&[EngineRequest::tokens(1, vec![1], 0)])))
-            .expect_err("the engine's panic is resumed in the caller");
+        let panic =
+            std::panic::catch_unwind(AssertUnwindSafe(|| handle.generate(&[EngineRequest::tokens(1, vec![1], 0)])))
+                .expect_err("the engine's panic is resumed in the caller");
         assert_eq!(panic.downcast_ref::<&str>(), Some(&"zero tokens"));
         assert!(handle.generate(&[EngineRequest::tokens(2, vec![1], 3)]).is_ok());
     }

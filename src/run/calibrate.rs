@@ -127,6 +127,8 @@ pub fn setting_plan(base: &Plan, setting: &Setting, stream: u64) -> Plan {
             output_tokens: TokenDist::Fixed { value: setting.output_tokens.max(1) },
             seed: SplitMix64::derive(base.seed, 0xCA11_B000 + stream).next_u64(),
             unique_prefix: true,
+            prefix_groups: 0,
+            prefix_tokens: 0,
             vocab_size,
             ignore_eos: true,
             temperature: 0.0,
@@ -225,7 +227,9 @@ fn check_complete(summary: &RunSummary, name: &str) -> Result<(), DesignError> {
         .benchmarks
         .iter()
         .filter(|b| b.counts.completed != b.counts.submitted || b.counts.errors > 0)
-        .map(|b| format!("{} of {} requests completed ({} errors)", b.counts.completed, b.counts.submitted, b.counts.errors))
+        .map(|b| {
+            format!("{} of {} requests completed ({} errors)", b.counts.completed, b.counts.submitted, b.counts.errors)
+        })
         .collect();
     if summary.report.incomplete || !problems.is_empty() {
         return Err(DesignError::Incomplete {
@@ -296,8 +300,9 @@ mod tests {
         assert_eq!(plan.profile, ProfilePlan::Throughput { max_concurrency: 8 });
         assert_eq!(plan.stop.max_requests, Some(24));
         assert!(plan.warmup.is_none() && plan.expect.is_empty() && plan.output.requests_jsonl);
-        let WorkloadPlan::Synthetic { prompt_tokens, output_tokens, ignore_eos, unique_prefix, vocab_size, seed, .. } =
-            &plan.workload
+        let WorkloadPlan::Synthetic {
+            prompt_tokens, output_tokens, ignore_eos, unique_prefix, vocab_size, seed, ..
+        } = &plan.workload
         else {
             panic!("synthetic: {:?}", plan.workload)
         };

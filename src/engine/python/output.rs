@@ -485,7 +485,11 @@ mod tests {
     fn info_carries_the_resolved_engine_config() {
         let s = |v: &str| Plain::Str(v.into());
         let info = |config: Plain| {
-            map_info("m:C", &dict(&[("name", s("vllm")), ("version", s("1")), ("engine_config", config)]), ClockDomain::Monotonic)
+            map_info(
+                "m:C",
+                &dict(&[("name", s("vllm")), ("version", s("1")), ("engine_config", config)]),
+                ClockDomain::Monotonic,
+            )
         };
         let expected = ResolvedEngineConfig {
             max_num_seqs: 256,

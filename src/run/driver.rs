@@ -27,6 +27,9 @@ use crate::time::{Timestamp, WallAnchor};
 
 /// Something that happened in the batcher, for the step.
 #[derive(Debug)]
+// An outcome carries the engine's output; events are consumed one at a time as they come, so
+// boxing it would only add an allocation per request.
+#[allow(clippy::large_enum_variant)]
 pub enum DriverEvent {
     /// The engine ran a batch.
     Batch(BatchRun),

@@ -145,3 +145,31 @@ fn calibrate_explains_what_it_cannot_use() {
     assert!(err.contains("bad.toml:2:"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_shipped_example_profile_is_what_calibrating_its_source_run_gives() {
+    let dir = temp_dir("example");
+    let out = dir.join("example-source");
+    let run = batchlab(&[
+        "run",
+        "scenarios/profiles/example-source.toml",
+        "--quiet",
+        "--requests-jsonl",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let fitted = batchlab::calibrate::fit_dirs(std::slice::from_ref(&out)).expect("fit");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shipped = Profile::load(&root.join("scenarios/profiles/example.toml")).expect("the shipped profile");
+    assert_eq!(fitted.engine, shipped.engine);
+    assert_eq!(fitted.fit, shipped.fit);
+    for ((name, a), b) in batchlab::engine::sim::profile::Coefficients::NAMES
+        .iter()
+        .zip(fitted.coefficients.to_array())
+        .zip(shipped.coefficients.to_array())
+    {
+        assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "{name}: fitted {a}, shipped {b}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -284,9 +284,9 @@ mod tests {
         assert_eq!(out.lines(), 3);
         let text = String::from_utf8(out.finish().unwrap()).unwrap();
         insta::assert_snapshot!(text, @r#"
-        {"id":1,"benchmark":"throughput","phase":"measure","outcome":"completed","submitted_ns":1000000000000,"dispatched_ns":1000002000000,"finished_ns":1000012000000,"latency_ms":12.0,"batch_wait_ms":2.0,"engine_queue_ms":null,"ttft_ms":4.5,"itl_ms":1.0,"tpot_ms":2.0,"prompt_tokens":16,"output_tokens":6,"anomalies":["scheduled_before_queued"]}
-        {"id":2,"benchmark":"throughput","phase":"warmup","outcome":"error","error_kind":"engine_error","submitted_ns":1000001000000,"dispatched_ns":null,"finished_ns":1000003000000}
-        {"id":3,"benchmark":"concurrent@4","phase":"measure","outcome":"incomplete","submitted_ns":1000005000000,"dispatched_ns":null,"finished_ns":null}
+        {"id":1,"benchmark":"throughput","phase":"measure","outcome":"completed","submitted_ns":1000000000000,"dispatched_ns":1000002000000,"finished_ns":1000012000000,"batch":7,"batch_size":3,"engine_scheduled_ns":1000003000000,"engine_first_token_ns":1000004000000,"engine_last_token_ns":1000009000000,"cached_tokens":0,"latency_ms":12.0,"batch_wait_ms":2.0,"engine_queue_ms":null,"ttft_ms":4.5,"itl_ms":1.0,"tpot_ms":2.0,"prompt_tokens":16,"output_tokens":6,"anomalies":["scheduled_before_queued"]}
+        {"id":2,"benchmark":"throughput","phase":"warmup","outcome":"error","error_kind":"engine_error","submitted_ns":1000001000000,"dispatched_ns":null,"finished_ns":1000003000000,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null}
+        {"id":3,"benchmark":"concurrent@4","phase":"measure","outcome":"incomplete","submitted_ns":1000005000000,"dispatched_ns":null,"finished_ns":null,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null}
         "#);
         for line in text.lines() {
             serde_json::from_str::<serde_json::Value>(line).unwrap();

@@ -27,14 +27,11 @@ use crate::time::{Timestamp, WallAnchor};
 
 /// Something that happened in the batcher, for the step.
 #[derive(Debug)]
-// An outcome carries the engine's output; events are consumed one at a time as they come, so
-// boxing it would only add an allocation per request.
-#[allow(clippy::large_enum_variant)]
 pub enum DriverEvent {
     /// The engine ran a batch.
     Batch(BatchRun),
     /// A request's outcome, and when it arrived.
-    Outcome(RequestId, Outcome, Timestamp),
+    Outcome(RequestId, Box<Outcome>, Timestamp),
 }
 
 /// Nothing can ever happen: no event is scheduled and the step gave no deadline (a driver bug or

@@ -153,7 +153,7 @@ impl Driver for RealTimeDriver {
     fn submit(&mut self, request: EngineRequest) -> Result<RequestId, RequestError> {
         let tx = self.tx.clone();
         let complete = Box::new(move |id, outcome| {
-            let _ = tx.send(Some(DriverEvent::Outcome(id, outcome, MonotonicClock::read())));
+            let _ = tx.send(Some(DriverEvent::Outcome(id, Box::new(outcome), MonotonicClock::read())));
         });
         self.batcher.submit_with(request, complete)
     }

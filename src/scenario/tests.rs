@@ -378,6 +378,16 @@ fn without_origins(mut plan: Plan) -> Plan {
     plan
 }
 
+/// The scenario files under scenarios/ (not its subdirectories, such as profiles/), and
+/// profiles/example-source.toml.
+fn shipped_scenarios() -> Vec<std::path::PathBuf> {
+    let dir = manifest_dir().join("scenarios");
+    let mut files: Vec<_> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file()).collect();
+    files.push(dir.join("profiles/example-source.toml"));
+    files
+}
+
 fn round_trip(plan: &Plan) {
     let text = to_toml(plan);
     let again = parse_str(&text, "rt.toml", manifest_dir(), &Overrides::default())
@@ -390,11 +400,7 @@ fn round_trip(plan: &Plan) {
 #[test]
 fn round_trip_of_files_and_builders() {
     check("", round_trip);
-    for entry in std::fs::read_dir(manifest_dir().join("scenarios")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "toml") {
-            continue; // scenarios/data
-        }
+    for path in shipped_scenarios() {
         let plan = load_file(&path, &Overrides::default()).unwrap();
         round_trip(&plan);
     }
@@ -413,19 +419,14 @@ fn round_trip_of_files_and_builders() {
 
 #[test]
 fn shipped_scenarios_validate() {
-    let dir = manifest_dir().join("scenarios");
     let mut count = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "toml") {
-            continue; // scenarios/data
-        }
+    for path in shipped_scenarios() {
         if let Err(e) = load_file(&path, &Overrides::default()) {
             panic!("{}:\n{e}", path.display());
         }
         count += 1;
     }
-    assert!(count >= 5, "expected the five shipped scenarios in {}", dir.display());
+    assert!(count >= 5, "expected the five shipped scenarios, found {count}");
 }
 
 // ---- proptest: generated plans survive to_toml -> parse_str ----
@@ -512,10 +513,16 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
             }
         },
     );
-    let sim = (any::<bool>(), seed_strategy(), cost, scheduler).prop_map(|(real, seed, cost, scheduler)| {
-        let time = if real { TimeMode::Real } else { TimeMode::Virtual };
-        EnginePlan::Sim(SimConfig { time, seed, cost, scheduler, profile: None })
-    });
+    // A shipped profile, so a plan that names one parses back (its values are then overridden by
+    // the printed keys, as the docs promise).
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/profiles/example.toml");
+    let profile = proptest::option::of(Just(shipped));
+    let sim = (any::<bool>(), seed_strategy(), cost, scheduler, profile).prop_map(
+        |(real, seed, cost, scheduler, profile)| {
+            let time = if real { TimeMode::Real } else { TimeMode::Virtual };
+            EnginePlan::Sim(SimConfig { time, seed, cost, scheduler, profile })
+        },
+    );
     let small = || proptest::option::of(1u32..100_000);
     let args = proptest::collection::btree_map(
         "[a-z_]{1,8}",

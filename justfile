@@ -43,7 +43,7 @@ setup-vllm:
 # The Python engines' tests (vLLM, transformers, the echo engine of docs/engines.md) against the tiny model
 # (sets everything up first; minutes the first time).
 test-vllm: setup-vllm
-    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli --test python_engine -- --nocapture
+    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli --test vllm_calibrate --test python_engine -- --nocapture
 
 # Lints with the vllm feature (needs a Python 3 for pyo3's build; the venv's when it exists).
 clippy-vllm:
@@ -59,7 +59,8 @@ fuzz-all SECONDS:
     scripts/fuzz-ci.sh {{SECONDS}}
 
 # Benchmarks: harness overhead, memory at scale, vLLM vs raw vLLM alternated in one engine (when
-# the venv exists), time to report against its floor, timing accuracy; writes docs/performance.md
+# the venv exists), time to report against its floor, timing accuracy, the calibrated simulator's
+# fidelity against vLLM; writes docs/performance.md
 # (~20 minutes). `just bench --quick`: a smoke
 # run for CI (small N, no vLLM, no file written, asserts nothing about speed).
 bench *ARGS:

@@ -279,8 +279,19 @@ fn main() {
             if c.chunked_prefill { "on" } else { "off" },
         ));
     }
+    // The profile's coefficients and engine tables (its residuals and provenance are in the file).
+    let profile_text = std::fs::read_to_string(&profile_path).unwrap_or_default();
+    let mut keep = false;
     text.push_str("```toml\n");
-    text.push_str(&std::fs::read_to_string(&profile_path).unwrap_or_default());
+    for line in profile_text.lines() {
+        if line.starts_with('[') {
+            keep = line.starts_with("[coefficients]") || line.starts_with("[engine]");
+        }
+        if keep {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
     text.push_str("```\n\n");
     text.push_str(&table);
     match &args.out {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `just bench`: harness overhead, memory at scale, vLLM vs raw vLLM (alternated inside one engine),
-# time to report against its floor, timing accuracy; writes docs/performance.md. `just bench
+# time to report against its floor, timing accuracy, the calibrated simulator against vLLM
+# (section 6; `--quick`: the simulator stands in for vLLM); writes docs/performance.md. `just bench
 # --quick`: small N, no vLLM, no speed assertions (a CI smoke test that every benchmark still
 # runs). Benchmarks assert nothing about speed. BENCH_PAIRS, BENCH_TTR_ROUNDS and BENCH_ROUNDS
 # set the vLLM sections' repetitions.
@@ -165,6 +166,33 @@ else
     done
     md ""
     python3 scripts/bench_summary.py table "$work/vllm.jsonl" >>"$out"
+fi
+
+# ---- 6. the calibrated simulator's fidelity -------------------------------------------------------
+section "simulator fidelity"
+md ""
+md "## 6. The calibrated simulator against vLLM"
+md ""
+fidelity_doc="The simulator calibrated once from vLLM on this machine (\`batchlab calibrate scenarios/vllm-cpu.toml\`: the designed settings of \`batchlab::run::calibrate\` in one engine start, then the fit; docs/simulation.md), then held-out settings the design did not run, one factor at a time around the scenario's batch 32 × prompt 128 → output 64 (exactly one batch in flight), plus a constant rate and the whole dataset in one batch. Each row runs on a second vLLM engine start and on the simulator (\`engine.sim.profile\`, virtual time), interleaved row by row over $rounds rounds (odd rounds in reverse order; every run draws prompts of its own, so none is served from the prefix cache). Predicted = the simulator, measured = median of the real rounds, error = (predicted − measured) / measured, spread = (max − min) / median of the real rounds."
+if $quick; then
+    # A sim-only smoke run: the "real" engine is the simulator of scenarios/throughput.toml.
+    cargo bench --quiet --bench fidelity -- --sim-only --rounds 1 --work "$work/fidelity" --out "$work/fidelity.md" >&2
+    md "Quick mode: the simulator of \`scenarios/throughput.toml\` stands in for vLLM (\`--sim-only\`, one round), a smoke test of design, fit, profile and \`engine.sim.profile\`."
+    md ""
+    cat "$work/fidelity.md" >>"$out"
+elif [[ ! -x "$venv_python" ]]; then
+    md "Skipped: no vLLM venv at \`$home/venv\` (run \`just setup-vllm\`)."
+else
+    CARGO_TARGET_DIR="$vtarget" cargo bench --quiet --features vllm --bench fidelity -- \
+        --rounds "$rounds" --work "$work/fidelity" --out "$work/fidelity.md" \
+        || { tail -n 30 "$work/fidelity/engine.log" >&2; exit 1; }
+    md "$fidelity_doc"
+    md ""
+    md "\`\`\`sh"
+    md "cargo bench --features vllm --bench fidelity -- --rounds $rounds   # benches/fidelity.rs"
+    md "\`\`\`"
+    md ""
+    cat "$work/fidelity.md" >>"$out"
 fi
 
 md ""

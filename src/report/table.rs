@@ -36,8 +36,8 @@ const COLUMNS: [Column; 11] = [
     Column { header: "batch mean", cell: |b| fixed(b.batching.batch_size_mean, 2) },
 ];
 
-/// Shown only when a benchmark has a prefix-cache hit rate or was designed to hit: achieved
-/// (designed), e.g. `0.48 (0.50)`.
+/// Shown only when a benchmark hit the prefix cache or was designed to: achieved (designed), e.g.
+/// `0.48 (0.50)`.
 const PREFIX_COLUMN: Column = Column {
     header: "prefix hit (designed)",
     cell: |b| format!("{} ({})", fixed(b.prefix_cache_hit_rate, 2), fixed(b.prefix_cache_designed_hit_rate, 2)),
@@ -46,10 +46,9 @@ const PREFIX_COLUMN: Column = Column {
 /// The summary table for the console. The benchmark name is left-aligned, numbers right-aligned;
 /// `-` marks a value that was not measured. "requests" counts completed requests.
 pub fn render_table(report: &Report) -> String {
-    let prefix = report
-        .benchmarks
-        .iter()
-        .any(|b| b.prefix_cache_hit_rate.is_some() || b.prefix_cache_designed_hit_rate.is_some_and(|r| r > 0.0));
+    let prefix = report.benchmarks.iter().any(|b| {
+        [b.prefix_cache_hit_rate, b.prefix_cache_designed_hit_rate].iter().any(|r| r.is_some_and(|r| r > 0.0))
+    });
     let columns: Vec<&Column> = COLUMNS.iter().chain(prefix.then_some(&PREFIX_COLUMN)).collect();
     let rows: Vec<Vec<String>> =
         report.benchmarks.iter().map(|b| columns.iter().map(|c| (c.cell)(b)).collect()).collect();
@@ -102,7 +101,7 @@ mod tests {
     fn the_prefix_column_shows_only_with_a_rate() {
         let mut report = sample_report();
         for b in &mut report.benchmarks {
-            b.prefix_cache_hit_rate = None;
+            b.prefix_cache_hit_rate = Some(0.0);
             b.prefix_cache_designed_hit_rate = Some(0.0);
         }
         assert!(!render_table(&report).contains("prefix hit"));

@@ -86,6 +86,21 @@ MUTANTS = [
      "            batchlab::sys::reap_descendants(Duration::from_secs(2));\n", "",
      ["--features", "vllm", "--test", "vllm_cli"],
      {"PYO3_PYTHON": os.path.expanduser(os.environ.get("BATCHLAB_HOME", "~/.cache/batchlab") + "/venv/bin/python")}),
+    ("gamma: shape and scale swapped", "src/load/scheduler.rs",
+     "Gaps::Gamma { shape, scale } => rng.gamma(shape, scale),", "Gaps::Gamma { shape, scale } => rng.gamma(1.0 / scale, 1.0 / shape),",
+     ["--test", "load_arrivals", "gamma_gaps"], {}),
+    ("gamma: the sampler's squeeze test accepts too much", "src/rng.rs",
+     "if u < 1.0 - 0.0331 * x2 * x2 ||", "if u < 1.5 - 0.0331 * x2 * x2 ||",
+     ["--test", "load_arrivals", "gamma_gaps"], {}),
+    ("ramp-up: the rate jumps to full at once", "src/load/scheduler.rs",
+     "if s <= t / 2.0 { (2.0 * t * s).sqrt() } else { s + t / 2.0 }", "if s <= t / 2.0 { 2.0 * s } else { s + t / 2.0 }",
+     ["--test", "load_arrivals", "ramped_rates"], {}),
+    ("trace: time_scale multiplies instead of dividing", "src/load/scheduler.rs",
+     "Some(offset(self.start, (at - offsets[*first]) / time_scale))", "Some(offset(self.start, (at - offsets[*first]) * time_scale))",
+     ["--test", "scenarios_shipped", "the_trace_is_replayed"], {}),
+    ("prefix groups: the designed hit counts the partial block too", "src/load/workload.rs",
+     "self.prefix_tokens / block * block", "self.prefix_tokens",
+     ["--lib", "designed_hits"], {}),
 ]
 
 

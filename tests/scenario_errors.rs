@@ -79,7 +79,7 @@ check!(
     "[workload]\nprompt_tokens = { dist = \"uniform\", min = 64, max = 512 }\nprefix_groups = 2\nprefix_tokens = 64\n"
 );
 check!(prefix_tokens_without_groups, "[workload]\nprefix_tokens = 16\n");
-check!(prefix_groups_without_tokens_and_too_many, "[workload]\nprefix_groups = 100001\n");
+check!(prefix_groups_without_tokens_and_too_many, "[workload]\nprefix_groups = 10001\n");
 check!(prefix_groups_on_a_file, "[workload]\nsource = \"file\"\npath = \"../Cargo.toml\"\nprefix_groups = 2\n");
 
 #[test]

@@ -8,8 +8,8 @@ use toml_edit::TableLike;
 use super::plan::{Plan, ProfilePlan, TokenDist, WorkloadPlan};
 use super::reader::{Cx, Field, Tbl};
 
-/// Most shared prefixes: assigning one costs a shuffle of all of them per request.
-pub(crate) const MAX_PREFIX_GROUPS: u32 = 100_000;
+/// Most shared prefixes: assigning a request to one shuffles all of them (`load::Workload`).
+pub(crate) const MAX_PREFIX_GROUPS: u32 = 10_000;
 
 /// The field `section.key` of the top level, if written.
 fn field<'t>(cx: &Cx, top: Tbl<'t>, section: &'static str, key: &str) -> Option<Field<'t>> {

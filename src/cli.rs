@@ -21,7 +21,9 @@ const ENGINE_LOG_FILE: &str = "engine.log";
 const EXIT_ERROR: u8 = 1;
 const EXIT_BAD_INPUT: u8 = 2;
 const EXIT_EXPECTATIONS: u8 = 3;
-const EXIT_INTERRUPTED: u8 = 130;
+/// 128 + the signal's number, the shell's convention: SIGINT (Ctrl-C) 130, SIGTERM 143.
+const EXIT_SIGINT: u8 = 130;
+const EXIT_SIGTERM: u8 = 143;
 
 #[derive(Parser, Debug)]
 #[command(name = "batchlab", version, about = "Benchmark and test batched LLM inference", long_about = None)]
@@ -95,24 +97,52 @@ fn init_logging() {
     let engine_steps =
         EngineStepLayer.with_filter(Targets::new().with_target(ENGINE_STEP_TARGET, tracing::Level::INFO));
     tracing_subscriber::registry().with(log).with(engine_steps).init();
-    // Engine panics are caught and reported per batch by the batcher; one log line each is
-    // enough. Set RUST_BACKTRACE to get the full default report.
-    if std::env::var_os("RUST_BACKTRACE").is_none() {
-        std::panic::set_hook(Box::new(|info| {
-            let thread = std::thread::current();
-            let message = info
-                .payload()
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| info.payload().downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
-            tracing::warn!(thread = thread.name().unwrap_or("unnamed"), "panic: {message}{location}");
-        }));
-    } else {
-        // The full report, printed with the progress bars out of its way.
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| batchlab::run::progress::suspend(|| default(info))));
+    // A panic inside an engine call (an injected `faults.panic`, a bug in an engine) is caught by
+    // the batcher and fails its batch: one log line is enough, whatever RUST_BACKTRACE says. Any
+    // other panic is a bug in batchlab: Rust's default report (a backtrace with RUST_BACKTRACE=1),
+    // printed with the progress bars out of its way.
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !batchlab::batcher::in_engine_call() {
+            return batchlab::run::progress::suspend(|| default(info));
+        }
+        let thread = std::thread::current();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        tracing::warn!(thread = thread.name().unwrap_or("unnamed"), "engine panic: {message}{location}");
+    }));
+}
+
+/// An error and its causes on one line, each cause left out when the message before already
+/// quotes it (`cannot write x: Permission denied` does not repeat `Permission denied`).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
+}
+
+/// The exit code of a run that failed before it produced a report: 2 when the input is at fault
+/// (a workload file, the output directory, an engine this build or machine cannot have), else 1.
+fn run_error_code(e: &anyhow::Error) -> u8 {
+    use batchlab::engine::EngineError;
+    use batchlab::run::RunError;
+    match e.downcast_ref::<RunError>() {
+        Some(RunError::Load(_) | RunError::Output(_) | RunError::Engine(EngineError::Unsupported(_))) => EXIT_BAD_INPUT,
+        _ => EXIT_ERROR,
     }
 }
 
@@ -163,6 +193,11 @@ fn real_main(cli: Cli) -> ExitCode {
     };
     let run_args = match task {
         Task::Print => {
+            // The very checks a run makes before its engine starts.
+            if let Err(e) = batchlab::run::preflight(&plan) {
+                eprintln!("error: {}", error_text(&anyhow::Error::new(e)));
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
             print!("{}", to_toml(&plan));
             return ExitCode::SUCCESS;
         }
@@ -175,8 +210,8 @@ fn real_main(cli: Cli) -> ExitCode {
     match run_scenario(plan, run_args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(EXIT_ERROR)
+            eprintln!("error: {}", error_text(&e));
+            ExitCode::from(run_error_code(&e))
         }
     }
 }
@@ -229,24 +264,29 @@ fn print_engine_log_tail(path: &Path) {
 /// First Ctrl-C (or SIGTERM): fire `interrupt` (stop admitting, drain, report). Second: leave at
 /// once. Call inside the runtime, before the run starts: a signal that came before the watcher
 /// task first ran would otherwise kill the process.
-fn watch_signals(interrupt: Interrupt) {
+/// First Ctrl-C (or SIGTERM): fire `interrupt` (stop admitting, drain, report) and store the exit
+/// code of that signal in `first_signal` (130 for SIGINT, 143 for SIGTERM). Second: leave at once.
+/// Installed before the run starts: a signal that came before the watcher task first ran would
+/// otherwise kill the process. Call inside the tokio runtime.
+fn watch_signals(interrupt: Interrupt, first_signal: std::sync::Arc<std::sync::atomic::AtomicU8>) {
     use tokio::signal::unix::{SignalKind, signal};
     let signals = signal(SignalKind::interrupt()).and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
     match signals {
         Ok((mut int, mut term)) => {
             tokio::spawn(async move {
-                tokio::select! {
-                    _ = int.recv() => {}
-                    _ = term.recv() => {}
-                }
+                let code = tokio::select! {
+                    _ = int.recv() => EXIT_SIGINT,
+                    _ = term.recv() => EXIT_SIGTERM,
+                };
+                first_signal.store(code, std::sync::atomic::Ordering::SeqCst);
                 interrupt.fire();
-                tokio::select! {
-                    _ = int.recv() => {}
-                    _ = term.recv() => {}
-                }
+                let code = tokio::select! {
+                    _ = int.recv() => EXIT_SIGINT,
+                    _ = term.recv() => EXIT_SIGTERM,
+                };
                 let _ = writeln!(batchlab::sys::terminal(), "\ninterrupted twice: exiting now");
                 batchlab::sys::reap_descendants(Duration::from_secs(2));
-                std::process::exit(i32::from(EXIT_INTERRUPTED));
+                std::process::exit(i32::from(code));
             });
         }
         Err(e) => tracing::warn!(error = %e, "cannot watch for Ctrl-C and SIGTERM"),
@@ -258,12 +298,19 @@ fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
     let output_dir =
         output.or_else(|| plan.output.dir.clone()).unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
+    // Before anything else: an unwritable output directory must not cost a run.
+    if let Err(e) = batchlab::report::prepare_output_dir(&output_dir) {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(EXIT_BAD_INPUT));
+    }
     let writes_output = matches!(plan.engine, EnginePlan::Vllm(_) | EnginePlan::Python(_));
     let capture = if writes_output && !verbose { Some(capture_engine_output(&output_dir)?) } else { None };
     let log_path = capture.as_ref().map(|c| c.path().to_path_buf());
     let interrupt = Interrupt::new();
+    // The exit code of the first signal: 130 for SIGINT, 143 for SIGTERM.
+    let signal_code = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(EXIT_SIGINT));
     let summary = runtime.block_on(async {
-        watch_signals(interrupt.clone());
+        watch_signals(interrupt.clone(), signal_code.clone());
         let options = RunOptions {
             output_dir: Some(output_dir.clone()),
             requests_jsonl,
@@ -298,9 +345,20 @@ fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result
     for path in &summary.written {
         eprintln!("wrote {}", path.display());
     }
+    if let Some(error) = &summary.report.error {
+        eprintln!("error: {error}");
+    }
+    // The table is out; a report file that could not be written is an error all the same.
+    for e in &summary.write_errors {
+        eprintln!("error: {e}");
+    }
     if summary.interrupted || summary.report.incomplete {
         eprintln!("the run is incomplete: report marked \"incomplete\": true");
-        return Ok(ExitCode::from(if summary.interrupted { EXIT_INTERRUPTED } else { EXIT_ERROR }));
+        let signal = signal_code.load(std::sync::atomic::Ordering::SeqCst);
+        return Ok(ExitCode::from(if summary.interrupted { signal } else { EXIT_ERROR }));
+    }
+    if !summary.write_errors.is_empty() {
+        return Ok(ExitCode::from(EXIT_ERROR));
     }
     if !summary.report.passed() {
         eprint!("{}", batchlab::report::render_failures(&summary.report.expectations));

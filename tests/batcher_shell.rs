@@ -495,3 +495,23 @@ fn failed_batch_logs_one_error_with_size_and_cause() {
         }
     });
 }
+
+/// The engine starts lazily, at the first submit (there is no `start()` to call), and the one
+/// error about an unstarted engine names only methods that exist.
+#[test]
+fn first_submit_starts_the_engine_and_the_not_started_text_names_real_methods() {
+    let mut e = MockEng::new();
+    e.expect_start().times(1).returning(|| Ok(info()));
+    e.expect_generate().returning(|b| Ok(echo(b)));
+    e.expect_shutdown().times(1).returning(|| Ok(()));
+    e.expect_clock_domain().return_const(ClockDomain::Monotonic);
+    let b = spawn(e, config(1, Duration::from_millis(1)));
+    assert_eq!(b.state(), State::Created);
+    let ticket = b.submit(req()).expect("a submit starts the engine; no start() comes first");
+    let outcome = ticket.wait_timeout(LIMIT).unwrap_or_else(|_| panic!("no outcome within {LIMIT:?}"));
+    assert!(outcome.is_ok(), "{outcome:?}");
+    b.shutdown().expect("shutdown");
+    let text = RequestError::EngineNotStarted.to_string();
+    assert!(!text.contains("start()"), "there is no start(): {text}");
+    assert!(text.contains("preload") && text.contains("first submit"), "{text}");
+}

@@ -99,6 +99,16 @@ fn check_prints_the_resolved_scenario() {
 /// Runs `file` with its plain progress piped, sends one SIGINT once the measured phase is under
 /// way, and checks batchlab exits 130. Returns the rest of its stderr and how long it took to exit.
 fn interrupt_mid_run(file: &Path, dir: &Path) -> (Vec<String>, std::time::Duration) {
+    signal_mid_run(file, dir, nix::sys::signal::Signal::SIGINT, 130)
+}
+
+/// [`interrupt_mid_run`] with `signal`, expecting exit code `code`.
+fn signal_mid_run(
+    file: &Path,
+    dir: &Path,
+    signal: nix::sys::signal::Signal,
+    code: i32,
+) -> (Vec<String>, std::time::Duration) {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(env!("CARGO_BIN_EXE_batchlab"))
         .args(["run", file.to_str().unwrap(), "--output", dir.to_str().unwrap()])
@@ -111,11 +121,11 @@ fn interrupt_mid_run(file: &Path, dir: &Path) -> (Vec<String>, std::time::Durati
     let seen = lines.by_ref().map_while(Result::ok).any(|l| l.contains("measuring"));
     assert!(seen, "no progress line");
     let interrupted = std::time::Instant::now();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
     let took = interrupted.elapsed();
-    assert_eq!(status.code(), Some(130), "{rest:?}");
+    assert_eq!(status.code(), Some(code), "{rest:?}");
     (rest, took)
 }
 
@@ -204,4 +214,134 @@ fn progress_piped_is_plain_lines_without_escape_codes() {
     assert!(done.iter().all(|l| l.contains(" 64/64 requests")), "{err}");
     assert!(err.contains("] stopping engine\n"), "{err}");
     assert!(!text(&o.stdout).contains('\x1b'));
+}
+
+/// `batchlab` with `args`, run in `dir`, with `env` set.
+fn batchlab_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_batchlab"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("BATCHLAB_LOG")
+        .env_remove("RUST_BACKTRACE")
+        .envs(env.iter().copied())
+        .output()
+        .expect("running batchlab")
+}
+
+const SMALL_RUN: &str = "[workload]\nprompt_tokens = 4\noutput_tokens = 4\n[stop]\nmax_requests = 16\n";
+
+#[test]
+fn broken_or_empty_jsonl_fails_check_and_run_with_exit_2_naming_the_line() {
+    let dir = temp_dir("jsonl");
+    let scenario = "[workload]\nsource = \"file\"\npath = \"prompts.jsonl\"\n[stop]\nmax_requests = 4\n";
+    std::fs::write(dir.join("s.toml"), scenario).unwrap();
+    for (prompts, needle) in [
+        ("{\"prompt\": \"fine\"}\n{\"prompt\": 3}\n", "prompts.jsonl:2: expected `prompt` to be a string"),
+        ("\n\n", "has no prompts"),
+    ] {
+        std::fs::write(dir.join("prompts.jsonl"), prompts).unwrap();
+        for command in ["check", "run"] {
+            let o = batchlab_in(&dir, &[command, "s.toml", "--quiet"][..if command == "run" { 3 } else { 2 }], &[]);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{command}: {err}");
+            assert!(err.contains(needle), "{command}: {err}");
+            assert!(o.stdout.is_empty(), "{command} printed: {}", text(&o.stdout));
+        }
+    }
+}
+
+#[test]
+fn missing_vllm_model_fails_check() {
+    let dir = temp_dir("model");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let home_env = [("BATCHLAB_HOME", home.to_str().unwrap())];
+    std::fs::write(dir.join("v.toml"), "[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"/nonexistent/model\"\n")
+        .unwrap();
+    let o = batchlab_in(&dir, &["check", "v.toml"], &home_env);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("no model at /nonexistent/model") && err.contains("never downloads"), "{err}");
+    // A hub id is explained: it resolves under $BATCHLAB_HOME, and nothing downloads it.
+    std::fs::write(dir.join("hub.toml"), "[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"org/model\"\n").unwrap();
+    let o = batchlab_in(&dir, &["check", "hub.toml"], &home_env);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("`org/model` looks like a Hugging Face model id"), "{err}");
+    // --engine-kind reads the plan only: the justfile asks it before any model exists.
+    let o = batchlab_in(&dir, &["check", "--engine-kind", "hub.toml"], &home_env);
+    assert_eq!(text(&o.stdout), "vllm\n", "{}", text(&o.stderr));
+}
+
+#[test]
+fn unwritable_output_fails_at_once_naming_the_path_once() {
+    let dir = temp_dir("unwritable");
+    std::fs::write(dir.join("s.toml"), SMALL_RUN).unwrap();
+    std::fs::write(dir.join("file"), "not a directory").unwrap();
+    let o = batchlab_in(&dir, &["run", "s.toml", "--output", "file/out"], &[]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.matches("file/out").count(), 1, "{err}");
+    assert!(!err.contains("loading engine"), "the run started: {err}");
+    assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
+}
+
+#[test]
+fn a_report_that_cannot_be_written_still_prints_the_table() {
+    let dir = temp_dir("unwritable-at-end");
+    std::fs::write(dir.join("s.toml"), SMALL_RUN).unwrap();
+    // The directory is writable, but report.json cannot be renamed over a directory.
+    std::fs::create_dir_all(dir.join("out/report.json")).unwrap();
+    let o = batchlab_in(&dir, &["run", "s.toml", "--quiet", "--output", "out"], &[]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(text(&o.stdout).contains("throughput"), "no table: {}", text(&o.stdout));
+    assert_eq!(err.matches("out/report.json").count(), 1, "{err}");
+    let os_error = err.lines().find(|l| l.contains("out/report.json")).unwrap().rsplit(": ").next().unwrap().to_owned();
+    assert_eq!(err.matches(&os_error).count(), 1, "the OS error is repeated: {err}");
+    assert!(dir.join("out/report.csv").is_file(), "the CSV is still written");
+}
+
+#[test]
+fn failed_engine_start_writes_an_incomplete_report_with_the_error() {
+    let dir = temp_dir("start-fails");
+    std::fs::write(dir.join("s.toml"), SMALL_RUN).unwrap();
+    let o =
+        batchlab_in(&dir, &["run", "s.toml", "--quiet", "--output", "out", "--set", "faults.start_fails=true"], &[]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("out/report.json")).unwrap()).unwrap();
+    assert_eq!(report["incomplete"], true);
+    assert!(report["error"].as_str().is_some_and(|e| e.contains("failed to start")), "{report}");
+    assert_eq!(report["benchmarks"], serde_json::json!([]));
+    assert!(err.contains("error: engine failed to start"), "{err}");
+}
+
+#[test]
+fn injected_engine_panics_stay_one_line_whatever_rust_backtrace_says() {
+    let dir = temp_dir("panics");
+    std::fs::write(dir.join("s.toml"), format!("{SMALL_RUN}[faults]\npanic = {{ every = 1 }}\n")).unwrap();
+    for backtrace in ["0", "1", "full"] {
+        let o = batchlab_in(&dir, &["run", "s.toml", "--quiet", "--output", "out"], &[("RUST_BACKTRACE", backtrace)]);
+        let err = text(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        assert!(err.contains("engine panic: injected panic"), "RUST_BACKTRACE={backtrace}: {err}");
+        assert!(!err.contains("stack backtrace") && !err.contains("panicked at"), "RUST_BACKTRACE={backtrace}: {err}");
+    }
+}
+
+#[test]
+fn sigterm_drains_reports_and_exits_143() {
+    let dir = temp_dir("sigterm");
+    let file = dir.join("long.toml");
+    std::fs::write(
+        &file,
+        "[engine.sim]\ntime = \"real\"\ndecode_step = \"1ms\"\n[batching]\nbatch_size = 4\n\
+         [workload]\nprompt_tokens = 8\noutput_tokens = 8\n[stop]\nmax_requests = 100000000\n",
+    )
+    .unwrap();
+    let (rest, _) = signal_mid_run(&file, &dir, nix::sys::signal::Signal::SIGTERM, 143);
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["incomplete"], true, "{rest:?}");
 }

@@ -83,9 +83,14 @@ fn mapper_last_token_after_completion_is_flagged() {
 #[test]
 fn mapper_last_before_first_is_flagged_without_a_token_count() {
     let stats =
-        EngineStats { first_token_ts: Some(1026820714.5378263), last_token_ts: Some(0.0), ..EngineStats::default() };
+        EngineStats { first_token_ts: Some(1026820714.5378263), last_token_ts: Some(0.5), ..EngineStats::default() };
     let times = (1_000_000_000, 1_000_000_000, 2_000_000_000_000_000_000);
     let expected = Anomalies { last_before_first: true, ..Anomalies::default() };
+    check_mapper(times, stats, None, ClockDomain::Monotonic, expected, None);
+    // The input as found had `last_token_ts = 0`: that is vLLM's "unset", missing and flagged so.
+    let stats =
+        EngineStats { first_token_ts: Some(1026820714.5378263), last_token_ts: Some(0.0), ..EngineStats::default() };
+    let expected = Anomalies { impossible_timestamp: true, ..Anomalies::default() };
     check_mapper(times, stats, None, ClockDomain::Monotonic, expected, None);
 }
 

@@ -54,6 +54,8 @@ fn row(m: &RequestMetrics) -> String {
         (a.last_before_first, "last_before_first"),
         (a.scheduled_before_queued, "scheduled_before_queued"),
         (a.token_after_completion, "token_after_completion"),
+        (a.impossible_timestamp, "impossible_timestamp"),
+        (a.token_count_mismatch, "token_count_mismatch"),
     ]
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
@@ -137,6 +139,59 @@ fn canonical_mappings() {
                     arrival_wall: Some(1_767_225_600.006),
                     queued_ts: Some(5.0),
                     scheduled_ts: Some(5.004),
+                    first_token_ts: Some(5.044),
+                    last_token_ts: Some(5.184),
+                    cached_tokens: None,
+                },
+                Some(8),
+                None,
+            ),
+            ClockDomain::Foreign,
+            Some(WallAnchor { wall_secs: 1_767_225_600.0, mono: Timestamp::from_nanos(100_000_000_000) }),
+        ),
+        (
+            "count 0 next to 5 token ids",
+            output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.050), Some(s + 0.190)), Some(0), Some(5)),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "count 3 next to 5 token ids",
+            output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.050), Some(s + 0.190)), Some(3), Some(5)),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "all timestamps 0",
+            output(stats(Some(0.0), Some(0.0), Some(0.0), Some(0.0)), Some(8), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "queued, scheduled before dispatch",
+            output(stats(Some(s + 0.002), Some(s + 0.003), Some(s + 0.050), Some(s + 0.190)), Some(8), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "queued within 1 ms before dispatch",
+            output(stats(Some(s + 0.0045), Some(s + 0.010), Some(s + 0.050), Some(s + 0.190)), Some(8), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "scheduled after completion",
+            output(stats(Some(s + 0.006), Some(s + 0.5), Some(s + 0.050), Some(s + 0.190)), Some(8), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "foreign clock, queued 0",
+            output(
+                EngineStats {
+                    arrival_wall: Some(1_767_225_600.006),
+                    queued_ts: Some(0.0),
+                    scheduled_ts: Some(0.0),
                     first_token_ts: Some(5.044),
                     last_token_ts: Some(5.184),
                     cached_tokens: None,

@@ -87,3 +87,40 @@ fn missing_scenario_file() {
     let e = load_file(Path::new("scenarios/does-not-exist.toml"), &Overrides::default()).unwrap_err();
     insta::assert_snapshot!(e.to_string());
 }
+
+// Hardening (issue 15): every bad input refused at once, with its place.
+check!(infinite_rate, "[profile]\nkind = \"poisson\"\nrate = inf\n");
+check!(non_finite_rates, "[profile]\nkind = \"constant\"\nrates = [1.0, inf, nan]\n");
+check!(
+    non_finite_floats,
+    "[engine.sim]\neos_probability = nan\n[faults]\nslow = { every = 2 }\nslow_factor = inf\n[stop]\nmax_error_rate = -inf\n"
+);
+check!(infinite_rate_set, "[profile]\nkind = \"poisson\"\nrate = 1.0\n", &["profile.rate=inf"]);
+check!(escape_sequence_in_a_line, "[batching]\nbatch_size = \u{1b}[2J8\n");
+check!(escape_sequence_in_a_key, "[batching]\n\"\\u001b[2Jbatch\" = 8\n");
+check!(duplicate_benchmark_names, "[profile]\nkind = \"constant\"\nrates = [1, 1]\n");
+check!(duplicate_concurrency_levels, "[profile]\nkind = \"concurrent\"\nlevels = [4, 8, 4]\n");
+check!(name_escapes_results, "name = \"../../escape\"\n");
+check!(name_is_absolute, "name = \"/tmp/x\"\n");
+check!(name_is_dot_dot, "name = \"..\"\n");
+check!(name_is_blank, "name = \"  \"\n");
+check!(many_problems_are_capped, &(0..25).map(|i| format!("key_{i} = {i}\n")).collect::<String>());
+check!(six_problems_one_line_each, &(0..6).map(|i| format!("key_{i} = {i}\n")).collect::<String>());
+check!(
+    long_line_is_windowed,
+    &format!("[profile]\nkind = \"constant\"\nrates = [{}-1, {}]\n", "1, ".repeat(60), "2, ".repeat(60))
+);
+check!(scenario_over_one_mib, &format!("# {}\n", "x".repeat(batchlab::scenario::MAX_SCENARIO_BYTES)));
+
+#[test]
+fn scenario_file_over_one_mib_is_refused_unread() {
+    let dir = std::env::temp_dir().join(format!("batchlab-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("big.toml");
+    std::fs::write(&file, "x = 1\n".repeat(400_000)).unwrap();
+    let e = load_file(&file, &Overrides::default()).unwrap_err();
+    assert_eq!(e.problems.len(), 1, "{e}");
+    let message = e.to_string().replace(dir.to_str().unwrap(), "[dir]");
+    insta::assert_snapshot!(message);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

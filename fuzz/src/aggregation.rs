@@ -168,6 +168,8 @@ fn check_aggregator(input: &Input) {
                         last_before_first: anomalies & 4 != 0,
                         scheduled_before_queued: anomalies & 8 != 0,
                         token_after_completion: anomalies & 16 != 0,
+                        impossible_timestamp: anomalies & 32 != 0,
+                        token_count_mismatch: anomalies & 64 != 0,
                     },
                 };
                 for (k, present) in [metrics.ttft, metrics.itl, metrics.tpot, metrics.engine_queue].iter().enumerate() {

@@ -8,5 +8,6 @@
 
 pub mod aggregation;
 pub mod batcher;
+pub mod cli;
 pub mod mapper;
 pub mod scenario;

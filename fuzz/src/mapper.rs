@@ -129,6 +129,10 @@ pub fn check_metrics(case: &Case, m: &RequestMetrics) {
         assert!(m.batch_wait <= m.latency, "batch_wait {:?} > latency {:?}", m.batch_wait, m.latency);
     }
     assert_eq!(m.output_tokens, n);
+    assert_eq!(m.anomalies.token_count_mismatch, case.output.token_count_mismatch());
+    if n == Some(0) {
+        assert!(case.output.output_token_ids.as_ref().is_none_or(Vec::is_empty), "a count of 0 next to token ids");
+    }
     assert_eq!(m.prompt_tokens, case.output.prompt_tokens);
 
     // Durations that must fit inside the request's latency.
@@ -168,9 +172,18 @@ pub fn check_metrics(case: &Case, m: &RequestMetrics) {
 fn check_monotonic(case: &Case, m: &RequestMetrics, ordered: bool) {
     let t = &case.times;
     let s = &case.output.stats;
-    let ts = |v: Option<f64>| v.and_then(Timestamp::from_secs_f64);
-    let (queued, scheduled, first, last) =
-        (ts(s.queued_ts), ts(s.scheduled_ts), ts(s.first_token_ts), ts(s.last_token_ts));
+    // 0 is "unset"; a queued or scheduled time outside dispatch … completion (± the tolerance)
+    // is impossible: both are missing, and flagged.
+    let ts = |v: Option<f64>| v.filter(|v| *v != 0.0).and_then(Timestamp::from_secs_f64);
+    let tolerance = batchlab::metrics::mapper::TIMESTAMP_TOLERANCE.as_nanos() as u64;
+    let (earliest, latest) =
+        (t.dispatched.as_nanos().saturating_sub(tolerance), t.completed.as_nanos().saturating_add(tolerance));
+    let possible = |x: Option<Timestamp>| x.filter(|x| (earliest..=latest).contains(&x.as_nanos()));
+    let (queued, scheduled) = (possible(ts(s.queued_ts)), possible(ts(s.scheduled_ts)));
+    let (first, last) = (ts(s.first_token_ts), ts(s.last_token_ts));
+    let zero = [s.queued_ts, s.scheduled_ts, s.first_token_ts, s.last_token_ts].contains(&Some(0.0));
+    let impossible = zero || queued != ts(s.queued_ts) || scheduled != ts(s.scheduled_ts);
+    assert_eq!(m.anomalies.impossible_timestamp, impossible, "{s:?} {t:?}");
 
     let scheduled_before_queued = matches!((queued, scheduled), (Some(q), Some(s)) if s < q);
     assert_eq!(m.anomalies.scheduled_before_queued, scheduled_before_queued);

@@ -8,8 +8,13 @@ use crate::engine::EngineDeath;
 /// Why a request failed. Every submitted request ends in exactly one output or one of these.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
-    /// Submitted before the engine was started.
-    #[error("engine not started: call start() or preload() first")]
+    /// Submitted to a [`super::BatcherCore`] (or a [`super::virtual_time::VirtualDriver`]) before
+    /// its engine start began. The threaded [`super::Batcher`] never gives it: its first submit
+    /// starts the engine.
+    #[error(
+        "engine not started: begin its start first (`BatcherCore::begin_start`, `VirtualDriver::start`; \
+         a `Batcher` starts it at `preload` or the first submit)"
+    )]
     EngineNotStarted,
     /// The engine's `start` failed, with its message; no request can run.
     #[error("engine failed to start: {0}")]

@@ -4,6 +4,7 @@
 #[cfg(not(loom))]
 pub mod asynch;
 pub mod core;
+mod engine_call;
 pub mod error;
 pub mod lifecycle;
 pub mod shell;
@@ -13,6 +14,7 @@ pub use self::core::{
     Batch, BatchConfig, BatchId, BatchRun, BatcherCore, Completion, Event, FlushReason, GenerateResult, Outcome,
     RequestTimes,
 };
+pub use engine_call::in_engine_call;
 pub use error::{ConfigError, RequestError};
 pub use lifecycle::{Lifecycle, State};
 pub use shell::{BatchObserver, Batcher, Completer, Ticket};

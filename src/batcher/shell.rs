@@ -17,7 +17,7 @@
 //! dispatch or watchdog deadline), nor fills a batch changes nothing any waiter waits for, and
 //! notifies nobody. Without it, every submit woke the idle engine thread for nothing.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use super::engine_call::catch_engine_panic;
 use std::time::Duration;
 
 use super::core::{BatchConfig, BatchRun, BatcherCore, GenerateResult, IdMap, Outcome};
@@ -169,6 +169,13 @@ impl Shared {
 type ThreadHandle = (bool, sync::thread::JoinHandle<()>);
 
 /// A handle to the batcher. Cheap to clone; every clone talks to the same engine thread.
+///
+/// # Starting the engine
+/// There is no separate `start()`: the engine starts lazily, on the engine thread, at the first
+/// [`preload`](Self::preload) or [`submit`](Self::submit), whichever comes first, and only once.
+/// `preload` also waits for the start and returns its result; a submit does not wait, and its
+/// request is queued until the engine is ready (or fails with the start's error). A run calls
+/// `preload` before its clock starts, so a cold start is never measured.
 #[derive(Clone)]
 pub struct Batcher {
     shared: Arc<Shared>,
@@ -388,7 +395,7 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Op
         let starting = matches!(locked.guard.core.state(), State::Starting | State::StartingThenDrain);
         if starting && locked.guard.start_result.is_none() {
             drop(locked);
-            let result = catch_unwind(AssertUnwindSafe(|| engine.start()))
+            let result = catch_engine_panic(|| engine.start())
                 .unwrap_or_else(|p| Err(EngineError::Start(format!("start panicked: {}", panic_message(&*p)))));
             if let Err(e) = &result {
                 tracing::error!(error = %e, "engine failed to start");
@@ -406,7 +413,7 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Op
             drop(locked);
             // The watchdog must learn the new generate deadline before generate can block.
             shared.notify_waiting(waiting);
-            let result = match catch_unwind(AssertUnwindSafe(|| engine.generate(&batch.requests))) {
+            let result = match catch_engine_panic(|| engine.generate(&batch.requests)) {
                 Ok(r) => GenerateResult::from(r),
                 Err(p) => GenerateResult::Panicked(panic_message(&*p)),
             };
@@ -428,7 +435,7 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Op
         }
         if locked.guard.core.poll_engine_shutdown() {
             drop(locked);
-            let result = catch_unwind(AssertUnwindSafe(|| engine.shutdown()))
+            let result = catch_engine_panic(|| engine.shutdown())
                 .unwrap_or_else(|p| Err(EngineError::Shutdown(format!("shutdown panicked: {}", panic_message(&*p)))));
             locked = shared.lock();
             locked.guard.shutdown_result = Some(result);

@@ -7,7 +7,7 @@
 //! caller feeds in between. The same inputs always give the same outputs, byte for byte, and a
 //! simulated hour takes milliseconds.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use super::engine_call::catch_engine_panic;
 
 use super::core::{BatchConfig, BatchId, BatchRun, BatcherCore, Event, GenerateResult, Outcome};
 use super::error::RequestError;
@@ -99,7 +99,7 @@ impl<E: Engine> VirtualDriver<E> {
             return Err(EngineError::Start(format!("cannot start in state {:?}", self.core.state())));
         }
         self.clock.advance_to(self.now);
-        let result = catch_unwind(AssertUnwindSafe(|| self.engine.start()))
+        let result = catch_engine_panic(|| self.engine.start())
             .unwrap_or_else(|p| Err(EngineError::Start(format!("start panicked: {}", panic_message(&*p)))));
         self.now = self.now.max(self.clock.now());
         self.core.handle_start_result(result.clone(), self.now);
@@ -182,7 +182,7 @@ impl<E: Engine> VirtualDriver<E> {
         if self.pending.is_none() {
             if let Some(batch) = self.core.poll_dispatch(self.now) {
                 self.clock.advance_to(self.now);
-                let result = match catch_unwind(AssertUnwindSafe(|| self.engine.generate(&batch.requests))) {
+                let result = match catch_engine_panic(|| self.engine.generate(&batch.requests)) {
                     Ok(r) => GenerateResult::from(r),
                     Err(p) => GenerateResult::Panicked(panic_message(&*p)),
                 };
@@ -199,7 +199,7 @@ impl<E: Engine> VirtualDriver<E> {
         }
         if self.core.poll_engine_shutdown() {
             self.clock.advance_to(self.now);
-            let r = catch_unwind(AssertUnwindSafe(|| self.engine.shutdown()))
+            let r = catch_engine_panic(|| self.engine.shutdown())
                 .unwrap_or_else(|p| Err(EngineError::Shutdown(panic_message(&*p))));
             self.now = self.now.max(self.clock.now());
             self.engine_shutdown = Some(r);

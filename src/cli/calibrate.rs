@@ -15,7 +15,7 @@ use batchlab::run::progress::ProgressMode;
 use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file};
 
-use super::{EXIT_BAD_INPUT, EXIT_ERROR, EXIT_INTERRUPTED};
+use super::{EXIT_BAD_INPUT, EXIT_ERROR, EXIT_SIGINT};
 
 #[derive(clap::Args, Debug)]
 pub(super) struct CalibrateArgs {
@@ -170,8 +170,9 @@ fn design_and_fit(plan: batchlab::scenario::Plan, runs: PathBuf, args: &Calibrat
     let interrupt = Interrupt::new();
     let options = DesignOptions { runs_dir: runs.clone(), progress: ProgressMode::detect(args.quiet), interrupt };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
+    let signal_code = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(EXIT_SIGINT));
     let result = runtime.block_on(async {
-        super::watch_signals(options.interrupt.clone());
+        super::watch_signals(options.interrupt.clone(), signal_code.clone());
         tokio::task::spawn_blocking(move || calibrate_scenario(&plan, &options))
             .await
             .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
@@ -190,7 +191,7 @@ fn design_and_fit(plan: batchlab::scenario::Plan, runs: PathBuf, args: &Calibrat
         }
         Err(DesignError::Interrupted) => {
             eprintln!("error: {}", DesignError::Interrupted);
-            Ok(ExitCode::from(EXIT_INTERRUPTED))
+            Ok(ExitCode::from(signal_code.load(std::sync::atomic::Ordering::SeqCst)))
         }
         Err(e) => {
             if let (DesignError::Run(_) | DesignError::Incomplete { .. }, Some(path)) = (&e, &log_path) {

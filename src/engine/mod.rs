@@ -131,10 +131,24 @@ pub struct EngineOutput {
 }
 
 impl EngineOutput {
-    /// Generated tokens: the engine's count, else the length of the returned token ids.
+    /// Generated tokens: the engine's count, else the length of the returned token ids; a count
+    /// of 0 next to token ids gives the ids' length (as guidellm does: vLLM leaves the count at 0
+    /// when it kept no stats).
     pub fn generated_tokens(&self) -> Option<u32> {
-        self.output_tokens
-            .or_else(|| self.output_token_ids.as_ref().map(|ids| u32::try_from(ids.len()).unwrap_or(u32::MAX)))
+        match (self.output_tokens, self.output_token_ids_len()) {
+            (Some(0), Some(ids)) if ids > 0 => Some(ids),
+            (Some(count), _) => Some(count),
+            (None, ids) => ids,
+        }
+    }
+
+    /// Whether the engine's count and its token ids disagree (both given, different lengths).
+    pub fn token_count_mismatch(&self) -> bool {
+        matches!((self.output_tokens, self.output_token_ids_len()), (Some(count), Some(ids)) if count != ids)
+    }
+
+    fn output_token_ids_len(&self) -> Option<u32> {
+        self.output_token_ids.as_ref().map(|ids| u32::try_from(ids.len()).unwrap_or(u32::MAX))
     }
 }
 

@@ -15,6 +15,9 @@ mod scheduler;
 mod workload;
 
 pub use error::{LineProblem, LoadError, MAX_REPORTED_LINES};
-pub use profile::{Expansion, ProfilePlan, Step, StepKind, StepPlanner, TraceArrivals, expand, sweep_rates};
+pub use profile::{
+    Expansion, ProfilePlan, Step, StepKind, StepPlanner, TraceArrivals, duplicate_name, expand, format_rate,
+    rate_labels, sweep_rates,
+};
 pub use scheduler::{Lateness, Poll, Scheduler};
 pub use workload::{PrefixDesign, TokenDist, Workload, WorkloadPlan, read_trace};

@@ -182,7 +182,7 @@ impl Serialize for TraceArrivals {
 /// One benchmark: a name for reports and how it offers requests.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Step {
-    /// `synchronous`, `concurrent@4`, `throughput`, `constant@10.00/s`, `poisson@50.00/s`,
+    /// `synchronous`, `concurrent@4`, `throughput`, `constant@10.00/s`, `poisson@0.001/s`,
     /// `gamma@50.00/s`, `trace@2.00x`.
     pub name: String,
     /// How the benchmark offers requests.
@@ -196,17 +196,58 @@ pub struct Step {
     pub rampup: Option<Duration>,
 }
 
+/// The fewest significant digits a rate is named with.
+const RATE_DIGITS: usize = 3;
+
+/// A rate as benchmark names show it: two decimals, more where needed for `digits` significant
+/// digits, trailing zeros past the second decimal dropped: `10.00`, `2.50`, `0.333`, `0.001`.
+pub fn format_rate(rate: f64, digits: usize) -> String {
+    let magnitude = if rate.is_finite() && rate > 0.0 { rate.log10().floor() as i64 } else { 0 };
+    let decimals = (digits as i64 - 1 - magnitude).clamp(2, 20) as usize;
+    let mut text = format!("{rate:.decimals$}");
+    if let Some(point) = text.find('.') {
+        let keep = point + 3;
+        while text.len() > keep && text.ends_with('0') {
+            text.pop();
+        }
+    }
+    text
+}
+
+/// Labels for a list of rates: [`format_rate`] with the fewest significant digits of 3, 6, 9 or
+/// 17 that gives different rates different labels. Equal rates get equal labels.
+pub fn rate_labels(rates: &[f64]) -> Vec<String> {
+    let mut labels = Vec::new();
+    // A few steps, not every count: 17 significant digits tell any two different `f64`s apart.
+    for digits in [RATE_DIGITS, 6, 9, 17] {
+        labels = rates.iter().map(|&r| format_rate(r, digits)).collect();
+        let mut rate_of = std::collections::HashMap::new();
+        let distinct = labels.iter().zip(rates).all(|(label, rate)| *rate_of.entry(label).or_insert(rate) == rate);
+        if distinct {
+            break;
+        }
+    }
+    labels
+}
+
 impl Step {
-    /// A step named after its kind, e.g. `constant@10.00/s`, without ramp-up.
+    /// A step named after its kind, e.g. `constant@10.00/s`, without ramp-up; its rate (or a
+    /// trace's time scale) to [`RATE_DIGITS`] significant digits.
     pub fn new(kind: StepKind) -> Step {
+        let label = |rate: f64| format_rate(rate, RATE_DIGITS);
+        Step::labelled(kind, label)
+    }
+
+    /// A step named after its kind, its rate (if any) written by `label`.
+    fn labelled(kind: StepKind, label: impl FnOnce(f64) -> String) -> Step {
         let name = match &kind {
             StepKind::Synchronous => "synchronous".to_owned(),
             StepKind::Concurrent(n) => format!("concurrent@{n}"),
             StepKind::Throughput { .. } => "throughput".to_owned(),
-            StepKind::Constant { rate, .. } => format!("constant@{rate:.2}/s"),
-            StepKind::Poisson { rate, .. } => format!("poisson@{rate:.2}/s"),
-            StepKind::Gamma { rate, .. } => format!("gamma@{rate:.2}/s"),
-            StepKind::Trace { time_scale, .. } => format!("trace@{time_scale:.2}x"),
+            StepKind::Constant { rate, .. } => format!("constant@{}/s", label(*rate)),
+            StepKind::Poisson { rate, .. } => format!("poisson@{}/s", label(*rate)),
+            StepKind::Gamma { rate, .. } => format!("gamma@{}/s", label(*rate)),
+            StepKind::Trace { time_scale, .. } => format!("trace@{}x", label(*time_scale)),
         };
         Step { name, kind, rampup: None }
     }
@@ -216,6 +257,29 @@ impl Step {
         self.rampup = rampup;
         self
     }
+
+    /// Steps for `kinds`, the rates of their names told apart ([`rate_labels`]).
+    fn all_named(kinds: Vec<StepKind>) -> Vec<Step> {
+        let rates: Vec<f64> = kinds
+            .iter()
+            .map(|k| match k {
+                StepKind::Constant { rate, .. } | StepKind::Poisson { rate, .. } | StepKind::Gamma { rate, .. } => {
+                    *rate
+                }
+                StepKind::Trace { time_scale, .. } => *time_scale,
+                _ => 0.0,
+            })
+            .collect();
+        let labels = rate_labels(&rates);
+        kinds.into_iter().zip(labels).map(|(kind, label)| Step::labelled(kind, |_| label)).collect()
+    }
+}
+
+/// The first name that two steps share, if any: benchmark names key the report, the CSV and the
+/// expectations, so a profile whose steps repeat a name (`rates = [1, 1]`) is refused.
+pub fn duplicate_name(steps: &[Step]) -> Option<&str> {
+    let mut seen = std::collections::HashSet::new();
+    steps.iter().map(|s| s.name.as_str()).find(|name| !seen.insert(*name))
 }
 
 /// What a profile expands to before anything is measured.
@@ -273,7 +337,7 @@ pub fn expand(profile: &ProfilePlan) -> Expansion {
             return Expansion::Sweep { rates: *rates, max_concurrency: *max_concurrency };
         }
     };
-    Expansion::Fixed(steps.into_iter().map(|kind| Step::new(kind).with_rampup(rampup)).collect())
+    Expansion::Fixed(Step::all_named(steps).into_iter().map(|step| step.with_rampup(rampup)).collect())
 }
 
 /// `n` request rates evenly spaced strictly between two measured rates:
@@ -339,10 +403,11 @@ impl StepPlanner {
                         let lo = self.sync_rps.unwrap_or(f64::NAN);
                         let hi = last_measured_rps.unwrap_or(f64::NAN);
                         let cap = Some(*max_concurrency);
-                        self.sweep_steps = sweep_rates(lo, hi, *rates)
+                        let kinds = sweep_rates(lo, hi, *rates)
                             .into_iter()
-                            .map(|rate| Step::new(StepKind::Constant { rate, max_concurrency: cap }))
+                            .map(|rate| StepKind::Constant { rate, max_concurrency: cap })
                             .collect();
+                        self.sweep_steps = Step::all_named(kinds);
                     }
                     self.sweep_steps.get(index - 2).cloned()
                 }
@@ -397,6 +462,31 @@ mod tests {
         let arrivals = TraceArrivals::from_timestamps(&[10.0, 10.5, 12.0]).unwrap();
         assert_eq!(arrivals.offsets(), [0.0, 0.5, 2.0]);
         check_fixed(ProfilePlan::Trace { time_scale: 2.0, arrivals, max_concurrency: None }, &["trace@2.00x"]);
+        // Small rates keep their digits: no two benchmarks named `constant@0.00/s`.
+        check_fixed(
+            ProfilePlan::Constant { rates: vec![0.001, 0.002, 0.004, 1.0 / 3.0], max_concurrency: None, rampup: None },
+            &["constant@0.001/s", "constant@0.002/s", "constant@0.004/s", "constant@0.333/s"],
+        );
+        // Rates that agree to 3 digits get as many more as tell them apart; equal rates stay equal.
+        check_fixed(
+            ProfilePlan::Constant { rates: vec![1.001, 1.002, 1.002], max_concurrency: None, rampup: None },
+            &["constant@1.001/s", "constant@1.002/s", "constant@1.002/s"],
+        );
+        check_fixed(
+            ProfilePlan::Poisson { rate: 0.0005, seed: 1, max_concurrency: None, rampup: None },
+            &["poisson@0.0005/s"],
+        );
+    }
+
+    #[test]
+    fn rate_formats() {
+        let cases = [(10.0, "10.00"), (2.5, "2.50"), (0.25, "0.25"), (0.001, "0.001"), (1234.5, "1234.50")];
+        for (rate, text) in cases {
+            assert_eq!(format_rate(rate, RATE_DIGITS), text, "{rate}");
+        }
+        let steps = Step::all_named(vec![StepKind::Concurrent(4), StepKind::Concurrent(4)]);
+        assert_eq!(duplicate_name(&steps), Some("concurrent@4"));
+        assert_eq!(duplicate_name(&Step::all_named(vec![StepKind::Synchronous])), None);
     }
 
     #[test]

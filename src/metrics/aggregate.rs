@@ -134,6 +134,8 @@ impl BenchmarkAggregator {
         c.last_before_first += u64::from(a.last_before_first);
         c.scheduled_before_queued += u64::from(a.scheduled_before_queued);
         c.token_after_completion += u64::from(a.token_after_completion);
+        c.impossible_timestamp += u64::from(a.impossible_timestamp);
+        c.token_count_mismatch += u64::from(a.token_count_mismatch);
     }
 
     /// What a completed request's prompt was designed to hit in a prefix cache: `designed` of its

@@ -10,6 +10,15 @@
 //! - `tpot`: time per output token **including the first**: `latency / n`, for `n ≥ 1`.
 //! - `latency`: our submit → our completion (end to end, as the caller saw it).
 //!
+//! Impossible engine timestamps are missing ones, flagged `impossible_timestamp`: a `*_ts` of
+//! exactly 0 (vLLM's "unset"), and, on our own clock, a `queued_ts` or `scheduled_ts` before our
+//! dispatch of the batch or after our completion (beyond [`TIMESTAMP_TOLERANCE`]): the engine
+//! cannot have queued a request it did not have yet. Token times have their own checks
+//! (`first_token_before_arrival`, `token_after_completion`).
+//!
+//! Generated tokens are the engine's count, or the token ids' when the count is missing or 0 (as
+//! guidellm does); a count that disagrees with the ids is flagged `token_count_mismatch`.
+//!
 //! Engines whose [`ClockDomain`] is `Monotonic` (vLLM, the simulator) report `*_ts` on our clock,
 //! so they map exactly. For a `Foreign` clock the engine timeline is shifted so its `queued_ts`
 //! lands on its wall-clock `arrival_wall`, converted to our clock with [`WallAnchor`].
@@ -35,6 +44,11 @@ pub struct Anomalies {
     pub scheduled_before_queued: bool,
     /// The first or the last token came after our completion time.
     pub token_after_completion: bool,
+    /// A `*_ts` was 0, or a queued or scheduled time lay outside our dispatch … completion; it
+    /// was taken as missing (see the module docs).
+    pub impossible_timestamp: bool,
+    /// The engine's `output_tokens` and its number of `output_token_ids` differ.
+    pub token_count_mismatch: bool,
 }
 
 impl Anomalies {
@@ -45,6 +59,8 @@ impl Anomalies {
             || self.last_before_first
             || self.scheduled_before_queued
             || self.token_after_completion
+            || self.impossible_timestamp
+            || self.token_count_mismatch
     }
 }
 
@@ -87,12 +103,32 @@ struct EngineTimes {
     last_token: Option<Timestamp>,
 }
 
+/// How far before our dispatch, or after our completion, an engine's queued or scheduled time may
+/// lie on our own clock before it is impossible (float rounding, not clock skew: it is one clock).
+pub const TIMESTAMP_TOLERANCE: std::time::Duration = std::time::Duration::from_millis(1);
+
 fn to_timestamps(
     stats: &EngineStats,
+    times: &RequestTimes,
     domain: ClockDomain,
     anchor: Option<WallAnchor>,
     anomalies: &mut Anomalies,
 ) -> EngineTimes {
+    // 0 is vLLM's "not set": missing, and flagged (a made-up zero duration otherwise).
+    let zero = |v: Option<f64>| v.filter(|v| *v == 0.0);
+    let sent_ts = [stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts];
+    if sent_ts.iter().any(|v| zero(*v).is_some()) {
+        anomalies.impossible_timestamp = true;
+    }
+    let unset_zero = |v: Option<f64>| v.filter(|v| *v != 0.0);
+    let stats = &EngineStats {
+        arrival_wall: stats.arrival_wall,
+        queued_ts: unset_zero(stats.queued_ts),
+        scheduled_ts: unset_zero(stats.scheduled_ts),
+        first_token_ts: unset_zero(stats.first_token_ts),
+        last_token_ts: unset_zero(stats.last_token_ts),
+        cached_tokens: stats.cached_tokens,
+    };
     let offset = match domain {
         ClockDomain::Monotonic => Some(0.0),
         ClockDomain::Foreign => match (anchor, stats.arrival_wall, stats.queued_ts) {
@@ -114,7 +150,7 @@ fn to_timestamps(
         anomalies.non_finite |= t.is_none();
         t
     };
-    match offset {
+    let mut e = match offset {
         Some(o) if o.is_finite() => EngineTimes {
             queued: conv(stats.queued_ts, o),
             scheduled: conv(stats.scheduled_ts, o),
@@ -122,7 +158,19 @@ fn to_timestamps(
             last_token: conv(stats.last_token_ts, o),
         },
         _ => EngineTimes { queued: None, scheduled: None, first_token: None, last_token: None },
+    };
+    if domain == ClockDomain::Monotonic {
+        // The engine had the request from our dispatch to our completion, not before, not after.
+        let earliest = times.dispatched.as_nanos().saturating_sub(TIMESTAMP_TOLERANCE.as_nanos() as u64);
+        let latest = times.completed.as_nanos().saturating_add(TIMESTAMP_TOLERANCE.as_nanos() as u64);
+        for t in [&mut e.queued, &mut e.scheduled] {
+            if t.is_some_and(|t| t.as_nanos() < earliest || t.as_nanos() > latest) {
+                *t = None;
+                anomalies.impossible_timestamp = true;
+            }
+        }
     }
+    e
 }
 
 /// Maps one completed request. Pure: the same inputs always give the same metrics.
@@ -133,8 +181,9 @@ pub fn map_request(
     anchor: Option<WallAnchor>,
 ) -> RequestMetrics {
     let mut anomalies = Anomalies::default();
-    let e = to_timestamps(&output.stats, domain, anchor, &mut anomalies);
+    let e = to_timestamps(&output.stats, times, domain, anchor, &mut anomalies);
     let n = output.generated_tokens();
+    anomalies.token_count_mismatch = output.token_count_mismatch();
     let latency = times.completed.saturating_since(times.submitted);
 
     let engine_queue = match (e.queued, e.scheduled) {

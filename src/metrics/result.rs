@@ -166,6 +166,10 @@ pub struct AnomalyCounts {
     pub scheduled_before_queued: u64,
     /// A token came after our completion time.
     pub token_after_completion: u64,
+    /// A timestamp was 0 or outside our dispatch … completion; taken as missing.
+    pub impossible_timestamp: u64,
+    /// The engine's token count disagreed with its token ids.
+    pub token_count_mismatch: u64,
 }
 
 /// Metrics that are not a distribution statistic, in report order.

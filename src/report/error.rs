@@ -21,6 +21,14 @@ pub enum ReportError {
         /// Why writing failed.
         source: std::io::Error,
     },
+    /// The output directory exists but no file can be written in it.
+    #[error("cannot write in the output directory {path}: {source}")]
+    Unwritable {
+        /// The directory.
+        path: PathBuf,
+        /// Why the test write failed.
+        source: std::io::Error,
+    },
     /// A record could not be serialized to JSON.
     #[error("cannot serialize {what} for {path}: {source}")]
     Serialize {

@@ -18,7 +18,7 @@ pub use error::ReportError;
 pub use expect::{ExpectationOutcome, evaluate, render_failures};
 pub use requests::{Phase, RequestOutcome, RequestRecord, RequestsJsonl};
 pub use table::render_table;
-pub use write::{CSV_FILE, JSON_FILE, csv_columns, write_csv, write_json};
+pub use write::{CSV_FILE, JSON_FILE, csv_columns, prepare_output_dir, write_csv, write_json};
 
 use crate::scenario::plan::Plan;
 
@@ -32,8 +32,13 @@ pub struct Report {
     pub schema_version: u32,
     /// The batchlab version that ran.
     pub batchlab_version: String,
-    /// The run stopped early (interrupted, or the engine failed): some benchmarks are missing.
+    /// The run stopped early (interrupted, or the engine failed, to start or later): some
+    /// benchmarks are missing.
     pub incomplete: bool,
+    /// Why the run could not start: the engine's start error (then there are no benchmarks).
+    /// Left out of report.json when the engine started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// The resolved scenario the run executed, as `batchlab check` prints it (in JSON).
     pub scenario: serde_json::Value,
     /// Versions, engine, machine and seeds.
@@ -62,6 +67,7 @@ impl Report {
             schema_version: SCHEMA_VERSION,
             batchlab_version: env!("CARGO_PKG_VERSION").to_string(),
             incomplete,
+            error: None,
             scenario,
             environment,
             benchmarks,
@@ -143,6 +149,7 @@ pub(crate) mod tests {
             schema_version: SCHEMA_VERSION,
             batchlab_version: "[version]".into(),
             incomplete: false,
+            error: None,
             scenario: serde_json::json!({ "name": "sample", "seed": 42 }),
             environment: redacted_environment(),
             expectations: evaluate(&expectations, &benchmarks),

@@ -107,6 +107,8 @@ impl From<&RequestMetrics> for MetricsMs {
             (a.last_before_first, "last_before_first"),
             (a.scheduled_before_queued, "scheduled_before_queued"),
             (a.token_after_completion, "token_after_completion"),
+            (a.impossible_timestamp, "impossible_timestamp"),
+            (a.token_count_mismatch, "token_count_mismatch"),
         ];
         MetricsMs {
             latency_ms: ms(m.latency),

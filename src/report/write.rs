@@ -74,6 +74,21 @@ pub fn write_csv(report: &Report, dir: &Path) -> Result<PathBuf, ReportError> {
     Ok(path)
 }
 
+/// Creates `dir` and checks a file can be written in it, before a run starts: an unwritable
+/// output directory is found before the engine is loaded, not after the run.
+pub fn prepare_output_dir(dir: &Path) -> Result<(), ReportError> {
+    fs::create_dir_all(dir).map_err(|source| ReportError::CreateDir { path: dir.to_path_buf(), source })?;
+    let probe = dir.join(".batchlab-write-test");
+    let write = || -> std::io::Result<()> {
+        fs::File::create(&probe)?.write_all(b"batchlab checks it can write here\n")?;
+        fs::remove_file(&probe)
+    };
+    write().map_err(|source| {
+        let _ = fs::remove_file(&probe);
+        ReportError::Unwritable { path: dir.to_path_buf(), source }
+    })
+}
+
 fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
     fs::create_dir_all(dir).map_err(|source| ReportError::CreateDir { path: dir.to_path_buf(), source })?;
     let file_name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();

@@ -94,7 +94,11 @@ pub(super) fn run_steps(
             if let Err(e) = driver.shutdown() {
                 tracing::error!(error = %e, "engine shutdown after a failed start failed");
             }
-            return Err(RunError::Engine(e));
+            // A report all the same, marked incomplete, with the error: a failed start is a result.
+            let engine =
+                EngineInfo { name: "unknown (did not start)".into(), version: "unknown".into(), resolved_config: None };
+            let error = Some(e.to_string());
+            return Ok(DriverResult { engine, benchmarks: Vec::new(), interrupted: false, incomplete: true, error });
         }
     };
     let domain = driver.clock_domain();
@@ -191,5 +195,5 @@ pub(super) fn run_steps(
     if let Err(e) = driver.shutdown() {
         tracing::error!(error = %e, "engine shutdown failed");
     }
-    Ok(DriverResult { engine: info, benchmarks, interrupted, incomplete })
+    Ok(DriverResult { engine: info, benchmarks, interrupted, incomplete, error: None })
 }

@@ -81,9 +81,12 @@ pub enum RunError {
     /// The workload could not be loaded.
     #[error(transparent)]
     Load(#[from] LoadError),
-    /// The report could not be assembled or written.
+    /// The report could not be assembled, or requests.jsonl written during the run.
     #[error(transparent)]
     Report(#[from] ReportError),
+    /// The output directory cannot be created or written in; found before the engine starts.
+    #[error(transparent)]
+    Output(ReportError),
     /// The run cannot be carried out as asked.
     #[error("{0}")]
     Unsupported(String),
@@ -103,6 +106,9 @@ pub struct RunSummary {
     pub written: Vec<PathBuf>,
     /// The run's interrupt fired.
     pub interrupted: bool,
+    /// Report files that could not be written at the end (each names its path). The report and
+    /// the table are complete all the same.
+    pub write_errors: Vec<ReportError>,
 }
 
 impl RunSummary {
@@ -122,13 +128,26 @@ struct DriverResult {
     interrupted: bool,
     /// The run could not finish every step (engine unusable, or interrupted).
     incomplete: bool,
+    /// The engine's start error, when it did not start.
+    error: Option<String>,
+}
+
+/// Everything a run would reject before its engine starts, checked without starting anything:
+/// the engine plan's own checks ([`EnginePlan::check`]: the build has the engine, a vLLM model
+/// directory exists) and the whole workload, built exactly as the run builds it (a JSONL file is
+/// read and every line checked). `batchlab check` calls this; so does [`run_blocking`], before
+/// the engine starts. Returns the workload.
+pub fn preflight(plan: &Plan) -> Result<Workload, RunError> {
+    plan.engine.check()?;
+    Ok(Workload::from_plan(&plan.workload)?)
 }
 
 /// Runs a plan against the engine it names, to completion (or interruption), and writes its
 /// report. Blocks; see [`run`] for async callers.
 pub fn run_blocking(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunError> {
+    let workload = preflight(plan)?;
     let engine = plan.engine.build()?;
-    run_engine(plan, engine, options, EngineSource::Plan)
+    run_engine(plan, engine, workload, options, EngineSource::Plan)
 }
 
 /// [`run_blocking`] on tokio's blocking pool.
@@ -147,7 +166,8 @@ pub fn run_with_blocking(
     engine: impl Into<TimedEngine>,
     options: RunOptions,
 ) -> Result<RunSummary, RunError> {
-    run_engine(plan, engine.into(), options, EngineSource::Caller)
+    let workload = Workload::from_plan(&plan.workload)?;
+    run_engine(plan, engine.into(), workload, options, EngineSource::Caller)
 }
 
 /// Whose engine a run uses: the report lists the plan's engine seed only for the plan's engine.
@@ -160,10 +180,14 @@ enum EngineSource {
 fn run_engine(
     plan: &Plan,
     engine: TimedEngine,
+    workload: Workload,
     options: RunOptions,
     source: EngineSource,
 ) -> Result<RunSummary, RunError> {
-    let workload = Workload::from_plan(&plan.workload)?;
+    // Before the engine loads: an unwritable output directory must not cost a run.
+    if let Some(dir) = &options.output_dir {
+        crate::report::prepare_output_dir(dir).map_err(RunError::Output)?;
+    }
     let mut jsonl = match (&options.output_dir, options.requests_jsonl || plan.output.requests_jsonl) {
         (Some(dir), true) => Some(RequestsJsonl::create(dir)?),
         _ => None,
@@ -193,22 +217,32 @@ fn run_engine(
     let result = result?;
 
     let environment = Environment::detect(&result.engine, seeds(plan, source));
-    let report = Report::new(plan, environment, result.benchmarks, result.incomplete)?;
-    let mut written = Vec::new();
+    let mut report = Report::new(plan, environment, result.benchmarks, result.incomplete)?;
+    report.error = result.error;
+    // A file that cannot be written loses only itself: the summary keeps the report and table.
+    let (mut written, mut write_errors) = (Vec::new(), Vec::new());
     if let Some(dir) = &options.output_dir {
-        written.push(write_json(&report, dir)?);
-        written.push(write_csv(&report, dir)?);
+        for write in [write_json, write_csv] {
+            match write(&report, dir) {
+                Ok(path) => written.push(path),
+                Err(e) => write_errors.push(e),
+            }
+        }
     }
     if let Some(j) = jsonl {
         let lines = j.lines();
-        j.finish()?;
-        if let Some(dir) = &options.output_dir {
-            written.push(dir.join(crate::report::requests::REQUESTS_FILE));
+        match j.finish() {
+            Ok(_) => {
+                if let Some(dir) = &options.output_dir {
+                    written.push(dir.join(crate::report::requests::REQUESTS_FILE));
+                }
+                tracing::debug!(lines, "requests.jsonl written");
+            }
+            Err(e) => write_errors.push(e),
         }
-        tracing::debug!(lines, "requests.jsonl written");
     }
     let table = crate::report::render_table(&report);
-    Ok(RunSummary { report, table, written, interrupted: result.interrupted })
+    Ok(RunSummary { report, table, written, interrupted: result.interrupted, write_errors })
 }
 
 /// [`run_with_blocking`] on tokio's blocking pool.

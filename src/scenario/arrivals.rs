@@ -7,6 +7,7 @@ use toml_edit::TableLike;
 
 use super::plan::{Plan, ProfilePlan, TokenDist, WorkloadPlan};
 use super::reader::{Cx, Field, Tbl};
+use crate::load::LoadError;
 
 /// Most shared prefixes: assigning a request to one shuffles all of them (`load::Workload`).
 pub(crate) const MAX_PREFIX_GROUPS: u32 = 10_000;
@@ -47,13 +48,26 @@ fn check_trace(cx: &mut Cx, top: Tbl, plan: &mut Plan) {
     if !path.is_file() {
         return; // reported where `path` is read
     }
+    let help = || {
+        Some("every line of a trace needs `\"timestamp\": <seconds>`, never earlier than the line before".to_owned())
+    };
     match crate::load::read_trace(path) {
         Ok(read) => *arrivals = read,
-        Err(e) => {
-            let help =
-                "every line of a trace needs `\"timestamp\": <seconds>`, never earlier than the line before".to_owned();
-            report(cx, top, "workload", "path", format!("trace profile: {e}"), Some(help));
+        // One problem per bad line of the trace, each naming its file and line.
+        Err(LoadError::BadLines { path, problems, omitted }) => {
+            for p in problems {
+                let at = match p.column {
+                    Some(c) => format!("{}:{}:{c}", path.display(), p.line),
+                    None => format!("{}:{}", path.display(), p.line),
+                };
+                report(cx, top, "workload", "path", format!("trace profile: {at}: {}", p.message), help());
+            }
+            if omitted > 0 {
+                let message = format!("trace profile: {} has {omitted} more bad lines", path.display());
+                report(cx, top, "workload", "path", message, None);
+            }
         }
+        Err(e) => report(cx, top, "workload", "path", format!("trace profile: {e}"), help()),
     }
 }
 

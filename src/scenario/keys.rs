@@ -163,7 +163,12 @@ pub(crate) struct Head {
 }
 
 pub(crate) const HEAD_KEYS: &[Key<Head>] = &[
-    key!(name: NonBlank, KeyDefault::Text("the file stem"), "non-empty", in Head),
+    key!(
+        name: ScenarioName,
+        KeyDefault::Text("the file stem"),
+        "one plain file name: no `/` or `\\`, not `.` or `..` (it names `results/<name>`)",
+        in Head
+    ),
     key!(description: Opt(Str), KeyDefault::Value, "", in Head),
     key!(seed: U64(0), KeyDefault::Value, "master seed, see above", in Head),
 ];
@@ -250,7 +255,7 @@ pub(crate) const VLLM_KEYS: &[Key<VllmConfig>] = &[
         model: ModelPath,
         KeyDefault::Required("\"path/to/model\""),
         "absolute, or relative: next to the scenario if it exists there, else under `$BATCHLAB_HOME` \
-         (default `~/.cache/batchlab`); existence is checked by the engine",
+         (default `~/.cache/batchlab`); must exist (checked by `check` and before a run): nothing is downloaded",
         in VllmConfig
     ),
     key!(dtype: Str, KeyDefault::Value, "", in VllmConfig),

@@ -48,7 +48,9 @@ pub(crate) struct Context<'a> {
 pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     let top = Tbl { path: "", table: root as &dyn TableLike, at: None };
     cx.check_keys(top, schema::names(&[]));
-    let mut head = Head { name: ctx.stem.to_owned(), ..Head::default() };
+    // A file stem is one path component already; `...toml`'s stem `..` is the one that is not.
+    let stem = if keys::name_problem(ctx.stem).is_none() { ctx.stem } else { "scenario" };
+    let mut head = Head { name: stem.to_owned(), ..Head::default() };
     keys::read(cx, top, keys::HEAD_KEYS, &mut head);
     let Head { name, description, seed } = head;
 
@@ -59,6 +61,7 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     let batching = lower_batching(cx, top, !matches!(engine, EnginePlan::Sim(_)));
     let workload = lower_workload(cx, top, seed);
     let profile = lower_profile(cx, top, seed);
+    check_benchmark_names(cx, top, &profile);
     let stop = lower_stop(cx, top);
     let warmup = lower_phase(cx, top, "warmup");
     let cooldown = lower_phase(cx, top, "cooldown");
@@ -359,6 +362,19 @@ fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
     }
     // `max_concurrency` is read first, and checked even where it does not apply.
     read_variant(cx, t, keys::PROFILE_VARIANTS, variant, seed, &["max_concurrency"])
+}
+
+/// Benchmark names key the report, the CSV and the expectations: a profile whose steps share one
+/// (`rates = [1, 1]`) is refused. Rates are named with as many digits as tell them apart, so
+/// only equal rates collide. A sweep's rates are measured, and always distinct.
+fn check_benchmark_names(cx: &mut Cx, top: Tbl, profile: &ProfilePlan) {
+    let crate::load::Expansion::Fixed(steps) = crate::load::expand(profile) else { return };
+    if let Some(name) = crate::load::duplicate_name(&steps) {
+        let field = cx.field(top, "profile");
+        let span = field.and_then(|f| f.span());
+        let message = format!("[profile] gives two benchmarks the same name `{name}`: each needs its own");
+        cx.report("profile", span, message, Some("remove the repeated rate or level".to_owned()));
+    }
 }
 
 /// A section with no rules between its keys: `s` with every key `[name]` has read into it.

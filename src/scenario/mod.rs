@@ -46,15 +46,46 @@ impl Scenario {
     }
 }
 
+/// The largest scenario text accepted: 1 MiB. Scenarios are small; bulk data (prompts) belongs in
+/// a workload file. Larger text is refused before it is parsed, so the answer comes at once.
+pub const MAX_SCENARIO_BYTES: usize = 1 << 20;
+
+fn too_large(file_name: &str, bytes: u64) -> ScenarioError {
+    let message =
+        format!("scenario file `{file_name}` is {bytes} bytes; the limit is {MAX_SCENARIO_BYTES} bytes (1 MiB)");
+    let help = "a scenario holds settings only: put prompts in a workload file (`workload.source = \"file\"`)";
+    ScenarioError {
+        problems: vec![Problem {
+            message,
+            origin: Origin::File { file: file_name.to_owned() },
+            help: Some(help.into()),
+        }],
+    }
+}
+
 /// Reads, parses and validates a scenario file. Relative paths in it resolve against its directory.
+/// A file over [`MAX_SCENARIO_BYTES`] is refused without being read.
 pub fn load_file(path: &Path, overrides: &Overrides) -> Result<Plan, ScenarioError> {
+    use std::io::Read as _;
     let file_name = path.display().to_string();
-    let source = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+    let cannot_read = |e: std::io::Error| ScenarioError {
         problems: vec![Problem {
             message: format!("cannot read scenario file `{file_name}`: {e}"),
             origin: Origin::File { file: file_name.clone() },
             help: None,
         }],
+    };
+    let file = std::fs::File::open(path).map_err(cannot_read)?;
+    if let Ok(meta) = file.metadata()
+        && meta.len() > MAX_SCENARIO_BYTES as u64
+    {
+        return Err(too_large(&file_name, meta.len()));
+    }
+    // Read one byte past the limit at most: a file that grows, or a device, cannot make us read more.
+    let mut bytes = Vec::new();
+    file.take(MAX_SCENARIO_BYTES as u64 + 1).read_to_end(&mut bytes).map_err(cannot_read)?;
+    let source = String::from_utf8(bytes).map_err(|e| {
+        cannot_read(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not UTF-8 ({})", e.utf8_error())))
     })?;
     let base_dir = path.parent().unwrap_or(Path::new("."));
     parse_str(&source, &file_name, base_dir, overrides)
@@ -74,6 +105,9 @@ fn parse_with(
     overrides: &Overrides,
     set_arg: &str,
 ) -> Result<Plan, ScenarioError> {
+    if source.len() > MAX_SCENARIO_BYTES {
+        return Err(too_large(file_name, source.len() as u64));
+    }
     let document = toml_edit::ImDocument::parse(source).map_err(|e| {
         let origin = match e.span() {
             Some(span) => Origin::in_source(file_name, source, span),
@@ -86,13 +120,13 @@ fn parse_with(
     let mut problems = Vec::new();
     let sets = overrides::apply(&mut root, overrides, set_arg, &mut problems);
     let stem = Path::new(file_name).file_stem().and_then(|s| s.to_str()).unwrap_or("scenario");
-    let mut cx = reader::Cx { source, file: file_name, base_dir, sets: &sets, problems };
+    let mut cx = reader::Cx::new(source, file_name, base_dir, &sets, problems);
     let plan = lower::lower(&mut cx, &root, &lower::Context { stem });
-    if cx.problems.is_empty() {
+    if !cx.has_problems() {
         return Ok(plan);
     }
     // Overrides first (in argument order), then the file from top to bottom.
-    let mut problems = cx.problems;
+    let mut problems = cx.into_problems();
     problems.sort_by_key(|p| match &p.origin {
         Origin::Override { .. } => (0, 0, 0),
         Origin::Source { line, column, .. } => (1, *line, *column),

@@ -76,6 +76,20 @@ impl EnginePlan {
         }
     }
 
+    /// What can be known to fail before the engine is built, checked without starting anything:
+    /// a Python engine in a build without the `vllm` feature, a vLLM model directory that does not
+    /// exist (batchlab never downloads one). `batchlab check` and every run call it (through
+    /// `run::preflight`) before the engine starts.
+    pub fn check(&self) -> Result<(), EngineError> {
+        // The model first: it is wrong whichever build reads the scenario.
+        match self {
+            EnginePlan::Sim(_) => Ok(()),
+            EnginePlan::Vllm(v) if !v.model.exists() => Err(EngineError::Unsupported(missing_model(&v.model))),
+            EnginePlan::Vllm(_) | EnginePlan::Python(_) if !cfg!(feature = "vllm") => self.build().map(drop),
+            EnginePlan::Vllm(_) | EnginePlan::Python(_) => Ok(()),
+        }
+    }
+
     /// The engine's seed, where the plan gives it one.
     pub fn seed(&self) -> Option<u64> {
         match self {
@@ -152,4 +166,27 @@ pub struct OutputPlan {
     pub dir: Option<PathBuf>,
     /// Also write requests.jsonl, one line per request.
     pub requests_jsonl: bool,
+}
+
+/// Why a vLLM model path that does not exist cannot be used; a relative `org/name` under
+/// `$BATCHLAB_HOME` looks like a Hugging Face id, and gets told how to fetch it beforehand.
+fn missing_model(model: &std::path::Path) -> String {
+    let mut message = format!(
+        "`engine.vllm.model`: no model at {}; batchlab loads models from local directories only and never \
+         downloads one",
+        model.display()
+    );
+    let home = std::env::var_os("BATCHLAB_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/batchlab")));
+    let written = home.as_deref().and_then(|h| model.strip_prefix(h).ok());
+    if let Some(id) = written.filter(|w| w.components().count() == 2) {
+        let id = id.display();
+        message.push_str(&format!(
+            ". `{id}` looks like a Hugging Face model id: download it first, e.g. \
+             `huggingface-cli download {id} --local-dir {}`",
+            model.display()
+        ));
+    }
+    message
 }

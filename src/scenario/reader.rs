@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use toml_edit::{Item, TableLike, Value};
 
-use super::error::{Origin, Problem, did_you_mean};
+use super::error::{LineIndex, Origin, Problem, did_you_mean};
 use super::units::parse_duration;
 
 /// A value put in place by `--set`, `--seed` or the builder, so problems about it point there.
@@ -26,7 +26,11 @@ pub(crate) struct Cx<'a> {
     /// Relative workload, model and engine paths resolve against this.
     pub base_dir: &'a std::path::Path,
     pub sets: &'a [AppliedSet],
-    pub problems: Vec<Problem>,
+    problems: Vec<Problem>,
+    lines: LineIndex,
+    /// The problems (by index) whose origin is a range of the text: placed all at once, in one
+    /// pass, by [`Cx::into_problems`].
+    pending: Vec<(usize, Range<usize>)>,
 }
 
 /// A table of the scenario, with its dotted path for messages.
@@ -120,22 +124,61 @@ pub(crate) enum Low {
 }
 
 impl<'a> Cx<'a> {
-    /// Where the value at `path` came from: the latest override covering it, else its span.
-    pub fn origin(&self, path: &str, span: Option<Range<usize>>) -> Origin {
+    pub fn new(
+        source: &'a str,
+        file: &'a str,
+        base_dir: &'a std::path::Path,
+        sets: &'a [AppliedSet],
+        problems: Vec<Problem>,
+    ) -> Self {
+        Cx { source, file, base_dir, sets, problems, lines: LineIndex::new(source), pending: Vec::new() }
+    }
+
+    /// Every problem reported, each with its origin.
+    pub fn into_problems(self) -> Vec<Problem> {
+        let mut problems = self.problems;
+        let spans: Vec<Range<usize>> = self.pending.iter().map(|(_, span)| span.clone()).collect();
+        let origins = self.lines.locate_all(self.file, self.source, &spans);
+        for ((index, _), origin) in self.pending.iter().zip(origins) {
+            problems[*index].origin = origin;
+        }
+        problems
+    }
+
+    /// Whether any problem was reported.
+    pub fn has_problems(&self) -> bool {
+        !self.problems.is_empty()
+    }
+
+    /// The override covering `path`, if one does (the latest).
+    fn covering_set(&self, path: &str) -> Option<&AppliedSet> {
         let covered = |set: &&AppliedSet| {
             path.strip_prefix(set.path.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
         };
-        if let Some(set) = self.sets.iter().rev().find(covered) {
+        self.sets.iter().rev().find(covered)
+    }
+
+    /// Where the value at `path` came from: the latest override covering it, else its span.
+    pub fn origin(&self, path: &str, span: Option<Range<usize>>) -> Origin {
+        if let Some(set) = self.covering_set(path) {
             return Origin::Override { arg: set.label.clone() };
         }
         match span {
-            Some(span) => Origin::in_source(self.file, self.source, span),
+            Some(span) => self.lines.origin(self.file, self.source, span),
             None => Origin::File { file: self.file.to_owned() },
         }
     }
 
     pub fn report(&mut self, path: &str, span: Option<Range<usize>>, message: String, help: Option<String>) {
-        let origin = self.origin(path, span);
+        let origin = match (self.covering_set(path), span) {
+            (Some(set), _) => Origin::Override { arg: set.label.clone() },
+            (None, Some(span)) => {
+                // Placed later, with every other problem, in one pass over the text.
+                self.pending.push((self.problems.len(), span));
+                Origin::File { file: self.file.to_owned() }
+            }
+            (None, None) => Origin::File { file: self.file.to_owned() },
+        };
         self.problems.push(Problem { message, origin, help });
     }
 
@@ -226,13 +269,18 @@ impl<'a> Cx<'a> {
                 return None;
             }
         };
+        // TOML's `inf` and `nan` are floats too; no key takes them (a bound of infinity means none).
+        if !v.is_finite() {
+            let message = format!("`{}` must be a finite number, found {v}", field.path);
+            self.report_at(field, message, None);
+            return None;
+        }
         let ok = match low {
             Low::AtLeast(lo) => v >= lo,
             Low::Above(lo) => v > lo,
         } && v <= hi;
         if !ok {
             let range = match low {
-                _ if v.is_nan() => "a number".to_owned(),
                 Low::AtLeast(lo) if hi.is_finite() => format!("between {lo} and {hi}"),
                 Low::AtLeast(lo) if lo == f64::MIN => "finite".to_owned(),
                 Low::AtLeast(lo) => format!("at least {lo}"),

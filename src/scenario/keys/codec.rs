@@ -49,9 +49,6 @@ pub(crate) struct Str;
 codec!(Str => String, |_c, cx, field| cx.string_of(field), |v| v.as_str());
 
 /// A string that is not blank.
-pub(crate) struct NonBlank;
-codec!(NonBlank => String, |_c, cx, field| non_blank(cx, field), |v| v.as_str());
-
 fn non_blank(cx: &mut Cx, field: &Field) -> Option<String> {
     let s = cx.string_of(field)?;
     if s.trim().is_empty() {
@@ -59,6 +56,40 @@ fn non_blank(cx: &mut Cx, field: &Field) -> Option<String> {
         return None;
     }
     Some(s)
+}
+
+/// A scenario name: it names the default output directory, `results/<name>`, so it must be one
+/// plain path component (no `/` or `\\`, not `.` or `..`, no control characters, not blank).
+pub(crate) struct ScenarioName;
+codec!(ScenarioName => String, |_c, cx, field| scenario_name(cx, field), |v| v.as_str());
+
+fn scenario_name(cx: &mut Cx, field: &Field) -> Option<String> {
+    let name = non_blank(cx, field)?;
+    match name_problem(&name) {
+        None => Some(name),
+        Some(why) => {
+            let message =
+                format!("`{}` must be a plain file name (it names the directory results/<name>): {why}", field.path);
+            let help = "use letters, digits, `-`, `_` or `.`; set `output.dir` (or pass --output) to write elsewhere";
+            cx.report_at(field, message, Some(help.to_owned()));
+            None
+        }
+    }
+}
+
+/// Why `name` cannot be a scenario name, if it cannot.
+pub(crate) fn name_problem(name: &str) -> Option<&'static str> {
+    if name.trim().is_empty() {
+        Some("it is blank")
+    } else if name.contains(['/', '\\']) {
+        Some("it holds a path separator")
+    } else if name == "." || name == ".." {
+        Some("it names a directory")
+    } else if name.chars().any(char::is_control) {
+        Some("it holds a control character")
+    } else {
+        None
+    }
 }
 
 /// An integer of at least `.0`.

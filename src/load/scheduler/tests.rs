@@ -351,3 +351,37 @@ proptest! {
         prop_assert!((measured / rate - 1.0).abs() < 0.05, "rate {} measured {}", rate, measured);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A ramp only delays: arrival `i` of a ramped step comes no earlier than arrival `i` of the
+    /// same step without it (same seed), and at most `T / 2` later (the shift once ramped up);
+    /// ramped times never go back.
+    #[test]
+    fn ramps_delay_each_arrival_by_at_most_half_the_ramp(
+        rate in rate(), ramp_ms in 1u64..60_000, seed: u64, which in 0..3u8, k in 0.1f64..10.0,
+    ) {
+        let kind = match which {
+            0 => StepKind::Constant { rate, max_concurrency: None },
+            1 => StepKind::Poisson { rate, seed, max_concurrency: None },
+            _ => StepKind::Gamma { rate, burstiness: k, seed, max_concurrency: None },
+        };
+        let ramp = Duration::from_millis(ramp_ms);
+        let dues = |step: Step| {
+            let mut s = Scheduler::new(step, START).unwrap();
+            (0..300).map(|_| {
+                let due = s.next_arrival().unwrap();
+                s.on_submitted(due);
+                due.as_nanos()
+            }).collect::<Vec<u64>>()
+        };
+        let plain = dues(Step::new(kind.clone()));
+        let ramped = dues(Step::new(kind).with_rampup(Some(ramp)));
+        prop_assert!(ramped.windows(2).all(|w| w[0] <= w[1]));
+        let half = ramp.as_nanos() as u64 / 2;
+        for (i, (p, r)) in plain.iter().zip(&ramped).enumerate() {
+            prop_assert!(*r + 1 >= *p && *r <= p + half + 1, "arrival {}: {} unramped, {} ramped", i, p, r);
+        }
+    }
+}

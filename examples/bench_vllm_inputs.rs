@@ -67,6 +67,7 @@ fn main() -> ExitCode {
             let tokens = match r.prompt {
                 Prompt::Tokens(t) => json!(t),
                 Prompt::Text(s) => json!(s),
+                Prompt::Chat(c) => json!(c.messages),
             };
             json!({"prompt": tokens, "max_tokens": r.max_tokens, "min_tokens": r.min_tokens,
                    "ignore_eos": r.ignore_eos, "temperature": r.temperature})

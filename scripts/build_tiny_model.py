@@ -6,6 +6,11 @@ The model is for exercising the engine path (loading, scheduling, sampling, stat
 meaningful text: weights are random (seeded), and the byte-level BPE tokenizer is trained here on
 pseudo-words generated from a seeded RNG. A marker file records the recipe version; a rerun with
 the same version does nothing.
+
+The model's chat template is `tiny_chat_template.jinja` (next to this script; batchlab's simulator
+uses the same file), saved as the model's `chat_template.jinja`. It is kept apart from the recipe:
+a model built before it, or with an older copy, gets the current template on the next run without
+being rebuilt.
 """
 
 import json
@@ -17,6 +22,9 @@ import sys
 # Bump when anything below changes, so existing models are rebuilt.
 RECIPE_VERSION = 1
 MARKER = "batchlab-model.json"
+# The chat template: installed (not rebuilt) whenever the model's copy differs from this one.
+TEMPLATE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny_chat_template.jinja")
+TEMPLATE_FILE = "chat_template.jinja"
 
 SEED = 1234
 VOCAB_SIZE = 4096
@@ -94,6 +102,31 @@ def build_model(out_dir, tokenizer):
     return config
 
 
+def install_chat_template(model_dir):
+    """Writes the chat template into `model_dir` unless it is already there, byte for byte, and
+    records it in the marker. Returns whether anything changed."""
+    with open(TEMPLATE_SOURCE) as f:
+        template = f.read()
+    path = os.path.join(model_dir, TEMPLATE_FILE)
+    if os.path.exists(path):
+        with open(path) as f:
+            if f.read() == template:
+                return False
+    with open(path + ".partial", "w") as f:
+        f.write(template)
+    os.replace(path + ".partial", path)
+    marker = os.path.join(model_dir, MARKER)
+    info = {}
+    if os.path.exists(marker):
+        with open(marker) as f:
+            info = json.load(f)
+    info["chat_template"] = TEMPLATE_FILE
+    with open(marker, "w") as f:
+        json.dump(info, f, indent=2)
+        f.write("\n")
+    return True
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: build_tiny_model.py OUT_DIR")
@@ -102,7 +135,10 @@ def main():
     if os.path.exists(marker):
         with open(marker) as f:
             if json.load(f).get("recipe_version") == RECIPE_VERSION:
-                print(f"build_tiny_model: {out_dir} is up to date (recipe {RECIPE_VERSION}), skipped")
+                if install_chat_template(out_dir):
+                    print(f"build_tiny_model: {out_dir}: chat template installed ({TEMPLATE_FILE})")
+                else:
+                    print(f"build_tiny_model: {out_dir} is up to date (recipe {RECIPE_VERSION}), skipped")
                 return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     tmp = out_dir + ".partial"
@@ -122,6 +158,7 @@ def main():
     with open(os.path.join(tmp, MARKER), "w") as f:
         json.dump(info, f, indent=2)
         f.write("\n")
+    install_chat_template(tmp)
     shutil.rmtree(out_dir, ignore_errors=True)
     os.rename(tmp, out_dir)
     print(f"build_tiny_model: built {out_dir}: {json.dumps(info)}")

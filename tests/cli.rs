@@ -250,6 +250,38 @@ fn broken_or_empty_jsonl_fails_check_and_run_with_exit_2_naming_the_line() {
     }
 }
 
+/// Chat and dataset mistakes fail `check` (and so `run`) with exit 2, naming the file and line: a
+/// bad ShareGPT conversation, a broken chat template, and only bad lines when they are skipped.
+#[test]
+fn bad_datasets_and_chat_templates_fail_check_with_exit_2_naming_the_line() {
+    let dir = temp_dir("chat-datasets");
+    std::fs::write(dir.join("chat.jinja"), "{% for m in messages %}\n{{ m.content }\n{% endfor %}\n").unwrap();
+    std::fs::write(
+        dir.join("convos.json"),
+        "[\n  {\"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}]},\n  {\"conversations\": [{\"from\": \"gpt\", \"value\": \"x\"}]}\n]\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("bad.jsonl"), "nope\n{\"messages\": 3}\n").unwrap();
+    let file = "[workload]\nsource = \"file\"\n[stop]\nmax_requests = 4\n";
+    for (extra, needle) in [
+        ("path = \"convos.json\"\nformat = \"sharegpt\"\n", "convos.json:3: `conversations` has no \"human\" turn"),
+        (
+            "path = \"convos.json\"\nformat = \"sharegpt\"\nrequest_format = \"chat.jinja\"\n",
+            "chat.jinja:2: syntax error",
+        ),
+        (
+            "path = \"bad.jsonl\"\nskip_bad_lines = true\n",
+            "has no prompts left: of its 2 entries, 2 were bad lines (skipped)",
+        ),
+    ] {
+        std::fs::write(dir.join("s.toml"), file.replace("[stop]", &format!("{extra}[stop]"))).unwrap();
+        let o = batchlab_in(&dir, &["check", "s.toml"], &[]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra}: {err}");
+        assert!(err.contains(needle), "{extra}: {err}");
+    }
+}
+
 #[test]
 fn missing_vllm_model_fails_check() {
     let dir = temp_dir("model");

@@ -6,6 +6,10 @@
 
 use std::path::Path;
 
+#[cfg(feature = "vllm")]
+#[path = "common/hf_chat.rs"]
+mod hf_chat;
+
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -33,6 +37,7 @@ mod with_python {
     use std::process::Command;
     use std::sync::Mutex;
 
+    use batchlab::engine::chat::{ChatPrompt, Message, Template};
     use batchlab::engine::python::{PythonConfig, PythonEngine, batchlab_home, default_venv};
     use batchlab::engine::{Engine, EngineError, EngineRequest, FinishReason, Prompt};
     use batchlab::time::MonotonicClock;
@@ -92,8 +97,18 @@ mod with_python {
             assert!(before <= first && first <= last && last <= after, "{out:?} not within {before}..{after}");
         }
         assert_eq!(outputs[3].output_token_ids, Some(vec![104, 105, 104]), "\"hi\" as bytes, echoed");
+        // The echo engine does not say it takes chat prompts: a chat batch fails, saying so.
+        let err = engine.generate(&[chat_request(7, "hi")]).unwrap_err().to_string();
+        assert!(err.contains("echo_engine:EchoEngine does not take chat prompts"), "{err}");
+        assert!(engine.generate(&batch[..1]).is_ok(), "and the engine goes on");
         engine.shutdown().expect("shutdown");
         assert!(engine.generate(&batch).is_err(), "generate after shutdown fails");
+    }
+
+    fn chat_request(id: u64, question: &str) -> EngineRequest {
+        let messages = vec![Message::new("system", "Be brief."), Message::new("user", question)];
+        let prompt = Prompt::Chat(ChatPrompt { messages, template: Template::Model });
+        EngineRequest { prompt, ..EngineRequest::tokens(id, vec![], 3) }
     }
 
     /// Starts `class` from tests/fixtures/bad_engines.py and runs one generate of two requests.
@@ -210,7 +225,7 @@ mod with_python {
             }
             match &req.prompt {
                 Prompt::Tokens(ids) => assert_eq!(out.prompt_tokens, Some(ids.len() as u32), "{what}"),
-                Prompt::Text(_) => assert!(out.prompt_tokens.is_some_and(|n| n > 0), "{what}"),
+                _ => assert!(out.prompt_tokens.is_some_and(|n| n > 0), "{what}"),
             }
             let s = &out.stats;
             let (queued, scheduled, first, last) =
@@ -223,7 +238,93 @@ mod with_python {
         }
         // Longer requests finish later: the last token's time is the request's own.
         assert!(outputs[0].stats.last_token_ts < outputs[3].stats.last_token_ts, "{outputs:?}");
+
+        // Chat prompts go through the model's template; the counts are the tokenizer's.
+        let chats = [chat_request(10, "Hi"), chat_request(11, "What is continuous batching, in short?")];
+        let outputs = engine.generate(&chats).expect("chat generate");
         engine.shutdown().expect("shutdown");
+        let cases: Vec<_> = chats
+            .iter()
+            .map(|r| match &r.prompt {
+                Prompt::Chat(c) => (c.messages.clone(), None),
+                _ => unreachable!(),
+            })
+            .collect();
+        let expected = hf_chat::chat_lengths(&batchlab_home().join("tiny-llama"), &cases);
+        for (out, (templated, raw)) in outputs.iter().zip(expected) {
+            assert_eq!(out.prompt_tokens, Some(templated as u32), "{out:?}");
+            assert!(templated > raw, "the template's own tokens count: {templated} vs {raw}");
+        }
+    }
+
+    /// A model without a chat template of its own: chat prompts for the model's template fall back
+    /// to batchlab's plain format, so they count exactly as that text does.
+    #[test]
+    fn a_model_without_a_chat_template_falls_back_to_plain() {
+        if !ready(true) {
+            return;
+        }
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let model = output_dir("no-template-model");
+        std::fs::create_dir_all(&model).unwrap();
+        for entry in std::fs::read_dir(batchlab_home().join("tiny-llama")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.file_name().is_some_and(|n| n != "chat_template.jinja") {
+                std::fs::copy(&path, model.join(path.file_name().unwrap())).unwrap();
+            }
+        }
+        let mut config = PythonConfig::new("batchlab_engines.transformers_engine", "TransformersEngine");
+        config.args.insert("model".into(), model.to_string_lossy().into_owned().into());
+        config.args.insert("threads".into(), 1.into());
+        let mut engine = PythonEngine::new(config);
+        engine.start().expect("start");
+        let chat = chat_request(0, "What is continuous batching?");
+        let Prompt::Chat(c) = &chat.prompt else { unreachable!() };
+        let plain = batchlab::engine::chat::render_plain(&c.messages);
+        assert_eq!(plain, "system: Be brief.\nuser: What is continuous batching?");
+        let text = EngineRequest { prompt: Prompt::Text(plain), ..EngineRequest::tokens(1, vec![], 3) };
+        let outputs = engine.generate(&[chat, text]).expect("generate");
+        engine.shutdown().expect("shutdown");
+        assert!(outputs[0].prompt_tokens.is_some_and(|n| n > 0), "{outputs:?}");
+        assert_eq!(outputs[0].prompt_tokens, outputs[1].prompt_tokens, "the chat prompt went as its plain text");
+        std::fs::remove_dir_all(&model).unwrap();
+    }
+
+    /// `scripts/build_tiny_model.py` gives a model built before the chat template (or with an older
+    /// copy) the current template without rebuilding it, and then does nothing.
+    #[test]
+    fn setup_installs_the_chat_template_into_an_existing_model() {
+        if !ready(true) {
+            return;
+        }
+        let model = output_dir("template-install");
+        std::fs::create_dir_all(&model).unwrap();
+        for entry in std::fs::read_dir(batchlab_home().join("tiny-llama")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.file_name().is_some_and(|n| n != "chat_template.jinja") {
+                std::fs::copy(&path, model.join(path.file_name().unwrap())).unwrap();
+            }
+        }
+        let build = || {
+            let out = Command::new(default_venv().join("bin/python"))
+                .arg(manifest_dir().join("scripts/build_tiny_model.py"))
+                .arg(&model)
+                .output()
+                .expect("python");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let weights = std::fs::read(model.join("model.safetensors")).unwrap();
+        let template = std::fs::read_to_string(manifest_dir().join("scripts/tiny_chat_template.jinja")).unwrap();
+        let installed = || std::fs::read_to_string(model.join("chat_template.jinja")).ok();
+        assert!(build().contains("chat template installed"));
+        assert_eq!(installed().as_deref(), Some(template.as_str()));
+        assert!(build().contains("is up to date"), "a second run does nothing");
+        std::fs::write(model.join("chat_template.jinja"), "{{ an older template }}").unwrap();
+        assert!(build().contains("chat template installed"), "an older copy is replaced");
+        assert_eq!(installed().as_deref(), Some(template.as_str()));
+        assert_eq!(std::fs::read(model.join("model.safetensors")).unwrap(), weights, "the model is not rebuilt");
+        std::fs::remove_dir_all(&model).unwrap();
     }
 
     fn output_dir(name: &str) -> PathBuf {

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use batchlab::load::Workload;
 use batchlab::scenario::{Overrides, load_file, parse_str};
 
 /// Renders the error for `source` (with `--set`s) as the user would see it.
@@ -10,8 +11,8 @@ fn report(source: &str, sets: &[&str]) -> String {
     let overrides = Overrides { sets: sets.iter().map(|s| (*s).to_owned()).collect(), seed: None };
     match parse_str(source, "scenarios/bad.toml", Path::new("scenarios"), &overrides) {
         Ok(plan) => panic!("expected an error, got {plan:#?}"),
-        // Workload files are named by absolute path.
-        Err(e) => e.to_string().replace(env!("CARGO_MANIFEST_DIR"), "[crate]"),
+        // Workload and template files are named by absolute path.
+        Err(e) => e.to_string().replace(env!("CARGO_MANIFEST_DIR"), "[repo]"),
     }
 }
 
@@ -81,6 +82,62 @@ check!(
 check!(prefix_tokens_without_groups, "[workload]\nprefix_tokens = 16\n");
 check!(prefix_groups_without_tokens_and_too_many, "[workload]\nprefix_groups = 10001\n");
 check!(prefix_groups_on_a_file, "[workload]\nsource = \"file\"\npath = \"../Cargo.toml\"\nprefix_groups = 2\n");
+
+// Chat prompts and datasets: the rules between keys, and templates checked at load time.
+check!(
+    broken_inline_template,
+    "[workload]\nchat = true\nrequest_format = \"{% for m in messages %}{{ m.content }}\"\n"
+);
+check!(broken_template_file, "[workload]\nchat = true\nrequest_format = \"../tests/fixtures/broken_chat.jinja\"\n");
+check!(missing_template_file, "[workload]\nchat = true\nrequest_format = \"templates/chatml.jinja\"\n");
+check!(
+    chat_rules,
+    "[workload]\nsystem_prompt = \"Be brief.\"\nrequest_format = 3\n[profile]\nkind = \"synchronous\"\n"
+);
+check!(
+    dataset_rules,
+    "[workload]\nsource = \"file\"\npath = \"data/sharegpt-sample.json\"\nformat = \"text\"\n\
+     columns = { prompt = \"q\", promt = \"x\" }\nreply_max_tokens = true\ntruncate = true\n"
+);
+check!(
+    dataset_limits,
+    "[workload]\nsource = \"file\"\npath = \"data/sharegpt-sample.json\"\nformat = \"csv\"\n\
+     min_prompt_tokens = 100\nmax_prompt_tokens = 10\ncolumns = { conversations = \"\" }\n"
+);
+
+/// Renders the error of loading the workload of `source` (which must parse), with the checkout's
+/// path replaced: bad entries of a dataset are found when the workload is read, before any run.
+fn workload_report(source: &str) -> String {
+    let plan = parse_str(source, "scenarios/bad.toml", Path::new("scenarios"), &Overrides::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    match Workload::from_plan(&plan.workload) {
+        Ok(_) => panic!("expected a workload error"),
+        Err(e) => e.to_string().replace(env!("CARGO_MANIFEST_DIR"), "[repo]"),
+    }
+}
+
+macro_rules! check_workload {
+    ($name:ident, $source:expr) => {
+        #[test]
+        fn $name() {
+            insta::assert_snapshot!(workload_report($source));
+        }
+    };
+}
+
+check_workload!(
+    bad_sharegpt_entries,
+    "[workload]\nsource = \"file\"\npath = \"../tests/fixtures/bad-sharegpt.json\"\nformat = \"sharegpt\"\n"
+);
+check_workload!(bad_jsonl_lines, "[workload]\nsource = \"file\"\npath = \"../tests/fixtures/bad-prompts.jsonl\"\n");
+check_workload!(
+    broken_sharegpt_json,
+    "[workload]\nsource = \"file\"\npath = \"../tests/fixtures/broken-sharegpt.json\"\nformat = \"sharegpt\"\n"
+);
+check_workload!(
+    no_prompts_left,
+    "[workload]\nsource = \"file\"\npath = \"data/sharegpt-sample.json\"\nformat = \"sharegpt\"\nmin_prompt_tokens = 1000\n"
+);
 
 #[test]
 fn missing_scenario_file() {

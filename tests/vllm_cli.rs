@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use batchlab::engine::python::{batchlab_home, default_venv};
 
+#[path = "common/hf_chat.rs"]
+mod hf_chat;
+
 /// Long enough for a multiprocess engine start on a loaded 2-core machine.
 const START_LIMIT: Duration = Duration::from_secs(300);
 
@@ -157,6 +160,52 @@ fn ready() -> bool {
 
 fn report(dir: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(dir.join("report.json")).expect("report.json")).expect("json")
+}
+
+/// `scenarios/vllm-chat.toml` end to end: the ShareGPT sample's conversations through the tiny
+/// model's chat template in vLLM. Every request's `prompt_tokens` in requests.jsonl is exactly what
+/// Hugging Face's `apply_chat_template` gives for its conversation: the engine's count, template
+/// included.
+#[test]
+fn chat_scenario_reports_the_engines_templated_prompt_counts() {
+    use batchlab::engine::Prompt;
+    use batchlab::load::Workload;
+    use batchlab::scenario::{Overrides, load_file};
+
+    if !ready() {
+        return;
+    }
+    let _one = one_engine();
+    let dir = output_dir("chat");
+    let mut run = spawn_scenario("scenarios/vllm-chat.toml", &[], &dir);
+    let status = run.finish();
+    assert!(status.success(), "{status}; stderr tail:\n{}", run.tail());
+    let r = report(&dir);
+    assert_eq!(r["benchmarks"][0]["counts"]["completed"], 60, "{}", r["benchmarks"][0]["counts"]);
+    assert_eq!((r["dataset"]["entries"].as_u64(), r["dataset"]["prompts"].as_u64()), (Some(30), Some(30)));
+
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/vllm-chat.toml");
+    let plan = load_file(&scenario, &Overrides::default()).expect("scenario");
+    let workload = Workload::from_plan(&plan.workload).expect("workload");
+    let cases: Vec<_> = (0..30)
+        .map(|k| match workload.request(k).prompt {
+            Prompt::Chat(c) => (c.messages, None),
+            other => panic!("conversation {k} is not a chat prompt: {other:?}"),
+        })
+        .collect();
+    let expected = hf_chat::chat_lengths(&batchlab_home().join("tiny-llama"), &cases);
+    let rows = std::fs::read_to_string(dir.join("requests.jsonl")).expect("requests.jsonl");
+    let mut checked = 0;
+    for row in rows.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a json row")) {
+        let id = row["id"].as_u64().expect("id");
+        let (templated, raw) = expected[(id % 30) as usize];
+        assert_eq!(row["prompt_tokens"].as_u64(), Some(templated as u64), "request {id}: {row}");
+        assert!(templated > raw, "request {id}: the template's own tokens are counted");
+        checked += 1;
+    }
+    assert_eq!(checked, 60, "every request has a row");
+    let (t, raw) = expected[0];
+    eprintln!("CHAT: conversation 0: {t} prompt tokens through the template, {raw} for its contents alone");
 }
 
 /// One test, cases in sequence: one engine at a time on a 2-core machine.

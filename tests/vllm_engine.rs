@@ -9,10 +9,14 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 
+use batchlab::engine::chat::{ChatPrompt, ChatTemplate, Message, Template, TemplateOrigin};
 use batchlab::engine::python::vllm::VllmConfig;
 use batchlab::engine::python::{batchlab_home, default_venv};
 use batchlab::engine::{Engine, EngineOutput, EngineRequest, FinishReason, Prompt};
 use batchlab::time::{MonotonicClock, Timestamp};
+
+#[path = "common/hf_chat.rs"]
+mod hf_chat;
 
 /// One engine at a time: a 2-core machine, and one Python per process.
 static ONE_ENGINE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -137,6 +141,57 @@ fn in_process_engine_generates_token_and_text_prompts() {
     engine.shutdown().expect("shutdown");
     assert!(engine.generate(&batch).is_err(), "generate after shutdown fails");
     assert_eq!(child_processes(), vec![], "no child process outlives the engine");
+}
+
+/// Chat prompts are templated by the tiny model's own template (or a custom one) in the engine,
+/// and the prompt token counts vLLM reports are exactly what Hugging Face's `apply_chat_template`
+/// gives: the template's tokens included, never a client-side estimate.
+#[test]
+fn chat_prompts_are_templated_in_the_engine_and_counted_by_it() {
+    let _one = ONE_ENGINE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(plan) = tiny_plan(true) else { return };
+    let model = plan.model.clone();
+    let mut engine = plan.engine();
+    engine.start().expect("start");
+    let conversations = vec![
+        vec![Message::new("user", "Hi there")],
+        vec![Message::new("system", "Be brief."), Message::new("user", "What is continuous batching?")],
+        vec![
+            Message::new("system", "You are a patient tutor."),
+            Message::new("user", "What is a derivative?"),
+            Message::new("assistant", "The slope of a function at a point."),
+            Message::new("user", "And of x squared?"),
+        ],
+    ];
+    let source = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant]";
+    let custom = ChatTemplate::new(source, TemplateOrigin::Inline).unwrap();
+    let mut batch = Vec::new();
+    let mut cases = Vec::new();
+    for (template, text) in [(Template::Model, None), (Template::Custom(custom), Some(source.to_owned()))] {
+        for messages in &conversations {
+            let prompt = Prompt::Chat(ChatPrompt { messages: messages.clone(), template: template.clone() });
+            batch.push(EngineRequest { prompt, ..EngineRequest::tokens(batch.len() as u64, vec![], 4) });
+            cases.push((messages.clone(), text.clone()));
+        }
+    }
+    let outputs = engine.generate(&batch).expect("generate");
+    engine.shutdown().expect("shutdown");
+    let expected = hf_chat::chat_lengths(&model, &cases);
+    for ((req, out), (templated, raw)) in batch.iter().zip(&outputs).zip(expected) {
+        eprintln!(
+            "CHAT: request {}: engine {:?} prompt tokens, apply_chat_template {templated}, contents alone {raw}",
+            req.id, out.prompt_tokens
+        );
+        assert_eq!(out.prompt_tokens, Some(templated as u32), "request {}: {out:?}", req.id);
+        assert!(templated > raw, "request {}: the template adds its own tokens ({templated} vs {raw})", req.id);
+        assert_eq!(out.output_tokens, Some(req.max_tokens));
+    }
+    // The two templates differ, and so do their counts.
+    let n = conversations.len();
+    assert_ne!(
+        outputs[..n].iter().map(|o| o.prompt_tokens).collect::<Vec<_>>(),
+        outputs[n..].iter().map(|o| o.prompt_tokens).collect::<Vec<_>>()
+    );
 }
 
 #[test]

@@ -32,6 +32,8 @@ import transformers
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from batchlab_engines import chat
+
 
 class TransformersEngine:
     def __init__(self, model, dtype="float32", device="cpu", threads=None):
@@ -58,7 +60,12 @@ class TransformersEngine:
         self.eos_ids = sorted({eos} if isinstance(eos, int) else set(eos or []))
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)
-        return {"name": "transformers", "version": transformers.__version__, "clock": "monotonic"}
+        return {
+            "name": "transformers",
+            "version": transformers.__version__,
+            "clock": "monotonic",
+            "model_chat_template": chat.has_chat_template(self.tokenizer),
+        }
 
     def generate(self, requests):
         arrival, queued = time.time(), time.monotonic()
@@ -116,6 +123,8 @@ class TransformersEngine:
     def _prompt_ids(self, request):
         if request["prompt_token_ids"] is not None:
             return [int(t) for t in request["prompt_token_ids"]]
+        if request.get("messages") is not None:
+            return chat.prompt_ids(self.tokenizer, request)
         return self.tokenizer(request["prompt"])["input_ids"]
 
     def shutdown(self):

@@ -12,6 +12,8 @@ import os
 import sys
 import time
 
+from batchlab_engines import chat
+
 TIMESTAMPS = ("arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
 
 
@@ -19,6 +21,7 @@ class VllmEngine:
     def __init__(self, **llm_kwargs):
         self.kwargs = llm_kwargs
         self.llm = None
+        self.tokenizer = None
 
     def start(self):
         from batchlab_engines import engine_step
@@ -39,12 +42,14 @@ class VllmEngine:
         from vllm.inputs import TokensPrompt
 
         self.llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3])], SamplingParams(max_tokens=1), use_tqdm=False)
+        self.tokenizer = self.llm.get_tokenizer()
         # vLLM's RequestStateStats timestamps are time.monotonic(): CLOCK_MONOTONIC, batchlab's clock.
         return {
             "name": "vllm",
             "version": vllm.__version__,
             "clock": "monotonic",
             "engine_config": resolved_config(self.llm),
+            "model_chat_template": chat.has_chat_template(self.tokenizer),
         }
 
     def generate(self, requests):
@@ -55,6 +60,9 @@ class VllmEngine:
         params = []
         for r in requests:
             tokens = r["prompt_token_ids"]
+            if r.get("messages") is not None:
+                # Templated here, where the tokenizer is: vLLM then counts exactly these ids.
+                tokens = chat.prompt_ids(self.tokenizer, r)
             prompts.append(TokensPrompt(prompt_token_ids=tokens) if tokens is not None else r["prompt"])
             params.append(
                 SamplingParams(
@@ -100,6 +108,7 @@ class VllmEngine:
         terminated but never waited for (zombies), and the multiprocessing resource tracker its
         shared memory started. Safe on a half-built engine."""
         llm, self.llm = self.llm, None
+        self.tokenizer = None
         try:
             stop = getattr(llm, "shutdown", None)
             if not callable(stop):

@@ -6,10 +6,12 @@
 //! an engine reports is optional where a real engine may omit it, so the metrics mapper can make a
 //! missing value an absent metric instead of a wrong zero.
 
+pub mod chat;
 pub mod faults;
 pub mod python;
 pub mod shared;
 pub mod sim;
+pub mod tokens;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,13 +30,15 @@ pub enum Prompt {
     Text(String),
     /// Token ids, given to the engine as they are.
     Tokens(Vec<u32>),
+    /// Chat messages, templated and tokenized by the engine ([`chat`]).
+    Chat(chat::ChatPrompt),
 }
 
 impl Prompt {
     /// The prompt's length in tokens when it is given as tokens.
     pub fn token_len(&self) -> Option<usize> {
         match self {
-            Prompt::Text(_) => None,
+            Prompt::Text(_) | Prompt::Chat(_) => None,
             Prompt::Tokens(t) => Some(t.len()),
         }
     }

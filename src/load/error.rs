@@ -24,8 +24,9 @@ pub enum LoadError {
     },
     /// A workload file holds no prompt lines.
     #[error(
-        "workload file {} has no prompts: expected one JSON object per line, \
-         such as {{\"prompt\": \"Hello\", \"max_tokens\": 64}}",
+        "workload file {} has no prompts: expected one per line, such as \
+         {{\"prompt\": \"Hello\", \"max_tokens\": 64}} (or a ShareGPT conversation, or a line of text, \
+         as `workload.format` says)",
         path.display()
     )]
     EmptyFile {
@@ -51,6 +52,17 @@ pub enum LoadError {
         what: &'static str,
         /// The value found.
         value: f64,
+    },
+    /// Skipped bad lines and the length filters left no prompt of a workload file.
+    #[error(
+        "workload file {} has no prompts left: of its {} entries, {} were bad lines (skipped), {} shorter \
+         than `min_prompt_tokens` and {} longer than `max_prompt_tokens` (lengths by batchlab's rule, \
+         4 bytes a token; docs/scenarios.md)",
+        stats.path.display(), stats.entries, stats.skipped_bad_lines, stats.dropped_short, stats.dropped_long
+    )]
+    NoPromptsLeft {
+        /// What reading the file found.
+        stats: Box<super::dataset::DatasetStats>,
     },
     /// A rate that is not finite and positive.
     #[error("step {step}: rate must be a finite number of requests/s above 0, found {rate}")]

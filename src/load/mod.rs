@@ -1,5 +1,8 @@
 //! The load generator: what to send ([`Workload`]) and when to send it ([`Scheduler`]).
 //!
+//! A file workload is read by `dataset` (JSONL lines parsed by `jsonl`, ShareGPT conversations,
+//! text lines), filtered to the scenario's lengths, and replayed.
+//!
 //! Both are deterministic and sans-IO. A workload is a pure function from a request id to a
 //! request; a scheduler never reads a clock and never sleeps, it is told `now` and how many
 //! requests are in flight and says whether to submit now, at a later time, or after a completion.
@@ -8,16 +11,19 @@
 //! A scenario's profile expands into benchmark steps ([`expand`], [`StepPlanner`]); a sweep's
 //! later steps depend on rates measured in its first two, so the runner asks for them one by one.
 
+mod dataset;
 mod error;
 mod jsonl;
 mod profile;
 mod scheduler;
 mod workload;
 
+pub use dataset::{DatasetOptions, DatasetStats, FileFormat};
 pub use error::{LineProblem, LoadError, MAX_REPORTED_LINES};
+pub use jsonl::{Columns, LinePrompt, PromptLine};
 pub use profile::{
     Expansion, ProfilePlan, Step, StepKind, StepPlanner, TraceArrivals, duplicate_name, expand, format_rate,
     rate_labels, sweep_rates,
 };
 pub use scheduler::{Lateness, Poll, Scheduler};
-pub use workload::{PrefixDesign, TokenDist, Workload, WorkloadPlan, read_trace};
+pub use workload::{CHAT_PREFIX_WORDS, PrefixDesign, SyntheticChat, TokenDist, Workload, WorkloadPlan, read_trace};

@@ -30,16 +30,26 @@
 //!
 //! Token ids are raw ids in `[0, vocab_size)`; they may include a model's special tokens.
 //!
-//! Prompt token counts are known only for token prompts ([`Prompt::token_len`]); for text prompts
-//! they are `None` until the engine reports them.
+//! # Synthetic chat
+//! With `chat = true` a synthetic prompt is a conversation: the `system_prompt` (if any), then a
+//! user turn of `prompt_tokens` pseudo-words. A word is three letters and a space, one token by
+//! batchlab's counting rule ([`crate::engine::tokens`]), so the user turn is exactly the drawn
+//! length by that rule (a real tokenizer counts otherwise; the report has the engine's count).
+//! With `unique_prefix` the first [`CHAT_PREFIX_WORDS`] words spell `k` in base 26³, least
+//! significant first, as the token prefix does; they follow the shared system prompt.
+//!
+//! Prompt token counts are known only for token prompts ([`Prompt::token_len`]); for text and
+//! chat prompts they are `None` until the engine reports them.
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::dataset::{self, DatasetOptions, DatasetStats};
 use super::error::LoadError;
-use super::jsonl::{PromptLine, parse_jsonl, trace_timestamps};
+use super::jsonl::{Columns, LinePrompt, PromptLine};
 use super::profile::TraceArrivals;
+use crate::engine::chat::{Message, RequestFormat};
 use crate::engine::{EngineRequest, Prompt, RequestId};
 use crate::rng::SplitMix64;
 
@@ -96,18 +106,35 @@ pub enum WorkloadPlan {
         ignore_eos: bool,
         /// Sampling temperature of every request; 0 is greedy.
         temperature: f32,
+        /// `chat`, `system_prompt`: prompts as conversations instead of token ids.
+        chat: SyntheticChat,
+        /// `request_format`: how chat prompts become the model's prompt.
+        request_format: RequestFormat,
     },
-    /// One request per line of a JSONL file, replayed in order.
+    /// One request per entry of a file (JSONL, ShareGPT or text), replayed in order.
     File {
-        /// The JSONL file.
+        /// The file.
         path: PathBuf,
-        /// For lines without `max_tokens`.
+        /// For entries without `max_tokens`.
         default_max_tokens: u32,
         /// Requests ignore end-of-sequence and generate exactly `max_tokens`.
         ignore_eos: bool,
         /// Sampling temperature of every request; 0 is greedy.
         temperature: f32,
+        /// How the file is read: format, columns, bad lines, length limits.
+        dataset: DatasetOptions,
+        /// `request_format`: how chat prompts become the model's prompt.
+        request_format: RequestFormat,
     },
+}
+
+/// A synthetic workload's chat settings: `chat` and `system_prompt`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SyntheticChat {
+    /// `chat`: each prompt is a conversation, not token ids.
+    pub enabled: bool,
+    /// `system_prompt`: the system turn before the user turn.
+    pub system_prompt: Option<String>,
 }
 
 /// Sub-streams of one request's random stream.
@@ -129,7 +156,7 @@ pub struct Workload {
 #[derive(Clone, Debug)]
 enum Source {
     Synthetic(Synthetic),
-    File { lines: Vec<PromptLine>, default_max_tokens: u32 },
+    File { lines: Vec<PromptLine>, default_max_tokens: u32, format: RequestFormat, stats: DatasetStats },
 }
 
 #[derive(Clone, Debug)]
@@ -141,6 +168,8 @@ struct Synthetic {
     /// 0 without `unique_prefix`.
     prefix_len: usize,
     groups: PrefixDesign,
+    /// `Some((system prompt, format))` for chat prompts.
+    chat: Option<(Option<String>, RequestFormat)>,
 }
 
 /// A synthetic workload's shared prefixes, and the prefix-cache hits it was designed for.
@@ -167,6 +196,11 @@ impl PrefixDesign {
     }
 }
 
+/// Words of a synthetic chat prompt's unique prefix: enough base-26³ digits for every `u64`.
+pub const CHAT_PREFIX_WORDS: usize = 5;
+/// Distinct three-letter words.
+const WORDS: u64 = 26 * 26 * 26;
+
 impl Workload {
     /// Builds the workload; reads and checks the whole prompt file at once.
     pub fn from_plan(plan: &WorkloadPlan) -> Result<Workload, LoadError> {
@@ -181,11 +215,17 @@ impl Workload {
                 vocab_size,
                 ignore_eos,
                 temperature,
+                chat,
+                request_format,
             } => {
                 if *vocab_size == 0 {
                     return Err(LoadError::EmptyVocab);
                 }
-                let prefix_len = if *unique_prefix { digits_for_u64(*vocab_size) } else { 0 };
+                let prefix_len = match (*unique_prefix, chat.enabled) {
+                    (false, _) => 0,
+                    (true, false) => digits_for_u64(*vocab_size),
+                    (true, true) => CHAT_PREFIX_WORDS,
+                };
                 let groups = if *prefix_groups == 0 || *shared_tokens == 0 {
                     PrefixDesign::default()
                 } else {
@@ -198,6 +238,7 @@ impl Workload {
                     vocab_size: *vocab_size,
                     prefix_len,
                     groups,
+                    chat: chat.enabled.then(|| (chat.system_prompt.clone(), request_format.clone())),
                 };
                 Ok(Workload {
                     source: Source::Synthetic(synthetic),
@@ -205,38 +246,36 @@ impl Workload {
                     temperature: *temperature,
                 })
             }
-            WorkloadPlan::File { path, default_max_tokens, ignore_eos, temperature } => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|source| LoadError::Io { path: path.clone(), source })?;
-                Workload::from_jsonl(&text, path, *default_max_tokens, *ignore_eos, *temperature)
+            WorkloadPlan::File { path, default_max_tokens, ignore_eos, temperature, dataset, request_format } => {
+                let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.clone(), source })?;
+                let (lines, stats) = dataset::read(&bytes, path, dataset)?;
+                Ok(Workload {
+                    source: Source::File {
+                        lines,
+                        default_max_tokens: (*default_max_tokens).max(1),
+                        format: request_format.clone(),
+                        stats,
+                    },
+                    ignore_eos: *ignore_eos,
+                    temperature: *temperature,
+                })
             }
         }
-    }
-
-    /// A file workload from the file's text; `origin` names it in messages.
-    pub fn from_jsonl(
-        text: &str,
-        origin: &Path,
-        default_max_tokens: u32,
-        ignore_eos: bool,
-        temperature: f32,
-    ) -> Result<Workload, LoadError> {
-        let lines = parse_jsonl(text, origin)?;
-        Ok(Workload {
-            source: Source::File { lines, default_max_tokens: default_max_tokens.max(1) },
-            ignore_eos,
-            temperature,
-        })
     }
 
     /// Request `id`. The same workload always gives the same request for the same id.
     pub fn request(&self, id: RequestId) -> EngineRequest {
         let (prompt, max_tokens) = match &self.source {
             Source::Synthetic(s) => s.request(id),
-            Source::File { lines, default_max_tokens } => {
+            Source::File { lines, default_max_tokens, format, .. } => {
                 // Cyclic reuse; `lines` is never empty and a u64 modulo fits back in usize.
                 let line = &lines[(id % lines.len() as u64) as usize];
-                (Prompt::Text(line.prompt.clone()), line.max_tokens.unwrap_or(*default_max_tokens))
+                let prompt = match &line.prompt {
+                    LinePrompt::Text(text) => Prompt::Text(text.clone()),
+                    LinePrompt::Tokens(ids) => Prompt::Tokens(ids.clone()),
+                    LinePrompt::Chat(messages) => format.prompt(messages.clone()),
+                };
+                (prompt, line.max_tokens.unwrap_or(*default_max_tokens))
             }
         };
         EngineRequest {
@@ -257,8 +296,8 @@ impl Workload {
         (first..=RequestId::MAX).map(|id| self.request(id))
     }
 
-    /// The number of leading tokens that identify a synthetic prompt; 0 without `unique_prefix`
-    /// and for file workloads.
+    /// The number of leading tokens (words, for chat) that identify a synthetic prompt; 0
+    /// without `unique_prefix` and for file workloads.
     pub fn prefix_len(&self) -> usize {
         match &self.source {
             Source::Synthetic(s) => s.prefix_len,
@@ -282,6 +321,15 @@ impl Workload {
             Source::File { lines, .. } => Some(lines.len()),
         }
     }
+
+    /// What reading a file workload found (bad lines skipped, prompts filtered); `None` for
+    /// synthetic ones.
+    pub fn dataset_stats(&self) -> Option<&DatasetStats> {
+        match &self.source {
+            Source::Synthetic(_) => None,
+            Source::File { stats, .. } => Some(stats),
+        }
+    }
 }
 
 impl Synthetic {
@@ -290,6 +338,14 @@ impl Synthetic {
         let prompt_len = sample(&self.prompt_tokens, &mut SplitMix64::derive(request_seed, STREAM_PROMPT_LEN));
         let max_tokens = sample(&self.output_tokens, &mut SplitMix64::derive(request_seed, STREAM_OUTPUT_LEN));
         let mut tokens_rng = SplitMix64::derive(request_seed, STREAM_TOKENS);
+        if let Some((system, format)) = &self.chat {
+            let mut messages = Vec::with_capacity(2);
+            if let Some(system) = system {
+                messages.push(Message::new("system", system.clone()));
+            }
+            messages.push(Message::new("user", self.words(k, prompt_len as usize, &mut tokens_rng)));
+            return (format.prompt(messages), max_tokens);
+        }
         let vocab = u64::from(self.vocab_size);
         let prompt_len = prompt_len as usize;
         let mut tokens = Vec::with_capacity(prompt_len);
@@ -330,11 +386,35 @@ impl Synthetic {
 
 /// The arrival times of a trace: the workload file's `timestamp`s, which every line must have, in
 /// time order. Errors name the file and every bad line.
-pub fn read_trace(path: &Path) -> Result<TraceArrivals, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io { path: path.to_owned(), source })?;
-    let timestamps = trace_timestamps(&text, path)?;
+pub fn read_trace(path: &Path, columns: &Columns) -> Result<TraceArrivals, LoadError> {
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_owned(), source })?;
+    let timestamps = dataset::trace(&bytes, path, columns)?;
     // `trace_timestamps` checked order and finiteness, and the file is not empty.
     TraceArrivals::from_timestamps(&timestamps).ok_or_else(|| LoadError::EmptyFile { path: path.to_owned() })
+}
+
+impl Synthetic {
+    /// `n` three-letter words, the first [`Self::prefix_len`] spelling `k`; see the module docs.
+    fn words(&self, k: RequestId, n: usize, rng: &mut SplitMix64) -> String {
+        let mut text = String::with_capacity(4 * n);
+        let mut rest = k;
+        for i in 0..n {
+            let digit = if i < self.prefix_len {
+                let d = rest % WORDS;
+                rest /= WORDS;
+                d
+            } else {
+                rng.range_u64(0, WORDS - 1)
+            };
+            if i > 0 {
+                text.push(' ');
+            }
+            for place in [1, 26, 26 * 26] {
+                text.push(char::from(b'a' + (digit / place % 26) as u8));
+            }
+        }
+        text
+    }
 }
 
 /// Base-`vocab` digits needed to write any `u64`; 0 at a vocabulary of 1, where no digit differs.
@@ -390,6 +470,8 @@ mod tests {
             vocab_size,
             ignore_eos: true,
             temperature: 0.0,
+            chat: SyntheticChat::default(),
+            request_format: RequestFormat::default(),
         })
         .unwrap()
     }
@@ -397,7 +479,7 @@ mod tests {
     fn tokens(r: &EngineRequest) -> &[u32] {
         match &r.prompt {
             Prompt::Tokens(t) => t,
-            Prompt::Text(t) => panic!("text prompt {t:?}"),
+            other => panic!("not a token prompt: {other:?}"),
         }
     }
 
@@ -528,6 +610,8 @@ mod tests {
             vocab_size: 0,
             ignore_eos: true,
             temperature: 0.0,
+            chat: SyntheticChat::default(),
+            request_format: RequestFormat::default(),
         };
         assert!(matches!(Workload::from_plan(&plan), Err(LoadError::EmptyVocab)));
     }
@@ -543,6 +627,8 @@ mod tests {
             vocab_size: 32000,
             ignore_eos: true,
             temperature: 0.0,
+            chat: SyntheticChat::default(),
+            request_format: RequestFormat::default(),
         })
         .unwrap()
     }
@@ -593,10 +679,10 @@ mod tests {
     fn traces_are_read_from_the_file() {
         let path =
             temp_file("trace", "{\"prompt\": \"a\", \"timestamp\": 100.5}\n{\"prompt\": \"b\", \"timestamp\": 101}\n");
-        let trace = read_trace(&path).unwrap();
+        let trace = read_trace(&path, &Columns::default()).unwrap();
         assert_eq!(trace.offsets(), [0.0, 0.5]);
         std::fs::write(&path, "{\"prompt\": \"a\"}\n").unwrap();
-        let err = read_trace(&path).unwrap_err().to_string();
+        let err = read_trace(&path, &Columns::default()).unwrap_err().to_string();
         std::fs::remove_file(&path).unwrap();
         assert!(err.contains(&format!("{}:1: missing `timestamp`", path.display())), "{err}");
     }
@@ -608,7 +694,113 @@ mod tests {
     }
 
     fn file_plan(path: std::path::PathBuf) -> WorkloadPlan {
-        WorkloadPlan::File { path, default_max_tokens: 16, ignore_eos: false, temperature: 0.5 }
+        WorkloadPlan::File {
+            path,
+            default_max_tokens: 16,
+            ignore_eos: false,
+            temperature: 0.5,
+            dataset: DatasetOptions::default(),
+            request_format: RequestFormat::default(),
+        }
+    }
+
+    fn chat_workload(unique_prefix: bool, system: Option<&str>, format: RequestFormat) -> Workload {
+        Workload::from_plan(&WorkloadPlan::Synthetic {
+            prompt_tokens: U(1, 40),
+            output_tokens: U(1, 8),
+            seed: 11,
+            unique_prefix,
+            prefix_groups: 0,
+            prefix_tokens: 0,
+            vocab_size: 32000,
+            ignore_eos: true,
+            temperature: 0.0,
+            chat: SyntheticChat { enabled: true, system_prompt: system.map(str::to_owned) },
+            request_format: format,
+        })
+        .unwrap()
+    }
+
+    fn messages(r: &EngineRequest) -> &[Message] {
+        match &r.prompt {
+            Prompt::Chat(c) => &c.messages,
+            other => panic!("not a chat prompt: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn synthetic_chat_is_a_system_and_a_user_turn_of_the_drawn_length() {
+        let w = chat_workload(false, Some("You are terse."), RequestFormat::ChatTemplate);
+        let tokens_twin = synthetic(U(1, 40), U(1, 8), 11, false, 32000);
+        for k in 0..200 {
+            let r = w.request(k);
+            let m = messages(&r);
+            assert_eq!(m[0], Message::new("system", "You are terse."));
+            assert_eq!(m[1].role, "user");
+            // The same draws as a token workload: the user turn has its prompt length, by the rule.
+            let twin = tokens_twin.request(k);
+            assert_eq!(crate::engine::tokens::text_tokens(&m[1].content), tokens(&twin).len(), "{k}");
+            assert_eq!(r.max_tokens, twin.max_tokens);
+            assert!(m[1].content.split(' ').all(|w| w.len() == 3 && w.bytes().all(|b| b.is_ascii_lowercase())));
+        }
+        assert_eq!(w.request(5), w.request(5));
+        assert_ne!(w.request(5).prompt, w.request(6).prompt);
+    }
+
+    #[test]
+    fn synthetic_chat_unique_prefixes_spell_the_request() {
+        assert_eq!(CHAT_PREFIX_WORDS, digits_for_u64(WORDS as u32));
+        let w = chat_workload(true, None, RequestFormat::ChatTemplate);
+        assert_eq!(w.prefix_len(), CHAT_PREFIX_WORDS);
+        let first_words = |k: u64| {
+            let r = w.request(k);
+            let m = messages(&r);
+            assert_eq!(m.len(), 1, "no system prompt");
+            m[0].content.split(' ').take(2).map(str::to_owned).collect::<Vec<_>>()
+        };
+        // k = 27 + 2 * 17576: digits 27 ("bba") and 2 ("caa"), least significant first.
+        let k = 27 + 2 * WORDS;
+        let words = first_words(k);
+        assert_eq!(words[0], "bba");
+        if words.len() > 1 {
+            assert_eq!(words[1], "caa");
+        }
+        let mut seen = HashSet::new();
+        let long = chat_workload(true, None, RequestFormat::ChatTemplate);
+        for r in long.requests(0).take(2000) {
+            let m = messages(&r);
+            let prefix: Vec<&str> = m[0].content.split(' ').take(CHAT_PREFIX_WORDS).collect();
+            if prefix.len() == CHAT_PREFIX_WORDS {
+                assert!(seen.insert(prefix.join(" ")), "request {} repeats a prefix", r.id);
+            }
+        }
+    }
+
+    #[test]
+    fn plain_synthetic_chat_is_text() {
+        let w = chat_workload(false, Some("S"), RequestFormat::Plain);
+        let Prompt::Text(text) = w.request(0).prompt else { panic!("plain is text") };
+        assert!(text.starts_with("system: S\nuser: "), "{text}");
+    }
+
+    #[test]
+    fn file_chat_prompts_take_the_request_format() {
+        let path = temp_file(
+            "chat",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n{\"prompt_token_ids\": [4, 5]}\n",
+        );
+        let mut plan = file_plan(path.clone());
+        let w = Workload::from_plan(&plan).unwrap();
+        assert_eq!(messages(&w.request(0)), [Message::new("user", "Hi")]);
+        assert_eq!(tokens(&w.request(1)), [4, 5]);
+        if let WorkloadPlan::File { request_format, .. } = &mut plan {
+            *request_format = RequestFormat::Plain;
+        }
+        let w = Workload::from_plan(&plan).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(w.request(0).prompt, Prompt::Text("user: Hi".into()));
+        let stats = w.dataset_stats().unwrap();
+        assert_eq!((stats.entries, stats.prompts, stats.skipped_bad_lines), (2, 2, 0));
     }
 
     #[test]

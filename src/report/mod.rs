@@ -47,6 +47,10 @@ pub struct Report {
     pub benchmarks: Vec<BenchmarkResult>,
     /// Every `[expect]` checked against every benchmark, passed or not.
     pub expectations: Vec<ExpectationOutcome>,
+    /// A file workload: its entries, the bad lines skipped and the prompts filtered; absent for
+    /// synthetic workloads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<crate::load::DatasetStats>,
 }
 
 impl Report {
@@ -72,6 +76,7 @@ impl Report {
             environment,
             benchmarks,
             expectations,
+            dataset: None,
         })
     }
 
@@ -154,6 +159,7 @@ pub(crate) mod tests {
             environment: redacted_environment(),
             expectations: evaluate(&expectations, &benchmarks),
             benchmarks,
+            dataset: None,
         }
     }
 
@@ -184,6 +190,8 @@ pub(crate) mod tests {
                 vocab_size: 1000,
                 ignore_eos: true,
                 temperature: 0.0,
+                chat: Default::default(),
+                request_format: Default::default(),
             },
             profile: ProfilePlan::Throughput { max_concurrency: 4 },
             stop: StopPlan::default(),

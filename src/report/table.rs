@@ -77,6 +77,14 @@ pub fn render_table(report: &Report) -> String {
     for row in &rows {
         out.push_str(&line(row));
     }
+    if let Some(d) =
+        report.dataset.as_ref().filter(|d| d.skipped_bad_lines + d.dropped_short + d.dropped_long + d.truncated > 0)
+    {
+        out.push_str(&format!(
+            "(workload file: {} prompts of {} entries; {} bad lines skipped, {} too short and {} too long dropped, {} truncated)\n",
+            d.prompts, d.entries, d.skipped_bad_lines, d.dropped_short, d.dropped_long, d.truncated
+        ));
+    }
     if report.incomplete {
         out.push_str("(incomplete run: stopped before every benchmark finished)\n");
     }
@@ -110,6 +118,32 @@ mod tests {
         let table = render_table(&report);
         assert!(table.lines().next().unwrap().ends_with("prefix hit (designed)"), "{table}");
         assert!(table.lines().nth(2).unwrap().ends_with("0.48 (0.50)"), "{table}");
+    }
+
+    #[test]
+    fn skipped_and_filtered_prompts_are_noted() {
+        let mut report = sample_report();
+        let stats = crate::load::DatasetStats {
+            path: "d.jsonl".into(),
+            format: crate::load::FileFormat::Jsonl,
+            entries: 10,
+            skipped_bad_lines: 2,
+            dropped_short: 1,
+            dropped_long: 0,
+            truncated: 3,
+            prompts: 7,
+        };
+        report.dataset =
+            Some(crate::load::DatasetStats { skipped_bad_lines: 0, dropped_short: 0, truncated: 0, ..stats.clone() });
+        assert!(!render_table(&report).contains("workload file"), "nothing to say");
+        report.dataset = Some(stats);
+        let table = render_table(&report);
+        assert!(
+            table.ends_with(
+                "(workload file: 7 prompts of 10 entries; 2 bad lines skipped, 1 too short and 0 too long dropped, 3 truncated)\n"
+            ),
+            "{table}"
+        );
     }
 
     #[test]

@@ -132,6 +132,8 @@ pub fn setting_plan(base: &Plan, setting: &Setting, stream: u64) -> Plan {
             vocab_size,
             ignore_eos: true,
             temperature: 0.0,
+            chat: Default::default(),
+            request_format: Default::default(),
         },
         profile: ProfilePlan::Throughput { max_concurrency: batch_size },
         stop: StopPlan {

@@ -219,6 +219,7 @@ fn run_engine(
     let environment = Environment::detect(&result.engine, seeds(plan, source));
     let mut report = Report::new(plan, environment, result.benchmarks, result.incomplete)?;
     report.error = result.error;
+    report.dataset = workload.dataset_stats().cloned();
     // A file that cannot be written loses only itself: the summary keeps the report and table.
     let (mut written, mut write_errors) = (Vec::new(), Vec::new());
     if let Some(dir) = &options.output_dir {

@@ -5,7 +5,7 @@
 
 use toml_edit::TableLike;
 
-use super::plan::{Plan, ProfilePlan, TokenDist, WorkloadPlan};
+use super::plan::{FileFormat, Plan, ProfilePlan, TokenDist, WorkloadPlan};
 use super::reader::{Cx, Field, Tbl};
 use crate::load::LoadError;
 
@@ -39,7 +39,7 @@ pub(crate) fn check(cx: &mut Cx, top: Tbl, plan: &mut Plan) {
 /// every line, in time order.
 fn check_trace(cx: &mut Cx, top: Tbl, plan: &mut Plan) {
     let ProfilePlan::Trace { arrivals, .. } = &mut plan.profile else { return };
-    let WorkloadPlan::File { path, .. } = &plan.workload else {
+    let WorkloadPlan::File { path, dataset, .. } = &plan.workload else {
         let message =
             "`profile.kind = \"trace\"` replays a workload file's timestamps, but the workload is synthetic".to_owned();
         let help = "set `workload.source = \"file\"` and a `path` whose lines carry `timestamp`s".to_owned();
@@ -48,10 +48,31 @@ fn check_trace(cx: &mut Cx, top: Tbl, plan: &mut Plan) {
     if !path.is_file() {
         return; // reported where `path` is read
     }
+    // Line `i` is request `i`'s arrival: nothing may drop lines or read them otherwise.
+    let mut misaligned = Vec::new();
+    if dataset.format != FileFormat::Jsonl {
+        misaligned.push("format");
+    }
+    if dataset.skip_bad_lines {
+        misaligned.push("skip_bad_lines");
+    }
+    if dataset.min_prompt_tokens.is_some() {
+        misaligned.push("min_prompt_tokens");
+    }
+    if dataset.max_prompt_tokens.is_some() && !dataset.truncate {
+        misaligned.push("max_prompt_tokens");
+    }
+    for key in misaligned {
+        let message = format!(
+            "`workload.{key}` cannot go with `profile.kind = \"trace\"`: a trace replays every line of a JSONL \
+             file at its own time, so no line may be skipped or dropped"
+        );
+        report(cx, top, "workload", key, message, None);
+    }
     let help = || {
         Some("every line of a trace needs `\"timestamp\": <seconds>`, never earlier than the line before".to_owned())
     };
-    match crate::load::read_trace(path) {
+    match crate::load::read_trace(path, &dataset.columns) {
         Ok(read) => *arrivals = read,
         // One problem per bad line of the trace, each naming its file and line.
         Err(LoadError::BadLines { path, problems, omitted }) => {
@@ -114,8 +135,14 @@ fn shortest(dist: &TokenDist) -> u32 {
 
 /// `prefix_groups` and `prefix_tokens` go together, and a prefix is shorter than every prompt.
 fn check_prefixes(cx: &mut Cx, top: Tbl, workload: &WorkloadPlan) {
-    let WorkloadPlan::Synthetic { prefix_groups, prefix_tokens, prompt_tokens, .. } = workload else { return };
+    let WorkloadPlan::Synthetic { prefix_groups, prefix_tokens, prompt_tokens, chat, .. } = workload else { return };
     let (groups, tokens) = (*prefix_groups, *prefix_tokens);
+    if chat.enabled && (groups > 0 || tokens > 0) {
+        let message = "`workload.prefix_groups` shares token ids, but `workload.chat` prompts are text".to_owned();
+        let help = "use `chat = false`, or a `system_prompt`, which every chat prompt shares".to_owned();
+        report(cx, top, "workload", "prefix_groups", message, Some(help));
+        return;
+    }
     if groups > MAX_PREFIX_GROUPS {
         let message = format!("`workload.prefix_groups` must be at most {MAX_PREFIX_GROUPS}, found {groups}");
         report(cx, top, "workload", "prefix_groups", message, None);

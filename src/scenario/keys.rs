@@ -401,6 +401,14 @@ const TEMPERATURE: Key<WorkloadPlan> = key!(
     WorkloadPlan::Synthetic { temperature, .. } | WorkloadPlan::File { temperature, .. }
 );
 
+const REQUEST_FORMAT: Key<WorkloadPlan> = key!(
+    request_format: ReqFormat,
+    KeyDefault::Value,
+    "how chat prompts (`messages`) become the model's prompt: `\"plain\"`, `\"chat-template\"` (the model's), \
+     or a Jinja template: inline, or a file relative to the scenario",
+    WorkloadPlan::Synthetic { request_format, .. } | WorkloadPlan::File { request_format, .. }
+);
+
 /// `[workload]`, by `source`.
 pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
     Variant {
@@ -429,8 +437,21 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
                 in WorkloadPlan::Synthetic
             ),
             key!(vocab_size: U32(2), KeyDefault::Value, "synthetic only", in WorkloadPlan::Synthetic),
+            key!(
+                chat: Bool,
+                KeyDefault::Value,
+                "synthetic only; each prompt is a conversation: `system_prompt`, then a user turn of `prompt_tokens` words",
+                WorkloadPlan::Synthetic { chat: SyntheticChat { enabled: chat, .. }, .. }
+            ),
+            key!(
+                system_prompt: Opt(Str),
+                KeyDefault::Value,
+                "synthetic only, with `chat = true`; the system turn, the same for every prompt",
+                WorkloadPlan::Synthetic { chat: SyntheticChat { system_prompt, .. }, .. }
+            ),
             IGNORE_EOS,
             TEMPERATURE,
+            REQUEST_FORMAT,
         ],
         default: |master_seed| WorkloadPlan::Synthetic {
             prompt_tokens: TokenDist::Fixed { value: 128 },
@@ -442,6 +463,8 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
             vocab_size: 32000,
             ignore_eos: true,
             temperature: 0.0,
+            chat: SyntheticChat::default(),
+            request_format: RequestFormat::default(),
         },
     },
     Variant {
@@ -451,7 +474,7 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
             key!(
                 path: ExistingFile,
                 KeyDefault::Required("\"prompts.jsonl\""),
-                "JSONL, relative to the scenario file; must exist",
+                "relative to the scenario file; must exist",
                 in WorkloadPlan::File
             ),
             key!(
@@ -462,12 +485,57 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
             ),
             IGNORE_EOS,
             TEMPERATURE,
+            REQUEST_FORMAT,
+            key!(
+                format: Choice(&[("jsonl", FileFormat::Jsonl), ("sharegpt", FileFormat::ShareGpt), ("text", FileFormat::Text)]),
+                KeyDefault::Value,
+                "file only; `jsonl` (`prompt`, `prompt_token_ids` or `messages`), `sharegpt` (a JSON array or JSONL of `conversations`), `text` (one prompt per line)",
+                WorkloadPlan::File { dataset: DatasetOptions { format, .. }, .. }
+            ),
+            key!(
+                columns: ColumnMap,
+                KeyDefault::Text("each field's own name"),
+                "file only; the JSON key of each field, e.g. `{ prompt = \"question\", max_tokens = \"answer_len\" }`",
+                WorkloadPlan::File { dataset: DatasetOptions { columns, .. }, .. }
+            ),
+            key!(
+                skip_bad_lines: Bool,
+                KeyDefault::Value,
+                "file only; skip bad entries and count them in the report, instead of failing",
+                WorkloadPlan::File { dataset: DatasetOptions { skip_bad_lines, .. }, .. }
+            ),
+            key!(
+                min_prompt_tokens: Opt(U32(1)),
+                KeyDefault::Value,
+                "file only; drop shorter prompts (4 bytes a token)",
+                WorkloadPlan::File { dataset: DatasetOptions { min_prompt_tokens, .. }, .. }
+            ),
+            key!(
+                max_prompt_tokens: Opt(U32(1)),
+                KeyDefault::Value,
+                "file only; drop longer prompts, or cut them with `truncate`",
+                WorkloadPlan::File { dataset: DatasetOptions { max_prompt_tokens, .. }, .. }
+            ),
+            key!(
+                truncate: Bool,
+                KeyDefault::Value,
+                "file only, with `max_prompt_tokens`; cut longer prompts to it instead of dropping them",
+                WorkloadPlan::File { dataset: DatasetOptions { truncate, .. }, .. }
+            ),
+            key!(
+                reply_max_tokens: Bool,
+                KeyDefault::Value,
+                "`sharegpt` only; the recorded reply's length is the request's `max_tokens`",
+                WorkloadPlan::File { dataset: DatasetOptions { reply_max_tokens, .. }, .. }
+            ),
         ],
         default: |_| WorkloadPlan::File {
             path: PathBuf::new(),
             default_max_tokens: 64,
             ignore_eos: true,
             temperature: 0.0,
+            dataset: DatasetOptions::default(),
+            request_format: RequestFormat::default(),
         },
     },
 ];

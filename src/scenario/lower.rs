@@ -340,7 +340,59 @@ fn lower_workload(cx: &mut Cx, top: Tbl, seed: u64) -> WorkloadPlan {
     let shared: Vec<&str> = keys::names(variant.keys)
         .filter(|name| variants.iter().all(|v| keys::names(v.keys).any(|k| k == *name)))
         .collect();
-    read_variant(cx, t, variants, variant, seed, &shared)
+    let plan = read_variant(cx, t, variants, variant, seed, &shared);
+    check_chat_and_dataset(cx, t, &plan);
+    plan
+}
+
+/// The rules between the chat and dataset keys of `[workload]`.
+fn check_chat_and_dataset(cx: &mut Cx, t: Tbl, plan: &WorkloadPlan) {
+    let needs = |cx: &mut Cx, key: &str, message: String, help: String| {
+        if let Some(field) = cx.field(t, key) {
+            cx.report_at(&field, message, Some(help));
+        }
+    };
+    match plan {
+        WorkloadPlan::Synthetic { chat, .. } if !chat.enabled => needs(
+            cx,
+            "system_prompt",
+            "`workload.system_prompt` is set but `workload.chat` is false".to_owned(),
+            "add `chat = true`: only chat prompts have a system turn".to_owned(),
+        ),
+        WorkloadPlan::Synthetic { .. } => {}
+        WorkloadPlan::File { dataset, .. } => {
+            let (format, fields) = match dataset.format {
+                FileFormat::Jsonl => ("jsonl", Columns::JSONL_FIELDS),
+                FileFormat::ShareGpt => ("sharegpt", Columns::SHAREGPT_FIELDS),
+                FileFormat::Text => ("text", &[][..]),
+            };
+            for (name, _) in dataset.columns.renamed().filter(|(name, _)| !fields.contains(name)) {
+                let help = match fields {
+                    [] => format!("format \"{format}\" has no columns"),
+                    _ => format!("format \"{format}\" reads: {}", fields.join(", ")),
+                };
+                let message = format!("`workload.columns.{name}` does not apply with `workload.format = \"{format}\"`");
+                needs(cx, "columns", message, help);
+            }
+            if dataset.reply_max_tokens && dataset.format != FileFormat::ShareGpt {
+                let message =
+                    format!("`workload.reply_max_tokens` needs ShareGPT replies, but the format is \"{format}\"");
+                needs(cx, "reply_max_tokens", message, "set `format = \"sharegpt\"` or remove it".to_owned());
+            }
+            if dataset.truncate && dataset.max_prompt_tokens.is_none() {
+                let message = "`workload.truncate` is set but `workload.max_prompt_tokens` is not".to_owned();
+                needs(cx, "truncate", message, "add `max_prompt_tokens = N`: the length to cut to".to_owned());
+            }
+            if let (Some(min), Some(max)) = (dataset.min_prompt_tokens, dataset.max_prompt_tokens)
+                && min > max
+            {
+                let message = format!(
+                    "`workload.min_prompt_tokens` ({min}) is greater than `workload.max_prompt_tokens` ({max})"
+                );
+                needs(cx, "min_prompt_tokens", message, "no prompt could pass both".to_owned());
+            }
+        }
+    }
 }
 
 fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {

@@ -9,12 +9,15 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::batcher::BatchConfig;
+pub use crate::engine::chat::RequestFormat;
 use crate::engine::faults::Faults;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::python::{PythonConfig, PythonEngine};
 use crate::engine::sim::{SimConfig, SimEngine};
 use crate::engine::{EngineError, TimedEngine};
-pub use crate::load::{ProfilePlan, TokenDist, TraceArrivals, WorkloadPlan};
+pub use crate::load::{
+    Columns, DatasetOptions, FileFormat, ProfilePlan, SyntheticChat, TokenDist, TraceArrivals, WorkloadPlan,
+};
 
 /// A validated scenario: everything a run needs, with every default filled in.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -384,6 +384,8 @@ fn shipped_scenarios() -> Vec<std::path::PathBuf> {
     let dir = manifest_dir().join("scenarios");
     let mut files: Vec<_> =
         std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file()).collect();
+    files.retain(|p| p.extension().is_some_and(|e| e == "toml"));
+    files.sort();
     files.push(dir.join("profiles/example-source.toml"));
     files
 }
@@ -591,37 +593,87 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
     prop_oneof![sim, vllm, python]
 }
 
+fn request_format_strategy() -> impl Strategy<Value = RequestFormat> {
+    use crate::engine::chat::{ChatTemplate, TemplateOrigin};
+    prop_oneof![
+        Just(RequestFormat::Plain),
+        Just(RequestFormat::ChatTemplate),
+        "[a-z <>|\n]{0,12}".prop_map(|text| {
+            let source = format!("{{% for m in messages %}}{text}{{{{ m.content }}}}{{% endfor %}}");
+            RequestFormat::Custom(ChatTemplate::new(source, TemplateOrigin::Inline).unwrap())
+        }),
+        Just(()).prop_map(|_| {
+            let path = manifest_dir().join("scripts/tiny_chat_template.jinja");
+            let source = std::fs::read_to_string(&path).unwrap();
+            RequestFormat::Custom(ChatTemplate::new(source, TemplateOrigin::File(path)).unwrap())
+        }),
+    ]
+}
+
+fn dataset_strategy() -> impl Strategy<Value = DatasetOptions> {
+    let format = prop_oneof![Just(FileFormat::Jsonl), Just(FileFormat::ShareGpt), Just(FileFormat::Text)];
+    let renames = proptest::collection::vec((0..Columns::FIELDS.len(), "[a-z_]{1,8}"), 0..3);
+    let limits = (proptest::option::of(1u32..1000), proptest::option::of(1u32..1000), any::<bool>());
+    (format, renames, any::<bool>(), limits, any::<bool>()).prop_map(
+        |(format, renames, skip_bad_lines, (min, max, truncate), reply)| {
+            // Only what the lowering rules allow: columns of the format, a reply only from ShareGPT,
+            // truncation only to a maximum, and min <= max.
+            let fields = match format {
+                FileFormat::Jsonl => Columns::JSONL_FIELDS,
+                FileFormat::ShareGpt => Columns::SHAREGPT_FIELDS,
+                FileFormat::Text => &[][..],
+            };
+            let mut columns = Columns::default();
+            for (i, key) in renames {
+                if let Some(field) = fields.get(i % fields.len().max(1)) {
+                    *columns.key_mut(field).unwrap() = key;
+                }
+            }
+            let (min_prompt_tokens, max_prompt_tokens) = match (min, max) {
+                (Some(a), Some(b)) => (Some(a.min(b)), Some(a.max(b))),
+                other => other,
+            };
+            DatasetOptions {
+                format,
+                columns,
+                skip_bad_lines,
+                min_prompt_tokens,
+                max_prompt_tokens,
+                truncate: truncate && max_prompt_tokens.is_some(),
+                reply_max_tokens: reply && format == FileFormat::ShareGpt,
+            }
+        },
+    )
+}
+
 fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {
+    let chat = (any::<bool>(), proptest::option::of("[ -~é\n]{0,20}")).prop_map(|(enabled, system_prompt)| {
+        SyntheticChat { enabled, system_prompt: system_prompt.filter(|_| enabled) }
+    });
     let prefixes = prop_oneof![Just((0, 0)), (1u32..=super::arrivals::MAX_PREFIX_GROUPS, 1u32..=u32::MAX)];
     let synthetic = (
-        dist_strategy(),
-        dist_strategy(),
-        seed_strategy(),
-        any::<bool>(),
+        (dist_strategy(), dist_strategy(), seed_strategy(), any::<bool>(), 2u32..=u32::MAX, any::<bool>(), 0.0..4.0f32),
+        chat,
+        request_format_strategy(),
         prefixes,
-        2u32..=u32::MAX,
-        any::<bool>(),
-        0.0..4.0f32,
     )
         .prop_map(
             |(
-                prompt_tokens,
-                output_tokens,
-                seed,
-                unique_prefix,
+                (prompt_tokens, output_tokens, seed, unique_prefix, vocab_size, ignore_eos, temperature),
+                chat,
+                request_format,
                 (groups, tokens),
-                vocab_size,
-                ignore_eos,
-                temperature,
             )| {
-                // A shared prefix is shorter than the shortest prompt; a prompt of 1 token has none.
+                // A shared prefix (token prompts only) is shorter than the shortest prompt; a
+                // prompt of 1 token has none.
                 let shortest = match prompt_tokens {
                     TokenDist::Fixed { value } => value,
                     TokenDist::Uniform { min, .. } | TokenDist::Normal { min, .. } => min,
                 }
                 .max(1);
                 let tokens = tokens % shortest;
-                let (prefix_groups, prefix_tokens) = if tokens == 0 { (0, 0) } else { (groups, tokens) };
+                let (prefix_groups, prefix_tokens) =
+                    if tokens == 0 || chat.enabled { (0, 0) } else { (groups, tokens) };
                 WorkloadPlan::Synthetic {
                     prompt_tokens,
                     output_tokens,
@@ -632,12 +684,21 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {
                     vocab_size,
                     ignore_eos,
                     temperature,
+                    chat,
+                    request_format,
                 }
             },
         );
-    let file = (1u32..100_000, any::<bool>(), 0.0..4.0f32).prop_map(|(default_max_tokens, ignore_eos, temperature)| {
-        WorkloadPlan::File { path: manifest_dir().join("Cargo.toml"), default_max_tokens, ignore_eos, temperature }
-    });
+    let file = (1u32..100_000, any::<bool>(), 0.0..4.0f32, dataset_strategy(), request_format_strategy()).prop_map(
+        |(default_max_tokens, ignore_eos, temperature, dataset, request_format)| WorkloadPlan::File {
+            path: manifest_dir().join("Cargo.toml"),
+            default_max_tokens,
+            ignore_eos,
+            temperature,
+            dataset,
+            request_format,
+        },
+    );
     prop_oneof![synthetic, file]
 }
 
@@ -667,7 +728,7 @@ fn profile_strategy() -> impl Strategy<Value = ProfilePlan> {
         ),
         (1e-3..1e3f64, concurrency()).prop_map(|(time_scale, max_concurrency)| ProfilePlan::Trace {
             time_scale,
-            arrivals: crate::load::read_trace(&trace_sample()).unwrap(),
+            arrivals: crate::load::read_trace(&trace_sample(), &Default::default()).unwrap(),
             max_concurrency,
         }),
         (1u32..100, 1u32..100_000).prop_map(|(rates, max_concurrency)| ProfilePlan::Sweep { rates, max_concurrency }),
@@ -763,12 +824,21 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                     (
                         ProfilePlan::Trace { .. },
                         WorkloadPlan::File { default_max_tokens, ignore_eos, temperature, .. },
-                    ) => WorkloadPlan::File { path: trace_sample(), default_max_tokens, ignore_eos, temperature },
+                    ) => WorkloadPlan::File {
+                        path: trace_sample(),
+                        default_max_tokens,
+                        ignore_eos,
+                        temperature,
+                        dataset: Default::default(),
+                        request_format: Default::default(),
+                    },
                     (ProfilePlan::Trace { .. }, _) => WorkloadPlan::File {
                         path: trace_sample(),
                         default_max_tokens: 64,
                         ignore_eos: true,
                         temperature: 0.0,
+                        dataset: Default::default(),
+                        request_format: Default::default(),
                     },
                     (_, workload) => workload,
                 };

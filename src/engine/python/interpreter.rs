@@ -9,8 +9,9 @@ use std::sync::{Mutex, OnceLock};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyCFunction, PyDict, PyFloat, PyInt, PyList, PyModule, PyString, PyTuple};
 
-use super::output::{Plain, map_info, map_outputs};
+use super::output::{ChatSupport, Plain, map_chat_support, map_info, map_outputs};
 use super::{BUILT_IN_MODULES, PythonConfig};
+use crate::engine::chat::Template;
 use crate::engine::{EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, Prompt};
 
 /// Checks the venv, installs the built-in modules and imports classes (`bootstrap.py`).
@@ -21,6 +22,8 @@ pub(super) struct Session {
     object: Py<PyAny>,
     /// `module:Class`, for messages.
     class: String,
+    /// Whether it takes chat prompts, from `start()`'s info.
+    chat: ChatSupport,
 }
 
 impl Session {
@@ -76,14 +79,21 @@ impl Session {
             };
             Ok((object.unbind(), info))
         })?;
-        let session = Session { object, class };
-        match map_info(&session.class, &info, config.clock) {
-            Ok(info) => Ok((session, info)),
+        let checked =
+            map_info(&class, &info, config.clock).and_then(|checked| Ok((checked, map_chat_support(&class, &info)?)));
+        let (checked, chat) = match checked {
+            Ok(checked) => checked,
             Err(message) => {
-                Python::attach(|py| shutdown_after_failed_start(session.object.bind(py), &session.class));
-                Err(EngineError::Start(message))
+                Python::attach(|py| shutdown_after_failed_start(object.bind(py), &class));
+                return Err(EngineError::Start(message));
             }
-        }
+        };
+        Ok((Session { object, class, chat }, checked))
+    }
+
+    /// Whether the object takes chat prompts.
+    pub(super) fn chat(&self) -> ChatSupport {
+        self.chat
     }
 
     pub(super) fn generate(&self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -173,21 +183,35 @@ fn request_list<'py>(py: Python<'py>, batch: &[EngineRequest]) -> PyResult<Bound
     Ok(requests)
 }
 
-/// One request as the protocol's dict: `id`, `prompt` (str) or `prompt_token_ids` (list of int),
-/// the other `None`, `max_tokens`, `min_tokens`, `ignore_eos`, `temperature`, `seed`.
+/// One request as the protocol's dict: `id`; one of `prompt` (str), `prompt_token_ids` (list of
+/// int) or `messages` (list of `{"role", "content"}` dicts), the others `None`; `chat_template`
+/// (str, or `None` for the model's own); `max_tokens`, `min_tokens`, `ignore_eos`, `temperature`,
+/// `seed`.
 fn request_dict<'py>(py: Python<'py>, req: &EngineRequest) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("id", req.id)?;
+    let (mut prompt, mut ids, mut messages, mut template) = (None, None, None, None);
     match &req.prompt {
-        Prompt::Text(text) => {
-            d.set_item("prompt", text)?;
-            d.set_item("prompt_token_ids", py.None())?;
-        }
-        Prompt::Tokens(ids) => {
-            d.set_item("prompt", py.None())?;
-            d.set_item("prompt_token_ids", ids)?;
+        Prompt::Text(text) => prompt = Some(text.as_str()),
+        Prompt::Tokens(t) => ids = Some(t),
+        Prompt::Chat(chat) => {
+            let list = PyList::empty(py);
+            for m in &chat.messages {
+                let message = PyDict::new(py);
+                message.set_item("role", &m.role)?;
+                message.set_item("content", &m.content)?;
+                list.append(message)?;
+            }
+            messages = Some(list);
+            if let Template::Custom(t) = &chat.template {
+                template = Some(t.source());
+            }
         }
     }
+    d.set_item("prompt", prompt)?;
+    d.set_item("prompt_token_ids", ids)?;
+    d.set_item("messages", messages)?;
+    d.set_item("chat_template", template)?;
     d.set_item("max_tokens", req.max_tokens)?;
     d.set_item("min_tokens", req.min_tokens)?;
     d.set_item("ignore_eos", req.ignore_eos)?;

@@ -34,7 +34,9 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
+use crate::engine::chat::{Template, render_plain};
+use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, Prompt};
+use output::ChatSupport;
 
 /// The Python modules shipped inside batchlab, importable as `batchlab_engines.<name>`: module
 /// name, file (for tracebacks) and source.
@@ -43,6 +45,11 @@ pub const BUILT_IN_MODULES: &[(&str, &str, &str)] = &[
         "batchlab_engines",
         "python/batchlab_engines/__init__.py",
         include_str!("../../../python/batchlab_engines/__init__.py"),
+    ),
+    (
+        "batchlab_engines.chat",
+        "python/batchlab_engines/chat.py",
+        include_str!("../../../python/batchlab_engines/chat.py"),
     ),
     (
         "batchlab_engines.vllm_engine",
@@ -135,6 +142,9 @@ pub struct PythonEngine {
     config: PythonConfig,
     #[cfg(feature = "vllm")]
     session: Option<interpreter::Session>,
+    /// The model has no chat template and chat prompts fell back to plain: said once.
+    #[cfg_attr(not(feature = "vllm"), allow(dead_code))]
+    warned_plain: bool,
 }
 
 impl PythonEngine {
@@ -144,6 +154,7 @@ impl PythonEngine {
             config,
             #[cfg(feature = "vllm")]
             session: None,
+            warned_plain: false,
         }
     }
 
@@ -214,6 +225,54 @@ fn environment(extra: &BTreeMap<String, String>, user: impl Fn(&str) -> Option<S
         .collect()
 }
 
+/// The batch as the engine can take it. Chat prompts for the model's own template become plain
+/// text when the model has none (warned once per engine, through `warned`); a chat prompt for an
+/// engine that takes none fails the batch, saying what to do.
+#[cfg_attr(not(feature = "vllm"), allow(dead_code))]
+fn prepare_chat<'b>(
+    config: &PythonConfig,
+    support: ChatSupport,
+    warned: &mut bool,
+    batch: &'b [EngineRequest],
+) -> Result<std::borrow::Cow<'b, [EngineRequest]>, EngineError> {
+    use std::borrow::Cow;
+    let is_chat = |r: &EngineRequest| matches!(r.prompt, Prompt::Chat(_));
+    if !batch.iter().any(is_chat) {
+        return Ok(Cow::Borrowed(batch));
+    }
+    match support {
+        ChatSupport::ModelTemplate => Ok(Cow::Borrowed(batch)),
+        ChatSupport::None => Err(EngineError::Generate(format!(
+            "{} does not take chat prompts: its start() info has no `model_chat_template` (docs/engines.md); \
+             set `workload.request_format = \"plain\"` to send the messages as text",
+            config.class_spec()
+        ))),
+        ChatSupport::NoModelTemplate => {
+            let falls_back = |r: &EngineRequest| matches!(&r.prompt, Prompt::Chat(c) if c.template == Template::Model);
+            if !batch.iter().any(falls_back) {
+                return Ok(Cow::Borrowed(batch));
+            }
+            if !std::mem::replace(warned, true) {
+                tracing::warn!(
+                    engine = %config.class_spec(),
+                    "the model has no chat template: chat prompts fall back to the plain format \
+                     (`role: content` lines; docs/scenarios.md)"
+                );
+            }
+            let plain = batch
+                .iter()
+                .map(|r| match &r.prompt {
+                    Prompt::Chat(c) if c.template == Template::Model => {
+                        EngineRequest { prompt: Prompt::Text(render_plain(&c.messages)), ..r.clone() }
+                    }
+                    _ => r.clone(),
+                })
+                .collect();
+            Ok(Cow::Owned(plain))
+        }
+    }
+}
+
 #[cfg(feature = "vllm")]
 fn path_of(p: &std::path::Path) -> String {
     p.to_string_lossy().into_owned()
@@ -246,7 +305,8 @@ impl Engine for PythonEngine {
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         #[cfg(feature = "vllm")]
         if let Some(session) = &self.session {
-            return session.generate(batch);
+            let batch = prepare_chat(&self.config, session.chat(), &mut self.warned_plain, batch)?;
+            return session.generate(&batch);
         }
         let _ = batch;
         Err(EngineError::Generate("generate before start".into()))
@@ -295,6 +355,55 @@ mod tests {
         assert_eq!(get("TRANSFORMERS_OFFLINE"), Some("1"));
         assert_eq!(get("TOKENIZERS_PARALLELISM"), Some("true"), "the config wins over the base");
         assert_eq!(get("OMP_NUM_THREADS"), Some("1"));
+    }
+
+    fn chat(id: u64, template: Template) -> EngineRequest {
+        let messages = vec![crate::engine::chat::Message::new("user", "Hi")];
+        let prompt = Prompt::Chat(crate::engine::chat::ChatPrompt { messages, template });
+        EngineRequest { prompt, ..EngineRequest::tokens(id, vec![], 4) }
+    }
+
+    #[test]
+    fn chat_prompts_fall_back_to_plain_once_warned_or_are_refused() {
+        let custom = crate::engine::chat::ChatTemplate::new(
+            "{{ messages[0].content }}",
+            crate::engine::chat::TemplateOrigin::Inline,
+        )
+        .unwrap();
+        let batch =
+            vec![EngineRequest::tokens(0, vec![1], 4), chat(1, Template::Model), chat(2, Template::Custom(custom))];
+        let mut warned = false;
+        let m = PythonConfig::new("m", "C");
+        // The model has a template: everything goes as it is.
+        let same = prepare_chat(&m, ChatSupport::ModelTemplate, &mut warned, &batch).unwrap();
+        assert_eq!(&*same, &batch[..]);
+        assert!(!warned);
+        // It has none: the model-template request becomes plain text; a custom template still applies.
+        let fell_back = prepare_chat(&m, ChatSupport::NoModelTemplate, &mut warned, &batch).unwrap();
+        assert_eq!(fell_back[0], batch[0]);
+        assert_eq!(fell_back[1].prompt, Prompt::Text("user: Hi".into()));
+        assert_eq!(fell_back[2], batch[2]);
+        assert!(warned, "the fallback is warned about");
+        // Token prompts need no chat support at all; chat prompts do.
+        let tokens = &batch[..1];
+        assert_eq!(&*prepare_chat(&m, ChatSupport::None, &mut warned, tokens).unwrap(), tokens);
+        let err = prepare_chat(&m, ChatSupport::None, &mut warned, &batch).unwrap_err().to_string();
+        assert!(err.contains("m:C does not take chat prompts") && err.contains("request_format = \"plain\""), "{err}");
+    }
+
+    #[tracing_test::traced_test]
+    #[test]
+    fn the_plain_fallback_is_warned_about_once() {
+        let batch = vec![chat(1, Template::Model)];
+        let mut warned = false;
+        let m = PythonConfig::new("m", "C");
+        for _ in 0..3 {
+            prepare_chat(&m, ChatSupport::NoModelTemplate, &mut warned, &batch).unwrap();
+        }
+        logs_assert(|lines: &[&str]| {
+            let n = lines.iter().filter(|l| l.contains("the model has no chat template")).count();
+            if n == 1 { Ok(()) } else { Err(format!("{n} warnings")) }
+        });
     }
 
     #[test]

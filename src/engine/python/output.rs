@@ -60,12 +60,38 @@ pub(crate) const OUTPUT_FIELDS: &[&str] = &[
 ];
 
 /// The keys of the dict `start()` returns; `name` and `version` are required.
-pub(crate) const INFO_FIELDS: &[&str] = &["name", "version", "clock", "engine_config"];
+pub(crate) const INFO_FIELDS: &[&str] = &["name", "version", "clock", "engine_config", "model_chat_template"];
 
 /// The keys of the info dict's `engine_config` ([`ResolvedEngineConfig`]); when it is given, all
 /// are required.
 pub(crate) const ENGINE_CONFIG_FIELDS: &[&str] =
     &["max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size", "prefix_caching", "chunked_prefill"];
+/// Whether a started engine takes chat prompts (`messages`), from its info's `model_chat_template`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChatSupport {
+    /// No `model_chat_template`: the engine takes text and token prompts only.
+    None,
+    /// `model_chat_template = True`: it templates messages, and the model has a template.
+    ModelTemplate,
+    /// `model_chat_template = False`: it templates messages, but the model has no template of its
+    /// own, so a chat prompt for the model's template falls back to plain.
+    NoModelTemplate,
+}
+
+/// `start()`'s `model_chat_template`: a bool, or missing.
+pub(crate) fn map_chat_support(class: &str, info: &Plain) -> Result<ChatSupport, String> {
+    let fields =
+        Fields::new(info, INFO_FIELDS).map_err(|e| format!("{class}.start() returned a bad info dict: {e}"))?;
+    match fields.get("model_chat_template") {
+        Plain::None => Ok(ChatSupport::None),
+        Plain::Bool(true) => Ok(ChatSupport::ModelTemplate),
+        Plain::Bool(false) => Ok(ChatSupport::NoModelTemplate),
+        other => Err(format!(
+            "{class}.start() returned a bad info dict: `model_chat_template` must be a bool or None, found {}",
+            other.describe()
+        )),
+    }
+}
 
 /// A dict's fields, checked against `known`; missing keys read as `None`.
 struct Fields<'a> {
@@ -451,7 +477,7 @@ mod tests {
             ),
             (
                 vec![("name", s("e")), ("version", s("1")), ("vendor", s("x"))],
-                "unknown field `vendor` (known: name, version, clock, engine_config)",
+                "unknown field `vendor` (known: name, version, clock, engine_config, model_chat_template)",
             ),
         ] {
             assert_eq!(info(&items), Err(format!("m:C.start() returned a bad info dict: {message}")));
@@ -525,5 +551,26 @@ mod tests {
                 Err(format!("m:C.start() returned a bad info dict: `engine_config`: {message}"))
             );
         }
+    }
+
+    #[test]
+    fn info_says_whether_the_engine_templates_chat_prompts() {
+        let s = |v: &str| Plain::Str(v.into());
+        let info = |extra: Option<Plain>| {
+            let mut items = vec![("name", s("e")), ("version", s("1"))];
+            if let Some(v) = extra {
+                items.push(("model_chat_template", v));
+            }
+            map_chat_support("m:C", &dict(&items))
+        };
+        assert_eq!(info(None), Ok(ChatSupport::None));
+        assert_eq!(info(Some(Plain::None)), Ok(ChatSupport::None));
+        assert_eq!(info(Some(Plain::Bool(true))), Ok(ChatSupport::ModelTemplate));
+        assert_eq!(info(Some(Plain::Bool(false))), Ok(ChatSupport::NoModelTemplate));
+        assert_eq!(
+            info(Some(s("yes"))),
+            Err("m:C.start() returned a bad info dict: `model_chat_template` must be a bool or None, found str 'yes'"
+                .into())
+        );
     }
 }

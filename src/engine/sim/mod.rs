@@ -6,13 +6,15 @@
 //! `generate` call, [`scheduler`] runs vLLM's continuous batching (a token budget per step, chunked
 //! prefill, a KV cache in blocks with preemption, the prefix cache, which persists between calls)
 //! and [`CostModel`] prices each step; every request's scheduled, first-token and last-token times
-//! come from the steps. Faults are not its business: [`crate::engine::faults::FaultyEngine`] wraps it
+//! come from the steps. Prompts are read by [`prompt`]: chat prompts after templating, text by
+//! batchlab's one counting rule. Faults are not its business: [`crate::engine::faults::FaultyEngine`] wraps it
 //! like any other engine. All randomness comes from the seed and the request id, so a seed always
 //! gives the same run. With a [`VirtualClock`](crate::time::VirtualClock) no wall time passes at all.
 
 pub mod config;
 mod kv;
 pub mod profile;
+pub mod prompt;
 pub mod scheduler;
 
 use std::sync::Arc;
@@ -22,7 +24,7 @@ pub use config::{CostModel, DEFAULT_SCHEDULER, SimConfig, StepLoad, TimeMode, UN
 pub use profile::{Profile, ProfileError};
 
 use crate::engine::{
-    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, Prompt, TimedEngine,
+    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, TimedEngine,
     VirtualTimeEngine,
 };
 use crate::rng::SplitMix64;
@@ -95,14 +97,14 @@ impl Engine for SimEngine {
         let specs: Vec<SeqSpec> = batch
             .iter()
             .map(|r| {
-                let ids = prompt_ids(r);
-                SeqSpec {
+                let ids = prompt::prompt_ids(&r.prompt).map_err(|e| EngineError::Generate(e.to_string()))?;
+                Ok(SeqSpec {
                     prompt_len: u32::try_from(ids.len()).unwrap_or(u32::MAX),
                     output_len: output_tokens(r, cost, self.config.seed),
                     prefix: PrefixSource::Tokens(ids),
-                }
+                })
             })
-            .collect();
+            .collect::<Result<_, EngineError>>()?;
         let schedule = scheduler::schedule(&self.config.scheduler, &mut self.kv, &specs)
             .map_err(|e| EngineError::Generate(e.to_string()))?;
         // Step boundaries in ns after `start`: step k runs from ends[k] to ends[k + 1]; ends[0] is
@@ -159,23 +161,6 @@ impl VirtualTimeEngine for SimEngine {
         self.clock = Arc::new(clock);
         self.anchor = WallAnchor::VIRTUAL;
     }
-}
-
-/// The prompt's token ids; a text prompt becomes one pseudo-token per four bytes (the simulator's
-/// estimate of its length), so shared text prefixes meet in the prefix cache too.
-fn prompt_ids(req: &EngineRequest) -> Vec<u32> {
-    let mut ids: Vec<u32> = match &req.prompt {
-        Prompt::Tokens(t) => t.clone(),
-        Prompt::Text(s) => s
-            .as_bytes()
-            .chunks(4)
-            .map(|c| c.iter().enumerate().fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (8 * i))))
-            .collect(),
-    };
-    if ids.is_empty() {
-        ids.push(0);
-    }
-    ids
 }
 
 /// Output length: `max_tokens` when EOS is ignored, else an EOS may come after `min_tokens`.

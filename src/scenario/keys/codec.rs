@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use toml_edit::{Array, InlineTable, Item, Table, Value, value};
 
-use super::super::plan::TokenDist;
+use super::super::plan::{Columns, TokenDist};
 use super::super::reader::{Cx, Field, Low, Node, Tbl, join};
 use super::super::units::format_duration;
 use super::Sub;
+use crate::engine::chat::{ChatTemplate, RequestFormat, TemplateOrigin, looks_like_template};
 
 /// How a value type is read from and written to TOML.
 pub(crate) trait Codec {
@@ -288,6 +289,87 @@ impl Codec for StringTable {
     }
     fn print(&self, map: &Self::Value) -> Option<Item> {
         table_of(map, |v| Some(Value::from(v.as_str())))
+    }
+}
+
+/// `workload.request_format`: `"plain"`, `"chat-template"`, an inline Jinja template (it has
+/// `{{`, `{%` or `{#`), or the path of a Jinja file, relative to the scenario's directory. A
+/// template is compiled here, so a broken one is reported with its file and line.
+pub(crate) struct ReqFormat;
+impl Codec for ReqFormat {
+    type Value = RequestFormat;
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<RequestFormat> {
+        let written = cx.string_of(field)?;
+        match written.as_str() {
+            "plain" => return Some(RequestFormat::Plain),
+            "chat-template" => return Some(RequestFormat::ChatTemplate),
+            _ => {}
+        }
+        let (source, origin) = if looks_like_template(&written) {
+            (written, TemplateOrigin::Inline)
+        } else {
+            let joined = cx.base_dir.join(&written);
+            let path = std::path::absolute(&joined).unwrap_or_else(|_| joined.clone());
+            match std::fs::read_to_string(&path) {
+                Ok(source) => (source, TemplateOrigin::File(path)),
+                Err(e) => {
+                    let message = format!(
+                        "`{}`: expected \"plain\", \"chat-template\", a Jinja template or the path of one, \
+                         found \"{written}\" (cannot read {}: {e})",
+                        field.path,
+                        joined.display()
+                    );
+                    let help = "a template file's path is relative to the scenario file".to_owned();
+                    cx.report_at(field, message, Some(help));
+                    return None;
+                }
+            }
+        };
+        match ChatTemplate::new(source, origin) {
+            Ok(template) => Some(RequestFormat::Custom(template)),
+            Err(e) => {
+                cx.report_at(field, format!("`{}`: {e}", field.path), None);
+                None
+            }
+        }
+    }
+    fn print(&self, v: &RequestFormat) -> Option<Item> {
+        Some(value(match v {
+            RequestFormat::Plain => "plain".to_owned(),
+            RequestFormat::ChatTemplate => "chat-template".to_owned(),
+            RequestFormat::Custom(t) => match t.origin() {
+                TemplateOrigin::File(path) => path.to_string_lossy().into_owned(),
+                TemplateOrigin::Inline => t.source().to_owned(),
+            },
+        }))
+    }
+}
+
+/// `workload.columns`: the JSON key of each field, `{ prompt = "question" }`; only renamed
+/// fields are printed.
+pub(crate) struct ColumnMap;
+impl Codec for ColumnMap {
+    type Value = Columns;
+    const SUB: Sub = Sub::Fixed(Columns::FIELDS);
+    fn read(&self, cx: &mut Cx, field: &Field) -> Option<Columns> {
+        let table = table_like(cx, field)?;
+        let t = Tbl { path: field.path.as_str(), table, at: field.span().map(|r| (r.start, r.end)) };
+        cx.check_keys(t, Columns::FIELDS);
+        let mut columns = Columns::default();
+        for (name, item) in table.iter() {
+            let entry = Field { path: join(&field.path, name), node: Node::Item(item), key_span: None };
+            if let (Some(slot), Some(key)) = (columns.key_mut(name), non_blank(cx, &entry)) {
+                *slot = key;
+            }
+        }
+        Some(columns)
+    }
+    fn print(&self, columns: &Columns) -> Option<Item> {
+        let mut t = InlineTable::new();
+        for (name, key) in columns.renamed() {
+            t.insert(name, key.into());
+        }
+        (!t.is_empty()).then(|| value(t))
     }
 }
 

@@ -1,0 +1,109 @@
+//! How long the simulated model finds a prompt: token ids are counted, text by batchlab's one
+//! rule ([`crate::engine::tokens::text_tokens`]), and chat messages after templating.
+//!
+//! The simulated model's own chat template is the tiny test model's
+//! (`scripts/tiny_chat_template.jinja`, which `scripts/build_tiny_model.py` gives
+//! `~/.cache/batchlab/tiny-llama`), with its `<s>` and `</s>`; a custom template is rendered with
+//! the same tokens. So a chat prompt costs its template's tokens too, as on a real engine.
+
+use std::sync::OnceLock;
+
+use crate::engine::Prompt;
+use crate::engine::chat::{ChatTemplate, Template, TemplateError, TemplateOrigin};
+use crate::engine::tokens::text_tokens;
+
+/// The simulated model's chat template: the tiny test model's.
+pub const MODEL_TEMPLATE: &str = include_str!("../../../scripts/tiny_chat_template.jinja");
+/// The simulated model's beginning- and end-of-sequence tokens, as the tiny model's.
+pub const BOS_TOKEN: &str = "<s>";
+/// See [`BOS_TOKEN`].
+pub const EOS_TOKEN: &str = "</s>";
+
+fn model_template() -> &'static ChatTemplate {
+    static TEMPLATE: OnceLock<ChatTemplate> = OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        ChatTemplate::new(MODEL_TEMPLATE, TemplateOrigin::Inline).expect("the tiny model's template compiles")
+    })
+}
+
+/// The prompt's length in tokens, at least 1 (an empty prompt still costs a position).
+pub fn prompt_tokens(prompt: &Prompt) -> Result<u32, TemplateError> {
+    let n = match prompt {
+        Prompt::Tokens(t) => t.len(),
+        Prompt::Text(s) => text_tokens(s),
+        Prompt::Chat(chat) => text_tokens(&render(chat)?),
+    };
+    Ok(u32::try_from(n).unwrap_or(u32::MAX).max(1))
+}
+
+/// The prompt as the simulated model's token ids, as many as [`prompt_tokens`] counts: token ids
+/// as they are; text (a chat prompt after templating) as one pseudo-token per
+/// [`text_tokens`] unit of bytes, so shared text prefixes meet in the prefix cache too.
+pub fn prompt_ids(prompt: &Prompt) -> Result<Vec<u32>, TemplateError> {
+    let text_ids = |s: &str| -> Vec<u32> {
+        s.as_bytes()
+            .chunks(crate::engine::tokens::BYTES_PER_TOKEN)
+            .map(|c| c.iter().enumerate().fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (8 * (i % 4)))))
+            .collect()
+    };
+    let mut ids = match prompt {
+        Prompt::Tokens(t) => t.clone(),
+        Prompt::Text(s) => text_ids(s),
+        Prompt::Chat(chat) => text_ids(&render(chat)?),
+    };
+    if ids.is_empty() {
+        ids.push(0);
+    }
+    Ok(ids)
+}
+
+/// A chat prompt through its template, with the simulated model's special tokens.
+fn render(chat: &crate::engine::chat::ChatPrompt) -> Result<String, TemplateError> {
+    let template = match &chat.template {
+        Template::Model => model_template(),
+        Template::Custom(t) => t,
+    };
+    template.render(&chat.messages, BOS_TOKEN, EOS_TOKEN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::chat::{ChatPrompt, Message, RequestFormat};
+
+    #[test]
+    fn every_kind_of_prompt_is_counted_by_the_one_rule() {
+        assert_eq!(prompt_tokens(&Prompt::Tokens(vec![7; 9])), Ok(9));
+        assert_eq!(prompt_tokens(&Prompt::Tokens(vec![])), Ok(1));
+        assert_eq!(prompt_tokens(&Prompt::Text("abcdefghi".into())), Ok(3));
+        let messages = vec![Message::new("user", "Hi")];
+        // "<s><|user|>\nHi</s>\n<|assistant|>\n" is 33 bytes.
+        let chat = RequestFormat::ChatTemplate.prompt(messages.clone());
+        assert_eq!(prompt_tokens(&chat), Ok(9));
+        // Plain is text by then: "user: Hi".
+        assert_eq!(prompt_tokens(&RequestFormat::Plain.prompt(messages.clone())), Ok(2));
+        let custom = ChatTemplate::new(
+            "{{ bos_token }}{% for _ in range(6) %}{{ messages[0].content }}{% endfor %}",
+            TemplateOrigin::Inline,
+        )
+        .unwrap();
+        let chat = Prompt::Chat(ChatPrompt { messages, template: Template::Custom(custom) });
+        assert_eq!(prompt_tokens(&chat), Ok(4), "<s> and 12 bytes");
+    }
+
+    /// What Hugging Face's Jinja renders for the tiny model (transformers 5.19, printed by
+    /// `tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)`).
+    #[test]
+    fn the_model_template_renders_as_hugging_face_does() {
+        let messages = [Message::new("system", "Be brief."), Message::new("user", "Hi there")];
+        let text = model_template().render(&messages, BOS_TOKEN, EOS_TOKEN).unwrap();
+        assert_eq!(text, "<s><|system|>\nBe brief.</s>\n<|user|>\nHi there</s>\n<|assistant|>\n");
+    }
+
+    #[test]
+    fn a_template_that_fails_to_render_is_an_error() {
+        let t = ChatTemplate::new("{{ raise_exception('no') }}", TemplateOrigin::Inline).unwrap();
+        let chat = Prompt::Chat(ChatPrompt { messages: vec![], template: Template::Custom(t) });
+        assert!(prompt_tokens(&chat).unwrap_err().to_string().contains("no"));
+    }
+}

@@ -81,6 +81,12 @@ check!(
 );
 check!(prefix_tokens_without_groups, "[workload]\nprefix_tokens = 16\n");
 check!(prefix_groups_without_tokens_and_too_many, "[workload]\nprefix_groups = 10001\n");
+check!(
+    trace_with_skipped_or_filtered_lines,
+    "[workload]\nsource = \"file\"\npath = \"data/trace-sample.jsonl\"\nskip_bad_lines = true\nmin_prompt_tokens = 4\n\
+     [profile]\nkind = \"trace\"\n"
+);
+check!(prefix_groups_with_chat_prompts, "[workload]\nchat = true\nprefix_groups = 2\nprefix_tokens = 16\n");
 check!(prefix_groups_on_a_file, "[workload]\nsource = \"file\"\npath = \"../Cargo.toml\"\nprefix_groups = 2\n");
 
 // Chat prompts and datasets: the rules between keys, and templates checked at load time.

@@ -14,7 +14,7 @@ use batchlab::scenario::plan::Comparison;
 use batchlab::time::MonotonicClock;
 
 /// An engine that "generates" `max_tokens` tokens in 1 ms per batch, with timestamps on
-/// `CLOCK_MONOTONIC` so batchlab can measure TTFT and ITL.
+/// `CLOCK_MONOTONIC` so batchlab can measure TTFT and TPOT.
 struct EchoEngine;
 
 impl Engine for EchoEngine {

@@ -66,7 +66,7 @@ MUTANTS = [
     ("core: failed batch not logged", "src/batcher/core.rs",
      '        tracing::error!(batch_id, batch_size, cause = %failure, "batch failed");', "",
      ["--test", "batcher_shell", "logs_one_error"], {}),
-    ("mapper: ITL divides by n instead of n-1", "src/metrics/mapper.rs",
+    ("mapper: TPOT divides by n instead of n-1", "src/metrics/mapper.rs",
      "Some(span / (n - 1)),", "Some(span / n),",
      ["--test", "metrics_mapper"], {}),
     ("mapper: inconsistent first token not flagged", "src/metrics/mapper.rs",

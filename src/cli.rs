@@ -21,6 +21,7 @@ const ENGINE_LOG_FILE: &str = "engine.log";
 const EXIT_ERROR: u8 = 1;
 const EXIT_BAD_INPUT: u8 = 2;
 const EXIT_EXPECTATIONS: u8 = 3;
+const EXIT_REGRESSION: u8 = 4;
 /// 128 + the signal's number, the shell's convention: SIGINT (Ctrl-C) 130, SIGTERM 143.
 const EXIT_SIGINT: u8 = 130;
 const EXIT_SIGTERM: u8 = 143;
@@ -68,6 +69,33 @@ enum Command {
         /// in `<output>/engine.log`.
         #[arg(long, short)]
         verbose: bool,
+        /// Run every benchmark N times in one engine start (interleaved: a b c a b c); the report
+        /// keeps each repeat and adds every metric's mean, spread and 95 % confidence interval.
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        repeat: u32,
+    },
+    /// Compare two saved runs metric by metric; exits 4 on a regression.
+    ///
+    /// Each metric gets a verdict from a statistical test (Mann–Whitney U on requests.jsonl,
+    /// Welch's t on --repeat runs): better, worse, within noise. A gated metric worse than A by
+    /// more than --max-regression fails the comparison (docs/compare.md).
+    Compare {
+        /// The baseline run: a report.json or an output directory.
+        a: PathBuf,
+        /// The run judged against it.
+        b: PathBuf,
+        /// A gated metric worse than A by more than this fails the comparison: `5%` or `0.05`.
+        #[arg(long, value_name = "FRACTION", default_value = "5%", value_parser = parse_fraction)]
+        max_regression: f64,
+        /// Significance level: a difference with p below it is better or worse.
+        #[arg(long, default_value_t = 0.05, value_parser = parse_alpha)]
+        alpha: f64,
+        /// Gate this metric (repeatable; replaces the default gates, see docs/compare.md).
+        #[arg(long = "gate", value_name = "METRIC")]
+        gates: Vec<String>,
+        /// Where to write compare.html [default: the current directory].
+        #[arg(long, value_name = "DIR")]
+        output: Option<PathBuf>,
     },
     /// Validate a scenario and print it fully resolved, with every default.
     Check {
@@ -76,6 +104,12 @@ enum Command {
     },
     /// Fit a simulator profile (docs/simulation.md) from the output directories of earlier runs.
     Calibrate(calibrate::CalibrateArgs),
+    /// Re-render report.html (next to report.json) and print the summary table from a saved report.
+    Report {
+        /// An output directory, or its report.json.
+        #[arg(value_name = "DIR|REPORT.JSON")]
+        report: PathBuf,
+    },
 }
 
 mod calibrate;
@@ -172,14 +206,64 @@ enum Task {
     PrintEngineKind,
 }
 
+/// `5%` is 0.05; a bare number is a fraction, at most 1.
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    let (number, scale) = match text.trim().strip_suffix('%') {
+        Some(percent) => (percent.trim(), 0.01),
+        None => (text.trim(), 1.0),
+    };
+    match number.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 && v * scale <= 1.0 => Ok(v * scale),
+        Ok(v) if v.is_finite() && v > 1.0 => Err(format!("{text} is more than 100 %; did you mean {v}%?")),
+        _ => Err(format!("expected a percentage such as 5% or a fraction such as 0.05, found {text:?}")),
+    }
+}
+
+fn parse_alpha(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
+        _ => Err(format!("expected a significance level between 0 and 1, such as 0.05, found {text:?}")),
+    }
+}
+
+/// `batchlab compare`: the table on stdout, compare.html in `output`, the exit code from the gate.
+fn compare_runs(a: &Path, b: &Path, options: batchlab::compare::CompareOptions, output: Option<PathBuf>) -> ExitCode {
+    use batchlab::compare::{Run, compare, table::render_comparison};
+    let loaded = Run::load(a).and_then(|ra| Ok((ra, Run::load(b)?)));
+    let compared = loaded.and_then(|(ra, rb)| Ok((compare(&ra, &rb, &options)?, ra, rb)));
+    let (comparison, run_a, run_b) = match compared {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    print!("{}", render_comparison(&comparison));
+    let dir = output.unwrap_or_else(|| PathBuf::from("."));
+    match batchlab::compare::html::write_html(&comparison, &run_a, &run_b, &dir) {
+        Ok(path) => eprintln!("wrote {}", path.display()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    }
+    if comparison.passed() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_REGRESSION) }
+}
+
 fn real_main(cli: Cli) -> ExitCode {
     let (args, task) = match cli.command {
         Command::Calibrate(args) => return calibrate::main(args),
+        Command::Report { report } => return rerender_report(&report),
+        Command::Compare { a, b, max_regression, alpha, gates, output } => {
+            let gates = if gates.is_empty() { batchlab::compare::CompareOptions::default().gates } else { gates };
+            let options = batchlab::compare::CompareOptions { max_regression, alpha, gates };
+            return compare_runs(&a, &b, options, output);
+        }
         Command::Run { scenario, .. } | Command::Check { scenario } if scenario.engine_kind => {
             (scenario, Task::PrintEngineKind)
         }
-        Command::Run { scenario, output, requests_jsonl, quiet, verbose } => {
-            (scenario, Task::Run(RunArgs { output, requests_jsonl, quiet, verbose }))
+        Command::Run { scenario, output, requests_jsonl, quiet, verbose, repeat } => {
+            (scenario, Task::Run(RunArgs { output, requests_jsonl, quiet, verbose, repeat }))
         }
         Command::Check { scenario } => (scenario, Task::Print),
     };
@@ -216,6 +300,31 @@ fn real_main(cli: Cli) -> ExitCode {
     }
 }
 
+/// `batchlab report`: report.html again from report.json, and the table.
+fn rerender_report(path: &Path) -> ExitCode {
+    let report = match batchlab::report::read_report(path) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let json = batchlab::report::read::report_path(path);
+    let dir = json.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    match batchlab::report::write_html(&report, dir) {
+        Ok(written) => {
+            print!("{}", batchlab::report::render_table(&report));
+            eprint!("{}", batchlab::report::render_failures(&report.expectations));
+            eprintln!("wrote {}", written.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
 /// The scenario's `engine.kind`; the justfile picks the build by it.
 fn engine_kind(engine: &EnginePlan) -> &'static str {
     match engine {
@@ -231,6 +340,7 @@ struct RunArgs {
     requests_jsonl: bool,
     quiet: bool,
     verbose: bool,
+    repeat: u32,
 }
 
 /// How many lines of engine.log a failed run prints.
@@ -294,7 +404,7 @@ fn watch_signals(interrupt: Interrupt, first_signal: std::sync::Arc<std::sync::a
 }
 
 fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let RunArgs { output, requests_jsonl, quiet, verbose } = args;
+    let RunArgs { output, requests_jsonl, quiet, verbose, repeat } = args;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
     let output_dir =
         output.or_else(|| plan.output.dir.clone()).unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
@@ -316,6 +426,7 @@ fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result
             requests_jsonl,
             progress: ProgressMode::detect(quiet),
             interrupt,
+            repeat,
         };
         let plan = plan.clone();
         // The run blocks; the runtime's thread stays free to watch for signals.

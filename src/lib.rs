@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 pub mod batcher;
 pub mod calibrate;
+pub mod compare;
 pub mod engine;
 pub mod load;
 pub mod metrics;

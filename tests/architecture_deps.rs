@@ -43,6 +43,7 @@ fn dependencies_point_down() {
         ("src/metrics", &[], &["crate::scenario", "crate::run"]),
         ("src/batcher", &[], &["crate::scenario", "crate::metrics", "crate::run", "crate::report"]),
         ("src/calibrate", &[], &["crate::scenario", "crate::metrics", "crate::run"]),
+        ("src/compare", &[], &["crate::run", "crate::engine", "crate::batcher", "crate::scenario"]),
     ];
     let mut all = Vec::new();
     for (layer, except, forbidden) in cases {

@@ -47,7 +47,7 @@ fn run_writes_reports_and_exits_zero() {
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(text(&o.stdout).contains("throughput"), "{}", text(&o.stdout));
-    for f in ["report.json", "report.csv", "requests.jsonl"] {
+    for f in ["report.json", "report.csv", "report.html", "requests.jsonl"] {
         assert!(out.join(f).is_file(), "{f} missing");
     }
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();

@@ -38,8 +38,8 @@ fn map(
     let m = map_request(&times, &output, domain, None);
     if let Some(ttft) = m.ttft {
         assert!(ttft <= m.latency, "ttft {ttft:?} > latency {:?}", m.latency);
-        if let (Some(itl), Some(n)) = (m.itl, output_tokens) {
-            assert!(ttft + itl * (n - 1) <= m.latency, "the last token is after completion: {m:?}");
+        if let (Some(tpot), Some(n)) = (m.tpot, output_tokens) {
+            assert!(ttft + tpot * (n - 1) <= m.latency, "the last token is after completion: {m:?}");
         }
     }
     m
@@ -55,11 +55,11 @@ fn check_mapper(
 ) {
     let m = map(times_ns, stats.clone(), output_tokens, domain);
     assert_eq!(m.anomalies, expected, "{stats:?}");
-    assert_eq!(m.itl, expected_itl, "{stats:?}");
+    assert_eq!(m.tpot, expected_itl, "{stats:?}");
 }
 
-/// `mapper`: a last token after our completion was believed (itl spanned past the request's end)
-/// and not flagged. Found with no first token; the itl half is the same cause with one.
+/// `mapper`: a last token after our completion was believed (tpot spanned past the request's end)
+/// and not flagged. Found with no first token; the tpot half is the same cause with one.
 #[test]
 fn mapper_last_token_after_completion_is_flagged() {
     let stats = EngineStats { last_token_ts: Some(2025524840.4100106), ..EngineStats::default() };
@@ -67,7 +67,7 @@ fn mapper_last_token_after_completion_is_flagged() {
     let expected = Anomalies { token_after_completion: true, ..Anomalies::default() };
     check_mapper(times, stats, None, ClockDomain::Monotonic, expected, None);
 
-    // First token 1 s after submit, last 1 s after completion: no itl, flagged.
+    // First token 1 s after submit, last 1 s after completion: no tpot, flagged.
     let stats = EngineStats { first_token_ts: Some(11.0), last_token_ts: Some(21.0), ..EngineStats::default() };
     check_mapper(
         (10_000_000_000, 10_000_000_000, 20_000_000_000),
@@ -114,14 +114,15 @@ fn mapper_consistent_stats_map_cleanly() {
         first_token_ts: Some(11.0),
         last_token_ts: Some(15.0),
         cached_tokens: None,
+        token_ts: None,
     };
-    let itl = Some(Duration::from_secs(1));
+    let tpot = Some(Duration::from_secs(1));
     check_mapper(
         (10_000_000_000, 10_000_000_000, 16_000_000_000),
         stats,
         Some(5),
         ClockDomain::Monotonic,
         Anomalies::default(),
-        itl,
+        tpot,
     );
 }

@@ -39,7 +39,16 @@ fn stats(queued: Option<f64>, scheduled: Option<f64>, first: Option<f64>, last: 
         first_token_ts: first,
         last_token_ts: last,
         cached_tokens: None,
+        token_ts: None,
     }
+}
+
+/// Complete stats whose first and last token are the first and last of `tokens` (offsets from 100 s).
+fn with_tokens(tokens: &[f64]) -> EngineStats {
+    let at = |o: f64| Some(100.0 + o);
+    let token_ts = Some(tokens.iter().map(|&o| 100.0 + o).collect());
+    let (first, last) = (tokens.first().copied().and_then(at), tokens.last().copied().and_then(at));
+    EngineStats { token_ts, ..stats(at(0.006), at(0.010), first, last) }
 }
 
 fn ms(d: Option<Duration>) -> String {
@@ -56,17 +65,20 @@ fn row(m: &RequestMetrics) -> String {
         (a.token_after_completion, "token_after_completion"),
         (a.impossible_timestamp, "impossible_timestamp"),
         (a.token_count_mismatch, "token_count_mismatch"),
+        (a.token_times_inconsistent, "token_times_inconsistent"),
     ]
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
     .collect();
     format!(
-        "wait {:>7} queue {:>7} ttft {:>7} itl {:>6} tpot {:>6} lat {:>7} out {:>4} {}",
+        "wait {:>7} queue {:>7} ttft {:>7} tpot {:>6} lpt {:>6} itl {:>2}x max {:>6} lat {:>7} out {:>4} {}",
         ms(Some(m.batch_wait)),
         ms(m.engine_queue),
         ms(m.ttft),
-        ms(m.itl),
         ms(m.tpot),
+        ms(m.latency_per_token),
+        m.itl.len(),
+        ms(m.itl_max()),
         ms(Some(m.latency)),
         m.output_tokens.map_or("-".into(), |n| n.to_string()),
         flags.join(",")
@@ -84,7 +96,7 @@ fn canonical_mappings() {
             None,
         ),
         (
-            "one output token: no ITL",
+            "one output token: no TPOT",
             output(stats(Some(s + 0.006), Some(s + 0.010), Some(s + 0.050), Some(s + 0.050)), Some(1), None),
             ClockDomain::Monotonic,
             None,
@@ -96,6 +108,24 @@ fn canonical_mappings() {
             None,
         ),
         ("no stats at all", output(EngineStats::default(), Some(8), None), ClockDomain::Monotonic, None),
+        (
+            "per-token times: ITL per gap",
+            output(with_tokens(&[0.050, 0.060, 0.100, 0.190]), Some(4), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "per-token times out of order",
+            output(with_tokens(&[0.050, 0.120, 0.100, 0.190]), Some(4), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
+        (
+            "per-token times, one missing",
+            output(with_tokens(&[0.050, 0.100, 0.190]), Some(4), None),
+            ClockDomain::Monotonic,
+            None,
+        ),
         (
             "missing first token",
             output(stats(Some(s + 0.006), Some(s + 0.010), None, Some(s + 0.190)), Some(8), None),
@@ -142,6 +172,7 @@ fn canonical_mappings() {
                     first_token_ts: Some(5.044),
                     last_token_ts: Some(5.184),
                     cached_tokens: None,
+                    token_ts: None,
                 },
                 Some(8),
                 None,
@@ -195,6 +226,7 @@ fn canonical_mappings() {
                     first_token_ts: Some(5.044),
                     last_token_ts: Some(5.184),
                     cached_tokens: None,
+                    token_ts: None,
                 },
                 Some(8),
                 None,
@@ -241,7 +273,7 @@ proptest! {
             dispatched: Timestamp::from_nanos(submit + wait),
             completed: Timestamp::from_nanos(submit + wait + run),
         };
-        let stats = EngineStats { arrival_wall: wall, queued_ts: q, scheduled_ts: sch, first_token_ts: first, last_token_ts: last, cached_tokens: None };
+        let stats = EngineStats { arrival_wall: wall, queued_ts: q, scheduled_ts: sch, first_token_ts: first, last_token_ts: last, cached_tokens: None, token_ts: None };
         let domain = if foreign { ClockDomain::Foreign } else { ClockDomain::Monotonic };
         let anchor = Some(WallAnchor { wall_secs: 100.0, mono: Timestamp::from_nanos(submit) });
         let m = map_request(&t, &output(stats, tokens, None), domain, anchor);
@@ -250,10 +282,10 @@ proptest! {
         if let Some(ttft) = m.ttft {
             prop_assert!(ttft <= m.latency, "ttft {:?} > latency {:?}", ttft, m.latency);
         }
-        if let (Some(itl), Some(ttft)) = (m.itl, m.ttft) {
-            prop_assert!(ttft + itl <= m.latency + Duration::from_nanos(1), "ttft + itl beyond latency");
+        if let (Some(tpot), Some(ttft)) = (m.tpot, m.ttft) {
+            prop_assert!(ttft + tpot <= m.latency + Duration::from_nanos(1), "ttft + tpot beyond latency");
         }
-        if m.tpot.is_some() {
+        if m.latency_per_token.is_some() {
             prop_assert!(tokens.is_some_and(|n| n >= 1));
         }
         let non_finite = [q, sch, first, last].iter().flatten().any(|v| !v.is_finite() || *v < 0.0 || *v > 1e15);
@@ -279,11 +311,11 @@ proptest! {
         let m = map_request(&t, &output(stats(secs(queued), secs(scheduled), secs(first), secs(last)), Some(n), None), ClockDomain::Monotonic, None);
         prop_assert!(!m.anomalies.any(), "{:?}", m.anomalies);
         let ttft = m.ttft.expect("ttft");
-        let itl = m.itl.expect("itl");
+        let tpot = m.tpot.expect("tpot");
         prop_assert!(m.batch_wait <= ttft + Duration::from_micros(1));
         prop_assert!(ttft <= m.latency);
         prop_assert!(m.engine_queue.expect("queue") <= ttft + Duration::from_micros(1));
-        prop_assert!(itl * (n - 1) <= m.latency);
-        prop_assert_eq!(m.tpot, Some(m.latency / n));
+        prop_assert!(tpot * (n - 1) <= m.latency);
+        prop_assert_eq!(m.latency_per_token, Some(m.latency / n));
     }
 }

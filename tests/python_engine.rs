@@ -235,6 +235,11 @@ mod with_python {
             if n >= 2 {
                 assert!(first < last, "{what}: several tokens, several steps");
             }
+            // One time per token, in order, from the first token's to the last's: the per-gap ITL.
+            let tokens = s.token_ts.as_deref().expect("the transformers engine times every token");
+            assert_eq!(tokens.len(), n as usize, "{what}");
+            assert_eq!((tokens.first(), tokens.last()), (Some(&first), Some(&last)), "{what}");
+            assert!(tokens.windows(2).all(|w| w[0] <= w[1]), "{what}");
         }
         // Longer requests finish later: the last token's time is the request's own.
         assert!(outputs[0].stats.last_token_ts < outputs[3].stats.last_token_ts, "{outputs:?}");
@@ -436,5 +441,7 @@ mod with_python {
         let report = run_cli("scenarios/transformers-cpu.toml", "transformers");
         check_report(&report, "transformers", 64);
         assert_eq!(report["scenario"]["engine"]["python"]["args"]["model"], "tiny-llama");
+        let itl = &report["benchmarks"][0]["distributions"]["itl"];
+        assert!(itl["count"].as_u64().is_some_and(|n| n > 64), "one ITL sample per gap between tokens: {itl}");
     }
 }

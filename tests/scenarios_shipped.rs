@@ -72,10 +72,12 @@ fn virtual_time_run_is_byte_identical_for_a_seed_and_snapshotted() {
     let b = run_file(&path, &Overrides::default());
     // Absolute paths (expectation origins) depend on where the checkout is.
     let json = |s: &RunSummary| {
-        serde_json::to_string_pretty(&redacted(&s.report)).unwrap().replace(env!("CARGO_MANIFEST_DIR"), "[repo]")
+        batchlab::report::render_json(&redacted(&s.report)).unwrap().replace(env!("CARGO_MANIFEST_DIR"), "[repo]")
     };
     assert_eq!(json(&a), json(&b), "same seed, different report");
     assert_eq!(a.table, b.table);
+    let html = |s: &RunSummary| batchlab::report::render_html(&redacted(&s.report));
+    assert!(html(&a) == html(&b), "same seed, different report.html");
     insta::assert_snapshot!("throughput_table", a.table);
     insta::assert_snapshot!("throughput_report_json", json(&a));
 

@@ -64,6 +64,7 @@ pub enum Event {
         submitted: u64,
     },
     Batch {
+        dispatched: u64,
         size: u8,
         reason: u8,
         generate: Sample,
@@ -135,7 +136,8 @@ fn check_aggregator(input: &Input) {
         agg.start(at(s));
     }
     let (mut submitted, mut completed, mut errors, mut batches, mut requests) = (0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut with = [0u64; 4];
+    // Requests with ttft, tpot, latency_per_token, engine_queue; then ITL gaps.
+    let mut with = [0u64; 5];
     for event in &input.events {
         match event {
             Event::Submitted => {
@@ -154,8 +156,13 @@ fn check_aggregator(input: &Input) {
                     latency,
                     engine_queue: ttft.map(|t| t / 2),
                     ttft,
-                    itl: tokens.filter(|n| *n >= 2).and_then(|n| ttft.map(|t| latency.saturating_sub(t) / (n - 1))),
-                    tpot: tokens.filter(|n| *n >= 1).map(|n| latency / n),
+                    tpot: tokens.filter(|n| *n >= 2).and_then(|n| ttft.map(|t| latency.saturating_sub(t) / (n - 1))),
+                    latency_per_token: tokens.filter(|n| *n >= 1).map(|n| latency / n),
+                    // Evenly spaced tokens: n - 1 gaps, one ITL sample each.
+                    itl: match (tokens, ttft) {
+                        (Some(n), Some(t)) if *n >= 2 => vec![latency.saturating_sub(t) / (n - 1); (*n - 1) as usize],
+                        _ => Vec::new(),
+                    },
                     prompt_tokens: *prompt,
                     output_tokens: *tokens,
                     cached_tokens: None,
@@ -170,11 +177,13 @@ fn check_aggregator(input: &Input) {
                         token_after_completion: anomalies & 16 != 0,
                         impossible_timestamp: anomalies & 32 != 0,
                         token_count_mismatch: anomalies & 64 != 0,
+                        token_times_inconsistent: anomalies & 128 != 0,
                     },
                 };
-                for (k, present) in [metrics.ttft, metrics.itl, metrics.tpot, metrics.engine_queue].iter().enumerate() {
+                for (k, present) in [metrics.ttft, metrics.tpot, metrics.latency_per_token, metrics.engine_queue].iter().enumerate() {
                     with[k] += u64::from(present.is_some());
                 }
+                with[4] += metrics.itl.len() as u64;
                 agg.record_completion(&metrics, &times);
                 completed += 1;
                 requests += 1;
@@ -192,9 +201,9 @@ fn check_aggregator(input: &Input) {
                 agg.record_incomplete(at(*s));
                 requests += 1;
             }
-            Event::Batch { size, reason, generate } => {
+            Event::Batch { dispatched, size, reason, generate } => {
                 let reason = [FlushReason::Full, FlushReason::Timeout, FlushReason::Drain][usize::from(*reason) % 3];
-                agg.record_batch(usize::from(*size), reason, Duration::from_nanos(generate.nanos()));
+                agg.record_batch(at(*dispatched), usize::from(*size), reason, Duration::from_nanos(generate.nanos()));
                 batches += 1;
             }
         }
@@ -210,7 +219,7 @@ fn check_result(
     errors: u64,
     batches: u64,
     requests: u64,
-    with: [u64; 4],
+    with: [u64; 5],
 ) {
     let c = &r.counts;
     assert_eq!((c.submitted, c.completed, c.errors), (submitted, completed, errors));
@@ -247,13 +256,25 @@ fn check_result(
     let d = &r.distributions;
     assert_eq!(d.latency.count, completed);
     assert_eq!(d.batch_wait.count, completed);
-    assert_eq!([d.ttft.count, d.itl.count, d.tpot.count, d.engine_queue.count], with);
+    assert_eq!([d.ttft.count, d.tpot.count, d.latency_per_token.count, d.engine_queue.count], with[..4]);
+    assert_eq!(d.itl.count, with[4], "one ITL sample per gap");
     assert_eq!(d.generate.count, batches);
-    for name in ["latency", "ttft", "itl", "tpot", "batch_wait", "engine_queue", "generate"] {
+    for name in batchlab::metrics::result::Distributions::NAMES {
         check_summary(d.get(name).unwrap(), name);
     }
     for name in batchlab::metrics::metric_names() {
         assert!(r.metric(name).is_none_or(|v| !v.is_nan()), "{name} is NaN");
     }
     assert!(r.anomalies.requests <= completed);
+
+    // The time series: bounded, and its intervals add up to the totals.
+    let s = &r.time_series;
+    assert!(s.len() <= batchlab::metrics::series::MAX_INTERVALS, "{} intervals", s.len());
+    assert_eq!(s.completed.iter().sum::<u64>(), completed);
+    assert_eq!(s.errors.iter().sum::<u64>(), errors);
+    assert_eq!(s.batches.iter().sum::<u64>(), batches);
+    assert_eq!(s.output_tokens.iter().sum::<u64>(), r.tokens.output);
+    for c in s.concurrency.iter().chain(&s.batch_size_mean).flatten() {
+        assert!(c.is_finite() && *c >= 0.0, "series value {c}");
+    }
 }

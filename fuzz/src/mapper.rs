@@ -24,6 +24,17 @@ pub struct Input {
     pub prompt_tokens: Option<u32>,
     pub foreign: bool,
     pub anchor: Option<(Secs, u64)>,
+    pub token_times: Option<TokenTimes>,
+}
+
+/// Per-token times as an engine may report them.
+#[derive(Arbitrary, Debug, Clone)]
+pub enum TokenTimes {
+    /// One per generated token (at most 4096), evenly spaced from the first token's time to the
+    /// last's: consistent whenever those two are.
+    Even,
+    /// As given: any count, any order.
+    Raw(Vec<Secs>),
 }
 
 /// A seconds value as an engine may report it.
@@ -85,6 +96,23 @@ impl Input {
             }
         };
         let secs = |s: Option<Secs>| s.map(|s| s.value(&times));
+        let generated = self.output_tokens.or(self.output_token_ids.map(u32::from));
+        let token_ts = match &self.token_times {
+            None => None,
+            Some(TokenTimes::Raw(v)) => Some(v.iter().map(|s| s.value(&times)).collect()),
+            Some(TokenTimes::Even) => match (secs(self.first_token), secs(self.last_token), generated) {
+                (Some(f), Some(l), Some(n)) if n >= 1 => {
+                    let n = n.min(4096) as usize;
+                    let mut ts: Vec<f64> =
+                        (0..n).map(|i| if n == 1 { f } else { f + (l - f) * i as f64 / (n - 1) as f64 }).collect();
+                    if n >= 2 {
+                        ts[n - 1] = l;
+                    }
+                    Some(ts)
+                }
+                _ => None,
+            },
+        };
         let stats = EngineStats {
             arrival_wall: secs(self.arrival_wall),
             queued_ts: secs(self.queued),
@@ -92,6 +120,7 @@ impl Input {
             first_token_ts: secs(self.first_token),
             last_token_ts: secs(self.last_token),
             cached_tokens: None,
+            token_ts,
         };
         let output = EngineOutput {
             request_id: None,
@@ -139,22 +168,37 @@ pub fn check_metrics(case: &Case, m: &RequestMetrics) {
     if let Some(ttft) = m.ttft {
         assert!(ttft <= m.latency, "ttft {ttft:?} > latency {:?}", m.latency);
     }
-    if let Some(itl) = m.itl {
-        let n = n.expect("itl without a token count");
-        assert!(n >= 2, "itl with {n} tokens");
-        let ttft = m.ttft.expect("itl without ttft");
-        // The last token is at submit + ttft + itl × (n − 1) (rounded down): before completion.
-        let span = itl.checked_mul(n - 1).expect("itl × (n − 1) overflows");
+    if let Some(tpot) = m.tpot {
+        let n = n.expect("tpot without a token count");
+        assert!(n >= 2, "tpot with {n} tokens");
+        let ttft = m.ttft.expect("tpot without ttft");
+        // The last token is at submit + ttft + tpot × (n − 1) (rounded down): before completion.
+        let span = tpot.checked_mul(n - 1).expect("tpot × (n − 1) overflows");
         assert!(ttft + span <= m.latency, "last token after completion: ttft {ttft:?} + {span:?} > {:?}", m.latency);
     }
-    match (m.tpot, n) {
-        (Some(tpot), Some(n)) => {
+    match (m.latency_per_token, n) {
+        (Some(latency_per_token), Some(n)) => {
             assert!(n >= 1);
-            assert!(tpot.checked_mul(n).is_some_and(|total| total <= m.latency), "tpot {tpot:?} × {n}");
+            assert!(latency_per_token.checked_mul(n).is_some_and(|total| total <= m.latency), "latency_per_token {latency_per_token:?} × {n}");
         }
-        (None, Some(n)) => assert_eq!(n, 0, "tpot missing with {n} tokens"),
-        (Some(_), None) => panic!("tpot without a token count"),
+        (None, Some(n)) => assert_eq!(n, 0, "latency_per_token missing with {n} tokens"),
+        (Some(_), None) => panic!("latency_per_token without a token count"),
         (None, None) => {}
+    }
+
+    // Per-gap ITL: one gap per token after the first, only with a TTFT, never longer in total than
+    // the request, and only from per-token times in order.
+    if !m.itl.is_empty() {
+        let n = n.expect("itl without a token count");
+        assert_eq!(m.itl.len() as u64, u64::from(n) - 1, "itl gaps for {n} tokens");
+        assert!(m.ttft.is_some(), "itl without ttft");
+        let total: std::time::Duration = m.itl.iter().sum();
+        assert!(total <= m.latency, "itl gaps {total:?} longer than the request {:?}", m.latency);
+        let tokens = s.token_ts.as_deref().expect("itl without per-token times");
+        assert!(tokens.windows(2).all(|w| w[0] <= w[1]), "itl from out-of-order token times {tokens:?}");
+    }
+    if s.token_ts.is_none() {
+        assert!(m.itl.is_empty() && !m.anomalies.token_times_inconsistent, "itl without per-token times");
     }
 
     // A field that is NaN, infinite or negative is always flagged, whatever the clock domain.
@@ -209,8 +253,13 @@ fn check_monotonic(case: &Case, m: &RequestMetrics, ordered: bool) {
         if let Some(f) = first {
             assert_eq!(m.ttft, f.checked_since(t.submitted));
         }
-        if let (Some(_), Some(_), Some(n)) = (first, last, case.output.generated_tokens()) {
-            assert_eq!(m.itl.is_some(), n >= 2, "itl missing on consistent input: {s:?}");
+        if let (Some(f), Some(l), Some(n)) = (first, last, case.output.generated_tokens()) {
+            assert_eq!(m.tpot.is_some(), n >= 2, "tpot missing on consistent input: {s:?}");
+            // Evenly spread per-token times (up to 4096 tokens) give every gap, adding up exactly.
+            if s.token_ts.as_ref().is_some_and(|ts| ts.len() == n as usize) && n >= 2 && m.ttft.is_some() {
+                assert_eq!(m.itl.len(), n as usize - 1, "itl missing on consistent input: {s:?}");
+                assert_eq!(m.itl.iter().sum::<std::time::Duration>(), l.saturating_since(f));
+            }
         }
     }
 }

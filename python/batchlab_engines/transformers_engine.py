@@ -116,6 +116,7 @@ class TransformersEngine:
                 "scheduled_ts": scheduled,
                 "first_token_ts": row.first_ts,
                 "last_token_ts": row.last_ts,
+                "token_ts": row.token_ts,
             }
             for p, row in zip(prompts, rows)
         ]
@@ -152,6 +153,7 @@ class _Row:
         self.tokens = []
         self.first_ts = None
         self.last_ts = None
+        self.token_ts = []
         self.finish_reason = None
 
     def eos_allowed(self):
@@ -166,6 +168,7 @@ class _Row:
             return
         allowed = self.eos_allowed()
         self.tokens.append(token)
+        self.token_ts.append(now)
         if self.first_ts is None:
             self.first_ts = now
         self.last_ts = now
@@ -177,7 +180,7 @@ class _Row:
 
 class _Streamer(BaseStreamer):
     """`generate` calls put() once with the prompts, then once per step with that step's token for
-    every row; each row records its own tokens and the time of its first and last one."""
+    every row; each row records its own tokens and the time of each (first, last, every one)."""
 
     def __init__(self, rows):
         self.rows = rows

@@ -23,7 +23,7 @@ use crate::engine::chat::Message;
 use crate::engine::tokens::{text_tokens, truncate_text};
 
 /// What a workload file holds: `workload.format`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FileFormat {
     /// One JSON object per line: `prompt`, `prompt_token_ids` or `messages`, and `max_tokens`.
@@ -56,7 +56,7 @@ pub struct DatasetOptions {
 }
 
 /// What reading a workload file found; in the report as `dataset`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct DatasetStats {
     /// The file.
     pub path: PathBuf,

@@ -14,6 +14,8 @@ use std::time::Duration;
 use super::distribution::Distribution;
 use super::mapper::RequestMetrics;
 use super::result::{AnomalyCounts, Batching, BenchmarkResult, Counts, Distributions, PrefixCacheTokens, Tokens};
+use super::series::SeriesRecorder;
+use super::slo::{Slo, SloResult, SloVerdict};
 use crate::batcher::{FlushReason, RequestTimes};
 use crate::time::Timestamp;
 
@@ -45,8 +47,9 @@ pub struct BenchmarkAggregator {
 
     latency: Distribution,
     ttft: Distribution,
-    itl: Distribution,
     tpot: Distribution,
+    itl: Distribution,
+    latency_per_token: Distribution,
     batch_wait: Distribution,
     engine_queue: Distribution,
     generate: Distribution,
@@ -55,6 +58,13 @@ pub struct BenchmarkAggregator {
     full: u64,
     timeout: u64,
     drain: u64,
+
+    series: SeriesRecorder,
+    /// The objectives requests are judged against; `None` without `[slo]`.
+    slo: Option<Slo>,
+    slo_met: u64,
+    slo_met_output_tokens: u64,
+    slo_unmeasurable: u64,
 }
 
 impl BenchmarkAggregator {
@@ -78,8 +88,9 @@ impl BenchmarkAggregator {
             incomplete_starts_ns: 0,
             latency: Distribution::new(),
             ttft: Distribution::new(),
-            itl: Distribution::new(),
             tpot: Distribution::new(),
+            itl: Distribution::new(),
+            latency_per_token: Distribution::new(),
             batch_wait: Distribution::new(),
             engine_queue: Distribution::new(),
             generate: Distribution::new(),
@@ -87,12 +98,30 @@ impl BenchmarkAggregator {
             full: 0,
             timeout: 0,
             drain: 0,
+            series: SeriesRecorder::new(),
+            slo: None,
+            slo_met: 0,
+            slo_met_output_tokens: 0,
+            slo_unmeasurable: 0,
         }
+    }
+
+    /// Judges every completed and failed request against `slo` (when it sets any objective);
+    /// the result gains [`BenchmarkResult::slo`].
+    pub fn with_slo(mut self, slo: &Slo) -> Self {
+        self.set_slo(slo);
+        self
+    }
+
+    /// [`with_slo`](Self::with_slo) in place; call before recording anything.
+    pub fn set_slo(&mut self, slo: &Slo) {
+        self.slo = slo.is_set().then(|| slo.clone());
     }
 
     /// Opens the measurement window. Requests submitted earlier count only from here on.
     pub fn start(&mut self, at: Timestamp) {
         self.start = Some(at);
+        self.series.start(at);
     }
 
     /// Counts one request handed to the batcher.
@@ -104,6 +133,7 @@ impl BenchmarkAggregator {
     pub fn record_completion(&mut self, metrics: &RequestMetrics, times: &RequestTimes) {
         self.completed += 1;
         self.add_in_flight(times.submitted, times.completed);
+        self.series.completion(times.completed, u64::from(metrics.output_tokens.unwrap_or(0)));
 
         self.tokens.input += u64::from(metrics.prompt_tokens.unwrap_or(0));
         self.tokens.output += u64::from(metrics.output_tokens.unwrap_or(0));
@@ -114,16 +144,28 @@ impl BenchmarkAggregator {
 
         self.latency.record(metrics.latency);
         self.batch_wait.record(metrics.batch_wait);
+        match self.slo.as_ref().map(|slo| slo.judge(metrics)) {
+            Some(SloVerdict::Met) => {
+                self.slo_met += 1;
+                self.slo_met_output_tokens += u64::from(metrics.output_tokens.unwrap_or(0));
+            }
+            Some(SloVerdict::Unmeasurable) => self.slo_unmeasurable += 1,
+            Some(SloVerdict::Missed) | None => {}
+        }
         let optional = [
             (&mut self.ttft, metrics.ttft),
-            (&mut self.itl, metrics.itl),
             (&mut self.tpot, metrics.tpot),
+            (&mut self.latency_per_token, metrics.latency_per_token),
             (&mut self.engine_queue, metrics.engine_queue),
         ];
         for (dist, value) in optional {
             if let Some(v) = value {
                 dist.record(v);
             }
+        }
+        // One sample per gap, as vLLM counts ITL.
+        for &gap in &metrics.itl {
+            self.itl.record(gap);
         }
 
         let a = &metrics.anomalies;
@@ -136,6 +178,7 @@ impl BenchmarkAggregator {
         c.token_after_completion += u64::from(a.token_after_completion);
         c.impossible_timestamp += u64::from(a.impossible_timestamp);
         c.token_count_mismatch += u64::from(a.token_count_mismatch);
+        c.token_times_inconsistent += u64::from(a.token_times_inconsistent);
     }
 
     /// What a completed request's prompt was designed to hit in a prefix cache: `designed` of its
@@ -152,6 +195,7 @@ impl BenchmarkAggregator {
         self.errors += 1;
         *self.errors_by_kind.entry(kind.to_string()).or_default() += 1;
         self.add_in_flight(submitted, completed);
+        self.series.error(completed);
     }
 
     /// A request cancelled at `at` before it ran.
@@ -165,11 +209,14 @@ impl BenchmarkAggregator {
         self.incomplete += 1;
         self.note_submitted(submitted);
         self.incomplete_starts_ns += u128::from(self.clip_start(submitted).as_nanos());
+        self.series.request(self.clip_start(submitted), None);
     }
 
-    /// A batch the engine ran: its size, why it was flushed, and how long generate took.
-    pub fn record_batch(&mut self, size: usize, reason: FlushReason, generate: Duration) {
+    /// A batch the engine ran: when it was dispatched, its size, why it was flushed, and how long
+    /// generate took.
+    pub fn record_batch(&mut self, dispatched_at: Timestamp, size: usize, reason: FlushReason, generate: Duration) {
         *self.batch_sizes.entry(size).or_default() += 1;
+        self.series.batch(dispatched_at, size);
         match reason {
             FlushReason::Full => self.full += 1,
             FlushReason::Timeout => self.timeout += 1,
@@ -193,6 +240,7 @@ impl BenchmarkAggregator {
         self.latest_end = Some(self.latest_end.map_or(ended, |e| e.max(ended)));
         let from = self.clip_start(submitted);
         self.in_flight_ns += u128::from(ended.as_nanos().saturating_sub(from.as_nanos()));
+        self.series.request(from, Some(ended));
     }
 
     /// Closes the window at `at` and computes the result. If a recorded request ended after
@@ -220,9 +268,22 @@ impl BenchmarkAggregator {
         let ratio = |part: u64, whole: u64| (whole > 0).then(|| part as f64 / whole as f64);
         let prefix_cache_hit_rate = ratio(p.cached, p.prompt);
         let prefix_cache_designed_hit_rate = ratio(p.designed_cached, p.designed_prompt);
+        let slo = self.slo.as_ref().map(|_| {
+            // An error is judged and never meets the SLO; cancelled and unfinished requests are not judged.
+            let judged = self.completed + self.errors;
+            SloResult {
+                judged,
+                met: self.slo_met,
+                unmeasurable: self.slo_unmeasurable,
+                attainment: (judged > 0).then(|| self.slo_met as f64 / judged as f64),
+                goodput_requests_per_s: per_s(self.slo_met),
+                goodput_output_tokens_per_s: per_s(self.slo_met_output_tokens),
+            }
+        });
 
         BenchmarkResult {
             name: self.name,
+            repeat: 0,
             counts: Counts {
                 submitted: self.submitted,
                 completed: self.completed,
@@ -242,8 +303,9 @@ impl BenchmarkAggregator {
             distributions: Distributions {
                 latency: self.latency.summary(),
                 ttft: self.ttft.summary(),
-                itl: self.itl.summary(),
                 tpot: self.tpot.summary(),
+                itl: self.itl.summary(),
+                latency_per_token: self.latency_per_token.summary(),
                 batch_wait: self.batch_wait.summary(),
                 engine_queue: self.engine_queue.summary(),
                 generate: self.generate.summary(),
@@ -263,6 +325,8 @@ impl BenchmarkAggregator {
             prefix_cache_hit_rate,
             prefix_cache_designed_hit_rate,
             prefix_cache_tokens: self.prefix_cache,
+            slo,
+            time_series: self.series.finish(end),
         }
     }
 }
@@ -291,8 +355,10 @@ pub(crate) mod tests {
             latency,
             engine_queue: Some(Duration::from_micros(250)),
             ttft: Some(ttft),
-            itl: (n >= 2).then(|| latency.saturating_sub(ttft) / (n - 1)),
-            tpot: (n >= 1).then(|| latency / n),
+            tpot: (n >= 2).then(|| latency.saturating_sub(ttft) / (n - 1)),
+            latency_per_token: (n >= 1).then(|| latency / n),
+            // Evenly spaced tokens after the first: n - 1 equal gaps.
+            itl: if n >= 2 { vec![latency.saturating_sub(ttft) / (n - 1); (n - 1) as usize] } else { Vec::new() },
             prompt_tokens: Some(16),
             output_tokens: Some(n),
             cached_tokens: Some(4),
@@ -306,7 +372,8 @@ pub(crate) mod tests {
     /// A hand-built benchmark: 1 s window, 4 completions, one error, one cancellation, one
     /// request still running at the end. Shared by the report snapshot tests.
     pub(crate) fn sample_aggregator(name: &str) -> BenchmarkAggregator {
-        let mut agg = BenchmarkAggregator::new(name);
+        let slo = Slo { ttft_ms: Some(50.0), latency_ms: Some(400.0), ..Slo::default() };
+        let mut agg = BenchmarkAggregator::new(name).with_slo(&slo);
         agg.start(at_ms(0));
         for _ in 0..7 {
             agg.record_submitted();
@@ -317,9 +384,9 @@ pub(crate) mod tests {
             agg.record_completion(&metrics(&t, ttft, n), &t);
             agg.record_designed_cached(8, Some(16));
         }
-        agg.record_batch(2, FlushReason::Timeout, Duration::from_millis(100));
-        agg.record_batch(2, FlushReason::Full, Duration::from_millis(280));
-        agg.record_batch(1, FlushReason::Drain, Duration::from_millis(20));
+        agg.record_batch(at_ms(10), 2, FlushReason::Timeout, Duration::from_millis(100));
+        agg.record_batch(at_ms(120), 2, FlushReason::Full, Duration::from_millis(280));
+        agg.record_batch(at_ms(500), 1, FlushReason::Drain, Duration::from_millis(20));
         agg.record_error("engine_error", at_ms(500), at_ms(520));
         agg.record_cancelled(at_ms(600), at_ms(610));
         agg.record_incomplete(at_ms(900));
@@ -328,6 +395,36 @@ pub(crate) mod tests {
 
     pub(crate) fn sample_result() -> BenchmarkResult {
         sample_aggregator("throughput").finish(at_ms(1000))
+    }
+
+    #[test]
+    fn slo_attainment_and_goodput() {
+        let r = sample_result();
+        // Met: the first two (ttft 30 and 35 ms, latency 110 and 130 ms). Missed: ttft 60 and 70 ms.
+        // The error is judged and misses; the cancelled and the unfinished request are not judged.
+        let slo = r.slo.clone().expect("an SLO was set");
+        assert_eq!((slo.judged, slo.met, slo.unmeasurable), (5, 2, 0));
+        assert_eq!(slo.attainment, Some(0.4));
+        assert_eq!(slo.goodput_requests_per_s, Some(2.0));
+        assert_eq!(slo.goodput_output_tokens_per_s, Some(18.0));
+        assert_eq!(r.metric("slo_attainment"), Some(0.4));
+
+        // An objective whose metric is absent: unmeasurable, not met.
+        let itl = Slo { itl_ms: Some(1000.0), ..Slo::default() };
+        let mut agg = BenchmarkAggregator::new("itl").with_slo(&itl);
+        agg.start(at_ms(0));
+        let t = times(0, 1, 10);
+        let mut m = metrics(&t, 5, 4);
+        agg.record_submitted();
+        agg.record_completion(&m, &t);
+        m.itl.clear();
+        agg.record_submitted();
+        agg.record_completion(&m, &t);
+        let slo = agg.finish(at_ms(10)).slo.unwrap();
+        assert_eq!((slo.judged, slo.met, slo.unmeasurable, slo.attainment), (2, 1, 1, Some(0.5)));
+
+        let none = BenchmarkAggregator::new("none").with_slo(&Slo::default()).finish(at_ms(1));
+        assert_eq!((none.slo.clone(), none.metric("slo_attainment")), (None, None), "no objective, no SLO result");
     }
 
     #[test]
@@ -351,6 +448,30 @@ pub(crate) mod tests {
         assert_eq!(r.batching.batch_size_mean, Some(5.0 / 3.0));
         assert_eq!(r.distributions.latency.count, 4);
         assert_eq!(r.distributions.generate.count, 3);
+        assert_eq!(r.distributions.itl.count, 7 + 9 + 19 + 23, "one ITL sample per gap");
+        assert_eq!(r.distributions.tpot.count, 4, "one TPOT sample per request");
+    }
+
+    #[test]
+    fn time_series_adds_up_to_the_totals() {
+        let r = sample_result();
+        let s = &r.time_series;
+        // A 1 s window: 1000 intervals of 1 ms.
+        assert_eq!((s.interval_s, s.len()), (0.001, 1000));
+        assert_eq!(s.completed.iter().sum::<u64>(), r.counts.completed);
+        assert_eq!(s.output_tokens.iter().sum::<u64>(), r.tokens.output);
+        assert_eq!(s.errors.iter().sum::<u64>(), r.counts.errors);
+        assert_eq!(s.batches.iter().sum::<u64>(), r.batching.batches);
+        assert_eq!((s.completed[109], s.output_tokens[109], s.errors[519]), (1, 8, 1), "by end time");
+        assert_eq!((s.batch_size_mean[9], s.batch_size_mean[499]), (Some(2.0), Some(1.0)));
+        let weighted: f64 =
+            s.concurrency.iter().enumerate().map(|(i, c)| c.unwrap() * s.interval_len_s(i, r.duration_s)).sum();
+        assert!((weighted / r.duration_s - r.concurrency_mean.unwrap()).abs() < 1e-9, "{weighted}");
+        // Requests submitted at 0 and 100 ms, in flight until 110..450 ms; the incomplete one from 900 ms.
+        assert_eq!(
+            (s.concurrency[0], s.concurrency[105], s.concurrency[200], s.concurrency[950]),
+            (Some(2.0), Some(4.0), Some(2.0), Some(1.0))
+        );
     }
 
     /// One row: requests as `(submitted_ms, ended_ms)`, window, expected mean concurrency.
@@ -433,6 +554,7 @@ pub(crate) mod tests {
         );
         assert_eq!(r.distributions.ttft.count, 0);
         assert_eq!(r.distributions.itl.count, 0);
+        assert_eq!(r.distributions.tpot.count, 0);
         assert_eq!(r.distributions.latency.count, 1);
     }
 }

@@ -16,8 +16,8 @@
 
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
-use serde::Serialize;
+use hdrhistogram::Histogram as HdrHistogram;
+use serde::{Deserialize, Serialize};
 
 use crate::time::duration_nanos;
 
@@ -30,8 +30,11 @@ pub const MAX_TRACKED_NS: u64 = 1 << 50;
 /// Worst-case relative error of a reported percentile (always an overestimate).
 pub const RELATIVE_PRECISION: f64 = 1.0 / 1024.0;
 
+/// Bins of a [`Summary::histogram`] (at most; fewer when the range holds fewer distinct nanoseconds).
+pub const HISTOGRAM_BINS: usize = 100;
+
 /// Summary statistics in milliseconds. All `None` when there are no samples.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Samples recorded.
     pub count: u64,
@@ -53,6 +56,65 @@ pub struct Summary {
     pub p999: Option<f64>,
     /// Largest sample.
     pub max: Option<f64>,
+    /// The samples binned for charts; `None` when there are none.
+    pub histogram: Option<Histogram>,
+}
+
+/// A distribution's samples in at most [`HISTOGRAM_BINS`] bins, for charts: geometric bins from
+/// the exact min to the exact max, so that both a narrow body and a long tail get resolution.
+///
+/// Bin `i` holds the samples in `[edges_ms[i], edges_ms[i + 1])`, the last bin its upper edge
+/// too. Samples are placed by their HDR histogram bucket's midpoint, so a sample within 0.1 % of
+/// an edge may sit in the neighbouring bin; the counts add up to `count` exactly.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Histogram {
+    /// Bin edges in milliseconds, ascending: `counts.len() + 1` of them, first min, last max.
+    pub edges_ms: Vec<f64>,
+    /// Samples per bin.
+    pub counts: Vec<u64>,
+}
+
+impl Histogram {
+    /// The empirical CDF through the bin edges: `(ms, fraction of samples at or below)`,
+    /// starting at `(min, 0)` and ending at `(max, 1)`; linear within a bin when drawn as a line.
+    pub fn cdf_points(&self) -> Vec<(f64, f64)> {
+        let total: u64 = self.counts.iter().sum();
+        if total == 0 || self.edges_ms.len() != self.counts.len() + 1 {
+            return Vec::new();
+        }
+        let mut points = Vec::with_capacity(self.edges_ms.len());
+        points.push((self.edges_ms[0], 0.0));
+        let mut seen = 0;
+        for (count, upper) in self.counts.iter().zip(&self.edges_ms[1..]) {
+            seen += count;
+            points.push((*upper, seen as f64 / total as f64));
+        }
+        points
+    }
+
+    /// Samples in all bins.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+}
+
+/// Geometric bin edges in ns from `min` to `max` (both included, integers, strictly ascending).
+/// A zero minimum starts the geometric range at 1 ns; equal ends give one bin.
+fn histogram_edges(min: u64, max: u64) -> Vec<u64> {
+    let lo = min.max(1);
+    if max <= lo {
+        return vec![min, max.max(min)];
+    }
+    let ratio = (max as f64 / lo as f64).ln();
+    let mut edges = vec![min];
+    for i in 1..HISTOGRAM_BINS {
+        let edge = (lo as f64 * (ratio * i as f64 / HISTOGRAM_BINS as f64).exp()).round() as u64;
+        if edge > *edges.last().unwrap_or(&0) && edge < max {
+            edges.push(edge);
+        }
+    }
+    edges.push(max);
+    edges
 }
 
 impl Summary {
@@ -79,7 +141,7 @@ impl Summary {
 /// A streaming distribution of durations, in nanoseconds.
 #[derive(Clone, Debug)]
 pub struct Distribution {
-    histogram: Histogram<u64>,
+    histogram: HdrHistogram<u64>,
     count: u64,
     min: u64,
     max: u64,
@@ -99,7 +161,7 @@ impl Distribution {
     /// An empty distribution.
     pub fn new() -> Self {
         // Auto-resizing from a tiny start: memory follows the largest value seen, not the count.
-        let histogram = Histogram::new(SIGNIFICANT_DIGITS).expect("3 significant digits is a valid setting");
+        let histogram = HdrHistogram::new(SIGNIFICANT_DIGITS).expect("3 significant digits is a valid setting");
         Distribution { histogram, count: 0, min: u64::MAX, max: 0, sum: 0, mean: 0.0, m2: 0.0 }
     }
 
@@ -197,7 +259,20 @@ impl Distribution {
             p99: q(0.99),
             p999: q(0.999),
             max: Some(ms(self.max)),
+            histogram: Some(self.histogram_bins()),
         }
+    }
+
+    /// The samples in [`HISTOGRAM_BINS`] geometric bins between min and max (see [`Histogram`]).
+    fn histogram_bins(&self) -> Histogram {
+        let edges = histogram_edges(self.min, self.max);
+        let mut counts = vec![0u64; edges.len() - 1];
+        for v in self.histogram.iter_recorded() {
+            let value = self.histogram.median_equivalent(v.value_iterated_to()).clamp(self.min, self.max);
+            let bin = edges.partition_point(|&e| e <= value).saturating_sub(1).min(counts.len() - 1);
+            counts[bin] += v.count_at_value();
+        }
+        Histogram { edges_ms: edges.iter().map(|&e| e as f64 / 1e6).collect(), counts }
     }
 }
 
@@ -271,6 +346,59 @@ mod tests {
             prop_assert!(close(m.std.unwrap(), w.std.unwrap()), "{m:?} {w:?}");
             check_summary_invariants(&m);
         }
+    }
+
+    proptest! {
+        #[test]
+        fn histogram_bins_hold_every_sample_near_its_value(values in values()) {
+            let d = from(&values);
+            let h = d.summary().histogram.expect("samples give a histogram");
+            let edges_ns: Vec<u64> = h.edges_ms.iter().map(|e| (e * 1e6).round() as u64).collect();
+            prop_assert_eq!(h.edges_ms.len(), h.counts.len() + 1);
+            prop_assert!(h.counts.len() <= HISTOGRAM_BINS);
+            prop_assert_eq!(h.total(), values.len() as u64);
+            prop_assert_eq!(edges_ns.first().copied(), d.min_nanos());
+            prop_assert_eq!(edges_ns.last().copied(), d.max_nanos());
+            prop_assert!(edges_ns.windows(2).all(|w| w[0] < w[1]) || edges_ns.len() == 2, "{edges_ns:?}");
+            // Each bin's count is the samples whose value lies in it, give or take the HDR bucket
+            // (0.1 %) at its edges, and values beyond MAX_TRACKED_NS (clamped in the HDR histogram).
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            let last = h.counts.len() - 1;
+            for (i, &count) in h.counts.iter().enumerate() {
+                let (lo, hi) = (edges_ns[i] as f64, edges_ns[i + 1] as f64);
+                let slack = |v: f64| v * RELATIVE_PRECISION + 1.0;
+                let inside = |v: u64, a: f64, b: f64| {
+                    let v = v as f64;
+                    v >= a && (v < b || (i == last && v <= b))
+                };
+                let tight = sorted.iter().filter(|&&v| inside(v, lo + slack(lo), hi - slack(hi))).count() as u64;
+                let loose = sorted.iter().filter(|&&v| v > MAX_TRACKED_NS || inside(v, lo - slack(lo), hi + slack(hi))).count() as u64;
+                prop_assert!(tight <= count && count <= loose, "bin {i} [{lo}, {hi}): {count} not in {tight}..={loose}");
+            }
+            let cdf = h.cdf_points();
+            prop_assert_eq!(cdf.first().map(|p| p.1), Some(0.0));
+            prop_assert_eq!(cdf.last().map(|p| p.1), Some(1.0));
+            prop_assert!(cdf.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1));
+        }
+    }
+
+    #[test]
+    fn histogram_edges_are_geometric_and_cover_min_to_max() {
+        let d = from(&(1..=1000).map(|ms| ms * 1_000_000).collect::<Vec<_>>());
+        let h = d.summary().histogram.unwrap();
+        assert_eq!(h.counts.len(), HISTOGRAM_BINS);
+        assert_eq!((h.edges_ms[0], h.edges_ms[HISTOGRAM_BINS]), (1.0, 1000.0));
+        // 1 ms to 1 s in 100 geometric bins: each edge 10^(3/100) ≈ 1.0715 times the last.
+        let ratios: Vec<f64> = h.edges_ms.windows(2).map(|w| w[1] / w[0]).collect();
+        assert!(ratios.iter().all(|r| (r - 1.0715).abs() < 1e-3), "{ratios:?}");
+        assert_eq!(h.total(), 1000);
+        // One value, or only zeros: one bin.
+        for values in [&[7u64, 7][..], &[0, 0], &[0, 1]] {
+            let h = from(values).summary().histogram.unwrap();
+            assert_eq!((h.counts.len(), h.total()), (1, 2), "{values:?}");
+        }
+        assert_eq!(Distribution::new().summary().histogram, None);
     }
 
     #[test]

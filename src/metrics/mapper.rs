@@ -5,9 +5,11 @@
 //! - `batch_wait`: our submit → our dispatch of its batch.
 //! - `engine_queue`: engine `queued_ts` → `scheduled_ts`.
 //! - `ttft`: our submit → engine `first_token_ts`: what the caller waited for the first token.
-//! - `itl`: mean gap between tokens after the first: `(last_token_ts − first_token_ts) / (n − 1)`,
-//!   for `n ≥ 2` generated tokens.
-//! - `tpot`: time per output token **including the first**: `latency / n`, for `n ≥ 1`.
+//! - `tpot`: vLLM's time per output token, the first excluded:
+//!   `(last_token_ts − first_token_ts) / (n − 1)`, for `n ≥ 2` generated tokens.
+//! - `latency_per_token`: guidellm's "TPOT", the first token **included**: `latency / n`, for `n ≥ 1`.
+//! - `itl`: the gaps between consecutive tokens (`n − 1` samples per request, vLLM's per-gap
+//!   definition), from the engine's per-token times (`token_ts`); empty when the engine gives none.
 //! - `latency`: our submit → our completion (end to end, as the caller saw it).
 //!
 //! Impossible engine timestamps are missing ones, flagged `impossible_timestamp`: a `*_ts` of
@@ -49,6 +51,9 @@ pub struct Anomalies {
     pub impossible_timestamp: bool,
     /// The engine's `output_tokens` and its number of `output_token_ids` differ.
     pub token_count_mismatch: bool,
+    /// The per-token times go backwards, lie outside `[first_token_ts, last_token_ts]`, or are
+    /// not one per generated token.
+    pub token_times_inconsistent: bool,
 }
 
 impl Anomalies {
@@ -61,6 +66,7 @@ impl Anomalies {
             || self.token_after_completion
             || self.impossible_timestamp
             || self.token_count_mismatch
+            || self.token_times_inconsistent
     }
 }
 
@@ -75,10 +81,12 @@ pub struct RequestMetrics {
     pub engine_queue: Option<Duration>,
     /// Our submit to the engine's `first_token_ts`.
     pub ttft: Option<Duration>,
-    /// Mean gap between tokens after the first; needs 2 or more tokens.
-    pub itl: Option<Duration>,
-    /// `latency / n` over `n >= 1` generated tokens.
+    /// vLLM's TPOT: `(last − first) / (n − 1)`; needs 2 or more tokens.
     pub tpot: Option<Duration>,
+    /// guidellm's TPOT: `latency / n` over `n >= 1` generated tokens.
+    pub latency_per_token: Option<Duration>,
+    /// Every gap between consecutive tokens, in order; empty without per-token times.
+    pub itl: Vec<Duration>,
     /// Prompt length in tokens, as the engine counted it.
     pub prompt_tokens: Option<u32>,
     /// Generated tokens, as the engine counted them.
@@ -95,12 +103,22 @@ pub struct RequestMetrics {
     pub anomalies: Anomalies,
 }
 
+impl RequestMetrics {
+    /// The request's longest gap between two tokens (what `[slo] itl_ms` judges); `None`
+    /// without per-token times.
+    pub fn itl_max(&self) -> Option<Duration> {
+        self.itl.iter().copied().max()
+    }
+}
+
 /// Engine timestamps converted to our timeline.
 struct EngineTimes {
     queued: Option<Timestamp>,
     scheduled: Option<Timestamp>,
     first_token: Option<Timestamp>,
     last_token: Option<Timestamp>,
+    /// The per-token times; `None` when absent or when one of them is unusable.
+    tokens: Option<Vec<Timestamp>>,
 }
 
 /// How far before our dispatch, or after our completion, an engine's queued or scheduled time may
@@ -121,6 +139,7 @@ fn to_timestamps(
         anomalies.impossible_timestamp = true;
     }
     let unset_zero = |v: Option<f64>| v.filter(|v| *v != 0.0);
+    let token_ts = stats.token_ts.as_deref();
     let stats = &EngineStats {
         arrival_wall: stats.arrival_wall,
         queued_ts: unset_zero(stats.queued_ts),
@@ -128,6 +147,7 @@ fn to_timestamps(
         first_token_ts: unset_zero(stats.first_token_ts),
         last_token_ts: unset_zero(stats.last_token_ts),
         cached_tokens: stats.cached_tokens,
+        token_ts: None,
     };
     let offset = match domain {
         ClockDomain::Monotonic => Some(0.0),
@@ -141,7 +161,7 @@ fn to_timestamps(
     };
     // Judged on the values as sent, so a bad field is flagged even when no offset can be found.
     let sent = [stats.arrival_wall, stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts];
-    if sent.iter().flatten().any(|v| !v.is_finite() || *v < 0.0) {
+    if sent.iter().flatten().chain(token_ts.unwrap_or_default()).any(|v| !v.is_finite() || *v < 0.0) {
         anomalies.non_finite = true;
     }
     let mut conv = |v: Option<f64>, offset: f64| -> Option<Timestamp> {
@@ -156,8 +176,9 @@ fn to_timestamps(
             scheduled: conv(stats.scheduled_ts, o),
             first_token: conv(stats.first_token_ts, o),
             last_token: conv(stats.last_token_ts, o),
+            tokens: token_ts.and_then(|ts| ts.iter().map(|&v| conv(Some(v), o)).collect()),
         },
-        _ => EngineTimes { queued: None, scheduled: None, first_token: None, last_token: None },
+        _ => EngineTimes { queued: None, scheduled: None, first_token: None, last_token: None, tokens: None },
     };
     if domain == ClockDomain::Monotonic {
         // The engine had the request from our dispatch to our completion, not before, not after.
@@ -209,7 +230,7 @@ pub fn map_request(
         d
     });
 
-    // A last token after completion would make `itl` span more than the request took.
+    // A last token after completion would make `tpot` span more than the request took.
     let last_after_completion = e.last_token.is_some_and(|last| last > times.completed);
     anomalies.token_after_completion |= last_after_completion;
 
@@ -222,14 +243,31 @@ pub fn map_request(
         }
         _ => None,
     };
-    let itl = match (token_span, n) {
+    let tpot = match (token_span, n) {
         (Some(span), Some(n)) if n >= 2 && ttft.is_some() && !last_after_completion => Some(span / (n - 1)),
         _ => None,
     };
 
-    let tpot = match n {
+    let latency_per_token = match n {
         Some(n) if n >= 1 => Some(latency / n),
         _ => None,
+    };
+
+    // Per-gap ITL: only from per-token times that agree with the first and last token (and so
+    // with our submit and completion) and with the token count.
+    let itl = match (&e.tokens, ttft, tpot.is_some() || n == Some(1)) {
+        (Some(tokens), Some(_), true) if !tokens.is_empty() => {
+            let ordered = tokens.windows(2).all(|w| w[0] <= w[1]);
+            let ends_agree = e.first_token == tokens.first().copied() && e.last_token == tokens.last().copied();
+            let count_agrees = n.is_none_or(|n| usize::try_from(n).is_ok_and(|n| n == tokens.len()));
+            if ordered && ends_agree && count_agrees {
+                tokens.windows(2).map(|w| w[1].saturating_since(w[0])).collect()
+            } else {
+                anomalies.token_times_inconsistent = true;
+                Vec::new()
+            }
+        }
+        _ => Vec::new(),
     };
 
     RequestMetrics {
@@ -237,8 +275,9 @@ pub fn map_request(
         latency,
         engine_queue,
         ttft,
-        itl,
         tpot,
+        latency_per_token,
+        itl,
         prompt_tokens: output.prompt_tokens,
         output_tokens: n,
         cached_tokens: output.stats.cached_tokens,

@@ -2,9 +2,14 @@
 pub mod aggregate;
 pub mod distribution;
 pub mod mapper;
+pub mod repeats;
 pub mod result;
+pub mod series;
+pub mod slo;
 pub use crate::time::WallAnchor;
 pub use aggregate::BenchmarkAggregator;
 pub use distribution::{Distribution, Summary};
 pub use mapper::{Anomalies, RequestMetrics, map_request};
+pub use repeats::{RepeatSummary, Spread, summarize_repeats};
 pub use result::{BenchmarkResult, all_metric_names, metric_names};
+pub use slo::{Slo, SloResult, SloVerdict};

@@ -6,16 +6,21 @@
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::distribution::Summary;
+use super::series::TimeSeries;
+use super::slo::SloResult;
 use crate::batcher::RequestError;
 
 /// One benchmark (one step of a profile), aggregated.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BenchmarkResult {
     /// `throughput`, `concurrent@4`, `constant@10.0/s`, ...
     pub name: String,
+    /// Which run of the benchmark this is, 0-based (`--repeat N` runs each benchmark N times).
+    #[serde(default)]
+    pub repeat: u32,
     /// What happened to the requests: completed, failed by kind, lost.
     pub counts: Counts,
     /// Prompt and generated token totals over completed requests.
@@ -40,16 +45,23 @@ pub struct BenchmarkResult {
     pub anomalies: AnomalyCounts,
     /// The prefix-cache hit rate the engine achieved: `cached / prompt` of
     /// [`PrefixCacheTokens`]; `None` when no completed request reported cached tokens.
+    #[serde(default)]
     pub prefix_cache_hit_rate: Option<f64>,
     /// The hit rate the workload was designed for: `designed_cached / designed_prompt`; `None`
     /// for a workload without a design (a prompt file).
+    #[serde(default)]
     pub prefix_cache_designed_hit_rate: Option<f64>,
     /// The token sums behind the two rates.
+    #[serde(default)]
     pub prefix_cache_tokens: PrefixCacheTokens,
+    /// Attainment and goodput against the scenario's `[slo]`; `None` without one.
+    pub slo: Option<SloResult>,
+    /// Completions, tokens, errors, concurrency and batches per interval of the window.
+    pub time_series: TimeSeries,
 }
 
 /// Prompt tokens served from the prefix cache, over completed measured requests.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PrefixCacheTokens {
     /// Σ cached tokens, over the requests whose engine reported both them and the prompt length.
     pub cached: u64,
@@ -63,7 +75,7 @@ pub struct PrefixCacheTokens {
 }
 
 /// What happened to the benchmark's requests. `lost` must be 0.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counts {
     /// Requests handed to the batcher.
     pub submitted: u64,
@@ -82,7 +94,7 @@ pub struct Counts {
 }
 
 /// Token totals over completed requests. Requests whose engine gave no count add nothing.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tokens {
     /// Prompt tokens.
     pub input: u64,
@@ -91,16 +103,18 @@ pub struct Tokens {
 }
 
 /// Per-request and per-batch timing distributions, in milliseconds.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Distributions {
     /// Per request: our submit to our completion.
     pub latency: Summary,
     /// Per request: our submit to the engine's first token.
     pub ttft: Summary,
-    /// Per request: mean gap between tokens after the first.
-    pub itl: Summary,
-    /// Per request: latency divided by generated tokens, the first included.
+    /// Per request: vLLM's TPOT, `(last_token − first_token) / (n − 1)`.
     pub tpot: Summary,
+    /// Per gap between two consecutive tokens (vLLM's ITL); empty without per-token times.
+    pub itl: Summary,
+    /// Per request: latency divided by generated tokens, the first included (guidellm's TPOT).
+    pub latency_per_token: Summary,
     /// Per request: our submit to the dispatch of its batch.
     pub batch_wait: Summary,
     /// Per request: the engine's `queued_ts` to `scheduled_ts`.
@@ -111,15 +125,17 @@ pub struct Distributions {
 
 impl Distributions {
     /// Names in report order.
-    pub const NAMES: [&'static str; 7] = ["latency", "ttft", "itl", "tpot", "batch_wait", "engine_queue", "generate"];
+    pub const NAMES: [&'static str; 8] =
+        ["latency", "ttft", "tpot", "itl", "latency_per_token", "batch_wait", "engine_queue", "generate"];
 
     /// The distribution named `name` (one of [`Self::NAMES`]).
     pub fn get(&self, name: &str) -> Option<&Summary> {
         Some(match name {
             "latency" => &self.latency,
             "ttft" => &self.ttft,
-            "itl" => &self.itl,
             "tpot" => &self.tpot,
+            "itl" => &self.itl,
+            "latency_per_token" => &self.latency_per_token,
             "batch_wait" => &self.batch_wait,
             "engine_queue" => &self.engine_queue,
             "generate" => &self.generate,
@@ -129,7 +145,7 @@ impl Distributions {
 }
 
 /// How the batcher grouped requests.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Batching {
     /// Batches dispatched.
     pub batches: u64,
@@ -152,7 +168,7 @@ pub struct Batching {
 }
 
 /// Completed requests whose engine stats were inconsistent, in total and per kind of problem.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AnomalyCounts {
     /// Requests with at least one anomaly.
     pub requests: u64,
@@ -170,10 +186,12 @@ pub struct AnomalyCounts {
     pub impossible_timestamp: u64,
     /// The engine's token count disagreed with its token ids.
     pub token_count_mismatch: u64,
+    /// The per-token times were out of order or disagreed with the first/last token or the count.
+    pub token_times_inconsistent: u64,
 }
 
 /// Metrics that are not a distribution statistic, in report order.
-const SCALAR_METRICS: [&str; 19] = [
+const SCALAR_METRICS: [&str; 22] = [
     "completed",
     "errors",
     "cancelled",
@@ -193,6 +211,9 @@ const SCALAR_METRICS: [&str; 19] = [
     "drain_flush_share",
     "prefix_cache_hit_rate",
     "prefix_cache_designed_hit_rate",
+    "slo_attainment",
+    "goodput_requests_per_s",
+    "goodput_output_tokens_per_s",
 ];
 
 /// `errors_<kind>`: errors of one kind. A flat name, because in TOML `errors.engine_error` would
@@ -233,6 +254,12 @@ pub fn is_metric_name(name: &str) -> bool {
 }
 
 impl BenchmarkResult {
+    /// The name people read: the benchmark's name, and from its second repeat on which one it is
+    /// (`throughput #2`), so every run of a `--repeat` report has a label of its own.
+    pub fn label(&self) -> String {
+        if self.repeat == 0 { self.name.clone() } else { format!("{} #{}", self.name, self.repeat + 1) }
+    }
+
     /// The metric called `name`; `None` for an unknown name or a value that was not measured
     /// (a percentile with no samples, a rate over an empty window).
     pub fn metric(&self, name: &str) -> Option<f64> {
@@ -258,6 +285,9 @@ impl BenchmarkResult {
             "drain_flush_share" => b.drain_share,
             "prefix_cache_hit_rate" => self.prefix_cache_hit_rate,
             "prefix_cache_designed_hit_rate" => self.prefix_cache_designed_hit_rate,
+            "slo_attainment" => self.slo.as_ref()?.attainment,
+            "goodput_requests_per_s" => self.slo.as_ref()?.goodput_requests_per_s,
+            "goodput_output_tokens_per_s" => self.slo.as_ref()?.goodput_output_tokens_per_s,
             _ if name.starts_with(ERROR_KIND_PREFIX) => {
                 let kind = name.strip_prefix(ERROR_KIND_PREFIX)?;
                 RequestError::KINDS.contains(&kind).then(|| c.errors_by_kind.get(kind).copied().unwrap_or(0) as f64)
@@ -280,7 +310,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_complete() {
         let names = metric_names();
-        assert_eq!(names.len(), 19 + 7 * 9);
+        assert_eq!(names.len(), 22 + 8 * 9);
         let unique: std::collections::BTreeSet<_> = names.iter().collect();
         assert_eq!(unique.len(), names.len());
         for name in ["ttft_p99_ms", "generate_std_ms", "engine_queue_p999_ms", "lost", "drain_flush_share"] {

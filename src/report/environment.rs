@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::engine::{EngineInfo, ResolvedEngineConfig};
 
 /// Where and with what the run ran: versions, engine, machine and seeds (`report.json`'s `environment`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Environment {
     /// The batchlab version that ran (`CARGO_PKG_VERSION`).
     pub batchlab_version: String,

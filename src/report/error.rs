@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-/// Why a report file could not be written.
+/// Why a report file could not be written or read back.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     /// The output directory could not be created.
@@ -45,4 +45,33 @@ pub enum ReportError {
     /// The resolved scenario printed as TOML failed to parse back (a printer bug).
     #[error("the printed scenario does not read back as TOML: {0}")]
     Scenario(String),
+    /// A report file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why reading failed.
+        source: std::io::Error,
+    },
+    /// A report file is not JSON of the expected shape.
+    #[error("cannot read {path} as a report: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// serde_json's error, with line and column.
+        source: serde_json::Error,
+    },
+    /// A `report.json` of another schema version.
+    #[error(
+        "{path}: {}, this batchlab reads schema {expected}: re-run the scenario with this batchlab to get a report it can read",
+        found.map_or_else(|| "report.json has no schema_version".to_string(), |v| format!("report.json schema {v}"))
+    )]
+    Schema {
+        /// The file.
+        path: PathBuf,
+        /// The version it has, if any.
+        found: Option<u64>,
+        /// [`super::SCHEMA_VERSION`].
+        expected: u32,
+    },
 }

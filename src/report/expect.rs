@@ -6,14 +6,14 @@
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::metrics::BenchmarkResult;
 use crate::metrics::result::is_metric_name;
 use crate::scenario::plan::{Comparison, Expectation};
 
 /// One expectation checked against one benchmark.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExpectationOutcome {
     /// The metric, as `[expect]` names it (e.g. `ttft_p99_ms`, `errors_engine_error`).
     pub metric: String,
@@ -25,6 +25,9 @@ pub struct ExpectationOutcome {
     pub measured: Option<f64>,
     /// The benchmark it was checked against.
     pub benchmark: String,
+    /// Which repeat of the benchmark (`--repeat`), 0-based.
+    #[serde(default)]
+    pub repeat: u32,
     /// Whether the measurement met the bound (false when there is no measurement).
     pub passed: bool,
     /// `file:line:column` of the expectation.
@@ -33,10 +36,21 @@ pub struct ExpectationOutcome {
     pub reason: Option<String>,
 }
 
+impl ExpectationOutcome {
+    /// The benchmark as people read it: `throughput`, or `throughput #2` for its second repeat
+    /// ([`BenchmarkResult::label`]).
+    pub fn label(&self) -> String {
+        if self.repeat == 0 { self.benchmark.clone() } else { format!("{} #{}", self.benchmark, self.repeat + 1) }
+    }
+}
+
 /// Why `benchmark` has no value for `metric`.
 fn missing_reason(metric: &str) -> String {
     if !is_metric_name(metric) {
         return format!("unknown metric {metric:?}");
+    }
+    if matches!(metric, "slo_attainment" | "goodput_requests_per_s" | "goodput_output_tokens_per_s") {
+        return "no [slo] objectives in the scenario, or nothing judged".to_string();
     }
     let dist = metric.strip_suffix("_ms").and_then(|m| m.rsplit_once('_')).map(|(d, _)| d);
     match dist {
@@ -57,6 +71,7 @@ pub fn evaluate(expectations: &[Expectation], benchmarks: &[BenchmarkResult]) ->
                 expected: e.value,
                 measured,
                 benchmark: b.name.clone(),
+                repeat: b.repeat,
                 passed: measured.is_some_and(|m| e.op.holds(m, e.value)),
                 origin: e.origin.clone(),
                 reason: measured.is_none().then(|| missing_reason(&e.metric)),
@@ -87,11 +102,11 @@ pub fn render_failures(outcomes: &[ExpectationOutcome]) -> String {
     for o in outcomes.iter().filter(|o| !o.passed) {
         let head = format!("FAIL {} {} {} ({})", o.metric, o.op.symbol(), human_number(o.expected), o.origin);
         let _ = match o.measured {
-            Some(m) => writeln!(out, "{head}: measured {} in benchmark {}", human_number(m), o.benchmark),
+            Some(m) => writeln!(out, "{head}: measured {} in benchmark {}", human_number(m), o.label()),
             None => writeln!(
                 out,
                 "{head}: no measurement in benchmark {} ({})",
-                o.benchmark,
+                o.label(),
                 o.reason.as_deref().unwrap_or("not measured")
             ),
         };

@@ -6,27 +6,33 @@
 pub mod environment;
 pub mod error;
 pub mod expect;
+pub mod html;
+pub mod read;
 pub mod requests;
 pub mod table;
 pub mod write;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use crate::metrics::result::{BenchmarkResult, metric_names};
 pub use environment::Environment;
 pub use error::ReportError;
 pub use expect::{ExpectationOutcome, evaluate, render_failures};
+pub use html::{HTML_FILE, render_html, write_html};
+pub use read::{read_report, report_path};
 pub use requests::{Phase, RequestOutcome, RequestRecord, RequestsJsonl};
 pub use table::render_table;
-pub use write::{CSV_FILE, JSON_FILE, csv_columns, prepare_output_dir, write_csv, write_json};
+pub use write::{CSV_FILE, JSON_FILE, csv_columns, prepare_output_dir, render_json, write_csv, write_json};
 
+use crate::metrics::repeats::{RepeatSummary, summarize_repeats};
 use crate::scenario::plan::Plan;
 
-/// Bumped whenever a field of `report.json` changes meaning or disappears.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Bumped whenever a field of `report.json` changes meaning or disappears. 2: `tpot` is vLLM's
+/// (`itl` was), `latency_per_token` is the old `tpot`, `itl` is per gap; SLOs; repeats.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Everything a run produced.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// The report format's version, [`SCHEMA_VERSION`].
     pub schema_version: u32,
@@ -43,13 +49,16 @@ pub struct Report {
     pub scenario: serde_json::Value,
     /// Versions, engine, machine and seeds.
     pub environment: Environment,
-    /// One result per benchmark (profile step), in run order.
+    /// One result per benchmark (profile step) and repeat, in run order.
     pub benchmarks: Vec<BenchmarkResult>,
+    /// With `--repeat N`: per benchmark, every metric's mean, spread and 95 % interval over its
+    /// repeats. Empty without repeats.
+    pub repeats: Vec<RepeatSummary>,
     /// Every `[expect]` checked against every benchmark, passed or not.
     pub expectations: Vec<ExpectationOutcome>,
     /// A file workload: its entries, the bad lines skipped and the prompts filtered; absent for
     /// synthetic workloads.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dataset: Option<crate::load::DatasetStats>,
 }
 
@@ -67,6 +76,7 @@ impl Report {
             .map_err(|e| ReportError::Scenario(e.to_string()))
             .and_then(|v| serde_json::to_value(v).map_err(ReportError::Plan))?;
         let expectations = evaluate(&plan.expect, &benchmarks);
+        let repeats = summarize_repeats(&benchmarks);
         Ok(Report {
             schema_version: SCHEMA_VERSION,
             batchlab_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -75,6 +85,7 @@ impl Report {
             scenario,
             environment,
             benchmarks,
+            repeats,
             expectations,
             dataset: None,
         })
@@ -159,6 +170,7 @@ pub(crate) mod tests {
             environment: redacted_environment(),
             expectations: evaluate(&expectations, &benchmarks),
             benchmarks,
+            repeats: Vec::new(),
             dataset: None,
         }
     }
@@ -198,6 +210,7 @@ pub(crate) mod tests {
             warmup: None,
             cooldown: None,
             faults: Faults::default(),
+            slo: crate::metrics::Slo::default(),
             expect: vec![Expectation {
                 metric: "lost".into(),
                 op: Comparison::Eq,
@@ -209,7 +222,7 @@ pub(crate) mod tests {
         let end = Timestamp::from_nanos(1_001_000_000_000);
         let benchmarks = vec![sample_aggregator("throughput").finish(end)];
         let report = Report::new(&plan, redacted_environment(), benchmarks, false).unwrap();
-        assert_eq!(report.schema_version, 1);
+        assert_eq!(report.schema_version, SCHEMA_VERSION);
         assert_eq!(report.scenario["name"], "plan");
         assert_eq!(report.scenario["profile"]["kind"], "throughput");
         assert_eq!(report.expectations.len(), 1);

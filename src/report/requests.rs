@@ -45,6 +45,8 @@ pub struct RequestRecord {
     pub id: RequestId,
     /// The benchmark (step) it belongs to.
     pub benchmark: String,
+    /// Which run of the benchmark (`--repeat`), 0-based.
+    pub repeat: u32,
     /// Warm-up, measured or cool-down.
     pub phase: Phase,
     /// How it ended (flattened: `outcome`, and `error_kind` for an error).
@@ -85,10 +87,12 @@ pub struct MetricsMs {
     pub engine_queue_ms: Option<f64>,
     /// Our submit to the first token.
     pub ttft_ms: Option<f64>,
-    /// Mean gap between tokens after the first.
-    pub itl_ms: Option<f64>,
-    /// Latency divided by generated tokens, the first included.
+    /// vLLM's TPOT: `(last_token − first_token) / (n − 1)`.
     pub tpot_ms: Option<f64>,
+    /// The longest gap between two consecutive tokens; `None` without per-token times.
+    pub itl_max_ms: Option<f64>,
+    /// Latency divided by generated tokens, the first included (guidellm's TPOT).
+    pub latency_per_token_ms: Option<f64>,
     /// Prompt length in tokens, as the engine counted it.
     pub prompt_tokens: Option<u32>,
     /// Generated tokens, as the engine counted them.
@@ -109,14 +113,16 @@ impl From<&RequestMetrics> for MetricsMs {
             (a.token_after_completion, "token_after_completion"),
             (a.impossible_timestamp, "impossible_timestamp"),
             (a.token_count_mismatch, "token_count_mismatch"),
+            (a.token_times_inconsistent, "token_times_inconsistent"),
         ];
         MetricsMs {
             latency_ms: ms(m.latency),
             batch_wait_ms: ms(m.batch_wait),
             engine_queue_ms: m.engine_queue.map(ms),
             ttft_ms: m.ttft.map(ms),
-            itl_ms: m.itl.map(ms),
             tpot_ms: m.tpot.map(ms),
+            itl_max_ms: m.itl_max().map(ms),
+            latency_per_token_ms: m.latency_per_token.map(ms),
             prompt_tokens: m.prompt_tokens,
             output_tokens: m.output_tokens,
             anomalies: flags.into_iter().filter(|(on, _)| *on).map(|(_, name)| name).collect(),
@@ -137,6 +143,7 @@ impl RequestRecord {
         RequestRecord {
             id,
             benchmark: benchmark.to_owned(),
+            repeat: 0,
             phase,
             outcome: RequestOutcome::Completed,
             submitted_ns: Some(times.submitted),
@@ -164,6 +171,7 @@ impl RequestRecord {
         RequestRecord {
             id,
             benchmark: benchmark.to_owned(),
+            repeat: 0,
             phase,
             outcome,
             submitted_ns: submitted,
@@ -258,8 +266,9 @@ mod tests {
             latency: Duration::from_millis(12),
             engine_queue: None,
             ttft: Some(Duration::from_micros(4500)),
-            itl: Some(Duration::from_millis(1)),
-            tpot: Some(Duration::from_millis(2)),
+            tpot: Some(Duration::from_millis(1)),
+            latency_per_token: Some(Duration::from_millis(2)),
+            itl: vec![Duration::from_micros(500), Duration::from_micros(1500)],
             prompt_tokens: Some(16),
             output_tokens: Some(6),
             ..RequestMetrics::default()
@@ -286,9 +295,9 @@ mod tests {
         assert_eq!(out.lines(), 3);
         let text = String::from_utf8(out.finish().unwrap()).unwrap();
         insta::assert_snapshot!(text, @r#"
-        {"id":1,"benchmark":"throughput","phase":"measure","outcome":"completed","submitted_ns":1000000000000,"dispatched_ns":1000002000000,"finished_ns":1000012000000,"batch":7,"batch_size":3,"engine_scheduled_ns":1000003000000,"engine_first_token_ns":1000004000000,"engine_last_token_ns":1000009000000,"cached_tokens":0,"latency_ms":12.0,"batch_wait_ms":2.0,"engine_queue_ms":null,"ttft_ms":4.5,"itl_ms":1.0,"tpot_ms":2.0,"prompt_tokens":16,"output_tokens":6,"anomalies":["scheduled_before_queued"]}
-        {"id":2,"benchmark":"throughput","phase":"warmup","outcome":"error","error_kind":"engine_error","submitted_ns":1000001000000,"dispatched_ns":null,"finished_ns":1000003000000,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null}
-        {"id":3,"benchmark":"concurrent@4","phase":"measure","outcome":"incomplete","submitted_ns":1000005000000,"dispatched_ns":null,"finished_ns":null,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null}
+        {"id":1,"benchmark":"throughput","repeat":0,"phase":"measure","outcome":"completed","submitted_ns":1000000000000,"dispatched_ns":1000002000000,"finished_ns":1000012000000,"batch":7,"batch_size":3,"engine_scheduled_ns":1000003000000,"engine_first_token_ns":1000004000000,"engine_last_token_ns":1000009000000,"cached_tokens":0,"latency_ms":12.0,"batch_wait_ms":2.0,"engine_queue_ms":null,"ttft_ms":4.5,"tpot_ms":1.0,"itl_max_ms":1.5,"latency_per_token_ms":2.0,"prompt_tokens":16,"output_tokens":6,"anomalies":["scheduled_before_queued"]}
+        {"id":2,"benchmark":"throughput","repeat":0,"phase":"warmup","outcome":"error","error_kind":"engine_error","submitted_ns":1000001000000,"dispatched_ns":null,"finished_ns":1000003000000,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null}
+        {"id":3,"benchmark":"concurrent@4","repeat":0,"phase":"measure","outcome":"incomplete","submitted_ns":1000005000000,"dispatched_ns":null,"finished_ns":null,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null}
         "#);
         for line in text.lines() {
             serde_json::from_str::<serde_json::Value>(line).unwrap();

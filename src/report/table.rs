@@ -1,13 +1,15 @@
 //! The console summary: one row per benchmark, plain ASCII, columns aligned.
 
+use crate::metrics::repeats::RepeatSummary;
 use crate::metrics::result::BenchmarkResult;
 
 use super::Report;
 
-/// A column: header, and how to show a benchmark's value in it.
-struct Column {
-    header: &'static str,
-    cell: fn(&BenchmarkResult) -> String,
+/// A column: header, and how to show a benchmark's value in it. report.html's summary uses the
+/// same columns.
+pub(crate) struct Column {
+    pub(crate) header: &'static str,
+    pub(crate) cell: fn(&BenchmarkResult) -> String,
 }
 
 fn count(v: u64) -> String {
@@ -22,8 +24,8 @@ fn ms(b: &BenchmarkResult, metric: &str) -> String {
     fixed(b.metric(metric), 2)
 }
 
-const COLUMNS: [Column; 11] = [
-    Column { header: "benchmark", cell: |b| b.name.clone() },
+pub(crate) const COLUMNS: [Column; 11] = [
+    Column { header: "benchmark", cell: |b| b.label() },
     Column { header: "requests", cell: |b| count(b.counts.completed) },
     Column { header: "errors", cell: |b| count(b.counts.errors) },
     Column { header: "req/s", cell: |b| fixed(b.requests_per_s, 2) },
@@ -32,7 +34,7 @@ const COLUMNS: [Column; 11] = [
     Column { header: "lat p99 ms", cell: |b| ms(b, "latency_p99_ms") },
     Column { header: "ttft p50 ms", cell: |b| ms(b, "ttft_p50_ms") },
     Column { header: "ttft p99 ms", cell: |b| ms(b, "ttft_p99_ms") },
-    Column { header: "itl p50 ms", cell: |b| ms(b, "itl_p50_ms") },
+    Column { header: "tpot p50 ms", cell: |b| ms(b, "tpot_p50_ms") },
     Column { header: "batch mean", cell: |b| fixed(b.batching.batch_size_mean, 2) },
 ];
 
@@ -88,6 +90,67 @@ pub fn render_table(report: &Report) -> String {
     if report.incomplete {
         out.push_str("(incomplete run: stopped before every benchmark finished)\n");
     }
+    if !report.repeats.is_empty() {
+        out.push('\n');
+        out.push_str(&render_repeats(&report.repeats));
+    }
+    out
+}
+
+/// With `--repeat`: per benchmark, the mean of a few metrics over its repeats with the 95 %
+/// confidence interval's half width, and the throughput's coefficient of variation.
+pub fn render_repeats(repeats: &[RepeatSummary]) -> String {
+    const METRICS: [(&str, &str); 5] = [
+        ("req/s", "requests_per_s"),
+        ("out tok/s", "output_tokens_per_s"),
+        ("lat p50 ms", "latency_p50_ms"),
+        ("ttft p50 ms", "ttft_p50_ms"),
+        ("tpot p50 ms", "tpot_p50_ms"),
+    ];
+    let spread = |s: &RepeatSummary, metric: &str| {
+        s.metrics.get(metric).map_or_else(
+            || "-".to_string(),
+            |m| match m.ci95_high {
+                Some(high) => format!("{:.2} ± {:.2}", m.mean, high - m.mean),
+                None => format!("{:.2}", m.mean),
+            },
+        )
+    };
+    let mut headers = vec!["benchmark".to_string(), "runs".to_string()];
+    headers.extend(METRICS.iter().map(|(h, _)| h.to_string()));
+    headers.push("req/s cv".to_string());
+    let rows: Vec<Vec<String>> = repeats
+        .iter()
+        .map(|s| {
+            let mut row = vec![s.benchmark.clone(), s.repeats.to_string()];
+            row.extend(METRICS.iter().map(|(_, m)| spread(s, m)));
+            row.push(s.requests_per_s_cv.map_or_else(|| "-".to_string(), |cv| format!("{:.2}%", cv * 100.0)));
+            row
+        })
+        .collect();
+    let widths: Vec<usize> = (0..headers.len())
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).chain([headers[i].len()]).max().unwrap_or(0))
+        .collect();
+    let line = |cells: &[String]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (cell, &w))| {
+                let pad = " ".repeat(w.saturating_sub(cell.chars().count()));
+                if i == 0 { format!("{cell}{pad}") } else { format!("{pad}{cell}") }
+            })
+            .collect();
+        let mut line = padded.join("  ").trim_end().to_string();
+        line.push('\n');
+        line
+    };
+    let mut out = String::from("over repeats: mean ± half width of the 95 % confidence interval (Student t)\n");
+    out.push_str(&line(&headers));
+    out.push_str(&line(&widths.iter().map(|&w| "-".repeat(w)).collect::<Vec<_>>()));
+    for row in &rows {
+        out.push_str(&line(row));
+    }
     out
 }
 
@@ -118,6 +181,28 @@ mod tests {
         let table = render_table(&report);
         assert!(table.lines().next().unwrap().ends_with("prefix hit (designed)"), "{table}");
         assert!(table.lines().nth(2).unwrap().ends_with("0.48 (0.50)"), "{table}");
+    }
+
+    #[test]
+    fn repeats_get_their_own_table() {
+        let mut report = sample_report();
+        let mut second = report.benchmarks.clone();
+        for b in &mut second {
+            b.repeat = 1;
+            b.requests_per_s = Some(6.0);
+        }
+        report.benchmarks.extend(second);
+        report.repeats = crate::metrics::summarize_repeats(&report.benchmarks);
+        let table = render_table(&report);
+        let repeats = table.split_once("\n\n").map(|(_, r)| r).expect("a second table");
+        // Two runs at 4 and 6 req/s: mean 5, s = √2, t(0.975, 1) = 12.706: half width 12.71.
+        insta::assert_snapshot!(repeats, @r"
+        over repeats: mean ± half width of the 95 % confidence interval (Student t)
+        benchmark        runs         req/s     out tok/s     lat p50 ms   ttft p50 ms   tpot p50 ms  req/s cv
+        ---------------  ----  ------------  ------------  -------------  ------------  ------------  --------
+        throughput          2  5.00 ± 12.71  62.00 ± 0.00  130.02 ± 0.00  35.03 ± 0.00  11.44 ± 0.00    28.28%
+        constant@10.0/s     2  5.00 ± 12.71  62.00 ± 0.00  130.02 ± 0.00  35.03 ± 0.00  11.44 ± 0.00    28.28%
+        ");
     }
 
     #[test]

@@ -16,17 +16,102 @@ pub const JSON_FILE: &str = "report.json";
 /// The CSV report's name: one row per benchmark, one column per metric.
 pub const CSV_FILE: &str = "report.csv";
 
-/// Writes `dir/report.json` (pretty-printed) and returns its path. Creates `dir` if needed.
+/// Writes `dir/report.json` (pretty-printed, arrays of numbers on one line) and returns its
+/// path. Creates `dir` if needed.
 pub fn write_json(report: &Report, dir: &Path) -> Result<PathBuf, ReportError> {
     let path = dir.join(JSON_FILE);
-    let mut bytes = serde_json::to_vec_pretty(report).map_err(|source| ReportError::Serialize {
+    let text = render_json(report).map_err(|source| ReportError::Serialize {
         what: "the report",
         path: path.clone(),
         source,
     })?;
-    bytes.push(b'\n');
-    write_atomically(dir, &path, &bytes)?;
+    write_atomically(dir, &path, text.as_bytes())?;
     Ok(path)
+}
+
+/// The text of `report.json`: pretty-printed, arrays of numbers on one line, a final newline.
+pub fn render_json(report: &Report) -> Result<String, serde_json::Error> {
+    let mut text = inline_scalar_arrays(&serde_json::to_string_pretty(report)?);
+    text.push('\n');
+    Ok(text)
+}
+
+/// Puts every JSON array that holds no array or object on one line (`[1, 2, 3]`): the time
+/// series and histograms stay readable instead of taking a line per number.
+fn inline_scalar_arrays(json: &str) -> String {
+    let bytes = json.as_bytes();
+    let mut out = String::with_capacity(json.len());
+    let mut i = 0;
+    let mut copied = 0;
+    let mut in_string = false;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            match b {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+        } else if b == b'"' {
+            in_string = true;
+        } else if b == b'['
+            && let Some(end) = scalar_array_end(bytes, i)
+        {
+            out.push_str(&json[copied..i]);
+            out.push_str(&collapse(&json[i..=end]));
+            i = end + 1;
+            copied = i;
+            continue;
+        }
+        i += 1;
+    }
+    out.push_str(&json[copied..]);
+    out
+}
+
+/// The index of the `]` closing the array opened at `open`, when it holds only scalars.
+fn scalar_array_end(bytes: &[u8], open: usize) -> Option<usize> {
+    let mut in_string = false;
+    let mut i = open + 1;
+    while i < bytes.len() {
+        match (in_string, bytes[i]) {
+            (true, b'\\') => i += 1,
+            (true, b'"') => in_string = false,
+            (false, b'"') => in_string = true,
+            (false, b'[' | b'{') => return None,
+            (false, b']') => return Some(i),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// A scalar array's text without its line breaks and indentation: `[1, 2]`.
+fn collapse(array: &str) -> String {
+    let mut out = String::with_capacity(array.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in array.chars() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !c.is_whitespace() {
+            out.push(c);
+            if c == ',' {
+                out.push(' ');
+            }
+        }
+    }
+    out
 }
 
 /// The CSV header: `benchmark`, `submitted`, every metric of [`metric_names`] in order, then
@@ -89,7 +174,7 @@ pub fn prepare_output_dir(dir: &Path) -> Result<(), ReportError> {
     })
 }
 
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
+pub(crate) fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
     fs::create_dir_all(dir).map_err(|source| ReportError::CreateDir { path: dir.to_path_buf(), source })?;
     let file_name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
     let tmp = dir.join(format!(".{file_name}.tmp"));
@@ -128,6 +213,22 @@ mod tests {
     }
 
     #[test]
+    fn scalar_arrays_go_on_one_line() {
+        let value = serde_json::json!({
+            "a": [1, 2.5, null],
+            "b": [{"c": ["x, \"y\"]", "[z]"]}, []],
+            "d": "[not, an array]",
+        });
+        let pretty = serde_json::to_string_pretty(&value).unwrap();
+        let inline = inline_scalar_arrays(&pretty);
+        assert_eq!(
+            inline,
+            "{\n  \"a\": [1, 2.5, null],\n  \"b\": [\n    {\n      \"c\": [\"x, \\\"y\\\"]\", \"[z]\"]\n    },\n    []\n  ],\n  \"d\": \"[not, an array]\"\n}"
+        );
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&inline).unwrap(), value);
+    }
+
+    #[test]
     fn csv_header_and_rows() {
         let report = sample_report();
         let text = render_csv(&report);
@@ -135,7 +236,7 @@ mod tests {
         assert_eq!(lines.len(), 2 + report.benchmarks.len(), "header, rows, trailing empty: {text}");
         assert_eq!(lines.last(), Some(&""));
         let header: Vec<&str> = lines[0].split(',').collect();
-        assert_eq!(header.len(), 2 + 82 + 1);
+        assert_eq!(header.len(), 2 + 94 + 1);
         assert_eq!(&header[..4], ["benchmark", "submitted", "completed", "errors"]);
         assert!(header.contains(&"ttft_p99_ms"));
         assert_eq!(header.last(), Some(&"errors_by_kind"));

@@ -189,6 +189,7 @@ pub fn run_design(base: &Plan, design: &[Setting], options: &DesignOptions) -> R
             requests_jsonl: true,
             progress: options.progress,
             interrupt: options.interrupt.clone(),
+            ..RunOptions::default()
         };
         let summary = runner.run(plan, run_options)?;
         check_complete(&summary, name)?;

@@ -80,12 +80,19 @@ fn kv_block_size(info: &EngineInfo) -> u32 {
 }
 
 /// Runs every step of `plan` on `driver`.
+/// Runs every step of `plan` on `driver`, `repeats` times (at least once), in one engine start.
+///
+/// Repeats are interleaved: the whole profile runs, then runs again (`a b c a b c`), so a drift of
+/// the engine over time spreads over every benchmark instead of biasing one. A sweep's rates are
+/// planned from the first round's measurements; later rounds rerun exactly those steps.
 pub(super) fn run_steps(
     plan: &Plan,
     driver: &mut dyn Driver,
     workload: &Workload,
     sinks: Sinks<'_>,
+    repeats: u32,
 ) -> Result<DriverResult, RunError> {
+    let repeats = repeats.max(1);
     let Sinks { mut jsonl, progress, interrupt } = sinks;
     progress.engine_step("loading engine");
     let info = match driver.start() {
@@ -104,7 +111,7 @@ pub(super) fn run_steps(
     let domain = driver.clock_domain();
     let anchor = Some(driver.wall_anchor());
     let count = match expand(&plan.profile) {
-        Expansion::Fixed(steps) => Some(steps.len()),
+        Expansion::Fixed(steps) => Some(steps.len() * repeats as usize),
         Expansion::Sweep { .. } => None,
     };
 
@@ -115,10 +122,28 @@ pub(super) fn run_steps(
     let mut interrupted = false;
     let mut incomplete = false;
     let mut last_status: Option<Instant> = None;
+    // The first round's steps, for the later rounds; which round runs, and its next step.
+    let mut round_steps = Vec::new();
+    let (mut round, mut position) = (0u32, 0usize);
 
-    while let Some(step) = planner.next_step(last_rps) {
+    loop {
+        let step = if round == 0 { planner.next_step(last_rps) } else { round_steps.get(position).cloned() };
+        let Some(step) = step else {
+            round += 1;
+            position = 0;
+            if round >= repeats || round_steps.is_empty() {
+                break;
+            }
+            continue;
+        };
+        if round == 0 {
+            round_steps.push(step.clone());
+        }
+        position += 1;
         let index = benchmarks.len();
-        let mut run = StepRun::for_plan(step, plan, driver.now(), domain, anchor)?.with_position(index, count);
+        let mut run = StepRun::for_plan(step, plan, driver.now(), domain, anchor)?
+            .with_position(index, count)
+            .with_repeat(round, repeats);
         if jsonl.is_some() {
             run = run.with_records();
         }
@@ -188,7 +213,9 @@ pub(super) fn run_steps(
             incomplete = true;
             break;
         }
-        last_rps = benchmarks.last().and_then(|b| b.requests_per_s);
+        if round == 0 {
+            last_rps = benchmarks.last().and_then(|b| b.requests_per_s);
+        }
     }
 
     progress.engine_step("stopping engine");

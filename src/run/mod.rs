@@ -32,7 +32,9 @@ use crate::engine::{Engine, VirtualTimeEngine};
 use crate::engine::faults::FaultyEngine;
 use crate::engine::{EngineError, EngineInfo, TimedEngine};
 use crate::load::{LoadError, Workload};
-use crate::report::{BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_json};
+use crate::report::{
+    BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_html, write_json,
+};
 use crate::scenario::plan::{EnginePlan, Plan, ProfilePlan, WorkloadPlan};
 use crate::time::MonotonicClock;
 use driver::{Driver, Sinks, run_steps};
@@ -44,7 +46,7 @@ use virtual_driver::VirtualTimeDriver;
 /// never interrupted.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
-    /// Where report.json, report.csv (and requests.jsonl) go; `None` writes nothing.
+    /// Where report.json, report.csv, report.html (and requests.jsonl) go; `None` writes nothing.
     pub output_dir: Option<PathBuf>,
     /// Also write requests.jsonl (so does the plan's `output.requests_jsonl`).
     pub requests_jsonl: bool,
@@ -52,6 +54,9 @@ pub struct RunOptions {
     pub progress: ProgressMode,
     /// Fire it to stop admitting, drain and report (the CLI fires it on the first Ctrl-C).
     pub interrupt: Interrupt,
+    /// Run every benchmark this many times in one engine start (`--repeat`; 0 counts as 1). The
+    /// report keeps each repeat and summarizes them (`Report::repeats`).
+    pub repeat: u32,
 }
 
 impl Default for RunOptions {
@@ -61,6 +66,7 @@ impl Default for RunOptions {
             requests_jsonl: false,
             progress: ProgressMode::Off,
             interrupt: Interrupt::never(),
+            repeat: 1,
         }
     }
 }
@@ -211,7 +217,7 @@ fn run_engine(
         }
     };
     let sinks = Sinks { jsonl: jsonl.as_mut(), progress: &mut progress, interrupt: &options.interrupt };
-    let result = run_steps(plan, driver.as_mut(), &workload, sinks);
+    let result = run_steps(plan, driver.as_mut(), &workload, sinks, options.repeat);
     drop(driver);
     progress.clear();
     let result = result?;
@@ -223,7 +229,7 @@ fn run_engine(
     // A file that cannot be written loses only itself: the summary keeps the report and table.
     let (mut written, mut write_errors) = (Vec::new(), Vec::new());
     if let Some(dir) = &options.output_dir {
-        for write in [write_json, write_csv] {
+        for write in [write_json, write_csv, write_html] {
             match write(&report, dir) {
                 Ok(path) => written.push(path),
                 Err(e) => write_errors.push(e),

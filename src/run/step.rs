@@ -105,6 +105,9 @@ pub struct StepRun {
     batched_requests: u64,
     /// 0-based position in the run, and the run's step count when known.
     index: usize,
+    /// Which run of this benchmark (`--repeat`), 0-based, of how many.
+    repeat: u32,
+    repeats: u32,
     count: Option<usize>,
     /// `requests.jsonl` rows not yet taken by the driver; `None` when not recording.
     records: Option<VecDeque<RequestRecord>>,
@@ -159,6 +162,8 @@ impl StepRun {
             batches: 0,
             batched_requests: 0,
             index: 0,
+            repeat: 0,
+            repeats: 1,
             count: None,
             records: None,
             admitting: Some(first_phase),
@@ -179,7 +184,18 @@ impl StepRun {
         domain: ClockDomain,
         anchor: Option<WallAnchor>,
     ) -> Result<Self, LoadError> {
-        Self::new(step, plan.stop.clone(), plan.warmup.clone(), plan.cooldown.clone(), now, domain, anchor)
+        let mut run =
+            Self::new(step, plan.stop.clone(), plan.warmup.clone(), plan.cooldown.clone(), now, domain, anchor)?;
+        run.aggregator.set_slo(&plan.slo);
+        Ok(run)
+    }
+
+    /// Marks this as run `repeat` (0-based) of `repeats` of its benchmark: its result and records
+    /// carry it, and the display names it (`throughput #2/3`) when there are several.
+    pub fn with_repeat(mut self, repeat: u32, repeats: u32) -> Self {
+        self.repeat = repeat;
+        self.repeats = repeats;
+        self
     }
 
     /// Keeps a `requests.jsonl` row per request, for [`poll_record`](Self::poll_record) and
@@ -211,7 +227,9 @@ impl StepRun {
 
     fn record(&mut self, make: impl FnOnce(&str) -> RequestRecord) {
         if let Some(queue) = &mut self.records {
-            queue.push_back(make(&self.step.name));
+            let mut record = make(&self.step.name);
+            record.repeat = self.repeat;
+            queue.push_back(record);
         }
     }
 
@@ -407,6 +425,7 @@ impl StepRun {
         let measuring = self.measure_start.is_some_and(|s| batch.dispatched_at >= s) && measured_pending;
         if measuring {
             self.aggregator.record_batch(
+                batch.dispatched_at,
                 batch.size,
                 batch.reason,
                 batch.returned_at.saturating_since(batch.dispatched_at),
@@ -498,14 +517,16 @@ impl StepRun {
                 self.aggregator.record_incomplete(f.submitted);
             }
             if recording {
-                records.push(RequestRecord::unfinished(
+                let mut record = RequestRecord::unfinished(
                     *id,
                     &self.step.name,
                     f.phase,
                     RequestOutcome::Incomplete,
                     Some(f.submitted),
                     None,
-                ));
+                );
+                record.repeat = self.repeat;
+                records.push(record);
             }
         }
         let end = if leftovers.iter().any(|(_, f)| f.phase == Phase::Measure) {
@@ -513,7 +534,9 @@ impl StepRun {
         } else {
             self.last_measured_end.or(self.measure_end).unwrap_or(now)
         };
-        Finished { result: self.aggregator.finish(end), records, ends_run }
+        let mut result = self.aggregator.finish(end);
+        result.repeat = self.repeat;
+        Finished { result, records, ends_run }
     }
 
     /// For progress displays: (requests/s, output tokens/s) over the measured window so far.
@@ -570,8 +593,13 @@ impl StepRun {
             ),
         };
         let (requests_per_s, output_tokens_per_s) = self.rates_so_far(now);
+        let benchmark = if self.repeats > 1 {
+            format!("{} #{}/{}", self.step.name, self.repeat + 1, self.repeats)
+        } else {
+            self.step.name.clone()
+        };
         StepStatus {
-            benchmark: self.step.name.clone(),
+            benchmark,
             index: self.index,
             count: self.count,
             phase,
@@ -707,6 +735,19 @@ mod tests {
     fn counts(run: &StepRun, now: Timestamp) -> (DisplayPhase, u64, Option<u64>) {
         let s = run.status(now);
         (s.phase, s.done, s.total)
+    }
+
+    #[test]
+    fn repeats_are_named_in_the_display_and_carried_by_results_and_records() {
+        let mut run = step(None, 1).with_records().with_repeat(1, 3);
+        assert_eq!(run.status(at(0)).benchmark, "throughput #2/3");
+        assert_eq!(run.poll(at(0)), Action::Submit(Phase::Measure));
+        run.on_submitted(0, Phase::Measure, at(0));
+        run.on_outcome(0, &done(0, 0, 5), at(5));
+        assert_eq!(run.poll_record().map(|r| r.repeat), Some(1));
+        let finished = run.finish(at(5));
+        assert_eq!((finished.result.name.as_str(), finished.result.repeat), ("throughput", 1));
+        assert_eq!(step(None, 1).status(at(0)).benchmark, "throughput", "one run: the plain name");
     }
 
     #[test]

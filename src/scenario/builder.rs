@@ -11,7 +11,7 @@ use toml_edit::{Array, Value};
 use super::error::ScenarioError;
 use super::keys;
 use super::overrides::Overrides;
-use super::plan::{Comparison, Plan, TokenDist};
+use super::plan::{Comparison, Plan, Slo, TokenDist};
 use super::units::format_duration;
 use crate::engine::ResolvedEngineConfig;
 use crate::engine::faults::{FAULT_KEYS, FaultTrigger, FaultValue, Faults, ProcessFault};
@@ -264,6 +264,24 @@ impl ScenarioBuilder {
     /// SIGKILL vLLM's EngineCore during generate `after_batches + 1` (multiprocess vLLM only).
     pub fn fault_kill_engine(self, after_batches: u64) -> Self {
         self.faults(&Faults { kill_engine: Some(ProcessFault { after_batches }), ..Faults::default() })
+    }
+
+    /// `[slo]`: sets every objective `slo` sets (replacing earlier ones), e.g.
+    /// `.slo(&Slo { ttft_ms: Some(50.0), ..Slo::default() })`.
+    pub fn slo(mut self, slo: &Slo) -> Self {
+        self = self.forget("slo.");
+        let objectives = [
+            ("ttft_ms", slo.ttft_ms),
+            ("tpot_ms", slo.tpot_ms),
+            ("itl_ms", slo.itl_ms),
+            ("latency_ms", slo.latency_ms),
+        ];
+        for (key, bound) in objectives {
+            if let Some(ms) = bound {
+                self = self.set(&format!("slo.{key}"), ms);
+            }
+        }
+        self
     }
 
     /// Adds `metric op value` to `[expect]`.

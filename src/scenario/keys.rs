@@ -175,7 +175,7 @@ pub(crate) const HEAD_KEYS: &[Key<Head>] = &[
 
 /// The top level's sections, in the order the printer writes them.
 pub(crate) const SECTIONS: &[&str] =
-    &["engine", "batching", "workload", "profile", "stop", "warmup", "cooldown", "faults", "expect", "output"];
+    &["engine", "batching", "workload", "profile", "stop", "warmup", "cooldown", "faults", "slo", "expect", "output"];
 
 /// A section's tag: `engine.kind`, `workload.source`, `profile.kind`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -673,6 +673,16 @@ impl Phase {
 pub(crate) const PHASE_KEYS: &[Key<Phase>] = &[
     key!(requests: Opt(U64(1)), KeyDefault::Value, "this many requests", in Phase),
     key!(duration: Opt(Dur { zero: false }), KeyDefault::Value, "requests for this long", in Phase),
+];
+
+/// A latency objective in milliseconds.
+const OBJECTIVE_MS: Opt<Float> = Opt(Float(Low::Above(0.0), f64::INFINITY));
+
+pub(crate) const SLO_KEYS: &[Key<Slo>] = &[
+    key!(ttft_ms: OBJECTIVE_MS, KeyDefault::Value, "> 0; time to first token, ms", in Slo),
+    key!(tpot_ms: OBJECTIVE_MS, KeyDefault::Value, "> 0; time per output token after the first, ms", in Slo),
+    key!(itl_ms: OBJECTIVE_MS, KeyDefault::Value, "> 0; every gap between two tokens, ms (needs per-token times)", in Slo),
+    key!(latency_ms: OBJECTIVE_MS, KeyDefault::Value, "> 0; end-to-end latency, ms", in Slo),
 ];
 
 pub(crate) const OUTPUT_KEYS: &[Key<OutputPlan>] = &[

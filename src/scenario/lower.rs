@@ -65,6 +65,7 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     let stop = lower_stop(cx, top);
     let warmup = lower_phase(cx, top, "warmup");
     let cooldown = lower_phase(cx, top, "cooldown");
+    let slo = simple_section(cx, top, "slo", keys::SLO_KEYS, Slo::default());
     let expect = lower_expect(cx, top);
     let output = lower_output(cx, top);
 
@@ -80,6 +81,7 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
         warmup,
         cooldown,
         faults,
+        slo,
         expect,
         output,
     };

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::batcher::BatchConfig;
 pub use crate::engine::chat::RequestFormat;
@@ -18,6 +18,7 @@ use crate::engine::{EngineError, TimedEngine};
 pub use crate::load::{
     Columns, DatasetOptions, FileFormat, ProfilePlan, SyntheticChat, TokenDist, TraceArrivals, WorkloadPlan,
 };
+pub use crate::metrics::slo::Slo;
 
 /// A validated scenario: everything a run needs, with every default filled in.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -44,6 +45,8 @@ pub struct Plan {
     pub cooldown: Option<PhaseLimit>,
     /// `[faults]`: injected around whichever engine runs.
     pub faults: Faults,
+    /// `[slo]`: per-request objectives; the report's `slo_attainment` and goodput judge them.
+    pub slo: Slo,
     /// `[expect]`: the checks `RunSummary::assert_expectations` and `batchlab run` judge.
     pub expect: Vec<Expectation>,
     /// `[output]`: where files are written.
@@ -127,7 +130,7 @@ pub enum PhaseLimit {
 }
 
 /// How an expectation compares the measured value with its bound.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Comparison {
     /// `==`: equal (exactly; counts are whole numbers).
     #[serde(rename = "==")]

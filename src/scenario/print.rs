@@ -65,6 +65,12 @@ pub fn to_toml(plan: &Plan) -> String {
     }
     doc["faults"] = Item::Table(faults);
 
+    if plan.slo.is_set() {
+        let mut slo = Table::new();
+        keys::print(&mut slo, keys::SLO_KEYS, &plan.slo);
+        doc["slo"] = Item::Table(slo);
+    }
+
     if !plan.expect.is_empty() {
         let mut t = Table::new();
         for e in &plan.expect {

@@ -58,6 +58,7 @@ static FAULTS: LazyLock<SectionKeys> = LazyLock::new(|| {
         subkeys => (k.name, Sub::Fixed(subkeys)),
     }))
 });
+static SLO: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::SLO_KEYS)));
 static OUTPUT: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::OUTPUT_KEYS)));
 
 /// The table of fixed keys at `path`, if there is one (`[expect]` takes metric names instead).
@@ -74,6 +75,7 @@ pub(crate) fn section(path: &[&str]) -> Option<&'static SectionKeys> {
         ["stop"] => &STOP,
         ["warmup" | "cooldown"] => &PHASE,
         ["faults"] => &FAULTS,
+        ["slo"] => &SLO,
         ["output"] => &OUTPUT,
         _ => return None,
     })

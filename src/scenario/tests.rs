@@ -786,6 +786,9 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
             crate::batcher::BatchConfig::new(size, timeout).unwrap().with_generate_timeout(generate).unwrap()
         },
     );
+    let objective = || proptest::option::of(0.001..1e6f64);
+    let slo = (objective(), objective(), objective(), objective())
+        .prop_map(|(ttft_ms, tpot_ms, itl_ms, latency_ms)| Slo { ttft_ms, tpot_ms, itl_ms, latency_ms });
     let output = (proptest::option::of("[a-z]{1,8}(/[a-z]{1,8})?"), any::<bool>())
         .prop_map(|(dir, requests_jsonl)| OutputPlan { dir: dir.map(PathBuf::from), requests_jsonl });
     // Names are one path component (no `/` or `\\`); a quote still tests the printer's quoting.
@@ -802,7 +805,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
         profile_strategy(),
         stop,
         (phase(), phase()),
-        expect,
+        (slo, expect),
         output,
     )
         .prop_map(
@@ -814,7 +817,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                 profile,
                 stop,
                 (warmup, cooldown),
-                expect,
+                (slo, expect),
                 output,
             )| {
                 let mut profile = profile;
@@ -858,6 +861,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                     warmup,
                     cooldown,
                     faults,
+                    slo,
                     expect,
                     output,
                 }

@@ -57,6 +57,7 @@ pub(crate) const OUTPUT_FIELDS: &[&str] = &[
     "first_token_ts",
     "last_token_ts",
     "cached_tokens",
+    "token_ts",
 ];
 
 /// The keys of the dict `start()` returns; `name` and `version` are required.
@@ -145,6 +146,23 @@ impl<'a> Fields<'a> {
             Plain::Float(f) => Ok(Some(*f)),
             Plain::Int(i) => Ok(Some(*i as f64)),
             other => Err(format!("`{key}` must be a number of seconds or None, found {}", other.describe())),
+        }
+    }
+
+    fn seconds_list(&self, key: &str) -> Result<Option<Vec<f64>>, String> {
+        match self.get(key) {
+            Plain::None => Ok(None),
+            Plain::List(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    Plain::Float(f) => Ok(*f),
+                    Plain::Int(t) => Ok(*t as f64),
+                    other => Err(format!("`{key}[{i}]` must be a number of seconds, found {}", other.describe())),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            other => Err(format!("`{key}` must be a list of seconds or None, found {}", other.describe())),
         }
     }
 
@@ -279,6 +297,7 @@ fn map_output(value: &Plain) -> Result<EngineOutput, String> {
             first_token_ts: f.seconds("first_token_ts")?,
             last_token_ts: f.seconds("last_token_ts")?,
             cached_tokens: f.int("cached_tokens", max)?.map(|n| n as u32),
+            token_ts: f.seconds_list("token_ts")?,
         },
     })
 }
@@ -342,6 +361,7 @@ mod tests {
                 ("first_token_ts", Plain::Float(11.0)),
                 ("last_token_ts", Plain::Float(12.0)),
                 ("cached_tokens", Plain::Int(2)),
+                ("token_ts", Plain::List(vec![Plain::Float(11.0), Plain::Int(12)])),
             ]),
             Ok(EngineOutput {
                 request_id: Some(7),
@@ -357,6 +377,7 @@ mod tests {
                     first_token_ts: Some(11.0),
                     last_token_ts: Some(12.0),
                     cached_tokens: Some(2),
+                    token_ts: Some(vec![11.0, 12.0]),
                 },
             }),
         );
@@ -409,6 +430,14 @@ mod tests {
             ),
             (dict(&[two.clone(), ("text", Plain::Other("bytes".into()))]), "`text` must be a str or None, found bytes"),
             (
+                dict(&[two.clone(), ("token_ts", Plain::Float(1.0))]),
+                "`token_ts` must be a list of seconds or None, found float 1",
+            ),
+            (
+                dict(&[two.clone(), ("token_ts", Plain::List(vec![Plain::Float(1.0), Plain::Str("x".into())]))]),
+                "`token_ts[1]` must be a number of seconds, found str 'x'",
+            ),
+            (
                 dict(&[("output_token_ids", Plain::List(vec![Plain::Int(1), Plain::Float(2.0)]))]),
                 "`output_token_ids[1]` must be a token id (an int in 0..=2^32-1), found float 2",
             ),
@@ -420,7 +449,7 @@ mod tests {
                 dict(&[two.clone(), ("first_token_time", Plain::Float(1.0))]),
                 "unknown field `first_token_time` (did you mean `first_token_ts`?) (known: request_id, prompt_tokens, \
                  output_tokens, output_token_ids, text, finish_reason, arrival_time, queued_ts, scheduled_ts, \
-                 first_token_ts, last_token_ts, cached_tokens)",
+                 first_token_ts, last_token_ts, cached_tokens, token_ts)",
             ),
             (Plain::List(vec![]), "expected a dict, found list of 0"),
         ] {

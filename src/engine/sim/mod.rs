@@ -141,6 +141,7 @@ impl Engine for SimEngine {
                     first_token_ts: seq.first_token.map(|k| at(ends[k + 1])),
                     last_token_ts: seq.last_token.map(|k| at(ends[k + 1])),
                     cached_tokens: Some(seq.cached_tokens),
+                    token_ts: Some(seq.token_steps.iter().map(|&k| at(ends[k + 1])).collect()),
                 },
             })
             .collect();

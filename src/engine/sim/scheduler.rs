@@ -58,6 +58,8 @@ pub struct SeqSchedule {
     pub first_token: Option<usize>,
     /// The step that produced its last token.
     pub last_token: Option<usize>,
+    /// The step that produced each of its tokens, in order.
+    pub token_steps: Vec<usize>,
     /// Prompt tokens taken from the prefix cache at its first admission.
     pub cached_tokens: u32,
     /// How often it was preempted.
@@ -303,6 +305,7 @@ pub(crate) fn schedule(
                 let times = &mut out.seqs[r];
                 times.first_token.get_or_insert(step_index);
                 times.last_token = Some(step_index);
+                times.token_steps.push(step_index);
                 if s.generated == s.output_len {
                     kv.release(&s.blocks);
                     s.blocks.clear();

@@ -139,6 +139,11 @@ fn docs_warmup_and_cooldown() {
 }
 
 #[test]
+fn docs_slo() {
+    check_docs("## `[slo]`", rows(SLO_KEYS, &Slo::default()));
+}
+
+#[test]
 fn docs_output() {
     check_docs("## `[output]`", rows(OUTPUT_KEYS, &OutputPlan::default()));
 }

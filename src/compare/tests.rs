@@ -1,0 +1,141 @@
+use super::*;
+use crate::report::tests::sample_report;
+
+/// A run of the sample report; per benchmark `latency_ms` samples when given.
+fn run(label: &str, latency_ms: Option<&[f64]>) -> Run {
+    let report = sample_report();
+    let requests = latency_ms.map(|values| {
+        report
+            .benchmarks
+            .iter()
+            .map(|b| (b.name.clone(), Samples::from([("latency_ms".to_string(), values.to_vec())])))
+            .collect()
+    });
+    Run { label: label.into(), report, requests }
+}
+
+fn row<'c>(c: &'c Comparison, benchmark: &str, metric: &str) -> &'c Row {
+    c.rows.iter().find(|r| r.benchmark == benchmark && r.metric == metric).unwrap_or_else(|| panic!("{metric}"))
+}
+
+const LATENCIES: [f64; 8] = [110.0, 130.0, 300.0, 350.0, 120.0, 140.0, 310.0, 340.0];
+
+#[test]
+fn a_run_against_itself_is_within_noise_or_not_judged() {
+    let a = run("a", Some(&LATENCIES));
+    let c = compare(&a, &a.clone(), &CompareOptions::default()).unwrap();
+    assert!(c.passed());
+    assert!(c.only_a.is_empty() && c.only_b.is_empty());
+    for r in &c.rows {
+        assert_eq!(r.delta, Some(0.0), "{r:?}");
+        match r.metric.as_str() {
+            m if m.starts_with("latency_") && !m.starts_with("latency_per_token") => {
+                assert_eq!(r.verdict, Verdict::WithinNoise, "{r:?}");
+                assert_eq!(r.test, Some((TestKind::MannWhitney, 1.0)), "{r:?}");
+            }
+            _ => assert!(matches!(r.verdict, Verdict::NotJudged(_)), "one run each: no repeats: {r:?}"),
+        }
+    }
+    // Metrics neither run measured have no row.
+    assert!(c.rows.iter().all(|r| r.a.is_some() || r.b.is_some()));
+    let text = table::render_comparison(&c);
+    assert!(text.contains("needs 2+ repeats in each run"), "{text}");
+    assert!(text.contains("no gated metric worse by more than 5%"), "{text}");
+}
+
+#[test]
+fn slower_requests_are_worse_and_a_gated_regression() {
+    let a = run("a", Some(&LATENCIES));
+    // Four times slower: every B request is slower than every A request.
+    let doubled: Vec<f64> = LATENCIES.iter().map(|v| v * 4.0).collect();
+    let mut b = run("b", Some(&doubled));
+    for bench in &mut b.report.benchmarks {
+        let l = &mut bench.distributions.latency;
+        for v in [&mut l.mean, &mut l.p50, &mut l.p90, &mut l.p95, &mut l.p99, &mut l.p999, &mut l.min, &mut l.max] {
+            *v = v.map(|x| x * 4.0);
+        }
+    }
+    let c = compare(&a, &b, &CompareOptions::default()).unwrap();
+    let p50 = row(&c, "throughput", "latency_p50_ms");
+    assert_eq!(p50.verdict, Verdict::Worse);
+    assert!(p50.test.is_some_and(|(k, p)| k == TestKind::MannWhitney && p < 0.01), "{p50:?}");
+    assert!(p50.gated && p50.regression, "{p50:?}");
+    assert!(!c.passed());
+    // Faster the other way round, and no regression then.
+    let c = compare(&b, &a, &CompareOptions::default()).unwrap();
+    assert_eq!(row(&c, "throughput", "latency_p50_ms").verdict, Verdict::Better);
+    assert!(c.passed());
+    // A threshold above the change lets it pass, still worse.
+    let lenient = CompareOptions { max_regression: 3.5, ..CompareOptions::default() };
+    let c = compare(&a, &b, &lenient).unwrap();
+    assert_eq!(row(&c, "throughput", "latency_p50_ms").verdict, Verdict::Worse);
+    assert!(c.passed());
+    let text = table::render_comparison(&compare(&a, &b, &CompareOptions::default()).unwrap());
+    assert!(text.contains("regression(s) beyond 5%"), "{text}");
+}
+
+/// Three repeats each: throughput is judged by Welch's t on the repeat values.
+#[test]
+fn throughput_is_judged_on_repeats() {
+    let with_rates = |rates: [f64; 3]| {
+        let mut r = run("r", None);
+        let one = r.report.benchmarks[0].clone();
+        r.report.benchmarks = rates
+            .iter()
+            .enumerate()
+            .map(|(i, &rps)| {
+                let mut b = one.clone();
+                b.repeat = i as u32;
+                b.requests_per_s = Some(rps);
+                b
+            })
+            .collect();
+        r
+    };
+    let a = with_rates([4.0, 4.1, 3.9]);
+    let b = with_rates([2.0, 2.1, 1.9]);
+    let c = compare(&a, &b, &CompareOptions::default()).unwrap();
+    let rps = row(&c, "throughput", "requests_per_s");
+    assert_eq!((rps.a, rps.b), (Some(4.0), Some(2.0)));
+    assert_eq!(rps.verdict, Verdict::Worse);
+    assert!(rps.regression && matches!(rps.test, Some((TestKind::Welch, _))), "{rps:?}");
+    // Without requests.jsonl, timings fall back to the repeats: equal in every repeat here.
+    assert_eq!(row(&c, "throughput", "latency_p50_ms").verdict, Verdict::WithinNoise);
+    // Overlapping repeats are within noise.
+    let c = compare(&a, &with_rates([4.05, 3.95, 4.1]), &CompareOptions::default()).unwrap();
+    assert_eq!(row(&c, "throughput", "requests_per_s").verdict, Verdict::WithinNoise);
+    // A metric without a better direction differs rather than improves.
+    let mut d = with_rates([4.0, 4.1, 3.9]);
+    for (i, bench) in d.report.benchmarks.iter_mut().enumerate() {
+        bench.batching.batch_size_mean = Some(10.0 + i as f64 * 0.1);
+    }
+    assert_eq!(
+        row(&compare(&a, &d, &CompareOptions::default()).unwrap(), "throughput", "batch_size_mean").verdict,
+        Verdict::Differs
+    );
+}
+
+#[test]
+fn bad_comparisons_are_refused() {
+    let a = run("a", None);
+    let mut b = run("b", None);
+    let gate = CompareOptions { gates: vec!["latency_p42_ms".into()], ..CompareOptions::default() };
+    assert!(matches!(compare(&a, &b, &gate), Err(CompareError::UnknownGate(g)) if g == "latency_p42_ms"));
+    for bench in &mut b.report.benchmarks {
+        bench.name.push_str("-other");
+    }
+    let err = compare(&a, &b, &CompareOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("no benchmark in common"), "{err}");
+}
+
+#[test]
+fn html_is_self_contained_and_escaped() {
+    let a = run("a<&>", Some(&LATENCIES));
+    let html = html::render_html(&compare(&a, &a.clone(), &CompareOptions::default()).unwrap(), &a, &a);
+    assert!(html.to_lowercase().starts_with("<!doctype html>"), "{}", &html[..40]);
+    assert!(html.contains("a&lt;&amp;&gt;"));
+    assert_eq!(crate::report::html::external_urls(&html), Vec::<String>::new());
+    assert!(html.contains("within noise"));
+    assert!(html.contains("Latency CDF"), "distributions are charted");
+    assert!(html.matches("<svg").count() >= 2 * 4, "four CDFs per benchmark");
+}

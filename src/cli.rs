@@ -102,14 +102,14 @@ enum Command {
         #[command(flatten)]
         scenario: ScenarioArgs,
     },
-    /// Fit a simulator profile (docs/simulation.md) from the output directories of earlier runs.
-    Calibrate(calibrate::CalibrateArgs),
     /// Re-render report.html (next to report.json) and print the summary table from a saved report.
     Report {
         /// An output directory, or its report.json.
         #[arg(value_name = "DIR|REPORT.JSON")]
         report: PathBuf,
     },
+    /// Fit a simulator profile (docs/simulation.md) from the output directories of earlier runs.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 mod calibrate;
@@ -252,13 +252,13 @@ fn compare_runs(a: &Path, b: &Path, options: batchlab::compare::CompareOptions, 
 
 fn real_main(cli: Cli) -> ExitCode {
     let (args, task) = match cli.command {
-        Command::Calibrate(args) => return calibrate::main(args),
         Command::Report { report } => return rerender_report(&report),
         Command::Compare { a, b, max_regression, alpha, gates, output } => {
             let gates = if gates.is_empty() { batchlab::compare::CompareOptions::default().gates } else { gates };
             let options = batchlab::compare::CompareOptions { max_regression, alpha, gates };
             return compare_runs(&a, &b, options, output);
         }
+        Command::Calibrate(args) => return calibrate::main(args),
         Command::Run { scenario, .. } | Command::Check { scenario } if scenario.engine_kind => {
             (scenario, Task::PrintEngineKind)
         }
@@ -371,9 +371,6 @@ fn print_engine_log_tail(path: &Path) {
     }
 }
 
-/// First Ctrl-C (or SIGTERM): fire `interrupt` (stop admitting, drain, report). Second: leave at
-/// once. Call inside the runtime, before the run starts: a signal that came before the watcher
-/// task first ran would otherwise kill the process.
 /// First Ctrl-C (or SIGTERM): fire `interrupt` (stop admitting, drain, report) and store the exit
 /// code of that signal in `first_signal` (130 for SIGINT, 143 for SIGTERM). Second: leave at once.
 /// Installed before the run starts: a signal that came before the watcher task first ran would

@@ -42,8 +42,8 @@ fn dependencies_point_down() {
         ("src/load", &[], &["crate::scenario", "crate::metrics", "crate::run"]),
         ("src/metrics", &[], &["crate::scenario", "crate::run"]),
         ("src/batcher", &[], &["crate::scenario", "crate::metrics", "crate::run", "crate::report"]),
-        ("src/calibrate", &[], &["crate::scenario", "crate::metrics", "crate::run"]),
         ("src/compare", &[], &["crate::run", "crate::engine", "crate::batcher", "crate::scenario"]),
+        ("src/calibrate", &[], &["crate::scenario", "crate::metrics", "crate::run"]),
     ];
     let mut all = Vec::new();
     for (layer, except, forbidden) in cases {

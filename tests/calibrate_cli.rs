@@ -110,6 +110,10 @@ fn calibrate_recovers_a_simulated_runs_coefficients_from_its_output_directory() 
     assert_eq!(profile.provenance.sources, vec![out.display().to_string()]);
     assert!(profile.fit.batches >= 8, "{:?}", profile.fit);
     assert!(profile.residuals["first_token"].p99_rel < 1e-4, "{:?}", profile.residuals);
+    let sizes: Vec<u64> = profile.fit.by_batch_size.iter().map(|b| b.size).collect();
+    assert!(sizes.len() >= 3 && sizes.contains(&1), "several batch sizes: {sizes:?}");
+    assert!(profile.fit.by_batch_size.iter().all(|b| b.mean_rel_error.abs() < 1e-6), "{:?}", profile.fit.by_batch_size);
+    assert!(text(&fit.stdout).contains("batch size 1 "), "{}", text(&fit.stdout));
 
     // A scenario that uses the profile gets its coefficients and limits; a key written beside
     // `profile` overrides it.

@@ -113,8 +113,8 @@ fn mapper_consistent_stats_map_cleanly() {
         scheduled_ts: Some(10.5),
         first_token_ts: Some(11.0),
         last_token_ts: Some(15.0),
-        cached_tokens: None,
         token_ts: None,
+        cached_tokens: None,
     };
     let tpot = Some(Duration::from_secs(1));
     check_mapper(

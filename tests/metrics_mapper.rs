@@ -38,8 +38,8 @@ fn stats(queued: Option<f64>, scheduled: Option<f64>, first: Option<f64>, last: 
         scheduled_ts: scheduled,
         first_token_ts: first,
         last_token_ts: last,
-        cached_tokens: None,
         token_ts: None,
+        cached_tokens: None,
     }
 }
 
@@ -171,8 +171,8 @@ fn canonical_mappings() {
                     scheduled_ts: Some(5.004),
                     first_token_ts: Some(5.044),
                     last_token_ts: Some(5.184),
-                    cached_tokens: None,
                     token_ts: None,
+                    cached_tokens: None,
                 },
                 Some(8),
                 None,
@@ -225,8 +225,8 @@ fn canonical_mappings() {
                     scheduled_ts: Some(0.0),
                     first_token_ts: Some(5.044),
                     last_token_ts: Some(5.184),
-                    cached_tokens: None,
                     token_ts: None,
+                    cached_tokens: None,
                 },
                 Some(8),
                 None,
@@ -273,7 +273,7 @@ proptest! {
             dispatched: Timestamp::from_nanos(submit + wait),
             completed: Timestamp::from_nanos(submit + wait + run),
         };
-        let stats = EngineStats { arrival_wall: wall, queued_ts: q, scheduled_ts: sch, first_token_ts: first, last_token_ts: last, cached_tokens: None, token_ts: None };
+        let stats = EngineStats { arrival_wall: wall, queued_ts: q, scheduled_ts: sch, first_token_ts: first, last_token_ts: last, token_ts: None, cached_tokens: None };
         let domain = if foreign { ClockDomain::Foreign } else { ClockDomain::Monotonic };
         let anchor = Some(WallAnchor { wall_secs: 100.0, mono: Timestamp::from_nanos(submit) });
         let m = map_request(&t, &output(stats, tokens, None), domain, anchor);

@@ -119,8 +119,8 @@ impl Input {
             scheduled_ts: secs(self.scheduled),
             first_token_ts: secs(self.first_token),
             last_token_ts: secs(self.last_token),
-            cached_tokens: None,
             token_ts,
+            cached_tokens: None,
         };
         let output = EngineOutput {
             request_id: None,

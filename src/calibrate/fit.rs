@@ -11,12 +11,27 @@
 //! ```
 //!
 //! summed over the `k` steps before it (its `scheduled_ts`) or up to and including the step that
-//! produced it (its first and last token). Ordinary least squares on all of them recovers the
-//! six coefficients; the call's tail (`finish_overhead + finish_per_request·n`) is fitted on its
-//! own, from the time between a batch's last token and the return of its `generate`. Each fit: columns are scaled to unit norm, the system is solved by modified Gram-Schmidt QR
-//! (a column the others already explain is reported as unidentified and fixed at 0), and a
-//! negative coefficient is fixed at 0 and the rest refitted (an active-set non-negative fit), since
-//! no cost is negative. Six unknowns need no linear-algebra crate.
+//! produced it (its first and last token). Three least-squares fits follow from that:
+//!
+//! 1. **The head** (`fixed_overhead + request_overhead·n`) is measured directly: a batch's first
+//!    `scheduled_ts` after its dispatch. It is fitted on its own, so the step costs cannot push
+//!    their misfit into it (a real engine's big batches otherwise bend it).
+//! 2. **The steps** (`decode_step`, `prefill_per_token`, `decode_per_seq`,
+//!    `context_per_1k_tokens`) are fitted on every timestamp minus its batch's measured head.
+//! 3. **The tail** (`finish_overhead + finish_per_request·n`) is fitted from the time between a
+//!    batch's last token and the return of its `generate`.
+//!
+//! Each fit minimises **relative** error (each row divided by its measured value, at least 1 ms),
+//! and in the step fit every batch counts alike (its rows also divided by √ of their number): on a
+//! real engine the few big batches hold most of the timestamps and their seconds-long times would
+//! otherwise decide every coefficient, while the held-out goals are relative. Data a model fits
+//! exactly (a simulated run) is recovered exactly under any weights. When no batch has a
+//! `scheduled_ts`, the head is fitted together with the steps.
+//!
+//! Each solve scales the columns to unit norm and uses modified Gram-Schmidt QR (a column the
+//! others already explain is reported as unidentified and fixed at 0); a negative coefficient is
+//! fixed at 0 and the rest refitted (an active-set non-negative fit), since no cost is negative.
+//! Six unknowns need no linear-algebra crate.
 
 use std::collections::BTreeMap;
 
@@ -55,12 +70,29 @@ pub struct BatchObservation {
 pub struct FitResult {
     /// The fitted coefficients.
     pub coefficients: Coefficients,
-    /// Per metric (`scheduled`, `first_token`, `last_token`, `finish`).
+    /// Per metric (`scheduled`, `first_token`, `last_token`, `finish`, `head`).
     pub residuals: BTreeMap<String, Residual>,
     /// Coefficients the data could not separate (fixed at 0).
     pub unidentified: Vec<String>,
     /// Timestamps fitted.
     pub samples: u64,
+    /// Per batch, in input order: how long it took, measured and as the fitted model predicts.
+    pub batches: Vec<BatchFit>,
+}
+
+/// One batch's makespan, measured and predicted: for a per-batch look at the fit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchFit {
+    /// Requests in the batch.
+    pub size: usize,
+    /// Mean prompt tokens.
+    pub mean_prompt_tokens: f64,
+    /// Mean output tokens.
+    pub mean_output_tokens: f64,
+    /// Its last token, ns after dispatch, as measured.
+    pub measured_last_token_ns: Option<f64>,
+    /// Its last token as the fitted model predicts it.
+    pub predicted_last_token_ns: f64,
 }
 
 /// The fit could not be made.
@@ -84,10 +116,14 @@ pub enum FitError {
     },
 }
 
-const METRICS: [&str; 4] = ["scheduled", "first_token", "last_token", "finish"];
-/// Columns of the step fit (the first six coefficients) and of the tail fit (the last two).
+const METRICS: [&str; 5] = ["scheduled", "first_token", "last_token", "finish", "head"];
+const TAIL_METRIC: usize = 3;
+const HEAD_METRIC: usize = 4;
+/// Columns of the head and step model (the first six coefficients) and of the tail (the last two).
 const N: usize = 6;
 const TAIL: usize = 2;
+/// Relative errors are taken against at least this (1 ms), so near-zero times do not dominate.
+const REL_FLOOR_NS: f64 = 1e6;
 
 /// One timestamp: its row of the design matrix, its value and which metric it is.
 struct Sample {
@@ -98,8 +134,13 @@ struct Sample {
 
 /// Fits the coefficients to `batches`, replayed under `config`. See the module docs.
 pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Result<FitResult, FitError> {
-    let mut samples: Vec<Sample> = Vec::new();
+    // Per batch: its size, its measured head (first `scheduled_ts`), and its timestamps with
+    // their full design rows [1, n, k, ΣP, ΣD, ΣC/1000].
+    let mut sizes: Vec<f64> = Vec::new();
+    let mut heads: Vec<Option<f64>> = Vec::new();
+    let mut samples: Vec<(usize, Sample)> = Vec::new();
     let mut tails: Vec<Sample> = Vec::new();
+    let mut ends: Vec<Vec<f64>> = Vec::new();
     for (b, batch) in batches.iter().enumerate() {
         let specs: Vec<SeqSpec> = batch
             .requests
@@ -121,14 +162,18 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
             }
         }
         let n = batch.requests.len() as f64;
+        sizes.push(n);
         let row = |k: usize| {
             let c = cum[k];
             vec![1.0, n, c[0], c[1], c[2], c[3]]
         };
         let last = batch.requests.iter().filter_map(|r| r.last_token_ns).fold(f64::NEG_INFINITY, f64::max);
         if let Some(returned) = batch.returned_ns.filter(|r| r.is_finite() && last.is_finite() && *r >= last) {
-            tails.push(Sample { x: vec![1.0, n], y: returned - last, metric: 3 });
+            tails.push(Sample { x: vec![1.0, n], y: returned - last, metric: TAIL_METRIC });
         }
+        ends.push(row(schedule.steps.len()));
+        let first = batch.requests.iter().filter_map(|r| r.scheduled_ns).filter(|t| t.is_finite()).reduce(f64::min);
+        heads.push(first);
         for (r, seq) in batch.requests.iter().zip(&schedule.seqs) {
             let points = [
                 (r.scheduled_ns, seq.first_scheduled),
@@ -138,7 +183,7 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
             for (metric, (measured, k)) in points.into_iter().enumerate() {
                 if let (Some(y), Some(k)) = (measured, k) {
                     if y.is_finite() {
-                        samples.push(Sample { x: row(k), y, metric });
+                        samples.push((b, Sample { x: row(k), y, metric }));
                     }
                 }
             }
@@ -147,38 +192,104 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
     if samples.len() < N {
         return Err(FitError::TooFewSamples { samples: samples.len(), needed: N });
     }
+    // Every batch counts alike, whatever its size: each of its timestamps weighs 1/√(its count).
+    let mut per_batch = vec![0usize; batches.len()];
+    for (b, _) in &samples {
+        per_batch[*b] += 1;
+    }
+    let weight = |b: usize, y: f64| 1.0 / (y.max(REL_FLOOR_NS) * (per_batch[b] as f64).sqrt());
 
-    let (steps, mut unidentified) = non_negative_least_squares(&samples, N);
-    // No tail measured (no return times) leaves it at 0, said as unidentified.
-    let (tail, tail_unidentified) =
-        if tails.is_empty() { (vec![0.0; TAIL], vec![0, 1]) } else { non_negative_least_squares(&tails, TAIL) };
-    unidentified.extend(tail_unidentified.iter().map(|j| j + N));
+    let head_samples: Vec<Sample> = heads
+        .iter()
+        .zip(&sizes)
+        .filter_map(|(h, n)| h.map(|y| Sample { x: vec![1.0, *n], y, metric: HEAD_METRIC }))
+        .collect();
+    let mut theta = [0.0; N + TAIL];
+    let mut unidentified: Vec<usize> = Vec::new();
+    if head_samples.is_empty() {
+        // No `scheduled_ts` anywhere: the head is fitted together with the steps.
+        let rows: Vec<Sample> = samples.iter().map(|(b, s)| scaled(s, s.x.clone(), s.y, weight(*b, s.y))).collect();
+        let (beta, dependent) = non_negative_least_squares(&rows, N);
+        theta[..N].copy_from_slice(&beta);
+        unidentified.extend(dependent);
+    } else {
+        // The head is measured: fit it on its own, then the steps on the time after it.
+        let rows: Vec<Sample> =
+            head_samples.iter().map(|s| scaled(s, s.x.clone(), s.y, 1.0 / s.y.max(REL_FLOOR_NS))).collect();
+        let (head, dependent) = non_negative_least_squares(&rows, 2);
+        theta[..2].copy_from_slice(&head);
+        unidentified.extend(dependent);
+        let rows: Vec<Sample> = samples
+            .iter()
+            .map(|(b, s)| {
+                let offset = heads[*b].unwrap_or(head[0] + head[1] * sizes[*b]);
+                let y = s.y - offset;
+                scaled(s, s.x[2..].to_vec(), y, weight(*b, y))
+            })
+            .collect();
+        let (steps, dependent) = non_negative_least_squares(&rows, N - 2);
+        theta[2..N].copy_from_slice(&steps);
+        unidentified.extend(dependent.iter().map(|j| j + 2));
+    }
+    if tails.is_empty() {
+        // No return times: the tail stays 0, said as unidentified.
+        unidentified.extend([N, N + 1]);
+    } else {
+        let rows: Vec<Sample> =
+            tails.iter().map(|s| scaled(s, s.x.clone(), s.y, 1.0 / s.y.max(REL_FLOOR_NS))).collect();
+        let (tail, dependent) = non_negative_least_squares(&rows, TAIL);
+        theta[N..].copy_from_slice(&tail);
+        unidentified.extend(dependent.iter().map(|j| j + N));
+    }
+    unidentified.sort_unstable();
+
+    // Residuals of the whole model, as the simulator would predict each timestamp.
+    let predict = |x: &[f64], coefficients: &[f64]| -> f64 { x.iter().zip(coefficients).map(|(x, t)| x * t).sum() };
     let mut residuals = BTreeMap::new();
-    for (m, name) in METRICS.iter().enumerate() {
-        let mut abs: Vec<f64> = Vec::new();
-        let mut rel: Vec<f64> = Vec::new();
-        let (theta, rows) = if m == 3 { (&tail, &tails) } else { (&steps, &samples) };
-        for s in rows.iter().filter(|s| s.metric == m) {
-            let predicted: f64 = s.x.iter().zip(theta.iter()).map(|(x, t)| x * t).sum();
-            let err = (predicted - s.y).abs();
-            abs.push(err / 1e6);
-            if s.y > 0.0 {
-                rel.push(err / s.y);
-            }
-        }
-        if !abs.is_empty() {
-            residuals.insert((*name).to_owned(), residual(abs, rel));
+    let all_rows = samples
+        .iter()
+        .map(|(_, s)| (s, &theta[..N]))
+        .chain(tails.iter().map(|s| (s, &theta[N..])))
+        .chain(head_samples.iter().map(|s| (s, &theta[..2])));
+    let mut errors: BTreeMap<usize, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for (s, coefficients) in all_rows {
+        let err = (predict(&s.x, coefficients) - s.y).abs();
+        let (abs, rel) = errors.entry(s.metric).or_default();
+        abs.push(err / 1e6);
+        if s.y > 0.0 {
+            rel.push(err / s.y);
         }
     }
-    let mut all = [0.0; N + TAIL];
-    all[..N].copy_from_slice(&steps);
-    all[N..].copy_from_slice(&tail);
+    for (m, (abs, rel)) in errors {
+        residuals.insert(METRICS[m].to_owned(), residual(abs, rel));
+    }
+    let batch_fits = batches
+        .iter()
+        .zip(&ends)
+        .map(|(b, end)| {
+            let n = b.requests.len().max(1) as f64;
+            let last = b.requests.iter().filter_map(|r| r.last_token_ns).reduce(f64::max);
+            BatchFit {
+                size: b.requests.len(),
+                mean_prompt_tokens: b.requests.iter().map(|r| f64::from(r.prompt_tokens)).sum::<f64>() / n,
+                mean_output_tokens: b.requests.iter().map(|r| f64::from(r.output_tokens)).sum::<f64>() / n,
+                measured_last_token_ns: last,
+                predicted_last_token_ns: predict(end, &theta[..N]),
+            }
+        })
+        .collect();
     Ok(FitResult {
-        coefficients: Coefficients::from_array(all),
+        batches: batch_fits,
+        coefficients: Coefficients::from_array(theta),
         residuals,
         unidentified: unidentified.into_iter().map(|j| Coefficients::NAMES[j].to_owned()).collect(),
         samples: (samples.len() + tails.len()) as u64,
     })
+}
+
+/// `s` as a weighted least-squares row: `x` and `y` times `w`.
+fn scaled(s: &Sample, x: Vec<f64>, y: f64, w: f64) -> Sample {
+    Sample { x: x.into_iter().map(|v| v * w).collect(), y: y * w, metric: s.metric }
 }
 
 fn residual(mut abs: Vec<f64>, mut rel: Vec<f64>) -> Residual {

@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-pub use fit::{BatchObservation, FitError, FitResult, RequestObservation, fit};
+pub use fit::{BatchFit, BatchObservation, FitError, FitResult, RequestObservation, fit};
 
 use crate::engine::ResolvedEngineConfig;
-use crate::engine::sim::profile::{FitSummary, Profile, Provenance};
+use crate::engine::sim::profile::{BatchSizeFit, FitSummary, Profile, Provenance};
 use crate::report::JSON_FILE;
 use crate::report::requests::REQUESTS_FILE;
 
@@ -39,6 +39,9 @@ pub enum CalibrateError {
         /// Why.
         source: std::io::Error,
     },
+    /// A report.json that cannot be read back (missing, another schema, malformed).
+    #[error(transparent)]
+    Report(#[from] crate::report::ReportError),
     /// A file is not what a run writes.
     #[error("{}:{line}: {message}", path.display())]
     Parse {
@@ -105,18 +108,6 @@ struct Row {
     output_tokens: Option<u32>,
 }
 
-#[derive(Deserialize)]
-struct ReportHead {
-    environment: EnvironmentHead,
-}
-
-#[derive(Deserialize)]
-struct EnvironmentHead {
-    engine_name: String,
-    engine_version: String,
-    engine_config: Option<ResolvedEngineConfig>,
-}
-
 /// The batches of a set of output directories, and what they ran on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Measurements {
@@ -138,8 +129,8 @@ pub fn read_dirs(dirs: &[PathBuf]) -> Result<Measurements, CalibrateError> {
     let mut skipped = 0;
     for dir in dirs {
         let report_path = dir.join(JSON_FILE);
-        let head = read_report(&report_path)?;
-        let env = head.environment;
+        // The one report reader: it refuses a report of another schema first.
+        let env = crate::report::read_report(&report_path)?.environment;
         let this = env.engine_config.ok_or_else(|| CalibrateError::NoEngineConfig { path: report_path.clone() })?;
         match &config {
             Some((first_path, first)) if *first != this => {
@@ -178,6 +169,7 @@ pub fn fit_dirs(dirs: &[PathBuf]) -> Result<Profile, CalibrateError> {
             skipped_batches: m.skipped,
             samples: result.samples,
             unidentified: result.unidentified,
+            by_batch_size: by_batch_size(&result.batches),
         },
         residuals: result.residuals,
         provenance: Provenance {
@@ -190,14 +182,27 @@ pub fn fit_dirs(dirs: &[PathBuf]) -> Result<Profile, CalibrateError> {
     })
 }
 
-fn read_report(path: &Path) -> Result<ReportHead, CalibrateError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|source| CalibrateError::Read { path: path.to_path_buf(), source })?;
-    serde_json::from_str(&text).map_err(|e| CalibrateError::Parse {
-        path: path.to_path_buf(),
-        line: e.line(),
-        message: format!("not a batchlab report.json: {e}"),
-    })
+/// The batches' makespans, grouped by batch size.
+fn by_batch_size(batches: &[BatchFit]) -> Vec<BatchSizeFit> {
+    let mut groups: BTreeMap<usize, Vec<(f64, f64)>> = BTreeMap::new();
+    for b in batches {
+        if let Some(measured) = b.measured_last_token_ns.filter(|m| *m > 0.0) {
+            groups.entry(b.size).or_default().push((measured, b.predicted_last_token_ns));
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(size, v)| {
+            let n = v.len() as f64;
+            BatchSizeFit {
+                size: size as u64,
+                batches: v.len() as u64,
+                measured_ms: v.iter().map(|(m, _)| m).sum::<f64>() / n / 1e6,
+                predicted_ms: v.iter().map(|(_, p)| p).sum::<f64>() / n / 1e6,
+                mean_rel_error: v.iter().map(|(m, p)| (p - m) / m).sum::<f64>() / n,
+            }
+        })
+        .collect()
 }
 
 /// The usable batches of one `requests.jsonl`, and how many were left out.

@@ -184,3 +184,59 @@ fn too_few_timestamps_is_an_error() {
     let err = fit(&tight_limits(false), &[one]).unwrap_err();
     assert_eq!(err, FitError::TooFewSamples { samples: 3, needed: 6 });
 }
+
+#[test]
+fn noisy_timestamps_give_close_coefficients_and_residuals_that_show_the_noise() {
+    let config = SimConfig { seed: 3, cost: known_cost(), scheduler: tight_limits(false), ..SimConfig::default() };
+    let mut rng = SplitMix64::new(5);
+    // ±0.5 % on every timestamp, as a real engine's jitter.
+    let mut jitter = |t: Option<f64>| t.map(|t| t * (1.0 + 0.005 * (2.0 * rng.next_f64() - 1.0)));
+    let noisy: Vec<BatchObservation> = simulate(&config, 0)
+        .into_iter()
+        .map(|b| BatchObservation {
+            requests: b
+                .requests
+                .iter()
+                .map(|r| RequestObservation {
+                    scheduled_ns: jitter(r.scheduled_ns),
+                    first_token_ns: jitter(r.first_token_ns),
+                    last_token_ns: jitter(r.last_token_ns),
+                    ..r.clone()
+                })
+                .collect(),
+            returned_ns: b.returned_ns,
+        })
+        .collect();
+    let fit = fit(&config.scheduler, &noisy).expect("fit");
+    let rel = fit.residuals["last_token"].mean_rel;
+    assert!(rel > 0.0005 && rel < 0.005, "the residuals show the jitter: {rel}");
+    // The coefficients that carry most of the time stay within a few percent.
+    let truth = Coefficients::of(&config.cost);
+    for (name, got, want) in [
+        ("decode_step", fit.coefficients.decode_step_ns, truth.decode_step_ns),
+        ("decode_per_seq", fit.coefficients.decode_per_seq_ns, truth.decode_per_seq_ns),
+        ("prefill_per_token", fit.coefficients.prefill_per_token_ns, truth.prefill_per_token_ns),
+    ] {
+        assert!((got - want).abs() / want < 0.05, "{name}: {got} vs {want}");
+    }
+}
+
+#[test]
+fn without_scheduled_timestamps_the_head_is_fitted_with_the_steps() {
+    let config = SimConfig { seed: 3, cost: known_cost(), scheduler: tight_limits(false), ..SimConfig::default() };
+    let batches: Vec<BatchObservation> = simulate(&config, 0)
+        .into_iter()
+        .map(|b| BatchObservation {
+            requests: b.requests.iter().map(|r| RequestObservation { scheduled_ns: None, ..r.clone() }).collect(),
+            returned_ns: b.returned_ns,
+        })
+        .collect();
+    let fit = fit(&config.scheduler, &batches).expect("fit");
+    assert_recovered(&fit.coefficients, &config.cost);
+    assert!(!fit.residuals.contains_key("head") && !fit.residuals.contains_key("scheduled"), "{:?}", fit.residuals);
+    assert_eq!(fit.batches.len(), batches.len());
+    for b in &fit.batches {
+        let measured = b.measured_last_token_ns.unwrap();
+        assert!((b.predicted_last_token_ns - measured).abs() < 1e-6 * measured, "{b:?}");
+    }
+}

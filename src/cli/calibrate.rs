@@ -126,6 +126,16 @@ fn summary(p: &Profile) -> String {
         let note = if p.fit.unidentified.iter().any(|u| u == name) { "  (not identified by these runs)" } else { "" };
         out += &format!("  {name:<22} {:>14.1} ns{note}\n", v);
     }
+    for b in &p.fit.by_batch_size {
+        out += &format!(
+            "  batch size {:<5} {:>3} batches: last token measured {:>10.3} ms, predicted {:>10.3} ms ({:+.1} %)\n",
+            b.size,
+            b.batches,
+            b.measured_ms,
+            b.predicted_ms,
+            b.mean_rel_error * 100.0
+        );
+    }
     for (metric, r) in &p.residuals {
         out += &format!(
             "  residual {metric:<12} n={:<6} mean {:.3} ms  p50 {:.3} ms  p99 {:.3} ms  ({:.2} % / {:.2} % / {:.2} %)\n",

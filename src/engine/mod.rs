@@ -111,12 +111,12 @@ pub struct EngineStats {
     pub first_token_ts: Option<f64>,
     /// Engine-clock seconds when the last output token was produced.
     pub last_token_ts: Option<f64>,
-    /// Prompt tokens served from the engine's prefix cache (vLLM's `num_cached_tokens`).
-    pub cached_tokens: Option<u32>,
     /// Engine-clock seconds of every output token, in order (the first is `first_token_ts`, the
     /// last `last_token_ts`), where the engine times each token: the simulator does; offline vLLM
     /// does not. The per-gap inter-token latency (`itl`) comes from these alone.
     pub token_ts: Option<Vec<f64>>,
+    /// Prompt tokens served from the engine's prefix cache (vLLM's `num_cached_tokens`).
+    pub cached_tokens: Option<u32>,
 }
 
 /// One output per request.

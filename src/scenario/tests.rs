@@ -378,18 +378,6 @@ fn without_origins(mut plan: Plan) -> Plan {
     plan
 }
 
-/// The scenario files under scenarios/ (not its subdirectories, such as profiles/), and
-/// profiles/example-source.toml.
-fn shipped_scenarios() -> Vec<std::path::PathBuf> {
-    let dir = manifest_dir().join("scenarios");
-    let mut files: Vec<_> =
-        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file()).collect();
-    files.retain(|p| p.extension().is_some_and(|e| e == "toml"));
-    files.sort();
-    files.push(dir.join("profiles/example-source.toml"));
-    files
-}
-
 fn round_trip(plan: &Plan) {
     let text = to_toml(plan);
     let again = parse_str(&text, "rt.toml", manifest_dir(), &Overrides::default())
@@ -397,6 +385,17 @@ fn round_trip(plan: &Plan) {
     assert_eq!(without_origins(again.clone()), without_origins(plan.clone()), "\n{text}");
     // Printing the re-read plan gives the same text, origins included.
     assert_eq!(to_toml(&again), text);
+}
+
+/// The shipped scenario files (`scenarios/data/` holds their datasets, `scenarios/profiles/`
+/// calibration profiles and the run the example profile came from, which is a scenario too).
+fn shipped_scenarios() -> Vec<PathBuf> {
+    let entries = std::fs::read_dir(manifest_dir().join("scenarios")).unwrap();
+    let mut files: Vec<PathBuf> =
+        entries.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "toml")).collect();
+    files.sort();
+    files.push(manifest_dir().join("scenarios/profiles/example-source.toml"));
+    files
 }
 
 #[test]

@@ -6,10 +6,11 @@
 //! `generate` call, [`scheduler`] runs vLLM's continuous batching (a token budget per step, chunked
 //! prefill, a KV cache in blocks with preemption, the prefix cache, which persists between calls)
 //! and [`CostModel`] prices each step; every request's scheduled, first-token and last-token times
-//! come from the steps. Prompts are read by [`prompt`]: chat prompts after templating, text by
-//! batchlab's one counting rule. Faults are not its business: [`crate::engine::faults::FaultyEngine`] wraps it
-//! like any other engine. All randomness comes from the seed and the request id, so a seed always
-//! gives the same run. With a [`VirtualClock`](crate::time::VirtualClock) no wall time passes at all.
+//! come from the steps. Prompts are counted by [`prompt`]: chat prompts after templating, text by
+//! batchlab's one counting rule. Faults are not its business:
+//! [`crate::engine::faults::FaultyEngine`] wraps it like any other engine. All randomness comes
+//! from the seed and the request id, so a seed always gives the same run. With a [`VirtualClock`]
+//! no wall time passes at all.
 
 pub mod config;
 mod kv;
@@ -92,19 +93,22 @@ impl Engine for SimEngine {
         if !self.started {
             return Err(EngineError::Generate("generate before start".into()));
         }
+        let prompts = batch
+            .iter()
+            .map(|r| prompt::prompt_ids(&r.prompt))
+            .collect::<Result<Vec<Vec<u32>>, _>>()
+            .map_err(|e| EngineError::Generate(e.to_string()))?;
         let start = self.clock.now();
         let cost = &self.config.cost;
         let specs: Vec<SeqSpec> = batch
             .iter()
-            .map(|r| {
-                let ids = prompt::prompt_ids(&r.prompt).map_err(|e| EngineError::Generate(e.to_string()))?;
-                Ok(SeqSpec {
-                    prompt_len: u32::try_from(ids.len()).unwrap_or(u32::MAX),
-                    output_len: output_tokens(r, cost, self.config.seed),
-                    prefix: PrefixSource::Tokens(ids),
-                })
+            .zip(prompts)
+            .map(|(r, ids)| SeqSpec {
+                prompt_len: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+                output_len: output_tokens(r, cost, self.config.seed),
+                prefix: PrefixSource::Tokens(ids),
             })
-            .collect::<Result<_, EngineError>>()?;
+            .collect();
         let schedule = scheduler::schedule(&self.config.scheduler, &mut self.kv, &specs)
             .map_err(|e| EngineError::Generate(e.to_string()))?;
         // Step boundaries in ns after `start`: step k runs from ends[k] to ends[k + 1]; ends[0] is

@@ -26,7 +26,8 @@ pub struct Profile {
     #[serde(default)]
     pub fit: FitSummary,
     /// How far the fitted model is from the measurements, per metric (`scheduled`,
-    /// `first_token`, `last_token`, `finish`).
+    /// `first_token`, `last_token`, `finish`: a batch's tail, `head`: a batch's first
+    /// `scheduled_ts`).
     #[serde(default)]
     pub residuals: BTreeMap<String, Residual>,
     /// Where the profile came from.
@@ -146,6 +147,25 @@ pub struct FitSummary {
     /// Coefficients the data could not tell apart from the others (all batches the same size,
     /// say): fixed at 0, the others absorb them.
     pub unidentified: Vec<String>,
+    /// Per batch size: how long its batches took to their last token, measured and predicted.
+    #[serde(default)]
+    pub by_batch_size: Vec<BatchSizeFit>,
+}
+
+/// The fit's view of the batches of one size.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchSizeFit {
+    /// Requests per batch.
+    pub size: u64,
+    /// Batches of this size.
+    pub batches: u64,
+    /// Mean time from dispatch to a batch's last token, measured, ms.
+    pub measured_ms: f64,
+    /// The same, as the fitted model predicts it, ms.
+    pub predicted_ms: f64,
+    /// Mean of (predicted − measured) / measured over these batches.
+    pub mean_rel_error: f64,
 }
 
 /// One metric's residuals: predicted minus measured, each measured from its batch's dispatch.
@@ -304,7 +324,19 @@ mod tests {
         Profile {
             coefficients: Coefficients::from_array([1e6, 1e4, 8e5, 900.5, 2e4, 3000.25, 5e5, 1234.5]),
             engine: crate::engine::sim::DEFAULT_SCHEDULER,
-            fit: FitSummary { batches: 3, skipped_batches: 0, samples: 90, unidentified: vec![] },
+            fit: FitSummary {
+                batches: 3,
+                skipped_batches: 0,
+                samples: 90,
+                unidentified: vec![],
+                by_batch_size: vec![BatchSizeFit {
+                    size: 8,
+                    batches: 3,
+                    measured_ms: 10.5,
+                    predicted_ms: 10.0,
+                    mean_rel_error: -0.05,
+                }],
+            },
             residuals: BTreeMap::from([("first_token".to_owned(), Residual { samples: 30, ..Residual::default() })]),
             provenance: Provenance { engine_name: "sim".into(), ..Provenance::default() },
         }

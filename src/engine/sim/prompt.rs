@@ -9,8 +9,8 @@
 use std::sync::OnceLock;
 
 use crate::engine::Prompt;
-use crate::engine::chat::{ChatTemplate, Template, TemplateError, TemplateOrigin};
-use crate::engine::tokens::text_tokens;
+use crate::engine::chat::{ChatPrompt, ChatTemplate, Template, TemplateError, TemplateOrigin};
+use crate::engine::tokens::{BYTES_PER_TOKEN, text_tokens};
 
 /// The simulated model's chat template: the tiny test model's.
 pub const MODEL_TEMPLATE: &str = include_str!("../../../scripts/tiny_chat_template.jinja");
@@ -36,14 +36,14 @@ pub fn prompt_tokens(prompt: &Prompt) -> Result<u32, TemplateError> {
     Ok(u32::try_from(n).unwrap_or(u32::MAX).max(1))
 }
 
-/// The prompt as the simulated model's token ids, as many as [`prompt_tokens`] counts: token ids
-/// as they are; text (a chat prompt after templating) as one pseudo-token per
-/// [`text_tokens`] unit of bytes, so shared text prefixes meet in the prefix cache too.
+/// The prompt's token ids, for the prefix cache: token prompts as they are; text (a chat prompt
+/// after templating) as one pseudo-token per four bytes, the counting rule's, so equal text
+/// prefixes give equal ids. As many ids as [`prompt_tokens`] counts (an empty prompt is `[0]`).
 pub fn prompt_ids(prompt: &Prompt) -> Result<Vec<u32>, TemplateError> {
     let text_ids = |s: &str| -> Vec<u32> {
         s.as_bytes()
-            .chunks(crate::engine::tokens::BYTES_PER_TOKEN)
-            .map(|c| c.iter().enumerate().fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (8 * (i % 4)))))
+            .chunks(BYTES_PER_TOKEN)
+            .map(|c| c.iter().enumerate().fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (8 * i))))
             .collect()
     };
     let mut ids = match prompt {
@@ -57,8 +57,8 @@ pub fn prompt_ids(prompt: &Prompt) -> Result<Vec<u32>, TemplateError> {
     Ok(ids)
 }
 
-/// A chat prompt through its template, with the simulated model's special tokens.
-fn render(chat: &crate::engine::chat::ChatPrompt) -> Result<String, TemplateError> {
+/// A chat prompt's text after its template.
+fn render(chat: &ChatPrompt) -> Result<String, TemplateError> {
     let template = match &chat.template {
         Template::Model => model_template(),
         Template::Custom(t) => t,
@@ -98,6 +98,24 @@ mod tests {
         let messages = [Message::new("system", "Be brief."), Message::new("user", "Hi there")];
         let text = model_template().render(&messages, BOS_TOKEN, EOS_TOKEN).unwrap();
         assert_eq!(text, "<s><|system|>\nBe brief.</s>\n<|user|>\nHi there</s>\n<|assistant|>\n");
+    }
+
+    #[test]
+    fn prompt_ids_are_as_many_as_prompt_tokens_and_equal_for_equal_prefixes() {
+        let messages = vec![Message::new("user", "Hi there, a longer message")];
+        for p in [
+            Prompt::Tokens(vec![7; 9]),
+            Prompt::Tokens(vec![]),
+            Prompt::Text("abcdefghi".into()),
+            Prompt::Text(String::new()),
+            RequestFormat::ChatTemplate.prompt(messages.clone()),
+        ] {
+            assert_eq!(prompt_ids(&p).unwrap().len() as u32, prompt_tokens(&p).unwrap(), "{p:?}");
+        }
+        let a = prompt_ids(&Prompt::Text("shared system prompt; then A".into())).unwrap();
+        let b = prompt_ids(&Prompt::Text("shared system prompt; then B".into())).unwrap();
+        assert_eq!(a[..6], b[..6]);
+        assert_ne!(a, b);
     }
 
     #[test]

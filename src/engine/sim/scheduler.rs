@@ -1,7 +1,7 @@
 //! vLLM v1's scheduler, step by step: which tokens of which sequences each engine step computes.
 //!
-//! One call of [`schedule`] is one `generate` call: every sequence starts waiting, in request
-//! order. Each step, as vLLM v1's `Scheduler.schedule()`:
+//! One call of `schedule` (or [`replay`]) is one `generate` call: every sequence starts waiting,
+//! in request order. Each step, as vLLM v1's `Scheduler.schedule()`:
 //! 1. **Running sequences first**, in the order they were admitted: each gets the tokens it still
 //!    needs (one for a decode, the rest of its prompt for a chunked prefill), cut to the step's
 //!    remaining token budget (`max_num_batched_tokens`). If the KV cache has no room for them,
@@ -58,7 +58,7 @@ pub struct SeqSchedule {
     pub first_token: Option<usize>,
     /// The step that produced its last token.
     pub last_token: Option<usize>,
-    /// The step that produced each of its tokens, in order.
+    /// The step that produced each of its tokens, in order (the per-token times: ITL).
     pub token_steps: Vec<usize>,
     /// Prompt tokens taken from the prefix cache at its first admission.
     pub cached_tokens: u32,

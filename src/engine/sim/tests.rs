@@ -61,6 +61,11 @@ fn step_times_follow_the_formula() {
         assert!((o.stats.scheduled_ts.unwrap() - t0 - secs(1.1)).abs() < 1e-9);
         assert!((o.stats.first_token_ts.unwrap() - t0 - secs(5.2)).abs() < 1e-9);
         assert!((o.stats.last_token_ts.unwrap() - t0 - secs(9.803)).abs() < 1e-9);
+        // One time per token: the prefill step's first token, then one per decode step.
+        let tokens = o.stats.token_ts.as_deref().expect("the simulator times every token");
+        let expected = [secs(5.2), secs(7.501), secs(9.803)];
+        assert_eq!(tokens.len(), expected.len());
+        assert!(tokens.iter().zip(expected).all(|(t, e)| (t - t0 - e).abs() < 1e-9), "{tokens:?}");
     }
     // The call returns after the tail: 0.3 ms + 2 × 0.1 ms.
     assert_eq!(clock.now(), Timestamp::from_secs_f64(t0 + secs(10.303)).unwrap());

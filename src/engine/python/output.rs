@@ -5,7 +5,9 @@
 //! may return anything, so every field is checked and a wrong one fails with an error naming the
 //! class, the output and the field; nothing is guessed or silently dropped.
 
-use crate::engine::{ClockDomain, EngineInfo, EngineOutput, EngineStats, FinishReason, RequestId};
+use crate::engine::{
+    ClockDomain, EngineInfo, EngineOutput, EngineStats, FinishReason, RequestId, ResolvedEngineConfig,
+};
 
 /// A Python value as plain data, the only shape that crosses the protocol boundary.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,7 +61,12 @@ pub(crate) const OUTPUT_FIELDS: &[&str] = &[
 ];
 
 /// The keys of the dict `start()` returns; `name` and `version` are required.
-pub(crate) const INFO_FIELDS: &[&str] = &["name", "version", "clock", "model_chat_template"];
+pub(crate) const INFO_FIELDS: &[&str] = &["name", "version", "clock", "model_chat_template", "engine_config"];
+
+/// The keys of the info dict's `engine_config` ([`ResolvedEngineConfig`]); when it is given, all
+/// are required.
+pub(crate) const ENGINE_CONFIG_FIELDS: &[&str] =
+    &["max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size", "prefix_caching", "chunked_prefill"];
 
 /// Whether a started engine takes chat prompts (`messages`), from its info's `model_chat_template`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +121,14 @@ impl<'a> Fields<'a> {
             Plain::None => Ok(None),
             Plain::Int(i) if (0..=i128::from(max)).contains(i) => Ok(Some(*i as u64)),
             other => Err(format!("`{key}` must be an int in 0..={max} or None, found {}", other.describe())),
+        }
+    }
+
+    fn boolean(&self, key: &str) -> Result<Option<bool>, String> {
+        match self.get(key) {
+            Plain::None => Ok(None),
+            Plain::Bool(b) => Ok(Some(*b)),
+            other => Err(format!("`{key}` must be a bool or None, found {}", other.describe())),
         }
     }
 
@@ -207,7 +222,31 @@ pub(crate) fn map_info(class: &str, info: &Plain, configured: ClockDomain) -> Re
              `engine.python.clock = \"{says}\"`"
         ));
     }
-    Ok(EngineInfo { name, version, resolved_config: None })
+    let resolved_config = match fields.get("engine_config") {
+        Plain::None => None,
+        config => Some(map_engine_config(config).map_err(|e| fail(format!("`engine_config`: {e}")))?),
+    };
+    Ok(EngineInfo { name, version, resolved_config })
+}
+
+/// The info dict's `engine_config`: the configuration the engine resolved (docs/engines.md). Every
+/// key is required: a config with a guessed value would be worse than none.
+fn map_engine_config(value: &Plain) -> Result<ResolvedEngineConfig, String> {
+    let f = Fields::new(value, ENGINE_CONFIG_FIELDS)?;
+    let count = |key: &str| match f.int(key, u64::from(u32::MAX))? {
+        Some(n) if n > 0 => Ok(n as u32),
+        Some(_) => Err(format!("`{key}` must be at least 1, found int 0")),
+        None => Err(format!("`{key}` is missing: it must be an int")),
+    };
+    let flag = |key: &str| f.boolean(key)?.ok_or_else(|| format!("`{key}` is missing: it must be a bool"));
+    Ok(ResolvedEngineConfig {
+        max_num_seqs: count("max_num_seqs")?,
+        max_num_batched_tokens: count("max_num_batched_tokens")?,
+        num_kv_blocks: count("num_kv_blocks")?,
+        block_size: count("block_size")?,
+        prefix_caching: flag("prefix_caching")?,
+        chunked_prefill: flag("chunked_prefill")?,
+    })
 }
 
 fn clock_name(clock: ClockDomain) -> &'static str {
@@ -467,7 +506,7 @@ mod tests {
             ),
             (
                 vec![("name", s("e")), ("version", s("1")), ("vendor", s("x"))],
-                "unknown field `vendor` (known: name, version, clock, model_chat_template)",
+                "unknown field `vendor` (known: name, version, clock, model_chat_template, engine_config)",
             ),
         ] {
             assert_eq!(info(&items), Err(format!("m:C.start() returned a bad info dict: {message}")));
@@ -476,6 +515,71 @@ mod tests {
             map_info("m:C", &Plain::None, ClockDomain::Monotonic),
             Err("m:C.start() returned a bad info dict: expected a dict, found None".into())
         );
+    }
+
+    fn vllm_config(replace: &[(&str, Plain)], drop: &str) -> Plain {
+        let mut items = vec![
+            ("max_num_seqs", Plain::Int(256)),
+            ("max_num_batched_tokens", Plain::Int(4096)),
+            ("num_kv_blocks", Plain::Int(4096)),
+            ("block_size", Plain::Int(128)),
+            ("prefix_caching", Plain::Bool(true)),
+            ("chunked_prefill", Plain::Bool(true)),
+        ];
+        for (key, value) in replace {
+            match items.iter_mut().find(|(k, _)| k == key) {
+                Some(item) => item.1 = value.clone(),
+                None => items.push((key, value.clone())),
+            }
+        }
+        items.retain(|(k, _)| *k != drop);
+        dict(&items)
+    }
+
+    #[test]
+    fn info_carries_the_resolved_engine_config() {
+        let s = |v: &str| Plain::Str(v.into());
+        let info = |config: Plain| {
+            map_info(
+                "m:C",
+                &dict(&[("name", s("vllm")), ("version", s("1")), ("engine_config", config)]),
+                ClockDomain::Monotonic,
+            )
+        };
+        let expected = ResolvedEngineConfig {
+            max_num_seqs: 256,
+            max_num_batched_tokens: 4096,
+            num_kv_blocks: 4096,
+            block_size: 128,
+            prefix_caching: true,
+            chunked_prefill: true,
+        };
+        assert_eq!(info(vllm_config(&[], "")).map(|i| i.resolved_config), Ok(Some(expected)));
+        assert_eq!(info(Plain::None).map(|i| i.resolved_config), Ok(None), "None: the engine cannot say");
+        for (config, message) in [
+            (vllm_config(&[], "num_kv_blocks"), "`num_kv_blocks` is missing: it must be an int"),
+            (vllm_config(&[], "chunked_prefill"), "`chunked_prefill` is missing: it must be a bool"),
+            (vllm_config(&[("block_size", Plain::Int(0))], ""), "`block_size` must be at least 1, found int 0"),
+            (
+                vllm_config(&[("max_num_seqs", Plain::Float(2.5))], ""),
+                "`max_num_seqs` must be an int in 0..=4294967295 or None, found float 2.5",
+            ),
+            (
+                vllm_config(&[("prefix_caching", Plain::Int(1))], ""),
+                "`prefix_caching` must be a bool or None, found int 1",
+            ),
+            (
+                vllm_config(&[("num_gpu_blocks", Plain::Int(1))], ""),
+                "unknown field `num_gpu_blocks` (did you mean `num_kv_blocks`?) (known: max_num_seqs, \
+                 max_num_batched_tokens, num_kv_blocks, block_size, prefix_caching, chunked_prefill)",
+            ),
+            (Plain::Int(3), "expected a dict, found int 3"),
+        ] {
+            assert_eq!(
+                info(config).map(|i| i.resolved_config),
+                Err(format!("m:C.start() returned a bad info dict: `engine_config`: {message}"))
+            );
+        }
     }
 
     #[test]

@@ -371,10 +371,10 @@ fn print_engine_log_tail(path: &Path) {
     }
 }
 
-/// First Ctrl-C (or SIGTERM): fire `interrupt` (stop admitting, drain, report) and store the exit
-/// code of that signal in `first_signal` (130 for SIGINT, 143 for SIGTERM). Second: leave at once.
-/// Installed before the run starts: a signal that came before the watcher task first ran would
-/// otherwise kill the process. Call inside the tokio runtime.
+/// First Ctrl-C (or SIGTERM): fire `interrupt` (stop admitting, drain, report) and keep the
+/// signal's exit code (130 for SIGINT, 143 for SIGTERM) in `first_signal`. Second: leave at once,
+/// with the second signal's code. Call inside the runtime, before the run starts: a signal that
+/// came before the watcher task first ran would otherwise kill the process.
 fn watch_signals(interrupt: Interrupt, first_signal: std::sync::Arc<std::sync::atomic::AtomicU8>) {
     use tokio::signal::unix::{SignalKind, signal};
     let signals = signal(SignalKind::interrupt()).and_then(|int| Ok((int, signal(SignalKind::terminate())?)));

@@ -75,10 +75,10 @@ fn calibrate_a_scenario_recovers_its_coefficients_from_the_designed_runs() {
     let profile_path = dir.join("cpu.toml");
     let o = batchlab(&["calibrate", scenario.to_str().unwrap(), "--output", profile_path.to_str().unwrap(), "--quiet"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    assert!(text(&o.stderr).contains("ran 8 designed settings"), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("ran 16 designed batches of 8 settings"), "{}", text(&o.stderr));
 
     // The designed runs, next to the profile by default: the warm-up and one directory per
-    // setting, each a complete run with requests.jsonl.
+    // designed batch, each a complete run with requests.jsonl.
     let runs = dir.join("cpu-runs");
     let mut names: Vec<String> = std::fs::read_dir(&runs)
         .expect("the runs directory")
@@ -87,8 +87,11 @@ fn calibrate_a_scenario_recovers_its_coefficients_from_the_designed_runs() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    let mut expected: Vec<String> = batchlab::run::calibrate::DESIGN.iter().map(|s| s.name()).collect();
-    expected.push("warmup".into());
+    let base = batchlab::scenario::load_file(&scenario, &Default::default()).expect("the scenario");
+    let mut expected: Vec<String> = batchlab::run::calibrate::design_runs(&base, batchlab::run::calibrate::DESIGN)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
     expected.sort();
     assert_eq!(names, expected);
     for name in &names {
@@ -105,7 +108,7 @@ fn calibrate_a_scenario_recovers_its_coefficients_from_the_designed_runs() {
     assert_eq!((e.max_num_seqs, e.max_num_batched_tokens, e.num_kv_blocks, e.block_size), (256, 4096, 4096, 128));
     assert!(e.prefix_caching && e.chunked_prefill);
     // The warm-up is not fitted.
-    assert_eq!(profile.provenance.sources.len(), batchlab::run::calibrate::DESIGN.len());
+    assert_eq!(profile.provenance.sources.len(), names.len() - 1);
     assert!(profile.provenance.sources.iter().all(|s| !s.ends_with("warmup")), "{:?}", profile.provenance.sources);
     std::fs::remove_dir_all(&dir).unwrap();
 }

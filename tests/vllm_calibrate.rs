@@ -169,7 +169,7 @@ fn calibrate_writes_a_profile_with_the_resolved_config() {
     let engine = serde_json::to_value(&profile["engine"]).expect("json");
     check_config(&engine, &log, 256, "profile.toml [engine]");
 
-    // Every designed setting wrote its own report and requests, with the same resolved config.
+    // Every designed batch wrote its own report and requests, with the same resolved config.
     let mut settings = 0;
     for entry in std::fs::read_dir(&runs).expect("runs dir").flatten() {
         let path = entry.path();
@@ -183,7 +183,8 @@ fn calibrate_writes_a_profile_with_the_resolved_config() {
         let completed = rows.lines().filter(|l| l.contains("\"outcome\":\"completed\"")).count();
         assert!(completed > 0, "{}: no completed requests", path.display());
     }
-    assert_eq!(settings, batchlab::run::calibrate::DESIGN.len() + 1, "the warm-up and every designed setting");
+    let design: usize = batchlab::run::calibrate::DESIGN.iter().map(|s| s.batches as usize).sum();
+    assert_eq!(settings, design + 1, "the warm-up and every designed batch");
 
     // Coefficients: every one a finite number, the step cost positive; residuals from many rows.
     let coefficients = profile["coefficients"].as_table().expect("[coefficients]");

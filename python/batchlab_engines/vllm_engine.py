@@ -48,8 +48,8 @@ class VllmEngine:
             "name": "vllm",
             "version": vllm.__version__,
             "clock": "monotonic",
-            "engine_config": resolved_config(self.llm),
             "model_chat_template": chat.has_chat_template(self.tokenizer),
+            "engine_config": resolved_config(self.llm),
         }
 
     def generate(self, requests):

@@ -67,8 +67,8 @@ fn calibrate_sources(sources: &[PathBuf]) -> anyhow::Result<Sources> {
         }
         if !s.is_dir() {
             anyhow::bail!(
-                "{} is neither a scenario file nor a directory: give one scenario, or the output directories \
-                 of earlier runs",
+                "{} is not a directory, nor a scenario file: give one scenario, or the output directories of \
+                 earlier runs",
                 s.display()
             );
         }
@@ -178,9 +178,10 @@ fn design_and_fit(plan: batchlab::scenario::Plan, runs: PathBuf, args: &Calibrat
     let capture = if writes_output && !args.verbose { Some(super::capture_engine_output(&runs)?) } else { None };
     let log_path = capture.as_ref().map(|c| c.path().to_path_buf());
     let interrupt = Interrupt::new();
+    // The exit code of the first signal: 130 for SIGINT, 143 for SIGTERM.
+    let signal_code = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(EXIT_SIGINT));
     let options = DesignOptions { runs_dir: runs.clone(), progress: ProgressMode::detect(args.quiet), interrupt };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
-    let signal_code = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(EXIT_SIGINT));
     let result = runtime.block_on(async {
         super::watch_signals(options.interrupt.clone(), signal_code.clone());
         tokio::task::spawn_blocking(move || calibrate_scenario(&plan, &options))
@@ -195,7 +196,8 @@ fn design_and_fit(plan: batchlab::scenario::Plan, runs: PathBuf, args: &Calibrat
     }
     match result {
         Ok((profile, design)) => {
-            eprintln!("ran {} designed settings in {}", design.dirs.len(), runs.display());
+            let settings = batchlab::run::calibrate::DESIGN.len();
+            eprintln!("ran {} designed batches of {settings} settings in {}", design.dirs.len(), runs.display());
             write(&profile, &args.output)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -226,6 +228,6 @@ mod tests {
         let err = calibrate_sources(&[scenario.clone(), dir.clone()]).unwrap_err().to_string();
         assert!(err.contains("is a file"), "{err}");
         let err = calibrate_sources(&[dir.join("missing.toml")]).unwrap_err().to_string();
-        assert!(err.contains("neither a scenario file nor a directory"), "{err}");
+        assert!(err.contains("is not a directory, nor a scenario file"), "{err}");
     }
 }

@@ -8,13 +8,14 @@
 //! or `max_num_seqs` (chunked prefill, continuous batching). [`DESIGN`] is that set of
 //! [`Setting`]s, each a few full batches of one batch size and fixed prompt and output lengths.
 //!
-//! Each setting becomes a [`Plan`] of its own ([`setting_plan`]): the scenario with its
-//! `[batching]`, `[workload]`, `[profile]` and `[stop]` replaced, so every setting runs through
-//! the ordinary run loop and batcher and writes its own `report.json` and `requests.jsonl`. The
-//! workload is pinned (fixed lengths, `ignore_eos`, greedy, a unique prefix and a seed of its own
-//! per setting, so no prompt is served from an earlier setting's prefix cache). A real engine is
-//! started **once** for all of them ([`SharedEngine`]); a first warm-up run, not fitted, takes the
-//! engine's first-call costs. A simulated engine in virtual time runs each plan on its own
+//! Each batch of a setting is a [`Plan`] of its own ([`setting_plan`]): the scenario with its
+//! `[batching]`, `[workload]`, `[profile]` and `[stop]` replaced, so every batch runs through the
+//! ordinary run loop and batcher and writes its own `report.json` and `requests.jsonl`; the
+//! settings take turns, one batch each ([`design_runs`]). The workload is pinned (fixed lengths,
+//! `ignore_eos`, greedy, a unique prefix and a seed of its own per run, so no prompt is served
+//! from an earlier run's prefix cache). A real engine is started **once** for all of them
+//! ([`SharedEngine`]); a first warm-up run, not fitted, takes the engine's first-call costs. A
+//! simulated engine in virtual time runs each plan on its own
 //! (deterministic, no start cost).
 
 use std::path::{Path, PathBuf};
@@ -132,6 +133,7 @@ pub fn setting_plan(base: &Plan, setting: &Setting, stream: u64) -> Plan {
             vocab_size,
             ignore_eos: true,
             temperature: 0.0,
+            // Token prompts: their lengths are exact, on every engine.
             chat: Default::default(),
             request_format: Default::default(),
         },
@@ -152,7 +154,8 @@ pub fn setting_plan(base: &Plan, setting: &Setting, stream: u64) -> Plan {
 /// How a designed run is carried out.
 #[derive(Clone, Debug)]
 pub struct DesignOptions {
-    /// Each setting writes `runs_dir/<setting>/` (report.json, report.csv, requests.jsonl).
+    /// Each run writes `runs_dir/<run>/` (report.json, report.csv, requests.jsonl), named as in
+    /// [`design_runs`].
     pub runs_dir: PathBuf,
     /// The live display of each run.
     pub progress: ProgressMode,
@@ -163,18 +166,34 @@ pub struct DesignOptions {
 /// What a designed run produced.
 #[derive(Clone, Debug)]
 pub struct DesignRun {
-    /// One output directory per fitted setting, in run order (the warm-up's is not among them).
+    /// One output directory per fitted run, in run order (the warm-up's is not among them).
     pub dirs: Vec<PathBuf>,
     /// What the engine said about itself, its resolved configuration included.
     pub engine: EngineInfo,
 }
 
-/// Runs the warm-up and then every setting of `design` on the engine `base` names, started once.
-pub fn run_design(base: &Plan, design: &[Setting], options: &DesignOptions) -> Result<DesignRun, DesignError> {
-    let mut plans = vec![("warmup".to_owned(), setting_plan(base, &WARMUP, 0))];
-    for (i, setting) in design.iter().enumerate() {
-        plans.push((setting.name(), setting_plan(base, setting, 1 + i as u64)));
+/// The runs of a designed calibration, in order: the warm-up (`warmup`, not fitted), then the
+/// settings **round-robin, one batch per run**: round `r` runs one batch of every setting with
+/// more than `r` batches (`b1-p16-o64-r0`, `b1-p384-o32-r0`, ..., `b1-p16-o64-r1`, ...). On a
+/// machine whose speed drifts (a shared CPU), each setting's batches are then spread over the
+/// whole design instead of one stretch of it, so a slow minute biases every coefficient a little
+/// rather than one a lot. Every run draws prompts of its own.
+pub fn design_runs(base: &Plan, design: &[Setting]) -> Vec<(String, Plan)> {
+    let mut runs = vec![("warmup".to_owned(), setting_plan(base, &WARMUP, 0))];
+    let rounds = design.iter().map(|s| s.batches).max().unwrap_or(0);
+    for round in 0..rounds {
+        for (i, setting) in design.iter().enumerate().filter(|(_, s)| s.batches > round) {
+            let one = Setting { batches: 1, ..*setting };
+            let stream = 1 + (i as u64) * 64 + u64::from(round);
+            runs.push((format!("{}-r{round}", setting.name()), setting_plan(base, &one, stream)));
+        }
     }
+    runs
+}
+
+/// Runs [`design_runs`] on the engine `base` names, started once.
+pub fn run_design(base: &Plan, design: &[Setting], options: &DesignOptions) -> Result<DesignRun, DesignError> {
+    let plans = design_runs(base, design);
     let engine = base.engine.build().map_err(RunError::from)?;
     let mut runner = PlanRunner::new(engine);
     let mut dirs = Vec::new();
@@ -189,7 +208,7 @@ pub fn run_design(base: &Plan, design: &[Setting], options: &DesignOptions) -> R
             requests_jsonl: true,
             progress: options.progress,
             interrupt: options.interrupt.clone(),
-            ..RunOptions::default()
+            repeat: 1,
         };
         let summary = runner.run(plan, run_options)?;
         check_complete(&summary, name)?;
@@ -334,6 +353,34 @@ mod tests {
         for s in DESIGN {
             assert!(s.prompt_tokens + s.output_tokens <= 512, "{} fits vllm-cpu.toml's max_model_len", s.name());
         }
+    }
+
+    #[test]
+    fn the_runs_interleave_the_settings_one_batch_each() {
+        let base = shipped("vllm-cpu.toml");
+        let design = [
+            Setting { batch_size: 1, prompt_tokens: 16, output_tokens: 8, batches: 3 },
+            Setting { batch_size: 8, prompt_tokens: 16, output_tokens: 8, batches: 1 },
+            Setting { batch_size: 4, prompt_tokens: 16, output_tokens: 8, batches: 2 },
+        ];
+        let runs = design_runs(&base, &design);
+        let names: Vec<&str> = runs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["warmup", "b1-p16-o8-r0", "b8-p16-o8-r0", "b4-p16-o8-r0", "b1-p16-o8-r1", "b4-p16-o8-r1", "b1-p16-o8-r2"]
+        );
+        for (name, plan) in &runs[1..] {
+            assert_eq!(plan.stop.max_requests, Some(plan.batching.batch_size() as u64), "{name}: one batch");
+        }
+        let seeds: std::collections::BTreeSet<u64> = runs
+            .iter()
+            .map(|(_, p)| match &p.workload {
+                WorkloadPlan::Synthetic { seed, .. } => *seed,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(seeds.len(), runs.len(), "every run draws prompts of its own");
+        assert_eq!(design_runs(&base, DESIGN).len(), 1 + DESIGN.iter().map(|s| s.batches as usize).sum::<usize>());
     }
 
     #[test]

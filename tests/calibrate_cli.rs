@@ -132,7 +132,7 @@ fn calibrate_explains_what_it_cannot_use() {
     let dir = temp_dir("errors");
     let o = batchlab(&["calibrate", dir.join("missing").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("is neither a scenario file nor a directory"), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("is not a directory"), "{}", text(&o.stderr));
 
     // A run without requests.jsonl.
     let out = dir.join("run");

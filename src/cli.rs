@@ -110,9 +110,12 @@ enum Command {
     },
     /// Fit a simulator profile (docs/simulation.md) from the output directories of earlier runs.
     Calibrate(calibrate::CalibrateArgs),
+    /// Search batching settings in the simulator for the best goodput under an SLO (docs/tuning.md).
+    Tune(tune::TuneArgs),
 }
 
 mod calibrate;
+mod tune;
 
 fn init_logging() {
     use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
@@ -259,6 +262,7 @@ fn real_main(cli: Cli) -> ExitCode {
             return compare_runs(&a, &b, options, output);
         }
         Command::Calibrate(args) => return calibrate::main(args),
+        Command::Tune(args) => return tune::main(args),
         Command::Run { scenario, .. } | Command::Check { scenario } if scenario.engine_kind => {
             (scenario, Task::PrintEngineKind)
         }
@@ -335,12 +339,12 @@ fn engine_kind(engine: &EnginePlan) -> &'static str {
 }
 
 /// `batchlab run`'s own flags.
-struct RunArgs {
-    output: Option<PathBuf>,
-    requests_jsonl: bool,
-    quiet: bool,
-    verbose: bool,
-    repeat: u32,
+pub(crate) struct RunArgs {
+    pub(crate) output: Option<PathBuf>,
+    pub(crate) requests_jsonl: bool,
+    pub(crate) quiet: bool,
+    pub(crate) verbose: bool,
+    pub(crate) repeat: u32,
 }
 
 /// How many lines of engine.log a failed run prints.
@@ -400,7 +404,7 @@ fn watch_signals(interrupt: Interrupt, first_signal: std::sync::Arc<std::sync::a
     }
 }
 
-fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result<ExitCode> {
     let RunArgs { output, requests_jsonl, quiet, verbose, repeat } = args;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
     let output_dir =

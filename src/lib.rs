@@ -15,3 +15,4 @@ pub mod scenario;
 pub mod sync;
 pub mod sys;
 pub mod time;
+pub mod tune;

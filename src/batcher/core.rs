@@ -390,6 +390,18 @@ impl BatcherCore {
         self.queue.is_empty() && self.in_flight.is_none() && self.outcomes.is_empty()
     }
 
+    /// Takes new batching settings (a `[matrix]` run changes them between benchmarks, in one
+    /// engine start). Only while idle: a queued request was admitted under the old settings, and
+    /// a running batch was sized by them, so changing them then would mix two settings in one
+    /// measurement. Refused otherwise with [`ConfigError::Busy`], changing nothing.
+    pub fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError> {
+        if !self.is_idle() {
+            return Err(ConfigError::Busy { queued: self.queue.len(), running: self.in_flight.is_some() });
+        }
+        self.config = config;
+        Ok(())
+    }
+
     // ---- lifecycle -------------------------------------------------------------------------
 
     /// Created → Starting. Returns `false` (and changes nothing) in any other state, so concurrent

@@ -141,6 +141,16 @@ pub enum ConfigError {
     /// `generate_timeout` was set to 0.
     #[error("generate_timeout must be > 0 when set")]
     ZeroGenerateTimeout,
+    /// New settings were given while requests were queued, running or unanswered.
+    #[error(
+        "batching settings can change only while the batcher is idle ({queued} queued, generate running: {running})"
+    )]
+    Busy {
+        /// Requests in the queue.
+        queued: usize,
+        /// A generate was in flight.
+        running: bool,
+    },
 }
 
 #[cfg(test)]

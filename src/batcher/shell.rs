@@ -302,6 +302,17 @@ impl Batcher {
         cancel(&self.shared, id)
     }
 
+    /// Takes new batching settings while idle (see [`BatcherCore::reconfigure`]); the engine
+    /// thread's next wait uses them.
+    ///
+    /// [`BatcherCore::reconfigure`]: super::core::BatcherCore::reconfigure
+    pub fn reconfigure(&self, config: BatchConfig) -> Result<(), crate::batcher::ConfigError> {
+        let mut locked = self.shared.lock();
+        let result = locked.guard.core.reconfigure(config);
+        self.shared.release(locked);
+        result
+    }
+
     /// The engine died; callable from any thread, e.g. a process watcher, also while the engine
     /// thread is stuck inside a generate that will never return. The running batch and every
     /// queued request fail with [`RequestError::EngineDied`] at once, later submits are rejected

@@ -112,6 +112,11 @@ impl<E: Engine> VirtualDriver<E> {
         self.core.submit(request, self.now)
     }
 
+    /// Takes new batching settings while idle (see [`BatcherCore::reconfigure`]).
+    pub fn reconfigure(&mut self, config: BatchConfig) -> Result<(), crate::batcher::ConfigError> {
+        self.core.reconfigure(config)
+    }
+
     /// Cancels a queued request at the current time; `false` if it was already dispatched or unknown.
     pub fn cancel(&mut self, id: RequestId) -> bool {
         self.core.cancel(id, self.now)

@@ -327,6 +327,7 @@ impl BenchmarkAggregator {
             prefix_cache_tokens: self.prefix_cache,
             slo,
             time_series: self.series.finish(end),
+            matrix: None,
         }
     }
 }

@@ -2,6 +2,7 @@
 pub mod aggregate;
 pub mod distribution;
 pub mod mapper;
+pub mod pareto;
 pub mod repeats;
 pub mod result;
 pub mod series;

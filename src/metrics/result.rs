@@ -58,6 +58,22 @@ pub struct BenchmarkResult {
     pub slo: Option<SloResult>,
     /// Completions, tokens, errors, concurrency and batches per interval of the window.
     pub time_series: TimeSeries,
+    /// The `[matrix]` combination this benchmark ran, and whether it is on the run's
+    /// throughput/latency Pareto front; absent without a matrix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matrix: Option<MatrixPoint>,
+}
+
+/// Where a benchmark stands in a `[matrix]` run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MatrixPoint {
+    /// The combination's label, e.g. `batch_size=8,batch_timeout=10ms`.
+    pub combination: String,
+    /// (key, value) per matrix axis.
+    pub values: Vec<(String, String)>,
+    /// No other benchmark of the run has both more output tokens/s and a lower latency p99
+    /// (see [`crate::metrics::pareto`]).
+    pub pareto_front: bool,
 }
 
 /// Prompt tokens served from the prefix cache, over completed measured requests.

@@ -218,6 +218,7 @@ pub(crate) mod tests {
                 origin: "p.toml:3:1".into(),
             }],
             output: OutputPlan::default(),
+            matrix: None,
         };
         let end = Timestamp::from_nanos(1_001_000_000_000);
         let benchmarks = vec![sample_aggregator("throughput").finish(end)];

@@ -45,19 +45,43 @@ const PREFIX_COLUMN: Column = Column {
     cell: |b| format!("{} ({})", fixed(b.prefix_cache_hit_rate, 2), fixed(b.prefix_cache_designed_hit_rate, 2)),
 };
 
+/// The last column of a `[matrix]` run's table: `*` on the throughput/latency Pareto front.
+pub(crate) const FRONT_HEADER: &str = "front";
+
+/// `*` when the benchmark is on its matrix run's Pareto front, else empty.
+pub(crate) fn front_cell(b: &BenchmarkResult) -> &'static str {
+    if b.matrix.as_ref().is_some_and(|m| m.pareto_front) { "*" } else { "" }
+}
+
 /// The summary table for the console. The benchmark name is left-aligned, numbers right-aligned;
 /// `-` marks a value that was not measured. "requests" counts completed requests.
 pub fn render_table(report: &Report) -> String {
+    // A `[matrix]` run marks its throughput/latency Pareto front in a last column.
+    let matrix = report.benchmarks.iter().any(|b| b.matrix.is_some());
+    // A prefix-cache column when a benchmark hit the cache or was designed to.
     let prefix = report.benchmarks.iter().any(|b| {
         [b.prefix_cache_hit_rate, b.prefix_cache_designed_hit_rate].iter().any(|r| r.is_some_and(|r| r > 0.0))
     });
     let columns: Vec<&Column> = COLUMNS.iter().chain(prefix.then_some(&PREFIX_COLUMN)).collect();
-    let rows: Vec<Vec<String>> =
-        report.benchmarks.iter().map(|b| columns.iter().map(|c| (c.cell)(b)).collect()).collect();
-    let widths: Vec<usize> = columns
+    let mut headers: Vec<String> = columns.iter().map(|c| c.header.to_string()).collect();
+    if matrix {
+        headers.push(FRONT_HEADER.to_string());
+    }
+    let rows: Vec<Vec<String>> = report
+        .benchmarks
+        .iter()
+        .map(|b| {
+            let mut row: Vec<String> = columns.iter().map(|c| (c.cell)(b)).collect();
+            if matrix {
+                row.push(front_cell(b).to_string());
+            }
+            row
+        })
+        .collect();
+    let widths: Vec<usize> = headers
         .iter()
         .enumerate()
-        .map(|(i, c)| rows.iter().map(|r| r[i].len()).chain([c.header.len()]).max().unwrap_or(0))
+        .map(|(i, h)| rows.iter().map(|r| r[i].len()).chain([h.len()]).max().unwrap_or(0))
         .collect();
 
     let line = |cells: &[String]| {

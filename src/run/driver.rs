@@ -18,9 +18,10 @@ use super::interrupt::Interrupt;
 use super::progress::Progress;
 use super::step::{Action, StepRun};
 use super::{DriverResult, RunError};
-use crate::batcher::{BatchRun, Outcome, RequestError};
+use crate::batcher::{BatchConfig, BatchRun, ConfigError, Outcome, RequestError};
 use crate::engine::{ClockDomain, EngineError, EngineInfo, EngineRequest, RequestId};
 use crate::load::{Expansion, StepPlanner, Workload, expand};
+use crate::metrics::result::{BenchmarkResult, MatrixPoint};
 use crate::report::RequestsJsonl;
 use crate::scenario::plan::Plan;
 use crate::time::{Timestamp, WallAnchor};
@@ -59,6 +60,9 @@ pub trait Driver {
     /// Lets time pass until an event is ready, `until` is reached, or (real time) the run's
     /// interrupt fires.
     fn wait(&mut self, until: Option<Timestamp>) -> Result<(), Stalled>;
+    /// Takes new batching settings between benchmarks, with nothing queued or running (a
+    /// `[matrix]` run's next combination); the engine stays loaded.
+    fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError>;
     /// Shuts the engine down; every request still queued gets its outcome first.
     fn shutdown(&mut self) -> Result<(), EngineError>;
 }
@@ -79,16 +83,24 @@ fn kv_block_size(info: &EngineInfo) -> u32 {
     info.resolved_config.map_or(1, |c| c.block_size)
 }
 
-/// Runs every step of `plan` on `driver`.
-/// Runs every step of `plan` on `driver`, `repeats` times (at least once), in one engine start.
+/// One part of a run: the plan its benchmarks follow, its workload, and (in a `[matrix]` run) the
+/// combination's label, which names its benchmarks.
+pub(super) struct Segment<'a> {
+    pub plan: &'a Plan,
+    pub workload: &'a Workload,
+    pub label: Option<&'a crate::scenario::matrix::Combination>,
+}
+
+/// Runs every step of every segment on `driver`, `repeats` times (at least once), in one engine
+/// start. Between segments the batcher takes the next segment's `[batching]` while idle
+/// ([`Driver::reconfigure`]); the engine stays loaded.
 ///
 /// Repeats are interleaved: the whole profile runs, then runs again (`a b c a b c`), so a drift of
 /// the engine over time spreads over every benchmark instead of biasing one. A sweep's rates are
 /// planned from the first round's measurements; later rounds rerun exactly those steps.
 pub(super) fn run_steps(
-    plan: &Plan,
+    segments: &[Segment<'_>],
     driver: &mut dyn Driver,
-    workload: &Workload,
     sinks: Sinks<'_>,
     repeats: u32,
 ) -> Result<DriverResult, RunError> {
@@ -110,117 +122,153 @@ pub(super) fn run_steps(
     };
     let domain = driver.clock_domain();
     let anchor = Some(driver.wall_anchor());
-    let count = match expand(&plan.profile) {
-        Expansion::Fixed(steps) => Some(steps.len() * repeats as usize),
-        Expansion::Sweep { .. } => None,
-    };
+    let count = segments
+        .iter()
+        .map(|seg| match expand(&seg.plan.profile) {
+            Expansion::Fixed(steps) => Some(steps.len() * repeats as usize),
+            Expansion::Sweep { .. } => None,
+        })
+        .sum::<Option<usize>>();
 
-    let mut planner = StepPlanner::new(&plan.profile);
-    let mut last_rps = None;
+    // Per segment: its planner, the last step's rate, and the first round's steps for the later rounds.
+    let mut planners: Vec<(StepPlanner, Option<f64>, Vec<crate::load::Step>)> =
+        segments.iter().map(|seg| (StepPlanner::new(&seg.plan.profile), None, Vec::new())).collect();
     let mut benchmarks = Vec::new();
     let mut next_request = 0;
     let mut interrupted = false;
     let mut incomplete = false;
     let mut last_status: Option<Instant> = None;
-    // The first round's steps, for the later rounds; which round runs, and its next step.
-    let mut round_steps = Vec::new();
-    let (mut round, mut position) = (0u32, 0usize);
+    let mut current_batching = segments.first().map(|seg| seg.plan.batching.clone());
 
-    loop {
-        let step = if round == 0 { planner.next_step(last_rps) } else { round_steps.get(position).cloned() };
-        let Some(step) = step else {
-            round += 1;
-            position = 0;
-            if round >= repeats || round_steps.is_empty() {
-                break;
+    'rounds: for round in 0..repeats {
+        for (segment, state) in segments.iter().zip(&mut planners) {
+            if current_batching.as_ref() != Some(&segment.plan.batching) {
+                driver.reconfigure(segment.plan.batching.clone()).map_err(|e| RunError::Internal(e.to_string()))?;
+                current_batching = Some(segment.plan.batching.clone());
             }
-            continue;
-        };
-        if round == 0 {
-            round_steps.push(step.clone());
-        }
-        position += 1;
-        let index = benchmarks.len();
-        let mut run = StepRun::for_plan(step, plan, driver.now(), domain, anchor)?
-            .with_position(index, count)
-            .with_repeat(round, repeats);
-        if jsonl.is_some() {
-            run = run.with_records();
-        }
-        if let Some(design) = workload.prefix_design() {
-            run = run.with_prefix_design(design, kv_block_size(&info));
-        }
-        if interrupted {
-            run.interrupt(driver.now());
-        }
-        loop {
-            while let Some(event) = driver.poll_event() {
-                match event {
-                    DriverEvent::Batch(b) => run.on_batch(&b),
-                    DriverEvent::Outcome(id, outcome, at) => {
-                        run.on_outcome(id, &outcome, at);
-                        while let Some(record) = run.poll_record() {
-                            if let Some(j) = jsonl.as_deref_mut() {
-                                j.write(&record)?;
+            let single_step = matches!(expand(&segment.plan.profile), Expansion::Fixed(ref s) if s.len() == 1);
+            let mut position = 0usize;
+            loop {
+                let (planner, last_rps, round_steps) = &mut *state;
+                let step = if round == 0 { planner.next_step(*last_rps) } else { round_steps.get(position).cloned() };
+                let Some(mut step) = step else { break };
+                if round == 0 {
+                    round_steps.push(step.clone());
+                }
+                position += 1;
+                if let Some(c) = segment.label {
+                    step.name = if single_step { c.label.clone() } else { format!("{}/{}", c.label, step.name) };
+                }
+                let plan = segment.plan;
+                let workload = segment.workload;
+                let index = benchmarks.len();
+                let mut run = StepRun::for_plan(step, plan, driver.now(), domain, anchor)?
+                    .with_position(index, count)
+                    .with_repeat(round, repeats);
+                if jsonl.is_some() {
+                    run = run.with_records();
+                }
+                if let Some(design) = workload.prefix_design() {
+                    run = run.with_prefix_design(design, kv_block_size(&info));
+                }
+                if interrupted {
+                    run.interrupt(driver.now());
+                }
+                loop {
+                    while let Some(event) = driver.poll_event() {
+                        match event {
+                            DriverEvent::Batch(b) => run.on_batch(&b),
+                            DriverEvent::Outcome(id, outcome, at) => {
+                                run.on_outcome(id, &outcome, at);
+                                while let Some(record) = run.poll_record() {
+                                    if let Some(j) = jsonl.as_deref_mut() {
+                                        j.write(&record)?;
+                                    }
+                                }
                             }
                         }
                     }
-                }
-            }
-            if !interrupted && interrupt.is_fired() {
-                interrupted = true;
-                tracing::warn!("interrupted: no new requests; cancelling queued ones and draining the rest");
-                run.interrupt(driver.now());
-                let ids: Vec<_> = run.in_flight_ids().collect();
-                for id in ids {
-                    driver.cancel(id);
-                }
-            }
-            if last_status.is_none_or(|t| t.elapsed() >= STATUS_EVERY) {
-                last_status = Some(Instant::now());
-                progress.status(&run.status(driver.now()));
-            }
-            let now = driver.now();
-            match run.poll(now) {
-                Action::Submit(phase) => {
-                    let request = workload.request(next_request);
-                    next_request += 1;
-                    match driver.submit(request) {
-                        Ok(id) => run.on_submitted(id, phase, now),
-                        Err(e) => run.on_rejected(&e, now),
+                    if !interrupted && interrupt.is_fired() {
+                        interrupted = true;
+                        tracing::warn!("interrupted: no new requests; cancelling queued ones and draining the rest");
+                        run.interrupt(driver.now());
+                        let ids: Vec<_> = run.in_flight_ids().collect();
+                        for id in ids {
+                            driver.cancel(id);
+                        }
+                    }
+                    if last_status.is_none_or(|t| t.elapsed() >= STATUS_EVERY) {
+                        last_status = Some(Instant::now());
+                        progress.status(&run.status(driver.now()));
+                    }
+                    let now = driver.now();
+                    match run.poll(now) {
+                        Action::Submit(phase) => {
+                            let request = workload.request(next_request);
+                            next_request += 1;
+                            match driver.submit(request) {
+                                Ok(id) => run.on_submitted(id, phase, now),
+                                Err(e) => run.on_rejected(&e, now),
+                            }
+                        }
+                        Action::Wait(until) => driver.wait(until).map_err(|Stalled| {
+                            RunError::Internal(format!(
+                                "benchmark {} is waiting with nothing scheduled ({} in flight)",
+                                run.name(),
+                                run.in_flight()
+                            ))
+                        })?,
+                        Action::Done => break,
                     }
                 }
-                Action::Wait(until) => driver.wait(until).map_err(|Stalled| {
-                    RunError::Internal(format!(
-                        "benchmark {} is waiting with nothing scheduled ({} in flight)",
-                        run.name(),
-                        run.in_flight()
-                    ))
-                })?,
-                Action::Done => break,
+                let now = driver.now();
+                progress.benchmark_done(&run.status(now));
+                let mut finished = run.finish(now);
+                if let Some(j) = jsonl.as_deref_mut() {
+                    for record in &finished.records {
+                        j.write(record)?;
+                    }
+                }
+                if let Some(c) = segment.label {
+                    finished.result.matrix = Some(MatrixPoint {
+                        combination: c.label.clone(),
+                        values: c.values.clone(),
+                        pareto_front: false,
+                    });
+                }
+                if round == 0 {
+                    state.1 = finished.result.requests_per_s;
+                }
+                benchmarks.push(finished.result);
+                if finished.ends_run {
+                    incomplete = true;
+                    break 'rounds;
+                }
             }
-        }
-        let now = driver.now();
-        progress.benchmark_done(&run.status(now));
-        let finished = run.finish(now);
-        if let Some(j) = jsonl.as_deref_mut() {
-            for record in &finished.records {
-                j.write(record)?;
-            }
-        }
-        benchmarks.push(finished.result);
-        if finished.ends_run {
-            incomplete = true;
-            break;
-        }
-        if round == 0 {
-            last_rps = benchmarks.last().and_then(|b| b.requests_per_s);
         }
     }
+    mark_pareto_front(&mut benchmarks);
 
     progress.engine_step("stopping engine");
     if let Err(e) = driver.shutdown() {
         tracing::error!(error = %e, "engine shutdown failed");
     }
     Ok(DriverResult { engine: info, benchmarks, interrupted, incomplete, error: None })
+}
+
+/// Marks the throughput/latency Pareto front (output tokens/s up, latency p99 down) among the
+/// benchmarks of a `[matrix]` run.
+pub(crate) fn mark_pareto_front(benchmarks: &mut [BenchmarkResult]) {
+    let points: Vec<_> = benchmarks
+        .iter()
+        .map(|b| match b.matrix {
+            Some(_) => (b.output_tokens_per_s, b.metric("latency_p99_ms")),
+            None => (None, None),
+        })
+        .collect();
+    for (b, on) in benchmarks.iter_mut().zip(crate::metrics::pareto::front(&points)) {
+        if let Some(m) = &mut b.matrix {
+            m.pareto_front = on;
+        }
+    }
 }

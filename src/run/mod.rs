@@ -37,7 +37,7 @@ use crate::report::{
 };
 use crate::scenario::plan::{EnginePlan, Plan, ProfilePlan, WorkloadPlan};
 use crate::time::MonotonicClock;
-use driver::{Driver, Sinks, run_steps};
+use driver::{Driver, Segment, Sinks, run_steps};
 use progress::{Progress, ProgressMode};
 use realtime::RealTimeDriver;
 use virtual_driver::VirtualTimeDriver;
@@ -145,7 +145,11 @@ struct DriverResult {
 /// the engine starts. Returns the workload.
 pub fn preflight(plan: &Plan) -> Result<Workload, RunError> {
     plan.engine.check()?;
-    Ok(Workload::from_plan(&plan.workload)?)
+    let workload = Workload::from_plan(&plan.workload)?;
+    for c in plan.matrix.iter().flat_map(|m| &m.combinations) {
+        Workload::from_plan(&c.plan.workload)?;
+    }
+    Ok(workload)
 }
 
 /// Runs a plan against the engine it names, to completion (or interruption), and writes its
@@ -217,7 +221,32 @@ fn run_engine(
         }
     };
     let sinks = Sinks { jsonl: jsonl.as_mut(), progress: &mut progress, interrupt: &options.interrupt };
-    let result = run_steps(plan, driver.as_mut(), &workload, sinks, options.repeat);
+    // A `[matrix]` run: one segment per combination (each with its own workload), one engine start.
+    let result = match &plan.matrix {
+        None => {
+            run_steps(&[Segment { plan, workload: &workload, label: None }], driver.as_mut(), sinks, options.repeat)
+        }
+        Some(matrix) => {
+            let workloads = matrix
+                .combinations
+                .iter()
+                .map(|c| {
+                    if c.plan.workload == plan.workload {
+                        Ok(workload.clone())
+                    } else {
+                        Workload::from_plan(&c.plan.workload)
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let segments: Vec<Segment<'_>> = matrix
+                .combinations
+                .iter()
+                .zip(&workloads)
+                .map(|(c, w)| Segment { plan: &c.plan, workload: w, label: Some(c) })
+                .collect();
+            run_steps(&segments, driver.as_mut(), sinks, options.repeat)
+        }
+    };
     drop(driver);
     progress.clear();
     let result = result?;

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use super::driver::{Driver, DriverEvent, Stalled};
 use super::engine_guard::{AbortAfterGrace, DeathWatch, shutdown_bounded};
 use super::interrupt::{Interrupt, WakerGuard};
-use crate::batcher::{BatchConfig, BatchRun, Batcher, RequestError};
+use crate::batcher::{BatchConfig, BatchRun, Batcher, ConfigError, RequestError};
 use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId};
 use crate::time::{Clock, MonotonicClock, Timestamp, WallAnchor};
 
@@ -178,6 +178,10 @@ impl Driver for RealTimeDriver {
         };
         self.ready.extend(message.flatten());
         Ok(())
+    }
+
+    fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError> {
+        self.batcher.reconfigure(config)
     }
 
     fn shutdown(&mut self) -> Result<(), EngineError> {

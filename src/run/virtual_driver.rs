@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use super::driver::{Driver, DriverEvent, Stalled};
 use crate::batcher::virtual_time::VirtualDriver;
-use crate::batcher::{BatchConfig, BatchRun, RequestError};
+use crate::batcher::{BatchConfig, BatchRun, ConfigError, RequestError};
 use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId, VirtualTimeEngine};
 use crate::time::{Timestamp, VirtualClock, WallAnchor};
 
@@ -69,6 +69,10 @@ impl<E: Engine> Driver for VirtualTimeDriver<E> {
         };
         self.inner.advance_to(next);
         Ok(())
+    }
+
+    fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError> {
+        self.inner.reconfigure(config)
     }
 
     fn shutdown(&mut self) -> Result<(), EngineError> {

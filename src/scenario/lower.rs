@@ -84,6 +84,7 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
         slo,
         expect,
         output,
+        matrix: None,
     };
     super::arrivals::check(cx, top, &mut plan);
     plan

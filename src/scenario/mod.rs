@@ -16,6 +16,7 @@ pub mod error;
 pub mod expect;
 mod keys;
 mod lower;
+pub mod matrix;
 mod overrides;
 pub mod plan;
 mod print;
@@ -120,13 +121,35 @@ fn parse_with(
     let mut problems = Vec::new();
     let sets = overrides::apply(&mut root, overrides, set_arg, &mut problems);
     let stem = Path::new(file_name).file_stem().and_then(|s| s.to_str()).unwrap_or("scenario");
-    let mut cx = reader::Cx::new(source, file_name, base_dir, &sets, problems);
-    let plan = lower::lower(&mut cx, &root, &lower::Context { stem });
-    if !cx.has_problems() {
-        return Ok(plan);
-    }
+    let axes = matrix::extract(&mut root, &sets, source, file_name, &mut problems);
+    let mut problems = if axes.is_empty() {
+        let mut cx = reader::Cx::new(source, file_name, base_dir, &sets, problems);
+        let plan = lower::lower(&mut cx, &root, &lower::Context { stem });
+        if !cx.has_problems() {
+            return Ok(plan);
+        }
+        cx.into_problems()
+    } else {
+        // Every combination is lowered like a file of its own; a problem they share is told once.
+        let mut combinations = Vec::new();
+        for (tree, values) in matrix::combinations(&root, &axes) {
+            let mut cx = reader::Cx::new(source, file_name, base_dir, &sets, Vec::new());
+            let plan = lower::lower(&mut cx, &tree, &lower::Context { stem });
+            for p in cx.into_problems() {
+                if !problems.contains(&p) {
+                    problems.push(p);
+                }
+            }
+            combinations.push(matrix::Combination { label: matrix::label(&values), values, plan });
+        }
+        if problems.is_empty() {
+            let mut plan = combinations[0].plan.clone();
+            plan.matrix = Some(Box::new(matrix::MatrixPlan { axes: matrix::axes_of(&axes), combinations }));
+            return Ok(plan);
+        }
+        problems
+    };
     // Overrides first (in argument order), then the file from top to bottom.
-    let mut problems = cx.into_problems();
     problems.sort_by_key(|p| match &p.origin {
         Origin::Override { .. } => (0, 0, 0),
         Origin::Source { line, column, .. } => (1, *line, *column),

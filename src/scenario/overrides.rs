@@ -77,7 +77,7 @@ pub(crate) fn apply(
     applied
 }
 
-fn insert(root: &mut Table, path: &[&str], value: Value) -> Result<(), String> {
+pub(super) fn insert(root: &mut Table, path: &[&str], value: Value) -> Result<(), String> {
     let (last, parents) = path.split_last().ok_or_else(|| "empty key".to_owned())?;
     let mut table: &mut dyn TableLike = root;
     for (i, key) in parents.iter().enumerate() {

@@ -51,6 +51,10 @@ pub struct Plan {
     pub expect: Vec<Expectation>,
     /// `[output]`: where files are written.
     pub output: OutputPlan,
+    /// `[matrix]`: the combinations to run in one engine start (each a whole plan); `None`
+    /// without a matrix. The other fields are the first combination's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matrix: Option<Box<crate::scenario::matrix::MatrixPlan>>,
 }
 
 /// `[engine]`: the built-in engine a plan names; [`EnginePlan::build`] builds it.

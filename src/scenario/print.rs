@@ -79,6 +79,16 @@ pub fn to_toml(plan: &Plan) -> String {
         doc["expect"] = Item::Table(t);
     }
 
+    if let Some(matrix) = &plan.matrix {
+        let mut t = Table::new();
+        for axis in &matrix.axes {
+            if let Ok(list) = format!("[{}]", axis.values.join(", ")).parse::<Value>() {
+                t.insert(&axis.key, Item::Value(list));
+            }
+        }
+        doc["matrix"] = Item::Table(t);
+    }
+
     let mut output = Table::new();
     keys::print(&mut output, keys::OUTPUT_KEYS, &plan.output);
     doc["output"] = Item::Table(output);

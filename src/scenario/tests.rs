@@ -375,6 +375,11 @@ fn without_origins(mut plan: Plan) -> Plan {
     for e in &mut plan.expect {
         e.origin.clear();
     }
+    if let Some(m) = &mut plan.matrix {
+        for c in &mut m.combinations {
+            c.plan = without_origins(c.plan.clone());
+        }
+    }
     plan
 }
 
@@ -863,6 +868,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                     slo,
                     expect,
                     output,
+                    matrix: None,
                 }
             },
         )

@@ -7,7 +7,7 @@ use crate::metrics::distribution::Histogram;
 use crate::metrics::result::{BenchmarkResult, Distributions};
 use crate::metrics::series::TimeSeries;
 use crate::report::Report;
-use crate::report::table::COLUMNS;
+use crate::report::table::{COLUMNS, FRONT_HEADER, front_cell};
 
 /// Most points a chart over time shows; finer series are merged into wider intervals.
 const MAX_TIME_POINTS: usize = 150;
@@ -85,14 +85,48 @@ fn num(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_string(), format_value)
 }
 
+/// Every combination of a `[matrix]` run as a point (output tokens/s, latency p99), labelled; the
+/// front is the series drawn joined.
+fn pareto_chart(report: &Report) -> String {
+    let point = |b: &BenchmarkResult| Some((b.output_tokens_per_s?, b.metric("latency_p99_ms")?));
+    let mut front: Vec<(f64, f64, String)> = report
+        .benchmarks
+        .iter()
+        .filter(|b| b.matrix.as_ref().is_some_and(|m| m.pareto_front))
+        .filter_map(|b| point(b).map(|(x, y)| (x, y, b.name.clone())))
+        .collect();
+    front.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let others: Vec<(f64, f64, String)> = report
+        .benchmarks
+        .iter()
+        .filter(|b| b.matrix.as_ref().is_some_and(|m| !m.pareto_front))
+        .filter_map(|b| point(b).map(|(x, y)| (x, y, b.name.clone())))
+        .collect();
+    let series = |label: &str, pts: &[(f64, f64, String)]| Series::new(label, pts.iter().map(|p| (p.0, p.1)).collect());
+    let labels = |pts: &[(f64, f64, String)]| pts.iter().map(|p| p.2.clone()).collect::<Vec<_>>();
+    let chart = Chart::new("Throughput against latency p99", "output tokens/s", "latency p99 (ms)");
+    chart::scatter_svg(
+        &chart,
+        &[series("Pareto front", &front), series("dominated", &others)],
+        &[labels(&front), labels(&others)],
+    )
+}
+
 fn summary(report: &Report) -> Section {
-    let headers: Vec<&str> = COLUMNS.iter().map(|c| c.header).collect();
+    let matrix = report.benchmarks.iter().any(|b| b.matrix.is_some());
+    let mut headers: Vec<&str> = COLUMNS.iter().map(|c| c.header).collect();
+    if matrix {
+        headers.push(FRONT_HEADER);
+    }
     let mut table = Table::new(&headers);
     for b in &report.benchmarks {
         let mut cells = Vec::new();
         for (i, c) in COLUMNS.iter().enumerate() {
             let text = (c.cell)(b);
             cells.push(if i == 0 { Cell::Text(text) } else { Cell::Num(text) });
+        }
+        if matrix {
+            cells.push(Cell::Text(front_cell(b).to_string()));
         }
         table.row(cells);
     }
@@ -102,6 +136,12 @@ fn summary(report: &Report) -> Section {
     );
     if report.incomplete {
         s = s.text("This run stopped early (interrupted, or the engine failed): some benchmarks are missing.");
+    }
+    if matrix {
+        s = s.charts(vec![pareto_chart(report)]).note(
+            "A [matrix] run: `*` in the front column marks the throughput/latency Pareto front (no other \
+             combination has both more output tokens/s and a lower latency p99); the chart joins the front.",
+        );
     }
     s
 }

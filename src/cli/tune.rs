@@ -1,0 +1,203 @@
+//! `batchlab tune`: search batching settings in the simulator, print a `[batching]` snippet and
+//! the front, and (for a real-engine scenario with a calibration profile) confirm the best points
+//! on the real engine in one engine start.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use batchlab::scenario::plan::EnginePlan;
+use batchlab::scenario::units::{format_duration, parse_duration};
+use batchlab::scenario::{Overrides, load_file};
+use batchlab::tune::{Objective, Space, TuneResult, confirmation_plan, search, search_plan};
+
+use super::{EXIT_BAD_INPUT, EXIT_ERROR};
+
+#[derive(clap::Args, Debug)]
+pub(super) struct TuneArgs {
+    /// The scenario file (its profile must be one benchmark: throughput, constant with one rate, ...).
+    #[arg(value_name = "SCENARIO")]
+    scenario: PathBuf,
+    /// An SLO objective, `KEY=VALUE` of `[slo]` (e.g. `ttft_ms=200`); repeatable. Goodput under
+    /// the SLO is maximized. The scenario's own `[slo]` counts too.
+    #[arg(long = "slo", value_name = "KEY=VALUE")]
+    slo: Vec<String>,
+    /// Without an SLO: maximize output throughput among points with latency p99 at most this.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    max_latency_p99: Option<Duration>,
+    /// Keep the scenario's load (its max_concurrency or rate): search batch size and timeout only.
+    #[arg(long)]
+    keep_load: bool,
+    /// How many points (runs in the simulator) the search may evaluate.
+    #[arg(long, default_value_t = 100)]
+    budget: usize,
+    /// A calibration profile (`batchlab calibrate`) to search a real-engine scenario in the simulator.
+    #[arg(long, value_name = "PROFILE.TOML")]
+    profile: Option<PathBuf>,
+    /// With a real-engine scenario and `--profile`: how many of the best points to confirm on the
+    /// real engine (one engine start); 0 skips it.
+    #[arg(long, default_value_t = 3)]
+    confirm: usize,
+    /// Where the confirmation run writes its report (report.json, report.html, engine.log).
+    #[arg(long, value_name = "DIR")]
+    output: Option<PathBuf>,
+    /// Override a scenario key, like `run --set`; repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+}
+
+pub(super) fn main(args: TuneArgs) -> ExitCode {
+    let mut sets = args.sets.clone();
+    sets.extend(args.slo.iter().map(|s| format!("slo.{s}")));
+    let plan = match load_file(&args.scenario, &Overrides { sets, seed: None }) {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let objective = match (plan.slo.is_set(), args.max_latency_p99) {
+        (true, _) => Objective::Goodput,
+        (false, Some(max_latency_p99)) => Objective::ThroughputUnder { max_latency_p99 },
+        (false, None) => {
+            eprintln!(
+                "error: name what to optimize: an SLO (`--slo ttft_ms=200`, or `[slo]` in the scenario) or `--max-latency-p99 500ms`"
+            );
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let sim = match search_plan(&plan, args.profile.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let mut space = Space::for_plan(&sim);
+    if args.keep_load {
+        space.load = batchlab::tune::LoadKnob::None;
+    }
+    let started = std::time::Instant::now();
+    let result = match search(&sim, &objective, args.budget, space) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    eprintln!("searched {} points in the simulator in {:.2} s", result.points.len(), started.elapsed().as_secs_f64());
+    print!("{}", front_table(&result, &objective));
+    let Some(snippet) = result.snippet() else {
+        eprintln!("error: no point met the objective; loosen the SLO or the latency bound");
+        return ExitCode::from(EXIT_ERROR);
+    };
+    println!("\nrecommended (best {}):\n\n{snippet}", objective_name(&objective));
+    let real = !matches!(plan.engine, EnginePlan::Sim(_));
+    if real && args.profile.is_some() && args.confirm > 0 {
+        let top = result.top(args.confirm);
+        let confirm = match confirmation_plan(&plan, &top, result.space.load) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(EXIT_ERROR);
+            }
+        };
+        eprintln!("confirming the best {} points on the real engine (one engine start)", top.len());
+        let output =
+            args.output.clone().unwrap_or_else(|| PathBuf::from("results").join(format!("{}-tune", plan.name)));
+        let run_args = super::RunArgs {
+            output: Some(output.clone()),
+            requests_jsonl: false,
+            quiet: false,
+            verbose: false,
+            repeat: 1,
+        };
+        // The same path as `batchlab run`: engine.log captured, Ctrl-C handled, the report written.
+        if let Err(e) = super::run_scenario(confirm, run_args) {
+            eprintln!("error: confirmation run: {e:#}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+        let summary = match batchlab::report::read_report(&output) {
+            Ok(report) => report,
+            Err(e) => {
+                eprintln!("error: confirmation run: {e}");
+                return ExitCode::from(EXIT_ERROR);
+            }
+        };
+        println!("predicted (simulator) against measured (real engine):");
+        println!(
+            "{:<54} {:>14} {:>14} {:>8} {:>14} {:>14}",
+            "point", "pred score", "meas score", "err %", "pred p99 ms", "meas p99 ms"
+        );
+        for (p, b) in top.iter().zip(&summary.benchmarks) {
+            let measured = match &objective {
+                Objective::Goodput => b.slo.as_ref().and_then(|s| s.goodput_output_tokens_per_s),
+                Objective::ThroughputUnder { .. } => b.output_tokens_per_s,
+            };
+            let err = match (p.score, measured) {
+                (Some(a), Some(m)) if m != 0.0 => format!("{:+.1}", (a - m) / m * 100.0),
+                _ => "-".into(),
+            };
+            println!(
+                "{:<54} {:>14} {:>14} {:>8} {:>14} {:>14}",
+                b.name,
+                num(p.score),
+                num(measured),
+                err,
+                num(p.latency_p99_ms),
+                num(b.metric("latency_p99_ms"))
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn objective_name(o: &Objective) -> String {
+    match o {
+        Objective::Goodput => "goodput under the SLO".into(),
+        Objective::ThroughputUnder { max_latency_p99 } => {
+            format!("output throughput with latency p99 <= {}", format_duration(*max_latency_p99))
+        }
+    }
+}
+
+fn num(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.1}"))
+}
+
+/// The front of the evaluated points (score up, latency p99 down), best score first.
+fn front_table(result: &TuneResult, objective: &Objective) -> String {
+    let score = match objective {
+        Objective::Goodput => "goodput tok/s",
+        Objective::ThroughputUnder { .. } => "out tok/s (ok)",
+    };
+    let mut out = format!(
+        "{:<54} {:>14} {:>12} {:>12} {:>6}\n",
+        "front (of every point evaluated)", score, "out tok/s", "lat p99 ms", "found"
+    );
+    let mut front: Vec<_> = result.points.iter().filter(|p| p.front).collect();
+    front.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
+    // Points that tie on both axes are one row: the first found (the best point, if it is one).
+    let best = result.best_point();
+    front.sort_by_key(|p| best != Some(*p));
+    let mut shown: Vec<(Option<f64>, Option<f64>)> = Vec::new();
+    front.retain(|p| {
+        let key = (p.score, p.latency_p99_ms);
+        let new = !shown.contains(&key);
+        shown.push(key);
+        new
+    });
+    front.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
+    for p in front {
+        let mark = if result.best_point() == Some(p) { " <- best" } else { "" };
+        out.push_str(&format!(
+            "{:<54} {:>14} {:>12} {:>12} {:>6}{mark}\n",
+            p.label(result.space.load),
+            num(p.score),
+            num(p.throughput),
+            num(p.latency_p99_ms),
+            if p.grid { "grid" } else { "refine" }
+        ));
+    }
+    out
+}

@@ -1,0 +1,431 @@
+//! `batchlab tune`: searches the batching settings (batch size, batch timeout, and the load: the
+//! throughput profile's `max_concurrency` or the constant profile's rate) for the highest goodput
+//! under the scenario's `[slo]`, or, without one, the highest output throughput whose latency p99
+//! stays under a bound the user names.
+//!
+//! Every point is a whole run of the scenario on the simulator in virtual time (the scenario's own
+//! sim engine, or one built from a calibration profile for a real-engine scenario), so a point
+//! costs milliseconds and a seed gives the same answer every time.
+//!
+//! # The search
+//! 1. **Coarse grid**: a log-spaced grid over the space (4 values per dimension between its
+//!    bounds, always including the scenario's own settings' neighbourhood via the bounds).
+//! 2. **Refinement**: a pattern search from the best points found so far. Each dimension's step
+//!    starts at the grid's spacing (a factor in log space); every round tries, around the current
+//!    best few points, each dimension one step up and one step down (values the grid never had),
+//!    keeps any improvement, and halves the log-step when a round improves nothing. It stops when
+//!    the budget of points is spent or the steps are below one unit of each dimension.
+//!
+//! Points already evaluated are never run twice, so the budget counts distinct runs. The result
+//! is the best point evaluated, which is at least as good as every grid point by construction.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::batcher::BatchConfig;
+use crate::engine::sim::{Profile, SimConfig, TimeMode};
+use crate::load::ProfilePlan;
+use crate::metrics::result::BenchmarkResult;
+use crate::run::{RunError, RunOptions, run_blocking};
+use crate::scenario::matrix::{Combination, MatrixPlan};
+use crate::scenario::plan::{EnginePlan, Plan};
+use crate::scenario::units::format_duration;
+
+/// Why a search cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    /// A point's run failed.
+    #[error("run failed at {point}: {source}")]
+    Run {
+        /// The point's label.
+        point: String,
+        /// The failure.
+        source: RunError,
+    },
+    /// The scenario cannot be tuned as asked.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The calibration profile could not be read.
+    #[error("{0}")]
+    Profile(String),
+}
+
+/// What the search maximizes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Objective {
+    /// Goodput (output tokens/s of requests that met the scenario's `[slo]`).
+    Goodput,
+    /// Output tokens/s among points whose latency p99 is at most this.
+    ThroughputUnder {
+        /// The latency p99 bound.
+        max_latency_p99: Duration,
+    },
+}
+
+/// Which load dimension the profile has.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum LoadKnob {
+    /// `profile.max_concurrency` of a throughput profile.
+    MaxConcurrency,
+    /// `profile.rates` (one rate) of a constant profile.
+    Rate,
+    /// No load dimension (another profile kind): batch size and timeout only.
+    None,
+}
+
+/// The bounds of the search.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Space {
+    /// Batch sizes, inclusive.
+    pub batch_size: (u32, u32),
+    /// Batch timeouts in microseconds, inclusive.
+    pub batch_timeout_us: (u64, u64),
+    /// The load dimension and its bounds (max_concurrency, or a rate in requests/s).
+    pub load: LoadKnob,
+    /// Bounds of the load dimension.
+    pub load_range: (f64, f64),
+}
+
+impl Space {
+    /// The default bounds for `plan`: batch size 1…512, timeout 0.5 ms…200 ms, and the load from
+    /// 1/8 to 4× the scenario's own value.
+    pub fn for_plan(plan: &Plan) -> Space {
+        let (load, load_range) = match &plan.profile {
+            ProfilePlan::Throughput { max_concurrency } => {
+                let c = f64::from(*max_concurrency);
+                (LoadKnob::MaxConcurrency, ((c / 8.0).max(1.0).round(), (c * 4.0).round()))
+            }
+            ProfilePlan::Constant { rates, .. } if rates.len() == 1 => {
+                (LoadKnob::Rate, (rates[0] / 8.0, rates[0] * 4.0))
+            }
+            _ => (LoadKnob::None, (0.0, 0.0)),
+        };
+        Space { batch_size: (1, 512), batch_timeout_us: (500, 200_000), load, load_range }
+    }
+}
+
+/// One evaluated point.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Point {
+    /// Batch size.
+    pub batch_size: u32,
+    /// Batch timeout.
+    pub batch_timeout: Duration,
+    /// The load value (max_concurrency or rate), if the profile has one.
+    pub load: Option<f64>,
+    /// Output tokens/s.
+    pub throughput: Option<f64>,
+    /// Goodput in output tokens/s, with an `[slo]`.
+    pub goodput: Option<f64>,
+    /// Latency p99, ms.
+    pub latency_p99_ms: Option<f64>,
+    /// What the search maximizes (`None`: infeasible).
+    pub score: Option<f64>,
+    /// Found by the coarse grid (`false`: by the refinement).
+    pub grid: bool,
+    /// On the front of all evaluated points (score up, latency p99 down).
+    pub front: bool,
+}
+
+impl Point {
+    /// `batch_size=32,batch_timeout=10ms,max_concurrency=64`.
+    pub fn label(&self, knob: LoadKnob) -> String {
+        let mut s = format!("batch_size={},batch_timeout={}", self.batch_size, format_duration(self.batch_timeout));
+        match (knob, self.load) {
+            (LoadKnob::MaxConcurrency, Some(c)) => s.push_str(&format!(",max_concurrency={c}")),
+            (LoadKnob::Rate, Some(r)) => s.push_str(&format!(",rate={r}")),
+            _ => {}
+        }
+        s
+    }
+}
+
+/// What a search found.
+#[derive(Clone, Debug, Serialize)]
+pub struct TuneResult {
+    /// Every point evaluated, in order.
+    pub points: Vec<Point>,
+    /// Index of the best point in `points`; `None` when no point was feasible.
+    pub best: Option<usize>,
+    /// The space searched.
+    pub space: Space,
+}
+
+impl TuneResult {
+    /// The best point.
+    pub fn best_point(&self) -> Option<&Point> {
+        self.best.map(|i| &self.points[i])
+    }
+
+    /// The recommended settings as a ready-to-paste `[batching]` section (and the load as a
+    /// commented `[profile]` line).
+    pub fn snippet(&self) -> Option<String> {
+        let p = self.best_point()?;
+        let mut s = format!(
+            "[batching]\nbatch_size = {}\nbatch_timeout = \"{}\"\n",
+            p.batch_size,
+            format_duration(p.batch_timeout)
+        );
+        match (self.space.load, p.load) {
+            (LoadKnob::MaxConcurrency, Some(c)) => s.push_str(&format!("# [profile] max_concurrency = {c}\n")),
+            (LoadKnob::Rate, Some(r)) => s.push_str(&format!("# [profile] rates = [{r}]\n")),
+            _ => {}
+        }
+        Some(s)
+    }
+
+    /// The best `k` points by score, best first, ties on score and latency shown once.
+    pub fn top(&self, k: usize) -> Vec<&Point> {
+        let mut v: Vec<&Point> = self.points.iter().filter(|p| p.score.is_some()).collect();
+        v.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
+        // Points that tie on both score and latency predict the same: keep the first of each.
+        let mut seen: Vec<(Option<f64>, Option<f64>)> = Vec::new();
+        v.retain(|p| {
+            let key = (p.score, p.latency_p99_ms);
+            let new = !seen.contains(&key);
+            seen.push(key);
+            new
+        });
+        v.truncate(k);
+        v
+    }
+}
+
+/// The plan the search runs: the scenario itself when its engine is the simulator in virtual
+/// time; a real-engine scenario with a calibration `profile` runs on a simulator built from it.
+pub fn search_plan(plan: &Plan, profile: Option<&Path>) -> Result<Plan, TuneError> {
+    let mut plan = plan.clone();
+    plan.matrix = None;
+    plan.expect.clear();
+    match (&mut plan.engine, profile) {
+        (EnginePlan::Sim(sim), None) => {
+            sim.time = TimeMode::Virtual;
+        }
+        (_, Some(path)) => {
+            let p = Profile::load(path).map_err(|e| TuneError::Profile(format!("{}: {e}", path.display())))?;
+            let mut sim = SimConfig { time: TimeMode::Virtual, seed: plan.seed, ..SimConfig::default() };
+            p.apply(&mut sim.cost, &mut sim.scheduler);
+            sim.profile = Some(path.to_path_buf());
+            plan.engine = EnginePlan::Sim(sim);
+        }
+        (_, None) => {
+            return Err(TuneError::Unsupported(
+                "tune searches in the simulator: this scenario's engine is not `sim`; give a calibration \
+                 profile (`--profile profile.toml`, written by `batchlab calibrate`)"
+                    .into(),
+            ));
+        }
+    }
+    Ok(plan)
+}
+
+/// `plan` with one point's settings.
+pub fn with_point(plan: &Plan, batch_size: u32, batch_timeout: Duration, load: Option<f64>) -> Result<Plan, TuneError> {
+    let mut plan = plan.clone();
+    plan.batching = BatchConfig::new(batch_size as usize, batch_timeout)
+        .and_then(|c| c.with_generate_timeout(plan.batching.generate_timeout()))
+        .map_err(|e| TuneError::Unsupported(e.to_string()))?;
+    match (&mut plan.profile, load) {
+        (ProfilePlan::Throughput { max_concurrency }, Some(c)) => *max_concurrency = c.round().max(1.0) as u32,
+        (ProfilePlan::Constant { rates, .. }, Some(r)) => *rates = vec![r],
+        _ => {}
+    }
+    Ok(plan)
+}
+
+fn score(objective: &Objective, b: &BenchmarkResult) -> Option<f64> {
+    match objective {
+        Objective::Goodput => b.slo.as_ref()?.goodput_output_tokens_per_s,
+        Objective::ThroughputUnder { max_latency_p99 } => {
+            let p99 = b.metric("latency_p99_ms")?;
+            (p99 <= max_latency_p99.as_secs_f64() * 1e3).then_some(b.output_tokens_per_s?)
+        }
+    }
+}
+
+/// Log-spaced values between `lo` and `hi` (inclusive), `n` of them.
+fn log_grid(lo: f64, hi: f64, n: usize) -> Vec<f64> {
+    if n <= 1 || hi <= lo {
+        return vec![lo];
+    }
+    let (a, b) = (lo.ln(), hi.ln());
+    (0..n).map(|i| (a + (b - a) * i as f64 / (n - 1) as f64).exp()).collect()
+}
+
+/// A point in the search's log space: (batch size, timeout µs, load).
+type Key = (u32, u64, u64);
+
+struct Search<'a> {
+    plan: &'a Plan,
+    objective: &'a Objective,
+    space: &'a Space,
+    budget: usize,
+    points: Vec<Point>,
+    seen: BTreeMap<Key, usize>,
+}
+
+impl Search<'_> {
+    fn clamp(&self, bs: f64, to_us: f64, load: f64) -> (u32, u64, Option<f64>) {
+        let s = self.space;
+        let bs = (bs.round() as u32).clamp(s.batch_size.0, s.batch_size.1);
+        let to = (to_us.round() as u64).clamp(s.batch_timeout_us.0, s.batch_timeout_us.1);
+        // Timeouts on a 100 µs raster, so neighbouring refinements do not rerun the same point.
+        let to = (to.div_ceil(100) * 100).max(100);
+        let load = match s.load {
+            LoadKnob::None => None,
+            LoadKnob::MaxConcurrency => Some(load.round().clamp(s.load_range.0, s.load_range.1)),
+            LoadKnob::Rate => {
+                Some((load * 1000.0).round().clamp(s.load_range.0 * 1000.0, s.load_range.1 * 1000.0) / 1000.0)
+            }
+        };
+        (bs, to, load)
+    }
+
+    /// Runs one point (once); returns its index, or `None` when the budget is spent.
+    fn eval(&mut self, bs: f64, to_us: f64, load: f64, grid: bool) -> Result<Option<usize>, TuneError> {
+        let (bs, to, load) = self.clamp(bs, to_us, load);
+        let key = (bs, to, load.map_or(0, |l| (l * 1000.0) as u64));
+        if let Some(&i) = self.seen.get(&key) {
+            return Ok(Some(i));
+        }
+        if self.points.len() >= self.budget {
+            return Ok(None);
+        }
+        let timeout = Duration::from_micros(to);
+        let plan = with_point(self.plan, bs, timeout, load)?;
+        let mut point = Point {
+            batch_size: bs,
+            batch_timeout: timeout,
+            load,
+            throughput: None,
+            goodput: None,
+            latency_p99_ms: None,
+            score: None,
+            grid,
+            front: false,
+        };
+        let summary = run_blocking(&plan, RunOptions::quiet())
+            .map_err(|source| TuneError::Run { point: point.label(self.space.load), source })?;
+        if let Some(b) = summary.report.benchmarks.first() {
+            point.throughput = b.output_tokens_per_s;
+            point.goodput = b.slo.as_ref().and_then(|s| s.goodput_output_tokens_per_s);
+            point.latency_p99_ms = b.metric("latency_p99_ms");
+            point.score = score(self.objective, b);
+        }
+        self.points.push(point);
+        let i = self.points.len() - 1;
+        self.seen.insert(key, i);
+        Ok(Some(i))
+    }
+
+    fn best(&self, k: usize) -> Vec<usize> {
+        let mut idx: Vec<usize> = (0..self.points.len()).filter(|&i| self.points[i].score.is_some()).collect();
+        idx.sort_by(|&a, &b| {
+            let (pa, pb) = (&self.points[a], &self.points[b]);
+            pb.score.unwrap_or(f64::MIN).total_cmp(&pa.score.unwrap_or(f64::MIN)).then(a.cmp(&b))
+        });
+        idx.truncate(k);
+        idx
+    }
+}
+
+/// Searches `plan`'s batching settings (see the module docs). `plan` must run on the simulator
+/// ([`search_plan`]); its profile must be one benchmark. `budget` counts distinct runs.
+pub fn search(plan: &Plan, objective: &Objective, budget: usize, space: Space) -> Result<TuneResult, TuneError> {
+    if !matches!(plan.engine, EnginePlan::Sim(SimConfig { time: TimeMode::Virtual, .. })) {
+        return Err(TuneError::Unsupported("tune runs its points on the simulator in virtual time".into()));
+    }
+    if matches!(objective, Objective::Goodput) && !plan.slo.is_set() {
+        return Err(TuneError::Unsupported(
+            "no [slo] to compute goodput against: add one (or `--slo`), or name a latency bound (`--max-latency-p99 500ms`)".into(),
+        ));
+    }
+    let budget = budget.max(1);
+    let mut s = Search { plan, objective, space: &space, budget, points: Vec::new(), seen: BTreeMap::new() };
+    let dims = if space.load == LoadKnob::None { 2 } else { 3 };
+    // 1. Coarse grid: as many log-spaced values per dimension as half the budget allows (≥ 2).
+    let per_dim = ((budget as f64 / 2.0).powf(1.0 / dims as f64).floor() as usize).clamp(2, 6);
+    let bs_grid = log_grid(f64::from(space.batch_size.0), f64::from(space.batch_size.1), per_dim);
+    let to_grid = log_grid(space.batch_timeout_us.0 as f64, space.batch_timeout_us.1 as f64, per_dim);
+    let load_grid = if dims == 3 { log_grid(space.load_range.0, space.load_range.1, per_dim) } else { vec![0.0] };
+    'grid: for &l in &load_grid {
+        for &b in &bs_grid {
+            for &t in &to_grid {
+                if s.eval(b, t, l, true)?.is_none() {
+                    break 'grid;
+                }
+            }
+        }
+    }
+    // 2. Refinement: a pattern search around the best few, in log steps that halve.
+    let ratio = |lo: f64, hi: f64| if hi > lo { (hi / lo).ln() / (per_dim - 1) as f64 } else { 0.0 };
+    let mut steps = [
+        ratio(f64::from(space.batch_size.0), f64::from(space.batch_size.1)),
+        ratio(space.batch_timeout_us.0 as f64, space.batch_timeout_us.1 as f64),
+        if dims == 3 { ratio(space.load_range.0, space.load_range.1) } else { 0.0 },
+    ];
+    'refine: while s.points.len() < budget && steps.iter().any(|&st| st > 0.02) {
+        let before = s.best(1).first().and_then(|&i| s.points[i].score);
+        for i in s.best(3) {
+            let p = s.points[i].clone();
+            let base = [f64::from(p.batch_size), p.batch_timeout.as_micros() as f64, p.load.unwrap_or(0.0)];
+            for (d, &step) in steps.iter().enumerate() {
+                if step <= 0.02 {
+                    continue;
+                }
+                for dir in [1.0, -1.0] {
+                    let mut v = base;
+                    v[d] *= (dir * step).exp();
+                    if s.eval(v[0], v[1], v[2], false)?.is_none() {
+                        break 'refine;
+                    }
+                }
+            }
+        }
+        let after = s.best(1).first().and_then(|&i| s.points[i].score);
+        if after <= before {
+            for st in &mut steps {
+                *st /= 2.0;
+            }
+        }
+        if s.best(1).is_empty() {
+            break;
+        }
+    }
+    let best = s.best(1).first().copied();
+    let mut points = s.points;
+    let pts: Vec<(Option<f64>, Option<f64>)> = points.iter().map(|p| (p.score, p.latency_p99_ms)).collect();
+    for (p, on) in points.iter_mut().zip(crate::metrics::pareto::front(&pts)) {
+        p.front = on;
+    }
+    Ok(TuneResult { points, best, space })
+}
+
+/// A `[matrix]` plan of the given points on `real` (the scenario as written): one benchmark per
+/// point, all in one engine start, for confirming predictions on the real engine.
+pub fn confirmation_plan(real: &Plan, points: &[&Point], knob: LoadKnob) -> Result<Plan, TuneError> {
+    let mut combinations = Vec::new();
+    for p in points {
+        let plan = with_point(real, p.batch_size, p.batch_timeout, p.load)?;
+        let mut values = vec![
+            ("batching.batch_size".to_owned(), p.batch_size.to_string()),
+            ("batching.batch_timeout".to_owned(), format_duration(p.batch_timeout)),
+        ];
+        match (knob, p.load) {
+            (LoadKnob::MaxConcurrency, Some(c)) => values.push(("profile.max_concurrency".into(), c.to_string())),
+            (LoadKnob::Rate, Some(r)) => values.push(("profile.rates".into(), format!("[{r}]"))),
+            _ => {}
+        }
+        combinations.push(Combination { label: p.label(knob), values, plan });
+    }
+    let first = combinations
+        .first()
+        .map(|c| c.plan.clone())
+        .ok_or_else(|| TuneError::Unsupported("no point to confirm".into()))?;
+    let mut plan = first;
+    plan.matrix = Some(Box::new(MatrixPlan { axes: Vec::new(), combinations }));
+    Ok(plan)
+}

@@ -96,7 +96,6 @@ pub fn render_table(report: &Report) -> String {
         line
     };
 
-    let headers: Vec<String> = columns.iter().map(|c| c.header.to_string()).collect();
     let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
     let mut out = line(&headers);
     out.push_str(&line(&rule));

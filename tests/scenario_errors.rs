@@ -11,7 +11,7 @@ fn report(source: &str, sets: &[&str]) -> String {
     let overrides = Overrides { sets: sets.iter().map(|s| (*s).to_owned()).collect(), seed: None };
     match parse_str(source, "scenarios/bad.toml", Path::new("scenarios"), &overrides) {
         Ok(plan) => panic!("expected an error, got {plan:#?}"),
-        // A template's file is named by its absolute path.
+        // Workload and template files are named by absolute path.
         Err(e) => e.to_string().replace(env!("CARGO_MANIFEST_DIR"), "[repo]"),
     }
 }
@@ -43,6 +43,51 @@ check!(
     many_problems,
     "name = \"\"\n[engine]\nkind = \"simm\"\n[profile]\nkind = \"constant\"\nrates = []\n[expect]\nttft_p99 = \"<= 50\"\ncompleted = \"=> 3\"\n"
 );
+
+// Arrivals and shared prefixes (issue 14).
+check!(gamma_burstiness_zero, "[profile]\nkind = \"gamma\"\nrate = 10\nburstiness = 0\n");
+check!(gamma_burstiness_negative_and_rate_missing, "[profile]\nkind = \"gamma\"\nburstiness = -0.5\n");
+check!(gamma_not_finite, "[profile]\nkind = \"gamma\"\nrate = inf\nburstiness = nan\n");
+check!(
+    rampup_longer_than_the_run,
+    "[profile]\nkind = \"poisson\"\nrate = 10\nrampup = \"30s\"\n[stop]\nmax_duration = \"20s\"\n"
+);
+check!(
+    rampup_outlasts_max_requests,
+    "[profile]\nkind = \"constant\"\nrates = [1, 100]\nrampup = \"1m\"\n[stop]\nmax_requests = 500\n"
+);
+check!(rampup_zero, "[profile]\nkind = \"gamma\"\nrate = 1\nrampup = \"0s\"\n");
+check!(
+    rampup_on_throughput,
+    "[profile]\nkind = \"gamma\"\nrate = 1\nrampup = \"5s\"\n",
+    &["profile.kind=\"throughput\""]
+);
+check!(trace_with_a_synthetic_workload, "[profile]\nkind = \"trace\"\n");
+check!(
+    trace_without_timestamps,
+    "[workload]\nsource = \"file\"\npath = \"../tests/fixtures/trace-no-timestamps.jsonl\"\n[profile]\nkind = \"trace\"\n"
+);
+check!(
+    trace_out_of_order,
+    "[workload]\nsource = \"file\"\npath = \"../tests/fixtures/trace-unordered.jsonl\"\n[profile]\nkind = \"trace\"\ntime_scale = 0\n"
+);
+check!(
+    trace_negative_and_not_a_number,
+    "[workload]\nsource = \"file\"\npath = \"../tests/fixtures/trace-bad-values.jsonl\"\n[profile]\nkind = \"trace\"\n"
+);
+check!(
+    prefix_not_shorter_than_the_prompt,
+    "[workload]\nprompt_tokens = { dist = \"uniform\", min = 64, max = 512 }\nprefix_groups = 2\nprefix_tokens = 64\n"
+);
+check!(prefix_tokens_without_groups, "[workload]\nprefix_tokens = 16\n");
+check!(prefix_groups_without_tokens_and_too_many, "[workload]\nprefix_groups = 10001\n");
+check!(
+    trace_with_skipped_or_filtered_lines,
+    "[workload]\nsource = \"file\"\npath = \"data/trace-sample.jsonl\"\nskip_bad_lines = true\nmin_prompt_tokens = 4\n\
+     [profile]\nkind = \"trace\"\n"
+);
+check!(prefix_groups_with_chat_prompts, "[workload]\nchat = true\nprefix_groups = 2\nprefix_tokens = 16\n");
+check!(prefix_groups_on_a_file, "[workload]\nsource = \"file\"\npath = \"../Cargo.toml\"\nprefix_groups = 2\n");
 
 // Chat prompts and datasets: the rules between keys, and templates checked at load time.
 check!(

@@ -506,3 +506,71 @@ fn the_in_process_engine_times_every_request_and_counts_vllms_tokens() {
     assert_eq!(vllm_tokens, all + 1, "tokens vLLM generated vs batchlab's output tokens + the warm-up's one");
     assert_eq!(vllm_prompts, prompts + 3, "prompt tokens vLLM read vs batchlab's + the warm-up's three");
 }
+
+/// The prefix-cache hit rate vLLM achieved, from its own `num_cached_tokens`, next to the rate the
+/// workload was designed for (docs/scenarios.md, "Shared prefixes"): two groups sharing a prefix
+/// of 4 full KV blocks of 32 tokens (130 tokens: the 2 past the last full block never hit), prompts
+/// of 160 to 200 tokens, no warmup, so the first two requests miss and the other 46 hit 128
+/// tokens each. vLLM caches a block's hash when it allocates it, so requests of a group that run
+/// in the same step as its first request hit too, and nothing is evicted from 1 GiB of KV cache:
+/// the achieved rate is the designed one. The tolerance, 0.01 absolute (about 1.5 % of the rate), is
+/// there only for a block vLLM would fail to reuse; a hit rate counted over the wrong tokens or
+/// blocks (all 130, or none) is off by more than 0.03.
+#[test]
+fn the_prefix_hit_rate_is_reported_next_to_the_designed_one() {
+    if !ready() {
+        return;
+    }
+    let _one = one_engine();
+    let dir = output_dir("prefix");
+    std::fs::create_dir_all(&dir).unwrap();
+    let scenario = dir.join("prefix.toml");
+    std::fs::write(
+        &scenario,
+        r#"
+name = "vllm-prefix"
+seed = 14
+[engine]
+kind = "vllm"
+[engine.vllm]
+model = "tiny-llama"
+max_model_len = 512
+[engine.vllm.engine_args]
+enable_prefix_caching = true
+block_size = 32
+[batching]
+batch_size = 8
+[workload]
+prompt_tokens = { dist = "uniform", min = 160, max = 200 }
+output_tokens = 4
+vocab_size = 4000
+prefix_groups = 2
+prefix_tokens = 130
+[profile]
+kind = "throughput"
+max_concurrency = 16
+[stop]
+max_requests = 48
+[expect]
+completed = "== 48"
+"#,
+    )
+    .unwrap();
+    let mut run = spawn_scenario(scenario.to_str().unwrap(), &[], &dir.join("out"));
+    let status = run.finish();
+    assert_eq!(status.code(), Some(0), "stderr tail:\n{}", run.tail());
+    let r = report(&dir.join("out"));
+    let b = &r["benchmarks"][0];
+    eprintln!("prefix cache: {} and {}", b["prefix_cache_tokens"], r["environment"]["engine_config"]);
+    assert_eq!(r["environment"]["engine_config"]["block_size"], 32, "the block size the design counts in");
+    assert_eq!(r["environment"]["engine_config"]["prefix_caching"], true);
+    let tokens = &b["prefix_cache_tokens"];
+    let prompt = tokens["designed_prompt"].as_u64().unwrap();
+    assert!((48 * 160..=48 * 200).contains(&prompt), "{tokens}");
+    assert_eq!(tokens["designed_cached"], 46 * 128, "{tokens}");
+    assert_eq!(tokens["prompt"], prompt, "every request reported its cached tokens: {tokens}");
+    let designed = b["prefix_cache_designed_hit_rate"].as_f64().unwrap();
+    let achieved = b["prefix_cache_hit_rate"].as_f64().expect("vLLM reports num_cached_tokens");
+    assert!((designed - 46.0 * 128.0 / prompt as f64).abs() < 1e-12);
+    assert!((achieved - designed).abs() <= 0.01, "achieved {achieved}, designed {designed}: {tokens}");
+}

@@ -135,6 +135,31 @@ pub(crate) fn read(
     Ok((prompts, stats))
 }
 
+/// The `timestamp` of every line of a JSONL trace, in file order; every bad line is reported
+/// (nothing is skipped or filtered: line `i` is request `i`'s arrival).
+pub(crate) fn trace(bytes: &[u8], origin: &Path, columns: &Columns) -> Result<Vec<f64>, LoadError> {
+    let mut problems = Vec::new();
+    let mut omitted = 0;
+    let mut kept = Vec::new();
+    for (n, line) in lines(bytes) {
+        match line.and_then(|l| jsonl::parse_line(l, columns)) {
+            Ok(parsed) => kept.push((n, parsed)),
+            Err((column, message)) if problems.len() < MAX_REPORTED_LINES => {
+                problems.push(LineProblem { line: n, column, message })
+            }
+            Err(_) => omitted += 1,
+        }
+    }
+    if !problems.is_empty() {
+        return Err(LoadError::BadLines { path: origin.to_owned(), problems, omitted });
+    }
+    if kept.is_empty() {
+        return Err(LoadError::EmptyFile { path: origin.to_owned() });
+    }
+    let numbered: Vec<(usize, &PromptLine)> = kept.iter().map(|(n, line)| (*n, line)).collect();
+    jsonl::trace_timestamps(&numbered, origin)
+}
+
 /// The non-blank lines of a file, 1-based, each decoded as UTF-8 on its own (so one bad byte is
 /// one bad line); a trailing `\r` is dropped.
 fn lines(bytes: &[u8]) -> impl Iterator<Item = (usize, Result<&str, Problem>)> {
@@ -261,7 +286,7 @@ fn conversation(value: &Value, columns: &Columns, reply_max_tokens: bool) -> Res
         Some(n) if reply_max_tokens => Some(u32::try_from(n).unwrap_or(u32::MAX).max(1)),
         _ => None,
     };
-    Ok(PromptLine { prompt: LinePrompt::Chat(messages), max_tokens })
+    Ok(PromptLine { prompt: LinePrompt::Chat(messages), max_tokens, timestamp: None })
 }
 
 /// ShareGPT's speakers as chat roles.

@@ -43,6 +43,16 @@ pub enum LoadError {
         /// Bad lines found beyond those reported.
         omitted: usize,
     },
+    /// A profile parameter (burstiness, time scale, ...) that is out of range.
+    #[error("step {step}: {what} must be a finite number above 0, found {value}")]
+    InvalidParameter {
+        /// The step, by name.
+        step: String,
+        /// The parameter.
+        what: &'static str,
+        /// The value found.
+        value: f64,
+    },
     /// Skipped bad lines and the length filters left no prompt of a workload file.
     #[error(
         "workload file {} has no prompts left: of its {} entries, {} were bad lines (skipped), {} shorter \

@@ -1,7 +1,8 @@
 //! Prompt files: one JSON object per line, `{"prompt": "...", "max_tokens": 64}`.
 //!
 //! A line carries exactly one of `prompt` (text), `prompt_token_ids` (a list of token ids) or
-//! `messages` (OpenAI-style chat, a list of `{"role", "content"}`), and optionally `max_tokens`.
+//! `messages` (OpenAI-style chat, a list of `{"role", "content"}`), and optionally `max_tokens` and
+//! `timestamp` (seconds, any origin: when the request arrived, for a trace profile).
 //! The JSON key of each field can be renamed by `workload.columns` ([`Columns`]), so a dataset
 //! keeps its own names. Keys that are not a field are ignored, so converted datasets may keep
 //! their own fields, except near-misses such as `max_token`, which would otherwise silently fall
@@ -19,6 +20,9 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use std::path::Path;
+
+use super::error::{LineProblem, LoadError, MAX_REPORTED_LINES};
 use crate::engine::chat::Message;
 
 /// A line's prompt, before the workload's request format applies.
@@ -33,18 +37,21 @@ pub enum LinePrompt {
 }
 
 /// One usable line (or dataset entry) of a prompt file.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PromptLine {
     /// What to continue.
     pub prompt: LinePrompt,
     /// `None` when the line has no `max_tokens`; the workload's default applies.
     pub max_tokens: Option<u32>,
+    /// When the request arrived, in seconds (finite, >= 0, any origin): a trace profile replays
+    /// lines at these.
+    pub timestamp: Option<f64>,
 }
 
 impl PromptLine {
     /// A line with only a prompt.
     pub fn new(prompt: LinePrompt) -> Self {
-        PromptLine { prompt, max_tokens: None }
+        PromptLine { prompt, max_tokens: None, timestamp: None }
     }
 }
 
@@ -60,6 +67,8 @@ pub struct Columns {
     pub messages: String,
     /// JSONL: the request's `max_tokens`.
     pub max_tokens: String,
+    /// JSONL: when the request arrived, for a trace profile.
+    pub timestamp: String,
     /// ShareGPT: the list of `{from, value}` turns.
     pub conversations: String,
 }
@@ -71,6 +80,7 @@ impl Default for Columns {
             prompt_token_ids: String::new(),
             messages: String::new(),
             max_tokens: String::new(),
+            timestamp: String::new(),
             conversations: String::new(),
         };
         for field in Columns::FIELDS {
@@ -82,9 +92,9 @@ impl Default for Columns {
 
 impl Columns {
     /// Every field's name, as `workload.columns` writes it.
-    pub const FIELDS: &[&str] = &["prompt", "prompt_token_ids", "messages", "max_tokens", "conversations"];
+    pub const FIELDS: &[&str] = &["prompt", "prompt_token_ids", "messages", "max_tokens", "timestamp", "conversations"];
     /// The fields of a JSONL line.
-    pub const JSONL_FIELDS: &[&str] = &["prompt", "prompt_token_ids", "messages", "max_tokens"];
+    pub const JSONL_FIELDS: &[&str] = &["prompt", "prompt_token_ids", "messages", "max_tokens", "timestamp"];
     /// The fields of a ShareGPT entry.
     pub const SHAREGPT_FIELDS: &[&str] = &["conversations"];
 
@@ -95,6 +105,7 @@ impl Columns {
             "prompt_token_ids" => &self.prompt_token_ids,
             "messages" => &self.messages,
             "max_tokens" => &self.max_tokens,
+            "timestamp" => &self.timestamp,
             "conversations" => &self.conversations,
             _ => return None,
         })
@@ -107,6 +118,7 @@ impl Columns {
             "prompt_token_ids" => &mut self.prompt_token_ids,
             "messages" => &mut self.messages,
             "max_tokens" => &mut self.max_tokens,
+            "timestamp" => &mut self.timestamp,
             "conversations" => &mut self.conversations,
             _ => return None,
         })
@@ -132,7 +144,8 @@ pub(crate) fn parse_line(raw: &str, columns: &Columns) -> Result<PromptLine, Pro
     check_near_misses(&map, columns, Columns::JSONL_FIELDS)?;
     let prompt = line_prompt(&map, columns)?;
     let max_tokens = optional_u32(&map, &columns.max_tokens, 1)?;
-    Ok(PromptLine { prompt, max_tokens })
+    let timestamp = optional_seconds(&map, &columns.timestamp)?;
+    Ok(PromptLine { prompt, max_tokens, timestamp })
 }
 
 /// A line as a JSON object.
@@ -233,6 +246,53 @@ pub(crate) fn messages(v: &Value, key: &str) -> Result<Vec<Message>, Problem> {
             Ok(Message { role: field("role", true)?, content: field("content", false)? })
         })
         .collect()
+}
+
+/// `key` as a finite number of seconds >= 0; `None` when missing or null.
+pub(crate) fn optional_seconds(map: &Map<String, Value>, key: &str) -> Result<Option<f64>, Problem> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(t) if t.is_finite() && t >= 0.0 => Ok(Some(t)),
+            _ => Err((None, format!("expected `{key}` to be a number of seconds >= 0, found {v}"))),
+        },
+    }
+}
+
+/// The arrival times of a trace: every kept line's `timestamp`, `lines` being the workload's
+/// lines with their 1-based line numbers. A line without one, or earlier than the line before,
+/// is reported (up to [`MAX_REPORTED_LINES`]).
+pub(crate) fn trace_timestamps(lines: &[(usize, &PromptLine)], origin: &Path) -> Result<Vec<f64>, LoadError> {
+    let mut problems = Vec::new();
+    let mut omitted = 0;
+    let mut timestamps = Vec::with_capacity(lines.len());
+    let mut previous: Option<f64> = None;
+    for &(line_no, line) in lines {
+        let problem = match (line.timestamp, previous) {
+            (None, _) => Some(
+                "missing `timestamp` (a trace profile replays every line at its recorded time, in seconds)".to_owned(),
+            ),
+            (Some(t), Some(p)) if t < p => {
+                Some(format!("`timestamp` {t} is before the previous line's {p}: a trace must be in time order"))
+            }
+            (Some(t), _) => {
+                timestamps.push(t);
+                previous = Some(t);
+                None
+            }
+        };
+        if let Some(message) = problem {
+            if problems.len() < MAX_REPORTED_LINES {
+                problems.push(LineProblem { line: line_no, column: None, message });
+            } else {
+                omitted += 1;
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(LoadError::BadLines { path: origin.to_owned(), problems, omitted });
+    }
+    Ok(timestamps)
 }
 
 /// `key` as an integer from `min` to `u32::MAX`; `None` when missing or null.

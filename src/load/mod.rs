@@ -22,7 +22,8 @@ pub use dataset::{DatasetOptions, DatasetStats, FileFormat};
 pub use error::{LineProblem, LoadError, MAX_REPORTED_LINES};
 pub use jsonl::{Columns, LinePrompt, PromptLine};
 pub use profile::{
-    Expansion, ProfilePlan, Step, StepKind, StepPlanner, duplicate_name, expand, format_rate, rate_labels, sweep_rates,
+    Expansion, ProfilePlan, Step, StepKind, StepPlanner, TraceArrivals, duplicate_name, expand, format_rate,
+    rate_labels, sweep_rates,
 };
 pub use scheduler::{Lateness, Poll, Scheduler};
-pub use workload::{CHAT_PREFIX_WORDS, SyntheticChat, TokenDist, Workload, WorkloadPlan};
+pub use workload::{CHAT_PREFIX_WORDS, PrefixDesign, SyntheticChat, TokenDist, Workload, WorkloadPlan, read_trace};

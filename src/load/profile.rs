@@ -5,6 +5,9 @@
 //! be expanded up front. [`StepPlanner`] hands the runner one step at a time and takes the rate it
 //! measured in the previous one; [`expand`] says what is known before anything runs.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use serde::Serialize;
 
 /// How requests are offered. Each variant expands into one or more benchmarks.
@@ -17,6 +20,8 @@ pub enum ProfilePlan {
     Concurrent {
         /// Requests in flight, one benchmark per entry.
         levels: Vec<u32>,
+        /// Streams open one by one over this long; see [`Step::rampup`].
+        rampup: Option<Duration>,
     },
     /// As fast as possible, with at most `max_concurrency` in flight.
     Throughput {
@@ -29,6 +34,8 @@ pub enum ProfilePlan {
         rates: Vec<f64>,
         /// Most requests in flight; `None` is unbounded.
         max_concurrency: Option<u32>,
+        /// The rate rises linearly from 0 over this long; see [`Step::rampup`].
+        rampup: Option<Duration>,
     },
     /// Poisson arrivals at `rate` requests/s.
     Poisson {
@@ -36,6 +43,32 @@ pub enum ProfilePlan {
         rate: f64,
         /// Seed of the arrival draws; defaults to one derived from the run seed.
         seed: u64,
+        /// Most requests in flight; `None` is unbounded.
+        max_concurrency: Option<u32>,
+        /// The rate rises linearly from 0 over this long; see [`Step::rampup`].
+        rampup: Option<Duration>,
+    },
+    /// Gamma-distributed gaps at mean rate `rate`, as vLLM's `bench serve --burstiness`: shape
+    /// `burstiness` (k), scale `1 / (rate · k)`; k = 1 is Poisson, the gaps' CV is `1/√k`.
+    Gamma {
+        /// Mean arrival rate in requests/s.
+        rate: f64,
+        /// The gamma shape k, above 0: below 1 burstier than Poisson, above 1 more regular.
+        burstiness: f64,
+        /// Seed of the arrival draws; defaults to one derived from the run seed.
+        seed: u64,
+        /// Most requests in flight; `None` is unbounded.
+        max_concurrency: Option<u32>,
+        /// The rate rises linearly from 0 over this long; see [`Step::rampup`].
+        rampup: Option<Duration>,
+    },
+    /// The workload file's lines at their recorded `timestamp`s, relative to the first line,
+    /// divided by `time_scale`; once.
+    Trace {
+        /// Replay speed: 2.0 replays twice as fast (gaps halved), 0.5 at half speed.
+        time_scale: f64,
+        /// The recorded times, read from the workload file when the scenario is loaded.
+        arrivals: TraceArrivals,
         /// Most requests in flight; `None` is unbounded.
         max_concurrency: Option<u32>,
     },
@@ -79,15 +112,88 @@ pub enum StepKind {
         /// Most requests in flight; `None` is unbounded.
         max_concurrency: Option<u32>,
     },
+    /// Gamma gaps of shape `burstiness` and mean `1 / rate`, from `seed`.
+    Gamma {
+        /// Mean arrival rate in requests/s.
+        rate: f64,
+        /// The gamma shape k; the gaps' coefficient of variation is `1/√k`.
+        burstiness: f64,
+        /// Seed of the arrival draws.
+        seed: u64,
+        /// Most requests in flight; `None` is unbounded.
+        max_concurrency: Option<u32>,
+    },
+    /// Arrival `i` at `arrivals[i] / time_scale` after the start; none after the last.
+    Trace {
+        /// Replay speed: 2.0 halves every gap.
+        time_scale: f64,
+        /// Recorded offsets from the first line, seconds.
+        arrivals: TraceArrivals,
+        /// Most requests in flight; `None` is unbounded.
+        max_concurrency: Option<u32>,
+    },
+}
+
+/// A trace's recorded arrival times: seconds after its first line, finite, non-decreasing, the
+/// first 0. Shared, not copied, between the plan and its steps; serialized as its length only.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceArrivals(Arc<[f64]>);
+
+impl TraceArrivals {
+    /// From recorded timestamps (any origin), as offsets from the first. `None` unless every
+    /// timestamp is finite and none is before the one before it.
+    pub fn from_timestamps(timestamps: &[f64]) -> Option<TraceArrivals> {
+        let first = *timestamps.first()?;
+        let ordered = timestamps.windows(2).all(|w| w[0] <= w[1]);
+        if !ordered || !timestamps.iter().all(|t| t.is_finite()) {
+            return None;
+        }
+        Some(TraceArrivals(timestamps.iter().map(|t| t - first).collect()))
+    }
+
+    /// Seconds after the first arrival, in order.
+    pub fn offsets(&self) -> &[f64] {
+        &self.0
+    }
+
+    /// How many arrivals.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none (never, for a loaded trace).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Default for TraceArrivals {
+    fn default() -> Self {
+        TraceArrivals(Arc::from(Vec::new()))
+    }
+}
+
+impl Serialize for TraceArrivals {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(self.0.len() as u64)
+    }
 }
 
 /// One benchmark: a name for reports and how it offers requests.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Step {
-    /// `synchronous`, `concurrent@4`, `throughput`, `constant@10.00/s`, `poisson@0.001/s`.
+    /// `synchronous`, `concurrent@4`, `throughput`, `constant@10.00/s`, `poisson@0.001/s`,
+    /// `gamma@50.00/s`, `trace@2.00x`.
     pub name: String,
     /// How the benchmark offers requests.
     pub kind: StepKind,
+    /// A ramp-up at the start of the step (constant, poisson, gamma, concurrent; `None` for the
+    /// others). For a rate: the intensity rises linearly, `λ(t) = rate · t / T` for `t < T`, then
+    /// stays at `rate`; arrivals are the unramped schedule put through the inverse of the
+    /// cumulative intensity, so the ramp is exact for every kind (an inhomogeneous Poisson process
+    /// for poisson). For `concurrent(n)`: stream `j` (0-based) opens at `T · j / n`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rampup: Option<Duration>,
 }
 
 /// The fewest significant digits a rate is named with.
@@ -125,8 +231,8 @@ pub fn rate_labels(rates: &[f64]) -> Vec<String> {
 }
 
 impl Step {
-    /// A step named after its kind, e.g. `constant@10.00/s`; its rate to [`RATE_DIGITS`]
-    /// significant digits.
+    /// A step named after its kind, e.g. `constant@10.00/s`, without ramp-up; its rate (or a
+    /// trace's time scale) to [`RATE_DIGITS`] significant digits.
     pub fn new(kind: StepKind) -> Step {
         let label = |rate: f64| format_rate(rate, RATE_DIGITS);
         Step::labelled(kind, label)
@@ -140,8 +246,16 @@ impl Step {
             StepKind::Throughput { .. } => "throughput".to_owned(),
             StepKind::Constant { rate, .. } => format!("constant@{}/s", label(*rate)),
             StepKind::Poisson { rate, .. } => format!("poisson@{}/s", label(*rate)),
+            StepKind::Gamma { rate, .. } => format!("gamma@{}/s", label(*rate)),
+            StepKind::Trace { time_scale, .. } => format!("trace@{}x", label(*time_scale)),
         };
-        Step { name, kind }
+        Step { name, kind, rampup: None }
+    }
+
+    /// The same step with a ramp-up of `rampup` (`None`: none).
+    pub fn with_rampup(mut self, rampup: Option<Duration>) -> Step {
+        self.rampup = rampup;
+        self
     }
 
     /// Steps for `kinds`, the rates of their names told apart ([`rate_labels`]).
@@ -149,7 +263,10 @@ impl Step {
         let rates: Vec<f64> = kinds
             .iter()
             .map(|k| match k {
-                StepKind::Constant { rate, .. } | StepKind::Poisson { rate, .. } => *rate,
+                StepKind::Constant { rate, .. } | StepKind::Poisson { rate, .. } | StepKind::Gamma { rate, .. } => {
+                    *rate
+                }
+                StepKind::Trace { time_scale, .. } => *time_scale,
                 _ => 0.0,
             })
             .collect();
@@ -184,23 +301,43 @@ pub enum Expansion {
 
 /// The steps of a profile; see [`Expansion`].
 pub fn expand(profile: &ProfilePlan) -> Expansion {
-    let steps = match profile {
-        ProfilePlan::Synchronous => vec![StepKind::Synchronous],
-        ProfilePlan::Concurrent { levels } => levels.iter().map(|&n| StepKind::Concurrent(n)).collect(),
+    let (steps, rampup) = match profile {
+        ProfilePlan::Synchronous => (vec![StepKind::Synchronous], None),
+        ProfilePlan::Concurrent { levels, rampup } => {
+            (levels.iter().map(|&n| StepKind::Concurrent(n)).collect(), *rampup)
+        }
         ProfilePlan::Throughput { max_concurrency } => {
-            vec![StepKind::Throughput { max_concurrency: *max_concurrency }]
+            (vec![StepKind::Throughput { max_concurrency: *max_concurrency }], None)
         }
-        ProfilePlan::Constant { rates, max_concurrency } => {
-            rates.iter().map(|&rate| StepKind::Constant { rate, max_concurrency: *max_concurrency }).collect()
+        ProfilePlan::Constant { rates, max_concurrency, rampup } => (
+            rates.iter().map(|&rate| StepKind::Constant { rate, max_concurrency: *max_concurrency }).collect(),
+            *rampup,
+        ),
+        ProfilePlan::Poisson { rate, seed, max_concurrency, rampup } => {
+            (vec![StepKind::Poisson { rate: *rate, seed: *seed, max_concurrency: *max_concurrency }], *rampup)
         }
-        ProfilePlan::Poisson { rate, seed, max_concurrency } => {
-            vec![StepKind::Poisson { rate: *rate, seed: *seed, max_concurrency: *max_concurrency }]
-        }
+        ProfilePlan::Gamma { rate, burstiness, seed, max_concurrency, rampup } => (
+            vec![StepKind::Gamma {
+                rate: *rate,
+                burstiness: *burstiness,
+                seed: *seed,
+                max_concurrency: *max_concurrency,
+            }],
+            *rampup,
+        ),
+        ProfilePlan::Trace { time_scale, arrivals, max_concurrency } => (
+            vec![StepKind::Trace {
+                time_scale: *time_scale,
+                arrivals: arrivals.clone(),
+                max_concurrency: *max_concurrency,
+            }],
+            None,
+        ),
         ProfilePlan::Sweep { rates, max_concurrency } => {
             return Expansion::Sweep { rates: *rates, max_concurrency: *max_concurrency };
         }
     };
-    Expansion::Fixed(Step::all_named(steps))
+    Expansion::Fixed(Step::all_named(steps).into_iter().map(|step| step.with_rampup(rampup)).collect())
 }
 
 /// `n` request rates evenly spaced strictly between two measured rates:
@@ -306,26 +443,39 @@ mod tests {
     fn fixed_profiles() {
         check_fixed(ProfilePlan::Synchronous, &["synchronous"]);
         check_fixed(
-            ProfilePlan::Concurrent { levels: vec![1, 4, 16] },
+            ProfilePlan::Concurrent { levels: vec![1, 4, 16], rampup: None },
             &["concurrent@1", "concurrent@4", "concurrent@16"],
         );
         check_fixed(ProfilePlan::Throughput { max_concurrency: 64 }, &["throughput"]);
         check_fixed(
-            ProfilePlan::Constant { rates: vec![10.0, 2.5, 0.25], max_concurrency: Some(8) },
+            ProfilePlan::Constant { rates: vec![10.0, 2.5, 0.25], max_concurrency: Some(8), rampup: None },
             &["constant@10.00/s", "constant@2.50/s", "constant@0.25/s"],
         );
-        check_fixed(ProfilePlan::Poisson { rate: 50.0, seed: 1, max_concurrency: None }, &["poisson@50.00/s"]);
+        check_fixed(
+            ProfilePlan::Poisson { rate: 50.0, seed: 1, max_concurrency: None, rampup: None },
+            &["poisson@50.00/s"],
+        );
+        check_fixed(
+            ProfilePlan::Gamma { rate: 5.0, burstiness: 0.5, seed: 1, max_concurrency: None, rampup: None },
+            &["gamma@5.00/s"],
+        );
+        let arrivals = TraceArrivals::from_timestamps(&[10.0, 10.5, 12.0]).unwrap();
+        assert_eq!(arrivals.offsets(), [0.0, 0.5, 2.0]);
+        check_fixed(ProfilePlan::Trace { time_scale: 2.0, arrivals, max_concurrency: None }, &["trace@2.00x"]);
         // Small rates keep their digits: no two benchmarks named `constant@0.00/s`.
         check_fixed(
-            ProfilePlan::Constant { rates: vec![0.001, 0.002, 0.004, 1.0 / 3.0], max_concurrency: None },
+            ProfilePlan::Constant { rates: vec![0.001, 0.002, 0.004, 1.0 / 3.0], max_concurrency: None, rampup: None },
             &["constant@0.001/s", "constant@0.002/s", "constant@0.004/s", "constant@0.333/s"],
         );
         // Rates that agree to 3 digits get as many more as tell them apart; equal rates stay equal.
         check_fixed(
-            ProfilePlan::Constant { rates: vec![1.001, 1.002, 1.002], max_concurrency: None },
+            ProfilePlan::Constant { rates: vec![1.001, 1.002, 1.002], max_concurrency: None, rampup: None },
             &["constant@1.001/s", "constant@1.002/s", "constant@1.002/s"],
         );
-        check_fixed(ProfilePlan::Poisson { rate: 0.0005, seed: 1, max_concurrency: None }, &["poisson@0.0005/s"]);
+        check_fixed(
+            ProfilePlan::Poisson { rate: 0.0005, seed: 1, max_concurrency: None, rampup: None },
+            &["poisson@0.0005/s"],
+        );
     }
 
     #[test]
@@ -337,6 +487,26 @@ mod tests {
         let steps = Step::all_named(vec![StepKind::Concurrent(4), StepKind::Concurrent(4)]);
         assert_eq!(duplicate_name(&steps), Some("concurrent@4"));
         assert_eq!(duplicate_name(&Step::all_named(vec![StepKind::Synchronous])), None);
+    }
+
+    #[test]
+    fn rampup_goes_to_every_step_of_its_profile() {
+        let ramp = Some(Duration::from_secs(30));
+        let profile = ProfilePlan::Constant { rates: vec![1.0, 2.0], max_concurrency: None, rampup: ramp };
+        let Expansion::Fixed(steps) = expand(&profile) else { panic!() };
+        assert!(steps.iter().all(|s| s.rampup == ramp), "{steps:?}");
+        let json = serde_json::to_string(&steps[0]).unwrap();
+        assert!(json.ends_with(r#""rampup":{"secs":30,"nanos":0}}"#), "{json}");
+    }
+
+    #[test]
+    fn trace_arrivals_must_be_finite_and_ordered() {
+        assert_eq!(TraceArrivals::from_timestamps(&[]), None);
+        assert_eq!(TraceArrivals::from_timestamps(&[1.0, 0.5]), None);
+        assert_eq!(TraceArrivals::from_timestamps(&[1.0, f64::NAN]), None);
+        let same = TraceArrivals::from_timestamps(&[3.0, 3.0]).unwrap();
+        assert_eq!(same.offsets(), [0.0, 0.0]);
+        assert_eq!(serde_json::to_string(&same).unwrap(), "2");
     }
 
     #[test]

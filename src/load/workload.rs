@@ -18,6 +18,16 @@
 //! distinct for the first `vocab_size^L` requests. At a vocabulary of 1 nothing can differ.
 //! Without `unique_prefix` prompts are fully random: shared first blocks are merely improbable.
 //!
+//! # Shared prefixes
+//! With `prefix_groups = N` and `prefix_tokens = L`, every prompt starts with one of `N` shared
+//! prefixes of `L` token ids (the same ids, so a block-hash prefix cache can serve them), then the
+//! unique prefix (when on) and random tokens up to the drawn length. Requests are assigned to
+//! groups in rounds of `N`: round `r` (requests `rN .. rN + N − 1`) is a seeded shuffle of all `N`
+//! groups, so the groups are used equally, the assignment is deterministic per seed, and each
+//! group's first request is in round 0 (requests `0 .. N − 1`). That makes the *designed*
+//! prefix-cache hit of request `k` exact ([`PrefixDesign::cached_tokens`]): nothing for `k < N`,
+//! and the prefix's full KV blocks, `⌊L / B⌋ · B` tokens for a block size `B`, after.
+//!
 //! Token ids are raw ids in `[0, vocab_size)`; they may include a model's special tokens.
 //!
 //! # Synthetic chat
@@ -31,13 +41,14 @@
 //! Prompt token counts are known only for token prompts ([`Prompt::token_len`]); for text and
 //! chat prompts they are `None` until the engine reports them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::dataset::{self, DatasetOptions, DatasetStats};
 use super::error::LoadError;
-use super::jsonl::{LinePrompt, PromptLine};
+use super::jsonl::{Columns, LinePrompt, PromptLine};
+use super::profile::TraceArrivals;
 use crate::engine::chat::{Message, RequestFormat};
 use crate::engine::{EngineRequest, Prompt, RequestId};
 use crate::rng::SplitMix64;
@@ -85,6 +96,10 @@ pub enum WorkloadPlan {
         seed: u64,
         /// Each prompt starts with tokens unique to it, so prefix caching cannot flatter results.
         unique_prefix: bool,
+        /// Shared prefixes prompts start with, before the unique prefix; 0 for none.
+        prefix_groups: u32,
+        /// Tokens in each shared prefix; less than the shortest prompt.
+        prefix_tokens: u32,
         /// Prompt token ids are drawn from `0..vocab_size`; at least 1.
         vocab_size: u32,
         /// Requests ignore end-of-sequence and generate exactly `max_tokens`.
@@ -126,6 +141,9 @@ pub struct SyntheticChat {
 const STREAM_PROMPT_LEN: u64 = 1;
 const STREAM_OUTPUT_LEN: u64 = 2;
 const STREAM_TOKENS: u64 = 3;
+/// Streams of the whole workload (not of one request).
+const STREAM_GROUP_ROUNDS: u64 = 4;
+const STREAM_GROUP_PREFIXES: u64 = 5;
 
 /// A source of requests; see the module docs.
 #[derive(Clone, Debug)]
@@ -149,8 +167,33 @@ struct Synthetic {
     vocab_size: u32,
     /// 0 without `unique_prefix`.
     prefix_len: usize,
+    groups: PrefixDesign,
     /// `Some((system prompt, format))` for chat prompts.
     chat: Option<(Option<String>, RequestFormat)>,
+}
+
+/// A synthetic workload's shared prefixes, and the prefix-cache hits it was designed for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PrefixDesign {
+    /// Shared prefixes; 0 for none.
+    pub groups: u32,
+    /// Tokens in each.
+    pub prefix_tokens: u32,
+}
+
+impl PrefixDesign {
+    /// The prompt tokens of request `id` a prefix cache with full blocks of `block_size` tokens
+    /// would serve, had every earlier request of the run reached it and nothing been evicted:
+    /// 0 for the first round (`id < groups`: each group's first request), else the prefix's full
+    /// blocks, `⌊prefix_tokens / block_size⌋ · block_size` (a block size of 0 counts as 1). The
+    /// tokens after the prefix are unique or random, so no later block is shared.
+    pub fn cached_tokens(&self, id: RequestId, block_size: u32) -> u32 {
+        if self.groups == 0 || id < u64::from(self.groups) {
+            return 0;
+        }
+        let block = block_size.max(1);
+        self.prefix_tokens / block * block
+    }
 }
 
 /// Words of a synthetic chat prompt's unique prefix: enough base-26³ digits for every `u64`.
@@ -167,6 +210,8 @@ impl Workload {
                 output_tokens,
                 seed,
                 unique_prefix,
+                prefix_groups,
+                prefix_tokens: shared_tokens,
                 vocab_size,
                 ignore_eos,
                 temperature,
@@ -181,12 +226,18 @@ impl Workload {
                     (true, false) => digits_for_u64(*vocab_size),
                     (true, true) => CHAT_PREFIX_WORDS,
                 };
+                let groups = if *prefix_groups == 0 || *shared_tokens == 0 {
+                    PrefixDesign::default()
+                } else {
+                    PrefixDesign { groups: *prefix_groups, prefix_tokens: *shared_tokens }
+                };
                 let synthetic = Synthetic {
                     prompt_tokens: prompt_tokens.clone(),
                     output_tokens: output_tokens.clone(),
                     seed: *seed,
                     vocab_size: *vocab_size,
                     prefix_len,
+                    groups,
                     chat: chat.enabled.then(|| (chat.system_prompt.clone(), request_format.clone())),
                 };
                 Ok(Workload {
@@ -254,6 +305,15 @@ impl Workload {
         }
     }
 
+    /// The shared prefixes a synthetic workload was designed with (no groups: every prompt is
+    /// designed to miss); `None` for a file workload, whose sharing is unknown.
+    pub fn prefix_design(&self) -> Option<PrefixDesign> {
+        match &self.source {
+            Source::Synthetic(s) => Some(s.groups),
+            Source::File { .. } => None,
+        }
+    }
+
     /// Distinct prompts in a file workload (after which they repeat); `None` for synthetic ones.
     pub fn distinct_prompts(&self) -> Option<usize> {
         match &self.source {
@@ -289,8 +349,14 @@ impl Synthetic {
         let vocab = u64::from(self.vocab_size);
         let prompt_len = prompt_len as usize;
         let mut tokens = Vec::with_capacity(prompt_len);
+        if let Some(group) = self.group_of(k) {
+            let mut prefix_rng =
+                SplitMix64::derive(SplitMix64::derive(self.seed, STREAM_GROUP_PREFIXES).next_u64(), group);
+            let shared = (self.groups.prefix_tokens as usize).min(prompt_len);
+            tokens.extend((0..shared).map(|_| prefix_rng.range_u64(0, vocab - 1) as u32));
+        }
         let mut rest = k;
-        for _ in 0..self.prefix_len.min(prompt_len) {
+        for _ in 0..self.prefix_len.min(prompt_len - tokens.len()) {
             tokens.push((rest % vocab) as u32);
             rest /= vocab;
         }
@@ -299,6 +365,32 @@ impl Synthetic {
         }
         (Prompt::Tokens(tokens), max_tokens)
     }
+
+    /// The shared prefix of request `k`: position `k mod N` of round `k / N`'s seeded shuffle of
+    /// the `N` groups (Fisher-Yates); `None` without groups.
+    fn group_of(&self, k: RequestId) -> Option<u64> {
+        let n = u64::from(self.groups.groups);
+        if n == 0 {
+            return None;
+        }
+        let round_seed = SplitMix64::derive(self.seed, STREAM_GROUP_ROUNDS).next_u64();
+        let mut rng = SplitMix64::derive(round_seed, k / n);
+        let mut order: Vec<u64> = (0..n).collect();
+        for i in (1..order.len()).rev() {
+            let j = rng.range_u64(0, i as u64) as usize;
+            order.swap(i, j);
+        }
+        Some(order[(k % n) as usize])
+    }
+}
+
+/// The arrival times of a trace: the workload file's `timestamp`s, which every line must have, in
+/// time order. Errors name the file and every bad line.
+pub fn read_trace(path: &Path, columns: &Columns) -> Result<TraceArrivals, LoadError> {
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_owned(), source })?;
+    let timestamps = dataset::trace(&bytes, path, columns)?;
+    // `trace_timestamps` checked order and finiteness, and the file is not empty.
+    TraceArrivals::from_timestamps(&timestamps).ok_or_else(|| LoadError::EmptyFile { path: path.to_owned() })
 }
 
 impl Synthetic {
@@ -373,6 +465,8 @@ mod tests {
             output_tokens,
             seed,
             unique_prefix,
+            prefix_groups: 0,
+            prefix_tokens: 0,
             vocab_size,
             ignore_eos: true,
             temperature: 0.0,
@@ -511,6 +605,8 @@ mod tests {
             output_tokens: U(1, 2),
             seed: 0,
             unique_prefix: true,
+            prefix_groups: 0,
+            prefix_tokens: 0,
             vocab_size: 0,
             ignore_eos: true,
             temperature: 0.0,
@@ -518,6 +614,77 @@ mod tests {
             request_format: RequestFormat::default(),
         };
         assert!(matches!(Workload::from_plan(&plan), Err(LoadError::EmptyVocab)));
+    }
+
+    fn grouped(groups: u32, prefix_tokens: u32, unique_prefix: bool, seed: u64) -> Workload {
+        Workload::from_plan(&WorkloadPlan::Synthetic {
+            prompt_tokens: U(40, 80),
+            output_tokens: U(1, 8),
+            seed,
+            unique_prefix,
+            prefix_groups: groups,
+            prefix_tokens,
+            vocab_size: 32000,
+            ignore_eos: true,
+            temperature: 0.0,
+            chat: SyntheticChat::default(),
+            request_format: RequestFormat::default(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn prefix_groups_share_exact_leading_tokens_and_nothing_more() {
+        for unique_prefix in [true, false] {
+            let w = grouped(3, 32, unique_prefix, 5);
+            let prompts: Vec<Vec<u32>> = w.requests(0).take(300).map(|r| tokens(&r).to_vec()).collect();
+            let prefixes: HashSet<&[u32]> = prompts.iter().map(|t| &t[..32]).collect();
+            assert_eq!(prefixes.len(), 3, "three groups, each prefix exactly shared");
+            // Every round of 3 holds each group once.
+            for round in prompts.chunks(3) {
+                let in_round: HashSet<&[u32]> = round.iter().map(|t| &t[..32]).collect();
+                assert_eq!(in_round.len(), 3);
+            }
+            // Past the prefix, no two prompts share a first token block.
+            let rests: HashSet<&[u32]> = prompts.iter().map(|t| &t[32..40]).collect();
+            assert_eq!(rests.len(), prompts.len(), "unique_prefix = {unique_prefix}");
+            if unique_prefix {
+                assert_eq!(prompts[7][32], 7, "the unique prefix follows the shared one");
+            }
+        }
+        // Deterministic per seed, and another seed assigns and draws differently.
+        let (a, b, c) = (grouped(4, 16, true, 1), grouped(4, 16, true, 1), grouped(4, 16, true, 2));
+        let firsts = |w: &Workload| w.requests(0).take(8).map(|r| tokens(&r)[..16].to_vec()).collect::<Vec<_>>();
+        assert_eq!(firsts(&a), firsts(&b));
+        assert_ne!(firsts(&a), firsts(&c));
+        // No groups: the prompts are exactly those of before.
+        assert_eq!(
+            grouped(0, 0, true, 42).request(3).prompt,
+            synthetic(U(40, 80), U(1, 8), 42, true, 32000).request(3).prompt
+        );
+    }
+
+    #[test]
+    fn designed_hits_are_the_prefix_full_blocks_after_the_first_round() {
+        let design = grouped(2, 300, true, 1).prefix_design().unwrap();
+        assert_eq!(design, PrefixDesign { groups: 2, prefix_tokens: 300 });
+        let hits: Vec<u32> = (0..4).map(|id| design.cached_tokens(id, 128)).collect();
+        assert_eq!(hits, [0, 0, 256, 256]);
+        assert_eq!(design.cached_tokens(9, 16), 288);
+        assert_eq!(design.cached_tokens(9, 0), 300, "a block size of 0 counts tokens");
+        assert_eq!(grouped(0, 300, true, 1).prefix_design().unwrap().cached_tokens(9, 16), 0);
+    }
+
+    #[test]
+    fn traces_are_read_from_the_file() {
+        let path =
+            temp_file("trace", "{\"prompt\": \"a\", \"timestamp\": 100.5}\n{\"prompt\": \"b\", \"timestamp\": 101}\n");
+        let trace = read_trace(&path, &Columns::default()).unwrap();
+        assert_eq!(trace.offsets(), [0.0, 0.5]);
+        std::fs::write(&path, "{\"prompt\": \"a\"}\n").unwrap();
+        let err = read_trace(&path, &Columns::default()).unwrap_err().to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert!(err.contains(&format!("{}:1: missing `timestamp`", path.display())), "{err}");
     }
 
     fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
@@ -543,6 +710,8 @@ mod tests {
             output_tokens: U(1, 8),
             seed: 11,
             unique_prefix,
+            prefix_groups: 0,
+            prefix_tokens: 0,
             vocab_size: 32000,
             ignore_eos: true,
             temperature: 0.0,

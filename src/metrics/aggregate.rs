@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::distribution::Distribution;
 use super::mapper::RequestMetrics;
-use super::result::{AnomalyCounts, Batching, BenchmarkResult, Counts, Distributions, Tokens};
+use super::result::{AnomalyCounts, Batching, BenchmarkResult, Counts, Distributions, PrefixCacheTokens, Tokens};
 use super::series::SeriesRecorder;
 use super::slo::{Slo, SloResult, SloVerdict};
 use crate::batcher::{FlushReason, RequestTimes};
@@ -37,6 +37,7 @@ pub struct BenchmarkAggregator {
     incomplete: u64,
     tokens: Tokens,
     anomalies: AnomalyCounts,
+    prefix_cache: PrefixCacheTokens,
 
     /// Σ of in-flight time of finished requests inside the window, ns.
     in_flight_ns: u128,
@@ -82,6 +83,7 @@ impl BenchmarkAggregator {
             incomplete: 0,
             tokens: Tokens::default(),
             anomalies: AnomalyCounts::default(),
+            prefix_cache: PrefixCacheTokens::default(),
             in_flight_ns: 0,
             incomplete_starts_ns: 0,
             latency: Distribution::new(),
@@ -135,6 +137,10 @@ impl BenchmarkAggregator {
 
         self.tokens.input += u64::from(metrics.prompt_tokens.unwrap_or(0));
         self.tokens.output += u64::from(metrics.output_tokens.unwrap_or(0));
+        if let (Some(cached), Some(prompt)) = (metrics.cached_tokens, metrics.prompt_tokens) {
+            self.prefix_cache.cached += u64::from(cached.min(prompt));
+            self.prefix_cache.prompt += u64::from(prompt);
+        }
 
         self.latency.record(metrics.latency);
         self.batch_wait.record(metrics.batch_wait);
@@ -173,6 +179,15 @@ impl BenchmarkAggregator {
         c.impossible_timestamp += u64::from(a.impossible_timestamp);
         c.token_count_mismatch += u64::from(a.token_count_mismatch);
         c.token_times_inconsistent += u64::from(a.token_times_inconsistent);
+    }
+
+    /// What a completed request's prompt was designed to hit in a prefix cache: `designed` of its
+    /// `prompt_tokens` (the engine's count; a request without one adds nothing).
+    pub fn record_designed_cached(&mut self, designed: u32, prompt_tokens: Option<u32>) {
+        if let Some(prompt) = prompt_tokens {
+            self.prefix_cache.designed_cached += u64::from(designed.min(prompt));
+            self.prefix_cache.designed_prompt += u64::from(prompt);
+        }
     }
 
     /// A request that failed; `kind` is [`crate::batcher::RequestError::kind`].
@@ -249,6 +264,10 @@ impl BenchmarkAggregator {
         let batches: u64 = self.batch_sizes.values().sum();
         let share = |n: u64| (batches > 0).then(|| n as f64 / batches as f64);
         let size_sum: u128 = self.batch_sizes.iter().map(|(&size, &n)| size as u128 * u128::from(n)).sum();
+        let p = &self.prefix_cache;
+        let ratio = |part: u64, whole: u64| (whole > 0).then(|| part as f64 / whole as f64);
+        let prefix_cache_hit_rate = ratio(p.cached, p.prompt);
+        let prefix_cache_designed_hit_rate = ratio(p.designed_cached, p.designed_prompt);
         let slo = self.slo.as_ref().map(|_| {
             // An error is judged and never meets the SLO; cancelled and unfinished requests are not judged.
             let judged = self.completed + self.errors;
@@ -303,6 +322,9 @@ impl BenchmarkAggregator {
                 drain_share: share(self.drain),
             },
             anomalies: self.anomalies,
+            prefix_cache_hit_rate,
+            prefix_cache_designed_hit_rate,
+            prefix_cache_tokens: self.prefix_cache,
             slo,
             time_series: self.series.finish(end),
             matrix: None,
@@ -340,7 +362,7 @@ pub(crate) mod tests {
             itl: if n >= 2 { vec![latency.saturating_sub(ttft) / (n - 1); (n - 1) as usize] } else { Vec::new() },
             prompt_tokens: Some(16),
             output_tokens: Some(n),
-            cached_tokens: None,
+            cached_tokens: Some(4),
             engine_scheduled: None,
             engine_first_token: None,
             engine_last_token: None,
@@ -361,6 +383,7 @@ pub(crate) mod tests {
         for (s, d, c, ttft, n) in completions {
             let t = times(s, d, c);
             agg.record_completion(&metrics(&t, ttft, n), &t);
+            agg.record_designed_cached(8, Some(16));
         }
         agg.record_batch(at_ms(10), 2, FlushReason::Timeout, Duration::from_millis(100));
         agg.record_batch(at_ms(120), 2, FlushReason::Full, Duration::from_millis(280));

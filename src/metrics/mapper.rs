@@ -146,8 +146,8 @@ fn to_timestamps(
         scheduled_ts: unset_zero(stats.scheduled_ts),
         first_token_ts: unset_zero(stats.first_token_ts),
         last_token_ts: unset_zero(stats.last_token_ts),
-        token_ts: None,
         cached_tokens: stats.cached_tokens,
+        token_ts: None,
     };
     let offset = match domain {
         ClockDomain::Monotonic => Some(0.0),

@@ -43,6 +43,17 @@ pub struct BenchmarkResult {
     pub batching: Batching,
     /// Completed requests whose engine stats were inconsistent.
     pub anomalies: AnomalyCounts,
+    /// The prefix-cache hit rate the engine achieved: `cached / prompt` of
+    /// [`PrefixCacheTokens`]; `None` when no completed request reported cached tokens.
+    #[serde(default)]
+    pub prefix_cache_hit_rate: Option<f64>,
+    /// The hit rate the workload was designed for: `designed_cached / designed_prompt`; `None`
+    /// for a workload without a design (a prompt file).
+    #[serde(default)]
+    pub prefix_cache_designed_hit_rate: Option<f64>,
+    /// The token sums behind the two rates.
+    #[serde(default)]
+    pub prefix_cache_tokens: PrefixCacheTokens,
     /// Attainment and goodput against the scenario's `[slo]`; `None` without one.
     pub slo: Option<SloResult>,
     /// Completions, tokens, errors, concurrency and batches per interval of the window.
@@ -63,6 +74,20 @@ pub struct MatrixPoint {
     /// No other benchmark of the run has both more output tokens/s and a lower latency p99
     /// (see [`crate::metrics::pareto`]).
     pub pareto_front: bool,
+}
+
+/// Prompt tokens served from the prefix cache, over completed measured requests.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrefixCacheTokens {
+    /// Σ cached tokens, over the requests whose engine reported both them and the prompt length.
+    pub cached: u64,
+    /// Σ prompt tokens of those same requests.
+    pub prompt: u64,
+    /// Σ designed cached tokens (`load::PrefixDesign::cached_tokens`), over requests with a
+    /// prompt length.
+    pub designed_cached: u64,
+    /// Σ prompt tokens of those same requests.
+    pub designed_prompt: u64,
 }
 
 /// What happened to the benchmark's requests. `lost` must be 0.
@@ -182,7 +207,7 @@ pub struct AnomalyCounts {
 }
 
 /// Metrics that are not a distribution statistic, in report order.
-const SCALAR_METRICS: [&str; 20] = [
+const SCALAR_METRICS: [&str; 22] = [
     "completed",
     "errors",
     "cancelled",
@@ -200,6 +225,8 @@ const SCALAR_METRICS: [&str; 20] = [
     "full_flush_share",
     "timeout_flush_share",
     "drain_flush_share",
+    "prefix_cache_hit_rate",
+    "prefix_cache_designed_hit_rate",
     "slo_attainment",
     "goodput_requests_per_s",
     "goodput_output_tokens_per_s",
@@ -272,6 +299,8 @@ impl BenchmarkResult {
             "full_flush_share" => b.full_share,
             "timeout_flush_share" => b.timeout_share,
             "drain_flush_share" => b.drain_share,
+            "prefix_cache_hit_rate" => self.prefix_cache_hit_rate,
+            "prefix_cache_designed_hit_rate" => self.prefix_cache_designed_hit_rate,
             "slo_attainment" => self.slo.as_ref()?.attainment,
             "goodput_requests_per_s" => self.slo.as_ref()?.goodput_requests_per_s,
             "goodput_output_tokens_per_s" => self.slo.as_ref()?.goodput_output_tokens_per_s,
@@ -297,7 +326,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_complete() {
         let names = metric_names();
-        assert_eq!(names.len(), 20 + 8 * 9);
+        assert_eq!(names.len(), 22 + 8 * 9);
         let unique: std::collections::BTreeSet<_> = names.iter().collect();
         assert_eq!(unique.len(), names.len());
         for name in ["ttft_p99_ms", "generate_std_ms", "engine_queue_p999_ms", "lost", "drain_flush_share"] {

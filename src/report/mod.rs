@@ -193,6 +193,8 @@ pub(crate) mod tests {
             }),
             batching: BatchConfig::default(),
             workload: WorkloadPlan::Synthetic {
+                prefix_groups: 0,
+                prefix_tokens: 0,
                 prompt_tokens: TokenDist::Fixed { value: 16 },
                 output_tokens: TokenDist::Fixed { value: 8 },
                 seed: 2,

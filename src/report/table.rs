@@ -38,6 +38,13 @@ pub(crate) const COLUMNS: [Column; 11] = [
     Column { header: "batch mean", cell: |b| fixed(b.batching.batch_size_mean, 2) },
 ];
 
+/// Shown only when a benchmark hit the prefix cache or was designed to: achieved (designed), e.g.
+/// `0.48 (0.50)`.
+const PREFIX_COLUMN: Column = Column {
+    header: "prefix hit (designed)",
+    cell: |b| format!("{} ({})", fixed(b.prefix_cache_hit_rate, 2), fixed(b.prefix_cache_designed_hit_rate, 2)),
+};
+
 /// The last column of a `[matrix]` run's table: `*` on the throughput/latency Pareto front.
 pub(crate) const FRONT_HEADER: &str = "front";
 
@@ -51,7 +58,12 @@ pub(crate) fn front_cell(b: &BenchmarkResult) -> &'static str {
 pub fn render_table(report: &Report) -> String {
     // A `[matrix]` run marks its throughput/latency Pareto front in a last column.
     let matrix = report.benchmarks.iter().any(|b| b.matrix.is_some());
-    let mut headers: Vec<String> = COLUMNS.iter().map(|c| c.header.to_string()).collect();
+    // A prefix-cache column when a benchmark hit the cache or was designed to.
+    let prefix = report.benchmarks.iter().any(|b| {
+        [b.prefix_cache_hit_rate, b.prefix_cache_designed_hit_rate].iter().any(|r| r.is_some_and(|r| r > 0.0))
+    });
+    let columns: Vec<&Column> = COLUMNS.iter().chain(prefix.then_some(&PREFIX_COLUMN)).collect();
+    let mut headers: Vec<String> = columns.iter().map(|c| c.header.to_string()).collect();
     if matrix {
         headers.push(FRONT_HEADER.to_string());
     }
@@ -59,7 +71,7 @@ pub fn render_table(report: &Report) -> String {
         .benchmarks
         .iter()
         .map(|b| {
-            let mut row: Vec<String> = COLUMNS.iter().map(|c| (c.cell)(b)).collect();
+            let mut row: Vec<String> = columns.iter().map(|c| (c.cell)(b)).collect();
             if matrix {
                 row.push(front_cell(b).to_string());
             }
@@ -177,6 +189,21 @@ mod tests {
         let mut report = sample_report();
         report.benchmarks.push(BenchmarkAggregator::new("concurrent@4").finish(Timestamp::from_nanos(5)));
         insta::assert_snapshot!("table", render_table(&report));
+    }
+
+    #[test]
+    fn the_prefix_column_shows_only_with_a_rate() {
+        let mut report = sample_report();
+        for b in &mut report.benchmarks {
+            b.prefix_cache_hit_rate = Some(0.0);
+            b.prefix_cache_designed_hit_rate = Some(0.0);
+        }
+        assert!(!render_table(&report).contains("prefix hit"));
+        report.benchmarks[0].prefix_cache_hit_rate = Some(0.4821);
+        report.benchmarks[0].prefix_cache_designed_hit_rate = Some(0.5);
+        let table = render_table(&report);
+        assert!(table.lines().next().unwrap().ends_with("prefix hit (designed)"), "{table}");
+        assert!(table.lines().nth(2).unwrap().ends_with("0.48 (0.50)"), "{table}");
     }
 
     #[test]

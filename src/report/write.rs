@@ -236,7 +236,7 @@ mod tests {
         assert_eq!(lines.len(), 2 + report.benchmarks.len(), "header, rows, trailing empty: {text}");
         assert_eq!(lines.last(), Some(&""));
         let header: Vec<&str> = lines[0].split(',').collect();
-        assert_eq!(header.len(), 2 + 92 + 1);
+        assert_eq!(header.len(), 2 + 94 + 1);
         assert_eq!(&header[..4], ["benchmark", "submitted", "completed", "errors"]);
         assert!(header.contains(&"ttft_p99_ms"));
         assert_eq!(header.last(), Some(&"errors_by_kind"));

@@ -128,6 +128,8 @@ pub fn setting_plan(base: &Plan, setting: &Setting, stream: u64) -> Plan {
             output_tokens: TokenDist::Fixed { value: setting.output_tokens.max(1) },
             seed: SplitMix64::derive(base.seed, 0xCA11_B000 + stream).next_u64(),
             unique_prefix: true,
+            prefix_groups: 0,
+            prefix_tokens: 0,
             vocab_size,
             ignore_eos: true,
             temperature: 0.0,

@@ -77,6 +77,12 @@ pub(super) struct Sinks<'a> {
 /// How often, at most, the loop builds a status for the display.
 const STATUS_EVERY: Duration = Duration::from_millis(50);
 
+/// The token count of a KV block, the unit a prefix cache hits in: the engine's, where it says;
+/// else 1 (the designed hit rate then counts the shared prefix token by token).
+fn kv_block_size(info: &EngineInfo) -> u32 {
+    info.resolved_config.map_or(1, |c| c.block_size)
+}
+
 /// One part of a run: the plan its benchmarks follow, its workload, and (in a `[matrix]` run) the
 /// combination's label, which names its benchmarks.
 pub(super) struct Segment<'a> {
@@ -161,6 +167,9 @@ pub(super) fn run_steps(
                     .with_repeat(round, repeats);
                 if jsonl.is_some() {
                     run = run.with_records();
+                }
+                if let Some(design) = workload.prefix_design() {
+                    run = run.with_prefix_design(design, kv_block_size(&info));
                 }
                 if interrupted {
                     run.interrupt(driver.now());

@@ -304,8 +304,10 @@ fn seeds(plan: &Plan, source: EngineSource) -> BTreeMap<String, u64> {
     if let WorkloadPlan::Synthetic { seed, .. } = &plan.workload {
         s.insert("workload".to_string(), *seed);
     }
-    if let ProfilePlan::Poisson { seed, .. } = &plan.profile {
-        s.insert("poisson".to_string(), *seed);
+    match &plan.profile {
+        ProfilePlan::Poisson { seed, .. } => _ = s.insert("poisson".to_string(), *seed),
+        ProfilePlan::Gamma { seed, .. } => _ = s.insert("gamma".to_string(), *seed),
+        _ => {}
     }
     s
 }

@@ -16,7 +16,7 @@ use super::status::{DisplayPhase, StepStatus};
 use crate::batcher::core::IdMap;
 use crate::batcher::{BatchRun, Outcome, RequestError};
 use crate::engine::{ClockDomain, RequestId};
-use crate::load::{Lateness, LoadError, Poll, Scheduler, Step};
+use crate::load::{Lateness, LoadError, Poll, PrefixDesign, Scheduler, Step};
 use crate::metrics::aggregate::BenchmarkAggregator;
 use crate::metrics::map_request;
 use crate::report::{BenchmarkResult, RequestOutcome, RequestRecord};
@@ -62,6 +62,8 @@ pub enum StopReason {
     EngineUnusable,
     /// The run was interrupted (Ctrl-C or [`crate::run::Interrupt::fire`]).
     Interrupted,
+    /// The profile's schedule has no more arrivals: a trace's last line was submitted.
+    ScheduleEnd,
 }
 
 struct Flight {
@@ -111,6 +113,10 @@ pub struct StepRun {
     records: Option<VecDeque<RequestRecord>>,
     /// What the last admission decision was.
     admitting: Option<Phase>,
+    /// The scheduler has no arrivals left: nothing more is admitted in any phase.
+    schedule_done: bool,
+    /// The workload's shared prefixes and the engine's KV block size, for the designed hit rate.
+    prefix_design: Option<(PrefixDesign, u32)>,
     in_flight: IdMap<Flight>,
     aggregator: BenchmarkAggregator,
     domain: ClockDomain,
@@ -161,6 +167,8 @@ impl StepRun {
             count: None,
             records: None,
             admitting: Some(first_phase),
+            schedule_done: false,
+            prefix_design: None,
             in_flight: IdMap::default(),
             aggregator,
             domain,
@@ -194,6 +202,13 @@ impl StepRun {
     /// [`finish`](Self::finish).
     pub fn with_records(mut self) -> Self {
         self.records = Some(VecDeque::new());
+        self
+    }
+
+    /// Counts, for every measured completion, the prompt tokens `design` meant a prefix cache of
+    /// `block_size`-token blocks to serve (the report's `prefix_cache_designed_hit_rate`).
+    pub fn with_prefix_design(mut self, design: PrefixDesign, block_size: u32) -> Self {
+        self.prefix_design = Some((design, block_size));
         self
     }
 
@@ -292,7 +307,8 @@ impl StepRun {
     }
 
     fn decide_admission(&mut self, now: Timestamp) -> (Option<Phase>, Option<Timestamp>) {
-        if matches!(self.stop_reason, Some(StopReason::Interrupted | StopReason::EngineUnusable)) {
+        if self.schedule_done || matches!(self.stop_reason, Some(StopReason::Interrupted | StopReason::EngineUnusable))
+        {
             return (None, None);
         }
         if !self.warmup_done {
@@ -313,8 +329,9 @@ impl StepRun {
             }
             self.warmup_done = true;
             if self.warmup_submitted > 0 {
-                // The load profile starts over with the measurement (a rate's first arrival now).
-                if let Ok(fresh) = Scheduler::new(self.step.clone(), now) {
+                // The load profile starts over with the measurement (a rate's first arrival now; a
+                // trace goes on with its next line).
+                if let Ok(fresh) = self.scheduler.restarted(now) {
                     self.scheduler = fresh;
                 }
             }
@@ -353,6 +370,15 @@ impl StepRun {
             Poll::SubmitNow => Action::Submit(phase),
             Poll::At(t) => Action::Wait(Some(phase_deadline.map_or(t, |d| d.min(t)))),
             Poll::WaitForCompletion => Action::Wait(phase_deadline),
+            Poll::CompletionOr(t) => Action::Wait(Some(phase_deadline.map_or(t, |d| d.min(t)))),
+            Poll::Exhausted => {
+                // Nothing more to offer in any phase; what is in flight finishes.
+                self.warmup_done = true;
+                self.schedule_done = true;
+                self.end_measure(now, StopReason::ScheduleEnd);
+                self.admitting = None;
+                if self.in_flight.is_empty() { Action::Done } else { Action::Wait(None) }
+            }
         }
     }
 
@@ -421,6 +447,10 @@ impl StepRun {
                 let metrics = map_request(&c.times, &c.output, self.domain, self.anchor);
                 if flight.phase == Phase::Measure {
                     self.aggregator.record_completion(&metrics, &c.times);
+                    if let Some((design, block_size)) = self.prefix_design {
+                        self.aggregator
+                            .record_designed_cached(design.cached_tokens(id, block_size), metrics.prompt_tokens);
+                    }
                     self.measured_finished += 1;
                     self.measured_output_tokens += u64::from(metrics.output_tokens.unwrap_or(0));
                     self.last_measured_end =

@@ -88,7 +88,7 @@ mod tests {
     fn metric_names() {
         let all = known_metrics();
         let kinds = crate::batcher::RequestError::KINDS.len();
-        assert_eq!(all.len(), 20 + 8 * 9 + kinds, "20 scalars, 8 timings with 9 statistics each, errors by kind");
+        assert_eq!(all.len(), 22 + 8 * 9 + kinds, "22 scalars, 8 timings with 9 statistics each, errors by kind");
         assert!(all.iter().all(|m| is_known_metric(m)));
         for bad in ["ttft_p99", "ttft_p98_ms", "complete", "latency__ms", "_ms"] {
             assert!(!is_known_metric(bad), "{bad}");

@@ -424,6 +424,18 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
                 "synthetic only; defeats prefix caching",
                 in WorkloadPlan::Synthetic
             ),
+            key!(
+                prefix_groups: U32(0),
+                KeyDefault::Value,
+                "synthetic only; every prompt starts with one of this many shared prefixes, 0 for none",
+                in WorkloadPlan::Synthetic
+            ),
+            key!(
+                prefix_tokens: U32(0),
+                KeyDefault::Value,
+                "synthetic only; tokens of each shared prefix, fewer than the shortest prompt",
+                in WorkloadPlan::Synthetic
+            ),
             key!(vocab_size: U32(2), KeyDefault::Value, "synthetic only", in WorkloadPlan::Synthetic),
             key!(
                 chat: Bool,
@@ -446,6 +458,8 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
             output_tokens: TokenDist::Fixed { value: 64 },
             seed: super::derive_seed(master_seed, super::seed_stream::WORKLOAD),
             unique_prefix: true,
+            prefix_groups: 0,
+            prefix_tokens: 0,
             vocab_size: 32000,
             ignore_eos: true,
             temperature: 0.0,
@@ -528,6 +542,17 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
 
 pub(crate) const PROFILE_TAG: Key<Tag> = key!(kind: TagOf(PROFILE_VARIANTS), KeyDefault::Value, "", Tag(kind));
 
+/// `rampup` of the kinds that have one (see `load::Step::rampup`).
+const RAMPUP: Key<ProfilePlan> = key!(
+    rampup: Opt(Dur { zero: false }),
+    KeyDefault::Value,
+    "",
+    ProfilePlan::Concurrent { rampup, .. }
+        | ProfilePlan::Constant { rampup, .. }
+        | ProfilePlan::Poisson { rampup, .. }
+        | ProfilePlan::Gamma { rampup, .. }
+);
+
 /// `[profile]`, by `kind`.
 pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
     Variant {
@@ -539,8 +564,8 @@ pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
     Variant {
         name: "concurrent",
         is: |s| matches!(s, ProfilePlan::Concurrent { .. }),
-        keys: &[key!(levels: List(U32(1)), KeyDefault::Required("[1, 4, 16]"), "", in ProfilePlan::Concurrent)],
-        default: |_| ProfilePlan::Concurrent { levels: Vec::new() },
+        keys: &[key!(levels: List(U32(1)), KeyDefault::Required("[1, 4, 16]"), "", in ProfilePlan::Concurrent), RAMPUP],
+        default: |_| ProfilePlan::Concurrent { levels: Vec::new(), rampup: None },
     },
     Variant {
         name: "throughput",
@@ -559,8 +584,9 @@ pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
                 in ProfilePlan::Constant
             ),
             key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfilePlan::Constant),
+            RAMPUP,
         ],
-        default: |_| ProfilePlan::Constant { rates: Vec::new(), max_concurrency: None },
+        default: |_| ProfilePlan::Constant { rates: Vec::new(), max_concurrency: None, rampup: None },
     },
     Variant {
         name: "poisson",
@@ -569,12 +595,41 @@ pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
             key!(rate: Float(Low::Above(0.0), f64::INFINITY), KeyDefault::Required("50.0"), "", in ProfilePlan::Poisson),
             key!(seed: U64(0), KeyDefault::Text("derived, stream 4"), "", in ProfilePlan::Poisson),
             key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfilePlan::Poisson),
+            RAMPUP,
         ],
         default: |master_seed| ProfilePlan::Poisson {
             rate: 1.0,
             seed: super::derive_seed(master_seed, super::seed_stream::POISSON),
             max_concurrency: None,
+            rampup: None,
         },
+    },
+    Variant {
+        name: "gamma",
+        is: |s| matches!(s, ProfilePlan::Gamma { .. }),
+        keys: &[
+            key!(rate: Float(Low::Above(0.0), f64::MAX), KeyDefault::Required("50.0"), "", in ProfilePlan::Gamma),
+            key!(burstiness: Float(Low::Above(0.0), f64::MAX), KeyDefault::Value, "", in ProfilePlan::Gamma),
+            key!(seed: U64(0), KeyDefault::Text("derived, stream 5"), "", in ProfilePlan::Gamma),
+            key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfilePlan::Gamma),
+            RAMPUP,
+        ],
+        default: |master_seed| ProfilePlan::Gamma {
+            rate: 1.0,
+            burstiness: 1.0,
+            seed: super::derive_seed(master_seed, super::seed_stream::GAMMA),
+            max_concurrency: None,
+            rampup: None,
+        },
+    },
+    Variant {
+        name: "trace",
+        is: |s| matches!(s, ProfilePlan::Trace { .. }),
+        keys: &[
+            key!(time_scale: Float(Low::Above(0.0), f64::MAX), KeyDefault::Value, "", in ProfilePlan::Trace),
+            key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfilePlan::Trace),
+        ],
+        default: |_| ProfilePlan::Trace { time_scale: 1.0, arrivals: TraceArrivals::default(), max_concurrency: None },
     },
     Variant {
         name: "sweep",

@@ -29,6 +29,8 @@ pub mod seed_stream {
     pub const WORKLOAD: u64 = 3;
     /// A poisson profile's `seed`.
     pub const POISSON: u64 = 4;
+    /// A gamma profile's `seed`.
+    pub const GAMMA: u64 = 5;
 }
 
 /// The default seed of a component: the first draw of `SplitMix64::derive(master, stream)`,
@@ -67,7 +69,7 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
     let expect = lower_expect(cx, top);
     let output = lower_output(cx, top);
 
-    Plan {
+    let mut plan = Plan {
         name,
         description,
         seed,
@@ -83,7 +85,9 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
         expect,
         output,
         matrix: None,
-    }
+    };
+    super::arrivals::check(cx, top, &mut plan);
+    plan
 }
 
 /// A section of the top level, its unknown keys reported.

@@ -10,6 +10,7 @@
 //! from `keys`), `units` (durations), `expect` (metric names), `lower` (meaning and
 //! defaults), `overrides`, `builder`, `print` (plan back to TOML).
 
+mod arrivals;
 pub mod builder;
 pub mod error;
 pub mod expect;

@@ -15,7 +15,9 @@ use crate::engine::python::vllm::VllmConfig;
 use crate::engine::python::{PythonConfig, PythonEngine};
 use crate::engine::sim::{SimConfig, SimEngine};
 use crate::engine::{EngineError, TimedEngine};
-pub use crate::load::{Columns, DatasetOptions, FileFormat, ProfilePlan, SyntheticChat, TokenDist, WorkloadPlan};
+pub use crate::load::{
+    Columns, DatasetOptions, FileFormat, ProfilePlan, SyntheticChat, TokenDist, TraceArrivals, WorkloadPlan,
+};
 pub use crate::metrics::slo::Slo;
 
 /// A validated scenario: everything a run needs, with every default filled in.

@@ -284,6 +284,7 @@ impl<'a> Cx<'a> {
                 Low::AtLeast(lo) if hi.is_finite() => format!("between {lo} and {hi}"),
                 Low::AtLeast(lo) if lo == f64::MIN => "finite".to_owned(),
                 Low::AtLeast(lo) => format!("at least {lo}"),
+                Low::Above(lo) if hi == f64::MAX => format!("a finite number greater than {lo}"),
                 Low::Above(lo) if hi.is_finite() => format!("greater than {lo} and at most {hi}"),
                 Low::Above(lo) => format!("greater than {lo}"),
             };

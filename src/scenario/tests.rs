@@ -109,7 +109,7 @@ ttft_p99_ms = "<= 50.5"
             let WorkloadPlan::Synthetic { prompt_tokens, output_tokens, .. } = &p.workload else { panic!() };
             assert_eq!(*prompt_tokens, TokenDist::Uniform { min: 64, max: 256 });
             assert_eq!(*output_tokens, TokenDist::Normal { mean: 128.0, stdev: 32.0, min: 16, max: 512 });
-            assert_eq!(p.profile, ProfilePlan::Concurrent { levels: vec![1, 4, 16] });
+            assert_eq!(p.profile, ProfilePlan::Concurrent { levels: vec![1, 4, 16], rampup: None });
             // An explicit max_duration means no default max_requests.
             assert_eq!(p.stop, StopPlan { max_duration: Some(Duration::from_secs(60)), ..StopPlan::default() });
             assert_eq!(p.warmup, Some(PhaseLimit::Duration(Duration::from_secs(5))));
@@ -159,10 +159,35 @@ ttft_p99_ms = "<= 50.5"
     });
     check("seed = 5\n[profile]\nkind = \"poisson\"\nrate = 50", |p| {
         let seed = derive_seed(5, seed_stream::POISSON);
-        assert_eq!(p.profile, ProfilePlan::Poisson { rate: 50.0, seed, max_concurrency: None });
+        assert_eq!(p.profile, ProfilePlan::Poisson { rate: 50.0, seed, max_concurrency: None, rampup: None });
     });
     check("[profile]\nkind = \"constant\"\nrates = [10, 20.5]\nmax_concurrency = 4", |p| {
-        assert_eq!(p.profile, ProfilePlan::Constant { rates: vec![10.0, 20.5], max_concurrency: Some(4) });
+        let want = ProfilePlan::Constant { rates: vec![10.0, 20.5], max_concurrency: Some(4), rampup: None };
+        assert_eq!(p.profile, want);
+    });
+    check("seed = 5\n[profile]\nkind = \"gamma\"\nrate = 50\nburstiness = 0.5\nrampup = \"30s\"", |p| {
+        let seed = derive_seed(5, seed_stream::GAMMA);
+        let rampup = Some(Duration::from_secs(30));
+        assert_eq!(p.profile, ProfilePlan::Gamma { rate: 50.0, burstiness: 0.5, seed, max_concurrency: None, rampup });
+    });
+    check("[profile]\nkind = \"gamma\"\nrate = 2", |p| {
+        assert!(matches!(p.profile, ProfilePlan::Gamma { burstiness: 1.0, rampup: None, .. }), "k = 1: Poisson");
+    });
+    check("[profile]\nkind = \"concurrent\"\nlevels = [4]\nrampup = \"2s\"", |p| {
+        assert_eq!(p.profile, ProfilePlan::Concurrent { levels: vec![4], rampup: Some(Duration::from_secs(2)) });
+    });
+    check(
+        "[workload]\nsource = \"file\"\npath = \"scenarios/data/trace-sample.jsonl\"\n[profile]\nkind = \"trace\"\ntime_scale = 2",
+        |p| {
+            let ProfilePlan::Trace { time_scale, arrivals, max_concurrency } = &p.profile else { panic!() };
+            assert_eq!((*time_scale, *max_concurrency), (2.0, None));
+            assert_eq!(arrivals.len(), 40, "read from the file when the scenario is loaded");
+            assert_eq!(arrivals.offsets()[..3], [0.0, 0.1, 0.3]);
+        },
+    );
+    check("[workload]\nprompt_tokens = 64\nprefix_groups = 3\nprefix_tokens = 48", |p| {
+        let WorkloadPlan::Synthetic { prefix_groups, prefix_tokens, .. } = p.workload else { panic!() };
+        assert_eq!((prefix_groups, prefix_tokens), (3, 48));
     });
 }
 
@@ -194,7 +219,7 @@ fn overrides_apply_before_validation() {
     .unwrap();
     assert_eq!(plan.batching.batch_size(), 64);
     assert_eq!(plan.batching.batch_timeout(), Duration::from_millis(2));
-    assert_eq!(plan.profile, ProfilePlan::Concurrent { levels: vec![1, 2] });
+    assert_eq!(plan.profile, ProfilePlan::Concurrent { levels: vec![1, 2], rampup: None });
     let overrides = Overrides { sets: vec![], seed: Some(77) };
     assert_eq!(parse_str("seed = 1", "t.toml", manifest_dir(), &overrides).unwrap().seed, 77);
 }
@@ -629,22 +654,37 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {
     let chat = (any::<bool>(), proptest::option::of("[ -~é\n]{0,20}")).prop_map(|(enabled, system_prompt)| {
         SyntheticChat { enabled, system_prompt: system_prompt.filter(|_| enabled) }
     });
+    let prefixes = prop_oneof![Just((0, 0)), (1u32..=super::arrivals::MAX_PREFIX_GROUPS, 1u32..=u32::MAX)];
     let synthetic = (
         (dist_strategy(), dist_strategy(), seed_strategy(), any::<bool>(), 2u32..=u32::MAX, any::<bool>(), 0.0..4.0f32),
         chat,
         request_format_strategy(),
+        prefixes,
     )
         .prop_map(
             |(
                 (prompt_tokens, output_tokens, seed, unique_prefix, vocab_size, ignore_eos, temperature),
                 chat,
                 request_format,
+                (groups, tokens),
             )| {
+                // A shared prefix (token prompts only) is shorter than the shortest prompt; a
+                // prompt of 1 token has none.
+                let shortest = match prompt_tokens {
+                    TokenDist::Fixed { value } => value,
+                    TokenDist::Uniform { min, .. } | TokenDist::Normal { min, .. } => min,
+                }
+                .max(1);
+                let tokens = tokens % shortest;
+                let (prefix_groups, prefix_tokens) =
+                    if tokens == 0 || chat.enabled { (0, 0) } else { (groups, tokens) };
                 WorkloadPlan::Synthetic {
                     prompt_tokens,
                     output_tokens,
                     seed,
                     unique_prefix,
+                    prefix_groups,
+                    prefix_tokens,
                     vocab_size,
                     ignore_eos,
                     temperature,
@@ -666,18 +706,51 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {
     prop_oneof![synthetic, file]
 }
 
+/// The shipped trace: a trace profile's plans replay it (its arrivals are read from the file).
+fn trace_sample() -> PathBuf {
+    manifest_dir().join("scenarios/data/trace-sample.jsonl")
+}
+
 fn profile_strategy() -> impl Strategy<Value = ProfilePlan> {
     let concurrency = || proptest::option::of(1u32..100_000);
+    // Short enough to end before any stop: `valid_rampup` drops the rest.
+    let rampup = || proptest::option::of((1u64..=1_000).prop_map(Duration::from_nanos));
     prop_oneof![
         Just(ProfilePlan::Synchronous),
-        proptest::collection::vec(1u32..100_000, 1..5).prop_map(|levels| ProfilePlan::Concurrent { levels }),
+        (proptest::collection::vec(1u32..100_000, 1..5), rampup())
+            .prop_map(|(levels, rampup)| ProfilePlan::Concurrent { levels, rampup }),
         (1u32..100_000).prop_map(|max_concurrency| ProfilePlan::Throughput { max_concurrency }),
-        (proptest::collection::vec(1e-6..1e6f64, 1..5), concurrency())
-            .prop_map(|(rates, max_concurrency)| ProfilePlan::Constant { rates, max_concurrency }),
-        (1e-6..1e6f64, seed_strategy(), concurrency())
-            .prop_map(|(rate, seed, max_concurrency)| { ProfilePlan::Poisson { rate, seed, max_concurrency } }),
+        (proptest::collection::vec(1e-6..1e6f64, 1..5), concurrency(), rampup())
+            .prop_map(|(rates, max_concurrency, rampup)| ProfilePlan::Constant { rates, max_concurrency, rampup }),
+        (1e-6..1e6f64, seed_strategy(), concurrency(), rampup()).prop_map(|(rate, seed, max_concurrency, rampup)| {
+            ProfilePlan::Poisson { rate, seed, max_concurrency, rampup }
+        }),
+        (1e-6..1e6f64, 1e-3..1e3f64, seed_strategy(), concurrency(), rampup()).prop_map(
+            |(rate, burstiness, seed, max_concurrency, rampup)| {
+                ProfilePlan::Gamma { rate, burstiness, seed, max_concurrency, rampup }
+            }
+        ),
+        (1e-3..1e3f64, concurrency()).prop_map(|(time_scale, max_concurrency)| ProfilePlan::Trace {
+            time_scale,
+            arrivals: crate::load::read_trace(&trace_sample(), &Default::default()).unwrap(),
+            max_concurrency,
+        }),
         (1u32..100, 1u32..100_000).prop_map(|(rates, max_concurrency)| ProfilePlan::Sweep { rates, max_concurrency }),
     ]
+}
+
+/// A ramp-up that ends before `stop` does, or none.
+fn valid_rampup(profile: &mut ProfilePlan, stop: &StopPlan) {
+    let rampup = match profile {
+        ProfilePlan::Concurrent { rampup, .. }
+        | ProfilePlan::Constant { rampup, .. }
+        | ProfilePlan::Poisson { rampup, .. }
+        | ProfilePlan::Gamma { rampup, .. } => rampup,
+        _ => return,
+    };
+    if rampup.zip(stop.max_duration).is_some_and(|(r, d)| r >= d) {
+        *rampup = None;
+    }
 }
 
 fn plan_strategy() -> impl Strategy<Value = Plan> {
@@ -750,26 +823,53 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                 (warmup, cooldown),
                 (slo, expect),
                 output,
-            )| Plan {
-                name,
-                description,
-                seed,
-                // A real engine always has a generate timeout: none is not expressible in TOML.
-                batching: match (&engine, batching.generate_timeout()) {
-                    (EnginePlan::Sim(_), _) | (_, Some(_)) => batching,
-                    _ => batching.with_generate_timeout(Some(lower::REAL_ENGINE_GENERATE_TIMEOUT)).unwrap(),
-                },
-                engine,
-                workload,
-                profile,
-                stop,
-                warmup,
-                cooldown,
-                faults,
-                slo,
-                expect,
-                output,
-                matrix: None,
+            )| {
+                let mut profile = profile;
+                valid_rampup(&mut profile, &stop);
+                // A trace replays a workload file with timestamps.
+                let workload = match (&profile, workload) {
+                    (
+                        ProfilePlan::Trace { .. },
+                        WorkloadPlan::File { default_max_tokens, ignore_eos, temperature, .. },
+                    ) => WorkloadPlan::File {
+                        path: trace_sample(),
+                        default_max_tokens,
+                        ignore_eos,
+                        temperature,
+                        dataset: Default::default(),
+                        request_format: Default::default(),
+                    },
+                    (ProfilePlan::Trace { .. }, _) => WorkloadPlan::File {
+                        path: trace_sample(),
+                        default_max_tokens: 64,
+                        ignore_eos: true,
+                        temperature: 0.0,
+                        dataset: Default::default(),
+                        request_format: Default::default(),
+                    },
+                    (_, workload) => workload,
+                };
+                Plan {
+                    name,
+                    description,
+                    seed,
+                    // A real engine always has a generate timeout: none is not expressible in TOML.
+                    batching: match (&engine, batching.generate_timeout()) {
+                        (EnginePlan::Sim(_), _) | (_, Some(_)) => batching,
+                        _ => batching.with_generate_timeout(Some(lower::REAL_ENGINE_GENERATE_TIMEOUT)).unwrap(),
+                    },
+                    engine,
+                    workload,
+                    profile,
+                    stop,
+                    warmup,
+                    cooldown,
+                    faults,
+                    slo,
+                    expect,
+                    output,
+                    matrix: None,
+                }
             },
         )
 }

@@ -55,6 +55,12 @@ fn simulate(kind: StepKind, n: usize, service: &[u64], delay: &[u64]) -> Trace {
                 let Reverse(t) = in_flight.pop().expect("waiting for a completion with nothing in flight");
                 now = late_wake(now.max(t));
             }
+            Poll::CompletionOr(at) => {
+                assert!(at > now, "CompletionOr({at:?}) is not in the future of {now:?}");
+                let next = in_flight.peek().map_or(at, |&Reverse(t)| t.min(at));
+                now = late_wake(now.max(next));
+            }
+            Poll::Exhausted => return Trace { submits, max_in_flight, lateness: s.lateness() },
         }
     }
     panic!("no progress: {} of {n} submitted", submits.len());
@@ -133,11 +139,124 @@ fn bad_rates_are_errors() {
         for kind in [
             StepKind::Constant { rate, max_concurrency: None },
             StepKind::Poisson { rate, seed: 0, max_concurrency: Some(2) },
+            StepKind::Gamma { rate, burstiness: 1.0, seed: 0, max_concurrency: None },
         ] {
             let err = Scheduler::new(Step::new(kind), START).unwrap_err();
             assert!(matches!(err, LoadError::InvalidRate { .. }), "{err:?}");
         }
+        let gamma = StepKind::Gamma { rate: 1.0, burstiness: rate, seed: 0, max_concurrency: None };
+        let err = Scheduler::new(Step::new(gamma), START).unwrap_err();
+        assert!(err.to_string().contains("burstiness must be a finite number above 0"), "{err}");
+        let trace = StepKind::Trace { time_scale: rate, arrivals: arrivals(&[0.0]), max_concurrency: None };
+        let err = Scheduler::new(Step::new(trace), START).unwrap_err();
+        assert!(err.to_string().contains("time_scale must be"), "{err}");
     }
+    let empty = StepKind::Trace { time_scale: 1.0, arrivals: TraceArrivals::default(), max_concurrency: None };
+    assert!(Scheduler::new(Step::new(empty), START).is_err());
+}
+
+fn arrivals(times: &[f64]) -> TraceArrivals {
+    TraceArrivals::from_timestamps(times).unwrap()
+}
+
+#[test]
+fn traces_replay_at_the_scaled_recorded_times_then_end() {
+    let trace = arrivals(&[100.0, 100.25, 100.25, 101.0, 103.5]);
+    let kind = |time_scale| StepKind::Trace { time_scale, arrivals: trace.clone(), max_concurrency: None };
+    check(kind(1.0), &[1], &[0, 250, 250, 1000, 3500], ON_TIME);
+    check(kind(2.0), &[1], &[0, 125, 125, 500, 1750], ON_TIME);
+    check(kind(0.5), &[1], &[0, 500, 500, 2000, 7000], ON_TIME);
+    let mut s = Scheduler::new(Step::new(kind(1.0)), START).unwrap();
+    for _ in 0..5 {
+        let due = s.next_arrival().unwrap();
+        assert_eq!(s.poll(due, 0), Poll::SubmitNow);
+        s.on_submitted(due);
+    }
+    assert_eq!(s.poll(START, 0), Poll::Exhausted);
+    assert_eq!(s.next_arrival(), None);
+    // A cap delays a trace like any rate.
+    let capped = StepKind::Trace { time_scale: 1.0, arrivals: trace.clone(), max_concurrency: Some(1) };
+    let t = simulate(capped, 5, &[400 * MS], &[0]);
+    assert_eq!(millis(&t), [0, 400, 800, 1200, 3500]);
+    assert_eq!(t.lateness.delayed_by_cap, 3);
+}
+
+#[test]
+fn a_restarted_trace_goes_on_with_its_next_line() {
+    let kind = StepKind::Trace { time_scale: 2.0, arrivals: arrivals(&[0.0, 1.0, 3.0, 4.0]), max_concurrency: None };
+    let mut s = Scheduler::new(Step::new(kind), START).unwrap();
+    s.on_submitted(START);
+    let later = START.saturating_add(Duration::from_secs(60));
+    let mut r = s.restarted(later).unwrap();
+    let mut due = Vec::new();
+    while let Some(t) = r.next_arrival() {
+        due.push(t.checked_since(later).unwrap().as_millis());
+        r.on_submitted(t);
+    }
+    assert_eq!(due, [0, 1000, 1500], "lines 1, 2, 3 with their gaps halved");
+    // A rate starts over.
+    let poisson =
+        Scheduler::new(Step::new(StepKind::Poisson { rate: 5.0, seed: 3, max_concurrency: None }), START).unwrap();
+    let again = poisson.restarted(later).unwrap();
+    assert_eq!(
+        again.next_arrival().unwrap().checked_since(later),
+        poisson.next_arrival().unwrap().checked_since(START)
+    );
+}
+
+#[test]
+fn constant_ramps_follow_the_inverse_cumulative_intensity() {
+    // 10/s ramped over 2 s: arrival i at sqrt(2 · 2 · i / 10) while i / 10 <= 1, then i / 10 + 1.
+    let step =
+        Step::new(StepKind::Constant { rate: 10.0, max_concurrency: None }).with_rampup(Some(Duration::from_secs(2)));
+    let mut s = Scheduler::new(step, START).unwrap();
+    let mut got = Vec::new();
+    for _ in 0..14 {
+        let due = s.next_arrival().unwrap();
+        got.push(due.checked_since(START).unwrap().as_nanos() as u64);
+        s.on_submitted(due);
+    }
+    let expected: Vec<u64> = (0..14u32)
+        .map(|i| {
+            let s = f64::from(i) / 10.0;
+            let t = if s <= 1.0 { (4.0 * s).sqrt() } else { s + 1.0 };
+            (t * 1e9).round() as u64
+        })
+        .collect();
+    assert_eq!(got, expected);
+    assert_eq!(got[10], 2_000_000_000, "the ramp ends at T with rate · T / 2 arrivals");
+    assert_eq!(got[11] - got[10], 100_000_000, "then the full rate");
+}
+
+#[test]
+fn concurrent_ramps_open_one_stream_at_a_time() {
+    // 4 streams over 2 s: streams open at 0, 0.5, 1, 1.5 s; requests take 10 s, so each submit is
+    // a stream opening.
+    let step = Step::new(StepKind::Concurrent(4)).with_rampup(Some(Duration::from_secs(2)));
+    let mut s = Scheduler::new(step, START).unwrap();
+    let mut now = START;
+    let mut submits = Vec::new();
+    let mut in_flight = 0;
+    while submits.len() < 4 {
+        match s.poll(now, in_flight) {
+            Poll::SubmitNow => {
+                s.on_submitted(now);
+                submits.push(now.checked_since(START).unwrap().as_millis());
+                in_flight += 1;
+            }
+            Poll::CompletionOr(t) => now = t,
+            other => panic!("{other:?} at {now:?}"),
+        }
+    }
+    assert_eq!(submits, [0, 500, 1000, 1500]);
+    assert_eq!(s.poll(now, 4), Poll::WaitForCompletion, "all streams open: only a completion helps");
+    // A completion during the ramp frees its stream at once.
+    let step = Step::new(StepKind::Concurrent(4)).with_rampup(Some(Duration::from_secs(2)));
+    let mut s = Scheduler::new(step, START).unwrap();
+    assert_eq!(s.poll(START, 0), Poll::SubmitNow);
+    s.on_submitted(START);
+    assert_eq!(s.poll(START, 1), Poll::CompletionOr(START.saturating_add(Duration::from_millis(500))));
+    assert_eq!(s.poll(START, 0), Poll::SubmitNow);
 }
 
 #[test]
@@ -185,13 +304,14 @@ proptest! {
 
     #[test]
     fn in_flight_never_exceeds_the_cap(
-        n in 1u32..16, which in 0..5u8, rate in rate(), service in times(1_000), delay in times(20),
+        n in 1u32..16, which in 0..6u8, rate in rate(), service in times(1_000), delay in times(20),
     ) {
         let (kind, cap) = match which {
             0 => (StepKind::Synchronous, 1),
             1 => (StepKind::Concurrent(n), n),
             2 => (StepKind::Throughput { max_concurrency: n }, n),
             3 => (StepKind::Constant { rate, max_concurrency: Some(n) }, n),
+            4 => (StepKind::Gamma { rate, burstiness: 0.3, seed: u64::from(n), max_concurrency: Some(n) }, n),
             _ => (StepKind::Poisson { rate, seed: u64::from(n), max_concurrency: Some(n) }, n),
         };
         let trace = simulate(kind, 300, &service, &delay);
@@ -229,5 +349,39 @@ proptest! {
         // The mean of n exponential gaps has a relative stdev of 1/sqrt(n) = 0.7%; allow 5%.
         let measured = n as f64 / a[n - 1].checked_since(START).unwrap().as_secs_f64();
         prop_assert!((measured / rate - 1.0).abs() < 0.05, "rate {} measured {}", rate, measured);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A ramp only delays: arrival `i` of a ramped step comes no earlier than arrival `i` of the
+    /// same step without it (same seed), and at most `T / 2` later (the shift once ramped up);
+    /// ramped times never go back.
+    #[test]
+    fn ramps_delay_each_arrival_by_at_most_half_the_ramp(
+        rate in rate(), ramp_ms in 1u64..60_000, seed: u64, which in 0..3u8, k in 0.1f64..10.0,
+    ) {
+        let kind = match which {
+            0 => StepKind::Constant { rate, max_concurrency: None },
+            1 => StepKind::Poisson { rate, seed, max_concurrency: None },
+            _ => StepKind::Gamma { rate, burstiness: k, seed, max_concurrency: None },
+        };
+        let ramp = Duration::from_millis(ramp_ms);
+        let dues = |step: Step| {
+            let mut s = Scheduler::new(step, START).unwrap();
+            (0..300).map(|_| {
+                let due = s.next_arrival().unwrap();
+                s.on_submitted(due);
+                due.as_nanos()
+            }).collect::<Vec<u64>>()
+        };
+        let plain = dues(Step::new(kind.clone()));
+        let ramped = dues(Step::new(kind).with_rampup(Some(ramp)));
+        prop_assert!(ramped.windows(2).all(|w| w[0] <= w[1]));
+        let half = ramp.as_nanos() as u64 / 2;
+        for (i, (p, r)) in plain.iter().zip(&ramped).enumerate() {
+            prop_assert!(*r + 1 >= *p && *r <= p + half + 1, "arrival {}: {} unramped, {} ramped", i, p, r);
+        }
     }
 }

@@ -2,32 +2,13 @@
 //! writes requests.jsonl and report.json, `calibrate` fits them, the profile holds the known
 //! coefficients within 1 %, and a scenario using the profile runs with them.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
 use batchlab::engine::sim::Profile;
 use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file};
 
-fn batchlab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_batchlab"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env_remove("BATCHLAB_LOG")
-        .output()
-        .expect("running batchlab")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("batchlab-calibrate-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
+#[path = "common/cli.rs"]
+mod cli_common;
+use cli_common::{batchlab, temp_dir, text};
 
 /// Known coefficients (ns), in `Coefficients::NAMES` order, as the scenario below spells them.
 const TRUTH: [(&str, f64); 8] = [

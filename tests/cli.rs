@@ -1,28 +1,11 @@
 //! The `batchlab` binary as a user runs it: help texts, exit codes, error reports, output files.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-fn batchlab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_batchlab"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env_remove("BATCHLAB_LOG")
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .expect("running batchlab")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("batchlab-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
+#[path = "common/cli.rs"]
+mod cli_common;
+use cli_common::{batchlab, temp_dir, text};
 
 #[test]
 fn help_texts() {

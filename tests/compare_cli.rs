@@ -2,29 +2,11 @@
 //! done-when): two same-seed runs are within noise everywhere and exit 0; doubling the
 //! simulator's decode step is flagged worse on latency and exits 4.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
-fn batchlab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_batchlab"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env_remove("BATCHLAB_LOG")
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .expect("running batchlab")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("batchlab-compare-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
+#[path = "common/cli.rs"]
+mod cli_common;
+use cli_common::{batchlab, temp_dir, text};
 
 /// Runs scenarios/throughput.toml three times per benchmark, with requests.jsonl, into `dir`.
 fn run(dir: &Path, sets: &[&str]) {

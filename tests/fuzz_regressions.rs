@@ -126,3 +126,20 @@ fn mapper_consistent_stats_map_cleanly() {
         tpot,
     );
 }
+
+/// `mapper`: per-token times that go backwards by less than a nanosecond became equal timestamps,
+/// so they passed as in order and gave a per-gap ITL. Found with times near 1e-275 s; here near
+/// 1.5 s. Out of order as sent is out of order.
+#[test]
+fn mapper_token_times_backwards_by_less_than_a_nanosecond_are_flagged() {
+    let (late, early) = (1.5 + 2e-10, 1.5 + 1e-10);
+    let stats = EngineStats {
+        first_token_ts: Some(late),
+        last_token_ts: Some(early),
+        token_ts: Some(vec![late, early]),
+        ..EngineStats::default()
+    };
+    let m = map((1_000_000_000, 1_000_000_000, 2_000_000_000), stats, Some(2), ClockDomain::Monotonic);
+    assert!(m.anomalies.token_times_inconsistent, "{:?}", m.anomalies);
+    assert!(m.itl.is_empty(), "{:?}", m.itl);
+}

@@ -54,6 +54,12 @@ fn without_origins(mut plan: Plan) -> Plan {
     for e in &mut plan.expect {
         e.origin.clear();
     }
+    // A `[matrix]` combination is a whole plan, with expectations of its own.
+    if let Some(m) = &mut plan.matrix {
+        for c in &mut m.combinations {
+            c.plan = without_origins(c.plan.clone());
+        }
+    }
     plan
 }
 

@@ -257,7 +257,10 @@ pub fn map_request(
     // with our submit and completion) and with the token count.
     let itl = match (&e.tokens, ttft, tpot.is_some() || n == Some(1)) {
         (Some(tokens), Some(_), true) if !tokens.is_empty() => {
-            let ordered = tokens.windows(2).all(|w| w[0] <= w[1]);
+            // In order as sent, too: times that go backwards by less than a nanosecond still
+            // go backwards.
+            let sent_ordered = output.stats.token_ts.as_deref().is_none_or(|ts| ts.windows(2).all(|w| w[0] <= w[1]));
+            let ordered = sent_ordered && tokens.windows(2).all(|w| w[0] <= w[1]);
             let ends_agree = e.first_token == tokens.first().copied() && e.last_token == tokens.last().copied();
             let count_agrees = n.is_none_or(|n| usize::try_from(n).is_ok_and(|n| n == tokens.len()));
             if ordered && ends_agree && count_agrees {

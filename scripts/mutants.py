@@ -168,7 +168,7 @@ MUTANTS = [
      "tokens.push((rest % vocab) as u32);", "tokens.push(((rest + 1) % vocab) as u32);",
      ["--lib", "prompts_in_bounds_and_prefixes_unique"], {}),
     ("scheduler: constant arrivals one period late", "src/load/scheduler.rs",
-     "*due = offset(self.start, self.submitted as f64 / *rate);", "*due = offset(self.start, (self.submitted + 1) as f64 / *rate);",
+     "Pacing::Constant { rate, due } => *due = at(self.submitted as f64 / *rate),", "Pacing::Constant { rate, due } => *due = at((self.submitted + 1) as f64 / *rate),",
      ["--lib", "uncapped_constant_arrivals_are_exactly_on_time"], {}),
     ("scheduler: arrivals submitted up to 1 ms early", "src/load/scheduler.rs",
      "            Some(due) if now < due => return Poll::At(due),",

@@ -6,10 +6,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use batchlab::scenario::plan::EnginePlan;
+use batchlab::report::Report;
+use batchlab::run::{RunOptions, run_blocking};
+use batchlab::scenario::plan::{EnginePlan, Plan};
 use batchlab::scenario::units::{format_duration, parse_duration};
 use batchlab::scenario::{Overrides, load_file};
-use batchlab::tune::{Objective, Space, TuneResult, confirmation_plan, search, search_plan};
+use batchlab::tune::{
+    Confirmation, Objective, STRESS, Space, TuneReport, TuneResult, confirmation_plan, search, search_plan, with_point,
+};
 
 use super::{EXIT_BAD_INPUT, EXIT_ERROR};
 
@@ -85,71 +89,122 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
             return ExitCode::from(EXIT_ERROR);
         }
     };
-    eprintln!("searched {} points in the simulator in {:.2} s", result.points.len(), started.elapsed().as_secs_f64());
+    let search_s = started.elapsed().as_secs_f64();
+    eprintln!("searched {} points in the simulator in {search_s:.2} s", result.points.len());
     print!("{}", front_table(&result, &objective));
     let Some(snippet) = result.snippet() else {
         eprintln!("error: no point met the objective; loosen the SLO or the latency bound");
         return ExitCode::from(EXIT_ERROR);
     };
     println!("\nrecommended (best {}):\n\n{snippet}", objective_name(&objective));
+    let output = args.output.clone().unwrap_or_else(|| PathBuf::from("results").join(format!("{}-tune", plan.name)));
+    let mut tune = TuneReport { objective: objective_name(&objective), search_s, result, confirmed: Vec::new() };
     let real = !matches!(plan.engine, EnginePlan::Sim(_));
-    if real && args.profile.is_some() && args.confirm > 0 {
-        let top = result.top(args.confirm);
-        let confirm = match confirmation_plan(&plan, &top, result.space.load) {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(EXIT_ERROR);
-            }
-        };
-        eprintln!("confirming the best {} points on the real engine (one engine start)", top.len());
-        let output =
-            args.output.clone().unwrap_or_else(|| PathBuf::from("results").join(format!("{}-tune", plan.name)));
-        let run_args = super::RunArgs {
-            output: Some(output.clone()),
-            requests_jsonl: false,
-            quiet: false,
-            verbose: false,
-            repeat: 1,
-        };
-        // The same path as `batchlab run`: engine.log captured, Ctrl-C handled, the report written.
-        if let Err(e) = super::run_scenario(confirm, run_args) {
-            eprintln!("error: confirmation run: {e:#}");
-            return ExitCode::from(EXIT_ERROR);
-        }
-        let summary = match batchlab::report::read_report(&output) {
+    let report = if real && args.profile.is_some() && args.confirm > 0 {
+        match confirm(&plan, &mut tune, &objective, args.confirm, &output) {
             Ok(report) => report,
+            Err(code) => return code,
+        }
+    } else {
+        // The recommendation, run once more in the simulator, is the report's benchmark.
+        let Some(best) = tune.result.best_point() else { return ExitCode::from(EXIT_ERROR) };
+        let run = with_point(&sim, best.batch_size, best.batch_timeout, best.load)
+            .map_err(|e| e.to_string())
+            .and_then(|p| run_blocking(&p, RunOptions::quiet()).map_err(|e| e.to_string()));
+        match run {
+            Ok(summary) => summary.report,
             Err(e) => {
-                eprintln!("error: confirmation run: {e}");
+                eprintln!("error: running the recommendation: {e}");
                 return ExitCode::from(EXIT_ERROR);
             }
-        };
-        println!("predicted (simulator) against measured (real engine):");
-        println!(
-            "{:<54} {:>14} {:>14} {:>8} {:>14} {:>14}",
-            "point", "pred score", "meas score", "err %", "pred p99 ms", "meas p99 ms"
-        );
-        for (p, b) in top.iter().zip(&summary.benchmarks) {
-            let measured = match &objective {
-                Objective::Goodput => b.slo.as_ref().and_then(|s| s.goodput_output_tokens_per_s),
-                Objective::ThroughputUnder { .. } => b.output_tokens_per_s,
-            };
-            let err = match (p.score, measured) {
-                (Some(a), Some(m)) if m != 0.0 => format!("{:+.1}", (a - m) / m * 100.0),
-                _ => "-".into(),
-            };
-            println!(
-                "{:<54} {:>14} {:>14} {:>8} {:>14} {:>14}",
-                b.name,
-                num(p.score),
-                num(measured),
-                err,
-                num(p.latency_p99_ms),
-                num(b.metric("latency_p99_ms"))
-            );
+        }
+    };
+    let mut report = report;
+    report.tune = Some(tune);
+    let written = batchlab::report::prepare_output_dir(&output)
+        .and_then(|()| batchlab::report::write::write_json(&report, &output))
+        .and_then(|json| batchlab::report::html::write_html(&report, &output).map(|html| [json, html]));
+    match written {
+        Ok(paths) => eprintln!("wrote {}", paths.map(|p| p.display().to_string()).join(", ")),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_ERROR);
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Runs the best `k` points on the real engine in one engine start (the same path as `batchlab
+/// run`: engine.log captured, Ctrl-C handled, the report written), prints predicted against
+/// measured and records it in `tune`; returns the confirmation run's report.
+fn confirm(
+    plan: &Plan,
+    tune: &mut TuneReport,
+    objective: &Objective,
+    k: usize,
+    output: &std::path::Path,
+) -> Result<Report, ExitCode> {
+    let top = tune.result.top(k);
+    let confirm = confirmation_plan(plan, &top, tune.result.space.load).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(EXIT_ERROR)
+    })?;
+    eprintln!("confirming the best {} points on the real engine (one engine start)", top.len());
+    let run_args = super::RunArgs {
+        output: Some(output.to_path_buf()),
+        requests_jsonl: false,
+        quiet: false,
+        verbose: false,
+        repeat: 1,
+    };
+    match super::run_scenario(confirm, run_args) {
+        Ok(code) if code == ExitCode::SUCCESS => {}
+        Ok(code) => {
+            eprintln!("error: the confirmation run did not finish; its report is in {}", output.display());
+            return Err(code);
+        }
+        Err(e) => {
+            eprintln!("error: confirmation run: {e:#}");
+            return Err(ExitCode::from(EXIT_ERROR));
+        }
+    }
+    let report = batchlab::report::read_report(output).map_err(|e| {
+        eprintln!("error: confirmation run: {e}");
+        ExitCode::from(EXIT_ERROR)
+    })?;
+    let knob = tune.result.space.load;
+    let confirmed: Vec<Confirmation> = top
+        .iter()
+        .zip(&report.benchmarks)
+        .map(|(p, b)| Confirmation {
+            point: p.label(knob),
+            predicted: p.score,
+            measured: match objective {
+                Objective::Goodput => b.slo.as_ref().and_then(|s| s.goodput_output_tokens_per_s),
+                Objective::ThroughputUnder { .. } => b.output_tokens_per_s,
+            },
+            predicted_latency_p99_ms: p.latency_p99_ms,
+            measured_latency_p99_ms: b.metric("latency_p99_ms"),
+        })
+        .collect();
+    println!("predicted (simulator) against measured (real engine):");
+    println!(
+        "{:<54} {:>14} {:>14} {:>8} {:>14} {:>14}",
+        "point", "pred score", "meas score", "err %", "pred p99 ms", "meas p99 ms"
+    );
+    for c in &confirmed {
+        println!(
+            "{:<54} {:>14} {:>14} {:>8} {:>14} {:>14}",
+            c.point,
+            num(c.predicted),
+            num(c.measured),
+            c.error_pct().map_or_else(|| "-".into(), |e| format!("{e:+.1}")),
+            num(c.predicted_latency_p99_ms),
+            num(c.measured_latency_p99_ms)
+        );
+    }
+    tune.confirmed = confirmed;
+    Ok(report)
 }
 
 fn objective_name(o: &Objective) -> String {
@@ -171,11 +226,12 @@ fn front_table(result: &TuneResult, objective: &Objective) -> String {
         Objective::Goodput => "goodput tok/s",
         Objective::ThroughputUnder { .. } => "out tok/s (ok)",
     };
+    let stress = format!("at x{STRESS} load");
     let mut out = format!(
-        "{:<54} {:>14} {:>12} {:>12} {:>6}\n",
-        "front (of every point evaluated)", score, "out tok/s", "lat p99 ms", "found"
+        "{:<54} {:>14} {:>12} {:>12} {:>14} {:>6}\n",
+        "front and plateau (of every point evaluated)", score, "out tok/s", "lat p99 ms", stress, "found"
     );
-    let mut front: Vec<_> = result.points.iter().filter(|p| p.front).collect();
+    let mut front: Vec<_> = result.points.iter().filter(|p| p.front || p.plateau).collect();
     front.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
     // Points that tie on both axes are one row: the first found (the best point, if it is one).
     let best = result.best_point();
@@ -191,11 +247,12 @@ fn front_table(result: &TuneResult, objective: &Objective) -> String {
     for p in front {
         let mark = if result.best_point() == Some(p) { " <- best" } else { "" };
         out.push_str(&format!(
-            "{:<54} {:>14} {:>12} {:>12} {:>6}{mark}\n",
+            "{:<54} {:>14} {:>12} {:>12} {:>14} {:>6}{mark}\n",
             p.label(result.space.load),
             num(p.score),
             num(p.throughput),
             num(p.latency_p99_ms),
+            if p.plateau { num(p.stress_score) } else { String::new() },
             if p.grid { "grid" } else { "refine" }
         ));
     }

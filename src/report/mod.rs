@@ -10,6 +10,7 @@ pub mod html;
 pub mod read;
 pub mod requests;
 pub mod table;
+pub mod tuning;
 pub mod write;
 
 use serde::{Deserialize, Serialize};
@@ -60,6 +61,10 @@ pub struct Report {
     /// synthetic workloads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dataset: Option<crate::load::DatasetStats>,
+    /// `batchlab tune`: the search, its recommendation and its confirmation on the real engine;
+    /// absent for other runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tune: Option<tuning::TuneReport>,
 }
 
 impl Report {
@@ -88,6 +93,7 @@ impl Report {
             repeats,
             expectations,
             dataset: None,
+            tune: None,
         })
     }
 
@@ -172,6 +178,7 @@ pub(crate) mod tests {
             benchmarks,
             repeats: Vec::new(),
             dataset: None,
+            tune: None,
         }
     }
 

@@ -16,14 +16,20 @@
 //!    keeps any improvement, and halves the log-step when a round improves nothing. It stops when
 //!    the budget of points is spent or the steps are below one unit of each dimension.
 //!
-//! Points already evaluated are never run twice, so the budget counts distinct runs. The result
-//! is the best point evaluated, which is at least as good as every grid point by construction.
+//! Points already evaluated are never run twice, so the budget counts distinct runs.
+//!
+//! # The recommendation
+//! Not simply the highest score: every point within [`PLATEAU`] (2 %) of it is a candidate, and
+//! each is run again at [`STRESS`] (1.5×) its load; the candidate with the highest score there
+//! wins. On a plateau any point meets the objective, so the tie goes to headroom. The result
+//! is within 2 % of every point evaluated, grid points included.
+//!
+//! The result types ([`Point`], [`TuneResult`], …) live in [`crate::report::tuning`], because a
+//! report carries them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
-
-use serde::Serialize;
 
 use crate::batcher::BatchConfig;
 use crate::engine::sim::{Profile, SimConfig, TimeMode};
@@ -33,6 +39,8 @@ use crate::run::{RunError, RunOptions, run_blocking};
 use crate::scenario::matrix::{Combination, MatrixPlan};
 use crate::scenario::plan::{EnginePlan, Plan};
 use crate::scenario::units::format_duration;
+
+pub use crate::report::tuning::{Confirmation, LoadKnob, Point, Space, TuneReport, TuneResult};
 
 /// Why a search cannot run.
 #[derive(Debug, thiserror::Error)]
@@ -63,135 +71,6 @@ pub enum Objective {
         /// The latency p99 bound.
         max_latency_p99: Duration,
     },
-}
-
-/// Which load dimension the profile has.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
-pub enum LoadKnob {
-    /// `profile.max_concurrency` of a throughput profile.
-    MaxConcurrency,
-    /// `profile.rates` (one rate) of a constant profile.
-    Rate,
-    /// No load dimension (another profile kind): batch size and timeout only.
-    None,
-}
-
-/// The bounds of the search.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Space {
-    /// Batch sizes, inclusive.
-    pub batch_size: (u32, u32),
-    /// Batch timeouts in microseconds, inclusive.
-    pub batch_timeout_us: (u64, u64),
-    /// The load dimension and its bounds (max_concurrency, or a rate in requests/s).
-    pub load: LoadKnob,
-    /// Bounds of the load dimension.
-    pub load_range: (f64, f64),
-}
-
-impl Space {
-    /// The default bounds for `plan`: batch size 1…512, timeout 0.5 ms…200 ms, and the load from
-    /// 1/8 to 4× the scenario's own value.
-    pub fn for_plan(plan: &Plan) -> Space {
-        let (load, load_range) = match &plan.profile {
-            ProfilePlan::Throughput { max_concurrency } => {
-                let c = f64::from(*max_concurrency);
-                (LoadKnob::MaxConcurrency, ((c / 8.0).max(1.0).round(), (c * 4.0).round()))
-            }
-            ProfilePlan::Constant { rates, .. } if rates.len() == 1 => {
-                (LoadKnob::Rate, (rates[0] / 8.0, rates[0] * 4.0))
-            }
-            _ => (LoadKnob::None, (0.0, 0.0)),
-        };
-        Space { batch_size: (1, 512), batch_timeout_us: (500, 200_000), load, load_range }
-    }
-}
-
-/// One evaluated point.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Point {
-    /// Batch size.
-    pub batch_size: u32,
-    /// Batch timeout.
-    pub batch_timeout: Duration,
-    /// The load value (max_concurrency or rate), if the profile has one.
-    pub load: Option<f64>,
-    /// Output tokens/s.
-    pub throughput: Option<f64>,
-    /// Goodput in output tokens/s, with an `[slo]`.
-    pub goodput: Option<f64>,
-    /// Latency p99, ms.
-    pub latency_p99_ms: Option<f64>,
-    /// What the search maximizes (`None`: infeasible).
-    pub score: Option<f64>,
-    /// Found by the coarse grid (`false`: by the refinement).
-    pub grid: bool,
-    /// On the front of all evaluated points (score up, latency p99 down).
-    pub front: bool,
-}
-
-impl Point {
-    /// `batch_size=32,batch_timeout=10ms,max_concurrency=64`.
-    pub fn label(&self, knob: LoadKnob) -> String {
-        let mut s = format!("batch_size={},batch_timeout={}", self.batch_size, format_duration(self.batch_timeout));
-        match (knob, self.load) {
-            (LoadKnob::MaxConcurrency, Some(c)) => s.push_str(&format!(",max_concurrency={c}")),
-            (LoadKnob::Rate, Some(r)) => s.push_str(&format!(",rate={r}")),
-            _ => {}
-        }
-        s
-    }
-}
-
-/// What a search found.
-#[derive(Clone, Debug, Serialize)]
-pub struct TuneResult {
-    /// Every point evaluated, in order.
-    pub points: Vec<Point>,
-    /// Index of the best point in `points`; `None` when no point was feasible.
-    pub best: Option<usize>,
-    /// The space searched.
-    pub space: Space,
-}
-
-impl TuneResult {
-    /// The best point.
-    pub fn best_point(&self) -> Option<&Point> {
-        self.best.map(|i| &self.points[i])
-    }
-
-    /// The recommended settings as a ready-to-paste `[batching]` section (and the load as a
-    /// commented `[profile]` line).
-    pub fn snippet(&self) -> Option<String> {
-        let p = self.best_point()?;
-        let mut s = format!(
-            "[batching]\nbatch_size = {}\nbatch_timeout = \"{}\"\n",
-            p.batch_size,
-            format_duration(p.batch_timeout)
-        );
-        match (self.space.load, p.load) {
-            (LoadKnob::MaxConcurrency, Some(c)) => s.push_str(&format!("# [profile] max_concurrency = {c}\n")),
-            (LoadKnob::Rate, Some(r)) => s.push_str(&format!("# [profile] rates = [{r}]\n")),
-            _ => {}
-        }
-        Some(s)
-    }
-
-    /// The best `k` points by score, best first, ties on score and latency shown once.
-    pub fn top(&self, k: usize) -> Vec<&Point> {
-        let mut v: Vec<&Point> = self.points.iter().filter(|p| p.score.is_some()).collect();
-        v.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
-        // Points that tie on both score and latency predict the same: keep the first of each.
-        let mut seen: Vec<(Option<f64>, Option<f64>)> = Vec::new();
-        v.retain(|p| {
-            let key = (p.score, p.latency_p99_ms);
-            let new = !seen.contains(&key);
-            seen.push(key);
-            new
-        });
-        v.truncate(k);
-        v
-    }
 }
 
 /// The plan the search runs: the scenario itself when its engine is the simulator in virtual
@@ -306,6 +185,8 @@ impl Search<'_> {
             score: None,
             grid,
             front: false,
+            plateau: false,
+            stress_score: None,
         };
         let summary = run_blocking(&plan, RunOptions::quiet())
             .map_err(|source| TuneError::Run { point: point.label(self.space.load), source })?;
@@ -330,6 +211,77 @@ impl Search<'_> {
         idx.truncate(k);
         idx
     }
+}
+
+/// Points within this fraction of the highest score are a plateau: any of them would do, so the
+/// recommendation is the one with the most headroom.
+pub const PLATEAU: f64 = 0.02;
+
+/// The load factor of the headroom check: plateau points are run again at this multiple of their
+/// load (rate, concurrency) and the one that keeps the highest score there is recommended.
+pub const STRESS: f64 = 1.5;
+
+/// Most plateau points the headroom check runs (the best by score, one of each distinct result).
+const MAX_STRESSED: usize = 8;
+
+/// `plan` with its load (rates, concurrency) multiplied by `factor`; `None` for a profile
+/// without one (synchronous, trace, sweep).
+pub fn stressed(plan: &Plan, factor: f64) -> Option<Plan> {
+    let mut plan = plan.clone();
+    let scale = |c: u32| ((f64::from(c) * factor).ceil() as u32).max(1);
+    match &mut plan.profile {
+        ProfilePlan::Throughput { max_concurrency } => *max_concurrency = scale(*max_concurrency),
+        ProfilePlan::Concurrent { levels, .. } => levels.iter_mut().for_each(|c| *c = scale(*c)),
+        ProfilePlan::Constant { rates, .. } => rates.iter_mut().for_each(|r| *r *= factor),
+        ProfilePlan::Poisson { rate, .. } | ProfilePlan::Gamma { rate, .. } => *rate *= factor,
+        ProfilePlan::Synchronous | ProfilePlan::Trace { .. } | ProfilePlan::Sweep { .. } => return None,
+    }
+    Some(plan)
+}
+
+/// The recommendation: of the points within [`PLATEAU`] of the highest score, the one whose score
+/// holds up best at [`STRESS`] times its load (ties: the higher score, then the earlier point).
+/// A search that picks the top of a flat plateau picks by accident, and on a real engine the
+/// accident can be a setting that has no room to catch up after a hiccup.
+fn recommend(s: &mut Search<'_>) -> Result<Option<usize>, TuneError> {
+    let ranked = s.best(usize::MAX);
+    let Some(top) = ranked.first().and_then(|&i| s.points[i].score) else { return Ok(None) };
+    let plateau: Vec<usize> =
+        ranked.into_iter().filter(|&i| s.points[i].score.is_some_and(|v| v >= top - top.abs() * PLATEAU)).collect();
+    for &i in &plateau {
+        s.points[i].plateau = true;
+    }
+    // Points with the same score and latency ran the same (a timeout that never fires, a batch
+    // size never reached): the first of each stands for them all.
+    let mut distinct: Vec<usize> = Vec::new();
+    for &i in &plateau {
+        let same = |&j: &usize| {
+            (s.points[j].score, s.points[j].latency_p99_ms) == (s.points[i].score, s.points[i].latency_p99_ms)
+        };
+        if !distinct.iter().any(same) {
+            distinct.push(i);
+        }
+    }
+    distinct.truncate(MAX_STRESSED);
+    if distinct.len() < 2 {
+        return Ok(distinct.first().copied());
+    }
+    for &i in &distinct {
+        let p = s.points[i].clone();
+        let Some(plan) = stressed(&with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?, STRESS) else {
+            return Ok(plateau.first().copied());
+        };
+        let summary = run_blocking(&plan, RunOptions::quiet()).map_err(|source| TuneError::Run {
+            point: format!("{} (load x{STRESS})", p.label(s.space.load)),
+            source,
+        })?;
+        s.points[i].stress_score = summary.report.benchmarks.first().and_then(|b| score(s.objective, b));
+    }
+    let key = |i: usize| (s.points[i].stress_score.unwrap_or(f64::MIN), s.points[i].score.unwrap_or(f64::MIN));
+    Ok(distinct.into_iter().reduce(|a, b| {
+        let (ka, kb) = (key(a), key(b));
+        if kb.0 > ka.0 || (kb.0 == ka.0 && kb.1 > ka.1) { b } else { a }
+    }))
 }
 
 /// Searches `plan`'s batching settings (see the module docs). `plan` must run on the simulator
@@ -395,7 +347,7 @@ pub fn search(plan: &Plan, objective: &Objective, budget: usize, space: Space) -
             break;
         }
     }
-    let best = s.best(1).first().copied();
+    let best = recommend(&mut s)?;
     let mut points = s.points;
     let pts: Vec<(Option<f64>, Option<f64>)> = points.iter().map(|p| (p.score, p.latency_p99_ms)).collect();
     for (p, on) in points.iter_mut().zip(crate::metrics::pareto::front(&pts)) {

@@ -97,12 +97,19 @@ pub struct Series {
     pub label: String,
     /// `(x, y)` points, in drawing order; non-finite ones are dropped.
     pub points: Vec<(f64, f64)>,
+    /// In a scatter chart: points only, not joined (a cloud of evaluated points).
+    pub dots: bool,
 }
 
 impl Series {
     /// A series called `label`.
     pub fn new(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
-        Series { label: label.into(), points }
+        Series { label: label.into(), points, dots: false }
+    }
+
+    /// A series of unjoined points (scatter charts).
+    pub fn dots(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Series { dots: true, ..Series::new(label, points) }
     }
 }
 
@@ -201,7 +208,7 @@ fn xy_svg(chart: &Chart, series: &[Series], style: Style, labels: &[Vec<String>]
     let keep = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite() && (!chart.log_x || x > 0.0);
     let series: Vec<Series> = series
         .iter()
-        .map(|s| Series { label: s.label.clone(), points: s.points.iter().copied().filter(keep).collect() })
+        .map(|s| Series { points: s.points.iter().copied().filter(keep).collect(), ..s.clone() })
         .collect();
     let all = || series.iter().flat_map(|s| s.points.iter().copied());
     if all().next().is_none() {
@@ -227,7 +234,8 @@ fn xy_svg(chart: &Chart, series: &[Series], style: Style, labels: &[Vec<String>]
         for (i, s) in series.iter().enumerate() {
             let color = PALETTE[i % PALETTE.len()];
             let line = ShapeStyle::from(color).stroke_width(2);
-            let drawn = ctx.draw_series(LineSeries::new(s.points.iter().copied(), line))?;
+            let joined = if s.dots { Vec::new() } else { s.points.clone() };
+            let drawn = ctx.draw_series(LineSeries::new(joined, line))?;
             if series.len() > 1 {
                 drawn.label(s.label.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], line));
             }
@@ -237,7 +245,7 @@ fn xy_svg(chart: &Chart, series: &[Series], style: Style, labels: &[Vec<String>]
                 ctx.draw_series(s.points.iter().enumerate().map(|(j, &p)| {
                     let text = names.and_then(|n| n.get(j)).cloned().unwrap_or_default();
                     EmptyElement::at(p)
-                        + Circle::new((0, 0), 4, color.filled())
+                        + Circle::new((0, 0), if s.dots { 3 } else { 4 }, color.filled())
                         // Neighbours alternate above and below, so that close points stay legible.
                         + Text::new(text, (6, if j % 2 == 0 { -16 } else { 6 }), font.clone())
                 }))?;

@@ -195,6 +195,38 @@ else
     cat "$work/fidelity.md" >>"$out"
 fi
 
+# ---- 7. tune against the defaults ---------------------------------------------------------------
+section "tune against the defaults"
+md ""
+md "## 7. \`batchlab tune\` against the defaults, measured"
+md ""
+tune_doc="\`batchlab tune SCENARIO --profile PROFILE --keep-load\` searches batch size and timeout in the calibrated simulator at the scenario's own load (docs/tuning.md) and confirms its best points on the real engine; then one \`[matrix]\` run of the defaults (\`batch_size = 32\`, \`batch_timeout = \"10ms\"\`: batchlab's, and guidellm's published \`vllm_offline\` defaults, \`batch_size=32\`, \`batch_timeout=0.01\`) against the recommendation, with \`--repeat $rounds\` interleaved, measures both on the real engine at the same SLO. The guidellm row is its default *settings* run by batchlab's batcher, which flushes a partial batch \`batch_timeout\` after its first request and never sends more than \`batch_size\`; guidellm's own loop flushes whatever is pending every \`batch_timeout\`, so its batches can be larger than 32 under overload (../shared/reference/guidellm.md)."
+if $quick; then
+    "$bin" tune scenarios/slo.toml --keep-load --output "$work/tune" >&2
+    python3 scripts/bench_tune.py matrix "$work/tune" scenarios/slo.toml >"$work/tune-matrix.toml"
+    "$bin" run "$work/tune-matrix.toml" --repeat 2 --quiet --output "$work/tune-measured" >&2
+    md "Quick mode: \`scenarios/slo.toml\` on the simulator stands in for vLLM (a smoke test of tune, the matrix and the table)."
+    md ""
+    python3 scripts/bench_tune.py table "$work/tune" "$work/tune-measured" >>"$out"
+elif [[ ! -x "$venv_python" ]]; then
+    md "Skipped: no vLLM venv at \`$home/venv\` (run \`just setup-vllm\`)."
+else
+    # The profile section 6 calibrated on this machine.
+    "$vbin" tune scenarios/vllm-tune.toml --profile "$work/fidelity/profile.toml" --keep-load --confirm 3 \
+        --output "$work/tune" >&2 || { tail -n 30 "$work/tune/engine.log" >&2; exit 1; }
+    python3 scripts/bench_tune.py matrix "$work/tune" scenarios/vllm-tune.toml >"$work/tune-matrix.toml"
+    "$vbin" run "$work/tune-matrix.toml" --repeat "$rounds" --output "$work/tune-measured" >&2 \
+        || { tail -n 30 "$work/tune-measured/engine.log" >&2; exit 1; }
+    md "$tune_doc"
+    md ""
+    md "\`\`\`sh"
+    md "batchlab tune scenarios/vllm-tune.toml --profile profile.toml --keep-load --confirm 3"
+    md "python3 scripts/bench_tune.py matrix results/vllm-tune-tune scenarios/vllm-tune.toml > m.toml && batchlab run m.toml --repeat $rounds"
+    md "\`\`\`"
+    md ""
+    python3 scripts/bench_tune.py table "$work/tune" "$work/tune-measured" >>"$out"
+fi
+
 md ""
 md "Whole \`just bench$($quick && echo ' --quick')\`: $(($(date +%s) - started)) s."
 mkdir -p docs

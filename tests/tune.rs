@@ -158,7 +158,10 @@ fn the_cli_writes_the_search_into_report_json_and_report_html() {
     assert_eq!(report.benchmarks.len(), 1);
     let goodput = report.benchmarks[0].slo.as_ref().and_then(|s| s.goodput_output_tokens_per_s);
     assert_eq!(goodput, best.score);
-    assert_eq!(report.scenario.pointer("/batching/batch_size").and_then(|v| v.as_u64()), Some(u64::from(best.batch_size)));
+    assert_eq!(
+        report.scenario.pointer("/batching/batch_size").and_then(|v| v.as_u64()),
+        Some(u64::from(best.batch_size))
+    );
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     let section = &html[html.find("id=\"tuning\"").expect("a tuning section")..];
     let section = &section[..section.find("</section>").unwrap_or(section.len())];

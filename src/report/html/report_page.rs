@@ -7,9 +7,9 @@ use crate::metrics::distribution::Histogram;
 use crate::metrics::result::{BenchmarkResult, Distributions};
 use crate::metrics::series::TimeSeries;
 use crate::report::Report;
+use crate::report::table::{COLUMNS, FRONT_HEADER, front_cell};
 use crate::report::tuning::{Point, TuneReport};
 use crate::scenario::units::format_duration;
-use crate::report::table::{COLUMNS, FRONT_HEADER, front_cell};
 
 /// Most points a chart over time shows; finer series are merged into wider intervals.
 const MAX_TIME_POINTS: usize = 150;
@@ -156,8 +156,16 @@ fn tuning(tune: &TuneReport) -> Section {
         ],
         &[Vec::new(), ends, r.best_point().map(short).into_iter().collect()],
     );
-    let mut table =
-        Table::new(&["point", "objective", "out tok/s", "latency p99 ms", "at 1.5x load", "same result", "front", "found"]);
+    let mut table = Table::new(&[
+        "point",
+        "objective",
+        "out tok/s",
+        "latency p99 ms",
+        "at 1.5x load",
+        "same result",
+        "front",
+        "found",
+    ]);
     let mut rows: Vec<&Point> = r.points.iter().filter(|p| p.front || p.plateau).collect();
     rows.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
     // Points that ran the same (a timeout that never fired, a batch size never reached) are one
@@ -191,7 +199,10 @@ fn tuning(tune: &TuneReport) -> Section {
             tune.search_s,
             tune.objective
         ))
-        .html(format!("<pre>{}</pre>", super::page::escape(&r.snippet().unwrap_or_else(|| "no point met the objective".into()))))
+        .html(format!(
+            "<pre>{}</pre>",
+            super::page::escape(&r.snippet().unwrap_or_else(|| "no point met the objective".into()))
+        ))
         .charts(vec![svg])
         .table(&table)
         .note(

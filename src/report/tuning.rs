@@ -1,5 +1,5 @@
 //! What `batchlab tune` found, as a report carries it (report.json's `tune`, report.html's
-//! "Tuning" section). The search itself is [`crate::tune`].
+//! "Tuning" section). The search itself is `batchlab::tune`.
 
 use std::time::Duration;
 

@@ -77,10 +77,7 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    let mut space = Space::for_plan(&sim);
-    if args.keep_load {
-        space.load = batchlab::tune::LoadKnob::None;
-    }
+    let space = if args.keep_load { Space::for_plan(&sim).at_own_load(&sim) } else { Space::for_plan(&sim) };
     let started = std::time::Instant::now();
     let result = match search(&sim, &objective, args.budget, space) {
         Ok(r) => r,
@@ -120,11 +117,15 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
         }
     };
     let mut report = report;
+    let confirmed = !tune.confirmed.is_empty();
     report.tune = Some(tune);
     let written = batchlab::report::prepare_output_dir(&output)
         .and_then(|()| batchlab::report::write::write_json(&report, &output))
         .and_then(|json| batchlab::report::html::write_html(&report, &output).map(|html| [json, html]));
     match written {
+        Ok([json, html]) if confirmed => {
+            eprintln!("added the search to {} and {}", json.display(), html.display())
+        }
         Ok(paths) => eprintln!("wrote {}", paths.map(|p| p.display().to_string()).join(", ")),
         Err(e) => {
             eprintln!("error: {e}");

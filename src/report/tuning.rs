@@ -88,6 +88,24 @@ impl Space {
         };
         Space { batch_size: (1, 512), batch_timeout_us: (500, 200_000), load, load_range }
     }
+
+    /// The space at `plan`'s own load (`tune --keep-load`): no load dimension, and batch sizes
+    /// only up to the most requests the profile keeps in flight, when it bounds them (a batch
+    /// can never be larger, so larger sizes are the same point).
+    pub fn at_own_load(self, plan: &Plan) -> Space {
+        let in_flight = match &plan.profile {
+            ProfilePlan::Throughput { max_concurrency } => Some(*max_concurrency),
+            ProfilePlan::Concurrent { levels, .. } => levels.iter().copied().max(),
+            ProfilePlan::Constant { max_concurrency, .. }
+            | ProfilePlan::Poisson { max_concurrency, .. }
+            | ProfilePlan::Gamma { max_concurrency, .. }
+            | ProfilePlan::Trace { max_concurrency, .. } => *max_concurrency,
+            ProfilePlan::Synchronous => Some(1),
+            ProfilePlan::Sweep { .. } => None,
+        };
+        let hi = in_flight.map_or(self.batch_size.1, |n| self.batch_size.1.min(n.max(self.batch_size.0)));
+        Space { batch_size: (self.batch_size.0, hi), load: LoadKnob::None, load_range: (0.0, 0.0), ..self }
+    }
 }
 
 /// One evaluated point.

@@ -7,7 +7,8 @@
 //! the end of a prompt is evicted before its beginning. Hashes chain: a block's hash covers its
 //! tokens and its parent's hash, so a hit is always a whole prefix.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// A block's index in the pool.
 pub(crate) type BlockId = u32;
@@ -25,11 +26,35 @@ struct Block {
 pub(crate) struct KvCache {
     capacity: u64,
     blocks: Vec<Block>,
-    /// Blocks nobody holds, in eviction order: (`freed_at`, id).
-    free: BTreeSet<(u64, BlockId)>,
-    /// Full prompt blocks by hash.
-    cached: HashMap<u64, BlockId>,
+    /// Blocks nobody holds, in eviction order: (`freed_at`, id). `freed_at` only grows, so the
+    /// order is a queue: a block freed is pushed at the back, the oldest popped at the front. A
+    /// block taken back out of the middle (a prefix hit on a free block) stays in the queue as a
+    /// stale entry, skipped when it reaches the front: its `freed_at` no longer matches, or it is
+    /// held again.
+    free: VecDeque<(u64, BlockId)>,
+    /// How many blocks nobody holds (the live entries of `free`).
+    free_count: u64,
+    /// Full prompt blocks by hash (already well-mixed: see [`block_hashes`]).
+    cached: HashMap<u64, BlockId, BuildHasherDefault<MixedKey>>,
     clock: u64,
+}
+
+/// A hasher for keys that are already uniform 64-bit hashes: the key itself.
+#[derive(Default)]
+struct MixedKey(u64);
+
+impl Hasher for MixedKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
 }
 
 impl KvCache {
@@ -37,20 +62,21 @@ impl KvCache {
         KvCache {
             capacity: u64::from(num_blocks),
             blocks: Vec::new(),
-            free: BTreeSet::new(),
-            cached: HashMap::new(),
+            free: VecDeque::new(),
+            free_count: 0,
+            cached: HashMap::default(),
             clock: 0,
         }
     }
 
     /// Blocks that can be handed out now: never used, or free (cached or not).
     pub(crate) fn free_blocks(&self) -> u64 {
-        (self.capacity - self.blocks.len() as u64) + self.free.len() as u64
+        (self.capacity - self.blocks.len() as u64) + self.free_count
     }
 
     /// Blocks held by at least one sequence.
     pub(crate) fn used_blocks(&self) -> u64 {
-        self.blocks.len() as u64 - self.free.len() as u64
+        self.blocks.len() as u64 - self.free_count
     }
 
     /// The longest run of `hashes` found in the cache, from the first.
@@ -68,7 +94,8 @@ impl KvCache {
         for &b in hits {
             let block = &mut self.blocks[b as usize];
             if block.refs == 0 {
-                self.free.remove(&(block.freed_at, b));
+                // Its queue entry goes stale (see `free`).
+                self.free_count -= 1;
             }
             block.refs += 1;
         }
@@ -80,16 +107,21 @@ impl KvCache {
         if n > self.free_blocks() {
             return None;
         }
+        if n == 0 {
+            return Some(Vec::new());
+        }
         let mut out = Vec::with_capacity(n as usize);
         for _ in 0..n {
             let id = if (self.blocks.len() as u64) < self.capacity {
                 self.blocks.push(Block { refs: 0, hash: None, freed_at: 0 });
                 (self.blocks.len() - 1) as BlockId
             } else {
-                let (_, id) = self.free.pop_first()?;
+                let id = self.pop_free()?;
                 if let Some(h) = self.blocks[id as usize].hash.take() {
-                    if self.cached.get(&h) == Some(&id) {
-                        self.cached.remove(&h);
+                    if let std::collections::hash_map::Entry::Occupied(e) = self.cached.entry(h) {
+                        if *e.get() == id {
+                            e.remove();
+                        }
                     }
                 }
                 id
@@ -117,9 +149,30 @@ impl KvCache {
             if block.refs == 0 {
                 self.clock += 1;
                 block.freed_at = self.clock;
-                self.free.insert((self.clock, b));
+                self.free.push_back((self.clock, b));
+                self.free_count += 1;
             }
         }
+        // Stale entries are at most as many as live ones (plus a little): memory stays in
+        // proportion to the pool, however long the run, at O(1) amortized per release.
+        if self.free.len() as u64 > 2 * self.free_count + 64 {
+            let blocks = &self.blocks;
+            self.free
+                .retain(|&(freed_at, id)| blocks[id as usize].refs == 0 && blocks[id as usize].freed_at == freed_at);
+        }
+    }
+
+    /// The least recently freed block nobody holds, taken off the queue; stale entries are
+    /// dropped on the way.
+    fn pop_free(&mut self) -> Option<BlockId> {
+        while let Some((freed_at, id)) = self.free.pop_front() {
+            let block = &self.blocks[id as usize];
+            if block.refs == 0 && block.freed_at == freed_at {
+                self.free_count -= 1;
+                return Some(id);
+            }
+        }
+        None
     }
 }
 

@@ -8,13 +8,21 @@ use std::process::Command;
 
 use batchlab::engine::python::{batchlab_home, default_venv};
 
-#[test]
-fn a_vllm_matrix_runs_four_combinations_in_one_engine_start() {
+/// The venv and the tiny model are there; otherwise says SKIPPED.
+fn ready() -> bool {
     for needed in [default_venv().join("bin/python"), batchlab_home().join("tiny-llama/config.json")] {
         if !needed.exists() {
             eprintln!("SKIPPED: {} is missing; run `just setup-vllm` (or `just test-vllm`)", needed.display());
-            return;
+            return false;
         }
+    }
+    true
+}
+
+#[test]
+fn a_vllm_matrix_runs_four_combinations_in_one_engine_start() {
+    if !ready() {
+        return;
     }
     let out = std::env::temp_dir().join(format!("batchlab-vllm-matrix-{}", std::process::id()));
     let output = Command::new(env!("CARGO_BIN_EXE_batchlab"))
@@ -52,11 +60,8 @@ fn a_vllm_matrix_runs_four_combinations_in_one_engine_start() {
 /// report.html hold the search next to the measured confirmation.
 #[test]
 fn tune_confirms_its_best_points_on_vllm_in_one_engine_start() {
-    for needed in [default_venv().join("bin/python"), batchlab_home().join("tiny-llama/config.json")] {
-        if !needed.exists() {
-            eprintln!("SKIPPED: {} is missing; run `just setup-vllm` (or `just test-vllm`)", needed.display());
-            return;
-        }
+    if !ready() {
+        return;
     }
     let out = std::env::temp_dir().join(format!("batchlab-vllm-tune-{}", std::process::id()));
     let output = Command::new(env!("CARGO_BIN_EXE_batchlab"))

@@ -232,19 +232,7 @@ fn front_table(result: &TuneResult, objective: &Objective) -> String {
         "{:<54} {:>14} {:>12} {:>12} {:>14} {:>6}\n",
         "front and plateau (of every point evaluated)", score, "out tok/s", "lat p99 ms", stress, "found"
     );
-    let mut front: Vec<_> = result.points.iter().filter(|p| p.front || p.plateau).collect();
-    front.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
-    // Points that tie on both axes are one row: the first found (the best point, if it is one).
-    let best = result.best_point();
-    front.sort_by_key(|p| best != Some(*p));
-    let mut shown: Vec<(Option<f64>, Option<f64>)> = Vec::new();
-    front.retain(|p| {
-        let key = (p.score, p.latency_p99_ms);
-        let new = !shown.contains(&key);
-        shown.push(key);
-        new
-    });
-    front.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
+    let front = result.distinct(|p| p.front || p.plateau);
     for p in front {
         let mark = if result.best_point() == Some(p) { " <- best" } else { "" };
         out.push_str(&format!(

@@ -188,11 +188,20 @@ impl TuneResult {
     /// The recommendation, then the next best points by score, `k` in all; ties on score and
     /// latency shown once.
     pub fn top(&self, k: usize) -> Vec<&Point> {
-        let mut v: Vec<&Point> = self.points.iter().filter(|p| p.score.is_some()).collect();
-        v.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
+        let mut v = self.distinct(|p| p.score.is_some());
         let best = self.best_point();
         v.sort_by_key(|p| best != Some(*p));
-        // Points that tie on both score and latency predict the same: keep the first of each.
+        v.truncate(k);
+        v
+    }
+
+    /// The points `keep` selects, best score first, one per result: points with the same score
+    /// and latency p99 ran the same (a timeout that never fired, a batch size never reached), and
+    /// the recommendation, if it is one of them, stands for them, else the first evaluated.
+    pub fn distinct(&self, keep: impl Fn(&Point) -> bool) -> Vec<&Point> {
+        let best = self.best_point();
+        let mut v: Vec<&Point> = self.points.iter().filter(|p| keep(p)).collect();
+        v.sort_by_key(|p| best != Some(*p));
         let mut seen: Vec<(Option<f64>, Option<f64>)> = Vec::new();
         v.retain(|p| {
             let key = (p.score, p.latency_p99_ms);
@@ -200,7 +209,7 @@ impl TuneResult {
             seen.push(key);
             new
         });
-        v.truncate(k);
+        v.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
         v
     }
 }

@@ -166,18 +166,7 @@ fn tuning(tune: &TuneReport) -> Section {
         "front",
         "found",
     ]);
-    let mut rows: Vec<&Point> = r.points.iter().filter(|p| p.front || p.plateau).collect();
-    rows.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
-    // Points that ran the same (a timeout that never fired, a batch size never reached) are one
-    // row: the recommendation if it is one of them, else the first found.
-    rows.sort_by_key(|p| r.best_point() != Some(*p));
-    let mut shown: Vec<(Option<f64>, Option<f64>)> = Vec::new();
-    rows.retain(|p| {
-        let new = !shown.contains(&result_of(p));
-        shown.push(result_of(p));
-        new
-    });
-    rows.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));
+    let rows = r.distinct(|p| p.front || p.plateau);
     for p in rows {
         let mark = if r.best_point() == Some(p) { " (recommended)" } else { "" };
         let same = r.points.iter().filter(|q| result_of(q) == result_of(p)).count();

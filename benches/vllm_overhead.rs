@@ -266,7 +266,10 @@ fn run_child(args: &Args, mode: Mode, batch_size: usize) {
     // LLM.generate's own duration in each batchlab batch (scripts/bench_timing/sitecustomize.py,
     // which the parent put on PYTHONPATH): batchlab's time outside it is its overhead within
     // the very same batch, free of the noise between batches.
-    let calls = generate_log_durations();
+    // The engine's own start-up warm-up (one prompt, `VllmEngine.start`) is a generate too:
+    // only calls of a whole batch are ours.
+    let calls: Vec<f64> =
+        generate_log_durations().into_iter().filter(|&(_, prompts)| prompts == batch_size).map(|(s, _)| s).collect();
     if calls.len() != sides.len() {
         eprintln!("the generate log has {} calls for {} batches: no per-batch overhead", calls.len(), sides.len());
     }
@@ -279,14 +282,15 @@ fn run_child(args: &Args, mode: Mode, batch_size: usize) {
     }
 }
 
-/// The durations in `$BATCHLAB_BENCH_GENERATE_LOG` ("start end prompts" per `LLM.generate`).
-fn generate_log_durations() -> Vec<f64> {
+/// The (seconds, prompts) of each `LLM.generate` in `$BATCHLAB_BENCH_GENERATE_LOG` ("start end
+/// prompts" per call).
+fn generate_log_durations() -> Vec<(f64, usize)> {
     let Some(path) = std::env::var_os("BATCHLAB_BENCH_GENERATE_LOG") else { return Vec::new() };
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines()
         .filter_map(|l| {
             let v: Vec<f64> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-            (v.len() >= 2).then(|| v[1] - v[0])
+            (v.len() >= 3).then(|| (v[1] - v[0], v[2] as usize))
         })
         .collect()
 }

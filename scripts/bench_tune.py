@@ -65,10 +65,12 @@ def table(tune_dir, measured_dir):
     out.append(
         f"`batchlab tune` searched {len(tune['result']['points'])} points in the simulator in "
         f"{tune['search_s']:.2f} s (objective: {tune['objective']}) and recommended "
-        f"`batch_size = {size}`, `batch_timeout = \"{timeout}\"`. Its own confirmation on vLLM "
-        "(one engine start, the recommendation first):"
-        if tune["confirmed"]
-        else "(a simulator scenario: no confirmation run)."
+        f"`batch_size = {size}`, `batch_timeout = \"{timeout}\"`. "
+        + (
+            "Its own confirmation on vLLM (one engine start, the recommendation first):"
+            if tune["confirmed"]
+            else "(A simulator scenario: no confirmation run.)"
+        )
     )
     out.append("")
     if tune["confirmed"]:

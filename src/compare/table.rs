@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use super::{Comparison, Row, TestKind, Verdict};
 use crate::report::expect::human_number;
+use crate::report::table::aligned;
 
 fn value(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_string(), human_number)
@@ -65,29 +66,8 @@ pub fn render_comparison(c: &Comparison) -> String {
             verdict,
         ]);
     }
-    let widths: Vec<usize> = (0..headers.len())
-        .map(|i| rows.iter().map(|r| r[i].len()).chain([headers[i].len()]).max().unwrap_or(0))
-        .collect();
-    let line = |cells: &[String]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(i, (cell, &w))| match i {
-                0 | 1 | 6 | 8 => format!("{cell:<w$}"),
-                _ => format!("{cell:>w$}"),
-            })
-            .collect();
-        let mut line = padded.join("  ").trim_end().to_string();
-        line.push('\n');
-        line
-    };
     let mut out = format!("A: {}\nB: {}\n\n", c.a, c.b);
-    out.push_str(&line(&headers.map(String::from)));
-    out.push_str(&line(&widths.iter().map(|&w| "-".repeat(w)).collect::<Vec<_>>()));
-    for row in &rows {
-        out.push_str(&line(row));
-    }
+    out.push_str(&aligned(&headers, &rows, |i| matches!(i, 0 | 1 | 6 | 8)));
     let mut reasons: Vec<&str> = Vec::new();
     for r in &c.rows {
         if let Verdict::NotJudged(reason) = &r.verdict

@@ -78,30 +78,7 @@ pub fn render_table(report: &Report) -> String {
             row
         })
         .collect();
-    let widths: Vec<usize> = headers
-        .iter()
-        .enumerate()
-        .map(|(i, h)| rows.iter().map(|r| r[i].len()).chain([h.len()]).max().unwrap_or(0))
-        .collect();
-
-    let line = |cells: &[String]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(i, (cell, &w))| if i == 0 { format!("{cell:<w$}") } else { format!("{cell:>w$}") })
-            .collect();
-        let mut line = padded.join("  ").trim_end().to_string();
-        line.push('\n');
-        line
-    };
-
-    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
-    let mut out = line(&headers);
-    out.push_str(&line(&rule));
-    for row in &rows {
-        out.push_str(&line(row));
-    }
+    let mut out = aligned(&headers, &rows, |i| i == 0);
     if let Some(d) =
         report.dataset.as_ref().filter(|d| d.skipped_bad_lines + d.dropped_short + d.dropped_long + d.truncated > 0)
     {
@@ -116,6 +93,36 @@ pub fn render_table(report: &Report) -> String {
     if !report.repeats.is_empty() {
         out.push('\n');
         out.push_str(&render_repeats(&report.repeats));
+    }
+    out
+}
+
+/// A console table: `headers`, a rule of dashes, then `rows`, columns two spaces apart and
+/// padded to their widest cell (counted in characters), left-aligned where `left(column)`,
+/// right-aligned elsewhere; no trailing spaces.
+pub fn aligned<S: AsRef<str>>(headers: &[S], rows: &[impl AsRef<[String]>], left: impl Fn(usize) -> bool) -> String {
+    let width = |s: &str| s.chars().count();
+    let widths: Vec<usize> = (0..headers.len())
+        .map(|i| rows.iter().map(|r| width(&r.as_ref()[i])).chain([width(headers[i].as_ref())]).max().unwrap_or(0))
+        .collect();
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let padded: Vec<String> = cells
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (cell, &w))| {
+                let pad = " ".repeat(w.saturating_sub(width(cell)));
+                if left(i) { format!("{cell}{pad}") } else { format!("{pad}{cell}") }
+            })
+            .collect();
+        let mut line = padded.join("  ").trim_end().to_string();
+        line.push('\n');
+        line
+    };
+    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
+    let mut out = line(&mut headers.iter().map(AsRef::as_ref));
+    out.push_str(&line(&mut rule.iter().map(String::as_str)));
+    for row in rows {
+        out.push_str(&line(&mut row.as_ref().iter().map(String::as_str)));
     }
     out
 }
@@ -151,29 +158,8 @@ pub fn render_repeats(repeats: &[RepeatSummary]) -> String {
             row
         })
         .collect();
-    let widths: Vec<usize> = (0..headers.len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).chain([headers[i].len()]).max().unwrap_or(0))
-        .collect();
-    let line = |cells: &[String]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(i, (cell, &w))| {
-                let pad = " ".repeat(w.saturating_sub(cell.chars().count()));
-                if i == 0 { format!("{cell}{pad}") } else { format!("{pad}{cell}") }
-            })
-            .collect();
-        let mut line = padded.join("  ").trim_end().to_string();
-        line.push('\n');
-        line
-    };
     let mut out = String::from("over repeats: mean ± half width of the 95 % confidence interval (Student t)\n");
-    out.push_str(&line(&headers));
-    out.push_str(&line(&widths.iter().map(|&w| "-".repeat(w)).collect::<Vec<_>>()));
-    for row in &rows {
-        out.push_str(&line(row));
-    }
+    out.push_str(&aligned(&headers, &rows, |i| i == 0));
     out
 }
 

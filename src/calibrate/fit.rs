@@ -65,6 +65,21 @@ pub struct BatchObservation {
     pub returned_ns: Option<f64>,
 }
 
+impl BatchObservation {
+    /// The batch as the scheduler replays it: each request's lengths and the prefix-cache hits
+    /// the engine reported for it.
+    pub fn specs(&self) -> Vec<SeqSpec> {
+        self.requests
+            .iter()
+            .map(|r| SeqSpec {
+                prompt_len: r.prompt_tokens,
+                output_len: r.output_tokens,
+                prefix: PrefixSource::Known(r.cached_tokens),
+            })
+            .collect()
+    }
+}
+
 /// What [`fit`] found.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FitResult {
@@ -142,16 +157,8 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
     let mut tails: Vec<Sample> = Vec::new();
     let mut ends: Vec<Vec<f64>> = Vec::new();
     for (b, batch) in batches.iter().enumerate() {
-        let specs: Vec<SeqSpec> = batch
-            .requests
-            .iter()
-            .map(|r| SeqSpec {
-                prompt_len: r.prompt_tokens,
-                output_len: r.output_tokens,
-                prefix: PrefixSource::Known(r.cached_tokens),
-            })
-            .collect();
-        let schedule = scheduler::replay(config, &specs).map_err(|source| FitError::Replay { batch: b, source })?;
+        let schedule =
+            scheduler::replay(config, &batch.specs()).map_err(|source| FitError::Replay { batch: b, source })?;
         // cum[k]: [steps, ΣP, ΣD, ΣC/1000] over steps 0..k.
         let mut cum = vec![[0.0f64; 4]; schedule.steps.len() + 1];
         for (k, step) in schedule.steps.iter().enumerate() {

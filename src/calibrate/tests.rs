@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::engine::sim::profile::Coefficients;
-use crate::engine::sim::scheduler::{self, PrefixSource, SeqSpec};
+use crate::engine::sim::scheduler;
 use crate::engine::sim::{CostModel, SimConfig, SimEngine};
 use crate::engine::{Engine, EngineOutput, EngineRequest, ResolvedEngineConfig};
 use crate::rng::SplitMix64;
@@ -87,21 +87,7 @@ fn simulate(config: &SimConfig, shared_prefix: usize) -> Vec<BatchObservation> {
 }
 
 fn replays(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Vec<scheduler::Schedule> {
-    batches
-        .iter()
-        .map(|b| {
-            let specs: Vec<SeqSpec> = b
-                .requests
-                .iter()
-                .map(|r| SeqSpec {
-                    prompt_len: r.prompt_tokens,
-                    output_len: r.output_tokens,
-                    prefix: PrefixSource::Known(r.cached_tokens),
-                })
-                .collect();
-            scheduler::replay(config, &specs).expect("replay")
-        })
-        .collect()
+    batches.iter().map(|b| scheduler::replay(config, &b.specs()).expect("replay")).collect()
 }
 
 #[test]

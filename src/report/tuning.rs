@@ -139,6 +139,13 @@ pub struct Point {
 }
 
 impl Point {
+    /// What the point measured, as the search compares points: (score, latency p99). Points with
+    /// the same result ran the same (a timeout that never fired, a batch size never reached) and
+    /// the front, the plateau's headroom check and every table count them once.
+    pub fn result(&self) -> (Option<f64>, Option<f64>) {
+        (self.score, self.latency_p99_ms)
+    }
+
     /// `batch_size=32,batch_timeout=10ms,max_concurrency=64`.
     pub fn label(&self, knob: LoadKnob) -> String {
         let mut s = format!("batch_size={},batch_timeout={}", self.batch_size, format_duration(self.batch_timeout));
@@ -204,9 +211,8 @@ impl TuneResult {
         v.sort_by_key(|p| best != Some(*p));
         let mut seen: Vec<(Option<f64>, Option<f64>)> = Vec::new();
         v.retain(|p| {
-            let key = (p.score, p.latency_p99_ms);
-            let new = !seen.contains(&key);
-            seen.push(key);
+            let new = !seen.contains(&p.result());
+            seen.push(p.result());
             new
         });
         v.sort_by(|a, b| b.score.unwrap_or(f64::MIN).total_cmp(&a.score.unwrap_or(f64::MIN)));

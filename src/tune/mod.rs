@@ -251,14 +251,10 @@ fn recommend(s: &mut Search<'_>) -> Result<Option<usize>, TuneError> {
     for &i in &plateau {
         s.points[i].plateau = true;
     }
-    // Points with the same score and latency ran the same (a timeout that never fires, a batch
-    // size never reached): the first of each stands for them all.
+    // Points with the same result ran the same ([`Point::result`]): the first stands for them all.
     let mut distinct: Vec<usize> = Vec::new();
     for &i in &plateau {
-        let same = |&j: &usize| {
-            (s.points[j].score, s.points[j].latency_p99_ms) == (s.points[i].score, s.points[i].latency_p99_ms)
-        };
-        if !distinct.iter().any(same) {
+        if !distinct.iter().any(|&j| s.points[j].result() == s.points[i].result()) {
             distinct.push(i);
         }
     }
@@ -349,7 +345,7 @@ pub fn search(plan: &Plan, objective: &Objective, budget: usize, space: Space) -
     }
     let best = recommend(&mut s)?;
     let mut points = s.points;
-    let pts: Vec<(Option<f64>, Option<f64>)> = points.iter().map(|p| (p.score, p.latency_p99_ms)).collect();
+    let pts: Vec<(Option<f64>, Option<f64>)> = points.iter().map(Point::result).collect();
     for (p, on) in points.iter_mut().zip(crate::metrics::pareto::front(&pts)) {
         p.front = on;
     }

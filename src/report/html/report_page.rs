@@ -130,10 +130,9 @@ fn tuning(tune: &TuneReport) -> Section {
         s
     };
     let xy = |p: &Point| Some((p.score?, p.latency_p99_ms?));
-    let result_of = |p: &Point| (p.score, p.latency_p99_ms);
     let mut front: Vec<&Point> = r.points.iter().filter(|p| p.front && xy(p).is_some()).collect();
     front.sort_by(|a, b| a.score.unwrap_or(f64::MIN).total_cmp(&b.score.unwrap_or(f64::MIN)));
-    front.dedup_by(|a, b| result_of(a) == result_of(b));
+    front.dedup_by(|a, b| a.result() == b.result());
     // The latency axis shows the front's range (with room): a point whose queue ran away would
     // squash the rest flat, so such points are counted instead of drawn.
     let y_max = front.iter().filter_map(|p| p.latency_p99_ms).fold(0.0, f64::max) * 3.0;
@@ -169,7 +168,7 @@ fn tuning(tune: &TuneReport) -> Section {
     let rows = r.distinct(|p| p.front || p.plateau);
     for p in rows {
         let mark = if r.best_point() == Some(p) { " (recommended)" } else { "" };
-        let same = r.points.iter().filter(|q| result_of(q) == result_of(p)).count();
+        let same = r.points.iter().filter(|q| q.result() == p.result()).count();
         table.row(vec![
             Cell::Text(format!("{}{mark}", p.label(knob))),
             Cell::Num(num(p.score)),

@@ -134,7 +134,7 @@ MUTANTS = [
 
     # ---- event traces (insta, tests/batcher_traces.rs) ----
     ("traces: decode cost ignores running sequences", "src/engine/sim/config.rs",
-     "            + ns(self.decode_per_seq) * load.decode_seqs as f64\n", "",
+     "            + ns(self.per_seq) * load.decode_seqs as f64\n", "",
      ["--test", "batcher_traces"], SNAP),
 
     # ---- the mapper (tests/metrics_mapper.rs): the snapshot table and each property ----
@@ -191,7 +191,7 @@ MUTANTS = [
 
     # ---- engines ----
     ("sim: decode cost ignores running sequences", "src/engine/sim/config.rs",
-     "            + ns(self.decode_per_seq) * load.decode_seqs as f64\n", "",
+     "            + ns(self.per_seq) * load.decode_seqs as f64\n", "",
      ["--lib", "engine::sim::tests::step_times_follow_the_formula"], {}),
     ("faults: slow returns one engine time early", "src/engine/faults.rs",
      "let extra = took.mul_f64((self.faults.slow_factor - 1.0).max(0.0));",
@@ -213,7 +213,7 @@ MUTANTS = [
      "                    incomplete = false;\n                    break 'rounds;",
      ["--test", "library", "an_interrupt_drains_and_reports_an_incomplete_run"], {}),
     ("shipped scenarios: decode cost ignores running sequences", "src/engine/sim/config.rs",
-     "            + ns(self.decode_per_seq) * load.decode_seqs as f64\n", "",
+     "            + ns(self.per_seq) * load.decode_seqs as f64\n", "",
      ["--test", "scenarios_shipped"], SNAP),
     ("architecture: the engine names a layer above it", "src/engine/mod.rs",
      "pub mod faults;\n", "pub mod faults;\n#[allow(unused_imports)]\nuse crate::run as _;\n",

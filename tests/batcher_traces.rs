@@ -244,7 +244,7 @@ trace_case!(
 #[test]
 fn decode_cost_grows_with_the_running_batch() {
     use Step::*;
-    let cost = CostModel { decode_per_seq: Duration::from_millis(1), ..cost() };
+    let cost = CostModel { per_seq: Duration::from_millis(1), ..cost() };
     insta::assert_snapshot!(trace_with(
         cost,
         4,

@@ -11,13 +11,14 @@ mod cli_common;
 use cli_common::{batchlab, temp_dir, text};
 
 /// Known coefficients (ns), in `Coefficients::NAMES` order, as the scenario below spells them.
-const TRUTH: [(&str, f64); 8] = [
+const TRUTH: [(&str, f64); 9] = [
     ("fixed_overhead", 2_000_000.0),
     ("request_overhead", 40_000.0),
     ("decode_step", 900_000.0),
     ("prefill_per_token", 5_300.0),
-    ("decode_per_seq", 31_000.0),
+    ("per_seq", 31_000.0),
     ("context_per_1k_tokens", 17_000.0),
+    ("tokens_squared_per_1m", 800_000.0),
     ("finish_overhead", 700_000.0),
     ("finish_per_request", 12_000.0),
 ];
@@ -33,8 +34,9 @@ fixed_overhead = "2ms"
 request_overhead = "40us"
 decode_step = "900us"
 prefill_per_token = "5300ns"
-decode_per_seq = "31us"
+per_seq = "31us"
 context_per_1k_tokens = "17us"
+tokens_squared_per_1m = "800us"
 finish_overhead = "700us"
 finish_per_request = "12us"
 max_num_seqs = 8

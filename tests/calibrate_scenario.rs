@@ -10,13 +10,14 @@ mod cli_common;
 use cli_common::{batchlab, temp_dir, text};
 
 /// Known coefficients (ns), in `Coefficients::NAMES` order, as the scenario spells them.
-const TRUTH: [(&str, f64); 8] = [
+const TRUTH: [(&str, f64); 9] = [
     ("fixed_overhead", 1_500_000.0),
     ("request_overhead", 250_000.0),
     ("decode_step", 3_500_000.0),
     ("prefill_per_token", 21_000.0),
-    ("decode_per_seq", 60_000.0),
+    ("per_seq", 60_000.0),
     ("context_per_1k_tokens", 400_000.0),
+    ("tokens_squared_per_1m", 1_600_000.0),
     ("finish_overhead", 500_000.0),
     ("finish_per_request", 20_000.0),
 ];
@@ -32,8 +33,9 @@ fixed_overhead = "1500us"
 request_overhead = "250us"
 decode_step = "3500us"
 prefill_per_token = "21us"
-decode_per_seq = "60us"
+per_seq = "60us"
 context_per_1k_tokens = "400us"
+tokens_squared_per_1m = "1600us"
 finish_overhead = "500us"
 finish_per_request = "20us"
 max_num_seqs = 256
@@ -56,7 +58,10 @@ fn calibrate_a_scenario_recovers_its_coefficients_from_the_designed_runs() {
     let profile_path = dir.join("cpu.toml");
     let o = batchlab(&["calibrate", scenario.to_str().unwrap(), "--output", profile_path.to_str().unwrap(), "--quiet"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    assert!(text(&o.stderr).contains("ran 16 designed batches of 8 settings"), "{}", text(&o.stderr));
+    let design = batchlab::run::calibrate::DESIGN;
+    let batches: u32 = design.iter().map(|s| s.batches).sum();
+    let said = format!("ran {batches} designed batches of {} settings", design.len());
+    assert!(text(&o.stderr).contains(&said), "{said}: {}", text(&o.stderr));
 
     // The designed runs, next to the profile by default: the warm-up and one directory per
     // designed batch, each a complete run with requests.jsonl.

@@ -3,11 +3,11 @@
 //! Inside one `generate` call the schedule depends only on token counts, the engine's limits and
 //! its prefix-cache hits, never on time ([`crate::engine::sim::scheduler`]). So each batch is
 //! replayed under the resolved configuration, and every measured timestamp (from the batch's
-//! dispatch) is a linear function of the six coefficients:
+//! dispatch) is a linear function of the seven coefficients:
 //!
 //! ```text
-//! t = fixed_overhead + request_overhead·n + decode_step·k + prefill_per_token·ΣP + decode_per_seq·ΣD
-//!     + context_per_1k_tokens·ΣC/1000
+//! t = fixed_overhead + request_overhead·n + decode_step·k + prefill_per_token·ΣP + per_seq·ΣS
+//!     + context_per_1k_tokens·ΣC/1000 + tokens_squared_per_1m·ΣT²/10⁶
 //! ```
 //!
 //! summed over the `k` steps before it (its `scheduled_ts`) or up to and including the step that
@@ -16,8 +16,8 @@
 //! 1. **The head** (`fixed_overhead + request_overhead·n`) is measured directly: a batch's first
 //!    `scheduled_ts` after its dispatch. It is fitted on its own, so the step costs cannot push
 //!    their misfit into it (a real engine's big batches otherwise bend it).
-//! 2. **The steps** (`decode_step`, `prefill_per_token`, `decode_per_seq`,
-//!    `context_per_1k_tokens`) are fitted on every timestamp minus its batch's measured head.
+//! 2. **The steps** (`decode_step`, `prefill_per_token`, `per_seq`, `context_per_1k_tokens`,
+//!    `tokens_squared_per_1m`) are fitted on every timestamp minus its batch's measured head.
 //! 3. **The tail** (`finish_overhead + finish_per_request·n`) is fitted from the time between a
 //!    batch's last token and the return of its `generate`.
 //!
@@ -31,7 +31,7 @@
 //! Each solve scales the columns to unit norm and uses modified Gram-Schmidt QR (a column the
 //! others already explain is reported as unidentified and fixed at 0); a negative coefficient is
 //! fixed at 0 and the rest refitted (an active-set non-negative fit), since no cost is negative.
-//! Six unknowns need no linear-algebra crate.
+//! Seven unknowns need no linear-algebra crate.
 
 use std::collections::BTreeMap;
 
@@ -134,8 +134,10 @@ pub enum FitError {
 const METRICS: [&str; 5] = ["scheduled", "first_token", "last_token", "finish", "head"];
 const TAIL_METRIC: usize = 3;
 const HEAD_METRIC: usize = 4;
-/// Columns of the head and step model (the first six coefficients) and of the tail (the last two).
-const N: usize = 6;
+/// Columns of the step model, of the head and step model together (the first seven
+/// coefficients) and of the tail (the last two).
+const STEP: usize = 5;
+const N: usize = 2 + STEP;
 const TAIL: usize = 2;
 /// Relative errors are taken against at least this (1 ms), so near-zero times do not dominate.
 const REL_FLOOR_NS: f64 = 1e6;
@@ -150,7 +152,7 @@ struct Sample {
 /// Fits the coefficients to `batches`, replayed under `config`. See the module docs.
 pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Result<FitResult, FitError> {
     // Per batch: its size, its measured head (first `scheduled_ts`), and its timestamps with
-    // their full design rows [1, n, k, ΣP, ΣD, ΣC/1000].
+    // their full design rows [1, n, k, ΣP, ΣS, ΣC/1000, ΣT²/10⁶].
     let mut sizes: Vec<f64> = Vec::new();
     let mut heads: Vec<Option<f64>> = Vec::new();
     let mut samples: Vec<(usize, Sample)> = Vec::new();
@@ -159,12 +161,18 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
     for (b, batch) in batches.iter().enumerate() {
         let schedule =
             scheduler::replay(config, &batch.specs()).map_err(|source| FitError::Replay { batch: b, source })?;
-        // cum[k]: [steps, ΣP, ΣD, ΣC/1000] over steps 0..k.
-        let mut cum = vec![[0.0f64; 4]; schedule.steps.len() + 1];
+        // cum[k]: [steps, ΣP, ΣS, ΣC/1000, ΣT²/10⁶] over steps 0..k.
+        let mut cum = vec![[0.0f64; STEP]; schedule.steps.len() + 1];
         for (k, step) in schedule.steps.iter().enumerate() {
             let l = &step.load;
-            let add = [1.0, l.prefill_tokens as f64, l.decode_seqs as f64, l.context_tokens as f64 / 1000.0];
-            for j in 0..4 {
+            let add = [
+                1.0,
+                l.prefill_tokens as f64,
+                l.seqs as f64,
+                l.context_tokens as f64 / 1000.0,
+                l.tokens_squared_per_1m(),
+            ];
+            for j in 0..STEP {
                 cum[k + 1][j] = cum[k][j] + add[j];
             }
         }
@@ -172,7 +180,7 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
         sizes.push(n);
         let row = |k: usize| {
             let c = cum[k];
-            vec![1.0, n, c[0], c[1], c[2], c[3]]
+            vec![1.0, n, c[0], c[1], c[2], c[3], c[4]]
         };
         let last = batch.requests.iter().filter_map(|r| r.last_token_ns).fold(f64::NEG_INFINITY, f64::max);
         if let Some(returned) = batch.returned_ns.filter(|r| r.is_finite() && last.is_finite() && *r >= last) {

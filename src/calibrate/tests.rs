@@ -15,8 +15,9 @@ pub(crate) fn known_cost() -> CostModel {
         request_overhead: Duration::from_micros(40),
         decode_step: Duration::from_micros(900),
         prefill_per_token: Duration::from_nanos(5_300),
-        decode_per_seq: Duration::from_micros(31),
+        per_seq: Duration::from_micros(31),
         context_per_1k_tokens: Duration::from_micros(17),
+        tokens_squared_per_1m: Duration::from_micros(450),
         finish_overhead: Duration::from_micros(700),
         finish_per_request: Duration::from_micros(12),
         eos_probability: 0.0,
@@ -168,7 +169,7 @@ fn too_few_timestamps_is_an_error() {
         returned_ns: Some(3.0),
     };
     let err = fit(&tight_limits(false), &[one]).unwrap_err();
-    assert_eq!(err, FitError::TooFewSamples { samples: 3, needed: 6 });
+    assert_eq!(err, FitError::TooFewSamples { samples: 3, needed: 7 });
 }
 
 #[test]
@@ -200,7 +201,7 @@ fn noisy_timestamps_give_close_coefficients_and_residuals_that_show_the_noise() 
     let truth = Coefficients::of(&config.cost);
     for (name, got, want) in [
         ("decode_step", fit.coefficients.decode_step_ns, truth.decode_step_ns),
-        ("decode_per_seq", fit.coefficients.decode_per_seq_ns, truth.decode_per_seq_ns),
+        ("per_seq", fit.coefficients.per_seq_ns, truth.per_seq_ns),
         ("prefill_per_token", fit.coefficients.prefill_per_token_ns, truth.prefill_per_token_ns),
     ] {
         assert!((got - want).abs() / want < 0.05, "{name}: {got} vs {want}");

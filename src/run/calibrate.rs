@@ -77,24 +77,35 @@ impl Setting {
 /// The warm-up run before the design (not fitted): one batch of 32 mid-length requests.
 pub const WARMUP: Setting = Setting { batch_size: 32, prompt_tokens: 128, output_tokens: 16, batches: 1 };
 
-/// The designed settings, in run order. With vLLM's CPU defaults (`max_num_seqs` 256,
-/// `max_num_batched_tokens` 4096) the last three exceed the token budget (chunked prefill over
-/// 4 to 8 steps, mixed with decodes) and the last one `max_num_seqs` (half the batch waits and
-/// joins as the first half finishes). About 60,000 generated tokens in all: well under two minutes
-/// on the tiny test model on 2 CPUs.
+/// The designed settings, in run order, each a few batches (the settings take turns, so a
+/// machine whose speed drifts biases no single term). With vLLM's CPU defaults (`max_num_seqs`
+/// 256, `max_num_batched_tokens` 4096) the prefill-heavy ones fill one step with 1,500 to 4,000
+/// prompt tokens over 4 to 64 sequences, the decode-heavy ones run 1 to 160 sequences with short
+/// and long contexts, and the last three exceed the token budget (chunked prefill over 4 to 8
+/// steps, mixed with decodes) or `max_num_seqs` (half the batch waits and joins as the first half
+/// finishes). About 135,000 generated tokens in all: under a minute of generation on the tiny
+/// test model on 2 CPUs.
 pub const DESIGN: &[Setting] = &[
-    // One sequence: the fixed cost of a step, and prefill and context at D = 1.
-    Setting { batch_size: 1, prompt_tokens: 16, output_tokens: 64, batches: 3 },
-    Setting { batch_size: 1, prompt_tokens: 384, output_tokens: 32, batches: 3 },
-    // Small batches: per-sequence decode cost; long prompts add context per step.
-    Setting { batch_size: 8, prompt_tokens: 16, output_tokens: 64, batches: 3 },
-    Setting { batch_size: 8, prompt_tokens: 384, output_tokens: 64, batches: 2 },
-    Setting { batch_size: 32, prompt_tokens: 128, output_tokens: 8, batches: 2 },
-    // Beyond the token budget: 128 x 256 = 32768 prompt tokens, 8 chunked-prefill steps.
-    Setting { batch_size: 128, prompt_tokens: 256, output_tokens: 8, batches: 1 },
-    Setting { batch_size: 256, prompt_tokens: 64, output_tokens: 64, batches: 1 },
+    // One sequence: the fixed cost of a step; a long context at S = 1.
+    Setting { batch_size: 1, prompt_tokens: 16, output_tokens: 64, batches: 6 },
+    Setting { batch_size: 1, prompt_tokens: 384, output_tokens: 64, batches: 6 },
+    // Prefill-heavy, one step each: per prompt token, per sequence, and the step size's square.
+    Setting { batch_size: 4, prompt_tokens: 384, output_tokens: 4, batches: 6 },
+    Setting { batch_size: 8, prompt_tokens: 256, output_tokens: 2, batches: 6 },
+    Setting { batch_size: 24, prompt_tokens: 160, output_tokens: 4, batches: 6 },
+    Setting { batch_size: 64, prompt_tokens: 32, output_tokens: 4, batches: 6 },
+    // Decode-heavy at growing sizes: the per-sequence cost; long prompts add attended context.
+    Setting { batch_size: 16, prompt_tokens: 16, output_tokens: 64, batches: 5 },
+    Setting { batch_size: 16, prompt_tokens: 384, output_tokens: 32, batches: 4 },
+    Setting { batch_size: 48, prompt_tokens: 32, output_tokens: 64, batches: 4 },
+    Setting { batch_size: 96, prompt_tokens: 192, output_tokens: 32, batches: 4 },
+    Setting { batch_size: 160, prompt_tokens: 16, output_tokens: 48, batches: 3 },
+    // Beyond the token budget: 128 x 256 = 32768 prompt tokens, 8 chunked-prefill steps; 256 x 64
+    // in 4 chunks mixed with the decodes of the first ones.
+    Setting { batch_size: 128, prompt_tokens: 256, output_tokens: 8, batches: 3 },
+    Setting { batch_size: 256, prompt_tokens: 64, output_tokens: 64, batches: 3 },
     // Beyond max_num_seqs: continuous batching inside one generate.
-    Setting { batch_size: 512, prompt_tokens: 16, output_tokens: 16, batches: 1 },
+    Setting { batch_size: 512, prompt_tokens: 16, output_tokens: 16, batches: 3 },
 ];
 
 /// The scenario `base` reshaped to run `setting`: its engine, seed and output settings kept;
@@ -173,20 +184,26 @@ pub struct DesignRun {
 }
 
 /// The runs of a designed calibration, in order: the warm-up (`warmup`, not fitted), then the
-/// settings **round-robin, one batch per run**: round `r` runs one batch of every setting with
-/// more than `r` batches (`b1-p16-o64-r0`, `b1-p384-o32-r0`, ..., `b1-p16-o64-r1`, ...). On a
-/// machine whose speed drifts (a shared CPU), each setting's batches are then spread over the
-/// whole design instead of one stretch of it, so a slow minute biases every coefficient a little
-/// rather than one a lot. Every run draws prompts of its own.
+/// settings **one batch per run, each setting's batches spread evenly over the whole design**:
+/// batch `k` of a setting of `n` batches runs at the position `(k + ½) / n` of the design (ties in
+/// setting order), so a setting of 6 batches runs one in every sixth of the design and one of 3
+/// one in every third (`b1-p16-o64-r0`, `b4-p384-o4-r0`, ..., `b1-p16-o64-r1`, ...). On a machine
+/// whose speed drifts (a shared CPU), each setting then sees every stretch of the design instead
+/// of one, so a slow minute biases every coefficient a little rather than one a lot. Every run
+/// draws prompts of its own.
 pub fn design_runs(base: &Plan, design: &[Setting]) -> Vec<(String, Plan)> {
+    let mut order: Vec<(f64, usize, u32)> = design
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| (0..s.batches).map(move |k| ((f64::from(k) + 0.5) / f64::from(s.batches), i, k)))
+        .collect();
+    order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let mut runs = vec![("warmup".to_owned(), setting_plan(base, &WARMUP, 0))];
-    let rounds = design.iter().map(|s| s.batches).max().unwrap_or(0);
-    for round in 0..rounds {
-        for (i, setting) in design.iter().enumerate().filter(|(_, s)| s.batches > round) {
-            let one = Setting { batches: 1, ..*setting };
-            let stream = 1 + (i as u64) * 64 + u64::from(round);
-            runs.push((format!("{}-r{round}", setting.name()), setting_plan(base, &one, stream)));
-        }
+    for (_, i, round) in order {
+        let setting = &design[i];
+        let one = Setting { batches: 1, ..*setting };
+        let stream = 1 + (i as u64) * 64 + u64::from(round);
+        runs.push((format!("{}-r{round}", setting.name()), setting_plan(base, &one, stream)));
     }
     runs
 }
@@ -349,7 +366,7 @@ mod tests {
         let outputs: std::collections::BTreeSet<_> = DESIGN.iter().map(|s| s.output_tokens).collect();
         assert!(prompts.len() >= 3 && outputs.len() >= 3, "{prompts:?} {outputs:?}");
         let tokens: u32 = DESIGN.iter().map(|s| s.batch_size * s.output_tokens * s.batches).sum();
-        assert!(tokens < 80_000, "the design stays short: {tokens} generated tokens");
+        assert!(tokens < 150_000, "the design stays short: {tokens} generated tokens");
         for s in DESIGN {
             assert!(s.prompt_tokens + s.output_tokens <= 512, "{} fits vllm-cpu.toml's max_model_len", s.name());
         }
@@ -367,7 +384,8 @@ mod tests {
         let names: Vec<&str> = runs.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
-            ["warmup", "b1-p16-o8-r0", "b8-p16-o8-r0", "b4-p16-o8-r0", "b1-p16-o8-r1", "b4-p16-o8-r1", "b1-p16-o8-r2"]
+            // At 1/6, 1/4, 1/2 (b1 before b8), 1/2, 3/4, 5/6 of the design.
+            ["warmup", "b1-p16-o8-r0", "b4-p16-o8-r0", "b1-p16-o8-r1", "b8-p16-o8-r0", "b4-p16-o8-r1", "b1-p16-o8-r2"]
         );
         for (name, plan) in &runs[1..] {
             assert_eq!(plan.stop.max_requests, Some(plan.batching.batch_size() as u64), "{name}: one batch");

@@ -210,18 +210,24 @@ pub(crate) const SIM_KEYS: &[Key<SimConfig>] = &[
     ),
 ];
 
-/// `[engine.sim]`'s cost model: `t_step = decode_step + prefill_per_token·P + decode_per_seq·D +
-/// context_per_1k_tokens·C/1000` (docs/simulation.md).
+/// `[engine.sim]`'s cost model: `t_step = decode_step + prefill_per_token·P + per_seq·S +
+/// context_per_1k_tokens·C/1000 + tokens_squared_per_1m·T²/10⁶` (docs/simulation.md).
 pub(crate) const COST_KEYS: &[Key<CostModel>] = &[
     key!(fixed_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per generate call", in CostModel),
     key!(request_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per request of a generate call", in CostModel),
     key!(decode_step: Dur { zero: true }, KeyDefault::Value, ">= 0, per engine step (one token per running sequence)", in CostModel),
     key!(prefill_per_token: Dur { zero: true }, KeyDefault::Value, ">= 0, per prefill token in a step", in CostModel),
-    key!(decode_per_seq: Dur { zero: true }, KeyDefault::Value, ">= 0, per decoding sequence per step", in CostModel),
+    key!(per_seq: Dur { zero: true }, KeyDefault::Value, ">= 0, per sequence scheduled in a step", in CostModel),
     key!(
         context_per_1k_tokens: Dur { zero: true },
         KeyDefault::Value,
         ">= 0, per 1000 context tokens attended in a step",
+        in CostModel
+    ),
+    key!(
+        tokens_squared_per_1m: Dur { zero: true },
+        KeyDefault::Value,
+        ">= 0, times (tokens computed in a step / 1000)²",
         in CostModel
     ),
     key!(finish_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per generate call, after its last step", in CostModel),

@@ -493,16 +493,17 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
     let cost = (
         (duration_strategy(0), duration_strategy(0), duration_strategy(0)),
         (duration_strategy(0), duration_strategy(0), duration_strategy(0)),
-        (duration_strategy(0), duration_strategy(0)),
+        (duration_strategy(0), duration_strategy(0), duration_strategy(0)),
         0.0..=1.0f64,
     )
-        .prop_map(|((a, b, c), (d, e, f), (g, h), eos_probability)| CostModel {
+        .prop_map(|((a, b, c), (d, e, f), (g, h, i), eos_probability)| CostModel {
             fixed_overhead: a,
             request_overhead: b,
             decode_step: c,
             prefill_per_token: d,
-            decode_per_seq: e,
+            per_seq: e,
             context_per_1k_tokens: f,
+            tokens_squared_per_1m: i,
             finish_overhead: g,
             finish_per_request: h,
             eos_probability,

@@ -15,12 +15,15 @@ use crate::engine::ResolvedEngineConfig;
 /// building: the call returns then), and one step time per engine step:
 ///
 /// ```text
-/// t_step = decode_step + prefill_per_token × P + decode_per_seq × D + context_per_1k_tokens × C / 1000
+/// t_step = decode_step + prefill_per_token × P + per_seq × S + context_per_1k_tokens × C / 1000
+///          + tokens_squared_per_1m × T² / 10⁶
 /// ```
 ///
-/// with `P` the prompt (prefill) tokens the step computes, `D` the sequences it decodes one token
-/// for, and `C` the context tokens the step attends over (for each scheduled sequence, the tokens
-/// computed before the step plus those it computes).
+/// with `P` the prompt (prefill) tokens the step computes, `S` the sequences it schedules
+/// (decoding one token or computing a prefill chunk), `C` the context tokens the step attends over
+/// (for each scheduled sequence, the tokens computed before the step plus those it computes), and
+/// `T` all the tokens it computes (`P` plus one per decoding sequence): a step's per-token cost
+/// grows with its size once its activations outgrow the caches.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CostModel {
     /// Paid once per `generate` call, before its first step (Python, input and output handling).
@@ -31,10 +34,12 @@ pub struct CostModel {
     pub decode_step: Duration,
     /// Per prefill token computed in a step.
     pub prefill_per_token: Duration,
-    /// Per sequence a step decodes one token for.
-    pub decode_per_seq: Duration,
+    /// Per sequence a step schedules (decoding, or computing a chunk of its prompt).
+    pub per_seq: Duration,
     /// Per 1000 context tokens a step attends over.
     pub context_per_1k_tokens: Duration,
+    /// Per (1000 tokens)² of the tokens a step computes: the superlinear part of a big step.
+    pub tokens_squared_per_1m: Duration,
     /// Paid once per `generate` call after its last step, before it returns.
     pub finish_overhead: Duration,
     /// Paid per request of a `generate` call after its last step.
@@ -51,8 +56,9 @@ impl Default for CostModel {
             request_overhead: Duration::ZERO,
             decode_step: Duration::from_micros(1_000),
             prefill_per_token: Duration::from_micros(2),
-            decode_per_seq: Duration::from_micros(20),
+            per_seq: Duration::from_micros(20),
             context_per_1k_tokens: Duration::ZERO,
+            tokens_squared_per_1m: Duration::ZERO,
             finish_overhead: Duration::ZERO,
             finish_per_request: Duration::ZERO,
             eos_probability: 0.0,
@@ -68,8 +74,9 @@ impl CostModel {
             request_overhead: Duration::ZERO,
             decode_step: Duration::ZERO,
             prefill_per_token: Duration::ZERO,
-            decode_per_seq: Duration::ZERO,
+            per_seq: Duration::ZERO,
             context_per_1k_tokens: Duration::ZERO,
+            tokens_squared_per_1m: Duration::ZERO,
             finish_overhead: Duration::ZERO,
             finish_per_request: Duration::ZERO,
             eos_probability: 0.0,
@@ -90,8 +97,9 @@ impl CostModel {
     pub fn step_ns(&self, load: &StepLoad) -> f64 {
         ns(self.decode_step)
             + ns(self.prefill_per_token) * load.prefill_tokens as f64
-            + ns(self.decode_per_seq) * load.decode_seqs as f64
+            + ns(self.per_seq) * load.seqs as f64
             + ns(self.context_per_1k_tokens) * load.context_tokens as f64 / 1000.0
+            + ns(self.tokens_squared_per_1m) * load.tokens_squared_per_1m()
     }
 }
 
@@ -106,8 +114,19 @@ pub struct StepLoad {
     pub prefill_tokens: u64,
     /// Sequences decoding one token.
     pub decode_seqs: u64,
+    /// Sequences scheduled: the decoding ones and those computing a prompt chunk.
+    pub seqs: u64,
     /// Context tokens attended over: for each scheduled sequence, its computed tokens after the step.
     pub context_tokens: u64,
+}
+
+impl StepLoad {
+    /// `T² / 10⁶`, with `T` the tokens the step computes (its prompt tokens and one per decoding
+    /// sequence): the multiplier of [`CostModel::tokens_squared_per_1m`].
+    pub fn tokens_squared_per_1m(&self) -> f64 {
+        let t = (self.prefill_tokens + self.decode_seqs) as f64 / 1000.0;
+        t * t
+    }
 }
 
 /// The simulator's scheduler limits when a scenario sets none: vLLM v1's defaults for its offline

@@ -50,12 +50,15 @@ pub struct Coefficients {
     /// Per prefill token in a step.
     #[serde(deserialize_with = "non_negative")]
     pub prefill_per_token_ns: f64,
-    /// Per decoding sequence in a step.
+    /// Per sequence scheduled in a step.
     #[serde(deserialize_with = "non_negative")]
-    pub decode_per_seq_ns: f64,
+    pub per_seq_ns: f64,
     /// Per 1000 context tokens in a step.
     #[serde(deserialize_with = "non_negative")]
     pub context_per_1k_tokens_ns: f64,
+    /// Per (1000 tokens)² computed in a step.
+    #[serde(deserialize_with = "non_negative")]
+    pub tokens_squared_per_1m_ns: f64,
     /// Per `generate` call, after its last step.
     #[serde(deserialize_with = "non_negative")]
     pub finish_overhead_ns: f64,
@@ -66,42 +69,45 @@ pub struct Coefficients {
 
 impl Coefficients {
     /// The names of the coefficients, in the fit's column order.
-    pub const NAMES: [&'static str; 8] = [
+    pub const NAMES: [&'static str; 9] = [
         "fixed_overhead",
         "request_overhead",
         "decode_step",
         "prefill_per_token",
-        "decode_per_seq",
+        "per_seq",
         "context_per_1k_tokens",
+        "tokens_squared_per_1m",
         "finish_overhead",
         "finish_per_request",
     ];
 
     /// The coefficients in [`Self::NAMES`] order.
-    pub fn to_array(&self) -> [f64; 8] {
+    pub fn to_array(&self) -> [f64; 9] {
         [
             self.fixed_overhead_ns,
             self.request_overhead_ns,
             self.decode_step_ns,
             self.prefill_per_token_ns,
-            self.decode_per_seq_ns,
+            self.per_seq_ns,
             self.context_per_1k_tokens_ns,
+            self.tokens_squared_per_1m_ns,
             self.finish_overhead_ns,
             self.finish_per_request_ns,
         ]
     }
 
     /// From values in [`Self::NAMES`] order.
-    pub fn from_array(v: [f64; 8]) -> Self {
+    pub fn from_array(v: [f64; 9]) -> Self {
         Coefficients {
             fixed_overhead_ns: v[0],
             request_overhead_ns: v[1],
             decode_step_ns: v[2],
             prefill_per_token_ns: v[3],
-            decode_per_seq_ns: v[4],
+            per_seq_ns: v[4],
             context_per_1k_tokens_ns: v[5],
-            finish_overhead_ns: v[6],
-            finish_per_request_ns: v[7],
+            tokens_squared_per_1m_ns: v[6],
+            finish_overhead_ns: v[7],
+            finish_per_request_ns: v[8],
         }
     }
 
@@ -113,8 +119,9 @@ impl Coefficients {
             request_overhead_ns: ns(cost.request_overhead),
             decode_step_ns: ns(cost.decode_step),
             prefill_per_token_ns: ns(cost.prefill_per_token),
-            decode_per_seq_ns: ns(cost.decode_per_seq),
+            per_seq_ns: ns(cost.per_seq),
             context_per_1k_tokens_ns: ns(cost.context_per_1k_tokens),
+            tokens_squared_per_1m_ns: ns(cost.tokens_squared_per_1m),
             finish_overhead_ns: ns(cost.finish_overhead),
             finish_per_request_ns: ns(cost.finish_per_request),
         }
@@ -127,8 +134,9 @@ impl Coefficients {
         cost.request_overhead = d(self.request_overhead_ns);
         cost.decode_step = d(self.decode_step_ns);
         cost.prefill_per_token = d(self.prefill_per_token_ns);
-        cost.decode_per_seq = d(self.decode_per_seq_ns);
+        cost.per_seq = d(self.per_seq_ns);
         cost.context_per_1k_tokens = d(self.context_per_1k_tokens_ns);
+        cost.tokens_squared_per_1m = d(self.tokens_squared_per_1m_ns);
         cost.finish_overhead = d(self.finish_overhead_ns);
         cost.finish_per_request = d(self.finish_per_request_ns);
     }
@@ -285,7 +293,9 @@ impl Profile {
         format!(
             "# A batchlab simulator profile, written by `batchlab calibrate` (docs/simulation.md).\n\
              # Use it with `[engine.sim] profile = \"<this file>\"`.\n\
-             # t_step = decode_step + prefill_per_token*P + decode_per_seq*D + context_per_1k_tokens*C/1000;\n\
+             # t_step = decode_step + prefill_per_token*P + per_seq*S + context_per_1k_tokens*C/1000\n\
+             #          + tokens_squared_per_1m*T^2/1e6 (P prompt tokens, S sequences, C context tokens and\n\
+             #          T tokens computed in the step);\n\
              # a generate call of n requests first pays fixed_overhead + request_overhead*n and, after its\n\
              # last step, finish_overhead + finish_per_request*n.\n\n{body}"
         )
@@ -322,7 +332,7 @@ mod tests {
 
     fn sample() -> Profile {
         Profile {
-            coefficients: Coefficients::from_array([1e6, 1e4, 8e5, 900.5, 2e4, 3000.25, 5e5, 1234.5]),
+            coefficients: Coefficients::from_array([1e6, 1e4, 8e5, 900.5, 2e4, 3000.25, 1500.75, 5e5, 1234.5]),
             engine: crate::engine::sim::DEFAULT_SCHEDULER,
             fit: FitSummary {
                 batches: 3,

@@ -282,6 +282,7 @@ pub(crate) fn schedule(
             }
             load.context_tokens += u64::from(s.computed + new);
         }
+        load.seqs = scheduled.len() as u64;
         out.steps.push(Step {
             load,
             scheduled: scheduled.len(),

@@ -43,8 +43,9 @@ fn step_times_follow_the_formula() {
         request_overhead: Duration::from_micros(50),
         decode_step: Duration::from_millis(2),
         prefill_per_token: Duration::from_micros(10),
-        decode_per_seq: Duration::from_micros(100),
+        per_seq: Duration::from_micros(100),
         context_per_1k_tokens: Duration::from_micros(500),
+        tokens_squared_per_1m: Duration::from_millis(1),
         finish_overhead: Duration::from_micros(300),
         finish_per_request: Duration::from_micros(100),
         eos_probability: 0.0,
@@ -53,22 +54,22 @@ fn step_times_follow_the_formula() {
         engine(SimConfig { seed: 1, cost, scheduler: limits(256, 8192, 1000), ..SimConfig::default() });
     let t0 = clock.now().as_secs_f64();
     let out = e.generate(&batch(2, 100, 3)).expect("generate");
-    // Overhead 1 ms + 2 × 50 µs = 1.1 ms. Step 0: both prompts (P = 200, C = 200):
-    // 2 + 2 + 0.1 = 4.1 ms. Steps 1 and 2 decode both (D = 2, C = 202 then 204):
-    // 2 + 0.2 + 0.101 = 2.301 ms, then 2.302 ms.
+    // Overhead 1 ms + 2 × 50 µs = 1.1 ms. Step 0: both prompts (P = 200, S = 2, C = 200, T = 200):
+    // 2 + 2 + 0.2 + 0.1 + 0.04 = 4.34 ms. Steps 1 and 2 decode both (S = 2, C = 202 then 204,
+    // T = 2): 2 + 0.2 + 0.101 + 0.000004 = 2.301004 ms, then 2.302004 ms.
     for o in &out {
         assert_eq!(o.output_tokens, Some(3));
         assert!((o.stats.scheduled_ts.unwrap() - t0 - secs(1.1)).abs() < 1e-9);
-        assert!((o.stats.first_token_ts.unwrap() - t0 - secs(5.2)).abs() < 1e-9);
-        assert!((o.stats.last_token_ts.unwrap() - t0 - secs(9.803)).abs() < 1e-9);
+        assert!((o.stats.first_token_ts.unwrap() - t0 - secs(5.44)).abs() < 1e-9);
+        assert!((o.stats.last_token_ts.unwrap() - t0 - secs(10.043008)).abs() < 1e-9);
         // One time per token: the prefill step's first token, then one per decode step.
         let tokens = o.stats.token_ts.as_deref().expect("the simulator times every token");
-        let expected = [secs(5.2), secs(7.501), secs(9.803)];
+        let expected = [secs(5.44), secs(7.741004), secs(10.043008)];
         assert_eq!(tokens.len(), expected.len());
         assert!(tokens.iter().zip(expected).all(|(t, e)| (t - t0 - e).abs() < 1e-9), "{tokens:?}");
     }
     // The call returns after the tail: 0.3 ms + 2 × 0.1 ms.
-    assert_eq!(clock.now(), Timestamp::from_secs_f64(t0 + secs(10.303)).unwrap());
+    assert_eq!(clock.now(), Timestamp::from_secs_f64(t0 + secs(10.543008)).unwrap());
 }
 
 #[test]

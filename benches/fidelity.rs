@@ -15,7 +15,7 @@
 //!    one whole-dataset run (every request in one batch). Each row is a [`Plan`] run by the
 //!    ordinary run loop and batcher, once on the real engine and once on the simulator, which
 //!    reads the profile through `engine.sim.profile` (virtual time). A last, control row repeats
-//!    a setting of the design itself (b8-p16-o64): its error is the machine's drift between
+//!    a setting of the design itself (b16-p16-o64): its error is the machine's drift between
 //!    calibration and measurement, which the held-out errors contain too.
 //! 3. `--rounds` rounds, real and simulated runs interleaved row by row (odd rounds in reverse
 //!    row order), so the real engine's own run-to-run spread is measured in the same run. Every
@@ -42,7 +42,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use batchlab::report::BenchmarkResult;
-use batchlab::run::calibrate::{DesignOptions, PlanRunner, Setting, calibrate_scenario, setting_plan};
+use batchlab::calibrate::fit_dirs;
+use batchlab::run::calibrate::{
+    DESIGN, DesignOptions, DesignRun, PlanRunner, Setting, calibrate_scenario, design_runs, run_designed, setting_plan,
+};
 use batchlab::run::progress::ProgressMode;
 use batchlab::run::{Interrupt, RunOptions};
 use batchlab::scenario::plan::{Plan, ProfilePlan};
@@ -59,6 +62,10 @@ struct Args {
     profile: Option<PathBuf>,
     /// Skip the real runs: compare with these measurements (a `measured.json` of an earlier run).
     measured: Option<PathBuf>,
+    /// Calibrate first, then measure on a second engine start (a user's workflow: the machine's
+    /// drift between the two is in every error), instead of interleaving the design's batches
+    /// with the held-out runs on one engine start.
+    sequential: bool,
 }
 
 fn parse_args() -> Option<Args> {
@@ -74,6 +81,7 @@ fn parse_args() -> Option<Args> {
         sim_only: false,
         profile: None,
         measured: None,
+        sequential: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -86,6 +94,7 @@ fn parse_args() -> Option<Args> {
             "--sim-only" => args.sim_only = true,
             "--profile" => args.profile = Some(PathBuf::from(value())),
             "--measured" => args.measured = Some(PathBuf::from(value())),
+            "--sequential" => args.sequential = true,
             _ => {} // `--bench` and anything libtest-ish
         }
     }
@@ -146,7 +155,11 @@ fn held_out_rows(base: &Plan, stream: u64) -> Vec<Row> {
     // A control, not held out: two batches of a setting the design ran. If it misses by as much as
     // the held-out rows, the machine drifted between calibration and measurement; if only the
     // held-out rows miss, the model does not extrapolate.
-    let control = setting(8, 16, 64, 2);
+    let control = DESIGN
+        .iter()
+        .find(|s| s.name() == "b16-p16-o64")
+        .map(|s| Setting { batches: 2, ..*s })
+        .expect("the control is a setting of the design");
     add(format!("{CONTROL} ({})", control.name()), setting_plan(base, &control, stream * 100 + 70));
     rows
 }
@@ -225,25 +238,102 @@ fn main() {
         batchlab::sys::EngineLog::redirect(&args.work.join("engine.log")).expect("capturing the engine's output")
     });
 
-    // 1. Calibrate, as `batchlab calibrate SCENARIO` does (or take the given profile).
+    let earlier: Option<Measurements> = args.measured.as_ref().map(|path| {
+        serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    });
+    // With earlier measurements, the rows they have (an older run may lack the newer rows).
+    let wanted = |label: &str| earlier.as_ref().is_none_or(|m| m.labels.iter().any(|l| l == label));
+    let labels: Vec<String> = held_out_rows(&base, 0).into_iter().map(|r| r.label).filter(|l| wanted(l)).collect();
+    if let Some(m) = &earlier {
+        assert!(m.labels.iter().all(|l| labels.contains(l)), "{:?} has rows this bench does not know", args.measured);
+    }
+    let rounds = earlier.as_ref().map_or(args.rounds, |m| m.rounds[0].len());
+    // The held-out runs, round by round (odd rounds in reverse row order): (row, round, plan).
+    let mut held: Vec<(usize, usize, Plan)> = Vec::new();
+    for round in 0..rounds {
+        let rows: Vec<Row> = held_out_rows(&base, 1 + round as u64).into_iter().filter(|r| wanted(&r.label)).collect();
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        held.extend(order.into_iter().map(|i| (i, round, rows[i].plan.clone())));
+    }
+    let options = DesignOptions {
+        runs_dir: args.work.join("calibration"),
+        progress: ProgressMode::Off,
+        interrupt: Interrupt::never(),
+    };
+    let mut measured: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
+    let measure_real = |real: &mut PlanRunner, row: usize, round: usize, plan: &Plan, measured: &mut Vec<Vec<Measured>>| {
+        let m = run_row(real, plan);
+        say(&format!(
+            "fidelity: round {round} {}: real {:.0} tok/s, p50 {:.1} ms",
+            labels[row], m.output_tok_s, m.latency_p50
+        ));
+        measured[row].push(m);
+    };
+    let interleaved = args.profile.is_none() && args.measured.is_none() && !args.sequential;
     let t0 = Instant::now();
-    let (profile_path, design) = match &args.profile {
-        Some(path) => (path.clone(), None),
-        None => {
-            say(&format!("fidelity: calibrating from {} ...", args.scenario.display()));
-            let options = DesignOptions {
-                runs_dir: args.work.join("calibration"),
-                progress: ProgressMode::Off,
-                interrupt: Interrupt::never(),
-            };
-            let (profile, design) = calibrate_scenario(&base, &options).unwrap_or_else(|e| panic!("calibrate: {e}"));
-            let path = args.work.join("profile.toml");
-            profile.write(&path).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-            (path, Some(design))
+    let mut measure_s = 0.0;
+    // 1. The profile: calibrated as `batchlab calibrate SCENARIO` does, interleaved with the
+    // held-out runs or before them, or given.
+    let (profile_path, design) = if interleaved {
+        // The design's runs and the held-out runs on one engine start, the design spread evenly
+        // among the held-out runs (each at its fractional position, the warm-up first); the fit
+        // sees only the design's directories.
+        say(&format!(
+            "fidelity: calibrating from {} with the held-out runs interleaved ...",
+            args.scenario.display()
+        ));
+        let design = design_runs(&base, DESIGN);
+        let mut real = PlanRunner::new(base.engine.build().unwrap_or_else(|e| panic!("{e}")));
+        let (warmup, rest) = design.split_first().expect("a warm-up run");
+        run_designed(&mut real, &warmup.0, &warmup.1, &options).unwrap_or_else(|e| panic!("calibrate: {e}"));
+        let (d, h) = (rest.len() as f64, held.len() as f64);
+        let mut order: Vec<(f64, Option<usize>, usize)> = (0..rest.len())
+            .map(|i| ((i as f64 + 0.5) / d, None, i))
+            .chain((0..held.len()).map(|j| ((j as f64 + 0.5) / h, Some(j), j)))
+            .collect();
+        order.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut dirs = Vec::new();
+        let mut engine = None;
+        for (_, is_held, i) in order {
+            match is_held {
+                None => {
+                    let (name, plan) = &rest[i];
+                    let (dir, info) =
+                        run_designed(&mut real, name, plan, &options).unwrap_or_else(|e| panic!("calibrate: {e}"));
+                    dirs.push(dir);
+                    engine.get_or_insert(info);
+                }
+                Some(j) => {
+                    let (row, round, plan) = &held[j];
+                    measure_real(&mut real, *row, *round, plan, &mut measured);
+                }
+            }
+        }
+        real.finish().unwrap_or_else(|e| panic!("shutting the engine down: {e}"));
+        measure_s = t0.elapsed().as_secs_f64();
+        let profile = fit_dirs(&dirs).unwrap_or_else(|e| panic!("calibrate: {e}"));
+        let path = args.work.join("profile.toml");
+        profile.write(&path).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        (path, Some(DesignRun { dirs, engine: engine.unwrap_or_default() }))
+    } else {
+        match &args.profile {
+            Some(path) => (path.clone(), None),
+            None => {
+                say(&format!("fidelity: calibrating from {} ...", args.scenario.display()));
+                let (profile, design) =
+                    calibrate_scenario(&base, &options).unwrap_or_else(|e| panic!("calibrate: {e}"));
+                let path = args.work.join("profile.toml");
+                profile.write(&path).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+                (path, Some(design))
+            }
         }
     };
-    let calibrate_s = t0.elapsed().as_secs_f64();
-    say(&format!("fidelity: profile {} ({calibrate_s:.1} s)", profile_path.display()));
+    let calibrate_s = t0.elapsed().as_secs_f64() - measure_s;
+    say(&format!("fidelity: profile {} ({:.1} s)", profile_path.display(), t0.elapsed().as_secs_f64()));
 
     // The simulator's engine, through `engine.sim.profile` as a user's scenario names it.
     let sim_scenario = args.work.join("fidelity-sim.toml");
@@ -258,55 +348,43 @@ fn main() {
     .expect("writing the simulator's scenario");
     let sim_engine = load_file(&sim_scenario, &Overrides::default()).unwrap_or_else(|e| panic!("{e}")).engine;
 
-    // 2-3. Rounds of real and simulated runs, interleaved.
-    let earlier: Option<Measurements> = args.measured.as_ref().map(|path| {
-        serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    });
-    // With earlier measurements, the rows they have (an older run may lack the newer rows).
-    let wanted = |label: &str| earlier.as_ref().is_none_or(|m| m.labels.iter().any(|l| l == label));
-    let labels: Vec<String> = held_out_rows(&base, 0).into_iter().map(|r| r.label).filter(|l| wanted(l)).collect();
-    if let Some(m) = &earlier {
-        assert!(m.labels.iter().all(|l| labels.contains(l)), "{:?} has rows this bench does not know", args.measured);
-    }
-    let mut real = real_runs.then(|| PlanRunner::new(base.engine.build().unwrap_or_else(|e| panic!("{e}"))));
+    // 2-3. The held-out rows: measured (unless interleaved above, or taken from an earlier run)
+    // and predicted, row by row.
+    let mut real = (real_runs && !interleaved).then(|| PlanRunner::new(base.engine.build().unwrap_or_else(|e| panic!("{e}"))));
     let mut sim = PlanRunner::new(sim_engine.build().unwrap_or_else(|e| panic!("{e}")));
-    let rounds = earlier.as_ref().map_or(args.rounds, |m| m.rounds[0].len());
-    let mut measured: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
     let mut predicted: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
     let t1 = Instant::now();
-    for round in 0..rounds {
-        let rows: Vec<Row> = held_out_rows(&base, 1 + round as u64).into_iter().filter(|r| wanted(&r.label)).collect();
-        let mut order: Vec<usize> = (0..rows.len()).collect();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for i in order {
-            let row = &rows[i];
-            let m = match (&mut real, &earlier) {
-                (Some(real), _) => run_row(real, &row.plan),
+    for (i, round, plan) in &held {
+        let (i, round) = (*i, *round);
+        if !interleaved {
+            match (&mut real, &earlier) {
+                (Some(real), _) => measure_real(real, i, round, plan, &mut measured),
                 (None, Some(e)) => {
-                    let at = e.labels.iter().position(|l| *l == row.label).expect("a measured row");
-                    e.rounds[at][round]
+                    let at = e.labels.iter().position(|l| *l == labels[i]).expect("a measured row");
+                    measured[i].push(e.rounds[at][round]);
                 }
                 // --sim-only: the scenario's own (simulated) engine stands in for the real one.
-                (None, None) => run_row(&mut PlanRunner::new(base.engine.build().expect("the simulator")), &row.plan),
-            };
-            let sim_plan = Plan { engine: sim_engine.clone(), ..row.plan.clone() };
-            let p = run_row(&mut sim, &sim_plan);
-            say(&format!(
-                "fidelity: round {round} {}: real {:.0} tok/s, p50 {:.1} ms; sim {:.0} tok/s, p50 {:.1} ms",
-                row.label, m.output_tok_s, m.latency_p50, p.output_tok_s, p.latency_p50
-            ));
-            measured[i].push(m);
-            predicted[i].push(p);
+                (None, None) => measured[i].push(run_row(
+                    &mut PlanRunner::new(base.engine.build().expect("the simulator")),
+                    plan,
+                )),
+            }
         }
+        let sim_plan = Plan { engine: sim_engine.clone(), ..plan.clone() };
+        let p = run_row(&mut sim, &sim_plan);
+        say(&format!(
+            "fidelity: round {round} {}: sim {:.0} tok/s, p50 {:.1} ms",
+            labels[i], p.output_tok_s, p.latency_p50
+        ));
+        predicted[i].push(p);
     }
     if let Some(real) = real {
         real.finish().unwrap_or_else(|e| panic!("shutting the engine down: {e}"));
     }
     sim.finish().expect("the simulator shuts down");
-    let measure_s = t1.elapsed().as_secs_f64();
+    if !interleaved {
+        measure_s = t1.elapsed().as_secs_f64();
+    }
     if let Some(capture) = capture {
         let _ = capture.restore();
     }
@@ -319,23 +397,37 @@ fn main() {
     let table = render(&labels, &measured, &predicted, rounds);
     let mut text = String::new();
     let profile = batchlab::engine::sim::Profile::load(&profile_path).unwrap_or_else(|e| panic!("{e}"));
+    let rows = labels.iter().filter(|l| !l.starts_with(CONTROL)).count();
+    let control = if labels.iter().any(|l| l.starts_with(CONTROL)) { " and a control" } else { "" };
+    let whole = started.elapsed().as_secs_f64();
     match &design {
-        Some(design) => text.push_str(&format!(
-            "Calibrated from `{}` ({} {}) in {calibrate_s:.0} s ({} designed batches, one engine start); ",
+        Some(design) if interleaved => text.push_str(&format!(
+            "Calibrated from `{}` ({} {}): the {} designed batches interleaved with the {rows} held-out rows{control} × \
+             {rounds} rounds on one engine start, {measure_s:.0} s; the fit saw only the designed batches; \
+             whole bench {whole:.0} s.\n\n",
             args.scenario.display(),
             design.engine.name,
             design.engine.version,
             design.dirs.len(),
         )),
-        None => text.push_str(&format!("Profile `{}`; ", profile_path.display())),
+        Some(design) => text.push_str(&format!(
+            "Calibrated from `{}` ({} {}) in {calibrate_s:.0} s ({} designed batches, one engine start), then \
+             {rows} held-out rows{control} × {rounds} rounds measured on a second engine start in {measure_s:.0} s; \
+             whole bench {whole:.0} s.\n\n",
+            args.scenario.display(),
+            design.engine.name,
+            design.engine.version,
+            design.dirs.len(),
+        )),
+        None => {
+            let source = if args.measured.is_some() { "taken from an earlier run" } else { "measured" };
+            text.push_str(&format!(
+                "Profile `{}`; {rows} held-out rows{control} × {rounds} rounds {source} in {measure_s:.0} s; \
+                 whole bench {whole:.0} s.\n\n",
+                profile_path.display()
+            ))
+        }
     }
-    let source = if args.measured.is_some() { "taken from an earlier run" } else { "measured" };
-    text.push_str(&format!(
-        "{} held-out rows{} × {rounds} rounds {source} in {measure_s:.0} s; whole bench {:.0} s.\n\n",
-        labels.iter().filter(|l| !l.starts_with(CONTROL)).count(),
-        if labels.iter().any(|l| l.starts_with(CONTROL)) { " and a control" } else { "" },
-        started.elapsed().as_secs_f64()
-    ));
     {
         let c = profile.engine;
         text.push_str(&format!(
@@ -409,8 +501,9 @@ fn render(labels: &[String], measured: &[Vec<Measured>], predicted: &[Vec<Measur
     out.push_str(&format!(
         "\nMeasured: median of {rounds} real rounds; spread: (max − min) / median of those rounds. Goal \
          (✓/✗, held-out rows): throughput within ±5 %, latency p50 within ±10 %. The control row ran \
-         a setting of the calibration itself: its error is the drift between calibration and \
-         measurement, not the model's extrapolation. "
+         a setting of the design itself, not held out: its error is the fit's own and the engine's noise \
+         (with `--sequential`, also the machine's drift between calibration and measurement), not the \
+         model's extrapolation. "
     ));
     if misses.is_empty() {
         out.push_str("Every row meets the goal.\n");

@@ -216,20 +216,8 @@ pub fn run_design(base: &Plan, design: &[Setting], options: &DesignOptions) -> R
     let mut dirs = Vec::new();
     let mut info = None;
     for (i, (name, plan)) in plans.iter().enumerate() {
-        if options.interrupt.is_fired() {
-            return Err(DesignError::Interrupted);
-        }
-        let dir = options.runs_dir.join(name);
-        let run_options = RunOptions {
-            output_dir: Some(dir.clone()),
-            requests_jsonl: true,
-            progress: options.progress,
-            interrupt: options.interrupt.clone(),
-            repeat: 1,
-        };
-        let summary = runner.run(plan, run_options)?;
-        check_complete(&summary, name)?;
-        info.get_or_insert_with(|| summary_engine(&summary));
+        let (dir, engine) = run_designed(&mut runner, name, plan, options)?;
+        info.get_or_insert(engine);
         if i > 0 {
             dirs.push(dir);
         }
@@ -237,6 +225,33 @@ pub fn run_design(base: &Plan, design: &[Setting], options: &DesignOptions) -> R
     runner.finish()?;
     let engine = info.unwrap_or_default();
     Ok(DesignRun { dirs, engine })
+}
+
+/// Runs one of [`design_runs`] (`name`, `plan`) on `runner` into `options.runs_dir/<name>/`, with
+/// requests.jsonl: its directory and what the engine said about itself. A run that does not
+/// complete every request, or Ctrl-C, is an error (a fit from it would be biased). For a caller
+/// that interleaves the design with runs of its own on the same engine (the fidelity bench);
+/// [`run_design`] runs the whole design.
+pub fn run_designed(
+    runner: &mut PlanRunner,
+    name: &str,
+    plan: &Plan,
+    options: &DesignOptions,
+) -> Result<(PathBuf, EngineInfo), DesignError> {
+    if options.interrupt.is_fired() {
+        return Err(DesignError::Interrupted);
+    }
+    let dir = options.runs_dir.join(name);
+    let run_options = RunOptions {
+        output_dir: Some(dir.clone()),
+        requests_jsonl: true,
+        progress: options.progress,
+        interrupt: options.interrupt.clone(),
+        repeat: 1,
+    };
+    let summary = runner.run(plan, run_options)?;
+    check_complete(&summary, name)?;
+    Ok((dir, summary_engine(&summary)))
 }
 
 /// `batchlab calibrate SCENARIO`: [`run_design`] with [`DESIGN`], then [`fit_dirs`] on its

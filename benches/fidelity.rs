@@ -3,28 +3,36 @@
 //!
 //! ```sh
 //! PYO3_PYTHON=~/.cache/batchlab/venv/bin/python cargo bench --features vllm --bench fidelity -- \
-//!     [--scenario scenarios/vllm-cpu.toml] [--rounds 3] [--out FILE] [--work DIR] [--sim-only] \
-//!     [--profile PROFILE.toml] [--measured WORK/measured.json]
+//!     [--scenario scenarios/vllm-cpu.toml] [--rounds 15] [--out FILE] [--work DIR] [--sim-only] \
+//!     [--sequential] [--profile PROFILE.toml] [--measured WORK/measured.json]
 //! ```
 //!
-//! 1. `calibrate`: exactly what `batchlab calibrate SCENARIO` does (`run::calibrate`): the
-//!    designed settings in one engine start, then the fit, written to `<work>/profile.toml`.
-//! 2. A second engine start for the measurements. The held-out rows are settings the design did
-//!    not run: batch sizes 8, 64 and 256, prompts of 64 and 256 tokens and outputs of 32 and 128
-//!    (one factor at a time around the scenario's 32 × 128 → 64), one constant-rate profile and
-//!    one whole-dataset run (every request in one batch). Each row is a [`Plan`] run by the
-//!    ordinary run loop and batcher, once on the real engine and once on the simulator, which
-//!    reads the profile through `engine.sim.profile` (virtual time). A last, control row repeats
-//!    a setting of the design itself (b16-p16-o64): its error is the machine's drift between
-//!    calibration and measurement, which the held-out errors contain too.
-//! 3. `--rounds` rounds, real and simulated runs interleaved row by row (odd rounds in reverse
-//!    row order), so the real engine's own run-to-run spread is measured in the same run. Every
-//!    run draws prompts of its own (a seed per row and round, shared by its real and simulated
-//!    run), so no prompt is served from an earlier run's prefix cache.
+//! The held-out rows are settings the design did not run: batch sizes 8, 64 and 256, prompts of 64
+//! and 256 tokens and outputs of 32 and 128 (one factor at a time around the scenario's 32 × 128 →
+//! 64), one constant-rate profile and one whole-dataset run (every request in one batch), each a
+//! [`Plan`] run by the ordinary run loop and batcher, on the real engine and on the simulator,
+//! which reads the profile through `engine.sim.profile` (virtual time). A last, control row
+//! repeats a setting of the design itself (b16-p16-o64): its error is the fit's own. Every row
+//! runs `--rounds` times (odd rounds in reverse row order), each run with prompts of its own (a
+//! seed per row and round, shared by its real and simulated run), so no prompt is served from an
+//! earlier run's prefix cache and the real engine's own run-to-run spread is measured in the same
+//! run. The rows are short (one to eight batches) and the rounds many: on a machine whose speed
+//! drifts over tens of seconds, many short rounds sample more of its states than a few long ones.
 //!
+//! 1. By default, **interleaved**: one engine start runs the warm-up, then the designed batches of
+//!    `batchlab calibrate SCENARIO` (`run::calibrate::design_runs`) and the held-out real runs, the
+//!    design spread evenly among them; then the fit of the designed batches alone (`fit_dirs`, as
+//!    `batchlab calibrate` does), written to `<work>/profile.toml`. Calibration and measurement
+//!    then see the same machine, and the fit still never sees a held-out setting.
+//! 2. `--sequential`: exactly what `batchlab calibrate SCENARIO` does first (`calibrate_scenario`,
+//!    one engine start), then the held-out rows on a second engine start: a user's workflow, with
+//!    the machine's drift between the two in every error.
+//! 3. The simulator predicts every row and round with the profile.
+
 //! Per row and metric (output tok/s, latency p50 and p99, TTFT p50): measured = median of the
 //! real rounds, predicted = median of the simulated ones (identical: virtual time), error =
-//! (predicted − measured) / measured, spread = (max − min) / median of the real rounds.
+//! (predicted − measured) / measured, spread = the real rounds' interquartile range / their median
+//! (the middle half of the rounds: robust to one odd round, as max − min over many rounds is not).
 //! Goal: |throughput error| ≤ 5 % and |latency p50 error| ≤ 10 % on every row.
 //!
 //! The real measurements are saved to `<work>/measured.json`. `--profile` skips the calibration and
@@ -75,7 +83,7 @@ fn parse_args() -> Option<Args> {
     }
     let mut args = Args {
         scenario: PathBuf::from("scenarios/vllm-cpu.toml"),
-        rounds: 3,
+        rounds: 15,
         out: None,
         work: std::env::temp_dir().join(format!("batchlab-fidelity-{}", std::process::id())),
         sim_only: false,
@@ -129,21 +137,21 @@ fn held_out_rows(base: &Plan, stream: u64) -> Vec<Row> {
     let mut rows = Vec::new();
     let mut add = |label: String, plan: Plan| rows.push(Row { label, plan });
     for (i, (label, s)) in [
-        ("batch 8", setting(8, 128, 64, 16)),
-        ("batch 64", setting(64, 128, 64, 4)),
-        ("batch 256", setting(256, 128, 64, 2)),
-        ("prompt 64", setting(32, 64, 64, 8)),
-        ("prompt 256", setting(32, 256, 64, 8)),
-        ("output 32", setting(32, 128, 32, 8)),
-        ("output 128", setting(32, 128, 128, 4)),
+        ("batch 8", setting(8, 128, 64, 8)),
+        ("batch 64", setting(64, 128, 64, 2)),
+        ("batch 256", setting(256, 128, 64, 1)),
+        ("prompt 64", setting(32, 64, 64, 4)),
+        ("prompt 256", setting(32, 256, 64, 4)),
+        ("output 32", setting(32, 128, 32, 4)),
+        ("output 128", setting(32, 128, 128, 2)),
     ]
     .into_iter()
     .enumerate()
     {
         add(format!("{label} ({})", s.name()), setting_plan(base, &s, stream * 100 + i as u64));
     }
-    // Constant rate: 192 arrivals at 30/s into batches of up to 32 (partial batches on the timeout).
-    let mut constant = setting_plan(base, &setting(32, 128, 64, 6), stream * 100 + 50);
+    // Constant rate: 96 arrivals at 30/s into batches of up to 32 (partial batches on the timeout).
+    let mut constant = setting_plan(base, &setting(32, 128, 64, 3), stream * 100 + 50);
     constant.profile = ProfilePlan::Constant { rates: vec![30.0], max_concurrency: None, rampup: None };
     add("constant 30 req/s (b32-p128-o64)".into(), constant);
     // The whole dataset in one batch: 128 requests, batch size 256 (the batch leaves on its timeout).
@@ -155,27 +163,13 @@ fn held_out_rows(base: &Plan, stream: u64) -> Vec<Row> {
     // A control, not held out: two batches of a setting the design ran. If it misses by as much as
     // the held-out rows, the machine drifted between calibration and measurement; if only the
     // held-out rows miss, the model does not extrapolate.
-    let control = control_setting();
-    add(format!("{CONTROL} ({})", control.name()), setting_plan(base, &control, stream * 100 + 70));
-    rows
-}
-
-/// The control: two batches of b16-p16-o64, a setting of the design (not held out). It is a row of
-/// its own, and the probe run before every held-out run (see [`drift`]).
-fn control_setting() -> Setting {
-    DESIGN
+    let control = DESIGN
         .iter()
         .find(|s| s.name() == "b16-p16-o64")
         .map(|s| Setting { batches: 2, ..*s })
-        .expect("the control is a setting of the design")
-}
-
-/// The machine's speed at one held-out run, against the profile's: the probe run just before it
-/// (the control setting), measured over predicted throughput. The drift-adjusted metrics divide a
-/// throughput by it and multiply a time by it, so that a machine that runs 20 % fast for a minute
-/// no longer shows as a 20 % model error in that minute's rows. The probe's own noise remains.
-fn drift(probe_measured: &Measured, probe_predicted: &Measured) -> f64 {
-    probe_measured.output_tok_s / probe_predicted.output_tok_s
+        .expect("the control is a setting of the design");
+    add(format!("{CONTROL} ({})", control.name()), setting_plan(base, &control, stream * 100 + 70));
+    rows
 }
 
 /// What `<work>/measured.json` holds: the real engine's metrics per row and round.
@@ -184,9 +178,6 @@ struct Measurements {
     labels: Vec<String>,
     /// Per row (in `labels` order), per round.
     rounds: Vec<Vec<Measured>>,
-    /// Per row and round, the probe run just before it (empty from an older run).
-    #[serde(default)]
-    probes: Vec<Vec<Measured>>,
 }
 
 /// The label of the in-sample control row, which has no goal.
@@ -216,6 +207,18 @@ impl Measured {
 
     fn get(&self, i: usize) -> f64 {
         [self.output_tok_s, self.latency_p50, self.latency_p99, self.ttft_p50][i]
+    }
+}
+
+/// The `q` quantile of sorted `values`, linearly interpolated between ranks.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    match sorted.len() {
+        0 => f64::NAN,
+        n => {
+            let at = q * (n - 1) as f64;
+            let (lo, hi) = (at.floor() as usize, at.ceil() as usize);
+            sorted[lo] + (sorted[hi] - sorted[lo]) * (at - lo as f64)
+        }
     }
 }
 
@@ -266,19 +269,15 @@ fn main() {
         assert!(m.labels.iter().all(|l| labels.contains(l)), "{:?} has rows this bench does not know", args.measured);
     }
     let rounds = earlier.as_ref().map_or(args.rounds, |m| m.rounds[0].len());
-    // The held-out runs, round by round (odd rounds in reverse row order): (row, round, plan,
-    // its probe's plan).
-    let mut held: Vec<(usize, usize, Plan, Plan)> = Vec::new();
+    // The held-out runs, round by round (odd rounds in reverse row order): (row, round, plan).
+    let mut held: Vec<(usize, usize, Plan)> = Vec::new();
     for round in 0..rounds {
         let rows: Vec<Row> = held_out_rows(&base, 1 + round as u64).into_iter().filter(|r| wanted(&r.label)).collect();
         let mut order: Vec<usize> = (0..rows.len()).collect();
         if round % 2 == 1 {
             order.reverse();
         }
-        for i in order {
-            let probe = setting_plan(&base, &control_setting(), 10_000 + held.len() as u64);
-            held.push((i, round, rows[i].plan.clone(), probe));
-        }
+        held.extend(order.into_iter().map(|i| (i, round, rows[i].plan.clone())));
     }
     let options = DesignOptions {
         runs_dir: args.work.join("calibration"),
@@ -286,12 +285,7 @@ fn main() {
         interrupt: Interrupt::never(),
     };
     let mut measured: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
-    let mut probes: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
-    let measure_real = |real: &mut PlanRunner,
-                        (row, round, plan, probe): (usize, usize, &Plan, &Plan),
-                        measured: &mut Vec<Vec<Measured>>,
-                        probes: &mut Vec<Vec<Measured>>| {
-        probes[row].push(run_row(real, probe));
+    let measure_real = |real: &mut PlanRunner, row: usize, round: usize, plan: &Plan, measured: &mut Vec<Vec<Measured>>| {
         let m = run_row(real, plan);
         say(&format!(
             "fidelity: round {round} {}: real {:.0} tok/s, p50 {:.1} ms",
@@ -334,8 +328,8 @@ fn main() {
                     engine.get_or_insert(info);
                 }
                 Some(j) => {
-                    let (row, round, plan, probe) = &held[j];
-                    measure_real(&mut real, (*row, *round, plan, probe), &mut measured, &mut probes);
+                    let (row, round, plan) = &held[j];
+                    measure_real(&mut real, *row, *round, plan, &mut measured);
                 }
             }
         }
@@ -380,28 +374,22 @@ fn main() {
     let mut sim = PlanRunner::new(sim_engine.build().unwrap_or_else(|e| panic!("{e}")));
     let mut predicted: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
     let t1 = Instant::now();
-    let mut predicted_probes: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
-    for (i, round, plan, probe) in &held {
+    for (i, round, plan) in &held {
         let (i, round) = (*i, *round);
         if !interleaved {
             match (&mut real, &earlier) {
-                (Some(real), _) => measure_real(real, (i, round, plan, probe), &mut measured, &mut probes),
+                (Some(real), _) => measure_real(real, i, round, plan, &mut measured),
                 (None, Some(e)) => {
                     let at = e.labels.iter().position(|l| *l == labels[i]).expect("a measured row");
                     measured[i].push(e.rounds[at][round]);
-                    if let Some(p) = e.probes.get(at).and_then(|p| p.get(round)) {
-                        probes[i].push(*p);
-                    }
                 }
                 // --sim-only: the scenario's own (simulated) engine stands in for the real one.
-                (None, None) => {
-                    let mut stand_in = PlanRunner::new(base.engine.build().expect("the simulator"));
-                    probes[i].push(run_row(&mut stand_in, probe));
-                    measured[i].push(run_row(&mut stand_in, plan));
-                }
+                (None, None) => measured[i].push(run_row(
+                    &mut PlanRunner::new(base.engine.build().expect("the simulator")),
+                    plan,
+                )),
             }
         }
-        predicted_probes[i].push(run_row(&mut sim, &Plan { engine: sim_engine.clone(), ..probe.clone() }));
         let sim_plan = Plan { engine: sim_engine.clone(), ..plan.clone() };
         let p = run_row(&mut sim, &sim_plan);
         say(&format!(
@@ -421,19 +409,12 @@ fn main() {
         let _ = capture.restore();
     }
     // The measurements, to compare another profile with them later (`--measured`).
-    let saved = Measurements { labels: labels.clone(), rounds: measured.clone(), probes: probes.clone() };
+    let saved = Measurements { labels: labels.clone(), rounds: measured.clone() };
     let saved_path = args.work.join("measured.json");
     std::fs::write(&saved_path, serde_json::to_vec_pretty(&saved).expect("json"))
         .unwrap_or_else(|e| panic!("writing {}: {e}", saved_path.display()));
 
-    let table = render(&Judged {
-        labels: &labels,
-        measured: &measured,
-        predicted: &predicted,
-        probes: &probes,
-        predicted_probes: &predicted_probes,
-        rounds,
-    });
+    let table = render(&labels, &measured, &predicted, rounds);
     let mut text = String::new();
     let profile = batchlab::engine::sim::Profile::load(&profile_path).unwrap_or_else(|e| panic!("{e}"));
     let rows = labels.iter().filter(|l| !l.starts_with(CONTROL)).count();
@@ -501,79 +482,44 @@ fn main() {
     }
 }
 
-/// The per-round and per-row inputs of the table.
-struct Judged<'a> {
-    labels: &'a [String],
-    measured: &'a [Vec<Measured>],
-    predicted: &'a [Vec<Measured>],
-    /// Per row and round, the probe before it, measured and predicted (empty: none recorded).
-    probes: &'a [Vec<Measured>],
-    predicted_probes: &'a [Vec<Measured>],
-    rounds: usize,
-}
-
-/// The markdown table: per row and metric, predicted, measured, error, the drift-adjusted error
-/// and the real spread.
-fn render(j: &Judged) -> String {
+/// The markdown table: per row and metric, predicted, measured, error and the real spread.
+fn render(labels: &[String], measured: &[Vec<Measured>], predicted: &[Vec<Measured>], rounds: usize) -> String {
     let mut out = String::new();
-    out.push_str("| held-out row | metric | predicted | measured | error | drift-adjusted error | real spread |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|---:|\n");
+    out.push_str("| held-out row | metric | predicted | measured | error | real spread |\n");
+    out.push_str("|---|---|---:|---:|---:|---:|\n");
     let mut misses = Vec::new();
-    let mut adjusted_misses = Vec::new();
-    let mut probe_speeds = Vec::new();
-    for (r, label) in j.labels.iter().enumerate() {
-        // The machine's speed at each round of this row (none without probes).
-        let speeds: Vec<f64> = j.probes[r].iter().zip(&j.predicted_probes[r]).map(|(m, p)| drift(m, p)).collect();
-        let adjustable = speeds.len() == j.measured[r].len() && !speeds.is_empty();
-        if adjustable && !label.starts_with(CONTROL) {
-            probe_speeds.extend(speeds.iter().copied());
-        }
+    for (r, label) in labels.iter().enumerate() {
         for (k, name) in Measured::NAMES.iter().enumerate() {
-            let mut real: Vec<f64> = j.measured[r].iter().map(|m| m.get(k)).collect();
-            let mut adjusted: Vec<f64> = j.measured[r]
-                .iter()
-                .zip(&speeds)
-                .map(|(m, f)| if k == 0 { m.get(k) / f } else { m.get(k) * f })
-                .collect();
-            let mut sim: Vec<f64> = j.predicted[r].iter().map(|m| m.get(k)).collect();
+            let mut real: Vec<f64> = measured[r].iter().map(|m| m.get(k)).collect();
+            let mut sim: Vec<f64> = predicted[r].iter().map(|m| m.get(k)).collect();
             let m = median(&mut real);
             let p = median(&mut sim);
-            let spread = (real.last().copied().unwrap_or(f64::NAN) - real.first().copied().unwrap_or(f64::NAN)) / m;
+            let spread = (quantile(&real, 0.75) - quantile(&real, 0.25)) / m;
             let error = (p - m) / m;
-            let adjusted_error = adjustable.then(|| {
-                let a = median(&mut adjusted);
-                (p - a) / a
-            });
             let goal = match k {
                 _ if label.starts_with(CONTROL) => None,
                 0 => Some(0.05),
                 1 => Some(0.10),
                 _ => None,
             };
-            let verdict = |e: f64, misses: &mut Vec<String>| match goal {
-                Some(g) if e.abs() > g => {
-                    misses.push(format!("{label} {name} {:+.1} %", e * 100.0));
+            let verdict = match goal {
+                Some(g) if error.abs() > g => {
+                    misses.push(format!("{label} {name} {:+.1} %", error * 100.0));
                     " ✗"
                 }
                 Some(_) => " ✓",
                 None => "",
             };
-            let v = verdict(error, &mut misses);
-            let adjusted_cell = match adjusted_error {
-                Some(e) => format!("{:+.1} %{}", e * 100.0, verdict(e, &mut adjusted_misses)),
-                None => "–".to_owned(),
-            };
             let row = if k == 0 { label.as_str() } else { "" };
             out.push_str(&format!(
-                "| {row} | {name} | {p:.1} | {m:.1} | {:+.1} %{v} | {adjusted_cell} | {:.1} % |\n",
+                "| {row} | {name} | {p:.1} | {m:.1} | {:+.1} %{verdict} | {:.1} % |\n",
                 error * 100.0,
                 spread * 100.0
             ));
         }
     }
-    let rounds = j.rounds;
     out.push_str(&format!(
-        "\nMeasured: median of {rounds} real rounds; spread: (max − min) / median of those rounds. Goal \
+        "\nMeasured: median of {rounds} real rounds; spread: their interquartile range / their median. Goal \
          (✓/✗, held-out rows): throughput within ±5 %, latency p50 within ±10 %. The control row ran \
          a setting of the design itself, not held out: its error is the fit's own and the engine's noise \
          (with `--sequential`, also the machine's drift between calibration and measurement), not the \
@@ -583,25 +529,6 @@ fn render(j: &Judged) -> String {
         out.push_str("Every row meets the goal.\n");
     } else {
         out.push_str(&format!("Misses: {}.\n", misses.join("; ")));
-    }
-    if !probe_speeds.is_empty() {
-        probe_speeds.sort_by(f64::total_cmp);
-        out.push_str(&format!(
-            "\nDrift-adjusted: every held-out run is preceded by a probe, two batches of the control \
-             setting; its measured over predicted throughput is the machine's speed at that moment against \
-             the profile's ({:.2} to {:.2} over these {} runs, median {:.2}). Each round's measured \
-             throughput is divided by it and its times multiplied by it before the median, which takes \
-             the machine's drift out of the error and leaves the model's (and the probe's own noise). ",
-            probe_speeds[0],
-            probe_speeds[probe_speeds.len() - 1],
-            probe_speeds.len(),
-            median(&mut probe_speeds.clone()),
-        ));
-        if adjusted_misses.is_empty() {
-            out.push_str("Drift-adjusted, every row meets the goal.\n");
-        } else {
-            out.push_str(&format!("Drift-adjusted misses: {}.\n", adjusted_misses.join("; ")));
-        }
     }
     out
 }

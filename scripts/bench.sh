@@ -16,7 +16,7 @@ venv_python="$home/venv/bin/python"
 rounds="${BENCH_ROUNDS:-3}"          # timing accuracy
 pairs="${BENCH_PAIRS:-32=40,256=20}"  # in-engine alternation, per mode and batch size
 ttr_rounds="${BENCH_TTR_ROUNDS:-5}"  # time to report vs its floor
-fidelity_rounds="${BENCH_FIDELITY_ROUNDS:-5}"  # the simulator against vLLM, per held-out row
+fidelity_rounds="${BENCH_FIDELITY_ROUNDS:-15}"  # the simulator against vLLM: short rounds per held-out row
 work="$(mktemp -d -t batchlab-bench.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 out="$work/performance.md"
@@ -174,7 +174,7 @@ section "simulator fidelity"
 md ""
 md "## 6. The calibrated simulator against vLLM"
 md ""
-fidelity_doc="The simulator calibrated once from vLLM on this machine (the designed batches of \`batchlab calibrate scenarios/vllm-cpu.toml\`, \`batchlab::run::calibrate::DESIGN\`, then the fit; docs/simulation.md), then held-out settings the design did not run, one factor at a time around the scenario's batch 32 × prompt 128 → output 64 (exactly one batch in flight), plus a constant rate and the whole dataset in one batch, each over $fidelity_rounds rounds (odd rounds in reverse order; every run draws prompts of its own, so none is served from the prefix cache). This machine's speed drifts by 10-30 % from minute to minute (a shared host), so the design's batches run interleaved with the held-out runs on one engine start, spread evenly among them: calibration and measurement see the same machine, and the fit sees only the designed batches. The simulator then predicts each row (\`engine.sim.profile\`, virtual time). Predicted = the simulator, measured = median of the real rounds, error = (predicted − measured) / measured, spread = (max − min) / median of the real rounds. \`--sequential\` calibrates first and measures on a second engine start, as a user would; docs/simulation.md has what that adds on this machine."
+fidelity_doc="The simulator calibrated once from vLLM on this machine (the designed batches of \`batchlab calibrate scenarios/vllm-cpu.toml\`, \`batchlab::run::calibrate::DESIGN\`, then the fit; docs/simulation.md), then held-out settings the design did not run, one factor at a time around the scenario's batch 32 × prompt 128 → output 64 (exactly one batch in flight), plus a constant rate and the whole dataset in one batch, each over $fidelity_rounds rounds (odd rounds in reverse order; every run draws prompts of its own, so none is served from the prefix cache). This machine's speed drifts by 10-70 % within a minute (a shared host), so the design's batches run interleaved with the held-out runs on one engine start, spread evenly among them: calibration and measurement see the same machine, and the fit sees only the designed batches. The simulator then predicts each row (\`engine.sim.profile\`, virtual time). Predicted = the simulator, measured = median of the real rounds, error = (predicted − measured) / measured, spread = the interquartile range of the real rounds / their median. \`--sequential\` calibrates first and measures on a second engine start, as a user would; docs/simulation.md has what that adds on this machine."
 if $quick; then
     # A sim-only smoke run: the "real" engine is the simulator of scenarios/throughput.toml.
     cargo bench --quiet --bench fidelity -- --sim-only --rounds 1 --work "$work/fidelity" --out "$work/fidelity.md" >&2

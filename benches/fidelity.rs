@@ -28,7 +28,7 @@
 //!    one engine start), then the held-out rows on a second engine start: a user's workflow, with
 //!    the machine's drift between the two in every error.
 //! 3. The simulator predicts every row and round with the profile.
-
+//!
 //! Per row and metric (output tok/s, latency p50 and p99, TTFT p50): measured = median of the
 //! real rounds, predicted = median of the simulated ones (identical: virtual time), error =
 //! (predicted − measured) / measured, spread = the real rounds' interquartile range / their median
@@ -49,8 +49,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use batchlab::report::BenchmarkResult;
 use batchlab::calibrate::fit_dirs;
+use batchlab::report::BenchmarkResult;
 use batchlab::run::calibrate::{
     DESIGN, DesignOptions, DesignRun, PlanRunner, Setting, calibrate_scenario, design_runs, run_designed, setting_plan,
 };
@@ -285,14 +285,15 @@ fn main() {
         interrupt: Interrupt::never(),
     };
     let mut measured: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
-    let measure_real = |real: &mut PlanRunner, row: usize, round: usize, plan: &Plan, measured: &mut Vec<Vec<Measured>>| {
-        let m = run_row(real, plan);
-        say(&format!(
-            "fidelity: round {round} {}: real {:.0} tok/s, p50 {:.1} ms",
-            labels[row], m.output_tok_s, m.latency_p50
-        ));
-        measured[row].push(m);
-    };
+    let measure_real =
+        |real: &mut PlanRunner, row: usize, round: usize, plan: &Plan, measured: &mut Vec<Vec<Measured>>| {
+            let m = run_row(real, plan);
+            say(&format!(
+                "fidelity: round {round} {}: real {:.0} tok/s, p50 {:.1} ms",
+                labels[row], m.output_tok_s, m.latency_p50
+            ));
+            measured[row].push(m);
+        };
     let interleaved = args.profile.is_none() && args.measured.is_none() && !args.sequential;
     let t0 = Instant::now();
     let mut measure_s = 0.0;
@@ -302,10 +303,7 @@ fn main() {
         // The design's runs and the held-out runs on one engine start, the design spread evenly
         // among the held-out runs (each at its fractional position, the warm-up first); the fit
         // sees only the design's directories.
-        say(&format!(
-            "fidelity: calibrating from {} with the held-out runs interleaved ...",
-            args.scenario.display()
-        ));
+        say(&format!("fidelity: calibrating from {} with the held-out runs interleaved ...", args.scenario.display()));
         let design = design_runs(&base, DESIGN);
         let mut real = PlanRunner::new(base.engine.build().unwrap_or_else(|e| panic!("{e}")));
         let (warmup, rest) = design.split_first().expect("a warm-up run");
@@ -370,7 +368,8 @@ fn main() {
 
     // 2-3. The held-out rows: measured (unless interleaved above, or taken from an earlier run)
     // and predicted, row by row.
-    let mut real = (real_runs && !interleaved).then(|| PlanRunner::new(base.engine.build().unwrap_or_else(|e| panic!("{e}"))));
+    let mut real =
+        (real_runs && !interleaved).then(|| PlanRunner::new(base.engine.build().unwrap_or_else(|e| panic!("{e}"))));
     let mut sim = PlanRunner::new(sim_engine.build().unwrap_or_else(|e| panic!("{e}")));
     let mut predicted: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
     let t1 = Instant::now();
@@ -384,10 +383,9 @@ fn main() {
                     measured[i].push(e.rounds[at][round]);
                 }
                 // --sim-only: the scenario's own (simulated) engine stands in for the real one.
-                (None, None) => measured[i].push(run_row(
-                    &mut PlanRunner::new(base.engine.build().expect("the simulator")),
-                    plan,
-                )),
+                (None, None) => {
+                    measured[i].push(run_row(&mut PlanRunner::new(base.engine.build().expect("the simulator")), plan))
+                }
             }
         }
         let sim_plan = Plan { engine: sim_engine.clone(), ..plan.clone() };

@@ -238,9 +238,9 @@ trace_case!(
     [Submit(2), Wait(1), Submit(1), Abort, Submit(1), Shutdown]
 );
 
-/// Each decode step costs 1 ms per running sequence on top of its 1 ms. Two output tokens: the
-/// first at the end of the 1 ms prefill, the second one decode step later. A lone request takes
-/// 1 + (1 + 1) = 3 ms, a batch of 4 takes 1 + (1 + 4) = 6 ms.
+/// Each step costs 1 ms per scheduled sequence on top of its 1 ms. Two output tokens: the first at
+/// the end of the prefill step, the second one decode step later. A lone request takes
+/// (1 + 1) + (1 + 1) = 4 ms, a batch of 4 takes (1 + 4) + (1 + 4) = 10 ms.
 #[test]
 fn decode_cost_grows_with_the_running_batch() {
     use Step::*;

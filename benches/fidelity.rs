@@ -53,6 +53,7 @@ use batchlab::calibrate::fit_dirs;
 use batchlab::report::BenchmarkResult;
 use batchlab::run::calibrate::{
     DESIGN, DesignOptions, DesignRun, PlanRunner, Setting, calibrate_scenario, design_runs, run_designed, setting_plan,
+    spread_evenly,
 };
 use batchlab::run::progress::ProgressMode;
 use batchlab::run::{Interrupt, RunOptions};
@@ -160,9 +161,9 @@ fn held_out_rows(base: &Plan, stream: u64) -> Vec<Row> {
         .and_then(|b| b.with_generate_timeout(base.batching.generate_timeout()))
         .expect("valid batching");
     add("whole dataset: 128 in one batch of ≤ 256".into(), whole);
-    // A control, not held out: two batches of a setting the design ran. If it misses by as much as
-    // the held-out rows, the machine drifted between calibration and measurement; if only the
-    // held-out rows miss, the model does not extrapolate.
+    // A control, not held out: two batches of a setting the design ran. Its error is the fit's own
+    // (and, with `--sequential`, the machine's drift between calibration and measurement); if
+    // only the held-out rows miss, the model does not extrapolate.
     let control = DESIGN
         .iter()
         .find(|s| s.name() == "b16-p16-o64")
@@ -299,7 +300,7 @@ fn main() {
     let mut measure_s = 0.0;
     // 1. The profile: calibrated as `batchlab calibrate SCENARIO` does, interleaved with the
     // held-out runs or before them, or given.
-    let (profile_path, design) = if interleaved {
+    let fitted = if interleaved {
         // The design's runs and the held-out runs on one engine start, the design spread evenly
         // among the held-out runs (each at its fractional position, the warm-up first); the fit
         // sees only the design's directories.
@@ -308,47 +309,39 @@ fn main() {
         let mut real = PlanRunner::new(base.engine.build().unwrap_or_else(|e| panic!("{e}")));
         let (warmup, rest) = design.split_first().expect("a warm-up run");
         run_designed(&mut real, &warmup.0, &warmup.1, &options).unwrap_or_else(|e| panic!("calibrate: {e}"));
-        let (d, h) = (rest.len() as f64, held.len() as f64);
-        let mut order: Vec<(f64, Option<usize>, usize)> = (0..rest.len())
-            .map(|i| ((i as f64 + 0.5) / d, None, i))
-            .chain((0..held.len()).map(|j| ((j as f64 + 0.5) / h, Some(j), j)))
-            .collect();
-        order.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut dirs = Vec::new();
         let mut engine = None;
-        for (_, is_held, i) in order {
-            match is_held {
-                None => {
-                    let (name, plan) = &rest[i];
-                    let (dir, info) =
-                        run_designed(&mut real, name, plan, &options).unwrap_or_else(|e| panic!("calibrate: {e}"));
-                    dirs.push(dir);
-                    engine.get_or_insert(info);
-                }
-                Some(j) => {
-                    let (row, round, plan) = &held[j];
-                    measure_real(&mut real, *row, *round, plan, &mut measured);
-                }
+        // List 0: the design's runs, list 1: the held-out runs.
+        for (list, i) in spread_evenly(&[rest.len(), held.len()]) {
+            if list == 0 {
+                let (name, plan) = &rest[i];
+                let (dir, info) =
+                    run_designed(&mut real, name, plan, &options).unwrap_or_else(|e| panic!("calibrate: {e}"));
+                dirs.push(dir);
+                engine.get_or_insert(info);
+            } else {
+                let (row, round, plan) = &held[i];
+                measure_real(&mut real, *row, *round, plan, &mut measured);
             }
         }
         real.finish().unwrap_or_else(|e| panic!("shutting the engine down: {e}"));
         measure_s = t0.elapsed().as_secs_f64();
         let profile = fit_dirs(&dirs).unwrap_or_else(|e| panic!("calibrate: {e}"));
-        let path = args.work.join("profile.toml");
-        profile.write(&path).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-        (path, Some(DesignRun { dirs, engine: engine.unwrap_or_default() }))
+        Some((profile, DesignRun { dirs, engine: engine.unwrap_or_default() }))
+    } else if args.profile.is_none() {
+        say(&format!("fidelity: calibrating from {} ...", args.scenario.display()));
+        Some(calibrate_scenario(&base, &options).unwrap_or_else(|e| panic!("calibrate: {e}")))
     } else {
-        match &args.profile {
-            Some(path) => (path.clone(), None),
-            None => {
-                say(&format!("fidelity: calibrating from {} ...", args.scenario.display()));
-                let (profile, design) =
-                    calibrate_scenario(&base, &options).unwrap_or_else(|e| panic!("calibrate: {e}"));
-                let path = args.work.join("profile.toml");
-                profile.write(&path).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-                (path, Some(design))
-            }
+        None
+    };
+    let (profile_path, design) = match (fitted, &args.profile) {
+        (Some((profile, design)), _) => {
+            let path = args.work.join("profile.toml");
+            profile.write(&path).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+            (path, Some(design))
         }
+        (None, Some(path)) => (path.clone(), None),
+        (None, None) => unreachable!("a profile is fitted unless one is given"),
     };
     let calibrate_s = t0.elapsed().as_secs_f64() - measure_s;
     say(&format!("fidelity: profile {} ({:.1} s)", profile_path.display(), t0.elapsed().as_secs_f64()));

@@ -192,20 +192,29 @@ pub struct DesignRun {
 /// of one, so a slow minute biases every coefficient a little rather than one a lot. Every run
 /// draws prompts of its own.
 pub fn design_runs(base: &Plan, design: &[Setting]) -> Vec<(String, Plan)> {
-    let mut order: Vec<(f64, usize, u32)> = design
-        .iter()
-        .enumerate()
-        .flat_map(|(i, s)| (0..s.batches).map(move |k| ((f64::from(k) + 0.5) / f64::from(s.batches), i, k)))
-        .collect();
-    order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let counts: Vec<usize> = design.iter().map(|s| s.batches as usize).collect();
     let mut runs = vec![("warmup".to_owned(), setting_plan(base, &WARMUP, 0))];
-    for (_, i, round) in order {
+    for (i, round) in spread_evenly(&counts) {
         let setting = &design[i];
         let one = Setting { batches: 1, ..*setting };
-        let stream = 1 + (i as u64) * 64 + u64::from(round);
+        let stream = 1 + (i as u64) * 64 + round as u64;
         runs.push((format!("{}-r{round}", setting.name()), setting_plan(base, &one, stream)));
     }
     runs
+}
+
+/// Lists of `counts[i]` items each, merged so that every list is spread evenly over the whole:
+/// item `k` of list `i` stands at the position `(k + ½) / counts[i]`, ties in list order. Returns
+/// `(list, item)` pairs in that order. [`design_runs`] spreads the settings' batches with it, and
+/// a caller that interleaves the design with runs of its own (the fidelity bench) spreads the two.
+pub fn spread_evenly(counts: &[usize]) -> Vec<(usize, usize)> {
+    let mut order: Vec<(f64, usize, usize)> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &n)| (0..n).map(move |k| ((k as f64 + 0.5) / n as f64, i, k)))
+        .collect();
+    order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    order.into_iter().map(|(_, i, k)| (i, k)).collect()
 }
 
 /// Runs [`design_runs`] on the engine `base` names, started once.

@@ -4,7 +4,8 @@
 //! ```sh
 //! PYO3_PYTHON=~/.cache/batchlab/venv/bin/python cargo bench --features vllm --bench fidelity -- \
 //!     [--scenario scenarios/vllm-cpu.toml] [--rounds 15] [--out FILE] [--work DIR] [--sim-only] \
-//!     [--sequential] [--profile PROFILE.toml] [--measured WORK/measured.json]
+//!     [--sequential] [--profile PROFILE.toml | --calibration WORK/calibration] \
+//!     [--measured WORK/measured.json] [--bootstrap 200]
 //! ```
 //!
 //! The held-out rows are settings the design did not run: batch sizes 8, 64 and 256, prompts of 64
@@ -35,10 +36,20 @@
 //! (the middle half of the rounds: robust to one odd round, as max − min over many rounds is not).
 //! Goal: |throughput error| ≤ 5 % and |latency p50 error| ≤ 10 % on every row.
 //!
+//! Each error comes with a **95 % bootstrap interval** (`--bootstrap` resamples, 0 for none), so
+//! that a miss can be told from the noise. Each resample draws the real rounds again with
+//! replacement (the measurement's noise) and, when the design's runs are at hand, draws each
+//! setting's designed batches again with replacement, refits the profile from them and predicts
+//! every row again (the calibration's noise: the fit saw one draw of a noisy machine too). The
+//! table then says for every goal whether its whole interval lies inside the goal, outside it, or
+//! across its edge (the noise cannot decide).
+//!
 //! The real measurements are saved to `<work>/measured.json`. `--profile` skips the calibration and
 //! predicts with a given profile; `--measured` skips the real runs and compares with an earlier
 //! run's measurements: together they re-judge a new fit against the same real numbers in
-//! milliseconds (the rows must be the same).
+//! milliseconds (the rows must be the same). `--calibration` instead of `--profile` refits from
+//! an earlier run's designed batches (its `<work>/calibration`), which also gives the bootstrap
+//! the batches to resample.
 //!
 //! `--sim-only` (what `just bench --quick` runs, no Python): the "real" engine is the simulator
 //! with the hand-set costs of `scenarios/throughput.toml`, so the table checks the whole pipeline
@@ -49,15 +60,17 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use batchlab::calibrate::fit_dirs;
+use batchlab::calibrate::{fit_dirs, fit_measurements, read_dirs};
+use batchlab::engine::sim::Profile;
 use batchlab::report::BenchmarkResult;
+use batchlab::rng::SplitMix64;
 use batchlab::run::calibrate::{
     DESIGN, DesignOptions, DesignRun, PlanRunner, Setting, calibrate_scenario, design_runs, run_designed, setting_plan,
     spread_evenly,
 };
 use batchlab::run::progress::ProgressMode;
 use batchlab::run::{Interrupt, RunOptions};
-use batchlab::scenario::plan::{Plan, ProfilePlan};
+use batchlab::scenario::plan::{EnginePlan, Plan, ProfilePlan};
 use batchlab::scenario::{Overrides, load_file};
 use std::io::Write as _;
 
@@ -71,6 +84,10 @@ struct Args {
     profile: Option<PathBuf>,
     /// Skip the real runs: compare with these measurements (a `measured.json` of an earlier run).
     measured: Option<PathBuf>,
+    /// Skip the calibration's runs: refit from these designed runs (an earlier `<work>/calibration`).
+    calibration: Option<PathBuf>,
+    /// Bootstrap resamples for the errors' intervals (0: none).
+    bootstrap: usize,
     /// Calibrate first, then measure on a second engine start (a user's workflow: the machine's
     /// drift between the two is in every error), instead of interleaving the design's batches
     /// with the held-out runs on one engine start.
@@ -90,6 +107,8 @@ fn parse_args() -> Option<Args> {
         sim_only: false,
         profile: None,
         measured: None,
+        calibration: None,
+        bootstrap: 200,
         sequential: false,
     };
     let mut it = std::env::args().skip(1);
@@ -103,6 +122,8 @@ fn parse_args() -> Option<Args> {
             "--sim-only" => args.sim_only = true,
             "--profile" => args.profile = Some(PathBuf::from(value())),
             "--measured" => args.measured = Some(PathBuf::from(value())),
+            "--calibration" => args.calibration = Some(PathBuf::from(value())),
+            "--bootstrap" => args.bootstrap = value().parse().expect("--bootstrap N"),
             "--sequential" => args.sequential = true,
             _ => {} // `--bench` and anything libtest-ish
         }
@@ -179,6 +200,34 @@ struct Measurements {
     labels: Vec<String>,
     /// Per row (in `labels` order), per round.
     rounds: Vec<Vec<Measured>>,
+    /// [`host_probe_ms`] before each real run, in run order (empty in files from before it).
+    #[serde(default)]
+    host_probe_ms: Vec<f64>,
+}
+
+/// The time of a fixed piece of CPU work (eight 128 × 128 matrix products in plain Rust: no
+/// Python, no vLLM, no allocation), in ms. Run before every held-out real run, its spread is the
+/// host's own noise at the same moments: what no model of the engine can predict.
+fn host_probe_ms() -> f64 {
+    const N: usize = 128;
+    let a: Vec<f32> = (0..N * N).map(|i| (i % 7) as f32 * 0.25).collect();
+    let mut c = vec![0.0f32; N * N];
+    let t = Instant::now();
+    let mut b = a.clone();
+    for _ in 0..8 {
+        for i in 0..N {
+            for j in 0..N {
+                let mut sum = 0.0f32;
+                for k in 0..N {
+                    sum += a[i * N + k] * b[k * N + j];
+                }
+                c[i * N + j] = sum * 1e-3;
+            }
+        }
+        std::mem::swap(&mut b, &mut c);
+        std::hint::black_box(&b);
+    }
+    t.elapsed().as_secs_f64() * 1e3
 }
 
 /// The label of the in-sample control row, which has no goal.
@@ -286,15 +335,21 @@ fn main() {
         interrupt: Interrupt::never(),
     };
     let mut measured: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
-    let measure_real =
-        |real: &mut PlanRunner, row: usize, round: usize, plan: &Plan, measured: &mut Vec<Vec<Measured>>| {
-            let m = run_row(real, plan);
-            say(&format!(
-                "fidelity: round {round} {}: real {:.0} tok/s, p50 {:.1} ms",
-                labels[row], m.output_tok_s, m.latency_p50
-            ));
-            measured[row].push(m);
-        };
+    let mut host_ms: Vec<f64> = Vec::new();
+    let measure_real = |real: &mut PlanRunner,
+                        row: usize,
+                        round: usize,
+                        plan: &Plan,
+                        measured: &mut Vec<Vec<Measured>>,
+                        host_ms: &mut Vec<f64>| {
+        host_ms.push(host_probe_ms());
+        let m = run_row(real, plan);
+        say(&format!(
+            "fidelity: round {round} {}: real {:.0} tok/s, p50 {:.1} ms",
+            labels[row], m.output_tok_s, m.latency_p50
+        ));
+        measured[row].push(m);
+    };
     let interleaved = args.profile.is_none() && args.measured.is_none() && !args.sequential;
     let t0 = Instant::now();
     let mut measure_s = 0.0;
@@ -321,13 +376,19 @@ fn main() {
                 engine.get_or_insert(info);
             } else {
                 let (row, round, plan) = &held[i];
-                measure_real(&mut real, *row, *round, plan, &mut measured);
+                measure_real(&mut real, *row, *round, plan, &mut measured, &mut host_ms);
             }
         }
         real.finish().unwrap_or_else(|e| panic!("shutting the engine down: {e}"));
         measure_s = t0.elapsed().as_secs_f64();
         let profile = fit_dirs(&dirs).unwrap_or_else(|e| panic!("calibrate: {e}"));
         Some((profile, DesignRun { dirs, engine: engine.unwrap_or_default() }))
+    } else if let Some(dir) = &args.calibration {
+        // An earlier run's designed batches, refitted.
+        let dirs: Vec<PathBuf> =
+            design_runs(&base, DESIGN).into_iter().skip(1).map(|(name, _)| dir.join(name)).collect();
+        let profile = fit_dirs(&dirs).unwrap_or_else(|e| panic!("calibrate from {}: {e}", dir.display()));
+        Some((profile, DesignRun { dirs, engine: Default::default() }))
     } else if args.profile.is_none() {
         say(&format!("fidelity: calibrating from {} ...", args.scenario.display()));
         Some(calibrate_scenario(&base, &options).unwrap_or_else(|e| panic!("calibrate: {e}")))
@@ -370,13 +431,17 @@ fn main() {
         let (i, round) = (*i, *round);
         if !interleaved {
             match (&mut real, &earlier) {
-                (Some(real), _) => measure_real(real, i, round, plan, &mut measured),
+                (Some(real), _) => measure_real(real, i, round, plan, &mut measured, &mut host_ms),
                 (None, Some(e)) => {
+                    if host_ms.is_empty() {
+                        host_ms.clone_from(&e.host_probe_ms);
+                    }
                     let at = e.labels.iter().position(|l| *l == labels[i]).expect("a measured row");
                     measured[i].push(e.rounds[at][round]);
                 }
                 // --sim-only: the scenario's own (simulated) engine stands in for the real one.
                 (None, None) => {
+                    host_ms.push(host_probe_ms());
                     measured[i].push(run_row(&mut PlanRunner::new(base.engine.build().expect("the simulator")), plan))
                 }
             }
@@ -400,18 +465,34 @@ fn main() {
         let _ = capture.restore();
     }
     // The measurements, to compare another profile with them later (`--measured`).
-    let saved = Measurements { labels: labels.clone(), rounds: measured.clone() };
+    let saved = Measurements { labels: labels.clone(), rounds: measured.clone(), host_probe_ms: host_ms.clone() };
     let saved_path = args.work.join("measured.json");
     std::fs::write(&saved_path, serde_json::to_vec_pretty(&saved).expect("json"))
         .unwrap_or_else(|e| panic!("writing {}: {e}", saved_path.display()));
 
-    let table = render(&labels, &measured, &predicted, rounds);
+    // The errors' intervals: the rounds resampled and, with the design's runs, the fit too.
+    // Round 0 runs the rows in row order.
+    let first_plans: Vec<Plan> = held.iter().filter(|(_, round, _)| *round == 0).map(|(_, _, p)| p.clone()).collect();
+    assert_eq!(first_plans.len(), labels.len(), "round 0 runs every row once");
+    let resampled = design.as_ref().map(|d| d.dirs.as_slice()).filter(|_| args.bootstrap > 0).map(|dirs| {
+        say(&format!("fidelity: bootstrap, {} refits of the profile ...", args.bootstrap));
+        let first: Vec<Measured> = predicted.iter().map(|p| p[0]).collect();
+        refit_predictions(dirs, &sim_engine, &first_plans, &first, args.bootstrap)
+    });
+    let intervals = error_intervals(&measured, &predicted, resampled.as_deref(), args.bootstrap);
+    let table = render(&labels, &measured, &predicted, &intervals, (args.bootstrap, resampled.is_some()), rounds);
     let mut text = String::new();
     let profile = batchlab::engine::sim::Profile::load(&profile_path).unwrap_or_else(|e| panic!("{e}"));
     let rows = labels.iter().filter(|l| !l.starts_with(CONTROL)).count();
     let control = if labels.iter().any(|l| l.starts_with(CONTROL)) { " and a control" } else { "" };
     let whole = started.elapsed().as_secs_f64();
     match &design {
+        Some(_) if args.calibration.is_some() => text.push_str(&format!(
+            "Refitted from the designed batches in `{}`; {rows} held-out rows{control} × {rounds} rounds {}; \
+             whole bench {whole:.0} s.\n\n",
+            args.calibration.as_ref().expect("a calibration directory").display(),
+            if args.measured.is_some() { "taken from an earlier run" } else { "measured" },
+        )),
         Some(design) if interleaved => text.push_str(&format!(
             "Calibrated from `{}` ({} {}): the {} designed batches interleaved with the {rows} held-out rows{control} × \
              {rounds} rounds on one engine start, {measure_s:.0} s; the fit saw only the designed batches; \
@@ -452,6 +533,19 @@ fn main() {
             if c.chunked_prefill { "on" } else { "off" },
         ));
     }
+    if host_ms.len() >= 4 {
+        let mut v = host_ms.clone();
+        let m = median(&mut v);
+        text.push_str(&format!(
+            "The host's own noise: a fixed piece of CPU work (`host_probe_ms`: no Python, no vLLM) run before \
+             each of the {} real runs took a median {m:.1} ms, its interquartile range {:.1} % of that, its 5–95 % \
+             range {:.1}–{:.1} ms.\n\n",
+            v.len(),
+            (quantile(&v, 0.75) - quantile(&v, 0.25)) / m * 100.0,
+            quantile(&v, 0.05),
+            quantile(&v, 0.95),
+        ));
+    }
     // The profile's coefficients and engine tables (its residuals and provenance are in the file).
     let profile_text = std::fs::read_to_string(&profile_path).unwrap_or_default();
     let mut keep = false;
@@ -473,12 +567,116 @@ fn main() {
     }
 }
 
-/// The markdown table: per row and metric, predicted, measured, error and the real spread.
-fn render(labels: &[String], measured: &[Vec<Measured>], predicted: &[Vec<Measured>], rounds: usize) -> String {
+/// The bootstrap's seed: the intervals are the same for the same measurements.
+const BOOTSTRAP_SEED: u64 = 0x0B00_7571;
+
+/// Per bootstrap resample, per row: the metrics a profile refitted from a resample of the design
+/// predicts for the row's first round, as ratios to what the full fit predicts for it (`first`).
+/// Each resample draws every setting's designed batches again, with replacement, so it keeps the
+/// design's shape (every setting, as many batches of each) and the fit stays identified.
+fn refit_predictions(
+    dirs: &[PathBuf],
+    sim_engine: &EnginePlan,
+    first_plans: &[Plan],
+    first: &[Measured],
+    resamples: usize,
+) -> Vec<Vec<[f64; 4]>> {
+    // The designed runs, each read once, grouped by setting (a run is `<setting>-r<k>`).
+    let mut settings: Vec<(String, Vec<batchlab::calibrate::Measurements>)> = Vec::new();
+    for dir in dirs {
+        let m = read_dirs(std::slice::from_ref(dir)).unwrap_or_else(|e| panic!("bootstrap: {e}"));
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let setting = name.rsplit_once("-r").map_or(name.as_str(), |(s, _)| s).to_owned();
+        match settings.iter_mut().find(|(s, _)| *s == setting) {
+            Some((_, runs)) => runs.push(m),
+            None => settings.push((setting, vec![m])),
+        }
+    }
+    let template = settings[0].1[0].clone();
+    (0..resamples)
+        .map(|b| {
+            let mut rng = SplitMix64::derive(BOOTSTRAP_SEED, b as u64);
+            let mut batches = Vec::new();
+            for (_, runs) in &settings {
+                for _ in 0..runs.len() {
+                    let pick = rng.range_u64(0, runs.len() as u64 - 1) as usize;
+                    batches.extend(runs[pick].batches.iter().cloned());
+                }
+            }
+            let m = batchlab::calibrate::Measurements { batches, skipped: 0, ..template.clone() };
+            let profile: Profile = fit_measurements(&m, dirs).unwrap_or_else(|e| panic!("bootstrap refit: {e}"));
+            let mut engine = sim_engine.clone();
+            if let EnginePlan::Sim(config) = &mut engine {
+                profile.apply(&mut config.cost, &mut config.scheduler);
+            }
+            let mut runner = PlanRunner::new(engine.build().unwrap_or_else(|e| panic!("{e}")));
+            let ratios = first_plans
+                .iter()
+                .zip(first)
+                .map(|(plan, full)| {
+                    let p = run_row(&mut runner, &Plan { engine: engine.clone(), ..plan.clone() });
+                    std::array::from_fn(|k| p.get(k) / full.get(k))
+                })
+                .collect();
+            runner.finish().expect("the simulator shuts down");
+            ratios
+        })
+        .collect()
+}
+
+/// Per row and metric, the 95 % bootstrap interval of the error (None without resamples). Each
+/// resample draws the real rounds again with replacement and, when `refits` is given, scales the
+/// prediction by that resample's refitted ratio: both the measurement's and the calibration's
+/// noise are in the interval.
+fn error_intervals(
+    measured: &[Vec<Measured>],
+    predicted: &[Vec<Measured>],
+    refits: Option<&[Vec<[f64; 4]>]>,
+    resamples: usize,
+) -> Vec<[Option<(f64, f64)>; 4]> {
+    measured
+        .iter()
+        .zip(predicted)
+        .enumerate()
+        .map(|(r, (real, sim))| {
+            std::array::from_fn(|k| {
+                if resamples == 0 || real.is_empty() {
+                    return None;
+                }
+                let p = median(&mut sim.iter().map(|m| m.get(k)).collect::<Vec<_>>());
+                let mut rng = SplitMix64::derive(BOOTSTRAP_SEED ^ 0x5EED, (r * 4 + k) as u64);
+                let mut errors: Vec<f64> = (0..resamples)
+                    .map(|b| {
+                        let mut draw: Vec<f64> = (0..real.len())
+                            .map(|_| real[rng.range_u64(0, real.len() as u64 - 1) as usize].get(k))
+                            .collect();
+                        let ratio = refits.map_or(1.0, |f| f[b % f.len()][r][k]);
+                        p * ratio / median(&mut draw) - 1.0
+                    })
+                    .collect();
+                errors.sort_by(f64::total_cmp);
+                Some((quantile(&errors, 0.025), quantile(&errors, 0.975)))
+            })
+        })
+        .collect()
+}
+
+/// The markdown table: per row and metric, predicted, measured, error with its interval and the
+/// real spread.
+fn render(
+    labels: &[String],
+    measured: &[Vec<Measured>],
+    predicted: &[Vec<Measured>],
+    intervals: &[[Option<(f64, f64)>; 4]],
+    (resamples, refitted): (usize, bool),
+    rounds: usize,
+) -> String {
     let mut out = String::new();
-    out.push_str("| held-out row | metric | predicted | measured | error | real spread |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|\n");
+    out.push_str("| held-out row | metric | predicted | measured | error | 95 % interval | real spread |\n");
+    out.push_str("|---|---|---:|---:|---:|---:|---:|\n");
     let mut misses = Vec::new();
+    // Goals whose whole interval is inside the goal, outside it, or across its edge.
+    let (mut inside, mut outside, mut across) = (Vec::new(), Vec::new(), Vec::new());
     for (r, label) in labels.iter().enumerate() {
         for (k, name) in Measured::NAMES.iter().enumerate() {
             let mut real: Vec<f64> = measured[r].iter().map(|m| m.get(k)).collect();
@@ -501,9 +699,22 @@ fn render(labels: &[String], measured: &[Vec<Measured>], predicted: &[Vec<Measur
                 Some(_) => " ✓",
                 None => "",
             };
+            let interval = intervals[r][k];
+            if let (Some(g), Some((lo, hi))) = (goal, interval) {
+                let short = format!("{} {name}", label.split(" (").next().unwrap_or(label));
+                if -g <= lo && hi <= g {
+                    inside.push(short);
+                } else if hi < -g || lo > g {
+                    outside.push(short);
+                } else {
+                    across.push(short);
+                }
+            }
+            let interval =
+                interval.map_or(String::new(), |(lo, hi)| format!("{:+.1} … {:+.1} %", lo * 100.0, hi * 100.0));
             let row = if k == 0 { label.as_str() } else { "" };
             out.push_str(&format!(
-                "| {row} | {name} | {p:.1} | {m:.1} | {:+.1} %{verdict} | {:.1} % |\n",
+                "| {row} | {name} | {p:.1} | {m:.1} | {:+.1} %{verdict} | {interval} | {:.1} % |\n",
                 error * 100.0,
                 spread * 100.0
             ));
@@ -520,6 +731,20 @@ fn render(labels: &[String], measured: &[Vec<Measured>], predicted: &[Vec<Measur
         out.push_str("Every row meets the goal.\n");
     } else {
         out.push_str(&format!("Misses: {}.\n", misses.join("; ")));
+    }
+    if intervals.iter().flatten().any(Option::is_some) {
+        let list = |v: &[String]| if v.is_empty() { "none".to_owned() } else { v.join("; ") };
+        out.push_str(&format!(
+            "\n95 % interval: the error's bootstrap interval over the real rounds{} ({} resamples). The goal's {} \
+             checks: the whole interval inside the goal: {}; across its edge (this run's noise cannot decide): {}; \
+             the whole interval outside it (a miss beyond the noise): {}.\n",
+            if refitted { " and the design's batches, refitted each time" } else { "" },
+            resamples,
+            inside.len() + outside.len() + across.len(),
+            list(&inside),
+            list(&across),
+            list(&outside),
+        ));
     }
     out
 }

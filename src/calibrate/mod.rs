@@ -160,6 +160,12 @@ pub fn fit_dirs(dirs: &[PathBuf]) -> Result<Profile, CalibrateError> {
         let names: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
         return Err(CalibrateError::NoBatches { dirs: names.join(", "), skipped: m.skipped });
     }
+    fit_measurements(&m, dirs)
+}
+
+/// Fits a profile from batches already read (`sources` are named in its provenance). A caller
+/// that refits subsets of one run's batches (a bootstrap) reads the directories once.
+pub fn fit_measurements(m: &Measurements, sources: &[PathBuf]) -> Result<Profile, CalibrateError> {
     let result = fit(&m.config, &m.batches)?;
     Ok(Profile {
         coefficients: result.coefficients,
@@ -173,11 +179,11 @@ pub fn fit_dirs(dirs: &[PathBuf]) -> Result<Profile, CalibrateError> {
         },
         residuals: result.residuals,
         provenance: Provenance {
-            engine_name: m.engine.0,
-            engine_version: m.engine.1,
+            engine_name: m.engine.0.clone(),
+            engine_version: m.engine.1.clone(),
             batchlab_version: env!("CARGO_PKG_VERSION").to_owned(),
             created: utc_now_rfc3339(),
-            sources: dirs.iter().map(|d| d.display().to_string()).collect(),
+            sources: sources.iter().map(|d| d.display().to_string()).collect(),
         },
     })
 }

@@ -44,7 +44,8 @@
 //! table then says for every goal whether its whole interval lies inside the goal, outside it, or
 //! across its edge (the noise cannot decide).
 //!
-//! The real measurements are saved to `<work>/measured.json`. `--profile` skips the calibration and
+//! The real measurements are saved to `<work>/measured.json`, each real held-out run's report and
+//! requests.jsonl to `<work>/held-out/row<i>-<plan>-r<round>/`. `--profile` skips the calibration and
 //! predicts with a given profile; `--measured` skips the real runs and compares with an earlier
 //! run's measurements: together they re-judge a new fit against the same real numbers in
 //! milliseconds (the rows must be the same). `--calibration` instead of `--profile` refits from
@@ -283,7 +284,14 @@ fn median(values: &mut [f64]) -> f64 {
 
 /// Runs `plan` and returns its one benchmark's metrics; a run with errors or lost requests fails.
 fn run_row(runner: &mut PlanRunner, plan: &Plan) -> Measured {
-    let summary = runner.run(plan, RunOptions::quiet()).unwrap_or_else(|e| panic!("{}: {e}", plan.name));
+    run_row_into(runner, plan, None)
+}
+
+/// [`run_row`], its report and requests.jsonl written to `output` (the real runs: for a look at
+/// each batch afterwards, e.g. with `batchlab calibrate` or a replay under the profile).
+fn run_row_into(runner: &mut PlanRunner, plan: &Plan, output: Option<PathBuf>) -> Measured {
+    let options = RunOptions { requests_jsonl: output.is_some(), output_dir: output, ..RunOptions::quiet() };
+    let summary = runner.run(plan, options).unwrap_or_else(|e| panic!("{}: {e}", plan.name));
     let b = summary.report.benchmarks.first().unwrap_or_else(|| panic!("{}: no benchmark", plan.name));
     assert!(
         !summary.report.incomplete && b.counts.errors == 0 && b.counts.completed == b.counts.submitted,
@@ -343,7 +351,8 @@ fn main() {
                         measured: &mut Vec<Vec<Measured>>,
                         host_ms: &mut Vec<f64>| {
         host_ms.push(host_probe_ms());
-        let m = run_row(real, plan);
+        let m =
+            run_row_into(real, plan, Some(args.work.join("held-out").join(format!("row{row}-{}-r{round}", plan.name))));
         say(&format!(
             "fidelity: round {round} {}: real {:.0} tok/s, p50 {:.1} ms",
             labels[row], m.output_tok_s, m.latency_p50
@@ -442,7 +451,9 @@ fn main() {
                 // --sim-only: the scenario's own (simulated) engine stands in for the real one.
                 (None, None) => {
                     host_ms.push(host_probe_ms());
-                    measured[i].push(run_row(&mut PlanRunner::new(base.engine.build().expect("the simulator")), plan))
+                    let dir = args.work.join("held-out").join(format!("row{i}-{}-r{round}", plan.name));
+                    let mut stand_in = PlanRunner::new(base.engine.build().expect("the simulator"));
+                    measured[i].push(run_row_into(&mut stand_in, plan, Some(dir)))
                 }
             }
         }
@@ -561,10 +572,63 @@ fn main() {
     }
     text.push_str("```\n\n");
     text.push_str(&table);
+    text.push_str(&batch_table(&labels, &args.work.join("held-out"), &profile));
     match &args.out {
         Some(path) => std::fs::write(path, &text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display())),
         None => print!("{text}"),
     }
+}
+
+/// Per row, every real batch's own time (dispatch to return) against the profile's time for the
+/// same batch (its composition replayed: `CostModel::generate_ns`): the service-time error apart
+/// from the queueing around it. A row whose latency misses while its batches do not is a row whose
+/// dynamics amplify a small error (a queue that builds up). Empty without the held-out runs'
+/// directories (`--measured`).
+fn batch_table(labels: &[String], held_out: &Path, profile: &Profile) -> String {
+    let Ok(entries) = std::fs::read_dir(held_out) else { return String::new() };
+    let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir()).collect();
+    dirs.sort();
+    let mut cost = batchlab::engine::sim::CostModel::default();
+    let mut scheduler = profile.engine;
+    profile.apply(&mut cost, &mut scheduler);
+    let mut out = String::from(
+        "\nEvery real batch of the held-out runs against the profile's time for that same batch (its requests \
+         replayed through the simulator's scheduler, no queueing): the service-time error, median and \
+         interquartile range over the row's batches.\n\n| held-out row | batches | batch time error, median | \
+         middle half |\n|---|---:|---:|---:|\n",
+    );
+    let mut any = false;
+    for (r, label) in labels.iter().enumerate() {
+        let prefix = format!("row{r}-");
+        let mine: Vec<PathBuf> = dirs
+            .iter()
+            .filter(|d| d.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)))
+            .cloned()
+            .collect();
+        let Ok(m) = read_dirs(&mine) else { continue };
+        let mut errors: Vec<f64> = m
+            .batches
+            .iter()
+            .filter_map(|b| {
+                let measured = b.returned_ns.filter(|t| *t > 0.0)?;
+                let schedule = batchlab::engine::sim::scheduler::replay(&scheduler, &b.specs()).ok()?;
+                Some(cost.generate_ns(&schedule, b.requests.len()) / measured - 1.0)
+            })
+            .collect();
+        if errors.is_empty() {
+            continue;
+        }
+        any = true;
+        let med = median(&mut errors);
+        out.push_str(&format!(
+            "| {label} | {} | {:+.1} % | {:+.1} … {:+.1} % |\n",
+            errors.len(),
+            med * 100.0,
+            quantile(&errors, 0.25) * 100.0,
+            quantile(&errors, 0.75) * 100.0
+        ));
+    }
+    if any { out } else { String::new() }
 }
 
 /// The bootstrap's seed: the intervals are the same for the same measurements.

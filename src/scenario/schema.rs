@@ -128,7 +128,8 @@ pub(crate) fn check_path(path: &[&str]) -> Result<(), (String, Option<String>)> 
             Keys::Fixed(keys) if keys.contains(key) => {}
             Keys::Fixed(keys) => {
                 let full: Vec<String> = keys.iter().map(|k| format!("{}{k}", prefix(parent))).collect();
-                let help = super::error::did_you_mean(&here, full.iter().map(String::as_str));
+                let help = super::reader::renamed_key(&parent.join("."), key)
+                    .or_else(|| super::error::did_you_mean(&here, full.iter().map(String::as_str)));
                 return Err((format!("unknown key `{here}`"), help));
             }
             Keys::Metrics if expect::is_known_metric(key) => {}

@@ -224,6 +224,21 @@ fn overrides_apply_before_validation() {
     assert_eq!(parse_str("seed = 1", "t.toml", manifest_dir(), &overrides).unwrap().seed, 77);
 }
 
+/// A cost key an older batchlab had: the file and `--set` are told its new name and why, not a
+/// near miss (`decode_per_seq` is closest to `decode_step`).
+#[test]
+fn a_renamed_key_names_its_new_name() {
+    for (input, sets) in
+        [("[engine.sim]\ndecode_per_seq = \"20us\"", &[][..]), ("", &["engine.sim.decode_per_seq=20us"][..])]
+    {
+        let e = parse(input, sets).expect_err("an old key");
+        let [problem] = e.problems.as_slice() else { panic!("one problem expected:\n{e}") };
+        assert!(problem.message.contains("unknown key `") && problem.message.contains("decode_per_seq`"), "{e}");
+        let help = problem.help.as_deref().unwrap_or_default();
+        assert!(help.starts_with("`decode_per_seq` was renamed to `per_seq`: "), "{help}");
+    }
+}
+
 #[test]
 fn problems() {
     check_problems("[batching]\nbatch_sise = 3", &[], &["unknown key `batch_sise` in [batching]"]);

@@ -49,6 +49,21 @@ pub struct CostModel {
     pub eos_probability: f64,
 }
 
+/// Cost keys an older batchlab had, whose meaning changed with their name: `(old, new, what
+/// changed)`. A scenario (`[engine.sim]`, `--set`) or a profile that still uses an old name is told
+/// the new one and why, not a near-miss spelling; neither is read as the new key, because its
+/// value measured something else.
+pub const RENAMED_COSTS: &[(&str, &str, &str)] =
+    &[("decode_per_seq", "per_seq", "it now costs every sequence a step schedules, prefill chunks included")];
+
+/// The hint for `key` if it is a renamed cost key (see [`RENAMED_COSTS`]).
+pub fn renamed_cost(key: &str) -> Option<String> {
+    RENAMED_COSTS
+        .iter()
+        .find(|(old, ..)| *old == key)
+        .map(|(_, new, why)| format!("`{key}` was renamed to `{new}`: {why}"))
+}
+
 impl Default for CostModel {
     fn default() -> Self {
         CostModel {
@@ -91,6 +106,14 @@ impl CostModel {
     /// Nanoseconds after the last step of a `generate` call of `requests` requests.
     pub fn finish_ns(&self, requests: usize) -> f64 {
         ns(self.finish_overhead) + ns(self.finish_per_request) * requests as f64
+    }
+
+    /// Nanoseconds a whole `generate` call of `requests` requests takes under `schedule`: its
+    /// overhead, every step, and its finish (what the simulated engine's call takes, start to return).
+    pub fn generate_ns(&self, schedule: &super::scheduler::Schedule, requests: usize) -> f64 {
+        self.overhead_ns(requests)
+            + schedule.steps.iter().map(|s| self.step_ns(&s.load)).sum::<f64>()
+            + self.finish_ns(requests)
     }
 
     /// Nanoseconds one step of this load takes (the formula in the type's docs).

@@ -269,6 +269,19 @@ impl Profile {
             let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
             ProfileError::Parse { path: path.to_path_buf(), line, column, message }
         };
+        // A profile of an older step model: its coefficient meant something else, so say so.
+        for (old, new, why) in super::RENAMED_COSTS {
+            let key = format!("{old}_ns");
+            if let Some(offset) = find_key(text, &key) {
+                return Err(at(
+                    offset,
+                    format!(
+                        "`{key}` was renamed to `{new}_ns` ({why}): this profile comes from an older batchlab; \
+                         refit it with `batchlab calibrate` from the runs under its `[provenance]` sources"
+                    ),
+                ));
+            }
+        }
         let profile: Profile = toml::from_str(text).map_err(|e| {
             let offset = e.span().map_or(0, |s| s.start);
             at(offset, e.message().to_owned())
@@ -366,6 +379,7 @@ mod tests {
             ("decode_step_ns = 800000.0", "decode_step_ns = -1.0", "found -1"),
             ("block_size = 16", "block_size = 0", "`engine.block_size` must be >= 1, found 0"),
             ("max_num_seqs = 256", "max_num_seqs = 256\nmax_num_seq = 3", "unknown field `max_num_seq`"),
+            ("per_seq_ns = 20000.0", "decode_per_seq_ns = 20000.0", "`decode_per_seq_ns` was renamed to `per_seq_ns`"),
         ];
         for (from, to, expected) in cases {
             assert!(text.contains(from), "{from} not in\n{text}");

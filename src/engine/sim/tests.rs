@@ -70,6 +70,11 @@ fn step_times_follow_the_formula() {
     }
     // The call returns after the tail: 0.3 ms + 2 × 0.1 ms.
     assert_eq!(clock.now(), Timestamp::from_secs_f64(t0 + secs(10.543008)).unwrap());
+    // `generate_ns` of the same batch's schedule is that whole call.
+    let specs: Vec<SeqSpec> =
+        (0..2).map(|_| SeqSpec { prompt_len: 100, output_len: 3, prefix: PrefixSource::Known(0) }).collect();
+    let replayed = scheduler::replay(&limits(256, 8192, 1000), &specs).expect("replay");
+    assert!((e.config.cost.generate_ns(&replayed, 2) - 10.543008e6).abs() < 1e-3);
 }
 
 #[test]

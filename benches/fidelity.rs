@@ -44,6 +44,11 @@
 //! table then says for every goal whether its whole interval lies inside the goal, outside it, or
 //! across its edge (the noise cannot decide).
 //!
+//! A last table takes every real batch of the held-out runs and sets its time (dispatch to return)
+//! against the profile's time for that same batch, its requests replayed through the simulator's
+//! scheduler: the service-time error, apart from the queueing around it. A row whose latency
+//! misses while its batches do not is a row whose dynamics amplify a small error.
+//!
 //! The real measurements are saved to `<work>/measured.json`, each real held-out run's report and
 //! requests.jsonl to `<work>/held-out/row<i>-<plan>-r<round>/`. `--profile` skips the calibration and
 //! predicts with a given profile; `--measured` skips the real runs and compares with an earlier

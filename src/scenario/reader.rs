@@ -207,7 +207,7 @@ impl<'a> Cx<'a> {
             }
             let span = t.table.key(key).and_then(|k| k.span());
             let place = if t.path.is_empty() { "at the top level".to_owned() } else { format!("in [{}]", t.path) };
-            let help = renamed_key(t.path, key).or_else(|| did_you_mean(key, known.iter().copied()));
+            let help = super::schema::renamed_key(t.path, key).or_else(|| did_you_mean(key, known.iter().copied()));
             self.report(&join(t.path, key), span, format!("unknown key `{key}` {place}"), help);
         }
     }
@@ -379,13 +379,5 @@ impl<'a> Cx<'a> {
             .map(|(i, v)| Field { path: format!("{}[{i}]", field.path), node: Node::Value(v), key_span: None })
             .collect();
         Some(elements)
-    }
-}
-
-/// The hint for a key of the table at `path` that an older batchlab spelled so and has renamed.
-pub(crate) fn renamed_key(path: &str, key: &str) -> Option<String> {
-    match path {
-        "engine.sim" => crate::engine::sim::renamed_cost(key),
-        _ => None,
     }
 }

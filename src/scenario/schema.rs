@@ -118,6 +118,15 @@ pub(crate) fn keys_under(path: &[&str]) -> Keys {
     Keys::Value
 }
 
+/// The hint for a key of the table at `path` (dotted) that an older batchlab had and has renamed:
+/// the file validator and `--set` both give it instead of a did-you-mean.
+pub(crate) fn renamed_key(path: &str, key: &str) -> Option<String> {
+    match path {
+        "engine.sim" => crate::engine::sim::renamed_cost(key),
+        _ => None,
+    }
+}
+
 /// Why a dotted key path does not exist: the message and an optional did-you-mean.
 pub(crate) fn check_path(path: &[&str]) -> Result<(), (String, Option<String>)> {
     for (i, key) in path.iter().enumerate() {
@@ -128,7 +137,7 @@ pub(crate) fn check_path(path: &[&str]) -> Result<(), (String, Option<String>)> 
             Keys::Fixed(keys) if keys.contains(key) => {}
             Keys::Fixed(keys) => {
                 let full: Vec<String> = keys.iter().map(|k| format!("{}{k}", prefix(parent))).collect();
-                let help = super::reader::renamed_key(&parent.join("."), key)
+                let help = renamed_key(&parent.join("."), key)
                     .or_else(|| super::error::did_you_mean(&here, full.iter().map(String::as_str)));
                 return Err((format!("unknown key `{here}`"), help));
             }

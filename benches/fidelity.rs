@@ -287,6 +287,19 @@ fn median(values: &mut [f64]) -> f64 {
     if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 }
 }
 
+/// Where the real held-out runs write their reports, under the work directory.
+const HELD_OUT: &str = "held-out";
+
+/// The start of the name of every held-out run directory of row `row`.
+fn held_out_prefix(row: usize) -> String {
+    format!("row{row}-")
+}
+
+/// The output directory of row `row`'s real run in `round`: `<work>/held-out/row<i>-<plan>-r<round>`.
+fn held_out_dir(work: &Path, row: usize, round: usize, plan: &Plan) -> PathBuf {
+    work.join(HELD_OUT).join(format!("{}{}-r{round}", held_out_prefix(row), plan.name))
+}
+
 /// Runs `plan` and returns its one benchmark's metrics; a run with errors or lost requests fails.
 fn run_row(runner: &mut PlanRunner, plan: &Plan) -> Measured {
     run_row_into(runner, plan, None)
@@ -356,8 +369,7 @@ fn main() {
                         measured: &mut Vec<Vec<Measured>>,
                         host_ms: &mut Vec<f64>| {
         host_ms.push(host_probe_ms());
-        let m =
-            run_row_into(real, plan, Some(args.work.join("held-out").join(format!("row{row}-{}-r{round}", plan.name))));
+        let m = run_row_into(real, plan, Some(held_out_dir(&args.work, row, round, plan)));
         say(&format!(
             "fidelity: round {round} {}: real {:.0} tok/s, p50 {:.1} ms",
             labels[row], m.output_tok_s, m.latency_p50
@@ -456,7 +468,7 @@ fn main() {
                 // --sim-only: the scenario's own (simulated) engine stands in for the real one.
                 (None, None) => {
                     host_ms.push(host_probe_ms());
-                    let dir = args.work.join("held-out").join(format!("row{i}-{}-r{round}", plan.name));
+                    let dir = held_out_dir(&args.work, i, round, plan);
                     let mut stand_in = PlanRunner::new(base.engine.build().expect("the simulator"));
                     measured[i].push(run_row_into(&mut stand_in, plan, Some(dir)))
                 }
@@ -577,7 +589,7 @@ fn main() {
     }
     text.push_str("```\n\n");
     text.push_str(&table);
-    text.push_str(&batch_table(&labels, &args.work.join("held-out"), &profile));
+    text.push_str(&batch_table(&labels, &args.work, &profile));
     match &args.out {
         Some(path) => std::fs::write(path, &text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display())),
         None => print!("{text}"),
@@ -589,8 +601,8 @@ fn main() {
 /// from the queueing around it. A row whose latency misses while its batches do not is a row whose
 /// dynamics amplify a small error (a queue that builds up). Empty without the held-out runs'
 /// directories (`--measured`).
-fn batch_table(labels: &[String], held_out: &Path, profile: &Profile) -> String {
-    let Ok(entries) = std::fs::read_dir(held_out) else { return String::new() };
+fn batch_table(labels: &[String], work: &Path, profile: &Profile) -> String {
+    let Ok(entries) = std::fs::read_dir(work.join(HELD_OUT)) else { return String::new() };
     let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir()).collect();
     dirs.sort();
     let mut cost = batchlab::engine::sim::CostModel::default();
@@ -604,7 +616,7 @@ fn batch_table(labels: &[String], held_out: &Path, profile: &Profile) -> String 
     );
     let mut any = false;
     for (r, label) in labels.iter().enumerate() {
-        let prefix = format!("row{r}-");
+        let prefix = held_out_prefix(r);
         let mine: Vec<PathBuf> = dirs
             .iter()
             .filter(|d| d.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)))

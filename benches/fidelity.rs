@@ -76,7 +76,7 @@ use batchlab::run::calibrate::{
 };
 use batchlab::run::progress::ProgressMode;
 use batchlab::run::{Interrupt, RunOptions};
-use batchlab::scenario::plan::{EnginePlan, Plan, ProfilePlan};
+use batchlab::scenario::plan::{EnginePlan, Plan, ProfileSpec};
 use batchlab::scenario::{Overrides, load_file};
 use std::io::Write as _;
 
@@ -180,7 +180,7 @@ fn held_out_rows(base: &Plan, stream: u64) -> Vec<Row> {
     }
     // Constant rate: 96 arrivals at 30/s into batches of up to 32 (partial batches on the timeout).
     let mut constant = setting_plan(base, &setting(32, 128, 64, 3), stream * 100 + 50);
-    constant.profile = ProfilePlan::Constant { rates: vec![30.0], max_concurrency: None, rampup: None };
+    constant.profile = ProfileSpec::Constant { rates: vec![30.0], max_concurrency: None, rampup: None };
     add("constant 30 req/s (b32-p128-o64)".into(), constant);
     // The whole dataset in one batch: 128 requests, batch size 256 (the batch leaves on its timeout).
     let mut whole = setting_plan(base, &setting(128, 128, 64, 1), stream * 100 + 60);

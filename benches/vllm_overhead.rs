@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use batchlab::batcher::{BatchConfig, Batcher};
 use batchlab::engine::python::PythonEngine;
 use batchlab::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, FinishReason};
-use batchlab::load::Workload;
+use batchlab::loadgen::Workload;
 use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file};
 use batchlab::time::MonotonicClock;

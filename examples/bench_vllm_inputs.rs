@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use batchlab::engine::Prompt;
-use batchlab::load::Workload;
+use batchlab::loadgen::Workload;
 use batchlab::scenario::plan::{EnginePlan, PhaseLimit};
 use batchlab::scenario::{Overrides, load_file};
 use serde_json::{Value, json};

@@ -6,7 +6,7 @@ pub mod batcher;
 pub mod calibrate;
 pub mod compare;
 pub mod engine;
-pub mod load;
+pub mod loadgen;
 pub mod metrics;
 pub mod report;
 pub mod rng;

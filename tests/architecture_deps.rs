@@ -39,7 +39,7 @@ fn violations(layer: &str, except: &[&str], forbidden: &[&str]) -> Vec<String> {
 fn dependencies_point_down() {
     let cases: &[(&str, &[&str], &[&str])] = &[
         ("src/engine", &[], &["crate::scenario", "crate::metrics", "crate::run"]),
-        ("src/load", &[], &["crate::scenario", "crate::metrics", "crate::run"]),
+        ("src/loadgen", &[], &["crate::scenario", "crate::metrics", "crate::run"]),
         ("src/metrics", &[], &["crate::scenario", "crate::run"]),
         ("src/batcher", &[], &["crate::scenario", "crate::metrics", "crate::run", "crate::report"]),
         ("src/compare", &[], &["crate::run", "crate::engine", "crate::batcher", "crate::scenario"]),

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::Duration;
 
-use batchlab::batcher::virtual_time::VirtualDriver;
+use batchlab::batcher::virtual_time::VirtualTimeBatcher;
 use batchlab::batcher::{BatchConfig, Batcher, RequestError, State};
 use batchlab::engine::faults::{FaultTrigger, Faults, FaultyEngine};
 use batchlab::engine::sim::{CostModel, SimConfig, SimEngine};
@@ -492,7 +492,7 @@ fn failed_batch_logs_one_error_with_size_and_cause() {
     let (engine, clock) =
         SimEngine::virtual_time(SimConfig { seed: 1, cost: CostModel::default(), ..SimConfig::default() });
     let engine = FaultyEngine::new(engine, faults, 1, std::sync::Arc::new(clock.clone()));
-    let mut d = VirtualDriver::new(engine, config(3, Duration::from_millis(1)), clock);
+    let mut d = VirtualTimeBatcher::new(engine, config(3, Duration::from_millis(1)), clock);
     d.start().expect("start");
     for _ in 0..3 {
         d.submit(req()).expect("submit");

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use batchlab::batcher::virtual_time::VirtualDriver;
+use batchlab::batcher::virtual_time::VirtualTimeBatcher;
 use batchlab::batcher::{BatchConfig, Event};
 use batchlab::engine::faults::{FaultTrigger, Faults, FaultyEngine};
 use batchlab::engine::sim::{CostModel, SimConfig, SimEngine};
@@ -58,7 +58,7 @@ fn trace_with(
         .expect("config");
     let (engine, clock) = SimEngine::virtual_time(SimConfig { seed: 1, cost, ..SimConfig::default() });
     let engine = FaultyEngine::new(engine, faults, 1, std::sync::Arc::new(clock.clone()));
-    let mut d = VirtualDriver::new(engine, config, clock).with_events();
+    let mut d = VirtualTimeBatcher::new(engine, config, clock).with_events();
     let origin = VirtualClock::ORIGIN.as_nanos();
     let ms = |ns: u64| (ns - origin) as f64 / 1e6;
     let mut out = String::new();

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use batchlab::load::Workload;
+use batchlab::loadgen::Workload;
 use batchlab::scenario::{Overrides, load_file, parse_str};
 
 /// Renders the error for `source` (with `--set`s) as the user would see it.

@@ -167,7 +167,7 @@ fn report(dir: &Path) -> serde_json::Value {
 #[test]
 fn chat_scenario_reports_the_engines_templated_prompt_counts() {
     use batchlab::engine::Prompt;
-    use batchlab::load::Workload;
+    use batchlab::loadgen::Workload;
     use batchlab::scenario::{Overrides, load_file};
 
     if !ready() {

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use batchlab::engine::Prompt;
 use batchlab::engine::tokens::text_tokens;
-use batchlab::load::{LoadError, Workload};
+use batchlab::loadgen::{LoadError, Workload};
 use batchlab::run::{RunOptions, run_blocking};
-use batchlab::scenario::plan::{Plan, WorkloadPlan};
+use batchlab::scenario::plan::{Plan, WorkloadSpec};
 use batchlab::scenario::{Overrides, load_file};
 
 fn scenario(name: &str, sets: &[&str]) -> Plan {
@@ -52,7 +52,7 @@ fn tiny_template(messages: &[(&str, &str)]) -> String {
 #[test]
 fn chat_scenario_prompts_are_templated_then_counted_by_the_simulator() {
     let plan = scenario("chat.toml", &[]);
-    let WorkloadPlan::Synthetic { chat, .. } = &plan.workload else { panic!("chat.toml is synthetic") };
+    let WorkloadSpec::Synthetic { chat, .. } = &plan.workload else { panic!("chat.toml is synthetic") };
     let system = chat.system_prompt.clone().expect("chat.toml has a system prompt");
     let workload = Workload::from_plan(&plan.workload).unwrap();
     let (_, rows) = run_with_rows(&plan, "chat");
@@ -134,7 +134,7 @@ fn sample_conversations() -> Vec<Conversation> {
 #[test]
 fn sharegpt_scenario_replays_the_sample_with_reply_lengths_and_truncation() {
     let plan = scenario("sharegpt.toml", &[]);
-    let WorkloadPlan::File { dataset, default_max_tokens, .. } = &plan.workload else { panic!() };
+    let WorkloadSpec::File { dataset, default_max_tokens, .. } = &plan.workload else { panic!() };
     let max = dataset.max_prompt_tokens.expect("sharegpt.toml sets max_prompt_tokens") as usize;
     let conversations = sample_conversations();
     assert_eq!(conversations.len(), 30);

@@ -8,11 +8,11 @@ use crate::engine::EngineDeath;
 /// Why a request failed. Every submitted request ends in exactly one output or one of these.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
-    /// Submitted to a [`super::BatcherCore`] (or a [`super::virtual_time::VirtualDriver`]) before
+    /// Submitted to a [`super::BatcherCore`] (or a [`super::virtual_time::VirtualTimeBatcher`]) before
     /// its engine start began. The threaded [`super::Batcher`] never gives it: its first submit
     /// starts the engine.
     #[error(
-        "engine not started: begin its start first (`BatcherCore::begin_start`, `VirtualDriver::start`; \
+        "engine not started: begin its start first (`BatcherCore::begin_start`, `VirtualTimeBatcher::start`; \
          a `Batcher` starts it at `preload` or the first submit)"
     )]
     EngineNotStarted,

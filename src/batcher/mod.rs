@@ -2,7 +2,7 @@
 //! threads ([`shell`]) or to virtual time ([`virtual_time`]).
 
 #[cfg(not(loom))]
-pub mod asynch;
+pub mod async_submit;
 pub mod core;
 mod engine_call;
 pub mod error;

@@ -23,7 +23,7 @@ struct Pending {
 }
 
 /// The batcher core and an engine driven in virtual time on the caller's thread: see the module docs.
-pub struct VirtualDriver<E> {
+pub struct VirtualTimeBatcher<E> {
     core: BatcherCore,
     engine: E,
     clock: VirtualClock,
@@ -42,11 +42,11 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "non-string panic payload".into())
 }
 
-impl<E: Engine> VirtualDriver<E> {
+impl<E: Engine> VirtualTimeBatcher<E> {
     /// `clock` must be the clock the engine sleeps on.
     pub fn new(engine: E, config: BatchConfig, clock: VirtualClock) -> Self {
         let now = clock.now();
-        VirtualDriver {
+        VirtualTimeBatcher {
             core: BatcherCore::new(config),
             engine,
             clock,

@@ -83,7 +83,7 @@ pub struct PrefixCacheTokens {
     pub cached: u64,
     /// Σ prompt tokens of those same requests.
     pub prompt: u64,
-    /// Σ designed cached tokens (`load::PrefixDesign::cached_tokens`), over requests with a
+    /// Σ designed cached tokens (`loadgen::PrefixDesign::cached_tokens`), over requests with a
     /// prompt length.
     pub designed_cached: u64,
     /// Σ prompt tokens of those same requests.

@@ -60,7 +60,7 @@ pub struct Report {
     /// A file workload: its entries, the bad lines skipped and the prompts filtered; absent for
     /// synthetic workloads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dataset: Option<crate::load::DatasetStats>,
+    pub dataset: Option<crate::loadgen::DatasetStats>,
     /// `batchlab tune`: the search, its recommendation and its confirmation on the real engine;
     /// absent for other runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -187,7 +187,7 @@ pub(crate) mod tests {
         use crate::batcher::BatchConfig;
         use crate::engine::faults::Faults;
         use crate::engine::sim::{CostModel, SimConfig, TimeMode};
-        use crate::scenario::plan::{EnginePlan, OutputPlan, ProfilePlan, StopPlan, TokenDist, WorkloadPlan};
+        use crate::scenario::plan::{EnginePlan, OutputPlan, ProfileSpec, StopPlan, TokenDist, WorkloadSpec};
         let plan = Plan {
             name: "plan".into(),
             description: None,
@@ -199,7 +199,7 @@ pub(crate) mod tests {
                 ..SimConfig::default()
             }),
             batching: BatchConfig::default(),
-            workload: WorkloadPlan::Synthetic {
+            workload: WorkloadSpec::Synthetic {
                 prefix_groups: 0,
                 prefix_tokens: 0,
                 prompt_tokens: TokenDist::Fixed { value: 16 },
@@ -212,7 +212,7 @@ pub(crate) mod tests {
                 chat: Default::default(),
                 request_format: Default::default(),
             },
-            profile: ProfilePlan::Throughput { max_concurrency: 4 },
+            profile: ProfileSpec::Throughput { max_concurrency: 4 },
             stop: StopPlan::default(),
             warmup: None,
             cooldown: None,

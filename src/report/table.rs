@@ -217,9 +217,9 @@ mod tests {
     #[test]
     fn skipped_and_filtered_prompts_are_noted() {
         let mut report = sample_report();
-        let stats = crate::load::DatasetStats {
+        let stats = crate::loadgen::DatasetStats {
             path: "d.jsonl".into(),
-            format: crate::load::FileFormat::Jsonl,
+            format: crate::loadgen::FileFormat::Jsonl,
             entries: 10,
             skipped_bad_lines: 2,
             dropped_short: 1,
@@ -227,8 +227,12 @@ mod tests {
             truncated: 3,
             prompts: 7,
         };
-        report.dataset =
-            Some(crate::load::DatasetStats { skipped_bad_lines: 0, dropped_short: 0, truncated: 0, ..stats.clone() });
+        report.dataset = Some(crate::loadgen::DatasetStats {
+            skipped_bad_lines: 0,
+            dropped_short: 0,
+            truncated: 0,
+            ..stats.clone()
+        });
         assert!(!render_table(&report).contains("workload file"), "nothing to say");
         report.dataset = Some(stats);
         let table = render_table(&report);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::load::ProfilePlan;
+use crate::loadgen::ProfileSpec;
 use crate::scenario::plan::Plan;
 use crate::scenario::units::format_duration;
 
@@ -77,11 +77,11 @@ impl Space {
     /// 1/8 to 4× the scenario's own value.
     pub fn for_plan(plan: &Plan) -> Space {
         let (load, load_range) = match &plan.profile {
-            ProfilePlan::Throughput { max_concurrency } => {
+            ProfileSpec::Throughput { max_concurrency } => {
                 let c = f64::from(*max_concurrency);
                 (LoadKnob::MaxConcurrency, ((c / 8.0).max(1.0).round(), (c * 4.0).round()))
             }
-            ProfilePlan::Constant { rates, .. } if rates.len() == 1 => {
+            ProfileSpec::Constant { rates, .. } if rates.len() == 1 => {
                 (LoadKnob::Rate, (rates[0] / 8.0, rates[0] * 4.0))
             }
             _ => (LoadKnob::None, (0.0, 0.0)),
@@ -94,14 +94,14 @@ impl Space {
     /// can never be larger, so larger sizes are the same point).
     pub fn at_own_load(self, plan: &Plan) -> Space {
         let in_flight = match &plan.profile {
-            ProfilePlan::Throughput { max_concurrency } => Some(*max_concurrency),
-            ProfilePlan::Concurrent { levels, .. } => levels.iter().copied().max(),
-            ProfilePlan::Constant { max_concurrency, .. }
-            | ProfilePlan::Poisson { max_concurrency, .. }
-            | ProfilePlan::Gamma { max_concurrency, .. }
-            | ProfilePlan::Trace { max_concurrency, .. } => *max_concurrency,
-            ProfilePlan::Synchronous => Some(1),
-            ProfilePlan::Sweep { .. } => None,
+            ProfileSpec::Throughput { max_concurrency } => Some(*max_concurrency),
+            ProfileSpec::Concurrent { levels, .. } => levels.iter().copied().max(),
+            ProfileSpec::Constant { max_concurrency, .. }
+            | ProfileSpec::Poisson { max_concurrency, .. }
+            | ProfileSpec::Gamma { max_concurrency, .. }
+            | ProfileSpec::Trace { max_concurrency, .. } => *max_concurrency,
+            ProfileSpec::Synchronous => Some(1),
+            ProfileSpec::Sweep { .. } => None,
         };
         let hi = in_flight.map_or(self.batch_size.1, |n| self.batch_size.1.min(n.max(self.batch_size.0)));
         Space { batch_size: (self.batch_size.0, hi), load: LoadKnob::None, load_range: (0.0, 0.0), ..self }

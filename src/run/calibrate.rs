@@ -28,7 +28,7 @@ use crate::engine::shared::SharedEngine;
 use crate::engine::sim::Profile;
 use crate::engine::{EngineInfo, TimedEngine};
 use crate::rng::SplitMix64;
-use crate::scenario::plan::{EnginePlan, OutputPlan, Plan, ProfilePlan, StopPlan, TokenDist, WorkloadPlan};
+use crate::scenario::plan::{EnginePlan, OutputPlan, Plan, ProfileSpec, StopPlan, TokenDist, WorkloadSpec};
 
 /// Why a designed calibration run failed.
 #[derive(Debug, thiserror::Error)]
@@ -123,9 +123,9 @@ pub fn setting_plan(base: &Plan, setting: &Setting, stream: u64) -> Plan {
         prompt = prompt.min(max.saturating_sub(setting.output_tokens).max(1));
     }
     let vocab_size = match &base.workload {
-        WorkloadPlan::Synthetic { vocab_size, .. } => *vocab_size,
+        WorkloadSpec::Synthetic { vocab_size, .. } => *vocab_size,
         // A prompt file says nothing about the vocabulary; ids below 1000 exist in every model.
-        WorkloadPlan::File { .. } => 1000,
+        WorkloadSpec::File { .. } => 1000,
     };
     let batching = BatchConfig::new(batch_size as usize, base.batching.batch_timeout())
         .and_then(|b| b.with_generate_timeout(base.batching.generate_timeout()))
@@ -134,7 +134,7 @@ pub fn setting_plan(base: &Plan, setting: &Setting, stream: u64) -> Plan {
         name: format!("{}-{}", base.name, Setting { prompt_tokens: prompt, ..*setting }.name()),
         description: Some(format!("batchlab calibrate: {} batches of {}", setting.batches, setting.name())),
         batching,
-        workload: WorkloadPlan::Synthetic {
+        workload: WorkloadSpec::Synthetic {
             prompt_tokens: TokenDist::Fixed { value: prompt },
             output_tokens: TokenDist::Fixed { value: setting.output_tokens.max(1) },
             seed: SplitMix64::derive(base.seed, 0xCA11_B000 + stream).next_u64(),
@@ -148,7 +148,7 @@ pub fn setting_plan(base: &Plan, setting: &Setting, stream: u64) -> Plan {
             chat: Default::default(),
             request_format: Default::default(),
         },
-        profile: ProfilePlan::Throughput { max_concurrency: batch_size },
+        profile: ProfileSpec::Throughput { max_concurrency: batch_size },
         stop: StopPlan {
             max_requests: Some(u64::from(setting.batches.max(1)) * u64::from(batch_size)),
             ..StopPlan::default()
@@ -360,10 +360,10 @@ mod tests {
         assert_eq!(plan.engine, base.engine);
         assert_eq!(plan.batching.batch_size(), 8);
         assert_eq!(plan.batching.batch_timeout(), base.batching.batch_timeout());
-        assert_eq!(plan.profile, ProfilePlan::Throughput { max_concurrency: 8 });
+        assert_eq!(plan.profile, ProfileSpec::Throughput { max_concurrency: 8 });
         assert_eq!(plan.stop.max_requests, Some(24));
         assert!(plan.warmup.is_none() && plan.expect.is_empty() && plan.output.requests_jsonl);
-        let WorkloadPlan::Synthetic {
+        let WorkloadSpec::Synthetic {
             prompt_tokens, output_tokens, ignore_eos, unique_prefix, vocab_size, seed, ..
         } = &plan.workload
         else {
@@ -375,7 +375,7 @@ mod tests {
         assert_eq!(*vocab_size, 4000, "the scenario's vocabulary (the tiny model has 4096 tokens)");
         assert_eq!(plan.name, "vllm-cpu-b8-p448-o64");
         let other = setting_plan(&base, &setting, 6);
-        let WorkloadPlan::Synthetic { seed: other_seed, .. } = other.workload else { unreachable!() };
+        let WorkloadSpec::Synthetic { seed: other_seed, .. } = other.workload else { unreachable!() };
         assert_ne!(*seed, other_seed, "every setting draws prompts of its own: no prefix-cache hits across settings");
     }
 
@@ -417,7 +417,7 @@ mod tests {
         let seeds: std::collections::BTreeSet<u64> = runs
             .iter()
             .map(|(_, p)| match &p.workload {
-                WorkloadPlan::Synthetic { seed, .. } => *seed,
+                WorkloadSpec::Synthetic { seed, .. } => *seed,
                 other => panic!("{other:?}"),
             })
             .collect();

@@ -20,7 +20,7 @@ use super::step::{Action, StepRun};
 use super::{DriverResult, RunError};
 use crate::batcher::{BatchConfig, BatchRun, ConfigError, Outcome, RequestError};
 use crate::engine::{ClockDomain, EngineError, EngineInfo, EngineRequest, RequestId};
-use crate::load::{Expansion, StepPlanner, Workload, expand};
+use crate::loadgen::{Expansion, StepPlanner, Workload, expand};
 use crate::metrics::result::{BenchmarkResult, MatrixPoint};
 use crate::report::RequestsJsonl;
 use crate::scenario::plan::Plan;
@@ -131,7 +131,7 @@ pub(super) fn run_steps(
         .sum::<Option<usize>>();
 
     // Per segment: its planner, the last step's rate, and the first round's steps for the later rounds.
-    let mut planners: Vec<(StepPlanner, Option<f64>, Vec<crate::load::Step>)> =
+    let mut planners: Vec<(StepPlanner, Option<f64>, Vec<crate::loadgen::Step>)> =
         segments.iter().map(|seg| (StepPlanner::new(&seg.plan.profile), None, Vec::new())).collect();
     let mut benchmarks = Vec::new();
     let mut next_request = 0;

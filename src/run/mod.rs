@@ -31,11 +31,11 @@ use crate::engine::{Engine, VirtualTimeEngine};
 
 use crate::engine::faults::FaultyEngine;
 use crate::engine::{EngineError, EngineInfo, TimedEngine};
-use crate::load::{LoadError, Workload};
+use crate::loadgen::{LoadError, Workload};
 use crate::report::{
     BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_html, write_json,
 };
-use crate::scenario::plan::{EnginePlan, Plan, ProfilePlan, WorkloadPlan};
+use crate::scenario::plan::{EnginePlan, Plan, ProfileSpec, WorkloadSpec};
 use crate::time::MonotonicClock;
 use driver::{Driver, Segment, Sinks, run_steps};
 use progress::{Progress, ProgressMode};
@@ -301,12 +301,12 @@ fn seeds(plan: &Plan, source: EngineSource) -> BTreeMap<String, u64> {
     if let Some(seed) = plan.engine.seed().filter(|_| source == EngineSource::Plan) {
         s.insert("engine".to_string(), seed);
     }
-    if let WorkloadPlan::Synthetic { seed, .. } = &plan.workload {
+    if let WorkloadSpec::Synthetic { seed, .. } = &plan.workload {
         s.insert("workload".to_string(), *seed);
     }
     match &plan.profile {
-        ProfilePlan::Poisson { seed, .. } => _ = s.insert("poisson".to_string(), *seed),
-        ProfilePlan::Gamma { seed, .. } => _ = s.insert("gamma".to_string(), *seed),
+        ProfileSpec::Poisson { seed, .. } => _ = s.insert("poisson".to_string(), *seed),
+        ProfileSpec::Gamma { seed, .. } => _ = s.insert("gamma".to_string(), *seed),
         _ => {}
     }
     s

@@ -16,7 +16,7 @@ use super::status::{DisplayPhase, StepStatus};
 use crate::batcher::core::IdMap;
 use crate::batcher::{BatchRun, Outcome, RequestError};
 use crate::engine::{ClockDomain, RequestId};
-use crate::load::{Lateness, LoadError, Poll, PrefixDesign, Scheduler, Step};
+use crate::loadgen::{Lateness, LoadError, Poll, PrefixDesign, Scheduler, Step};
 use crate::metrics::aggregate::BenchmarkAggregator;
 use crate::metrics::map_request;
 use crate::report::{BenchmarkResult, RequestOutcome, RequestRecord};
@@ -632,7 +632,7 @@ mod tests {
     use super::*;
     use crate::batcher::{Completion, RequestTimes};
     use crate::engine::{EngineOutput, EngineStats, FinishReason};
-    use crate::load::StepKind;
+    use crate::loadgen::StepKind;
 
     fn at(ms: u64) -> Timestamp {
         Timestamp::from_nanos(1_000_000_000 + ms * 1_000_000)

@@ -1,17 +1,17 @@
 //! [`VirtualTimeDriver`]: an engine that passes time by hand on the discrete-event
-//! [`VirtualDriver`]. One thread, no sleeping, deterministic: waiting jumps to the next event.
+//! [`VirtualTimeBatcher`]. One thread, no sleeping, deterministic: waiting jumps to the next event.
 
 use std::collections::VecDeque;
 
 use super::driver::{Driver, DriverEvent, Stalled};
-use crate::batcher::virtual_time::VirtualDriver;
+use crate::batcher::virtual_time::VirtualTimeBatcher;
 use crate::batcher::{BatchConfig, BatchRun, ConfigError, RequestError};
 use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId, VirtualTimeEngine};
 use crate::time::{Timestamp, VirtualClock, WallAnchor};
 
 /// Virtual time over the single-threaded batcher.
 pub(super) struct VirtualTimeDriver<E> {
-    inner: VirtualDriver<E>,
+    inner: VirtualTimeBatcher<E>,
     domain: ClockDomain,
     batches: VecDeque<BatchRun>,
 }
@@ -21,7 +21,7 @@ impl<E: VirtualTimeEngine> VirtualTimeDriver<E> {
         let clock = VirtualClock::new();
         engine.use_virtual_clock(clock.clone());
         let domain = engine.clock_domain();
-        VirtualTimeDriver { inner: VirtualDriver::new(engine, config, clock), domain, batches: VecDeque::new() }
+        VirtualTimeDriver { inner: VirtualTimeBatcher::new(engine, config, clock), domain, batches: VecDeque::new() }
     }
 }
 

@@ -5,21 +5,28 @@
 
 use toml_edit::TableLike;
 
-use super::plan::{FileFormat, Plan, ProfilePlan, TokenDist, WorkloadPlan};
-use super::reader::{Cx, Field, Tbl};
-use crate::load::LoadError;
+use super::plan::{FileFormat, Plan, ProfileSpec, TokenDist, WorkloadSpec};
+use super::reader::{Field, LocatedTable, ReadContext};
+use crate::loadgen::LoadError;
 
-/// Most shared prefixes: assigning a request to one shuffles all of them (`load::Workload`).
+/// Most shared prefixes: assigning a request to one shuffles all of them (`loadgen::Workload`).
 pub(crate) const MAX_PREFIX_GROUPS: u32 = 10_000;
 
 /// The field `section.key` of the top level, if written.
-fn field<'t>(cx: &Cx, top: Tbl<'t>, section: &'static str, key: &str) -> Option<Field<'t>> {
+fn field<'t>(cx: &ReadContext, top: LocatedTable<'t>, section: &'static str, key: &str) -> Option<Field<'t>> {
     let table: &dyn TableLike = top.table.get(section)?.as_table_like()?;
-    cx.field(Tbl { path: section, table, at: None }, key)
+    cx.field(LocatedTable { path: section, table, at: None }, key)
 }
 
 /// Reports `message` at `section.key` (else at the section, else the file).
-fn report(cx: &mut Cx, top: Tbl, section: &'static str, key: &str, message: String, help: Option<String>) {
+fn report(
+    cx: &mut ReadContext,
+    top: LocatedTable,
+    section: &'static str,
+    key: &str,
+    message: String,
+    help: Option<String>,
+) {
     match field(cx, top, section, key) {
         Some(f) => cx.report_at(&f, message, help),
         None => {
@@ -29,7 +36,7 @@ fn report(cx: &mut Cx, top: Tbl, section: &'static str, key: &str, message: Stri
     }
 }
 
-pub(crate) fn check(cx: &mut Cx, top: Tbl, plan: &mut Plan) {
+pub(crate) fn check(cx: &mut ReadContext, top: LocatedTable, plan: &mut Plan) {
     check_trace(cx, top, plan);
     check_rampup(cx, top, plan);
     check_prefixes(cx, top, &plan.workload);
@@ -37,9 +44,9 @@ pub(crate) fn check(cx: &mut Cx, top: Tbl, plan: &mut Plan) {
 
 /// A trace profile gets its arrivals from the workload file, which must have a `timestamp` on
 /// every line, in time order.
-fn check_trace(cx: &mut Cx, top: Tbl, plan: &mut Plan) {
-    let ProfilePlan::Trace { arrivals, .. } = &mut plan.profile else { return };
-    let WorkloadPlan::File { path, dataset, .. } = &plan.workload else {
+fn check_trace(cx: &mut ReadContext, top: LocatedTable, plan: &mut Plan) {
+    let ProfileSpec::Trace { arrivals, .. } = &mut plan.profile else { return };
+    let WorkloadSpec::File { path, dataset, .. } = &plan.workload else {
         let message =
             "`profile.kind = \"trace\"` replays a workload file's timestamps, but the workload is synthetic".to_owned();
         let help = "set `workload.source = \"file\"` and a `path` whose lines carry `timestamp`s".to_owned();
@@ -72,7 +79,7 @@ fn check_trace(cx: &mut Cx, top: Tbl, plan: &mut Plan) {
     let help = || {
         Some("every line of a trace needs `\"timestamp\": <seconds>`, never earlier than the line before".to_owned())
     };
-    match crate::load::read_trace(path, &dataset.columns) {
+    match crate::loadgen::read_trace(path, &dataset.columns) {
         Ok(read) => *arrivals = read,
         // One problem per bad line of the trace, each naming its file and line.
         Err(LoadError::BadLines { path, problems, omitted }) => {
@@ -94,11 +101,11 @@ fn check_trace(cx: &mut Cx, top: Tbl, plan: &mut Plan) {
 
 /// A ramp-up must end before the benchmark does: before `max_duration`, and before
 /// `max_requests` arrivals (a ramp of `T` at `rate` brings `rate · T / 2` of them).
-fn check_rampup(cx: &mut Cx, top: Tbl, plan: &Plan) {
+fn check_rampup(cx: &mut ReadContext, top: LocatedTable, plan: &Plan) {
     let (rampup, rates): (_, Vec<f64>) = match &plan.profile {
-        ProfilePlan::Concurrent { rampup, .. } => (*rampup, Vec::new()),
-        ProfilePlan::Constant { rampup, rates, .. } => (*rampup, rates.clone()),
-        ProfilePlan::Poisson { rampup, rate, .. } | ProfilePlan::Gamma { rampup, rate, .. } => (*rampup, vec![*rate]),
+        ProfileSpec::Concurrent { rampup, .. } => (*rampup, Vec::new()),
+        ProfileSpec::Constant { rampup, rates, .. } => (*rampup, rates.clone()),
+        ProfileSpec::Poisson { rampup, rate, .. } | ProfileSpec::Gamma { rampup, rate, .. } => (*rampup, vec![*rate]),
         _ => return,
     };
     let Some(rampup) = rampup else { return };
@@ -134,8 +141,8 @@ fn shortest(dist: &TokenDist) -> u32 {
 }
 
 /// `prefix_groups` and `prefix_tokens` go together, and a prefix is shorter than every prompt.
-fn check_prefixes(cx: &mut Cx, top: Tbl, workload: &WorkloadPlan) {
-    let WorkloadPlan::Synthetic { prefix_groups, prefix_tokens, prompt_tokens, chat, .. } = workload else { return };
+fn check_prefixes(cx: &mut ReadContext, top: LocatedTable, workload: &WorkloadSpec) {
+    let WorkloadSpec::Synthetic { prefix_groups, prefix_tokens, prompt_tokens, chat, .. } = workload else { return };
     let (groups, tokens) = (*prefix_groups, *prefix_tokens);
     if chat.enabled && (groups > 0 || tokens > 0) {
         let message = "`workload.prefix_groups` shares token ids, but `workload.chat` prompts are text".to_owned();

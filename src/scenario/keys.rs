@@ -9,7 +9,7 @@
 //!
 //! Sections whose keys depend on a tag (`workload.source`, `profile.kind`) have one table per
 //! variant ([`Variant`]); a row shared by variants matches them with an or-pattern. `[faults]`
-//! keys are [`crate::engine::faults::FAULT_KEYS`] (the engine layer cannot know [`Cx`]).
+//! keys are [`crate::engine::faults::FAULT_KEYS`] (the engine layer cannot know [`ReadContext`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use std::time::Duration;
 use toml_edit::{Item, Table, value};
 
 use super::plan::*;
-use super::reader::{Cx, Field, Low, Tbl};
+use super::reader::{Field, LocatedTable, LowerBound, ReadContext};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::sim::{CostModel, DEFAULT_SCHEDULER, SimConfig, TimeMode};
@@ -51,7 +51,7 @@ pub(crate) struct Key<S: 'static> {
     pub default: KeyDefault,
     pub sub: Sub,
     /// Reads a present key into `S`; a bad value is reported and leaves `S` as it was.
-    pub read: fn(&mut Cx, &Field, &mut S),
+    pub read: fn(&mut ReadContext, &Field, &mut S),
     /// The key's value in `S` as TOML; `None` leaves the key out (unset, or another variant's).
     pub print: fn(&S) -> Option<Item>,
 }
@@ -88,7 +88,7 @@ macro_rules! key {
 }
 
 /// Reads every key of `keys` that `t` has into `s`, in table order.
-pub(crate) fn read<S>(cx: &mut Cx, t: Tbl, keys: &[Key<S>], s: &mut S) {
+pub(crate) fn read<S>(cx: &mut ReadContext, t: LocatedTable, keys: &[Key<S>], s: &mut S) {
     for key in keys {
         if let Some(field) = cx.field(t, key.name) {
             (key.read)(cx, &field, s);
@@ -124,7 +124,7 @@ pub(crate) struct Variant<S: 'static> {
 pub(crate) struct TagOf<S: 'static>(pub &'static [Variant<S>]);
 impl<S> Codec for TagOf<S> {
     type Value = &'static str;
-    fn read(&self, cx: &mut Cx, field: &Field) -> Option<&'static str> {
+    fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<&'static str> {
         let names: Vec<&'static str> = self.0.iter().map(|v| v.name).collect();
         cx.choice_of(field, &names)
     }
@@ -233,7 +233,7 @@ pub(crate) const COST_KEYS: &[Key<CostModel>] = &[
     key!(finish_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per generate call, after its last step", in CostModel),
     key!(finish_per_request: Dur { zero: true }, KeyDefault::Value, ">= 0, per request, after the last step", in CostModel),
     key!(
-        eos_probability: Float(Low::AtLeast(0.0), 1.0),
+        eos_probability: Float(LowerBound::AtLeast(0.0), 1.0),
         KeyDefault::Value,
         "0..=1, per token, for requests that do not ignore EOS",
         in CostModel
@@ -270,7 +270,7 @@ pub(crate) const VLLM_KEYS: &[Key<VllmConfig>] = &[
     key!(max_num_batched_tokens: Opt(U32(1)), KeyDefault::Text("vLLM's"), "", in VllmConfig),
     key!(enforce_eager: Bool, KeyDefault::Value, "", in VllmConfig),
     key!(seed: U64(0), KeyDefault::Text("derived (stream 2)"), "", in VllmConfig),
-    key!(kv_cache_gib: Float(Low::Above(0.0), f64::INFINITY), KeyDefault::Value, "", in VllmConfig),
+    key!(kv_cache_gib: Float(LowerBound::Above(0.0), f64::INFINITY), KeyDefault::Value, "", in VllmConfig),
     key!(in_process: Bool, KeyDefault::Value, "", in VllmConfig),
     key!(omp_num_threads: Opt(U32(1)), KeyDefault::Text("unset"), "", in VllmConfig),
     key!(disable_log_stats: Bool, KeyDefault::Value, "", in VllmConfig),
@@ -394,72 +394,72 @@ pub(crate) const BATCHING_KEYS: &[Key<Batching>] = &[
 
 pub(crate) const WORKLOAD_TAG: Key<Tag> = key!(source: TagOf(WORKLOAD_VARIANTS), KeyDefault::Value, "", Tag(source));
 
-const IGNORE_EOS: Key<WorkloadPlan> = key!(
+const IGNORE_EOS: Key<WorkloadSpec> = key!(
     ignore_eos: Bool,
     KeyDefault::Value,
     "",
-    WorkloadPlan::Synthetic { ignore_eos, .. } | WorkloadPlan::File { ignore_eos, .. }
+    WorkloadSpec::Synthetic { ignore_eos, .. } | WorkloadSpec::File { ignore_eos, .. }
 );
-const TEMPERATURE: Key<WorkloadPlan> = key!(
-    temperature: Float32(Low::AtLeast(0.0), f32::MAX as f64),
+const TEMPERATURE: Key<WorkloadSpec> = key!(
+    temperature: Float32(LowerBound::AtLeast(0.0), f32::MAX as f64),
     KeyDefault::Value,
     "",
-    WorkloadPlan::Synthetic { temperature, .. } | WorkloadPlan::File { temperature, .. }
+    WorkloadSpec::Synthetic { temperature, .. } | WorkloadSpec::File { temperature, .. }
 );
 
-const REQUEST_FORMAT: Key<WorkloadPlan> = key!(
+const REQUEST_FORMAT: Key<WorkloadSpec> = key!(
     request_format: ReqFormat,
     KeyDefault::Value,
     "how chat prompts (`messages`) become the model's prompt: `\"plain\"`, `\"chat-template\"` (the model's), \
      or a Jinja template: inline, or a file relative to the scenario",
-    WorkloadPlan::Synthetic { request_format, .. } | WorkloadPlan::File { request_format, .. }
+    WorkloadSpec::Synthetic { request_format, .. } | WorkloadSpec::File { request_format, .. }
 );
 
 /// `[workload]`, by `source`.
-pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
+pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadSpec>] = &[
     Variant {
         name: "synthetic",
-        is: |s| matches!(s, WorkloadPlan::Synthetic { .. }),
+        is: |s| matches!(s, WorkloadSpec::Synthetic { .. }),
         keys: &[
-            key!(prompt_tokens: Dist, KeyDefault::Value, "synthetic only", in WorkloadPlan::Synthetic),
-            key!(output_tokens: Dist, KeyDefault::Value, "synthetic only", in WorkloadPlan::Synthetic),
-            key!(seed: U64(0), KeyDefault::Text("derived (stream 3)"), "synthetic only", in WorkloadPlan::Synthetic),
+            key!(prompt_tokens: Dist, KeyDefault::Value, "synthetic only", in WorkloadSpec::Synthetic),
+            key!(output_tokens: Dist, KeyDefault::Value, "synthetic only", in WorkloadSpec::Synthetic),
+            key!(seed: U64(0), KeyDefault::Text("derived (stream 3)"), "synthetic only", in WorkloadSpec::Synthetic),
             key!(
                 unique_prefix: Bool,
                 KeyDefault::Value,
                 "synthetic only; defeats prefix caching",
-                in WorkloadPlan::Synthetic
+                in WorkloadSpec::Synthetic
             ),
             key!(
                 prefix_groups: U32(0),
                 KeyDefault::Value,
                 "synthetic only; every prompt starts with one of this many shared prefixes, 0 for none",
-                in WorkloadPlan::Synthetic
+                in WorkloadSpec::Synthetic
             ),
             key!(
                 prefix_tokens: U32(0),
                 KeyDefault::Value,
                 "synthetic only; tokens of each shared prefix, fewer than the shortest prompt",
-                in WorkloadPlan::Synthetic
+                in WorkloadSpec::Synthetic
             ),
-            key!(vocab_size: U32(2), KeyDefault::Value, "synthetic only", in WorkloadPlan::Synthetic),
+            key!(vocab_size: U32(2), KeyDefault::Value, "synthetic only", in WorkloadSpec::Synthetic),
             key!(
                 chat: Bool,
                 KeyDefault::Value,
                 "synthetic only; each prompt is a conversation: `system_prompt`, then a user turn of `prompt_tokens` words",
-                WorkloadPlan::Synthetic { chat: SyntheticChat { enabled: chat, .. }, .. }
+                WorkloadSpec::Synthetic { chat: SyntheticChat { enabled: chat, .. }, .. }
             ),
             key!(
                 system_prompt: Opt(Str),
                 KeyDefault::Value,
                 "synthetic only, with `chat = true`; the system turn, the same for every prompt",
-                WorkloadPlan::Synthetic { chat: SyntheticChat { system_prompt, .. }, .. }
+                WorkloadSpec::Synthetic { chat: SyntheticChat { system_prompt, .. }, .. }
             ),
             IGNORE_EOS,
             TEMPERATURE,
             REQUEST_FORMAT,
         ],
-        default: |master_seed| WorkloadPlan::Synthetic {
+        default: |master_seed| WorkloadSpec::Synthetic {
             prompt_tokens: TokenDist::Fixed { value: 128 },
             output_tokens: TokenDist::Fixed { value: 64 },
             seed: super::derive_seed(master_seed, super::seed_stream::WORKLOAD),
@@ -475,19 +475,19 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
     },
     Variant {
         name: "file",
-        is: |s| matches!(s, WorkloadPlan::File { .. }),
+        is: |s| matches!(s, WorkloadSpec::File { .. }),
         keys: &[
             key!(
                 path: ExistingFile,
                 KeyDefault::Required("\"prompts.jsonl\""),
                 "relative to the scenario file; must exist",
-                in WorkloadPlan::File
+                in WorkloadSpec::File
             ),
             key!(
                 default_max_tokens: U32(1),
                 KeyDefault::Value,
                 "file only; for lines without `max_tokens`",
-                in WorkloadPlan::File
+                in WorkloadSpec::File
             ),
             IGNORE_EOS,
             TEMPERATURE,
@@ -496,46 +496,46 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
                 format: Choice(&[("jsonl", FileFormat::Jsonl), ("sharegpt", FileFormat::ShareGpt), ("text", FileFormat::Text)]),
                 KeyDefault::Value,
                 "file only; `jsonl` (`prompt`, `prompt_token_ids` or `messages`), `sharegpt` (a JSON array or JSONL of `conversations`), `text` (one prompt per line)",
-                WorkloadPlan::File { dataset: DatasetOptions { format, .. }, .. }
+                WorkloadSpec::File { dataset: DatasetOptions { format, .. }, .. }
             ),
             key!(
                 columns: ColumnMap,
                 KeyDefault::Text("each field's own name"),
                 "file only; the JSON key of each field, e.g. `{ prompt = \"question\", max_tokens = \"answer_len\" }`",
-                WorkloadPlan::File { dataset: DatasetOptions { columns, .. }, .. }
+                WorkloadSpec::File { dataset: DatasetOptions { columns, .. }, .. }
             ),
             key!(
                 skip_bad_lines: Bool,
                 KeyDefault::Value,
                 "file only; skip bad entries and count them in the report, instead of failing",
-                WorkloadPlan::File { dataset: DatasetOptions { skip_bad_lines, .. }, .. }
+                WorkloadSpec::File { dataset: DatasetOptions { skip_bad_lines, .. }, .. }
             ),
             key!(
                 min_prompt_tokens: Opt(U32(1)),
                 KeyDefault::Value,
                 "file only; drop shorter prompts (4 bytes a token)",
-                WorkloadPlan::File { dataset: DatasetOptions { min_prompt_tokens, .. }, .. }
+                WorkloadSpec::File { dataset: DatasetOptions { min_prompt_tokens, .. }, .. }
             ),
             key!(
                 max_prompt_tokens: Opt(U32(1)),
                 KeyDefault::Value,
                 "file only; drop longer prompts, or cut them with `truncate`",
-                WorkloadPlan::File { dataset: DatasetOptions { max_prompt_tokens, .. }, .. }
+                WorkloadSpec::File { dataset: DatasetOptions { max_prompt_tokens, .. }, .. }
             ),
             key!(
                 truncate: Bool,
                 KeyDefault::Value,
                 "file only, with `max_prompt_tokens`; cut longer prompts to it instead of dropping them",
-                WorkloadPlan::File { dataset: DatasetOptions { truncate, .. }, .. }
+                WorkloadSpec::File { dataset: DatasetOptions { truncate, .. }, .. }
             ),
             key!(
                 reply_max_tokens: Bool,
                 KeyDefault::Value,
                 "`sharegpt` only; the recorded reply's length is the request's `max_tokens`",
-                WorkloadPlan::File { dataset: DatasetOptions { reply_max_tokens, .. }, .. }
+                WorkloadSpec::File { dataset: DatasetOptions { reply_max_tokens, .. }, .. }
             ),
         ],
-        default: |_| WorkloadPlan::File {
+        default: |_| WorkloadSpec::File {
             path: PathBuf::new(),
             default_max_tokens: 64,
             ignore_eos: true,
@@ -548,62 +548,62 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadPlan>] = &[
 
 pub(crate) const PROFILE_TAG: Key<Tag> = key!(kind: TagOf(PROFILE_VARIANTS), KeyDefault::Value, "", Tag(kind));
 
-/// `rampup` of the kinds that have one (see `load::Step::rampup`).
-const RAMPUP: Key<ProfilePlan> = key!(
+/// `rampup` of the kinds that have one (see `loadgen::Step::rampup`).
+const RAMPUP: Key<ProfileSpec> = key!(
     rampup: Opt(Dur { zero: false }),
     KeyDefault::Value,
     "",
-    ProfilePlan::Concurrent { rampup, .. }
-        | ProfilePlan::Constant { rampup, .. }
-        | ProfilePlan::Poisson { rampup, .. }
-        | ProfilePlan::Gamma { rampup, .. }
+    ProfileSpec::Concurrent { rampup, .. }
+        | ProfileSpec::Constant { rampup, .. }
+        | ProfileSpec::Poisson { rampup, .. }
+        | ProfileSpec::Gamma { rampup, .. }
 );
 
 /// `[profile]`, by `kind`.
-pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
+pub(crate) const PROFILE_VARIANTS: &[Variant<ProfileSpec>] = &[
     Variant {
         name: "synchronous",
-        is: |s| matches!(s, ProfilePlan::Synchronous),
+        is: |s| matches!(s, ProfileSpec::Synchronous),
         keys: &[],
-        default: |_| ProfilePlan::Synchronous,
+        default: |_| ProfileSpec::Synchronous,
     },
     Variant {
         name: "concurrent",
-        is: |s| matches!(s, ProfilePlan::Concurrent { .. }),
-        keys: &[key!(levels: List(U32(1)), KeyDefault::Required("[1, 4, 16]"), "", in ProfilePlan::Concurrent), RAMPUP],
-        default: |_| ProfilePlan::Concurrent { levels: Vec::new(), rampup: None },
+        is: |s| matches!(s, ProfileSpec::Concurrent { .. }),
+        keys: &[key!(levels: List(U32(1)), KeyDefault::Required("[1, 4, 16]"), "", in ProfileSpec::Concurrent), RAMPUP],
+        default: |_| ProfileSpec::Concurrent { levels: Vec::new(), rampup: None },
     },
     Variant {
         name: "throughput",
-        is: |s| matches!(s, ProfilePlan::Throughput { .. }),
-        keys: &[key!(max_concurrency: U32(1), KeyDefault::Value, "", in ProfilePlan::Throughput)],
-        default: |_| ProfilePlan::Throughput { max_concurrency: 256 },
+        is: |s| matches!(s, ProfileSpec::Throughput { .. }),
+        keys: &[key!(max_concurrency: U32(1), KeyDefault::Value, "", in ProfileSpec::Throughput)],
+        default: |_| ProfileSpec::Throughput { max_concurrency: 256 },
     },
     Variant {
         name: "constant",
-        is: |s| matches!(s, ProfilePlan::Constant { .. }),
+        is: |s| matches!(s, ProfileSpec::Constant { .. }),
         keys: &[
             key!(
-                rates: List(Float(Low::Above(0.0), f64::INFINITY)),
+                rates: List(Float(LowerBound::Above(0.0), f64::INFINITY)),
                 KeyDefault::Required("[10.0, 20.0]"),
                 "",
-                in ProfilePlan::Constant
+                in ProfileSpec::Constant
             ),
-            key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfilePlan::Constant),
+            key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfileSpec::Constant),
             RAMPUP,
         ],
-        default: |_| ProfilePlan::Constant { rates: Vec::new(), max_concurrency: None, rampup: None },
+        default: |_| ProfileSpec::Constant { rates: Vec::new(), max_concurrency: None, rampup: None },
     },
     Variant {
         name: "poisson",
-        is: |s| matches!(s, ProfilePlan::Poisson { .. }),
+        is: |s| matches!(s, ProfileSpec::Poisson { .. }),
         keys: &[
-            key!(rate: Float(Low::Above(0.0), f64::INFINITY), KeyDefault::Required("50.0"), "", in ProfilePlan::Poisson),
-            key!(seed: U64(0), KeyDefault::Text("derived, stream 4"), "", in ProfilePlan::Poisson),
-            key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfilePlan::Poisson),
+            key!(rate: Float(LowerBound::Above(0.0), f64::INFINITY), KeyDefault::Required("50.0"), "", in ProfileSpec::Poisson),
+            key!(seed: U64(0), KeyDefault::Text("derived, stream 4"), "", in ProfileSpec::Poisson),
+            key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfileSpec::Poisson),
             RAMPUP,
         ],
-        default: |master_seed| ProfilePlan::Poisson {
+        default: |master_seed| ProfileSpec::Poisson {
             rate: 1.0,
             seed: super::derive_seed(master_seed, super::seed_stream::POISSON),
             max_concurrency: None,
@@ -612,15 +612,15 @@ pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
     },
     Variant {
         name: "gamma",
-        is: |s| matches!(s, ProfilePlan::Gamma { .. }),
+        is: |s| matches!(s, ProfileSpec::Gamma { .. }),
         keys: &[
-            key!(rate: Float(Low::Above(0.0), f64::MAX), KeyDefault::Required("50.0"), "", in ProfilePlan::Gamma),
-            key!(burstiness: Float(Low::Above(0.0), f64::MAX), KeyDefault::Value, "", in ProfilePlan::Gamma),
-            key!(seed: U64(0), KeyDefault::Text("derived, stream 5"), "", in ProfilePlan::Gamma),
-            key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfilePlan::Gamma),
+            key!(rate: Float(LowerBound::Above(0.0), f64::MAX), KeyDefault::Required("50.0"), "", in ProfileSpec::Gamma),
+            key!(burstiness: Float(LowerBound::Above(0.0), f64::MAX), KeyDefault::Value, "", in ProfileSpec::Gamma),
+            key!(seed: U64(0), KeyDefault::Text("derived, stream 5"), "", in ProfileSpec::Gamma),
+            key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfileSpec::Gamma),
             RAMPUP,
         ],
-        default: |master_seed| ProfilePlan::Gamma {
+        default: |master_seed| ProfileSpec::Gamma {
             rate: 1.0,
             burstiness: 1.0,
             seed: super::derive_seed(master_seed, super::seed_stream::GAMMA),
@@ -630,21 +630,21 @@ pub(crate) const PROFILE_VARIANTS: &[Variant<ProfilePlan>] = &[
     },
     Variant {
         name: "trace",
-        is: |s| matches!(s, ProfilePlan::Trace { .. }),
+        is: |s| matches!(s, ProfileSpec::Trace { .. }),
         keys: &[
-            key!(time_scale: Float(Low::Above(0.0), f64::MAX), KeyDefault::Value, "", in ProfilePlan::Trace),
-            key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfilePlan::Trace),
+            key!(time_scale: Float(LowerBound::Above(0.0), f64::MAX), KeyDefault::Value, "", in ProfileSpec::Trace),
+            key!(max_concurrency: Opt(U32(1)), KeyDefault::Value, "", in ProfileSpec::Trace),
         ],
-        default: |_| ProfilePlan::Trace { time_scale: 1.0, arrivals: TraceArrivals::default(), max_concurrency: None },
+        default: |_| ProfileSpec::Trace { time_scale: 1.0, arrivals: TraceArrivals::default(), max_concurrency: None },
     },
     Variant {
         name: "sweep",
-        is: |s| matches!(s, ProfilePlan::Sweep { .. }),
+        is: |s| matches!(s, ProfileSpec::Sweep { .. }),
         keys: &[
-            key!(rates: SweepRates, KeyDefault::Value, "", in ProfilePlan::Sweep),
-            key!(max_concurrency: U32(1), KeyDefault::Value, "", in ProfilePlan::Sweep),
+            key!(rates: SweepRates, KeyDefault::Value, "", in ProfileSpec::Sweep),
+            key!(max_concurrency: U32(1), KeyDefault::Value, "", in ProfileSpec::Sweep),
         ],
-        default: |_| ProfilePlan::Sweep { rates: 5, max_concurrency: 256 },
+        default: |_| ProfileSpec::Sweep { rates: 5, max_concurrency: 256 },
     },
 ];
 
@@ -657,7 +657,7 @@ pub(crate) const STOP_KEYS: &[Key<StopPlan>] = &[
     ),
     key!(max_duration: Opt(Dur { zero: false }), KeyDefault::Value, "", in StopPlan),
     key!(max_errors: Opt(U64(0)), KeyDefault::Value, "", in StopPlan),
-    key!(max_error_rate: Opt(Float(Low::AtLeast(0.0), 1.0)), KeyDefault::Value, "", in StopPlan),
+    key!(max_error_rate: Opt(Float(LowerBound::AtLeast(0.0), 1.0)), KeyDefault::Value, "", in StopPlan),
 ];
 
 /// `[warmup]` or `[cooldown]` as written: exactly one of the two must be set.
@@ -682,7 +682,7 @@ pub(crate) const PHASE_KEYS: &[Key<Phase>] = &[
 ];
 
 /// A latency objective in milliseconds.
-const OBJECTIVE_MS: Opt<Float> = Opt(Float(Low::Above(0.0), f64::INFINITY));
+const OBJECTIVE_MS: Opt<Float> = Opt(Float(LowerBound::Above(0.0), f64::INFINITY));
 
 pub(crate) const SLO_KEYS: &[Key<Slo>] = &[
     key!(ttft_ms: OBJECTIVE_MS, KeyDefault::Value, "> 0; time to first token, ms", in Slo),

@@ -9,7 +9,7 @@ use toml_edit::{Table, TableLike, Value};
 use super::expect;
 use super::keys::{self, Batching, Head, KeyDefault, Phase, Tag, Variant};
 use super::plan::*;
-use super::reader::{Cx, Field, Low, Tbl, join};
+use super::reader::{Field, LocatedTable, LowerBound, ReadContext, join};
 use super::schema;
 use crate::batcher::BatchConfig;
 use crate::engine::faults::{
@@ -45,8 +45,8 @@ pub(crate) struct Context<'a> {
     pub stem: &'a str,
 }
 
-pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
-    let top = Tbl { path: "", table: root as &dyn TableLike, at: None };
+pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
+    let top = LocatedTable { path: "", table: root as &dyn TableLike, at: None };
     cx.check_keys(top, schema::names(&[]));
     // A file stem is one path component already; `...toml`'s stem `..` is the one that is not.
     let stem = if keys::name_problem(ctx.stem).is_none() { ctx.stem } else { "scenario" };
@@ -91,11 +91,11 @@ pub(crate) fn lower(cx: &mut Cx, root: &Table, ctx: &Context) -> Plan {
 }
 
 /// A section of the top level, its unknown keys reported.
-fn section<'t>(cx: &mut Cx, top: Tbl<'t>, name: &'static str) -> Option<Tbl<'t>> {
+fn section<'t>(cx: &mut ReadContext, top: LocatedTable<'t>, name: &'static str) -> Option<LocatedTable<'t>> {
     cx.section(top, name, name, schema::names(&[name]))
 }
 
-fn lower_engine(cx: &mut Cx, top: Tbl, seed: u64) -> EnginePlan {
+fn lower_engine(cx: &mut ReadContext, top: LocatedTable, seed: u64) -> EnginePlan {
     let engine = section(cx, top, "engine");
     let mut kind = Tag("sim");
     if let Some(e) = engine {
@@ -140,7 +140,12 @@ fn lower_engine(cx: &mut Cx, top: Tbl, seed: u64) -> EnginePlan {
     EnginePlan::Sim(plan)
 }
 
-fn lower_vllm(cx: &mut Cx, t: Option<Tbl>, engine_span: Option<std::ops::Range<usize>>, seed: u64) -> VllmConfig {
+fn lower_vllm(
+    cx: &mut ReadContext,
+    t: Option<LocatedTable>,
+    engine_span: Option<std::ops::Range<usize>>,
+    seed: u64,
+) -> VllmConfig {
     let mut plan = keys::vllm_default(seed);
     let missing = "missing `engine.vllm.model` (required with `engine.kind = \"vllm\"`)".to_owned();
     let Some(t) = t else {
@@ -156,7 +161,7 @@ fn lower_vllm(cx: &mut Cx, t: Option<Tbl>, engine_span: Option<std::ops::Range<u
 }
 
 /// The required keys of `keys` that `t` lacks, each with its example value.
-fn missing_required<S>(cx: &Cx, t: Tbl, keys: &[keys::Key<S>]) -> Vec<(&'static str, &'static str)> {
+fn missing_required<S>(cx: &ReadContext, t: LocatedTable, keys: &[keys::Key<S>]) -> Vec<(&'static str, &'static str)> {
     keys.iter()
         .filter_map(|k| match k.default {
             KeyDefault::Required(example) if cx.field(t, k.name).is_none() => Some((k.name, example)),
@@ -165,7 +170,11 @@ fn missing_required<S>(cx: &Cx, t: Tbl, keys: &[keys::Key<S>]) -> Vec<(&'static 
         .collect()
 }
 
-fn lower_python(cx: &mut Cx, t: Option<Tbl>, engine_span: Option<std::ops::Range<usize>>) -> PythonConfig {
+fn lower_python(
+    cx: &mut ReadContext,
+    t: Option<LocatedTable>,
+    engine_span: Option<std::ops::Range<usize>>,
+) -> PythonConfig {
     let mut plan = PythonConfig::new("", "");
     let missing = "missing `engine.python.class` (required with `engine.kind = \"python\"`)".to_owned();
     let help = keys::CLASS_HELP.to_owned();
@@ -181,13 +190,15 @@ fn lower_python(cx: &mut Cx, t: Option<Tbl>, engine_span: Option<std::ops::Range
 }
 
 /// `[faults]`, key by key from [`FAULT_KEYS`]: each key is read as the type its default has.
-fn lower_faults(cx: &mut Cx, t: Tbl) -> Faults {
+fn lower_faults(cx: &mut ReadContext, t: LocatedTable) -> Faults {
     let mut faults = Faults::default();
     for key in FAULT_KEYS {
         let Some(field) = cx.field(t, key.name) else { continue };
         let value = match key.default_value() {
             FaultValue::Trigger(_) => lower_trigger(cx, &field).map(FaultValue::Trigger),
-            FaultValue::Factor(_) => cx.float_of(&field, Low::AtLeast(1.0), f64::INFINITY).map(FaultValue::Factor),
+            FaultValue::Factor(_) => {
+                cx.float_of(&field, LowerBound::AtLeast(1.0), f64::INFINITY).map(FaultValue::Factor)
+            }
             FaultValue::Duration(_) => cx.duration(t, key.name, true).map(FaultValue::Duration),
             FaultValue::Flag(_) => cx.boolean(t, key.name).map(FaultValue::Flag),
             FaultValue::Process(_) => lower_process_fault(cx, &field).map(|p| FaultValue::Process(Some(p))),
@@ -199,7 +210,7 @@ fn lower_faults(cx: &mut Cx, t: Tbl) -> Faults {
     faults
 }
 
-fn lower_trigger(cx: &mut Cx, field: &Field) -> Option<FaultTrigger> {
+fn lower_trigger(cx: &mut ReadContext, field: &Field) -> Option<FaultTrigger> {
     let tt = cx.as_table(field, &field.path, TRIGGER_KEYS)?;
     if tt.table.get("every").is_none() && tt.table.get("probability").is_none() {
         let help = "write { every = N } and/or { probability = p }".to_owned();
@@ -207,11 +218,11 @@ fn lower_trigger(cx: &mut Cx, field: &Field) -> Option<FaultTrigger> {
     }
     Some(FaultTrigger {
         every: cx.u64(tt, "every", 1),
-        probability: cx.float(tt, "probability", Low::AtLeast(0.0), 1.0).unwrap_or(0.0),
+        probability: cx.float(tt, "probability", LowerBound::AtLeast(0.0), 1.0).unwrap_or(0.0),
     })
 }
 
-fn lower_process_fault(cx: &mut Cx, field: &Field) -> Option<ProcessFault> {
+fn lower_process_fault(cx: &mut ReadContext, field: &Field) -> Option<ProcessFault> {
     let tt = cx.as_table(field, &field.path, PROCESS_FAULT_KEYS)?;
     if tt.table.get("after_batches").is_none() {
         let help = "write { after_batches = N }: the kill lands during generate N + 1".to_owned();
@@ -221,7 +232,7 @@ fn lower_process_fault(cx: &mut Cx, field: &Field) -> Option<ProcessFault> {
 }
 
 /// Process faults kill a process of vLLM's multiprocess engine: any other engine has none.
-fn check_process_faults(cx: &mut Cx, faults_table: Option<Tbl>, engine: &EnginePlan) {
+fn check_process_faults(cx: &mut ReadContext, faults_table: Option<LocatedTable>, engine: &EnginePlan) {
     if matches!(engine, EnginePlan::Vllm(v) if !v.in_process) {
         return;
     }
@@ -246,7 +257,7 @@ fn check_process_faults(cx: &mut Cx, faults_table: Option<Tbl>, engine: &EngineP
 /// A real engine's default `generate_timeout`: no unbounded wait by default (docs/scenarios.md).
 pub(crate) const REAL_ENGINE_GENERATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
-fn lower_batching(cx: &mut Cx, top: Tbl, real_engine: bool) -> BatchConfig {
+fn lower_batching(cx: &mut ReadContext, top: LocatedTable, real_engine: bool) -> BatchConfig {
     let default_timeout = real_engine.then_some(REAL_ENGINE_GENERATE_TIMEOUT);
     let d = BatchConfig::default().with_generate_timeout(default_timeout).unwrap_or_default();
     let Some(t) = section(cx, top, "batching") else {
@@ -267,8 +278,8 @@ fn lower_batching(cx: &mut Cx, top: Tbl, real_engine: bool) -> BatchConfig {
 /// The variant a tagged section's tag chooses, and the keys of other variants it has (in the
 /// table's order), each with the variants that take it.
 fn choose_variant<S>(
-    cx: &mut Cx,
-    t: Tbl,
+    cx: &mut ReadContext,
+    t: LocatedTable,
     tag: &keys::Key<Tag>,
     default: &'static str,
     variants: &'static [Variant<S>],
@@ -294,8 +305,8 @@ fn choose_variant<S>(
 /// others (the order in which problems of `--set`s are listed). A key of `first` that belongs to
 /// another variant is still read as that variant reads it, so a bad value is reported too.
 fn read_variant<S>(
-    cx: &mut Cx,
-    t: Tbl,
+    cx: &mut ReadContext,
+    t: LocatedTable,
     variants: &'static [Variant<S>],
     variant: &Variant<S>,
     seed: u64,
@@ -323,7 +334,7 @@ fn read_variant<S>(
     plan
 }
 
-fn lower_workload(cx: &mut Cx, top: Tbl, seed: u64) -> WorkloadPlan {
+fn lower_workload(cx: &mut ReadContext, top: LocatedTable, seed: u64) -> WorkloadSpec {
     let variants = keys::WORKLOAD_VARIANTS;
     let Some(t) = section(cx, top, "workload") else {
         return (variants[0].default)(seed);
@@ -349,21 +360,21 @@ fn lower_workload(cx: &mut Cx, top: Tbl, seed: u64) -> WorkloadPlan {
 }
 
 /// The rules between the chat and dataset keys of `[workload]`.
-fn check_chat_and_dataset(cx: &mut Cx, t: Tbl, plan: &WorkloadPlan) {
-    let needs = |cx: &mut Cx, key: &str, message: String, help: String| {
+fn check_chat_and_dataset(cx: &mut ReadContext, t: LocatedTable, plan: &WorkloadSpec) {
+    let needs = |cx: &mut ReadContext, key: &str, message: String, help: String| {
         if let Some(field) = cx.field(t, key) {
             cx.report_at(&field, message, Some(help));
         }
     };
     match plan {
-        WorkloadPlan::Synthetic { chat, .. } if !chat.enabled => needs(
+        WorkloadSpec::Synthetic { chat, .. } if !chat.enabled => needs(
             cx,
             "system_prompt",
             "`workload.system_prompt` is set but `workload.chat` is false".to_owned(),
             "add `chat = true`: only chat prompts have a system turn".to_owned(),
         ),
-        WorkloadPlan::Synthetic { .. } => {}
-        WorkloadPlan::File { dataset, .. } => {
+        WorkloadSpec::Synthetic { .. } => {}
+        WorkloadSpec::File { dataset, .. } => {
             let (format, fields) = match dataset.format {
                 FileFormat::Jsonl => ("jsonl", Columns::JSONL_FIELDS),
                 FileFormat::ShareGpt => ("sharegpt", Columns::SHAREGPT_FIELDS),
@@ -398,7 +409,7 @@ fn check_chat_and_dataset(cx: &mut Cx, t: Tbl, plan: &WorkloadPlan) {
     }
 }
 
-fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
+fn lower_profile(cx: &mut ReadContext, top: LocatedTable, seed: u64) -> ProfileSpec {
     let default = keys::variant(keys::PROFILE_VARIANTS, "throughput");
     let Some(t) = section(cx, top, "profile") else {
         return (default.default)(seed);
@@ -422,9 +433,9 @@ fn lower_profile(cx: &mut Cx, top: Tbl, seed: u64) -> ProfilePlan {
 /// Benchmark names key the report, the CSV and the expectations: a profile whose steps share one
 /// (`rates = [1, 1]`) is refused. Rates are named with as many digits as tell them apart, so
 /// only equal rates collide. A sweep's rates are measured, and always distinct.
-fn check_benchmark_names(cx: &mut Cx, top: Tbl, profile: &ProfilePlan) {
-    let crate::load::Expansion::Fixed(steps) = crate::load::expand(profile) else { return };
-    if let Some(name) = crate::load::duplicate_name(&steps) {
+fn check_benchmark_names(cx: &mut ReadContext, top: LocatedTable, profile: &ProfileSpec) {
+    let crate::loadgen::Expansion::Fixed(steps) = crate::loadgen::expand(profile) else { return };
+    if let Some(name) = crate::loadgen::duplicate_name(&steps) {
         let field = cx.field(top, "profile");
         let span = field.and_then(|f| f.span());
         let message = format!("[profile] gives two benchmarks the same name `{name}`: each needs its own");
@@ -433,14 +444,20 @@ fn check_benchmark_names(cx: &mut Cx, top: Tbl, profile: &ProfilePlan) {
 }
 
 /// A section with no rules between its keys: `s` with every key `[name]` has read into it.
-fn simple_section<S>(cx: &mut Cx, top: Tbl, name: &'static str, keys: &[keys::Key<S>], mut s: S) -> S {
+fn simple_section<S>(
+    cx: &mut ReadContext,
+    top: LocatedTable,
+    name: &'static str,
+    keys: &[keys::Key<S>],
+    mut s: S,
+) -> S {
     if let Some(t) = section(cx, top, name) {
         keys::read(cx, t, keys, &mut s);
     }
     s
 }
 
-fn lower_stop(cx: &mut Cx, top: Tbl) -> StopPlan {
+fn lower_stop(cx: &mut ReadContext, top: LocatedTable) -> StopPlan {
     let mut stop = simple_section(cx, top, "stop", keys::STOP_KEYS, StopPlan::default());
     // Only fill in the default when neither was written (a bad value already has its problem).
     let written = |key| cx_has(top, "stop", key);
@@ -454,11 +471,11 @@ fn lower_stop(cx: &mut Cx, top: Tbl) -> StopPlan {
     stop
 }
 
-fn cx_has(top: Tbl, section: &str, key: &str) -> bool {
+fn cx_has(top: LocatedTable, section: &str, key: &str) -> bool {
     top.table.get(section).and_then(|s| s.as_table_like()).is_some_and(|s| s.contains_key(key))
 }
 
-fn lower_phase(cx: &mut Cx, top: Tbl, which: &'static str) -> Option<PhaseLimit> {
+fn lower_phase(cx: &mut ReadContext, top: LocatedTable, which: &'static str) -> Option<PhaseLimit> {
     let t = section(cx, top, which)?;
     let mut phase = Phase::default();
     keys::read(cx, t, keys::PHASE_KEYS, &mut phase);
@@ -477,7 +494,7 @@ fn lower_phase(cx: &mut Cx, top: Tbl, which: &'static str) -> Option<PhaseLimit>
     }
 }
 
-fn lower_expect(cx: &mut Cx, top: Tbl) -> Vec<Expectation> {
+fn lower_expect(cx: &mut ReadContext, top: LocatedTable) -> Vec<Expectation> {
     let Some(field) = cx.field(top, "expect") else {
         return Vec::new();
     };
@@ -513,6 +530,6 @@ fn lower_expect(cx: &mut Cx, top: Tbl) -> Vec<Expectation> {
     out
 }
 
-fn lower_output(cx: &mut Cx, top: Tbl) -> OutputPlan {
+fn lower_output(cx: &mut ReadContext, top: LocatedTable) -> OutputPlan {
     simple_section(cx, top, "output", keys::OUTPUT_KEYS, OutputPlan::default())
 }

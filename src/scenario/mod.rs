@@ -123,7 +123,7 @@ fn parse_with(
     let stem = Path::new(file_name).file_stem().and_then(|s| s.to_str()).unwrap_or("scenario");
     let axes = matrix::extract(&mut root, &sets, source, file_name, &mut problems);
     let mut problems = if axes.is_empty() {
-        let mut cx = reader::Cx::new(source, file_name, base_dir, &sets, problems);
+        let mut cx = reader::ReadContext::new(source, file_name, base_dir, &sets, problems);
         let plan = lower::lower(&mut cx, &root, &lower::Context { stem });
         if !cx.has_problems() {
             return Ok(plan);
@@ -133,7 +133,7 @@ fn parse_with(
         // Every combination is lowered like a file of its own; a problem they share is told once.
         let mut combinations = Vec::new();
         for (tree, values) in matrix::combinations(&root, &axes) {
-            let mut cx = reader::Cx::new(source, file_name, base_dir, &sets, Vec::new());
+            let mut cx = reader::ReadContext::new(source, file_name, base_dir, &sets, Vec::new());
             let plan = lower::lower(&mut cx, &tree, &lower::Context { stem });
             for p in cx.into_problems() {
                 if !problems.contains(&p) {

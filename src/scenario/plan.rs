@@ -15,8 +15,8 @@ use crate::engine::python::vllm::VllmConfig;
 use crate::engine::python::{PythonConfig, PythonEngine};
 use crate::engine::sim::{SimConfig, SimEngine};
 use crate::engine::{EngineError, TimedEngine};
-pub use crate::load::{
-    Columns, DatasetOptions, FileFormat, ProfilePlan, SyntheticChat, TokenDist, TraceArrivals, WorkloadPlan,
+pub use crate::loadgen::{
+    Columns, DatasetOptions, FileFormat, ProfileSpec, SyntheticChat, TokenDist, TraceArrivals, WorkloadSpec,
 };
 pub use crate::metrics::slo::Slo;
 
@@ -34,9 +34,9 @@ pub struct Plan {
     /// `[batching]`: batch size, batch timeout and generate timeout.
     pub batching: BatchConfig,
     /// `[workload]`: where the requests come from.
-    pub workload: WorkloadPlan,
+    pub workload: WorkloadSpec,
     /// `[profile]`: how requests are offered; one or more benchmarks.
-    pub profile: ProfilePlan,
+    pub profile: ProfileSpec,
     /// `[stop]`: when each benchmark stops admitting measured requests.
     pub stop: StopPlan,
     /// `[warmup]`: unmeasured requests before each benchmark's measurement.

@@ -20,7 +20,7 @@ pub(crate) struct AppliedSet {
 }
 
 /// The validation context: the text for locations, the overrides, and the problems so far.
-pub(crate) struct Cx<'a> {
+pub(crate) struct ReadContext<'a> {
     pub source: &'a str,
     pub file: &'a str,
     /// Relative workload, model and engine paths resolve against this.
@@ -29,20 +29,20 @@ pub(crate) struct Cx<'a> {
     problems: Vec<Problem>,
     lines: LineIndex,
     /// The problems (by index) whose origin is a range of the text: placed all at once, in one
-    /// pass, by [`Cx::into_problems`].
+    /// pass, by [`ReadContext::into_problems`].
     pending: Vec<(usize, Range<usize>)>,
 }
 
 /// A table of the scenario, with its dotted path for messages.
 #[derive(Clone, Copy)]
-pub(crate) struct Tbl<'t> {
+pub(crate) struct LocatedTable<'t> {
     pub path: &'t str,
     pub table: &'t dyn TableLike,
     /// Start and end of the table in the source (a `Range` is not `Copy`).
     pub at: Option<(usize, usize)>,
 }
 
-impl Tbl<'_> {
+impl LocatedTable<'_> {
     pub fn span(&self) -> Option<Range<usize>> {
         self.at.map(|(start, end)| start..end)
     }
@@ -118,12 +118,12 @@ pub(crate) fn join(parent: &str, key: &str) -> String {
 
 /// Whether a numeric range is open or closed at its low end.
 #[derive(Clone, Copy, PartialEq)]
-pub(crate) enum Low {
+pub(crate) enum LowerBound {
     AtLeast(f64),
     Above(f64),
 }
 
-impl<'a> Cx<'a> {
+impl<'a> ReadContext<'a> {
     pub fn new(
         source: &'a str,
         file: &'a str,
@@ -131,7 +131,7 @@ impl<'a> Cx<'a> {
         sets: &'a [AppliedSet],
         problems: Vec<Problem>,
     ) -> Self {
-        Cx { source, file, base_dir, sets, problems, lines: LineIndex::new(source), pending: Vec::new() }
+        ReadContext { source, file, base_dir, sets, problems, lines: LineIndex::new(source), pending: Vec::new() }
     }
 
     /// Every problem reported, each with its origin.
@@ -191,7 +191,7 @@ impl<'a> Cx<'a> {
         self.report_at(field, message, None);
     }
 
-    pub fn field<'t>(&self, t: Tbl<'t>, key: &str) -> Option<Field<'t>> {
+    pub fn field<'t>(&self, t: LocatedTable<'t>, key: &str) -> Option<Field<'t>> {
         let (k, item) = t.table.get_key_value(key)?;
         if item.is_none() {
             return None;
@@ -200,7 +200,7 @@ impl<'a> Cx<'a> {
     }
 
     /// Reports every key of `t` that is not in `known`.
-    pub fn check_keys(&mut self, t: Tbl, known: &[&str]) {
+    pub fn check_keys(&mut self, t: LocatedTable, known: &[&str]) {
         for (key, _) in t.table.iter() {
             if known.contains(&key) {
                 continue;
@@ -213,10 +213,10 @@ impl<'a> Cx<'a> {
     }
 
     /// The table-like node of `field`, or a type problem.
-    pub fn as_table<'t>(&mut self, field: &Field<'t>, path: &'t str, known: &[&str]) -> Option<Tbl<'t>> {
+    pub fn as_table<'t>(&mut self, field: &Field<'t>, path: &'t str, known: &[&str]) -> Option<LocatedTable<'t>> {
         match field.node.table_like() {
             Some(table) => {
-                let t = Tbl { path, table, at: field.span().map(|r| (r.start, r.end)) };
+                let t = LocatedTable { path, table, at: field.span().map(|r| (r.start, r.end)) };
                 self.check_keys(t, known);
                 Some(t)
             }
@@ -228,7 +228,13 @@ impl<'a> Cx<'a> {
     }
 
     /// The sub-table `key` of `t`, its unknown keys already reported; `path` is its dotted path.
-    pub fn section<'t>(&mut self, t: Tbl<'t>, key: &str, path: &'t str, known: &[&str]) -> Option<Tbl<'t>> {
+    pub fn section<'t>(
+        &mut self,
+        t: LocatedTable<'t>,
+        key: &str,
+        path: &'t str,
+        known: &[&str],
+    ) -> Option<LocatedTable<'t>> {
         let field = self.field(t, key)?;
         self.as_table(&field, path, known)
     }
@@ -246,21 +252,21 @@ impl<'a> Cx<'a> {
         Some(v)
     }
 
-    pub fn int(&mut self, t: Tbl, key: &str, lo: i64, hi: i64) -> Option<i64> {
+    pub fn int(&mut self, t: LocatedTable, key: &str, lo: i64, hi: i64) -> Option<i64> {
         let field = self.field(t, key)?;
         self.int_of(&field, lo, hi)
     }
 
-    pub fn u32(&mut self, t: Tbl, key: &str, lo: u32) -> Option<u32> {
+    pub fn u32(&mut self, t: LocatedTable, key: &str, lo: u32) -> Option<u32> {
         self.int(t, key, i64::from(lo), i64::from(u32::MAX)).map(|v| v as u32)
     }
 
-    pub fn u64(&mut self, t: Tbl, key: &str, lo: u64) -> Option<u64> {
+    pub fn u64(&mut self, t: LocatedTable, key: &str, lo: u64) -> Option<u64> {
         self.int(t, key, lo as i64, i64::MAX).map(|v| v as u64)
     }
 
     /// A float (integers accepted) at or above / above `low` and at most `hi`.
-    pub fn float_of(&mut self, field: &Field, low: Low, hi: f64) -> Option<f64> {
+    pub fn float_of(&mut self, field: &Field, low: LowerBound, hi: f64) -> Option<f64> {
         let v = match field.node.value() {
             Some(Value::Float(f)) => *f.value(),
             Some(Value::Integer(i)) => *i.value() as f64,
@@ -276,17 +282,17 @@ impl<'a> Cx<'a> {
             return None;
         }
         let ok = match low {
-            Low::AtLeast(lo) => v >= lo,
-            Low::Above(lo) => v > lo,
+            LowerBound::AtLeast(lo) => v >= lo,
+            LowerBound::Above(lo) => v > lo,
         } && v <= hi;
         if !ok {
             let range = match low {
-                Low::AtLeast(lo) if hi.is_finite() => format!("between {lo} and {hi}"),
-                Low::AtLeast(lo) if lo == f64::MIN => "finite".to_owned(),
-                Low::AtLeast(lo) => format!("at least {lo}"),
-                Low::Above(lo) if hi == f64::MAX => format!("a finite number greater than {lo}"),
-                Low::Above(lo) if hi.is_finite() => format!("greater than {lo} and at most {hi}"),
-                Low::Above(lo) => format!("greater than {lo}"),
+                LowerBound::AtLeast(lo) if hi.is_finite() => format!("between {lo} and {hi}"),
+                LowerBound::AtLeast(lo) if lo == f64::MIN => "finite".to_owned(),
+                LowerBound::AtLeast(lo) => format!("at least {lo}"),
+                LowerBound::Above(lo) if hi == f64::MAX => format!("a finite number greater than {lo}"),
+                LowerBound::Above(lo) if hi.is_finite() => format!("greater than {lo} and at most {hi}"),
+                LowerBound::Above(lo) => format!("greater than {lo}"),
             };
             self.report_at(field, format!("`{}` must be {range}, found {v}", field.path), None);
             return None;
@@ -294,12 +300,12 @@ impl<'a> Cx<'a> {
         Some(v)
     }
 
-    pub fn float(&mut self, t: Tbl, key: &str, low: Low, hi: f64) -> Option<f64> {
+    pub fn float(&mut self, t: LocatedTable, key: &str, low: LowerBound, hi: f64) -> Option<f64> {
         let field = self.field(t, key)?;
         self.float_of(&field, low, hi)
     }
 
-    pub fn boolean(&mut self, t: Tbl, key: &str) -> Option<bool> {
+    pub fn boolean(&mut self, t: LocatedTable, key: &str) -> Option<bool> {
         let field = self.field(t, key)?;
         self.boolean_of(&field)
     }
@@ -325,7 +331,7 @@ impl<'a> Cx<'a> {
     }
 
     /// A string naming one of `options`.
-    pub fn choice(&mut self, t: Tbl, key: &str, options: &[&'static str]) -> Option<&'static str> {
+    pub fn choice(&mut self, t: LocatedTable, key: &str, options: &[&'static str]) -> Option<&'static str> {
         let field = self.field(t, key)?;
         self.choice_of(&field, options)
     }
@@ -342,7 +348,7 @@ impl<'a> Cx<'a> {
     }
 
     /// A duration string; zero allowed only with `allow_zero`.
-    pub fn duration(&mut self, t: Tbl, key: &str, allow_zero: bool) -> Option<Duration> {
+    pub fn duration(&mut self, t: LocatedTable, key: &str, allow_zero: bool) -> Option<Duration> {
         let field = self.field(t, key)?;
         self.duration_of(&field, allow_zero)
     }

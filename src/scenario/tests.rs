@@ -52,9 +52,9 @@ fn empty_file_gives_all_defaults() {
         assert_eq!(p.faults, Faults::default());
         assert_eq!(sim.seed, derive_seed(0, seed_stream::SIM));
         assert_eq!(p.batching, crate::batcher::BatchConfig::default());
-        assert_eq!(p.profile, ProfilePlan::Throughput { max_concurrency: 256 });
+        assert_eq!(p.profile, ProfileSpec::Throughput { max_concurrency: 256 });
         assert_eq!(p.stop, StopPlan { max_requests: Some(1000), ..StopPlan::default() });
-        let WorkloadPlan::Synthetic { prompt_tokens, output_tokens, vocab_size, unique_prefix, .. } = &p.workload
+        let WorkloadSpec::Synthetic { prompt_tokens, output_tokens, vocab_size, unique_prefix, .. } = &p.workload
         else {
             panic!()
         };
@@ -106,10 +106,10 @@ ttft_p99_ms = "<= 50.5"
             assert_eq!(p.faults.slow, FaultTrigger { every: Some(3), probability: 0.1 });
             assert_eq!(p.batching.batch_size(), 8);
             assert_eq!(p.batching.generate_timeout(), Some(Duration::from_secs(30)));
-            let WorkloadPlan::Synthetic { prompt_tokens, output_tokens, .. } = &p.workload else { panic!() };
+            let WorkloadSpec::Synthetic { prompt_tokens, output_tokens, .. } = &p.workload else { panic!() };
             assert_eq!(*prompt_tokens, TokenDist::Uniform { min: 64, max: 256 });
             assert_eq!(*output_tokens, TokenDist::Normal { mean: 128.0, stdev: 32.0, min: 16, max: 512 });
-            assert_eq!(p.profile, ProfilePlan::Concurrent { levels: vec![1, 4, 16], rampup: None });
+            assert_eq!(p.profile, ProfileSpec::Concurrent { levels: vec![1, 4, 16], rampup: None });
             // An explicit max_duration means no default max_requests.
             assert_eq!(p.stop, StopPlan { max_duration: Some(Duration::from_secs(60)), ..StopPlan::default() });
             assert_eq!(p.warmup, Some(PhaseLimit::Duration(Duration::from_secs(5))));
@@ -150,43 +150,43 @@ ttft_p99_ms = "<= 50.5"
         },
     );
     check("[workload]\nsource = \"file\"\npath = \"Cargo.toml\"", |p| {
-        let WorkloadPlan::File { path, default_max_tokens, .. } = &p.workload else { panic!() };
+        let WorkloadSpec::File { path, default_max_tokens, .. } = &p.workload else { panic!() };
         assert!(path.is_absolute() && path.ends_with("Cargo.toml"));
         assert_eq!(*default_max_tokens, 64);
     });
     check("[profile]\nkind = \"sweep\"", |p| {
-        assert_eq!(p.profile, ProfilePlan::Sweep { rates: 5, max_concurrency: 256 })
+        assert_eq!(p.profile, ProfileSpec::Sweep { rates: 5, max_concurrency: 256 })
     });
     check("seed = 5\n[profile]\nkind = \"poisson\"\nrate = 50", |p| {
         let seed = derive_seed(5, seed_stream::POISSON);
-        assert_eq!(p.profile, ProfilePlan::Poisson { rate: 50.0, seed, max_concurrency: None, rampup: None });
+        assert_eq!(p.profile, ProfileSpec::Poisson { rate: 50.0, seed, max_concurrency: None, rampup: None });
     });
     check("[profile]\nkind = \"constant\"\nrates = [10, 20.5]\nmax_concurrency = 4", |p| {
-        let want = ProfilePlan::Constant { rates: vec![10.0, 20.5], max_concurrency: Some(4), rampup: None };
+        let want = ProfileSpec::Constant { rates: vec![10.0, 20.5], max_concurrency: Some(4), rampup: None };
         assert_eq!(p.profile, want);
     });
     check("seed = 5\n[profile]\nkind = \"gamma\"\nrate = 50\nburstiness = 0.5\nrampup = \"30s\"", |p| {
         let seed = derive_seed(5, seed_stream::GAMMA);
         let rampup = Some(Duration::from_secs(30));
-        assert_eq!(p.profile, ProfilePlan::Gamma { rate: 50.0, burstiness: 0.5, seed, max_concurrency: None, rampup });
+        assert_eq!(p.profile, ProfileSpec::Gamma { rate: 50.0, burstiness: 0.5, seed, max_concurrency: None, rampup });
     });
     check("[profile]\nkind = \"gamma\"\nrate = 2", |p| {
-        assert!(matches!(p.profile, ProfilePlan::Gamma { burstiness: 1.0, rampup: None, .. }), "k = 1: Poisson");
+        assert!(matches!(p.profile, ProfileSpec::Gamma { burstiness: 1.0, rampup: None, .. }), "k = 1: Poisson");
     });
     check("[profile]\nkind = \"concurrent\"\nlevels = [4]\nrampup = \"2s\"", |p| {
-        assert_eq!(p.profile, ProfilePlan::Concurrent { levels: vec![4], rampup: Some(Duration::from_secs(2)) });
+        assert_eq!(p.profile, ProfileSpec::Concurrent { levels: vec![4], rampup: Some(Duration::from_secs(2)) });
     });
     check(
         "[workload]\nsource = \"file\"\npath = \"scenarios/data/trace-sample.jsonl\"\n[profile]\nkind = \"trace\"\ntime_scale = 2",
         |p| {
-            let ProfilePlan::Trace { time_scale, arrivals, max_concurrency } = &p.profile else { panic!() };
+            let ProfileSpec::Trace { time_scale, arrivals, max_concurrency } = &p.profile else { panic!() };
             assert_eq!((*time_scale, *max_concurrency), (2.0, None));
             assert_eq!(arrivals.len(), 40, "read from the file when the scenario is loaded");
             assert_eq!(arrivals.offsets()[..3], [0.0, 0.1, 0.3]);
         },
     );
     check("[workload]\nprompt_tokens = 64\nprefix_groups = 3\nprefix_tokens = 48", |p| {
-        let WorkloadPlan::Synthetic { prefix_groups, prefix_tokens, .. } = p.workload else { panic!() };
+        let WorkloadSpec::Synthetic { prefix_groups, prefix_tokens, .. } = p.workload else { panic!() };
         assert_eq!((prefix_groups, prefix_tokens), (3, 48));
     });
 }
@@ -219,7 +219,7 @@ fn overrides_apply_before_validation() {
     .unwrap();
     assert_eq!(plan.batching.batch_size(), 64);
     assert_eq!(plan.batching.batch_timeout(), Duration::from_millis(2));
-    assert_eq!(plan.profile, ProfilePlan::Concurrent { levels: vec![1, 2], rampup: None });
+    assert_eq!(plan.profile, ProfileSpec::Concurrent { levels: vec![1, 2], rampup: None });
     let overrides = Overrides { sets: vec![], seed: Some(77) };
     assert_eq!(parse_str("seed = 1", "t.toml", manifest_dir(), &overrides).unwrap().seed, 77);
 }
@@ -346,7 +346,7 @@ fn builder_goes_through_validation() {
         .build()
         .unwrap();
     assert_eq!(plan.batching.batch_size(), 8);
-    assert_eq!(plan.profile, ProfilePlan::Throughput { max_concurrency: 64 });
+    assert_eq!(plan.profile, ProfileSpec::Throughput { max_concurrency: 64 });
     assert_eq!(plan.faults.fail_batch, FaultTrigger::every(7));
     assert_eq!(plan.expect[0].value, 256.0);
     let e = Scenario::builder().batch_size(0).expect("completd", Comparison::Eq, 1.0).build().unwrap_err();
@@ -354,7 +354,7 @@ fn builder_goes_through_validation() {
     assert_eq!(messages, ["unknown metric `expect.completd`", "`batching.batch_size` must be at least 1, found 0"]);
     // Switching the profile forgets the previous one's keys.
     let plan = Scenario::builder().profile_constant(&[1.0]).profile_sweep(3).build().unwrap();
-    assert_eq!(plan.profile, ProfilePlan::Sweep { rates: 3, max_concurrency: 256 });
+    assert_eq!(plan.profile, ProfileSpec::Sweep { rates: 3, max_concurrency: 256 });
 }
 
 /// Every setter's key is a key of the tables (the builder names its keys; `build` would reject a
@@ -666,7 +666,7 @@ fn dataset_strategy() -> impl Strategy<Value = DatasetOptions> {
     )
 }
 
-fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {
+fn workload_strategy() -> impl Strategy<Value = WorkloadSpec> {
     let chat = (any::<bool>(), proptest::option::of("[ -~é\n]{0,20}")).prop_map(|(enabled, system_prompt)| {
         SyntheticChat { enabled, system_prompt: system_prompt.filter(|_| enabled) }
     });
@@ -694,7 +694,7 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {
                 let tokens = tokens % shortest;
                 let (prefix_groups, prefix_tokens) =
                     if tokens == 0 || chat.enabled { (0, 0) } else { (groups, tokens) };
-                WorkloadPlan::Synthetic {
+                WorkloadSpec::Synthetic {
                     prompt_tokens,
                     output_tokens,
                     seed,
@@ -710,7 +710,7 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadPlan> {
             },
         );
     let file = (1u32..100_000, any::<bool>(), 0.0..4.0f32, dataset_strategy(), request_format_strategy()).prop_map(
-        |(default_max_tokens, ignore_eos, temperature, dataset, request_format)| WorkloadPlan::File {
+        |(default_max_tokens, ignore_eos, temperature, dataset, request_format)| WorkloadSpec::File {
             path: manifest_dir().join("Cargo.toml"),
             default_max_tokens,
             ignore_eos,
@@ -727,41 +727,41 @@ fn trace_sample() -> PathBuf {
     manifest_dir().join("scenarios/data/trace-sample.jsonl")
 }
 
-fn profile_strategy() -> impl Strategy<Value = ProfilePlan> {
+fn profile_strategy() -> impl Strategy<Value = ProfileSpec> {
     let concurrency = || proptest::option::of(1u32..100_000);
     // Short enough to end before any stop: `valid_rampup` drops the rest.
     let rampup = || proptest::option::of((1u64..=1_000).prop_map(Duration::from_nanos));
     prop_oneof![
-        Just(ProfilePlan::Synchronous),
+        Just(ProfileSpec::Synchronous),
         (proptest::collection::vec(1u32..100_000, 1..5), rampup())
-            .prop_map(|(levels, rampup)| ProfilePlan::Concurrent { levels, rampup }),
-        (1u32..100_000).prop_map(|max_concurrency| ProfilePlan::Throughput { max_concurrency }),
+            .prop_map(|(levels, rampup)| ProfileSpec::Concurrent { levels, rampup }),
+        (1u32..100_000).prop_map(|max_concurrency| ProfileSpec::Throughput { max_concurrency }),
         (proptest::collection::vec(1e-6..1e6f64, 1..5), concurrency(), rampup())
-            .prop_map(|(rates, max_concurrency, rampup)| ProfilePlan::Constant { rates, max_concurrency, rampup }),
+            .prop_map(|(rates, max_concurrency, rampup)| ProfileSpec::Constant { rates, max_concurrency, rampup }),
         (1e-6..1e6f64, seed_strategy(), concurrency(), rampup()).prop_map(|(rate, seed, max_concurrency, rampup)| {
-            ProfilePlan::Poisson { rate, seed, max_concurrency, rampup }
+            ProfileSpec::Poisson { rate, seed, max_concurrency, rampup }
         }),
         (1e-6..1e6f64, 1e-3..1e3f64, seed_strategy(), concurrency(), rampup()).prop_map(
             |(rate, burstiness, seed, max_concurrency, rampup)| {
-                ProfilePlan::Gamma { rate, burstiness, seed, max_concurrency, rampup }
+                ProfileSpec::Gamma { rate, burstiness, seed, max_concurrency, rampup }
             }
         ),
-        (1e-3..1e3f64, concurrency()).prop_map(|(time_scale, max_concurrency)| ProfilePlan::Trace {
+        (1e-3..1e3f64, concurrency()).prop_map(|(time_scale, max_concurrency)| ProfileSpec::Trace {
             time_scale,
-            arrivals: crate::load::read_trace(&trace_sample(), &Default::default()).unwrap(),
+            arrivals: crate::loadgen::read_trace(&trace_sample(), &Default::default()).unwrap(),
             max_concurrency,
         }),
-        (1u32..100, 1u32..100_000).prop_map(|(rates, max_concurrency)| ProfilePlan::Sweep { rates, max_concurrency }),
+        (1u32..100, 1u32..100_000).prop_map(|(rates, max_concurrency)| ProfileSpec::Sweep { rates, max_concurrency }),
     ]
 }
 
 /// A ramp-up that ends before `stop` does, or none.
-fn valid_rampup(profile: &mut ProfilePlan, stop: &StopPlan) {
+fn valid_rampup(profile: &mut ProfileSpec, stop: &StopPlan) {
     let rampup = match profile {
-        ProfilePlan::Concurrent { rampup, .. }
-        | ProfilePlan::Constant { rampup, .. }
-        | ProfilePlan::Poisson { rampup, .. }
-        | ProfilePlan::Gamma { rampup, .. } => rampup,
+        ProfileSpec::Concurrent { rampup, .. }
+        | ProfileSpec::Constant { rampup, .. }
+        | ProfileSpec::Poisson { rampup, .. }
+        | ProfileSpec::Gamma { rampup, .. } => rampup,
         _ => return,
     };
     if rampup.zip(stop.max_duration).is_some_and(|(r, d)| r >= d) {
@@ -845,9 +845,9 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                 // A trace replays a workload file with timestamps.
                 let workload = match (&profile, workload) {
                     (
-                        ProfilePlan::Trace { .. },
-                        WorkloadPlan::File { default_max_tokens, ignore_eos, temperature, .. },
-                    ) => WorkloadPlan::File {
+                        ProfileSpec::Trace { .. },
+                        WorkloadSpec::File { default_max_tokens, ignore_eos, temperature, .. },
+                    ) => WorkloadSpec::File {
                         path: trace_sample(),
                         default_max_tokens,
                         ignore_eos,
@@ -855,7 +855,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                         dataset: Default::default(),
                         request_format: Default::default(),
                     },
-                    (ProfilePlan::Trace { .. }, _) => WorkloadPlan::File {
+                    (ProfileSpec::Trace { .. }, _) => WorkloadSpec::File {
                         path: trace_sample(),
                         default_max_tokens: 64,
                         ignore_eos: true,

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use crate::batcher::BatchConfig;
 use crate::engine::sim::{Profile, SimConfig, TimeMode};
-use crate::load::ProfilePlan;
+use crate::loadgen::ProfileSpec;
 use crate::metrics::result::BenchmarkResult;
 use crate::run::{RunError, RunOptions, run_blocking};
 use crate::scenario::matrix::{Combination, MatrixPlan};
@@ -108,8 +108,8 @@ pub fn with_point(plan: &Plan, batch_size: u32, batch_timeout: Duration, load: O
         .and_then(|c| c.with_generate_timeout(plan.batching.generate_timeout()))
         .map_err(|e| TuneError::Unsupported(e.to_string()))?;
     match (&mut plan.profile, load) {
-        (ProfilePlan::Throughput { max_concurrency }, Some(c)) => *max_concurrency = c.round().max(1.0) as u32,
-        (ProfilePlan::Constant { rates, .. }, Some(r)) => *rates = vec![r],
+        (ProfileSpec::Throughput { max_concurrency }, Some(c)) => *max_concurrency = c.round().max(1.0) as u32,
+        (ProfileSpec::Constant { rates, .. }, Some(r)) => *rates = vec![r],
         _ => {}
     }
     Ok(plan)
@@ -230,11 +230,11 @@ pub fn stressed(plan: &Plan, factor: f64) -> Option<Plan> {
     let mut plan = plan.clone();
     let scale = |c: u32| ((f64::from(c) * factor).ceil() as u32).max(1);
     match &mut plan.profile {
-        ProfilePlan::Throughput { max_concurrency } => *max_concurrency = scale(*max_concurrency),
-        ProfilePlan::Concurrent { levels, .. } => levels.iter_mut().for_each(|c| *c = scale(*c)),
-        ProfilePlan::Constant { rates, .. } => rates.iter_mut().for_each(|r| *r *= factor),
-        ProfilePlan::Poisson { rate, .. } | ProfilePlan::Gamma { rate, .. } => *rate *= factor,
-        ProfilePlan::Synchronous | ProfilePlan::Trace { .. } | ProfilePlan::Sweep { .. } => return None,
+        ProfileSpec::Throughput { max_concurrency } => *max_concurrency = scale(*max_concurrency),
+        ProfileSpec::Concurrent { levels, .. } => levels.iter_mut().for_each(|c| *c = scale(*c)),
+        ProfileSpec::Constant { rates, .. } => rates.iter_mut().for_each(|r| *r *= factor),
+        ProfileSpec::Poisson { rate, .. } | ProfileSpec::Gamma { rate, .. } => *rate *= factor,
+        ProfileSpec::Synchronous | ProfileSpec::Trace { .. } | ProfileSpec::Sweep { .. } => return None,
     }
     Some(plan)
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use toml_edit::{Array, InlineTable, Item, Table, Value, value};
 
 use super::super::plan::{Columns, TokenDist};
-use super::super::reader::{Cx, Field, Low, Node, Tbl, join};
+use super::super::reader::{Field, LocatedTable, LowerBound, Node, ReadContext, join};
 use super::super::units::format_duration;
 use super::Sub;
 use crate::engine::chat::{ChatTemplate, RequestFormat, TemplateOrigin, looks_like_template};
@@ -16,7 +16,7 @@ use crate::engine::chat::{ChatTemplate, RequestFormat, TemplateOrigin, looks_lik
 pub(crate) trait Codec {
     type Value;
     const SUB: Sub = Sub::Value;
-    fn read(&self, cx: &mut Cx, field: &Field) -> Option<Self::Value>;
+    fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<Self::Value>;
     fn print(&self, v: &Self::Value) -> Option<Item>;
 }
 
@@ -35,7 +35,7 @@ macro_rules! codec {
     ($ty:ty => $value:ty, |$c:ident, $cx:ident, $field:ident| $read:expr, |$v:ident| $print:expr) => {
         impl Codec for $ty {
             type Value = $value;
-            fn read(&self, $cx: &mut Cx, $field: &Field) -> Option<$value> {
+            fn read(&self, $cx: &mut ReadContext, $field: &Field) -> Option<$value> {
                 let $c = self;
                 $read
             }
@@ -50,7 +50,7 @@ pub(crate) struct Str;
 codec!(Str => String, |_c, cx, field| cx.string_of(field), |v| v.as_str());
 
 /// A string that is not blank.
-fn non_blank(cx: &mut Cx, field: &Field) -> Option<String> {
+fn non_blank(cx: &mut ReadContext, field: &Field) -> Option<String> {
     let s = cx.string_of(field)?;
     if s.trim().is_empty() {
         cx.report_at(field, format!("`{}` must not be empty", field.path), None);
@@ -64,7 +64,7 @@ fn non_blank(cx: &mut Cx, field: &Field) -> Option<String> {
 pub(crate) struct ScenarioName;
 codec!(ScenarioName => String, |_c, cx, field| scenario_name(cx, field), |v| v.as_str());
 
-fn scenario_name(cx: &mut Cx, field: &Field) -> Option<String> {
+fn scenario_name(cx: &mut ReadContext, field: &Field) -> Option<String> {
     let name = non_blank(cx, field)?;
     match name_problem(&name) {
         None => Some(name),
@@ -110,11 +110,11 @@ codec!(Count => usize, |c, cx, field| cx.int_of(field, c.0 as i64, i64::MAX).map
 });
 
 /// A number in `low..=hi`.
-pub(crate) struct Float(pub Low, pub f64);
+pub(crate) struct Float(pub LowerBound, pub f64);
 codec!(Float => f64, |c, cx, field| cx.float_of(field, c.0, c.1), |v| *v);
 
 /// A number in `low..=hi`, kept as an `f32`.
-pub(crate) struct Float32(pub Low, pub f64);
+pub(crate) struct Float32(pub LowerBound, pub f64);
 codec!(Float32 => f32, |c, cx, field| cx.float_of(field, c.0, c.1).map(|v| v as f32), |v| f64::from(*v));
 
 pub(crate) struct Bool;
@@ -130,7 +130,7 @@ codec!(Dur => Duration, |c, cx, field| cx.duration_of(field, c.zero), |v| format
 pub(crate) struct Choice<T: 'static>(pub &'static [(&'static str, T)]);
 impl<T: Copy + PartialEq> Codec for Choice<T> {
     type Value = T;
-    fn read(&self, cx: &mut Cx, field: &Field) -> Option<T> {
+    fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<T> {
         let names: Vec<&'static str> = self.0.iter().map(|(name, _)| *name).collect();
         let name = cx.choice_of(field, &names)?;
         self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
@@ -149,7 +149,7 @@ pub(crate) struct Opt<C>(pub C);
 impl<C: Codec> Codec for Opt<C> {
     type Value = Option<C::Value>;
     const SUB: Sub = C::SUB;
-    fn read(&self, cx: &mut Cx, field: &Field) -> Option<Option<C::Value>> {
+    fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<Option<C::Value>> {
         self.0.read(cx, field).map(Some)
     }
     fn print(&self, v: &Option<C::Value>) -> Option<Item> {
@@ -161,7 +161,7 @@ impl<C: Codec> Codec for Opt<C> {
 pub(crate) struct List<C>(pub C);
 impl<C: Codec> Codec for List<C> {
     type Value = Vec<C::Value>;
-    fn read(&self, cx: &mut Cx, field: &Field) -> Option<Vec<C::Value>> {
+    fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<Vec<C::Value>> {
         let elements = cx.array(field)?;
         if elements.is_empty() {
             cx.report_at(field, format!("`{}` must not be empty", field.path), None);
@@ -184,13 +184,13 @@ codec!(PathAsIs => PathBuf, |_c, cx, field| cx.string_of(field).map(PathBuf::fro
 pub(crate) struct PathBeside;
 codec!(PathBeside => PathBuf, |_c, cx, field| path_beside(cx, field), |v| v.to_string_lossy().as_ref());
 
-fn path_beside(cx: &mut Cx, field: &Field) -> Option<PathBuf> {
+fn path_beside(cx: &mut ReadContext, field: &Field) -> Option<PathBuf> {
     resolved(cx, field, |dir, p| dir.join(p))
 }
 
 /// A written path: an absolute one as it is, a relative one through `resolve` (given the
 /// scenario's directory), made absolute.
-fn resolved(cx: &mut Cx, field: &Field, resolve: fn(&Path, PathBuf) -> PathBuf) -> Option<PathBuf> {
+fn resolved(cx: &mut ReadContext, field: &Field, resolve: fn(&Path, PathBuf) -> PathBuf) -> Option<PathBuf> {
     let p = PathBuf::from(cx.string_of(field)?);
     if p.is_absolute() {
         return Some(p);
@@ -204,7 +204,7 @@ fn resolved(cx: &mut Cx, field: &Field, resolve: fn(&Path, PathBuf) -> PathBuf) 
 pub(crate) struct ModelPath;
 codec!(ModelPath => PathBuf, |_c, cx, field| model_path(cx, field), |v| v.to_string_lossy().as_ref());
 
-fn model_path(cx: &mut Cx, field: &Field) -> Option<PathBuf> {
+fn model_path(cx: &mut ReadContext, field: &Field) -> Option<PathBuf> {
     resolved(cx, field, |dir, model| {
         let beside = dir.join(&model);
         if beside.exists() {
@@ -223,7 +223,7 @@ fn model_path(cx: &mut Cx, field: &Field) -> Option<PathBuf> {
 pub(crate) struct ExistingFile;
 codec!(ExistingFile => PathBuf, |_c, cx, field| existing_file(cx, field), |v| v.to_string_lossy().as_ref());
 
-fn existing_file(cx: &mut Cx, field: &Field) -> Option<PathBuf> {
+fn existing_file(cx: &mut ReadContext, field: &Field) -> Option<PathBuf> {
     let written = cx.string_of(field)?;
     let joined = cx.base_dir.join(&written);
     let path = std::path::absolute(&joined).unwrap_or_else(|_| joined.clone());
@@ -239,7 +239,7 @@ pub(crate) struct Json;
 impl Codec for Json {
     type Value = serde_json::Map<String, serde_json::Value>;
     const SUB: Sub = Sub::Any;
-    fn read(&self, cx: &mut Cx, field: &Field) -> Option<Self::Value> {
+    fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<Self::Value> {
         table_like(cx, field).map(|table| table_to_json(cx, &field.path, table))
     }
     fn print(&self, map: &Self::Value) -> Option<Item> {
@@ -248,7 +248,7 @@ impl Codec for Json {
 }
 
 /// The table at `field`, or a type problem.
-fn table_like<'t>(cx: &mut Cx, field: &Field<'t>) -> Option<&'t dyn toml_edit::TableLike> {
+fn table_like<'t>(cx: &mut ReadContext, field: &Field<'t>) -> Option<&'t dyn toml_edit::TableLike> {
     let table = field.node.table_like();
     if table.is_none() {
         let message = format!("`{}`: expected a table, found {}", field.path, field.node.type_name());
@@ -276,7 +276,7 @@ pub(crate) struct StringTable;
 impl Codec for StringTable {
     type Value = BTreeMap<String, String>;
     const SUB: Sub = Sub::Any;
-    fn read(&self, cx: &mut Cx, field: &Field) -> Option<Self::Value> {
+    fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<Self::Value> {
         let table = table_like(cx, field)?;
         let mut map = BTreeMap::new();
         for (key, item) in table.iter() {
@@ -298,7 +298,7 @@ impl Codec for StringTable {
 pub(crate) struct ReqFormat;
 impl Codec for ReqFormat {
     type Value = RequestFormat;
-    fn read(&self, cx: &mut Cx, field: &Field) -> Option<RequestFormat> {
+    fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<RequestFormat> {
         let written = cx.string_of(field)?;
         match written.as_str() {
             "plain" => return Some(RequestFormat::Plain),
@@ -351,9 +351,9 @@ pub(crate) struct ColumnMap;
 impl Codec for ColumnMap {
     type Value = Columns;
     const SUB: Sub = Sub::Fixed(Columns::FIELDS);
-    fn read(&self, cx: &mut Cx, field: &Field) -> Option<Columns> {
+    fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<Columns> {
         let table = table_like(cx, field)?;
-        let t = Tbl { path: field.path.as_str(), table, at: field.span().map(|r| (r.start, r.end)) };
+        let t = LocatedTable { path: field.path.as_str(), table, at: field.span().map(|r| (r.start, r.end)) };
         cx.check_keys(t, Columns::FIELDS);
         let mut columns = Columns::default();
         for (name, item) in table.iter() {
@@ -381,7 +381,7 @@ pub(crate) struct Dist;
 impl Codec for Dist {
     type Value = TokenDist;
     const SUB: Sub = Sub::Fixed(TOKEN_DIST_KEYS);
-    fn read(&self, cx: &mut Cx, field: &Field) -> Option<TokenDist> {
+    fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<TokenDist> {
         read_token_dist(cx, field)
     }
     fn print(&self, d: &TokenDist) -> Option<Item> {
@@ -389,7 +389,7 @@ impl Codec for Dist {
     }
 }
 
-fn read_token_dist(cx: &mut Cx, field: &Field) -> Option<TokenDist> {
+fn read_token_dist(cx: &mut ReadContext, field: &Field) -> Option<TokenDist> {
     if field.node.value().is_some_and(Value::is_integer) {
         return cx.int_of(field, 1, i64::from(u32::MAX)).map(|v| TokenDist::Fixed { value: v as u32 });
     }
@@ -403,7 +403,7 @@ fn read_token_dist(cx: &mut Cx, field: &Field) -> Option<TokenDist> {
         return None;
     };
     let path = field.path.as_str();
-    let d = Tbl { path, table, at: field.span().map(|r| (r.start, r.end)) };
+    let d = LocatedTable { path, table, at: field.span().map(|r| (r.start, r.end)) };
     let Some(dist) = cx.choice(d, "dist", &["fixed", "uniform", "normal"]) else {
         if cx.field(d, "dist").is_none() {
             let help = "add `dist = \"uniform\"` (or \"normal\", \"fixed\")".to_owned();
@@ -417,7 +417,7 @@ fn read_token_dist(cx: &mut Cx, field: &Field) -> Option<TokenDist> {
         _ => &["dist", "mean", "stdev", "min", "max"],
     };
     cx.check_keys(d, keys);
-    let required_u32 = |cx: &mut Cx, k: &str| {
+    let required_u32 = |cx: &mut ReadContext, k: &str| {
         if cx.field(d, k).is_none() {
             cx.report_at(field, format!("`{path}`: missing `{k}` (required with dist = \"{dist}\")"), None);
         }
@@ -427,11 +427,11 @@ fn read_token_dist(cx: &mut Cx, field: &Field) -> Option<TokenDist> {
         return required_u32(cx, "value").map(|value| TokenDist::Fixed { value });
     }
     let (mean, stdev) = if dist == "normal" {
-        let required_f64 = |cx: &mut Cx, k: &str| {
+        let required_f64 = |cx: &mut ReadContext, k: &str| {
             if cx.field(d, k).is_none() {
                 cx.report_at(field, format!("`{path}`: missing `{k}` (required with dist = \"normal\")"), None);
             }
-            cx.float(d, k, Low::AtLeast(0.0), f64::INFINITY)
+            cx.float(d, k, LowerBound::AtLeast(0.0), f64::INFINITY)
         };
         (required_f64(cx, "mean"), required_f64(cx, "stdev"))
     } else {
@@ -471,7 +471,7 @@ pub(crate) fn token_dist_value(d: &TokenDist) -> Value {
 pub(crate) struct SweepRates;
 impl Codec for SweepRates {
     type Value = u32;
-    fn read(&self, cx: &mut Cx, field: &Field) -> Option<u32> {
+    fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<u32> {
         if field.node.value().is_some_and(Value::is_array) {
             let message = "`profile.rates`: with kind = \"sweep\" expected an integer (how many rates \
                            between the synchronous and throughput rates), found an array"
@@ -487,7 +487,7 @@ impl Codec for SweepRates {
 }
 
 fn table_to_json(
-    cx: &mut Cx,
+    cx: &mut ReadContext,
     path: &str,
     table: &dyn toml_edit::TableLike,
 ) -> serde_json::Map<String, serde_json::Value> {
@@ -509,7 +509,7 @@ fn table_to_json(
     map
 }
 
-fn value_to_json(cx: &mut Cx, field: &Field, value: &Value) -> Option<serde_json::Value> {
+fn value_to_json(cx: &mut ReadContext, field: &Field, value: &Value) -> Option<serde_json::Value> {
     Some(match value {
         Value::String(s) => serde_json::Value::String(s.value().clone()),
         Value::Integer(i) => serde_json::Value::from(*i.value()),

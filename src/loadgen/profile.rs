@@ -13,7 +13,7 @@ use serde::Serialize;
 /// How requests are offered. Each variant expands into one or more benchmarks.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ProfilePlan {
+pub enum ProfileSpec {
     /// One request at a time.
     Synchronous,
     /// One benchmark per level, each keeping exactly that many requests in flight.
@@ -82,7 +82,7 @@ pub enum ProfilePlan {
     },
 }
 
-/// How one benchmark offers requests. See [`crate::load::Scheduler`] for the exact semantics.
+/// How one benchmark offers requests. See [`crate::loadgen::Scheduler`] for the exact semantics.
 // Externally tagged: serde cannot put a `kind` tag inside `Concurrent`'s bare integer.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -300,23 +300,23 @@ pub enum Expansion {
 }
 
 /// The steps of a profile; see [`Expansion`].
-pub fn expand(profile: &ProfilePlan) -> Expansion {
+pub fn expand(profile: &ProfileSpec) -> Expansion {
     let (steps, rampup) = match profile {
-        ProfilePlan::Synchronous => (vec![StepKind::Synchronous], None),
-        ProfilePlan::Concurrent { levels, rampup } => {
+        ProfileSpec::Synchronous => (vec![StepKind::Synchronous], None),
+        ProfileSpec::Concurrent { levels, rampup } => {
             (levels.iter().map(|&n| StepKind::Concurrent(n)).collect(), *rampup)
         }
-        ProfilePlan::Throughput { max_concurrency } => {
+        ProfileSpec::Throughput { max_concurrency } => {
             (vec![StepKind::Throughput { max_concurrency: *max_concurrency }], None)
         }
-        ProfilePlan::Constant { rates, max_concurrency, rampup } => (
+        ProfileSpec::Constant { rates, max_concurrency, rampup } => (
             rates.iter().map(|&rate| StepKind::Constant { rate, max_concurrency: *max_concurrency }).collect(),
             *rampup,
         ),
-        ProfilePlan::Poisson { rate, seed, max_concurrency, rampup } => {
+        ProfileSpec::Poisson { rate, seed, max_concurrency, rampup } => {
             (vec![StepKind::Poisson { rate: *rate, seed: *seed, max_concurrency: *max_concurrency }], *rampup)
         }
-        ProfilePlan::Gamma { rate, burstiness, seed, max_concurrency, rampup } => (
+        ProfileSpec::Gamma { rate, burstiness, seed, max_concurrency, rampup } => (
             vec![StepKind::Gamma {
                 rate: *rate,
                 burstiness: *burstiness,
@@ -325,7 +325,7 @@ pub fn expand(profile: &ProfilePlan) -> Expansion {
             }],
             *rampup,
         ),
-        ProfilePlan::Trace { time_scale, arrivals, max_concurrency } => (
+        ProfileSpec::Trace { time_scale, arrivals, max_concurrency } => (
             vec![StepKind::Trace {
                 time_scale: *time_scale,
                 arrivals: arrivals.clone(),
@@ -333,7 +333,7 @@ pub fn expand(profile: &ProfilePlan) -> Expansion {
             }],
             None,
         ),
-        ProfilePlan::Sweep { rates, max_concurrency } => {
+        ProfileSpec::Sweep { rates, max_concurrency } => {
             return Expansion::Sweep { rates: *rates, max_concurrency: *max_concurrency };
         }
     };
@@ -381,7 +381,7 @@ pub struct StepPlanner {
 
 impl StepPlanner {
     /// A planner for `profile`'s steps, none issued yet.
-    pub fn new(profile: &ProfilePlan) -> StepPlanner {
+    pub fn new(profile: &ProfileSpec) -> StepPlanner {
         StepPlanner { expansion: expand(profile), issued: 0, sync_rps: None, sweep_steps: Vec::new() }
     }
 
@@ -430,7 +430,7 @@ mod tests {
         steps.iter().map(|s| s.name.as_str()).collect()
     }
 
-    fn check_fixed(profile: ProfilePlan, expected: &[&str]) {
+    fn check_fixed(profile: ProfileSpec, expected: &[&str]) {
         let Expansion::Fixed(steps) = expand(&profile) else { panic!("{profile:?} is not fixed") };
         assert_eq!(names(&steps), expected, "{profile:?}");
         // The planner gives the same steps whatever it is told.
@@ -441,39 +441,39 @@ mod tests {
 
     #[test]
     fn fixed_profiles() {
-        check_fixed(ProfilePlan::Synchronous, &["synchronous"]);
+        check_fixed(ProfileSpec::Synchronous, &["synchronous"]);
         check_fixed(
-            ProfilePlan::Concurrent { levels: vec![1, 4, 16], rampup: None },
+            ProfileSpec::Concurrent { levels: vec![1, 4, 16], rampup: None },
             &["concurrent@1", "concurrent@4", "concurrent@16"],
         );
-        check_fixed(ProfilePlan::Throughput { max_concurrency: 64 }, &["throughput"]);
+        check_fixed(ProfileSpec::Throughput { max_concurrency: 64 }, &["throughput"]);
         check_fixed(
-            ProfilePlan::Constant { rates: vec![10.0, 2.5, 0.25], max_concurrency: Some(8), rampup: None },
+            ProfileSpec::Constant { rates: vec![10.0, 2.5, 0.25], max_concurrency: Some(8), rampup: None },
             &["constant@10.00/s", "constant@2.50/s", "constant@0.25/s"],
         );
         check_fixed(
-            ProfilePlan::Poisson { rate: 50.0, seed: 1, max_concurrency: None, rampup: None },
+            ProfileSpec::Poisson { rate: 50.0, seed: 1, max_concurrency: None, rampup: None },
             &["poisson@50.00/s"],
         );
         check_fixed(
-            ProfilePlan::Gamma { rate: 5.0, burstiness: 0.5, seed: 1, max_concurrency: None, rampup: None },
+            ProfileSpec::Gamma { rate: 5.0, burstiness: 0.5, seed: 1, max_concurrency: None, rampup: None },
             &["gamma@5.00/s"],
         );
         let arrivals = TraceArrivals::from_timestamps(&[10.0, 10.5, 12.0]).unwrap();
         assert_eq!(arrivals.offsets(), [0.0, 0.5, 2.0]);
-        check_fixed(ProfilePlan::Trace { time_scale: 2.0, arrivals, max_concurrency: None }, &["trace@2.00x"]);
+        check_fixed(ProfileSpec::Trace { time_scale: 2.0, arrivals, max_concurrency: None }, &["trace@2.00x"]);
         // Small rates keep their digits: no two benchmarks named `constant@0.00/s`.
         check_fixed(
-            ProfilePlan::Constant { rates: vec![0.001, 0.002, 0.004, 1.0 / 3.0], max_concurrency: None, rampup: None },
+            ProfileSpec::Constant { rates: vec![0.001, 0.002, 0.004, 1.0 / 3.0], max_concurrency: None, rampup: None },
             &["constant@0.001/s", "constant@0.002/s", "constant@0.004/s", "constant@0.333/s"],
         );
         // Rates that agree to 3 digits get as many more as tell them apart; equal rates stay equal.
         check_fixed(
-            ProfilePlan::Constant { rates: vec![1.001, 1.002, 1.002], max_concurrency: None, rampup: None },
+            ProfileSpec::Constant { rates: vec![1.001, 1.002, 1.002], max_concurrency: None, rampup: None },
             &["constant@1.001/s", "constant@1.002/s", "constant@1.002/s"],
         );
         check_fixed(
-            ProfilePlan::Poisson { rate: 0.0005, seed: 1, max_concurrency: None, rampup: None },
+            ProfileSpec::Poisson { rate: 0.0005, seed: 1, max_concurrency: None, rampup: None },
             &["poisson@0.0005/s"],
         );
     }
@@ -492,7 +492,7 @@ mod tests {
     #[test]
     fn rampup_goes_to_every_step_of_its_profile() {
         let ramp = Some(Duration::from_secs(30));
-        let profile = ProfilePlan::Constant { rates: vec![1.0, 2.0], max_concurrency: None, rampup: ramp };
+        let profile = ProfileSpec::Constant { rates: vec![1.0, 2.0], max_concurrency: None, rampup: ramp };
         let Expansion::Fixed(steps) = expand(&profile) else { panic!() };
         assert!(steps.iter().all(|s| s.rampup == ramp), "{steps:?}");
         let json = serde_json::to_string(&steps[0]).unwrap();
@@ -528,7 +528,7 @@ mod tests {
 
     /// A sweep told `measured` after each step gives these step names.
     fn check_sweep(rates: u32, measured: [Option<f64>; 2], expected: &[&str]) {
-        let profile = ProfilePlan::Sweep { rates, max_concurrency: 32 };
+        let profile = ProfileSpec::Sweep { rates, max_concurrency: 32 };
         assert_eq!(expand(&profile), Expansion::Sweep { rates, max_concurrency: 32 });
         let mut planner = StepPlanner::new(&profile);
         let mut steps = vec![planner.next_step(None).unwrap()];

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use batchlab::load::{Poll, Scheduler, Step, StepKind};
+use batchlab::loadgen::{Poll, Scheduler, Step, StepKind};
 use batchlab::time::Timestamp;
 use statrs::distribution::{ChiSquared, ContinuousCDF, Gamma};
 

@@ -9,7 +9,7 @@
 //! back to the default.
 //!
 //! Parsing is a pure function of one line ([`parse_line`]), so tests need no files; which lines
-//! are errors and which are skipped is the dataset reader's business (`load/dataset.rs`).
+//! are errors and which are skipped is the dataset reader's business (`loadgen/dataset.rs`).
 //!
 //! # Adding a field
 //! A field is a member of [`PromptLine`], its JSON key in [`Columns`] (with its entry in

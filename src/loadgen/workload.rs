@@ -1,4 +1,4 @@
-//! Requests from a [`WorkloadPlan`]: synthetic token prompts or prompts from a file.
+//! Requests from a [`WorkloadSpec`]: synthetic token prompts or prompts from a file.
 //!
 //! Request `k` is a pure function of the plan and `k` (its [`RequestId`]): synthetic requests draw
 //! from a random stream derived from `(seed, k)` alone, and file requests take line `k mod n`. So
@@ -85,7 +85,7 @@ pub enum TokenDist {
 /// Where the requests come from: drawn from distributions, or read from a JSONL file.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "source", rename_all = "snake_case")]
-pub enum WorkloadPlan {
+pub enum WorkloadSpec {
     /// Random token prompts with drawn lengths.
     Synthetic {
         /// Prompt length in tokens.
@@ -203,9 +203,9 @@ const WORDS: u64 = 26 * 26 * 26;
 
 impl Workload {
     /// Builds the workload; reads and checks the whole prompt file at once.
-    pub fn from_plan(plan: &WorkloadPlan) -> Result<Workload, LoadError> {
+    pub fn from_plan(plan: &WorkloadSpec) -> Result<Workload, LoadError> {
         match plan {
-            WorkloadPlan::Synthetic {
+            WorkloadSpec::Synthetic {
                 prompt_tokens,
                 output_tokens,
                 seed,
@@ -246,7 +246,7 @@ impl Workload {
                     temperature: *temperature,
                 })
             }
-            WorkloadPlan::File { path, default_max_tokens, ignore_eos, temperature, dataset, request_format } => {
+            WorkloadSpec::File { path, default_max_tokens, ignore_eos, temperature, dataset, request_format } => {
                 let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.clone(), source })?;
                 let (lines, stats) = dataset::read(&bytes, path, dataset)?;
                 Ok(Workload {
@@ -460,7 +460,7 @@ mod tests {
         unique_prefix: bool,
         vocab_size: u32,
     ) -> Workload {
-        Workload::from_plan(&WorkloadPlan::Synthetic {
+        Workload::from_plan(&WorkloadSpec::Synthetic {
             prompt_tokens,
             output_tokens,
             seed,
@@ -600,7 +600,7 @@ mod tests {
 
     #[test]
     fn zero_vocab_is_an_error() {
-        let plan = WorkloadPlan::Synthetic {
+        let plan = WorkloadSpec::Synthetic {
             prompt_tokens: U(1, 2),
             output_tokens: U(1, 2),
             seed: 0,
@@ -617,7 +617,7 @@ mod tests {
     }
 
     fn grouped(groups: u32, prefix_tokens: u32, unique_prefix: bool, seed: u64) -> Workload {
-        Workload::from_plan(&WorkloadPlan::Synthetic {
+        Workload::from_plan(&WorkloadSpec::Synthetic {
             prompt_tokens: U(40, 80),
             output_tokens: U(1, 8),
             seed,
@@ -693,8 +693,8 @@ mod tests {
         path
     }
 
-    fn file_plan(path: std::path::PathBuf) -> WorkloadPlan {
-        WorkloadPlan::File {
+    fn file_plan(path: std::path::PathBuf) -> WorkloadSpec {
+        WorkloadSpec::File {
             path,
             default_max_tokens: 16,
             ignore_eos: false,
@@ -705,7 +705,7 @@ mod tests {
     }
 
     fn chat_workload(unique_prefix: bool, system: Option<&str>, format: RequestFormat) -> Workload {
-        Workload::from_plan(&WorkloadPlan::Synthetic {
+        Workload::from_plan(&WorkloadSpec::Synthetic {
             prompt_tokens: U(1, 40),
             output_tokens: U(1, 8),
             seed: 11,
@@ -793,7 +793,7 @@ mod tests {
         let w = Workload::from_plan(&plan).unwrap();
         assert_eq!(messages(&w.request(0)), [Message::new("user", "Hi")]);
         assert_eq!(tokens(&w.request(1)), [4, 5]);
-        if let WorkloadPlan::File { request_format, .. } = &mut plan {
+        if let WorkloadSpec::File { request_format, .. } = &mut plan {
             *request_format = RequestFormat::Plain;
         }
         let w = Workload::from_plan(&plan).unwrap();

@@ -22,8 +22,8 @@ pub use dataset::{DatasetOptions, DatasetStats, FileFormat};
 pub use error::{LineProblem, LoadError, MAX_REPORTED_LINES};
 pub use jsonl::{Columns, LinePrompt, PromptLine};
 pub use profile::{
-    Expansion, ProfilePlan, Step, StepKind, StepPlanner, TraceArrivals, duplicate_name, expand, format_rate,
+    Expansion, ProfileSpec, Step, StepKind, StepPlanner, TraceArrivals, duplicate_name, expand, format_rate,
     rate_labels, sweep_rates,
 };
 pub use scheduler::{Lateness, Poll, Scheduler};
-pub use workload::{CHAT_PREFIX_WORDS, PrefixDesign, SyntheticChat, TokenDist, Workload, WorkloadPlan, read_trace};
+pub use workload::{CHAT_PREFIX_WORDS, PrefixDesign, SyntheticChat, TokenDist, Workload, WorkloadSpec, read_trace};

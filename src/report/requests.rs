@@ -302,6 +302,8 @@ impl<R: BufRead> Iterator for Records<R> {
 mod tests {
     use std::time::Duration;
 
+    use proptest::prelude::*;
+
     use super::*;
 
     fn output() -> crate::engine::EngineOutput {
@@ -386,6 +388,81 @@ mod tests {
         let missing = Path::new("/nonexistent/requests.jsonl");
         let err = read_records(missing).err().unwrap().to_string();
         assert!(err.starts_with("cannot read /nonexistent/requests.jsonl"), "{err}");
+    }
+
+    fn any_record() -> impl Strategy<Value = RequestRecord> {
+        let ts = || proptest::option::of(any::<u64>().prop_map(Timestamp::from_nanos));
+        let ms = || proptest::option::of(0.0f64..1e9);
+        let phase = prop_oneof![Just(Phase::Warmup), Just(Phase::Measure), Just(Phase::Cooldown)];
+        let outcome = prop_oneof![
+            Just(RequestOutcome::Completed),
+            "[a-z_]{1,20}".prop_map(|kind| RequestOutcome::Error { kind }),
+            Just(RequestOutcome::Cancelled),
+            Just(RequestOutcome::Incomplete),
+        ];
+        let metrics = proptest::option::of(
+            (
+                (0.0f64..1e9, 0.0f64..1e9, ms(), ms(), ms()),
+                (ms(), ms(), proptest::option::of(any::<u32>()), proptest::option::of(any::<u32>())),
+                proptest::collection::vec("[a-z_]{1,30}", 0..3),
+            )
+                .prop_map(
+                    |((latency_ms, batch_wait_ms, engine_queue_ms, ttft_ms, tpot_ms), rest, anomalies)| {
+                        let (itl_max_ms, latency_per_token_ms, prompt_tokens, output_tokens) = rest;
+                        MetricsMs {
+                            latency_ms,
+                            batch_wait_ms,
+                            engine_queue_ms,
+                            ttft_ms,
+                            tpot_ms,
+                            itl_max_ms,
+                            latency_per_token_ms,
+                            prompt_tokens,
+                            output_tokens,
+                            anomalies,
+                        }
+                    },
+                ),
+        );
+        let head = (any::<u64>(), ".{0,12}", any::<u32>(), phase, outcome);
+        let times = (ts(), ts(), ts(), proptest::option::of(any::<u64>()), proptest::option::of(any::<usize>()));
+        let engine = (ts(), ts(), ts(), proptest::option::of(any::<u32>()));
+        (head, times, engine, metrics).prop_map(|((id, benchmark, repeat, phase, outcome), times, engine, metrics)| {
+            let (submitted_ns, dispatched_ns, finished_ns, batch, batch_size) = times;
+            let (engine_scheduled_ns, engine_first_token_ns, engine_last_token_ns, cached_tokens) = engine;
+            RequestRecord {
+                id,
+                benchmark,
+                repeat,
+                phase,
+                outcome,
+                submitted_ns,
+                dispatched_ns,
+                finished_ns,
+                batch,
+                batch_size,
+                engine_scheduled_ns,
+                engine_first_token_ns,
+                engine_last_token_ns,
+                cached_tokens,
+                metrics,
+            }
+        })
+    }
+
+    proptest! {
+        /// Whatever the writer writes, the reader reads back the same.
+        #[test]
+        fn records_round_trip(records in proptest::collection::vec(any_record(), 0..8)) {
+            let mut out = RequestsJsonl::from_writer(Vec::new(), PathBuf::from("requests.jsonl"));
+            for record in &records {
+                out.write(record).unwrap();
+            }
+            let bytes = out.finish().unwrap();
+            let read: Vec<RequestRecord> =
+                Records::from_reader(bytes.as_slice(), PathBuf::from("requests.jsonl")).collect::<Result<_, _>>().unwrap();
+            prop_assert_eq!(read, records);
+        }
     }
 
     #[test]

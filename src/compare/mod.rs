@@ -60,9 +60,12 @@ pub const DEFAULT_GATES: &[&str] = &[
     "goodput_requests_per_s",
 ];
 
+/// A completed request's value of one timing, in ms.
+type Timing = fn(&MetricsMs) -> Option<f64>;
+
 /// The per-request timings `requests.jsonl` holds: the distribution, the record's field it is
 /// judged by, and that field's value in a completed request's metrics.
-const PER_REQUEST: &[(&str, &str, fn(&MetricsMs) -> Option<f64>)] = &[
+const PER_REQUEST: &[(&str, &str, Timing)] = &[
     ("latency", "latency_ms", |m| Some(m.latency_ms)),
     ("ttft", "ttft_ms", |m| m.ttft_ms),
     ("tpot", "tpot_ms", |m| m.tpot_ms),

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use batchlab::report::{Environment, Report};
+use batchlab::report::{Environment, Phase, Report, RequestRecord, read_records};
 use batchlab::run::{RunOptions, RunSummary, run_blocking};
 use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file};
@@ -92,13 +92,13 @@ fn submit_offsets_ns(path: &Path, name: &str) -> Vec<u64> {
     let plan = load_file(path, &Overrides::default()).unwrap_or_else(|e| panic!("{e}"));
     let options = RunOptions { output_dir: Some(out.clone()), requests_jsonl: true, ..RunOptions::default() };
     run_blocking(&plan, options).unwrap();
-    let text = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
+    let records: Vec<RequestRecord> =
+        read_records(&out.join("requests.jsonl")).unwrap().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{e}"));
     std::fs::remove_dir_all(&out).unwrap();
-    let mut submitted: Vec<(u64, u64)> = text
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|r| r["phase"] == "measure")
-        .map(|r| (r["id"].as_u64().unwrap(), r["submitted_ns"].as_u64().unwrap()))
+    let mut submitted: Vec<(u64, u64)> = records
+        .iter()
+        .filter(|r| r.phase == Phase::Measure)
+        .map(|r| (r.id, r.submitted_ns.expect("submitted").as_nanos()))
         .collect();
     submitted.sort();
     let first = submitted[0].1;

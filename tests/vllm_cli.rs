@@ -14,6 +14,8 @@ use std::sync::{Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 
 use batchlab::engine::python::{batchlab_home, default_venv};
+use batchlab::report::requests::MetricsMs;
+use batchlab::report::{Phase, RequestOutcome, RequestRecord, read_records};
 
 #[path = "common/hf_chat.rs"]
 mod hf_chat;
@@ -475,30 +477,37 @@ fn the_in_process_engine_times_every_request_and_counts_vllms_tokens() {
         .expect("batchlab");
     assert!(out.status.success(), "stderr:\n{}", String::from_utf8_lossy(&out.stderr));
 
-    let rows: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("requests.jsonl"))
-        .expect("requests.jsonl")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON row"))
+    let rows: Vec<RequestRecord> = read_records(&dir.join("requests.jsonl"))
+        .and_then(|records| records.collect())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let completed: Vec<(&RequestRecord, &MetricsMs)> = rows
+        .iter()
+        .filter(|r| r.outcome == RequestOutcome::Completed)
+        .map(|r| (r, r.metrics.as_ref().expect("a completed request's metrics")))
         .collect();
-    let completed: Vec<_> = rows.iter().filter(|r| r["outcome"] == "completed").collect();
     assert_eq!(completed.len(), rows.len(), "every request completes: {rows:?}");
-    assert_eq!(completed.iter().filter(|r| r["phase"] == "measure").count(), 24);
-    let tokens = |r: &serde_json::Value| r["output_tokens"].as_u64().unwrap_or_else(|| panic!("no output_tokens: {r}"));
-    for r in &completed {
-        assert_eq!(tokens(r), 16, "ignore_eos: every request generates output_tokens: {r}");
-        for field in ["ttft_ms", "tpot_ms", "latency_per_token_ms"] {
-            assert!(r[field].as_f64().is_some_and(|v| v > 0.0), "{field} missing or not positive: {r}");
+    assert_eq!(completed.iter().filter(|(r, _)| r.phase == Phase::Measure).count(), 24);
+    let tokens = |(r, m): &(&RequestRecord, &MetricsMs)| {
+        u64::from(m.output_tokens.unwrap_or_else(|| panic!("no output_tokens: {r:?}")))
+    };
+    for c in &completed {
+        let (r, m) = c;
+        assert_eq!(tokens(c), 16, "ignore_eos: every request generates output_tokens: {r:?}");
+        for (field, value) in
+            [("ttft_ms", m.ttft_ms), ("tpot_ms", m.tpot_ms), ("latency_per_token_ms", m.latency_per_token_ms)]
+        {
+            assert!(value.is_some_and(|v| v > 0.0), "{field} missing or not positive: {r:?}");
         }
-        assert!(r["ttft_ms"].as_f64() <= r["latency_ms"].as_f64(), "TTFT after the latency: {r}");
-        assert_eq!(r["anomalies"], serde_json::json!([]), "{r}");
+        assert!(m.ttft_ms.is_some_and(|ttft| ttft <= m.latency_ms), "TTFT after the latency: {r:?}");
+        assert!(m.anomalies.is_empty(), "{r:?}");
     }
 
     // batchlab's totals: the report's measured ones, and every completed request's.
     let report = report(&dir);
-    let measured: u64 = completed.iter().filter(|r| r["phase"] == "measure").map(|r| tokens(r)).sum();
+    let measured: u64 = completed.iter().filter(|(r, _)| r.phase == Phase::Measure).map(tokens).sum();
     assert_eq!(report["benchmarks"][0]["tokens"]["output"].as_u64(), Some(measured), "report vs requests.jsonl");
-    let all: u64 = completed.iter().map(|r| tokens(r)).sum();
-    let prompts: u64 = completed.iter().map(|r| r["prompt_tokens"].as_u64().expect("prompt_tokens")).sum();
+    let all: u64 = completed.iter().map(tokens).sum();
+    let prompts: u64 = completed.iter().map(|(_, m)| u64::from(m.prompt_tokens.expect("prompt_tokens"))).sum();
 
     // vLLM's own counts: the same, plus its one-token warm-up request.
     let (vllm_tokens, vllm_requests, vllm_prompts) = vllm_counters(&metrics);

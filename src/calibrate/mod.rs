@@ -13,17 +13,15 @@
 pub mod fit;
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-
-use serde::Deserialize;
 
 pub use fit::{BatchFit, BatchObservation, FitError, FitResult, RequestObservation, fit};
 
 use crate::engine::ResolvedEngineConfig;
 use crate::engine::sim::profile::{BatchSizeFit, FitSummary, Profile, Provenance};
-use crate::report::JSON_FILE;
 use crate::report::requests::REQUESTS_FILE;
+use crate::report::{JSON_FILE, RequestOutcome, RequestRecord, read_records};
+use crate::time::Timestamp;
 
 /// Why a calibration failed.
 #[derive(Debug, thiserror::Error)]
@@ -31,15 +29,8 @@ pub enum CalibrateError {
     /// No directory was given.
     #[error("calibrate needs at least one output directory")]
     NoSources,
-    /// A file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A report.json that cannot be read back (missing, another schema, malformed).
+    /// A report.json or requests.jsonl that cannot be read back (missing, another schema,
+    /// malformed; a bad line is named by file and line).
     #[error(transparent)]
     Report(#[from] crate::report::ReportError),
     /// A file is not what a run writes.
@@ -89,23 +80,6 @@ pub enum CalibrateError {
     /// The fit itself failed.
     #[error(transparent)]
     Fit(#[from] FitError),
-}
-
-/// The fields of a `requests.jsonl` row a fit reads; everything else is ignored.
-#[derive(Deserialize)]
-struct Row {
-    id: u64,
-    outcome: String,
-    dispatched_ns: Option<u64>,
-    finished_ns: Option<u64>,
-    batch: Option<u64>,
-    batch_size: Option<usize>,
-    engine_scheduled_ns: Option<u64>,
-    engine_first_token_ns: Option<u64>,
-    engine_last_token_ns: Option<u64>,
-    cached_tokens: Option<u32>,
-    prompt_tokens: Option<u32>,
-    output_tokens: Option<u32>,
 }
 
 /// The batches of a set of output directories, and what they ran on.
@@ -213,25 +187,16 @@ fn by_batch_size(batches: &[BatchFit]) -> Vec<BatchSizeFit> {
 
 /// The usable batches of one `requests.jsonl`, and how many were left out.
 fn read_batches(path: &Path) -> Result<(Vec<BatchObservation>, u64), CalibrateError> {
-    let file = std::fs::File::open(path).map_err(|source| CalibrateError::Read { path: path.to_path_buf(), source })?;
-    let mut by_batch: BTreeMap<u64, (Option<usize>, Vec<Row>)> = BTreeMap::new();
+    let mut by_batch: BTreeMap<u64, (Option<usize>, Vec<RequestRecord>)> = BTreeMap::new();
     let mut unbatched = false;
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|source| CalibrateError::Read { path: path.to_path_buf(), source })?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let row: Row = serde_json::from_str(&line).map_err(|e| CalibrateError::Parse {
-            path: path.to_path_buf(),
-            line: i + 1,
-            message: format!("not a requests.jsonl row: {e}"),
-        })?;
+    for row in read_records(path)? {
+        let row = row?;
         match row.batch {
             Some(b) => {
                 let entry = by_batch.entry(b).or_insert((row.batch_size, Vec::new()));
                 entry.1.push(row);
             }
-            None => unbatched |= row.outcome == "completed",
+            None => unbatched |= row.outcome == RequestOutcome::Completed,
         }
     }
     if unbatched && by_batch.is_empty() {
@@ -254,25 +219,26 @@ fn read_batches(path: &Path) -> Result<(Vec<BatchObservation>, u64), CalibrateEr
 }
 
 /// A batch whose rows are all there, completed, timed and counted; else `None`.
-fn observe(size: Option<usize>, rows: &[Row]) -> Option<BatchObservation> {
+fn observe(size: Option<usize>, rows: &[RequestRecord]) -> Option<BatchObservation> {
     if size != Some(rows.len()) {
         return None;
     }
     let dispatched = rows.first()?.dispatched_ns?;
-    let since = |t: Option<u64>| t.map(|t| t as f64 - dispatched as f64);
+    let since = |t: Option<Timestamp>| t.map(|t| t.as_nanos() as f64 - dispatched.as_nanos() as f64);
     let requests = rows
         .iter()
         .map(|r| {
-            let complete = r.outcome == "completed"
+            let complete = r.outcome == RequestOutcome::Completed
                 && r.dispatched_ns == Some(dispatched)
                 && r.engine_first_token_ns.is_some()
                 && r.engine_last_token_ns.is_some();
             if !complete {
                 return None;
             }
+            let metrics = r.metrics.as_ref()?;
             Some(RequestObservation {
-                prompt_tokens: r.prompt_tokens?,
-                output_tokens: r.output_tokens?,
+                prompt_tokens: metrics.prompt_tokens?,
+                output_tokens: metrics.output_tokens?,
                 cached_tokens: r.cached_tokens.unwrap_or(0),
                 scheduled_ns: since(r.engine_scheduled_ns),
                 first_token_ns: since(r.engine_first_token_ns),

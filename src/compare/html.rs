@@ -98,7 +98,7 @@ fn sample_cdf(samples: &[f64]) -> Vec<(f64, f64)> {
 /// A run's CDF of the timing `dist` in `benchmark`: from its requests.jsonl (every repeat), else
 /// from the first repeat's histogram.
 fn cdf_of(run: &Run, benchmark: &str, dist: &str) -> Vec<(f64, f64)> {
-    let field = super::PER_REQUEST.iter().find(|(d, _)| *d == dist).map(|(_, f)| *f);
+    let field = super::PER_REQUEST.iter().find(|(d, _, _)| *d == dist).map(|(_, f, _)| *f);
     let samples = run.requests.as_ref().and_then(|r| r.get(benchmark)).zip(field).and_then(|(s, f)| s.get(f));
     if let Some(samples) = samples.filter(|s| !s.is_empty()) {
         return sample_cdf(samples);

@@ -35,13 +35,15 @@ pub mod stats;
 pub mod table;
 
 use std::collections::BTreeMap;
-use std::io::BufRead as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::metrics::result::metric_names;
-use crate::report::{Report, ReportError, read_report, report_path};
+use crate::report::requests::MetricsMs;
+use crate::report::{
+    Phase, Report, ReportError, RequestOutcome, RequestRecord, read_records, read_report, report_path,
+};
 use stats::{Shift, TestResult, mann_whitney_u, welch_t};
 
 /// The metrics gated when `--gate` is not given.
@@ -58,33 +60,27 @@ pub const DEFAULT_GATES: &[&str] = &[
     "goodput_requests_per_s",
 ];
 
-/// The per-request timings `requests.jsonl` holds, and the field each is judged by.
-const PER_REQUEST: &[(&str, &str)] = &[
-    ("latency", "latency_ms"),
-    ("ttft", "ttft_ms"),
-    ("tpot", "tpot_ms"),
-    ("itl", "itl_max_ms"),
-    ("latency_per_token", "latency_per_token_ms"),
-    ("batch_wait", "batch_wait_ms"),
-    ("engine_queue", "engine_queue_ms"),
+/// A completed request's value of one timing, in ms.
+type Timing = fn(&MetricsMs) -> Option<f64>;
+
+/// The per-request timings `requests.jsonl` holds: the distribution, the record's field it is
+/// judged by, and that field's value in a completed request's metrics.
+const PER_REQUEST: &[(&str, &str, Timing)] = &[
+    ("latency", "latency_ms", |m| Some(m.latency_ms)),
+    ("ttft", "ttft_ms", |m| m.ttft_ms),
+    ("tpot", "tpot_ms", |m| m.tpot_ms),
+    ("itl", "itl_max_ms", |m| m.itl_max_ms),
+    ("latency_per_token", "latency_per_token_ms", |m| m.latency_per_token_ms),
+    ("batch_wait", "batch_wait_ms", |m| Some(m.batch_wait_ms)),
+    ("engine_queue", "engine_queue_ms", |m| m.engine_queue_ms),
 ];
 
 /// Why a comparison could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum CompareError {
-    /// A report could not be read.
+    /// A report or its `requests.jsonl` could not be read.
     #[error(transparent)]
     Report(#[from] ReportError),
-    /// A `requests.jsonl` line is not a request record.
-    #[error("{path}:{line}: not a requests.jsonl record: {message}")]
-    Requests {
-        /// The file.
-        path: PathBuf,
-        /// 1-based line number.
-        line: usize,
-        /// What was wrong.
-        message: String,
-    },
     /// The two runs have no benchmark of the same name.
     #[error("the runs have no benchmark in common (A: {a}; B: {b})")]
     NothingInCommon {
@@ -113,15 +109,6 @@ pub struct Run {
     pub requests: Option<BTreeMap<String, Samples>>,
 }
 
-#[derive(Deserialize)]
-struct Record {
-    benchmark: String,
-    phase: String,
-    outcome: String,
-    #[serde(flatten)]
-    fields: BTreeMap<String, serde_json::Value>,
-}
-
 impl Run {
     /// Reads a run from its `report.json` or output directory, and the `requests.jsonl` next to
     /// the report if there is one.
@@ -136,21 +123,13 @@ impl Run {
 
 /// The per-request samples of `path`, by benchmark: measured, completed requests only.
 fn read_requests(path: &Path) -> Result<BTreeMap<String, Samples>, CompareError> {
-    let bad = |line: usize, message: String| CompareError::Requests { path: path.to_path_buf(), line, message };
-    let file = std::fs::File::open(path).map_err(|source| ReportError::Read { path: path.to_path_buf(), source })?;
     let mut out: BTreeMap<String, Samples> = BTreeMap::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| bad(i + 1, e.to_string()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let record: Record = serde_json::from_str(&line).map_err(|e| bad(i + 1, e.to_string()))?;
-        if record.phase != "measure" || record.outcome != "completed" {
-            continue;
-        }
-        let samples = out.entry(record.benchmark).or_default();
-        for (_, field) in PER_REQUEST {
-            if let Some(v) = record.fields.get(*field).and_then(serde_json::Value::as_f64) {
+    for record in read_records(path)? {
+        let RequestRecord { benchmark, phase, outcome, metrics, .. } = record?;
+        let (Phase::Measure, RequestOutcome::Completed, Some(metrics)) = (phase, outcome, metrics) else { continue };
+        let samples = out.entry(benchmark).or_default();
+        for (_, field, value) in PER_REQUEST {
+            if let Some(v) = value(&metrics) {
                 samples.entry((*field).to_string()).or_default().push(v);
             }
         }
@@ -306,7 +285,7 @@ impl Comparison {
 /// The per-request field a metric is judged by: `latency_p99_ms` → `latency_ms`.
 fn per_request_field(metric: &str) -> Option<&'static str> {
     let (dist, _) = metric.strip_suffix("_ms")?.rsplit_once('_')?;
-    PER_REQUEST.iter().find(|(d, _)| *d == dist).map(|(_, field)| *field)
+    PER_REQUEST.iter().find(|(d, _, _)| *d == dist).map(|(_, field, _)| *field)
 }
 
 fn names_of(report: &Report) -> Vec<String> {

@@ -139,3 +139,58 @@ fn html_is_self_contained_and_escaped() {
     assert!(html.contains("Latency CDF"), "distributions are charted");
     assert!(html.matches("<svg").count() >= 2 * 4, "four CDFs per benchmark");
 }
+
+/// A run read from disk: only the measured, completed requests give samples, by benchmark, and a
+/// bad `requests.jsonl` line is refused with its file and line.
+#[test]
+fn load_samples_measured_completed_requests_only() {
+    use crate::report::requests::{MetricsMs, REQUESTS_FILE};
+    use crate::report::{Phase, RequestOutcome, RequestRecord, RequestsJsonl, write_json};
+
+    let dir = std::env::temp_dir().join(format!("batchlab-compare-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    write_json(&sample_report(), &dir).unwrap();
+    let record = |id: u64, phase: Phase, latency_ms: Option<f64>| {
+        let mut r = RequestRecord::unfinished(id, "throughput", phase, RequestOutcome::Incomplete, None, None);
+        if let Some(latency_ms) = latency_ms {
+            r.outcome = RequestOutcome::Completed;
+            r.metrics = Some(MetricsMs {
+                latency_ms,
+                batch_wait_ms: 1.0,
+                engine_queue_ms: None,
+                ttft_ms: Some(latency_ms / 2.0),
+                tpot_ms: None,
+                itl_max_ms: None,
+                latency_per_token_ms: None,
+                prompt_tokens: Some(4),
+                output_tokens: Some(2),
+                anomalies: Vec::new(),
+            });
+        }
+        r
+    };
+    let mut out = RequestsJsonl::create(&dir).unwrap();
+    for r in [
+        record(0, Phase::Warmup, Some(1.0)),
+        record(1, Phase::Measure, Some(10.0)),
+        record(2, Phase::Measure, None),
+        record(3, Phase::Measure, Some(30.0)),
+        record(4, Phase::Cooldown, Some(2.0)),
+    ] {
+        out.write(&r).unwrap();
+    }
+    out.finish().unwrap();
+    let run = Run::load(&dir).unwrap();
+    let samples = &run.requests.as_ref().unwrap()["throughput"];
+    assert_eq!(samples["latency_ms"], [10.0, 30.0]);
+    assert_eq!(samples["ttft_ms"], [5.0, 15.0]);
+    assert!(!samples.contains_key("tpot_ms"), "a timing no request has gives no samples");
+
+    let jsonl = dir.join(REQUESTS_FILE);
+    let mut text = std::fs::read_to_string(&jsonl).unwrap();
+    text.push_str("{\"id\": 5, \"phase\": \"measure\"}\n");
+    std::fs::write(&jsonl, text).unwrap();
+    let err = Run::load(&dir).unwrap_err().to_string();
+    assert!(err.contains(&format!("{}:6: not a requests.jsonl record", jsonl.display())), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

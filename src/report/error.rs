@@ -61,6 +61,16 @@ pub enum ReportError {
         /// serde_json's error, with line and column.
         source: serde_json::Error,
     },
+    /// A `requests.jsonl` line that is not a [`super::RequestRecord`].
+    #[error("{path}:{line}: not a requests.jsonl record: {source}")]
+    Record {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// serde_json's error, with the column.
+        source: serde_json::Error,
+    },
     /// A `report.json` of another schema version.
     #[error(
         "{path}: {}, this batchlab reads schema {expected}: re-run the scenario with this batchlab to get a report it can read",

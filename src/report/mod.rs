@@ -21,7 +21,7 @@ pub use error::ReportError;
 pub use expect::{ExpectationOutcome, evaluate, render_failures};
 pub use html::{HTML_FILE, render_html, write_html};
 pub use read::{read_report, report_path};
-pub use requests::{Phase, RequestOutcome, RequestRecord, RequestsJsonl};
+pub use requests::{Phase, RequestOutcome, RequestRecord, RequestsJsonl, read_records};
 pub use table::render_table;
 pub use write::{CSV_FILE, JSON_FILE, csv_columns, prepare_output_dir, render_json, write_csv, write_json};
 

@@ -3,25 +3,41 @@
 //! Streaming keeps memory flat however long the run. Each line holds the request's id, its
 //! benchmark and phase, how it ended, our timestamps (ns on the run's monotonic clock) and, for a
 //! completed request, its metrics in milliseconds.
+//!
+//! The file has one record type, [`RequestRecord`], with its writer ([`RequestsJsonl`]) and its
+//! reader ([`read_records`]) side by side: `compare` and `calibrate` read the rows back as the run
+//! wrote them, never as loose JSON. [`Phase`] lives here rather than in `run/` so that the
+//! arrow points down: `run/` produces records, `report/` defines them.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::ReportError;
 use crate::batcher::{Completion, RequestTimes};
 use crate::engine::RequestId;
 use crate::metrics::RequestMetrics;
-pub use crate::run::Phase;
 use crate::time::Timestamp;
 
 /// The per-request file's name in the output directory (one [`RequestRecord`] per line).
 pub const REQUESTS_FILE: &str = "requests.jsonl";
 
+/// Which part of a benchmark a request belonged to. Only `measure` counts in the metrics.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Before the measurement; not measured.
+    Warmup,
+    /// Measured.
+    Measure,
+    /// After the measurement; not measured.
+    Cooldown,
+}
+
 /// How a request ended.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum RequestOutcome {
     /// The request got an output.
@@ -30,7 +46,7 @@ pub enum RequestOutcome {
     Error {
         /// The error kind, written as `error_kind`.
         #[serde(rename = "error_kind")]
-        kind: &'static str,
+        kind: String,
     },
     /// Cancelled before dispatch.
     Cancelled,
@@ -39,7 +55,7 @@ pub enum RequestOutcome {
 }
 
 /// One line of `requests.jsonl`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RequestRecord {
     /// The request's id, unique within the run.
     pub id: RequestId,
@@ -77,7 +93,7 @@ pub struct RequestRecord {
 }
 
 /// A completed request's metrics in milliseconds; see `metrics::mapper` for definitions.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MetricsMs {
     /// Our submit to our completion.
     pub latency_ms: f64,
@@ -98,7 +114,7 @@ pub struct MetricsMs {
     /// Generated tokens, as the engine counted them.
     pub output_tokens: Option<u32>,
     /// Names of the anomalies found in the engine's stats; empty when none.
-    pub anomalies: Vec<&'static str>,
+    pub anomalies: Vec<String>,
 }
 
 impl From<&RequestMetrics> for MetricsMs {
@@ -125,7 +141,7 @@ impl From<&RequestMetrics> for MetricsMs {
             latency_per_token_ms: m.latency_per_token.map(ms),
             prompt_tokens: m.prompt_tokens,
             output_tokens: m.output_tokens,
-            anomalies: flags.into_iter().filter(|(on, _)| *on).map(|(_, name)| name).collect(),
+            anomalies: flags.into_iter().filter(|(on, _)| *on).map(|(_, name)| name.to_owned()).collect(),
         }
     }
 }
@@ -236,9 +252,57 @@ impl<W: Write> RequestsJsonl<W> {
     }
 }
 
+/// Reads the [`RequestRecord`]s of a `requests.jsonl` one line at a time, so memory stays flat
+/// however long the run; blank lines are skipped. Errors name the file, and a line that is not a
+/// record its line number. See [`Records`].
+pub fn read_records(path: &Path) -> Result<Records, ReportError> {
+    let file = File::open(path).map_err(|source| ReportError::Read { path: path.to_path_buf(), source })?;
+    Ok(Records::from_reader(BufReader::new(file), path.to_path_buf()))
+}
+
+/// The records of a `requests.jsonl`, in file order: an iterator of `Result<RequestRecord, _>`
+/// (from [`read_records`]).
+pub struct Records<R: BufRead = BufReader<File>> {
+    lines: std::io::Lines<R>,
+    path: PathBuf,
+    line: usize,
+}
+
+impl<R: BufRead> Records<R> {
+    /// Reads from any reader; `path` is only used in error messages.
+    pub fn from_reader(reader: R, path: PathBuf) -> Self {
+        Records { lines: reader.lines(), path, line: 0 }
+    }
+}
+
+impl<R: BufRead> Iterator for Records<R> {
+    type Item = Result<RequestRecord, ReportError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let text = self.lines.next()?;
+            self.line += 1;
+            let text = match text {
+                Ok(text) => text,
+                Err(source) => return Some(Err(ReportError::Read { path: self.path.clone(), source })),
+            };
+            if text.trim().is_empty() {
+                continue;
+            }
+            return Some(serde_json::from_str(&text).map_err(|source| ReportError::Record {
+                path: self.path.clone(),
+                line: self.line,
+                source,
+            }));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    use proptest::prelude::*;
 
     use super::*;
 
@@ -279,19 +343,16 @@ mod tests {
         metrics.engine_last_token = Some(t(9));
         metrics.cached_tokens = Some(0);
         let completion = Completion { output: output(), times, batch_id: 7, batch_size: 3 };
+        let error = RequestOutcome::Error { kind: "engine_error".into() };
+        let records = [
+            RequestRecord::completed(1, "throughput", Phase::Measure, &completion, &metrics),
+            RequestRecord::unfinished(2, "throughput", Phase::Warmup, error, Some(t(1)), Some(t(3))),
+            RequestRecord::unfinished(3, "concurrent@4", Phase::Measure, RequestOutcome::Incomplete, Some(t(5)), None),
+        ];
         let mut out = RequestsJsonl::from_writer(Vec::new(), PathBuf::from("requests.jsonl"));
-        out.write(&RequestRecord::completed(1, "throughput", Phase::Measure, &completion, &metrics)).unwrap();
-        let error = RequestOutcome::Error { kind: "engine_error" };
-        out.write(&RequestRecord::unfinished(2, "throughput", Phase::Warmup, error, Some(t(1)), Some(t(3)))).unwrap();
-        out.write(&RequestRecord::unfinished(
-            3,
-            "concurrent@4",
-            Phase::Measure,
-            RequestOutcome::Incomplete,
-            Some(t(5)),
-            None,
-        ))
-        .unwrap();
+        for record in &records {
+            out.write(record).unwrap();
+        }
         assert_eq!(out.lines(), 3);
         let text = String::from_utf8(out.finish().unwrap()).unwrap();
         insta::assert_snapshot!(text, @r#"
@@ -299,8 +360,108 @@ mod tests {
         {"id":2,"benchmark":"throughput","repeat":0,"phase":"warmup","outcome":"error","error_kind":"engine_error","submitted_ns":1000001000000,"dispatched_ns":null,"finished_ns":1000003000000,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null}
         {"id":3,"benchmark":"concurrent@4","repeat":0,"phase":"measure","outcome":"incomplete","submitted_ns":1000005000000,"dispatched_ns":null,"finished_ns":null,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null}
         "#);
-        for line in text.lines() {
-            serde_json::from_str::<serde_json::Value>(line).unwrap();
+        // The reader gives back exactly what was written.
+        let read: Vec<RequestRecord> =
+            Records::from_reader(text.as_bytes(), PathBuf::from("requests.jsonl")).collect::<Result<_, _>>().unwrap();
+        assert_eq!(read, records);
+    }
+
+    #[test]
+    fn a_bad_line_is_named_by_file_and_line() {
+        let good = r#"{"id":3,"benchmark":"b","repeat":0,"phase":"measure","outcome":"incomplete","submitted_ns":5,"dispatched_ns":null,"finished_ns":null,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null}"#;
+        let cases = [
+            ("not json", "runs/a/requests.jsonl:3: not a requests.jsonl record: expected ident"),
+            (r#"{"id":1}"#, "runs/a/requests.jsonl:3: not a requests.jsonl record: missing field `benchmark`"),
+            (
+                &good.replace("measure", "measuring"),
+                "unknown variant `measuring`, expected one of `warmup`, `measure`, `cooldown`",
+            ),
+            (&good.replace("incomplete", "lost"), "unknown variant `lost`"),
+        ];
+        for (line, expected) in cases {
+            let text = format!("{good}\n\n{line}\n{good}\n");
+            let mut records = Records::from_reader(text.as_bytes(), PathBuf::from("runs/a/requests.jsonl"));
+            assert_eq!(records.next().unwrap().unwrap().outcome, RequestOutcome::Incomplete, "a blank line is skipped");
+            let err = records.next().unwrap().unwrap_err().to_string();
+            assert!(err.contains(expected), "{err}");
+        }
+        let missing = Path::new("/nonexistent/requests.jsonl");
+        let err = read_records(missing).err().unwrap().to_string();
+        assert!(err.starts_with("cannot read /nonexistent/requests.jsonl"), "{err}");
+    }
+
+    fn any_record() -> impl Strategy<Value = RequestRecord> {
+        let ts = || proptest::option::of(any::<u64>().prop_map(Timestamp::from_nanos));
+        let ms = || proptest::option::of(0.0f64..1e9);
+        let phase = prop_oneof![Just(Phase::Warmup), Just(Phase::Measure), Just(Phase::Cooldown)];
+        let outcome = prop_oneof![
+            Just(RequestOutcome::Completed),
+            "[a-z_]{1,20}".prop_map(|kind| RequestOutcome::Error { kind }),
+            Just(RequestOutcome::Cancelled),
+            Just(RequestOutcome::Incomplete),
+        ];
+        let metrics = proptest::option::of(
+            (
+                (0.0f64..1e9, 0.0f64..1e9, ms(), ms(), ms()),
+                (ms(), ms(), proptest::option::of(any::<u32>()), proptest::option::of(any::<u32>())),
+                proptest::collection::vec("[a-z_]{1,30}", 0..3),
+            )
+                .prop_map(
+                    |((latency_ms, batch_wait_ms, engine_queue_ms, ttft_ms, tpot_ms), rest, anomalies)| {
+                        let (itl_max_ms, latency_per_token_ms, prompt_tokens, output_tokens) = rest;
+                        MetricsMs {
+                            latency_ms,
+                            batch_wait_ms,
+                            engine_queue_ms,
+                            ttft_ms,
+                            tpot_ms,
+                            itl_max_ms,
+                            latency_per_token_ms,
+                            prompt_tokens,
+                            output_tokens,
+                            anomalies,
+                        }
+                    },
+                ),
+        );
+        let head = (any::<u64>(), ".{0,12}", any::<u32>(), phase, outcome);
+        let times = (ts(), ts(), ts(), proptest::option::of(any::<u64>()), proptest::option::of(any::<usize>()));
+        let engine = (ts(), ts(), ts(), proptest::option::of(any::<u32>()));
+        (head, times, engine, metrics).prop_map(|((id, benchmark, repeat, phase, outcome), times, engine, metrics)| {
+            let (submitted_ns, dispatched_ns, finished_ns, batch, batch_size) = times;
+            let (engine_scheduled_ns, engine_first_token_ns, engine_last_token_ns, cached_tokens) = engine;
+            RequestRecord {
+                id,
+                benchmark,
+                repeat,
+                phase,
+                outcome,
+                submitted_ns,
+                dispatched_ns,
+                finished_ns,
+                batch,
+                batch_size,
+                engine_scheduled_ns,
+                engine_first_token_ns,
+                engine_last_token_ns,
+                cached_tokens,
+                metrics,
+            }
+        })
+    }
+
+    proptest! {
+        /// Whatever the writer writes, the reader reads back the same.
+        #[test]
+        fn records_round_trip(records in proptest::collection::vec(any_record(), 0..8)) {
+            let mut out = RequestsJsonl::from_writer(Vec::new(), PathBuf::from("requests.jsonl"));
+            for record in &records {
+                out.write(record).unwrap();
+            }
+            let bytes = out.finish().unwrap();
+            let read: Vec<RequestRecord> =
+                Records::from_reader(bytes.as_slice(), PathBuf::from("requests.jsonl")).collect::<Result<_, _>>().unwrap();
+            prop_assert_eq!(read, records);
         }
     }
 

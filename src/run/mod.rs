@@ -24,7 +24,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 pub use interrupt::Interrupt;
-pub use step::Phase;
 
 #[cfg(doc)]
 use crate::engine::{Engine, VirtualTimeEngine};

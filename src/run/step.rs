@@ -10,8 +10,6 @@
 
 use std::collections::VecDeque;
 
-use serde::Serialize;
-
 use super::status::{DisplayPhase, StepStatus};
 use crate::batcher::core::IdMap;
 use crate::batcher::{BatchRun, Outcome, RequestError};
@@ -19,21 +17,9 @@ use crate::engine::{ClockDomain, RequestId};
 use crate::loadgen::{Lateness, LoadError, Poll, PrefixDesign, Scheduler, Step};
 use crate::metrics::aggregate::BenchmarkAggregator;
 use crate::metrics::map_request;
-use crate::report::{BenchmarkResult, RequestOutcome, RequestRecord};
+use crate::report::{BenchmarkResult, Phase, RequestOutcome, RequestRecord};
 use crate::scenario::plan::{PhaseLimit, StopPlan};
 use crate::time::{Timestamp, WallAnchor};
-
-/// Which part of a benchmark a request belonged to. Only `measure` counts in the metrics.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// Before the measurement; not measured.
-    Warmup,
-    /// Measured.
-    Measure,
-    /// After the measurement; not measured.
-    Cooldown,
-}
 
 /// What the driver should do now.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -480,7 +466,7 @@ impl StepRun {
                 }
                 let outcome = match e {
                     RequestError::Cancelled => RequestOutcome::Cancelled,
-                    _ => RequestOutcome::Error { kind: e.kind() },
+                    _ => RequestOutcome::Error { kind: e.kind().to_owned() },
                 };
                 self.record(|name| {
                     RequestRecord::unfinished(id, name, flight.phase, outcome, Some(flight.submitted), Some(now))
@@ -810,7 +796,7 @@ mod tests {
         run.interrupt(at(6));
         let finished = run.finish(at(6));
         assert!(finished.ends_run);
-        let rows: Vec<_> = finished.records.iter().map(|r| (r.id, r.outcome)).collect();
+        let rows: Vec<_> = finished.records.iter().map(|r| (r.id, r.outcome.clone())).collect();
         assert_eq!(rows, [(1, RequestOutcome::Incomplete)]);
     }
 

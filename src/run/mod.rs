@@ -16,6 +16,7 @@ pub mod engine_guard;
 mod interrupt;
 pub mod progress;
 mod realtime;
+mod schedule;
 pub mod status;
 pub mod step;
 mod virtual_driver;

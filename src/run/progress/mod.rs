@@ -3,11 +3,11 @@
 //! The step runner describes each benchmark with a [`StepStatus`]; [`Progress`] draws it on the
 //! [`Screen`] it is given:
 //!
-//! - **Terminal** ([`bars`]): while the engine starts or stops, a spinner with the elapsed time and
+//! - **Terminal** (`bars`): while the engine starts or stops, a spinner with the elapsed time and
 //!   the step; then one bar per benchmark (count/total or elapsed/limit, ETA, rates, mean batch
 //!   size, errors), left as a finished line when the benchmark is done. Everything is removed by
 //!   [`Progress::clear`] before the report table is printed.
-//! - **Plain** ([`lines`], stderr is not a terminal): plain lines without a single escape code, one
+//! - **Plain** (`lines`, stderr is not a terminal): plain lines without a single escape code, one
 //!   at each phase change, one every [`PLAIN_INTERVAL`], one per finished benchmark.
 //! - **Off** (`--quiet`): nothing.
 //!
@@ -18,7 +18,7 @@
 //! A [`Screen`] is passed in, never found in a global: it is the terminal, and it knows which
 //! display draws on it now. Engines report their start-up steps without knowing about `run/`:
 //! they emit `tracing` events with the target [`ENGINE_STEP_TARGET`], and the screen's
-//! [`EngineStepLayer`] hands them to that display ([`log`]). Log lines are written through the
+//! [`EngineStepLayer`] hands them to that display (`log`). Log lines are written through the
 //! screen's [`LogWriter`], above the bars, so the two never garble each other.
 //!
 //! All output of [`Screen::stderr`] goes to [`crate::sys::terminal`]: the stderr batchlab started

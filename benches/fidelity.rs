@@ -358,6 +358,7 @@ fn main() {
     let options = DesignOptions {
         runs_dir: args.work.join("calibration"),
         progress: ProgressMode::Off,
+        screen: Default::default(),
         interrupt: Interrupt::never(),
     };
     let mut measured: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];

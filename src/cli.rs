@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use batchlab::run::progress::{ENGINE_STEP_TARGET, EngineStepLayer, LogWriter, ProgressMode};
+use batchlab::run::progress::{ENGINE_STEP_TARGET, EngineStepLayer, LogWriter, ProgressMode, Screen};
 use batchlab::run::{Interrupt, RunOptions, run_blocking};
 use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file, to_toml};
@@ -117,7 +117,14 @@ enum Command {
 mod calibrate;
 mod tune;
 
-fn init_logging() {
+/// The process's one terminal (its stderr), made in [`main`]: logging, the panic hook and every
+/// run's display draw on it, so log lines go above the bars and engine steps reach the spinner.
+fn screen() -> &'static Screen {
+    static SCREEN: std::sync::OnceLock<Screen> = std::sync::OnceLock::new();
+    SCREEN.get_or_init(Screen::stderr)
+}
+
+fn init_logging(screen: &'static Screen) {
     use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -127,12 +134,12 @@ fn init_logging() {
     // Engine steps are for the display only, whatever BATCHLAB_LOG says.
     let not_engine_steps = filter_fn(|m| m.target() != ENGINE_STEP_TARGET);
     let log = fmt::layer()
-        .with_writer(LogWriter)
+        .with_writer(LogWriter::new(screen))
         .with_ansi(batchlab::sys::terminal_is_tty())
         .with_target(false)
         .with_filter(filter.and(not_engine_steps));
     let engine_steps =
-        EngineStepLayer.with_filter(Targets::new().with_target(ENGINE_STEP_TARGET, tracing::Level::INFO));
+        EngineStepLayer::new(screen).with_filter(Targets::new().with_target(ENGINE_STEP_TARGET, tracing::Level::INFO));
     tracing_subscriber::registry().with(log).with(engine_steps).init();
     // A panic inside an engine call (an injected `faults.panic`, a bug in an engine) is caught by
     // the batcher and fails its batch: one log line is enough, whatever RUST_BACKTRACE says. Any
@@ -141,7 +148,7 @@ fn init_logging() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         if !batchlab::batcher::in_engine_call() {
-            return batchlab::run::progress::suspend(|| default(info));
+            return screen.suspend(|| default(info));
         }
         let thread = std::thread::current();
         let message = info
@@ -189,7 +196,7 @@ const REAP_GRACE: Duration = Duration::from_secs(2);
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    init_logging(screen());
     // Before the tokio runtime, the engine or any other thread: all of them inherit the mask.
     batchlab::sys::reset_cpu_affinity();
     batchlab::sys::become_subreaper();
@@ -426,6 +433,7 @@ pub(crate) fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> any
             output_dir: Some(output_dir.clone()),
             requests_jsonl,
             progress: ProgressMode::detect(quiet),
+            screen: screen().clone(),
             interrupt,
             repeat,
         };

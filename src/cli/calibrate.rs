@@ -180,7 +180,12 @@ fn design_and_fit(plan: batchlab::scenario::Plan, runs: PathBuf, args: &Calibrat
     let interrupt = Interrupt::new();
     // The exit code of the first signal: 130 for SIGINT, 143 for SIGTERM.
     let signal_code = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(EXIT_SIGINT));
-    let options = DesignOptions { runs_dir: runs.clone(), progress: ProgressMode::detect(args.quiet), interrupt };
+    let options = DesignOptions {
+        runs_dir: runs.clone(),
+        progress: ProgressMode::detect(args.quiet),
+        screen: super::screen().clone(),
+        interrupt,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
     let result = runtime.block_on(async {
         super::watch_signals(options.interrupt.clone(), signal_code.clone());

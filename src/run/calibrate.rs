@@ -20,7 +20,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::progress::ProgressMode;
+use super::progress::{ProgressMode, Screen};
 use super::{Interrupt, RunError, RunOptions, RunSummary, run_blocking, run_with_blocking};
 use crate::batcher::BatchConfig;
 use crate::calibrate::{CalibrateError, fit_dirs};
@@ -170,6 +170,8 @@ pub struct DesignOptions {
     pub runs_dir: PathBuf,
     /// The live display of each run.
     pub progress: ProgressMode,
+    /// Where the display draws.
+    pub screen: Screen,
     /// Fire it to stop after the running setting (the CLI fires it on Ctrl-C).
     pub interrupt: Interrupt,
 }
@@ -255,6 +257,7 @@ pub fn run_designed(
         output_dir: Some(dir.clone()),
         requests_jsonl: true,
         progress: options.progress,
+        screen: options.screen.clone(),
         interrupt: options.interrupt.clone(),
         repeat: 1,
     };

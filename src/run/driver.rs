@@ -1,8 +1,9 @@
 //! The one step loop, written against [`Driver`]: how time passes and where requests go.
 //!
 //! A driver owns the clock and the batcher ([`super::realtime`]: threads and a real clock;
-//! [`super::virtual_driver`]: one thread and virtual time). The loop owns everything else: the
-//! steps of the profile, the sans-IO [`StepRun`] of each, the interrupt, writing the
+//! [`super::virtual_driver`]: one thread and virtual time). The loop owns everything else:
+//! `run_steps` takes the benchmarks in the order of the `StepSchedule` (rounds, segments,
+//! steps) and runs each with `run_step`: the sans-IO [`StepRun`], the interrupt, writing the
 //! `requests.jsonl` rows the step returns and handing its [`StepStatus`](super::status::StepStatus)
 //! to the display.
 //!
@@ -16,11 +17,12 @@ use std::time::{Duration, Instant};
 
 use super::interrupt::Interrupt;
 use super::progress::Progress;
-use super::step::{Action, StepRun};
+use super::schedule::{ScheduledStep, StepSchedule};
+use super::step::{Action, Finished, StepRun};
 use super::{DriverResult, RunError};
 use crate::batcher::{BatchConfig, BatchRun, ConfigError, Outcome, RequestError};
 use crate::engine::{ClockDomain, EngineError, EngineInfo, EngineRequest, RequestId};
-use crate::loadgen::{Expansion, StepPlanner, Workload, expand};
+use crate::loadgen::Workload;
 use crate::metrics::result::{BenchmarkResult, MatrixPoint};
 use crate::report::RequestsJsonl;
 use crate::scenario::plan::Plan;
@@ -92,20 +94,15 @@ pub(super) struct Segment<'a> {
 }
 
 /// Runs every step of every segment on `driver`, `repeats` times (at least once), in one engine
-/// start. Between segments the batcher takes the next segment's `[batching]` while idle
-/// ([`Driver::reconfigure`]); the engine stays loaded.
-///
-/// Repeats are interleaved: the whole profile runs, then runs again (`a b c a b c`), so a drift of
-/// the engine over time spreads over every benchmark instead of biasing one. A sweep's rates are
-/// planned from the first round's measurements; later rounds rerun exactly those steps.
+/// start, in the order of the [`StepSchedule`]. Between segments the batcher takes the next
+/// segment's `[batching]` while idle ([`Driver::reconfigure`]); the engine stays loaded.
 pub(super) fn run_steps(
     segments: &[Segment<'_>],
     driver: &mut dyn Driver,
     sinks: Sinks<'_>,
     repeats: u32,
 ) -> Result<DriverResult, RunError> {
-    let repeats = repeats.max(1);
-    let Sinks { mut jsonl, progress, interrupt } = sinks;
+    let Sinks { jsonl, progress, interrupt } = sinks;
     progress.engine_step("loading engine");
     let info = match driver.start() {
         Ok(info) => info,
@@ -120,140 +117,160 @@ pub(super) fn run_steps(
             return Ok(DriverResult { engine, benchmarks: Vec::new(), interrupted: false, incomplete: true, error });
         }
     };
-    let domain = driver.clock_domain();
-    let anchor = Some(driver.wall_anchor());
-    let count = segments
-        .iter()
-        .map(|seg| match expand(&seg.plan.profile) {
-            Expansion::Fixed(steps) => Some(steps.len() * repeats as usize),
-            Expansion::Sweep { .. } => None,
-        })
-        .sum::<Option<usize>>();
-
-    // Per segment: its planner, the last step's rate, and the first round's steps for the later rounds.
-    let mut planners: Vec<(StepPlanner, Option<f64>, Vec<crate::loadgen::Step>)> =
-        segments.iter().map(|seg| (StepPlanner::new(&seg.plan.profile), None, Vec::new())).collect();
+    let mut steps = StepLoop {
+        domain: driver.clock_domain(),
+        anchor: Some(driver.wall_anchor()),
+        block_size: kv_block_size(&info),
+        driver,
+        jsonl,
+        progress,
+        interrupt,
+        next_request: 0,
+        interrupted: false,
+        last_status: None,
+    };
+    let mut schedule = StepSchedule::new(segments, repeats);
     let mut benchmarks = Vec::new();
-    let mut next_request = 0;
-    let mut interrupted = false;
     let mut incomplete = false;
-    let mut last_status: Option<Instant> = None;
-    let mut current_batching = segments.first().map(|seg| seg.plan.batching.clone());
-
-    'rounds: for round in 0..repeats {
-        for (segment, state) in segments.iter().zip(&mut planners) {
-            if current_batching.as_ref() != Some(&segment.plan.batching) {
-                driver.reconfigure(segment.plan.batching.clone()).map_err(|e| RunError::Internal(e.to_string()))?;
-                current_batching = Some(segment.plan.batching.clone());
-            }
-            let single_step = matches!(expand(&segment.plan.profile), Expansion::Fixed(ref s) if s.len() == 1);
-            let mut position = 0usize;
-            loop {
-                let (planner, last_rps, round_steps) = &mut *state;
-                let step = if round == 0 { planner.next_step(*last_rps) } else { round_steps.get(position).cloned() };
-                let Some(mut step) = step else { break };
-                if round == 0 {
-                    round_steps.push(step.clone());
-                }
-                position += 1;
-                if let Some(c) = segment.label {
-                    step.name = if single_step { c.label.clone() } else { format!("{}/{}", c.label, step.name) };
-                }
-                let plan = segment.plan;
-                let workload = segment.workload;
-                let index = benchmarks.len();
-                let mut run = StepRun::for_plan(step, plan, driver.now(), domain, anchor)?
-                    .with_position(index, count)
-                    .with_repeat(round, repeats);
-                if jsonl.is_some() {
-                    run = run.with_records();
-                }
-                if let Some(design) = workload.prefix_design() {
-                    run = run.with_prefix_design(design, kv_block_size(&info));
-                }
-                if interrupted {
-                    run.interrupt(driver.now());
-                }
-                loop {
-                    while let Some(event) = driver.poll_event() {
-                        match event {
-                            DriverEvent::Batch(b) => run.on_batch(&b),
-                            DriverEvent::Outcome(id, outcome, at) => {
-                                run.on_outcome(id, &outcome, at);
-                                while let Some(record) = run.poll_record() {
-                                    if let Some(j) = jsonl.as_deref_mut() {
-                                        j.write(&record)?;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    if !interrupted && interrupt.is_fired() {
-                        interrupted = true;
-                        tracing::warn!("interrupted: no new requests; cancelling queued ones and draining the rest");
-                        run.interrupt(driver.now());
-                        let ids: Vec<_> = run.in_flight_ids().collect();
-                        for id in ids {
-                            driver.cancel(id);
-                        }
-                    }
-                    if last_status.is_none_or(|t| t.elapsed() >= STATUS_EVERY) {
-                        last_status = Some(Instant::now());
-                        progress.status(&run.status(driver.now()));
-                    }
-                    let now = driver.now();
-                    match run.poll(now) {
-                        Action::Submit(phase) => {
-                            let request = workload.request(next_request);
-                            next_request += 1;
-                            match driver.submit(request) {
-                                Ok(id) => run.on_submitted(id, phase, now),
-                                Err(e) => run.on_rejected(&e, now),
-                            }
-                        }
-                        Action::Wait(until) => driver.wait(until).map_err(|Stalled| {
-                            RunError::Internal(format!(
-                                "benchmark {} is waiting with nothing scheduled ({} in flight)",
-                                run.name(),
-                                run.in_flight()
-                            ))
-                        })?,
-                        Action::Done => break,
-                    }
-                }
-                let now = driver.now();
-                progress.benchmark_done(&run.status(now));
-                let mut finished = run.finish(now);
-                if let Some(j) = jsonl.as_deref_mut() {
-                    for record in &finished.records {
-                        j.write(record)?;
-                    }
-                }
-                if let Some(c) = segment.label {
-                    finished.result.matrix = Some(MatrixPoint {
-                        combination: c.label.clone(),
-                        values: c.values.clone(),
-                        pareto_front: false,
-                    });
-                }
-                if round == 0 {
-                    state.1 = finished.result.requests_per_s;
-                }
-                benchmarks.push(finished.result);
-                if finished.ends_run {
-                    incomplete = true;
-                    break 'rounds;
-                }
-            }
+    let mut current_batching = segments.first().map(|seg| &seg.plan.batching);
+    while let Some(scheduled) = schedule.next_step() {
+        let batching = &scheduled.segment.plan.batching;
+        if current_batching != Some(batching) {
+            steps.driver.reconfigure(batching.clone()).map_err(|e| RunError::Internal(e.to_string()))?;
+            current_batching = Some(batching);
+        }
+        let finished = steps.run_step(scheduled)?;
+        schedule.measured(finished.result.requests_per_s);
+        benchmarks.push(finished.result);
+        if finished.ends_run {
+            incomplete = true;
+            break;
         }
     }
     mark_pareto_front(&mut benchmarks);
 
+    let StepLoop { driver, progress, interrupted, .. } = steps;
     progress.engine_step("stopping engine");
     if let Err(e) = driver.shutdown() {
         tracing::error!(error = %e, "engine shutdown failed");
     }
     Ok(DriverResult { engine: info, benchmarks, interrupted, incomplete, error: None })
+}
+
+/// The loop's side of every step: the driver, where outputs go, and what carries over from one
+/// step to the next.
+struct StepLoop<'d, 's> {
+    driver: &'d mut dyn Driver,
+    jsonl: Option<&'s mut RequestsJsonl>,
+    progress: &'s mut Progress,
+    interrupt: &'s Interrupt,
+    domain: ClockDomain,
+    anchor: Option<WallAnchor>,
+    /// The engine's KV block size, for a workload's designed prefix-cache hits.
+    block_size: u32,
+    /// The workload's next request, numbered over the whole run.
+    next_request: RequestId,
+    /// The interrupt fired: every later step starts interrupted.
+    interrupted: bool,
+    /// When the display was last given a status.
+    last_status: Option<Instant>,
+}
+
+impl StepLoop<'_, '_> {
+    /// Runs one benchmark to its end: the step asks, the driver submits and waits, events go back
+    /// to the step, its rows to requests.jsonl and its status to the display.
+    fn run_step(&mut self, scheduled: ScheduledStep<'_, '_>) -> Result<Finished, RunError> {
+        let segment = scheduled.segment;
+        let mut run = self.start_step(scheduled)?;
+        loop {
+            self.take_events(&mut run)?;
+            if !self.interrupted && self.interrupt.is_fired() {
+                self.interrupted = true;
+                self.interrupt_step(&mut run);
+            }
+            if self.last_status.is_none_or(|t| t.elapsed() >= STATUS_EVERY) {
+                self.last_status = Some(Instant::now());
+                self.progress.status(&run.status(self.driver.now()));
+            }
+            let now = self.driver.now();
+            match run.poll(now) {
+                Action::Submit(phase) => {
+                    let request = segment.workload.request(self.next_request);
+                    self.next_request += 1;
+                    match self.driver.submit(request) {
+                        Ok(id) => run.on_submitted(id, phase, now),
+                        Err(e) => run.on_rejected(&e, now),
+                    }
+                }
+                Action::Wait(until) => self.driver.wait(until).map_err(|Stalled| {
+                    let (name, in_flight) = (run.name(), run.in_flight());
+                    RunError::Internal(format!(
+                        "benchmark {name} is waiting with nothing scheduled ({in_flight} in flight)"
+                    ))
+                })?,
+                Action::Done => break,
+            }
+        }
+        let now = self.driver.now();
+        self.progress.benchmark_done(&run.status(now));
+        let mut finished = run.finish(now);
+        if let Some(j) = self.jsonl.as_deref_mut() {
+            finished.records.iter().try_for_each(|record| j.write(record))?;
+        }
+        if let Some(c) = segment.label {
+            let (combination, values) = (c.label.clone(), c.values.clone());
+            finished.result.matrix = Some(MatrixPoint { combination, values, pareto_front: false });
+        }
+        Ok(finished)
+    }
+
+    /// The step's [`StepRun`], positioned in the run; interrupted at once after an interrupt.
+    fn start_step(&mut self, scheduled: ScheduledStep<'_, '_>) -> Result<StepRun, RunError> {
+        let ScheduledStep { step, segment, index, count, round, repeats } = scheduled;
+        let now = self.driver.now();
+        let mut run = StepRun::for_plan(step, segment.plan, now, self.domain, self.anchor)?
+            .with_position(index, count)
+            .with_repeat(round, repeats);
+        if self.jsonl.is_some() {
+            run = run.with_records();
+        }
+        if let Some(design) = segment.workload.prefix_design() {
+            run = run.with_prefix_design(design, self.block_size);
+        }
+        if self.interrupted {
+            run.interrupt(now);
+        }
+        Ok(run)
+    }
+
+    /// The run was interrupted during this step: it admits nothing more, its queued requests are
+    /// cancelled and the rest drain.
+    fn interrupt_step(&mut self, run: &mut StepRun) {
+        tracing::warn!("interrupted: no new requests; cancelling queued ones and draining the rest");
+        run.interrupt(self.driver.now());
+        let ids: Vec<_> = run.in_flight_ids().collect();
+        for id in ids {
+            self.driver.cancel(id);
+        }
+    }
+
+    /// Hands the step every event that is ready, and writes the rows its outcomes complete.
+    fn take_events(&mut self, run: &mut StepRun) -> Result<(), RunError> {
+        while let Some(event) = self.driver.poll_event() {
+            match event {
+                DriverEvent::Batch(b) => run.on_batch(&b),
+                DriverEvent::Outcome(id, outcome, at) => {
+                    run.on_outcome(id, &outcome, at);
+                    while let Some(record) = run.poll_record() {
+                        if let Some(j) = self.jsonl.as_deref_mut() {
+                            j.write(&record)?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Marks the throughput/latency Pareto front (output tokens/s up, latency p99 down) among the

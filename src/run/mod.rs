@@ -16,6 +16,7 @@ pub mod engine_guard;
 mod interrupt;
 pub mod progress;
 mod realtime;
+mod schedule;
 pub mod status;
 pub mod step;
 mod virtual_driver;
@@ -37,7 +38,7 @@ use crate::report::{
 use crate::scenario::plan::{EnginePlan, Plan, ProfileSpec, WorkloadSpec};
 use crate::time::MonotonicClock;
 use driver::{Driver, Segment, Sinks, run_steps};
-use progress::{Progress, ProgressMode};
+use progress::{Progress, ProgressMode, Screen};
 use realtime::RealTimeDriver;
 use virtual_driver::VirtualTimeDriver;
 
@@ -51,6 +52,9 @@ pub struct RunOptions {
     pub requests_jsonl: bool,
     /// The live display.
     pub progress: ProgressMode,
+    /// Where the display draws: the binary passes the screen its logging writes to, so log lines
+    /// go above the bars and engine steps reach the spinner.
+    pub screen: Screen,
     /// Fire it to stop admitting, drain and report (the CLI fires it on the first Ctrl-C).
     pub interrupt: Interrupt,
     /// Run every benchmark this many times in one engine start (`--repeat`; 0 counts as 1). The
@@ -64,6 +68,7 @@ impl Default for RunOptions {
             output_dir: None,
             requests_jsonl: false,
             progress: ProgressMode::Off,
+            screen: Screen::stderr(),
             interrupt: Interrupt::never(),
             repeat: 1,
         }
@@ -201,7 +206,7 @@ fn run_engine(
         (Some(dir), true) => Some(RequestsJsonl::create(dir)?),
         _ => None,
     };
-    let mut progress = Progress::new(options.progress);
+    let mut progress = Progress::new(options.progress, &options.screen);
     // Faults draw from the engine's seed where the plan gives one, else from the run's.
     let seed = plan.engine.seed().filter(|_| source == EngineSource::Plan).unwrap_or(plan.seed);
     let faults = plan.faults.clone();

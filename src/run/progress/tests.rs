@@ -1,3 +1,4 @@
+use super::bars::bar_extent;
 use super::*;
 use crate::time::VirtualClock;
 use indicatif::InMemoryTerm;
@@ -33,31 +34,31 @@ fn at_ms(ms: u64) -> Timestamp {
     VirtualClock::ORIGIN.saturating_add(Duration::from_millis(ms))
 }
 
+/// A screen in memory: the bars' rendered terminal, and the plain lines as written.
+fn memory_screen(cols: u16) -> (Screen, InMemoryTerm, Arc<Mutex<String>>) {
+    let term = InMemoryTerm::new(20, cols);
+    let lines = Arc::new(Mutex::new(String::new()));
+    (Screen::on(Terminal::Memory { bars: term.clone(), lines: lines.clone() }), term, lines)
+}
+
 /// A plain display on a buffer, timed by a virtual clock.
 fn plain() -> (Progress, Arc<Mutex<String>>, VirtualClock) {
     let clock = VirtualClock::new();
-    let buf = Arc::new(Mutex::new(String::new()));
-    let p = Progress::build(
-        ProgressMode::Plain,
-        Arc::new(clock.clone()),
-        Target::Real,
-        false,
-        LineSink::Memory(buf.clone()),
-    );
+    let (screen, _term, buf) = memory_screen(80);
+    let p = Progress::with_clock(ProgressMode::Plain, &screen, Arc::new(clock.clone()));
     (p, buf, clock)
+}
+
+/// A terminal display on `screen`, without its own ticks.
+fn terminal_on(screen: &Screen) -> (Progress, VirtualClock) {
+    let clock = VirtualClock::new();
+    (Progress::with_clock(ProgressMode::Terminal, screen, Arc::new(clock.clone())), clock)
 }
 
 /// A terminal display on an in-memory terminal, without its own ticks.
 fn terminal_display(cols: u16) -> (Progress, InMemoryTerm, VirtualClock) {
-    let clock = VirtualClock::new();
-    let term = InMemoryTerm::new(20, cols);
-    let p = Progress::build(
-        ProgressMode::Terminal,
-        Arc::new(clock.clone()),
-        Target::Memory(term.clone()),
-        false,
-        LineSink::Terminal,
-    );
+    let (screen, term, _lines) = memory_screen(cols);
+    let (p, clock) = terminal_on(&screen);
     (p, term, clock)
 }
 
@@ -243,7 +244,7 @@ fn plain_mode_throttles_to_one_line_every_five_seconds() {
 
 #[test]
 fn off_draws_nothing() {
-    let mut p = Progress::new(ProgressMode::Off);
+    let mut p = Progress::new(ProgressMode::Off, &Screen::stderr());
     p.engine_step("loading engine");
     for i in 0..1000 {
         p.status(&measuring(i));
@@ -255,10 +256,9 @@ fn off_draws_nothing() {
 
 #[test]
 fn engine_step_events_reach_the_active_spinner() {
-    let _turn = lock(&ACTIVE_TESTS);
-    let (mut p, term, _clock) = terminal_display(100);
-    p.activate();
-    let subscriber = tracing_subscriber::registry().with(EngineStepLayer);
+    let (screen, term, _lines) = memory_screen(100);
+    let (p, _clock) = terminal_on(&screen);
+    let subscriber = tracing_subscriber::registry().with(EngineStepLayer::new(&screen));
     tracing::subscriber::with_default(subscriber, || {
         tracing::info!(target: "batchlab::engine_step", "importing vLLM");
         assert!(term.contents().contains("importing vLLM ["), "{}", term.contents());
@@ -269,38 +269,53 @@ fn engine_step_events_reach_the_active_spinner() {
     });
     assert_eq!(term.contents().lines().count(), 1, "one spinner, its text replaced");
     drop(p);
-    assert!(active_display().is_none(), "a dropped display is no longer active");
+    assert!(screen.active_display().is_none(), "a dropped display is no longer active");
 }
-
-/// Tests that make a display the active one take turns.
-static ACTIVE_TESTS: Mutex<()> = Mutex::new(());
 
 #[test]
 fn log_lines_are_written_with_the_bars_hidden_then_the_bars_come_back() {
-    let _turn = lock(&ACTIVE_TESTS);
-    let (mut p, term, _clock) = terminal_display(140);
-    p.activate();
+    let (screen, term, _lines) = memory_screen(140);
+    let (mut p, _clock) = terminal_on(&screen);
     p.status(&measuring(10));
     let bars = term.contents();
     assert!(bars.starts_with("measuring throughput"), "{bars}");
-    let during = suspend(|| term.contents());
+    let during = screen.suspend(|| term.contents());
     assert_eq!(during, "", "hidden while a log line is written");
     assert_eq!(term.contents(), bars, "redrawn after it");
 
     // From a panicking thread too (a panic hook that prints), where indicatif itself does not draw.
-    struct DuringUnwind(InMemoryTerm, Arc<Mutex<Option<String>>>);
+    struct DuringUnwind(Screen, InMemoryTerm, Arc<Mutex<Option<String>>>);
     impl Drop for DuringUnwind {
         fn drop(&mut self) {
-            *lock(&self.1) = Some(suspend(|| self.0.contents()));
+            *lock(&self.2) = Some(self.0.suspend(|| self.1.contents()));
         }
     }
     let seen = Arc::new(Mutex::new(None));
-    let (t, s) = (term.clone(), seen.clone());
+    let (sc, t, s) = (screen.clone(), term.clone(), seen.clone());
     let _ = std::thread::spawn(move || {
-        let _guard = DuringUnwind(t, s);
+        let _guard = DuringUnwind(sc, t, s);
         std::panic::resume_unwind(Box::new("unwinding on purpose"));
     })
     .join();
     assert_eq!(lock(&seen).as_deref(), Some(""));
     assert_eq!(term.contents(), bars);
+}
+
+#[test]
+fn engine_steps_and_log_lines_stay_on_their_own_screen() {
+    let (a, _term_a, lines_a) = memory_screen(80);
+    let (b, _term_b, lines_b) = memory_screen(80);
+    let clock = VirtualClock::new();
+    let _on_a = Progress::with_clock(ProgressMode::Plain, &a, Arc::new(clock.clone()));
+    let _on_b = Progress::with_clock(ProgressMode::Plain, &b, Arc::new(clock));
+    let log = tracing_subscriber::fmt::layer().with_writer(LogWriter::new(&a)).with_ansi(false).without_time();
+    let subscriber = tracing_subscriber::registry().with(EngineStepLayer::new(&a)).with(log);
+    tracing::subscriber::with_default(subscriber, || {
+        tracing::info!(target: "batchlab::engine_step", "importing vLLM");
+        tracing::warn!("a log line");
+    });
+    let a = text(&lines_a);
+    assert!(a.starts_with("[    0.0s] importing vLLM\n"), "{a}");
+    assert!(a.contains("a log line"), "{a}");
+    assert_eq!(text(&lines_b), "", "another screen sees nothing");
 }

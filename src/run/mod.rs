@@ -35,9 +35,9 @@ use crate::loadgen::{LoadError, Workload};
 use crate::report::{
     BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_html, write_json,
 };
-use crate::scenario::plan::{Plan, ProfileSpec, WorkloadSpec};
 #[cfg(doc)]
 use crate::scenario::plan::EnginePlan;
+use crate::scenario::plan::{Plan, ProfileSpec, WorkloadSpec};
 use crate::time::MonotonicClock;
 use driver::{Driver, Segment, Sinks, run_steps};
 use progress::{Progress, ProgressMode};

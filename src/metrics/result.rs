@@ -340,6 +340,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn per_distribution_walks_its_fields_in_report_order() {
+        let mut next = 0;
+        let numbered = PerDistribution::<usize>::default().map(|_| {
+            next += 1;
+            next - 1
+        });
+        let walked: Vec<_> = numbered.iter().map(|(name, &k)| (name, k)).collect();
+        let expected: Vec<_> = PerDistribution::<usize>::NAMES.into_iter().zip(0..).collect();
+        assert_eq!(walked, expected);
+        assert_eq!(numbered.get("itl"), Some(&3));
+        assert_eq!(numbered.get("bogus"), None);
+        // report.json keeps the names, in the same order.
+        let json = serde_json::to_string(&numbered).unwrap();
+        let at: Vec<_> = Distributions::NAMES.iter().map(|n| json.find(&format!("\"{n}\":")).unwrap()).collect();
+        assert!(at.is_sorted(), "{json}");
+    }
+
+    #[test]
     fn names_are_unique_and_complete() {
         let names = metric_names();
         assert_eq!(names.len(), 22 + 8 * 9);

@@ -68,6 +68,7 @@ fn main() -> ExitCode {
                 Prompt::Tokens(t) => json!(t),
                 Prompt::Text(s) => json!(s),
                 Prompt::Chat(c) => json!(c.messages),
+                other => panic!("no JSON form for the prompt {other:?}"),
             };
             json!({"prompt": tokens, "max_tokens": r.max_tokens, "min_tokens": r.min_tokens,
                    "ignore_eos": r.ignore_eos, "temperature": r.temperature})

@@ -19,30 +19,26 @@ struct EchoEngine;
 
 impl Engine for EchoEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo { name: "echo-engine".into(), version: "1.0".into(), resolved_config: None })
+        Ok(EngineInfo::new("echo-engine", "1.0"))
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         let start = MonotonicClock::read().as_secs_f64();
         std::thread::sleep(Duration::from_millis(1));
         let end = MonotonicClock::read().as_secs_f64();
+        // Every field of the stats is optional: what an engine does not know stays `None`.
+        let mut stats = EngineStats::default();
+        stats.queued_ts = Some(start);
+        stats.scheduled_ts = Some(start);
+        stats.first_token_ts = Some(start + (end - start) / 2.0);
+        stats.last_token_ts = Some(end);
         Ok(batch
             .iter()
-            .map(|r| EngineOutput {
-                request_id: Some(r.id),
-                prompt_tokens: r.prompt.token_len().map(|n| n as u32),
-                output_tokens: Some(r.max_tokens),
-                output_token_ids: None,
-                text: None,
-                finish_reason: FinishReason::Length,
-                stats: EngineStats {
-                    queued_ts: Some(start),
-                    scheduled_ts: Some(start),
-                    first_token_ts: Some(start + (end - start) / 2.0),
-                    last_token_ts: Some(end),
-                    cached_tokens: None,
-                    ..EngineStats::default()
-                },
+            .map(|r| {
+                EngineOutput::new(Some(r.id), FinishReason::Length)
+                    .with_prompt_tokens(r.prompt.token_len().map(|n| n as u32))
+                    .with_output_tokens(r.max_tokens)
+                    .with_stats(stats.clone())
             })
             .collect())
     }

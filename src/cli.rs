@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::Context;
 use batchlab::run::progress::{ENGINE_STEP_TARGET, EngineStepLayer, LogWriter, ProgressMode, Screen};
 use batchlab::run::{Interrupt, RunOptions, run_blocking};
-use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file, to_toml};
 use batchlab::sys::EngineLog;
 use clap::{Parser, Subcommand};
@@ -151,12 +150,7 @@ fn init_logging(screen: &'static Screen) {
             return screen.suspend(|| default(info));
         }
         let thread = std::thread::current();
-        let message = info
-            .payload()
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| info.payload().downcast_ref::<String>().cloned())
-            .unwrap_or_default();
+        let message = batchlab::batcher::panic_message(info.payload());
         let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
         tracing::warn!(thread = thread.name().unwrap_or("unnamed"), "engine panic: {message}{location}");
     }));
@@ -297,7 +291,7 @@ fn real_main(cli: Cli) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Task::PrintEngineKind => {
-            println!("{}", engine_kind(&plan.engine));
+            println!("{}", plan.engine.kind());
             return ExitCode::SUCCESS;
         }
         Task::Run(run_args) => run_args,
@@ -333,15 +327,6 @@ fn rerender_report(path: &Path) -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(EXIT_ERROR)
         }
-    }
-}
-
-/// The scenario's `engine.kind`; the justfile picks the build by it.
-fn engine_kind(engine: &EnginePlan) -> &'static str {
-    match engine {
-        EnginePlan::Sim(_) => "sim",
-        EnginePlan::Vllm(_) => "vllm",
-        EnginePlan::Python(_) => "python",
     }
 }
 
@@ -421,7 +406,7 @@ pub(crate) fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> any
         eprintln!("error: {e}");
         return Ok(ExitCode::from(EXIT_BAD_INPUT));
     }
-    let writes_output = matches!(plan.engine, EnginePlan::Vllm(_) | EnginePlan::Python(_));
+    let writes_output = plan.engine.runs_processes();
     let capture = if writes_output && !verbose { Some(capture_engine_output(&output_dir)?) } else { None };
     let log_path = capture.as_ref().map(|c| c.path().to_path_buf());
     let interrupt = Interrupt::new();

@@ -18,7 +18,7 @@ struct Echo {
 
 impl Engine for Echo {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo { name: "echo".into(), version: "0".into(), resolved_config: None })
+        Ok(EngineInfo::new("echo", "0"))
     }
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         self.seen.lock().unwrap().push(batch.iter().map(|r| r.id).collect());

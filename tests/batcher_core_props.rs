@@ -14,9 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use batchlab::batcher::{BatchConfig, BatcherCore, GenerateResult, Outcome, RequestError, State};
-use batchlab::engine::{
-    EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, RequestId,
-};
+use batchlab::engine::{EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, FinishReason, RequestId};
 use batchlab::time::Timestamp;
 use proptest::prelude::*;
 
@@ -56,7 +54,7 @@ fn fatal() -> impl Strategy<Value = Op> {
 }
 
 fn death() -> EngineDeath {
-    EngineDeath { process: "VLLM::EngineCore".into(), pid: Some(1234), status: "killed by SIGKILL".into() }
+    EngineDeath::new("VLLM::EngineCore", Some(1234), "killed by SIGKILL")
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -82,15 +80,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn output(id: Option<RequestId>) -> EngineOutput {
-    EngineOutput {
-        request_id: id,
-        prompt_tokens: Some(1),
-        output_tokens: Some(1),
-        output_token_ids: None,
-        text: None,
-        finish_reason: FinishReason::Length,
-        stats: EngineStats::default(),
-    }
+    EngineOutput::new(id, FinishReason::Length).with_prompt_tokens(1).with_output_tokens(1)
 }
 
 struct Harness {
@@ -185,11 +175,7 @@ impl Harness {
             }
             Op::StartResult(ok) => {
                 let was_starting = matches!(self.core.state(), State::Starting | State::StartingThenDrain);
-                let r = if *ok {
-                    Ok(EngineInfo { name: "mock".into(), version: "0".into(), resolved_config: None })
-                } else {
-                    Err(EngineError::Start("no".into()))
-                };
+                let r = if *ok { Ok(EngineInfo::new("mock", "0")) } else { Err(EngineError::Start("no".into())) };
                 self.core.handle_start_result(r, self.now);
                 if was_starting && !ok {
                     for (id, _) in self.model_queue.drain(..) {

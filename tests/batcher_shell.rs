@@ -33,7 +33,7 @@ mock! {
 const LIMIT: Duration = Duration::from_secs(20);
 
 fn info() -> EngineInfo {
-    EngineInfo { name: "mock".into(), version: "0".into(), resolved_config: None }
+    EngineInfo::new("mock", "0")
 }
 
 fn req() -> EngineRequest {
@@ -371,7 +371,7 @@ fn stuck_batcher(
 }
 
 fn death() -> EngineDeath {
-    EngineDeath { process: "VLLM::EngineCore".into(), pid: Some(4242), status: "killed by SIGKILL".into() }
+    EngineDeath::new("VLLM::EngineCore", Some(4242), "killed by SIGKILL")
 }
 
 /// `shutdown` on another thread, which must return within `LIMIT` however stuck the engine is.

@@ -82,11 +82,7 @@ fn trace_with(
             Step::Cancel(id) => {
                 let _ = d.cancel(*id);
             }
-            Step::Died => d.engine_died(EngineDeath {
-                process: "VLLM::EngineCore".into(),
-                pid: Some(4242),
-                status: "killed by SIGKILL".into(),
-            }),
+            Step::Died => d.engine_died(EngineDeath::new("VLLM::EngineCore", Some(4242), "killed by SIGKILL")),
             Step::Abort => d.abort_in_flight(),
             Step::Shutdown => {
                 let r = d.shutdown();

@@ -31,7 +31,7 @@ struct UserEngine {
 impl Engine for UserEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
         self.starts.fetch_add(1, Ordering::SeqCst);
-        Ok(EngineInfo { name: "user".into(), version: "1".into(), resolved_config: None })
+        Ok(EngineInfo::new("user", "1"))
     }
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         self.generates.fetch_add(1, Ordering::SeqCst);

@@ -26,15 +26,7 @@ fn map(
         dispatched: Timestamp::from_nanos(times_ns.1),
         completed: Timestamp::from_nanos(times_ns.2),
     };
-    let output = EngineOutput {
-        request_id: None,
-        prompt_tokens: None,
-        output_tokens,
-        output_token_ids: None,
-        text: None,
-        finish_reason: FinishReason::Length,
-        stats,
-    };
+    let output = EngineOutput::new(None, FinishReason::Length).with_output_tokens(output_tokens).with_stats(stats);
     let m = map_request(&times, &output, domain, None);
     if let Some(ttft) = m.ttft {
         assert!(ttft <= m.latency, "ttft {ttft:?} > latency {:?}", m.latency);
@@ -58,17 +50,25 @@ fn check_mapper(
     assert_eq!(m.tpot, expected_itl, "{stats:?}");
 }
 
+/// Stats with a first and a last token time and nothing else.
+fn token_times(first: Option<f64>, last: Option<f64>) -> EngineStats {
+    let mut stats = EngineStats::default();
+    stats.first_token_ts = first;
+    stats.last_token_ts = last;
+    stats
+}
+
 /// `mapper`: a last token after our completion was believed (tpot spanned past the request's end)
 /// and not flagged. Found with no first token; the tpot half is the same cause with one.
 #[test]
 fn mapper_last_token_after_completion_is_flagged() {
-    let stats = EngineStats { last_token_ts: Some(2025524840.4100106), ..EngineStats::default() };
+    let stats = token_times(None, Some(2025524840.4100106));
     let times = (1012762419733073422, 1012762420676281926, 2025524840409355348);
     let expected = Anomalies { token_after_completion: true, ..Anomalies::default() };
     check_mapper(times, stats, None, ClockDomain::Monotonic, expected, None);
 
     // First token 1 s after submit, last 1 s after completion: no tpot, flagged.
-    let stats = EngineStats { first_token_ts: Some(11.0), last_token_ts: Some(21.0), ..EngineStats::default() };
+    let stats = token_times(Some(11.0), Some(21.0));
     check_mapper(
         (10_000_000_000, 10_000_000_000, 20_000_000_000),
         stats,
@@ -82,14 +82,12 @@ fn mapper_last_token_after_completion_is_flagged() {
 /// `mapper`: last before first went unflagged when the engine gave no token count.
 #[test]
 fn mapper_last_before_first_is_flagged_without_a_token_count() {
-    let stats =
-        EngineStats { first_token_ts: Some(1026820714.5378263), last_token_ts: Some(0.5), ..EngineStats::default() };
+    let stats = token_times(Some(1026820714.5378263), Some(0.5));
     let times = (1_000_000_000, 1_000_000_000, 2_000_000_000_000_000_000);
     let expected = Anomalies { last_before_first: true, ..Anomalies::default() };
     check_mapper(times, stats, None, ClockDomain::Monotonic, expected, None);
     // The input as found had `last_token_ts = 0`: that is vLLM's "unset", missing and flagged so.
-    let stats =
-        EngineStats { first_token_ts: Some(1026820714.5378263), last_token_ts: Some(0.0), ..EngineStats::default() };
+    let stats = token_times(Some(1026820714.5378263), Some(0.0));
     let expected = Anomalies { impossible_timestamp: true, ..Anomalies::default() };
     check_mapper(times, stats, None, ClockDomain::Monotonic, expected, None);
 }
@@ -98,7 +96,7 @@ fn mapper_last_before_first_is_flagged_without_a_token_count() {
 #[test]
 fn mapper_non_finite_stat_is_flagged_without_an_anchor() {
     for bad in [f64::NEG_INFINITY, f64::NAN, -1.0] {
-        let stats = EngineStats { first_token_ts: Some(bad), ..EngineStats::default() };
+        let stats = token_times(Some(bad), None);
         let expected = Anomalies { non_finite: true, ..Anomalies::default() };
         check_mapper((0, 0, 1_000), stats, None, ClockDomain::Foreign, expected, None);
     }
@@ -107,15 +105,10 @@ fn mapper_non_finite_stat_is_flagged_without_an_anchor() {
 /// The fixes above must not flag consistent stats: a plain request maps cleanly.
 #[test]
 fn mapper_consistent_stats_map_cleanly() {
-    let stats = EngineStats {
-        arrival_wall: Some(1.7e9),
-        queued_ts: Some(10.0),
-        scheduled_ts: Some(10.5),
-        first_token_ts: Some(11.0),
-        last_token_ts: Some(15.0),
-        token_ts: None,
-        cached_tokens: None,
-    };
+    let mut stats = token_times(Some(11.0), Some(15.0));
+    stats.arrival_wall = Some(1.7e9);
+    stats.queued_ts = Some(10.0);
+    stats.scheduled_ts = Some(10.5);
     let tpot = Some(Duration::from_secs(1));
     check_mapper(
         (10_000_000_000, 10_000_000_000, 16_000_000_000),
@@ -133,12 +126,8 @@ fn mapper_consistent_stats_map_cleanly() {
 #[test]
 fn mapper_token_times_backwards_by_less_than_a_nanosecond_are_flagged() {
     let (late, early) = (1.5 + 2e-10, 1.5 + 1e-10);
-    let stats = EngineStats {
-        first_token_ts: Some(late),
-        last_token_ts: Some(early),
-        token_ts: Some(vec![late, early]),
-        ..EngineStats::default()
-    };
+    let mut stats = token_times(Some(late), Some(early));
+    stats.token_ts = Some(vec![late, early]);
     let m = map((1_000_000_000, 1_000_000_000, 2_000_000_000), stats, Some(2), ClockDomain::Monotonic);
     assert!(m.anomalies.token_times_inconsistent, "{:?}", m.anomalies);
     assert!(m.itl.is_empty(), "{:?}", m.itl);

@@ -30,7 +30,7 @@ impl MyEngine {
 
 impl Engine for MyEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo { name: "my-engine".into(), version: "0.1".into(), resolved_config: None })
+        Ok(EngineInfo::new("my-engine", "0.1"))
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -38,23 +38,18 @@ impl Engine for MyEngine {
         let start = self.clock.now().as_secs_f64();
         let secs = self.per_batch.as_secs_f64();
         self.clock.sleep(self.per_batch);
+        let mut stats = EngineStats::default();
+        stats.queued_ts = Some(start);
+        stats.scheduled_ts = Some(start);
+        stats.first_token_ts = Some(start + secs / 2.0);
+        stats.last_token_ts = Some(start + secs);
         Ok(batch
             .iter()
-            .map(|r| EngineOutput {
-                request_id: Some(r.id),
-                prompt_tokens: r.prompt.token_len().map(|n| n as u32),
-                output_tokens: Some(r.max_tokens),
-                output_token_ids: None,
-                text: None,
-                finish_reason: FinishReason::Length,
-                stats: EngineStats {
-                    queued_ts: Some(start),
-                    scheduled_ts: Some(start),
-                    first_token_ts: Some(start + secs / 2.0),
-                    last_token_ts: Some(start + secs),
-                    cached_tokens: None,
-                    ..EngineStats::default()
-                },
+            .map(|r| {
+                EngineOutput::new(Some(r.id), FinishReason::Length)
+                    .with_prompt_tokens(r.prompt.token_len().map(|n| n as u32))
+                    .with_output_tokens(r.max_tokens)
+                    .with_stats(stats.clone())
             })
             .collect())
     }

@@ -95,7 +95,7 @@ struct LoomEngine {
 impl Engine for LoomEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
         self.probe.starts.fetch_add(1, Ordering::SeqCst);
-        Ok(EngineInfo { name: "loom".into(), version: "0".into(), resolved_config: None })
+        Ok(EngineInfo::new("loom", "0"))
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -239,7 +239,7 @@ struct HeldEngine {
 
 impl Engine for HeldEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo { name: "loom".into(), version: "0".into(), resolved_config: None })
+        Ok(EngineInfo::new("loom", "0"))
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -322,7 +322,7 @@ struct GatedEngine {
 
 impl Engine for GatedEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo { name: "loom".into(), version: "0".into(), resolved_config: None })
+        Ok(EngineInfo::new("loom", "0"))
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -355,7 +355,7 @@ fn engine_death_from_a_watcher_releases_shutdown_and_a_late_generate_is_followed
         let engine = GatedEngine { gate: gate.clone(), dropped: dropped.clone(), probe: probe.clone() };
         let b = spawn(engine, 1);
         let ticket = b.submit(request()).unwrap();
-        let death = EngineDeath { process: "core".into(), pid: None, status: "killed by SIGKILL".into() };
+        let death = EngineDeath::new("core", None, "killed by SIGKILL");
         let (b2, d2) = (b.clone(), death.clone());
         let watcher = thread::spawn(move || b2.engine_died(d2));
         // Shutdown cannot wait for the generate (the gate opens only after it returns): only the

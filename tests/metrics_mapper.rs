@@ -20,27 +20,28 @@ fn times() -> RequestTimes {
 }
 
 fn output(stats: EngineStats, tokens: Option<u32>, ids: Option<usize>) -> EngineOutput {
-    EngineOutput {
-        request_id: None,
-        prompt_tokens: Some(16),
-        output_tokens: tokens,
-        output_token_ids: ids.map(|n| vec![7; n]),
-        text: None,
-        finish_reason: FinishReason::Length,
-        stats,
-    }
+    EngineOutput::new(None, FinishReason::Length)
+        .with_prompt_tokens(16)
+        .with_output_tokens(tokens)
+        .with_output_token_ids(ids.map(|n| vec![7; n]))
+        .with_stats(stats)
 }
 
 fn stats(queued: Option<f64>, scheduled: Option<f64>, first: Option<f64>, last: Option<f64>) -> EngineStats {
-    EngineStats {
-        arrival_wall: Some(1_767_225_600.0),
-        queued_ts: queued,
-        scheduled_ts: scheduled,
-        first_token_ts: first,
-        last_token_ts: last,
-        token_ts: None,
-        cached_tokens: None,
-    }
+    let mut stats = EngineStats::default();
+    stats.arrival_wall = Some(1_767_225_600.0);
+    stats.queued_ts = queued;
+    stats.scheduled_ts = scheduled;
+    stats.first_token_ts = first;
+    stats.last_token_ts = last;
+    stats
+}
+
+/// `stats` with the wall-clock arrival `wall` (`None`: unknown).
+fn arriving_at(wall: impl Into<Option<f64>>, stats: EngineStats) -> EngineStats {
+    let mut stats = stats;
+    stats.arrival_wall = wall.into();
+    stats
 }
 
 /// Complete stats whose first and last token are the first and last of `tokens` (offsets from 100 s).
@@ -48,7 +49,9 @@ fn with_tokens(tokens: &[f64]) -> EngineStats {
     let at = |o: f64| Some(100.0 + o);
     let token_ts = Some(tokens.iter().map(|&o| 100.0 + o).collect());
     let (first, last) = (tokens.first().copied().and_then(at), tokens.last().copied().and_then(at));
-    EngineStats { token_ts, ..stats(at(0.006), at(0.010), first, last) }
+    let mut stats = stats(at(0.006), at(0.010), first, last);
+    stats.token_ts = token_ts;
+    stats
 }
 
 fn ms(d: Option<Duration>) -> String {
@@ -165,15 +168,7 @@ fn canonical_mappings() {
         (
             "foreign clock anchored on arrival",
             output(
-                EngineStats {
-                    arrival_wall: Some(1_767_225_600.006),
-                    queued_ts: Some(5.0),
-                    scheduled_ts: Some(5.004),
-                    first_token_ts: Some(5.044),
-                    last_token_ts: Some(5.184),
-                    token_ts: None,
-                    cached_tokens: None,
-                },
+                arriving_at(1_767_225_600.006, stats(Some(5.0), Some(5.004), Some(5.044), Some(5.184))),
                 Some(8),
                 None,
             ),
@@ -219,15 +214,7 @@ fn canonical_mappings() {
         (
             "foreign clock, queued 0",
             output(
-                EngineStats {
-                    arrival_wall: Some(1_767_225_600.006),
-                    queued_ts: Some(0.0),
-                    scheduled_ts: Some(0.0),
-                    first_token_ts: Some(5.044),
-                    last_token_ts: Some(5.184),
-                    token_ts: None,
-                    cached_tokens: None,
-                },
+                arriving_at(1_767_225_600.006, stats(Some(0.0), Some(0.0), Some(5.044), Some(5.184))),
                 Some(8),
                 None,
             ),
@@ -273,7 +260,7 @@ proptest! {
             dispatched: Timestamp::from_nanos(submit + wait),
             completed: Timestamp::from_nanos(submit + wait + run),
         };
-        let stats = EngineStats { arrival_wall: wall, queued_ts: q, scheduled_ts: sch, first_token_ts: first, last_token_ts: last, token_ts: None, cached_tokens: None };
+        let stats = arriving_at(wall, stats(q, sch, first, last));
         let domain = if foreign { ClockDomain::Foreign } else { ClockDomain::Monotonic };
         let anchor = Some(WallAnchor { wall_secs: 100.0, mono: Timestamp::from_nanos(submit) });
         let m = map_request(&t, &output(stats, tokens, None), domain, anchor);

@@ -83,7 +83,7 @@ mod with_python {
         assert_eq!((info.name.as_str(), info.version.as_str()), ("echo", "1.0"));
 
         let mut batch: Vec<_> = (0..3).map(|id| token_request(id, 5, 4 + id as u32)).collect();
-        batch.push(EngineRequest { prompt: Prompt::Text("hi".into()), ..EngineRequest::tokens(3, vec![], 3) });
+        batch.push(EngineRequest::new(3, Prompt::Text("hi".into()), 3));
         let before = MonotonicClock::read().as_secs_f64();
         let outputs = engine.generate(&batch).expect("generate");
         let after = MonotonicClock::read().as_secs_f64();
@@ -108,7 +108,7 @@ mod with_python {
     fn chat_request(id: u64, question: &str) -> EngineRequest {
         let messages = vec![Message::new("system", "Be brief."), Message::new("user", question)];
         let prompt = Prompt::Chat(ChatPrompt { messages, template: Template::Model });
-        EngineRequest { prompt, ..EngineRequest::tokens(id, vec![], 3) }
+        EngineRequest::new(id, prompt, 3)
     }
 
     /// Starts `class` from tests/fixtures/bad_engines.py and runs one generate of two requests.
@@ -204,12 +204,13 @@ mod with_python {
 
         // Mixed lengths and limits in one batch: each request gets exactly its own.
         let mut batch: Vec<_> = (0..4).map(|id| token_request(id, 8 + 5 * id as u32, 3 + 4 * id as u32)).collect();
-        batch.push(EngineRequest { ignore_eos: false, min_tokens: 2, ..token_request(4, 10, 12) });
-        batch.push(EngineRequest {
-            prompt: Prompt::Text("the quick brown fox".into()),
-            ..EngineRequest::tokens(5, vec![], 5)
-        });
-        batch.push(EngineRequest { temperature: 1.0, seed: Some(3), ..token_request(6, 12, 6) });
+        let mut eos = token_request(4, 10, 12);
+        (eos.ignore_eos, eos.min_tokens) = (false, 2);
+        batch.push(eos);
+        batch.push(EngineRequest::new(5, Prompt::Text("the quick brown fox".into()), 5));
+        let mut sampled = token_request(6, 12, 6);
+        (sampled.temperature, sampled.seed) = (1.0, Some(3));
+        batch.push(sampled);
         let before = MonotonicClock::read().as_secs_f64();
         let outputs = engine.generate(&batch).expect("generate");
         let after = MonotonicClock::read().as_secs_f64();
@@ -287,7 +288,7 @@ mod with_python {
         let Prompt::Chat(c) = &chat.prompt else { unreachable!() };
         let plain = batchlab::engine::chat::render_plain(&c.messages);
         assert_eq!(plain, "system: Be brief.\nuser: What is continuous batching?");
-        let text = EngineRequest { prompt: Prompt::Text(plain), ..EngineRequest::tokens(1, vec![], 3) };
+        let text = EngineRequest::new(1, Prompt::Text(plain), 3);
         let outputs = engine.generate(&[chat, text]).expect("generate");
         engine.shutdown().expect("shutdown");
         assert!(outputs[0].prompt_tokens.is_some_and(|n| n > 0), "{outputs:?}");

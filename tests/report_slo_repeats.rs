@@ -21,28 +21,24 @@ struct NoTokenTimes {
 
 impl Engine for NoTokenTimes {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo { name: "no-token-times".into(), version: "0".into(), resolved_config: None })
+        Ok(EngineInfo::new("no-token-times", "0"))
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         let start = self.clock.now().as_secs_f64();
         self.clock.sleep(Duration::from_millis(10));
+        let mut stats = EngineStats::default();
+        stats.queued_ts = Some(start);
+        stats.scheduled_ts = Some(start);
+        stats.first_token_ts = Some(start + 0.002);
+        stats.last_token_ts = Some(start + 0.010);
         Ok(batch
             .iter()
-            .map(|r| EngineOutput {
-                request_id: Some(r.id),
-                prompt_tokens: Some(4),
-                output_tokens: Some(r.max_tokens),
-                output_token_ids: None,
-                text: None,
-                finish_reason: FinishReason::Length,
-                stats: EngineStats {
-                    queued_ts: Some(start),
-                    scheduled_ts: Some(start),
-                    first_token_ts: Some(start + 0.002),
-                    last_token_ts: Some(start + 0.010),
-                    ..EngineStats::default()
-                },
+            .map(|r| {
+                EngineOutput::new(Some(r.id), FinishReason::Length)
+                    .with_prompt_tokens(4)
+                    .with_output_tokens(r.max_tokens)
+                    .with_stats(stats.clone())
             })
             .collect())
     }

@@ -100,10 +100,7 @@ fn in_process_engine_generates_token_and_text_prompts() {
     assert_eq!(info.name, "vllm");
 
     let mut batch: Vec<EngineRequest> = (0..6).map(|id| token_request(id, 16 + id as u32 * 5, 12)).collect();
-    batch.push(EngineRequest {
-        prompt: Prompt::Text("the quick brown fox jumps over the lazy dog".into()),
-        ..EngineRequest::tokens(6, vec![], 8)
-    });
+    batch.push(EngineRequest::new(6, Prompt::Text("the quick brown fox jumps over the lazy dog".into()), 8));
     let before = MonotonicClock::read();
     let outputs = engine.generate(&batch).expect("generate");
     let after = MonotonicClock::read();
@@ -113,14 +110,19 @@ fn in_process_engine_generates_token_and_text_prompts() {
     }
 
     // Seeded sampling is reproducible; different seeds give different tokens.
-    let sampled = |seed| EngineRequest { temperature: 1.0, seed: Some(seed), ..token_request(9, 20, 16) };
+    let sampled = |seed| {
+        let mut r = token_request(9, 20, 16);
+        (r.temperature, r.seed) = (1.0, Some(seed));
+        r
+    };
     let outputs = engine.generate(&[sampled(1), sampled(1), sampled(2)]).expect("sampled generate");
     let ids: Vec<_> = outputs.iter().map(|o| o.output_token_ids.clone().unwrap()).collect();
     assert_eq!(ids[0], ids[1], "same seed, same tokens");
     assert_ne!(ids[0], ids[2], "another seed, other tokens");
 
     // An EOS-respecting request stops at max_tokens or earlier, never before min_tokens.
-    let eos = EngineRequest { ignore_eos: false, min_tokens: 3, ..token_request(10, 12, 6) };
+    let mut eos = token_request(10, 12, 6);
+    (eos.ignore_eos, eos.min_tokens) = (false, 3);
     let out = &engine.generate(std::slice::from_ref(&eos)).expect("eos generate")[0];
     let n = out.output_tokens.unwrap();
     assert!((3..=6).contains(&n), "{out:?}");
@@ -170,7 +172,7 @@ fn chat_prompts_are_templated_in_the_engine_and_counted_by_it() {
     for (template, text) in [(Template::Model, None), (Template::Custom(custom), Some(source.to_owned()))] {
         for messages in &conversations {
             let prompt = Prompt::Chat(ChatPrompt { messages: messages.clone(), template: template.clone() });
-            batch.push(EngineRequest { prompt, ..EngineRequest::tokens(batch.len() as u64, vec![], 4) });
+            batch.push(EngineRequest::new(batch.len() as u64, prompt, 4));
             cases.push((messages.clone(), text.clone()));
         }
     }

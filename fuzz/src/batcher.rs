@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 use batchlab::batcher::{BatchConfig, BatcherCore, GenerateResult, Outcome, State};
-use batchlab::engine::{EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, RequestId};
+use batchlab::engine::{EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, FinishReason, RequestId};
 use batchlab::time::Timestamp;
 
 #[derive(Arbitrary, Debug, Clone)]
@@ -63,15 +63,7 @@ pub enum Reply {
 }
 
 fn output(id: Option<RequestId>) -> EngineOutput {
-    EngineOutput {
-        request_id: id,
-        prompt_tokens: Some(1),
-        output_tokens: Some(1),
-        output_token_ids: None,
-        text: None,
-        finish_reason: FinishReason::Length,
-        stats: EngineStats::default(),
-    }
+    EngineOutput::new(id, FinishReason::Length).with_prompt_tokens(1).with_output_tokens(1)
 }
 
 struct InFlight {
@@ -230,7 +222,7 @@ impl Harness {
             }
             Op::EngineDied => {
                 self.dead = true;
-                let death = EngineDeath { process: "core".into(), pid: Some(1), status: "killed by SIGKILL".into() };
+                let death = EngineDeath::new("core", Some(1), "killed by SIGKILL");
                 self.core.handle_engine_died(death, self.now);
                 self.check_all_answered();
             }
@@ -253,11 +245,7 @@ impl Harness {
 
     fn start_result(&mut self, ok: bool) {
         let starting = matches!(self.core.state(), State::Starting | State::StartingThenDrain);
-        let result = if ok {
-            Ok(EngineInfo { name: "fuzz".into(), version: "0".into(), resolved_config: None })
-        } else {
-            Err(EngineError::Start("no".into()))
-        };
+        let result = if ok { Ok(EngineInfo::new("fuzz", "0")) } else { Err(EngineError::Start("no".into())) };
         self.core.handle_start_result(result, self.now);
         if starting && !ok {
             for id in &self.accepted {

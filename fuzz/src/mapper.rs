@@ -113,24 +113,18 @@ impl Input {
                 _ => None,
             },
         };
-        let stats = EngineStats {
-            arrival_wall: secs(self.arrival_wall),
-            queued_ts: secs(self.queued),
-            scheduled_ts: secs(self.scheduled),
-            first_token_ts: secs(self.first_token),
-            last_token_ts: secs(self.last_token),
-            token_ts,
-            cached_tokens: None,
-        };
-        let output = EngineOutput {
-            request_id: None,
-            prompt_tokens: self.prompt_tokens,
-            output_tokens: self.output_tokens,
-            output_token_ids: self.output_token_ids.map(|n| vec![7; usize::from(n)]),
-            text: None,
-            finish_reason: FinishReason::Length,
-            stats,
-        };
+        let mut stats = EngineStats::default();
+        stats.arrival_wall = secs(self.arrival_wall);
+        stats.queued_ts = secs(self.queued);
+        stats.scheduled_ts = secs(self.scheduled);
+        stats.first_token_ts = secs(self.first_token);
+        stats.last_token_ts = secs(self.last_token);
+        stats.token_ts = token_ts;
+        let output = EngineOutput::new(None, FinishReason::Length)
+            .with_prompt_tokens(self.prompt_tokens)
+            .with_output_tokens(self.output_tokens)
+            .with_output_token_ids(self.output_token_ids.map(|n| vec![7; usize::from(n)]))
+            .with_stats(stats);
         let domain = if self.foreign { ClockDomain::Foreign } else { ClockDomain::Monotonic };
         let anchor = self
             .anchor
@@ -179,7 +173,10 @@ pub fn check_metrics(case: &Case, m: &RequestMetrics) {
     match (m.latency_per_token, n) {
         (Some(latency_per_token), Some(n)) => {
             assert!(n >= 1);
-            assert!(latency_per_token.checked_mul(n).is_some_and(|total| total <= m.latency), "latency_per_token {latency_per_token:?} × {n}");
+            assert!(
+                latency_per_token.checked_mul(n).is_some_and(|total| total <= m.latency),
+                "latency_per_token {latency_per_token:?} × {n}"
+            );
         }
         (None, Some(n)) => assert_eq!(n, 0, "latency_per_token missing with {n} tokens"),
         (Some(_), None) => panic!("latency_per_token without a token count"),

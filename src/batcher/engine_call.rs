@@ -18,6 +18,17 @@ pub(crate) fn catch_engine_panic<R>(call: impl FnOnce() -> R) -> std::thread::Re
     result
 }
 
+/// A panic's message: its payload when that is text (`panic!("...")` gives a `&str` or a
+/// `String`), else a placeholder. The one reading of a payload, for the batcher's batch errors and
+/// the CLI's panic hook.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
+}
+
 /// Whether this thread is inside an engine call whose panic the batcher catches and reports.
 /// The CLI's panic hook asks, to keep such panics to one line whatever `RUST_BACKTRACE` says.
 pub fn in_engine_call() -> bool {
@@ -35,5 +46,13 @@ mod tests {
         let caught = catch_engine_panic(|| -> () { panic!("engine bug") });
         assert!(caught.is_err());
         assert!(!in_engine_call(), "the mark is cleared after a panic too");
+    }
+
+    #[test]
+    fn a_panic_message_is_its_text_payload() {
+        let text = |call: fn()| panic_message(&*catch_engine_panic(call).unwrap_err());
+        assert_eq!(text(|| panic!("static")), "static");
+        assert_eq!(text(|| panic!("formatted {}", 1)), "formatted 1");
+        assert_eq!(text(|| std::panic::panic_any(7_u8)), "non-string panic payload");
     }
 }

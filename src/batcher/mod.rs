@@ -14,7 +14,7 @@ pub use self::core::{
     Batch, BatchConfig, BatchId, BatchRun, BatcherCore, Completion, Event, FlushReason, GenerateResult, Outcome,
     RequestTimes,
 };
-pub use engine_call::in_engine_call;
+pub use engine_call::{in_engine_call, panic_message};
 pub use error::{ConfigError, RequestError};
 pub use lifecycle::{Lifecycle, State};
 pub use shell::{BatchObserver, Batcher, Completer, Ticket};

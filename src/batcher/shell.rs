@@ -17,7 +17,7 @@
 //! dispatch or watchdog deadline), nor fills a batch changes nothing any waiter waits for, and
 //! notifies nobody. Without it, every submit woke the idle engine thread for nothing.
 
-use super::engine_call::catch_engine_panic;
+use super::engine_call::{catch_engine_panic, panic_message};
 use std::time::Duration;
 
 use super::core::{BatchConfig, BatchRun, BatcherCore, GenerateResult, IdMap, Outcome};
@@ -389,13 +389,6 @@ fn cancel(shared: &Shared, id: RequestId) -> bool {
     let cancelled = locked.guard.core.cancel(id, now);
     shared.release(locked);
     cancelled
-}
-
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into())
 }
 
 /// The engine thread: start, generates and shutdown, each with the lock released.

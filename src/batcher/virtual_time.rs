@@ -7,7 +7,7 @@
 //! caller feeds in between. The same inputs always give the same outputs, byte for byte, and a
 //! simulated hour takes milliseconds.
 
-use super::engine_call::catch_engine_panic;
+use super::engine_call::{catch_engine_panic, panic_message};
 
 use super::core::{BatchConfig, BatchId, BatchRun, BatcherCore, Event, GenerateResult, Outcome};
 use super::error::RequestError;
@@ -33,13 +33,6 @@ pub struct VirtualTimeBatcher<E> {
     start_info: Option<Result<EngineInfo, EngineError>>,
     engine_shutdown: Option<Result<(), EngineError>>,
     peeked: std::collections::VecDeque<(RequestId, Outcome)>,
-}
-
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into())
 }
 
 impl<E: Engine> VirtualTimeBatcher<E> {

@@ -12,7 +12,6 @@ use batchlab::engine::sim::Profile;
 use batchlab::run::Interrupt;
 use batchlab::run::calibrate::{DesignError, DesignOptions, calibrate_scenario, default_runs_dir};
 use batchlab::run::progress::ProgressMode;
-use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file};
 
 use super::{EXIT_BAD_INPUT, EXIT_ERROR, EXIT_SIGINT};
@@ -174,7 +173,7 @@ fn from_scenario(path: &Path, args: &CalibrateArgs) -> ExitCode {
 
 fn design_and_fit(plan: batchlab::scenario::Plan, runs: PathBuf, args: &CalibrateArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&runs).with_context(|| format!("creating {}", runs.display()))?;
-    let writes_output = matches!(plan.engine, EnginePlan::Vllm(_) | EnginePlan::Python(_));
+    let writes_output = plan.engine.runs_processes();
     let capture = if writes_output && !args.verbose { Some(super::capture_engine_output(&runs)?) } else { None };
     let log_path = capture.as_ref().map(|c| c.path().to_path_buf());
     let interrupt = Interrupt::new();

@@ -25,6 +25,7 @@ pub type RequestId = u64;
 /// What the model is asked to continue.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Prompt {
     /// A text prompt, tokenized by the engine.
     Text(String),
@@ -46,6 +47,7 @@ impl Prompt {
 
 /// One request as the engine sees it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct EngineRequest {
     /// Unique within one batcher; an output names its request by this.
     pub id: RequestId,
@@ -64,23 +66,22 @@ pub struct EngineRequest {
 }
 
 impl EngineRequest {
+    /// A request for `max_tokens` tokens after `prompt`, greedy, EOS ignored; the other fields
+    /// are public to change.
+    pub fn new(id: RequestId, prompt: Prompt, max_tokens: u32) -> Self {
+        EngineRequest { id, prompt, max_tokens, min_tokens: 0, ignore_eos: true, temperature: 0.0, seed: None }
+    }
+
     /// A request for `max_tokens` tokens after a prompt of token ids, greedy, EOS ignored.
     pub fn tokens(id: RequestId, prompt: Vec<u32>, max_tokens: u32) -> Self {
-        EngineRequest {
-            id,
-            prompt: Prompt::Tokens(prompt),
-            max_tokens,
-            min_tokens: 0,
-            ignore_eos: true,
-            temperature: 0.0,
-            seed: None,
-        }
+        EngineRequest::new(id, Prompt::Tokens(prompt), max_tokens)
     }
 }
 
 /// Why generation stopped.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FinishReason {
     /// `max_tokens` reached.
     Length,
@@ -100,6 +101,7 @@ pub enum FinishReason {
 /// engine's monotonic clock (see [`ClockDomain`]). Every field is optional; values are kept as the
 /// engine sent them (NaN included) and judged by the metrics mapper.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct EngineStats {
     /// Wall-clock seconds since the Unix epoch when the engine saw the request arrive.
     pub arrival_wall: Option<f64>,
@@ -121,6 +123,7 @@ pub struct EngineStats {
 
 /// One output per request.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct EngineOutput {
     /// The id of the request this answers, where the engine returns ids.
     pub request_id: Option<RequestId>,
@@ -139,6 +142,46 @@ pub struct EngineOutput {
 }
 
 impl EngineOutput {
+    /// An output that stopped for `finish_reason`, answering `request_id` (`None`: matched by
+    /// position), with nothing else known yet; the `with_*` methods add the rest. The one way to
+    /// make an output outside batchlab (the type is `#[non_exhaustive]`).
+    pub fn new(request_id: Option<RequestId>, finish_reason: FinishReason) -> Self {
+        EngineOutput {
+            request_id,
+            prompt_tokens: None,
+            output_tokens: None,
+            output_token_ids: None,
+            text: None,
+            finish_reason,
+            stats: EngineStats::default(),
+        }
+    }
+
+    /// With the prompt's length in tokens, as the engine counted it (a `u32`, or an `Option`).
+    pub fn with_prompt_tokens(self, prompt_tokens: impl Into<Option<u32>>) -> Self {
+        EngineOutput { prompt_tokens: prompt_tokens.into(), ..self }
+    }
+
+    /// With the engine's count of generated tokens (a `u32`, or an `Option`).
+    pub fn with_output_tokens(self, output_tokens: impl Into<Option<u32>>) -> Self {
+        EngineOutput { output_tokens: output_tokens.into(), ..self }
+    }
+
+    /// With the generated token ids (a `Vec`, or an `Option`).
+    pub fn with_output_token_ids(self, ids: impl Into<Option<Vec<u32>>>) -> Self {
+        EngineOutput { output_token_ids: ids.into(), ..self }
+    }
+
+    /// With the generated text.
+    pub fn with_text(self, text: impl Into<String>) -> Self {
+        EngineOutput { text: Some(text.into()), ..self }
+    }
+
+    /// With the engine's timing of the request.
+    pub fn with_stats(self, stats: EngineStats) -> Self {
+        EngineOutput { stats, ..self }
+    }
+
     /// Generated tokens: the engine's count, else the length of the returned token ids; a count
     /// of 0 next to token ids gives the ids' length (as guidellm does: vLLM leaves the count at 0
     /// when it kept no stats).
@@ -163,6 +206,7 @@ impl EngineOutput {
 /// Whether an engine's `*_ts` stats are on our clock.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ClockDomain {
     /// `CLOCK_MONOTONIC` seconds, directly comparable with [`crate::time::Timestamp`] (vLLM, sim).
     Monotonic,
@@ -172,6 +216,7 @@ pub enum ClockDomain {
 
 /// What an engine says about itself once started.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct EngineInfo {
     /// The engine's name as reports show it (`environment.engine_name`), e.g. `vllm`.
     pub name: String,
@@ -182,11 +227,24 @@ pub struct EngineInfo {
     pub resolved_config: Option<ResolvedEngineConfig>,
 }
 
+impl EngineInfo {
+    /// An engine called `name` at `version`, whose resolved configuration is unknown.
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        EngineInfo { name: name.into(), version: version.into(), resolved_config: None }
+    }
+
+    /// With the configuration the engine resolved.
+    pub fn with_resolved_config(self, config: ResolvedEngineConfig) -> Self {
+        EngineInfo { resolved_config: Some(config), ..self }
+    }
+}
+
 /// The scheduler and KV-cache settings an engine actually runs with, not the ones it was asked
 /// for: vLLM's resolved `SchedulerConfig` and `CacheConfig`, or the simulator's own. A calibration
 /// fit replays batches under exactly these limits (docs/simulation.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ResolvedEngineConfig {
     /// Most sequences running at once (`scheduler_config.max_num_seqs`).
     pub max_num_seqs: u32,
@@ -206,6 +264,7 @@ pub struct ResolvedEngineConfig {
 ///
 /// Displays as `VLLM::EngineCore (pid 1234) killed by SIGKILL`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct EngineDeath {
     /// The process's name, e.g. `VLLM::EngineCore`.
     pub process: String,
@@ -213,6 +272,13 @@ pub struct EngineDeath {
     pub pid: Option<u32>,
     /// How it ended, e.g. `killed by SIGKILL`, `exited with status 1`.
     pub status: String,
+}
+
+impl EngineDeath {
+    /// `process` (with its pid, where known) ended as `status` says.
+    pub fn new(process: impl Into<String>, pid: Option<u32>, status: impl Into<String>) -> Self {
+        EngineDeath { process: process.into(), pid, status: status.into() }
+    }
 }
 
 impl std::fmt::Display for EngineDeath {
@@ -226,6 +292,7 @@ impl std::fmt::Display for EngineDeath {
 
 /// The engine boundary's errors.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EngineError {
     /// `start` failed, with the engine's message.
     #[error("engine failed to start: {0}")]
@@ -276,6 +343,7 @@ impl<E: VirtualTimeEngine + ?Sized> VirtualTimeEngine for Box<E> {
 
 /// An engine and the time it runs in: what `batchlab::run::run_with` takes. Any engine converts
 /// into real time with `From`.
+#[non_exhaustive]
 pub enum TimedEngine {
     /// Real time, on the threaded batcher: any engine.
     RealTime(Box<dyn Engine>),

@@ -194,15 +194,7 @@ mod tests {
             }
             Ok(batch
                 .iter()
-                .map(|r| EngineOutput {
-                    request_id: Some(r.id),
-                    prompt_tokens: None,
-                    output_tokens: Some(r.max_tokens),
-                    output_token_ids: None,
-                    text: None,
-                    finish_reason: FinishReason::Length,
-                    stats: Default::default(),
-                })
+                .map(|r| EngineOutput::new(Some(r.id), FinishReason::Length).with_output_tokens(r.max_tokens))
                 .collect())
         }
         fn shutdown(&mut self) -> Result<(), EngineError> {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::distribution::Distribution;
 use super::mapper::RequestMetrics;
-use super::result::{AnomalyCounts, Batching, BenchmarkResult, Counts, Distributions, PrefixCacheTokens, Tokens};
+use super::result::{AnomalyCounts, Batching, BenchmarkResult, Counts, PerDistribution, PrefixCacheTokens, Tokens};
 use super::series::SeriesRecorder;
 use super::slo::{Slo, SloResult, SloVerdict};
 use crate::batcher::{FlushReason, RequestTimes};
@@ -45,14 +45,7 @@ pub struct BenchmarkAggregator {
     /// is `incomplete × window_end − this`, known only at `finish`.
     incomplete_starts_ns: u128,
 
-    latency: Distribution,
-    ttft: Distribution,
-    tpot: Distribution,
-    itl: Distribution,
-    latency_per_token: Distribution,
-    batch_wait: Distribution,
-    engine_queue: Distribution,
-    generate: Distribution,
+    distributions: PerDistribution<Distribution>,
 
     batch_sizes: BTreeMap<usize, u64>,
     full: u64,
@@ -86,14 +79,7 @@ impl BenchmarkAggregator {
             prefix_cache: PrefixCacheTokens::default(),
             in_flight_ns: 0,
             incomplete_starts_ns: 0,
-            latency: Distribution::new(),
-            ttft: Distribution::new(),
-            tpot: Distribution::new(),
-            itl: Distribution::new(),
-            latency_per_token: Distribution::new(),
-            batch_wait: Distribution::new(),
-            engine_queue: Distribution::new(),
-            generate: Distribution::new(),
+            distributions: PerDistribution::default(),
             batch_sizes: BTreeMap::new(),
             full: 0,
             timeout: 0,
@@ -142,8 +128,8 @@ impl BenchmarkAggregator {
             self.prefix_cache.prompt += u64::from(prompt);
         }
 
-        self.latency.record(metrics.latency);
-        self.batch_wait.record(metrics.batch_wait);
+        self.distributions.latency.record(metrics.latency);
+        self.distributions.batch_wait.record(metrics.batch_wait);
         match self.slo.as_ref().map(|slo| slo.judge(metrics)) {
             Some(SloVerdict::Met) => {
                 self.slo_met += 1;
@@ -152,11 +138,12 @@ impl BenchmarkAggregator {
             Some(SloVerdict::Unmeasurable) => self.slo_unmeasurable += 1,
             Some(SloVerdict::Missed) | None => {}
         }
+        let d = &mut self.distributions;
         let optional = [
-            (&mut self.ttft, metrics.ttft),
-            (&mut self.tpot, metrics.tpot),
-            (&mut self.latency_per_token, metrics.latency_per_token),
-            (&mut self.engine_queue, metrics.engine_queue),
+            (&mut d.ttft, metrics.ttft),
+            (&mut d.tpot, metrics.tpot),
+            (&mut d.latency_per_token, metrics.latency_per_token),
+            (&mut d.engine_queue, metrics.engine_queue),
         ];
         for (dist, value) in optional {
             if let Some(v) = value {
@@ -165,7 +152,7 @@ impl BenchmarkAggregator {
         }
         // One sample per gap, as vLLM counts ITL.
         for &gap in &metrics.itl {
-            self.itl.record(gap);
+            d.itl.record(gap);
         }
 
         let a = &metrics.anomalies;
@@ -222,7 +209,7 @@ impl BenchmarkAggregator {
             FlushReason::Timeout => self.timeout += 1,
             FlushReason::Drain => self.drain += 1,
         }
-        self.generate.record(generate);
+        self.distributions.generate.record(generate);
     }
 
     fn note_submitted(&mut self, submitted: Timestamp) {
@@ -300,16 +287,7 @@ impl BenchmarkAggregator {
             total_tokens_per_s: per_s(self.tokens.input + self.tokens.output),
             tokens: self.tokens,
             concurrency_mean,
-            distributions: Distributions {
-                latency: self.latency.summary(),
-                ttft: self.ttft.summary(),
-                tpot: self.tpot.summary(),
-                itl: self.itl.summary(),
-                latency_per_token: self.latency_per_token.summary(),
-                batch_wait: self.batch_wait.summary(),
-                engine_queue: self.engine_queue.summary(),
-                generate: self.generate.summary(),
-            },
+            distributions: self.distributions.map(|d| d.summary()),
             batching: Batching {
                 batches,
                 batch_size_mean: (batches > 0).then(|| size_sum as f64 / batches as f64),

@@ -118,47 +118,63 @@ pub struct Tokens {
     pub output: u64,
 }
 
-/// Per-request and per-batch timing distributions, in milliseconds.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Distributions {
-    /// Per request: our submit to our completion.
-    pub latency: Summary,
-    /// Per request: our submit to the engine's first token.
-    pub ttft: Summary,
-    /// Per request: vLLM's TPOT, `(last_token − first_token) / (n − 1)`.
-    pub tpot: Summary,
-    /// Per gap between two consecutive tokens (vLLM's ITL); empty without per-token times.
-    pub itl: Summary,
-    /// Per request: latency divided by generated tokens, the first included (guidellm's TPOT).
-    pub latency_per_token: Summary,
-    /// Per request: our submit to the dispatch of its batch.
-    pub batch_wait: Summary,
-    /// Per request: the engine's `queued_ts` to `scheduled_ts`.
-    pub engine_queue: Summary,
-    /// Per batch: the engine's generate call.
-    pub generate: Summary,
+/// Defines [`PerDistribution`] from one list of the distributions, in report order: the struct's
+/// fields, [`PerDistribution::NAMES`], and the functions that walk every field.
+macro_rules! per_distribution {
+    ($($(#[doc = $doc:literal])+ $name:ident,)+) => {
+        /// One `T` per timing distribution, a field each (serialized under its name), in report
+        /// order: the one list of the distributions that the aggregator, the report and
+        /// `[expect]`'s metric names all walk.
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        pub struct PerDistribution<T> {
+            $($(#[doc = $doc])+ pub $name: T,)+
+        }
+
+        impl<T> PerDistribution<T> {
+            /// Names in report order.
+            pub const NAMES: [&'static str; [$(stringify!($name)),+].len()] = [$(stringify!($name)),+];
+
+            /// `f` applied to every distribution's value.
+            pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> PerDistribution<U> {
+                PerDistribution { $($name: f(self.$name),)+ }
+            }
+
+            /// (name, value) for every distribution, in report order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, &T)> {
+                [$((stringify!($name), &self.$name)),+].into_iter()
+            }
+        }
+    };
 }
 
-impl Distributions {
-    /// Names in report order.
-    pub const NAMES: [&'static str; 8] =
-        ["latency", "ttft", "tpot", "itl", "latency_per_token", "batch_wait", "engine_queue", "generate"];
+per_distribution! {
+    /// Per request: our submit to our completion.
+    latency,
+    /// Per request: our submit to the engine's first token.
+    ttft,
+    /// Per request: vLLM's TPOT, `(last_token − first_token) / (n − 1)`.
+    tpot,
+    /// Per gap between two consecutive tokens (vLLM's ITL); empty without per-token times.
+    itl,
+    /// Per request: latency divided by generated tokens, the first included (guidellm's TPOT).
+    latency_per_token,
+    /// Per request: our submit to the dispatch of its batch.
+    batch_wait,
+    /// Per request: the engine's `queued_ts` to `scheduled_ts`.
+    engine_queue,
+    /// Per batch: the engine's generate call.
+    generate,
+}
 
-    /// The distribution named `name` (one of [`Self::NAMES`]).
-    pub fn get(&self, name: &str) -> Option<&Summary> {
-        Some(match name {
-            "latency" => &self.latency,
-            "ttft" => &self.ttft,
-            "tpot" => &self.tpot,
-            "itl" => &self.itl,
-            "latency_per_token" => &self.latency_per_token,
-            "batch_wait" => &self.batch_wait,
-            "engine_queue" => &self.engine_queue,
-            "generate" => &self.generate,
-            _ => return None,
-        })
+impl<T> PerDistribution<T> {
+    /// The value of the distribution named `name` (one of [`Self::NAMES`]).
+    pub fn get(&self, name: &str) -> Option<&T> {
+        self.iter().find(|(n, _)| *n == name).map(|(_, value)| value)
     }
 }
+
+/// Per-request and per-batch timing distributions, in milliseconds.
+pub type Distributions = PerDistribution<Summary>;
 
 /// How the batcher grouped requests.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -322,6 +338,24 @@ impl BenchmarkResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_distribution_walks_its_fields_in_report_order() {
+        let mut next = 0;
+        let numbered = PerDistribution::<usize>::default().map(|_| {
+            next += 1;
+            next - 1
+        });
+        let walked: Vec<_> = numbered.iter().map(|(name, &k)| (name, k)).collect();
+        let expected: Vec<_> = PerDistribution::<usize>::NAMES.into_iter().zip(0..).collect();
+        assert_eq!(walked, expected);
+        assert_eq!(numbered.get("itl"), Some(&3));
+        assert_eq!(numbered.get("bogus"), None);
+        // report.json keeps the names, in the same order.
+        let json = serde_json::to_string(&numbered).unwrap();
+        let at: Vec<_> = Distributions::NAMES.iter().map(|n| json.find(&format!("\"{n}\":")).unwrap()).collect();
+        assert!(at.is_sorted(), "{json}");
+    }
 
     #[test]
     fn names_are_unique_and_complete() {

@@ -307,15 +307,9 @@ mod tests {
     use super::*;
 
     fn output() -> crate::engine::EngineOutput {
-        crate::engine::EngineOutput {
-            request_id: Some(1),
-            prompt_tokens: Some(16),
-            output_tokens: Some(6),
-            output_token_ids: None,
-            text: None,
-            finish_reason: crate::engine::FinishReason::Length,
-            stats: crate::engine::EngineStats::default(),
-        }
+        crate::engine::EngineOutput::new(Some(1), crate::engine::FinishReason::Length)
+            .with_prompt_tokens(16)
+            .with_output_tokens(6)
     }
 
     fn t(ms: u64) -> Timestamp {

@@ -35,7 +35,9 @@ use crate::loadgen::{LoadError, Workload};
 use crate::report::{
     BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_html, write_json,
 };
-use crate::scenario::plan::{EnginePlan, Plan, ProfileSpec, WorkloadSpec};
+#[cfg(doc)]
+use crate::scenario::plan::EnginePlan;
+use crate::scenario::plan::{Plan, ProfileSpec, WorkloadSpec};
 use crate::time::MonotonicClock;
 use driver::{Driver, Segment, Sinks, run_steps};
 use progress::{Progress, ProgressMode, Screen};
@@ -214,8 +216,7 @@ fn run_engine(
         TimedEngine::RealTime(e) => {
             let e = FaultyEngine::new(e, faults, seed, std::sync::Arc::new(MonotonicClock));
             // The plan's Python engines run processes (vLLM's EngineCore and workers): watch them.
-            let watch =
-                source == EngineSource::Plan && matches!(plan.engine, EnginePlan::Vllm(_) | EnginePlan::Python(_));
+            let watch = source == EngineSource::Plan && plan.engine.runs_processes();
             Box::new(RealTimeDriver::new(e, plan.batching.clone(), &options.interrupt, watch))
         }
         TimedEngine::VirtualTime(e) => {

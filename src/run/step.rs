@@ -617,7 +617,7 @@ pub struct Finished {
 mod tests {
     use super::*;
     use crate::batcher::{Completion, RequestTimes};
-    use crate::engine::{EngineOutput, EngineStats, FinishReason};
+    use crate::engine::{EngineOutput, FinishReason};
     use crate::loadgen::StepKind;
 
     fn at(ms: u64) -> Timestamp {
@@ -626,15 +626,7 @@ mod tests {
 
     fn done(id: RequestId, submitted: u64, completed: u64) -> Outcome {
         Ok(Completion {
-            output: EngineOutput {
-                request_id: Some(id),
-                prompt_tokens: Some(4),
-                output_tokens: Some(2),
-                output_token_ids: None,
-                text: None,
-                finish_reason: FinishReason::Length,
-                stats: EngineStats::default(),
-            },
+            output: EngineOutput::new(Some(id), FinishReason::Length).with_prompt_tokens(4).with_output_tokens(2),
             times: RequestTimes { submitted: at(submitted), dispatched: at(submitted), completed: at(completed) },
             batch_id: 0,
             batch_size: 1,

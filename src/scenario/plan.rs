@@ -100,6 +100,24 @@ impl EnginePlan {
         }
     }
 
+    /// The engine's kind as `engine.kind` spells it: `sim`, `vllm` or `python`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EnginePlan::Sim(_) => "sim",
+            EnginePlan::Vllm(_) => "vllm",
+            EnginePlan::Python(_) => "python",
+        }
+    }
+
+    /// Whether the engine runs processes of its own (a Python engine: vLLM's EngineCore and
+    /// workers), whose output is captured into a log and whose deaths are watched.
+    pub fn runs_processes(&self) -> bool {
+        match self {
+            EnginePlan::Sim(_) => false,
+            EnginePlan::Vllm(_) | EnginePlan::Python(_) => true,
+        }
+    }
+
     /// The engine's seed, where the plan gives it one.
     pub fn seed(&self) -> Option<u64> {
         match self {
@@ -186,10 +204,8 @@ fn missing_model(model: &std::path::Path) -> String {
          downloads one",
         model.display()
     );
-    let home = std::env::var_os("BATCHLAB_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/batchlab")));
-    let written = home.as_deref().and_then(|h| model.strip_prefix(h).ok());
+    let home = crate::engine::python::batchlab_home();
+    let written = model.strip_prefix(&home).ok();
     if let Some(id) = written.filter(|w| w.components().count() == 2) {
         let id = id.display();
         message.push_str(&format!(

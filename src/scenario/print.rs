@@ -19,22 +19,16 @@ pub fn to_toml(plan: &Plan) -> String {
 
     let mut engine = Table::new();
     let mut t = Table::new();
-    let kind = match &plan.engine {
+    match &plan.engine {
         EnginePlan::Sim(sim) => {
             keys::print(&mut t, keys::SIM_KEYS, sim);
             keys::print(&mut t, keys::COST_KEYS, &sim.cost);
             keys::print(&mut t, keys::SCHED_KEYS, &sim.scheduler);
-            "sim"
         }
-        EnginePlan::Vllm(v) => {
-            keys::print(&mut t, keys::VLLM_KEYS, v);
-            "vllm"
-        }
-        EnginePlan::Python(p) => {
-            keys::print(&mut t, keys::PYTHON_KEYS, p);
-            "python"
-        }
-    };
+        EnginePlan::Vllm(v) => keys::print(&mut t, keys::VLLM_KEYS, v),
+        EnginePlan::Python(p) => keys::print(&mut t, keys::PYTHON_KEYS, p),
+    }
+    let kind = plan.engine.kind();
     keys::print(&mut engine, keys::ENGINE_KEYS, &Tag(kind));
     engine[kind] = Item::Table(t);
     doc["engine"] = Item::Table(engine);

@@ -63,7 +63,8 @@ pub const BUILT_IN_MODULES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// `$BATCHLAB_HOME`, else `~/.cache/batchlab`: where the venv and models live.
+/// `$BATCHLAB_HOME`, else `~/.cache/batchlab`: where the venv and models live. The one reading of
+/// `$BATCHLAB_HOME` (the venv, model paths in scenarios, the missing-model hint).
 pub fn batchlab_home() -> PathBuf {
     if let Some(home) = std::env::var_os("BATCHLAB_HOME") {
         return PathBuf::from(home);

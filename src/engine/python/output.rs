@@ -335,15 +335,7 @@ mod tests {
     }
 
     fn minimal() -> EngineOutput {
-        EngineOutput {
-            request_id: None,
-            prompt_tokens: None,
-            output_tokens: Some(2),
-            output_token_ids: None,
-            text: None,
-            finish_reason: FinishReason::Unknown,
-            stats: EngineStats::default(),
-        }
+        EngineOutput::new(None, FinishReason::Unknown).with_output_tokens(2)
     }
 
     #[test]
@@ -363,14 +355,12 @@ mod tests {
                 ("last_token_ts", Plain::Float(12.0)),
                 ("token_ts", Plain::List(vec![Plain::Float(11.0), Plain::Int(12)])),
             ]),
-            Ok(EngineOutput {
-                request_id: Some(7),
-                prompt_tokens: Some(3),
-                output_tokens: Some(2),
-                output_token_ids: Some(vec![5, 6]),
-                text: Some("ab".into()),
-                finish_reason: FinishReason::Length,
-                stats: EngineStats {
+            Ok(EngineOutput::new(Some(7), FinishReason::Length)
+                .with_prompt_tokens(3)
+                .with_output_tokens(2)
+                .with_output_token_ids(vec![5, 6])
+                .with_text("ab")
+                .with_stats(EngineStats {
                     arrival_wall: Some(1.7e9),
                     queued_ts: Some(10.0),
                     scheduled_ts: Some(10.5),
@@ -378,8 +368,7 @@ mod tests {
                     last_token_ts: Some(12.0),
                     token_ts: Some(vec![11.0, 12.0]),
                     cached_tokens: None,
-                },
-            }),
+                })),
         );
     }
 

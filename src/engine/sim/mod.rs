@@ -129,26 +129,20 @@ impl Engine for SimEngine {
             .iter()
             .zip(&specs)
             .zip(&schedule.seqs)
-            .map(|((req, spec), seq)| EngineOutput {
-                request_id: Some(req.id),
-                prompt_tokens: Some(spec.prompt_len),
-                output_tokens: Some(spec.output_len),
-                output_token_ids: None,
-                text: None,
-                finish_reason: if spec.output_len >= req.max_tokens {
-                    FinishReason::Length
-                } else {
-                    FinishReason::Stop
-                },
-                stats: EngineStats {
-                    arrival_wall: Some(arrival_wall),
-                    queued_ts: Some(at(0.0)),
-                    scheduled_ts: Some(at(seq.first_scheduled.map_or(ends[0], |k| ends[k]))),
-                    first_token_ts: seq.first_token.map(|k| at(ends[k + 1])),
-                    last_token_ts: seq.last_token.map(|k| at(ends[k + 1])),
-                    cached_tokens: Some(seq.cached_tokens),
-                    token_ts: Some(seq.token_steps.iter().map(|&k| at(ends[k + 1])).collect()),
-                },
+            .map(|((req, spec), seq)| {
+                let finish = if spec.output_len >= req.max_tokens { FinishReason::Length } else { FinishReason::Stop };
+                EngineOutput::new(Some(req.id), finish)
+                    .with_prompt_tokens(spec.prompt_len)
+                    .with_output_tokens(spec.output_len)
+                    .with_stats(EngineStats {
+                        arrival_wall: Some(arrival_wall),
+                        queued_ts: Some(at(0.0)),
+                        scheduled_ts: Some(at(seq.first_scheduled.map_or(ends[0], |k| ends[k]))),
+                        first_token_ts: seq.first_token.map(|k| at(ends[k + 1])),
+                        last_token_ts: seq.last_token.map(|k| at(ends[k + 1])),
+                        cached_tokens: Some(seq.cached_tokens),
+                        token_ts: Some(seq.token_steps.iter().map(|&k| at(ends[k + 1])).collect()),
+                    })
             })
             .collect();
         let returns = t + cost.finish_ns(batch.len());

@@ -4,7 +4,7 @@ use super::DISTRIBUTION_CHARTS;
 use super::chart::{self, Bin, Chart, Series, format_value};
 use super::page::{Badge, Cell, Page, Section, Table, anchor};
 use crate::metrics::distribution::Histogram;
-use crate::metrics::result::{BenchmarkResult, Distributions};
+use crate::metrics::result::BenchmarkResult;
 use crate::metrics::series::TimeSeries;
 use crate::report::Report;
 use crate::report::table::{COLUMNS, FRONT_HEADER, front_cell};
@@ -391,8 +391,7 @@ fn distributions(b: &BenchmarkResult) -> Section {
         .map(|(_, label)| *label)
         .collect();
     let mut table = Table::new(&["distribution", "count", "mean", "p50", "p90", "p95", "p99", "p99.9", "max", "std"]);
-    for name in Distributions::NAMES {
-        let Some(s) = b.distributions.get(name) else { continue };
+    for (name, s) in b.distributions.iter() {
         let mut row = vec![Cell::text(name), Cell::num(s.count.to_string())];
         row.extend(["mean", "p50", "p90", "p95", "p99", "p999", "max", "std"].map(|stat| Cell::num(num(s.stat(stat)))));
         table.row(row);

@@ -207,15 +207,7 @@ codec!(ModelPath => PathBuf, |_c, cx, field| model_path(cx, field), |v| v.to_str
 fn model_path(cx: &mut ReadContext, field: &Field) -> Option<PathBuf> {
     resolved(cx, field, |dir, model| {
         let beside = dir.join(&model);
-        if beside.exists() {
-            beside
-        } else if let Some(home) = std::env::var_os("BATCHLAB_HOME") {
-            PathBuf::from(home).join(model)
-        } else if let Some(home) = std::env::var_os("HOME") {
-            PathBuf::from(home).join(".cache/batchlab").join(model)
-        } else {
-            beside
-        }
+        if beside.exists() { beside } else { crate::engine::python::batchlab_home().join(model) }
     })
 }
 

@@ -1,6 +1,6 @@
 //! `batchlab calibrate`: fit a simulator profile and write profile.toml, either from the output
 //! directories of earlier runs or from a scenario, whose engine then runs the designed settings of
-//! `batchlab::run::calibrate` first (one engine start).
+//! `batchlab::calibrate::design` first (one engine start).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,7 +10,7 @@ use anyhow::Context;
 use batchlab::calibrate::{CalibrateError, fit_dirs};
 use batchlab::engine::sim::Profile;
 use batchlab::run::Interrupt;
-use batchlab::run::calibrate::{DesignError, DesignOptions, calibrate_scenario, default_runs_dir};
+use batchlab::calibrate::{DesignError, DesignOptions, calibrate_scenario, default_runs_dir};
 use batchlab::run::progress::ProgressMode;
 use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file};
@@ -196,7 +196,7 @@ fn design_and_fit(plan: batchlab::scenario::Plan, runs: PathBuf, args: &Calibrat
     }
     match result {
         Ok((profile, design)) => {
-            let settings = batchlab::run::calibrate::DESIGN.len();
+            let settings = batchlab::calibrate::DESIGN.len();
             eprintln!("ran {} designed batches of {settings} settings in {}", design.dirs.len(), runs.display());
             write(&profile, &args.output)?;
             Ok(ExitCode::SUCCESS)

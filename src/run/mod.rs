@@ -14,7 +14,6 @@
 //! Every engine, the caller's included, runs inside a [`FaultyEngine`] with the plan's `[faults]`
 //! (a plain pass-through when there are none).
 
-pub mod calibrate;
 pub mod driver;
 pub mod engine_guard;
 mod interrupt;

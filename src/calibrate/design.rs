@@ -1,5 +1,5 @@
 //! `batchlab calibrate SCENARIO`: a short designed run on the scenario's engine, then the fit
-//! ([`crate::calibrate::fit_dirs`]).
+//! ([`super::fit_design`]).
 //!
 //! The step model's coefficients (docs/simulation.md) are separable only from batches that vary
 //! what each term counts: one sequence against hundreds (per-sequence decode cost against the
@@ -20,14 +20,14 @@
 
 use std::path::{Path, PathBuf};
 
-use super::progress::ProgressMode;
-use super::{Interrupt, RunError, RunOptions, RunSummary, run_blocking, run_with_blocking};
+use super::{CalibrateError, fit_design};
 use crate::batcher::BatchConfig;
-use crate::calibrate::{CalibrateError, fit_dirs};
 use crate::engine::shared::SharedEngine;
 use crate::engine::sim::Profile;
 use crate::engine::{EngineInfo, TimedEngine};
 use crate::rng::SplitMix64;
+use crate::run::progress::ProgressMode;
+use crate::run::{Interrupt, RunError, RunOptions, RunSummary, run_blocking, run_with_blocking};
 use crate::scenario::plan::{EnginePlan, OutputPlan, Plan, ProfileSpec, StopPlan, TokenDist, WorkloadSpec};
 
 /// Why a designed calibration run failed.
@@ -263,11 +263,11 @@ pub fn run_designed(
     Ok((dir, summary_engine(&summary)))
 }
 
-/// `batchlab calibrate SCENARIO`: [`run_design`] with [`DESIGN`], then [`fit_dirs`] on its
-/// directories.
+/// `batchlab calibrate SCENARIO`: [`run_design`] with [`DESIGN`], then [`fit_design`] on its
+/// directories and the engine it ran on.
 pub fn calibrate_scenario(base: &Plan, options: &DesignOptions) -> Result<(Profile, DesignRun), DesignError> {
     let run = run_design(base, DESIGN, options)?;
-    let profile = fit_dirs(&run.dirs)?;
+    let profile = fit_design(&run)?;
     Ok((profile, run))
 }
 

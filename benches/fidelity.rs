@@ -66,14 +66,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use batchlab::calibrate::{fit_dirs, fit_measurements, read_dirs};
-use batchlab::engine::sim::Profile;
-use batchlab::report::BenchmarkResult;
-use batchlab::rng::SplitMix64;
 use batchlab::calibrate::{
     DESIGN, DesignOptions, DesignRun, PlanRunner, Setting, calibrate_scenario, design_runs, run_designed, setting_plan,
     spread_evenly,
 };
+use batchlab::calibrate::{fit_dirs, fit_measurements, read_dirs};
+use batchlab::engine::sim::Profile;
+use batchlab::report::BenchmarkResult;
+use batchlab::rng::SplitMix64;
 use batchlab::run::progress::ProgressMode;
 use batchlab::run::{Interrupt, RunOptions};
 use batchlab::scenario::plan::{EnginePlan, Plan, ProfileSpec};

@@ -43,8 +43,16 @@ fn dependencies_point_down() {
         ("src/engine", &[], &["crate::scenario", "crate::metrics", "crate::run", WORKFLOWS[0], WORKFLOWS[1]]),
         ("src/loadgen", &[], &["crate::scenario", "crate::metrics", "crate::run", WORKFLOWS[0], WORKFLOWS[1]]),
         ("src/metrics", &[], &["crate::scenario", "crate::run", WORKFLOWS[0], WORKFLOWS[1]]),
-        ("src/batcher", &[], &["crate::scenario", "crate::metrics", "crate::run", "crate::report", WORKFLOWS[0], WORKFLOWS[1]]),
-        ("src/compare", &[], &["crate::run", "crate::engine", "crate::batcher", "crate::scenario", WORKFLOWS[0], WORKFLOWS[1]]),
+        (
+            "src/batcher",
+            &[],
+            &["crate::scenario", "crate::metrics", "crate::run", "crate::report", WORKFLOWS[0], WORKFLOWS[1]],
+        ),
+        (
+            "src/compare",
+            &[],
+            &["crate::run", "crate::engine", "crate::batcher", "crate::scenario", WORKFLOWS[0], WORKFLOWS[1]],
+        ),
         ("src/scenario", &[], &WORKFLOWS),
         ("src/run", &[], &WORKFLOWS),
         // A report carries what tune found (`report::tuning`), but never runs anything.

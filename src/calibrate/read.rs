@@ -79,7 +79,8 @@ pub fn read_dirs(dirs: &[PathBuf]) -> Result<Measurements, CalibrateError> {
 /// The batches of `dirs`' requests.jsonl, from runs of `engine`, which the caller already knows
 /// (a designed run: its engine reported itself in memory, so no report.json is read back).
 pub fn read_runs(dirs: &[PathBuf], engine: &EngineInfo) -> Result<Measurements, CalibrateError> {
-    let config = engine.resolved_config.ok_or_else(|| CalibrateError::EngineConfigUnknown { engine: engine.name.clone() })?;
+    let config =
+        engine.resolved_config.ok_or_else(|| CalibrateError::EngineConfigUnknown { engine: engine.name.clone() })?;
     if dirs.is_empty() {
         return Err(CalibrateError::NoSources);
     }
@@ -166,4 +167,3 @@ fn observe(size: Option<usize>, rows: &[Row]) -> Option<BatchObservation> {
     let returned = rows.iter().map(|r| r.finished_ns).collect::<Option<Vec<_>>>().and_then(|f| f.into_iter().max());
     Some(BatchObservation { requests, returned_ns: since(returned) })
 }
-

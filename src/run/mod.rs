@@ -227,11 +227,7 @@ impl RunResult {
 /// the results stay in memory, for a workflow above `run/` (tune's confirmation, calibrate's
 /// design) to use. `options.output_dir` and `options.requests_jsonl` still stream requests.jsonl,
 /// the one file a run writes while it runs. Blocks.
-pub fn run_benchmarks(
-    plan: &Plan,
-    engine: impl Into<TimedEngine>,
-    options: RunOptions,
-) -> Result<RunResult, RunError> {
+pub fn run_benchmarks(plan: &Plan, engine: impl Into<TimedEngine>, options: RunOptions) -> Result<RunResult, RunError> {
     let workload = Workload::from_plan(&plan.workload)?;
     benchmarks(plan, engine.into(), workload, options, EngineSource::Caller)
 }

@@ -67,10 +67,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use batchlab::calibrate::{
-    DESIGN, DesignOptions, DesignRun, PlanRunner, Setting, calibrate_scenario, design_runs, run_designed, setting_plan,
-    spread_evenly,
+    DESIGN, DesignOptions, DesignRun, PlanRunner, Setting, calibrate_scenario, design_runs, fit_dirs, fit_measurements,
+    read_dirs, run_designed, setting_plan, spread_evenly,
 };
-use batchlab::calibrate::{fit_dirs, fit_measurements, read_dirs};
 use batchlab::engine::sim::Profile;
 use batchlab::report::BenchmarkResult;
 use batchlab::rng::SplitMix64;

@@ -67,14 +67,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use batchlab::calibrate::{
-    DESIGN, DesignOptions, DesignRun, PlanRunner, Setting, calibrate_scenario, design_runs, fit_dirs, fit_measurements,
-    read_dirs, run_designed, setting_plan, spread_evenly,
+    DESIGN, DesignOptions, DesignRun, Setting, calibrate_scenario, design_runs, fit_dirs, fit_measurements, read_dirs,
+    run_designed, setting_plan, spread_evenly,
 };
 use batchlab::engine::sim::Profile;
 use batchlab::report::BenchmarkResult;
 use batchlab::rng::SplitMix64;
 use batchlab::run::progress::ProgressMode;
-use batchlab::run::{Interrupt, RunOptions};
+use batchlab::run::{Interrupt, PlanRunner, RunOptions};
 use batchlab::scenario::plan::{EnginePlan, Plan, ProfileSpec};
 use batchlab::scenario::{Overrides, load_file};
 use std::io::Write as _;

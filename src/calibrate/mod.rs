@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 pub use design::{
-    DESIGN, DesignError, DesignOptions, DesignRun, PlanRunner, Setting, WARMUP, calibrate_scenario, default_runs_dir,
-    design_runs, run_design, run_designed, setting_plan, spread_evenly,
+    DESIGN, DesignError, DesignOptions, DesignRun, Setting, WARMUP, calibrate_scenario, default_runs_dir, design_runs,
+    run_design, run_designed, setting_plan, spread_evenly,
 };
 pub use fit::{BatchFit, BatchObservation, FitError, FitResult, RequestObservation, fit};
 pub use read::{Measurements, read_dirs, read_runs};

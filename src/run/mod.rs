@@ -17,6 +17,7 @@
 pub mod driver;
 pub mod engine_guard;
 mod interrupt;
+mod plan_runner;
 pub mod progress;
 mod realtime;
 pub mod status;
@@ -27,6 +28,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 pub use interrupt::Interrupt;
+pub use plan_runner::PlanRunner;
 pub use step::Phase;
 
 #[cfg(doc)]

@@ -7,8 +7,8 @@
 //!   timestamps; `report.json` gives the configuration the engine resolved
 //!   (`environment.engine_config`) and its name and version (a designed run knows its engine in
 //!   memory and reads no report.json back);
-//! - [`fit`](mod@fit): the rows grouped into `generate` calls, replayed through the simulator's scheduler,
-//!   and the least squares for the step coefficients (docs/simulation.md).
+//! - [`fit`](mod@fit): the rows grouped into `generate` calls, replayed through the simulator's
+//!   scheduler, and the least squares for the step coefficients (docs/simulation.md).
 //!
 //! [`fit_dirs`] is `batchlab calibrate DIR...`; [`calibrate_scenario`] is `batchlab calibrate
 //! SCENARIO`. Uses `run/` and `scenario/`; nothing below uses it.

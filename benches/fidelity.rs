@@ -21,7 +21,7 @@
 //! drifts over tens of seconds, many short rounds sample more of its states than a few long ones.
 //!
 //! 1. By default, **interleaved**: one engine start runs the warm-up, then the designed batches of
-//!    `batchlab calibrate SCENARIO` (`run::calibrate::design_runs`) and the held-out real runs, the
+//!    `batchlab calibrate SCENARIO` (`calibrate::design_runs`) and the held-out real runs, the
 //!    design spread evenly among them; then the fit of the designed batches alone (`fit_dirs`, as
 //!    `batchlab calibrate` does), written to `<work>/profile.toml`. Calibration and measurement
 //!    then see the same machine, and the fit still never sees a held-out setting.
@@ -66,16 +66,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use batchlab::calibrate::{fit_dirs, fit_measurements, read_dirs};
+use batchlab::calibrate::{
+    DESIGN, DesignOptions, DesignRun, Setting, calibrate_scenario, design_runs, fit_dirs, fit_measurements, read_dirs,
+    run_designed, setting_plan, spread_evenly,
+};
 use batchlab::engine::sim::Profile;
 use batchlab::report::BenchmarkResult;
 use batchlab::rng::SplitMix64;
-use batchlab::run::calibrate::{
-    DESIGN, DesignOptions, DesignRun, PlanRunner, Setting, calibrate_scenario, design_runs, run_designed, setting_plan,
-    spread_evenly,
-};
 use batchlab::run::progress::ProgressMode;
-use batchlab::run::{Interrupt, RunOptions};
+use batchlab::run::{Interrupt, PlanRunner, RunOptions};
 use batchlab::scenario::plan::{EnginePlan, Plan, ProfileSpec};
 use batchlab::scenario::{Overrides, load_file};
 use std::io::Write as _;

@@ -239,7 +239,7 @@ MUTANTS = [
      '(None, None) => return Err("`output_tokens` or `output_token_ids` is required (both are missing)".into()),',
      "(None, None) => {}",
      ["--features", "vllm", "--test", "python_engine", "protocol_violations_are_engine_errors_naming_the_class_and_the_field"], VLLM),
-    ("vllm: engine processes not reaped when a second Ctrl-C exits at once", "src/cli.rs",
+    ("vllm: engine processes not reaped when a second Ctrl-C exits at once", "src/cli/session.rs",
      "            batchlab::sys::reap_descendants(Duration::from_secs(2));\n", "",
      ["--features", "vllm", "--test", "vllm_cli", "engine_processes_never_outlive_batchlab"], VLLM),
     ("gamma: shape and scale swapped", "src/loadgen/scheduler.rs",

@@ -1,20 +1,16 @@
 //! The `batchlab` command line. A thin shell over the library: parse arguments, load the scenario,
 //! run it, print the report, and turn the result into an exit code.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use batchlab::run::progress::{ENGINE_STEP_TARGET, EngineStepLayer, LogWriter, ProgressMode, Screen};
-use batchlab::run::{Interrupt, RunOptions, run_blocking};
+use batchlab::run::{RunOptions, RunSummary, run_blocking};
+use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file, to_toml};
-use batchlab::sys::EngineLog;
 use clap::{Parser, Subcommand};
-
-/// The engine's captured output, in the output directory.
-const ENGINE_LOG_FILE: &str = "engine.log";
 
 /// Exit codes, documented in README.md.
 const EXIT_ERROR: u8 = 1;
@@ -114,6 +110,7 @@ enum Command {
 }
 
 mod calibrate;
+mod session;
 mod tune;
 
 /// The process's one terminal (its stderr), made in [`main`]: logging, the panic hook and every
@@ -339,110 +336,51 @@ pub(crate) struct RunArgs {
     pub(crate) repeat: u32,
 }
 
-/// How many lines of engine.log a failed run prints.
-const ENGINE_LOG_TAIL: usize = 20;
-
-/// Sends the engine's fds 1 and 2 to `<output>/engine.log` for the whole run, for engines that
-/// write (the Python ones: vLLM logs, Python warnings, C++ warnings, child processes). The
-/// display and the log lines keep the terminal (`sys::terminal`).
-fn capture_engine_output(output_dir: &Path) -> anyhow::Result<EngineLog> {
-    std::fs::create_dir_all(output_dir).with_context(|| format!("creating {}", output_dir.display()))?;
-    let path = output_dir.join(ENGINE_LOG_FILE);
-    // One run's log: an earlier run's into the same directory is replaced.
-    let _ = std::fs::remove_file(&path);
-    EngineLog::redirect(&path).context("capturing the engine's output")
-}
-
-/// The end of engine.log, after the engine failed, where the user sees it.
-fn print_engine_log_tail(path: &Path) {
-    match EngineLog::tail(path, ENGINE_LOG_TAIL) {
-        Ok(lines) if !lines.is_empty() => {
-            eprintln!("last {} lines of {}:", lines.len(), path.display());
-            for line in lines {
-                eprintln!("  {line}");
-            }
-        }
-        Ok(_) => eprintln!("the engine wrote nothing to {}", path.display()),
-        Err(e) => eprintln!("cannot read the engine's log: {e}"),
-    }
-}
-
-/// First Ctrl-C (or SIGTERM): fire `interrupt` (stop admitting, drain, report) and keep the
-/// signal's exit code (130 for SIGINT, 143 for SIGTERM) in `first_signal`. Second: leave at once,
-/// with the second signal's code. Call inside the runtime, before the run starts: a signal that
-/// came before the watcher task first ran would otherwise kill the process.
-fn watch_signals(interrupt: Interrupt, first_signal: std::sync::Arc<std::sync::atomic::AtomicU8>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let signals = signal(SignalKind::interrupt()).and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
-    match signals {
-        Ok((mut int, mut term)) => {
-            tokio::spawn(async move {
-                let code = tokio::select! {
-                    _ = int.recv() => EXIT_SIGINT,
-                    _ = term.recv() => EXIT_SIGTERM,
-                };
-                first_signal.store(code, std::sync::atomic::Ordering::SeqCst);
-                interrupt.fire();
-                let code = tokio::select! {
-                    _ = int.recv() => EXIT_SIGINT,
-                    _ = term.recv() => EXIT_SIGTERM,
-                };
-                let _ = writeln!(batchlab::sys::terminal(), "\ninterrupted twice: exiting now");
-                batchlab::sys::reap_descendants(Duration::from_secs(2));
-                std::process::exit(i32::from(code));
-            });
-        }
-        Err(e) => tracing::warn!(error = %e, "cannot watch for Ctrl-C and SIGTERM"),
-    }
-}
-
 pub(crate) fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let (engine, name, dir) = (plan.engine.clone(), plan.name.clone(), plan.output.dir.clone());
+    let (code, _) = run_in_session(&engine, &name, dir, args, move |options| run_blocking(&plan, options))?;
+    Ok(code)
+}
+
+/// `batchlab run`'s session ([`session::Session`]: engine.log, Ctrl-C) around `run`, which runs
+/// the scenario `name` with the options it is given, then its table, the files written and the
+/// exit code. Also returns the summary, for a caller that adds to the report (`tune`).
+pub(crate) fn run_in_session<E>(
+    engine: &EnginePlan,
+    name: &str,
+    plan_dir: Option<PathBuf>,
+    args: RunArgs,
+    run: impl FnOnce(RunOptions) -> Result<RunSummary, E> + Send + 'static,
+) -> anyhow::Result<(ExitCode, Option<RunSummary>)>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
     let RunArgs { output, requests_jsonl, quiet, verbose, repeat } = args;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
-    let output_dir =
-        output.or_else(|| plan.output.dir.clone()).unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
+    let output_dir = output.or(plan_dir).unwrap_or_else(|| PathBuf::from("results").join(name));
     // Before anything else: an unwritable output directory must not cost a run.
     if let Err(e) = batchlab::report::prepare_output_dir(&output_dir) {
         eprintln!("error: {e}");
-        return Ok(ExitCode::from(EXIT_BAD_INPUT));
+        return Ok((ExitCode::from(EXIT_BAD_INPUT), None));
     }
-    let writes_output = plan.engine.runs_processes();
-    let capture = if writes_output && !verbose { Some(capture_engine_output(&output_dir)?) } else { None };
-    let log_path = capture.as_ref().map(|c| c.path().to_path_buf());
-    let interrupt = Interrupt::new();
-    // The exit code of the first signal: 130 for SIGINT, 143 for SIGTERM.
-    let signal_code = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(EXIT_SIGINT));
-    let summary = runtime.block_on(async {
-        watch_signals(interrupt.clone(), signal_code.clone());
-        let options = RunOptions {
-            output_dir: Some(output_dir.clone()),
-            requests_jsonl,
-            progress: ProgressMode::detect(quiet),
-            screen: screen().clone(),
-            interrupt,
-            repeat,
-        };
-        let plan = plan.clone();
-        // The run blocks; the runtime's thread stays free to watch for signals.
-        tokio::task::spawn_blocking(move || run_blocking(&plan, options))
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-    });
-    // A shutdown left behind on a dead engine must not hold the exit (the reaper ends its processes).
-    runtime.shutdown_timeout(Duration::from_millis(500));
-    if let Some(capture) = capture
-        && let Err(e) = capture.restore()
-    {
-        tracing::warn!(error = %e, "cannot restore stdout and stderr");
-    }
-    let engine_failed = match &summary {
+    let session = session::Session::start(engine, &output_dir, verbose)?;
+    let options = RunOptions {
+        output_dir: Some(output_dir.clone()),
+        requests_jsonl,
+        progress: ProgressMode::detect(quiet),
+        screen: screen().clone(),
+        interrupt: session.interrupt(),
+        repeat,
+    };
+    let ended = session.run(move || run(options));
+    let engine_failed = match &ended.value {
         Err(_) => true,
         Ok(s) => s.report.incomplete && !s.interrupted,
     };
-    if engine_failed && let Some(path) = &log_path {
-        print_engine_log_tail(path);
+    if engine_failed {
+        ended.print_log_tail();
     }
-    let summary = summary.with_context(|| format!("running scenario {}", plan.name))?;
+    let signal = ended.first_signal();
+    let summary = ended.value.with_context(|| format!("running scenario {name}"))?;
     print!("{}", summary.table);
     if !summary.table.ends_with('\n') {
         println!();
@@ -457,20 +395,19 @@ pub(crate) fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> any
     for e in &summary.write_errors {
         eprintln!("error: {e}");
     }
-    if summary.interrupted || summary.report.incomplete {
+    let code = if summary.interrupted || summary.report.incomplete {
         eprintln!("the run is incomplete: report marked \"incomplete\": true");
-        let signal = signal_code.load(std::sync::atomic::Ordering::SeqCst);
-        return Ok(ExitCode::from(if summary.interrupted { signal } else { EXIT_ERROR }));
-    }
-    if !summary.write_errors.is_empty() {
-        return Ok(ExitCode::from(EXIT_ERROR));
-    }
-    if !summary.report.passed() {
+        ExitCode::from(if summary.interrupted { signal } else { EXIT_ERROR })
+    } else if !summary.write_errors.is_empty() {
+        ExitCode::from(EXIT_ERROR)
+    } else if !summary.report.passed() {
         eprint!("{}", batchlab::report::render_failures(&summary.report.expectations));
-        return Ok(ExitCode::from(EXIT_EXPECTATIONS));
-    }
-    if !summary.report.expectations.is_empty() {
-        eprintln!("all {} expectations met", summary.report.expectations.len());
-    }
-    Ok(ExitCode::SUCCESS)
+        ExitCode::from(EXIT_EXPECTATIONS)
+    } else {
+        if !summary.report.expectations.is_empty() {
+            eprintln!("all {} expectations met", summary.report.expectations.len());
+        }
+        ExitCode::SUCCESS
+    };
+    Ok((code, Some(summary)))
 }

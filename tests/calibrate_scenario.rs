@@ -58,7 +58,7 @@ fn calibrate_a_scenario_recovers_its_coefficients_from_the_designed_runs() {
     let profile_path = dir.join("cpu.toml");
     let o = batchlab(&["calibrate", scenario.to_str().unwrap(), "--output", profile_path.to_str().unwrap(), "--quiet"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let design = batchlab::run::calibrate::DESIGN;
+    let design = batchlab::calibrate::DESIGN;
     let batches: u32 = design.iter().map(|s| s.batches).sum();
     let said = format!("ran {batches} designed batches of {} settings", design.len());
     assert!(text(&o.stderr).contains(&said), "{said}: {}", text(&o.stderr));
@@ -74,10 +74,8 @@ fn calibrate_a_scenario_recovers_its_coefficients_from_the_designed_runs() {
         .collect();
     names.sort();
     let base = batchlab::scenario::load_file(&scenario, &Default::default()).expect("the scenario");
-    let mut expected: Vec<String> = batchlab::run::calibrate::design_runs(&base, batchlab::run::calibrate::DESIGN)
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
+    let mut expected: Vec<String> =
+        batchlab::calibrate::design_runs(&base, batchlab::calibrate::DESIGN).into_iter().map(|(n, _)| n).collect();
     expected.sort();
     assert_eq!(names, expected);
     for name in &names {

@@ -9,7 +9,7 @@ use batchlab::engine::{
     Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, TimedEngine,
     VirtualTimeEngine,
 };
-use batchlab::run::{Interrupt, RunOptions, RunSummary, run_with_blocking};
+use batchlab::run::{Interrupt, RunOptions, RunSummary, run_benchmarks, run_with_blocking};
 use batchlab::scenario::plan::{Comparison, Plan};
 use batchlab::scenario::{Scenario, ScenarioBuilder};
 use batchlab::time::{Clock, MonotonicClock, VirtualClock};
@@ -129,6 +129,20 @@ fn a_user_engine_runs_in_virtual_time() {
     let again = in_virtual_time();
     assert_eq!(again.report.benchmarks[0].duration_s, measured.duration_s);
     assert_eq!(again.report.benchmarks[0].distributions, measured.distributions);
+}
+
+#[test]
+fn the_middle_level_gives_the_benchmarks_in_memory_and_the_same_report() {
+    let plan = scenario().max_requests(20).build().expect("a valid scenario");
+    let engine = || TimedEngine::virtual_time(MyEngine::new(Duration::from_millis(5)));
+    let result = run_benchmarks(&plan, engine(), RunOptions::default()).expect("the benchmarks run");
+    assert_eq!(result.benchmarks.len(), 1);
+    assert_eq!(result.benchmarks[0].counts.completed, 20);
+    assert!(!result.incomplete && result.requests_jsonl.is_none());
+    // `run_with` is this, and the report around it.
+    let report = result.into_report(&plan).expect("a report");
+    let summary = run(&plan, engine());
+    assert_eq!(report.benchmarks, summary.report.benchmarks);
 }
 
 #[test]

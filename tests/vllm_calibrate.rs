@@ -183,7 +183,7 @@ fn calibrate_writes_a_profile_with_the_resolved_config() {
         let completed = rows.lines().filter(|l| l.contains("\"outcome\":\"completed\"")).count();
         assert!(completed > 0, "{}: no completed requests", path.display());
     }
-    let design: usize = batchlab::run::calibrate::DESIGN.iter().map(|s| s.batches as usize).sum();
+    let design: usize = batchlab::calibrate::DESIGN.iter().map(|s| s.batches as usize).sum();
     assert_eq!(settings, design + 1, "the warm-up and every designed batch");
 
     // Coefficients: every one a finite number, the step cost positive; residuals from many rows.

@@ -1,27 +1,34 @@
-//! `batchlab calibrate`: a simulator [`Profile`] fitted from real runs.
+//! `batchlab calibrate`: a simulator [`Profile`] fitted from real runs, the whole job above `run/`.
 //!
-//! A run's output directory holds what a fit needs: `requests.jsonl` (written with
-//! `--requests-jsonl`) gives every request's batch, token counts, prefix-cache hits and engine
-//! timestamps; `report.json` gives the configuration the engine resolved
-//! (`environment.engine_config`) and its name and version. [`fit_dirs`] reads them, groups the
-//! rows into `generate` calls and hands them to [`fit::fit`] (the model and the least-squares
-//! method are described there and in docs/simulation.md).
+//! - [`design`]: `batchlab calibrate SCENARIO`'s designed run: the [`DESIGN`] settings as plans,
+//!   run on the scenario's engine started once, each into an output directory of its own;
+//! - [`read`]: what a fit needs from run output directories: `requests.jsonl` (written with
+//!   `--requests-jsonl`) gives every request's batch, token counts, prefix-cache hits and engine
+//!   timestamps; `report.json` gives the configuration the engine resolved
+//!   (`environment.engine_config`) and its name and version (a designed run knows its engine in
+//!   memory and reads no report.json back);
+//! - [`fit`](mod@fit): the rows grouped into `generate` calls, replayed through the simulator's
+//!   scheduler, and the least squares for the step coefficients (docs/simulation.md).
 //!
-//! Knows the report's file formats and the simulator's model; knows nothing of scenarios or runs
-//! (a caller that runs a scenario first, then fits its output, lives above: the CLI).
+//! [`fit_dirs`] is `batchlab calibrate DIR...`; [`calibrate_scenario`] is `batchlab calibrate
+//! SCENARIO`. Uses `run/` and `scenario/`; nothing below uses it.
 
+pub mod design;
 pub mod fit;
+pub mod read;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+pub use design::{
+    DESIGN, DesignError, DesignOptions, DesignRun, Setting, WARMUP, calibrate_scenario, default_runs_dir, design_runs,
+    run_design, run_designed, setting_plan, spread_evenly,
+};
 pub use fit::{BatchFit, BatchObservation, FitError, FitResult, RequestObservation, fit};
+pub use read::{Measurements, read_dirs, read_runs};
 
 use crate::engine::ResolvedEngineConfig;
 use crate::engine::sim::profile::{BatchSizeFit, FitSummary, Profile, Provenance};
-use crate::report::requests::REQUESTS_FILE;
-use crate::report::{JSON_FILE, RequestOutcome, RequestRecord, read_records};
-use crate::time::Timestamp;
 
 /// Why a calibration failed.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +49,12 @@ pub enum CalibrateError {
         line: usize,
         /// What was wrong.
         message: String,
+    },
+    /// The engine of a designed run did not say how it was configured.
+    #[error("the engine {engine} did not report its resolved configuration: a fit needs it")]
+    EngineConfigUnknown {
+        /// The engine's name.
+        engine: String,
     },
     /// The report does not say how the engine was configured.
     #[error(
@@ -82,59 +95,24 @@ pub enum CalibrateError {
     Fit(#[from] FitError),
 }
 
-/// The batches of a set of output directories, and what they ran on.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Measurements {
-    /// The configuration every directory's engine resolved.
-    pub config: ResolvedEngineConfig,
-    /// The engine's name and version (from the first directory).
-    pub engine: (String, String),
-    /// Usable batches, in directory and dispatch order.
-    pub batches: Vec<BatchObservation>,
-    /// Batches left out.
-    pub skipped: u64,
-}
-
-/// Reads the batches of `dirs` (each a run's output directory).
-pub fn read_dirs(dirs: &[PathBuf]) -> Result<Measurements, CalibrateError> {
-    let mut config: Option<(PathBuf, ResolvedEngineConfig)> = None;
-    let mut engine = None;
-    let mut batches = Vec::new();
-    let mut skipped = 0;
-    for dir in dirs {
-        let report_path = dir.join(JSON_FILE);
-        // The one report reader: it refuses a report of another schema first.
-        let env = crate::report::read_report(&report_path)?.environment;
-        let this = env.engine_config.ok_or_else(|| CalibrateError::NoEngineConfig { path: report_path.clone() })?;
-        match &config {
-            Some((first_path, first)) if *first != this => {
-                return Err(CalibrateError::ConfigMismatch {
-                    first_path: first_path.clone(),
-                    first: *first,
-                    other_path: report_path,
-                    other: this,
-                });
-            }
-            Some(_) => {}
-            None => config = Some((report_path, this)),
-        }
-        engine.get_or_insert((env.engine_name, env.engine_version));
-        let (mut found, left_out) = read_batches(&dir.join(REQUESTS_FILE))?;
-        batches.append(&mut found);
-        skipped += left_out;
-    }
-    let (Some((_, config)), Some(engine)) = (config, engine) else { return Err(CalibrateError::NoSources) };
-    Ok(Measurements { config, engine, batches, skipped })
-}
-
 /// Fits a profile from the output directories of earlier runs (see the module docs).
 pub fn fit_dirs(dirs: &[PathBuf]) -> Result<Profile, CalibrateError> {
-    let m = read_dirs(dirs)?;
+    fit_read(&read_dirs(dirs)?, dirs)
+}
+
+/// Fits a profile from the batches read from `dirs`; none usable is an error.
+fn fit_read(m: &Measurements, dirs: &[PathBuf]) -> Result<Profile, CalibrateError> {
     if m.batches.is_empty() {
         let names: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
         return Err(CalibrateError::NoBatches { dirs: names.join(", "), skipped: m.skipped });
     }
-    fit_measurements(&m, dirs)
+    fit_measurements(m, dirs)
+}
+
+/// Fits a profile from a designed run ([`run_design`]): its directories' requests.jsonl and the
+/// engine it reported in memory; no report.json is read back.
+pub fn fit_design(run: &DesignRun) -> Result<Profile, CalibrateError> {
+    fit_read(&read_runs(&run.dirs, &run.engine)?, &run.dirs)
 }
 
 /// Fits a profile from batches already read (`sources` are named in its provenance). A caller
@@ -183,72 +161,6 @@ fn by_batch_size(batches: &[BatchFit]) -> Vec<BatchSizeFit> {
             }
         })
         .collect()
-}
-
-/// The usable batches of one `requests.jsonl`, and how many were left out.
-fn read_batches(path: &Path) -> Result<(Vec<BatchObservation>, u64), CalibrateError> {
-    let mut by_batch: BTreeMap<u64, (Option<usize>, Vec<RequestRecord>)> = BTreeMap::new();
-    let mut unbatched = false;
-    for row in read_records(path)? {
-        let row = row?;
-        match row.batch {
-            Some(b) => {
-                let entry = by_batch.entry(b).or_insert((row.batch_size, Vec::new()));
-                entry.1.push(row);
-            }
-            None => unbatched |= row.outcome == RequestOutcome::Completed,
-        }
-    }
-    if unbatched && by_batch.is_empty() {
-        return Err(CalibrateError::Parse {
-            path: path.to_path_buf(),
-            line: 1,
-            message: "rows have no `batch`: written by a batchlab without calibration fields".into(),
-        });
-    }
-    let mut batches = Vec::new();
-    let mut skipped = 0;
-    for (_, (size, mut rows)) in by_batch {
-        rows.sort_by_key(|r| r.id);
-        match observe(size, &rows) {
-            Some(b) => batches.push(b),
-            None => skipped += 1,
-        }
-    }
-    Ok((batches, skipped))
-}
-
-/// A batch whose rows are all there, completed, timed and counted; else `None`.
-fn observe(size: Option<usize>, rows: &[RequestRecord]) -> Option<BatchObservation> {
-    if size != Some(rows.len()) {
-        return None;
-    }
-    let dispatched = rows.first()?.dispatched_ns?;
-    let since = |t: Option<Timestamp>| t.map(|t| t.as_nanos() as f64 - dispatched.as_nanos() as f64);
-    let requests = rows
-        .iter()
-        .map(|r| {
-            let complete = r.outcome == RequestOutcome::Completed
-                && r.dispatched_ns == Some(dispatched)
-                && r.engine_first_token_ns.is_some()
-                && r.engine_last_token_ns.is_some();
-            if !complete {
-                return None;
-            }
-            let metrics = r.metrics.as_ref()?;
-            Some(RequestObservation {
-                prompt_tokens: metrics.prompt_tokens?,
-                output_tokens: metrics.output_tokens?,
-                cached_tokens: r.cached_tokens.unwrap_or(0),
-                scheduled_ns: since(r.engine_scheduled_ns),
-                first_token_ns: since(r.engine_first_token_ns),
-                last_token_ns: since(r.engine_last_token_ns),
-            })
-        })
-        .collect::<Option<Vec<_>>>()?;
-    // Every row of a batch completes when its generate returns.
-    let returned = rows.iter().map(|r| r.finished_ns).collect::<Option<Vec<_>>>().and_then(|f| f.into_iter().max());
-    Some(BatchObservation { requests, returned_ns: since(returned) })
 }
 
 /// Now, UTC, as `2026-12-01T11:00:00Z`.

@@ -1,20 +1,18 @@
 //! `batchlab calibrate`: fit a simulator profile and write profile.toml, either from the output
 //! directories of earlier runs or from a scenario, whose engine then runs the designed settings of
-//! `batchlab::run::calibrate` first (one engine start).
+//! `batchlab::calibrate::design` first (one engine start).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use batchlab::calibrate::{CalibrateError, fit_dirs};
+use batchlab::calibrate::{DesignError, DesignOptions, calibrate_scenario, default_runs_dir};
 use batchlab::engine::sim::Profile;
-use batchlab::run::Interrupt;
-use batchlab::run::calibrate::{DesignError, DesignOptions, calibrate_scenario, default_runs_dir};
 use batchlab::run::progress::ProgressMode;
 use batchlab::scenario::{Overrides, load_file};
 
-use super::{EXIT_BAD_INPUT, EXIT_ERROR, EXIT_SIGINT};
+use super::{EXIT_BAD_INPUT, EXIT_ERROR};
 
 #[derive(clap::Args, Debug)]
 pub(super) struct CalibrateArgs {
@@ -173,48 +171,30 @@ fn from_scenario(path: &Path, args: &CalibrateArgs) -> ExitCode {
 
 fn design_and_fit(plan: batchlab::scenario::Plan, runs: PathBuf, args: &CalibrateArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&runs).with_context(|| format!("creating {}", runs.display()))?;
-    let writes_output = plan.engine.runs_processes();
-    let capture = if writes_output && !args.verbose { Some(super::capture_engine_output(&runs)?) } else { None };
-    let log_path = capture.as_ref().map(|c| c.path().to_path_buf());
-    let interrupt = Interrupt::new();
-    // The exit code of the first signal: 130 for SIGINT, 143 for SIGTERM.
-    let signal_code = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(EXIT_SIGINT));
+    let session = super::session::Session::start(&plan.engine, &runs, args.verbose)?;
     let options = DesignOptions {
         runs_dir: runs.clone(),
         progress: ProgressMode::detect(args.quiet),
         screen: super::screen().clone(),
-        interrupt,
+        interrupt: session.interrupt(),
     };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
-    let result = runtime.block_on(async {
-        super::watch_signals(options.interrupt.clone(), signal_code.clone());
-        tokio::task::spawn_blocking(move || calibrate_scenario(&plan, &options))
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-    });
-    runtime.shutdown_timeout(Duration::from_millis(500));
-    if let Some(capture) = capture
-        && let Err(e) = capture.restore()
-    {
-        tracing::warn!(error = %e, "cannot restore stdout and stderr");
+    let ended = session.run(move || calibrate_scenario(&plan, &options));
+    let signal = ended.first_signal();
+    if let Err(DesignError::Run(_) | DesignError::Incomplete { .. }) = &ended.value {
+        ended.print_log_tail();
     }
-    match result {
+    match ended.value {
         Ok((profile, design)) => {
-            let settings = batchlab::run::calibrate::DESIGN.len();
+            let settings = batchlab::calibrate::DESIGN.len();
             eprintln!("ran {} designed batches of {settings} settings in {}", design.dirs.len(), runs.display());
             write(&profile, &args.output)?;
             Ok(ExitCode::SUCCESS)
         }
         Err(DesignError::Interrupted) => {
             eprintln!("error: {}", DesignError::Interrupted);
-            Ok(ExitCode::from(signal_code.load(std::sync::atomic::Ordering::SeqCst)))
+            Ok(ExitCode::from(signal))
         }
-        Err(e) => {
-            if let (DesignError::Run(_) | DesignError::Incomplete { .. }, Some(path)) = (&e, &log_path) {
-                super::print_engine_log_tail(path);
-            }
-            Err(e).with_context(|| format!("calibrating from {}", args.sources[0].display()))
-        }
+        Err(e) => Err(e).with_context(|| format!("calibrating from {}", args.sources[0].display())),
     }
 }
 

@@ -7,13 +7,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use batchlab::report::Report;
-use batchlab::run::{RunOptions, run_blocking};
 use batchlab::scenario::plan::{EnginePlan, Plan};
 use batchlab::scenario::units::{format_duration, parse_duration};
 use batchlab::scenario::{Overrides, load_file};
-use batchlab::tune::{
-    Confirmation, Objective, STRESS, Space, TuneReport, TuneResult, confirmation_plan, search, search_plan, with_point,
-};
+use batchlab::tune::{Objective, STRESS, Space, TuneReport, TuneResult, search, search_plan};
 
 use super::{EXIT_BAD_INPUT, EXIT_ERROR};
 
@@ -104,12 +101,9 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
         }
     } else {
         // The recommendation, run once more in the simulator, is the report's benchmark.
-        let Some(best) = tune.result.best_point() else { return ExitCode::from(EXIT_ERROR) };
-        let run = with_point(&sim, best.batch_size, best.batch_timeout, best.load)
-            .map_err(|e| e.to_string())
-            .and_then(|p| run_blocking(&p, RunOptions::quiet()).map_err(|e| e.to_string()));
-        match run {
-            Ok(summary) => summary.report,
+        match batchlab::tune::recommendation_report(&sim, &tune.result) {
+            Ok(Some(report)) => report,
+            Ok(None) => return ExitCode::from(EXIT_ERROR),
             Err(e) => {
                 eprintln!("error: running the recommendation: {e}");
                 return ExitCode::from(EXIT_ERROR);
@@ -118,11 +112,7 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
     };
     let mut report = report;
     let confirmed = !tune.confirmed.is_empty();
-    report.tune = Some(tune);
-    let written = batchlab::report::prepare_output_dir(&output)
-        .and_then(|()| batchlab::report::write::write_json(&report, &output))
-        .and_then(|json| batchlab::report::html::write_html(&report, &output).map(|html| [json, html]));
-    match written {
+    match batchlab::tune::write_report(&mut report, tune, &output) {
         Ok([json, html]) if confirmed => {
             eprintln!("added the search to {} and {}", json.display(), html.display())
         }
@@ -135,9 +125,10 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Runs the best `k` points on the real engine in one engine start (the same path as `batchlab
-/// run`: engine.log captured, Ctrl-C handled, the report written), prints predicted against
-/// measured and records it in `tune`; returns the confirmation run's report.
+/// Runs the best `k` points on the real engine in one engine start ([`batchlab::tune::confirm`],
+/// in the session `batchlab run` has: engine.log captured, Ctrl-C handled, the report written),
+/// prints predicted against measured and records it in `tune`; returns the confirmation run's
+/// report, from memory.
 fn confirm(
     plan: &Plan,
     tune: &mut TuneReport,
@@ -145,12 +136,7 @@ fn confirm(
     k: usize,
     output: &std::path::Path,
 ) -> Result<Report, ExitCode> {
-    let top = tune.result.top(k);
-    let confirm = confirmation_plan(plan, &top, tune.result.space.load).map_err(|e| {
-        eprintln!("error: {e}");
-        ExitCode::from(EXIT_ERROR)
-    })?;
-    eprintln!("confirming the best {} points on the real engine (one engine start)", top.len());
+    eprintln!("confirming the best {} points on the real engine (one engine start)", tune.result.top(k).len());
     let run_args = super::RunArgs {
         output: Some(output.to_path_buf()),
         requests_jsonl: false,
@@ -158,9 +144,11 @@ fn confirm(
         verbose: false,
         repeat: 1,
     };
-    match super::run_scenario(confirm, run_args) {
-        Ok(code) if code == ExitCode::SUCCESS => {}
-        Ok(code) => {
+    let (real, result) = (plan.clone(), tune.result.clone());
+    let run = move |options| batchlab::tune::confirm(&real, &result, k, options);
+    let summary = match super::run_in_session(&plan.engine, &plan.name, plan.output.dir.clone(), run_args, run) {
+        Ok((code, Some(summary))) if code == ExitCode::SUCCESS => summary,
+        Ok((code, _)) => {
             eprintln!("error: the confirmation run did not finish; its report is in {}", output.display());
             return Err(code);
         }
@@ -168,26 +156,8 @@ fn confirm(
             eprintln!("error: confirmation run: {e:#}");
             return Err(ExitCode::from(EXIT_ERROR));
         }
-    }
-    let report = batchlab::report::read_report(output).map_err(|e| {
-        eprintln!("error: confirmation run: {e}");
-        ExitCode::from(EXIT_ERROR)
-    })?;
-    let knob = tune.result.space.load;
-    let confirmed: Vec<Confirmation> = top
-        .iter()
-        .zip(&report.benchmarks)
-        .map(|(p, b)| Confirmation {
-            point: p.label(knob),
-            predicted: p.score,
-            measured: match objective {
-                Objective::Goodput => b.slo.as_ref().and_then(|s| s.goodput_output_tokens_per_s),
-                Objective::ThroughputUnder { .. } => b.output_tokens_per_s,
-            },
-            predicted_latency_p99_ms: p.latency_p99_ms,
-            measured_latency_p99_ms: b.metric("latency_p99_ms"),
-        })
-        .collect();
+    };
+    let confirmed = batchlab::tune::confirmations(&tune.result, k, objective, &summary.report);
     println!("predicted (simulator) against measured (real engine):");
     println!(
         "{:<54} {:>14} {:>14} {:>8} {:>14} {:>14}",
@@ -205,7 +175,7 @@ fn confirm(
         );
     }
     tune.confirmed = confirmed;
-    Ok(report)
+    Ok(summary.report)
 }
 
 fn objective_name(o: &Objective) -> String {

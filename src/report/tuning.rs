@@ -1,12 +1,11 @@
 //! What `batchlab tune` found, as a report carries it (report.json's `tune`, report.html's
-//! "Tuning" section). The search itself is `batchlab::tune`.
+//! "Tuning" section): data only. The search, its bounds and its policy (plateau, headroom, which
+//! points to confirm) are `batchlab::tune`.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::loadgen::ProfileSpec;
-use crate::scenario::plan::Plan;
 use crate::scenario::units::format_duration;
 
 /// A search and, for a real engine, its confirmation.
@@ -72,42 +71,6 @@ pub struct Space {
     pub load_range: (f64, f64),
 }
 
-impl Space {
-    /// The default bounds for `plan`: batch size 1…512, timeout 0.5 ms…200 ms, and the load from
-    /// 1/8 to 4× the scenario's own value.
-    pub fn for_plan(plan: &Plan) -> Space {
-        let (load, load_range) = match &plan.profile {
-            ProfileSpec::Throughput { max_concurrency } => {
-                let c = f64::from(*max_concurrency);
-                (LoadKnob::MaxConcurrency, ((c / 8.0).max(1.0).round(), (c * 4.0).round()))
-            }
-            ProfileSpec::Constant { rates, .. } if rates.len() == 1 => {
-                (LoadKnob::Rate, (rates[0] / 8.0, rates[0] * 4.0))
-            }
-            _ => (LoadKnob::None, (0.0, 0.0)),
-        };
-        Space { batch_size: (1, 512), batch_timeout_us: (500, 200_000), load, load_range }
-    }
-
-    /// The space at `plan`'s own load (`tune --keep-load`): no load dimension, and batch sizes
-    /// only up to the most requests the profile keeps in flight, when it bounds them (a batch
-    /// can never be larger, so larger sizes are the same point).
-    pub fn at_own_load(self, plan: &Plan) -> Space {
-        let in_flight = match &plan.profile {
-            ProfileSpec::Throughput { max_concurrency } => Some(*max_concurrency),
-            ProfileSpec::Concurrent { levels, .. } => levels.iter().copied().max(),
-            ProfileSpec::Constant { max_concurrency, .. }
-            | ProfileSpec::Poisson { max_concurrency, .. }
-            | ProfileSpec::Gamma { max_concurrency, .. }
-            | ProfileSpec::Trace { max_concurrency, .. } => *max_concurrency,
-            ProfileSpec::Synchronous => Some(1),
-            ProfileSpec::Sweep { .. } => None,
-        };
-        let hi = in_flight.map_or(self.batch_size.1, |n| self.batch_size.1.min(n.max(self.batch_size.0)));
-        Space { batch_size: (self.batch_size.0, hi), load: LoadKnob::None, load_range: (0.0, 0.0), ..self }
-    }
-}
-
 /// One evaluated point.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Point {
@@ -129,11 +92,12 @@ pub struct Point {
     pub grid: bool,
     /// On the front of all evaluated points (score up, latency p99 down).
     pub front: bool,
-    /// Within [`PLATEAU`] of the highest score: a candidate for the recommendation.
+    /// Within the plateau (`tune::PLATEAU`, 2 %) of the highest score: a candidate for the
+    /// recommendation.
     #[serde(default)]
     pub plateau: bool,
-    /// A plateau point's score with the load raised by [`STRESS`] (its headroom); `None` when it
-    /// was not stressed or met no objective there.
+    /// A plateau point's score with the load raised by `tune::STRESS` (1.5×, its headroom); `None`
+    /// when it was not stressed or met no objective there.
     #[serde(default)]
     pub stress_score: Option<f64>,
 }
@@ -190,16 +154,6 @@ impl TuneResult {
             _ => {}
         }
         Some(s)
-    }
-
-    /// The recommendation, then the next best points by score, `k` in all; ties on score and
-    /// latency shown once.
-    pub fn top(&self, k: usize) -> Vec<&Point> {
-        let mut v = self.distinct(|p| p.score.is_some());
-        let best = self.best_point();
-        v.sort_by_key(|p| best != Some(*p));
-        v.truncate(k);
-        v
     }
 
     /// The points `keep` selects, best score first, one per result: points with the same score

@@ -2,6 +2,10 @@
 //! [`run_with`] / [`run_with_blocking`] run a plan against any [`Engine`]; [`run`] /
 //! [`run_blocking`] against the engine the plan names ([`EnginePlan::build`]).
 //!
+//! Two levels: [`run_benchmarks`] runs the benchmarks and hands back their results in memory
+//! ([`RunResult`]); `run_with` and `run` wrap it with the [`Report`] and its files. The workflows
+//! above (`tune`, `calibrate`) use whichever they need, and never read back a report they wrote.
+//!
 //! The plan's profile expands into steps (benchmarks). Each step is a sans-IO [`step::StepRun`];
 //! one loop ([`driver`]) feeds it time, submissions and outcomes through a [`driver::Driver`]:
 //! real time on the threaded batcher for any engine, or virtual time on one thread for an engine
@@ -10,10 +14,10 @@
 //! Every engine, the caller's included, runs inside a [`FaultyEngine`] with the plan's `[faults]`
 //! (a plain pass-through when there are none).
 
-pub mod calibrate;
 pub mod driver;
 pub mod engine_guard;
 mod interrupt;
+mod plan_runner;
 pub mod progress;
 mod realtime;
 mod schedule;
@@ -25,13 +29,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 pub use interrupt::Interrupt;
+pub use plan_runner::PlanRunner;
 
 #[cfg(doc)]
 use crate::engine::{Engine, VirtualTimeEngine};
 
 use crate::engine::faults::FaultyEngine;
 use crate::engine::{EngineError, EngineInfo, TimedEngine};
-use crate::loadgen::{LoadError, Workload};
+use crate::loadgen::{DatasetStats, LoadError, Workload};
 use crate::report::{
     BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_html, write_json,
 };
@@ -193,13 +198,56 @@ enum EngineSource {
     Caller,
 }
 
-fn run_engine(
+/// What the benchmarks of a run produced, before any report: [`run_benchmarks`]' result. The
+/// report and its files are [`run_with`]'s layer on top ([`RunResult::into_report`]).
+#[derive(Debug)]
+pub struct RunResult {
+    /// What the engine said about itself.
+    pub engine: EngineInfo,
+    /// Every benchmark, in run order.
+    pub benchmarks: Vec<BenchmarkResult>,
+    /// The run's interrupt fired.
+    pub interrupted: bool,
+    /// The run could not finish every step (engine unusable, or interrupted).
+    pub incomplete: bool,
+    /// The engine's start error, when it did not start.
+    pub error: Option<String>,
+    /// The workload file's statistics, for a file workload.
+    pub dataset: Option<DatasetStats>,
+    /// Every seed the run used, by component.
+    pub seeds: BTreeMap<String, u64>,
+    /// requests.jsonl, when the run wrote one: its path, or why it could not be finished.
+    pub requests_jsonl: Option<Result<PathBuf, ReportError>>,
+}
+
+impl RunResult {
+    /// The report of these benchmarks of `plan` (what report.json holds).
+    pub fn into_report(self, plan: &Plan) -> Result<Report, ReportError> {
+        let environment = Environment::detect(&self.engine, self.seeds);
+        let mut report = Report::new(plan, environment, self.benchmarks, self.incomplete)?;
+        report.error = self.error;
+        report.dataset = self.dataset;
+        Ok(report)
+    }
+}
+
+/// Runs a plan's benchmarks against `engine`, as [`run_with_blocking`] does, but writes no report:
+/// the results stay in memory, for a workflow above `run/` (tune's confirmation, calibrate's
+/// design) to use. `options.output_dir` and `options.requests_jsonl` still stream requests.jsonl,
+/// the one file a run writes while it runs. Blocks.
+pub fn run_benchmarks(plan: &Plan, engine: impl Into<TimedEngine>, options: RunOptions) -> Result<RunResult, RunError> {
+    let workload = Workload::from_plan(&plan.workload)?;
+    benchmarks(plan, engine.into(), workload, options, EngineSource::Caller)
+}
+
+/// The middle level: the benchmarks, and requests.jsonl while they run.
+fn benchmarks(
     plan: &Plan,
     engine: TimedEngine,
     workload: Workload,
     options: RunOptions,
     source: EngineSource,
-) -> Result<RunSummary, RunError> {
+) -> Result<RunResult, RunError> {
     // Before the engine loads: an unwritable output directory must not cost a run.
     if let Some(dir) = &options.output_dir {
         crate::report::prepare_output_dir(dir).map_err(RunError::Output)?;
@@ -256,13 +304,41 @@ fn run_engine(
     progress.clear();
     let result = result?;
 
-    let environment = Environment::detect(&result.engine, seeds(plan, source));
-    let mut report = Report::new(plan, environment, result.benchmarks, result.incomplete)?;
-    report.error = result.error;
-    report.dataset = workload.dataset_stats().cloned();
+    // Only a run with an output directory has a requests.jsonl.
+    let requests_jsonl = jsonl.zip(options.output_dir.as_deref()).map(|(j, dir)| {
+        let lines = j.lines();
+        j.finish()?;
+        tracing::debug!(lines, "requests.jsonl written");
+        Ok(dir.join(crate::report::requests::REQUESTS_FILE))
+    });
+    Ok(RunResult {
+        engine: result.engine,
+        benchmarks: result.benchmarks,
+        interrupted: result.interrupted,
+        incomplete: result.incomplete,
+        error: result.error,
+        dataset: workload.dataset_stats().cloned(),
+        seeds: seeds(plan, source),
+        requests_jsonl,
+    })
+}
+
+/// The top level: the benchmarks ([`benchmarks`]), then the report and its files.
+fn run_engine(
+    plan: &Plan,
+    engine: TimedEngine,
+    workload: Workload,
+    options: RunOptions,
+    source: EngineSource,
+) -> Result<RunSummary, RunError> {
+    let output_dir = options.output_dir.clone();
+    let mut result = benchmarks(plan, engine, workload, options, source)?;
+    let interrupted = result.interrupted;
+    let requests_jsonl = result.requests_jsonl.take();
+    let report = result.into_report(plan)?;
     // A file that cannot be written loses only itself: the summary keeps the report and table.
     let (mut written, mut write_errors) = (Vec::new(), Vec::new());
-    if let Some(dir) = &options.output_dir {
+    if let Some(dir) = &output_dir {
         for write in [write_json, write_csv, write_html] {
             match write(&report, dir) {
                 Ok(path) => written.push(path),
@@ -270,20 +346,13 @@ fn run_engine(
             }
         }
     }
-    if let Some(j) = jsonl {
-        let lines = j.lines();
-        match j.finish() {
-            Ok(_) => {
-                if let Some(dir) = &options.output_dir {
-                    written.push(dir.join(crate::report::requests::REQUESTS_FILE));
-                }
-                tracing::debug!(lines, "requests.jsonl written");
-            }
-            Err(e) => write_errors.push(e),
-        }
+    match requests_jsonl {
+        Some(Ok(path)) => written.push(path),
+        Some(Err(e)) => write_errors.push(e),
+        None => {}
     }
     let table = crate::report::render_table(&report);
-    Ok(RunSummary { report, table, written, interrupted: result.interrupted, write_errors })
+    Ok(RunSummary { report, table, written, interrupted, write_errors })
 }
 
 /// [`run_with_blocking`] on tokio's blocking pool.

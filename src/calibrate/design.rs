@@ -1,5 +1,5 @@
 //! `batchlab calibrate SCENARIO`: a short designed run on the scenario's engine, then the fit
-//! ([`crate::calibrate::fit_dirs`]).
+//! ([`super::fit_design`]).
 //!
 //! The step model's coefficients (docs/simulation.md) are separable only from batches that vary
 //! what each term counts: one sequence against hundreds (per-sequence decode cost against the
@@ -14,20 +14,20 @@
 //! settings take turns, one batch each ([`design_runs`]). The workload is pinned (fixed lengths,
 //! `ignore_eos`, greedy, a unique prefix and a seed of its own per run, so no prompt is served
 //! from an earlier run's prefix cache). A real engine is started **once** for all of them
-//! ([`SharedEngine`]); a first warm-up run, not fitted, takes the engine's first-call costs. A
+//! ([`PlanRunner`]); a first warm-up run, not fitted, takes the engine's first-call costs. A
 //! simulated engine in virtual time runs each plan on its own
 //! (deterministic, no start cost).
 
 use std::path::{Path, PathBuf};
 
-use super::progress::{ProgressMode, Screen};
-use super::{Interrupt, RunError, RunOptions, RunSummary, run_blocking, run_with_blocking};
+use super::{CalibrateError, fit_design};
+use crate::run::progress::Screen;
 use crate::batcher::BatchConfig;
-use crate::calibrate::{CalibrateError, fit_dirs};
-use crate::engine::shared::SharedEngine;
+use crate::engine::EngineInfo;
 use crate::engine::sim::Profile;
-use crate::engine::{EngineInfo, TimedEngine};
 use crate::rng::SplitMix64;
+use crate::run::progress::ProgressMode;
+use crate::run::{Interrupt, PlanRunner, RunError, RunOptions, RunSummary};
 use crate::scenario::plan::{EnginePlan, OutputPlan, Plan, ProfileSpec, StopPlan, TokenDist, WorkloadSpec};
 
 /// Why a designed calibration run failed.
@@ -266,11 +266,11 @@ pub fn run_designed(
     Ok((dir, summary_engine(&summary)))
 }
 
-/// `batchlab calibrate SCENARIO`: [`run_design`] with [`DESIGN`], then [`fit_dirs`] on its
-/// directories.
+/// `batchlab calibrate SCENARIO`: [`run_design`] with [`DESIGN`], then [`fit_design`] on its
+/// directories and the engine it ran on.
 pub fn calibrate_scenario(base: &Plan, options: &DesignOptions) -> Result<(Profile, DesignRun), DesignError> {
     let run = run_design(base, DESIGN, options)?;
-    let profile = fit_dirs(&run.dirs)?;
+    let profile = fit_design(&run)?;
     Ok((profile, run))
 }
 
@@ -304,38 +304,6 @@ fn check_complete(summary: &RunSummary, name: &str) -> Result<(), DesignError> {
         });
     }
     Ok(())
-}
-
-/// Runs plans on one engine: a real-time engine started once and shared by every plan
-/// ([`SharedEngine`]); a virtual-time engine rebuilt from each plan (it starts in no time).
-pub struct PlanRunner {
-    shared: Option<SharedEngine>,
-}
-
-impl PlanRunner {
-    /// A runner for `engine` (from [`EnginePlan::build`]).
-    pub fn new(engine: TimedEngine) -> Self {
-        match engine {
-            TimedEngine::RealTime(e) => PlanRunner { shared: Some(SharedEngine::new(e)) },
-            TimedEngine::VirtualTime(_) => PlanRunner { shared: None },
-        }
-    }
-
-    /// Runs `plan`: on the shared engine, or on the plan's own virtual-time engine.
-    pub fn run(&mut self, plan: &Plan, options: RunOptions) -> Result<RunSummary, RunError> {
-        match &self.shared {
-            Some(shared) => run_with_blocking(plan, shared.handle(), options),
-            None => run_blocking(plan, options),
-        }
-    }
-
-    /// Shuts the shared engine down.
-    pub fn finish(mut self) -> Result<(), RunError> {
-        match self.shared.take() {
-            Some(shared) => shared.shutdown().map_err(RunError::from),
-            None => Ok(()),
-        }
-    }
 }
 
 /// The directory `batchlab calibrate SCENARIO` runs the design in when not told: next to the

@@ -1,0 +1,348 @@
+//! The search of `batchlab tune` (batch size, batch timeout, and the load: the throughput
+//! profile's `max_concurrency` or the constant profile's rate), its bounds ([`Space::for_plan`])
+//! and its recommendation.
+//!
+//! # The search
+//! 1. **Coarse grid**: a log-spaced grid over the space (4 values per dimension between its
+//!    bounds, always including the scenario's own settings' neighbourhood via the bounds).
+//! 2. **Refinement**: a pattern search from the best points found so far. Each dimension's step
+//!    starts at the grid's spacing (a factor in log space); every round tries, around the current
+//!    best few points, each dimension one step up and one step down (values the grid never had),
+//!    keeps any improvement, and halves the log-step when a round improves nothing. It stops when
+//!    the budget of points is spent or the steps are below one unit of each dimension.
+//!
+//! Points already evaluated are never run twice, so the budget counts distinct runs.
+//!
+//! # The recommendation
+//! Not simply the highest score: every point within [`PLATEAU`] (2 %) of it is a candidate, and
+//! each is run again at [`STRESS`] (1.5×) its load; the candidate with the highest score there
+//! wins. On a plateau any point meets the objective, so the tie goes to headroom. The result
+//! is within 2 % of every point evaluated, grid points included.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use super::{LoadKnob, Objective, Point, Space, TuneError, TuneResult};
+use crate::batcher::BatchConfig;
+use crate::engine::sim::{Profile, SimConfig, TimeMode};
+use crate::loadgen::ProfileSpec;
+use crate::metrics::result::BenchmarkResult;
+use crate::run::{RunOptions, run_blocking};
+use crate::scenario::plan::{EnginePlan, Plan};
+
+/// The plan the search runs: the scenario itself when its engine is the simulator in virtual
+/// time; a real-engine scenario with a calibration `profile` runs on a simulator built from it.
+pub fn search_plan(plan: &Plan, profile: Option<&Path>) -> Result<Plan, TuneError> {
+    let mut plan = plan.clone();
+    plan.matrix = None;
+    plan.expect.clear();
+    match (&mut plan.engine, profile) {
+        (EnginePlan::Sim(sim), None) => {
+            sim.time = TimeMode::Virtual;
+        }
+        (_, Some(path)) => {
+            let p = Profile::load(path).map_err(|e| TuneError::Profile(format!("{}: {e}", path.display())))?;
+            let mut sim = SimConfig { time: TimeMode::Virtual, seed: plan.seed, ..SimConfig::default() };
+            p.apply(&mut sim.cost, &mut sim.scheduler);
+            sim.profile = Some(path.to_path_buf());
+            plan.engine = EnginePlan::Sim(sim);
+        }
+        (_, None) => {
+            return Err(TuneError::Unsupported(
+                "tune searches in the simulator: this scenario's engine is not `sim`; give a calibration \
+                 profile (`--profile profile.toml`, written by `batchlab calibrate`)"
+                    .into(),
+            ));
+        }
+    }
+    Ok(plan)
+}
+
+/// `plan` with one point's settings.
+pub fn with_point(plan: &Plan, batch_size: u32, batch_timeout: Duration, load: Option<f64>) -> Result<Plan, TuneError> {
+    let mut plan = plan.clone();
+    plan.batching = BatchConfig::new(batch_size as usize, batch_timeout)
+        .and_then(|c| c.with_generate_timeout(plan.batching.generate_timeout()))
+        .map_err(|e| TuneError::Unsupported(e.to_string()))?;
+    match (&mut plan.profile, load) {
+        (ProfileSpec::Throughput { max_concurrency }, Some(c)) => *max_concurrency = c.round().max(1.0) as u32,
+        (ProfileSpec::Constant { rates, .. }, Some(r)) => *rates = vec![r],
+        _ => {}
+    }
+    Ok(plan)
+}
+
+fn score(objective: &Objective, b: &BenchmarkResult) -> Option<f64> {
+    match objective {
+        Objective::Goodput => b.slo.as_ref()?.goodput_output_tokens_per_s,
+        Objective::ThroughputUnder { max_latency_p99 } => {
+            let p99 = b.metric("latency_p99_ms")?;
+            (p99 <= max_latency_p99.as_secs_f64() * 1e3).then_some(b.output_tokens_per_s?)
+        }
+    }
+}
+
+/// Log-spaced values between `lo` and `hi` (inclusive), `n` of them.
+fn log_grid(lo: f64, hi: f64, n: usize) -> Vec<f64> {
+    if n <= 1 || hi <= lo {
+        return vec![lo];
+    }
+    let (a, b) = (lo.ln(), hi.ln());
+    (0..n).map(|i| (a + (b - a) * i as f64 / (n - 1) as f64).exp()).collect()
+}
+
+/// A point in the search's log space: (batch size, timeout µs, load).
+type Key = (u32, u64, u64);
+
+struct Search<'a> {
+    plan: &'a Plan,
+    objective: &'a Objective,
+    space: &'a Space,
+    budget: usize,
+    points: Vec<Point>,
+    seen: BTreeMap<Key, usize>,
+}
+
+impl Search<'_> {
+    fn clamp(&self, bs: f64, to_us: f64, load: f64) -> (u32, u64, Option<f64>) {
+        let s = self.space;
+        let bs = (bs.round() as u32).clamp(s.batch_size.0, s.batch_size.1);
+        let to = (to_us.round() as u64).clamp(s.batch_timeout_us.0, s.batch_timeout_us.1);
+        // Timeouts on a 100 µs raster, so neighbouring refinements do not rerun the same point.
+        let to = (to.div_ceil(100) * 100).max(100);
+        let load = match s.load {
+            LoadKnob::None => None,
+            LoadKnob::MaxConcurrency => Some(load.round().clamp(s.load_range.0, s.load_range.1)),
+            LoadKnob::Rate => {
+                Some((load * 1000.0).round().clamp(s.load_range.0 * 1000.0, s.load_range.1 * 1000.0) / 1000.0)
+            }
+        };
+        (bs, to, load)
+    }
+
+    /// Runs one point (once); returns its index, or `None` when the budget is spent.
+    fn eval(&mut self, bs: f64, to_us: f64, load: f64, grid: bool) -> Result<Option<usize>, TuneError> {
+        let (bs, to, load) = self.clamp(bs, to_us, load);
+        let key = (bs, to, load.map_or(0, |l| (l * 1000.0) as u64));
+        if let Some(&i) = self.seen.get(&key) {
+            return Ok(Some(i));
+        }
+        if self.points.len() >= self.budget {
+            return Ok(None);
+        }
+        let timeout = Duration::from_micros(to);
+        let plan = with_point(self.plan, bs, timeout, load)?;
+        let mut point = Point {
+            batch_size: bs,
+            batch_timeout: timeout,
+            load,
+            throughput: None,
+            goodput: None,
+            latency_p99_ms: None,
+            score: None,
+            grid,
+            front: false,
+            plateau: false,
+            stress_score: None,
+        };
+        let summary = run_blocking(&plan, RunOptions::quiet())
+            .map_err(|source| TuneError::Run { point: point.label(self.space.load), source })?;
+        if let Some(b) = summary.report.benchmarks.first() {
+            point.throughput = b.output_tokens_per_s;
+            point.goodput = b.slo.as_ref().and_then(|s| s.goodput_output_tokens_per_s);
+            point.latency_p99_ms = b.metric("latency_p99_ms");
+            point.score = score(self.objective, b);
+        }
+        self.points.push(point);
+        let i = self.points.len() - 1;
+        self.seen.insert(key, i);
+        Ok(Some(i))
+    }
+
+    fn best(&self, k: usize) -> Vec<usize> {
+        let mut idx: Vec<usize> = (0..self.points.len()).filter(|&i| self.points[i].score.is_some()).collect();
+        idx.sort_by(|&a, &b| {
+            let (pa, pb) = (&self.points[a], &self.points[b]);
+            pb.score.unwrap_or(f64::MIN).total_cmp(&pa.score.unwrap_or(f64::MIN)).then(a.cmp(&b))
+        });
+        idx.truncate(k);
+        idx
+    }
+}
+
+/// Points within this fraction of the highest score are a plateau: any of them would do, so the
+/// recommendation is the one with the most headroom.
+pub const PLATEAU: f64 = 0.02;
+
+/// The load factor of the headroom check: plateau points are run again at this multiple of their
+/// load (rate, concurrency) and the one that keeps the highest score there is recommended.
+pub const STRESS: f64 = 1.5;
+
+/// Most plateau points the headroom check runs (the best by score, one of each distinct result).
+const MAX_STRESSED: usize = 8;
+
+/// `plan` with its load (rates, concurrency) multiplied by `factor`; `None` for a profile
+/// without one (synchronous, trace, sweep).
+pub fn stressed(plan: &Plan, factor: f64) -> Option<Plan> {
+    let mut plan = plan.clone();
+    let scale = |c: u32| ((f64::from(c) * factor).ceil() as u32).max(1);
+    match &mut plan.profile {
+        ProfileSpec::Throughput { max_concurrency } => *max_concurrency = scale(*max_concurrency),
+        ProfileSpec::Concurrent { levels, .. } => levels.iter_mut().for_each(|c| *c = scale(*c)),
+        ProfileSpec::Constant { rates, .. } => rates.iter_mut().for_each(|r| *r *= factor),
+        ProfileSpec::Poisson { rate, .. } | ProfileSpec::Gamma { rate, .. } => *rate *= factor,
+        ProfileSpec::Synchronous | ProfileSpec::Trace { .. } | ProfileSpec::Sweep { .. } => return None,
+    }
+    Some(plan)
+}
+
+/// The recommendation: of the points within [`PLATEAU`] of the highest score, the one whose score
+/// holds up best at [`STRESS`] times its load (ties: the higher score, then the earlier point).
+/// A search that picks the top of a flat plateau picks by accident, and on a real engine the
+/// accident can be a setting that has no room to catch up after a hiccup.
+fn recommend(s: &mut Search<'_>) -> Result<Option<usize>, TuneError> {
+    let ranked = s.best(usize::MAX);
+    let Some(top) = ranked.first().and_then(|&i| s.points[i].score) else { return Ok(None) };
+    let plateau: Vec<usize> =
+        ranked.into_iter().filter(|&i| s.points[i].score.is_some_and(|v| v >= top - top.abs() * PLATEAU)).collect();
+    for &i in &plateau {
+        s.points[i].plateau = true;
+    }
+    // Points with the same result ran the same ([`Point::result`]): the first stands for them all.
+    let mut distinct: Vec<usize> = Vec::new();
+    for &i in &plateau {
+        if !distinct.iter().any(|&j| s.points[j].result() == s.points[i].result()) {
+            distinct.push(i);
+        }
+    }
+    distinct.truncate(MAX_STRESSED);
+    if distinct.len() < 2 {
+        return Ok(distinct.first().copied());
+    }
+    for &i in &distinct {
+        let p = s.points[i].clone();
+        let Some(plan) = stressed(&with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?, STRESS) else {
+            return Ok(plateau.first().copied());
+        };
+        let summary = run_blocking(&plan, RunOptions::quiet()).map_err(|source| TuneError::Run {
+            point: format!("{} (load x{STRESS})", p.label(s.space.load)),
+            source,
+        })?;
+        s.points[i].stress_score = summary.report.benchmarks.first().and_then(|b| score(s.objective, b));
+    }
+    let key = |i: usize| (s.points[i].stress_score.unwrap_or(f64::MIN), s.points[i].score.unwrap_or(f64::MIN));
+    Ok(distinct.into_iter().reduce(|a, b| {
+        let (ka, kb) = (key(a), key(b));
+        if kb.0 > ka.0 || (kb.0 == ka.0 && kb.1 > ka.1) { b } else { a }
+    }))
+}
+
+/// Searches `plan`'s batching settings (see the module docs). `plan` must run on the simulator
+/// ([`search_plan`]); its profile must be one benchmark. `budget` counts distinct runs.
+pub fn search(plan: &Plan, objective: &Objective, budget: usize, space: Space) -> Result<TuneResult, TuneError> {
+    if !matches!(plan.engine, EnginePlan::Sim(SimConfig { time: TimeMode::Virtual, .. })) {
+        return Err(TuneError::Unsupported("tune runs its points on the simulator in virtual time".into()));
+    }
+    if matches!(objective, Objective::Goodput) && !plan.slo.is_set() {
+        return Err(TuneError::Unsupported(
+            "no [slo] to compute goodput against: add one (or `--slo`), or name a latency bound (`--max-latency-p99 500ms`)".into(),
+        ));
+    }
+    let budget = budget.max(1);
+    let mut s = Search { plan, objective, space: &space, budget, points: Vec::new(), seen: BTreeMap::new() };
+    let dims = if space.load == LoadKnob::None { 2 } else { 3 };
+    // 1. Coarse grid: as many log-spaced values per dimension as half the budget allows (≥ 2).
+    let per_dim = ((budget as f64 / 2.0).powf(1.0 / dims as f64).floor() as usize).clamp(2, 6);
+    let bs_grid = log_grid(f64::from(space.batch_size.0), f64::from(space.batch_size.1), per_dim);
+    let to_grid = log_grid(space.batch_timeout_us.0 as f64, space.batch_timeout_us.1 as f64, per_dim);
+    let load_grid = if dims == 3 { log_grid(space.load_range.0, space.load_range.1, per_dim) } else { vec![0.0] };
+    'grid: for &l in &load_grid {
+        for &b in &bs_grid {
+            for &t in &to_grid {
+                if s.eval(b, t, l, true)?.is_none() {
+                    break 'grid;
+                }
+            }
+        }
+    }
+    // 2. Refinement: a pattern search around the best few, in log steps that halve.
+    let ratio = |lo: f64, hi: f64| if hi > lo { (hi / lo).ln() / (per_dim - 1) as f64 } else { 0.0 };
+    let mut steps = [
+        ratio(f64::from(space.batch_size.0), f64::from(space.batch_size.1)),
+        ratio(space.batch_timeout_us.0 as f64, space.batch_timeout_us.1 as f64),
+        if dims == 3 { ratio(space.load_range.0, space.load_range.1) } else { 0.0 },
+    ];
+    'refine: while s.points.len() < budget && steps.iter().any(|&st| st > 0.02) {
+        let before = s.best(1).first().and_then(|&i| s.points[i].score);
+        for i in s.best(3) {
+            let p = s.points[i].clone();
+            let base = [f64::from(p.batch_size), p.batch_timeout.as_micros() as f64, p.load.unwrap_or(0.0)];
+            for (d, &step) in steps.iter().enumerate() {
+                if step <= 0.02 {
+                    continue;
+                }
+                for dir in [1.0, -1.0] {
+                    let mut v = base;
+                    v[d] *= (dir * step).exp();
+                    if s.eval(v[0], v[1], v[2], false)?.is_none() {
+                        break 'refine;
+                    }
+                }
+            }
+        }
+        let after = s.best(1).first().and_then(|&i| s.points[i].score);
+        if after <= before {
+            for st in &mut steps {
+                *st /= 2.0;
+            }
+        }
+        if s.best(1).is_empty() {
+            break;
+        }
+    }
+    let best = recommend(&mut s)?;
+    let mut points = s.points;
+    let pts: Vec<(Option<f64>, Option<f64>)> = points.iter().map(Point::result).collect();
+    for (p, on) in points.iter_mut().zip(crate::metrics::pareto::front(&pts)) {
+        p.front = on;
+    }
+    Ok(TuneResult { points, best, space })
+}
+
+/// The search's bounds: policy, so here, on the data type the report carries.
+impl Space {
+    /// The default bounds for `plan`: batch size 1…512, timeout 0.5 ms…200 ms, and the load from
+    /// 1/8 to 4× the scenario's own value.
+    pub fn for_plan(plan: &Plan) -> Space {
+        let (load, load_range) = match &plan.profile {
+            ProfileSpec::Throughput { max_concurrency } => {
+                let c = f64::from(*max_concurrency);
+                (LoadKnob::MaxConcurrency, ((c / 8.0).max(1.0).round(), (c * 4.0).round()))
+            }
+            ProfileSpec::Constant { rates, .. } if rates.len() == 1 => {
+                (LoadKnob::Rate, (rates[0] / 8.0, rates[0] * 4.0))
+            }
+            _ => (LoadKnob::None, (0.0, 0.0)),
+        };
+        Space { batch_size: (1, 512), batch_timeout_us: (500, 200_000), load, load_range }
+    }
+
+    /// The space at `plan`'s own load (`tune --keep-load`): no load dimension, and batch sizes
+    /// only up to the most requests the profile keeps in flight, when it bounds them (a batch
+    /// can never be larger, so larger sizes are the same point).
+    pub fn at_own_load(self, plan: &Plan) -> Space {
+        let in_flight = match &plan.profile {
+            ProfileSpec::Throughput { max_concurrency } => Some(*max_concurrency),
+            ProfileSpec::Concurrent { levels, .. } => levels.iter().copied().max(),
+            ProfileSpec::Constant { max_concurrency, .. }
+            | ProfileSpec::Poisson { max_concurrency, .. }
+            | ProfileSpec::Gamma { max_concurrency, .. }
+            | ProfileSpec::Trace { max_concurrency, .. } => *max_concurrency,
+            ProfileSpec::Synchronous => Some(1),
+            ProfileSpec::Sweep { .. } => None,
+        };
+        let hi = in_flight.map_or(self.batch_size.1, |n| self.batch_size.1.min(n.max(self.batch_size.0)));
+        Space { batch_size: (self.batch_size.0, hi), load: LoadKnob::None, load_range: (0.0, 0.0), ..self }
+    }
+}

@@ -68,7 +68,7 @@ mod with_python {
 
     fn token_request(id: u64, prompt_len: u32, max_tokens: u32) -> EngineRequest {
         let prompt = (0..prompt_len).map(|i| 10 + (id as u32 * 37 + i * 11) % 1000).collect();
-        EngineRequest::tokens(id, prompt, max_tokens)
+        EngineRequest::tokens(prompt, max_tokens).with_id(id)
     }
 
     #[test]
@@ -83,7 +83,7 @@ mod with_python {
         assert_eq!((info.name.as_str(), info.version.as_str()), ("echo", "1.0"));
 
         let mut batch: Vec<_> = (0..3).map(|id| token_request(id, 5, 4 + id as u32)).collect();
-        batch.push(EngineRequest { prompt: Prompt::Text("hi".into()), ..EngineRequest::tokens(3, vec![], 3) });
+        batch.push(EngineRequest { prompt: Prompt::Text("hi".into()), ..EngineRequest::tokens(vec![], 3).with_id(3) });
         let before = MonotonicClock::read().as_secs_f64();
         let outputs = engine.generate(&batch).expect("generate");
         let after = MonotonicClock::read().as_secs_f64();
@@ -108,7 +108,7 @@ mod with_python {
     fn chat_request(id: u64, question: &str) -> EngineRequest {
         let messages = vec![Message::new("system", "Be brief."), Message::new("user", question)];
         let prompt = Prompt::Chat(ChatPrompt { messages, template: Template::Model });
-        EngineRequest { prompt, ..EngineRequest::tokens(id, vec![], 3) }
+        EngineRequest { prompt, ..EngineRequest::tokens(vec![], 3).with_id(id) }
     }
 
     /// Starts `class` from tests/fixtures/bad_engines.py and runs one generate of two requests.
@@ -207,7 +207,7 @@ mod with_python {
         batch.push(EngineRequest { ignore_eos: false, min_tokens: 2, ..token_request(4, 10, 12) });
         batch.push(EngineRequest {
             prompt: Prompt::Text("the quick brown fox".into()),
-            ..EngineRequest::tokens(5, vec![], 5)
+            ..EngineRequest::tokens(vec![], 5).with_id(5)
         });
         batch.push(EngineRequest { temperature: 1.0, seed: Some(3), ..token_request(6, 12, 6) });
         let before = MonotonicClock::read().as_secs_f64();
@@ -287,7 +287,7 @@ mod with_python {
         let Prompt::Chat(c) = &chat.prompt else { unreachable!() };
         let plain = batchlab::engine::chat::render_plain(&c.messages);
         assert_eq!(plain, "system: Be brief.\nuser: What is continuous batching?");
-        let text = EngineRequest { prompt: Prompt::Text(plain), ..EngineRequest::tokens(1, vec![], 3) };
+        let text = EngineRequest { prompt: Prompt::Text(plain), ..EngineRequest::tokens(vec![], 3).with_id(1) };
         let outputs = engine.generate(&[chat, text]).expect("generate");
         engine.shutdown().expect("shutdown");
         assert!(outputs[0].prompt_tokens.is_some_and(|n| n > 0), "{outputs:?}");

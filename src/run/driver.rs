@@ -50,8 +50,8 @@ pub trait Driver {
     fn clock_domain(&self) -> ClockDomain;
     /// The wall clock at a moment of the driver's timeline.
     fn wall_anchor(&self) -> WallAnchor;
-    /// Submits a request now; returns the id its outcome will carry.
-    fn submit(&mut self, request: EngineRequest) -> Result<RequestId, RequestError>;
+    /// Submits a request now; returns the id its batcher gave it, which its outcome will carry.
+    fn submit(&mut self, request: EngineRequest<()>) -> Result<RequestId, RequestError>;
     /// Cancels a queued request (its outcome becomes `Cancelled`); no effect once dispatched.
     fn cancel(&mut self, id: RequestId);
     /// The next event that is ready, batches before the outcomes of their requests.
@@ -204,10 +204,16 @@ pub(super) fn run_steps(
                     let now = driver.now();
                     match run.poll(now) {
                         Action::Submit(phase) => {
+                            // The batcher numbers every submit from 0 and this loop is its only
+                            // caller, so workload request k is request id k (the prefix design
+                            // and requests.jsonl rely on it).
                             let request = workload.request(next_request);
                             next_request += 1;
                             match driver.submit(request) {
-                                Ok(id) => run.on_submitted(id, phase, now),
+                                Ok(id) => {
+                                    debug_assert_eq!(id + 1, next_request, "workload request and id differ");
+                                    run.on_submitted(id, phase, now)
+                                }
                                 Err(e) => run.on_rejected(&e, now),
                             }
                         }

@@ -574,8 +574,6 @@ impl BatcherCore {
     /// [`Event`]s, and a driver's `k`-th submit is request `k`. A rejection is returned here and
     /// produces no outcome.
     pub fn submit(&mut self, request: EngineRequest<()>, now: Timestamp) -> Result<RequestId, RequestError> {
-        let id = self.next_request_id;
-        self.next_request_id += 1;
         let rejection = match (self.state(), &self.failure) {
             (_, Some(failure)) => Some(failure.clone()),
             (State::Starting | State::Ready, None) => None,
@@ -583,6 +581,8 @@ impl BatcherCore {
             (State::StartingThenDrain | State::Draining | State::Stopped, None) => Some(RequestError::ShuttingDown),
             (State::Failed | State::FailedClosing, None) => Some(RequestError::EngineFailed("unknown".into())),
         };
+        let id = self.next_request_id;
+        self.next_request_id += 1;
         if let Some(error) = rejection {
             self.record(|| Event::Rejected { at: now.as_nanos(), id, error: error.to_string() });
             return Err(error);
@@ -922,6 +922,41 @@ mod tests {
         core.handle_engine_shutdown_done();
         assert_eq!(core.state(), State::Stopped);
         assert_eq!(core.submit(EngineRequest::tokens(vec![1], 1), at(7)), Err(died));
+    }
+
+    /// The core names every request: each submit, admitted or not, gets the next id, and a
+    /// cancel, a reconfigure or a failure never makes one come back.
+    #[test]
+    fn the_core_numbers_every_submit_and_never_repeats_an_id() {
+        let mut core = BatcherCore::new(BatchConfig::new(2, Duration::from_millis(10)).unwrap()).with_events();
+        let submit = |core: &mut BatcherCore, t| core.submit(EngineRequest::tokens(vec![1], 1), at(t));
+        assert_eq!(submit(&mut core, 0), Err(RequestError::EngineNotStarted));
+        assert!(core.begin_start());
+        assert_eq!(submit(&mut core, 0), Ok(1), "a rejected submit used id 0");
+        core.handle_start_result(
+            Ok(EngineInfo { name: "t".into(), version: "0".into(), resolved_config: None }),
+            at(0),
+        );
+        assert_eq!(submit(&mut core, 1), Ok(2));
+        let batch = core.poll_dispatch(at(1)).expect("a full batch");
+        assert_eq!(batch.requests.iter().map(|r| r.id).collect::<Vec<_>>(), [1, 2], "the engine sees the core's ids");
+        assert_eq!(submit(&mut core, 2), Ok(3));
+        assert!(core.cancel(3, at(2)));
+        core.handle_generate_result(batch.id, GenerateResult::Outputs(Vec::new()), at(3));
+        while core.poll_outcome().is_some() {}
+        core.reconfigure(BatchConfig::new(4, Duration::from_millis(10)).unwrap()).unwrap();
+        assert_eq!(submit(&mut core, 4), Ok(4), "a cancelled id is not given again");
+        core.handle_engine_died(death(), at(5));
+        assert!(submit(&mut core, 6).is_err());
+        let named: Vec<RequestId> = core
+            .take_events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Submitted { id, .. } | Event::Rejected { id, .. } => Some(id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(named, [0, 1, 2, 3, 4, 5]);
     }
 
     #[test]

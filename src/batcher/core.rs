@@ -247,14 +247,14 @@ pub enum Event {
     Submitted {
         /// When, in nanoseconds on the batcher's clock.
         at: u64,
-        /// The request.
+        /// The id the core gave the request.
         id: RequestId,
     },
     /// A submit was refused: engine not started, shutting down, or engine unusable.
     Rejected {
         /// When, in nanoseconds on the batcher's clock.
         at: u64,
-        /// The refused request.
+        /// The id the refused submit took (no other request ever gets it).
         id: RequestId,
         /// The [`RequestError`] it got, as text.
         error: String,

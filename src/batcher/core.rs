@@ -948,15 +948,13 @@ mod tests {
         assert_eq!(submit(&mut core, 4), Ok(4), "a cancelled id is not given again");
         core.handle_engine_died(death(), at(5));
         assert!(submit(&mut core, 6).is_err());
-        let named: Vec<RequestId> = core
-            .take_events()
-            .into_iter()
-            .filter_map(|e| match e {
-                Event::Submitted { id, .. } | Event::Rejected { id, .. } => Some(id),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(named, [0, 1, 2, 3, 4, 5]);
+        let mut named = Vec::new();
+        for event in core.take_events() {
+            if let Event::Submitted { id, .. } | Event::Rejected { id, .. } = event {
+                named.push(id);
+            }
+        }
+        assert_eq!(named, [0, 1, 2, 3, 4, 5], "every submit named once, in order");
     }
 
     #[test]

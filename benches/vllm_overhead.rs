@@ -186,7 +186,7 @@ impl Engine for Alternating {
 }
 
 /// One batch of `requests` through the batcher; seconds from the first submit to the last outcome.
-fn drive(batcher: &Batcher, requests: Vec<EngineRequest>) -> f64 {
+fn drive(batcher: &Batcher, requests: Vec<EngineRequest<()>>) -> f64 {
     let expected: Vec<u32> = requests.iter().map(|r| r.max_tokens).collect();
     let n = requests.len();
     let t0 = Instant::now();
@@ -224,10 +224,10 @@ fn run_child(args: &Args, mode: Mode, batch_size: usize) {
     batcher.preload().expect("the engine starts");
     eprintln!("[{} B={batch_size}] engine started in {:.1} s", mode.name(), t0.elapsed().as_secs_f64());
 
-    let mut next_id = 0;
+    let mut next_request = 0;
     let mut next_batch = || {
-        let batch = (next_id..next_id + batch_size as u64).map(|id| workload.request(id)).collect::<Vec<_>>();
-        next_id += batch_size as u64;
+        let batch = (next_request..next_request + batch_size as u64).map(|k| workload.request(k)).collect::<Vec<_>>();
+        next_request += batch_size as u64;
         batch
     };
     let batchlab = |batch| drive(&batcher, batch);

@@ -60,7 +60,7 @@ fn main() -> ExitCode {
         eprintln!("the scenario needs stop.max_requests");
         return ExitCode::from(2);
     };
-    // The real-time driver numbers workload requests 0, 1, ... in submission order: warmup first.
+    // The batcher numbers a run's submits 0, 1, ..., and workload request k is the k-th: warmup first.
     let prompts = |ids: std::ops::Range<u64>| -> Vec<Value> {
         ids.map(|id| {
             let r = workload.request(id);

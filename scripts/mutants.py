@@ -80,6 +80,13 @@ MUTANTS = [
     ("core: engine shut down while a generate is in flight", "src/batcher/core.rs",
      "            && self.in_flight.is_none()\n            && self.queue.is_empty()\n", "            && self.queue.is_empty()\n",
      ["--test", "batcher_core_props"], {}),
+    # The core owns request ids: every submit, admitted or not, takes the next one.
+    ("core: an id given twice (the counter stands still)", "src/batcher/core.rs",
+     "        self.next_request_id += 1;\n", "",
+     ["--test", "batcher_core_props"], {}),
+    ("core: a rejected submit takes no id (its event repeats the next one)", "src/batcher/core.rs",
+     "        self.next_request_id += 1;\n", "        self.next_request_id += u64::from(rejection.is_none());\n",
+     ["--test", "batcher_core_props"], {}),
 
     # ---- loom models (tests/loom_batcher.rs), one model each ----
     ("loom: lost wake-up (no notify after a state change)", "src/batcher/shell.rs",

@@ -39,7 +39,7 @@ fn batcher(engine: Echo, batch_size: usize) -> Batcher {
 async fn concurrent_async_submits_fill_one_batch() {
     let engine = Echo::default();
     let b = batcher(engine.clone(), 4);
-    let futures: Vec<_> = (0..4).map(|_| b.submit_async(EngineRequest::tokens(0, vec![1], 2)).unwrap()).collect();
+    let futures: Vec<_> = (0..4).map(|_| b.submit_async(EngineRequest::tokens(vec![1], 2)).unwrap()).collect();
     let ids: Vec<_> = futures.iter().map(|f| f.id()).collect();
     for (f, id) in futures.into_iter().zip(&ids) {
         let c = f.await.expect("completed");
@@ -54,11 +54,11 @@ async fn concurrent_async_submits_fill_one_batch() {
 async fn dropping_the_future_cancels_an_undispatched_request() {
     let engine = Echo::default();
     let b = batcher(engine.clone(), 2);
-    let lonely = b.submit_async(EngineRequest::tokens(0, vec![1], 2)).unwrap();
+    let lonely = b.submit_async(EngineRequest::tokens(vec![1], 2)).unwrap();
     let lonely_id = lonely.id();
     // Virtual time: the timeout elapses at once, and the dropped future cancels the request.
     assert!(tokio::time::timeout(Duration::from_secs(60), lonely).await.is_err());
-    let pair: Vec<_> = (0..2).map(|_| b.submit_async(EngineRequest::tokens(0, vec![1], 2)).unwrap()).collect();
+    let pair: Vec<_> = (0..2).map(|_| b.submit_async(EngineRequest::tokens(vec![1], 2)).unwrap()).collect();
     // Shut down before awaiting: the drain answers whatever is still queued, so a request the
     // drop failed to cancel shows up in the engine below instead of leaving a future pending.
     let b2 = b.clone();
@@ -69,5 +69,5 @@ async fn dropping_the_future_cancels_an_undispatched_request() {
     let seen = engine.seen.lock().unwrap().concat();
     assert!(!seen.contains(&lonely_id), "a cancelled request reached the engine: {seen:?}");
     assert_eq!(seen.len(), 2);
-    assert_eq!(b.submit_async(EngineRequest::tokens(0, vec![1], 2)).err(), Some(RequestError::ShuttingDown));
+    assert_eq!(b.submit_async(EngineRequest::tokens(vec![1], 2)).err(), Some(RequestError::ShuttingDown));
 }

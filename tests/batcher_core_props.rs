@@ -6,14 +6,16 @@
 //! step: `poll_dispatch` gives a batch exactly when the dispatch deadline is due; batches come from
 //! the front of the model's queue and never exceed `batch_size`; no request is dispatched later
 //! than `batch_timeout` past the moment it could have been; a wrong output count or id fails the
-//! whole batch; the engine is never shut down while a generate runs. After a death, shutdown
+//! whole batch; the engine is never shut down while a generate runs; the core numbers every submit,
+//! admitted or not, with the next id (0, 1, 2, ...), so no id is ever given twice, to a returned
+//! request or in the `Submitted`/`Rejected` events. After a death, shutdown
 //! needs nothing from the engine: every request is answered before the stuck call returns. At the
 //! end: every accepted request has exactly one outcome, and the engine is shut down once.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use batchlab::batcher::{BatchConfig, BatcherCore, GenerateResult, Outcome, RequestError, State};
+use batchlab::batcher::{BatchConfig, BatcherCore, Event, GenerateResult, Outcome, RequestError, State};
 use batchlab::engine::{EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, FinishReason, RequestId};
 use batchlab::time::Timestamp;
 use proptest::prelude::*;
@@ -87,7 +89,10 @@ struct Harness {
     core: BatcherCore,
     config: BatchConfig,
     now: Timestamp,
-    next_id: RequestId,
+    /// Submits so far, admitted or not: the id the core must give the next one.
+    submits: u64,
+    /// Every id the core gave (returned, or named in a `Submitted` or `Rejected` event).
+    numbered: HashSet<RequestId>,
     /// The model's queue: (id, submitted at), FIFO.
     model_queue: VecDeque<(RequestId, Timestamp)>,
     /// (batch, members, abandoned by a death or abort: its late result must change nothing).
@@ -105,10 +110,11 @@ struct Harness {
 impl Harness {
     fn new(config: BatchConfig) -> Self {
         Harness {
-            core: BatcherCore::new(config.clone()),
+            core: BatcherCore::new(config.clone()).with_events(),
             config,
             now: Timestamp::from_nanos(1_000_000),
-            next_id: 0,
+            submits: 0,
+            numbered: HashSet::new(),
             model_queue: VecDeque::new(),
             in_flight: None,
             dead: false,
@@ -184,13 +190,13 @@ impl Harness {
                 }
             }
             Op::Submit => {
-                let id = self.next_id;
-                self.next_id += 1;
                 let state = self.core.state();
-                let r = self.core.submit(EngineRequest::tokens(id, vec![1], 1), self.now);
+                let r = self.core.submit(EngineRequest::tokens(vec![1], 1), self.now);
                 let admit = matches!(state, State::Starting | State::Ready) && !self.dead;
                 prop_assert_eq!(r.is_ok(), admit, "submit in {:?}: {:?}", state, r);
-                if admit {
+                let id = self.take_submit_id()?;
+                if let Ok(returned) = r {
+                    prop_assert_eq!(returned, id, "submit returned another id than its event names");
                     self.accepted.push(id);
                     self.model_queue.push_back((id, self.now));
                 }
@@ -271,6 +277,26 @@ impl Harness {
             }
         }
         self.pump()
+    }
+
+    /// The id the core gave the submit just made, from its `Submitted` or `Rejected` event: the
+    /// next number, never one it gave before.
+    fn take_submit_id(&mut self) -> Result<RequestId, TestCaseError> {
+        let ids: Vec<RequestId> = self
+            .core
+            .take_events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Submitted { id, .. } | Event::Rejected { id, .. } => Some(id),
+                _ => None,
+            })
+            .collect();
+        prop_assert_eq!(ids.len(), 1, "one submit, one Submitted or Rejected event: {:?}", ids);
+        let id = ids[0];
+        prop_assert!(self.numbered.insert(id), "request id {} given twice", id);
+        prop_assert_eq!(id, self.submits, "the core numbers submits 0, 1, 2, ...");
+        self.submits += 1;
+        Ok(id)
     }
 
     /// The model of a death or abort: the running batch and the queue fail with `kind`, once,

@@ -36,8 +36,8 @@ fn info() -> EngineInfo {
     EngineInfo::new("mock", "0")
 }
 
-fn req() -> EngineRequest {
-    EngineRequest::tokens(0, vec![1, 2], 3)
+fn req() -> EngineRequest<()> {
+    EngineRequest::tokens(vec![1, 2], 3)
 }
 
 fn config(batch_size: usize, timeout: Duration) -> BatchConfig {

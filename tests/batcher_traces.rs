@@ -64,15 +64,17 @@ fn trace_with(
     let mut out = String::new();
     let start = d.start();
     writeln!(out, "start: {}", if start.is_ok() { "ok".to_string() } else { format!("{start:?}") }).unwrap();
-    let mut next_id = 0;
+    // The batcher numbers every submit, admitted or not: the k-th is request k.
+    let mut submits = 0;
     for step in steps {
         match step {
             Step::Submit(n) => {
                 for _ in 0..*n {
-                    if let Err(e) = d.submit(EngineRequest::tokens(next_id, vec![1, 2, 3], 2)) {
-                        writeln!(out, "submit {next_id} rejected: {e}").unwrap();
+                    match d.submit(EngineRequest::tokens(vec![1, 2, 3], 2)) {
+                        Ok(id) => assert_eq!(id, submits, "the batcher numbers submits 0, 1, 2, ..."),
+                        Err(e) => writeln!(out, "submit {submits} rejected: {e}").unwrap(),
                     }
-                    next_id += 1;
+                    submits += 1;
                 }
             }
             Step::Wait(t) => {

@@ -65,7 +65,7 @@ fn wrap((inner, clock): Made, faults: Faults) -> (FaultyEngine<Box<dyn Engine>>,
 }
 
 fn batch(n: u64) -> Vec<EngineRequest> {
-    (0..n).map(|i| EngineRequest::tokens(i, vec![1, 2, 3], 2)).collect()
+    (0..n).map(|i| EngineRequest::tokens(vec![1, 2, 3], 2).with_id(i)).collect()
 }
 
 /// What one started engine with `faults` gives for one batch of 4, and how much time it took.

@@ -138,8 +138,8 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
     builder.check(f);
 }
 
-fn request() -> EngineRequest {
-    EngineRequest::tokens(0, vec![1], 1)
+fn request() -> EngineRequest<()> {
+    EngineRequest::tokens(vec![1], 1)
 }
 
 /// A submitter: returns whether its request was admitted and how it ended.

@@ -68,7 +68,7 @@ mod with_python {
 
     fn token_request(id: u64, prompt_len: u32, max_tokens: u32) -> EngineRequest {
         let prompt = (0..prompt_len).map(|i| 10 + (id as u32 * 37 + i * 11) % 1000).collect();
-        EngineRequest::tokens(id, prompt, max_tokens)
+        EngineRequest::tokens(prompt, max_tokens).with_id(id)
     }
 
     #[test]
@@ -83,7 +83,7 @@ mod with_python {
         assert_eq!((info.name.as_str(), info.version.as_str()), ("echo", "1.0"));
 
         let mut batch: Vec<_> = (0..3).map(|id| token_request(id, 5, 4 + id as u32)).collect();
-        batch.push(EngineRequest::new(3, Prompt::Text("hi".into()), 3));
+        batch.push(EngineRequest::new(Prompt::Text("hi".into()), 3).with_id(3));
         let before = MonotonicClock::read().as_secs_f64();
         let outputs = engine.generate(&batch).expect("generate");
         let after = MonotonicClock::read().as_secs_f64();
@@ -108,7 +108,7 @@ mod with_python {
     fn chat_request(id: u64, question: &str) -> EngineRequest {
         let messages = vec![Message::new("system", "Be brief."), Message::new("user", question)];
         let prompt = Prompt::Chat(ChatPrompt { messages, template: Template::Model });
-        EngineRequest::new(id, prompt, 3)
+        EngineRequest::new(prompt, 3).with_id(id)
     }
 
     /// Starts `class` from tests/fixtures/bad_engines.py and runs one generate of two requests.
@@ -207,7 +207,7 @@ mod with_python {
         let mut eos = token_request(4, 10, 12);
         (eos.ignore_eos, eos.min_tokens) = (false, 2);
         batch.push(eos);
-        batch.push(EngineRequest::new(5, Prompt::Text("the quick brown fox".into()), 5));
+        batch.push(EngineRequest::new(Prompt::Text("the quick brown fox".into()), 5).with_id(5));
         let mut sampled = token_request(6, 12, 6);
         (sampled.temperature, sampled.seed) = (1.0, Some(3));
         batch.push(sampled);
@@ -288,7 +288,7 @@ mod with_python {
         let Prompt::Chat(c) = &chat.prompt else { unreachable!() };
         let plain = batchlab::engine::chat::render_plain(&c.messages);
         assert_eq!(plain, "system: Be brief.\nuser: What is continuous batching?");
-        let text = EngineRequest::new(1, Prompt::Text(plain), 3);
+        let text = EngineRequest::new(Prompt::Text(plain), 3).with_id(1);
         let outputs = engine.generate(&[chat, text]).expect("generate");
         engine.shutdown().expect("shutdown");
         assert!(outputs[0].prompt_tokens.is_some_and(|n| n > 0), "{outputs:?}");

@@ -53,7 +53,7 @@ fn tiny_plan(in_process: bool) -> Option<VllmConfig> {
 fn token_request(id: u64, prompt_len: u32, max_tokens: u32) -> EngineRequest {
     // Distinct, in-vocabulary prompts (the tiny model has a few thousand tokens).
     let prompt = (0..prompt_len).map(|i| 10 + (id as u32 * 37 + i * 11) % 1000).collect();
-    EngineRequest::tokens(id, prompt, max_tokens)
+    EngineRequest::tokens(prompt, max_tokens).with_id(id)
 }
 
 fn secs(t: Timestamp) -> f64 {
@@ -100,7 +100,7 @@ fn in_process_engine_generates_token_and_text_prompts() {
     assert_eq!(info.name, "vllm");
 
     let mut batch: Vec<EngineRequest> = (0..6).map(|id| token_request(id, 16 + id as u32 * 5, 12)).collect();
-    batch.push(EngineRequest::new(6, Prompt::Text("the quick brown fox jumps over the lazy dog".into()), 8));
+    batch.push(EngineRequest::new(Prompt::Text("the quick brown fox jumps over the lazy dog".into()), 8).with_id(6));
     let before = MonotonicClock::read();
     let outputs = engine.generate(&batch).expect("generate");
     let after = MonotonicClock::read();
@@ -172,7 +172,7 @@ fn chat_prompts_are_templated_in_the_engine_and_counted_by_it() {
     for (template, text) in [(Template::Model, None), (Template::Custom(custom), Some(source.to_owned()))] {
         for messages in &conversations {
             let prompt = Prompt::Chat(ChatPrompt { messages: messages.clone(), template: template.clone() });
-            batch.push(EngineRequest::new(batch.len() as u64, prompt, 4));
+            batch.push(EngineRequest::new(prompt, 4).with_id(batch.len() as u64));
             cases.push((messages.clone(), text.clone()));
         }
     }

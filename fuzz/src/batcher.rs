@@ -1,7 +1,7 @@
 //! `batcher`: arbitrary driver sequences on the sans-IO [`BatcherCore`].
 //!
-//! After every step: no batch exceeds `batch_size`, at most one generate is in flight, no request
-//! gets two outcomes (or one it was never admitted for), an output goes only to its own request,
+//! After every step: no batch exceeds `batch_size`, at most one generate is in flight, the core
+//! never gives a request id twice, no request gets two outcomes (or one it was never admitted for), an output goes only to its own request,
 //! and a queued request always has something that will dispatch it (a deadline, or a running
 //! generate). After a final shutdown every admitted request has exactly one outcome.
 
@@ -75,7 +75,6 @@ struct Harness {
     core: BatcherCore,
     batch_size: usize,
     now: Timestamp,
-    next_id: RequestId,
     accepted: Vec<RequestId>,
     dispatched: HashSet<RequestId>,
     in_flight: Option<InFlight>,
@@ -94,7 +93,6 @@ impl Harness {
             batch_size: config.batch_size(),
             core: BatcherCore::new(config),
             now: Timestamp::from_nanos(1_000_000),
-            next_id: 0,
             accepted: Vec::new(),
             dispatched: HashSet::new(),
             in_flight: None,
@@ -173,13 +171,12 @@ impl Harness {
             }
             Op::StartResult(ok) => self.start_result(ok),
             Op::Submit => {
-                let id = self.next_id;
-                self.next_id += 1;
                 let state = self.core.state();
-                let admitted = self.core.submit(EngineRequest::tokens(id, vec![1], 1), self.now).is_ok();
+                let admitted = self.core.submit(EngineRequest::tokens(vec![1], 1), self.now);
                 let open = matches!(state, State::Starting | State::Ready) && !self.dead;
-                assert_eq!(admitted, open, "submit in {state:?}");
-                if admitted {
+                assert_eq!(admitted.is_ok(), open, "submit in {state:?}");
+                if let Ok(id) = admitted {
+                    assert!(!self.accepted.contains(&id), "request id {id} given twice");
                     self.accepted.push(id);
                 }
             }

@@ -15,8 +15,9 @@ use super::{Batcher, Outcome, RequestError};
 use crate::engine::{EngineRequest, RequestId};
 
 impl Batcher {
-    /// Submits; the returned future resolves to the request's one outcome.
-    pub fn submit_async(&self, request: EngineRequest) -> Result<PendingOutcome, RequestError> {
+    /// Submits; the returned future resolves to the request's one outcome, and says the id the
+    /// batcher gave the request.
+    pub fn submit_async(&self, request: EngineRequest<()>) -> Result<PendingOutcome, RequestError> {
         let (tx, rx) = oneshot::channel();
         let id = self.submit_with(
             request,
@@ -36,7 +37,7 @@ pub struct PendingOutcome {
 }
 
 impl PendingOutcome {
-    /// The request this outcome belongs to.
+    /// The id the batcher gave the request this outcome belongs to.
     pub fn id(&self) -> RequestId {
         self.id
     }

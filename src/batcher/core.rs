@@ -14,8 +14,9 @@
 //! - [`begin_start`](BatcherCore::begin_start): when it returns `true`, the driver calls the
 //!   engine's start and reports its result with
 //!   [`handle_start_result`](BatcherCore::handle_start_result).
-//! - [`submit`](BatcherCore::submit) and [`cancel`](BatcherCore::cancel), from callers. A
-//!   rejected submit returns its error and never produces an outcome.
+//! - [`submit`](BatcherCore::submit) and [`cancel`](BatcherCore::cancel), from callers. `submit`
+//!   returns the id the core gave the request (see "Request ids" below). A rejected submit returns
+//!   its error and never produces an outcome.
 //! - [`handle_generate_result`](BatcherCore::handle_generate_result), once for every batch that
 //!   [`poll_dispatch`](BatcherCore::poll_dispatch) gave out, when the engine's generate returned
 //!   (or panicked), even if the batch was failed meanwhile: only then is the engine free.
@@ -39,6 +40,15 @@
 //!    no other input comes first. A time at or before `now` means at once: a full batch or a
 //!    draining queue is due ([`dispatch_deadline`](BatcherCore::dispatch_deadline)).
 //!
+//! **Request ids are the core's.** A caller submits a request without an id
+//! (`EngineRequest<()>`); [`submit`](BatcherCore::submit) numbers it and returns the id it chose,
+//! as quinn-proto's `streams().open()` returns the stream id it chose. Every submit, admitted or
+//! not, takes the next id (0, 1, 2, ...), so a driver's `k`-th submit is request `k`, and no two
+//! requests of one core ever share an id. The engine sees the id on the request; the outcome,
+//! [`cancel`](BatcherCore::cancel) and every [`Event`] name the request by it. A driver keeps the
+//! returned id to hand the outcome to its waiter; it never makes one up. (The ids of a run's
+//! `requests.jsonl` are these: request `k` is the workload's `k`-th request.)
+//!
 //! A driver is done when the state is [`State::Stopped`], or may stop waiting when
 //! [`is_wedged`](BatcherCore::is_wedged): every request is answered and only an engine call that
 //! may never return is left (the driver abandons the thread stuck in it).
@@ -59,7 +69,7 @@ pub type BatchId = u64;
 /// A map keyed by [`RequestId`], for the per-request tables of the batcher and the runner.
 pub type IdMap<V> = std::collections::HashMap<RequestId, V, BuildIdHasher>;
 
-/// Hashes a [`RequestId`] with one multiplication. Ids are ours (a counter), not an attacker's,
+/// Hashes a [`RequestId`] with one multiplication. Ids are the core's counter, not an attacker's,
 /// so SipHash's flooding resistance buys nothing and costs a measurable share of a request.
 #[derive(Copy, Clone, Debug, Default)]
 pub struct BuildIdHasher;
@@ -237,14 +247,14 @@ pub enum Event {
     Submitted {
         /// When, in nanoseconds on the batcher's clock.
         at: u64,
-        /// The request.
+        /// The id the core gave the request.
         id: RequestId,
     },
     /// A submit was refused: engine not started, shutting down, or engine unusable.
     Rejected {
         /// When, in nanoseconds on the batcher's clock.
         at: u64,
-        /// The refused request.
+        /// The id the refused submit took (no other request ever gets it).
         id: RequestId,
         /// The [`RequestError`] it got, as text.
         error: String,
@@ -323,6 +333,9 @@ pub struct BatcherCore {
     queue: VecDeque<Queued>,
     in_flight: Option<InFlight>,
     outcomes: VecDeque<(RequestId, Outcome)>,
+    /// The id the next submit gets. Only `submit` moves it, by one each time, so no two requests
+    /// of this batcher ever share an id.
+    next_request_id: RequestId,
     next_batch_id: BatchId,
     events: Option<Vec<Event>>,
 }
@@ -338,6 +351,7 @@ impl BatcherCore {
             queue: VecDeque::new(),
             in_flight: None,
             outcomes: VecDeque::new(),
+            next_request_id: 0,
             next_batch_id: 0,
             events: None,
         }
@@ -555,8 +569,11 @@ impl BatcherCore {
 
     // ---- requests --------------------------------------------------------------------------
 
-    /// Admit a request. A rejection is returned here and produces no outcome.
-    pub fn submit(&mut self, request: EngineRequest, now: Timestamp) -> Result<(), RequestError> {
+    /// Admit a request, numbered here: returns the id its outcome will carry. Every submit, admitted
+    /// or not, takes the next id (0, 1, 2, ...), so ids never repeat, in the outcomes or in the
+    /// [`Event`]s, and a driver's `k`-th submit is request `k`. A rejection is returned here and
+    /// produces no outcome.
+    pub fn submit(&mut self, request: EngineRequest<()>, now: Timestamp) -> Result<RequestId, RequestError> {
         let rejection = match (self.state(), &self.failure) {
             (_, Some(failure)) => Some(failure.clone()),
             (State::Starting | State::Ready, None) => None,
@@ -564,14 +581,15 @@ impl BatcherCore {
             (State::StartingThenDrain | State::Draining | State::Stopped, None) => Some(RequestError::ShuttingDown),
             (State::Failed | State::FailedClosing, None) => Some(RequestError::EngineFailed("unknown".into())),
         };
-        let id = request.id;
+        let id = self.next_request_id;
+        self.next_request_id += 1;
         if let Some(error) = rejection {
             self.record(|| Event::Rejected { at: now.as_nanos(), id, error: error.to_string() });
             return Err(error);
         }
         self.record(|| Event::Submitted { at: now.as_nanos(), id });
-        self.queue.push_back(Queued { request, submitted_at: now });
-        Ok(())
+        self.queue.push_back(Queued { request: request.with_id(id), submitted_at: now });
+        Ok(id)
     }
 
     /// The caller gave up on `id`. A queued request is removed and gets a `Cancelled` outcome;
@@ -826,7 +844,7 @@ mod tests {
             at(0),
         );
         for (i, &t) in arrivals.iter().enumerate() {
-            core.submit(EngineRequest::tokens(i as u64, vec![1], 1), at(t)).unwrap();
+            assert_eq!(core.submit(EngineRequest::tokens(vec![1], 1), at(t)), Ok(i as u64), "ids count submits");
         }
         let last = at(arrivals.last().copied().unwrap_or(0));
         then(&mut core, last);
@@ -881,8 +899,8 @@ mod tests {
             Ok(EngineInfo { name: "t".into(), version: "0".into(), resolved_config: None }),
             at(0),
         );
-        for id in 0..3 {
-            core.submit(EngineRequest::tokens(id, vec![1], 1), at(1)).unwrap();
+        for _ in 0..3 {
+            core.submit(EngineRequest::tokens(vec![1], 1), at(1)).unwrap();
         }
         let batch = core.poll_dispatch(at(1)).expect("a full batch");
         core.handle_engine_died(death(), at(2));
@@ -891,7 +909,7 @@ mod tests {
         let died = RequestError::EngineDied(death());
         let outcomes: Vec<_> = std::iter::from_fn(|| core.poll_outcome()).collect();
         assert_eq!(outcomes, [(0, Err(died.clone())), (1, Err(died.clone())), (2, Err(died.clone()))]);
-        assert_eq!(core.submit(EngineRequest::tokens(9, vec![1], 1), at(4)), Err(died.clone()));
+        assert_eq!(core.submit(EngineRequest::tokens(vec![1], 1), at(4)), Err(died.clone()));
         assert_eq!(core.state(), State::Failed);
         // Shutdown needs nothing from the stuck generate, and never shuts the engine down under it.
         core.begin_shutdown(at(5));
@@ -903,7 +921,40 @@ mod tests {
         assert!(core.poll_engine_shutdown());
         core.handle_engine_shutdown_done();
         assert_eq!(core.state(), State::Stopped);
-        assert_eq!(core.submit(EngineRequest::tokens(10, vec![1], 1), at(7)), Err(died));
+        assert_eq!(core.submit(EngineRequest::tokens(vec![1], 1), at(7)), Err(died));
+    }
+
+    /// The core names every request: each submit, admitted or not, gets the next id, and a
+    /// cancel, a reconfigure or a failure never makes one come back.
+    #[test]
+    fn the_core_numbers_every_submit_and_never_repeats_an_id() {
+        let mut core = BatcherCore::new(BatchConfig::new(2, Duration::from_millis(10)).unwrap()).with_events();
+        let submit = |core: &mut BatcherCore, t| core.submit(EngineRequest::tokens(vec![1], 1), at(t));
+        assert_eq!(submit(&mut core, 0), Err(RequestError::EngineNotStarted));
+        assert!(core.begin_start());
+        assert_eq!(submit(&mut core, 0), Ok(1), "a rejected submit used id 0");
+        core.handle_start_result(
+            Ok(EngineInfo { name: "t".into(), version: "0".into(), resolved_config: None }),
+            at(0),
+        );
+        assert_eq!(submit(&mut core, 1), Ok(2));
+        let batch = core.poll_dispatch(at(1)).expect("a full batch");
+        assert_eq!(batch.requests.iter().map(|r| r.id).collect::<Vec<_>>(), [1, 2], "the engine sees the core's ids");
+        assert_eq!(submit(&mut core, 2), Ok(3));
+        assert!(core.cancel(3, at(2)));
+        core.handle_generate_result(batch.id, GenerateResult::Outputs(Vec::new()), at(3));
+        while core.poll_outcome().is_some() {}
+        core.reconfigure(BatchConfig::new(4, Duration::from_millis(10)).unwrap()).unwrap();
+        assert_eq!(submit(&mut core, 4), Ok(4), "a cancelled id is not given again");
+        core.handle_engine_died(death(), at(5));
+        assert!(submit(&mut core, 6).is_err());
+        let mut named = Vec::new();
+        for event in core.take_events() {
+            if let Event::Submitted { id, .. } | Event::Rejected { id, .. } = event {
+                named.push(id);
+            }
+        }
+        assert_eq!(named, [0, 1, 2, 3, 4, 5], "every submit named once, in order");
     }
 
     #[test]

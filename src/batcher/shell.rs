@@ -38,7 +38,6 @@ struct Inner {
     waiters: IdMap<Completer>,
     /// Threads blocked on each condvar, so `release` only notifies where someone waits.
     waiting: Waiting,
-    next_id: RequestId,
     start_result: Option<Result<EngineInfo, EngineError>>,
     shutdown_result: Option<Result<(), EngineError>>,
     /// Set by `shutdown` once it stops waiting: the helper threads exit.
@@ -203,7 +202,6 @@ impl Batcher {
                 core: BatcherCore::new(config),
                 waiters: IdMap::default(),
                 waiting: Waiting::default(),
-                next_id: 0,
                 start_result: None,
                 shutdown_result: None,
                 closing: false,
@@ -267,30 +265,30 @@ impl Batcher {
         result
     }
 
-    /// Submits with a callback that receives the outcome exactly once. Starts the engine if it
-    /// was not started (single-flight). A rejection is returned here and the callback is dropped.
-    pub fn submit_with(&self, mut request: EngineRequest, complete: Completer) -> Result<RequestId, RequestError> {
+    /// Submits with a callback that receives the outcome exactly once; returns the id the core
+    /// gave the request. Starts the engine if it was not started (single-flight). A rejection is
+    /// returned here and the callback is dropped.
+    pub fn submit_with(&self, request: EngineRequest<()>, complete: Completer) -> Result<RequestId, RequestError> {
         let mut locked = self.shared.lock();
         let started = Self::begin_start(&mut locked);
-        let id = locked.guard.next_id;
-        request.id = id;
         let now = self.shared.clock.now();
         let r = locked.guard.core.submit(request, now);
         // Only these change what a waiter waits for: a started engine, a queue that became
         // non-empty (a new dispatch and watchdog deadline) or a full batch (see the module docs).
         let queued = locked.guard.core.queued();
         let notify = started || r.is_err() || queued == 1 || queued >= locked.guard.core.config().batch_size();
-        if r.is_ok() {
-            locked.guard.next_id += 1;
-            locked.guard.waiters.insert(id, complete);
+        if let Ok(id) = r {
+            // The core never gives an id twice, so no waiter is ever replaced.
+            let replaced = locked.guard.waiters.insert(id, complete);
+            debug_assert!(replaced.is_none(), "request id {id} given twice");
         }
         self.shared.release_and_notify(locked, notify);
-        r.map(|()| id)
+        r
     }
 
     /// Submits and returns a [`Ticket`] to wait on. Dropping the ticket cancels the request if it
     /// was not dispatched yet.
-    pub fn submit(&self, request: EngineRequest) -> Result<Ticket, RequestError> {
+    pub fn submit(&self, request: EngineRequest<()>) -> Result<Ticket, RequestError> {
         let slot = Arc::new(Slot { outcome: Mutex::new(None), ready: Condvar::new() });
         let s = slot.clone();
         let id = self.submit_with(request, Box::new(move |_, outcome| s.fill(outcome)))?;
@@ -502,7 +500,7 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// The request this ticket waits for.
+    /// The id the batcher gave the request this ticket waits for.
     pub fn id(&self) -> RequestId {
         self.id
     }

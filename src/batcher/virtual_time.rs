@@ -100,8 +100,8 @@ impl<E: Engine> VirtualTimeBatcher<E> {
         result
     }
 
-    /// Submits at the current time.
-    pub fn submit(&mut self, request: EngineRequest) -> Result<(), RequestError> {
+    /// Submits at the current time; returns the id the core gave the request.
+    pub fn submit(&mut self, request: EngineRequest<()>) -> Result<RequestId, RequestError> {
         self.core.submit(request, self.now)
     }
 

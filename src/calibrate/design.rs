@@ -21,12 +21,12 @@
 use std::path::{Path, PathBuf};
 
 use super::{CalibrateError, fit_design};
-use crate::run::progress::Screen;
 use crate::batcher::BatchConfig;
 use crate::engine::EngineInfo;
 use crate::engine::sim::Profile;
 use crate::rng::SplitMix64;
 use crate::run::progress::ProgressMode;
+use crate::run::progress::Screen;
 use crate::run::{Interrupt, PlanRunner, RunError, RunOptions, RunSummary};
 use crate::scenario::plan::{EnginePlan, OutputPlan, Plan, ProfileSpec, StopPlan, TokenDist, WorkloadSpec};
 

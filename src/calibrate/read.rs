@@ -8,10 +8,9 @@ use std::path::{Path, PathBuf};
 use super::CalibrateError;
 use super::fit::{BatchObservation, RequestObservation};
 use crate::engine::{EngineInfo, ResolvedEngineConfig};
+use crate::report::requests::REQUESTS_FILE;
 use crate::report::{JSON_FILE, RequestOutcome, RequestRecord, read_records};
 use crate::time::Timestamp;
-use crate::report::requests::REQUESTS_FILE;
-
 
 /// The batches of a set of output directories, and what they ran on.
 #[derive(Clone, Debug, PartialEq)]

@@ -63,7 +63,7 @@ fn simulate(config: &SimConfig, shared_prefix: usize) -> Vec<BatchObservation> {
                 let prompt: Vec<u32> = (0..prompt_len)
                     .map(|j| if j < shared_prefix { j as u32 } else { (id * 10_000 + j) as u32 })
                     .collect();
-                EngineRequest::tokens(id as u64, prompt, output)
+                EngineRequest::tokens(prompt, output).with_id(id as u64)
             })
             .collect();
         let start = clock.now().as_secs_f64();

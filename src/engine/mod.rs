@@ -19,7 +19,9 @@ use crate::time::VirtualClock;
 #[cfg(doc)]
 use crate::time::WallAnchor;
 
-/// Our id for a request; unique within one batcher.
+/// Our id for a request. The batcher chooses it when the request is submitted
+/// (`BatcherCore::submit`: 0, 1, 2, ... in submit order), so it is unique within one batcher; no
+/// caller makes one up.
 pub type RequestId = u64;
 
 /// What the model is asked to continue.
@@ -46,11 +48,14 @@ impl Prompt {
 }
 
 /// One request as the engine sees it.
+///
+/// `Id` is the request's id slot: `()` while a caller builds the request, a [`RequestId`] once the
+/// batcher numbered it at submit. Engines only ever see numbered requests (`EngineRequest`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[non_exhaustive]
-pub struct EngineRequest {
-    /// Unique within one batcher; an output names its request by this.
-    pub id: RequestId,
+pub struct EngineRequest<Id = RequestId> {
+    /// Unique within one batcher, which chose it; an output names its request by this.
+    pub id: Id,
     /// What to continue.
     pub prompt: Prompt,
     /// Most tokens to generate.
@@ -65,16 +70,25 @@ pub struct EngineRequest {
     pub seed: Option<u64>,
 }
 
-impl EngineRequest {
+impl EngineRequest<()> {
     /// A request for `max_tokens` tokens after `prompt`, greedy, EOS ignored; the other fields
-    /// are public to change.
-    pub fn new(id: RequestId, prompt: Prompt, max_tokens: u32) -> Self {
-        EngineRequest { id, prompt, max_tokens, min_tokens: 0, ignore_eos: true, temperature: 0.0, seed: None }
+    /// are public to change. Not numbered yet: submitting it to a batcher gives it its id
+    /// (`with_id` numbers it for a caller that drives an engine without a batcher).
+    pub fn new(prompt: Prompt, max_tokens: u32) -> Self {
+        EngineRequest { id: (), prompt, max_tokens, min_tokens: 0, ignore_eos: true, temperature: 0.0, seed: None }
     }
 
-    /// A request for `max_tokens` tokens after a prompt of token ids, greedy, EOS ignored.
-    pub fn tokens(id: RequestId, prompt: Vec<u32>, max_tokens: u32) -> Self {
-        EngineRequest::new(id, Prompt::Tokens(prompt), max_tokens)
+    /// A request for `max_tokens` tokens after a prompt of token ids, greedy, EOS ignored. Not
+    /// numbered yet.
+    pub fn tokens(prompt: Vec<u32>, max_tokens: u32) -> Self {
+        EngineRequest::new(Prompt::Tokens(prompt), max_tokens)
+    }
+
+    /// The request numbered `id`. The batcher numbers the requests submitted to it; this is for
+    /// whoever calls an engine directly, without a batcher, and so plays its part.
+    pub fn with_id(self, id: RequestId) -> EngineRequest {
+        let EngineRequest { id: (), prompt, max_tokens, min_tokens, ignore_eos, temperature, seed } = self;
+        EngineRequest { id, prompt, max_tokens, min_tokens, ignore_eos, temperature, seed }
     }
 }
 

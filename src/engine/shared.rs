@@ -212,7 +212,7 @@ mod tests {
             let mut handle = shared.handle();
             std::thread::spawn(move || {
                 assert_eq!(handle.start().unwrap().name, "recorder");
-                let out = handle.generate(&[EngineRequest::tokens(run, vec![1], 4)]).unwrap();
+                let out = handle.generate(&[EngineRequest::tokens(vec![1], 4).with_id(run)]).unwrap();
                 assert_eq!(out[0].request_id, Some(run));
                 handle.shutdown().unwrap();
             })
@@ -233,11 +233,12 @@ mod tests {
         let shared = SharedEngine::new(Recorder { log: Arc::default() });
         let mut handle = shared.handle();
         handle.start().unwrap();
-        let panic =
-            std::panic::catch_unwind(AssertUnwindSafe(|| handle.generate(&[EngineRequest::tokens(1, vec![1], 0)])))
-                .expect_err("the engine's panic is resumed in the caller");
+        let panic = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            handle.generate(&[EngineRequest::tokens(vec![1], 0).with_id(1)])
+        }))
+        .expect_err("the engine's panic is resumed in the caller");
         assert_eq!(panic.downcast_ref::<&str>(), Some(&"zero tokens"));
-        assert!(handle.generate(&[EngineRequest::tokens(2, vec![1], 3)]).is_ok());
+        assert!(handle.generate(&[EngineRequest::tokens(vec![1], 3).with_id(2)]).is_ok());
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! A file workload is read by `dataset` (JSONL lines parsed by `jsonl`, ShareGPT conversations,
 //! text lines), filtered to the scenario's lengths, and replayed.
 //!
-//! Both are deterministic and sans-IO. A workload is a pure function from a request id to a
-//! request; a scheduler never reads a clock and never sleeps, it is told `now` and how many
+//! Both are deterministic and sans-IO. A workload is a pure function from a request's index `k`
+//! to a request (without an id: the batcher gives it one, `k` in a run); a scheduler never reads a clock and never sleeps, it is told `now` and how many
 //! requests are in flight and says whether to submit now, at a later time, or after a completion.
 //! The runner owns the clock, the stop conditions and the metrics; this module owns no threads.
 //!

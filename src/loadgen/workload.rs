@@ -1,9 +1,11 @@
 //! Requests from a [`WorkloadSpec`]: synthetic token prompts or prompts from a file.
 //!
-//! Request `k` is a pure function of the plan and `k` (its [`RequestId`]): synthetic requests draw
+//! Request `k` is a pure function of the plan and `k`: synthetic requests draw
 //! from a random stream derived from `(seed, k)` alone, and file requests take line `k mod n`. So
 //! the same plan gives the same requests whatever order, and however often, the runner asks for
 //! them; a warmup, a retry or a second benchmark cannot shift what later requests look like.
+//! The batcher numbers a request when it is submitted; a run submits request `k` as its `k`-th,
+//! so its [`RequestId`] is `k` as well, and a `requests.jsonl` row names its workload request.
 //!
 //! Within one request the prompt length, the output length and the token ids each have their own
 //! sub-stream, so changing the output distribution leaves every prompt unchanged.
@@ -263,13 +265,14 @@ impl Workload {
         }
     }
 
-    /// Request `id`. The same workload always gives the same request for the same id.
-    pub fn request(&self, id: RequestId) -> EngineRequest {
+    /// Request `k`, not numbered yet (the batcher does that at submit). The same workload always
+    /// gives the same request for the same `k`.
+    pub fn request(&self, k: u64) -> EngineRequest<()> {
         let (prompt, max_tokens) = match &self.source {
-            Source::Synthetic(s) => s.request(id),
+            Source::Synthetic(s) => s.request(k),
             Source::File { lines, default_max_tokens, format, .. } => {
                 // Cyclic reuse; `lines` is never empty and a u64 modulo fits back in usize.
-                let line = &lines[(id % lines.len() as u64) as usize];
+                let line = &lines[(k % lines.len() as u64) as usize];
                 let prompt = match &line.prompt {
                     LinePrompt::Text(text) => Prompt::Text(text.clone()),
                     LinePrompt::Tokens(ids) => Prompt::Tokens(ids.clone()),
@@ -279,7 +282,7 @@ impl Workload {
             }
         };
         EngineRequest {
-            id,
+            id: (),
             prompt,
             max_tokens,
             min_tokens: 0,
@@ -292,8 +295,8 @@ impl Workload {
     }
 
     /// Requests `first, first + 1, ...`, without end.
-    pub fn requests(&self, first: RequestId) -> impl Iterator<Item = EngineRequest> + '_ {
-        (first..=RequestId::MAX).map(|id| self.request(id))
+    pub fn requests(&self, first: u64) -> impl Iterator<Item = EngineRequest<()>> + '_ {
+        (first..=u64::MAX).map(|k| self.request(k))
     }
 
     /// The number of leading tokens (words, for chat) that identify a synthetic prompt; 0
@@ -476,7 +479,7 @@ mod tests {
         .unwrap()
     }
 
-    fn tokens(r: &EngineRequest) -> &[u32] {
+    fn tokens(r: &EngineRequest<()>) -> &[u32] {
         match &r.prompt {
             Prompt::Tokens(t) => t,
             other => panic!("not a token prompt: {other:?}"),
@@ -528,7 +531,6 @@ mod tests {
         assert_eq!(forward, backward);
         let again = synthetic(U(1, 300), U(1, 50), 42, false, 32000);
         assert_eq!(again.request(123), forward[123]);
-        assert_eq!(forward[5].id, 5);
         // A different seed gives different prompts.
         let other = synthetic(U(1, 300), U(1, 50), 43, false, 32000);
         assert_ne!(other.request(123).prompt, forward[123].prompt);
@@ -557,10 +559,10 @@ mod tests {
         let w = synthetic(U(16, 64), U(1, 8), 1, true, 32000);
         assert_eq!(w.prefix_len(), 5);
         let mut firsts = HashSet::new();
-        for r in w.requests(0).take(10_000) {
+        for (k, r) in w.requests(0).take(10_000).enumerate() {
             let t = tokens(&r);
             assert!(t.iter().all(|&id| id < 32000));
-            assert!(firsts.insert(t[..16].to_vec()), "request {} repeats a first block", r.id);
+            assert!(firsts.insert(t[..16].to_vec()), "request {k} repeats a first block");
         }
         // Without unique prefixes the same seed gives no such guarantee, and the prompts differ.
         let plain = synthetic(U(16, 64), U(1, 8), 1, false, 32000);
@@ -721,7 +723,7 @@ mod tests {
         .unwrap()
     }
 
-    fn messages(r: &EngineRequest) -> &[Message] {
+    fn messages(r: &EngineRequest<()>) -> &[Message] {
         match &r.prompt {
             Prompt::Chat(c) => &c.messages,
             other => panic!("not a chat prompt: {other:?}"),
@@ -767,11 +769,11 @@ mod tests {
         }
         let mut seen = HashSet::new();
         let long = chat_workload(true, None, RequestFormat::ChatTemplate);
-        for r in long.requests(0).take(2000) {
+        for (k, r) in long.requests(0).take(2000).enumerate() {
             let m = messages(&r);
             let prefix: Vec<&str> = m[0].content.split(' ').take(CHAT_PREFIX_WORDS).collect();
             if prefix.len() == CHAT_PREFIX_WORDS {
-                assert!(seen.insert(prefix.join(" ")), "request {} repeats a prefix", r.id);
+                assert!(seen.insert(prefix.join(" ")), "request {k} repeats a prefix");
             }
         }
     }
@@ -809,7 +811,7 @@ mod tests {
         let w = Workload::from_plan(&file_plan(path.clone())).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert_eq!(w.distinct_prompts(), Some(2));
-        let got: Vec<_> = w.requests(0).take(5).map(|r| (r.id, r.prompt, r.max_tokens)).collect();
+        let got: Vec<_> = (0..).zip(w.requests(0).take(5)).map(|(k, r)| (k, r.prompt, r.max_tokens)).collect();
         let text = |s: &str| Prompt::Text(s.into());
         assert_eq!(
             got,

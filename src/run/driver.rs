@@ -52,8 +52,8 @@ pub trait Driver {
     fn clock_domain(&self) -> ClockDomain;
     /// The wall clock at a moment of the driver's timeline.
     fn wall_anchor(&self) -> WallAnchor;
-    /// Submits a request now; returns the id its outcome will carry.
-    fn submit(&mut self, request: EngineRequest) -> Result<RequestId, RequestError>;
+    /// Submits a request now; returns the id its batcher gave it, which its outcome will carry.
+    fn submit(&mut self, request: EngineRequest<()>) -> Result<RequestId, RequestError>;
     /// Cancels a queued request (its outcome becomes `Cancelled`); no effect once dispatched.
     fn cancel(&mut self, id: RequestId);
     /// The next event that is ready, batches before the outcomes of their requests.
@@ -169,7 +169,8 @@ struct StepLoop<'d, 's> {
     /// The engine's KV block size, for a workload's designed prefix-cache hits.
     block_size: u32,
     /// The workload's next request, numbered over the whole run.
-    next_request: RequestId,
+    /// The workload's next request (its index, which the batcher's id then equals).
+    next_request: u64,
     /// The interrupt fired: every later step starts interrupted.
     interrupted: bool,
     /// When the display was last given a status.
@@ -195,10 +196,16 @@ impl StepLoop<'_, '_> {
             let now = self.driver.now();
             match run.poll(now) {
                 Action::Submit(phase) => {
+                    // The batcher numbers every submit from 0 and this loop is its only caller,
+                    // so workload request k is request id k (the prefix design and requests.jsonl
+                    // rely on it).
                     let request = segment.workload.request(self.next_request);
                     self.next_request += 1;
                     match self.driver.submit(request) {
-                        Ok(id) => run.on_submitted(id, phase, now),
+                        Ok(id) => {
+                            debug_assert_eq!(id + 1, self.next_request, "workload request and id differ");
+                            run.on_submitted(id, phase, now)
+                        }
                         Err(e) => run.on_rejected(&e, now),
                     }
                 }

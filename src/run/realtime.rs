@@ -150,7 +150,7 @@ impl Driver for RealTimeDriver {
         WallAnchor::now()
     }
 
-    fn submit(&mut self, request: EngineRequest) -> Result<RequestId, RequestError> {
+    fn submit(&mut self, request: EngineRequest<()>) -> Result<RequestId, RequestError> {
         let tx = self.tx.clone();
         let complete = Box::new(move |id, outcome| {
             let _ = tx.send(Some(DriverEvent::Outcome(id, Box::new(outcome), MonotonicClock::read())));

@@ -42,9 +42,8 @@ impl<E: Engine> Driver for VirtualTimeDriver<E> {
         WallAnchor::VIRTUAL
     }
 
-    fn submit(&mut self, request: EngineRequest) -> Result<RequestId, RequestError> {
-        let id = request.id;
-        self.inner.submit(request).map(|()| id)
+    fn submit(&mut self, request: EngineRequest<()>) -> Result<RequestId, RequestError> {
+        self.inner.submit(request)
     }
 
     fn cancel(&mut self, id: RequestId) {

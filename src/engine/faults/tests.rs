@@ -5,7 +5,7 @@ use crate::engine::sim::{CostModel, SimConfig, SimEngine};
 use crate::time::{Timestamp, VirtualClock};
 
 fn batch(n: u64) -> Vec<EngineRequest> {
-    (0..n).map(|i| EngineRequest::tokens(i, vec![1; 4], 4)).collect()
+    (0..n).map(|i| EngineRequest::tokens(vec![1; 4], 4).with_id(i)).collect()
 }
 
 /// A started sim engine in virtual time with `faults` around it, and its clock.

@@ -361,7 +361,7 @@ mod tests {
     fn chat(id: u64, template: Template) -> EngineRequest {
         let messages = vec![crate::engine::chat::Message::new("user", "Hi")];
         let prompt = Prompt::Chat(crate::engine::chat::ChatPrompt { messages, template });
-        EngineRequest { prompt, ..EngineRequest::tokens(id, vec![], 4) }
+        EngineRequest { prompt, ..EngineRequest::tokens(vec![], 4).with_id(id) }
     }
 
     #[test]
@@ -371,8 +371,11 @@ mod tests {
             crate::engine::chat::TemplateOrigin::Inline,
         )
         .unwrap();
-        let batch =
-            vec![EngineRequest::tokens(0, vec![1], 4), chat(1, Template::Model), chat(2, Template::Custom(custom))];
+        let batch = vec![
+            EngineRequest::tokens(vec![1], 4).with_id(0),
+            chat(1, Template::Model),
+            chat(2, Template::Custom(custom)),
+        ];
         let mut warned = false;
         let m = PythonConfig::new("m", "C");
         // The model has a template: everything goes as it is.

@@ -7,7 +7,7 @@ use crate::engine::{Engine, EngineRequest, ResolvedEngineConfig};
 use crate::time::Timestamp;
 
 fn batch(n: u64, prompt: usize, out: u32) -> Vec<EngineRequest> {
-    (0..n).map(|i| EngineRequest::tokens(i, unique_prompt(i, prompt), out)).collect()
+    (0..n).map(|i| EngineRequest::tokens(unique_prompt(i, prompt), out).with_id(i)).collect()
 }
 
 /// A prompt no other request shares (so the prefix cache never hits).
@@ -234,7 +234,7 @@ fn prefix_cache_hits_cut_prefill_within_and_across_generate_calls() {
             .map(|i| {
                 let mut p = shared.clone();
                 p.extend(unique_prompt(i + 1, 32));
-                EngineRequest::tokens(i, p, 4)
+                EngineRequest::tokens(p, 4).with_id(i)
             })
             .collect();
         let t0 = clock.now();

@@ -290,7 +290,7 @@ fn real_main(cli: Cli) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Task::PrintEngineKind => {
-            println!("{}", engine_kind(&plan.engine));
+            println!("{}", engine_kind(&plan.engine()));
             return ExitCode::SUCCESS;
         }
         Task::Run(run_args) => run_args,
@@ -408,13 +408,13 @@ pub(crate) fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> any
     let RunArgs { output, requests_jsonl, quiet, verbose, repeat } = args;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
     let output_dir =
-        output.or_else(|| plan.output.dir.clone()).unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
+        output.or_else(|| plan.output().dir().map(PathBuf::from)).unwrap_or_else(|| PathBuf::from("results").join(plan.name()));
     // Before anything else: an unwritable output directory must not cost a run.
     if let Err(e) = batchlab::report::prepare_output_dir(&output_dir) {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(EXIT_BAD_INPUT));
     }
-    let writes_output = matches!(plan.engine, EnginePlan::Vllm(_) | EnginePlan::Python(_));
+    let writes_output = matches!(plan.engine(), EnginePlan::Vllm(_) | EnginePlan::Python(_));
     let capture = if writes_output && !verbose { Some(capture_engine_output(&output_dir)?) } else { None };
     let log_path = capture.as_ref().map(|c| c.path().to_path_buf());
     let interrupt = Interrupt::new();
@@ -449,7 +449,7 @@ pub(crate) fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> any
     if engine_failed && let Some(path) = &log_path {
         print_engine_log_tail(path);
     }
-    let summary = summary.with_context(|| format!("running scenario {}", plan.name))?;
+    let summary = summary.with_context(|| format!("running scenario {}", plan.name()))?;
     print!("{}", summary.table);
     if !summary.table.ends_with('\n') {
         println!();

@@ -75,6 +75,7 @@ fn calibrate_a_scenario_recovers_its_coefficients_from_the_designed_runs() {
     names.sort();
     let base = batchlab::scenario::load_file(&scenario, &Default::default()).expect("the scenario");
     let mut expected: Vec<String> = batchlab::run::calibrate::design_runs(&base, batchlab::run::calibrate::DESIGN)
+        .expect("the design")
         .into_iter()
         .map(|(n, _)| n)
         .collect();

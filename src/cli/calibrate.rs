@@ -174,7 +174,7 @@ fn from_scenario(path: &Path, args: &CalibrateArgs) -> ExitCode {
 
 fn design_and_fit(plan: batchlab::scenario::Plan, runs: PathBuf, args: &CalibrateArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&runs).with_context(|| format!("creating {}", runs.display()))?;
-    let writes_output = matches!(plan.engine, EnginePlan::Vllm(_) | EnginePlan::Python(_));
+    let writes_output = matches!(plan.engine(), EnginePlan::Vllm(_) | EnginePlan::Python(_));
     let capture = if writes_output && !args.verbose { Some(super::capture_engine_output(&runs)?) } else { None };
     let log_path = capture.as_ref().map(|c| c.path().to_path_buf());
     let interrupt = Interrupt::new();

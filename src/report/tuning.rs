@@ -76,7 +76,7 @@ impl Space {
     /// The default bounds for `plan`: batch size 1…512, timeout 0.5 ms…200 ms, and the load from
     /// 1/8 to 4× the scenario's own value.
     pub fn for_plan(plan: &Plan) -> Space {
-        let (load, load_range) = match &plan.profile {
+        let (load, load_range) = match &plan.profile() {
             ProfileSpec::Throughput { max_concurrency } => {
                 let c = f64::from(*max_concurrency);
                 (LoadKnob::MaxConcurrency, ((c / 8.0).max(1.0).round(), (c * 4.0).round()))
@@ -93,7 +93,7 @@ impl Space {
     /// only up to the most requests the profile keeps in flight, when it bounds them (a batch
     /// can never be larger, so larger sizes are the same point).
     pub fn at_own_load(self, plan: &Plan) -> Space {
-        let in_flight = match &plan.profile {
+        let in_flight = match &plan.profile() {
             ProfileSpec::Throughput { max_concurrency } => Some(*max_concurrency),
             ProfileSpec::Concurrent { levels, .. } => levels.iter().copied().max(),
             ProfileSpec::Constant { max_concurrency, .. }

@@ -144,10 +144,10 @@ struct DriverResult {
 /// read and every line checked). `batchlab check` calls this; so does [`run_blocking`], before
 /// the engine starts. Returns the workload.
 pub fn preflight(plan: &Plan) -> Result<Workload, RunError> {
-    plan.engine.check()?;
-    let workload = Workload::from_plan(&plan.workload)?;
-    for c in plan.matrix.iter().flat_map(|m| &m.combinations) {
-        Workload::from_plan(&c.plan.workload)?;
+    plan.engine().check()?;
+    let workload = Workload::from_plan(&plan.workload())?;
+    for c in plan.matrix().iter().flat_map(|m| m.combinations()) {
+        Workload::from_plan(c.plan().workload())?;
     }
     Ok(workload)
 }
@@ -156,7 +156,7 @@ pub fn preflight(plan: &Plan) -> Result<Workload, RunError> {
 /// report. Blocks; see [`run`] for async callers.
 pub fn run_blocking(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunError> {
     let workload = preflight(plan)?;
-    let engine = plan.engine.build()?;
+    let engine = plan.engine().build()?;
     run_engine(plan, engine, workload, options, EngineSource::Plan)
 }
 
@@ -176,7 +176,7 @@ pub fn run_with_blocking(
     engine: impl Into<TimedEngine>,
     options: RunOptions,
 ) -> Result<RunSummary, RunError> {
-    let workload = Workload::from_plan(&plan.workload)?;
+    let workload = Workload::from_plan(&plan.workload())?;
     run_engine(plan, engine.into(), workload, options, EngineSource::Caller)
 }
 
@@ -198,51 +198,51 @@ fn run_engine(
     if let Some(dir) = &options.output_dir {
         crate::report::prepare_output_dir(dir).map_err(RunError::Output)?;
     }
-    let mut jsonl = match (&options.output_dir, options.requests_jsonl || plan.output.requests_jsonl) {
+    let mut jsonl = match (&options.output_dir, options.requests_jsonl || plan.output().requests_jsonl()) {
         (Some(dir), true) => Some(RequestsJsonl::create(dir)?),
         _ => None,
     };
     let mut progress = Progress::new(options.progress);
     // Faults draw from the engine's seed where the plan gives one, else from the run's.
-    let seed = plan.engine.seed().filter(|_| source == EngineSource::Plan).unwrap_or(plan.seed);
-    let faults = plan.faults.clone();
+    let seed = plan.engine().seed().filter(|_| source == EngineSource::Plan).unwrap_or(plan.seed());
+    let faults = plan.faults().clone();
     let mut driver: Box<dyn Driver> = match engine {
         TimedEngine::RealTime(e) => {
             let e = FaultyEngine::new(e, faults, seed, std::sync::Arc::new(MonotonicClock));
             // The plan's Python engines run processes (vLLM's EngineCore and workers): watch them.
             let watch =
-                source == EngineSource::Plan && matches!(plan.engine, EnginePlan::Vllm(_) | EnginePlan::Python(_));
-            Box::new(RealTimeDriver::new(e, plan.batching.clone(), &options.interrupt, watch))
+                source == EngineSource::Plan && matches!(plan.engine(), EnginePlan::Vllm(_) | EnginePlan::Python(_));
+            Box::new(RealTimeDriver::new(e, plan.batching().clone(), &options.interrupt, watch))
         }
         TimedEngine::VirtualTime(e) => {
             // The virtual driver puts the wrapper, and with it the engine, on its virtual clock.
             let e = FaultyEngine::new(e, faults, seed, std::sync::Arc::new(MonotonicClock));
-            Box::new(VirtualTimeDriver::new(e, plan.batching.clone()))
+            Box::new(VirtualTimeDriver::new(e, plan.batching().clone()))
         }
     };
     let sinks = Sinks { jsonl: jsonl.as_mut(), progress: &mut progress, interrupt: &options.interrupt };
     // A `[matrix]` run: one segment per combination (each with its own workload), one engine start.
-    let result = match &plan.matrix {
+    let result = match &plan.matrix() {
         None => {
             run_steps(&[Segment { plan, workload: &workload, label: None }], driver.as_mut(), sinks, options.repeat)
         }
         Some(matrix) => {
             let workloads = matrix
-                .combinations
+                .combinations()
                 .iter()
                 .map(|c| {
-                    if c.plan.workload == plan.workload {
+                    if c.plan().workload() == plan.workload() {
                         Ok(workload.clone())
                     } else {
-                        Workload::from_plan(&c.plan.workload)
+                        Workload::from_plan(c.plan().workload())
                     }
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let segments: Vec<Segment<'_>> = matrix
-                .combinations
+                .combinations()
                 .iter()
                 .zip(&workloads)
-                .map(|(c, w)| Segment { plan: &c.plan, workload: w, label: Some(c) })
+                .map(|(c, w)| Segment { plan: c.plan(), workload: w, label: Some(c) })
                 .collect();
             run_steps(&segments, driver.as_mut(), sinks, options.repeat)
         }
@@ -252,7 +252,7 @@ fn run_engine(
     let result = result?;
 
     let environment = Environment::detect(&result.engine, seeds(plan, source));
-    let mut report = Report::new(plan, environment, result.benchmarks, result.incomplete)?;
+    let mut report = Report::new(plan, environment, result.benchmarks, result.incomplete);
     report.error = result.error;
     report.dataset = workload.dataset_stats().cloned();
     // A file that cannot be written loses only itself: the summary keeps the report and table.
@@ -297,14 +297,14 @@ pub async fn run_with(
 /// Every seed the run used, by component.
 fn seeds(plan: &Plan, source: EngineSource) -> BTreeMap<String, u64> {
     let mut s = BTreeMap::new();
-    s.insert("run".to_string(), plan.seed);
-    if let Some(seed) = plan.engine.seed().filter(|_| source == EngineSource::Plan) {
+    s.insert("run".to_string(), plan.seed());
+    if let Some(seed) = plan.engine().seed().filter(|_| source == EngineSource::Plan) {
         s.insert("engine".to_string(), seed);
     }
-    if let WorkloadSpec::Synthetic { seed, .. } = &plan.workload {
+    if let WorkloadSpec::Synthetic { seed, .. } = &plan.workload() {
         s.insert("workload".to_string(), *seed);
     }
-    match &plan.profile {
+    match &plan.profile() {
         ProfileSpec::Poisson { seed, .. } => _ = s.insert("poisson".to_string(), *seed),
         ProfileSpec::Gamma { seed, .. } => _ = s.insert("gamma".to_string(), *seed),
         _ => {}

@@ -11,7 +11,7 @@ use toml_edit::{Array, Value};
 use super::error::ScenarioError;
 use super::keys;
 use super::overrides::Overrides;
-use super::plan::{Comparison, Plan, Slo, TokenDist};
+use super::plan::{Comparison, Layer, Plan, Slo, TokenDist, Written};
 use super::units::format_duration;
 use crate::engine::ResolvedEngineConfig;
 use crate::engine::faults::{FAULT_KEYS, FaultTrigger, FaultValue, Faults, ProcessFault};
@@ -309,6 +309,7 @@ impl ScenarioBuilder {
         let sets = self.sets.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let overrides = Overrides { sets, seed: None };
         let base_dir = self.base_dir.unwrap_or_else(|| PathBuf::from("."));
-        super::parse_with("", "builder", &base_dir, &overrides, "builder:")
+        let layer = Layer { arg: "builder:", remove: Vec::new(), overrides };
+        super::lower_source(Written { text: "".into(), file: "builder".into(), base_dir: base_dir.into(), layers: vec![layer] })
     }
 }

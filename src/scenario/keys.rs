@@ -22,6 +22,27 @@ use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::sim::{CostModel, DEFAULT_SCHEDULER, SimConfig, TimeMode};
 use crate::engine::{ClockDomain, ResolvedEngineConfig};
+use crate::rng::SplitMix64;
+
+/// Seed streams of the components whose seed defaults to one derived from the master seed.
+pub mod seed_stream {
+    /// `engine.sim.seed`.
+    pub const SIM: u64 = 1;
+    /// `engine.vllm.seed`.
+    pub const VLLM: u64 = 2;
+    /// `workload.seed`.
+    pub const WORKLOAD: u64 = 3;
+    /// A poisson profile's `seed`.
+    pub const POISSON: u64 = 4;
+    /// A gamma profile's `seed`.
+    pub const GAMMA: u64 = 5;
+}
+
+/// The default seed of a component: the first draw of `SplitMix64::derive(master, stream)`,
+/// shifted right by one bit so that it fits a TOML integer.
+pub fn derive_seed(master: u64, stream: u64) -> u64 {
+    SplitMix64::derive(master, stream).next_u64() >> 1
+}
 
 /// What may stand below a key: nothing (a plain value), anything (a free-form table), or fixed keys.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -252,7 +273,7 @@ pub(crate) const SCHED_KEYS: &[Key<ResolvedEngineConfig>] = &[
 
 /// `[engine.sim]` before any key is read.
 pub(crate) fn sim_default(master_seed: u64) -> SimConfig {
-    let seed = super::derive_seed(master_seed, super::seed_stream::SIM);
+    let seed = derive_seed(master_seed, seed_stream::SIM);
     SimConfig { time: TimeMode::Virtual, seed, cost: CostModel::default(), scheduler: DEFAULT_SCHEDULER, profile: None }
 }
 
@@ -286,7 +307,7 @@ pub(crate) fn vllm_default(master_seed: u64) -> VllmConfig {
         max_num_seqs: None,
         max_num_batched_tokens: None,
         enforce_eager: true,
-        seed: super::derive_seed(master_seed, super::seed_stream::VLLM),
+        seed: derive_seed(master_seed, seed_stream::VLLM),
         kv_cache_gib: 1.0,
         in_process: true,
         omp_num_threads: None,
@@ -462,7 +483,7 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadSpec>] = &[
         default: |master_seed| WorkloadSpec::Synthetic {
             prompt_tokens: TokenDist::Fixed { value: 128 },
             output_tokens: TokenDist::Fixed { value: 64 },
-            seed: super::derive_seed(master_seed, super::seed_stream::WORKLOAD),
+            seed: derive_seed(master_seed, seed_stream::WORKLOAD),
             unique_prefix: true,
             prefix_groups: 0,
             prefix_tokens: 0,
@@ -605,7 +626,7 @@ pub(crate) const PROFILE_VARIANTS: &[Variant<ProfileSpec>] = &[
         ],
         default: |master_seed| ProfileSpec::Poisson {
             rate: 1.0,
-            seed: super::derive_seed(master_seed, super::seed_stream::POISSON),
+            seed: derive_seed(master_seed, seed_stream::POISSON),
             max_concurrency: None,
             rampup: None,
         },
@@ -623,7 +644,7 @@ pub(crate) const PROFILE_VARIANTS: &[Variant<ProfileSpec>] = &[
         default: |master_seed| ProfileSpec::Gamma {
             rate: 1.0,
             burstiness: 1.0,
-            seed: super::derive_seed(master_seed, super::seed_stream::GAMMA),
+            seed: derive_seed(master_seed, seed_stream::GAMMA),
             max_concurrency: None,
             rampup: None,
         },

@@ -17,27 +17,6 @@ use crate::engine::faults::{
 };
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
-use crate::rng::SplitMix64;
-
-/// Seed streams of the components whose seed defaults to one derived from the master seed.
-pub mod seed_stream {
-    /// `engine.sim.seed`.
-    pub const SIM: u64 = 1;
-    /// `engine.vllm.seed`.
-    pub const VLLM: u64 = 2;
-    /// `workload.seed`.
-    pub const WORKLOAD: u64 = 3;
-    /// A poisson profile's `seed`.
-    pub const POISSON: u64 = 4;
-    /// A gamma profile's `seed`.
-    pub const GAMMA: u64 = 5;
-}
-
-/// The default seed of a component: the first draw of `SplitMix64::derive(master, stream)`,
-/// shifted right by one bit so that it fits a TOML integer.
-pub fn derive_seed(master: u64, stream: u64) -> u64 {
-    SplitMix64::derive(master, stream).next_u64() >> 1
-}
 
 /// What lowering needs besides the tree.
 pub(crate) struct Context<'a> {
@@ -85,6 +64,7 @@ pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
         expect,
         output,
         matrix: None,
+        source: Default::default(),
     };
     super::arrivals::check(cx, top, &mut plan);
     plan

@@ -95,3 +95,18 @@ pub(super) fn insert(root: &mut Table, path: &[&str], value: Value) -> Result<()
     table.insert(last, Item::Value(value));
     Ok(())
 }
+
+/// Takes the key or section at `path` (dotted) out of the tree; a path that is not there is left
+/// as it is (nothing to take out).
+pub(super) fn remove(root: &mut Table, path: &str) {
+    let path: Vec<&str> = path.split('.').collect();
+    let Some((last, parents)) = path.split_last() else { return };
+    let mut table: &mut dyn TableLike = root;
+    for key in parents {
+        match table.get_mut(key).and_then(Item::as_table_like_mut) {
+            Some(next) => table = next,
+            None => return,
+        }
+    }
+    table.remove(last);
+}

@@ -885,6 +885,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                     expect,
                     output,
                     matrix: None,
+                    source: Default::default(),
                 }
             },
         )

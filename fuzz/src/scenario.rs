@@ -50,17 +50,8 @@ pub fn check(source: &str, overrides: &Overrides) {
     assert_eq!(to_toml(&b), printed, "printing the re-parsed plan gave different text");
 }
 
-fn without_origins(mut plan: Plan) -> Plan {
-    for e in &mut plan.expect {
-        e.origin.clear();
-    }
-    // A `[matrix]` combination is a whole plan, with expectations of its own.
-    if let Some(m) = &mut plan.matrix {
-        for c in &mut m.combinations {
-            c.plan = without_origins(c.plan.clone());
-        }
-    }
-    plan
+fn without_origins(plan: Plan) -> Plan {
+    plan.without_origins()
 }
 
 /// A shipped scenario edited by a list of `--set`s.

@@ -127,6 +127,22 @@ impl Plan {
         self.matrix.as_deref()
     }
 
+    /// This plan with every `Expectation::origin` blank (a matrix's combinations too): a plan
+    /// read back from [`super::to_toml`] equals this. For round-trip checks (tests, the fuzzer).
+    #[doc(hidden)]
+    pub fn without_origins(mut self) -> Plan {
+        for e in &mut self.expect {
+            e.origin.clear();
+        }
+        // A `[matrix]` combination is a whole plan, with expectations of its own.
+        if let Some(m) = &mut self.matrix {
+            for c in &mut m.combinations {
+                c.plan = c.plan.clone().without_origins();
+            }
+        }
+        self
+    }
+
     /// This plan with `key = value` changes, validated as a whole like a file with `--set`s: the
     /// scenario this plan was lowered from, with its overrides, then `sets` in order (later wins),
     /// lowered again. The only way to change a plan. A value is read as `--set` reads it (an

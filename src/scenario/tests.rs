@@ -386,16 +386,8 @@ fn builder_setters_set_known_keys() {
     assert!(count > 40, "{count} keys set");
 }
 
-fn without_origins(mut plan: Plan) -> Plan {
-    for e in &mut plan.expect {
-        e.origin.clear();
-    }
-    if let Some(m) = &mut plan.matrix {
-        for c in &mut m.combinations {
-            c.plan = without_origins(c.plan.clone());
-        }
-    }
-    plan
+fn without_origins(plan: Plan) -> Plan {
+    plan.without_origins()
 }
 
 fn round_trip(plan: &Plan) {

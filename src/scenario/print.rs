@@ -4,12 +4,10 @@
 //! gives `p` back, except for `Expectation::origin`, which names where the text was read. The
 //! fuzz target and the round-trip proptest rely on this.
 
-use toml_edit::{DocumentMut, InlineTable, Item, Table, TableLike, Value, value};
+use toml_edit::{DocumentMut, Item, Table, TableLike, Value, value};
 
 use super::keys::{self, Batching, Head, Phase, Tag};
 use super::plan::*;
-use super::units::format_duration;
-use crate::engine::faults::{FAULT_KEYS, FaultValue};
 
 /// The scenario text of `plan`.
 pub fn to_toml(plan: &Plan) -> String {
@@ -76,11 +74,7 @@ fn document(plan: &Plan) -> DocumentMut {
     }
 
     let mut faults = Table::new();
-    for key in FAULT_KEYS {
-        if let Some(v) = fault_value(&(key.get)(&plan.faults)) {
-            faults[key.name] = value(v);
-        }
-    }
+    keys::print(&mut faults, keys::FAULT_KEYS, &plan.faults);
     doc["faults"] = Item::Table(faults);
 
     if plan.slo.is_set() {
@@ -151,29 +145,4 @@ fn tagged<S>(tag: &keys::Key<Tag>, variants: &[keys::Variant<S>], s: &S) -> Tabl
         keys::print(&mut table, v.keys, s);
     }
     table
-}
-
-/// A `[faults]` value as the DSL writes it (also what the builder sets); `None` for a trigger
-/// that never fires or an unset process fault, which are written by leaving the key out.
-pub(super) fn fault_value(v: &FaultValue) -> Option<Value> {
-    let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let mut t = InlineTable::new();
-    match v {
-        FaultValue::Trigger(trigger) => {
-            if let Some(every) = trigger.every {
-                t.insert("every", int(every).into());
-            }
-            if trigger.probability != 0.0 {
-                t.insert("probability", trigger.probability.into());
-            }
-        }
-        FaultValue::Process(Some(p)) => {
-            t.insert("after_batches", int(p.after_batches).into());
-        }
-        FaultValue::Process(None) => {}
-        FaultValue::Factor(f) => return Some((*f).into()),
-        FaultValue::Duration(d) => return Some(format_duration(*d).into()),
-        FaultValue::Flag(b) => return Some((*b).into()),
-    }
-    (!t.is_empty()).then_some(Value::InlineTable(t))
 }

@@ -305,11 +305,6 @@ impl<'a> ReadContext<'a> {
         self.float_of(&field, low, hi)
     }
 
-    pub fn boolean(&mut self, t: LocatedTable, key: &str) -> Option<bool> {
-        let field = self.field(t, key)?;
-        self.boolean_of(&field)
-    }
-
     pub fn boolean_of(&mut self, field: &Field) -> Option<bool> {
         match field.node.value().and_then(Value::as_bool) {
             Some(b) => Some(b),
@@ -348,11 +343,6 @@ impl<'a> ReadContext<'a> {
     }
 
     /// A duration string; zero allowed only with `allow_zero`.
-    pub fn duration(&mut self, t: LocatedTable, key: &str, allow_zero: bool) -> Option<Duration> {
-        let field = self.field(t, key)?;
-        self.duration_of(&field, allow_zero)
-    }
-
     pub fn duration_of(&mut self, field: &Field, allow_zero: bool) -> Option<Duration> {
         let Some(text) = field.node.value().and_then(Value::as_str) else {
             let message =

@@ -7,7 +7,6 @@ use std::sync::LazyLock;
 
 use super::expect;
 use super::keys::{self, Sub};
-use crate::engine::faults;
 
 /// The keys of one table of the scenario, and what may stand below each.
 pub(crate) struct SectionKeys {
@@ -52,12 +51,7 @@ static PROFILE: LazyLock<SectionKeys> = LazyLock::new(|| {
 });
 static STOP: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::STOP_KEYS)));
 static PHASE: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::PHASE_KEYS)));
-static FAULTS: LazyLock<SectionKeys> = LazyLock::new(|| {
-    SectionKeys::new(faults::FAULT_KEYS.iter().map(|k| match k.subkeys() {
-        [] => (k.name, Sub::Value),
-        subkeys => (k.name, Sub::Fixed(subkeys)),
-    }))
-});
+static FAULTS: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::FAULT_KEYS)));
 static SLO: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::SLO_KEYS)));
 static OUTPUT: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::OUTPUT_KEYS)));
 

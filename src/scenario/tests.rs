@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use super::plan::*;
 use super::*;
 use crate::engine::ResolvedEngineConfig;
-use crate::engine::faults::{FAULT_KEYS, FaultKind, FaultTrigger, FaultValue, Faults, ProcessFault};
+use crate::engine::faults::{FaultTrigger, Faults, ProcessFault};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::sim::{CostModel, SimConfig, TimeMode};
@@ -457,30 +457,39 @@ fn trigger_strategy() -> impl Strategy<Value = FaultTrigger> {
         .prop_map(|(every, probability)| FaultTrigger { every, probability })
 }
 
-/// Any `[faults]`, key by key from the table; process faults only where they are allowed.
-fn faults_strategy(process_faults: bool) -> impl Strategy<Value = Faults> {
-    let values: Vec<BoxedStrategy<FaultValue>> = FAULT_KEYS
-        .iter()
-        .map(|key| match key.default_value() {
-            FaultValue::Trigger(_) => trigger_strategy().prop_map(FaultValue::Trigger).boxed(),
-            FaultValue::Factor(_) => (1.0..100.0f64).prop_map(FaultValue::Factor).boxed(),
-            FaultValue::Duration(_) => duration_strategy(0).prop_map(FaultValue::Duration).boxed(),
-            FaultValue::Flag(_) => any::<bool>().prop_map(FaultValue::Flag).boxed(),
-            FaultValue::Process(_) if process_faults && key.kind == FaultKind::Process => {
-                proptest::option::of((0u64..1000).prop_map(|after_batches| ProcessFault { after_batches }))
-                    .prop_map(FaultValue::Process)
-                    .boxed()
-            }
-            FaultValue::Process(_) => Just(FaultValue::Process(None)).boxed(),
-        })
-        .collect();
-    values.prop_map(|values| {
-        let mut faults = Faults::default();
-        for (key, v) in FAULT_KEYS.iter().zip(values) {
-            (key.set)(&mut faults, v);
-        }
-        faults
-    })
+/// Any `[faults]`; process faults only where they are allowed.
+fn faults_strategy(process_faults: bool) -> BoxedStrategy<Faults> {
+    let process = move || match process_faults {
+        true => proptest::option::of((0u64..1000).prop_map(|after_batches| ProcessFault { after_batches })).boxed(),
+        false => Just(None).boxed(),
+    };
+    (
+        proptest::array::uniform7(trigger_strategy()),
+        (1.0..100.0f64, duration_strategy(0), any::<bool>(), duration_strategy(0)),
+        (process(), process()),
+    )
+        .prop_map(
+            |(
+                [fail_batch, short_output, extra_output, wrong_id, panic, slow, hang],
+                (slow_factor, hang_for, start_fails, start_delay),
+                (kill_engine, kill_worker),
+            )| Faults {
+                fail_batch,
+                short_output,
+                extra_output,
+                wrong_id,
+                panic,
+                slow,
+                slow_factor,
+                hang,
+                hang_for,
+                start_fails,
+                start_delay,
+                kill_engine,
+                kill_worker,
+            },
+        )
+        .boxed()
 }
 
 fn dist_strategy() -> impl Strategy<Value = TokenDist> {

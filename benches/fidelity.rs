@@ -411,8 +411,12 @@ fn main() {
         Some((profile, DesignRun { dirs, engine: engine.unwrap_or_default() }))
     } else if let Some(dir) = &args.calibration {
         // An earlier run's designed batches, refitted.
-        let dirs: Vec<PathBuf> =
-            design_runs(&base, DESIGN).expect("the design").into_iter().skip(1).map(|(name, _)| dir.join(name)).collect();
+        let dirs: Vec<PathBuf> = design_runs(&base, DESIGN)
+            .expect("the design")
+            .into_iter()
+            .skip(1)
+            .map(|(name, _)| dir.join(name))
+            .collect();
         let profile = fit_dirs(&dirs).unwrap_or_else(|e| panic!("calibrate from {}: {e}", dir.display()));
         Some((profile, DesignRun { dirs, engine: Default::default() }))
     } else if args.profile.is_none() {

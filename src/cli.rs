@@ -407,8 +407,9 @@ fn watch_signals(interrupt: Interrupt, first_signal: std::sync::Arc<std::sync::a
 pub(crate) fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result<ExitCode> {
     let RunArgs { output, requests_jsonl, quiet, verbose, repeat } = args;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
-    let output_dir =
-        output.or_else(|| plan.output().dir().map(PathBuf::from)).unwrap_or_else(|| PathBuf::from("results").join(plan.name()));
+    let output_dir = output
+        .or_else(|| plan.output().dir().map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("results").join(plan.name()));
     // Before anything else: an unwritable output directory must not cost a run.
     if let Err(e) = batchlab::report::prepare_output_dir(&output_dir) {
         eprintln!("error: {e}");

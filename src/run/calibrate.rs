@@ -427,7 +427,10 @@ mod tests {
             })
             .collect();
         assert_eq!(seeds.len(), runs.len(), "every run draws prompts of its own");
-        assert_eq!(design_runs(&base, DESIGN).unwrap().len(), 1 + DESIGN.iter().map(|s| s.batches as usize).sum::<usize>());
+        assert_eq!(
+            design_runs(&base, DESIGN).unwrap().len(),
+            1 + DESIGN.iter().map(|s| s.batches as usize).sum::<usize>()
+        );
     }
 
     #[test]

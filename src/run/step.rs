@@ -184,8 +184,15 @@ impl StepRun {
         domain: ClockDomain,
         anchor: Option<WallAnchor>,
     ) -> Result<Self, LoadError> {
-        let mut run =
-            Self::new(step, plan.stop().clone(), plan.warmup().cloned(), plan.cooldown().cloned(), now, domain, anchor)?;
+        let mut run = Self::new(
+            step,
+            plan.stop().clone(),
+            plan.warmup().cloned(),
+            plan.cooldown().cloned(),
+            now,
+            domain,
+            anchor,
+        )?;
         run.aggregator.set_slo(&plan.slo());
         Ok(run)
     }

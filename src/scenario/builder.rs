@@ -311,7 +311,12 @@ impl ScenarioBuilder {
         let sets = self.sets.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let overrides = Overrides { sets, seed: None };
         let base_dir = self.base_dir.unwrap_or_else(|| PathBuf::from("."));
-        let layer = Layer { arg: "builder:", remove: Vec::new(), overrides };
-        super::lower_source(Written { text: "".into(), file: "builder".into(), base_dir: base_dir.into(), layers: vec![layer] })
+        let layer = Layer { arg: "builder:", remove: Vec::new(), sets: overrides.sets, seed: None };
+        super::lower_source(Written {
+            text: "".into(),
+            file: "builder".into(),
+            base_dir: base_dir.into(),
+            layers: vec![layer],
+        })
     }
 }

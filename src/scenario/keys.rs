@@ -19,10 +19,10 @@ use toml_edit::{Item, Table, value};
 
 use super::plan::*;
 use super::reader::{Field, LocatedTable, LowerBound, ReadContext};
+use crate::engine::faults::Faults;
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::sim::{CostModel, DEFAULT_SCHEDULER, SimConfig, TimeMode};
-use crate::engine::faults::Faults;
 use crate::engine::{ClockDomain, ResolvedEngineConfig};
 use crate::rng::SplitMix64;
 

@@ -179,7 +179,15 @@ pub(crate) fn combinations(root: &Table, axes: &[RawAxis]) -> Vec<(Table, Vec<(S
     out
 }
 
-/// The label of a combination: `key=value` joined by `,` (values as [`super::plan::label_value`]
+/// A value as a matrix label shows it: strings without quotes, everything else as TOML writes it.
+pub(crate) fn label_value(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.value().clone(),
+        other => other.clone().decorated("", "").to_string(),
+    }
+}
+
+/// The label of a combination: `key=value` joined by `,` (values as [`label_value`]
 /// shows them), each key by its last part unless two axes share it.
 pub fn label(values: &[(String, String)]) -> String {
     let short = |k: &str| k.rsplit('.').next().unwrap_or(k).to_owned();

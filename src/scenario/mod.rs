@@ -12,6 +12,7 @@
 
 mod arrivals;
 pub mod builder;
+mod change;
 pub mod error;
 pub mod expect;
 mod keys;
@@ -29,12 +30,13 @@ mod tests;
 
 use std::path::Path;
 
-use plan::{Combination, Layer, MatrixPlan, Source, Written, label_value};
 pub use builder::ScenarioBuilder;
 pub use error::{Origin, Problem, ScenarioError};
 pub use keys::{derive_seed, seed_stream};
+use matrix::label_value;
 pub use overrides::Overrides;
 pub use plan::Plan;
+use plan::{Combination, Layer, MatrixPlan, Source, Written};
 pub use print::{to_json, to_toml};
 pub use schema::key_paths;
 
@@ -99,8 +101,13 @@ pub fn parse_str(source: &str, file_name: &str, base_dir: &Path, overrides: &Ove
     if source.len() > MAX_SCENARIO_BYTES {
         return Err(too_large(file_name, source.len() as u64));
     }
-    let layer = Layer { arg: "--set", remove: Vec::new(), overrides: overrides.clone() };
-    lower_source(Written { text: source.into(), file: file_name.into(), base_dir: base_dir.into(), layers: vec![layer] })
+    let layer = Layer { arg: "--set", remove: Vec::new(), sets: overrides.sets.clone(), seed: overrides.seed };
+    lower_source(Written {
+        text: source.into(),
+        file: file_name.into(),
+        base_dir: base_dir.into(),
+        layers: vec![layer],
+    })
 }
 
 /// The one way to a [`Plan`]: the text parsed, every layer of changes applied in order (`--set`s,
@@ -126,13 +133,14 @@ fn lower_source(written: Written) -> Result<Plan, ScenarioError> {
         for path in &layer.remove {
             overrides::remove(&mut root, path);
         }
-        sets.extend(overrides::apply(&mut root, &layer.overrides, layer.arg, &mut problems));
+        let overrides = Overrides { sets: layer.sets.clone(), seed: layer.seed };
+        sets.extend(overrides::apply(&mut root, &overrides, layer.arg, &mut problems));
     }
     let stem = Path::new(file_name).file_stem().and_then(|s| s.to_str()).unwrap_or("scenario");
     let base_dir = &*written.base_dir;
     let axes = matrix::extract(&mut root, &sets, source, file_name, &mut problems);
     let mut problems = if axes.is_empty() {
-        let mut cx = reader::ReadContext::new(source, file_name, base_dir, &sets, problems);
+        let mut cx = reader::ReadContext::new(source, file_name, base_dir, &sets, schema::RENAMED, problems);
         let mut plan = lower::lower(&mut cx, &root, &lower::Context { stem });
         if !cx.has_problems() {
             plan.source = Source::new(written);
@@ -144,7 +152,7 @@ fn lower_source(written: Written) -> Result<Plan, ScenarioError> {
         let source_of = Source::new(written.clone());
         let mut combinations = Vec::new();
         for (tree, values) in matrix::combinations(&root, &axes) {
-            let mut cx = reader::ReadContext::new(source, file_name, base_dir, &sets, Vec::new());
+            let mut cx = reader::ReadContext::new(source, file_name, base_dir, &sets, schema::RENAMED, Vec::new());
             let mut plan = lower::lower(&mut cx, &tree, &lower::Context { stem });
             for p in cx.into_problems() {
                 if !problems.contains(&p) {
@@ -152,7 +160,7 @@ fn lower_source(written: Written) -> Result<Plan, ScenarioError> {
                 }
             }
             // A combination is the scenario without its matrix, with the combination's values set.
-            plan.source = Source::new(source_of.with(Layer::new("[matrix]", vec!["matrix".to_owned()], &values)));
+            plan.source = Source::new(source_of.with(change::layer("[matrix]", vec!["matrix".to_owned()], &values)));
             let values: Vec<(String, String)> = values.iter().map(|(k, v)| (k.clone(), label_value(v))).collect();
             combinations.push(Combination { label: matrix::label(&values), values, plan });
         }

@@ -8,10 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use toml_edit::Value;
-
-use super::error::ScenarioError;
-use super::overrides::Overrides;
 
 use crate::batcher::BatchConfig;
 pub use crate::engine::chat::RequestFormat;
@@ -126,94 +122,12 @@ impl Plan {
     pub fn matrix(&self) -> Option<&MatrixPlan> {
         self.matrix.as_deref()
     }
-
-    /// This plan with every `Expectation::origin` blank (a matrix's combinations too): a plan
-    /// read back from [`super::to_toml`] equals this. For round-trip checks (tests, the fuzzer).
-    #[doc(hidden)]
-    pub fn without_origins(mut self) -> Plan {
-        for e in &mut self.expect {
-            e.origin.clear();
-        }
-        // A `[matrix]` combination is a whole plan, with expectations of its own.
-        if let Some(m) = &mut self.matrix {
-            for c in &mut m.combinations {
-                c.plan = c.plan.clone().without_origins();
-            }
-        }
-        self
-    }
-
-    /// This plan with `key = value` changes, validated as a whole like a file with `--set`s: the
-    /// scenario this plan was lowered from, with its overrides, then `sets` in order (later wins),
-    /// lowered again. The only way to change a plan. A value is read as `--set` reads it (an
-    /// integer, `"10ms"`, a list, or a table that replaces a whole section); a bad one is reported
-    /// with its key (`set batching.batch_size=0`). A set of a `[matrix]` axis key replaces that
-    /// axis, as `--set` does.
-    pub fn with_sets<K: AsRef<str>>(&self, sets: &[(K, Value)]) -> Result<Plan, ScenarioError> {
-        self.with_changes(&[], sets)
-    }
-
-    /// [`Plan::with_sets`] after taking out the keys or sections `remove` (dotted paths, e.g.
-    /// `warmup` or `matrix`): for a section whose absence means something (no warm-up, no
-    /// matrix), which no value can say.
-    pub fn with_changes<K: AsRef<str>>(&self, remove: &[&str], sets: &[(K, Value)]) -> Result<Plan, ScenarioError> {
-        let layer = Layer::new("set", remove.iter().map(|r| (*r).to_owned()).collect(), sets);
-        super::lower_source(self.source.with(layer))
-    }
-
-    /// This plan on `engine` (its `[engine]` section replaced by `engine`'s, as [`super::to_toml`]
-    /// writes it), everything else as it was: the batching's generate timeout too, whose default
-    /// depends on the engine.
-    pub fn with_engine(&self, engine: &EnginePlan) -> Result<Plan, ScenarioError> {
-        let mut sets = vec![("engine", super::print::engine_value(engine))];
-        if let Some(timeout) = self.batching.generate_timeout() {
-            sets.push(("batching.generate_timeout", super::units::format_duration(timeout).into()));
-        }
-        self.with_sets(&sets)
-    }
-
-    /// This plan with a `[matrix]` of the given combinations instead of any it had: each a label
-    /// (the benchmark name's prefix) and its `key = value` list, lowered as [`Plan::with_sets`]
-    /// lowers one, all run in one engine start. For combinations that are no Cartesian product
-    /// (the points `batchlab tune` confirms); a product is written as `[matrix]` axes.
-    pub fn with_combinations<K: AsRef<str>>(
-        &self,
-        combinations: &[(String, Vec<(K, Value)>)],
-    ) -> Result<Plan, ScenarioError> {
-        let mut out = Vec::with_capacity(combinations.len());
-        let mut problems = Vec::new();
-        for (label, sets) in combinations {
-            match self.with_changes(&["matrix"], sets) {
-                Ok(plan) => {
-                    let values = sets.iter().map(|(k, v)| (k.as_ref().to_owned(), label_value(v))).collect();
-                    out.push(Combination { label: label.clone(), values, plan });
-                }
-                Err(e) => problems.extend(e.problems.into_iter().filter(|p| !problems.contains(p)).collect::<Vec<_>>()),
-            }
-        }
-        if !problems.is_empty() {
-            return Err(ScenarioError { problems });
-        }
-        let mut plan = match out.first() {
-            Some(first) => first.plan.clone(),
-            None => self.with_changes::<&str>(&["matrix"], &[])?,
-        };
-        plan.matrix = Some(Box::new(MatrixPlan { axes: Vec::new(), combinations: out }));
-        Ok(plan)
-    }
-}
-
-/// A value as a matrix label shows it: strings without quotes, everything else as TOML writes it.
-pub(super) fn label_value(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.value().clone(),
-        other => other.clone().decorated("", "").to_string(),
-    }
 }
 
 /// What a plan was lowered from: the scenario text, where it came from, and every change made
-/// to it since, in order. [`Plan::with_sets`] lowers it again with one change more. Not part of
-/// the plan's value: two plans with the same values are equal however they were written.
+/// to it since, in order. `Plan::with_sets` (in `change`) lowers it again with one change more.
+/// Not part of the plan's value: two plans with the same values are equal however they were
+/// written.
 #[derive(Clone)]
 pub(super) struct Source(pub(super) Arc<Written>);
 
@@ -228,20 +142,14 @@ pub(super) struct Written {
     pub layers: Vec<Layer>,
 }
 
-/// One round of changes: keys taken out, then `key=value` sets (and a seed), each problem
-/// labelled with `arg` (`--set`, `builder:`, `set`).
+/// One round of changes: keys taken out, then `key=value` sets as `--set` takes them (and a
+/// master seed), each problem labelled with `arg` (`--set`, `builder:`, `set`).
 #[derive(Clone)]
 pub(super) struct Layer {
     pub arg: &'static str,
     pub remove: Vec<String>,
-    pub overrides: Overrides,
-}
-
-impl Layer {
-    pub fn new<K: AsRef<str>>(arg: &'static str, remove: Vec<String>, sets: &[(K, Value)]) -> Self {
-        let sets = sets.iter().map(|(k, v)| format!("{}={}", k.as_ref(), v.clone().decorated("", ""))).collect();
-        Layer { arg, remove, overrides: Overrides { sets, seed: None } }
-    }
+    pub sets: Vec<String>,
+    pub seed: Option<u64>,
 }
 
 impl Source {
@@ -259,7 +167,8 @@ impl Source {
 
 impl Default for Source {
     fn default() -> Self {
-        Source::new(Written { text: "".into(), file: "builder".into(), base_dir: Path::new(".").into(), layers: Vec::new() })
+        let base_dir: Arc<Path> = Path::new(".").into();
+        Source::new(Written { text: "".into(), file: "builder".into(), base_dir, layers: Vec::new() })
     }
 }
 
@@ -278,14 +187,14 @@ impl std::fmt::Debug for Source {
 /// A validated `[matrix]`: its axes and every combination, each a complete [`Plan`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MatrixPlan {
-    /// The axes in file order; the first varies slowest (none for [`Plan::with_combinations`]).
+    /// The axes in file order; the first varies slowest (none for `Plan::with_combinations`).
     pub(super) axes: Vec<Axis>,
     /// The Cartesian product of the axes, in order.
     pub(super) combinations: Vec<Combination>,
 }
 
 impl MatrixPlan {
-    /// The axes in file order; the first varies slowest (none for [`Plan::with_combinations`]).
+    /// The axes in file order; the first varies slowest (none for `Plan::with_combinations`).
     pub fn axes(&self) -> &[Axis] {
         &self.axes
     }
@@ -452,7 +361,7 @@ pub enum Comparison {
 /// `metric op value`, checked against every benchmark of the run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Expectation {
-    /// A metric name, one of [`crate::scenario::expect::known_metrics`].
+    /// A metric name, one of `scenario::expect::known_metrics()`.
     pub metric: String,
     /// How measured is compared with `value`.
     pub op: Comparison,

@@ -5,6 +5,7 @@
 
 use std::sync::LazyLock;
 
+use super::error::{RenamedKeys, renamed_hint};
 use super::expect;
 use super::keys::{self, Sub};
 
@@ -112,14 +113,9 @@ pub(crate) fn keys_under(path: &[&str]) -> Keys {
     Keys::Value
 }
 
-/// The hint for a key of the table at `path` (dotted) that an older batchlab had and has renamed:
-/// the file validator and `--set` both give it instead of a did-you-mean.
-pub(crate) fn renamed_key(path: &str, key: &str) -> Option<String> {
-    match path {
-        "engine.sim" => crate::engine::sim::renamed_cost(key),
-        _ => None,
-    }
-}
+/// The keys an older batchlab had and has renamed, by table: the file validator (given it as
+/// data) and `--set` both hint at the new name instead of a did-you-mean.
+pub(crate) const RENAMED: &RenamedKeys = &[("engine.sim", crate::engine::sim::RENAMED_COSTS)];
 
 /// Why a dotted key path does not exist: the message and an optional did-you-mean.
 pub(crate) fn check_path(path: &[&str]) -> Result<(), (String, Option<String>)> {
@@ -131,7 +127,7 @@ pub(crate) fn check_path(path: &[&str]) -> Result<(), (String, Option<String>)> 
             Keys::Fixed(keys) if keys.contains(key) => {}
             Keys::Fixed(keys) => {
                 let full: Vec<String> = keys.iter().map(|k| format!("{}{k}", prefix(parent))).collect();
-                let help = renamed_key(&parent.join("."), key)
+                let help = renamed_hint(RENAMED, &parent.join("."), key)
                     .or_else(|| super::error::did_you_mean(&here, full.iter().map(String::as_str)));
                 return Err((format!("unknown key `{here}`"), help));
             }

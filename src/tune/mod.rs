@@ -127,11 +127,20 @@ fn rates(rates: &[f64]) -> Value {
 
 /// One point's settings as `key = value`s: the batch size, the batch timeout, and the load where
 /// the profile has the knob (a throughput profile's `max_concurrency`, a constant one's rate).
-fn point_sets(profile: &ProfileSpec, batch_size: u32, batch_timeout: Duration, load: Option<f64>) -> Vec<(&'static str, Value)> {
-    let mut sets =
-        vec![("batching.batch_size", int(batch_size)), ("batching.batch_timeout", format_duration(batch_timeout).into())];
+fn point_sets(
+    profile: &ProfileSpec,
+    batch_size: u32,
+    batch_timeout: Duration,
+    load: Option<f64>,
+) -> Vec<(&'static str, Value)> {
+    let mut sets = vec![
+        ("batching.batch_size", int(batch_size)),
+        ("batching.batch_timeout", format_duration(batch_timeout).into()),
+    ];
     match (profile, load) {
-        (ProfileSpec::Throughput { .. }, Some(c)) => sets.push(("profile.max_concurrency", int(c.round().max(1.0) as u32))),
+        (ProfileSpec::Throughput { .. }, Some(c)) => {
+            sets.push(("profile.max_concurrency", int(c.round().max(1.0) as u32)))
+        }
         (ProfileSpec::Constant { .. }, Some(r)) => sets.push(("profile.rates", rates(&[r]))),
         _ => {}
     }
@@ -387,9 +396,7 @@ pub fn confirmation_plan(real: &Plan, points: &[&Point], knob: LoadKnob) -> Resu
     }
     let combinations: Vec<(String, Vec<(&str, Value)>)> = points
         .iter()
-        .map(|p| {
-            (p.label(knob), point_sets(real.profile(), p.batch_size, p.batch_timeout, p.load))
-        })
+        .map(|p| (p.label(knob), point_sets(real.profile(), p.batch_size, p.batch_timeout, p.load)))
         .collect();
     Ok(real.with_combinations(&combinations)?)
 }

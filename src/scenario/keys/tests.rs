@@ -192,7 +192,8 @@ fn every_fault_key_sets_its_field_only() {
         }
         assert_eq!(faults.has_process_faults(), is_process_fault(key), "{}", key.name);
     }
-    let every = Faults { slow: FaultTrigger::every(2), kill_worker: Some(ProcessFault { after_batches: 3 }), ..default };
+    let every =
+        Faults { slow: FaultTrigger::every(2), kill_worker: Some(ProcessFault { after_batches: 3 }), ..default };
     assert!(every.has_process_faults());
 }
 

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use arbitrary::Arbitrary;
 use batchlab::scenario::expect::known_metrics;
-use batchlab::scenario::{Overrides, Plan, parse_str, to_toml};
+use batchlab::scenario::{Overrides, parse_str, to_toml};
 use toml_edit::{Array, InlineTable, Value};
 
 /// Relative paths resolve here; it does not exist, so only absolute workload paths can be found
@@ -41,7 +41,7 @@ pub fn check(source: &str, overrides: &Overrides) {
         Ok(p) => p,
         Err(e) => panic!("the printed plan does not parse:\n{e}\n--- printed ---\n{printed}--- source ---\n{source}"),
     };
-    let (a, b) = (without_origins(plan), without_origins(reparsed));
+    let (a, b) = (plan.without_origins(), reparsed.without_origins());
     assert!(
         a == b,
         "round trip changed the plan\n--- printed ---\n{printed}\n--- before ---\n{a:#?}\n--- after ---\n{b:#?}"
@@ -50,9 +50,6 @@ pub fn check(source: &str, overrides: &Overrides) {
     assert_eq!(to_toml(&b), printed, "printing the re-parsed plan gave different text");
 }
 
-fn without_origins(plan: Plan) -> Plan {
-    plan.without_origins()
-}
 
 /// A shipped scenario edited by a list of `--set`s.
 #[derive(Arbitrary, Debug)]

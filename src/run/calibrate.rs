@@ -352,14 +352,14 @@ mod tests {
     use crate::scenario::plan::{ProfileSpec, TokenDist};
     use crate::scenario::{Overrides, load_file};
 
-    fn shipped(name: &str) -> Plan {
+    fn shipped(name: &str) -> Result<Plan, ScenarioError> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios").join(name);
-        load_file(&path, &Overrides::default()).expect("a shipped scenario")
+        load_file(&path, &Overrides::default())
     }
 
     #[test]
     fn a_setting_plan_pins_the_workload_and_keeps_the_engine() {
-        let base = shipped("vllm-cpu.toml");
+        let base = shipped("vllm-cpu.toml").expect("a shipped scenario");
         let setting = Setting { batch_size: 8, prompt_tokens: 600, output_tokens: 64, batches: 3 };
         let plan = setting_plan(&base, &setting, 5).unwrap();
         assert_eq!(plan.engine(), base.engine());
@@ -403,7 +403,7 @@ mod tests {
 
     #[test]
     fn the_runs_interleave_the_settings_one_batch_each() {
-        let base = shipped("vllm-cpu.toml");
+        let base = shipped("vllm-cpu.toml").expect("a shipped scenario");
         let design = [
             Setting { batch_size: 1, prompt_tokens: 16, output_tokens: 8, batches: 3 },
             Setting { batch_size: 8, prompt_tokens: 16, output_tokens: 8, batches: 1 },

@@ -86,9 +86,8 @@ fn the_scenario_files_form_no_circle() {
         let text = text.split("#[cfg(test)]\nmod tests {").next().unwrap_or_default();
         for to in &names {
             let named = ["super::", "super::super::", "crate::scenario::"].iter().any(|p| {
-                text.match_indices(&format!("{p}{to}")).any(|(i, m)| {
-                    !text[i + m.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
-                })
+                text.match_indices(&format!("{p}{to}"))
+                    .any(|(i, m)| !text[i + m.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_'))
             });
             if named && *to != from && to != "mod" {
                 edges.entry(from.clone()).or_default().insert(to.clone());

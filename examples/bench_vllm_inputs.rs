@@ -41,7 +41,7 @@ fn main() -> ExitCode {
         eprintln!("{} is not a vLLM scenario", path.display());
         return ExitCode::from(2);
     };
-    let workload = match Workload::from_plan(&plan.workload()) {
+    let workload = match Workload::from_plan(plan.workload()) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("{e}");

@@ -290,7 +290,7 @@ fn real_main(cli: Cli) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Task::PrintEngineKind => {
-            println!("{}", engine_kind(&plan.engine()));
+            println!("{}", engine_kind(plan.engine()));
             return ExitCode::SUCCESS;
         }
         Task::Run(run_args) => run_args,

@@ -73,7 +73,7 @@ impl Report {
         // The resolved scenario in the DSL's own terms (durations as "10ms", every default
         // spelled out): what `batchlab check` prints, as JSON.
         let scenario = crate::scenario::to_json(plan);
-        let expectations = evaluate(&plan.expect(), &benchmarks);
+        let expectations = evaluate(plan.expect(), &benchmarks);
         let repeats = summarize_repeats(&benchmarks);
         Report {
             schema_version: SCHEMA_VERSION,

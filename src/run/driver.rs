@@ -124,7 +124,7 @@ pub(super) fn run_steps(
     let anchor = Some(driver.wall_anchor());
     let count = segments
         .iter()
-        .map(|seg| match expand(&seg.plan.profile()) {
+        .map(|seg| match expand(seg.plan.profile()) {
             Expansion::Fixed(steps) => Some(steps.len() * repeats as usize),
             Expansion::Sweep { .. } => None,
         })
@@ -132,7 +132,7 @@ pub(super) fn run_steps(
 
     // Per segment: its planner, the last step's rate, and the first round's steps for the later rounds.
     let mut planners: Vec<(StepPlanner, Option<f64>, Vec<crate::loadgen::Step>)> =
-        segments.iter().map(|seg| (StepPlanner::new(&seg.plan.profile()), None, Vec::new())).collect();
+        segments.iter().map(|seg| (StepPlanner::new(seg.plan.profile()), None, Vec::new())).collect();
     let mut benchmarks = Vec::new();
     let mut next_request = 0;
     let mut interrupted = false;
@@ -142,11 +142,11 @@ pub(super) fn run_steps(
 
     'rounds: for round in 0..repeats {
         for (segment, state) in segments.iter().zip(&mut planners) {
-            if current_batching.as_ref() != Some(&segment.plan.batching()) {
+            if current_batching.as_ref() != Some(segment.plan.batching()) {
                 driver.reconfigure(segment.plan.batching().clone()).map_err(|e| RunError::Internal(e.to_string()))?;
                 current_batching = Some(segment.plan.batching().clone());
             }
-            let single_step = matches!(expand(&segment.plan.profile()), Expansion::Fixed(ref s) if s.len() == 1);
+            let single_step = matches!(expand(segment.plan.profile()), Expansion::Fixed(ref s) if s.len() == 1);
             let mut position = 0usize;
             loop {
                 let (planner, last_rps, round_steps) = &mut *state;

@@ -145,7 +145,7 @@ struct DriverResult {
 /// the engine starts. Returns the workload.
 pub fn preflight(plan: &Plan) -> Result<Workload, RunError> {
     plan.engine().check()?;
-    let workload = Workload::from_plan(&plan.workload())?;
+    let workload = Workload::from_plan(plan.workload())?;
     for c in plan.matrix().iter().flat_map(|m| m.combinations()) {
         Workload::from_plan(c.plan().workload())?;
     }
@@ -176,7 +176,7 @@ pub fn run_with_blocking(
     engine: impl Into<TimedEngine>,
     options: RunOptions,
 ) -> Result<RunSummary, RunError> {
-    let workload = Workload::from_plan(&plan.workload())?;
+    let workload = Workload::from_plan(plan.workload())?;
     run_engine(plan, engine.into(), workload, options, EngineSource::Caller)
 }
 

@@ -193,7 +193,7 @@ impl StepRun {
             domain,
             anchor,
         )?;
-        run.aggregator.set_slo(&plan.slo());
+        run.aggregator.set_slo(plan.slo());
         Ok(run)
     }
 

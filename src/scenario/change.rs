@@ -90,10 +90,11 @@ impl Plan {
         if !problems.is_empty() {
             return Err(ScenarioError { problems });
         }
-        let mut plan = match out.first() {
-            Some(first) => first.plan.clone(),
-            None => self.with_changes::<&str>(&["matrix"], &[])?,
+        let Some(first) = out.first() else {
+            // No combination: the plan as it is, without a matrix.
+            return self.with_changes::<&str>(&["matrix"], &[]);
         };
+        let mut plan = first.plan.clone();
         plan.matrix = Some(Box::new(MatrixPlan { axes: Vec::new(), combinations: out }));
         Ok(plan)
     }
@@ -103,4 +104,132 @@ impl Plan {
 pub(super) fn layer<K: AsRef<str>>(arg: &'static str, remove: Vec<String>, sets: &[(K, Value)]) -> Layer {
     let sets = sets.iter().map(|(k, v)| format!("{}={}", k.as_ref(), v.clone().decorated("", ""))).collect();
     Layer { arg, remove, sets, seed: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::scenario::error::Origin;
+    use crate::scenario::{Overrides, load_file, parse_str};
+
+    const TEXT: &str = r#"
+name = "door"
+[batching]
+batch_size = 4
+batch_timeout = "2ms"
+[profile]
+kind = "constant"
+rates = [5.0, 10.0]
+[warmup]
+requests = 2
+[stop]
+max_requests = 20
+"#;
+
+    fn parse(sets: &[&str]) -> Plan {
+        let overrides = Overrides { sets: sets.iter().map(|s| (*s).to_owned()).collect(), seed: Some(7) };
+        parse_str(TEXT, "door.toml", Path::new("."), &overrides).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A change through the door gives the plan the same `--set` would, the earlier overrides
+    /// (here `--seed`) kept.
+    #[test]
+    fn a_change_is_a_set() {
+        let base = parse(&[]);
+        let cases: &[(&str, Value, &str)] = &[
+            ("batching.batch_size", 16.into(), "batching.batch_size=16"),
+            ("batching.batch_timeout", "10ms".into(), "batching.batch_timeout=10ms"),
+            ("profile.rates", [2.5].into_iter().collect(), "profile.rates=[2.5]"),
+            ("profile", "{ kind = \"throughput\" }".parse().unwrap(), "profile={ kind = \"throughput\" }"),
+            ("stop", "{ max_duration = \"1s\" }".parse().unwrap(), "stop={ max_duration = \"1s\" }"),
+            ("name", "other".into(), "name=other"),
+        ];
+        for (key, value, set) in cases {
+            let changed = base.with_sets(&[(key, value.clone())]).unwrap_or_else(|e| panic!("{key}: {e}"));
+            assert_eq!(changed, parse(&[set]), "{key}");
+            assert_eq!(changed.seed(), 7, "{key}: the --seed stays");
+        }
+        // Changes stack: a changed plan changes again from where it is.
+        let twice = base.with_sets(&[("batching.batch_size", 16.into())]).unwrap();
+        let twice = twice.with_sets(&[("stop.max_requests", 5.into())]).unwrap();
+        assert_eq!(twice, parse(&["batching.batch_size=16", "stop.max_requests=5"]));
+    }
+
+    /// A bad change is reported like a bad `--set`: with its key and value, and a did-you-mean.
+    #[test]
+    fn a_bad_change_names_its_key() {
+        let base = parse(&[]);
+        let cases: &[(&str, Value, &str, &str)] = &[
+            ("batching.batch_size", 0.into(), "set batching.batch_size=0", "`batching.batch_size` must be at least 1"),
+            ("batching.batch_sise", 8.into(), "set batching.batch_sise=8", "unknown key `batching.batch_sise`"),
+            ("profile.rate", 3.0.into(), "set profile.rate=3.0", "`profile.rate` does not apply"),
+        ];
+        for (key, value, arg, message) in cases {
+            let e = base.with_sets(&[(key, value.clone())]).expect_err(key);
+            let p = &e.problems[0];
+            assert_eq!(p.origin, Origin::Override { arg: (*arg).to_owned() }, "{key}");
+            assert!(p.message.starts_with(message), "{key}: {}", p.message);
+        }
+    }
+
+    #[test]
+    fn with_changes_takes_sections_out() {
+        let base = parse(&[]);
+        assert!(base.warmup().is_some());
+        let without = base.with_changes(&["warmup", "stop.max_requests"], &[("stop.max_errors", 3.into())]).unwrap();
+        assert_eq!(without.warmup(), None);
+        assert_eq!(without.stop().max_requests(), Some(1000), "the default when neither limit is written");
+        assert_eq!(without.stop().max_errors(), Some(3));
+        let matrix = base.with_sets(&[("batching.batch_size", [8, 16].into_iter().collect::<Value>())]);
+        assert!(matrix.is_err(), "a list is not a batch size");
+    }
+
+    /// Explicit combinations: each lowered like a change, labelled, its values as labels show them.
+    #[test]
+    fn with_combinations_makes_a_matrix() {
+        let base = parse(&[]);
+        let point = |size: i64, timeout: &str| {
+            vec![("batching.batch_size", Value::from(size)), ("batching.batch_timeout", Value::from(timeout))]
+        };
+        let combos = [("a".to_owned(), point(8, "1ms")), ("b".to_owned(), point(32, "5ms"))];
+        let plan = base.with_combinations(&combos).unwrap();
+        let matrix = plan.matrix().expect("a matrix");
+        let labels: Vec<&str> = matrix.combinations().iter().map(Combination::label).collect();
+        assert_eq!(labels, ["a", "b"]);
+        assert_eq!(matrix.combinations()[1].values()[1], ("batching.batch_timeout".to_owned(), "5ms".to_owned()));
+        assert_eq!(matrix.combinations()[1].plan().batching().batch_timeout(), Duration::from_millis(5));
+        assert_eq!(plan.batching().batch_size(), 8, "the plan's own fields are the first combination's");
+        let bad = [("c".to_owned(), point(0, "1ms"))];
+        assert!(base.with_combinations(&bad).is_err());
+        let none: [(String, Vec<(&str, Value)>); 0] = [];
+        assert!(base.with_combinations(&none).unwrap().matrix().is_none());
+    }
+
+    /// `with_engine` writes the engine as `[engine]` and reads it back: the same engine, the rest
+    /// of the plan (the real engine's default generate timeout included) as it was.
+    #[test]
+    fn with_engine_moves_a_plan_to_another_engine() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+        let vllm = load_file(&dir.join("vllm-cpu.toml"), &Overrides::default()).unwrap();
+        let sim = load_file(&dir.join("throughput.toml"), &Overrides::default()).unwrap();
+        let moved = vllm.with_engine(sim.engine()).unwrap();
+        assert_eq!(moved.engine(), sim.engine());
+        assert_eq!(moved.batching(), vllm.batching());
+        assert_eq!(moved.workload(), vllm.workload());
+        let back = moved.with_engine(vllm.engine()).unwrap();
+        assert_eq!(back, vllm);
+    }
+
+    /// A plan from a file keeps its directory: relative paths resolve as they did.
+    #[test]
+    fn relative_paths_resolve_as_in_the_file() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+        let trace = load_file(&dir.join("trace.toml"), &Overrides::default()).unwrap();
+        let changed = trace.with_sets(&[("batching.batch_size", 3.into())]).unwrap();
+        assert_eq!(changed.workload(), trace.workload());
+        assert_eq!(changed.profile(), trace.profile());
+    }
 }

@@ -187,7 +187,7 @@ pub(crate) fn label_value(value: &Value) -> String {
     }
 }
 
-/// The label of a combination: `key=value` joined by `,` (values as [`label_value`]
+/// The label of a combination: `key=value` joined by `,` (values as `label_value`
 /// shows them), each key by its last part unless two axes share it.
 pub fn label(values: &[(String, String)]) -> String {
     let short = |k: &str| k.rsplit('.').next().unwrap_or(k).to_owned();

@@ -2,13 +2,17 @@
 //!
 //! The pipeline is: read the text, parse it with `toml_edit` (keeping spans), apply the
 //! command-line [`Overrides`], then lower the tree into a [`Plan`] while collecting every problem
-//! ([`lower`]). The [`ScenarioBuilder`] and [`to_toml`] go through the very same path, so a plan
-//! built in Rust is held to the same rules as one written by hand. Nothing downstream sees TOML.
+//! (`lower`). The [`ScenarioBuilder`], [`to_toml`] and every change of a plan
+//! ([`Plan::with_sets`]) go through the very same path, so a plan built in Rust or changed by a
+//! workflow is held to the same rules as one written by hand. Nothing downstream sees TOML, and
+//! nothing outside this module builds a plan.
 //!
-//! Files: `error` (problems and their rustc-like report), `reader` (typed, located reads),
-//! `keys` (every key's row: name, doc, default, reading and printing), `schema` (the known keys,
-//! from `keys`), `units` (durations), `expect` (metric names), `lower` (meaning and
-//! defaults), `overrides`, `builder`, `print` (plan back to TOML).
+//! Files, from the bottom: `plan` (the validated data: `Plan` and the types it holds), `units`
+//! (durations), `error` (problems and their rustc-like report), `reader` (typed, located reads),
+//! `keys` (every key's row: name, doc, default, reading and printing; the derived seeds), `expect`
+//! (metric names), `schema` (the known keys, from `keys`), `arrivals` and `lower` (meaning and
+//! defaults), `overrides`, `matrix`, `print` (plan back to TOML, and to JSON), `builder` and
+//! `change` (the door to a changed plan). No file names one above it.
 
 mod arrivals;
 pub mod builder;

@@ -13,8 +13,7 @@
 use toml_edit::{Item, Table, TableLike, Value};
 
 use super::error::{Origin, Problem};
-use super::plan::Axis;
-pub use super::plan::{Combination, MatrixPlan};
+pub use super::plan::{Axis, Combination, MatrixPlan};
 use super::reader::AppliedSet;
 use super::schema;
 

@@ -208,9 +208,20 @@ impl MatrixPlan {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Axis {
     /// The full key path, e.g. `batching.batch_size`.
-    pub key: String,
+    pub(super) key: String,
     /// Each value as TOML text (`8`, `"10ms"`, `[1, 2]`).
-    pub values: Vec<String>,
+    pub(super) values: Vec<String>,
+}
+
+impl Axis {
+    /// The full key path, e.g. `batching.batch_size`.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+    /// Each value as TOML text (`8`, `"10ms"`, `[1, 2]`).
+    pub fn values(&self) -> &[String] {
+        &self.values
+    }
 }
 
 /// One combination of the matrix.

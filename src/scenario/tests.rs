@@ -397,6 +397,9 @@ fn round_trip(plan: &Plan) {
     assert_eq!(without_origins(again.clone()), without_origins(plan.clone()), "\n{text}");
     // Printing the re-read plan gives the same text, origins included.
     assert_eq!(to_toml(&again), text);
+    // The JSON a report carries is that text read as TOML, value for value.
+    let read: toml::Value = toml::from_str(&text).unwrap();
+    assert_eq!(to_json(plan), serde_json::to_value(read).unwrap(), "\n{text}");
 }
 
 /// The shipped scenario files (`scenarios/data/` holds their datasets, `scenarios/profiles/`

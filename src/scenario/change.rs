@@ -183,6 +183,9 @@ max_requests = 20
         assert_eq!(without.warmup(), None);
         assert_eq!(without.stop().max_requests(), Some(1000), "the default when neither limit is written");
         assert_eq!(without.stop().max_errors(), Some(3));
+        let e = base.with_changes::<&str>(&["warmpu"], &[]).expect_err("no such section");
+        assert_eq!(e.problems[0].origin, Origin::Override { arg: "set -warmpu".to_owned() });
+        assert!(e.problems[0].help.as_deref().is_some_and(|h| h.contains("warmup")), "{e}");
         let matrix = base.with_sets(&[("batching.batch_size", [8, 16].into_iter().collect::<Value>())]);
         assert!(matrix.is_err(), "a list is not a batch size");
     }

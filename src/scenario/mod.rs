@@ -135,7 +135,7 @@ fn lower_source(written: Written) -> Result<Plan, ScenarioError> {
     let mut sets = Vec::new();
     for layer in &written.layers {
         for path in &layer.remove {
-            overrides::remove(&mut root, path);
+            overrides::remove(&mut root, path, layer.arg, &mut problems);
         }
         let overrides = Overrides { sets: layer.sets.clone(), seed: layer.seed };
         sets.extend(overrides::apply(&mut root, &overrides, layer.arg, &mut problems));

@@ -96,10 +96,19 @@ pub(super) fn insert(root: &mut Table, path: &[&str], value: Value) -> Result<()
     Ok(())
 }
 
-/// Takes the key or section at `path` (dotted) out of the tree; a path that is not there is left
-/// as it is (nothing to take out).
-pub(super) fn remove(root: &mut Table, path: &str) {
+/// Takes the key or section at `path` (dotted) out of the tree; one the tree does not have is left
+/// as it is (nothing to take out), one no scenario can have is a problem (`arg` names its origin).
+pub(super) fn remove(root: &mut Table, path: &str, arg: &str, problems: &mut Vec<Problem>) {
+    let dotted = path;
     let path: Vec<&str> = path.split('.').collect();
+    // `[matrix]` is taken out of the tree before the schema is asked about the rest.
+    if path != ["matrix"]
+        && let Err((message, help)) = schema::check_path(&path)
+    {
+        let origin = Origin::Override { arg: format!("{arg} -{dotted}") };
+        problems.push(Problem { message, origin, help });
+        return;
+    }
     let Some((last, parents)) = path.split_last() else { return };
     let mut table: &mut dyn TableLike = root;
     for key in parents {

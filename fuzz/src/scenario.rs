@@ -50,7 +50,6 @@ pub fn check(source: &str, overrides: &Overrides) {
     assert_eq!(to_toml(&b), printed, "printing the re-parsed plan gave different text");
 }
 
-
 /// A shipped scenario edited by a list of `--set`s.
 #[derive(Arbitrary, Debug)]
 pub struct Edit {

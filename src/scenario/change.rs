@@ -64,7 +64,9 @@ impl Plan {
     /// This plan with a `[matrix]` of the given combinations instead of any it had: each a label
     /// (the benchmark name's prefix) and its `key = value` list, lowered as [`Plan::with_sets`]
     /// lowers one, all run in one engine start. For combinations that are no Cartesian product
-    /// (the points `batchlab tune` confirms); a product is written as `[matrix]` axes.
+    /// (the points `batchlab tune` confirms); a product is written as `[matrix]` axes. The
+    /// result's own fields are the first combination's, and so is what a further change of it
+    /// starts from: no scenario text holds such a list, so that change has no matrix.
     pub fn with_combinations<K: AsRef<str>>(
         &self,
         combinations: &[(String, Vec<(K, Value)>)],

@@ -75,7 +75,7 @@ use batchlab::report::BenchmarkResult;
 use batchlab::rng::SplitMix64;
 use batchlab::run::progress::ProgressMode;
 use batchlab::run::{Interrupt, PlanRunner, RunOptions};
-use batchlab::scenario::plan::{EnginePlan, Plan, ProfileSpec};
+use batchlab::scenario::plan::{EnginePlan, Plan};
 use batchlab::scenario::{Overrides, load_file};
 use std::io::Write as _;
 
@@ -175,16 +175,16 @@ fn held_out_rows(base: &Plan, stream: u64) -> Vec<Row> {
     .into_iter()
     .enumerate()
     {
-        add(format!("{label} ({})", s.name()), setting_plan(base, &s, stream * 100 + i as u64));
+        add(format!("{label} ({})", s.name()), setting_plan(base, &s, stream * 100 + i as u64).expect("a setting"));
     }
     // Constant rate: 96 arrivals at 30/s into batches of up to 32 (partial batches on the timeout).
-    let mut constant = setting_plan(base, &setting(32, 128, 64, 3), stream * 100 + 50);
-    constant.profile = ProfileSpec::Constant { rates: vec![30.0], max_concurrency: None, rampup: None };
+    let constant = setting_plan(base, &setting(32, 128, 64, 3), stream * 100 + 50)
+        .and_then(|p| p.with_sets(&[("profile", "{ kind = \"constant\", rates = [30.0] }".parse().expect("a table"))]))
+        .expect("a constant-rate setting");
     add("constant 30 req/s (b32-p128-o64)".into(), constant);
     // The whole dataset in one batch: 128 requests, batch size 256 (the batch leaves on its timeout).
-    let mut whole = setting_plan(base, &setting(128, 128, 64, 1), stream * 100 + 60);
-    whole.batching = batchlab::batcher::BatchConfig::new(256, base.batching.batch_timeout())
-        .and_then(|b| b.with_generate_timeout(base.batching.generate_timeout()))
+    let whole = setting_plan(base, &setting(128, 128, 64, 1), stream * 100 + 60)
+        .and_then(|p| p.with_sets(&[("batching.batch_size", 256.into())]))
         .expect("valid batching");
     add("whole dataset: 128 in one batch of ≤ 256".into(), whole);
     // A control, not held out: two batches of a setting the design ran. Its error is the fit's own
@@ -195,7 +195,7 @@ fn held_out_rows(base: &Plan, stream: u64) -> Vec<Row> {
         .find(|s| s.name() == "b16-p16-o64")
         .map(|s| Setting { batches: 2, ..*s })
         .expect("the control is a setting of the design");
-    add(format!("{CONTROL} ({})", control.name()), setting_plan(base, &control, stream * 100 + 70));
+    add(format!("{CONTROL} ({})", control.name()), setting_plan(base, &control, stream * 100 + 70).expect("a setting"));
     rows
 }
 
@@ -296,7 +296,7 @@ fn held_out_prefix(row: usize) -> String {
 
 /// The output directory of row `row`'s real run in `round`: `<work>/held-out/row<i>-<plan>-r<round>`.
 fn held_out_dir(work: &Path, row: usize, round: usize, plan: &Plan) -> PathBuf {
-    work.join(HELD_OUT).join(format!("{}{}-r{round}", held_out_prefix(row), plan.name))
+    work.join(HELD_OUT).join(format!("{}{}-r{round}", held_out_prefix(row), plan.name()))
 }
 
 /// Runs `plan` and returns its one benchmark's metrics; a run with errors or lost requests fails.
@@ -308,12 +308,12 @@ fn run_row(runner: &mut PlanRunner, plan: &Plan) -> Measured {
 /// each batch afterwards, e.g. with `batchlab calibrate` or a replay under the profile).
 fn run_row_into(runner: &mut PlanRunner, plan: &Plan, output: Option<PathBuf>) -> Measured {
     let options = RunOptions { requests_jsonl: output.is_some(), output_dir: output, ..RunOptions::quiet() };
-    let summary = runner.run(plan, options).unwrap_or_else(|e| panic!("{}: {e}", plan.name));
-    let b = summary.report.benchmarks.first().unwrap_or_else(|| panic!("{}: no benchmark", plan.name));
+    let summary = runner.run(plan, options).unwrap_or_else(|e| panic!("{}: {e}", plan.name()));
+    let b = summary.report.benchmarks.first().unwrap_or_else(|| panic!("{}: no benchmark", plan.name()));
     assert!(
         !summary.report.incomplete && b.counts.errors == 0 && b.counts.completed == b.counts.submitted,
         "{}: {} of {} completed, {} errors",
-        plan.name,
+        plan.name(),
         b.counts.completed,
         b.counts.submitted,
         b.counts.errors
@@ -386,8 +386,8 @@ fn main() {
         // among the held-out runs (each at its fractional position, the warm-up first); the fit
         // sees only the design's directories.
         say(&format!("fidelity: calibrating from {} with the held-out runs interleaved ...", args.scenario.display()));
-        let design = design_runs(&base, DESIGN);
-        let mut real = PlanRunner::new(base.engine.build().unwrap_or_else(|e| panic!("{e}")));
+        let design = design_runs(&base, DESIGN).unwrap_or_else(|e| panic!("calibrate: {e}"));
+        let mut real = PlanRunner::new(base.engine().build().unwrap_or_else(|e| panic!("{e}")));
         let (warmup, rest) = design.split_first().expect("a warm-up run");
         run_designed(&mut real, &warmup.0, &warmup.1, &options).unwrap_or_else(|e| panic!("calibrate: {e}"));
         let mut dirs = Vec::new();
@@ -411,8 +411,12 @@ fn main() {
         Some((profile, DesignRun { dirs, engine: engine.unwrap_or_default() }))
     } else if let Some(dir) = &args.calibration {
         // An earlier run's designed batches, refitted.
-        let dirs: Vec<PathBuf> =
-            design_runs(&base, DESIGN).into_iter().skip(1).map(|(name, _)| dir.join(name)).collect();
+        let dirs: Vec<PathBuf> = design_runs(&base, DESIGN)
+            .expect("the design")
+            .into_iter()
+            .skip(1)
+            .map(|(name, _)| dir.join(name))
+            .collect();
         let profile = fit_dirs(&dirs).unwrap_or_else(|e| panic!("calibrate from {}: {e}", dir.display()));
         Some((profile, DesignRun { dirs, engine: Default::default() }))
     } else if args.profile.is_none() {
@@ -444,12 +448,12 @@ fn main() {
         ),
     )
     .expect("writing the simulator's scenario");
-    let sim_engine = load_file(&sim_scenario, &Overrides::default()).unwrap_or_else(|e| panic!("{e}")).engine;
+    let sim_engine = load_file(&sim_scenario, &Overrides::default()).unwrap_or_else(|e| panic!("{e}")).engine().clone();
 
     // 2-3. The held-out rows: measured (unless interleaved above, or taken from an earlier run)
     // and predicted, row by row.
     let mut real =
-        (real_runs && !interleaved).then(|| PlanRunner::new(base.engine.build().unwrap_or_else(|e| panic!("{e}"))));
+        (real_runs && !interleaved).then(|| PlanRunner::new(base.engine().build().unwrap_or_else(|e| panic!("{e}"))));
     let mut sim = PlanRunner::new(sim_engine.build().unwrap_or_else(|e| panic!("{e}")));
     let mut predicted: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
     let t1 = Instant::now();
@@ -469,12 +473,12 @@ fn main() {
                 (None, None) => {
                     host_ms.push(host_probe_ms());
                     let dir = held_out_dir(&args.work, i, round, plan);
-                    let mut stand_in = PlanRunner::new(base.engine.build().expect("the simulator"));
+                    let mut stand_in = PlanRunner::new(base.engine().build().expect("the simulator"));
                     measured[i].push(run_row_into(&mut stand_in, plan, Some(dir)))
                 }
             }
         }
-        let sim_plan = Plan { engine: sim_engine.clone(), ..plan.clone() };
+        let sim_plan = plan.with_engine(&sim_engine).unwrap_or_else(|e| panic!("{e}"));
         let p = run_row(&mut sim, &sim_plan);
         say(&format!(
             "fidelity: round {round} {}: sim {:.0} tok/s, p50 {:.1} ms",
@@ -695,7 +699,7 @@ fn refit_predictions(
                 .iter()
                 .zip(first)
                 .map(|(plan, full)| {
-                    let p = run_row(&mut runner, &Plan { engine: engine.clone(), ..plan.clone() });
+                    let p = run_row(&mut runner, &plan.with_engine(&engine).unwrap_or_else(|e| panic!("{e}")));
                     std::array::from_fn(|k| p.get(k) / full.get(k))
                 })
                 .collect();

@@ -209,8 +209,8 @@ fn run_child(args: &Args, mode: Mode, batch_size: usize) {
         .set(format!("engine.vllm.in_process={}", mode == Mode::InProcess))
         .set(format!("batching.batch_size={batch_size}"));
     let plan = load_file(&args.scenario, &overrides).unwrap_or_else(|e| panic!("{e}"));
-    let EnginePlan::Vllm(vllm) = &plan.engine else { panic!("{} is not a vLLM scenario", args.scenario.display()) };
-    let workload = Workload::from_plan(&plan.workload).expect("workload");
+    let EnginePlan::Vllm(vllm) = &plan.engine() else { panic!("{} is not a vLLM scenario", args.scenario.display()) };
+    let workload = Workload::from_plan(plan.workload()).expect("workload");
     let raw_next = Arc::new(AtomicBool::new(false));
     let raw_seconds = Arc::new(Mutex::new(None));
     let engine = Alternating { inner: vllm.engine(), raw_next: raw_next.clone(), raw_seconds: raw_seconds.clone() };

@@ -37,26 +37,26 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let EnginePlan::Vllm(v) = &plan.engine else {
+    let EnginePlan::Vllm(v) = &plan.engine() else {
         eprintln!("{} is not a vLLM scenario", path.display());
         return ExitCode::from(2);
     };
-    let workload = match Workload::from_plan(&plan.workload) {
+    let workload = match Workload::from_plan(plan.workload()) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(2);
         }
     };
-    let warmup = match plan.warmup {
-        Some(PhaseLimit::Requests(n)) => n,
+    let warmup = match plan.warmup() {
+        Some(PhaseLimit::Requests(n)) => *n,
         None => 0,
         Some(PhaseLimit::Duration(_)) => {
             eprintln!("a warmup by duration has no fixed request count; use warmup.requests");
             return ExitCode::from(2);
         }
     };
-    let Some(measured) = plan.stop.max_requests else {
+    let Some(measured) = plan.stop().max_requests() else {
         eprintln!("the scenario needs stop.max_requests");
         return ExitCode::from(2);
     };
@@ -79,8 +79,8 @@ fn main() -> ExitCode {
     let env: serde_json::Map<String, Value> =
         engine.environment().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
     let out = json!({
-        "scenario": plan.name,
-        "batch_size": plan.batching.batch_size(),
+        "scenario": plan.name(),
+        "batch_size": plan.batching().batch_size(),
         "env": env,
         "kwargs": v.llm_kwargs(),
         "warmup": prompts(0..warmup),

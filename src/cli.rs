@@ -288,7 +288,7 @@ fn real_main(cli: Cli) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Task::PrintEngineKind => {
-            println!("{}", plan.engine.kind());
+            println!("{}", plan.engine().kind());
             return ExitCode::SUCCESS;
         }
         Task::Run(run_args) => run_args,
@@ -337,7 +337,7 @@ pub(crate) struct RunArgs {
 }
 
 pub(crate) fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let (engine, name, dir) = (plan.engine.clone(), plan.name.clone(), plan.output.dir.clone());
+    let (engine, name, dir) = (plan.engine().clone(), plan.name().to_owned(), plan.output().dir().map(PathBuf::from));
     let (code, _) = run_in_session(&engine, &name, dir, args, move |options| run_blocking(&plan, options))?;
     Ok(code)
 }

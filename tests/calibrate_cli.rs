@@ -103,7 +103,7 @@ fn calibrate_recovers_a_simulated_runs_coefficients_from_its_output_directory() 
     let user = dir.join("user.toml");
     std::fs::write(&user, "[engine.sim]\nprofile = \"profile.toml\"\nmax_num_seqs = 4\n").unwrap();
     let plan = load_file(&user, &Overrides::default()).unwrap_or_else(|e| panic!("{e}"));
-    let EnginePlan::Sim(sim) = &plan.engine else { panic!("{:?}", plan.engine) };
+    let EnginePlan::Sim(sim) = &plan.engine() else { panic!("{:?}", plan.engine()) };
     assert_eq!(sim.cost.decode_step.as_nanos(), profile.coefficients.decode_step_ns.round() as u128);
     assert_eq!(sim.scheduler.num_kv_blocks, 48);
     assert_eq!(sim.scheduler.max_num_seqs, 4, "the explicit key wins");

@@ -74,8 +74,11 @@ fn calibrate_a_scenario_recovers_its_coefficients_from_the_designed_runs() {
         .collect();
     names.sort();
     let base = batchlab::scenario::load_file(&scenario, &Default::default()).expect("the scenario");
-    let mut expected: Vec<String> =
-        batchlab::calibrate::design_runs(&base, batchlab::calibrate::DESIGN).into_iter().map(|(n, _)| n).collect();
+    let mut expected: Vec<String> = batchlab::calibrate::design_runs(&base, batchlab::calibrate::DESIGN)
+        .expect("the design")
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
     expected.sort();
     assert_eq!(names, expected);
     for name in &names {

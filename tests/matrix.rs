@@ -63,11 +63,11 @@ fn a_set_replaces_a_matrix_list() {
     let text = scenario("\"batching.batch_size\" = [4, 32]");
     let overrides = Overrides::default().set("batching.batch_size=[2, 8, 16]");
     let plan = parse_str(&text, "m.toml", Path::new("."), &overrides).expect("valid");
-    let labels: Vec<&str> = plan.matrix.as_ref().unwrap().combinations.iter().map(|c| c.label.as_str()).collect();
+    let labels: Vec<&str> = plan.matrix().unwrap().combinations().iter().map(|c| c.label()).collect();
     assert_eq!(labels, ["batch_size=2", "batch_size=8", "batch_size=16"]);
     let single = Overrides::default().set("batching.batch_size=8");
     let plan = parse_str(&text, "m.toml", Path::new("."), &single).expect("valid");
-    assert_eq!(plan.matrix.unwrap().combinations.len(), 1);
+    assert_eq!(plan.matrix().unwrap().combinations().len(), 1);
 }
 
 #[test]
@@ -109,5 +109,5 @@ fn the_printed_plan_keeps_the_matrix() {
     let plan = parse_str(&text, "m.toml", Path::new("."), &Overrides::default()).expect("valid");
     let printed = batchlab::scenario::to_toml(&plan);
     let again = parse_str(&printed, "m.toml", Path::new("."), &Overrides::default()).expect("printed plan parses");
-    assert_eq!(again.matrix, plan.matrix);
+    assert_eq!(again.matrix(), plan.matrix());
 }

@@ -116,7 +116,7 @@ check!(
 fn workload_report(source: &str) -> String {
     let plan = parse_str(source, "scenarios/bad.toml", Path::new("scenarios"), &Overrides::default())
         .unwrap_or_else(|e| panic!("{e}"));
-    match Workload::from_plan(&plan.workload) {
+    match Workload::from_plan(plan.workload()) {
         Ok(_) => panic!("expected a workload error"),
         Err(e) => e.to_string().replace(env!("CARGO_MANIFEST_DIR"), "[repo]"),
     }

@@ -29,7 +29,7 @@ fn every_shipped_sim_scenario_meets_its_expectations() {
     let mut ran = 0;
     for path in scenarios() {
         let plan = load_file(&path, &Overrides::default()).unwrap_or_else(|e| panic!("{e}"));
-        if !matches!(plan.engine, EnginePlan::Sim(_)) {
+        if !matches!(plan.engine(), EnginePlan::Sim(_)) {
             continue; // real engines have their own test suites
         }
         let summary = run_file(&path, &Overrides::default());

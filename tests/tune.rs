@@ -58,8 +58,8 @@ fn the_result_is_within_the_plateau_of_every_point_and_its_snippet_is_a_valid_ba
     let end = SCENARIO.find("[workload]").unwrap();
     let tuned = format!("{}{snippet}{}", &SCENARIO[..start], &SCENARIO[end..]);
     let tuned = plan(&tuned);
-    assert_eq!(tuned.batching.batch_size(), best.batch_size as usize);
-    assert_eq!(tuned.batching.batch_timeout(), best.batch_timeout);
+    assert_eq!(tuned.batching().batch_size(), best.batch_size as usize);
+    assert_eq!(tuned.batching().batch_timeout(), best.batch_timeout);
     // And the recommendation is at least as good as the scenario's own settings.
     let own = search(
         &sim,
@@ -90,7 +90,7 @@ fn on_a_plateau_the_recommendation_is_the_one_with_the_most_headroom() {
     }
     // The recorded headroom is a real run at 1.5x the load.
     let at = with_point(&sim, best.batch_size, best.batch_timeout, best.load).unwrap();
-    let run = run_blocking(&stressed_plan(&at, STRESS).unwrap(), RunOptions::quiet()).unwrap();
+    let run = run_blocking(&stressed_plan(&at, STRESS).unwrap().unwrap(), RunOptions::quiet()).unwrap();
     let goodput = run.report.benchmarks[0].slo.as_ref().and_then(|s| s.goodput_output_tokens_per_s);
     assert_eq!(goodput, best.stress_score);
     // And the headroom differs across the plateau: the tie-break decided something.
@@ -127,7 +127,7 @@ fn a_real_engine_scenario_needs_a_profile() {
     let err = search_plan(&plan(&text), None).unwrap_err().to_string();
     assert!(err.contains("--profile"), "{err}");
     let with_profile = search_plan(&plan(&text), Some(Path::new("scenarios/profiles/example.toml"))).expect("profile");
-    assert!(matches!(with_profile.engine, batchlab::scenario::plan::EnginePlan::Sim(_)));
+    assert!(matches!(with_profile.engine(), batchlab::scenario::plan::EnginePlan::Sim(_)));
 }
 
 #[path = "common/cli.rs"]

@@ -186,7 +186,7 @@ fn chat_scenario_reports_the_engines_templated_prompt_counts() {
 
     let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/vllm-chat.toml");
     let plan = load_file(&scenario, &Overrides::default()).expect("scenario");
-    let workload = Workload::from_plan(&plan.workload).expect("workload");
+    let workload = Workload::from_plan(plan.workload()).expect("workload");
     let cases: Vec<_> = (0..30)
         .map(|k| match workload.request(k).prompt {
             Prompt::Chat(c) => (c.messages, None),

@@ -52,9 +52,9 @@ fn tiny_template(messages: &[(&str, &str)]) -> String {
 #[test]
 fn chat_scenario_prompts_are_templated_then_counted_by_the_simulator() {
     let plan = scenario("chat.toml", &[]);
-    let WorkloadSpec::Synthetic { chat, .. } = &plan.workload else { panic!("chat.toml is synthetic") };
+    let WorkloadSpec::Synthetic { chat, .. } = &plan.workload() else { panic!("chat.toml is synthetic") };
     let system = chat.system_prompt.clone().expect("chat.toml has a system prompt");
-    let workload = Workload::from_plan(&plan.workload).unwrap();
+    let workload = Workload::from_plan(plan.workload()).unwrap();
     let (_, rows) = run_with_rows(&plan, "chat");
     assert_eq!(rows.len(), 512 + 32, "measured and warmup requests");
     for row in &rows {
@@ -79,7 +79,7 @@ fn plain_chat_prompts_are_role_prefixed_text() {
         "chat.toml",
         &["workload.request_format=\"plain\"", "stop.max_requests=16", "expect.completed=16", "warmup.requests=1"],
     );
-    let workload = Workload::from_plan(&plan.workload).unwrap();
+    let workload = Workload::from_plan(plan.workload()).unwrap();
     let (_, rows) = run_with_rows(&plan, "plain");
     for row in &rows {
         let id = row["id"].as_u64().unwrap();
@@ -99,7 +99,7 @@ fn a_custom_template_is_what_the_simulator_counts() {
             "expect.completed=8",
         ],
     );
-    let workload = Workload::from_plan(&plan.workload).unwrap();
+    let workload = Workload::from_plan(plan.workload()).unwrap();
     let (_, rows) = run_with_rows(&plan, "custom");
     for row in &rows {
         let id = row["id"].as_u64().unwrap();
@@ -134,7 +134,7 @@ fn sample_conversations() -> Vec<Conversation> {
 #[test]
 fn sharegpt_scenario_replays_the_sample_with_reply_lengths_and_truncation() {
     let plan = scenario("sharegpt.toml", &[]);
-    let WorkloadSpec::File { dataset, default_max_tokens, .. } = &plan.workload else { panic!() };
+    let WorkloadSpec::File { dataset, default_max_tokens, .. } = &plan.workload() else { panic!() };
     let max = dataset.max_prompt_tokens.expect("sharegpt.toml sets max_prompt_tokens") as usize;
     let conversations = sample_conversations();
     assert_eq!(conversations.len(), 30);
@@ -149,7 +149,7 @@ fn sharegpt_scenario_replays_the_sample_with_reply_lengths_and_truncation() {
     assert_eq!(stats["truncated"].as_u64(), Some(long as u64));
     assert_eq!((stats["skipped_bad_lines"].as_u64(), stats["dropped_long"].as_u64()), (Some(0), Some(0)));
 
-    let workload = Workload::from_plan(&plan.workload).unwrap();
+    let workload = Workload::from_plan(plan.workload()).unwrap();
     for row in &rows {
         let id = row["id"].as_u64().unwrap();
         let (turns, reply) = &conversations[(id % 30) as usize];
@@ -189,7 +189,7 @@ fn bad_dataset_lines_are_errors_or_skipped_and_reported() {
     let file = dir.join("s.toml");
     std::fs::write(&file, &toml).unwrap();
     let plan = load_file(&file, &Overrides::default()).unwrap();
-    let err = Workload::from_plan(&plan.workload).unwrap_err();
+    let err = Workload::from_plan(plan.workload()).unwrap_err();
     assert!(matches!(err, LoadError::BadLines { .. }), "{err:?}");
     let message = err.to_string();
     assert!(message.contains(&format!("{}:2:2: invalid JSON", data.display())), "{message}");

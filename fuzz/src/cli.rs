@@ -60,7 +60,7 @@ pub fn check(input: &Input) {
     assert!(source.len() <= MAX_SCENARIO_BYTES, "a {} byte scenario was accepted", source.len());
     // A file workload reads a file the fuzzer does not control (an absolute path that exists):
     // only the checks that read no file run for it.
-    if !matches!(plan.workload, WorkloadSpec::File { .. }) {
+    if !matches!(plan.workload(), WorkloadSpec::File { .. }) {
         let _ = batchlab::run::preflight(&plan);
     }
     let _ = to_toml(&plan);

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use arbitrary::Arbitrary;
 use batchlab::scenario::expect::known_metrics;
-use batchlab::scenario::{Overrides, Plan, parse_str, to_toml};
+use batchlab::scenario::{Overrides, parse_str, to_toml};
 use toml_edit::{Array, InlineTable, Value};
 
 /// Relative paths resolve here; it does not exist, so only absolute workload paths can be found
@@ -41,26 +41,13 @@ pub fn check(source: &str, overrides: &Overrides) {
         Ok(p) => p,
         Err(e) => panic!("the printed plan does not parse:\n{e}\n--- printed ---\n{printed}--- source ---\n{source}"),
     };
-    let (a, b) = (without_origins(plan), without_origins(reparsed));
+    let (a, b) = (plan.without_origins(), reparsed.without_origins());
     assert!(
         a == b,
         "round trip changed the plan\n--- printed ---\n{printed}\n--- before ---\n{a:#?}\n--- after ---\n{b:#?}"
     );
     // Printing is a fixed point: this also catches differences `PartialEq` cannot see (NaN).
     assert_eq!(to_toml(&b), printed, "printing the re-parsed plan gave different text");
-}
-
-fn without_origins(mut plan: Plan) -> Plan {
-    for e in &mut plan.expect {
-        e.origin.clear();
-    }
-    // A `[matrix]` combination is a whole plan, with expectations of its own.
-    if let Some(m) = &mut plan.matrix {
-        for c in &mut m.combinations {
-            c.plan = without_origins(c.plan.clone());
-        }
-    }
-    plan
 }
 
 /// A shipped scenario edited by a list of `--set`s.

@@ -21,14 +21,14 @@
 use std::path::{Path, PathBuf};
 
 use super::{CalibrateError, fit_design};
-use crate::batcher::BatchConfig;
 use crate::engine::EngineInfo;
 use crate::engine::sim::Profile;
-use crate::rng::SplitMix64;
 use crate::run::progress::ProgressMode;
 use crate::run::progress::Screen;
 use crate::run::{Interrupt, PlanRunner, RunError, RunOptions, RunSummary};
-use crate::scenario::plan::{EnginePlan, OutputPlan, Plan, ProfileSpec, StopPlan, TokenDist, WorkloadSpec};
+use crate::scenario::plan::{EnginePlan, Plan, WorkloadSpec};
+use crate::scenario::{ScenarioError, derive_seed};
+use toml_edit::{InlineTable, Value};
 
 /// Why a designed calibration run failed.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +40,9 @@ pub enum DesignError {
     /// The fit failed.
     #[error(transparent)]
     Calibrate(#[from] CalibrateError),
+    /// A setting does not make a valid scenario of the base (a key the design sets is refused).
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
     /// The run was interrupted (Ctrl-C): no profile from a partial design.
     #[error("interrupted: the designed run did not finish, no profile written")]
     Interrupted,
@@ -114,52 +117,52 @@ pub const DESIGN: &[Setting] = &[
 /// flight; `batches × batch_size` measured requests; no warm-up, cool-down, faults or
 /// expectations. The prompt is shortened where prompt plus output would exceed the engine's
 /// `max_model_len`.
-pub fn setting_plan(base: &Plan, setting: &Setting, stream: u64) -> Plan {
+pub fn setting_plan(base: &Plan, setting: &Setting, stream: u64) -> Result<Plan, ScenarioError> {
     let batch_size = setting.batch_size.max(1);
     let mut prompt = setting.prompt_tokens.max(1);
-    if let EnginePlan::Vllm(v) = &base.engine
+    if let EnginePlan::Vllm(v) = base.engine()
         && let Some(max) = v.max_model_len
     {
         prompt = prompt.min(max.saturating_sub(setting.output_tokens).max(1));
     }
-    let vocab_size = match &base.workload {
+    let vocab_size = match base.workload() {
         WorkloadSpec::Synthetic { vocab_size, .. } => *vocab_size,
         // A prompt file says nothing about the vocabulary; ids below 1000 exist in every model.
         WorkloadSpec::File { .. } => 1000,
     };
-    let batching = BatchConfig::new(batch_size as usize, base.batching.batch_timeout())
-        .and_then(|b| b.with_generate_timeout(base.batching.generate_timeout()))
-        .expect("a batch size of at least 1 and the scenario's validated timeouts");
-    Plan {
-        name: format!("{}-{}", base.name, Setting { prompt_tokens: prompt, ..*setting }.name()),
-        description: Some(format!("batchlab calibrate: {} batches of {}", setting.batches, setting.name())),
-        batching,
-        workload: WorkloadSpec::Synthetic {
-            prompt_tokens: TokenDist::Fixed { value: prompt },
-            output_tokens: TokenDist::Fixed { value: setting.output_tokens.max(1) },
-            seed: SplitMix64::derive(base.seed, 0xCA11_B000 + stream).next_u64(),
-            unique_prefix: true,
-            prefix_groups: 0,
-            prefix_tokens: 0,
-            vocab_size,
-            ignore_eos: true,
-            temperature: 0.0,
-            // Token prompts: their lengths are exact, on every engine.
-            chat: Default::default(),
-            request_format: Default::default(),
-        },
-        profile: ProfileSpec::Throughput { max_concurrency: batch_size },
-        stop: StopPlan {
-            max_requests: Some(u64::from(setting.batches.max(1)) * u64::from(batch_size)),
-            ..StopPlan::default()
-        },
-        warmup: None,
-        cooldown: None,
-        faults: Default::default(),
-        expect: Vec::new(),
-        output: OutputPlan { dir: None, requests_jsonl: true },
-        ..base.clone()
-    }
+    let int = |v: u64| Value::from(i64::try_from(v).unwrap_or(i64::MAX));
+    let table = |entries: &[(&str, Value)]| {
+        let mut t = InlineTable::new();
+        for (key, value) in entries {
+            t.insert(*key, value.clone());
+        }
+        Value::InlineTable(t)
+    };
+    // Token prompts: their lengths are exact, on every engine. A whole section set as a table
+    // replaces it: every key not named here takes its default.
+    let workload = table(&[
+        ("source", "synthetic".into()),
+        ("prompt_tokens", int(u64::from(prompt))),
+        ("output_tokens", int(u64::from(setting.output_tokens.max(1)))),
+        ("seed", int(derive_seed(base.seed(), 0xCA11_B000 + stream))),
+        ("unique_prefix", true.into()),
+        ("vocab_size", int(u64::from(vocab_size))),
+        ("ignore_eos", true.into()),
+        ("temperature", 0.0.into()),
+    ]);
+    let requests = u64::from(setting.batches.max(1)) * u64::from(batch_size);
+    let sets: Vec<(&str, Value)> = vec![
+        ("name", format!("{}-{}", base.name(), Setting { prompt_tokens: prompt, ..*setting }.name()).into()),
+        ("description", format!("batchlab calibrate: {} batches of {}", setting.batches, setting.name()).into()),
+        ("batching.batch_size", int(u64::from(batch_size))),
+        ("workload", workload),
+        ("profile", table(&[("kind", "throughput".into()), ("max_concurrency", int(u64::from(batch_size)))])),
+        ("stop", table(&[("max_requests", int(requests))])),
+        ("faults", table(&[])),
+        ("expect", table(&[])),
+        ("output", table(&[("requests_jsonl", true.into())])),
+    ];
+    base.with_changes(&["warmup", "cooldown", "matrix"], &sets)
 }
 
 /// How a designed run is carried out.
@@ -193,16 +196,16 @@ pub struct DesignRun {
 /// whose speed drifts (a shared CPU), each setting then sees every stretch of the design instead
 /// of one, so a slow minute biases every coefficient a little rather than one a lot. Every run
 /// draws prompts of its own.
-pub fn design_runs(base: &Plan, design: &[Setting]) -> Vec<(String, Plan)> {
+pub fn design_runs(base: &Plan, design: &[Setting]) -> Result<Vec<(String, Plan)>, ScenarioError> {
     let counts: Vec<usize> = design.iter().map(|s| s.batches as usize).collect();
-    let mut runs = vec![("warmup".to_owned(), setting_plan(base, &WARMUP, 0))];
+    let mut runs = vec![("warmup".to_owned(), setting_plan(base, &WARMUP, 0)?)];
     for (i, round) in spread_evenly(&counts) {
         let setting = &design[i];
         let one = Setting { batches: 1, ..*setting };
         let stream = 1 + (i as u64) * 64 + round as u64;
-        runs.push((format!("{}-r{round}", setting.name()), setting_plan(base, &one, stream)));
+        runs.push((format!("{}-r{round}", setting.name()), setting_plan(base, &one, stream)?));
     }
-    runs
+    Ok(runs)
 }
 
 /// Lists of `counts[i]` items each, merged so that every list is spread evenly over the whole:
@@ -221,8 +224,8 @@ pub fn spread_evenly(counts: &[usize]) -> Vec<(usize, usize)> {
 
 /// Runs [`design_runs`] on the engine `base` names, started once.
 pub fn run_design(base: &Plan, design: &[Setting], options: &DesignOptions) -> Result<DesignRun, DesignError> {
-    let plans = design_runs(base, design);
-    let engine = base.engine.build().map_err(RunError::from)?;
+    let plans = design_runs(base, design)?;
+    let engine = base.engine().build().map_err(RunError::from)?;
     let mut runner = PlanRunner::new(engine);
     let mut dirs = Vec::new();
     let mut info = None;
@@ -316,38 +319,39 @@ pub fn default_runs_dir(profile: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::plan::{ProfileSpec, TokenDist};
     use crate::scenario::{Overrides, load_file};
 
-    fn shipped(name: &str) -> Plan {
+    fn shipped(name: &str) -> Result<Plan, ScenarioError> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios").join(name);
-        load_file(&path, &Overrides::default()).expect("a shipped scenario")
+        load_file(&path, &Overrides::default())
     }
 
     #[test]
     fn a_setting_plan_pins_the_workload_and_keeps_the_engine() {
-        let base = shipped("vllm-cpu.toml");
+        let base = shipped("vllm-cpu.toml").expect("a shipped scenario");
         let setting = Setting { batch_size: 8, prompt_tokens: 600, output_tokens: 64, batches: 3 };
-        let plan = setting_plan(&base, &setting, 5);
-        assert_eq!(plan.engine, base.engine);
-        assert_eq!(plan.batching.batch_size(), 8);
-        assert_eq!(plan.batching.batch_timeout(), base.batching.batch_timeout());
-        assert_eq!(plan.profile, ProfileSpec::Throughput { max_concurrency: 8 });
-        assert_eq!(plan.stop.max_requests, Some(24));
-        assert!(plan.warmup.is_none() && plan.expect.is_empty() && plan.output.requests_jsonl);
+        let plan = setting_plan(&base, &setting, 5).unwrap();
+        assert_eq!(plan.engine(), base.engine());
+        assert_eq!(plan.batching().batch_size(), 8);
+        assert_eq!(plan.batching().batch_timeout(), base.batching().batch_timeout());
+        assert_eq!(plan.profile(), &ProfileSpec::Throughput { max_concurrency: 8 });
+        assert_eq!(plan.stop().max_requests(), Some(24));
+        assert!(plan.warmup().is_none() && plan.expect().is_empty() && plan.output().requests_jsonl());
         let WorkloadSpec::Synthetic {
             prompt_tokens, output_tokens, ignore_eos, unique_prefix, vocab_size, seed, ..
-        } = &plan.workload
+        } = &plan.workload()
         else {
-            panic!("synthetic: {:?}", plan.workload)
+            panic!("synthetic: {:?}", plan.workload())
         };
         // vllm-cpu.toml has max_model_len = 512: the prompt leaves room for the output.
         assert_eq!((prompt_tokens, output_tokens), (&TokenDist::Fixed { value: 448 }, &TokenDist::Fixed { value: 64 }));
         assert!(*ignore_eos && *unique_prefix);
         assert_eq!(*vocab_size, 4000, "the scenario's vocabulary (the tiny model has 4096 tokens)");
-        assert_eq!(plan.name, "vllm-cpu-b8-p448-o64");
-        let other = setting_plan(&base, &setting, 6);
-        let WorkloadSpec::Synthetic { seed: other_seed, .. } = other.workload else { unreachable!() };
-        assert_ne!(*seed, other_seed, "every setting draws prompts of its own: no prefix-cache hits across settings");
+        assert_eq!(plan.name(), "vllm-cpu-b8-p448-o64");
+        let other = setting_plan(&base, &setting, 6).unwrap();
+        let WorkloadSpec::Synthetic { seed: other_seed, .. } = other.workload() else { unreachable!() };
+        assert_ne!(seed, other_seed, "every setting draws prompts of its own: no prefix-cache hits across settings");
     }
 
     #[test]
@@ -369,13 +373,13 @@ mod tests {
 
     #[test]
     fn the_runs_interleave_the_settings_one_batch_each() {
-        let base = shipped("vllm-cpu.toml");
+        let base = shipped("vllm-cpu.toml").expect("a shipped scenario");
         let design = [
             Setting { batch_size: 1, prompt_tokens: 16, output_tokens: 8, batches: 3 },
             Setting { batch_size: 8, prompt_tokens: 16, output_tokens: 8, batches: 1 },
             Setting { batch_size: 4, prompt_tokens: 16, output_tokens: 8, batches: 2 },
         ];
-        let runs = design_runs(&base, &design);
+        let runs = design_runs(&base, &design).unwrap();
         let names: Vec<&str> = runs.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
@@ -383,17 +387,20 @@ mod tests {
             ["warmup", "b1-p16-o8-r0", "b4-p16-o8-r0", "b1-p16-o8-r1", "b8-p16-o8-r0", "b4-p16-o8-r1", "b1-p16-o8-r2"]
         );
         for (name, plan) in &runs[1..] {
-            assert_eq!(plan.stop.max_requests, Some(plan.batching.batch_size() as u64), "{name}: one batch");
+            assert_eq!(plan.stop().max_requests(), Some(plan.batching().batch_size() as u64), "{name}: one batch");
         }
         let seeds: std::collections::BTreeSet<u64> = runs
             .iter()
-            .map(|(_, p)| match &p.workload {
+            .map(|(_, p)| match &p.workload() {
                 WorkloadSpec::Synthetic { seed, .. } => *seed,
                 other => panic!("{other:?}"),
             })
             .collect();
         assert_eq!(seeds.len(), runs.len(), "every run draws prompts of its own");
-        assert_eq!(design_runs(&base, DESIGN).len(), 1 + DESIGN.iter().map(|s| s.batches as usize).sum::<usize>());
+        assert_eq!(
+            design_runs(&base, DESIGN).unwrap().len(),
+            1 + DESIGN.iter().map(|s| s.batches as usize).sum::<usize>()
+        );
     }
 
     #[test]

@@ -171,7 +171,7 @@ fn from_scenario(path: &Path, args: &CalibrateArgs) -> ExitCode {
 
 fn design_and_fit(plan: batchlab::scenario::Plan, runs: PathBuf, args: &CalibrateArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&runs).with_context(|| format!("creating {}", runs.display()))?;
-    let session = super::session::Session::start(&plan.engine, &runs, args.verbose)?;
+    let session = super::session::Session::start(plan.engine(), &runs, args.verbose)?;
     let options = DesignOptions {
         runs_dir: runs.clone(),
         progress: ProgressMode::detect(args.quiet),

@@ -57,7 +57,7 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    let objective = match (plan.slo.is_set(), args.max_latency_p99) {
+    let objective = match (plan.slo().is_set(), args.max_latency_p99) {
         (true, _) => Objective::Goodput,
         (false, Some(max_latency_p99)) => Objective::ThroughputUnder { max_latency_p99 },
         (false, None) => {
@@ -91,9 +91,9 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
         return ExitCode::from(EXIT_ERROR);
     };
     println!("\nrecommended (best {}):\n\n{snippet}", objective_name(&objective));
-    let output = args.output.clone().unwrap_or_else(|| PathBuf::from("results").join(format!("{}-tune", plan.name)));
+    let output = args.output.clone().unwrap_or_else(|| PathBuf::from("results").join(format!("{}-tune", plan.name())));
     let mut tune = TuneReport { objective: objective_name(&objective), search_s, result, confirmed: Vec::new() };
-    let real = !matches!(plan.engine, EnginePlan::Sim(_));
+    let real = !matches!(plan.engine(), EnginePlan::Sim(_));
     let report = if real && args.profile.is_some() && args.confirm > 0 {
         match confirm(&plan, &mut tune, &objective, args.confirm, &output) {
             Ok(report) => report,
@@ -146,7 +146,13 @@ fn confirm(
     };
     let (real, result) = (plan.clone(), tune.result.clone());
     let run = move |options| batchlab::tune::confirm(&real, &result, k, options);
-    let summary = match super::run_in_session(&plan.engine, &plan.name, plan.output.dir.clone(), run_args, run) {
+    let summary = match super::run_in_session(
+        plan.engine(),
+        plan.name(),
+        plan.output().dir().map(PathBuf::from),
+        run_args,
+        run,
+    ) {
         Ok((code, Some(summary))) if code == ExitCode::SUCCESS => summary,
         Ok((code, _)) => {
             eprintln!("error: the confirmation run did not finish; its report is in {}", output.display());

@@ -6,16 +6,16 @@
 //! engine, a SIGKILL of its EngineCore or a worker in the middle of a generate. The batcher above
 //! must survive all of them with every request answered exactly once.
 //!
-//! Every `[faults]` key is one row of [`FAULT_KEYS`]: its name, what kind of fault it is, its doc
-//! line and how it is read from and written to [`Faults`]. The scenario schema, the printer, the
-//! builder, the tests' strategies and the docs check all take the names from there.
+//! [`Faults`] is this layer's own config type: the scenario's `[faults]` section is a table of key
+//! rows over it, like every other section (the engine knows nothing of scenarios), so its field
+//! names are the `[faults]` keys.
 //!
 //! Draws are deterministic: generate call `n` (1-based) draws from `SplitMix64::derive(seed, n)`,
 //! every trigger draws whether or not it fires, so a seed gives the same faults on the same
 //! batches, and virtual-time reports stay byte-identical. Sleeps (slow, hang, start delay) go
 //! through the wrapper's [`Clock`], so they cost no wall time under a virtual clock.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -71,7 +71,7 @@ pub struct ProcessFault {
 
 /// The faults to inject. Batch faults are checked in this order and at most one fires per
 /// generate: panic, hang, fail_batch, short_output, extra_output, wrong_id; `slow` combines with
-/// any of them. The field names are the `[faults]` keys (see [`FAULT_KEYS`]).
+/// any of them. The field names are the `[faults]` keys.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Faults {
     /// The batch fails with an engine error without calling the engine.
@@ -125,156 +125,8 @@ impl Default for Faults {
 impl Faults {
     /// Whether any process fault is set (they need vLLM's multiprocess engine).
     pub fn has_process_faults(&self) -> bool {
-        FAULT_KEYS.iter().any(|k| k.kind == FaultKind::Process && (k.get)(self) != k.default_value())
+        self.kill_engine.is_some() || self.kill_worker.is_some()
     }
-}
-
-/// What a `[faults]` key is about.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FaultKind {
-    /// Drawn per generate call: a trigger, or a setting of the fault a trigger fires.
-    Batch,
-    /// Applies to `start`.
-    Start,
-    /// Kills a process of the engine (multiprocess vLLM only).
-    Process,
-}
-
-/// One `[faults]` key's value, typed.
-#[derive(Clone, Debug, PartialEq)]
-pub enum FaultValue {
-    /// `{ every = N }` and/or `{ probability = p }`.
-    Trigger(FaultTrigger),
-    /// A number >= 1.
-    Factor(f64),
-    /// A duration such as `"250ms"`.
-    Duration(Duration),
-    /// `true` or `false`.
-    Flag(bool),
-    /// `{ after_batches = N }`, or unset.
-    Process(Option<ProcessFault>),
-}
-
-impl FaultValue {
-    /// The value type's name, as docs/scenarios.md writes it.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            FaultValue::Trigger(_) => "trigger",
-            FaultValue::Factor(_) => "number >= 1",
-            FaultValue::Duration(_) => "duration",
-            FaultValue::Flag(_) => "boolean",
-            FaultValue::Process(_) => "process fault",
-        }
-    }
-}
-
-/// One `[faults]` key: the single definition the schema, printer, builder and docs check use.
-pub struct FaultKey {
-    /// The key as written under `[faults]`, and the [`Faults`] field it sets.
-    pub name: &'static str,
-    /// Which part of the engine the fault hits.
-    pub kind: FaultKind,
-    /// One line for `docs/scenarios.md` and `batchlab check`.
-    pub doc: &'static str,
-    /// The key's value in a [`Faults`]; on `Faults::default()` it gives the default and the type.
-    pub get: fn(&Faults) -> FaultValue,
-    /// Sets the key; a value of another type than `get` returns is ignored.
-    pub set: fn(&mut Faults, FaultValue),
-}
-
-impl FaultKey {
-    /// The key's default, which also gives its type.
-    pub fn default_value(&self) -> FaultValue {
-        (self.get)(&Faults::default())
-    }
-
-    /// The keys of this key's own table (a trigger's, a process fault's); empty for a plain value.
-    pub fn subkeys(&self) -> &'static [&'static str] {
-        match self.default_value() {
-            FaultValue::Trigger(_) => TRIGGER_KEYS,
-            FaultValue::Process(_) => PROCESS_FAULT_KEYS,
-            _ => &[],
-        }
-    }
-}
-
-macro_rules! fault_key {
-    ($field:ident, $kind:ident, $variant:ident, $doc:literal) => {
-        FaultKey {
-            name: stringify!($field),
-            kind: FaultKind::$kind,
-            doc: $doc,
-            get: |f| FaultValue::$variant(f.$field.clone()),
-            set: |f, v| {
-                if let FaultValue::$variant(x) = v {
-                    f.$field = x;
-                }
-            },
-        }
-    };
-}
-
-/// Every `[faults]` key, in the order the printer writes them.
-pub const FAULT_KEYS: &[FaultKey] = &[
-    fault_key!(fail_batch, Batch, Trigger, "the batch fails with an engine error (the engine is not called)"),
-    fault_key!(short_output, Batch, Trigger, "one output fewer than requests"),
-    fault_key!(extra_output, Batch, Trigger, "one output more than requests"),
-    fault_key!(wrong_id, Batch, Trigger, "an output carries an id not in the batch"),
-    fault_key!(panic, Batch, Trigger, "generate panics"),
-    fault_key!(
-        slow,
-        Batch,
-        Trigger,
-        "generate returns `slow_factor` times later than the engine took (its outputs and timestamps are the engine's)"
-    ),
-    fault_key!(slow_factor, Batch, Factor, "how much later a slow generate returns"),
-    fault_key!(hang, Batch, Trigger, "generate blocks for `hang_for`, then fails (the engine is not called)"),
-    fault_key!(
-        hang_for,
-        Batch,
-        Duration,
-        "how long a hung generate blocks; set `batching.generate_timeout` to catch it"
-    ),
-    fault_key!(start_fails, Start, Flag, "the engine never starts"),
-    fault_key!(start_delay, Start, Duration, "start takes this much longer"),
-    fault_key!(
-        kill_engine,
-        Process,
-        Process,
-        "SIGKILL vLLM's `VLLM::EngineCore` process ~200 ms into generate `after_batches + 1`"
-    ),
-    fault_key!(
-        kill_worker,
-        Process,
-        Process,
-        "SIGKILL a `VLLM::Worker…` process ~200 ms into generate `after_batches + 1` (vLLM's multiprocess executor only)"
-    ),
-];
-
-/// The keys a process fault's table takes.
-pub const PROCESS_FAULT_KEYS: &[&str] = &["after_batches"];
-/// The keys a trigger's table takes.
-pub const TRIGGER_KEYS: &[&str] = &["every", "probability"];
-
-static NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| FAULT_KEYS.iter().map(|k| k.name).collect());
-static TRIGGER_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
-    FAULT_KEYS.iter().filter(|k| matches!(k.default_value(), FaultValue::Trigger(_))).map(|k| k.name).collect()
-});
-
-/// Every `[faults]` key name, in table order.
-pub fn fault_names() -> &'static [&'static str] {
-    &NAMES
-}
-
-/// The `[faults]` keys whose value is a trigger.
-pub fn trigger_names() -> &'static [&'static str] {
-    &TRIGGER_NAMES
-}
-
-/// The row of `name`.
-pub fn fault_key(name: &str) -> Option<&'static FaultKey> {
-    FAULT_KEYS.iter().find(|k| k.name == name)
 }
 
 /// How long after the start of the chosen generate a process fault kills: late enough that

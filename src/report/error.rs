@@ -39,12 +39,6 @@ pub enum ReportError {
         /// serde_json's error.
         source: serde_json::Error,
     },
-    /// The plan could not be serialized into the report.
-    #[error("cannot serialize the scenario plan: {0}")]
-    Plan(serde_json::Error),
-    /// The resolved scenario printed as TOML failed to parse back (a printer bug).
-    #[error("the printed scenario does not read back as TOML: {0}")]
-    Scenario(String),
     /// A report file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {

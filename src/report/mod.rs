@@ -68,21 +68,14 @@ pub struct Report {
 }
 
 impl Report {
-    /// Assembles a report, checking `plan.expect` against `benchmarks`.
-    pub fn new(
-        plan: &Plan,
-        environment: Environment,
-        benchmarks: Vec<BenchmarkResult>,
-        incomplete: bool,
-    ) -> Result<Self, ReportError> {
+    /// Assembles a report, checking `plan.expect()` against `benchmarks`.
+    pub fn new(plan: &Plan, environment: Environment, benchmarks: Vec<BenchmarkResult>, incomplete: bool) -> Self {
         // The resolved scenario in the DSL's own terms (durations as "10ms", every default
-        // spelled out): the TOML that `batchlab check` prints, as JSON.
-        let scenario = toml::from_str::<toml::Value>(&crate::scenario::to_toml(plan))
-            .map_err(|e| ReportError::Scenario(e.to_string()))
-            .and_then(|v| serde_json::to_value(v).map_err(ReportError::Plan))?;
-        let expectations = evaluate(&plan.expect, &benchmarks);
+        // spelled out): what `batchlab check` prints, as JSON.
+        let scenario = crate::scenario::to_json(plan);
+        let expectations = evaluate(plan.expect(), &benchmarks);
         let repeats = summarize_repeats(&benchmarks);
-        Ok(Report {
+        Report {
             schema_version: SCHEMA_VERSION,
             batchlab_version: env!("CARGO_PKG_VERSION").to_string(),
             incomplete,
@@ -94,7 +87,7 @@ impl Report {
             expectations,
             dataset: None,
             tune: None,
-        })
+        }
     }
 
     /// Whether every expectation held.
@@ -184,52 +177,17 @@ pub(crate) mod tests {
 
     #[test]
     fn new_serializes_the_plan_and_checks_its_expectations() {
-        use crate::batcher::BatchConfig;
-        use crate::engine::faults::Faults;
-        use crate::engine::sim::{CostModel, SimConfig, TimeMode};
-        use crate::scenario::plan::{EnginePlan, OutputPlan, ProfileSpec, StopPlan, TokenDist, WorkloadSpec};
-        let plan = Plan {
-            name: "plan".into(),
-            description: None,
-            seed: 42,
-            engine: EnginePlan::Sim(SimConfig {
-                time: TimeMode::default(),
-                seed: 1,
-                cost: CostModel::default(),
-                ..SimConfig::default()
-            }),
-            batching: BatchConfig::default(),
-            workload: WorkloadSpec::Synthetic {
-                prefix_groups: 0,
-                prefix_tokens: 0,
-                prompt_tokens: TokenDist::Fixed { value: 16 },
-                output_tokens: TokenDist::Fixed { value: 8 },
-                seed: 2,
-                unique_prefix: true,
-                vocab_size: 1000,
-                ignore_eos: true,
-                temperature: 0.0,
-                chat: Default::default(),
-                request_format: Default::default(),
-            },
-            profile: ProfileSpec::Throughput { max_concurrency: 4 },
-            stop: StopPlan::default(),
-            warmup: None,
-            cooldown: None,
-            faults: Faults::default(),
-            slo: crate::metrics::Slo::default(),
-            expect: vec![Expectation {
-                metric: "lost".into(),
-                op: Comparison::Eq,
-                value: 0.0,
-                origin: "p.toml:3:1".into(),
-            }],
-            output: OutputPlan::default(),
-            matrix: None,
-        };
+        let plan = crate::scenario::Scenario::builder()
+            .name("plan")
+            .seed(42)
+            .synthetic(16, 8)
+            .profile_throughput(4)
+            .expect("lost", Comparison::Eq, 0.0)
+            .build()
+            .unwrap();
         let end = Timestamp::from_nanos(1_001_000_000_000);
         let benchmarks = vec![sample_aggregator("throughput").finish(end)];
-        let report = Report::new(&plan, redacted_environment(), benchmarks, false).unwrap();
+        let report = Report::new(&plan, redacted_environment(), benchmarks, false);
         assert_eq!(report.schema_version, SCHEMA_VERSION);
         assert_eq!(report.scenario["name"], "plan");
         assert_eq!(report.scenario["profile"]["kind"], "throughput");

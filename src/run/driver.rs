@@ -132,9 +132,9 @@ pub(super) fn run_steps(
     let mut schedule = StepSchedule::new(segments, repeats);
     let mut benchmarks = Vec::new();
     let mut incomplete = false;
-    let mut current_batching = segments.first().map(|seg| &seg.plan.batching);
+    let mut current_batching = segments.first().map(|seg| seg.plan.batching());
     while let Some(scheduled) = schedule.next_step() {
-        let batching = &scheduled.segment.plan.batching;
+        let batching = scheduled.segment.plan.batching();
         if current_batching != Some(batching) {
             steps.driver.reconfigure(batching.clone()).map_err(|e| RunError::Internal(e.to_string()))?;
             current_batching = Some(batching);
@@ -225,8 +225,9 @@ impl StepLoop<'_, '_> {
             finished.records.iter().try_for_each(|record| j.write(record))?;
         }
         if let Some(c) = segment.label {
-            let (combination, values) = (c.label.clone(), c.values.clone());
-            finished.result.matrix = Some(MatrixPoint { combination, values, pareto_front: false });
+            let (combination, values) = (c.label(), c.values());
+            finished.result.matrix =
+                Some(MatrixPoint { combination: combination.to_owned(), values: values.to_vec(), pareto_front: false });
         }
         Ok(finished)
     }

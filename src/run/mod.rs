@@ -155,10 +155,10 @@ struct DriverResult {
 /// read and every line checked). `batchlab check` calls this; so does [`run_blocking`], before
 /// the engine starts. Returns the workload.
 pub fn preflight(plan: &Plan) -> Result<Workload, RunError> {
-    plan.engine.check()?;
-    let workload = Workload::from_plan(&plan.workload)?;
-    for c in plan.matrix.iter().flat_map(|m| &m.combinations) {
-        Workload::from_plan(&c.plan.workload)?;
+    plan.engine().check()?;
+    let workload = Workload::from_plan(plan.workload())?;
+    for c in plan.matrix().iter().flat_map(|m| m.combinations()) {
+        Workload::from_plan(c.plan().workload())?;
     }
     Ok(workload)
 }
@@ -167,7 +167,7 @@ pub fn preflight(plan: &Plan) -> Result<Workload, RunError> {
 /// report. Blocks; see [`run`] for async callers.
 pub fn run_blocking(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunError> {
     let workload = preflight(plan)?;
-    let engine = plan.engine.build()?;
+    let engine = plan.engine().build()?;
     run_engine(plan, engine, workload, options, EngineSource::Plan)
 }
 
@@ -187,7 +187,7 @@ pub fn run_with_blocking(
     engine: impl Into<TimedEngine>,
     options: RunOptions,
 ) -> Result<RunSummary, RunError> {
-    let workload = Workload::from_plan(&plan.workload)?;
+    let workload = Workload::from_plan(plan.workload())?;
     run_engine(plan, engine.into(), workload, options, EngineSource::Caller)
 }
 
@@ -224,7 +224,7 @@ impl RunResult {
     /// The report of these benchmarks of `plan` (what report.json holds).
     pub fn into_report(self, plan: &Plan) -> Result<Report, ReportError> {
         let environment = Environment::detect(&self.engine, self.seeds);
-        let mut report = Report::new(plan, environment, self.benchmarks, self.incomplete)?;
+        let mut report = Report::new(plan, environment, self.benchmarks, self.incomplete);
         report.error = self.error;
         report.dataset = self.dataset;
         Ok(report)
@@ -236,7 +236,7 @@ impl RunResult {
 /// design) to use. `options.output_dir` and `options.requests_jsonl` still stream requests.jsonl,
 /// the one file a run writes while it runs. Blocks.
 pub fn run_benchmarks(plan: &Plan, engine: impl Into<TimedEngine>, options: RunOptions) -> Result<RunResult, RunError> {
-    let workload = Workload::from_plan(&plan.workload)?;
+    let workload = Workload::from_plan(plan.workload())?;
     benchmarks(plan, engine.into(), workload, options, EngineSource::Caller)
 }
 
@@ -252,50 +252,50 @@ fn benchmarks(
     if let Some(dir) = &options.output_dir {
         crate::report::prepare_output_dir(dir).map_err(RunError::Output)?;
     }
-    let mut jsonl = match (&options.output_dir, options.requests_jsonl || plan.output.requests_jsonl) {
+    let mut jsonl = match (&options.output_dir, options.requests_jsonl || plan.output().requests_jsonl()) {
         (Some(dir), true) => Some(RequestsJsonl::create(dir)?),
         _ => None,
     };
     let mut progress = Progress::new(options.progress, &options.screen);
     // Faults draw from the engine's seed where the plan gives one, else from the run's.
-    let seed = plan.engine.seed().filter(|_| source == EngineSource::Plan).unwrap_or(plan.seed);
-    let faults = plan.faults.clone();
+    let seed = plan.engine().seed().filter(|_| source == EngineSource::Plan).unwrap_or(plan.seed());
+    let faults = plan.faults().clone();
     let mut driver: Box<dyn Driver> = match engine {
         TimedEngine::RealTime(e) => {
             let e = FaultyEngine::new(e, faults, seed, std::sync::Arc::new(MonotonicClock));
             // The plan's Python engines run processes (vLLM's EngineCore and workers): watch them.
-            let watch = source == EngineSource::Plan && plan.engine.runs_processes();
-            Box::new(RealTimeDriver::new(e, plan.batching.clone(), &options.interrupt, watch))
+            let watch = source == EngineSource::Plan && plan.engine().runs_processes();
+            Box::new(RealTimeDriver::new(e, plan.batching().clone(), &options.interrupt, watch))
         }
         TimedEngine::VirtualTime(e) => {
             // The virtual driver puts the wrapper, and with it the engine, on its virtual clock.
             let e = FaultyEngine::new(e, faults, seed, std::sync::Arc::new(MonotonicClock));
-            Box::new(VirtualTimeDriver::new(e, plan.batching.clone()))
+            Box::new(VirtualTimeDriver::new(e, plan.batching().clone()))
         }
     };
     let sinks = Sinks { jsonl: jsonl.as_mut(), progress: &mut progress, interrupt: &options.interrupt };
     // A `[matrix]` run: one segment per combination (each with its own workload), one engine start.
-    let result = match &plan.matrix {
+    let result = match &plan.matrix() {
         None => {
             run_steps(&[Segment { plan, workload: &workload, label: None }], driver.as_mut(), sinks, options.repeat)
         }
         Some(matrix) => {
             let workloads = matrix
-                .combinations
+                .combinations()
                 .iter()
                 .map(|c| {
-                    if c.plan.workload == plan.workload {
+                    if c.plan().workload() == plan.workload() {
                         Ok(workload.clone())
                     } else {
-                        Workload::from_plan(&c.plan.workload)
+                        Workload::from_plan(c.plan().workload())
                     }
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let segments: Vec<Segment<'_>> = matrix
-                .combinations
+                .combinations()
                 .iter()
                 .zip(&workloads)
-                .map(|(c, w)| Segment { plan: &c.plan, workload: w, label: Some(c) })
+                .map(|(c, w)| Segment { plan: c.plan(), workload: w, label: Some(c) })
                 .collect();
             run_steps(&segments, driver.as_mut(), sinks, options.repeat)
         }
@@ -371,14 +371,14 @@ pub async fn run_with(
 /// Every seed the run used, by component.
 fn seeds(plan: &Plan, source: EngineSource) -> BTreeMap<String, u64> {
     let mut s = BTreeMap::new();
-    s.insert("run".to_string(), plan.seed);
-    if let Some(seed) = plan.engine.seed().filter(|_| source == EngineSource::Plan) {
+    s.insert("run".to_string(), plan.seed());
+    if let Some(seed) = plan.engine().seed().filter(|_| source == EngineSource::Plan) {
         s.insert("engine".to_string(), seed);
     }
-    if let WorkloadSpec::Synthetic { seed, .. } = &plan.workload {
+    if let WorkloadSpec::Synthetic { seed, .. } = &plan.workload() {
         s.insert("workload".to_string(), *seed);
     }
-    match &plan.profile {
+    match &plan.profile() {
         ProfileSpec::Poisson { seed, .. } => _ = s.insert("poisson".to_string(), *seed),
         ProfileSpec::Gamma { seed, .. } => _ = s.insert("gamma".to_string(), *seed),
         _ => {}

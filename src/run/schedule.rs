@@ -58,7 +58,7 @@ impl<'s, 'a> StepSchedule<'s, 'a> {
         let repeats = repeats.max(1);
         let count = segments
             .iter()
-            .map(|seg| match expand(&seg.plan.profile) {
+            .map(|seg| match expand(seg.plan.profile()) {
                 Expansion::Fixed(steps) => Some(steps.len() * repeats as usize),
                 Expansion::Sweep { .. } => None,
             })
@@ -66,10 +66,10 @@ impl<'s, 'a> StepSchedule<'s, 'a> {
         let planned = segments
             .iter()
             .map(|seg| SegmentSteps {
-                planner: StepPlanner::new(&seg.plan.profile),
+                planner: StepPlanner::new(seg.plan.profile()),
                 last_rps: None,
                 first_round: Vec::new(),
-                single_step: matches!(expand(&seg.plan.profile), Expansion::Fixed(ref s) if s.len() == 1),
+                single_step: matches!(expand(seg.plan.profile()), Expansion::Fixed(ref s) if s.len() == 1),
             })
             .collect();
         StepSchedule { segments, repeats, count, planned, round: 0, segment: 0, position: 0, given: 0 }
@@ -97,7 +97,8 @@ impl<'s, 'a> StepSchedule<'s, 'a> {
             };
             self.position += 1;
             if let Some(c) = segment.label {
-                step.name = if steps.single_step { c.label.clone() } else { format!("{}/{}", c.label, step.name) };
+                step.name =
+                    if steps.single_step { c.label().to_owned() } else { format!("{}/{}", c.label(), step.name) };
             }
             let index = self.given;
             self.given += 1;
@@ -122,11 +123,11 @@ impl<'s, 'a> StepSchedule<'s, 'a> {
 mod tests {
     use super::*;
     use crate::loadgen::Workload;
-    use crate::scenario::{Overrides, Plan, parse_str};
+    use crate::scenario::{Overrides, Plan, ScenarioError, parse_str};
 
-    fn plan(profile: &str) -> Plan {
+    fn plan(profile: &str) -> Result<Plan, ScenarioError> {
         let text = format!("name = \"t\"\n[profile]\n{profile}\n");
-        parse_str(&text, "t.toml", std::path::Path::new("."), &Overrides::default()).expect("a valid scenario")
+        parse_str(&text, "t.toml", std::path::Path::new("."), &Overrides::default())
     }
 
     /// The rounds and names a schedule gives, telling it `rps` times the benchmark's number (a
@@ -144,8 +145,8 @@ mod tests {
 
     #[test]
     fn repeats_are_interleaved_and_a_sweep_reruns_its_first_rounds_rates() {
-        let steps = plan("kind = \"constant\"\nrates = [10.0, 2.0]");
-        let workload = Workload::from_plan(&steps.workload).expect("a workload");
+        let steps = plan("kind = \"constant\"\nrates = [10.0, 2.0]").expect("a valid scenario");
+        let workload = Workload::from_plan(steps.workload()).expect("a workload");
         let segments = [Segment { plan: &steps, workload: &workload, label: None }];
         assert_eq!(StepSchedule::new(&segments, 2).count, Some(4));
         assert_eq!(
@@ -153,7 +154,7 @@ mod tests {
             ["0:constant@10.00/s", "0:constant@2.00/s", "1:constant@10.00/s", "1:constant@2.00/s"]
         );
 
-        let sweep = plan("kind = \"sweep\"\nrates = 2");
+        let sweep = plan("kind = \"sweep\"\nrates = 2").expect("a valid scenario");
         let segments = [Segment { plan: &sweep, workload: &workload, label: None }];
         assert_eq!(StepSchedule::new(&segments, 2).count, None);
         let first = names(&segments, 2, 10.0);

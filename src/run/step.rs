@@ -170,9 +170,16 @@ impl StepRun {
         domain: ClockDomain,
         anchor: Option<WallAnchor>,
     ) -> Result<Self, LoadError> {
-        let mut run =
-            Self::new(step, plan.stop.clone(), plan.warmup.clone(), plan.cooldown.clone(), now, domain, anchor)?;
-        run.aggregator.set_slo(&plan.slo);
+        let mut run = Self::new(
+            step,
+            plan.stop().clone(),
+            plan.warmup().cloned(),
+            plan.cooldown().cloned(),
+            now,
+            domain,
+            anchor,
+        )?;
+        run.aggregator.set_slo(plan.slo());
         Ok(run)
     }
 
@@ -246,7 +253,7 @@ impl StepRun {
 
     /// The planned number of measured requests, when bounded by count.
     pub fn measured_target(&self) -> Option<u64> {
-        self.stop.max_requests
+        self.stop.max_requests()
     }
 
     /// The phase new requests are admitted in; `None` once admission is over (draining).
@@ -327,8 +334,8 @@ impl StepRun {
                 self.aggregator.start(now);
                 now
             });
-            let deadline = self.stop.max_duration.map(|d| start.saturating_add(d));
-            if self.stop.max_requests.is_some_and(|m| self.measured_submitted >= m) {
+            let deadline = self.stop.max_duration().map(|d| start.saturating_add(d));
+            if self.stop.max_requests().is_some_and(|m| self.measured_submitted >= m) {
                 self.end_measure(now, StopReason::MaxRequests);
             } else if deadline.is_some_and(|d| now >= d) {
                 self.end_measure(deadline.unwrap_or(now), StopReason::MaxDuration);
@@ -380,7 +387,7 @@ impl StepRun {
             Phase::Measure => {
                 self.measured_submitted += 1;
                 self.aggregator.record_submitted();
-                if self.stop.max_requests.is_some_and(|m| self.measured_submitted >= m) {
+                if self.stop.max_requests().is_some_and(|m| self.measured_submitted >= m) {
                     self.end_measure(now, StopReason::MaxRequests);
                 }
             }
@@ -479,9 +486,9 @@ impl StepRun {
         if self.measure_end.is_some() {
             return;
         }
-        if self.stop.max_errors.is_some_and(|m| self.measured_errors >= m) {
+        if self.stop.max_errors().is_some_and(|m| self.measured_errors >= m) {
             self.end_measure(now, StopReason::MaxErrors);
-        } else if let Some(rate) = self.stop.max_error_rate {
+        } else if let Some(rate) = self.stop.max_error_rate() {
             let finished = self.measured_finished;
             if finished >= ERROR_RATE_MIN_SAMPLE && self.measured_errors as f64 / finished as f64 > rate {
                 self.end_measure(now, StopReason::MaxErrorRate);
@@ -546,8 +553,8 @@ impl StepRun {
             None => (None, None),
         };
         let since = |t: Option<Timestamp>| t.map_or(0.0, |t| now.saturating_since(t).as_secs_f64());
-        let measured_total = self.stop.max_requests;
-        let measured_limit = self.stop.max_duration.map(|d| d.as_secs_f64());
+        let measured_total = self.stop.max_requests();
+        let measured_limit = self.stop.max_duration().map(|d| d.as_secs_f64());
         // Admission over, but measured requests still running: the measurement is what runs.
         let stopped_early = matches!(self.stop_reason, Some(StopReason::Interrupted | StopReason::EngineUnusable));
         let measuring = self.measure_start.is_some() && self.measured_finished < self.measured_submitted;
@@ -634,7 +641,7 @@ mod tests {
     }
 
     fn step(warmup: Option<PhaseLimit>, max_requests: u64) -> StepRun {
-        let stop = StopPlan { max_requests: Some(max_requests), ..StopPlan::default() };
+        let stop = crate::scenario::Scenario::builder().max_requests(max_requests).build().unwrap().stop().clone();
         let step = Step::new(StepKind::Throughput { max_concurrency: 4 });
         StepRun::new(step, stop, warmup, None, at(0), ClockDomain::Monotonic, None).unwrap()
     }

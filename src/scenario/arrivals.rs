@@ -1,7 +1,7 @@
 //! The rules between keys of `[profile]`, `[workload]` and `[stop]` that arrivals and shared
 //! prefixes bring: a trace replays a workload file's timestamps (read here, so `batchlab check`
 //! finds a file without them), a ramp-up must end before the run does, and a shared prefix must
-//! leave room for the rest of the prompt. Called by [`super::lower`] once every section is read.
+//! leave room for the rest of the prompt. Called by the lowering once every section is read.
 
 use toml_edit::TableLike;
 

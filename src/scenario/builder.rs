@@ -11,10 +11,10 @@ use toml_edit::{Array, Value};
 use super::error::ScenarioError;
 use super::keys;
 use super::overrides::Overrides;
-use super::plan::{Comparison, Plan, Slo, TokenDist};
+use super::plan::{Comparison, Layer, Plan, Slo, TokenDist, Written};
 use super::units::format_duration;
 use crate::engine::ResolvedEngineConfig;
-use crate::engine::faults::{FAULT_KEYS, FaultTrigger, FaultValue, Faults, ProcessFault};
+use crate::engine::faults::{FaultTrigger, Faults, ProcessFault};
 use crate::engine::sim::CostModel;
 
 /// Builds a [`Plan`]; start with `Scenario::builder()`. Later calls win; switching the engine,
@@ -221,22 +221,24 @@ impl ScenarioBuilder {
     /// `.faults(&Faults { fail_batch: FaultTrigger::every(7), ..Faults::default() })`. Additive:
     /// keys set by earlier calls and left at their default here stay as they were.
     pub fn faults(mut self, faults: &Faults) -> Self {
-        for key in FAULT_KEYS {
-            let v = (key.get)(faults);
-            if v == key.default_value() {
+        let default = Faults::default();
+        for key in keys::FAULT_KEYS {
+            let (v, d) = ((key.print)(faults), (key.print)(&default));
+            if v.as_ref().map(ToString::to_string) == d.as_ref().map(ToString::to_string) {
                 continue;
             }
             let name = format!("faults.{}", key.name);
-            self = match super::print::fault_value(&v) {
-                Some(text) => self.set(&name, text),
+            self = match v.and_then(|item| item.into_value().ok()) {
+                Some(v) => self.set(&name, v),
                 None => self.forget(&name),
             };
         }
         self
     }
-    /// A fault trigger by its `[faults]` name (one of [`crate::engine::faults::trigger_names`]).
+    /// A fault trigger by its `[faults]` name (`fail_batch`, `short_output`, `extra_output`,
+    /// `wrong_id`, `panic`, `slow`, `hang`).
     pub fn fault(self, name: &str, trigger: &FaultTrigger) -> Self {
-        match super::print::fault_value(&FaultValue::Trigger(trigger.clone())) {
+        match keys::trigger_value(trigger) {
             Some(v) => self.set(&format!("faults.{name}"), v),
             None => self.forget(&format!("faults.{name}")),
         }
@@ -309,6 +311,12 @@ impl ScenarioBuilder {
         let sets = self.sets.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let overrides = Overrides { sets, seed: None };
         let base_dir = self.base_dir.unwrap_or_else(|| PathBuf::from("."));
-        super::parse_with("", "builder", &base_dir, &overrides, "builder:")
+        let layer = Layer { arg: "builder:", remove: Vec::new(), sets: overrides.sets, seed: None };
+        super::lower_source(Written {
+            text: "".into(),
+            file: "builder".into(),
+            base_dir: base_dir.into(),
+            layers: vec![layer],
+        })
     }
 }

@@ -258,3 +258,16 @@ pub(crate) fn did_you_mean<'a>(found: &str, candidates: impl IntoIterator<Item =
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, c)| format!("did you mean `{c}`?"))
 }
+
+/// Keys an older batchlab had and has renamed, by the dotted path of their table: `(table,
+/// [(old, new, what changed)])`. The schema holds the one list (`schema::RENAMED`); the reader
+/// is given it as data.
+pub(crate) type RenamedKeys = [(&'static str, &'static [(&'static str, &'static str, &'static str)])];
+
+/// The hint for `key` of the table at `path` (dotted) if `renamed` has it, given instead of a
+/// did-you-mean: its new name and why it changed.
+pub(crate) fn renamed_hint(renamed: &RenamedKeys, path: &str, key: &str) -> Option<String> {
+    let (_, keys) = renamed.iter().find(|(table, _)| *table == path)?;
+    let (_, new, why) = keys.iter().find(|(old, ..)| *old == key)?;
+    Some(format!("`{key}` was renamed to `{new}`: {why}"))
+}

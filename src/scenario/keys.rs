@@ -3,13 +3,14 @@
 //! A section's keys are one table of [`Key`]s over the type the section lowers into: the key's
 //! name, its doc line (docs/scenarios.md's notes column), its default as the docs state it, and
 //! how its value is read ([`Codec::read`]) and printed ([`Codec::print`]). The schema (allowed keys,
-//! did-you-mean, `--set` paths), [`lower`](super::lower), [`print`](super::print), the builder and
-//! the docs check all walk these tables, so adding a key is one row here (plus its plan field).
-//! Rules between keys (required keys, exactly-one-of, keys of another variant) stay in `lower`.
+//! did-you-mean, `--set` paths), the lowering, the printer, the builder and the docs check all
+//! walk these tables, so adding a key is one row here (plus its plan field). Rules between keys
+//! (required keys, exactly-one-of, keys of another variant) stay in the lowering. `[faults]` is a
+//! section like any other: [`FAULT_KEYS`] over the engine's own `Faults`.
 //!
 //! Sections whose keys depend on a tag (`workload.source`, `profile.kind`) have one table per
-//! variant ([`Variant`]); a row shared by variants matches them with an or-pattern. `[faults]`
-//! keys are [`crate::engine::faults::FAULT_KEYS`] (the engine layer cannot know [`ReadContext`]).
+//! variant ([`Variant`]); a row shared by variants matches them with an or-pattern. The seeds a
+//! section's defaults derive from the master seed are here too ([`derive_seed`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,10 +19,32 @@ use toml_edit::{Item, Table, value};
 
 use super::plan::*;
 use super::reader::{Field, LocatedTable, LowerBound, ReadContext};
+use crate::engine::faults::Faults;
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::sim::{CostModel, DEFAULT_SCHEDULER, SimConfig, TimeMode};
 use crate::engine::{ClockDomain, ResolvedEngineConfig};
+use crate::rng::SplitMix64;
+
+/// Seed streams of the components whose seed defaults to one derived from the master seed.
+pub mod seed_stream {
+    /// `engine.sim.seed`.
+    pub const SIM: u64 = 1;
+    /// `engine.vllm.seed`.
+    pub const VLLM: u64 = 2;
+    /// `workload.seed`.
+    pub const WORKLOAD: u64 = 3;
+    /// A poisson profile's `seed`.
+    pub const POISSON: u64 = 4;
+    /// A gamma profile's `seed`.
+    pub const GAMMA: u64 = 5;
+}
+
+/// The default seed of a component: the first draw of `SplitMix64::derive(master, stream)`,
+/// shifted right by one bit so that it fits a TOML integer.
+pub fn derive_seed(master: u64, stream: u64) -> u64 {
+    SplitMix64::derive(master, stream).next_u64() >> 1
+}
 
 /// What may stand below a key: nothing (a plain value), anything (a free-form table), or fixed keys.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -252,7 +275,7 @@ pub(crate) const SCHED_KEYS: &[Key<ResolvedEngineConfig>] = &[
 
 /// `[engine.sim]` before any key is read.
 pub(crate) fn sim_default(master_seed: u64) -> SimConfig {
-    let seed = super::derive_seed(master_seed, super::seed_stream::SIM);
+    let seed = derive_seed(master_seed, seed_stream::SIM);
     SimConfig { time: TimeMode::Virtual, seed, cost: CostModel::default(), scheduler: DEFAULT_SCHEDULER, profile: None }
 }
 
@@ -286,7 +309,7 @@ pub(crate) fn vllm_default(master_seed: u64) -> VllmConfig {
         max_num_seqs: None,
         max_num_batched_tokens: None,
         enforce_eager: true,
-        seed: super::derive_seed(master_seed, super::seed_stream::VLLM),
+        seed: derive_seed(master_seed, seed_stream::VLLM),
         kv_cache_gib: 1.0,
         in_process: true,
         omp_num_threads: None,
@@ -462,7 +485,7 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadSpec>] = &[
         default: |master_seed| WorkloadSpec::Synthetic {
             prompt_tokens: TokenDist::Fixed { value: 128 },
             output_tokens: TokenDist::Fixed { value: 64 },
-            seed: super::derive_seed(master_seed, super::seed_stream::WORKLOAD),
+            seed: derive_seed(master_seed, seed_stream::WORKLOAD),
             unique_prefix: true,
             prefix_groups: 0,
             prefix_tokens: 0,
@@ -605,7 +628,7 @@ pub(crate) const PROFILE_VARIANTS: &[Variant<ProfileSpec>] = &[
         ],
         default: |master_seed| ProfileSpec::Poisson {
             rate: 1.0,
-            seed: super::derive_seed(master_seed, super::seed_stream::POISSON),
+            seed: derive_seed(master_seed, seed_stream::POISSON),
             max_concurrency: None,
             rampup: None,
         },
@@ -623,7 +646,7 @@ pub(crate) const PROFILE_VARIANTS: &[Variant<ProfileSpec>] = &[
         default: |master_seed| ProfileSpec::Gamma {
             rate: 1.0,
             burstiness: 1.0,
-            seed: super::derive_seed(master_seed, super::seed_stream::GAMMA),
+            seed: derive_seed(master_seed, seed_stream::GAMMA),
             max_concurrency: None,
             rampup: None,
         },
@@ -690,6 +713,57 @@ pub(crate) const SLO_KEYS: &[Key<Slo>] = &[
     key!(itl_ms: OBJECTIVE_MS, KeyDefault::Value, "> 0; every gap between two tokens, ms (needs per-token times)", in Slo),
     key!(latency_ms: OBJECTIVE_MS, KeyDefault::Value, "> 0; end-to-end latency, ms", in Slo),
 ];
+
+/// `[faults]`, in the order the printer writes them (the engine checks batch faults in the order
+/// panic, hang, fail_batch, short_output, extra_output, wrong_id).
+pub(crate) const FAULT_KEYS: &[Key<Faults>] = &[
+    key!(fail_batch: Trigger, NEVER, "the batch fails with an engine error (the engine is not called)", in Faults),
+    key!(short_output: Trigger, NEVER, "one output fewer than requests", in Faults),
+    key!(extra_output: Trigger, NEVER, "one output more than requests", in Faults),
+    key!(wrong_id: Trigger, NEVER, "an output carries an id not in the batch", in Faults),
+    key!(panic: Trigger, NEVER, "generate panics", in Faults),
+    key!(
+        slow: Trigger,
+        NEVER,
+        "generate returns `slow_factor` times later than the engine took (its outputs and timestamps are the engine's)",
+        in Faults
+    ),
+    key!(
+        slow_factor: Float(LowerBound::AtLeast(1.0), f64::INFINITY),
+        KeyDefault::Value,
+        "how much later a slow generate returns",
+        in Faults
+    ),
+    key!(hang: Trigger, NEVER, "generate blocks for `hang_for`, then fails (the engine is not called)", in Faults),
+    key!(
+        hang_for: Dur { zero: true },
+        KeyDefault::Value,
+        "how long a hung generate blocks; set `batching.generate_timeout` to catch it",
+        in Faults
+    ),
+    key!(start_fails: Bool, KeyDefault::Value, "the engine never starts", in Faults),
+    key!(start_delay: Dur { zero: true }, KeyDefault::Value, "start takes this much longer", in Faults),
+    key!(
+        kill_engine: Opt(KillAfter),
+        KeyDefault::Value,
+        "SIGKILL vLLM's `VLLM::EngineCore` process ~200 ms into generate `after_batches + 1`",
+        in Faults
+    ),
+    key!(
+        kill_worker: Opt(KillAfter),
+        KeyDefault::Value,
+        "SIGKILL a `VLLM::Worker…` process ~200 ms into generate `after_batches + 1` (vLLM's multiprocess executor only)",
+        in Faults
+    ),
+];
+
+/// A trigger's default: it never fires.
+const NEVER: KeyDefault = KeyDefault::Text("never");
+
+/// Whether `key` kills a process of the engine (it needs vLLM's multiprocess engine).
+pub(crate) fn is_process_fault(key: &Key<Faults>) -> bool {
+    key.sub == Sub::Fixed(PROCESS_FAULT_KEYS)
+}
 
 pub(crate) const OUTPUT_KEYS: &[Key<OutputPlan>] = &[
     key!(dir: Opt(PathAsIs), KeyDefault::Value, "relative to the current directory", in OutputPlan),

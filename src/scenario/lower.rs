@@ -9,35 +9,12 @@ use toml_edit::{Table, TableLike, Value};
 use super::expect;
 use super::keys::{self, Batching, Head, KeyDefault, Phase, Tag, Variant};
 use super::plan::*;
-use super::reader::{Field, LocatedTable, LowerBound, ReadContext, join};
+use super::reader::{Field, LocatedTable, ReadContext, join};
 use super::schema;
 use crate::batcher::BatchConfig;
-use crate::engine::faults::{
-    FAULT_KEYS, FaultKind, FaultTrigger, FaultValue, Faults, PROCESS_FAULT_KEYS, ProcessFault, TRIGGER_KEYS,
-};
+use crate::engine::faults::Faults;
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
-use crate::rng::SplitMix64;
-
-/// Seed streams of the components whose seed defaults to one derived from the master seed.
-pub mod seed_stream {
-    /// `engine.sim.seed`.
-    pub const SIM: u64 = 1;
-    /// `engine.vllm.seed`.
-    pub const VLLM: u64 = 2;
-    /// `workload.seed`.
-    pub const WORKLOAD: u64 = 3;
-    /// A poisson profile's `seed`.
-    pub const POISSON: u64 = 4;
-    /// A gamma profile's `seed`.
-    pub const GAMMA: u64 = 5;
-}
-
-/// The default seed of a component: the first draw of `SplitMix64::derive(master, stream)`,
-/// shifted right by one bit so that it fits a TOML integer.
-pub fn derive_seed(master: u64, stream: u64) -> u64 {
-    SplitMix64::derive(master, stream).next_u64() >> 1
-}
 
 /// What lowering needs besides the tree.
 pub(crate) struct Context<'a> {
@@ -55,7 +32,10 @@ pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
     let Head { name, description, seed } = head;
 
     let faults_table = cx.section(top, "faults", "faults", schema::names(&["faults"]));
-    let faults = faults_table.map(|t| lower_faults(cx, t)).unwrap_or_default();
+    let mut faults = Faults::default();
+    if let Some(t) = faults_table {
+        keys::read(cx, t, keys::FAULT_KEYS, &mut faults);
+    }
     let engine = lower_engine(cx, top, seed);
     check_process_faults(cx, faults_table, &engine);
     let batching = lower_batching(cx, top, !matches!(engine, EnginePlan::Sim(_)));
@@ -85,6 +65,7 @@ pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
         expect,
         output,
         matrix: None,
+        source: Default::default(),
     };
     super::arrivals::check(cx, top, &mut plan);
     plan
@@ -189,55 +170,13 @@ fn lower_python(
     plan
 }
 
-/// `[faults]`, key by key from [`FAULT_KEYS`]: each key is read as the type its default has.
-fn lower_faults(cx: &mut ReadContext, t: LocatedTable) -> Faults {
-    let mut faults = Faults::default();
-    for key in FAULT_KEYS {
-        let Some(field) = cx.field(t, key.name) else { continue };
-        let value = match key.default_value() {
-            FaultValue::Trigger(_) => lower_trigger(cx, &field).map(FaultValue::Trigger),
-            FaultValue::Factor(_) => {
-                cx.float_of(&field, LowerBound::AtLeast(1.0), f64::INFINITY).map(FaultValue::Factor)
-            }
-            FaultValue::Duration(_) => cx.duration(t, key.name, true).map(FaultValue::Duration),
-            FaultValue::Flag(_) => cx.boolean(t, key.name).map(FaultValue::Flag),
-            FaultValue::Process(_) => lower_process_fault(cx, &field).map(|p| FaultValue::Process(Some(p))),
-        };
-        if let Some(value) = value {
-            (key.set)(&mut faults, value);
-        }
-    }
-    faults
-}
-
-fn lower_trigger(cx: &mut ReadContext, field: &Field) -> Option<FaultTrigger> {
-    let tt = cx.as_table(field, &field.path, TRIGGER_KEYS)?;
-    if tt.table.get("every").is_none() && tt.table.get("probability").is_none() {
-        let help = "write { every = N } and/or { probability = p }".to_owned();
-        cx.report_at(field, format!("`{}` needs `every` and/or `probability`", field.path), Some(help));
-    }
-    Some(FaultTrigger {
-        every: cx.u64(tt, "every", 1),
-        probability: cx.float(tt, "probability", LowerBound::AtLeast(0.0), 1.0).unwrap_or(0.0),
-    })
-}
-
-fn lower_process_fault(cx: &mut ReadContext, field: &Field) -> Option<ProcessFault> {
-    let tt = cx.as_table(field, &field.path, PROCESS_FAULT_KEYS)?;
-    if tt.table.get("after_batches").is_none() {
-        let help = "write { after_batches = N }: the kill lands during generate N + 1".to_owned();
-        cx.report_at(field, format!("`{}` needs `after_batches`", field.path), Some(help));
-    }
-    Some(ProcessFault { after_batches: cx.u64(tt, "after_batches", 0)? })
-}
-
 /// Process faults kill a process of vLLM's multiprocess engine: any other engine has none.
 fn check_process_faults(cx: &mut ReadContext, faults_table: Option<LocatedTable>, engine: &EnginePlan) {
     if matches!(engine, EnginePlan::Vllm(v) if !v.in_process) {
         return;
     }
     let Some(t) = faults_table else { return };
-    for key in FAULT_KEYS.iter().filter(|k| k.kind == FaultKind::Process) {
+    for key in keys::FAULT_KEYS.iter().filter(|k| keys::is_process_fault(k)) {
         if let Some(field) = cx.field(t, key.name) {
             let message = format!(
                 "`{}` kills a process of vLLM's multiprocess engine, but the engine is {}",

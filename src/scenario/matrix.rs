@@ -10,11 +10,10 @@
 //! "batching.batch_timeout" = ["2ms", "10ms"]
 //! ```
 
-use serde::Serialize;
 use toml_edit::{Item, Table, TableLike, Value};
 
 use super::error::{Origin, Problem};
-use super::plan::Plan;
+pub use super::plan::{Axis, Combination, MatrixPlan};
 use super::reader::AppliedSet;
 use super::schema;
 
@@ -24,36 +23,6 @@ pub const RUN_TIME_SECTIONS: &[&str] = &["batching", "profile", "workload", "war
 
 /// The most combinations one matrix may have.
 pub const MAX_COMBINATIONS: usize = 10_000;
-
-/// A validated `[matrix]`: its axes and every combination, each a complete [`Plan`].
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct MatrixPlan {
-    /// The axes in file order; the first varies slowest.
-    pub axes: Vec<Axis>,
-    /// The Cartesian product of the axes, in order.
-    pub combinations: Vec<Combination>,
-}
-
-/// One `[matrix]` key and its values.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Axis {
-    /// The full key path, e.g. `batching.batch_size`.
-    pub key: String,
-    /// Each value as TOML text (`8`, `"10ms"`, `[1, 2]`).
-    pub values: Vec<String>,
-}
-
-/// One combination of the matrix.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Combination {
-    /// `batch_size=8,batch_timeout=10ms`: the benchmark name (or its prefix).
-    pub label: String,
-    /// (full key, value as the label shows it), one per axis.
-    pub values: Vec<(String, String)>,
-    /// The scenario with this combination's values.
-    #[serde(skip)]
-    pub plan: Plan,
-}
 
 /// An axis as read, before lowering: the key, its span, and the values (each with its span).
 pub(crate) struct RawAxis {
@@ -188,7 +157,7 @@ fn take(root: &mut Table, path: &[&str]) -> Option<Value> {
 }
 
 /// Every combination of `axes` (the first axis slowest), as the tree with its values put in.
-pub(crate) fn combinations(root: &Table, axes: &[RawAxis]) -> Vec<(Table, Vec<(String, String)>)> {
+pub(crate) fn combinations(root: &Table, axes: &[RawAxis]) -> Vec<(Table, Vec<(String, Value)>)> {
     let mut out = vec![(root.clone(), Vec::new())];
     for axis in axes {
         let path: Vec<&str> = axis.key.split('.').collect();
@@ -200,7 +169,7 @@ pub(crate) fn combinations(root: &Table, axes: &[RawAxis]) -> Vec<(Table, Vec<(S
                 // has a value where a table belongs, which lowering reports anyway.
                 let _ = super::overrides::insert(&mut tree, &path, value.clone());
                 let mut values = values.clone();
-                values.push((axis.key.clone(), label_value(value)));
+                values.push((axis.key.clone(), value.clone()));
                 next.push((tree, values));
             }
         }
@@ -209,16 +178,16 @@ pub(crate) fn combinations(root: &Table, axes: &[RawAxis]) -> Vec<(Table, Vec<(S
     out
 }
 
-/// A value as a label shows it: strings without quotes, everything else as TOML writes it.
-fn label_value(value: &Value) -> String {
+/// A value as a matrix label shows it: strings without quotes, everything else as TOML writes it.
+pub(crate) fn label_value(value: &Value) -> String {
     match value {
         Value::String(s) => s.value().clone(),
         other => other.clone().decorated("", "").to_string(),
     }
 }
 
-/// The label of a combination: `key=value` joined by `,`, each key by its last part unless two
-/// axes share it.
+/// The label of a combination: `key=value` joined by `,` (values as `label_value`
+/// shows them), each key by its last part unless two axes share it.
 pub fn label(values: &[(String, String)]) -> String {
     let short = |k: &str| k.rsplit('.').next().unwrap_or(k).to_owned();
     values

@@ -2,16 +2,21 @@
 //!
 //! The pipeline is: read the text, parse it with `toml_edit` (keeping spans), apply the
 //! command-line [`Overrides`], then lower the tree into a [`Plan`] while collecting every problem
-//! ([`lower`]). The [`ScenarioBuilder`] and [`to_toml`] go through the very same path, so a plan
-//! built in Rust is held to the same rules as one written by hand. Nothing downstream sees TOML.
+//! (`lower`). The [`ScenarioBuilder`], [`to_toml`] and every change of a plan
+//! ([`Plan::with_sets`]) go through the very same path, so a plan built in Rust or changed by a
+//! workflow is held to the same rules as one written by hand. Nothing downstream sees TOML, and
+//! nothing outside this module builds a plan.
 //!
-//! Files: `error` (problems and their rustc-like report), `reader` (typed, located reads),
-//! `keys` (every key's row: name, doc, default, reading and printing), `schema` (the known keys,
-//! from `keys`), `units` (durations), `expect` (metric names), `lower` (meaning and
-//! defaults), `overrides`, `builder`, `print` (plan back to TOML).
+//! Files, from the bottom: `plan` (the validated data: `Plan` and the types it holds), `units`
+//! (durations), `error` (problems and their rustc-like report), `reader` (typed, located reads),
+//! `keys` (every key's row: name, doc, default, reading and printing; the derived seeds), `expect`
+//! (metric names), `schema` (the known keys, from `keys`), `arrivals` and `lower` (meaning and
+//! defaults), `overrides`, `matrix`, `print` (plan back to TOML, and to JSON), `builder` and
+//! `change` (the door to a changed plan). No file names one above it.
 
 mod arrivals;
 pub mod builder;
+mod change;
 pub mod error;
 pub mod expect;
 mod keys;
@@ -31,10 +36,12 @@ use std::path::Path;
 
 pub use builder::ScenarioBuilder;
 pub use error::{Origin, Problem, ScenarioError};
-pub use lower::{derive_seed, seed_stream};
+pub use keys::{derive_seed, seed_stream};
+use matrix::label_value;
 pub use overrides::Overrides;
 pub use plan::Plan;
-pub use print::to_toml;
+use plan::{Combination, Layer, MatrixPlan, Source, Written};
+pub use print::{to_json, to_toml};
 pub use schema::key_paths;
 
 /// Entry point for Rust-built scenarios: `Scenario::builder()`.
@@ -95,17 +102,23 @@ pub fn load_file(path: &Path, overrides: &Overrides) -> Result<Plan, ScenarioErr
 /// Parses and validates scenario text. `file_name` is used in messages and for the default name
 /// (its stem); `base_dir` is what relative workload and model paths resolve against.
 pub fn parse_str(source: &str, file_name: &str, base_dir: &Path, overrides: &Overrides) -> Result<Plan, ScenarioError> {
-    parse_with(source, file_name, base_dir, overrides, "--set")
+    if source.len() > MAX_SCENARIO_BYTES {
+        return Err(too_large(file_name, source.len() as u64));
+    }
+    let layer = Layer { arg: "--set", remove: Vec::new(), sets: overrides.sets.clone(), seed: overrides.seed };
+    lower_source(Written {
+        text: source.into(),
+        file: file_name.into(),
+        base_dir: base_dir.into(),
+        layers: vec![layer],
+    })
 }
 
-/// `parse_str` with the name overrides go by in messages.
-fn parse_with(
-    source: &str,
-    file_name: &str,
-    base_dir: &Path,
-    overrides: &Overrides,
-    set_arg: &str,
-) -> Result<Plan, ScenarioError> {
+/// The one way to a [`Plan`]: the text parsed, every layer of changes applied in order (`--set`s,
+/// the builder's, [`Plan::with_sets`]'), the tree lowered. The plan keeps `written`, so it can be
+/// changed again the same way.
+fn lower_source(written: Written) -> Result<Plan, ScenarioError> {
+    let (source, file_name) = (&*written.text, &*written.file);
     if source.len() > MAX_SCENARIO_BYTES {
         return Err(too_large(file_name, source.len() as u64));
     }
@@ -119,32 +132,46 @@ fn parse_with(
     })?;
     let mut root = document.as_table().clone();
     let mut problems = Vec::new();
-    let sets = overrides::apply(&mut root, overrides, set_arg, &mut problems);
+    let mut sets = Vec::new();
+    for layer in &written.layers {
+        for path in &layer.remove {
+            overrides::remove(&mut root, path, layer.arg, &mut problems);
+        }
+        let overrides = Overrides { sets: layer.sets.clone(), seed: layer.seed };
+        sets.extend(overrides::apply(&mut root, &overrides, layer.arg, &mut problems));
+    }
     let stem = Path::new(file_name).file_stem().and_then(|s| s.to_str()).unwrap_or("scenario");
+    let base_dir = &*written.base_dir;
     let axes = matrix::extract(&mut root, &sets, source, file_name, &mut problems);
     let mut problems = if axes.is_empty() {
-        let mut cx = reader::ReadContext::new(source, file_name, base_dir, &sets, problems);
-        let plan = lower::lower(&mut cx, &root, &lower::Context { stem });
+        let mut cx = reader::ReadContext::new(source, file_name, base_dir, &sets, schema::RENAMED, problems);
+        let mut plan = lower::lower(&mut cx, &root, &lower::Context { stem });
         if !cx.has_problems() {
+            plan.source = Source::new(written);
             return Ok(plan);
         }
         cx.into_problems()
     } else {
         // Every combination is lowered like a file of its own; a problem they share is told once.
+        let source_of = Source::new(written.clone());
         let mut combinations = Vec::new();
         for (tree, values) in matrix::combinations(&root, &axes) {
-            let mut cx = reader::ReadContext::new(source, file_name, base_dir, &sets, Vec::new());
-            let plan = lower::lower(&mut cx, &tree, &lower::Context { stem });
+            let mut cx = reader::ReadContext::new(source, file_name, base_dir, &sets, schema::RENAMED, Vec::new());
+            let mut plan = lower::lower(&mut cx, &tree, &lower::Context { stem });
             for p in cx.into_problems() {
                 if !problems.contains(&p) {
                     problems.push(p);
                 }
             }
-            combinations.push(matrix::Combination { label: matrix::label(&values), values, plan });
+            // A combination is the scenario without its matrix, with the combination's values set.
+            plan.source = Source::new(source_of.with(change::layer("[matrix]", vec!["matrix".to_owned()], &values)));
+            let values: Vec<(String, String)> = values.iter().map(|(k, v)| (k.clone(), label_value(v))).collect();
+            combinations.push(Combination { label: matrix::label(&values), values, plan });
         }
         if problems.is_empty() {
             let mut plan = combinations[0].plan.clone();
-            plan.matrix = Some(Box::new(matrix::MatrixPlan { axes: matrix::axes_of(&axes), combinations }));
+            plan.matrix = Some(Box::new(MatrixPlan { axes: matrix::axes_of(&axes), combinations }));
+            plan.source = source_of;
             return Ok(plan);
         }
         problems

@@ -95,3 +95,27 @@ pub(super) fn insert(root: &mut Table, path: &[&str], value: Value) -> Result<()
     table.insert(last, Item::Value(value));
     Ok(())
 }
+
+/// Takes the key or section at `path` (dotted) out of the tree; one the tree does not have is left
+/// as it is (nothing to take out), one no scenario can have is a problem (`arg` names its origin).
+pub(super) fn remove(root: &mut Table, path: &str, arg: &str, problems: &mut Vec<Problem>) {
+    let dotted = path;
+    let path: Vec<&str> = path.split('.').collect();
+    // `[matrix]` is taken out of the tree before the schema is asked about the rest.
+    if path != ["matrix"]
+        && let Err((message, help)) = schema::check_path(&path)
+    {
+        let origin = Origin::Override { arg: format!("{arg} -{dotted}") };
+        problems.push(Problem { message, origin, help });
+        return;
+    }
+    let Some((last, parents)) = path.split_last() else { return };
+    let mut table: &mut dyn TableLike = root;
+    for key in parents {
+        match table.get_mut(key).and_then(Item::as_table_like_mut) {
+            Some(next) => table = next,
+            None => return,
+        }
+    }
+    table.remove(last);
+}

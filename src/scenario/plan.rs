@@ -3,7 +3,8 @@
 //! A scenario is parsed once into a [`Plan`]; nothing downstream sees TOML. Every value here has
 //! passed validation: counts are in range, lists are non-empty, settings do not contradict.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -24,37 +25,230 @@ pub use crate::metrics::slo::Slo;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {
     /// `name`: the scenario's name; `batchlab run` writes to `results/<name>` unless `output.dir` is set.
-    pub name: String,
+    pub(super) name: String,
     /// `description`: free text, carried into the report.
-    pub description: Option<String>,
+    pub(super) description: Option<String>,
     /// The run's master seed; component seeds default to values derived from it.
-    pub seed: u64,
+    pub(super) seed: u64,
     /// `[engine]`: which engine runs, with its settings (ignored by `run_with*`).
-    pub engine: EnginePlan,
+    pub(super) engine: EnginePlan,
     /// `[batching]`: batch size, batch timeout and generate timeout.
-    pub batching: BatchConfig,
+    pub(super) batching: BatchConfig,
     /// `[workload]`: where the requests come from.
-    pub workload: WorkloadSpec,
+    pub(super) workload: WorkloadSpec,
     /// `[profile]`: how requests are offered; one or more benchmarks.
-    pub profile: ProfileSpec,
+    pub(super) profile: ProfileSpec,
     /// `[stop]`: when each benchmark stops admitting measured requests.
-    pub stop: StopPlan,
+    pub(super) stop: StopPlan,
     /// `[warmup]`: unmeasured requests before each benchmark's measurement.
-    pub warmup: Option<PhaseLimit>,
+    pub(super) warmup: Option<PhaseLimit>,
     /// `[cooldown]`: unmeasured requests after each benchmark's measurement.
-    pub cooldown: Option<PhaseLimit>,
+    pub(super) cooldown: Option<PhaseLimit>,
     /// `[faults]`: injected around whichever engine runs.
-    pub faults: Faults,
+    pub(super) faults: Faults,
     /// `[slo]`: per-request objectives; the report's `slo_attainment` and goodput judge them.
-    pub slo: Slo,
+    pub(super) slo: Slo,
     /// `[expect]`: the checks `RunSummary::assert_expectations` and `batchlab run` judge.
-    pub expect: Vec<Expectation>,
+    pub(super) expect: Vec<Expectation>,
     /// `[output]`: where files are written.
-    pub output: OutputPlan,
+    pub(super) output: OutputPlan,
     /// `[matrix]`: the combinations to run in one engine start (each a whole plan); `None`
     /// without a matrix. The other fields are the first combination's.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub matrix: Option<Box<crate::scenario::matrix::MatrixPlan>>,
+    pub(super) matrix: Option<Box<MatrixPlan>>,
+    /// What the plan was lowered from, for [`Plan::with_sets`]; never part of its value.
+    #[serde(skip)]
+    pub(super) source: Source,
+}
+
+impl Plan {
+    /// `name`: the scenario's name; `batchlab run` writes to `results/<name>` unless `output.dir` is set.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// `description`: free text, carried into the report.
+    pub fn description(&self) -> Option<&str> {
+        self.description.as_deref()
+    }
+    /// The run's master seed; component seeds default to values derived from it.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+    /// `[engine]`: which engine runs, with its settings (ignored by `run_with*`).
+    pub fn engine(&self) -> &EnginePlan {
+        &self.engine
+    }
+    /// `[batching]`: batch size, batch timeout and generate timeout.
+    pub fn batching(&self) -> &BatchConfig {
+        &self.batching
+    }
+    /// `[workload]`: where the requests come from.
+    pub fn workload(&self) -> &WorkloadSpec {
+        &self.workload
+    }
+    /// `[profile]`: how requests are offered; one or more benchmarks.
+    pub fn profile(&self) -> &ProfileSpec {
+        &self.profile
+    }
+    /// `[stop]`: when each benchmark stops admitting measured requests.
+    pub fn stop(&self) -> &StopPlan {
+        &self.stop
+    }
+    /// `[warmup]`: unmeasured requests before each benchmark's measurement.
+    pub fn warmup(&self) -> Option<&PhaseLimit> {
+        self.warmup.as_ref()
+    }
+    /// `[cooldown]`: unmeasured requests after each benchmark's measurement.
+    pub fn cooldown(&self) -> Option<&PhaseLimit> {
+        self.cooldown.as_ref()
+    }
+    /// `[faults]`: injected around whichever engine runs.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+    /// `[slo]`: per-request objectives; the report's `slo_attainment` and goodput judge them.
+    pub fn slo(&self) -> &Slo {
+        &self.slo
+    }
+    /// `[expect]`: the checks `RunSummary::assert_expectations` and `batchlab run` judge.
+    pub fn expect(&self) -> &[Expectation] {
+        &self.expect
+    }
+    /// `[output]`: where files are written.
+    pub fn output(&self) -> &OutputPlan {
+        &self.output
+    }
+    /// `[matrix]`: the combinations to run in one engine start; `None` without a matrix.
+    pub fn matrix(&self) -> Option<&MatrixPlan> {
+        self.matrix.as_deref()
+    }
+}
+
+/// What a plan was lowered from: the scenario text, where it came from, and every change made
+/// to it since, in order. `Plan::with_sets` (in `change`) lowers it again with one change more.
+/// Not part of the plan's value: two plans with the same values are equal however they were
+/// written.
+#[derive(Clone)]
+pub(super) struct Source(pub(super) Arc<Written>);
+
+/// The text of a scenario and the changes applied to it.
+#[derive(Clone)]
+pub(super) struct Written {
+    pub text: Arc<str>,
+    /// The file name, for messages and the default name.
+    pub file: Arc<str>,
+    /// What relative paths resolve against.
+    pub base_dir: Arc<Path>,
+    pub layers: Vec<Layer>,
+}
+
+/// One round of changes: keys taken out, then `key=value` sets as `--set` takes them (and a
+/// master seed), each problem labelled with `arg` (`--set`, `builder:`, `set`).
+#[derive(Clone)]
+pub(super) struct Layer {
+    pub arg: &'static str,
+    pub remove: Vec<String>,
+    pub sets: Vec<String>,
+    pub seed: Option<u64>,
+}
+
+impl Source {
+    pub fn new(written: Written) -> Self {
+        Source(Arc::new(written))
+    }
+
+    /// This source with one layer of changes more.
+    pub fn with(&self, layer: Layer) -> Written {
+        let mut written = (*self.0).clone();
+        written.layers.push(layer);
+        written
+    }
+}
+
+impl Default for Source {
+    fn default() -> Self {
+        let base_dir: Arc<Path> = Path::new(".").into();
+        Source::new(Written { text: "".into(), file: "builder".into(), base_dir, layers: Vec::new() })
+    }
+}
+
+impl PartialEq for Source {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Source({})", self.0.file)
+    }
+}
+
+/// A validated `[matrix]`: its axes and every combination, each a complete [`Plan`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MatrixPlan {
+    /// The axes in file order; the first varies slowest (none for `Plan::with_combinations`).
+    pub(super) axes: Vec<Axis>,
+    /// The Cartesian product of the axes, in order.
+    pub(super) combinations: Vec<Combination>,
+}
+
+impl MatrixPlan {
+    /// The axes in file order; the first varies slowest (none for `Plan::with_combinations`).
+    pub fn axes(&self) -> &[Axis] {
+        &self.axes
+    }
+    /// Every combination, in run order.
+    pub fn combinations(&self) -> &[Combination] {
+        &self.combinations
+    }
+}
+
+/// One `[matrix]` key and its values.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Axis {
+    /// The full key path, e.g. `batching.batch_size`.
+    pub(super) key: String,
+    /// Each value as TOML text (`8`, `"10ms"`, `[1, 2]`).
+    pub(super) values: Vec<String>,
+}
+
+impl Axis {
+    /// The full key path, e.g. `batching.batch_size`.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+    /// Each value as TOML text (`8`, `"10ms"`, `[1, 2]`).
+    pub fn values(&self) -> &[String] {
+        &self.values
+    }
+}
+
+/// One combination of the matrix.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Combination {
+    /// `batch_size=8,batch_timeout=10ms`: the benchmark name (or its prefix).
+    pub(super) label: String,
+    /// (full key, value as the label shows it), one per axis.
+    pub(super) values: Vec<(String, String)>,
+    /// The scenario with this combination's values.
+    #[serde(skip)]
+    pub(super) plan: Plan,
+}
+
+impl Combination {
+    /// `batch_size=8,batch_timeout=10ms`: the benchmark name (or its prefix).
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+    /// (full key, value as the label shows it), one per axis.
+    pub fn values(&self) -> &[(String, String)] {
+        &self.values
+    }
+    /// The scenario with this combination's values.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
 }
 
 /// `[engine]`: the built-in engine a plan names; [`EnginePlan::build`] builds it.
@@ -132,13 +326,32 @@ impl EnginePlan {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct StopPlan {
     /// Measured requests to submit.
-    pub max_requests: Option<u64>,
+    pub(super) max_requests: Option<u64>,
     /// How long to measure.
-    pub max_duration: Option<Duration>,
+    pub(super) max_duration: Option<Duration>,
     /// Stop once this many measured requests failed.
-    pub max_errors: Option<u64>,
+    pub(super) max_errors: Option<u64>,
     /// Stop once this share (0 to 1) of measured requests failed, judged after 20.
-    pub max_error_rate: Option<f64>,
+    pub(super) max_error_rate: Option<f64>,
+}
+
+impl StopPlan {
+    /// Measured requests to submit.
+    pub fn max_requests(&self) -> Option<u64> {
+        self.max_requests
+    }
+    /// How long to measure.
+    pub fn max_duration(&self) -> Option<Duration> {
+        self.max_duration
+    }
+    /// Stop once this many measured requests failed.
+    pub fn max_errors(&self) -> Option<u64> {
+        self.max_errors
+    }
+    /// Stop once this share (0 to 1) of measured requests failed, judged after 20.
+    pub fn max_error_rate(&self) -> Option<f64> {
+        self.max_error_rate
+    }
 }
 
 /// A warmup or cooldown: requests run but excluded from the metrics.
@@ -177,7 +390,7 @@ pub enum Comparison {
 /// `metric op value`, checked against every benchmark of the run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Expectation {
-    /// A metric name, one of [`crate::scenario::expect::known_metrics`].
+    /// A metric name, one of `scenario::expect::known_metrics()`.
     pub metric: String,
     /// How measured is compared with `value`.
     pub op: Comparison,
@@ -191,9 +404,20 @@ pub struct Expectation {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct OutputPlan {
     /// Directory for report.json, report.csv (and requests.jsonl); `None` writes nothing.
-    pub dir: Option<PathBuf>,
+    pub(super) dir: Option<PathBuf>,
     /// Also write requests.jsonl, one line per request.
-    pub requests_jsonl: bool,
+    pub(super) requests_jsonl: bool,
+}
+
+impl OutputPlan {
+    /// Directory for report.json, report.csv (and requests.jsonl); `None` writes nothing.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+    /// Also write requests.jsonl, one line per request.
+    pub fn requests_jsonl(&self) -> bool {
+        self.requests_jsonl
+    }
 }
 
 /// Why a vLLM model path that does not exist cannot be used; a relative `org/name` under

@@ -4,34 +4,56 @@
 //! gives `p` back, except for `Expectation::origin`, which names where the text was read. The
 //! fuzz target and the round-trip proptest rely on this.
 
-use toml_edit::{DocumentMut, InlineTable, Item, Table, Value, value};
+use toml_edit::{DocumentMut, Item, Table, TableLike, Value, value};
 
 use super::keys::{self, Batching, Head, Phase, Tag};
 use super::plan::*;
-use super::units::format_duration;
-use crate::engine::faults::{FAULT_KEYS, FaultValue};
 
 /// The scenario text of `plan`.
 pub fn to_toml(plan: &Plan) -> String {
+    document(plan).to_string()
+}
+
+/// The resolved scenario as JSON: the tree [`to_toml`] prints (durations as `"10ms"`, every
+/// default spelled out), each TOML value as its JSON value. What a report carries as `scenario`.
+pub fn to_json(plan: &Plan) -> serde_json::Value {
+    table_json(document(plan).as_table())
+}
+
+fn table_json(table: &dyn TableLike) -> serde_json::Value {
+    let map = table.iter().filter_map(|(key, item)| Some((key.to_owned(), item_json(item)?))).collect();
+    serde_json::Value::Object(map)
+}
+
+fn item_json(item: &Item) -> Option<serde_json::Value> {
+    match item {
+        Item::None => None,
+        Item::Value(v) => Some(value_json(v)),
+        Item::Table(t) => Some(table_json(t)),
+        Item::ArrayOfTables(a) => Some(serde_json::Value::Array(a.iter().map(|t| table_json(t)).collect())),
+    }
+}
+
+fn value_json(value: &Value) -> serde_json::Value {
+    use serde_json::Value as Json;
+    match value {
+        Value::String(s) => Json::from(s.value().as_str()),
+        Value::Integer(i) => Json::from(*i.value()),
+        Value::Float(f) => Json::from(*f.value()),
+        Value::Boolean(b) => Json::from(*b.value()),
+        Value::Datetime(d) => Json::from(d.value().to_string()),
+        Value::Array(a) => Json::Array(a.iter().map(value_json).collect()),
+        Value::InlineTable(t) => table_json(t),
+    }
+}
+
+/// The tree of `plan`'s scenario, every value written.
+fn document(plan: &Plan) -> DocumentMut {
     let mut doc = DocumentMut::new();
     let head = Head { name: plan.name.clone(), description: plan.description.clone(), seed: plan.seed };
     keys::print(doc.as_table_mut(), keys::HEAD_KEYS, &head);
 
-    let mut engine = Table::new();
-    let mut t = Table::new();
-    match &plan.engine {
-        EnginePlan::Sim(sim) => {
-            keys::print(&mut t, keys::SIM_KEYS, sim);
-            keys::print(&mut t, keys::COST_KEYS, &sim.cost);
-            keys::print(&mut t, keys::SCHED_KEYS, &sim.scheduler);
-        }
-        EnginePlan::Vllm(v) => keys::print(&mut t, keys::VLLM_KEYS, v),
-        EnginePlan::Python(p) => keys::print(&mut t, keys::PYTHON_KEYS, p),
-    }
-    let kind = plan.engine.kind();
-    keys::print(&mut engine, keys::ENGINE_KEYS, &Tag(kind));
-    engine[kind] = Item::Table(t);
-    doc["engine"] = Item::Table(engine);
+    doc["engine"] = Item::Table(engine_table(&plan.engine));
 
     let mut batching = Table::new();
     keys::print(&mut batching, keys::BATCHING_KEYS, &Batching::of(&plan.batching));
@@ -52,11 +74,7 @@ pub fn to_toml(plan: &Plan) -> String {
     }
 
     let mut faults = Table::new();
-    for key in FAULT_KEYS {
-        if let Some(v) = fault_value(&(key.get)(&plan.faults)) {
-            faults[key.name] = value(v);
-        }
-    }
+    keys::print(&mut faults, keys::FAULT_KEYS, &plan.faults);
     doc["faults"] = Item::Table(faults);
 
     if plan.slo.is_set() {
@@ -86,8 +104,31 @@ pub fn to_toml(plan: &Plan) -> String {
     let mut output = Table::new();
     keys::print(&mut output, keys::OUTPUT_KEYS, &plan.output);
     doc["output"] = Item::Table(output);
+    doc
+}
 
-    doc.to_string()
+/// `[engine]` of `engine`: its kind and its kind's table.
+fn engine_table(engine: &EnginePlan) -> Table {
+    let mut table = Table::new();
+    let mut t = Table::new();
+    match engine {
+        EnginePlan::Sim(sim) => {
+            keys::print(&mut t, keys::SIM_KEYS, sim);
+            keys::print(&mut t, keys::COST_KEYS, &sim.cost);
+            keys::print(&mut t, keys::SCHED_KEYS, &sim.scheduler);
+        }
+        EnginePlan::Vllm(v) => keys::print(&mut t, keys::VLLM_KEYS, v),
+        EnginePlan::Python(p) => keys::print(&mut t, keys::PYTHON_KEYS, p),
+    }
+    let kind = engine.kind();
+    keys::print(&mut table, keys::ENGINE_KEYS, &Tag(kind));
+    table[kind] = Item::Table(t);
+    table
+}
+
+/// `engine` as one value, for setting the whole `[engine]` section ([`Plan::with_engine`]).
+pub(super) fn engine_value(engine: &EnginePlan) -> Value {
+    Value::InlineTable(engine_table(engine).into_inline_table())
 }
 
 /// A tagged section: the tag, then the keys of the variant `s` is.
@@ -98,29 +139,4 @@ fn tagged<S>(tag: &keys::Key<Tag>, variants: &[keys::Variant<S>], s: &S) -> Tabl
         keys::print(&mut table, v.keys, s);
     }
     table
-}
-
-/// A `[faults]` value as the DSL writes it (also what the builder sets); `None` for a trigger
-/// that never fires or an unset process fault, which are written by leaving the key out.
-pub(super) fn fault_value(v: &FaultValue) -> Option<Value> {
-    let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let mut t = InlineTable::new();
-    match v {
-        FaultValue::Trigger(trigger) => {
-            if let Some(every) = trigger.every {
-                t.insert("every", int(every).into());
-            }
-            if trigger.probability != 0.0 {
-                t.insert("probability", trigger.probability.into());
-            }
-        }
-        FaultValue::Process(Some(p)) => {
-            t.insert("after_batches", int(p.after_batches).into());
-        }
-        FaultValue::Process(None) => {}
-        FaultValue::Factor(f) => return Some((*f).into()),
-        FaultValue::Duration(d) => return Some(format_duration(*d).into()),
-        FaultValue::Flag(b) => return Some((*b).into()),
-    }
-    (!t.is_empty()).then_some(Value::InlineTable(t))
 }

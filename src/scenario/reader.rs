@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use toml_edit::{Item, TableLike, Value};
 
-use super::error::{LineIndex, Origin, Problem, did_you_mean};
+use super::error::{LineIndex, Origin, Problem, RenamedKeys, did_you_mean, renamed_hint};
 use super::units::parse_duration;
 
 /// A value put in place by `--set`, `--seed` or the builder, so problems about it point there.
@@ -26,6 +26,8 @@ pub(crate) struct ReadContext<'a> {
     /// Relative workload, model and engine paths resolve against this.
     pub base_dir: &'a std::path::Path,
     pub sets: &'a [AppliedSet],
+    /// Renamed keys, hinted at instead of a did-you-mean (the schema's list, given as data).
+    renamed: &'a RenamedKeys,
     problems: Vec<Problem>,
     lines: LineIndex,
     /// The problems (by index) whose origin is a range of the text: placed all at once, in one
@@ -129,9 +131,11 @@ impl<'a> ReadContext<'a> {
         file: &'a str,
         base_dir: &'a std::path::Path,
         sets: &'a [AppliedSet],
+        renamed: &'a RenamedKeys,
         problems: Vec<Problem>,
     ) -> Self {
-        ReadContext { source, file, base_dir, sets, problems, lines: LineIndex::new(source), pending: Vec::new() }
+        let lines = LineIndex::new(source);
+        ReadContext { source, file, base_dir, sets, renamed, problems, lines, pending: Vec::new() }
     }
 
     /// Every problem reported, each with its origin.
@@ -207,7 +211,7 @@ impl<'a> ReadContext<'a> {
             }
             let span = t.table.key(key).and_then(|k| k.span());
             let place = if t.path.is_empty() { "at the top level".to_owned() } else { format!("in [{}]", t.path) };
-            let help = super::schema::renamed_key(t.path, key).or_else(|| did_you_mean(key, known.iter().copied()));
+            let help = renamed_hint(self.renamed, t.path, key).or_else(|| did_you_mean(key, known.iter().copied()));
             self.report(&join(t.path, key), span, format!("unknown key `{key}` {place}"), help);
         }
     }
@@ -305,11 +309,6 @@ impl<'a> ReadContext<'a> {
         self.float_of(&field, low, hi)
     }
 
-    pub fn boolean(&mut self, t: LocatedTable, key: &str) -> Option<bool> {
-        let field = self.field(t, key)?;
-        self.boolean_of(&field)
-    }
-
     pub fn boolean_of(&mut self, field: &Field) -> Option<bool> {
         match field.node.value().and_then(Value::as_bool) {
             Some(b) => Some(b),
@@ -348,11 +347,6 @@ impl<'a> ReadContext<'a> {
     }
 
     /// A duration string; zero allowed only with `allow_zero`.
-    pub fn duration(&mut self, t: LocatedTable, key: &str, allow_zero: bool) -> Option<Duration> {
-        let field = self.field(t, key)?;
-        self.duration_of(&field, allow_zero)
-    }
-
     pub fn duration_of(&mut self, field: &Field, allow_zero: bool) -> Option<Duration> {
         let Some(text) = field.node.value().and_then(Value::as_str) else {
             let message =

@@ -5,9 +5,9 @@
 
 use std::sync::LazyLock;
 
+use super::error::{RenamedKeys, renamed_hint};
 use super::expect;
 use super::keys::{self, Sub};
-use crate::engine::faults;
 
 /// The keys of one table of the scenario, and what may stand below each.
 pub(crate) struct SectionKeys {
@@ -52,12 +52,7 @@ static PROFILE: LazyLock<SectionKeys> = LazyLock::new(|| {
 });
 static STOP: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::STOP_KEYS)));
 static PHASE: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::PHASE_KEYS)));
-static FAULTS: LazyLock<SectionKeys> = LazyLock::new(|| {
-    SectionKeys::new(faults::FAULT_KEYS.iter().map(|k| match k.subkeys() {
-        [] => (k.name, Sub::Value),
-        subkeys => (k.name, Sub::Fixed(subkeys)),
-    }))
-});
+static FAULTS: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::FAULT_KEYS)));
 static SLO: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::SLO_KEYS)));
 static OUTPUT: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::OUTPUT_KEYS)));
 
@@ -118,14 +113,9 @@ pub(crate) fn keys_under(path: &[&str]) -> Keys {
     Keys::Value
 }
 
-/// The hint for a key of the table at `path` (dotted) that an older batchlab had and has renamed:
-/// the file validator and `--set` both give it instead of a did-you-mean.
-pub(crate) fn renamed_key(path: &str, key: &str) -> Option<String> {
-    match path {
-        "engine.sim" => crate::engine::sim::renamed_cost(key),
-        _ => None,
-    }
-}
+/// The keys an older batchlab had and has renamed, by table: the file validator (given it as
+/// data) and `--set` both hint at the new name instead of a did-you-mean.
+pub(crate) const RENAMED: &RenamedKeys = &[("engine.sim", crate::engine::sim::RENAMED_COSTS)];
 
 /// Why a dotted key path does not exist: the message and an optional did-you-mean.
 pub(crate) fn check_path(path: &[&str]) -> Result<(), (String, Option<String>)> {
@@ -137,7 +127,7 @@ pub(crate) fn check_path(path: &[&str]) -> Result<(), (String, Option<String>)> 
             Keys::Fixed(keys) if keys.contains(key) => {}
             Keys::Fixed(keys) => {
                 let full: Vec<String> = keys.iter().map(|k| format!("{}{k}", prefix(parent))).collect();
-                let help = renamed_key(&parent.join("."), key)
+                let help = renamed_hint(RENAMED, &parent.join("."), key)
                     .or_else(|| super::error::did_you_mean(&here, full.iter().map(String::as_str)));
                 return Err((format!("unknown key `{here}`"), help));
             }

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use super::plan::*;
 use super::*;
 use crate::engine::ResolvedEngineConfig;
-use crate::engine::faults::{FAULT_KEYS, FaultKind, FaultTrigger, FaultValue, Faults, ProcessFault};
+use crate::engine::faults::{FaultTrigger, Faults, ProcessFault};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::sim::{CostModel, SimConfig, TimeMode};
@@ -386,16 +386,8 @@ fn builder_setters_set_known_keys() {
     assert!(count > 40, "{count} keys set");
 }
 
-fn without_origins(mut plan: Plan) -> Plan {
-    for e in &mut plan.expect {
-        e.origin.clear();
-    }
-    if let Some(m) = &mut plan.matrix {
-        for c in &mut m.combinations {
-            c.plan = without_origins(c.plan.clone());
-        }
-    }
-    plan
+fn without_origins(plan: Plan) -> Plan {
+    plan.without_origins()
 }
 
 fn round_trip(plan: &Plan) {
@@ -405,6 +397,9 @@ fn round_trip(plan: &Plan) {
     assert_eq!(without_origins(again.clone()), without_origins(plan.clone()), "\n{text}");
     // Printing the re-read plan gives the same text, origins included.
     assert_eq!(to_toml(&again), text);
+    // The JSON a report carries is that text read as TOML, value for value.
+    let read: toml::Value = toml::from_str(&text).unwrap();
+    assert_eq!(to_json(plan), serde_json::to_value(read).unwrap(), "\n{text}");
 }
 
 /// The shipped scenario files (`scenarios/data/` holds their datasets, `scenarios/profiles/`
@@ -465,30 +460,39 @@ fn trigger_strategy() -> impl Strategy<Value = FaultTrigger> {
         .prop_map(|(every, probability)| FaultTrigger { every, probability })
 }
 
-/// Any `[faults]`, key by key from the table; process faults only where they are allowed.
-fn faults_strategy(process_faults: bool) -> impl Strategy<Value = Faults> {
-    let values: Vec<BoxedStrategy<FaultValue>> = FAULT_KEYS
-        .iter()
-        .map(|key| match key.default_value() {
-            FaultValue::Trigger(_) => trigger_strategy().prop_map(FaultValue::Trigger).boxed(),
-            FaultValue::Factor(_) => (1.0..100.0f64).prop_map(FaultValue::Factor).boxed(),
-            FaultValue::Duration(_) => duration_strategy(0).prop_map(FaultValue::Duration).boxed(),
-            FaultValue::Flag(_) => any::<bool>().prop_map(FaultValue::Flag).boxed(),
-            FaultValue::Process(_) if process_faults && key.kind == FaultKind::Process => {
-                proptest::option::of((0u64..1000).prop_map(|after_batches| ProcessFault { after_batches }))
-                    .prop_map(FaultValue::Process)
-                    .boxed()
-            }
-            FaultValue::Process(_) => Just(FaultValue::Process(None)).boxed(),
-        })
-        .collect();
-    values.prop_map(|values| {
-        let mut faults = Faults::default();
-        for (key, v) in FAULT_KEYS.iter().zip(values) {
-            (key.set)(&mut faults, v);
-        }
-        faults
-    })
+/// Any `[faults]`; process faults only where they are allowed.
+fn faults_strategy(process_faults: bool) -> BoxedStrategy<Faults> {
+    let process = move || match process_faults {
+        true => proptest::option::of((0u64..1000).prop_map(|after_batches| ProcessFault { after_batches })).boxed(),
+        false => Just(None).boxed(),
+    };
+    (
+        proptest::array::uniform7(trigger_strategy()),
+        (1.0..100.0f64, duration_strategy(0), any::<bool>(), duration_strategy(0)),
+        (process(), process()),
+    )
+        .prop_map(
+            |(
+                [fail_batch, short_output, extra_output, wrong_id, panic, slow, hang],
+                (slow_factor, hang_for, start_fails, start_delay),
+                (kill_engine, kill_worker),
+            )| Faults {
+                fail_batch,
+                short_output,
+                extra_output,
+                wrong_id,
+                panic,
+                slow,
+                slow_factor,
+                hang,
+                hang_for,
+                start_fails,
+                start_delay,
+                kill_engine,
+                kill_worker,
+            },
+        )
+        .boxed()
 }
 
 fn dist_strategy() -> impl Strategy<Value = TokenDist> {
@@ -885,6 +889,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                     expect,
                     output,
                     matrix: None,
+                    source: Default::default(),
                 }
             },
         )

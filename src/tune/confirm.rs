@@ -3,12 +3,12 @@
 //! prediction set against its measurement ([`confirmations`]) from the run's results in memory;
 //! no report is read back.
 
-use super::{Confirmation, LoadKnob, Objective, Point, TuneError, TuneResult, with_point};
+use super::search::point_sets;
+use super::{Confirmation, LoadKnob, Objective, Point, TuneError, TuneResult};
 use crate::report::Report;
 use crate::run::{RunError, RunOptions, RunSummary, run_blocking};
-use crate::scenario::matrix::{Combination, MatrixPlan};
 use crate::scenario::plan::Plan;
-use crate::scenario::units::format_duration;
+use toml_edit::Value;
 
 /// Which points a confirmation runs: policy, so here, on the data type the report carries.
 impl TuneResult {
@@ -66,25 +66,12 @@ pub fn confirmations(result: &TuneResult, k: usize, objective: &Objective, repor
 /// A `[matrix]` plan of the given points on `real` (the scenario as written): one benchmark per
 /// point, all in one engine start, for confirming predictions on the real engine.
 pub fn confirmation_plan(real: &Plan, points: &[&Point], knob: LoadKnob) -> Result<Plan, TuneError> {
-    let mut combinations = Vec::new();
-    for p in points {
-        let plan = with_point(real, p.batch_size, p.batch_timeout, p.load)?;
-        let mut values = vec![
-            ("batching.batch_size".to_owned(), p.batch_size.to_string()),
-            ("batching.batch_timeout".to_owned(), format_duration(p.batch_timeout)),
-        ];
-        match (knob, p.load) {
-            (LoadKnob::MaxConcurrency, Some(c)) => values.push(("profile.max_concurrency".into(), c.to_string())),
-            (LoadKnob::Rate, Some(r)) => values.push(("profile.rates".into(), format!("[{r}]"))),
-            _ => {}
-        }
-        combinations.push(Combination { label: p.label(knob), values, plan });
+    if points.is_empty() {
+        return Err(TuneError::Unsupported("no point to confirm".into()));
     }
-    let first = combinations
-        .first()
-        .map(|c| c.plan.clone())
-        .ok_or_else(|| TuneError::Unsupported("no point to confirm".into()))?;
-    let mut plan = first;
-    plan.matrix = Some(Box::new(MatrixPlan { axes: Vec::new(), combinations }));
-    Ok(plan)
+    let combinations: Vec<(String, Vec<(&str, Value)>)> = points
+        .iter()
+        .map(|p| (p.label(knob), point_sets(real.profile(), p.batch_size, p.batch_timeout, p.load)))
+        .collect();
+    Ok(real.with_combinations(&combinations)?)
 }

@@ -20,6 +20,7 @@
 pub mod confirm;
 pub mod search;
 
+use crate::scenario::ScenarioError;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -48,6 +49,9 @@ pub enum TuneError {
     /// The calibration profile could not be read.
     #[error("{0}")]
     Profile(String),
+    /// A point's settings do not make a valid scenario.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
 }
 
 /// What the search maximizes.

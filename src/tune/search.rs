@@ -19,34 +19,42 @@
 //! wins. On a plateau any point meets the objective, so the tie goes to headroom. The result
 //! is within 2 % of every point evaluated, grid points included.
 
+use crate::loadgen::ProfileSpec;
+use crate::scenario::units::format_duration;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
+use toml_edit::{InlineTable, Value};
 
 use super::{LoadKnob, Objective, Point, Space, TuneError, TuneResult};
-use crate::batcher::BatchConfig;
 use crate::engine::sim::{Profile, SimConfig, TimeMode};
-use crate::loadgen::ProfileSpec;
 use crate::metrics::result::BenchmarkResult;
 use crate::run::{RunOptions, run_blocking};
 use crate::scenario::plan::{EnginePlan, Plan};
 
 /// The plan the search runs: the scenario itself when its engine is the simulator in virtual
-/// time; a real-engine scenario with a calibration `profile` runs on a simulator built from it.
+/// time; a real-engine scenario with a calibration `profile` runs on a simulator built from it
+/// (seeded with the scenario's seed, its generate timeout kept). Either way without `[matrix]`
+/// and `[expect]`.
 pub fn search_plan(plan: &Plan, profile: Option<&Path>) -> Result<Plan, TuneError> {
-    let mut plan = plan.clone();
-    plan.matrix = None;
-    plan.expect.clear();
-    match (&mut plan.engine, profile) {
-        (EnginePlan::Sim(sim), None) => {
-            sim.time = TimeMode::Virtual;
-        }
+    let mut sets: Vec<(&str, Value)> = Vec::new();
+    match (plan.engine(), profile) {
+        (EnginePlan::Sim(_), None) => sets.push(("engine.sim.time", "virtual".into())),
         (_, Some(path)) => {
-            let p = Profile::load(path).map_err(|e| TuneError::Profile(format!("{}: {e}", path.display())))?;
-            let mut sim = SimConfig { time: TimeMode::Virtual, seed: plan.seed, ..SimConfig::default() };
-            p.apply(&mut sim.cost, &mut sim.scheduler);
-            sim.profile = Some(path.to_path_buf());
-            plan.engine = EnginePlan::Sim(sim);
+            // Read here first, so that a bad profile is told as one.
+            Profile::load(path).map_err(|e| TuneError::Profile(format!("{}: {e}", path.display())))?;
+            let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+            let mut sim = InlineTable::new();
+            sim.insert("time", "virtual".into());
+            sim.insert("seed", int(plan.seed()));
+            sim.insert("profile", path.to_string_lossy().as_ref().into());
+            let mut engine = InlineTable::new();
+            engine.insert("kind", "sim".into());
+            engine.insert("sim", Value::InlineTable(sim));
+            sets.push(("engine", Value::InlineTable(engine)));
+            if let Some(timeout) = plan.batching().generate_timeout() {
+                sets.push(("batching.generate_timeout", format_duration(timeout).into()));
+            }
         }
         (_, None) => {
             return Err(TuneError::Unsupported(
@@ -56,21 +64,13 @@ pub fn search_plan(plan: &Plan, profile: Option<&Path>) -> Result<Plan, TuneErro
             ));
         }
     }
-    Ok(plan)
+    sets.push(("expect", Value::InlineTable(InlineTable::new())));
+    Ok(plan.with_changes(&["matrix"], &sets)?)
 }
 
 /// `plan` with one point's settings.
 pub fn with_point(plan: &Plan, batch_size: u32, batch_timeout: Duration, load: Option<f64>) -> Result<Plan, TuneError> {
-    let mut plan = plan.clone();
-    plan.batching = BatchConfig::new(batch_size as usize, batch_timeout)
-        .and_then(|c| c.with_generate_timeout(plan.batching.generate_timeout()))
-        .map_err(|e| TuneError::Unsupported(e.to_string()))?;
-    match (&mut plan.profile, load) {
-        (ProfileSpec::Throughput { max_concurrency }, Some(c)) => *max_concurrency = c.round().max(1.0) as u32,
-        (ProfileSpec::Constant { rates, .. }, Some(r)) => *rates = vec![r],
-        _ => {}
-    }
-    Ok(plan)
+    Ok(plan.with_sets(&point_sets(plan.profile(), batch_size, batch_timeout, load))?)
 }
 
 fn score(objective: &Objective, b: &BenchmarkResult) -> Option<f64> {
@@ -184,17 +184,16 @@ const MAX_STRESSED: usize = 8;
 
 /// `plan` with its load (rates, concurrency) multiplied by `factor`; `None` for a profile
 /// without one (synchronous, trace, sweep).
-pub fn stressed(plan: &Plan, factor: f64) -> Option<Plan> {
-    let mut plan = plan.clone();
-    let scale = |c: u32| ((f64::from(c) * factor).ceil() as u32).max(1);
-    match &mut plan.profile {
-        ProfileSpec::Throughput { max_concurrency } => *max_concurrency = scale(*max_concurrency),
-        ProfileSpec::Concurrent { levels, .. } => levels.iter_mut().for_each(|c| *c = scale(*c)),
-        ProfileSpec::Constant { rates, .. } => rates.iter_mut().for_each(|r| *r *= factor),
-        ProfileSpec::Poisson { rate, .. } | ProfileSpec::Gamma { rate, .. } => *rate *= factor,
-        ProfileSpec::Synchronous | ProfileSpec::Trace { .. } | ProfileSpec::Sweep { .. } => return None,
-    }
-    Some(plan)
+pub fn stressed(plan: &Plan, factor: f64) -> Result<Option<Plan>, TuneError> {
+    let scale = |c: u32| int(((f64::from(c) * factor).ceil() as u32).max(1));
+    let set = match plan.profile() {
+        ProfileSpec::Throughput { max_concurrency } => ("profile.max_concurrency", scale(*max_concurrency)),
+        ProfileSpec::Concurrent { levels, .. } => ("profile.levels", levels.iter().map(|c| scale(*c)).collect()),
+        ProfileSpec::Constant { rates, .. } => ("profile.rates", rates.iter().map(|r| r * factor).collect()),
+        ProfileSpec::Poisson { rate, .. } | ProfileSpec::Gamma { rate, .. } => ("profile.rate", (rate * factor).into()),
+        ProfileSpec::Synchronous | ProfileSpec::Trace { .. } | ProfileSpec::Sweep { .. } => return Ok(None),
+    };
+    Ok(Some(plan.with_sets(&[set])?))
 }
 
 /// The recommendation: of the points within [`PLATEAU`] of the highest score, the one whose score
@@ -222,7 +221,7 @@ fn recommend(s: &mut Search<'_>) -> Result<Option<usize>, TuneError> {
     }
     for &i in &distinct {
         let p = s.points[i].clone();
-        let Some(plan) = stressed(&with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?, STRESS) else {
+        let Some(plan) = stressed(&with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?, STRESS)? else {
             return Ok(plateau.first().copied());
         };
         let summary = run_blocking(&plan, RunOptions::quiet()).map_err(|source| TuneError::Run {
@@ -241,10 +240,10 @@ fn recommend(s: &mut Search<'_>) -> Result<Option<usize>, TuneError> {
 /// Searches `plan`'s batching settings (see the module docs). `plan` must run on the simulator
 /// ([`search_plan`]); its profile must be one benchmark. `budget` counts distinct runs.
 pub fn search(plan: &Plan, objective: &Objective, budget: usize, space: Space) -> Result<TuneResult, TuneError> {
-    if !matches!(plan.engine, EnginePlan::Sim(SimConfig { time: TimeMode::Virtual, .. })) {
+    if !matches!(plan.engine(), EnginePlan::Sim(SimConfig { time: TimeMode::Virtual, .. })) {
         return Err(TuneError::Unsupported("tune runs its points on the simulator in virtual time".into()));
     }
-    if matches!(objective, Objective::Goodput) && !plan.slo.is_set() {
+    if matches!(objective, Objective::Goodput) && !plan.slo().is_set() {
         return Err(TuneError::Unsupported(
             "no [slo] to compute goodput against: add one (or `--slo`), or name a latency bound (`--max-latency-p99 500ms`)".into(),
         ));
@@ -315,7 +314,7 @@ impl Space {
     /// The default bounds for `plan`: batch size 1…512, timeout 0.5 ms…200 ms, and the load from
     /// 1/8 to 4× the scenario's own value.
     pub fn for_plan(plan: &Plan) -> Space {
-        let (load, load_range) = match &plan.profile {
+        let (load, load_range) = match &plan.profile() {
             ProfileSpec::Throughput { max_concurrency } => {
                 let c = f64::from(*max_concurrency);
                 (LoadKnob::MaxConcurrency, ((c / 8.0).max(1.0).round(), (c * 4.0).round()))
@@ -332,7 +331,7 @@ impl Space {
     /// only up to the most requests the profile keeps in flight, when it bounds them (a batch
     /// can never be larger, so larger sizes are the same point).
     pub fn at_own_load(self, plan: &Plan) -> Space {
-        let in_flight = match &plan.profile {
+        let in_flight = match &plan.profile() {
             ProfileSpec::Throughput { max_concurrency } => Some(*max_concurrency),
             ProfileSpec::Concurrent { levels, .. } => levels.iter().copied().max(),
             ProfileSpec::Constant { max_concurrency, .. }
@@ -345,4 +344,38 @@ impl Space {
         let hi = in_flight.map_or(self.batch_size.1, |n| self.batch_size.1.min(n.max(self.batch_size.0)));
         Space { batch_size: (self.batch_size.0, hi), load: LoadKnob::None, load_range: (0.0, 0.0), ..self }
     }
+}
+
+/// A whole number as a scenario value.
+fn int(v: impl Into<u64>) -> Value {
+    Value::from(i64::try_from(v.into()).unwrap_or(i64::MAX))
+}
+
+/// A list of rates as a scenario value, each number as Rust writes it (`[2]`, `[2.5]`): the text
+/// a matrix label shows.
+fn rates(rates: &[f64]) -> Value {
+    let text = rates.iter().map(f64::to_string).collect::<Vec<_>>().join(", ");
+    format!("[{text}]").parse().unwrap_or_else(|_| Value::Array(rates.iter().copied().collect()))
+}
+
+/// One point's settings as `key = value`s: the batch size, the batch timeout, and the load where
+/// the profile has the knob (a throughput profile's `max_concurrency`, a constant one's rate).
+pub(crate) fn point_sets(
+    profile: &ProfileSpec,
+    batch_size: u32,
+    batch_timeout: Duration,
+    load: Option<f64>,
+) -> Vec<(&'static str, Value)> {
+    let mut sets = vec![
+        ("batching.batch_size", int(batch_size)),
+        ("batching.batch_timeout", format_duration(batch_timeout).into()),
+    ];
+    match (profile, load) {
+        (ProfileSpec::Throughput { .. }, Some(c)) => {
+            sets.push(("profile.max_concurrency", int(c.round().max(1.0) as u32)))
+        }
+        (ProfileSpec::Constant { .. }, Some(r)) => sets.push(("profile.rates", rates(&[r]))),
+        _ => {}
+    }
+    sets
 }

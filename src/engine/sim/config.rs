@@ -56,14 +56,6 @@ pub struct CostModel {
 pub const RENAMED_COSTS: &[(&str, &str, &str)] =
     &[("decode_per_seq", "per_seq", "it now costs every sequence a step schedules, prefill chunks included")];
 
-/// The hint for `key` if it is a renamed cost key (see [`RENAMED_COSTS`]).
-pub fn renamed_cost(key: &str) -> Option<String> {
-    RENAMED_COSTS
-        .iter()
-        .find(|(old, ..)| *old == key)
-        .map(|(_, new, why)| format!("`{key}` was renamed to `{new}`: {why}"))
-}
-
 impl Default for CostModel {
     fn default() -> Self {
         CostModel {

@@ -21,9 +21,7 @@ pub mod scheduler;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{
-    CostModel, DEFAULT_SCHEDULER, RENAMED_COSTS, SimConfig, StepLoad, TimeMode, UNLIMITED_SCHEDULER, renamed_cost,
-};
+pub use config::{CostModel, DEFAULT_SCHEDULER, RENAMED_COSTS, SimConfig, StepLoad, TimeMode, UNLIMITED_SCHEDULER};
 pub use profile::{Profile, ProfileError};
 
 use crate::engine::{

@@ -143,6 +143,60 @@ fn docs_slo() {
     check_docs("## `[slo]`", rows(SLO_KEYS, &Slo::default()));
 }
 
+/// The `[faults]` table: names, defaults and effects like every section, and the type column.
+#[test]
+fn docs_faults() {
+    let faults = crate::engine::faults::Faults::default();
+    check_docs("## `[faults]`", rows(FAULT_KEYS, &faults));
+    let (header, table) = first_table(&docs_section("## `[faults]`"));
+    let type_column = header.iter().position(|h| h == "type").expect("a type column");
+    let types: Vec<&str> = table.iter().map(|cells| cells[type_column].as_str()).collect();
+    let expected: Vec<&str> = FAULT_KEYS
+        .iter()
+        .map(|k| match (k.sub, (k.print)(&faults)) {
+            (Sub::Fixed(TRIGGER_KEYS), _) => "trigger",
+            (Sub::Fixed(PROCESS_FAULT_KEYS), _) => "process fault",
+            (_, Some(Item::Value(Value::Float(_)))) => "number >= 1",
+            (_, Some(Item::Value(Value::String(_)))) => "duration",
+            (_, Some(Item::Value(Value::Boolean(_)))) => "boolean",
+            (_, other) => panic!("{}: no docs type for {other:?}", k.name),
+        })
+        .collect();
+    assert_eq!(types, expected, "docs/scenarios.md, the [faults] types");
+}
+
+/// Each `[faults]` row reads and prints its own field, and no other.
+#[test]
+fn every_fault_key_sets_its_field_only() {
+    use crate::engine::faults::{FaultTrigger, Faults, ProcessFault};
+    let base = "[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"/m\"\nin_process = false\n[faults]\n";
+    let default = Faults::default();
+    for key in FAULT_KEYS {
+        let text = match key.sub {
+            Sub::Fixed(TRIGGER_KEYS) => "{ every = 2 }",
+            Sub::Fixed(PROCESS_FAULT_KEYS) => "{ after_batches = 3 }",
+            _ => match (key.print)(&default) {
+                Some(Item::Value(Value::Float(_))) => "11.5",
+                Some(Item::Value(Value::String(_))) => "\"2s\"",
+                Some(Item::Value(Value::Boolean(_))) => "true",
+                other => panic!("{}: {other:?}", key.name),
+            },
+        };
+        let source = format!("{base}{} = {text}\n", key.name);
+        let plan = crate::scenario::parse_str(&source, "f.toml", std::path::Path::new("/"), &Default::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", key.name));
+        let faults = plan.faults();
+        for other in FAULT_KEYS {
+            let (a, b) = ((other.print)(faults).map(|i| i.to_string()), (other.print)(&default).map(|i| i.to_string()));
+            assert_eq!(a != b, other.name == key.name, "setting {} changed {}", key.name, other.name);
+        }
+        assert_eq!(faults.has_process_faults(), is_process_fault(key), "{}", key.name);
+    }
+    let every =
+        Faults { slow: FaultTrigger::every(2), kill_worker: Some(ProcessFault { after_batches: 3 }), ..default };
+    assert!(every.has_process_faults());
+}
+
 #[test]
 fn docs_output() {
     check_docs("## `[output]`", rows(OUTPUT_KEYS, &OutputPlan::default()));
@@ -184,7 +238,7 @@ fn names_of<S>(keys: &[Key<S>]) -> Vec<&'static str> {
 /// A key table names each key once, and the checks above can fail.
 #[test]
 fn tables_have_unique_names_and_the_check_bites() {
-    for table in [names_of(VLLM_KEYS), names_of(PYTHON_KEYS), names_of(STOP_KEYS)] {
+    for table in [names_of(VLLM_KEYS), names_of(PYTHON_KEYS), names_of(STOP_KEYS), names_of(FAULT_KEYS)] {
         let unique: std::collections::BTreeSet<_> = table.iter().collect();
         assert_eq!(unique.len(), table.len());
     }

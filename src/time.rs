@@ -64,6 +64,7 @@ impl Timestamp {
 }
 
 /// A duration in nanoseconds, saturating at `u64::MAX` (584 years).
+#[doc(hidden)]
 pub fn duration_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -103,6 +104,7 @@ impl Clock for MonotonicClock {
 }
 
 /// One wall-clock reading and one monotonic reading taken together, to convert between them.
+#[doc(hidden)]
 #[derive(Copy, Clone, Debug, PartialEq, serde::Serialize)]
 pub struct WallAnchor {
     /// Seconds since the Unix epoch.

@@ -37,9 +37,9 @@ fn public(vis: &Visibility) -> bool {
 fn uses(tree: &UseTree, prefix: &str, out: &mut Vec<String>) {
     match tree {
         UseTree::Path(p) => uses(&p.tree, &format!("{prefix}{}::", p.ident), out),
-        UseTree::Name(n) => out.push(format!("{prefix}{}", n.ident)),
-        UseTree::Rename(r) => out.push(format!("{prefix}{} as {}", r.ident, r.rename)),
-        UseTree::Glob(_) => out.push(format!("{prefix}*")),
+        UseTree::Name(n) => out.push(format!("{} (from {prefix}{})", n.ident, n.ident)),
+        UseTree::Rename(r) => out.push(format!("{} (from {prefix}{})", r.rename, r.ident)),
+        UseTree::Glob(_) => out.push(format!("* (from {prefix}*)")),
         UseTree::Group(g) => g.items.iter().for_each(|t| uses(t, prefix, out)),
     }
 }
@@ -96,7 +96,7 @@ impl Surface {
                     let mut names = Vec::new();
                     uses(&u.tree, "", &mut names);
                     for name in names {
-                        self.item("use", &format!("{path}::{{{name}}}"));
+                        self.item("use", &format!("{path}::{name}"));
                     }
                     continue;
                 }

@@ -6,11 +6,17 @@
 //! an engine reports is optional where a real engine may omit it, so the metrics mapper can make a
 //! missing value an absent metric instead of a wrong zero.
 
+#[doc(hidden)]
 pub mod chat;
+#[doc(hidden)]
 pub mod faults;
+#[doc(hidden)]
 pub mod python;
+#[doc(hidden)]
 pub mod shared;
+#[doc(hidden)]
 pub mod sim;
+#[doc(hidden)]
 pub mod tokens;
 
 use serde::{Deserialize, Serialize};
@@ -218,6 +224,7 @@ impl EngineOutput {
 }
 
 /// Whether an engine's `*_ts` stats are on our clock.
+#[doc(hidden)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -256,6 +263,7 @@ impl EngineInfo {
 /// The scheduler and KV-cache settings an engine actually runs with, not the ones it was asked
 /// for: vLLM's resolved `SchedulerConfig` and `CacheConfig`, or the simulator's own. A calibration
 /// fit replays batches under exactly these limits (docs/simulation.md).
+#[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]

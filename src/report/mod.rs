@@ -3,26 +3,43 @@
 //! A [`Report`] is plain data assembled at the end of a run; writers only format it, so the same
 //! report always gives the same bytes. `docs/report.md` defines every field and its unit.
 
+#[doc(hidden)]
 pub mod environment;
+#[doc(hidden)]
 pub mod error;
+#[doc(hidden)]
 pub mod expect;
+#[doc(hidden)]
 pub mod html;
+#[doc(hidden)]
 pub mod read;
+#[doc(hidden)]
 pub mod requests;
+#[doc(hidden)]
 pub mod table;
+#[doc(hidden)]
 pub mod tuning;
+#[doc(hidden)]
 pub mod write;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::metrics::result::{BenchmarkResult, metric_names};
+pub use crate::metrics::result::BenchmarkResult;
+#[doc(hidden)]
+pub use crate::metrics::result::metric_names;
 pub use environment::Environment;
 pub use error::ReportError;
+#[doc(hidden)]
 pub use expect::{ExpectationOutcome, evaluate, render_failures};
+#[doc(hidden)]
 pub use html::{HTML_FILE, render_html, write_html};
+#[doc(hidden)]
 pub use read::{read_report, report_path};
+#[doc(hidden)]
 pub use requests::{Phase, RequestOutcome, RequestRecord, RequestsJsonl, read_records};
+#[doc(hidden)]
 pub use table::render_table;
+#[doc(hidden)]
 pub use write::{CSV_FILE, JSON_FILE, csv_columns, prepare_output_dir, render_json, write_csv, write_json};
 
 use crate::metrics::repeats::{RepeatSummary, summarize_repeats};
@@ -30,6 +47,7 @@ use crate::scenario::plan::Plan;
 
 /// Bumped whenever a field of `report.json` changes meaning or disappears. 2: `tpot` is vLLM's
 /// (`itl` was), `latency_per_token` is the old `tpot`, `itl` is per gap; SLOs; repeats.
+#[doc(hidden)]
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// Everything a run produced.

@@ -14,14 +14,19 @@
 //! Every engine, the caller's included, runs inside a [`FaultyEngine`] with the plan's `[faults]`
 //! (a plain pass-through when there are none).
 
+#[doc(hidden)]
 pub mod driver;
+#[doc(hidden)]
 pub mod engine_guard;
 mod interrupt;
 mod plan_runner;
+#[doc(hidden)]
 pub mod progress;
 mod realtime;
 mod schedule;
+#[doc(hidden)]
 pub mod status;
+#[doc(hidden)]
 pub mod step;
 mod virtual_driver;
 
@@ -29,6 +34,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 pub use interrupt::Interrupt;
+#[doc(hidden)]
 pub use plan_runner::PlanRunner;
 
 #[cfg(doc)]

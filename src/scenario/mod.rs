@@ -15,18 +15,23 @@
 //! `change` (the door to a changed plan). No file names one above it.
 
 mod arrivals;
+#[doc(hidden)]
 pub mod builder;
 mod change;
+#[doc(hidden)]
 pub mod error;
+#[doc(hidden)]
 pub mod expect;
 mod keys;
 mod lower;
+#[doc(hidden)]
 pub mod matrix;
 mod overrides;
 pub mod plan;
 mod print;
 mod reader;
 mod schema;
+#[doc(hidden)]
 pub mod units;
 
 #[cfg(test)]
@@ -36,12 +41,15 @@ use std::path::Path;
 
 pub use builder::ScenarioBuilder;
 pub use error::{Origin, Problem, ScenarioError};
+#[doc(hidden)]
 pub use keys::{derive_seed, seed_stream};
 use matrix::label_value;
 pub use overrides::Overrides;
 pub use plan::Plan;
 use plan::{Combination, Layer, MatrixPlan, Source, Written};
+#[doc(hidden)]
 pub use print::{to_json, to_toml};
+#[doc(hidden)]
 pub use schema::key_paths;
 
 /// Entry point for Rust-built scenarios: `Scenario::builder()`.
@@ -56,6 +64,7 @@ impl Scenario {
 
 /// The largest scenario text accepted: 1 MiB. Scenarios are small; bulk data (prompts) belongs in
 /// a workload file. Larger text is refused before it is parsed, so the answer comes at once.
+#[doc(hidden)]
 pub const MAX_SCENARIO_BYTES: usize = 1 << 20;
 
 fn too_large(file_name: &str, bytes: u64) -> ScenarioError {

@@ -10,15 +10,18 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::batcher::BatchConfig;
+#[doc(hidden)]
 pub use crate::engine::chat::RequestFormat;
 use crate::engine::faults::Faults;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::python::{PythonConfig, PythonEngine};
 use crate::engine::sim::{SimConfig, SimEngine};
 use crate::engine::{EngineError, TimedEngine};
+#[doc(hidden)]
 pub use crate::loadgen::{
     Columns, DatasetOptions, FileFormat, ProfileSpec, SyntheticChat, TokenDist, TraceArrivals, WorkloadSpec,
 };
+#[doc(hidden)]
 pub use crate::metrics::slo::Slo;
 
 /// A validated scenario: everything a run needs, with every default filled in.
@@ -185,6 +188,7 @@ impl std::fmt::Debug for Source {
 }
 
 /// A validated `[matrix]`: its axes and every combination, each a complete [`Plan`].
+#[doc(hidden)]
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MatrixPlan {
     /// The axes in file order; the first varies slowest (none for `Plan::with_combinations`).
@@ -205,6 +209,7 @@ impl MatrixPlan {
 }
 
 /// One `[matrix]` key and its values.
+#[doc(hidden)]
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Axis {
     /// The full key path, e.g. `batching.batch_size`.
@@ -225,6 +230,7 @@ impl Axis {
 }
 
 /// One combination of the matrix.
+#[doc(hidden)]
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Combination {
     /// `batch_size=8,batch_timeout=10ms`: the benchmark name (or its prefix).
@@ -323,6 +329,7 @@ impl EnginePlan {
 }
 
 /// Per-benchmark stop conditions; the first one met ends the benchmark.
+#[doc(hidden)]
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct StopPlan {
     /// Measured requests to submit.
@@ -355,6 +362,7 @@ impl StopPlan {
 }
 
 /// A warmup or cooldown: requests run but excluded from the metrics.
+#[doc(hidden)]
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PhaseLimit {
@@ -388,6 +396,7 @@ pub enum Comparison {
 }
 
 /// `metric op value`, checked against every benchmark of the run.
+#[doc(hidden)]
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Expectation {
     /// A metric name, one of `scenario::expect::known_metrics()`.
@@ -401,6 +410,7 @@ pub struct Expectation {
 }
 
 /// `[output]`: what the run writes, and where.
+#[doc(hidden)]
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct OutputPlan {
     /// Directory for report.json, report.csv (and requests.jsonl); `None` writes nothing.

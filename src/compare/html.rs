@@ -43,8 +43,15 @@ fn verdict_cell(r: &Row) -> Cell {
 
 fn test_cells(r: &Row) -> [Cell; 2] {
     match r.test {
-        Some((TestKind::MannWhitney, p)) => [Cell::text("Mann–Whitney U"), Cell::num(p_value(p))],
-        Some((TestKind::Welch, p)) => [Cell::text("Welch t"), Cell::num(p_value(p))],
+        Some((kind, p)) => {
+            let name = match kind {
+                TestKind::Bootstrap => "bootstrap over batches",
+                TestKind::Fisher => "Fisher exact (batches)",
+                TestKind::Welch => "Welch t (repeats)",
+                TestKind::Series => "Welch t (time blocks)",
+            };
+            [Cell::text(name), Cell::num(p_value(p))]
+        }
         None => [Cell::text("-"), Cell::num("-")],
     }
 }
@@ -101,7 +108,8 @@ fn cdf_of(run: &Run, benchmark: &str, dist: &str) -> Vec<(f64, f64)> {
     let field = super::PER_REQUEST.iter().find(|(d, _, _)| *d == dist).map(|(_, f, _)| *f);
     let samples = run.requests.as_ref().and_then(|r| r.get(benchmark)).zip(field).and_then(|(s, f)| s.get(f));
     if let Some(samples) = samples.filter(|s| !s.is_empty()) {
-        return sample_cdf(samples);
+        let values: Vec<f64> = samples.iter().map(|(_, v)| *v).collect();
+        return sample_cdf(&values);
     }
     run.report
         .benchmarks

@@ -1,8 +1,16 @@
 use super::*;
 use crate::report::tests::sample_report;
 
-/// A run of the sample report; per benchmark `latency_ms` samples when given.
+/// A run of the sample report; per benchmark `latency_ms` samples when given, each value in a
+/// batch of its own.
 fn run(label: &str, latency_ms: Option<&[f64]>) -> Run {
+    let batches: Option<Vec<(u64, f64)>> =
+        latency_ms.map(|v| v.iter().enumerate().map(|(i, &v)| (i as u64, v)).collect());
+    run_with_batches(label, batches.as_deref())
+}
+
+/// A run of the sample report; per benchmark `latency_ms` samples `(batch, value)` when given.
+fn run_with_batches(label: &str, latency_ms: Option<&[(u64, f64)]>) -> Run {
     let report = sample_report();
     let requests = latency_ms.map(|values| {
         report
@@ -11,7 +19,7 @@ fn run(label: &str, latency_ms: Option<&[f64]>) -> Run {
             .map(|b| (b.name.clone(), Samples::from([("latency_ms".to_string(), values.to_vec())])))
             .collect()
     });
-    Run { label: label.into(), report, requests }
+    Run { label: label.into(), dir: ".".into(), report, requests }
 }
 
 fn row<'c>(c: &'c Comparison, benchmark: &str, metric: &str) -> &'c Row {
@@ -28,12 +36,25 @@ fn a_run_against_itself_is_within_noise_or_not_judged() {
     assert!(c.only_a.is_empty() && c.only_b.is_empty());
     for r in &c.rows {
         assert_eq!(r.delta, Some(0.0), "{r:?}");
+        let kind = r.test.map(|(kind, _)| kind);
         match r.metric.as_str() {
             m if m.starts_with("latency_") && !m.starts_with("latency_per_token") => {
-                assert_eq!(r.verdict, Verdict::WithinNoise, "{r:?}");
-                assert_eq!(r.test, Some((TestKind::MannWhitney, 1.0)), "{r:?}");
+                assert_eq!(kind, Some(TestKind::Bootstrap), "{r:?}")
+            }
+            "completed" | "errors" | "cancelled" | "incomplete" | "lost" | "anomalies" | "slo_attainment" => {
+                assert_eq!(kind, Some(TestKind::Fisher), "{r:?}")
+            }
+            m if m.ends_with("_flush_share") => assert_eq!(kind, Some(TestKind::Fisher), "{r:?}"),
+            "requests_per_s" | "output_tokens_per_s" | "concurrency_mean" => {
+                assert_eq!(kind, Some(TestKind::Series), "{r:?}")
             }
             _ => assert!(matches!(r.verdict, Verdict::NotJudged(_)), "one run each: no repeats: {r:?}"),
+        }
+        if kind.is_some() {
+            assert_eq!(r.verdict, Verdict::WithinNoise, "{r:?}");
+            // Identical data: nothing to tell apart. Fisher's p sums to 1 up to rounding; a
+            // bootstrap's resampled differences fall on both sides of 0 about equally.
+            assert!(r.test.is_some_and(|(_, p)| p > 0.9), "{r:?}");
         }
     }
     // Metrics neither run measured have no row.
@@ -58,7 +79,7 @@ fn slower_requests_are_worse_and_a_gated_regression() {
     let c = compare(&a, &b, &CompareOptions::default()).unwrap();
     let p50 = row(&c, "throughput", "latency_p50_ms");
     assert_eq!(p50.verdict, Verdict::Worse);
-    assert!(p50.test.is_some_and(|(k, p)| k == TestKind::MannWhitney && p < 0.01), "{p50:?}");
+    assert!(p50.test.is_some_and(|(k, p)| k == TestKind::Bootstrap && p < 0.01), "{p50:?}");
     assert!(p50.gated && p50.regression, "{p50:?}");
     assert!(!c.passed());
     // Faster the other way round, and no regression then.
@@ -154,6 +175,10 @@ fn load_samples_measured_completed_requests_only() {
         let mut r = RequestRecord::unfinished(id, "throughput", phase, RequestOutcome::Incomplete, None, None);
         if let Some(latency_ms) = latency_ms {
             r.outcome = RequestOutcome::Completed;
+            // A batch of its own, dispatched at 1 s, done at 1 s + its latency.
+            r.batch = Some(id);
+            r.dispatched_ns = Some(crate::time::Timestamp::from_nanos(1_000_000_000));
+            r.finished_ns = Some(crate::time::Timestamp::from_nanos(1_000_000_000 + (latency_ms * 1e6) as u64));
             r.metrics = Some(MetricsMs {
                 latency_ms,
                 batch_wait_ms: 1.0,
@@ -182,8 +207,10 @@ fn load_samples_measured_completed_requests_only() {
     out.finish().unwrap();
     let run = Run::load(&dir).unwrap();
     let samples = &run.requests.as_ref().unwrap()["throughput"];
-    assert_eq!(samples["latency_ms"], [10.0, 30.0]);
-    assert_eq!(samples["ttft_ms"], [5.0, 15.0]);
+    assert_eq!(samples["latency_ms"], [(1, 10.0), (3, 30.0)]);
+    assert_eq!(samples["ttft_ms"], [(1, 5.0), (3, 15.0)]);
+    // One value per batch of measured requests: its dispatch to its last completion.
+    assert_eq!(samples["generate_ms"], [(1, 10.0), (3, 30.0)]);
     assert!(!samples.contains_key("tpot_ms"), "a timing no request has gives no samples");
 
     let jsonl = dir.join(REQUESTS_FILE);

@@ -221,3 +221,52 @@ fn load_samples_measured_completed_requests_only() {
     assert!(err.contains(&format!("{}:6: not a requests.jsonl record", jsonl.display())), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Counts are judged in batches: one failed batch of 32 among 8 is no evidence (it would be
+/// overwhelming as 32 independent requests of 256), a whole failed run is.
+#[test]
+fn errors_are_counted_in_batches() {
+    let with_errors = |errors: u64| {
+        let mut r = run("r", None);
+        for b in &mut r.report.benchmarks {
+            b.counts.submitted = 256;
+            (b.counts.completed, b.counts.errors) = (256 - errors, errors);
+            (b.batching.batches, b.batching.batch_size_mean) = (8, Some(32.0));
+        }
+        r
+    };
+    let errors = |a: u64, b: u64| {
+        let c = compare(&with_errors(a), &with_errors(b), &CompareOptions::default()).unwrap();
+        row(&c, "throughput", "errors").clone()
+    };
+    let one_batch = errors(0, 32);
+    assert_eq!(one_batch.verdict, Verdict::WithinNoise, "{one_batch:?}");
+    assert!(one_batch.test.is_some_and(|(k, p)| k == TestKind::Fisher && p > 0.9), "{one_batch:?}");
+    let all = errors(0, 256);
+    assert_eq!(all.verdict, Verdict::Worse, "{all:?}");
+    assert!(all.regression && all.test.is_some_and(|(_, p)| p < 1e-3), "{all:?}");
+    assert_eq!(errors(256, 0).verdict, Verdict::Better);
+}
+
+/// Without repeats, throughput is judged on each run's time series, in blocks of time.
+#[test]
+fn throughput_of_one_run_is_judged_on_its_time_series() {
+    // 1000 intervals of 1 ms; `base + (i % 3)` completions in interval i.
+    let with_completions = |base: u64| {
+        let mut r = run("r", None);
+        for bench in &mut r.report.benchmarks {
+            let series = &mut bench.time_series;
+            series.completed = (0..series.len() as u64).map(|i| base + i % 3).collect();
+            bench.requests_per_s = Some((base as f64 + 1.0) * 1000.0);
+        }
+        r
+    };
+    let c = compare(&with_completions(4), &with_completions(3), &CompareOptions::default()).unwrap();
+    let rps = row(&c, "throughput", "requests_per_s");
+    assert!(matches!(rps.test, Some((TestKind::Series, p)) if p < 1e-6), "{rps:?}");
+    assert_eq!(rps.verdict, Verdict::Worse, "{rps:?}");
+    assert!(rps.regression, "{rps:?}");
+    // The same series: within noise.
+    let c = compare(&with_completions(4), &with_completions(4), &CompareOptions::default()).unwrap();
+    assert_eq!(row(&c, "throughput", "requests_per_s").verdict, Verdict::WithinNoise);
+}

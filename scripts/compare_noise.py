@@ -60,6 +60,9 @@ def compare(binary, a, b):
     counts = {"better": 0, "worse": 0, "differs": 0}
     regressed = []
     for line in o.stdout.splitlines():
+        # Table rows only: not the lists below the table, nor the gate's closing line.
+        if line.startswith((" ", "no gated", "A:", "B:")):
+            continue
         words = line.split()
         for verdict in counts:
             if len(words) > 2 and verdict in words[2:]:

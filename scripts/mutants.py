@@ -277,6 +277,26 @@ MUTANTS = [
     ("calibrate: scheduled_ts taken at the end of its step", "src/calibrate/fit.rs",
      "(r.scheduled_ns, seq.first_scheduled),", "(r.scheduled_ns, seq.first_scheduled.map(|k| k + 1)),",
      ["--lib", "calibrate::tests::a_fit_recovers_known_coefficients"], {}),
+    # ---- compare: the units of independence and the tests (issue 22) ----
+    ("compare: the bootstrap resamples requests, not batches", "src/compare/stats.rs",
+     "let i = *index.entry(batch).or_insert_with(|| {", "let i = *index.entry(sorted.len() as u64 + 0 * batch).or_insert_with(|| {",
+     ["--lib", "compare::stats::tests::bootstrap_takes_the_batch_not_the_request_as_the_unit"], {}),
+    ("compare: every quantile tested as the median", "src/compare/stats.rs",
+     "seen >= (QUANTILES[next].1 * n).ceil().max(1.0)", "seen >= (0.5 * n).ceil().max(1.0)",
+     ["--lib", "compare::stats::tests::bootstrap_sees_a_tail_that_the_median_does_not"], {}),
+    ("compare: Fisher's test one-sided", "src/compare/stats.rs",
+     "let lowest = hits.saturating_sub(b_total);", "let lowest = a_hits;",
+     ["--lib", "compare::stats::tests::fisher_known_values"], {}),
+    ("compare: errors counted per request", "src/compare/mod.rs",
+     "let unit = |m: Option<f64>, other: Option<f64>| if requests { m.or(other).unwrap_or(1.0) } else { 1.0 };",
+     "let unit = |_: Option<f64>, _: Option<f64>| 1.0;",
+     ["--lib", "compare::tests::errors_are_counted_in_batches"], {}),
+    ("compare: throughput of one run not judged", "src/compare/mod.rs",
+     '"requests_per_s" => Some(SeriesField::Completed),', '"requests_per_s" => None,',
+     ["--lib", "compare::tests::throughput_of_one_run_is_judged_on_its_time_series"], {}),
+    ("slo: a one-token completion unmeasurable again", "src/metrics/slo.rs",
+     "m.output_tokens.is_some_and(|n| n <= 1)", "m.output_tokens.is_some_and(|n| n < 1)",
+     ["--lib", "metrics::slo::tests::verdicts"], {}),
 ]
 
 

@@ -71,9 +71,11 @@ enum Command {
     },
     /// Compare two saved runs metric by metric; exits 4 on a regression.
     ///
-    /// Each metric gets a verdict from a statistical test (Mann–Whitney U on requests.jsonl,
-    /// Welch's t on --repeat runs): better, worse, within noise. A gated metric worse than A by
-    /// more than --max-regression fails the comparison (docs/compare.md).
+    /// Each metric gets a verdict from a statistical test whose unit is a batch or a block of time,
+    /// never a request (a bootstrap over the batches of requests.jsonl, Fisher's exact test on
+    /// counts, Welch's t on --repeat runs or on the time series): better, worse, within noise. A
+    /// gated metric worse than A by more than --max-regression fails the comparison
+    /// (docs/compare.md).
     Compare {
         /// The baseline run: a report.json or an output directory.
         a: PathBuf,
@@ -88,7 +90,7 @@ enum Command {
         /// Gate this metric (repeatable; replaces the default gates, see docs/compare.md).
         #[arg(long = "gate", value_name = "METRIC")]
         gates: Vec<String>,
-        /// Where to write compare.html [default: the current directory].
+        /// Where to write compare.html [default: B's directory].
         #[arg(long, value_name = "DIR")]
         output: Option<PathBuf>,
     },
@@ -240,7 +242,7 @@ fn compare_runs(a: &Path, b: &Path, options: batchlab::compare::CompareOptions, 
         }
     };
     print!("{}", render_comparison(&comparison));
-    let dir = output.unwrap_or_else(|| PathBuf::from("."));
+    let dir = output.unwrap_or_else(|| run_b.dir.clone());
     match batchlab::compare::html::write_html(&comparison, &run_a, &run_b, &dir) {
         Ok(path) => eprintln!("wrote {}", path.display()),
         Err(e) => {

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::table::p_value;
-use super::{Comparison, Row, Run, TestKind, Verdict};
+use super::{Comparison, Row, Run, TestKind, Verdict, stats};
 use crate::metrics::distribution::Histogram;
 use crate::report::ReportError;
 use crate::report::html::DISTRIBUTION_CHARTS;
@@ -43,8 +43,15 @@ fn verdict_cell(r: &Row) -> Cell {
 
 fn test_cells(r: &Row) -> [Cell; 2] {
     match r.test {
-        Some((TestKind::MannWhitney, p)) => [Cell::text("Mann–Whitney U"), Cell::num(p_value(p))],
-        Some((TestKind::Welch, p)) => [Cell::text("Welch t"), Cell::num(p_value(p))],
+        Some((kind, p)) => {
+            let name = match kind {
+                TestKind::Bootstrap => "bootstrap over batches",
+                TestKind::Fisher => "Fisher exact (batches)",
+                TestKind::Welch => "Welch t (repeats)",
+                TestKind::Series => "Welch t (time blocks)",
+            };
+            [Cell::text(name), Cell::num(p_value(p))]
+        }
         None => [Cell::text("-"), Cell::num("-")],
     }
 }
@@ -101,7 +108,8 @@ fn cdf_of(run: &Run, benchmark: &str, dist: &str) -> Vec<(f64, f64)> {
     let field = super::PER_REQUEST.iter().find(|(d, _, _)| *d == dist).map(|(_, f, _)| *f);
     let samples = run.requests.as_ref().and_then(|r| r.get(benchmark)).zip(field).and_then(|(s, f)| s.get(f));
     if let Some(samples) = samples.filter(|s| !s.is_empty()) {
-        return sample_cdf(samples);
+        let values: Vec<f64> = samples.iter().map(|(_, v)| *v).collect();
+        return sample_cdf(&values);
     }
     run.report
         .benchmarks
@@ -131,8 +139,9 @@ fn status(c: &Comparison) -> String {
 pub fn render_html(c: &Comparison, a: &Run, b: &Run) -> String {
     let mut page =
         Page::new("batchlab compare").subtitle(&format!("A: {} · B: {}", c.a, c.b)).status(status(c)).footer(
-            "Written by batchlab compare. Self-contained: no script and no external resource. Verdicts: Mann–Whitney U \
-         on per-request samples (requests.jsonl), Welch's t on repeats; docs/compare.md.",
+            "Written by batchlab compare. Self-contained: no script and no external resource. Verdicts: a bootstrap \
+         over whole batches of requests.jsonl, Fisher's exact test on counts in batches, Welch's t on repeats or on \
+         blocks of the time series; docs/compare.md.",
         );
 
     let regressions: Vec<&Row> = c.regressions().collect();
@@ -217,10 +226,17 @@ pub fn render_html(c: &Comparison, a: &Run, b: &Run) -> String {
         page.section(section);
     }
     let method = format!(
-        "<p>Per-request timings (latency, ttft, tpot, itl, latency_per_token, batch_wait, engine_queue): a two-sided \
-         Mann–Whitney U test on both runs' measured, completed requests (normal approximation, tie and continuity \
-         corrections); every statistic of a timing gets its distribution's verdict. Everything else: Welch's t test on \
-         the runs' repeats (--repeat N, 2 or more each); without repeats it is not judged. Significance level {}.</p>",
+        "<p>No test takes a request as an independent sample: the unit is the batch, a block of time or a repeat. \
+         Per-request timings (latency, ttft, tpot, itl by each request's longest gap, latency_per_token, batch_wait, \
+         engine_queue) and the per-batch generate: every statistic's difference B − A, bootstrapped over whole \
+         batches of requests.jsonl ({} resamples from a fixed seed, at least {} batches per run). Counts (completed, \
+         errors, cancelled, incomplete, lost, anomalies, slo_attainment, the flush shares): Fisher's exact test, in \
+         units of batches. Throughput and concurrency: Welch's t on the repeats (--repeat N, 2 or more each), else on \
+         each run's time series in {} blocks of time. Everything else: Welch's t on the repeats; without repeats it is \
+         not judged. Significance level {}.</p>",
+        stats::BOOTSTRAP_RESAMPLES,
+        stats::MIN_BATCHES,
+        super::SERIES_BLOCKS,
         escape(&format_value(c.alpha))
     );
     page.section(Section::new("method", "Method").html(method));

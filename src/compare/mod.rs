@@ -2,16 +2,24 @@
 //!
 //! A and B are `report.json` files or output directories ([`crate::report::read_report`]).
 //! Benchmarks are matched by name. For every metric either run measured, the comparison shows
-//! A's and B's value (the mean over repeats when a run has several), the delta, and a verdict:
+//! A's and B's value (the mean over repeats when a run has several), the delta, and a verdict.
+//! No test takes a request as an independent sample: the requests of one batch share one
+//! generate call. The unit comes from the data ([`stats`] has the tests):
 //!
 //! - **per-request timings** (`latency`, `ttft`, `tpot`, `itl`, `latency_per_token`, `batch_wait`,
-//!   `engine_queue`, every statistic of each): a Mann–Whitney U test on the measured requests of
-//!   both runs' `requests.jsonl` (all repeats pooled; `itl` by each request's longest gap,
-//!   `itl_max_ms`). Every statistic of a timing gets its distribution's verdict;
-//! - **everything else** (throughput, counts, batching, goodput): Welch's t test on the runs'
-//!   repeats (`--repeat N`, at least 2 in each run). Without repeats it is **not judged**: one run
-//!   gives no idea of its noise. Per-request timings fall back to this test without
-//!   `requests.jsonl`.
+//!   `engine_queue`) and the per-batch `generate`, every statistic of each: a bootstrap of the
+//!   statistic's difference that resamples whole **batches** of both runs' `requests.jsonl` (all
+//!   repeats pooled; `itl` by each request's longest gap, `itl_max_ms`; `generate` by each batch's
+//!   dispatch to its requests' completion). A p99 is tested as a p99, not through the median;
+//! - **counts** (`completed`, `errors`, `cancelled`, `incomplete`, `lost`, `anomalies`,
+//!   `slo_attainment`, the flush shares): Fisher's exact test on the share, in units of batches
+//!   (request counts divided by the run's mean batch size; the flush shares count batches);
+//! - **throughput** (`requests_per_s`, `output_tokens_per_s`) and `concurrency_mean`: Welch's t
+//!   on the runs' repeats (`--repeat N`, 2+ in each run), else on the report's per-interval time
+//!   series cut into [`SERIES_BLOCKS`] blocks of time per run;
+//! - **everything else** (input and total tokens/s, goodput, batching, duration): Welch's t on the
+//!   repeats; without repeats it is **not judged**. Per-request timings fall back to this test
+//!   without `requests.jsonl`.
 //!
 //! A difference with `p < alpha` is `better` or `worse` by the metric's direction (lower latency,
 //! higher throughput; metrics without a better direction, such as `batches`, are `differs`), else
@@ -35,16 +43,16 @@ pub mod stats;
 pub mod table;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::metrics::result::metric_names;
+use crate::metrics::result::{BenchmarkResult, metric_names};
 use crate::report::requests::MetricsMs;
 use crate::report::{
     Phase, Report, ReportError, RequestOutcome, RequestRecord, read_records, read_report, report_path,
 };
-use stats::{Shift, TestResult, mann_whitney_u, welch_t};
+use stats::{BatchedValues, MIN_BATCHES, Shift, TestResult, bootstrap_stats, fisher_exact, welch_t};
 
 /// The metrics gated when `--gate` is not given.
 pub const DEFAULT_GATES: &[&str] = &[
@@ -60,6 +68,9 @@ pub const DEFAULT_GATES: &[&str] = &[
     "goodput_requests_per_s",
 ];
 
+/// Blocks of time each run's window is cut into when throughput is judged from its time series.
+pub const SERIES_BLOCKS: usize = 10;
+
 /// A completed request's value of one timing, in ms.
 type Timing = fn(&MetricsMs) -> Option<f64>;
 
@@ -74,6 +85,9 @@ const PER_REQUEST: &[(&str, &str, Timing)] = &[
     ("batch_wait", "batch_wait_ms", |m| Some(m.batch_wait_ms)),
     ("engine_queue", "engine_queue_ms", |m| m.engine_queue_ms),
 ];
+
+/// The per-batch timing read from `requests.jsonl`: a batch's dispatch to its requests' completion.
+const GENERATE: (&str, &str) = ("generate", "generate_ms");
 
 /// Why a comparison could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -94,14 +108,18 @@ pub enum CompareError {
     UnknownGate(String),
 }
 
-/// The measured, completed requests of one benchmark: per-request samples by `requests.jsonl` field.
-pub type Samples = BTreeMap<String, Vec<f64>>;
+/// The measured, completed requests of one benchmark, by `requests.jsonl` field: every value
+/// with the batch (generate call) it ran in, `(batch id, value)`. `generate_ms` has one value per
+/// batch.
+pub type Samples = BTreeMap<String, Vec<(u64, f64)>>;
 
 /// One run: its report and, when it was written, its `requests.jsonl`.
 #[derive(Clone, Debug)]
 pub struct Run {
     /// How the run is named in output: the path it was read from.
     pub label: String,
+    /// The directory its report is in (where `compare.html` goes when this run is B).
+    pub dir: PathBuf,
     /// The report.
     pub report: Report,
     /// Per benchmark name: the samples of its measured, completed requests; `None` without
@@ -117,22 +135,39 @@ impl Run {
         let json = report_path(path);
         let jsonl = json.with_file_name(crate::report::requests::REQUESTS_FILE);
         let requests = if jsonl.is_file() { Some(read_requests(&jsonl)?) } else { None };
-        Ok(Run { label: path.display().to_string(), report, requests })
+        let dir = json.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
+        Ok(Run { label: path.display().to_string(), dir, report, requests })
     }
 }
 
-/// The per-request samples of `path`, by benchmark: measured, completed requests only.
+/// The per-request samples of `path`, by benchmark: measured, completed requests only, each with
+/// its batch; and per batch its generate time.
 fn read_requests(path: &Path) -> Result<BTreeMap<String, Samples>, CompareError> {
     let mut out: BTreeMap<String, Samples> = BTreeMap::new();
+    // Per benchmark and batch: its dispatch and its last completion, ns.
+    let mut batches: BTreeMap<String, BTreeMap<u64, (u64, u64)>> = BTreeMap::new();
     for record in read_records(path)? {
-        let RequestRecord { benchmark, phase, outcome, metrics, .. } = record?;
-        let (Phase::Measure, RequestOutcome::Completed, Some(metrics)) = (phase, outcome, metrics) else { continue };
+        let RequestRecord { benchmark, phase, outcome, metrics, batch, dispatched_ns, finished_ns, .. } = record?;
+        // A completed record always names its batch.
+        let (Phase::Measure, RequestOutcome::Completed, Some(metrics), Some(batch)) = (phase, outcome, metrics, batch)
+        else {
+            continue;
+        };
+        if let (Some(dispatched), Some(finished)) = (dispatched_ns, finished_ns) {
+            let span = batches.entry(benchmark.clone()).or_default().entry(batch).or_insert((u64::MAX, 0));
+            *span = (span.0.min(dispatched.as_nanos()), span.1.max(finished.as_nanos()));
+        }
         let samples = out.entry(benchmark).or_default();
         for (_, field, value) in PER_REQUEST {
             if let Some(v) = value(&metrics) {
-                samples.entry((*field).to_string()).or_default().push(v);
+                samples.entry((*field).to_string()).or_default().push((batch, v));
             }
         }
+    }
+    for (benchmark, spans) in batches {
+        let generate = spans.into_iter().map(|(batch, (from, to))| (batch, to.saturating_sub(from) as f64 / 1e6));
+        out.entry(benchmark).or_default().insert(GENERATE.1.to_string(), generate.collect());
     }
     Ok(out)
 }
@@ -220,10 +255,26 @@ impl Verdict {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TestKind {
-    /// Mann–Whitney U on per-request samples.
-    MannWhitney,
+    /// A bootstrap of the statistic's difference over whole batches of requests.jsonl.
+    Bootstrap,
+    /// Fisher's exact test on a share, in units of batches.
+    Fisher,
     /// Welch's t on per-repeat values.
     Welch,
+    /// Welch's t on blocks of the report's per-interval time series.
+    Series,
+}
+
+impl TestKind {
+    /// The test as the console table names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            TestKind::Bootstrap => "bootstrap",
+            TestKind::Fisher => "fisher",
+            TestKind::Welch => "welch-t",
+            TestKind::Series => "series-t",
+        }
+    }
 }
 
 /// One metric of one benchmark, A against B.
@@ -282,10 +333,12 @@ impl Comparison {
     }
 }
 
-/// The per-request field a metric is judged by: `latency_p99_ms` → `latency_ms`.
-fn per_request_field(metric: &str) -> Option<&'static str> {
-    let (dist, _) = metric.strip_suffix("_ms")?.rsplit_once('_')?;
-    PER_REQUEST.iter().find(|(d, _, _)| *d == dist).map(|(_, field, _)| *field)
+/// The timing a metric is a statistic of, and which: `latency_p99_ms` → (`latency_ms`, `p99`).
+fn timing_of(metric: &str) -> Option<(&'static str, &'static str)> {
+    let (dist, stat) = metric.strip_suffix("_ms")?.rsplit_once('_')?;
+    let stat = stats::STATS.iter().find(|s| **s == stat)?;
+    let field = PER_REQUEST.iter().map(|(d, f, _)| (*d, *f)).chain([GENERATE]).find(|(d, _)| *d == dist)?.1;
+    Some((field, stat))
 }
 
 fn names_of(report: &Report) -> Vec<String> {
@@ -296,6 +349,215 @@ fn names_of(report: &Report) -> Vec<String> {
         }
     }
     names
+}
+
+/// A test, or why none could be made.
+type Judged = Result<(TestKind, TestResult), String>;
+
+/// One benchmark of both runs: every repeat of each, and their per-request samples.
+struct Pair<'r> {
+    a: Vec<&'r BenchmarkResult>,
+    b: Vec<&'r BenchmarkResult>,
+    samples_a: Option<&'r Samples>,
+    samples_b: Option<&'r Samples>,
+    has_requests: bool,
+    /// Per requests.jsonl field: each statistic's bootstrap test, or why there is none.
+    bootstraps: BTreeMap<&'static str, Result<[Option<TestResult>; 9], String>>,
+}
+
+impl<'r> Pair<'r> {
+    fn new(name: &str, a: &'r Run, b: &'r Run) -> Self {
+        let of = |run: &'r Run| run.report.benchmarks.iter().filter(|x| x.name == name).collect::<Vec<_>>();
+        let samples = |run: &'r Run| run.requests.as_ref().and_then(|r| r.get(name));
+        Pair {
+            a: of(a),
+            b: of(b),
+            samples_a: samples(a),
+            samples_b: samples(b),
+            has_requests: a.requests.is_some() && b.requests.is_some(),
+            bootstraps: BTreeMap::new(),
+        }
+    }
+
+    fn repeats(&self, metric: &str) -> (Vec<f64>, Vec<f64>) {
+        let values = |runs: &[&BenchmarkResult]| runs.iter().filter_map(|x| x.metric(metric)).collect();
+        (values(&self.a), values(&self.b))
+    }
+
+    /// The test behind `metric`'s verdict; see the module docs for which one.
+    fn judge(&mut self, metric: &str) -> Judged {
+        if let Some((field, stat)) = timing_of(metric)
+            && self.has_requests
+        {
+            return self.bootstrap(field, stat);
+        }
+        if let Some(judged) = count_test(metric, &self.a, &self.b) {
+            return judged;
+        }
+        let (ra, rb) = self.repeats(metric);
+        if let Some(t) = welch_t(&ra, &rb) {
+            return Ok((TestKind::Welch, t));
+        }
+        if let Some(field) = series_field(metric) {
+            let (ba, bb) = (series_blocks(&self.a, field), series_blocks(&self.b, field));
+            return welch_t(&ba, &bb).map(|t| (TestKind::Series, t)).ok_or_else(|| {
+                format!(
+                    "too short a time series: needs {SERIES_BLOCKS}+ intervals in each run, or 2+ repeats in each (A has {}, B has {})",
+                    ra.len(),
+                    rb.len()
+                )
+            });
+        }
+        Err(if timing_of(metric).is_some() {
+            format!("needs requests.jsonl in both runs, or 2+ repeats in each (A has {}, B has {})", ra.len(), rb.len())
+        } else {
+            format!(
+                "one run cannot say how noisy it is: needs 2+ repeats in each run (--repeat N; A has {}, B has {})",
+                ra.len(),
+                rb.len()
+            )
+        })
+    }
+
+    fn bootstrap(&mut self, field: &'static str, stat: &str) -> Judged {
+        let (samples_a, samples_b) = (self.samples_a, self.samples_b);
+        let tests = self.bootstraps.entry(field).or_insert_with(|| {
+            fn values<'s>(s: Option<&'s Samples>, field: &str) -> &'s [(u64, f64)] {
+                s.and_then(|s| s.get(field)).map_or(&[][..], Vec::as_slice)
+            }
+            let (va, vb) = (values(samples_a, field), values(samples_b, field));
+            if va.is_empty() || vb.is_empty() {
+                return Err("no completed request with this timing in one of the runs".to_string());
+            }
+            let (Some(a), Some(b)) = (BatchedValues::new(va), BatchedValues::new(vb)) else {
+                return Err("a value that is not a number".to_string());
+            };
+            let stream = PER_REQUEST.iter().position(|(_, f, _)| *f == field).unwrap_or(PER_REQUEST.len()) as u64;
+            bootstrap_stats(&a, &b, stream).ok_or_else(|| {
+                format!(
+                    "fewer than {MIN_BATCHES} batches with this timing in a run (A has {}, B has {}): too few to resample",
+                    a.batches(),
+                    b.batches()
+                )
+            })
+        });
+        let i = stats::STATS.iter().position(|s| *s == stat).unwrap_or_default();
+        match tests {
+            Ok(tests) => tests[i].map(|t| (TestKind::Bootstrap, t)).ok_or_else(|| "too few values".to_string()),
+            Err(reason) => Err(reason.clone()),
+        }
+    }
+}
+
+/// The share a count metric is: (hits, out of, whether the units are requests rather than batches).
+fn share(metric: &str, r: &BenchmarkResult) -> Option<(u64, u64, bool)> {
+    let c = &r.counts;
+    let b = &r.batching;
+    Some(match metric {
+        "completed" => (c.completed, c.submitted, true),
+        "errors" => (c.errors, c.completed + c.errors, true),
+        "cancelled" => (c.cancelled, c.submitted, true),
+        "incomplete" => (c.incomplete, c.submitted, true),
+        "lost" => (c.lost.max(0) as u64, c.submitted.max(c.lost.max(0) as u64), true),
+        "anomalies" => (r.anomalies.requests, c.completed, true),
+        "slo_attainment" => {
+            let slo = r.slo.as_ref()?;
+            (slo.met, slo.judged, true)
+        }
+        "full_flush_share" => (b.full, b.batches, false),
+        "timeout_flush_share" => (b.timeout, b.batches, false),
+        "drain_flush_share" => (b.drain, b.batches, false),
+        _ => return None,
+    })
+}
+
+/// Requests per batch over all of a run's repeats; `None` without batches.
+fn mean_batch_size(runs: &[&BenchmarkResult]) -> Option<f64> {
+    let batches: u64 = runs.iter().map(|r| r.batching.batches).sum();
+    let requests: f64 =
+        runs.iter().map(|r| r.batching.batch_size_mean.unwrap_or(0.0) * r.batching.batches as f64).sum();
+    (batches > 0 && requests >= 1.0).then(|| requests / batches as f64)
+}
+
+/// Fisher's exact test of a count metric, every repeat pooled, in units of batches: a run's
+/// request counts divided by its mean batch size (so a batch that failed as a whole counts once,
+/// as the one event it is). `None` for a metric that is not a count.
+fn count_test(metric: &str, a: &[&BenchmarkResult], b: &[&BenchmarkResult]) -> Option<Judged> {
+    let pooled = |runs: &[&BenchmarkResult]| -> Option<(u64, u64, bool)> {
+        runs.iter().map(|r| share(metric, r)).try_fold((0, 0, false), |(h, t, _), s| {
+            let (hits, total, requests) = s?;
+            Some((h + hits, t + total, requests))
+        })
+    };
+    if share(metric, a.first()?).is_none() && !matches!(metric, "slo_attainment") {
+        return None;
+    }
+    let (Some((ha, ta, requests)), Some((hb, tb, _))) = (pooled(a), pooled(b)) else {
+        return Some(Err("not measured in one of the runs".to_string()));
+    };
+    let (ma, mb) = (mean_batch_size(a), mean_batch_size(b));
+    let unit = |m: Option<f64>, other: Option<f64>| if requests { m.or(other).unwrap_or(1.0) } else { 1.0 };
+    let (ua, ub) = (unit(ma, mb), unit(mb, ma));
+    // A count in units: at least one unit once there is anything to count.
+    let units = |n: u64, size: f64| if n == 0 { 0 } else { ((n as f64 / size).round() as u64).max(1) };
+    let (hits_a, hits_b) = (units(ha, ua), units(hb, ub));
+    let total_a = hits_a + units(ta - ha, ua);
+    let total_b = hits_b + units(tb - hb, ub);
+    Some(
+        fisher_exact(hits_a, total_a, hits_b, total_b)
+            .map(|t| (TestKind::Fisher, t))
+            .ok_or_else(|| "nothing to count in one of the runs".to_string()),
+    )
+}
+
+/// The per-interval series a metric is judged by without repeats.
+#[derive(Copy, Clone)]
+enum SeriesField {
+    Completed,
+    OutputTokens,
+    Concurrency,
+}
+
+fn series_field(metric: &str) -> Option<SeriesField> {
+    match metric {
+        "requests_per_s" => Some(SeriesField::Completed),
+        "output_tokens_per_s" => Some(SeriesField::OutputTokens),
+        "concurrency_mean" => Some(SeriesField::Concurrency),
+        _ => None,
+    }
+}
+
+/// Every repeat's window cut into [`SERIES_BLOCKS`] blocks of consecutive intervals, and the
+/// metric over each block: a rate per second, or the time-weighted mean concurrency. A repeat
+/// with fewer intervals than blocks gives none.
+fn series_blocks(runs: &[&BenchmarkResult], field: SeriesField) -> Vec<f64> {
+    let mut out = Vec::new();
+    for r in runs {
+        let s = &r.time_series;
+        let n = s.len();
+        if n < SERIES_BLOCKS {
+            continue;
+        }
+        for k in 0..SERIES_BLOCKS {
+            let (mut seconds, mut sum) = (0.0, 0.0);
+            for i in k * n / SERIES_BLOCKS..(k + 1) * n / SERIES_BLOCKS {
+                let len = s.interval_len_s(i, r.duration_s);
+                match field {
+                    SeriesField::Completed => (seconds, sum) = (seconds + len, sum + s.completed[i] as f64),
+                    SeriesField::OutputTokens => (seconds, sum) = (seconds + len, sum + s.output_tokens[i] as f64),
+                    SeriesField::Concurrency => {
+                        if let Some(c) = s.concurrency.get(i).copied().flatten() {
+                            (seconds, sum) = (seconds + len, sum + c * len);
+                        }
+                    }
+                }
+            }
+            if seconds > 0.0 {
+                out.push(sum / seconds);
+            }
+        }
+    }
+    out
 }
 
 /// Compares every metric of every benchmark A and B share. See the module docs.
@@ -310,26 +572,16 @@ pub fn compare(a: &Run, b: &Run, options: &CompareOptions) -> Result<Comparison,
     }
     let mut rows = Vec::new();
     for name in &common {
-        let repeats = |run: &Run, metric: &str| -> Vec<f64> {
-            run.report.benchmarks.iter().filter(|x| &&x.name == name).filter_map(|x| x.metric(metric)).collect()
-        };
-        let samples = |run: &Run, field: &str| -> Option<Vec<f64>> {
-            run.requests.as_ref().map(|r| r.get(name.as_str()).and_then(|s| s.get(field)).cloned().unwrap_or_default())
-        };
+        let mut pair = Pair::new(name, a, b);
         for metric in metric_names() {
-            let (ra, rb) = (repeats(a, metric), repeats(b, metric));
+            let (ra, rb) = pair.repeats(metric);
             if ra.is_empty() && rb.is_empty() {
                 continue;
             }
             let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
             let (va, vb) = (mean(&ra), mean(&rb));
-            let per_request = per_request_field(metric).and_then(|f| Some((samples(a, f)?, samples(b, f)?)));
-            let test = match &per_request {
-                Some((sa, sb)) => mann_whitney_u(sa, sb).map(|t| (TestKind::MannWhitney, t)),
-                None => welch_t(&ra, &rb).map(|t| (TestKind::Welch, t)),
-            };
-            let verdict =
-                verdict(metric, test.as_ref().map(|(_, t)| t), options.alpha, per_request.is_some(), &ra, &rb);
+            let judged = pair.judge(metric);
+            let verdict = verdict(metric, &judged, options.alpha);
             let delta = va.zip(vb).map(|(x, y)| y - x);
             let relative = va.zip(delta).and_then(|(x, d)| (x != 0.0).then(|| d / x.abs()));
             let gated = options.gates.iter().any(|g| g == metric);
@@ -348,7 +600,7 @@ pub fn compare(a: &Run, b: &Run, options: &CompareOptions) -> Result<Comparison,
                 b: vb,
                 delta,
                 relative,
-                test: test.map(|(kind, t)| (kind, t.p)),
+                test: judged.ok().map(|(kind, t)| (kind, t.p)),
                 regression: gated && verdict == Verdict::Worse && beyond,
                 verdict,
                 gated,
@@ -366,20 +618,10 @@ pub fn compare(a: &Run, b: &Run, options: &CompareOptions) -> Result<Comparison,
     })
 }
 
-fn verdict(metric: &str, test: Option<&TestResult>, alpha: f64, per_request: bool, ra: &[f64], rb: &[f64]) -> Verdict {
-    let Some(t) = test else {
-        let reason = if per_request {
-            "no completed request with this timing in one of the runs".to_string()
-        } else if per_request_field(metric).is_some() {
-            format!("needs requests.jsonl in both runs, or 2+ repeats in each (A has {}, B has {})", ra.len(), rb.len())
-        } else {
-            format!(
-                "one run cannot say how noisy it is: needs 2+ repeats in each run (--repeat N; A has {}, B has {})",
-                ra.len(),
-                rb.len()
-            )
-        };
-        return Verdict::NotJudged(reason);
+fn verdict(metric: &str, judged: &Judged, alpha: f64) -> Verdict {
+    let t = match judged {
+        Ok((_, t)) => t,
+        Err(reason) => return Verdict::NotJudged(reason.clone()),
     };
     if t.p >= alpha || t.shift == Shift::None {
         return Verdict::WithinNoise;

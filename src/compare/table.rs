@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Comparison, Row, TestKind, Verdict};
+use super::{Comparison, Row, Verdict};
 use crate::report::expect::human_number;
 use crate::report::table::aligned;
 
@@ -36,8 +36,7 @@ pub fn p_value(p: f64) -> String {
 
 fn test(r: &Row) -> (String, String) {
     match r.test {
-        Some((TestKind::MannWhitney, p)) => ("mann-whitney".into(), p_value(p)),
-        Some((TestKind::Welch, p)) => ("welch-t".into(), p_value(p)),
+        Some((kind, p)) => (kind.label().into(), p_value(p)),
         None => ("-".into(), "-".into()),
     }
 }

@@ -1,8 +1,16 @@
 use super::*;
 use crate::report::tests::sample_report;
 
-/// A run of the sample report; per benchmark `latency_ms` samples when given.
+/// A run of the sample report; per benchmark `latency_ms` samples when given, each value in a
+/// batch of its own.
 fn run(label: &str, latency_ms: Option<&[f64]>) -> Run {
+    let batches: Option<Vec<(u64, f64)>> =
+        latency_ms.map(|v| v.iter().enumerate().map(|(i, &v)| (i as u64, v)).collect());
+    run_with_batches(label, batches.as_deref())
+}
+
+/// A run of the sample report; per benchmark `latency_ms` samples `(batch, value)` when given.
+fn run_with_batches(label: &str, latency_ms: Option<&[(u64, f64)]>) -> Run {
     let report = sample_report();
     let requests = latency_ms.map(|values| {
         report
@@ -11,7 +19,7 @@ fn run(label: &str, latency_ms: Option<&[f64]>) -> Run {
             .map(|b| (b.name.clone(), Samples::from([("latency_ms".to_string(), values.to_vec())])))
             .collect()
     });
-    Run { label: label.into(), report, requests }
+    Run { label: label.into(), dir: ".".into(), report, requests }
 }
 
 fn row<'c>(c: &'c Comparison, benchmark: &str, metric: &str) -> &'c Row {
@@ -28,12 +36,25 @@ fn a_run_against_itself_is_within_noise_or_not_judged() {
     assert!(c.only_a.is_empty() && c.only_b.is_empty());
     for r in &c.rows {
         assert_eq!(r.delta, Some(0.0), "{r:?}");
+        let kind = r.test.map(|(kind, _)| kind);
         match r.metric.as_str() {
             m if m.starts_with("latency_") && !m.starts_with("latency_per_token") => {
-                assert_eq!(r.verdict, Verdict::WithinNoise, "{r:?}");
-                assert_eq!(r.test, Some((TestKind::MannWhitney, 1.0)), "{r:?}");
+                assert_eq!(kind, Some(TestKind::Bootstrap), "{r:?}")
+            }
+            "completed" | "errors" | "cancelled" | "incomplete" | "lost" | "anomalies" | "slo_attainment" => {
+                assert_eq!(kind, Some(TestKind::Fisher), "{r:?}")
+            }
+            m if m.ends_with("_flush_share") => assert_eq!(kind, Some(TestKind::Fisher), "{r:?}"),
+            "requests_per_s" | "output_tokens_per_s" | "concurrency_mean" => {
+                assert_eq!(kind, Some(TestKind::Series), "{r:?}")
             }
             _ => assert!(matches!(r.verdict, Verdict::NotJudged(_)), "one run each: no repeats: {r:?}"),
+        }
+        if kind.is_some() {
+            assert_eq!(r.verdict, Verdict::WithinNoise, "{r:?}");
+            // Identical data: nothing to tell apart. Fisher's p sums to 1 up to rounding; a
+            // bootstrap's resampled differences fall on both sides of 0 about equally.
+            assert!(r.test.is_some_and(|(_, p)| p > 0.9), "{r:?}");
         }
     }
     // Metrics neither run measured have no row.
@@ -58,7 +79,7 @@ fn slower_requests_are_worse_and_a_gated_regression() {
     let c = compare(&a, &b, &CompareOptions::default()).unwrap();
     let p50 = row(&c, "throughput", "latency_p50_ms");
     assert_eq!(p50.verdict, Verdict::Worse);
-    assert!(p50.test.is_some_and(|(k, p)| k == TestKind::MannWhitney && p < 0.01), "{p50:?}");
+    assert!(p50.test.is_some_and(|(k, p)| k == TestKind::Bootstrap && p < 0.01), "{p50:?}");
     assert!(p50.gated && p50.regression, "{p50:?}");
     assert!(!c.passed());
     // Faster the other way round, and no regression then.
@@ -154,6 +175,10 @@ fn load_samples_measured_completed_requests_only() {
         let mut r = RequestRecord::unfinished(id, "throughput", phase, RequestOutcome::Incomplete, None, None);
         if let Some(latency_ms) = latency_ms {
             r.outcome = RequestOutcome::Completed;
+            // A batch of its own, dispatched at 1 s, done at 1 s + its latency.
+            r.batch = Some(id);
+            r.dispatched_ns = Some(crate::time::Timestamp::from_nanos(1_000_000_000));
+            r.finished_ns = Some(crate::time::Timestamp::from_nanos(1_000_000_000 + (latency_ms * 1e6) as u64));
             r.metrics = Some(MetricsMs {
                 latency_ms,
                 batch_wait_ms: 1.0,
@@ -182,8 +207,10 @@ fn load_samples_measured_completed_requests_only() {
     out.finish().unwrap();
     let run = Run::load(&dir).unwrap();
     let samples = &run.requests.as_ref().unwrap()["throughput"];
-    assert_eq!(samples["latency_ms"], [10.0, 30.0]);
-    assert_eq!(samples["ttft_ms"], [5.0, 15.0]);
+    assert_eq!(samples["latency_ms"], [(1, 10.0), (3, 30.0)]);
+    assert_eq!(samples["ttft_ms"], [(1, 5.0), (3, 15.0)]);
+    // One value per batch of measured requests: its dispatch to its last completion.
+    assert_eq!(samples["generate_ms"], [(1, 10.0), (3, 30.0)]);
     assert!(!samples.contains_key("tpot_ms"), "a timing no request has gives no samples");
 
     let jsonl = dir.join(REQUESTS_FILE);
@@ -193,4 +220,53 @@ fn load_samples_measured_completed_requests_only() {
     let err = Run::load(&dir).unwrap_err().to_string();
     assert!(err.contains(&format!("{}:6: not a requests.jsonl record", jsonl.display())), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Counts are judged in batches: one failed batch of 32 among 8 is no evidence (it would be
+/// overwhelming as 32 independent requests of 256), a whole failed run is.
+#[test]
+fn errors_are_counted_in_batches() {
+    let with_errors = |errors: u64| {
+        let mut r = run("r", None);
+        for b in &mut r.report.benchmarks {
+            b.counts.submitted = 256;
+            (b.counts.completed, b.counts.errors) = (256 - errors, errors);
+            (b.batching.batches, b.batching.batch_size_mean) = (8, Some(32.0));
+        }
+        r
+    };
+    let errors = |a: u64, b: u64| {
+        let c = compare(&with_errors(a), &with_errors(b), &CompareOptions::default()).unwrap();
+        row(&c, "throughput", "errors").clone()
+    };
+    let one_batch = errors(0, 32);
+    assert_eq!(one_batch.verdict, Verdict::WithinNoise, "{one_batch:?}");
+    assert!(one_batch.test.is_some_and(|(k, p)| k == TestKind::Fisher && p > 0.9), "{one_batch:?}");
+    let all = errors(0, 256);
+    assert_eq!(all.verdict, Verdict::Worse, "{all:?}");
+    assert!(all.regression && all.test.is_some_and(|(_, p)| p < 1e-3), "{all:?}");
+    assert_eq!(errors(256, 0).verdict, Verdict::Better);
+}
+
+/// Without repeats, throughput is judged on each run's time series, in blocks of time.
+#[test]
+fn throughput_of_one_run_is_judged_on_its_time_series() {
+    // 1000 intervals of 1 ms; `base + (i % 3)` completions in interval i.
+    let with_completions = |base: u64| {
+        let mut r = run("r", None);
+        for bench in &mut r.report.benchmarks {
+            let series = &mut bench.time_series;
+            series.completed = (0..series.len() as u64).map(|i| base + i % 3).collect();
+            bench.requests_per_s = Some((base as f64 + 1.0) * 1000.0);
+        }
+        r
+    };
+    let c = compare(&with_completions(4), &with_completions(3), &CompareOptions::default()).unwrap();
+    let rps = row(&c, "throughput", "requests_per_s");
+    assert!(matches!(rps.test, Some((TestKind::Series, p)) if p < 1e-6), "{rps:?}");
+    assert_eq!(rps.verdict, Verdict::Worse, "{rps:?}");
+    assert!(rps.regression, "{rps:?}");
+    // The same series: within noise.
+    let c = compare(&with_completions(4), &with_completions(4), &CompareOptions::default()).unwrap();
+    assert_eq!(row(&c, "throughput", "requests_per_s").verdict, Verdict::WithinNoise);
 }

@@ -7,6 +7,12 @@
 //! checked must not pass silently. Such requests are also counted as `unmeasurable`, so a report
 //! says why attainment is low. Cancelled requests (which never ran) and requests still running at
 //! the end of an interrupted benchmark are not judged.
+//!
+//! A completion of at most one output token has no TPOT and no gap between tokens. As in vLLM's
+//! `vllm bench serve` (`calculate_metrics` in `vllm/benchmarks/serve.py`: "if output_len <= 1,
+//! we regard tpot as 0 for goodput"), its TPOT counts as 0, so it meets `tpot_ms`; it meets
+//! `itl_ms` too, having no gap to exceed it. Only when the engine gave the token count: without
+//! one, the TPOT is unmeasurable as before.
 
 use std::time::Duration;
 
@@ -60,10 +66,12 @@ impl Slo {
         let mut verdict = SloVerdict::Met;
         for (objective, bound) in self.objectives() {
             let Some(bound) = bound else { continue };
+            // At most one token: no TPOT and no gap, taken as 0 (vLLM's rule, see the module docs).
+            let single_token = m.output_tokens.is_some_and(|n| n <= 1).then_some(Duration::ZERO);
             let value = match objective {
                 Objective::Ttft => m.ttft,
-                Objective::Tpot => m.tpot,
-                Objective::Itl => m.itl_max(),
+                Objective::Tpot => m.tpot.or(single_token),
+                Objective::Itl => m.itl_max().or(single_token),
                 Objective::Latency => Some(m.latency),
             };
             match value.map(ms) {
@@ -115,6 +123,11 @@ mod tests {
         }
     }
 
+    /// A completion of `n` tokens without TPOT or gaps (what the mapper gives for `n <= 1`).
+    fn one_token(n: Option<u32>, ttft_ms: u64, latency_ms: u64) -> RequestMetrics {
+        RequestMetrics { output_tokens: n, ..request(Some(ttft_ms), None, &[], latency_ms) }
+    }
+
     /// One row per case: objectives, request, verdict.
     #[test]
     fn verdicts() {
@@ -133,6 +146,15 @@ mod tests {
             (&latency_only, request(None, None, &[], 150), Met),
             (&latency_only, request(None, None, &[], 250), Missed),
             (&Slo::default(), request(None, None, &[], 1_000_000), Met),
+            // vLLM's rule: at most one token has a TPOT of 0 and no gap, so it meets both…
+            (&all, one_token(Some(1), 50, 200), Met),
+            (&all, one_token(Some(0), 50, 200), Met),
+            // …but not a TTFT or latency it exceeds…
+            (&all, one_token(Some(1), 51, 200), Missed),
+            (&all, one_token(Some(1), 50, 201), Missed),
+            // …and without a token count nothing says it had one token.
+            (&all, one_token(None, 50, 200), Unmeasurable),
+            (&all, one_token(Some(2), 50, 200), Unmeasurable),
         ];
         for (slo, m, expected) in cases {
             assert_eq!(slo.judge(m), *expected, "{slo:?} {m:?}");

@@ -9,7 +9,6 @@
 pub mod chat;
 pub mod faults;
 pub mod python;
-pub mod shared;
 pub mod sim;
 pub mod tokens;
 

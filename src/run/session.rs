@@ -316,3 +316,122 @@ fn seeds(plan: &Plan, source: EngineSource) -> BTreeMap<String, u64> {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::thread::ThreadId;
+
+    use super::*;
+    use crate::engine::{Engine, EngineError, EngineOutput, EngineRequest, FinishReason};
+    use crate::scenario::{Overrides, parse_str};
+
+    /// What the engine was asked, and from which thread.
+    type Log = Arc<Mutex<Vec<(String, ThreadId)>>>;
+
+    /// A real-time engine that records its calls; its start fails when told to.
+    struct Recorder {
+        log: Log,
+        fail_start: bool,
+    }
+
+    impl Recorder {
+        fn note(&self, what: String) {
+            self.log.lock().unwrap().push((what, std::thread::current().id()));
+        }
+    }
+
+    impl Engine for Recorder {
+        fn start(&mut self) -> Result<EngineInfo, EngineError> {
+            self.note("start".into());
+            if self.fail_start {
+                return Err(EngineError::Start("no model".into()));
+            }
+            Ok(EngineInfo { name: "recorder".into(), version: "1".into(), ..Default::default() })
+        }
+        fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+            let ids: Vec<String> = batch.iter().map(|r| r.id.to_string()).collect();
+            self.note(format!("generate {}", ids.join(",")));
+            Ok(batch
+                .iter()
+                .map(|r| EngineOutput::new(Some(r.id), FinishReason::Length).with_output_tokens(2))
+                .collect())
+        }
+        fn shutdown(&mut self) -> Result<(), EngineError> {
+            self.note("shutdown".into());
+            Ok(())
+        }
+    }
+
+    fn plan() -> Plan {
+        let text = "name = \"s\"\n[batching]\nbatch_size = 4\nbatch_timeout = \"5s\"\n[workload]\noutput_tokens = 2\n\
+                    [profile]\nkind = \"throughput\"\nmax_concurrency = 4\n[stop]\nmax_requests = 8\n";
+        parse_str(text, "s.toml", std::path::Path::new("."), &Overrides::default()).expect("a valid scenario")
+    }
+
+    fn calls(log: &Log) -> Vec<String> {
+        log.lock().unwrap().iter().map(|(what, _)| what.clone()).collect()
+    }
+
+    #[test]
+    fn several_runs_share_one_start_on_one_thread_each_with_its_own_report() {
+        let log = Log::default();
+        let base = plan();
+        let smaller = base.with_sets(&[("batching.batch_size", 2.into())]).expect("a valid batch size");
+        let engine = Recorder { log: log.clone(), fail_start: false };
+        let mut session = EngineSession::with_engine(&base, engine, &Interrupt::never());
+        for (plan, size) in [(&base, 4), (&smaller, 2), (&base, 4)] {
+            let summary = session.run(plan, RunOptions::quiet()).expect("a run");
+            assert!(!summary.report.incomplete);
+            let b = &summary.report.benchmarks[0];
+            assert_eq!((b.counts.completed, b.counts.lost), (8, 0));
+            // Full batches only (the timeout is long): each run has its own batch size.
+            let sizes: Vec<_> = b.batching.batch_size_histogram.iter().map(|(s, n)| (*s, *n)).collect();
+            assert_eq!(sizes, [(size, 8 / size as u64)], "{}", b.name);
+        }
+        assert_eq!(calls(&log).iter().filter(|c| c.starts_with("generate")).count(), 2 + 4 + 2);
+        session.finish().expect("a clean shutdown");
+
+        let calls = calls(&log);
+        assert_eq!(calls.first().map(String::as_str), Some("start"));
+        assert_eq!(calls.last().map(String::as_str), Some("shutdown"));
+        assert_eq!(calls.iter().filter(|c| *c == "start" || *c == "shutdown").count(), 2, "{calls:?}");
+        let log = log.lock().unwrap();
+        assert!(log.iter().all(|(_, thread)| *thread == log[0].1), "every call on the engine thread");
+        // The batcher numbers requests over the engine's life: the runs go on from each other.
+        let ids: Vec<u64> = calls
+            .iter()
+            .filter_map(|c| c.strip_prefix("generate "))
+            .flat_map(|ids| ids.split(',').map(|id| id.parse::<u64>().unwrap()).collect::<Vec<_>>())
+            .collect();
+        assert_eq!(ids, (0..24).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_failed_start_is_every_runs_error_and_the_engine_is_never_shut_down() {
+        let log = Log::default();
+        let engine = Recorder { log: log.clone(), fail_start: true };
+        let mut session = EngineSession::with_engine(&plan(), engine, &Interrupt::never());
+        for _ in 0..2 {
+            let report = session.run(&plan(), RunOptions::quiet()).expect("a report all the same").report;
+            assert!(report.incomplete && report.benchmarks.is_empty());
+            assert!(report.error.as_deref().is_some_and(|e| e.contains("no model")), "{:?}", report.error);
+        }
+        session.finish().expect("nothing to shut down");
+        assert_eq!(calls(&log), ["start"]);
+    }
+
+    #[test]
+    fn a_run_with_other_faults_or_another_interrupt_is_refused() {
+        let log = Log::default();
+        let engine = Recorder { log: log.clone(), fail_start: false };
+        let mut session = EngineSession::with_engine(&plan(), engine, &Interrupt::never());
+        let faulty =
+            plan().with_sets(&[("faults.fail_batch", "{ every = 3 }".parse().unwrap())]).expect("valid faults");
+        assert!(matches!(session.run(&faulty, RunOptions::quiet()), Err(RunError::Unsupported(_))));
+        let other = RunOptions { interrupt: Interrupt::new(), ..RunOptions::quiet() };
+        assert!(matches!(session.run(&plan(), other), Err(RunError::Unsupported(_))));
+        drop(session);
+        assert!(calls(&log).is_empty(), "nothing started, nothing shut down: {:?}", calls(&log));
+    }
+}

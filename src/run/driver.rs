@@ -65,7 +65,7 @@ pub trait Driver {
     /// interrupt fires.
     fn wait(&mut self, until: Option<Timestamp>) -> Result<(), Stalled>;
     /// Takes new batching settings between benchmarks, with nothing queued or running (a
-    /// `[matrix]` run's next combination); the engine stays loaded.
+    /// `[matrix]` run's next combination, an engine session's next run); the engine stays loaded.
     fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError>;
     /// Shuts the engine down; every request still queued gets its outcome first.
     fn shutdown(&mut self) -> Result<(), EngineError>;

@@ -5,6 +5,8 @@
 //! Two levels: [`run_benchmarks`] runs the benchmarks and hands back their results in memory
 //! ([`RunResult`]); `run_with` and `run` wrap it with the [`Report`] and its files. The workflows
 //! above (`tune`, `calibrate`) use whichever they need, and never read back a report they wrote.
+//! Each is one run on an engine started for it; an [`EngineSession`] runs several plans, each
+//! with its report, on one engine start (and a `[matrix]` plan is one run of many segments).
 //!
 //! The plan's profile expands into steps (benchmarks). Each step is a sans-IO [`step::StepRun`];
 //! one loop ([`driver`]) feeds it time, submissions and outcomes through a [`driver::Driver`]:
@@ -29,6 +31,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 pub use interrupt::Interrupt;
+// Not on the API boundary (ARCHITECTURE.md): calibrate's design and the fidelity bench use it.
+#[doc(hidden)]
 pub use session::EngineSession;
 
 #[cfg(doc)]

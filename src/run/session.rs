@@ -363,10 +363,10 @@ mod tests {
         }
     }
 
-    fn plan() -> Plan {
+    fn scenario() -> Result<Plan, crate::scenario::ScenarioError> {
         let text = "name = \"s\"\n[batching]\nbatch_size = 4\nbatch_timeout = \"5s\"\n[workload]\noutput_tokens = 2\n\
                     [profile]\nkind = \"throughput\"\nmax_concurrency = 4\n[stop]\nmax_requests = 8\n";
-        parse_str(text, "s.toml", std::path::Path::new("."), &Overrides::default()).expect("a valid scenario")
+        parse_str(text, "s.toml", std::path::Path::new("."), &Overrides::default())
     }
 
     fn calls(log: &Log) -> Vec<String> {
@@ -376,7 +376,7 @@ mod tests {
     #[test]
     fn several_runs_share_one_start_on_one_thread_each_with_its_own_report() {
         let log = Log::default();
-        let base = plan();
+        let base = scenario().expect("a valid scenario");
         let smaller = base.with_sets(&[("batching.batch_size", 2.into())]).expect("a valid batch size");
         let engine = Recorder { log: log.clone(), fail_start: false };
         let mut session = EngineSession::with_engine(&base, engine, &Interrupt::never());
@@ -410,10 +410,11 @@ mod tests {
     #[test]
     fn a_failed_start_is_every_runs_error_and_the_engine_is_never_shut_down() {
         let log = Log::default();
+        let base = scenario().expect("a valid scenario");
         let engine = Recorder { log: log.clone(), fail_start: true };
-        let mut session = EngineSession::with_engine(&plan(), engine, &Interrupt::never());
+        let mut session = EngineSession::with_engine(&base, engine, &Interrupt::never());
         for _ in 0..2 {
-            let report = session.run(&plan(), RunOptions::quiet()).expect("a report all the same").report;
+            let report = session.run(&base, RunOptions::quiet()).expect("a report all the same").report;
             assert!(report.incomplete && report.benchmarks.is_empty());
             assert!(report.error.as_deref().is_some_and(|e| e.contains("no model")), "{:?}", report.error);
         }
@@ -424,13 +425,13 @@ mod tests {
     #[test]
     fn a_run_with_other_faults_or_another_interrupt_is_refused() {
         let log = Log::default();
+        let base = scenario().expect("a valid scenario");
         let engine = Recorder { log: log.clone(), fail_start: false };
-        let mut session = EngineSession::with_engine(&plan(), engine, &Interrupt::never());
-        let faulty =
-            plan().with_sets(&[("faults.fail_batch", "{ every = 3 }".parse().unwrap())]).expect("valid faults");
+        let mut session = EngineSession::with_engine(&base, engine, &Interrupt::never());
+        let faulty = base.with_sets(&[("faults.fail_batch", "{ every = 3 }".parse().unwrap())]).expect("valid faults");
         assert!(matches!(session.run(&faulty, RunOptions::quiet()), Err(RunError::Unsupported(_))));
         let other = RunOptions { interrupt: Interrupt::new(), ..RunOptions::quiet() };
-        assert!(matches!(session.run(&plan(), other), Err(RunError::Unsupported(_))));
+        assert!(matches!(session.run(&base, other), Err(RunError::Unsupported(_))));
         drop(session);
         assert!(calls(&log).is_empty(), "nothing started, nothing shut down: {:?}", calls(&log));
     }

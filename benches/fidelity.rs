@@ -67,14 +67,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use batchlab::calibrate::{
-    DESIGN, DesignOptions, DesignRun, Setting, calibrate_scenario, design_runs, fit_dirs, fit_measurements, read_dirs,
-    run_designed, setting_plan, spread_evenly,
+    DESIGN, DesignOptions, DesignRun, Setting, calibrate_scenario, design_runs, design_session, fit_dirs,
+    fit_measurements, read_dirs, run_designed, setting_plan, spread_evenly,
 };
 use batchlab::engine::sim::Profile;
 use batchlab::report::BenchmarkResult;
 use batchlab::rng::SplitMix64;
 use batchlab::run::progress::ProgressMode;
-use batchlab::run::{Interrupt, PlanRunner, RunOptions};
+use batchlab::run::{EngineSession, Interrupt, RunOptions};
 use batchlab::scenario::plan::{EnginePlan, Plan};
 use batchlab::scenario::{Overrides, load_file};
 use std::io::Write as _;
@@ -300,15 +300,15 @@ fn held_out_dir(work: &Path, row: usize, round: usize, plan: &Plan) -> PathBuf {
 }
 
 /// Runs `plan` and returns its one benchmark's metrics; a run with errors or lost requests fails.
-fn run_row(runner: &mut PlanRunner, plan: &Plan) -> Measured {
-    run_row_into(runner, plan, None)
+fn run_row(session: &mut EngineSession, plan: &Plan) -> Measured {
+    run_row_into(session, plan, None)
 }
 
 /// [`run_row`], its report and requests.jsonl written to `output` (the real runs: for a look at
 /// each batch afterwards, e.g. with `batchlab calibrate` or a replay under the profile).
-fn run_row_into(runner: &mut PlanRunner, plan: &Plan, output: Option<PathBuf>) -> Measured {
+fn run_row_into(session: &mut EngineSession, plan: &Plan, output: Option<PathBuf>) -> Measured {
     let options = RunOptions { requests_jsonl: output.is_some(), output_dir: output, ..RunOptions::quiet() };
-    let summary = runner.run(plan, options).unwrap_or_else(|e| panic!("{}: {e}", plan.name()));
+    let summary = session.run(plan, options).unwrap_or_else(|e| panic!("{}: {e}", plan.name()));
     let b = summary.report.benchmarks.first().unwrap_or_else(|| panic!("{}: no benchmark", plan.name()));
     assert!(
         !summary.report.incomplete && b.counts.errors == 0 && b.counts.completed == b.counts.submitted,
@@ -362,7 +362,7 @@ fn main() {
     };
     let mut measured: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
     let mut host_ms: Vec<f64> = Vec::new();
-    let measure_real = |real: &mut PlanRunner,
+    let measure_real = |real: &mut EngineSession,
                         row: usize,
                         round: usize,
                         plan: &Plan,
@@ -387,7 +387,7 @@ fn main() {
         // sees only the design's directories.
         say(&format!("fidelity: calibrating from {} with the held-out runs interleaved ...", args.scenario.display()));
         let design = design_runs(&base, DESIGN).unwrap_or_else(|e| panic!("calibrate: {e}"));
-        let mut real = PlanRunner::new(base.engine().build().unwrap_or_else(|e| panic!("{e}")));
+        let mut real = design_session(&design, &options).unwrap_or_else(|e| panic!("calibrate: {e}"));
         let (warmup, rest) = design.split_first().expect("a warm-up run");
         run_designed(&mut real, &warmup.0, &warmup.1, &options).unwrap_or_else(|e| panic!("calibrate: {e}"));
         let mut dirs = Vec::new();
@@ -452,9 +452,12 @@ fn main() {
 
     // 2-3. The held-out rows: measured (unless interleaved above, or taken from an earlier run)
     // and predicted, row by row.
-    let mut real =
-        (real_runs && !interleaved).then(|| PlanRunner::new(base.engine().build().unwrap_or_else(|e| panic!("{e}"))));
-    let mut sim = PlanRunner::new(sim_engine.build().unwrap_or_else(|e| panic!("{e}")));
+    // Each engine is started once, for plans like the first held-out one (no faults).
+    let first = &held.first().expect("a held-out run").2;
+    let mut real = (real_runs && !interleaved)
+        .then(|| EngineSession::new(first, &Interrupt::never()).unwrap_or_else(|e| panic!("{e}")));
+    let sim_first = first.with_engine(&sim_engine).unwrap_or_else(|e| panic!("{e}"));
+    let mut sim = EngineSession::new(&sim_first, &Interrupt::never()).unwrap_or_else(|e| panic!("{e}"));
     let mut predicted: Vec<Vec<Measured>> = vec![Vec::new(); labels.len()];
     let t1 = Instant::now();
     for (i, round, plan) in &held {
@@ -473,8 +476,9 @@ fn main() {
                 (None, None) => {
                     host_ms.push(host_probe_ms());
                     let dir = held_out_dir(&args.work, i, round, plan);
-                    let mut stand_in = PlanRunner::new(base.engine().build().expect("the simulator"));
-                    measured[i].push(run_row_into(&mut stand_in, plan, Some(dir)))
+                    let mut stand_in = EngineSession::new(plan, &Interrupt::never()).expect("the simulator");
+                    measured[i].push(run_row_into(&mut stand_in, plan, Some(dir)));
+                    stand_in.finish().expect("the simulator shuts down");
                 }
             }
         }
@@ -694,16 +698,18 @@ fn refit_predictions(
             if let EnginePlan::Sim(config) = &mut engine {
                 profile.apply(&mut config.cost, &mut config.scheduler);
             }
-            let mut runner = PlanRunner::new(engine.build().unwrap_or_else(|e| panic!("{e}")));
-            let ratios = first_plans
+            let plans: Vec<Plan> =
+                first_plans.iter().map(|plan| plan.with_engine(&engine).unwrap_or_else(|e| panic!("{e}"))).collect();
+            let mut session = EngineSession::new(&plans[0], &Interrupt::never()).unwrap_or_else(|e| panic!("{e}"));
+            let ratios = plans
                 .iter()
                 .zip(first)
                 .map(|(plan, full)| {
-                    let p = run_row(&mut runner, &plan.with_engine(&engine).unwrap_or_else(|e| panic!("{e}")));
+                    let p = run_row(&mut session, plan);
                     std::array::from_fn(|k| p.get(k) / full.get(k))
                 })
                 .collect();
-            runner.finish().expect("the simulator shuts down");
+            session.finish().expect("the simulator shuts down");
             ratios
         })
         .collect()

@@ -13,10 +13,9 @@
 //! ordinary run loop and batcher and writes its own `report.json` and `requests.jsonl`; the
 //! settings take turns, one batch each ([`design_runs`]). The workload is pinned (fixed lengths,
 //! `ignore_eos`, greedy, a unique prefix and a seed of its own per run, so no prompt is served
-//! from an earlier run's prefix cache). A real engine is started **once** for all of them
-//! ([`PlanRunner`]); a first warm-up run, not fitted, takes the engine's first-call costs. A
-//! simulated engine in virtual time runs each plan on its own
-//! (deterministic, no start cost).
+//! from an earlier run's prefix cache). The engine is started **once** for all of them, each run
+//! on it in turn ([`EngineSession`]); a first warm-up run, not fitted, takes the engine's
+//! first-call costs.
 
 use std::path::{Path, PathBuf};
 
@@ -25,7 +24,7 @@ use crate::engine::EngineInfo;
 use crate::engine::sim::Profile;
 use crate::run::progress::ProgressMode;
 use crate::run::progress::Screen;
-use crate::run::{Interrupt, PlanRunner, RunError, RunOptions, RunSummary};
+use crate::run::{EngineSession, Interrupt, RunError, RunOptions, RunSummary};
 use crate::scenario::plan::{EnginePlan, Plan, WorkloadSpec};
 use crate::scenario::{ScenarioError, derive_seed};
 use toml_edit::{InlineTable, Value};
@@ -222,32 +221,38 @@ pub fn spread_evenly(counts: &[usize]) -> Vec<(usize, usize)> {
     order.into_iter().map(|(_, i, k)| (i, k)).collect()
 }
 
-/// Runs [`design_runs`] on the engine `base` names, started once.
+/// Runs [`design_runs`] on the engine `base` names, started once ([`design_session`]).
 pub fn run_design(base: &Plan, design: &[Setting], options: &DesignOptions) -> Result<DesignRun, DesignError> {
     let plans = design_runs(base, design)?;
-    let engine = base.engine().build().map_err(RunError::from)?;
-    let mut runner = PlanRunner::new(engine);
+    let mut session = design_session(&plans, options)?;
     let mut dirs = Vec::new();
     let mut info = None;
     for (i, (name, plan)) in plans.iter().enumerate() {
-        let (dir, engine) = run_designed(&mut runner, name, plan, options)?;
+        let (dir, engine) = run_designed(&mut session, name, plan, options)?;
         info.get_or_insert(engine);
         if i > 0 {
             dirs.push(dir);
         }
     }
-    runner.finish()?;
+    session.finish()?;
     let engine = info.unwrap_or_default();
     Ok(DesignRun { dirs, engine })
 }
 
-/// Runs one of [`design_runs`] (`name`, `plan`) on `runner` into `options.runs_dir/<name>/`, with
-/// requests.jsonl: its directory and what the engine said about itself. A run that does not
+/// The engine session the runs of [`design_runs`] (`plans`) run on: the engine they name, not yet
+/// started, with their `[faults]` (none) and `options.interrupt`.
+pub fn design_session(plans: &[(String, Plan)], options: &DesignOptions) -> Result<EngineSession, DesignError> {
+    let (_, first) = plans.first().ok_or_else(|| RunError::Internal("a design of no runs".into()))?;
+    Ok(EngineSession::new(first, &options.interrupt)?)
+}
+
+/// Runs one of [`design_runs`] (`name`, `plan`) on `session` into `options.runs_dir/<name>/`,
+/// with requests.jsonl: its directory and what the engine said about itself. A run that does not
 /// complete every request, or Ctrl-C, is an error (a fit from it would be biased). For a caller
-/// that interleaves the design with runs of its own on the same engine (the fidelity bench);
-/// [`run_design`] runs the whole design.
+/// that interleaves the design with runs of its own on the same engine start (the fidelity
+/// bench); [`run_design`] runs the whole design.
 pub fn run_designed(
-    runner: &mut PlanRunner,
+    session: &mut EngineSession,
     name: &str,
     plan: &Plan,
     options: &DesignOptions,
@@ -264,7 +269,7 @@ pub fn run_designed(
         interrupt: options.interrupt.clone(),
         repeat: 1,
     };
-    let summary = runner.run(plan, run_options)?;
+    let summary = session.run(plan, run_options)?;
     check_complete(&summary, name)?;
     Ok((dir, summary_engine(&summary)))
 }

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 pub use design::{
     DESIGN, DesignError, DesignOptions, DesignRun, Setting, WARMUP, calibrate_scenario, default_runs_dir, design_runs,
-    run_design, run_designed, setting_plan, spread_evenly,
+    design_session, run_design, run_designed, setting_plan, spread_evenly,
 };
 pub use fit::{BatchFit, BatchObservation, FitError, FitResult, RequestObservation, fit};
 pub use read::{Measurements, read_dirs, read_runs};

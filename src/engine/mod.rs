@@ -13,8 +13,6 @@ pub mod faults;
 #[doc(hidden)]
 pub mod python;
 #[doc(hidden)]
-pub mod shared;
-#[doc(hidden)]
 pub mod sim;
 #[doc(hidden)]
 pub mod tokens;

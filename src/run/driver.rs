@@ -5,21 +5,23 @@
 //! `run_steps` takes the benchmarks in the order of the `StepSchedule` (rounds, segments,
 //! steps) and runs each with `run_step`: the sans-IO [`StepRun`], the interrupt, writing the
 //! `requests.jsonl` rows the step returns and handing its [`StepStatus`](super::status::StepStatus)
-//! to the display.
+//! to the display. The engine's start and shutdown ([`start_engine`], [`stop_engine`]) are the
+//! [`EngineSession`](super::EngineSession)'s, around one run or several.
 //!
 //! # The driver contract
-//! The loop calls [`Driver::start`] once, then, per step, repeatedly: [`Driver::poll_event`] until
-//! it returns `None` (a batch is always given before the outcomes of its requests), then
-//! [`Driver::submit`] or [`Driver::wait`] as the step asks, [`Driver::cancel`] on interruption,
-//! and finally [`Driver::shutdown`] once, whatever happened before.
+//! [`Driver::start`] is called once, before anything else; then, per step, repeatedly:
+//! [`Driver::poll_event`] until it returns `None` (a batch is always given before the outcomes of
+//! its requests), then [`Driver::submit`] or [`Driver::wait`] as the step asks, [`Driver::cancel`]
+//! on interruption, [`Driver::reconfigure`] between steps; and finally [`Driver::shutdown`] once,
+//! whatever happened before (at once after a failed start).
 
 use std::time::{Duration, Instant};
 
+use super::RunError;
 use super::interrupt::Interrupt;
 use super::progress::Progress;
 use super::schedule::{ScheduledStep, StepSchedule};
 use super::step::{Action, Finished, StepRun};
-use super::{DriverResult, RunError};
 use crate::batcher::{BatchConfig, BatchRun, ConfigError, Outcome, RequestError};
 use crate::engine::{ClockDomain, EngineError, EngineInfo, EngineRequest, RequestId};
 use crate::loadgen::Workload;
@@ -63,7 +65,7 @@ pub trait Driver {
     /// interrupt fires.
     fn wait(&mut self, until: Option<Timestamp>) -> Result<(), Stalled>;
     /// Takes new batching settings between benchmarks, with nothing queued or running (a
-    /// `[matrix]` run's next combination); the engine stays loaded.
+    /// `[matrix]` run's next combination, an engine session's next run); the engine stays loaded.
     fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError>;
     /// Shuts the engine down; every request still queued gets its outcome first.
     fn shutdown(&mut self) -> Result<(), EngineError>;
@@ -93,53 +95,91 @@ pub(super) struct Segment<'a> {
     pub label: Option<&'a crate::scenario::matrix::Combination>,
 }
 
-/// Runs every step of every segment on `driver`, `repeats` times (at least once), in one engine
-/// start, in the order of the [`StepSchedule`]. Between segments the batcher takes the next
-/// segment's `[batching]` while idle ([`Driver::reconfigure`]); the engine stays loaded.
+/// Loads the engine and says what it is ([`Driver::start`]), shown on the display. A failed start
+/// shuts the driver down at once: the engine is unusable, and the driver is shut down only once.
+pub(super) fn start_engine(driver: &mut dyn Driver, progress: &mut Progress) -> Result<EngineInfo, EngineError> {
+    progress.engine_step("loading engine");
+    driver.start().inspect_err(|_| {
+        if let Err(e) = driver.shutdown() {
+            tracing::error!(error = %e, "engine shutdown after a failed start failed");
+        }
+    })
+}
+
+/// Shuts the engine down ([`Driver::shutdown`]), once, after the last step of its last run; shown
+/// on the display when a run's display is still there.
+pub(super) fn stop_engine(driver: &mut dyn Driver, progress: Option<&mut Progress>) -> Result<(), EngineError> {
+    if let Some(progress) = progress {
+        progress.engine_step("stopping engine");
+    }
+    driver.shutdown().inspect_err(|e| tracing::error!(error = %e, "engine shutdown failed"))
+}
+
+/// What a started engine carries from one run to the next ([`super::EngineSession`]).
+pub(super) struct Carried {
+    /// The batching the batcher has now.
+    pub batching: BatchConfig,
+    /// The next request of the engine's life: the batcher numbers every submit from 0, over every
+    /// run on it.
+    pub next_request: u64,
+}
+
+/// What [`run_steps`] hands back.
+pub(super) struct Steps {
+    /// Every benchmark, in run order.
+    pub benchmarks: Vec<BenchmarkResult>,
+    /// The interrupt fired.
+    pub interrupted: bool,
+    /// A step ended the run early (engine unusable, or interrupted).
+    pub incomplete: bool,
+}
+
+/// Runs every step of every segment on `driver`, whose engine is started (`engine` is what it said
+/// about itself), `repeats` times (at least once), in the order of the [`StepSchedule`]. Before a
+/// step whose segment has other `[batching]` than the batcher, the batcher takes it while idle
+/// ([`Driver::reconfigure`]); the engine stays loaded. Starting and stopping the engine is the
+/// caller's ([`start_engine`], [`stop_engine`]), so several runs can share one engine start.
 pub(super) fn run_steps(
     segments: &[Segment<'_>],
     driver: &mut dyn Driver,
+    engine: &EngineInfo,
+    carried: &mut Carried,
     sinks: Sinks<'_>,
     repeats: u32,
-) -> Result<DriverResult, RunError> {
+) -> Result<Steps, RunError> {
     let Sinks { jsonl, progress, interrupt } = sinks;
-    progress.engine_step("loading engine");
-    let info = match driver.start() {
-        Ok(info) => info,
-        Err(e) => {
-            if let Err(e) = driver.shutdown() {
-                tracing::error!(error = %e, "engine shutdown after a failed start failed");
-            }
-            // A report all the same, marked incomplete, with the error: a failed start is a result.
-            let engine =
-                EngineInfo { name: "unknown (did not start)".into(), version: "unknown".into(), resolved_config: None };
-            let error = Some(e.to_string());
-            return Ok(DriverResult { engine, benchmarks: Vec::new(), interrupted: false, incomplete: true, error });
-        }
-    };
     let mut steps = StepLoop {
         domain: driver.clock_domain(),
         anchor: Some(driver.wall_anchor()),
-        block_size: kv_block_size(&info),
+        block_size: kv_block_size(engine),
         driver,
         jsonl,
         progress,
         interrupt,
-        next_request: 0,
+        next_request: carried.next_request,
         interrupted: false,
         last_status: None,
     };
     let mut schedule = StepSchedule::new(segments, repeats);
     let mut benchmarks = Vec::new();
     let mut incomplete = false;
-    let mut current_batching = segments.first().map(|seg| seg.plan.batching());
+    let mut result = Ok(());
     while let Some(scheduled) = schedule.next_step() {
         let batching = scheduled.segment.plan.batching();
-        if current_batching != Some(batching) {
-            steps.driver.reconfigure(batching.clone()).map_err(|e| RunError::Internal(e.to_string()))?;
-            current_batching = Some(batching);
+        if carried.batching != *batching {
+            if let Err(e) = steps.driver.reconfigure(batching.clone()) {
+                result = Err(RunError::Internal(e.to_string()));
+                break;
+            }
+            carried.batching = batching.clone();
         }
-        let finished = steps.run_step(scheduled)?;
+        let finished = match steps.run_step(scheduled) {
+            Ok(finished) => finished,
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        };
         schedule.measured(finished.result.requests_per_s);
         benchmarks.push(finished.result);
         if finished.ends_run {
@@ -147,14 +187,11 @@ pub(super) fn run_steps(
             break;
         }
     }
+    // The ids the batcher gave are gone, whatever happened: a later run goes on from them.
+    carried.next_request = steps.next_request;
+    result?;
     mark_pareto_front(&mut benchmarks);
-
-    let StepLoop { driver, progress, interrupted, .. } = steps;
-    progress.engine_step("stopping engine");
-    if let Err(e) = driver.shutdown() {
-        tracing::error!(error = %e, "engine shutdown failed");
-    }
-    Ok(DriverResult { engine: info, benchmarks, interrupted, incomplete, error: None })
+    Ok(Steps { benchmarks, interrupted: steps.interrupted, incomplete })
 }
 
 /// The loop's side of every step: the driver, where outputs go, and what carries over from one
@@ -168,8 +205,8 @@ struct StepLoop<'d, 's> {
     anchor: Option<WallAnchor>,
     /// The engine's KV block size, for a workload's designed prefix-cache hits.
     block_size: u32,
-    /// The workload's next request, numbered over the whole run.
-    /// The workload's next request (its index, which the batcher's id then equals).
+    /// The workload's next request (its index, which the batcher's id then equals), numbered over
+    /// the engine's life.
     next_request: u64,
     /// The interrupt fired: every later step starts interrupted.
     interrupted: bool,

@@ -57,6 +57,15 @@ impl Interrupt {
         self.shared.as_ref().is_some_and(|s| s.fired.load(Ordering::SeqCst))
     }
 
+    /// Whether `other` is this interrupt (a clone of it), or both never fire.
+    pub(crate) fn is_same(&self, other: &Interrupt) -> bool {
+        match (&self.shared, &other.shared) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
     /// Calls `wake` when the interrupt fires (at once if it already did), until the returned
     /// guard is dropped.
     pub(crate) fn on_fire(&self, wake: impl Fn() + Send + 'static) -> WakerGuard {

@@ -5,6 +5,8 @@
 //! Two levels: [`run_benchmarks`] runs the benchmarks and hands back their results in memory
 //! ([`RunResult`]); `run_with` and `run` wrap it with the [`Report`] and its files. The workflows
 //! above (`tune`, `calibrate`) use whichever they need, and never read back a report they wrote.
+//! Each is one run on an engine started for it; an [`EngineSession`] runs several plans, each
+//! with its report, on one engine start (and a `[matrix]` plan is one run of many segments).
 //!
 //! The plan's profile expands into steps (benchmarks). Each step is a sans-IO [`step::StepRun`];
 //! one loop ([`driver`]) feeds it time, submissions and outcomes through a [`driver::Driver`]:
@@ -19,11 +21,11 @@ pub mod driver;
 #[doc(hidden)]
 pub mod engine_guard;
 mod interrupt;
-mod plan_runner;
 #[doc(hidden)]
 pub mod progress;
 mod realtime;
 mod schedule;
+mod session;
 #[doc(hidden)]
 pub mod status;
 #[doc(hidden)]
@@ -34,26 +36,21 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 pub use interrupt::Interrupt;
+// Not on the API boundary (ARCHITECTURE.md): calibrate's design and the fidelity bench use it.
 #[doc(hidden)]
-pub use plan_runner::PlanRunner;
+pub use session::EngineSession;
 
 #[cfg(doc)]
 use crate::engine::{Engine, VirtualTimeEngine};
 
-use crate::engine::faults::FaultyEngine;
 use crate::engine::{EngineError, EngineInfo, TimedEngine};
 use crate::loadgen::{DatasetStats, LoadError, Workload};
-use crate::report::{
-    BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_html, write_json,
-};
+use crate::report::{BenchmarkResult, Environment, Report, ReportError};
 #[cfg(doc)]
 use crate::scenario::plan::EnginePlan;
-use crate::scenario::plan::{Plan, ProfileSpec, WorkloadSpec};
-use crate::time::MonotonicClock;
-use driver::{Driver, Segment, Sinks, run_steps};
-use progress::{Progress, ProgressMode, Screen};
-use realtime::RealTimeDriver;
-use virtual_driver::VirtualTimeDriver;
+use crate::scenario::plan::Plan;
+use progress::{ProgressMode, Screen};
+use session::{AfterRun, EngineSource};
 
 /// How a run is carried out and where it writes. The default writes nothing, shows nothing and is
 /// never interrupted.
@@ -144,17 +141,6 @@ impl RunSummary {
     }
 }
 
-/// What the loop hands back.
-struct DriverResult {
-    engine: EngineInfo,
-    benchmarks: Vec<BenchmarkResult>,
-    interrupted: bool,
-    /// The run could not finish every step (engine unusable, or interrupted).
-    incomplete: bool,
-    /// The engine's start error, when it did not start.
-    error: Option<String>,
-}
-
 /// Everything a run would reject before its engine starts, checked without starting anything:
 /// the engine plan's own checks ([`EnginePlan::check`]: the build has the engine, a vLLM model
 /// directory exists) and the whole workload, built exactly as the run builds it (a JSONL file is
@@ -195,13 +181,6 @@ pub fn run_with_blocking(
 ) -> Result<RunSummary, RunError> {
     let workload = Workload::from_plan(plan.workload())?;
     run_engine(plan, engine.into(), workload, options, EngineSource::Caller)
-}
-
-/// Whose engine a run uses: the report lists the plan's engine seed only for the plan's engine.
-#[derive(Copy, Clone, PartialEq, Eq)]
-enum EngineSource {
-    Plan,
-    Caller,
 }
 
 /// What the benchmarks of a run produced, before any report: [`run_benchmarks`]' result. The
@@ -246,7 +225,8 @@ pub fn run_benchmarks(plan: &Plan, engine: impl Into<TimedEngine>, options: RunO
     benchmarks(plan, engine.into(), workload, options, EngineSource::Caller)
 }
 
-/// The middle level: the benchmarks, and requests.jsonl while they run.
+/// One run in a session of its own ([`EngineSession`]): the engine started for it and shut down
+/// after it, on its display. `run_benchmarks`, `run_with` and `run` are this.
 fn benchmarks(
     plan: &Plan,
     engine: TimedEngine,
@@ -254,79 +234,8 @@ fn benchmarks(
     options: RunOptions,
     source: EngineSource,
 ) -> Result<RunResult, RunError> {
-    // Before the engine loads: an unwritable output directory must not cost a run.
-    if let Some(dir) = &options.output_dir {
-        crate::report::prepare_output_dir(dir).map_err(RunError::Output)?;
-    }
-    let mut jsonl = match (&options.output_dir, options.requests_jsonl || plan.output().requests_jsonl()) {
-        (Some(dir), true) => Some(RequestsJsonl::create(dir)?),
-        _ => None,
-    };
-    let mut progress = Progress::new(options.progress, &options.screen);
-    // Faults draw from the engine's seed where the plan gives one, else from the run's.
-    let seed = plan.engine().seed().filter(|_| source == EngineSource::Plan).unwrap_or(plan.seed());
-    let faults = plan.faults().clone();
-    let mut driver: Box<dyn Driver> = match engine {
-        TimedEngine::RealTime(e) => {
-            let e = FaultyEngine::new(e, faults, seed, std::sync::Arc::new(MonotonicClock));
-            // The plan's Python engines run processes (vLLM's EngineCore and workers): watch them.
-            let watch = source == EngineSource::Plan && plan.engine().runs_processes();
-            Box::new(RealTimeDriver::new(e, plan.batching().clone(), &options.interrupt, watch))
-        }
-        TimedEngine::VirtualTime(e) => {
-            // The virtual driver puts the wrapper, and with it the engine, on its virtual clock.
-            let e = FaultyEngine::new(e, faults, seed, std::sync::Arc::new(MonotonicClock));
-            Box::new(VirtualTimeDriver::new(e, plan.batching().clone()))
-        }
-    };
-    let sinks = Sinks { jsonl: jsonl.as_mut(), progress: &mut progress, interrupt: &options.interrupt };
-    // A `[matrix]` run: one segment per combination (each with its own workload), one engine start.
-    let result = match &plan.matrix() {
-        None => {
-            run_steps(&[Segment { plan, workload: &workload, label: None }], driver.as_mut(), sinks, options.repeat)
-        }
-        Some(matrix) => {
-            let workloads = matrix
-                .combinations()
-                .iter()
-                .map(|c| {
-                    if c.plan().workload() == plan.workload() {
-                        Ok(workload.clone())
-                    } else {
-                        Workload::from_plan(c.plan().workload())
-                    }
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let segments: Vec<Segment<'_>> = matrix
-                .combinations()
-                .iter()
-                .zip(&workloads)
-                .map(|(c, w)| Segment { plan: c.plan(), workload: w, label: Some(c) })
-                .collect();
-            run_steps(&segments, driver.as_mut(), sinks, options.repeat)
-        }
-    };
-    drop(driver);
-    progress.clear();
-    let result = result?;
-
-    // Only a run with an output directory has a requests.jsonl.
-    let requests_jsonl = jsonl.zip(options.output_dir.as_deref()).map(|(j, dir)| {
-        let lines = j.lines();
-        j.finish()?;
-        tracing::debug!(lines, "requests.jsonl written");
-        Ok(dir.join(crate::report::requests::REQUESTS_FILE))
-    });
-    Ok(RunResult {
-        engine: result.engine,
-        benchmarks: result.benchmarks,
-        interrupted: result.interrupted,
-        incomplete: result.incomplete,
-        error: result.error,
-        dataset: workload.dataset_stats().cloned(),
-        seeds: seeds(plan, source),
-        requests_jsonl,
-    })
+    let mut session = EngineSession::open(plan, engine, &options.interrupt, source);
+    session.benchmarks(plan, workload, options, AfterRun::StopEngine)
 }
 
 /// The top level: the benchmarks ([`benchmarks`]), then the report and its files.
@@ -338,27 +247,8 @@ fn run_engine(
     source: EngineSource,
 ) -> Result<RunSummary, RunError> {
     let output_dir = options.output_dir.clone();
-    let mut result = benchmarks(plan, engine, workload, options, source)?;
-    let interrupted = result.interrupted;
-    let requests_jsonl = result.requests_jsonl.take();
-    let report = result.into_report(plan)?;
-    // A file that cannot be written loses only itself: the summary keeps the report and table.
-    let (mut written, mut write_errors) = (Vec::new(), Vec::new());
-    if let Some(dir) = &output_dir {
-        for write in [write_json, write_csv, write_html] {
-            match write(&report, dir) {
-                Ok(path) => written.push(path),
-                Err(e) => write_errors.push(e),
-            }
-        }
-    }
-    match requests_jsonl {
-        Some(Ok(path)) => written.push(path),
-        Some(Err(e)) => write_errors.push(e),
-        None => {}
-    }
-    let table = crate::report::render_table(&report);
-    Ok(RunSummary { report, table, written, interrupted, write_errors })
+    let result = benchmarks(plan, engine, workload, options, source)?;
+    session::report(plan, result, output_dir)
 }
 
 /// [`run_with_blocking`] on tokio's blocking pool.
@@ -372,22 +262,4 @@ pub async fn run_with(
     tokio::task::spawn_blocking(move || run_with_blocking(&plan, engine, options))
         .await
         .map_err(|e| RunError::Internal(e.to_string()))?
-}
-
-/// Every seed the run used, by component.
-fn seeds(plan: &Plan, source: EngineSource) -> BTreeMap<String, u64> {
-    let mut s = BTreeMap::new();
-    s.insert("run".to_string(), plan.seed());
-    if let Some(seed) = plan.engine().seed().filter(|_| source == EngineSource::Plan) {
-        s.insert("engine".to_string(), seed);
-    }
-    if let WorkloadSpec::Synthetic { seed, .. } = &plan.workload() {
-        s.insert("workload".to_string(), *seed);
-    }
-    match &plan.profile() {
-        ProfileSpec::Poisson { seed, .. } => _ = s.insert("poisson".to_string(), *seed),
-        ProfileSpec::Gamma { seed, .. } => _ = s.insert("gamma".to_string(), *seed),
-        _ => {}
-    }
-    s
 }

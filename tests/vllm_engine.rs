@@ -11,8 +11,8 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use batchlab::engine::chat::{ChatPrompt, ChatTemplate, Message, Template, TemplateOrigin};
-use batchlab::engine::python::vllm::VllmConfig;
 use batchlab::engine::python::batchlab_home;
+use batchlab::engine::python::vllm::VllmConfig;
 use batchlab::engine::{Engine, EngineOutput, EngineRequest, FinishReason, Prompt};
 use batchlab::time::{MonotonicClock, Timestamp};
 

@@ -7,7 +7,6 @@
 
 use std::process::Command;
 
-
 #[path = "common/python_env.rs"]
 mod python_env;
 

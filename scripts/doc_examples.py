@@ -4,6 +4,7 @@
     python3 scripts/doc_examples.py                  # the simulator's examples (a minute or two)
     python3 scripts/doc_examples.py --vllm           # and the vLLM / Python-engine ones (the venv of `just setup-vllm`; ~20 min)
     python3 scripts/doc_examples.py docs/vllm.md     # one file's
+    python3 scripts/doc_examples.py --vllm --vllm-bin PATH docs/vllm.md   # with a `--features vllm` binary already built
 
 Every line of every ```sh block runs, in order, in a scratch directory per file (so outputs such
 as `results/base` or `profile.toml` never land in the clone; `scenarios/`, `tests/` and `scripts/`
@@ -23,8 +24,8 @@ Stand-ins for names the docs use for the reader's own files (made in the scratch
 `my-plan.toml` is scenarios/throughput.toml, `my-vllm.toml` is scenarios/vllm-cpu.toml,
 `profile.toml` a copy of scenarios/profiles/example.toml (until a `calibrate` line of the
 same file writes its own), `baseline/` a run of scenarios/throughput.toml with `--repeat 5
---requests-jsonl`. A block with any line that needs Python needs `--vllm` as a whole (its other
-lines use what those make).
+--requests-jsonl`. A line needs `--vllm` when its command (not its comment) names vLLM, transformers or a
+Python-engine scenario, or reads the `--output` of an earlier line of its block that needs it.
 """
 import glob
 import os
@@ -38,7 +39,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOME = os.environ.get("BATCHLAB_HOME", os.path.expanduser("~/.cache/batchlab"))
 VENV_PYTHON = os.path.join(HOME, "venv/bin/python")
-NEEDS_PYTHON = re.compile(r"vllm|transformers|echo\.toml|my-vllm|calibrate scenarios/vllm")
+NEEDS_PYTHON = re.compile(r"vllm|transformers|echo\.toml|my-vllm|PYO3_PYTHON")
 EXPECTED_EXIT = re.compile(r"#.*\bexit (\d+)")
 LIMIT_S = 1800
 PROFILE = "scenarios/profiles/example.toml"
@@ -76,7 +77,7 @@ def command_lines(body):
 
 def rewrite(cmd, bins):
     """The command to run for a doc line, or (None, what) when this script already did it."""
-    python = bool(NEEDS_PYTHON.search(cmd))
+    python = bool(NEEDS_PYTHON.search(cmd.split(" #")[0]))
     b = bins["vllm"] if python else bins["sim"]
     if re.match(r"cargo build\b", cmd):
         return None, "built by this script"
@@ -111,6 +112,11 @@ def scratch_dir(tmp, name, bins):
 
 def main(argv):
     vllm = "--vllm" in argv
+    vllm_bin = None
+    if "--vllm-bin" in argv:
+        i = argv.index("--vllm-bin")
+        vllm_bin = os.path.abspath(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
     files = [a for a in argv if not a.startswith("--")] or ["README.md", *sorted(glob.glob("docs/*.md", root_dir=ROOT))]
     env = dict(os.environ, CARGO_TERM_COLOR="never")
     print("building target/release/batchlab", flush=True)
@@ -120,10 +126,14 @@ def main(argv):
         if not os.path.exists(VENV_PYTHON):
             sys.exit(f"--vllm: no venv at {VENV_PYTHON}; run `just setup-vllm`")
         env["PYO3_PYTHON"] = VENV_PYTHON
-        print("building target/vllm/release/batchlab (--features vllm)", flush=True)
-        subprocess.run(["cargo", "build", "--release", "--quiet", "--features", "vllm"], cwd=ROOT, check=True,
-                       env=dict(env, CARGO_TARGET_DIR=os.path.join(ROOT, "target/vllm")))
-        bins["vllm"] = os.path.join(ROOT, "target/vllm/release/batchlab")
+        if vllm_bin:
+            print(f"vLLM examples on {vllm_bin}", flush=True)
+            bins["vllm"] = vllm_bin
+        else:
+            print("building target/vllm/release/batchlab (--features vllm)", flush=True)
+            subprocess.run(["cargo", "build", "--release", "--quiet", "--features", "vllm"], cwd=ROOT, check=True,
+                           env=dict(env, CARGO_TARGET_DIR=os.path.join(ROOT, "target/vllm")))
+            bins["vllm"] = os.path.join(ROOT, "target/vllm/release/batchlab")
     tmp = tempfile.mkdtemp(prefix="batchlab-doc-examples.")
     ran = skipped = 0
     failed = []
@@ -139,15 +149,20 @@ def main(argv):
                     print(f"{doc}:{line_no}: block not run: {first.strip()[2:]}")
                     skipped += len(command_lines(body))
                     continue
-                needs_python = any(NEEDS_PYTHON.search(c) for c in command_lines(body))
+                # What lines skipped for want of --vllm would have written: a later line that
+                # reads it is skipped too.
+                missing_outputs = []
                 for cmd in command_lines(body):
                     where = f"{doc}:{line_no}"
                     if re.search(r"#.*not run here", cmd):
                         print(f"{where}: not run: {cmd}")
                         skipped += 1
                         continue
-                    if needs_python and not vllm:
+                    command = cmd.split(" #")[0]
+                    needs = NEEDS_PYTHON.search(command) or any(o in command for o in missing_outputs)
+                    if needs and not vllm:
                         print(f"{where}: needs --vllm: {cmd}")
+                        missing_outputs += re.findall(r"--output (\S+)", command)
                         skipped += 1
                         continue
                     run_cmd, note = rewrite(cmd, bins)

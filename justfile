@@ -58,14 +58,18 @@ fuzz TARGET SECONDS="60":
 fuzz-all SECONDS:
     scripts/fuzz-ci.sh {{SECONDS}}
 
-# Benchmarks: harness overhead, memory at scale, vLLM vs raw vLLM alternated in one engine (when
+# Benchmarks: harness overhead (an engine that answers at once), the simulator's speed, memory at scale, vLLM vs raw vLLM alternated in one engine (when
 # the venv exists), time to report against its floor, timing accuracy, the calibrated simulator's
-# fidelity against vLLM; writes docs/performance.md
-# (~20 minutes). `just bench --quick`: a smoke
-# run for CI (small N, no vLLM, no file written, asserts nothing about speed).
+# fidelity against vLLM; writes docs/performance.md (~20 minutes). `just bench --quick`: a smoke
+# run for CI (small N, no vLLM, no file written, asserts nothing about speed). `just bench --only
+# harness,memory`: only those parts, replacing only their sections of docs/performance.md.
 bench *ARGS:
     scripts/bench.sh {{ARGS}}
 
 # `just bench --quick`.
 bench-quick:
     scripts/bench.sh --quick
+
+# Run every shell example of README.md and docs/ (`--vllm`: the vLLM ones too; a file name: its own).
+doc-examples *ARGS:
+    python3 scripts/doc_examples.py {{ARGS}}

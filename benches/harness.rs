@@ -1,19 +1,34 @@
-//! Harness overhead: the simulated engine at zero cost, end to end through the real-time path
-//! (load generator → `Batcher` threads → engine thread → mapper → aggregation), so every
-//! nanosecond measured is batchlab's own.
+//! Harness overhead: an engine that answers at once, end to end through the real-time path (load
+//! generator → `Batcher` threads → engine thread → mapper → aggregation), so every nanosecond
+//! measured is batchlab's own. The engine ([`InstantEngine`]) has no scheduler and no per-token
+//! work: each `generate` reads the clock once and returns every output.
 //!
-//! `cargo bench --bench harness -- [--requests N] [--rounds R] [--batch-sizes 1,32,256]`
+//! `--engine sim` measures the simulator's own speed instead: the simulated engine with its
+//! default costs and scheduler in virtual time (what `tune` and every sim scenario run), reported
+//! as simulated requests per second of wall time and the virtual time it covers.
+//!
+//! `cargo bench --bench harness -- [--engine instant|sim] [--requests N] [--rounds R] [--batch-sizes 1,32,256]`
 //! (under `cargo test` it runs 2,000 requests once, as a smoke test)
 //! prints one line per (round, batch size), then the median per batch size. Rounds alternate
 //! over the batch sizes so machine noise hits all of them alike. Nothing here asserts on speed.
 
 use std::time::{Duration, Instant};
 
-use batchlab::engine::sim::{CostModel, UNLIMITED_SCHEDULER};
-use batchlab::run::{RunOptions, run_blocking};
+use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason};
+use batchlab::run::{RunOptions, run_blocking, run_with_blocking};
 use batchlab::scenario::Scenario;
+use batchlab::time::MonotonicClock;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// [`InstantEngine`] in real time: the harness alone.
+    Instant,
+    /// The simulator (default costs and limits) in virtual time: the simulator's speed.
+    Sim,
+}
 
 struct Args {
+    engine: Kind,
     requests: u64,
     rounds: usize,
     batch_sizes: Vec<usize>,
@@ -21,7 +36,13 @@ struct Args {
 }
 
 fn parse_args() -> Args {
-    let mut args = Args { requests: 1_000_000, rounds: 5, batch_sizes: vec![1, 32, 256], prompt_tokens: 16 };
+    let mut args = Args {
+        engine: Kind::Instant,
+        requests: 1_000_000,
+        rounds: 5,
+        batch_sizes: vec![1, 32, 256],
+        prompt_tokens: 16,
+    };
     // `cargo test --all-targets` runs this binary too, without `--bench`: keep that a smoke run.
     if !std::env::args().any(|a| a == "--bench") {
         args.requests = 2_000;
@@ -31,6 +52,13 @@ fn parse_args() -> Args {
     while let Some(a) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| panic!("{a} needs a value"));
         match a.as_str() {
+            "--engine" => {
+                args.engine = match value().as_str() {
+                    "instant" => Kind::Instant,
+                    "sim" => Kind::Sim,
+                    other => panic!("--engine instant|sim, not {other}"),
+                }
+            }
             "--requests" => args.requests = value().parse().expect("--requests N"),
             "--rounds" => args.rounds = value().parse().expect("--rounds N"),
             "--prompt-tokens" => args.prompt_tokens = value().parse().expect("--prompt-tokens N"),
@@ -44,30 +72,74 @@ fn parse_args() -> Args {
     args
 }
 
-/// One run; returns (requests/s as batchlab reported it, wall time of the whole `run` call).
-fn measure(batch_size: usize, args: &Args) -> (f64, Duration, u64) {
+/// An engine that answers at once: one clock read per batch, then every request's output, with
+/// `max_tokens` tokens all "generated" at that instant (so the mapper still has timestamps to
+/// turn into TTFT, TPOT and latency). No scheduler, no per-token work, no sleep.
+struct InstantEngine;
+
+impl Engine for InstantEngine {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        Ok(EngineInfo::new("instant", "bench"))
+    }
+
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        let now = MonotonicClock::read().as_secs_f64();
+        let mut stats = EngineStats::default();
+        stats.scheduled_ts = Some(now);
+        stats.first_token_ts = Some(now);
+        stats.last_token_ts = Some(now);
+        Ok(batch
+            .iter()
+            .map(|r| {
+                EngineOutput::new(Some(r.id), FinishReason::Length)
+                    .with_prompt_tokens(r.prompt.token_len().map(|n| n as u32))
+                    .with_output_tokens(r.max_tokens)
+                    .with_stats(stats.clone())
+            })
+            .collect())
+    }
+
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+/// One run: (requests per second of wall time in the measured window, wall time of the whole
+/// `run` call, measured requests, the measured window's own duration in seconds: virtual for the sim).
+fn measure(batch_size: usize, args: &Args) -> (f64, Duration, u64, f64) {
     // Batch 1 is ~40x slower per request: fewer requests keep its round short.
     let requests = if batch_size == 1 { (args.requests / 10).max(1) } else { args.requests };
-    let plan = Scenario::builder()
+    let builder = Scenario::builder()
         .name(&format!("harness-b{batch_size}"))
-        .sim_real()
-        .sim_cost(&CostModel::free())
-        .sim_scheduler(&UNLIMITED_SCHEDULER)
         .batch_size(batch_size)
         .batch_timeout(Duration::from_millis(1))
         .synthetic(args.prompt_tokens, 16)
         .profile_throughput(1024)
         .max_requests(requests)
-        .warmup_requests(requests / 20)
-        .build()
-        .expect("the harness scenario is valid");
+        .warmup_requests(requests / 20);
     let t0 = Instant::now();
-    let summary = run_blocking(&plan, RunOptions::default()).expect("the run succeeds");
+    let summary = match args.engine {
+        Kind::Instant => {
+            let plan = builder.build().expect("the harness scenario is valid");
+            run_with_blocking(&plan, InstantEngine, RunOptions::default())
+        }
+        Kind::Sim => {
+            let plan = builder.sim_virtual().build().expect("the simulator scenario is valid");
+            run_blocking(&plan, RunOptions::default())
+        }
+    }
+    .expect("the run succeeds");
     let wall = t0.elapsed();
     let b = &summary.report.benchmarks[0];
     assert_eq!(b.counts.completed, requests, "every measured request completes");
     assert_eq!(b.counts.lost, 0);
-    (b.requests_per_s.unwrap_or(0.0), wall, requests)
+    let per_wall_s = match args.engine {
+        // Real time: the measured window is wall time, as batchlab reports it.
+        Kind::Instant => b.requests_per_s.unwrap_or(0.0),
+        // Virtual time: the run's requests (warmup included) per second of the whole call.
+        Kind::Sim => (requests + requests / 20) as f64 / wall.as_secs_f64(),
+    };
+    (per_wall_s, wall, requests, b.duration_s)
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -78,15 +150,20 @@ fn median(v: &mut [f64]) -> f64 {
 
 fn main() {
     let args = parse_args();
+    let (what, tag) = match args.engine {
+        Kind::Instant => ("harness: an engine that answers at once, real time", "HARNESS"),
+        Kind::Sim => ("simulator: default costs and scheduler, virtual time", "SIM"),
+    };
     println!(
-        "harness: sim engine, zero cost, real time; throughput profile, max_concurrency 1024; \
-         {} measured requests ({} at batch 1), prompt {} tokens, output 16; {} rounds",
+        "{what}; throughput profile, max_concurrency 1024; {} measured requests ({} at batch 1), \
+         prompt {} tokens, output 16; {} rounds",
         args.requests,
         (args.requests / 10).max(1),
         args.prompt_tokens,
         args.rounds
     );
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); args.batch_sizes.len()];
+    let mut speedups: Vec<Vec<f64>> = vec![Vec::new(); args.batch_sizes.len()];
     for round in 0..args.rounds {
         // Alternate the order each round so drift does not favour one batch size.
         let mut order: Vec<usize> = (0..args.batch_sizes.len()).collect();
@@ -95,18 +172,23 @@ fn main() {
         }
         for i in order {
             let bs = args.batch_sizes[i];
-            let (rps, wall, n) = measure(bs, &args);
+            let (rps, wall, n, window_s) = measure(bs, &args);
             println!(
-                "round {round} batch {bs:>4}: {rps:>12.0} requests/s  {:>8.0} ns/request  (run() wall {:.3} s for {n})",
+                "round {round} batch {bs:>4}: {rps:>12.0} requests/s  {:>8.0} ns/request  (run() wall {:.3} s for {n}; measured window {window_s:.3} s)",
                 1e9 / rps,
                 wall.as_secs_f64()
             );
             rates[i].push(rps);
+            speedups[i].push(window_s / wall.as_secs_f64());
         }
     }
     println!("median over {} rounds:", args.rounds);
     for (i, bs) in args.batch_sizes.iter().enumerate() {
         let m = median(&mut rates[i]);
-        println!("HARNESS batch_size={bs} requests_per_s={m:.0} ns_per_request={:.0}", 1e9 / m);
+        let extra = match args.engine {
+            Kind::Instant => String::new(),
+            Kind::Sim => format!(" virtual_per_wall={:.0}", median(&mut speedups[i])),
+        };
+        println!("{tag} batch_size={bs} requests_per_s={m:.0} ns_per_request={:.0}{extra}", 1e9 / m);
     }
 }

@@ -8,17 +8,27 @@ mutation in turn, runs the named test, checks that it FAILS, and restores the fi
     python3 scripts/mutants.py            # all
     python3 scripts/mutants.py loom       # only those whose name contains "loom"
     python3 scripts/mutants.py -loom -vllm   # all but those
+    python3 scripts/mutants.py --changed BASE   # those a change since BASE touched (CI)
+    python3 scripts/mutants.py --stale    # only check that every pattern is still there (seconds)
     python3 scripts/mutants.py --list     # what there is, and which test catches each
 
 A variant is CAUGHT when its test command fails (or hangs past 15 minutes); MISSED when it
-passes; STALE when its pattern is no longer in the file (the code moved: update the entry);
-BROKEN when it does not compile. Each command is first run on the unbroken code, which must pass
-and run at least one test.
+passes; STALE when its pattern is no longer in the file, or more than once (the code moved:
+update the entry); BROKEN when it does not compile. Every run, whatever it selects, first checks
+ALL variants' patterns and exits 1 on any STALE one, so a moved pattern fails CI even when its
+variant is not run. Each command is then run on the unbroken code, which must pass and run at
+least one test.
+
+`--changed BASE` selects the variants whose file differs from BASE (a commit; the working tree
+counts), whose test's file does (tests/NAME.rs and its snapshots for `--test NAME`, the file
+that defines the test a filter names), and the entries of this list that are new or changed
+since BASE. CI runs it against the merge-base with origin/main (docs/testing.md).
 """
 import os
 import re
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOOM = {"RUSTFLAGS": "--cfg loom", "CARGO_TARGET_DIR": "target/loom"}
@@ -140,8 +150,8 @@ MUTANTS = [
      ["--test", "batcher_shell", "logs_one_error"], {}),
 
     # ---- event traces (insta, tests/batcher_traces.rs) ----
-    ("traces: decode cost ignores running sequences", "src/engine/sim/config.rs",
-     "            + ns(self.per_seq) * load.decode_seqs as f64\n", "",
+    ("traces: step cost ignores the sequences it schedules", "src/engine/sim/config.rs",
+     "            + ns(self.per_seq) * load.seqs as f64\n", "",
      ["--test", "batcher_traces"], SNAP),
 
     # ---- the mapper (tests/metrics_mapper.rs): the snapshot table and each property ----
@@ -166,6 +176,16 @@ MUTANTS = [
     ("distribution: merge drops the other side's minimum", "src/metrics/distribution.rs",
      "        self.min = self.min.min(other.min);\n", "",
      ["--lib", "merge_is_like_recording_everything"], {}),
+
+    ("distribution: every histogram sample one bin too high", "src/metrics/distribution.rs",
+     "let bin = edges.partition_point(|&e| e <= value).saturating_sub(1).min(counts.len() - 1);",
+     "let bin = edges.partition_point(|&e| e <= value).min(counts.len() - 1);",
+     ["--lib", "histogram_bins_hold_every_sample_near_its_value"], {}),
+
+    # ---- time series (proptest, src/metrics/series.rs) ----
+    ("series: coarsening forgets where in the merged interval a request entered or left", "src/metrics/series.rs",
+     "let shift = (9 - j as u128) * u128::from(old);", "let shift = 0u128 * (9 - j as u128) * u128::from(old);",
+     ["--lib", "intervals_add_up_to_the_window"], {}),
 
     # ---- load: sweep, workload, scheduler (proptest) ----
     ("profile: sweep rates reach the throughput rate", "src/loadgen/profile.rs",
@@ -197,8 +217,8 @@ MUTANTS = [
      ["--lib", "generated_plans_round_trip"], {}),
 
     # ---- engines ----
-    ("sim: decode cost ignores running sequences", "src/engine/sim/config.rs",
-     "            + ns(self.per_seq) * load.decode_seqs as f64\n", "",
+    ("sim: step cost ignores the sequences it schedules", "src/engine/sim/config.rs",
+     "            + ns(self.per_seq) * load.seqs as f64\n", "",
      ["--lib", "engine::sim::tests::step_times_follow_the_formula"], {}),
     ("faults: slow returns one engine time early", "src/engine/faults.rs",
      "let extra = took.mul_f64((self.faults.slow_factor - 1.0).max(0.0));",
@@ -219,8 +239,8 @@ MUTANTS = [
      "            incomplete = true;\n            break;",
      "            incomplete = false;\n            break;",
      ["--test", "library", "an_interrupt_drains_and_reports_an_incomplete_run"], {}),
-    ("shipped scenarios: decode cost ignores running sequences", "src/engine/sim/config.rs",
-     "            + ns(self.per_seq) * load.decode_seqs as f64\n", "",
+    ("shipped scenarios: step cost ignores the sequences it schedules", "src/engine/sim/config.rs",
+     "            + ns(self.per_seq) * load.seqs as f64\n", "",
      ["--test", "scenarios_shipped"], SNAP),
     ("architecture: the engine names a layer above it", "src/engine/mod.rs",
      "pub mod faults;\n", "pub mod faults;\n#[allow(unused_imports)]\nuse crate::run as _;\n",
@@ -258,6 +278,9 @@ MUTANTS = [
     ("ramp-up: the rate jumps to full at once", "src/loadgen/scheduler.rs",
      "if s <= t / 2.0 { (2.0 * t * s).sqrt() } else { s + t / 2.0 }", "if s <= t / 2.0 { 2.0 * s } else { s + t / 2.0 }",
      ["--test", "loadgen_arrivals", "ramped_rates"], {}),
+    ("ramp-up: once ramped up, arrivals lag the whole ramp, not half of it", "src/loadgen/scheduler.rs",
+     "if s <= t / 2.0 { (2.0 * t * s).sqrt() } else { s + t / 2.0 }", "if s <= t / 2.0 { (2.0 * t * s).sqrt() } else { s + t }",
+     ["--lib", "ramps_delay_each_arrival_by_at_most_half_the_ramp"], {}),
     ("trace: time_scale multiplies instead of dividing", "src/loadgen/scheduler.rs",
      "Some(offset(self.start, (at - offsets[*first]) / time_scale))", "Some(offset(self.start, (at - offsets[*first]) * time_scale))",
      ["--test", "scenarios_shipped", "the_trace_is_replayed"], {}),
@@ -313,8 +336,91 @@ def cargo_test(args, env):
     return r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:], ran
 
 
-def run(wanted, unwanted):
-    selected = [m for m in MUTANTS if (not wanted or any(w in m[0] for w in wanted)) and not any(u in m[0] for u in unwanted)]
+def stale(mutants):
+    """The names of the variants whose pattern is not exactly once in its file, each printed."""
+    found = []
+    for name, path, old, _, _, _ in mutants:
+        full = os.path.join(ROOT, path)
+        text = open(full).read() if os.path.exists(full) else ""
+        n = text.count(old)
+        if n != 1:
+            where = "not found in" if n == 0 else f"found {n} times in (the variant would break the first)"
+            print(f"STALE   {name}: pattern {where} {path}")
+            found.append(name)
+    return found
+
+
+def git(*args):
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def entry_key(m):
+    """A variant entry as a comparable value (its lists and dicts made hashable)."""
+    name, path, old, new, args, env = m
+    return (name, path, old, new, tuple(args), tuple(sorted(env.items())))
+
+
+def test_files(args):
+    """The files that hold a variant's test: tests/NAME.rs and its snapshots for `--test NAME`,
+    and the file that defines the function a name filter ends with."""
+    files, prefixes = set(), []
+    rest = list(args)
+    if "--test" in rest:
+        target = rest[rest.index("--test") + 1]
+        files.add(f"tests/{target}.rs")
+        prefixes.append(f"tests/snapshots/{target}__")
+    flags_with_values = {"--test", "--features", "--bench", "--example"}
+    filters = [a for i, a in enumerate(rest) if not a.startswith("-") and (i == 0 or rest[i - 1] not in flags_with_values)]
+    for f in filters:
+        fn = re.compile(r"\bfn " + re.escape(f.split("::")[-1]) + r"\b")
+        for top in ("src", "tests"):
+            for d, _, names in os.walk(os.path.join(ROOT, top)):
+                for n in names:
+                    if n.endswith(".rs"):
+                        full = os.path.join(d, n)
+                        if fn.search(open(full, errors="replace").read()):
+                            files.add(os.path.relpath(full, ROOT))
+    return files, prefixes
+
+
+def changed_since(base):
+    """The variants a change since `base` touched (see the module docs)."""
+    if git("rev-parse", "--verify", "--quiet", base + "^{commit}").returncode != 0:
+        print(f"--changed: {base!r} is not a commit")
+        sys.exit(2)
+    diff = git("diff", "--name-only", base, "--")
+    untracked = git("ls-files", "--others", "--exclude-standard")
+    changed = set(diff.stdout.split()) | set(untracked.stdout.split())
+    before = git("show", f"{base}:scripts/mutants.py")
+    old_entries = set()
+    if before.returncode == 0:
+        scope = {"__name__": "mutants_at_base", "__file__": __file__}
+        try:
+            exec(compile(before.stdout, "mutants.py@base", "exec"), scope)
+            old_entries = {entry_key(m) for m in scope.get("MUTANTS", [])}
+        except Exception as e:  # an unreadable old list: every entry counts as new
+            print(f"--changed: could not read scripts/mutants.py at {base} ({e}); every entry counts as changed")
+    selected = []
+    for m in MUTANTS:
+        files, prefixes = test_files(m[4])
+        why = None
+        if m[1] in changed:
+            why = m[1]
+        elif files & changed:
+            why = sorted(files & changed)[0]
+        elif any(c.startswith(p) for c in changed for p in prefixes):
+            why = "its snapshots"
+        elif entry_key(m) not in old_entries:
+            why = "new or changed entry"
+        if why:
+            print(f"selected  {m[0]}  ({why})")
+            selected.append(m)
+    print(f"{len(changed)} file(s) changed since {base}: {len(selected)} of {len(MUTANTS)} variant(s) to run", flush=True)
+    return selected
+
+
+def run(selected):
+    started = time.monotonic()
     # The unbroken code must pass each command, running at least one test, or a "caught" proves
     # nothing. All baselines first: they share one build of the unbroken code.
     for args, env in dict.fromkeys((tuple(m[4]), tuple(sorted(m[5].items()))) for m in selected):
@@ -325,38 +431,66 @@ def run(wanted, unwanted):
         if ran == 0:
             print(f"BASELINE RUNS NO TEST: cargo test {' '.join(args)}")
             sys.exit(2)
+    print(f"baselines: {len(set(tuple(m[4]) for m in selected))} command(s), {time.monotonic() - started:.0f} s", flush=True)
     survived = []
     for name, path, old, new, args, env in selected:
+        t0 = time.monotonic()
         full = os.path.join(ROOT, path)
         original = open(full).read()
-        if old not in original:
-            print(f"STALE   {name}: pattern not found in {path}")
-            survived.append(name)
-            continue
         open(full, "w").write(original.replace(old, new, 1))
         try:
             passed, out, _ = cargo_test(args, env)
         finally:
             open(full, "w").write(original)
+        took = f"{time.monotonic() - t0:.0f} s"
         if "error[E" in out or "could not compile" in out:
-            print(f"BROKEN  {name}: the mutant does not compile, so it proves nothing")
+            print(f"BROKEN  {name}: the mutant does not compile, so it proves nothing  ({took})")
             survived.append(name)
             continue
         caught = not passed
-        print(f"{'CAUGHT ' if caught else 'MISSED '} {name}  (cargo test {' '.join(args)})", flush=True)
+        print(f"{'CAUGHT ' if caught else 'MISSED '} {name}  (cargo test {' '.join(args)}; {took})", flush=True)
         if not caught:
             survived.append(name)
-    print(f"{len(selected) - len(survived)} of {len(selected)} variant(s) caught")
+    print(f"{len(selected) - len(survived)} of {len(selected)} variant(s) caught in {time.monotonic() - started:.0f} s")
     if survived:
         print(f"{len(survived)} mutant(s) not caught: {survived}")
         sys.exit(1)
 
 
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--list"]:
+def main(argv):
+    if argv == ["--list"]:
         for name, path, _, _, args, _ in MUTANTS:
             print(f"{name}  [{path}]  cargo test {' '.join(args)}")
-        sys.exit(0)
-    wanted = [a for a in sys.argv[1:] if not a.startswith("-")]
-    unwanted = [a[1:] for a in sys.argv[1:] if a.startswith("-") and a != "-"]
-    run(wanted, unwanted)
+        return
+    # Whatever is selected, every pattern must still be there: a moved one fails the run.
+    bad = stale(MUTANTS)
+    if bad:
+        print(f"{len(bad)} STALE variant(s): update their entries in scripts/mutants.py")
+        sys.exit(1)
+    if argv == ["--stale"]:
+        print(f"all {len(MUTANTS)} patterns found, once each")
+        return
+    base = None
+    if "--changed" in argv:
+        i = argv.index("--changed")
+        if i + 1 >= len(argv):
+            print("--changed needs a BASE commit, e.g. `--changed origin/main`")
+            sys.exit(2)
+        base = argv[i + 1]
+        argv = argv[:i] + argv[i + 2:]
+    unknown = [a for a in argv if a.startswith("--")]
+    if unknown:
+        print(f"unknown option(s) {unknown}; see the usage at the top of scripts/mutants.py")
+        sys.exit(2)
+    wanted = [a for a in argv if not a.startswith("-")]
+    unwanted = [a[1:] for a in argv if a.startswith("-") and a != "-"]
+    pool = changed_since(base) if base else MUTANTS
+    selected = [m for m in pool if (not wanted or any(w in m[0] for w in wanted)) and not any(u in m[0] for u in unwanted)]
+    if not selected:
+        print("no variant selected")
+        return
+    run(selected)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,14 +1,18 @@
 //! Python protocol engines (docs/engines.md): the echo engine of the docs, protocol violations,
 //! and the Hugging Face transformers engine, through the library and through the CLI.
 //!
-//! Run with `just test-vllm`. Without the venv or the model a test prints why and passes without
-//! checking anything (SKIPPED). The docs check needs no Python and runs in `just test` too.
+//! Run with `just test-vllm`. Without the venv or the model a Python test fails, saying what is
+//! missing, unless `BATCHLAB_SKIP_PYTHON=1` asks to skip it (never under `CI=true`;
+//! tests/common/python_env.rs). The docs check needs no Python and runs in `just test` too.
 
 use std::path::Path;
 
 #[cfg(feature = "vllm")]
 #[path = "common/hf_chat.rs"]
 mod hf_chat;
+#[cfg(feature = "vllm")]
+#[path = "common/python_env.rs"]
+mod python_env;
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -48,17 +52,7 @@ mod with_python {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
     fn ready(model: bool) -> bool {
-        let mut needed = vec![default_venv().join("bin/python")];
-        if model {
-            needed.push(batchlab_home().join("tiny-llama/config.json"));
-        }
-        for path in needed {
-            if !path.exists() {
-                eprintln!("SKIPPED: {} is missing; run `just setup-vllm` (or `just test-vllm`)", path.display());
-                return false;
-            }
-        }
-        true
+        super::python_env::ready(model)
     }
 
     fn fixture(class: &str) -> PythonConfig {

@@ -4,27 +4,24 @@
 //! logged in engine.log (its KV-cache size in tokens, its token budget, its prefix-caching and
 //! chunked-prefill switches), not against what the scenario asked for.
 //!
-//! Run with `just test-vllm`; without the venv and model the tests say SKIPPED and check nothing.
+//! Run with `just test-vllm`; without the venv and model the tests fail, unless
+//! `BATCHLAB_SKIP_PYTHON=1` asks to skip them (tests/common/python_env.rs).
 #![cfg(feature = "vllm")]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use batchlab::engine::python::{batchlab_home, default_venv};
 use serde_json::Value;
+
+#[path = "common/python_env.rs"]
+mod python_env;
 
 /// One engine at a time on a 2-core machine.
 static ONE_ENGINE: Mutex<()> = Mutex::new(());
 
 fn ready() -> bool {
-    for needed in [default_venv().join("bin/python"), batchlab_home().join("tiny-llama/config.json")] {
-        if !needed.exists() {
-            eprintln!("SKIPPED: {} is missing; run `just setup-vllm` (or `just test-vllm`)", needed.display());
-            return false;
-        }
-    }
-    true
+    python_env::ready(true)
 }
 
 fn output_dir(name: &str) -> PathBuf {

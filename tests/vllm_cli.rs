@@ -3,7 +3,8 @@
 //!
 //! Each case runs the real binary on `scenarios/vllm-cpu.toml` (or `vllm-faults.toml`) in multiprocess mode, in its own
 //! process group, and afterwards looks for any process still in that group. Run with
-//! `just test-vllm`; without the venv and model the test says SKIPPED and checks nothing.
+//! `just test-vllm`; without the venv and model the tests fail, unless `BATCHLAB_SKIP_PYTHON=1`
+//! asks to skip them (tests/common/python_env.rs).
 #![cfg(feature = "vllm")]
 
 use std::io::{BufRead, BufReader};
@@ -16,6 +17,9 @@ use std::time::{Duration, Instant};
 use batchlab::engine::python::{batchlab_home, default_venv};
 use batchlab::report::requests::MetricsMs;
 use batchlab::report::{Phase, RequestOutcome, RequestRecord, read_records};
+
+#[path = "common/python_env.rs"]
+mod python_env;
 
 #[path = "common/hf_chat.rs"]
 mod hf_chat;
@@ -149,13 +153,7 @@ fn output_dir(name: &str) -> PathBuf {
 }
 
 fn ready() -> bool {
-    for needed in [default_venv().join("bin/python"), batchlab_home().join("tiny-llama/config.json")] {
-        if !needed.exists() {
-            eprintln!("SKIPPED: {} is missing; run `just setup-vllm` (or `just test-vllm`)", needed.display());
-            return false;
-        }
-    }
-    true
+    python_env::ready(true)
 }
 
 fn report(dir: &Path) -> serde_json::Value {

@@ -1,7 +1,8 @@
 //! The real vLLM engine against the tiny random-weight model from `just setup-vllm`.
 //!
-//! Run with `just test-vllm`. Without the venv or the model every test prints why and passes
-//! without checking anything (SKIPPED), so a plain `cargo test --features vllm` stays usable.
+//! Run with `just test-vllm`. Without the venv or the model every test fails, saying what is
+//! missing, unless `BATCHLAB_SKIP_PYTHON=1` asks to skip them (never under `CI=true`;
+//! tests/common/python_env.rs).
 #![cfg(feature = "vllm")]
 
 use std::collections::HashSet;
@@ -10,10 +11,13 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use batchlab::engine::chat::{ChatPrompt, ChatTemplate, Message, Template, TemplateOrigin};
+use batchlab::engine::python::batchlab_home;
 use batchlab::engine::python::vllm::VllmConfig;
-use batchlab::engine::python::{batchlab_home, default_venv};
 use batchlab::engine::{Engine, EngineOutput, EngineRequest, FinishReason, Prompt};
 use batchlab::time::{MonotonicClock, Timestamp};
+
+#[path = "common/python_env.rs"]
+mod python_env;
 
 #[path = "common/hf_chat.rs"]
 mod hf_chat;
@@ -24,16 +28,13 @@ static ONE_ENGINE_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// Set in the re-executed test process that runs the multiprocess engine.
 const CHILD_ENV: &str = "BATCHLAB_VLLM_MULTIPROCESS_CHILD";
 
-/// The tiny model's plan, or `None` (after saying why) when the venv or model is missing.
+/// The tiny model's plan; `None` only when the venv or model is missing and the developer asked
+/// to skip (tests/common/python_env.rs decides; otherwise it fails the test).
 fn tiny_plan(in_process: bool) -> Option<VllmConfig> {
-    let model = batchlab_home().join("tiny-llama");
-    let python = default_venv().join("bin/python");
-    for needed in [python, model.join("config.json")] {
-        if !needed.exists() {
-            eprintln!("SKIPPED: {} is missing; run `just setup-vllm` (or `just test-vllm`)", needed.display());
-            return None;
-        }
+    if !python_env::ready(true) {
+        return None;
     }
+    let model = batchlab_home().join("tiny-llama");
     Some(VllmConfig {
         model,
         dtype: "float32".into(),

@@ -1,22 +1,18 @@
 //! One engine start on vLLM for many settings. A `[matrix]`: `scenarios/vllm-matrix.toml` (two
 //! batch sizes × two batch timeouts) logs "loading engine" once and reports four named
 //! combinations. `batchlab tune`'s confirmation: its best points, in one engine start. Run with
-//! `just test-vllm`; without the venv and model the tests say SKIPPED and check nothing.
+//! `just test-vllm`; without the venv and model the tests fail, unless `BATCHLAB_SKIP_PYTHON=1`
+//! asks to skip them (tests/common/python_env.rs).
 #![cfg(feature = "vllm")]
 
 use std::process::Command;
 
-use batchlab::engine::python::{batchlab_home, default_venv};
+#[path = "common/python_env.rs"]
+mod python_env;
 
-/// The venv and the tiny model are there; otherwise says SKIPPED.
+/// The venv and the tiny model are there (tests/common/python_env.rs decides, or fails the test).
 fn ready() -> bool {
-    for needed in [default_venv().join("bin/python"), batchlab_home().join("tiny-llama/config.json")] {
-        if !needed.exists() {
-            eprintln!("SKIPPED: {} is missing; run `just setup-vllm` (or `just test-vllm`)", needed.display());
-            return false;
-        }
-    }
-    true
+    python_env::ready(true)
 }
 
 #[test]

@@ -12,9 +12,9 @@ pub mod virtual_time;
 
 pub use self::core::{
     Batch, BatchConfig, BatchId, BatchRun, BatcherCore, Completion, Event, FlushReason, GenerateResult, Outcome,
-    RequestTimes,
+    REAL_ENGINE_GENERATE_TIMEOUT, REAL_ENGINE_STALL_TIMEOUT, RequestTimes, STALL_FACTOR,
 };
 pub use engine_call::{in_engine_call, panic_message};
 pub use error::{ConfigError, RequestError};
 pub use lifecycle::{Lifecycle, State};
-pub use shell::{BatchObserver, Batcher, Completer, Ticket};
+pub use shell::{BatchObserver, Batcher, Completer, ProgressProbe, Ticket};

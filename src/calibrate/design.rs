@@ -129,6 +129,7 @@ pub fn setting_plan(base: &Plan, setting: &Setting, stream: u64) -> Plan {
     };
     let batching = BatchConfig::new(batch_size as usize, base.batching.batch_timeout())
         .and_then(|b| b.with_generate_timeout(base.batching.generate_timeout()))
+        .and_then(|b| b.with_stall_timeout(base.batching.stall_timeout()))
         .expect("a batch size of at least 1 and the scenario's validated timeouts");
     Plan {
         name: format!("{}-{}", base.name, Setting { prompt_tokens: prompt, ..*setting }.name()),
@@ -280,6 +281,7 @@ fn summary_engine(summary: &RunSummary) -> EngineInfo {
         name: env.engine_name.clone(),
         version: env.engine_version.clone(),
         resolved_config: env.engine_config,
+        processes: None,
     }
 }
 

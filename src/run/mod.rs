@@ -40,9 +40,7 @@ use crate::loadgen::{DatasetStats, LoadError, Workload};
 use crate::report::{
     BenchmarkResult, Environment, Report, ReportError, RequestsJsonl, write_csv, write_html, write_json,
 };
-#[cfg(doc)]
-use crate::scenario::plan::EnginePlan;
-use crate::scenario::plan::{Plan, ProfileSpec, WorkloadSpec};
+use crate::scenario::plan::{EnginePlan, Plan, ProfileSpec, WorkloadSpec};
 use crate::time::MonotonicClock;
 use driver::{Driver, Segment, Sinks, run_steps};
 use progress::{Progress, ProgressMode, Screen};
@@ -263,9 +261,14 @@ fn benchmarks(
     let mut driver: Box<dyn Driver> = match engine {
         TimedEngine::RealTime(e) => {
             let e = FaultyEngine::new(e, faults, seed, std::sync::Arc::new(MonotonicClock));
-            // The plan's Python engines run processes (vLLM's EngineCore and workers): watch them.
-            let watch = source == EngineSource::Plan && plan.engine.runs_processes();
-            Box::new(RealTimeDriver::new(e, plan.batching.clone(), &options.interrupt, watch))
+            // The plan's Python engines run processes (vLLM's EngineCore and workers): when one does
+            // not name them, those alive at its start are taken for them.
+            let guess = source == EngineSource::Plan && plan.engine.runs_processes();
+            // Every real engine, a caller's included, gets a real engine's timeouts where the plan
+            // sets none (a caller's plan is usually the simulator's, which has none).
+            let real_engine = source == EngineSource::Caller || !matches!(plan.engine, EnginePlan::Sim(_));
+            let driver = RealTimeDriver::new(e, plan.batching.clone(), &options.interrupt, guess, real_engine);
+            Box::new(driver)
         }
         TimedEngine::VirtualTime(e) => {
             // The virtual driver puts the wrapper, and with it the engine, on its virtual clock.

@@ -64,6 +64,7 @@ pub fn with_point(plan: &Plan, batch_size: u32, batch_timeout: Duration, load: O
     let mut plan = plan.clone();
     plan.batching = BatchConfig::new(batch_size as usize, batch_timeout)
         .and_then(|c| c.with_generate_timeout(plan.batching.generate_timeout()))
+        .and_then(|c| c.with_stall_timeout(plan.batching.stall_timeout()))
         .map_err(|e| TuneError::Unsupported(e.to_string()))?;
     match (&mut plan.profile, load) {
         (ProfileSpec::Throughput { max_concurrency }, Some(c)) => *max_concurrency = c.round().max(1.0) as u32,

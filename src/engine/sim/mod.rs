@@ -88,6 +88,7 @@ impl Engine for SimEngine {
             name: "sim".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             resolved_config: Some(self.config.scheduler),
+            processes: Some(Vec::new()),
         })
     }
 

@@ -1068,6 +1068,88 @@ mod tests {
         assert_eq!(named, [0, 1, 2, 3, 4, 5], "every submit named once, in order");
     }
 
+    /// A started core with batch_size 2 and a stall timeout of 1 s.
+    fn stall_watched() -> BatcherCore {
+        let config = BatchConfig::new(2, Duration::from_millis(10))
+            .and_then(|c| c.with_stall_timeout(Some(Duration::from_secs(1))))
+            .unwrap();
+        let mut core = BatcherCore::new(config);
+        assert!(core.begin_start());
+        core.handle_start_result(Ok(EngineInfo::new("t", "0")), at(0));
+        core
+    }
+
+    #[test]
+    fn a_generate_without_progress_stalls_the_engine_for_good() {
+        let mut core = stall_watched();
+        for _ in 0..3 {
+            core.submit(EngineRequest::tokens(vec![1], 1), at(0)).unwrap();
+        }
+        assert_eq!(core.stall_watched_batch(), None, "nothing runs");
+        let batch = core.poll_dispatch(at(0)).expect("a full batch");
+        assert_eq!(core.stall_watched_batch(), Some(batch.id));
+        assert_eq!(core.stall_deadline(), Some(at(1000)), "the dispatch is the first sign of life");
+        assert_eq!(core.poll_timeout(), Some(at(1000)), "the driver is woken for it");
+        // The first sample of a generate is its baseline; only CPU time that grew is progress.
+        let cpu = Duration::from_millis;
+        core.handle_cpu_sample(batch.id, cpu(5), at(100));
+        assert_eq!(core.stall_deadline(), Some(at(1000)));
+        core.handle_cpu_sample(batch.id, cpu(7), at(500));
+        assert_eq!(core.stall_deadline(), Some(at(1500)), "CPU time grew: progress at 500 ms");
+        core.handle_cpu_sample(batch.id, cpu(7), at(1400));
+        core.handle_cpu_sample(batch.id + 1, cpu(9), at(1450));
+        assert_eq!(core.stall_deadline(), Some(at(1500)), "flat CPU time, or another batch's, is no progress");
+        core.handle_timeout(at(1499));
+        assert_eq!(core.poll_outcome(), None, "not stalled a moment early");
+        core.handle_timeout(at(1500));
+        let stalled =
+            RequestError::EngineStalled { batch_id: batch.id, batch_size: 2, stalled_for: Duration::from_secs(1) };
+        let outcomes: Vec<_> = std::iter::from_fn(|| core.poll_outcome()).collect();
+        assert_eq!(outcomes, [(0, Err(stalled.clone())), (1, Err(stalled.clone())), (2, Err(stalled.clone()))]);
+        assert_eq!(stalled.kind(), "engine_stalled");
+        assert!(stalled.engine_unusable());
+        assert_eq!(core.state(), State::Failed, "a frozen engine is not used again");
+        assert_eq!(core.submit(EngineRequest::tokens(vec![1], 1), at(1600)), Err(stalled));
+        assert_eq!((core.stall_deadline(), core.stall_watched_batch()), (None, None), "the generate is abandoned");
+        // Should the frozen generate return (a SIGCONT), its result is discarded.
+        core.handle_generate_result(batch.id, GenerateResult::Outputs(Vec::new()), at(2000));
+        assert_eq!(core.poll_outcome(), None);
+    }
+
+    #[test]
+    fn the_stall_limit_is_the_floor_or_a_multiple_of_the_longest_generate() {
+        let mut core = stall_watched();
+        for _ in 0..2 {
+            core.submit(EngineRequest::tokens(vec![1], 1), at(0)).unwrap();
+        }
+        let first = core.poll_dispatch(at(0)).expect("a full batch");
+        let outputs = vec![EngineOutput::new(None, crate::engine::FinishReason::Length); 2];
+        core.handle_generate_result(first.id, GenerateResult::Outputs(outputs), at(600));
+        while core.poll_outcome().is_some() {}
+        for _ in 0..2 {
+            core.submit(EngineRequest::tokens(vec![1], 1), at(700)).unwrap();
+        }
+        let _second = core.poll_dispatch(at(700)).expect("a full batch");
+        // 4 × 600 ms is longer than the 1 s floor.
+        assert_eq!(core.stall_deadline(), Some(at(700 + 2400)));
+        let config = core.config().clone();
+        assert_eq!(config.stall_limit(Duration::from_millis(100)), Some(Duration::from_secs(1)), "the floor");
+        assert_eq!(BatchConfig::default().stall_limit(Duration::from_secs(9)), None, "no stall timeout, no limit");
+        assert_eq!(BatchConfig::default().with_stall_timeout(Some(Duration::ZERO)), Err(ConfigError::ZeroStallTimeout));
+    }
+
+    #[test]
+    fn real_engine_defaults_fill_only_what_is_unset() {
+        let d = BatchConfig::default().with_real_engine_defaults();
+        assert_eq!(d.generate_timeout(), Some(REAL_ENGINE_GENERATE_TIMEOUT));
+        assert_eq!(d.stall_timeout(), Some(REAL_ENGINE_STALL_TIMEOUT));
+        let set = BatchConfig::default()
+            .with_stall_timeout(Some(Duration::from_secs(2)))
+            .unwrap()
+            .with_real_engine_defaults();
+        assert_eq!(set.stall_timeout(), Some(Duration::from_secs(2)));
+    }
+
     #[test]
     fn engine_death_display() {
         assert_eq!(death().to_string(), "VLLM::EngineCore (pid 7) killed by SIGKILL");

@@ -131,6 +131,11 @@ pub const REAL_ENGINE_GENERATE_TIMEOUT: Duration = Duration::from_secs(600);
 /// noticed within a minute.
 pub const REAL_ENGINE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The engine counts as busy, which is progress, when its CPU time grew by at least this share of
+/// the wall time since the last progress (a tenth of one CPU). Less is what a waiting process does
+/// (vLLM's worker polling its queue while the EngineCore is stopped uses under 2 %), not work.
+pub const BUSY_CPU_SHARE: f64 = 0.1;
+
 /// A running generate is given at least this many times the longest generate of the run so far
 /// before it counts as stalled: a batch that legitimately takes longer than the floor (a big
 /// batch on a slow machine) is not mistaken for a stall.
@@ -370,10 +375,11 @@ struct InFlight {
     dispatched_at: Timestamp,
     /// Its waiters were already failed by the generate timeout; the result is discarded.
     abandoned: bool,
-    /// The last sign of life: the dispatch, or a CPU-time sample that grew.
+    /// The last sign of life: the dispatch, or a CPU-time sample that showed the engine busy.
     last_progress: Timestamp,
-    /// The engine's CPU time at the last sample of this generate.
-    cpu_seen: Option<Duration>,
+    /// The engine's CPU time, and when it was sampled, at this generate's first sample or its
+    /// last progress since: what later samples are measured against.
+    cpu_baseline: Option<(Duration, Timestamp)>,
 }
 
 /// The micro-batcher's state machine. See the module docs.
@@ -728,15 +734,22 @@ impl BatcherCore {
     }
 
     /// The engine's CPU time (its processes', its engine thread's) was `cpu` at `now`, while
-    /// `batch_id` ran. CPU time that grew since the last sample of this generate is progress: it
-    /// moves the stall deadline. The first sample of a generate only sets the baseline; a sample
-    /// of another batch is ignored.
+    /// `batch_id` ran. The engine was busy, which is progress and moves the stall deadline, when
+    /// its CPU time since the baseline grew by at least [`BUSY_CPU_SHARE`] of the time passed:
+    /// the baseline then moves to this sample. The first sample of a generate only sets the
+    /// baseline; a sample of another batch is ignored.
     pub fn handle_cpu_sample(&mut self, batch_id: BatchId, cpu: Duration, now: Timestamp) {
         let Some(f) = self.in_flight.as_mut().filter(|f| f.batch_id == batch_id && !f.abandoned) else { return };
-        if f.cpu_seen.is_some_and(|seen| cpu > seen) {
+        let Some((base_cpu, base_at)) = f.cpu_baseline else {
+            f.cpu_baseline = Some((cpu, now));
+            return;
+        };
+        let used = cpu.saturating_sub(base_cpu);
+        let busy = !used.is_zero() && used.as_secs_f64() >= now.saturating_since(base_at).as_secs_f64() * BUSY_CPU_SHARE;
+        if busy {
             f.last_progress = f.last_progress.max(now);
+            f.cpu_baseline = Some((cpu, now));
         }
-        f.cpu_seen = Some(f.cpu_seen.map_or(cpu, |seen| seen.max(cpu)));
     }
 
     /// A generate was abandoned (it overran `generate_timeout`, or the engine died or was aborted
@@ -832,7 +845,7 @@ impl BatcherCore {
             dispatched_at: now,
             abandoned: false,
             last_progress: now,
-            cpu_seen: None,
+            cpu_baseline: None,
         });
         Some(Batch { id, requests, reason, dispatched_at: now })
     }
@@ -1090,14 +1103,17 @@ mod tests {
         assert_eq!(core.stall_watched_batch(), Some(batch.id));
         assert_eq!(core.stall_deadline(), Some(at(1000)), "the dispatch is the first sign of life");
         assert_eq!(core.poll_timeout(), Some(at(1000)), "the driver is woken for it");
-        // The first sample of a generate is its baseline; only CPU time that grew is progress.
+        // The first sample of a generate is its baseline; only a busy engine (CPU time grown by a
+        // tenth of the time passed) makes progress.
         let cpu = Duration::from_millis;
         core.handle_cpu_sample(batch.id, cpu(5), at(100));
         assert_eq!(core.stall_deadline(), Some(at(1000)));
-        core.handle_cpu_sample(batch.id, cpu(7), at(500));
-        assert_eq!(core.stall_deadline(), Some(at(1500)), "CPU time grew: progress at 500 ms");
-        core.handle_cpu_sample(batch.id, cpu(7), at(1400));
-        core.handle_cpu_sample(batch.id + 1, cpu(9), at(1450));
+        core.handle_cpu_sample(batch.id, cpu(60), at(500));
+        assert_eq!(core.stall_deadline(), Some(at(1500)), "55 ms of CPU in 400 ms is busy: progress at 500 ms");
+        core.handle_cpu_sample(batch.id, cpu(66), at(900));
+        assert_eq!(core.stall_deadline(), Some(at(1500)), "6 ms in 400 ms is a poller waiting, not work");
+        core.handle_cpu_sample(batch.id, cpu(66), at(1400));
+        core.handle_cpu_sample(batch.id + 1, cpu(900), at(1450));
         assert_eq!(core.stall_deadline(), Some(at(1500)), "flat CPU time, or another batch's, is no progress");
         core.handle_timeout(at(1499));
         assert_eq!(core.poll_outcome(), None, "not stalled a moment early");

@@ -195,8 +195,10 @@ pub fn reap_descendants(grace: Duration) -> usize {
     }
     tracing::debug!(?first, "terminating leftover child processes");
     for &pid in &first {
-        // An error means the process is already gone.
+        // An error means the process is already gone. SIGCONT after SIGTERM: a stopped process
+        // (a frozen EngineCore) acts on its SIGTERM only once it runs again.
         let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
     }
     let left = reap_until_gone(Instant::now() + grace);
     if !left.is_empty() {

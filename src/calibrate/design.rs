@@ -282,6 +282,7 @@ fn summary_engine(summary: &RunSummary) -> EngineInfo {
         version: env.engine_version.clone(),
         resolved_config: env.engine_config,
         processes: None,
+        engine_thread: None,
     }
 }
 

@@ -245,12 +245,17 @@ pub struct EngineInfo {
     /// Not part of the report.
     #[serde(skip)]
     pub processes: Option<Vec<u32>>,
+    /// The thread (kernel thread id) that runs the engine's calls, when it is not the one that
+    /// calls [`Engine::generate`] (an engine behind `shared::SharedEngine`): an in-process engine's
+    /// CPU time is this thread's. Not part of the report.
+    #[serde(skip)]
+    pub engine_thread: Option<i32>,
 }
 
 impl EngineInfo {
     /// An engine called `name` at `version`, whose resolved configuration is unknown.
     pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
-        EngineInfo { name: name.into(), version: version.into(), resolved_config: None, processes: None }
+        EngineInfo { name: name.into(), version: version.into(), resolved_config: None, processes: None, engine_thread: None }
     }
 
     /// With the pids of the processes that are the engine (see [`EngineInfo::processes`]).

@@ -120,6 +120,10 @@ fn owner_thread(mut engine: impl Engine, calls: Receiver<Call>) {
         match call {
             Call::Start(reply) => {
                 let result = std::panic::catch_unwind(AssertUnwindSafe(|| engine.start()));
+                // The work happens on this thread, not on the caller's: whose CPU time a stall
+                // watch samples for an in-process engine.
+                let this = crate::sys::current_thread_id();
+                let result = result.map(|r| r.map(|info| EngineInfo { engine_thread: Some(this), ..info }));
                 started = true;
                 let _ = reply.send(result);
             }

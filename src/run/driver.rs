@@ -112,7 +112,7 @@ pub(super) fn run_steps(
             }
             // A report all the same, marked incomplete, with the error: a failed start is a result.
             let engine =
-                EngineInfo { name: "unknown (did not start)".into(), version: "unknown".into(), resolved_config: None, processes: None };
+                EngineInfo { name: "unknown (did not start)".into(), version: "unknown".into(), resolved_config: None, processes: None, engine_thread: None };
             let error = Some(e.to_string());
             return Ok(DriverResult { engine, benchmarks: Vec::new(), interrupted: false, incomplete: true, error });
         }

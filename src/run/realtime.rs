@@ -73,7 +73,8 @@ impl EngineGuard {
             self.death_watch = Some(DeathWatch::arm(batcher, processes));
         }
         let pids = processes.map(|p| p.pids).unwrap_or_default();
-        batcher.set_progress_probe(engine_cpu_probe(batcher.engine_thread_id(), pids));
+        let thread = info.engine_thread.or_else(|| batcher.engine_thread_id());
+        batcher.set_progress_probe(engine_cpu_probe(thread, pids));
         self.started.store(true, Ordering::SeqCst);
         if self.interrupt.is_fired() {
             start_grace(&self.grace, batcher);

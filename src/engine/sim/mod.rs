@@ -89,6 +89,7 @@ impl Engine for SimEngine {
             version: env!("CARGO_PKG_VERSION").into(),
             resolved_config: Some(self.config.scheduler),
             processes: Some(Vec::new()),
+            engine_thread: None,
         })
     }
 

@@ -250,7 +250,13 @@ fn a_user_engine_wedged_in_generate_ends_the_run_once_it_stalls() {
     let (release, wedged) = std::sync::mpsc::channel();
     let engine = WedgedEngine { release: std::sync::Mutex::new(wedged) };
     let started = std::time::Instant::now();
-    let summary = run_with_blocking(&plan, engine, RunOptions::default()).expect("a stalled run still reports");
+    // On a thread of its own, so that a run that never ends fails the test (after a backstop far
+    // above the stall limit) instead of hanging it.
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(run_with_blocking(&plan, engine, RunOptions::default()));
+    });
+    let summary = outcome.recv_timeout(Duration::from_secs(60)).expect("the run ends").expect("a stalled run still reports");
     let took = started.elapsed();
     let _ = release.send(());
     assert!(summary.report.incomplete, "the run could not finish");

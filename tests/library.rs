@@ -256,7 +256,8 @@ fn a_user_engine_wedged_in_generate_ends_the_run_once_it_stalls() {
     std::thread::spawn(move || {
         let _ = done.send(run_with_blocking(&plan, engine, RunOptions::default()));
     });
-    let summary = outcome.recv_timeout(Duration::from_secs(60)).expect("the run ends").expect("a stalled run still reports");
+    let summary =
+        outcome.recv_timeout(Duration::from_secs(60)).expect("the run ends").expect("a stalled run still reports");
     let took = started.elapsed();
     let _ = release.send(());
     assert!(summary.report.incomplete, "the run could not finish");

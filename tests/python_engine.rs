@@ -398,7 +398,11 @@ mod with_python {
     }
 
     /// `batchlab run SCENARIO --output DIR ARGS...`: its exit status, report.json and stderr.
-    fn run_cli_with(scenario: &str, name: &str, args: &[&str]) -> (std::process::ExitStatus, serde_json::Value, String) {
+    fn run_cli_with(
+        scenario: &str,
+        name: &str,
+        args: &[&str],
+    ) -> (std::process::ExitStatus, serde_json::Value, String) {
         let dir = output_dir(name);
         let out = Command::new(env!("CARGO_BIN_EXE_batchlab"))
             .args(["run", scenario, "--output"])

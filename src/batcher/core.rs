@@ -745,7 +745,8 @@ impl BatcherCore {
             return;
         };
         let used = cpu.saturating_sub(base_cpu);
-        let busy = !used.is_zero() && used.as_secs_f64() >= now.saturating_since(base_at).as_secs_f64() * BUSY_CPU_SHARE;
+        let busy =
+            !used.is_zero() && used.as_secs_f64() >= now.saturating_since(base_at).as_secs_f64() * BUSY_CPU_SHARE;
         if busy {
             f.last_progress = f.last_progress.max(now);
             f.cpu_baseline = Some((cpu, now));
@@ -964,7 +965,13 @@ mod tests {
         let mut core = BatcherCore::new(BatchConfig::new(3, Duration::from_millis(10)).unwrap());
         assert!(core.begin_start());
         core.handle_start_result(
-            Ok(EngineInfo { name: "t".into(), version: "0".into(), resolved_config: None, processes: None, engine_thread: None }),
+            Ok(EngineInfo {
+                name: "t".into(),
+                version: "0".into(),
+                resolved_config: None,
+                processes: None,
+                engine_thread: None,
+            }),
             at(0),
         );
         for (i, &t) in arrivals.iter().enumerate() {
@@ -1020,7 +1027,13 @@ mod tests {
         let mut core = BatcherCore::new(BatchConfig::new(2, Duration::from_millis(10)).unwrap());
         assert!(core.begin_start());
         core.handle_start_result(
-            Ok(EngineInfo { name: "t".into(), version: "0".into(), resolved_config: None, processes: None, engine_thread: None }),
+            Ok(EngineInfo {
+                name: "t".into(),
+                version: "0".into(),
+                resolved_config: None,
+                processes: None,
+                engine_thread: None,
+            }),
             at(0),
         );
         for _ in 0..3 {
@@ -1058,7 +1071,13 @@ mod tests {
         assert!(core.begin_start());
         assert_eq!(submit(&mut core, 0), Ok(1), "a rejected submit used id 0");
         core.handle_start_result(
-            Ok(EngineInfo { name: "t".into(), version: "0".into(), resolved_config: None, processes: None, engine_thread: None }),
+            Ok(EngineInfo {
+                name: "t".into(),
+                version: "0".into(),
+                resolved_config: None,
+                processes: None,
+                engine_thread: None,
+            }),
             at(0),
         );
         assert_eq!(submit(&mut core, 1), Ok(2));

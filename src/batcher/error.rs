@@ -82,7 +82,9 @@ pub enum RequestError {
         /// How long the request waited.
         waited: Duration,
     },
-    #[error("engine stalled: batch {batch_id} of {batch_size} made no progress (no output, no CPU time) for {stalled_for:?}")]
+    #[error(
+        "engine stalled: batch {batch_id} of {batch_size} made no progress (no output, no CPU time) for {stalled_for:?}"
+    )]
     /// The running generate made no progress for the stall limit (`batching.stall_timeout`): the
     /// engine is frozen (a stopped EngineCore, a deadlock). Like a death, the running batch, the
     /// queue and every later submit get this.

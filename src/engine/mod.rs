@@ -255,7 +255,13 @@ pub struct EngineInfo {
 impl EngineInfo {
     /// An engine called `name` at `version`, whose resolved configuration is unknown.
     pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
-        EngineInfo { name: name.into(), version: version.into(), resolved_config: None, processes: None, engine_thread: None }
+        EngineInfo {
+            name: name.into(),
+            version: version.into(),
+            resolved_config: None,
+            processes: None,
+            engine_thread: None,
+        }
     }
 
     /// With the pids of the processes that are the engine (see [`EngineInfo::processes`]).

@@ -111,8 +111,13 @@ pub(super) fn run_steps(
                 tracing::error!(error = %e, "engine shutdown after a failed start failed");
             }
             // A report all the same, marked incomplete, with the error: a failed start is a result.
-            let engine =
-                EngineInfo { name: "unknown (did not start)".into(), version: "unknown".into(), resolved_config: None, processes: None, engine_thread: None };
+            let engine = EngineInfo {
+                name: "unknown (did not start)".into(),
+                version: "unknown".into(),
+                resolved_config: None,
+                processes: None,
+                engine_thread: None,
+            };
             let error = Some(e.to_string());
             return Ok(DriverResult { engine, benchmarks: Vec::new(), interrupted: false, incomplete: true, error });
         }

@@ -215,7 +215,9 @@ fn stall_timeout_defaults_to_thirty_seconds_on_a_real_engine_only() {
     check(&format!("{python}[batching]\nstall_timeout = \"2s\"\n"), |p| {
         assert_eq!(p.batching.stall_timeout(), Some(Duration::from_secs(2)))
     });
-    check("[batching]\nstall_timeout = \"1s\"\n", |p| assert_eq!(p.batching.stall_timeout(), Some(Duration::from_secs(1))));
+    check("[batching]\nstall_timeout = \"1s\"\n", |p| {
+        assert_eq!(p.batching.stall_timeout(), Some(Duration::from_secs(1)))
+    });
 }
 
 #[test]

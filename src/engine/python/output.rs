@@ -495,7 +495,13 @@ mod tests {
     fn info_needs_a_name_and_a_version_and_may_name_its_clock() {
         let info = |items: &[(&str, Plain)]| map_info("m:C", &dict(items), ClockDomain::Monotonic);
         let s = |v: &str| Plain::Str(v.into());
-        let echo = EngineInfo { name: "echo".into(), version: "1".into(), resolved_config: None, processes: None, engine_thread: None };
+        let echo = EngineInfo {
+            name: "echo".into(),
+            version: "1".into(),
+            resolved_config: None,
+            processes: None,
+            engine_thread: None,
+        };
         assert_eq!(info(&[("name", s("echo")), ("version", s("1"))]), Ok(echo.clone()));
         assert_eq!(info(&[("name", s("echo")), ("version", s("1")), ("clock", s("monotonic"))]), Ok(echo.clone()));
         let foreign = [("name", s("echo")), ("version", s("1")), ("clock", s("foreign"))];

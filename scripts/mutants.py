@@ -229,6 +229,10 @@ MUTANTS = [
      "            frontier.push(entry.pid);\n", "",
      ["--lib", "sys::tests::finds_and_reaps_a_child_and_grandchild"], {}),
     # ---- the engine watch: what is a death, what is a stall (issue 22) ----
+    ("shell: the watchdog samples the engine's CPU time under the batcher lock", "src/batcher/shell.rs",
+     "        shared.release_and_notify(locked, false);\n        let cpu = probe();\n        locked = shared.lock();\n",
+     "        let cpu = probe();\n",
+     loom("a_frozen_generate_is_failed_by_the_watchdogs_stall_samples"), LOOM),
     ("death watch: a helper's exit with status 0 is a death", "src/run/engine_guard.rs",
      "Ownership::AliveAtStart => *cause != ExitCause::Exited(0),", "Ownership::AliveAtStart => true,",
      ["--lib", "run::engine_guard"], {}),

@@ -399,7 +399,11 @@ fn a_frozen_generate_is_failed_by_the_watchdogs_stall_samples() {
         let engine = GatedEngine { gate: gate.clone(), dropped: dropped.clone(), probe: probe.clone() };
         let config = config(1).with_stall_timeout(Some(Duration::from_secs(1))).unwrap();
         let b = Batcher::spawn(engine, config, std::sync::Arc::new(Ticking::default()));
-        b.set_progress_probe(std::sync::Arc::new(|| Some(Duration::ZERO)));
+        // Reading /proc is IO: the probe must run with no batcher lock held.
+        b.set_progress_probe(std::sync::Arc::new(|| {
+            batchlab::sync::assert_not_held(batchlab::sync::Level::Batcher);
+            Some(Duration::ZERO)
+        }));
         let ticket = b.submit(request()).unwrap();
         assert!(matches!(ticket.wait(), Err(RequestError::EngineStalled { batch_size: 1, .. })));
         assert!(matches!(b.submit(request()), Err(RequestError::EngineStalled { .. })));

@@ -219,6 +219,57 @@ fn an_interrupt_drains_and_reports_an_incomplete_run() {
     assert!(counts.completed >= 2, "{counts:?}");
 }
 
+/// A user's engine that wedges in its first generate: it blocks, using no CPU, until the test
+/// lets it go (after the run, so no thread is left behind).
+struct WedgedEngine {
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Engine for WedgedEngine {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        Ok(EngineInfo::new("wedged", "0"))
+    }
+
+    fn generate(&mut self, _batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        let _ = self.release.lock().unwrap().recv();
+        Err(EngineError::Generate("released after the run".into()))
+    }
+
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+/// `run_with` gives a caller's real-time engine the stall watch (and a real engine's default
+/// timeouts): an engine wedged in `generate` ends the run with a report, the batch and the queue
+/// failed as `engine_stalled`, soon after the stall timeout, instead of blocking for ever.
+#[test]
+fn a_user_engine_wedged_in_generate_ends_the_run_once_it_stalls() {
+    let stall = Duration::from_millis(300);
+    let plan = scenario().profile_throughput(8).max_requests(24).stall_timeout(stall).build().expect("valid");
+    let (release, wedged) = std::sync::mpsc::channel();
+    let engine = WedgedEngine { release: std::sync::Mutex::new(wedged) };
+    let started = std::time::Instant::now();
+    // On a thread of its own, so that a run that never ends fails the test (after a backstop far
+    // above the stall limit) instead of hanging it.
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(run_with_blocking(&plan, engine, RunOptions::default()));
+    });
+    let summary =
+        outcome.recv_timeout(Duration::from_secs(60)).expect("the run ends").expect("a stalled run still reports");
+    let took = started.elapsed();
+    let _ = release.send(());
+    assert!(summary.report.incomplete, "the run could not finish");
+    let counts = &summary.report.benchmarks[0].counts;
+    assert_eq!(counts.lost, 0, "{counts:?}");
+    assert_eq!(counts.completed, 0, "{counts:?}");
+    assert!(counts.errors_by_kind.get("engine_stalled").is_some_and(|&n| n >= 4), "{counts:?}");
+    // The stall limit plus one sample interval and the run's own work; far below any timeout.
+    assert!(took < Duration::from_secs(20), "the stall took {took:?} to end the run");
+    assert!(took >= stall, "declared before the stall timeout: {took:?}");
+}
+
 #[test]
 fn docs_library_md_shows_the_example_as_it_is() {
     let doc = include_str!("../docs/library.md");

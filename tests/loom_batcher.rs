@@ -373,3 +373,43 @@ fn engine_death_from_a_watcher_releases_shutdown_and_a_late_generate_is_followed
         assert_eq!(probe.generates_at_shutdown.load(Ordering::SeqCst), probe.generates.load(Ordering::SeqCst));
     });
 }
+
+/// A clock that moves 400 ms forward at every reading: a stall limit passes after a few readings.
+#[derive(Default)]
+struct Ticking(std::sync::atomic::AtomicU64);
+
+impl Clock for Ticking {
+    fn now(&self) -> Timestamp {
+        let step = Duration::from_millis(400).as_nanos() as u64;
+        Timestamp::from_nanos(self.0.fetch_add(step, std::sync::atomic::Ordering::SeqCst) + step)
+    }
+    fn sleep(&self, _: Duration) {}
+}
+
+/// The watchdog's stall path: it samples the engine's CPU time with the batcher lock released
+/// (a probe that never moves: a frozen engine), hands the samples to the core, and fails the
+/// stuck generate with `engine_stalled`, while the engine thread may be dispatching and the
+/// caller waiting. Only the watchdog can answer the request here (the generate never returns
+/// before the gate opens); a lost wake-up or a sample applied under the wrong lock is a loom
+/// failure. Shutdown then returns, and the late generate is followed by the engine's shutdown.
+#[test]
+fn a_frozen_generate_is_failed_by_the_watchdogs_stall_samples() {
+    model(|| {
+        let (gate, dropped, probe) = (Gate::default(), Gate::default(), Probe::default());
+        let engine = GatedEngine { gate: gate.clone(), dropped: dropped.clone(), probe: probe.clone() };
+        let config = config(1).with_stall_timeout(Some(Duration::from_secs(1))).unwrap();
+        let b = Batcher::spawn(engine, config, std::sync::Arc::new(Ticking::default()));
+        // Reading /proc is IO: the probe must run with no batcher lock held.
+        b.set_progress_probe(std::sync::Arc::new(|| {
+            batchlab::sync::assert_not_held(batchlab::sync::Level::Batcher);
+            Some(Duration::ZERO)
+        }));
+        let ticket = b.submit(request()).unwrap();
+        assert!(matches!(ticket.wait(), Err(RequestError::EngineStalled { batch_size: 1, .. })));
+        assert!(matches!(b.submit(request()), Err(RequestError::EngineStalled { .. })));
+        b.shutdown().unwrap();
+        gate.open();
+        dropped.wait();
+        assert_eq!(probe.shutdowns.load(Ordering::SeqCst), 1, "the engine was dropped without its shutdown");
+    });
+}

@@ -385,6 +385,59 @@ mod with_python {
         assert!(stderr.contains("bad_engines:DiesAfter raised in generate(): EngineDeadError"), "{stderr}");
     }
 
+    /// `batchlab run SCENARIO --output DIR ARGS...`: its exit status, report.json and stderr.
+    fn run_cli_with(
+        scenario: &str,
+        name: &str,
+        args: &[&str],
+    ) -> (std::process::ExitStatus, serde_json::Value, String) {
+        let dir = output_dir(name);
+        let out = Command::new(env!("CARGO_BIN_EXE_batchlab"))
+            .args(["run", scenario, "--output"])
+            .arg(&dir)
+            .args(args)
+            .current_dir(manifest_dir())
+            .output()
+            .expect("running batchlab");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let report = std::fs::read(dir.join("report.json")).unwrap_or_else(|e| panic!("report.json: {e}\n{stderr}"));
+        (out.status, serde_json::from_slice(&report).expect("json"), stderr)
+    }
+
+    /// Processes an engine runs besides itself are not the engine: a helper left running at start
+    /// that exits with status 0 mid-run, `true` and a `sleep 0.1` in every generate. The run
+    /// completes.
+    #[test]
+    fn helper_processes_of_an_engine_are_not_its_death() {
+        if !ready(false) {
+            return;
+        }
+        let (status, report, stderr) = run_cli_with("tests/fixtures/helpers.toml", "helpers", &[]);
+        assert_eq!(status.code(), Some(0), "stderr:\n{stderr}");
+        let counts = &report["benchmarks"][0]["counts"];
+        assert_eq!((counts["completed"].as_u64(), counts["errors"].as_u64()), (Some(48), Some(0)), "{counts}");
+        assert!(!stderr.contains("engine died"), "{stderr}");
+    }
+
+    /// A process the engine names in its info's `processes` is the engine: killed mid-run while
+    /// generate blocks (as vLLM's does when its EngineCore dies), it is the engine's death, and
+    /// the run ends with `engine_died`, an incomplete report and exit 1.
+    #[test]
+    fn a_named_engine_process_killed_mid_run_is_the_engines_death() {
+        if !ready(false) {
+            return;
+        }
+        let class = ["--set", "engine.python.class=\"process_engines:KillsOwnProcess\""];
+        let (status, report, stderr) = run_cli_with("tests/fixtures/helpers.toml", "own-process", &class);
+        assert_eq!(status.code(), Some(1), "stderr:\n{stderr}");
+        assert_eq!(report["incomplete"], true);
+        let counts = &report["benchmarks"][0]["counts"];
+        assert_eq!(counts["lost"], 0, "{counts}");
+        assert_eq!(counts["completed"], 2 * 4, "two batches were served: {counts}");
+        assert!(counts["errors_by_kind"]["engine_died"].as_u64() > Some(0), "{counts}");
+        assert!(stderr.contains("engine died: sleep (pid") && stderr.contains("killed by SIGKILL"), "{stderr}");
+    }
+
     /// An ordinary exception in generate fails its batch with `engine_error`; the run goes on.
     #[test]
     fn an_exception_in_generate_is_an_engine_error_in_the_report() {

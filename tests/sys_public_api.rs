@@ -13,7 +13,7 @@ fn a_watch_reports_an_engine_process_killed_by_a_signal() {
     let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
     let pid = child.id();
     let (tx, rx) = channel();
-    let watch = ProcessWatch::start(move |exit| {
+    let watch = ProcessWatch::start(&[pid], move |exit| {
         let _ = tx.send(exit);
     })
     .expect("a kernel with pidfds");

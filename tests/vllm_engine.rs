@@ -99,6 +99,7 @@ fn in_process_engine_generates_token_and_text_prompts() {
     let info = engine.start().expect("start");
     eprintln!("started {} {} in {:.1?}", info.name, info.version, started.elapsed());
     assert_eq!(info.name, "vllm");
+    assert_eq!(info.processes, Some(vec![]), "in-process vLLM runs no process of its own");
 
     let mut batch: Vec<EngineRequest> = (0..6).map(|id| token_request(id, 16 + id as u32 * 5, 12)).collect();
     batch.push(EngineRequest::new(Prompt::Text("the quick brown fox jumps over the lazy dog".into()), 8).with_id(6));
@@ -265,10 +266,20 @@ fn multiprocess_child() {
     assert!(child_processes().is_empty(), "children before start: {:?}", child_processes());
     let mut engine = plan.engine();
     let started = std::time::Instant::now();
-    engine.start().expect("start");
+    let info = engine.start().expect("start");
     println!("MULTIPROCESS: engine started in {:.1?}", started.elapsed());
     let during: HashSet<_> = child_processes().into_iter().collect();
     assert!(!during.is_empty(), "multiprocess mode runs the engine core in a child process");
+    // The engine names its own processes (docs/engines.md): the EngineCore child among them, and
+    // only processes vLLM titled `VLLM::…` (not the resource tracker).
+    let named = info.processes.expect("VllmEngine names its processes");
+    let core = during.iter().find(|(_, stat)| stat.contains("(VLLM::EngineCor")).expect("an EngineCore child");
+    assert!(named.contains(&core.0), "{named:?} lacks the EngineCore {core:?}");
+    for pid in &named {
+        let argv0 = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(argv0.starts_with(b"VLLM::"), "pid {pid} is not vLLM's: {}", String::from_utf8_lossy(&argv0));
+    }
+    println!("named engine processes: {named:?}");
     let batch: Vec<_> = (0..4).map(|id| token_request(id, 16, 8)).collect();
     let before = MonotonicClock::read();
     let outputs = engine.generate(&batch).expect("generate");

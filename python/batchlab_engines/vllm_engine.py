@@ -50,6 +50,10 @@ class VllmEngine:
             "clock": "monotonic",
             "model_chat_template": chat.has_chat_template(self.tokenizer),
             "engine_config": resolved_config(self.llm),
+            # The EngineCore and its workers (none in-process): batchlab watches them for death
+            # and samples their CPU time for stalls; other processes (helpers, the resource
+            # tracker) are not the engine.
+            "processes": engine_processes(),
         }
 
     def generate(self, requests):
@@ -75,7 +79,8 @@ class VllmEngine:
             )
         # In-process, a dead engine core makes this raise vllm's EngineDeadError, which batchlab
         # turns into an engine death (docs/engines.md). Multiprocess, a killed EngineCore makes it
-        # block for ever: batchlab's process watch declares that death (docs/vllm.md).
+        # block for ever: batchlab's watch of the processes named in `start()`'s info declares
+        # that death, and a stopped one a stall (docs/vllm.md).
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         _check_order(outputs)
         # In input order (checked above), so each output answers the request at its position.
@@ -144,6 +149,36 @@ def resolved_config(llm):
         "chunked_prefill": bool(scheduler.enable_chunked_prefill),
     }
     return {key: _plain(value) for key, value in resolved.items()}
+
+
+def engine_processes():
+    """The pids of vLLM's own processes among this process's descendants: those whose argv[0]
+    vLLM set to `VLLM::EngineCore` or `VLLM::Worker…` (its process titles). Found by name, the one
+    thing every vLLM version's multiprocess client, executor and engine-core manager share."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(")") + 1 :].split()
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found, frontier = [], [os.getpid()]
+    while frontier:
+        for pid in children.get(frontier.pop(), []):
+            frontier.append(pid)
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv0 = f.read().split(b"\0")[0]
+            except OSError:
+                continue
+            if argv0.startswith(b"VLLM::"):
+                found.append(pid)
+    return sorted(found)
 
 
 def _plain(value):

@@ -108,13 +108,38 @@ pub struct BatchConfig {
     batch_size: usize,
     batch_timeout: Duration,
     generate_timeout: Option<Duration>,
+    stall_timeout: Option<Duration>,
 }
 
 impl Default for BatchConfig {
     fn default() -> Self {
-        BatchConfig { batch_size: 32, batch_timeout: Duration::from_millis(10), generate_timeout: None }
+        BatchConfig {
+            batch_size: 32,
+            batch_timeout: Duration::from_millis(10),
+            generate_timeout: None,
+            stall_timeout: None,
+        }
     }
 }
+
+/// A real engine's default `generate_timeout`: no unbounded wait by default (docs/scenarios.md).
+pub const REAL_ENGINE_GENERATE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A real engine's default `stall_timeout`, and the floor of the derived limit
+/// ([`BatchConfig::stall_limit`]): long enough for any pause a healthy engine makes (a slow first
+/// step, a garbage collection, a 10 ms CPU-time tick), short enough that a frozen EngineCore is
+/// noticed within a minute.
+pub const REAL_ENGINE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The engine counts as busy, which is progress, when its CPU time grew by at least this share of
+/// the wall time since the last progress (a tenth of one CPU). Less is what a waiting process does
+/// (vLLM's worker polling its queue while the EngineCore is stopped uses under 2 %), not work.
+pub const BUSY_CPU_SHARE: f64 = 0.1;
+
+/// A running generate is given at least this many times the longest generate of the run so far
+/// before it counts as stalled: a batch that legitimately takes longer than the floor (a big
+/// batch on a slow machine) is not mistaken for a stall.
+pub const STALL_FACTOR: u32 = 4;
 
 impl BatchConfig {
     /// Checks the two required settings: `batch_size` and `batch_timeout` must be non-zero. No generate timeout.
@@ -125,7 +150,7 @@ impl BatchConfig {
         if batch_timeout.is_zero() {
             return Err(ConfigError::ZeroBatchTimeout);
         }
-        Ok(BatchConfig { batch_size, batch_timeout, generate_timeout: None })
+        Ok(BatchConfig { batch_size, batch_timeout, generate_timeout: None, stall_timeout: None })
     }
 
     /// A generate running longer than this fails its batch; while it stays stuck, queued requests
@@ -136,6 +161,26 @@ impl BatchConfig {
         }
         self.generate_timeout = t;
         Ok(self)
+    }
+
+    /// A generate that makes no progress (no output, and no CPU time in the engine's processes,
+    /// when the driver samples it) for [`stall_limit`](Self::stall_limit) fails its batch, the
+    /// queue and every later request with [`RequestError::EngineStalled`]: the engine is frozen.
+    pub fn with_stall_timeout(mut self, t: Option<Duration>) -> Result<Self, ConfigError> {
+        if t.is_some_and(|t| t.is_zero()) {
+            return Err(ConfigError::ZeroStallTimeout);
+        }
+        self.stall_timeout = t;
+        Ok(self)
+    }
+
+    /// A real engine's defaults for what is not set: [`REAL_ENGINE_GENERATE_TIMEOUT`] and
+    /// [`REAL_ENGINE_STALL_TIMEOUT`]. The plan's real engines get them when the scenario is read;
+    /// a library caller's real-time engine gets them at the run.
+    pub fn with_real_engine_defaults(mut self) -> Self {
+        self.generate_timeout = self.generate_timeout.or(Some(REAL_ENGINE_GENERATE_TIMEOUT));
+        self.stall_timeout = self.stall_timeout.or(Some(REAL_ENGINE_STALL_TIMEOUT));
+        self
     }
 
     /// Most requests in one batch; a batch this full is dispatched at once.
@@ -149,6 +194,16 @@ impl BatchConfig {
     /// How long a generate may run before its batch fails; `None` waits forever.
     pub fn generate_timeout(&self) -> Option<Duration> {
         self.generate_timeout
+    }
+    /// The configured stall timeout: the floor of [`stall_limit`](Self::stall_limit); `None`
+    /// watches for no stall.
+    pub fn stall_timeout(&self) -> Option<Duration> {
+        self.stall_timeout
+    }
+    /// How long a generate may go without progress: `stall_timeout`, or [`STALL_FACTOR`] times
+    /// `expected` (the longest generate so far) when that is longer.
+    pub fn stall_limit(&self, expected: Duration) -> Option<Duration> {
+        self.stall_timeout.map(|floor| floor.max(expected.saturating_mul(STALL_FACTOR)))
     }
 }
 
@@ -320,6 +375,11 @@ struct InFlight {
     dispatched_at: Timestamp,
     /// Its waiters were already failed by the generate timeout; the result is discarded.
     abandoned: bool,
+    /// The last sign of life: the dispatch, or a CPU-time sample that showed the engine busy.
+    last_progress: Timestamp,
+    /// The engine's CPU time, and when it was sampled, at this generate's first sample or its
+    /// last progress since: what later samples are measured against.
+    cpu_baseline: Option<(Duration, Timestamp)>,
 }
 
 /// The micro-batcher's state machine. See the module docs.
@@ -338,6 +398,8 @@ pub struct BatcherCore {
     next_request_id: RequestId,
     next_batch_id: BatchId,
     events: Option<Vec<Event>>,
+    /// The longest generate that returned: what a batch is expected to take, for the stall limit.
+    longest_generate: Duration,
 }
 
 impl BatcherCore {
@@ -354,6 +416,7 @@ impl BatcherCore {
             next_request_id: 0,
             next_batch_id: 0,
             events: None,
+            longest_generate: Duration::ZERO,
         }
     }
 
@@ -642,11 +705,51 @@ impl BatcherCore {
     /// generate's, or, once it was abandoned, the oldest queued request's (nobody waits longer
     /// than `generate_timeout` for an engine that does not come back).
     pub fn watchdog_deadline(&self) -> Option<Timestamp> {
-        let limit = self.config.generate_timeout?;
-        match &self.in_flight {
+        let generate = self.config.generate_timeout.and_then(|limit| match &self.in_flight {
             Some(f) if !f.abandoned => Some(f.dispatched_at.saturating_add(limit)),
             Some(_) => self.queue.front().map(|q| q.submitted_at.saturating_add(limit)),
             None => None,
+        });
+        match (generate, self.stall_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// When the running generate counts as stalled if no sign of life comes first: its last
+    /// progress plus [`BatchConfig::stall_limit`]. `None` without a stall timeout, or when no
+    /// generate runs (or it was abandoned).
+    pub fn stall_deadline(&self) -> Option<Timestamp> {
+        let f = self.in_flight.as_ref().filter(|f| !f.abandoned)?;
+        let limit = self.config.stall_limit(self.longest_generate)?;
+        Some(f.last_progress.saturating_add(limit))
+    }
+
+    /// The batch whose generate runs and is watched for a stall: the driver samples the engine's
+    /// CPU time while this is `Some` and reports it with
+    /// [`handle_cpu_sample`](Self::handle_cpu_sample).
+    pub fn stall_watched_batch(&self) -> Option<BatchId> {
+        self.config.stall_timeout?;
+        self.in_flight.as_ref().filter(|f| !f.abandoned).map(|f| f.batch_id)
+    }
+
+    /// The engine's CPU time (its processes', its engine thread's) was `cpu` at `now`, while
+    /// `batch_id` ran. The engine was busy, which is progress and moves the stall deadline, when
+    /// its CPU time since the baseline grew by at least [`BUSY_CPU_SHARE`] of the time passed:
+    /// the baseline then moves to this sample. The first sample of a generate only sets the
+    /// baseline; a sample of another batch is ignored.
+    pub fn handle_cpu_sample(&mut self, batch_id: BatchId, cpu: Duration, now: Timestamp) {
+        let Some(f) = self.in_flight.as_mut().filter(|f| f.batch_id == batch_id && !f.abandoned) else { return };
+        let Some((base_cpu, base_at)) = f.cpu_baseline else {
+            f.cpu_baseline = Some((cpu, now));
+            return;
+        };
+        let used = cpu.saturating_sub(base_cpu);
+        let busy =
+            !used.is_zero() && used.as_secs_f64() >= now.saturating_since(base_at).as_secs_f64() * BUSY_CPU_SHARE;
+        if busy {
+            f.last_progress = f.last_progress.max(now);
+            f.cpu_baseline = Some((cpu, now));
         }
     }
 
@@ -664,11 +767,25 @@ impl BatcherCore {
         self.state().shutdown_requested() && self.queue.is_empty() && (self.engine_unresponsive() || start_stuck)
     }
 
-    /// Time passed. A generate that overran `generate_timeout` fails its batch (the engine thread
-    /// stays inside it; no other batch may run until it returns). While it is out, queued
-    /// requests that waited `generate_timeout` fail too. Partial batches whose `batch_timeout`
-    /// passed are then returned by `poll_dispatch`.
+    /// Time passed. A generate past its [`stall_deadline`](Self::stall_deadline) (no progress for
+    /// the stall limit) makes the engine unusable, as a death does: its batch, the queue and every
+    /// later submit fail with [`RequestError::EngineStalled`]. A generate that overran
+    /// `generate_timeout` fails its batch (the engine thread stays inside it; no other batch may
+    /// run until it returns). While it is out, queued requests that waited `generate_timeout`
+    /// fail too. Partial batches whose `batch_timeout` passed are then returned by `poll_dispatch`.
     pub fn handle_timeout(&mut self, now: Timestamp) {
+        if let Some(deadline) = self.stall_deadline()
+            && now >= deadline
+            && let Some(f) = &self.in_flight
+        {
+            let error = RequestError::EngineStalled {
+                batch_id: f.batch_id,
+                batch_size: f.members.len(),
+                stalled_for: now.saturating_since(f.last_progress),
+            };
+            self.fail_for_good(error, now);
+            return;
+        }
         let Some(limit) = self.config.generate_timeout else { return };
         let Some(f) = self.in_flight.as_mut() else { return };
         if !f.abandoned {
@@ -723,7 +840,14 @@ impl BatcherCore {
             ids: members.iter().map(|m| m.0).collect(),
             reason,
         });
-        self.in_flight = Some(InFlight { batch_id: id, members, dispatched_at: now, abandoned: false });
+        self.in_flight = Some(InFlight {
+            batch_id: id,
+            members,
+            dispatched_at: now,
+            abandoned: false,
+            last_progress: now,
+            cpu_baseline: None,
+        });
         Some(Batch { id, requests, reason, dispatched_at: now })
     }
 
@@ -744,6 +868,7 @@ impl BatcherCore {
             }
             return;
         }
+        self.longest_generate = self.longest_generate.max(now.saturating_since(f.dispatched_at));
         let batch_size = f.members.len();
         let failure = match result {
             GenerateResult::Outputs(outputs) => match match_outputs(batch_id, &f.members, outputs) {
@@ -840,7 +965,13 @@ mod tests {
         let mut core = BatcherCore::new(BatchConfig::new(3, Duration::from_millis(10)).unwrap());
         assert!(core.begin_start());
         core.handle_start_result(
-            Ok(EngineInfo { name: "t".into(), version: "0".into(), resolved_config: None }),
+            Ok(EngineInfo {
+                name: "t".into(),
+                version: "0".into(),
+                resolved_config: None,
+                processes: None,
+                engine_thread: None,
+            }),
             at(0),
         );
         for (i, &t) in arrivals.iter().enumerate() {
@@ -896,7 +1027,13 @@ mod tests {
         let mut core = BatcherCore::new(BatchConfig::new(2, Duration::from_millis(10)).unwrap());
         assert!(core.begin_start());
         core.handle_start_result(
-            Ok(EngineInfo { name: "t".into(), version: "0".into(), resolved_config: None }),
+            Ok(EngineInfo {
+                name: "t".into(),
+                version: "0".into(),
+                resolved_config: None,
+                processes: None,
+                engine_thread: None,
+            }),
             at(0),
         );
         for _ in 0..3 {
@@ -934,7 +1071,13 @@ mod tests {
         assert!(core.begin_start());
         assert_eq!(submit(&mut core, 0), Ok(1), "a rejected submit used id 0");
         core.handle_start_result(
-            Ok(EngineInfo { name: "t".into(), version: "0".into(), resolved_config: None }),
+            Ok(EngineInfo {
+                name: "t".into(),
+                version: "0".into(),
+                resolved_config: None,
+                processes: None,
+                engine_thread: None,
+            }),
             at(0),
         );
         assert_eq!(submit(&mut core, 1), Ok(2));
@@ -955,6 +1098,91 @@ mod tests {
             }
         }
         assert_eq!(named, [0, 1, 2, 3, 4, 5], "every submit named once, in order");
+    }
+
+    /// A started core with batch_size 2 and a stall timeout of 1 s.
+    fn stall_watched() -> BatcherCore {
+        let config = BatchConfig::new(2, Duration::from_millis(10))
+            .and_then(|c| c.with_stall_timeout(Some(Duration::from_secs(1))))
+            .unwrap();
+        let mut core = BatcherCore::new(config);
+        assert!(core.begin_start());
+        core.handle_start_result(Ok(EngineInfo::new("t", "0")), at(0));
+        core
+    }
+
+    #[test]
+    fn a_generate_without_progress_stalls_the_engine_for_good() {
+        let mut core = stall_watched();
+        for _ in 0..3 {
+            core.submit(EngineRequest::tokens(vec![1], 1), at(0)).unwrap();
+        }
+        assert_eq!(core.stall_watched_batch(), None, "nothing runs");
+        let batch = core.poll_dispatch(at(0)).expect("a full batch");
+        assert_eq!(core.stall_watched_batch(), Some(batch.id));
+        assert_eq!(core.stall_deadline(), Some(at(1000)), "the dispatch is the first sign of life");
+        assert_eq!(core.poll_timeout(), Some(at(1000)), "the driver is woken for it");
+        // The first sample of a generate is its baseline; only a busy engine (CPU time grown by a
+        // tenth of the time passed) makes progress.
+        let cpu = Duration::from_millis;
+        core.handle_cpu_sample(batch.id, cpu(5), at(100));
+        assert_eq!(core.stall_deadline(), Some(at(1000)));
+        core.handle_cpu_sample(batch.id, cpu(60), at(500));
+        assert_eq!(core.stall_deadline(), Some(at(1500)), "55 ms of CPU in 400 ms is busy: progress at 500 ms");
+        core.handle_cpu_sample(batch.id, cpu(66), at(900));
+        assert_eq!(core.stall_deadline(), Some(at(1500)), "6 ms in 400 ms is a poller waiting, not work");
+        core.handle_cpu_sample(batch.id, cpu(66), at(1400));
+        core.handle_cpu_sample(batch.id + 1, cpu(900), at(1450));
+        assert_eq!(core.stall_deadline(), Some(at(1500)), "flat CPU time, or another batch's, is no progress");
+        core.handle_timeout(at(1499));
+        assert_eq!(core.poll_outcome(), None, "not stalled a moment early");
+        core.handle_timeout(at(1500));
+        let stalled =
+            RequestError::EngineStalled { batch_id: batch.id, batch_size: 2, stalled_for: Duration::from_secs(1) };
+        let outcomes: Vec<_> = std::iter::from_fn(|| core.poll_outcome()).collect();
+        assert_eq!(outcomes, [(0, Err(stalled.clone())), (1, Err(stalled.clone())), (2, Err(stalled.clone()))]);
+        assert_eq!(stalled.kind(), "engine_stalled");
+        assert!(stalled.engine_unusable());
+        assert_eq!(core.state(), State::Failed, "a frozen engine is not used again");
+        assert_eq!(core.submit(EngineRequest::tokens(vec![1], 1), at(1600)), Err(stalled));
+        assert_eq!((core.stall_deadline(), core.stall_watched_batch()), (None, None), "the generate is abandoned");
+        // Should the frozen generate return (a SIGCONT), its result is discarded.
+        core.handle_generate_result(batch.id, GenerateResult::Outputs(Vec::new()), at(2000));
+        assert_eq!(core.poll_outcome(), None);
+    }
+
+    #[test]
+    fn the_stall_limit_is_the_floor_or_a_multiple_of_the_longest_generate() {
+        let mut core = stall_watched();
+        for _ in 0..2 {
+            core.submit(EngineRequest::tokens(vec![1], 1), at(0)).unwrap();
+        }
+        let first = core.poll_dispatch(at(0)).expect("a full batch");
+        let outputs = vec![EngineOutput::new(None, crate::engine::FinishReason::Length); 2];
+        core.handle_generate_result(first.id, GenerateResult::Outputs(outputs), at(600));
+        while core.poll_outcome().is_some() {}
+        for _ in 0..2 {
+            core.submit(EngineRequest::tokens(vec![1], 1), at(700)).unwrap();
+        }
+        let _second = core.poll_dispatch(at(700)).expect("a full batch");
+        // 4 × 600 ms is longer than the 1 s floor.
+        assert_eq!(core.stall_deadline(), Some(at(700 + 2400)));
+        let config = core.config().clone();
+        assert_eq!(config.stall_limit(Duration::from_millis(100)), Some(Duration::from_secs(1)), "the floor");
+        assert_eq!(BatchConfig::default().stall_limit(Duration::from_secs(9)), None, "no stall timeout, no limit");
+        assert_eq!(BatchConfig::default().with_stall_timeout(Some(Duration::ZERO)), Err(ConfigError::ZeroStallTimeout));
+    }
+
+    #[test]
+    fn real_engine_defaults_fill_only_what_is_unset() {
+        let d = BatchConfig::default().with_real_engine_defaults();
+        assert_eq!(d.generate_timeout(), Some(REAL_ENGINE_GENERATE_TIMEOUT));
+        assert_eq!(d.stall_timeout(), Some(REAL_ENGINE_STALL_TIMEOUT));
+        let set = BatchConfig::default()
+            .with_stall_timeout(Some(Duration::from_secs(2)))
+            .unwrap()
+            .with_real_engine_defaults();
+        assert_eq!(set.stall_timeout(), Some(Duration::from_secs(2)));
     }
 
     #[test]

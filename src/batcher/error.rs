@@ -82,6 +82,20 @@ pub enum RequestError {
         /// How long the request waited.
         waited: Duration,
     },
+    #[error(
+        "engine stalled: batch {batch_id} of {batch_size} made no progress (no output, no CPU time) for {stalled_for:?}"
+    )]
+    /// The running generate made no progress for the stall limit (`batching.stall_timeout`): the
+    /// engine is frozen (a stopped EngineCore, a deadlock). Like a death, the running batch, the
+    /// queue and every later submit get this.
+    EngineStalled {
+        /// The batch whose generate stalled.
+        batch_id: BatchId,
+        /// How many requests it held.
+        batch_size: usize,
+        /// How long the engine had shown no sign of life.
+        stalled_for: Duration,
+    },
     /// The engine died: the running batch, the queue and every later submit get this.
     #[error("engine died: {0}")]
     EngineDied(EngineDeath),
@@ -98,6 +112,7 @@ impl RequestError {
         "start_failed",
         "engine_failed",
         "engine_died",
+        "engine_stalled",
         "shutting_down",
         "cancelled",
         "engine_error",
@@ -124,8 +139,14 @@ impl RequestError {
             RequestError::GenerateTimedOut { .. } => "generate_timed_out",
             RequestError::EngineUnresponsive { .. } => "engine_unresponsive",
             RequestError::EngineDied(_) => "engine_died",
+            RequestError::EngineStalled { .. } => "engine_stalled",
             RequestError::Aborted => "aborted",
         }
+    }
+
+    /// The engine can serve nothing more (it died or stalled): a run stops admitting.
+    pub fn engine_unusable(&self) -> bool {
+        matches!(self, RequestError::EngineDied(_) | RequestError::EngineStalled { .. })
     }
 }
 
@@ -141,6 +162,9 @@ pub enum ConfigError {
     /// `generate_timeout` was set to 0.
     #[error("generate_timeout must be > 0 when set")]
     ZeroGenerateTimeout,
+    /// `stall_timeout` was set to 0.
+    #[error("stall_timeout must be > 0 when set")]
+    ZeroStallTimeout,
     /// New settings were given while requests were queued, running or unanswered.
     #[error(
         "batching settings can change only while the batcher is idle ({queued} queued, generate running: {running})"
@@ -177,6 +201,7 @@ mod tests {
                 pid: None,
                 status: String::new(),
             }),
+            RequestError::EngineStalled { batch_id: 0, batch_size: 0, stalled_for: d },
             RequestError::Aborted,
         ];
         assert_eq!(all.len(), RequestError::KINDS.len(), "KINDS lists a kind no error has");

@@ -17,7 +17,10 @@ pub mod shell;
 pub mod virtual_time;
 
 #[doc(hidden)]
-pub use self::core::{Batch, BatchId, BatchRun, BatcherCore, Completion, Event, GenerateResult, RequestTimes};
+pub use self::core::{
+    Batch, BatchId, BatchRun, BatcherCore, Completion, Event, GenerateResult, REAL_ENGINE_GENERATE_TIMEOUT,
+    REAL_ENGINE_STALL_TIMEOUT, RequestTimes, STALL_FACTOR,
+};
 pub use self::core::{BatchConfig, FlushReason, Outcome};
 #[doc(hidden)]
 pub use engine_call::{in_engine_call, panic_message};
@@ -25,5 +28,5 @@ pub use error::{ConfigError, RequestError};
 #[doc(hidden)]
 pub use lifecycle::{Lifecycle, State};
 #[doc(hidden)]
-pub use shell::{BatchObserver, Completer};
+pub use shell::{BatchObserver, Completer, ProgressProbe};
 pub use shell::{Batcher, Ticket};

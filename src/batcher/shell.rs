@@ -6,8 +6,11 @@
 //!   watcher or a signal handler reports an engine death or aborts the running generate;
 //! - **the engine thread** owns the engine: it runs the one start, every generate and the one
 //!   shutdown, always with the lock released, and sleeps on `engine_cv` until work is due;
-//! - **the watchdog thread**, only when a `generate_timeout` is set, fails a generate that overran
-//!   while the engine thread is stuck inside it.
+//! - **the watchdog thread**, only when a `generate_timeout` or a `stall_timeout` is set, fails a
+//!   generate that overran while the engine thread is stuck inside it, and, while a generate runs,
+//!   samples the engine's CPU time through the [`ProgressProbe`] a driver installed (with the lock
+//!   released: reading /proc is IO) and hands each sample to the core, which decides whether the
+//!   engine stalled.
 //!
 //! Outcomes leave the core under the lock and are handed to their completers after it is released
 //! (lock order in [`crate::sync`]). Every state change notifies every condvar that has a waiter, so
@@ -20,7 +23,7 @@
 use super::engine_call::{catch_engine_panic, panic_message};
 use std::time::Duration;
 
-use super::core::{BatchConfig, BatchRun, BatcherCore, GenerateResult, IdMap, Outcome};
+use super::core::{BatchConfig, BatchId, BatchRun, BatcherCore, GenerateResult, IdMap, Outcome};
 use super::error::RequestError;
 use super::lifecycle::State;
 use crate::engine::{Engine, EngineDeath, EngineError, EngineInfo, EngineRequest, RequestId};
@@ -33,6 +36,19 @@ pub type Completer = Box<dyn FnOnce(RequestId, Outcome) + Send>;
 /// Told about every batch after its generate returned, on the engine thread, with no lock held.
 pub type BatchObserver = Box<dyn FnMut(&BatchRun) + Send>;
 
+/// The engine's CPU time so far (its processes', its engine thread's), the sign of life of a
+/// generate that has no output yet; `None` when it cannot be read. Called on the watchdog thread
+/// with no batcher lock held, about [`SAMPLES_PER_STALL_LIMIT`] times per stall limit (at most
+/// once per [`MAX_SAMPLE_INTERVAL`]).
+pub type ProgressProbe = std::sync::Arc<dyn Fn() -> Option<Duration> + Send + Sync>;
+
+/// How many CPU-time samples the watchdog takes per stall limit: a stall is declared at most a
+/// limit and a sample interval after the last sign of life.
+pub const SAMPLES_PER_STALL_LIMIT: u32 = 10;
+
+/// The longest wait between two CPU-time samples.
+pub const MAX_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
 struct Inner {
     core: BatcherCore,
     waiters: IdMap<Completer>,
@@ -42,6 +58,11 @@ struct Inner {
     shutdown_result: Option<Result<(), EngineError>>,
     /// Set by `shutdown` once it stops waiting: the helper threads exit.
     closing: bool,
+    /// What the watchdog samples while a generate runs; installed by the driver.
+    probe: Option<ProgressProbe>,
+    /// The engine thread's kernel thread id, once it runs: an in-process engine's CPU time is
+    /// its thread's.
+    engine_tid: Option<i32>,
 }
 
 /// Which condvar a thread waits on.
@@ -196,7 +217,7 @@ impl Batcher {
         clock: std::sync::Arc<dyn Clock>,
         observer: Option<BatchObserver>,
     ) -> Self {
-        let watchdog = config.generate_timeout().is_some();
+        let watchdog = config.generate_timeout().is_some() || config.stall_timeout().is_some();
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
                 core: BatcherCore::new(config),
@@ -205,6 +226,8 @@ impl Batcher {
                 start_result: None,
                 shutdown_result: None,
                 closing: false,
+                probe: None,
+                engine_tid: None,
             }),
             engine_cv: Condvar::new(),
             watchdog_cv: Condvar::new(),
@@ -219,6 +242,23 @@ impl Batcher {
             threads.push((false, spawn_named("batchlab-watchdog", move || watchdog_thread(s))));
         }
         Batcher { shared, threads: std::sync::Arc::new(std::sync::Mutex::new(threads)) }
+    }
+
+    /// Installs what the watchdog samples for signs of life while a generate runs (a
+    /// `stall_timeout` must be set for it to be used). Replaces an earlier probe.
+    pub fn set_progress_probe(&self, probe: ProgressProbe) {
+        let mut locked = self.shared.lock();
+        locked.guard.probe = Some(probe);
+        self.shared.release_and_notify(locked, false);
+    }
+
+    /// The kernel thread id of the engine thread, once it has started: whose CPU time is an
+    /// in-process engine's.
+    pub fn engine_thread_id(&self) -> Option<i32> {
+        let locked = self.shared.lock();
+        let tid = locked.guard.engine_tid;
+        self.shared.release_and_notify(locked, false);
+        tid
     }
 
     /// Where the batcher is in its lifecycle.
@@ -392,6 +432,7 @@ fn cancel(shared: &Shared, id: RequestId) -> bool {
 /// The engine thread: start, generates and shutdown, each with the lock released.
 fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Option<BatchObserver>) {
     let mut locked = shared.lock();
+    locked.guard.engine_tid = Some(thread_id());
     loop {
         let now = shared.clock.now();
         let starting = matches!(locked.guard.core.state(), State::Starting | State::StartingThenDrain);
@@ -454,9 +495,25 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Op
     }
 }
 
+/// The calling thread's kernel id (loom's threads have none worth sampling).
+fn thread_id() -> i32 {
+    #[cfg(loom)]
+    {
+        0
+    }
+    #[cfg(not(loom))]
+    {
+        crate::sys::current_thread_id()
+    }
+}
+
 /// Enforces `generate_timeout` while the engine thread is stuck inside a generate: fails the
-/// overrunning batch, then every queued request that waited that long.
+/// overrunning batch, then every queued request that waited that long. Enforces `stall_timeout`:
+/// samples the installed [`ProgressProbe`] while a generate runs and hands the core each sample;
+/// the core decides when the generate stalled.
 fn watchdog_thread(shared: Arc<Shared>) {
+    // When the next CPU-time sample is due, and of which batch.
+    let mut next_sample: Option<(BatchId, crate::time::Timestamp)> = None;
     let mut locked = shared.lock();
     loop {
         if locked.guard.closing || locked.guard.core.state() == State::Stopped {
@@ -464,18 +521,42 @@ fn watchdog_thread(shared: Arc<Shared>) {
             return;
         }
         let now = shared.clock.now();
-        match locked.guard.core.watchdog_deadline() {
-            Some(deadline) if now >= deadline => {
-                locked.guard.core.handle_timeout(now);
-                shared.release(locked);
-                locked = shared.lock();
-            }
-            Some(deadline) => {
-                let wait = deadline.saturating_since(now);
-                locked = shared.wait(Cv::Watchdog, locked, Some(wait));
-            }
-            None => locked = shared.wait(Cv::Watchdog, locked, None),
+        let deadline = locked.guard.core.watchdog_deadline();
+        if deadline.is_some_and(|d| now >= d) {
+            locked.guard.core.handle_timeout(now);
+            shared.release(locked);
+            locked = shared.lock();
+            continue;
         }
+        let watched = locked.guard.core.stall_watched_batch().zip(locked.guard.probe.clone());
+        let Some((batch, probe)) = watched else {
+            next_sample = None;
+            let wait = deadline.map(|d| d.saturating_since(now));
+            locked = shared.wait(Cv::Watchdog, locked, wait);
+            continue;
+        };
+        let due = match next_sample {
+            Some((b, at)) if b == batch => at,
+            // A new generate: its baseline sample now.
+            _ => now,
+        };
+        if now < due {
+            let wake = deadline.map_or(due, |d| d.min(due));
+            locked = shared.wait(Cv::Watchdog, locked, Some(wake.saturating_since(now)));
+            continue;
+        }
+        let interval = locked.guard.core.stall_deadline().map_or(MAX_SAMPLE_INTERVAL, |d| {
+            (d.saturating_since(now) / SAMPLES_PER_STALL_LIMIT).clamp(Duration::from_millis(1), MAX_SAMPLE_INTERVAL)
+        });
+        // Reading /proc is IO: never under the lock.
+        shared.release_and_notify(locked, false);
+        let cpu = probe();
+        locked = shared.lock();
+        let sampled_at = shared.clock.now();
+        if let Some(cpu) = cpu {
+            locked.guard.core.handle_cpu_sample(batch, cpu, sampled_at);
+        }
+        next_sample = Some((batch, sampled_at.saturating_add(interval)));
     }
 }
 

@@ -288,6 +288,8 @@ fn summary_engine(summary: &RunSummary) -> EngineInfo {
         name: env.engine_name.clone(),
         version: env.engine_version.clone(),
         resolved_config: env.engine_config,
+        processes: None,
+        engine_thread: None,
     }
 }
 

@@ -244,12 +244,34 @@ pub struct EngineInfo {
     /// The scheduler and KV-cache configuration the engine actually resolved (`report.json`'s
     /// `environment.engine_config`); `None` when the engine cannot say.
     pub resolved_config: Option<ResolvedEngineConfig>,
+    /// The processes that are the engine (vLLM's EngineCore and workers), by pid: while the engine
+    /// is in use, any of them exiting is its death, and their CPU time is its sign of life
+    /// (`run::engine_guard`). `Some(vec![])`: it runs none (in-process). `None`: it did not say.
+    /// Not part of the report.
+    #[serde(skip)]
+    pub processes: Option<Vec<u32>>,
+    /// The thread (kernel thread id) that runs the engine's calls, when it is not the one that
+    /// calls [`Engine::generate`] (an engine behind `shared::SharedEngine`): an in-process engine's
+    /// CPU time is this thread's. Not part of the report.
+    #[serde(skip)]
+    pub engine_thread: Option<i32>,
 }
 
 impl EngineInfo {
     /// An engine called `name` at `version`, whose resolved configuration is unknown.
     pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
-        EngineInfo { name: name.into(), version: version.into(), resolved_config: None }
+        EngineInfo {
+            name: name.into(),
+            version: version.into(),
+            resolved_config: None,
+            processes: None,
+            engine_thread: None,
+        }
+    }
+
+    /// With the pids of the processes that are the engine (see [`EngineInfo::processes`]).
+    pub fn with_processes(self, pids: Vec<u32>) -> Self {
+        EngineInfo { processes: Some(pids), ..self }
     }
 
     /// With the configuration the engine resolved.

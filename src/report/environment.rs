@@ -91,7 +91,13 @@ mod tests {
 
     #[test]
     fn detect_never_fails() {
-        let info = EngineInfo { name: "sim".into(), version: "1".into(), resolved_config: None };
+        let info = EngineInfo {
+            name: "sim".into(),
+            version: "1".into(),
+            resolved_config: None,
+            processes: None,
+            engine_thread: None,
+        };
         let env = Environment::detect(&info, BTreeMap::from([("run".to_string(), 7)]));
         assert_eq!(env.engine_name, "sim");
         assert!(env.os.starts_with(std::env::consts::OS));

@@ -8,7 +8,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
 use super::driver::{Driver, DriverEvent, Stalled};
-use super::engine_guard::{AbortAfterGrace, DeathWatch, shutdown_bounded};
+use super::engine_guard::{AbortAfterGrace, DeathWatch, EngineProcesses, engine_cpu_probe, shutdown_bounded};
 use super::interrupt::{Interrupt, WakerGuard};
 use crate::batcher::{BatchConfig, BatchRun, Batcher, ConfigError, RequestError};
 use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId};
@@ -19,6 +19,8 @@ type Message = Option<DriverEvent>;
 
 /// Real time over the threaded batcher.
 pub(super) struct RealTimeDriver {
+    /// Unset timeouts get a real engine's defaults, at every reconfigure too.
+    real_engine: bool,
     batcher: Batcher,
     domain: ClockDomain,
     tx: Sender<Message>,
@@ -30,10 +32,11 @@ pub(super) struct RealTimeDriver {
 }
 
 /// What keeps the engine from hanging the run (see [`super::engine_guard`]): the death watch
-/// from start to shutdown, and the grace after the first interrupt.
+/// and the stall probe from start to shutdown, and the grace after the first interrupt.
 struct EngineGuard {
-    /// Whether to watch the engine's processes (an engine that runs some).
-    watch_processes: bool,
+    /// Whether an engine that does not name its processes runs some of its own all the same (the
+    /// plan's Python engines): then the descendants alive at its start are taken for them.
+    guess_processes: bool,
     death_watch: Option<DeathWatch>,
     interrupt: Interrupt,
     /// The engine started: from now on an interrupt starts the grace.
@@ -43,7 +46,7 @@ struct EngineGuard {
 }
 
 impl EngineGuard {
-    fn new(batcher: &Batcher, interrupt: &Interrupt, watch_processes: bool) -> Self {
+    fn new(batcher: &Batcher, interrupt: &Interrupt, guess_processes: bool) -> Self {
         let started = Arc::new(AtomicBool::new(false));
         let grace: Arc<Mutex<Option<AbortAfterGrace>>> = Arc::default();
         let (b, s, g) = (batcher.clone(), started.clone(), grace.clone());
@@ -53,7 +56,7 @@ impl EngineGuard {
             }
         });
         EngineGuard {
-            watch_processes,
+            guess_processes,
             death_watch: None,
             interrupt: interrupt.clone(),
             started,
@@ -62,12 +65,16 @@ impl EngineGuard {
         }
     }
 
-    /// The engine started: watch its processes, and give an interrupt that came during the start
-    /// its grace now.
-    fn started(&mut self, batcher: &Batcher) {
-        if self.watch_processes {
-            self.death_watch = Some(DeathWatch::arm(batcher));
+    /// The engine started: watch its processes, sample its CPU time for the stall watch, and give
+    /// an interrupt that came during the start its grace now.
+    fn started(&mut self, batcher: &Batcher, info: &EngineInfo) {
+        let processes = EngineProcesses::of(info, self.guess_processes);
+        if let Some(processes) = &processes {
+            self.death_watch = Some(DeathWatch::arm(batcher, processes));
         }
+        let pids = processes.map(|p| p.pids).unwrap_or_default();
+        let thread = info.engine_thread.or_else(|| batcher.engine_thread_id());
+        batcher.set_progress_probe(engine_cpu_probe(thread, pids));
         self.started.store(true, Ordering::SeqCst);
         if self.interrupt.is_fired() {
             start_grace(&self.grace, batcher);
@@ -92,14 +99,19 @@ fn start_grace(slot: &Mutex<Option<AbortAfterGrace>>, batcher: &Batcher) {
 }
 
 impl RealTimeDriver {
-    /// `watch_processes`: the engine runs processes of its own (a Python engine), so any of them
-    /// exiting while it is in use is its death.
+    /// `guess_processes`: the engine runs processes of its own (a Python engine), so when it does
+    /// not name them, the descendants alive at its start are its processes. `real_engine`: the
+    /// engine is a real one (not the simulator), so timeouts the plan left unset get a real
+    /// engine's defaults ([`BatchConfig::with_real_engine_defaults`]), a library caller's engine
+    /// included.
     pub(super) fn new<E: Engine + 'static>(
         engine: E,
         config: BatchConfig,
         interrupt: &Interrupt,
-        watch_processes: bool,
+        guess_processes: bool,
+        real_engine: bool,
     ) -> Self {
+        let config = if real_engine { config.with_real_engine_defaults() } else { config };
         let domain = engine.clock_domain();
         let (tx, rx) = mpsc::channel::<Message>();
         let batch_tx = tx.clone();
@@ -115,8 +127,9 @@ impl RealTimeDriver {
         let guard = interrupt.on_fire(move || {
             let _ = wake_tx.send(None);
         });
-        let engine_guard = EngineGuard::new(&batcher, interrupt, watch_processes);
+        let engine_guard = EngineGuard::new(&batcher, interrupt, guess_processes);
         RealTimeDriver {
+            real_engine,
             batcher,
             domain,
             tx,
@@ -134,7 +147,7 @@ impl Driver for RealTimeDriver {
             RequestError::StartFailed(m) => EngineError::Start(m),
             other => EngineError::Start(other.to_string()),
         })?;
-        self.guard.started(&self.batcher);
+        self.guard.started(&self.batcher, &info);
         Ok(info)
     }
 
@@ -181,6 +194,7 @@ impl Driver for RealTimeDriver {
     }
 
     fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError> {
+        let config = if self.real_engine { config.with_real_engine_defaults() } else { config };
         self.batcher.reconfigure(config)
     }
 

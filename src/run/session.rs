@@ -30,7 +30,7 @@ use crate::engine::faults::{Faults, FaultyEngine};
 use crate::engine::{EngineInfo, TimedEngine};
 use crate::loadgen::Workload;
 use crate::report::{RequestsJsonl, write_csv, write_html, write_json};
-use crate::scenario::plan::{Plan, ProfileSpec, WorkloadSpec};
+use crate::scenario::plan::{EnginePlan, Plan, ProfileSpec, WorkloadSpec};
 use crate::time::MonotonicClock;
 
 /// An engine started once for several runs; see the module docs.
@@ -101,9 +101,13 @@ impl EngineSession {
         let driver: Box<dyn Driver> = match engine {
             TimedEngine::RealTime(e) => {
                 let e = FaultyEngine::new(e, faults.clone(), seed, std::sync::Arc::new(MonotonicClock));
-                // The plan's Python engines run processes (vLLM's EngineCore and workers): watch them.
-                let watch = source == EngineSource::Plan && plan.engine().runs_processes();
-                Box::new(RealTimeDriver::new(e, batching.clone(), interrupt, watch))
+                // The plan's Python engines run processes (vLLM's EngineCore and workers): when one does
+                // not name them, those alive at its start are taken for them.
+                let guess = source == EngineSource::Plan && plan.engine().runs_processes();
+                // Every real engine, a caller's included, gets a real engine's timeouts where the plan
+                // sets none (a caller's plan is usually the simulator's, which has none).
+                let real_engine = source == EngineSource::Caller || !matches!(plan.engine(), EnginePlan::Sim(_));
+                Box::new(RealTimeDriver::new(e, batching.clone(), interrupt, guess, real_engine))
             }
             TimedEngine::VirtualTime(e) => {
                 // The virtual driver puts the wrapper, and with it the engine, on its virtual clock.
@@ -221,6 +225,8 @@ impl EngineSession {
                     name: "unknown (did not start)".into(),
                     version: "unknown".into(),
                     resolved_config: None,
+                    processes: None,
+                    engine_thread: None,
                 };
                 Ok((engine, Vec::new(), false, true, Some(error.clone())))
             }

@@ -453,7 +453,7 @@ impl StepRun {
             }
             Err(e) => {
                 // The engine is gone: nothing more can be served, whatever the profile says.
-                if matches!(e, RequestError::EngineDied(_)) && self.stop_reason != Some(StopReason::Interrupted) {
+                if e.engine_unusable() && self.stop_reason != Some(StopReason::Interrupted) {
                     self.stop_engine_unusable(now);
                 }
                 if !matches!(e, RequestError::Cancelled) {

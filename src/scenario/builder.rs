@@ -128,6 +128,12 @@ impl ScenarioBuilder {
     pub fn generate_timeout(self, t: Duration) -> Self {
         self.set("batching.generate_timeout", duration(t))
     }
+    /// `batching.stall_timeout`: a generate that makes no progress (no output, no CPU time) this
+    /// long fails with `engine_stalled`, and the engine is not used again (default: none for the
+    /// simulator; 30 s for a real engine, a library caller's included).
+    pub fn stall_timeout(self, t: Duration) -> Self {
+        self.set("batching.stall_timeout", duration(t))
+    }
 
     /// Synthetic prompts of fixed lengths.
     pub fn synthetic(self, prompt_tokens: u32, output_tokens: u32) -> Self {

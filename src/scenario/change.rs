@@ -55,8 +55,12 @@ impl Plan {
     /// depends on the engine.
     pub fn with_engine(&self, engine: &EnginePlan) -> Result<Plan, ScenarioError> {
         let mut sets = vec![("engine", print::engine_value(engine))];
+        // The timeouts this plan's engine gave it (a real engine's defaults) stay with the plan.
         if let Some(timeout) = self.batching.generate_timeout() {
             sets.push(("batching.generate_timeout", format_duration(timeout).into()));
+        }
+        if let Some(timeout) = self.batching.stall_timeout() {
+            sets.push(("batching.stall_timeout", format_duration(timeout).into()));
         }
         self.with_sets(&sets)
     }

@@ -387,6 +387,7 @@ pub(crate) struct Batching {
     pub batch_size: usize,
     pub batch_timeout: Duration,
     pub generate_timeout: Option<Duration>,
+    pub stall_timeout: Option<Duration>,
 }
 
 impl Batching {
@@ -395,6 +396,7 @@ impl Batching {
             batch_size: c.batch_size(),
             batch_timeout: c.batch_timeout(),
             generate_timeout: c.generate_timeout(),
+            stall_timeout: c.stall_timeout(),
         }
     }
 }
@@ -411,6 +413,13 @@ pub(crate) const BATCHING_KEYS: &[Key<Batching>] = &[
         generate_timeout: Opt(Dur { zero: false }),
         KeyDefault::Text("none for `sim`; `\"10m\"` for a real engine"),
         "> 0; a longer generate fails its batch, and while it stays stuck, queued requests fail after waiting as long",
+        in Batching
+    ),
+    key!(
+        stall_timeout: Opt(Dur { zero: false }),
+        KeyDefault::Text("none for `sim`; `\"30s\"` for a real engine"),
+        "> 0; a generate with no progress (no output, no CPU time in the engine's processes) for this long, \
+         or 4× the run's longest generate when that is longer, fails with `engine_stalled`, and so does every later request",
         in Batching
     ),
 ];

@@ -193,19 +193,23 @@ fn check_process_faults(cx: &mut ReadContext, faults_table: Option<LocatedTable>
     }
 }
 
-/// A real engine's default `generate_timeout`: no unbounded wait by default (docs/scenarios.md).
-pub(crate) const REAL_ENGINE_GENERATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+#[cfg(test)]
+pub(crate) use crate::batcher::REAL_ENGINE_GENERATE_TIMEOUT;
 
+/// `[batching]`; a real engine gets [`BatchConfig::with_real_engine_defaults`] for the timeouts
+/// the scenario leaves unset.
 fn lower_batching(cx: &mut ReadContext, top: LocatedTable, real_engine: bool) -> BatchConfig {
-    let default_timeout = real_engine.then_some(REAL_ENGINE_GENERATE_TIMEOUT);
-    let d = BatchConfig::default().with_generate_timeout(default_timeout).unwrap_or_default();
+    let d = if real_engine { BatchConfig::default().with_real_engine_defaults() } else { BatchConfig::default() };
     let Some(t) = section(cx, top, "batching") else {
         return d;
     };
     let mut b = Batching::of(&d);
     keys::read(cx, t, keys::BATCHING_KEYS, &mut b);
     // The ranges were checked above; this only fails if BatchConfig grows rules we do not know.
-    match BatchConfig::new(b.batch_size, b.batch_timeout).and_then(|c| c.with_generate_timeout(b.generate_timeout)) {
+    let config = BatchConfig::new(b.batch_size, b.batch_timeout)
+        .and_then(|c| c.with_generate_timeout(b.generate_timeout))
+        .and_then(|c| c.with_stall_timeout(b.stall_timeout));
+    match config {
         Ok(config) => config,
         Err(e) => {
             cx.report("batching", t.span(), format!("[batching]: {e}"), None);

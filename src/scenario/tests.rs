@@ -206,6 +206,21 @@ fn generate_timeout_defaults_to_ten_minutes_on_a_real_engine_only() {
 }
 
 #[test]
+fn stall_timeout_defaults_to_thirty_seconds_on_a_real_engine_only() {
+    let python = "[engine]\nkind = \"python\"\n[engine.python]\nclass = \"m:C\"\n";
+    let real_default = Some(Duration::from_secs(30));
+    assert_eq!(Some(crate::batcher::REAL_ENGINE_STALL_TIMEOUT), real_default);
+    check("", |p| assert_eq!(p.batching.stall_timeout(), None));
+    check(python, |p| assert_eq!(p.batching.stall_timeout(), real_default));
+    check(&format!("{python}[batching]\nstall_timeout = \"2s\"\n"), |p| {
+        assert_eq!(p.batching.stall_timeout(), Some(Duration::from_secs(2)))
+    });
+    check("[batching]\nstall_timeout = \"1s\"\n", |p| {
+        assert_eq!(p.batching.stall_timeout(), Some(Duration::from_secs(1)))
+    });
+}
+
+#[test]
 fn overrides_apply_before_validation() {
     let plan = parse(
         "[batching]\nbatch_size = 4",
@@ -805,11 +820,16 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
             .map(|(metric, (op, value))| Expectation { metric, op, value, origin: String::new() })
             .collect::<Vec<_>>()
     });
-    let batching = (1usize..100_000, duration_strategy(1), proptest::option::of(duration_strategy(1))).prop_map(
-        |(size, timeout, generate)| {
-            crate::batcher::BatchConfig::new(size, timeout).unwrap().with_generate_timeout(generate).unwrap()
-        },
-    );
+    let batching = (
+        1usize..100_000,
+        duration_strategy(1),
+        proptest::option::of(duration_strategy(1)),
+        proptest::option::of(duration_strategy(1)),
+    )
+        .prop_map(|(size, timeout, generate, stall)| {
+            let config = crate::batcher::BatchConfig::new(size, timeout).unwrap();
+            config.with_generate_timeout(generate).and_then(|c| c.with_stall_timeout(stall)).unwrap()
+        });
     let objective = || proptest::option::of(0.001..1e6f64);
     let slo = (objective(), objective(), objective(), objective())
         .prop_map(|(ttft_ms, tpot_ms, itl_ms, latency_ms)| Slo { ttft_ms, tpot_ms, itl_ms, latency_ms });
@@ -873,10 +893,11 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                     name,
                     description,
                     seed,
-                    // A real engine always has a generate timeout: none is not expressible in TOML.
-                    batching: match (&engine, batching.generate_timeout()) {
-                        (EnginePlan::Sim(_), _) | (_, Some(_)) => batching,
-                        _ => batching.with_generate_timeout(Some(lower::REAL_ENGINE_GENERATE_TIMEOUT)).unwrap(),
+                    // A real engine always has a generate and a stall timeout: none is not
+                    // expressible in TOML.
+                    batching: match &engine {
+                        EnginePlan::Sim(_) => batching,
+                        _ => batching.with_real_engine_defaults(),
                     },
                     engine,
                     workload,

@@ -7,8 +7,10 @@
 //!   shuts its own children down on the normal path; this covers an error that skips shutdown, a
 //!   second Ctrl-C and a panic.
 //! - [`affinity`]: widen the CPU mask to the cgroup's cpuset before any thread or engine starts.
-//! - [`watch`]: [`ProcessWatch`] reports the death of any descendant within milliseconds (pidfds and
-//!   poll), so a dead EngineCore fails the run instead of hanging it.
+//! - [`watch`]: [`ProcessWatch`] reports the death of given processes (the engine's) within
+//!   milliseconds (pidfds and poll), so a dead EngineCore fails the run instead of hanging it.
+//! - CPU time ([`process_cpu_time`], [`thread_cpu_time`]): how much a process or one of our
+//!   threads has run, the engine's sign of life while a generate produces no output yet.
 //! - [`capture`]: [`EngineLog`] sends fds 1 and 2 (this process's and, by inheritance, its
 //!   children's) to a log file, while [`terminal`] keeps writing to the real terminal.
 //!
@@ -114,6 +116,42 @@ pub(crate) fn read_proc_entry(pid: i32) -> Option<ProcEntry> {
     parse_stat(pid, &std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// User plus system CPU time in `stat` (fields 14 and 15, clock ticks), counted from the last
+/// `)` as [`parse_stat`] does.
+pub(crate) fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Clock ticks per second of /proc's CPU times: the kernel's fixed user-space `USER_HZ`
+/// (`sysconf(_SC_CLK_TCK)`), 100 on every architecture Linux runs batchlab on.
+const USER_HZ: u64 = 100;
+
+fn cpu_time_of(stat_path: &str) -> Option<Duration> {
+    let ticks = parse_cpu_ticks(&std::fs::read_to_string(stat_path).ok()?)?;
+    Some(Duration::from_nanos(ticks.saturating_mul(1_000_000_000 / USER_HZ)))
+}
+
+/// The CPU time (user and system, all threads) process `pid` has used so far, from
+/// `/proc/<pid>/stat`, in clock ticks (10 ms on most kernels). `None` once it is gone.
+pub fn process_cpu_time(pid: u32) -> Option<Duration> {
+    cpu_time_of(&format!("/proc/{pid}/stat"))
+}
+
+/// The CPU time one thread of this process has used so far (`/proc/self/task/<tid>/stat`), for
+/// an engine that runs in-process: its engine thread's.
+pub fn thread_cpu_time(tid: i32) -> Option<Duration> {
+    cpu_time_of(&format!("/proc/self/task/{tid}/stat"))
+}
+
+/// The kernel's id of the calling thread (what [`thread_cpu_time`] takes).
+pub fn current_thread_id() -> i32 {
+    nix::unistd::gettid().as_raw()
+}
+
 /// Every process visible in /proc.
 fn proc_table() -> Vec<ProcEntry> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
@@ -157,8 +195,10 @@ pub fn reap_descendants(grace: Duration) -> usize {
     }
     tracing::debug!(?first, "terminating leftover child processes");
     for &pid in &first {
-        // An error means the process is already gone.
+        // An error means the process is already gone. SIGCONT after SIGTERM: a stopped process
+        // (a frozen EngineCore) acts on its SIGTERM only once it runs again.
         let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
     }
     let left = reap_until_gone(Instant::now() + grace);
     if !left.is_empty() {
@@ -275,6 +315,26 @@ mod tests {
         assert!(wait_for_any_exit(&[pid], Duration::from_secs(60)), "the exit was not seen");
         let _ = child.wait();
         assert!(wait_for_any_exit(&[pid], Duration::from_secs(60)), "a reaped pid counts as exited");
+    }
+
+    #[test]
+    fn cpu_time_is_read_from_stat_and_grows_with_work() {
+        let stat = "4242 (VLLM::Engine) (x) S 17 4242 4242 0 -1 4194560 1 0 0 0 250 30 0 0 20 0 1 0 98765 0 0";
+        assert_eq!(parse_cpu_ticks(stat), Some(280));
+        assert_eq!(parse_cpu_ticks("7 (sh) S 1"), None);
+        let tid = current_thread_id();
+        let before = thread_cpu_time(tid).expect("our own thread");
+        let process_before = process_cpu_time(std::process::id()).expect("our own process");
+        // Spin until the kernel has charged at least one more tick to this thread.
+        let mut x = 0u64;
+        while thread_cpu_time(tid).expect("our own thread") <= before {
+            for i in 0..100_000u64 {
+                x = x.wrapping_mul(31).wrapping_add(i);
+            }
+            std::hint::black_box(x);
+        }
+        assert!(process_cpu_time(std::process::id()).expect("our own process") > process_before);
+        assert_eq!(process_cpu_time(u32::MAX), None, "no such process");
     }
 
     #[test]

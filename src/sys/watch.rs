@@ -1,27 +1,29 @@
-//! The process-death watcher: know within milliseconds that a descendant (vLLM's EngineCore, a
+//! The process-death watcher: know within milliseconds that a process (vLLM's EngineCore, a
 //! worker) has died, instead of waiting forever on a generate that will never return.
 //!
-//! [`ProcessWatch::start`] runs one thread that
-//! - finds descendants by scanning /proc: once before `start` returns, then every
-//!   [`SCAN_INTERVAL`]. The scan is for *discovery* only;
-//! - opens a pidfd for each and blocks in `poll` on all of them (and an eventfd that stops it). A
-//!   pidfd becomes readable the moment its process exits, so detection is event-driven: the
-//!   latency is the callback's scheduling delay, not a polling period;
+//! [`ProcessWatch::start`] takes the processes to watch (the engine's own: the pids it reported,
+//! or the descendants alive when it started) and runs one thread that
+//! - holds a pidfd for each, opened before `start` returns, and blocks in `poll` on all of them
+//!   (and an eventfd that stops it). A pidfd becomes readable the moment its process exits, so
+//!   detection is event-driven: the latency is the callback's scheduling delay, not a polling
+//!   period, and no /proc scan runs on a timer;
 //! - reads the exit status with `waitid(P_PIDFD, WEXITED | WNOWAIT)`, which leaves the zombie in
 //!   place: Python's (or anyone's) own `waitpid` still gets the status. That works for children
 //!   and for descendants re-parented to batchlab (a child subreaper, see
 //!   [`become_subreaper`](super::become_subreaper)); for a grandchild whose parent is alive the
-//!   status cannot be read, and [`ExitCause::Unknown`] says so;
+//!   status comes from `PIDFD_GET_INFO` once its parent reaped it (Linux 6.15+), else
+//!   [`ExitCause::Unknown`] says so;
 //! - calls `on_exit` once per exit, with status 0 included: the caller decides what is expected.
 //!
-//! Limits: a process that starts and is reaped within one scan interval is never seen. A process
-//! that exited and is still a zombie when found is reported at once.
+//! Nothing else is watched: a process started later (a helper an engine runs during a generate)
+//! is not the engine's, and its exit is nobody's business here. The pid of a process that is
+//! already gone when the watch starts is reported at once, as an exit with an unknown status.
 //!
 //! The pidfd comes from `rustix::process::pidfd_open`: nix (0.32) has `waitid` with
 //! `Id::PIDFd` but no `pidfd_open`, and rustix is a well-kept, already-locked crate whose call
 //! returns an `OwnedFd` with no `unsafe` on our side.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
@@ -35,10 +37,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::signal::Signal;
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 
-use super::{ProcEntry, SysError, descendant_entries, read_proc_entry};
-
-/// How often /proc is scanned for new descendants. Exits of known ones are seen at once.
-pub const SCAN_INTERVAL: Duration = Duration::from_millis(200);
+use super::{SysError, read_proc_entry};
 
 /// How a watched process ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,7 +94,7 @@ impl fmt::Display for ProcessExit {
     }
 }
 
-/// Watches every descendant of this process and reports each exit. See the module docs.
+/// Watches a given set of processes and reports each exit. See the module docs.
 ///
 /// Stopping: [`disarm`](Self::disarm) or drop. Either stops and joins the thread; once it returns,
 /// `on_exit` is never called again.
@@ -106,34 +105,46 @@ pub struct ProcessWatch {
 }
 
 impl ProcessWatch {
-    /// Starts watching. Every descendant alive (or a zombie) now is watched before this returns;
-    /// later ones are found within [`SCAN_INTERVAL`].
+    /// Starts watching `pids`: each has its pidfd before this returns, so an exit from then on is
+    /// never missed. A pid already gone is reported at once (status unknown).
     ///
     /// `on_exit` runs on the watch's thread: keep it short (send on a channel). It may call
     /// [`disarm`](Self::disarm) on a shared watch. A panic in it is logged and the watch goes on.
     ///
     /// Errors: the kernel lacks pidfds (Linux < 5.3), or no eventfd or thread could be created.
-    pub fn start(on_exit: impl Fn(ProcessExit) + Send + 'static) -> Result<ProcessWatch, SysError> {
-        Self::start_scanning_every(SCAN_INTERVAL, on_exit)
-    }
-
-    /// [`start`](Self::start), rescanning /proc every `scan_interval`: tests use a very long one to
-    /// show that an exit is seen on its pidfd, not found by a scan.
-    pub(crate) fn start_scanning_every(
-        scan_interval: Duration,
-        on_exit: impl Fn(ProcessExit) + Send + 'static,
-    ) -> Result<ProcessWatch, SysError> {
+    pub fn start(pids: &[u32], on_exit: impl Fn(ProcessExit) + Send + 'static) -> Result<ProcessWatch, SysError> {
         // Fail here, not silently in the thread, when pidfds are unavailable.
         open_pidfd(std::process::id() as i32)?;
         let wake = Arc::new(EventFd::from_flags(EfdFlags::EFD_CLOEXEC).map_err(SysError::os("eventfd"))?);
         let armed = Arc::new(AtomicBool::new(true));
         let mut watcher = Watcher::default();
-        watcher.rescan();
+        let mut gone = Vec::new();
+        for &pid in pids {
+            let Ok(pid) = i32::try_from(pid) else { continue };
+            match watch_one(pid) {
+                Some(watched) => _ = watcher.watched.insert(pid, watched),
+                None => gone.push(pid),
+            }
+        }
         let thread = std::thread::Builder::new()
             .name("process-watch".into())
             .spawn({
                 let (armed, wake) = (armed.clone(), wake.clone());
-                move || watcher.run(&wake, &armed, scan_interval, &on_exit)
+                move || {
+                    for pid in gone {
+                        let status = "was gone when the watch started".to_string();
+                        let exit = ProcessExit {
+                            pid: pid as u32,
+                            name: "?".into(),
+                            status: format!("exited ({status})"),
+                            cause: ExitCause::Unknown(status),
+                        };
+                        if armed.load(Ordering::SeqCst) {
+                            on_exit(exit);
+                        }
+                    }
+                    watcher.run(&wake, &armed, &on_exit)
+                }
             })
             .map_err(|source| SysError::Io { action: "start thread", path: "process-watch".into(), source })?;
         Ok(ProcessWatch { armed, wake, thread: Mutex::new(Some(thread)) })
@@ -189,16 +200,12 @@ struct Watched {
 #[derive(Default)]
 struct Watcher {
     watched: BTreeMap<i32, Watched>,
-    /// `(pid, start time)` of processes already reported, still in /proc as zombies.
-    reported: HashSet<(i32, u64)>,
 }
 
 impl Watcher {
-    fn run(mut self, wake: &EventFd, armed: &AtomicBool, scan_interval: Duration, on_exit: &dyn Fn(ProcessExit)) {
-        let mut next_scan = Instant::now() + scan_interval;
+    fn run(mut self, wake: &EventFd, armed: &AtomicBool, on_exit: &dyn Fn(ProcessExit)) {
         loop {
-            let timeout = next_scan.saturating_duration_since(Instant::now());
-            let (stop, exited) = match self.wait(wake, timeout) {
+            let (stop, exited) = match self.wait(wake) {
                 Ok(ready) => ready,
                 Err(e) => {
                     tracing::warn!("process watch stopped: poll failed: {e}");
@@ -210,9 +217,6 @@ impl Watcher {
             }
             for pid in exited {
                 let Some(watched) = self.watched.remove(&pid) else { continue };
-                if let Some(entry) = read_proc_entry(pid) {
-                    self.reported.insert((pid, entry.start_time));
-                }
                 let exit = collect(pid, watched);
                 if armed.load(Ordering::SeqCst) {
                     let call = std::panic::AssertUnwindSafe(|| on_exit(exit));
@@ -224,23 +228,16 @@ impl Watcher {
             if !armed.load(Ordering::SeqCst) {
                 return;
             }
-            if Instant::now() >= next_scan {
-                self.rescan();
-                next_scan = Instant::now() + scan_interval;
-            }
         }
     }
 
-    /// Blocks until the stop eventfd or some pidfds are readable, or `timeout` passes. Returns
-    /// whether to stop and which pids exited.
-    fn wait(&self, wake: &EventFd, timeout: Duration) -> Result<(bool, Vec<i32>), nix::Error> {
+    /// Blocks until the stop eventfd or some pidfds are readable. Returns whether to stop and
+    /// which pids exited.
+    fn wait(&self, wake: &EventFd) -> Result<(bool, Vec<i32>), nix::Error> {
         let mut fds = Vec::with_capacity(self.watched.len() + 1);
         fds.push(PollFd::new(wake.as_fd(), PollFlags::POLLIN));
         fds.extend(self.watched.values().map(|w| PollFd::new(w.pidfd.as_fd(), PollFlags::POLLIN)));
-        // Round up, so a sub-millisecond remainder does not spin.
-        let millis = timeout.as_micros().div_ceil(1000);
-        let timeout = PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX);
-        match poll(&mut fds, timeout) {
+        match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) => {}
             Err(nix::Error::EINTR) => return Ok((false, Vec::new())),
             Err(e) => return Err(e),
@@ -250,37 +247,19 @@ impl Watcher {
         let exited = self.watched.keys().zip(&fds[1..]).filter(|(_, fd)| ready(fd)).map(|(&pid, _)| pid).collect();
         Ok((stop, exited))
     }
-
-    /// Starts watching descendants not yet watched or reported; forgets reported ones that left /proc.
-    fn rescan(&mut self) {
-        let entries = descendant_entries();
-        let present: HashSet<(i32, u64)> = entries.iter().map(|e| (e.pid, e.start_time)).collect();
-        self.reported.retain(|key| present.contains(key));
-        for entry in entries {
-            if self.watched.contains_key(&entry.pid) || self.reported.contains(&(entry.pid, entry.start_time)) {
-                continue;
-            }
-            if let Some(watched) = watch_one(entry) {
-                self.watched.insert(entry.pid, watched);
-            }
-        }
-    }
 }
 
-/// Opens a pidfd on `entry`'s process, if it is still the one the scan saw.
-fn watch_one(entry: ProcEntry) -> Option<Watched> {
-    let pidfd = match open_pidfd(entry.pid) {
+/// Opens a pidfd on `pid`'s process and reads its name; `None` when it is gone (or not visible).
+fn watch_one(pid: i32) -> Option<Watched> {
+    let pidfd = match open_pidfd(pid) {
         Ok(fd) => fd,
         Err(e) => {
-            tracing::debug!(pid = entry.pid, "not watched: {e}");
+            tracing::debug!(pid, "not watched: {e}");
             return None;
         }
     };
-    // The pid may have been reused between the scan and pidfd_open: same start time, same process.
-    if read_proc_entry(entry.pid).map(|e| e.start_time) != Some(entry.start_time) {
-        return None;
-    }
-    Some(Watched { pidfd, name: process_name(entry.pid), ppid: entry.ppid })
+    let ppid = read_proc_entry(pid).map_or(0, |e| e.ppid);
+    Some(Watched { pidfd, name: process_name(pid), ppid })
 }
 
 /// argv\[0\] of `/proc/<pid>/cmdline`, else `comm`, else `?`.
@@ -418,14 +397,10 @@ mod tests {
         }
     }
 
-    fn watch() -> (ProcessWatch, Exits) {
-        watch_scanning_every(SCAN_INTERVAL)
-    }
-
-    /// A watch that finds new descendants only every `scan_interval`.
-    fn watch_scanning_every(scan_interval: Duration) -> (ProcessWatch, Exits) {
+    /// A watch over `pids`.
+    fn watch(pids: &[u32]) -> (ProcessWatch, Exits) {
         let (tx, rx) = channel();
-        let watch = ProcessWatch::start_scanning_every(scan_interval, move |exit| {
+        let watch = ProcessWatch::start(pids, move |exit| {
             let _ = tx.send(exit);
         })
         .expect("pidfds");
@@ -434,9 +409,6 @@ mod tests {
 
     /// Far above any legitimate wait here; reaching it means an exit was missed.
     const LIMIT: Duration = Duration::from_secs(60);
-
-    /// Longer than any test: a watch scanning this rarely never rescans during one.
-    const NEVER: Duration = Duration::from_secs(24 * 3600);
 
     fn sleeper() -> Child {
         Command::new("sleep").arg("30").spawn().expect("sleep")
@@ -459,9 +431,8 @@ mod tests {
         let _lock = process_test_lock();
         let child = sleeper();
         let pid = child.id();
-        // No rescan during the test: the exit can only be seen on the child's pidfd, as it
-        // happens, not found by a later scan of /proc.
-        let (_watch, mut exits) = watch_scanning_every(NEVER);
+        // The exit can only be seen on the child's pidfd, as it happens: nothing scans /proc.
+        let (_watch, mut exits) = watch(&[pid]);
         sigkill(pid);
         let exit = exits.of(pid, LIMIT);
         assert_eq!(exit.status, "killed by SIGKILL");
@@ -486,7 +457,7 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "the grandchild never became sleep");
             std::thread::yield_now();
         }
-        let (_watch, mut exits) = watch();
+        let (_watch, mut exits) = watch(&[child.id(), grandchild]);
         sigkill(grandchild);
         let exit = exits.of(grandchild, LIMIT);
         assert_eq!(exit.name, "sleep");
@@ -501,16 +472,33 @@ mod tests {
     }
 
     #[test]
-    fn a_process_started_after_the_watch_is_found() {
+    fn only_the_given_processes_are_watched() {
         let _lock = process_test_lock();
-        let (_watch, mut exits) = watch();
-        let child = sleeper();
+        let engine = sleeper();
+        let (_watch, mut exits) = watch(&[engine.id()]);
+        // A helper started after the watch, and one that was there but not given: neither is
+        // watched, whatever way they end.
+        let helper = Command::new("true").spawn().expect("true");
+        let other = sleeper();
+        sigkill(other.id());
+        assert!(reap(helper).success());
+        assert_eq!(reap(other).signal(), Some(9));
+        sigkill(engine.id());
+        assert_eq!(exits.of(engine.id(), LIMIT).status, "killed by SIGKILL");
+        assert_eq!(reap(engine).signal(), Some(9));
+        assert!(exits.seen.is_empty(), "{:?}", exits.seen);
+        assert!(exits.rx.try_recv().is_err(), "nothing else is reported");
+    }
+
+    #[test]
+    fn a_pid_already_gone_is_reported_at_once() {
+        let _lock = process_test_lock();
+        let child = Command::new("true").spawn().expect("true");
         let pid = child.id();
-        // Killed at once: found alive or as a zombie at the next scan, either way reported.
-        sigkill(pid);
+        assert!(reap(child).success());
+        let (_watch, mut exits) = watch(&[pid]);
         let exit = exits.of(pid, LIMIT);
-        assert_eq!(exit.status, "killed by SIGKILL");
-        assert_eq!(reap(child).signal(), Some(9));
+        assert!(matches!(exit.cause, ExitCause::Unknown(_)), "{exit}");
     }
 
     #[test]
@@ -518,7 +506,7 @@ mod tests {
         let _lock = process_test_lock();
         let child = sleeper();
         let pid = child.id();
-        let (watch, exits) = watch();
+        let (watch, exits) = watch(&[pid]);
         watch.disarm();
         assert!(!watch.is_armed());
         sigkill(pid);
@@ -531,7 +519,7 @@ mod tests {
     #[test]
     fn dropping_the_watch_stops_its_thread() {
         let _lock = process_test_lock();
-        let (watch, exits) = watch();
+        let (watch, exits) = watch(&[]);
         drop(watch);
         exits.until_closed();
     }

@@ -61,7 +61,8 @@ pub(crate) const OUTPUT_FIELDS: &[&str] = &[
 ];
 
 /// The keys of the dict `start()` returns; `name` and `version` are required.
-pub(crate) const INFO_FIELDS: &[&str] = &["name", "version", "clock", "model_chat_template", "engine_config"];
+pub(crate) const INFO_FIELDS: &[&str] =
+    &["name", "version", "clock", "model_chat_template", "engine_config", "processes"];
 
 /// The keys of the info dict's `engine_config` ([`ResolvedEngineConfig`]); when it is given, all
 /// are required.
@@ -226,7 +227,26 @@ pub(crate) fn map_info(class: &str, info: &Plain, configured: ClockDomain) -> Re
         Plain::None => None,
         config => Some(map_engine_config(config).map_err(|e| fail(format!("`engine_config`: {e}")))?),
     };
-    Ok(EngineInfo { name, version, resolved_config })
+    let processes = map_processes(fields.get("processes")).map_err(fail)?;
+    Ok(EngineInfo { name, version, resolved_config, processes, engine_thread: None })
+}
+
+/// The info dict's `processes`: the pids that are the engine (docs/engines.md).
+fn map_processes(value: &Plain) -> Result<Option<Vec<u32>>, String> {
+    let Plain::List(items) = value else {
+        return match value {
+            Plain::None => Ok(None),
+            other => Err(format!("`processes` must be a list of pids (int) or None, found {}", other.describe())),
+        };
+    };
+    items
+        .iter()
+        .map(|item| match item {
+            Plain::Int(pid) if (1..=i128::from(i32::MAX)).contains(pid) => Ok(*pid as u32),
+            other => Err(format!("`processes` must hold pids (int >= 1), found {}", other.describe())),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }
 
 /// The info dict's `engine_config`: the configuration the engine resolved (docs/engines.md). Every
@@ -475,11 +495,19 @@ mod tests {
     fn info_needs_a_name_and_a_version_and_may_name_its_clock() {
         let info = |items: &[(&str, Plain)]| map_info("m:C", &dict(items), ClockDomain::Monotonic);
         let s = |v: &str| Plain::Str(v.into());
-        let echo = EngineInfo { name: "echo".into(), version: "1".into(), resolved_config: None };
+        let echo = EngineInfo {
+            name: "echo".into(),
+            version: "1".into(),
+            resolved_config: None,
+            processes: None,
+            engine_thread: None,
+        };
         assert_eq!(info(&[("name", s("echo")), ("version", s("1"))]), Ok(echo.clone()));
         assert_eq!(info(&[("name", s("echo")), ("version", s("1")), ("clock", s("monotonic"))]), Ok(echo.clone()));
         let foreign = [("name", s("echo")), ("version", s("1")), ("clock", s("foreign"))];
-        assert_eq!(map_info("m:C", &dict(&foreign), ClockDomain::Foreign), Ok(echo));
+        assert_eq!(map_info("m:C", &dict(&foreign), ClockDomain::Foreign), Ok(echo.clone()));
+        let pids = [("name", s("echo")), ("version", s("1")), ("processes", Plain::List(vec![Plain::Int(42)]))];
+        assert_eq!(info(&pids), Ok(echo.with_processes(vec![42])));
         assert_eq!(
             info(&foreign),
             Err("m:C.start() says clock = \"foreign\" but the engine is configured with clock = \"monotonic\": \
@@ -495,7 +523,15 @@ mod tests {
             ),
             (
                 vec![("name", s("e")), ("version", s("1")), ("vendor", s("x"))],
-                "unknown field `vendor` (known: name, version, clock, model_chat_template, engine_config)",
+                "unknown field `vendor` (known: name, version, clock, model_chat_template, engine_config, processes)",
+            ),
+            (
+                vec![("name", s("e")), ("version", s("1")), ("processes", Plain::List(vec![s("core")]))],
+                "`processes` must hold pids (int >= 1), found str 'core'",
+            ),
+            (
+                vec![("name", s("e")), ("version", s("1")), ("processes", Plain::Int(7))],
+                "`processes` must be a list of pids (int) or None, found int 7",
             ),
         ] {
             assert_eq!(info(&items), Err(format!("m:C.start() returned a bad info dict: {message}")));

@@ -86,6 +86,8 @@ impl Engine for SimEngine {
             name: "sim".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             resolved_config: Some(self.config.scheduler),
+            processes: Some(Vec::new()),
+            engine_thread: None,
         })
     }
 

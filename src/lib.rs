@@ -12,6 +12,9 @@ pub mod report;
 pub mod rng;
 pub mod run;
 pub mod scenario;
+// The server needs tokio's sockets and signals, which a loom build (`--cfg loom`) lacks.
+#[cfg(not(loom))]
+pub mod serve;
 pub mod sync;
 pub mod sys;
 pub mod time;

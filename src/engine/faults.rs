@@ -100,6 +100,18 @@ pub struct Faults {
     pub kill_engine: Option<ProcessFault>,
     /// SIGKILL a vLLM worker process during a generate (multiprocess executor only).
     pub kill_worker: Option<ProcessFault>,
+    /// `batchlab serve` answers 429 (drawn per request; see `serve::faults`).
+    pub http_429: FaultTrigger,
+    /// `batchlab serve` answers 503.
+    pub http_503: FaultTrigger,
+    /// `batchlab serve` drops the connection halfway through a stream.
+    pub drop_stream: FaultTrigger,
+    /// `batchlab serve` stalls a stream for `stall_for` after its first token.
+    pub stall_stream: FaultTrigger,
+    /// How long a stalled stream stalls; default 10 s.
+    pub stall_for: Duration,
+    /// `batchlab serve` exits at once (status 1) when the request arrives.
+    pub exit_server: FaultTrigger,
 }
 
 impl Default for Faults {
@@ -118,6 +130,12 @@ impl Default for Faults {
             start_delay: Duration::ZERO,
             kill_engine: None,
             kill_worker: None,
+            http_429: FaultTrigger::NEVER,
+            http_503: FaultTrigger::NEVER,
+            drop_stream: FaultTrigger::NEVER,
+            stall_stream: FaultTrigger::NEVER,
+            stall_for: Duration::from_secs(10),
+            exit_server: FaultTrigger::NEVER,
         }
     }
 }
@@ -139,6 +157,8 @@ pub enum FaultKind {
     Start,
     /// Kills a process of the engine (multiprocess vLLM only).
     Process,
+    /// Drawn per HTTP request by `batchlab serve`; `batchlab run` ignores it.
+    Http,
 }
 
 /// One `[faults]` key's value, typed.
@@ -250,6 +270,17 @@ pub const FAULT_KEYS: &[FaultKey] = &[
         Process,
         "SIGKILL a `VLLM::Worker…` process ~200 ms into generate `after_batches + 1` (vLLM's multiprocess executor only)"
     ),
+    fault_key!(
+        http_429,
+        Http,
+        Trigger,
+        "`batchlab serve` answers 429 with `Retry-After` (per request; `run` ignores it)"
+    ),
+    fault_key!(http_503, Http, Trigger, "`batchlab serve` answers 503 with `Retry-After` (per request)"),
+    fault_key!(drop_stream, Http, Trigger, "`batchlab serve` drops the connection halfway through the stream"),
+    fault_key!(stall_stream, Http, Trigger, "`batchlab serve` stalls the stream for `stall_for` after its first token"),
+    fault_key!(stall_for, Http, Duration, "how long a stalled stream stalls"),
+    fault_key!(exit_server, Http, Trigger, "`batchlab serve` exits at once (status 1) when the request arrives"),
 ];
 
 /// The keys a process fault's table takes.

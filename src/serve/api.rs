@@ -242,6 +242,57 @@ fn chat_prompt(messages: Option<&Value>, format: &RequestFormat) -> Result<Promp
     Ok(format.prompt(out))
 }
 
+/// A `/tokenize` body: `{model?, prompt}` or `{model?, messages}` (as vLLM's, `model` optional).
+pub fn parse_tokenize(body: &[u8], model: &str, format: &RequestFormat) -> Result<Prompt, ApiError> {
+    let obj = object(body, model)?;
+    if obj.contains_key("messages") {
+        return chat_prompt(obj.get("messages"), format);
+    }
+    match obj.get("prompt") {
+        Some(Value::String(s)) => Ok(Prompt::Text(s.clone())),
+        _ => Err(ApiError::bad_field("prompt", "`prompt` must be a string")),
+    }
+}
+
+/// A `/detokenize` body: `{model?, tokens}`.
+pub fn parse_detokenize(body: &[u8], model: &str) -> Result<Vec<u32>, ApiError> {
+    let obj = object(body, model)?;
+    let bad = || ApiError::bad_field("tokens", "`tokens` must be a list of token ids");
+    match obj.get("tokens") {
+        Some(Value::Array(items)) => {
+            items.iter().map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(bad)).collect()
+        }
+        _ => Err(bad()),
+    }
+}
+
+fn object(body: &[u8], model: &str) -> Result<Map<String, Value>, ApiError> {
+    let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(body) else {
+        return Err(ApiError::status(400, "the request body must be a JSON object"));
+    };
+    match obj.get("model") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(m)) if m == model => {}
+        Some(m) => {
+            return Err(ApiError {
+                status: 404,
+                message: format!("The model {m} does not exist."),
+                param: Some("model".into()),
+                retry_after: None,
+            });
+        }
+    }
+    Ok(obj)
+}
+
+/// The text of token ids as the simulator counts text ([`crate::engine::sim::prompt::prompt_ids`]:
+/// four bytes a token, little-endian), so `/detokenize` inverts `/tokenize`. Bytes that are not
+/// UTF-8 (an id that splits a character) become U+FFFD.
+pub fn ids_text(ids: &[u32]) -> String {
+    let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).filter(|&b| b != 0).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// The text of output token `index`: the simulator has no vocabulary, so a word from a short list.
 pub fn token_text(index: u32) -> &'static str {
     const WORDS: [&str; 8] = [" sim", " token", " of", " batch", " lab", " and", " the", " step"];
@@ -352,6 +403,14 @@ mod tests {
             let r = check(&format!(r#"{{"model": "m", "prompt": {prompt}}}"#)).unwrap();
             assert_eq!(r.prompts, expected, "{prompt}");
             assert_eq!(r.max_tokens, 16);
+        }
+    }
+
+    #[test]
+    fn detokenize_inverts_tokenize() {
+        for text in ["", "abc", "abcd", "hello, batching world", "héllo wörld"] {
+            let ids = crate::engine::sim::prompt::prompt_ids(&Prompt::Text(text.into())).unwrap();
+            assert_eq!(ids_text(&ids), text);
         }
     }
 

@@ -17,6 +17,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use futures_util::stream::{self, Stream};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
@@ -82,10 +83,17 @@ pub async fn serve(
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
         .route("/health", get(health))
         .route("/metrics", get(metrics_text))
         .with_state(state.clone());
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    // Each token is a small write: without TCP_NODELAY, Nagle's algorithm holds it back until
+    // the client's delayed ACK (tens of ms).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(async {
         let _ = stop_rx.await;
     });
@@ -134,6 +142,35 @@ async fn models(State(s): State<Arc<AppState>>) -> Response {
         "data": [{"id": model, "object": "model", "created": s.created, "owned_by": "batchlab", "root": model}],
     }))
     .into_response()
+}
+
+/// vLLM's `POST /tokenize`: the token ids the simulator counts (`prompt`, or chat `messages`), so
+/// a client can fit its prompts to the server's counting (`vllm bench serve` does, for its random
+/// dataset).
+async fn tokenize(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+    let c = &s.config;
+    let result = api::parse_tokenize(&body, &c.model, &c.request_format)
+        .and_then(|prompt| prompt_ids(&prompt).map_err(|e| ApiError::bad_field("messages", e.to_string())));
+    match result {
+        Ok(ids) => axum::Json(
+            json!({"count": ids.len(), "max_model_len": max_model_len(c), "tokens": ids, "token_strs": null}),
+        )
+        .into_response(),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// vLLM's `POST /detokenize`: the text of token ids, the inverse of `/tokenize` on text.
+async fn detokenize(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+    match api::parse_detokenize(&body, &s.config.model) {
+        Ok(ids) => axum::Json(json!({"prompt": api::ids_text(&ids)})).into_response(),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// The longest sequence the KV cache holds.
+fn max_model_len(c: &ServeConfig) -> u64 {
+    u64::from(c.sim.scheduler.num_kv_blocks).saturating_mul(u64::from(c.sim.scheduler.block_size))
 }
 
 async fn health() -> StatusCode {

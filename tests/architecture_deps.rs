@@ -44,6 +44,9 @@ fn dependencies_point_down() {
         ("src/batcher", &[], &["crate::scenario", "crate::metrics", "crate::run", "crate::report"]),
         ("src/compare", &[], &["crate::run", "crate::engine", "crate::batcher", "crate::scenario"]),
         ("src/calibrate", &[], &["crate::scenario", "crate::metrics", "crate::run"]),
+        // The server reads a plan (`ServeConfig::from_plan`) and runs the simulator's scheduler
+        // itself: no batcher, no run loop, no reports.
+        ("src/serve", &[], &["crate::run", "crate::batcher", "crate::metrics", "crate::report", "crate::tune", "crate::calibrate"]),
         // A report carries what tune found (`report::tuning`), but never runs anything.
         ("src/report", &[], &["crate::tune", "crate::compare"]),
     ];

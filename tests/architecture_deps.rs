@@ -46,7 +46,11 @@ fn dependencies_point_down() {
         ("src/calibrate", &[], &["crate::scenario", "crate::metrics", "crate::run"]),
         // The server reads a plan (`ServeConfig::from_plan`) and runs the simulator's scheduler
         // itself: no batcher, no run loop, no reports.
-        ("src/serve", &[], &["crate::run", "crate::batcher", "crate::metrics", "crate::report", "crate::tune", "crate::calibrate"]),
+        (
+            "src/serve",
+            &[],
+            &["crate::run", "crate::batcher", "crate::metrics", "crate::report", "crate::tune", "crate::calibrate"],
+        ),
         // A report carries what tune found (`report::tuning`), but never runs anything.
         ("src/report", &[], &["crate::tune", "crate::compare"]),
     ];

@@ -34,7 +34,10 @@ fn venv_python() -> Option<PathBuf> {
         return Some(python);
     }
     let missing = format!("{} or {}", python.display(), model.display());
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "CI needs the vLLM venv and tiny model: {missing} is missing");
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI needs the vLLM venv and tiny model: {missing} is missing"
+    );
     eprintln!("SKIPPED: {missing} is missing; run `just setup-vllm` (or `just test-vllm`)");
     None
 }
@@ -80,7 +83,12 @@ fn batchlab_run(scenario: &Path, out: &Path) -> Measured {
     let b = &report["benchmarks"][0];
     let d = &b["distributions"];
     let pair = |m: &str| (d[m]["mean"].as_f64().unwrap(), d[m]["p50"].as_f64().unwrap());
-    Measured { throughput: b["requests_per_s"].as_f64().unwrap(), ttft: pair("ttft"), tpot: pair("tpot"), itl: pair("itl") }
+    Measured {
+        throughput: b["requests_per_s"].as_f64().unwrap(),
+        ttft: pair("ttft"),
+        tpot: pair("tpot"),
+        itl: pair("itl"),
+    }
 }
 
 /// `vllm bench serve` against `url` with `args`.
@@ -94,7 +102,7 @@ fn vllm_bench(python: &Path, url: &str, trace: &Path, requests: u32, args: &[&st
         .arg(tokenizer)
         .args(["--dataset-name", "timed_trace", "--no-self-timed", "--dataset-path"])
         .arg(trace)
-        .args(["--num-prompts", &requests.to_string(), "--ignore-eos", "--disable-tqdm"])
+        .args(["--num-prompts", &requests.to_string(), "--num-warmups", "2", "--ignore-eos", "--disable-tqdm"])
         .args(["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50"])
         .args(args)
         .output()
@@ -107,7 +115,12 @@ fn vllm_bench(python: &Path, url: &str, trace: &Path, requests: u32, args: &[&st
     assert_eq!((r["completed"].as_u64(), r["failed"].as_u64()), (Some(u64::from(requests)), Some(0)), "{r}");
     assert_eq!(r["total_input_tokens"].as_u64(), Some(u64::from(requests * PROMPT_TOKENS)), "token ids count as sent");
     let pair = |m: &str| (r[format!("mean_{m}_ms")].as_f64().unwrap(), r[format!("p50_{m}_ms")].as_f64().unwrap());
-    Measured { throughput: r["request_throughput"].as_f64().unwrap(), ttft: pair("ttft"), tpot: pair("tpot"), itl: pair("itl") }
+    Measured {
+        throughput: r["request_throughput"].as_f64().unwrap(),
+        ttft: pair("ttft"),
+        tpot: pair("tpot"),
+        itl: pair("itl"),
+    }
 }
 
 #[derive(Debug)]
@@ -124,14 +137,22 @@ fn compare(label: &str, simulated: &Measured, served: &Measured) -> Vec<String> 
     let mut check = |what: &str, sim: f64, real: f64, goal: f64| {
         let err = (real - sim) / sim;
         let ok = err.abs() <= goal;
-        println!("{label:<12} {what:<12} batchlab run {sim:>9.3}  vllm bench serve {real:>9.3}  {:>+6.2} %  goal ±{:.0} %  {}",
-            100.0 * err, 100.0 * goal, if ok { "ok" } else { "FAIL" });
+        println!(
+            "{label:<12} {what:<12} batchlab run {sim:>9.3}  vllm bench serve {real:>9.3}  {:>+6.2} %  goal ±{:.0} %  {}",
+            100.0 * err,
+            100.0 * goal,
+            if ok { "ok" } else { "FAIL" }
+        );
         if !ok {
             failed.push(format!("{label} {what}: {sim:.3} vs {real:.3}"));
         }
     };
     check("requests/s", simulated.throughput, served.throughput, 0.03);
-    for (name, s, r) in [("ttft", simulated.ttft, served.ttft), ("tpot", simulated.tpot, served.tpot), ("itl", simulated.itl, served.itl)] {
+    for (name, s, r) in [
+        ("ttft", simulated.ttft, served.ttft),
+        ("tpot", simulated.tpot, served.tpot),
+        ("itl", simulated.itl, served.itl),
+    ] {
         check(&format!("{name} mean"), s.0, r.0, 0.05);
         check(&format!("{name} p50"), s.1, r.1, 0.05);
     }
@@ -163,8 +184,13 @@ fn vllm_bench_serve_measures_what_batchlab_run_computes() {
     let s = scenario(&dir, "rate", &format!("kind = \"constant\"\nrates = [{rate}]"), rate_requests);
     let simulated = batchlab_run(&s, &dir.join("out-rate"));
     let server = Server::start(Some(&std::fs::read_to_string(&s).unwrap()), &[]);
-    let served =
-        vllm_bench(&python, &server.url, &trace, rate_requests, &["--request-rate", &rate.to_string(), "--burstiness", "inf"]);
+    let served = vllm_bench(
+        &python,
+        &server.url,
+        &trace,
+        rate_requests,
+        &["--request-rate", &rate.to_string(), "--burstiness", "inf"],
+    );
     drop(server);
     failed.extend(compare("rate 4/s", &simulated, &served));
 

@@ -32,6 +32,7 @@ use super::worker::{EngineHandle, TokenMsg};
 use super::{ServeConfig, ServeError};
 use crate::engine::sim::prompt::prompt_ids;
 use crate::engine::{EngineRequest, FinishReason};
+use crate::time::MonotonicClock;
 
 /// How [`serve`] ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,6 +205,7 @@ fn overloaded(message: String) -> ApiError {
 }
 
 async fn generate(s: Arc<AppState>, endpoint: Endpoint, body: Bytes) -> Result<Response, ApiError> {
+    let arrived = MonotonicClock::read();
     let c = &s.config;
     let req = api::parse_request(endpoint, &body, &c.model, c.default_max_tokens, &c.request_format)?;
     if s.closing.load(Ordering::SeqCst) {
@@ -238,7 +240,7 @@ async fn generate(s: Arc<AppState>, endpoint: Endpoint, body: Bytes) -> Result<R
         let output_tokens = crate::engine::sim::output_tokens(&draw, &c.sim.cost, c.sim.seed).max(1);
         sequences.push(NewSequence { prompt_ids: ids, output_tokens, max_tokens: req.max_tokens });
     }
-    let (ids, tokens) = s.engine.submit(sequences).await.map_err(|e| match e {
+    let (ids, tokens) = s.engine.submit(arrived, sequences).await.map_err(|e| match e {
         SubmitError::Overloaded { .. } => overloaded(e.to_string()),
         SubmitError::Unschedulable(e) => ApiError::bad_field("max_tokens", e.to_string()),
     })?;

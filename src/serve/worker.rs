@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::core::{Event, NewSequence, RequestId, ServeCore, SubmitError};
 use crate::engine::FinishReason;
-use crate::time::MonotonicClock;
+use crate::time::{MonotonicClock, Timestamp};
 
 /// What a connection receives for one choice.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,6 +31,7 @@ pub enum TokenMsg {
 
 enum Command {
     Submit {
+        arrived: Timestamp,
         sequences: Vec<NewSequence>,
         tokens: mpsc::UnboundedSender<TokenMsg>,
         reply: oneshot::Sender<Result<Vec<RequestId>, SubmitError>>,
@@ -53,15 +54,17 @@ impl EngineHandle {
         Ok(EngineHandle { commands: tx })
     }
 
-    /// Queues one request's sequences; their tokens arrive on the returned receiver.
+    /// Queues one request's sequences, which arrived at `arrived` (on [`MonotonicClock`]); their
+    /// tokens arrive on the returned receiver.
     pub async fn submit(
         &self,
+        arrived: Timestamp,
         sequences: Vec<NewSequence>,
     ) -> Result<(Vec<RequestId>, mpsc::UnboundedReceiver<TokenMsg>), SubmitError> {
         let (tokens, rx) = mpsc::unbounded_channel();
         let (reply, answer) = oneshot::channel();
         let gone = || SubmitError::Overloaded { waiting: 0, max_waiting: 0 };
-        self.commands.send(Command::Submit { sequences, tokens, reply }).map_err(|_| gone())?;
+        self.commands.send(Command::Submit { arrived, sequences, tokens, reply }).map_err(|_| gone())?;
         let ids = answer.await.map_err(|_| gone())??;
         Ok((ids, rx))
     }
@@ -134,8 +137,10 @@ fn run(mut core: ServeCore, commands: Receiver<Command>) {
 fn handle(core: &mut ServeCore, routes: &mut HashMap<RequestId, Route>, command: Command) {
     let now = MonotonicClock::read();
     match command {
-        Command::Submit { sequences, tokens, reply } => {
-            let result = core.submit(now, sequences);
+        Command::Submit { arrived, sequences, tokens, reply } => {
+            // The simulated engine's time starts when the request arrived, not when this thread
+            // got to it: the server's own parsing is not the modelled engine's.
+            let result = core.submit(arrived.min(now), sequences);
             if let Ok(ids) = &result {
                 let siblings: std::sync::Arc<[RequestId]> = ids.clone().into();
                 for (choice, id) in ids.iter().enumerate() {

@@ -81,4 +81,3 @@ fn unique() -> u64 {
     static N: AtomicU64 = AtomicU64::new(0);
     N.fetch_add(1, Ordering::SeqCst)
 }
-

@@ -2,11 +2,11 @@
 //! completions against a running server, from a Rust client that costs little next to it.
 //!
 //! ```sh
-//! cargo bench --bench serve_load -- --url http://127.0.0.1:PORT --concurrency 64 --seconds 10 [--pid PID]
+//! cargo bench --bench serve_load -- --url http://127.0.0.1:PORT --concurrency 64 --seconds 10 [--warmup 1] [--pid PID]
 //! ```
 //!
 //! Each of `--concurrency` tasks sends a streamed completion (`max_tokens` 16, `ignore_eos`),
-//! reads it to `[DONE]`, and sends the next. Prints one `SERVE_LOAD` line: completions a second,
+//! reads it to `[DONE]`, and sends the next; `--warmup` seconds (default 1) go unmeasured. Prints one `SERVE_LOAD` line: completions a second,
 //! tokens a second, failures, and, with `--pid`, the server's resident memory (VmRSS) at the
 //! start and end of the measurement and its peak (VmHWM).
 
@@ -22,10 +22,11 @@ struct Args {
     seconds: f64,
     tokens: u32,
     pid: Option<u32>,
+    warmup: f64,
 }
 
 fn parse() -> Args {
-    let mut args = Args { url: String::new(), concurrency: 64, seconds: 10.0, tokens: 16, pid: None };
+    let mut args = Args { url: String::new(), concurrency: 64, seconds: 10.0, tokens: 16, pid: None, warmup: 1.0 };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| panic!("{a} needs a value"));
@@ -35,6 +36,7 @@ fn parse() -> Args {
             "--seconds" => args.seconds = value().parse().expect("--seconds S"),
             "--tokens" => args.tokens = value().parse().expect("--tokens N"),
             "--pid" => args.pid = Some(value().parse().expect("--pid PID")),
+            "--warmup" => args.warmup = value().parse().expect("--warmup S"),
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
@@ -87,8 +89,8 @@ async fn run(args: Args) {
             }
         }));
     }
-    // One second of warmup: connections open, the server's buffers grown.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Warmup: connections open, the server's buffers and allocator at their working size.
+    tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
     let before = args.pid.map(memory);
     measuring.store(true, Ordering::SeqCst);
     let start = Instant::now();

@@ -27,7 +27,7 @@ md() { printf '%s\n' "$*" >>"$out"; }
 cargo build --release --quiet
 bin="$CARGO_TARGET_DIR/release/batchlab"
 
-if $quick; then serve_secs=1; serve_rows=(16 200); serve_prompts=200; else serve_secs=20; serve_rows=(64 1000); serve_prompts=5000; fi
+if $quick; then serve_secs=1; serve_warmup=1; serve_rows=(16 200); serve_prompts=200; else serve_secs=30; serve_warmup=10; serve_rows=(64 1000); serve_prompts=5000; fi
 cat >"$work/serve-free.toml" <<'TOML'
 name = "serve-free"
 [engine.sim]
@@ -44,17 +44,17 @@ serve_url=$(sed -n 's/listening on //p' "$work/serve.out")
 [[ -n "$serve_url" ]] || { cat "$work/serve.err" >&2; exit 1; }
 md "## 8. \`batchlab serve\`: its ceiling, next to \`vllm bench serve\`'s"
 md ""
-md "\`batchlab serve\` on a zero-cost engine (every cost 0, \`max_num_seqs = 1024\`; docs/serve.md) on this machine's $(nproc) CPUs, with the client on the same CPUs. **batchlab's client** (\`benches/serve_load.rs\`, reqwest on tokio): N tasks, each sending a streamed completion (16 tokens, \`ignore_eos\`) and reading it to \`[DONE]\`, then the next; one second of warmup, then ${serve_secs} s measured. Memory is the server's resident set (\`/proc/PID/status\` VmRSS) at the start and end of the measurement, and its peak (VmHWM)."
+md "\`batchlab serve\` on a zero-cost engine (every cost 0, \`max_num_seqs = 1024\`; docs/serve.md) on this machine's $(nproc) CPUs, with the client on the same CPUs. **batchlab's client** (\`benches/serve_load.rs\`, reqwest on tokio): N tasks, each sending a streamed completion (16 tokens, \`ignore_eos\`) and reading it to \`[DONE]\`, then the next; ${serve_warmup} s of warmup (connections opened, buffers and allocator at their working size), then ${serve_secs} s measured. Memory is the server's resident set (\`/proc/PID/status\` VmRSS) at the start and end of the measurement, and its peak (VmHWM)."
 md ""
 md "\`\`\`sh"
 md "batchlab serve serve-free.toml --port 0 --max-waiting 100000"
-md "cargo bench --bench serve_load -- --url URL --concurrency N --seconds ${serve_secs} --pid PID"
+md "cargo bench --bench serve_load -- --url URL --concurrency N --seconds ${serve_secs} --warmup ${serve_warmup} --pid PID"
 md "\`\`\`"
 md ""
 md "| open streams (client tasks) | completions/s | tokens/s | failed | server RSS start → end (MiB) | peak (MiB) |"
 md "|---:|---:|---:|---:|---:|---:|"
 for c in "${serve_rows[@]}"; do
-    cargo bench --quiet --bench serve_load -- --url "$serve_url" --concurrency "$c" --seconds "$serve_secs" \
+    cargo bench --quiet --bench serve_load -- --url "$serve_url" --concurrency "$c" --seconds "$serve_secs" --warmup "$serve_warmup" \
         --pid "$serve_pid" | tee "$work/serve-load.txt" >&2
     grep '^SERVE_LOAD' "$work/serve-load.txt" | sed -E 's/.*concurrency=([0-9]+) completions_per_s=([0-9]+) tokens_per_s=([0-9]+) failed=([0-9]+) rss_start_kib=([0-9]+) rss_end_kib=([0-9]+) peak_kib=([0-9]+).*/\1 \2 \3 \4 \5 \6 \7/' \
         | awk '{printf "| %d | %d | %d | %d | %.1f → %.1f | %.1f |\n", $1, $2, $3, $4, $5/1024, $6/1024, $7/1024}' >>"$out"

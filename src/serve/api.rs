@@ -319,18 +319,23 @@ pub fn usage(prompt_tokens: u64, completion_tokens: u64) -> Value {
     })
 }
 
+/// What every chunk of one response repeats.
+#[derive(Copy, Clone, Debug)]
+pub struct ResponseHead<'a> {
+    /// The endpoint answered.
+    pub endpoint: Endpoint,
+    /// The response's id (`cmpl-N`, `chatcmpl-N`).
+    pub id: &'a str,
+    /// Unix seconds.
+    pub created: u64,
+    /// The served model.
+    pub model: &'a str,
+}
+
 /// One streamed chunk of choice `index`: a token's `text` (a chat `delta`), and its finish
 /// reason on the last one. `first` adds the chat role.
-pub fn stream_chunk(
-    endpoint: Endpoint,
-    id: &str,
-    created: u64,
-    model: &str,
-    index: u32,
-    text: &str,
-    finish: Option<&str>,
-    first: bool,
-) -> Value {
+pub fn stream_chunk(head: ResponseHead<'_>, index: u32, text: &str, finish: Option<&str>, first: bool) -> Value {
+    let ResponseHead { endpoint, id, created, model } = head;
     match endpoint {
         Endpoint::Completions => json!({
             "id": id, "object": "text_completion", "created": created, "model": model,
@@ -347,7 +352,8 @@ pub fn stream_chunk(
 }
 
 /// The chunk that carries only the usage (`choices` empty), before `[DONE]`.
-pub fn usage_chunk(endpoint: Endpoint, id: &str, created: u64, model: &str, usage: Value) -> Value {
+pub fn usage_chunk(head: ResponseHead<'_>, usage: Value) -> Value {
+    let ResponseHead { endpoint, id, created, model } = head;
     let object = match endpoint {
         Endpoint::Completions => "text_completion",
         Endpoint::Chat => "chat.completion.chunk",
@@ -356,14 +362,8 @@ pub fn usage_chunk(endpoint: Endpoint, id: &str, created: u64, model: &str, usag
 }
 
 /// A whole (non-streamed) response: one `(text, finish reason)` per choice.
-pub fn full_response(
-    endpoint: Endpoint,
-    id: &str,
-    created: u64,
-    model: &str,
-    choices: &[(String, String)],
-    usage: Value,
-) -> Value {
+pub fn full_response(head: ResponseHead<'_>, choices: &[(String, String)], usage: Value) -> Value {
+    let ResponseHead { endpoint, id, created, model } = head;
     let choices: Vec<Value> = choices
         .iter()
         .enumerate()

@@ -324,8 +324,8 @@ impl ServeCore {
             }
             live.last_token = Some(at);
             self.metrics.generation_tokens.inc();
-            let finish = finishes
-                .then(|| if live.generated >= live.max_tokens { FinishReason::Length } else { FinishReason::Stop });
+            let reason = if live.generated >= live.max_tokens { FinishReason::Length } else { FinishReason::Stop };
+            let finish = finishes.then_some(reason);
             if let Some(reason) = &finish {
                 self.metrics.e2e.observe(secs(at, live.arrived));
                 self.metrics.finished(reason);

@@ -269,6 +269,12 @@ struct ResponseMeta {
     choices: usize,
 }
 
+impl ResponseMeta {
+    fn head(&self) -> api::ResponseHead<'_> {
+        api::ResponseHead { endpoint: self.endpoint, id: &self.id, created: self.created, model: &self.model }
+    }
+}
+
 async fn whole_response(
     meta: ResponseMeta,
     mut tokens: mpsc::UnboundedReceiver<TokenMsg>,
@@ -299,8 +305,7 @@ async fn whole_response(
         .map(|(text, f)| (text, f.as_ref().map_or("stop", api::finish_reason_name).to_string()))
         .collect();
     let usage = api::usage(meta.prompt_tokens, completion);
-    Ok(axum::Json(api::full_response(meta.endpoint, &meta.id, meta.created, &meta.model, &choices, usage))
-        .into_response())
+    Ok(axum::Json(api::full_response(meta.head(), &choices, usage)).into_response())
 }
 
 /// Where a stream is.
@@ -361,13 +366,7 @@ fn token_stream(
                     if st.include_usage {
                         let completion: u64 = st.generated.iter().map(|&g| u64::from(g)).sum();
                         let m = &st.meta;
-                        let chunk = api::usage_chunk(
-                            m.endpoint,
-                            &m.id,
-                            m.created,
-                            &m.model,
-                            api::usage(m.prompt_tokens, completion),
-                        );
+                        let chunk = api::usage_chunk(m.head(), api::usage(m.prompt_tokens, completion));
                         return Some((Ok(json_event(&chunk)), st));
                     }
                     st.phase = Phase::End;
@@ -392,10 +391,7 @@ fn token_stream(
                         }
                         let m = &st.meta;
                         let chunk = api::stream_chunk(
-                            m.endpoint,
-                            &m.id,
-                            m.created,
-                            &m.model,
+                            m.head(),
                             choice,
                             api::token_text(index),
                             finish.as_ref().map(api::finish_reason_name),

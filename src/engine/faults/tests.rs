@@ -125,7 +125,23 @@ fn the_table_covers_every_field_once() {
         }
         assert_eq!(f.has_process_faults(), key.kind == FaultKind::Process, "{}", key.name);
     }
-    assert_eq!(trigger_names(), ["fail_batch", "short_output", "extra_output", "wrong_id", "panic", "slow", "hang"]);
+    assert_eq!(
+        trigger_names(),
+        [
+            "fail_batch",
+            "short_output",
+            "extra_output",
+            "wrong_id",
+            "panic",
+            "slow",
+            "hang",
+            "http_429",
+            "http_503",
+            "drop_stream",
+            "stall_stream",
+            "exit_server"
+        ]
+    );
 }
 
 #[test]

@@ -109,27 +109,33 @@ fn run(mut core: ServeCore, commands: Receiver<Command>) {
             if let Some(command) = next.take() {
                 handle(&mut core, &mut routes, command);
             }
+            // A step starts as soon as work is there, before the next command is looked at.
+            core.handle_timeout(MonotonicClock::read());
+            route_events(&mut core, &mut routes);
             match commands.try_recv() {
                 Ok(c) => next = Some(c),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => return,
             }
         }
-        core.handle_timeout(MonotonicClock::read());
-        while let Some(event) = core.poll_event() {
-            let Event::Token { id, finish, .. } = event;
-            let Some(route) = routes.get(&id) else { continue };
-            let last = finish.is_some();
-            if route.tokens.send(TokenMsg::Token { choice: route.choice, finish }).is_err() {
-                // The connection is gone: free all of its sequences now.
-                let siblings = route.siblings.clone();
-                for s in siblings.iter() {
-                    core.cancel(MonotonicClock::read(), *s);
-                    routes.remove(s);
-                }
-            } else if last {
-                routes.remove(&id);
+    }
+}
+
+/// Sends every token the core has to its connection; a connection that is gone is cancelled.
+fn route_events(core: &mut ServeCore, routes: &mut HashMap<RequestId, Route>) {
+    while let Some(event) = core.poll_event() {
+        let Event::Token { id, finish, .. } = event;
+        let Some(route) = routes.get(&id) else { continue };
+        let last = finish.is_some();
+        if route.tokens.send(TokenMsg::Token { choice: route.choice, finish }).is_err() {
+            // The connection is gone: free all of its sequences now.
+            let siblings = route.siblings.clone();
+            for s in siblings.iter() {
+                core.cancel(MonotonicClock::read(), *s);
+                routes.remove(s);
             }
+        } else if last {
+            routes.remove(&id);
         }
     }
 }

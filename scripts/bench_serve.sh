@@ -24,6 +24,7 @@ serve_pid=""
 trap '[[ -n "$serve_pid" ]] && kill "$serve_pid" 2>/dev/null; rm -rf "$work"' EXIT
 out="$work/section.md"
 md() { printf '%s\n' "$*" >>"$out"; }
+load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
 cargo build --release --quiet
 bin="$CARGO_TARGET_DIR/release/batchlab"
 
@@ -85,6 +86,8 @@ serve_pid=""
 if [[ -z "$into" ]]; then
     cat "$out"
 else
+    md ""
+    md "(This section measured alone by \`scripts/bench_serve.sh --into docs/performance.md\` on $(date -u +%Y-%m-%d), load average at start $load_at_start.)"
     # Replace the file's section 8 (up to the next section or the closing line), or insert it
     # before the closing "Whole `just bench`" line.
     python3 - "$into" "$out" <<'PY'

@@ -40,10 +40,11 @@ scenario FILE *ARGS:
 setup-vllm:
     scripts/setup-vllm.sh
 
-# The Python engines' tests (vLLM, transformers, the echo engine of docs/engines.md) against the tiny model
+# The Python engines' tests (vLLM, transformers, the echo engine of docs/engines.md) against the tiny model,
+# and `vllm bench serve` and the openai package against `batchlab serve` (tests/serve_vllm.rs)
 # (sets everything up first; minutes the first time).
 test-vllm: setup-vllm
-    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli --test vllm_calibrate --test python_engine --test vllm_matrix --test vllm_stall -- --nocapture
+    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli --test vllm_calibrate --test python_engine --test vllm_matrix --test vllm_stall --test serve_vllm -- --nocapture
 
 # Lints with the vllm feature (needs a Python 3 for pyo3's build; the venv's when it exists).
 clippy-vllm:
@@ -60,9 +61,10 @@ fuzz-all SECONDS:
 
 # Benchmarks: harness overhead (an engine that answers at once), the simulator's speed, memory at scale, vLLM vs raw vLLM alternated in one engine (when
 # the venv exists), time to report against its floor, timing accuracy, the calibrated simulator's
-# fidelity against vLLM; writes docs/performance.md (~20 minutes). `just bench --quick`: a smoke
-# run for CI (small N, no vLLM, no file written, asserts nothing about speed). `just bench --only
-# harness,memory`: only those parts, replacing only their sections of docs/performance.md.
+# fidelity against vLLM, `batchlab serve`'s ceiling next to `vllm bench serve`'s; writes
+# docs/performance.md (~20 minutes). `just bench --quick`: a smoke run for CI (small N, no vLLM, no
+# file written, asserts nothing about speed). `just bench --only harness,memory`: only those parts,
+# replacing only their sections of docs/performance.md.
 bench *ARGS:
     scripts/bench.sh {{ARGS}}
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # `just bench`: harness overhead (an engine that answers at once), the simulator's speed, memory at scale, vLLM vs raw vLLM (alternated inside one engine),
 # time to report against its floor, timing accuracy, the calibrated simulator against vLLM
-# (section 6; `--quick`: the simulator stands in for vLLM); writes docs/performance.md. `just bench
+# (section 6; `--quick`: the simulator stands in for vLLM), tune against the defaults, `batchlab
+# serve`'s ceiling next to `vllm bench serve`'s (section 8); writes docs/performance.md. `just bench
 # --quick`: small N, no vLLM, no speed assertions (a CI smoke test that every benchmark still
 # runs). Benchmarks assert nothing about speed. BENCH_PAIRS, BENCH_TTR_ROUNDS and BENCH_ROUNDS
 # set the vLLM sections' repetitions.
 #
-# `--only harness,memory,vllm,fidelity,tune` runs only those parts and replaces only their
+# `--only harness,memory,vllm,fidelity,tune,serve` runs only those parts and replaces only their
 # sections in docs/performance.md (each marked with the command and date that regenerated it);
 # `tune` needs `fidelity`'s profile and runs it too.
 set -euo pipefail
@@ -17,8 +18,8 @@ only=""
 while (($#)); do
     case "$1" in
         --quick) quick=true ;;
-        --only) only="${2:?--only needs a list: harness,memory,vllm,fidelity,tune}"; shift ;;
-        *) echo "usage: scripts/bench.sh [--quick] [--only harness,memory,vllm,fidelity,tune]" >&2; exit 2 ;;
+        --only) only="${2:?--only needs a list: harness,memory,vllm,fidelity,tune,serve}"; shift ;;
+        *) echo "usage: scripts/bench.sh [--quick] [--only harness,memory,vllm,fidelity,tune,serve]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -278,6 +279,14 @@ else
     python3 scripts/bench_tune.py table "$work/tune" "$work/tune-measured" >>"$out"
 fi
 
+fi
+
+# ---- 8. batchlab serve's ceiling ----------------------------------------------------------------
+if want serve; then
+section "batchlab serve's ceiling"
+md ""
+regenerated
+scripts/bench_serve.sh $($quick && echo --quick) >>"$out"
 fi
 
 if [[ -n "$only" ]]; then

@@ -109,9 +109,12 @@ enum Command {
     Calibrate(calibrate::CalibrateArgs),
     /// Search batching settings in the simulator for the best goodput under an SLO (docs/tuning.md).
     Tune(tune::TuneArgs),
+    /// Serve the simulator as an OpenAI-compatible HTTP server, in real time (docs/serve.md).
+    Serve(serve::ServeArgs),
 }
 
 mod calibrate;
+mod serve;
 mod session;
 mod tune;
 
@@ -263,6 +266,7 @@ fn real_main(cli: Cli) -> ExitCode {
         }
         Command::Calibrate(args) => return calibrate::main(args),
         Command::Tune(args) => return tune::main(args),
+        Command::Serve(args) => return serve::main(args),
         Command::Run { scenario, .. } | Command::Check { scenario } if scenario.engine_kind => {
             (scenario, Task::PrintEngineKind)
         }

@@ -17,6 +17,10 @@ pub mod report;
 pub mod rng;
 pub mod run;
 pub mod scenario;
+// The server needs tokio's sockets and signals, which a loom build (`--cfg loom`) lacks.
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub mod serve;
 #[doc(hidden)]
 pub mod sync;
 #[doc(hidden)]

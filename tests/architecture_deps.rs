@@ -55,6 +55,13 @@ fn dependencies_point_down() {
         ),
         ("src/scenario", &[], &WORKFLOWS),
         ("src/run", &[], &WORKFLOWS),
+        // The server reads a plan (`ServeConfig::from_plan`) and runs the simulator's scheduler
+        // itself: no batcher, no run loop, no reports.
+        (
+            "src/serve",
+            &[],
+            &["crate::run", "crate::batcher", "crate::metrics", "crate::report", "crate::tune", "crate::calibrate"],
+        ),
         // A report carries what tune found (`report::tuning`), but never runs anything; `run/`
         // produces requests.jsonl records, `report/` defines them (`Phase` included).
         ("src/report", &[], &["crate::tune", "crate::compare", "crate::calibrate", "crate::run"]),

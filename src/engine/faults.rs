@@ -100,6 +100,18 @@ pub struct Faults {
     pub kill_engine: Option<ProcessFault>,
     /// SIGKILL a vLLM worker process during a generate (multiprocess executor only).
     pub kill_worker: Option<ProcessFault>,
+    /// `batchlab serve` answers 429 (drawn per request; see `serve::faults`).
+    pub http_429: FaultTrigger,
+    /// `batchlab serve` answers 503.
+    pub http_503: FaultTrigger,
+    /// `batchlab serve` drops the connection halfway through a stream.
+    pub drop_stream: FaultTrigger,
+    /// `batchlab serve` stalls a stream for `stall_for` after its first token.
+    pub stall_stream: FaultTrigger,
+    /// How long a stalled stream stalls; default 10 s.
+    pub stall_for: Duration,
+    /// `batchlab serve` exits at once (status 1) when the request arrives.
+    pub exit_server: FaultTrigger,
 }
 
 impl Default for Faults {
@@ -118,6 +130,12 @@ impl Default for Faults {
             start_delay: Duration::ZERO,
             kill_engine: None,
             kill_worker: None,
+            http_429: FaultTrigger::NEVER,
+            http_503: FaultTrigger::NEVER,
+            drop_stream: FaultTrigger::NEVER,
+            stall_stream: FaultTrigger::NEVER,
+            stall_for: Duration::from_secs(10),
+            exit_server: FaultTrigger::NEVER,
         }
     }
 }

@@ -764,6 +764,27 @@ pub(crate) const FAULT_KEYS: &[Key<Faults>] = &[
         "SIGKILL a `VLLM::Worker…` process ~200 ms into generate `after_batches + 1` (vLLM's multiprocess executor only)",
         in Faults
     ),
+    key!(
+        http_429: Trigger,
+        NEVER,
+        "`batchlab serve` answers 429 with `Retry-After` (per request; `run` ignores it)",
+        in Faults
+    ),
+    key!(http_503: Trigger, NEVER, "`batchlab serve` answers 503 with `Retry-After` (per request)", in Faults),
+    key!(drop_stream: Trigger, NEVER, "`batchlab serve` drops the connection halfway through the stream", in Faults),
+    key!(
+        stall_stream: Trigger,
+        NEVER,
+        "`batchlab serve` stalls the stream for `stall_for` after its first token",
+        in Faults
+    ),
+    key!(stall_for: Dur { zero: true }, KeyDefault::Value, "how long a stalled stream stalls", in Faults),
+    key!(
+        exit_server: Trigger,
+        NEVER,
+        "`batchlab serve` exits at once (status 1) when the request arrives",
+        in Faults
+    ),
 ];
 
 /// A trigger's default: it never fires.

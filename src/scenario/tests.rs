@@ -485,12 +485,14 @@ fn faults_strategy(process_faults: bool) -> BoxedStrategy<Faults> {
         proptest::array::uniform7(trigger_strategy()),
         (1.0..100.0f64, duration_strategy(0), any::<bool>(), duration_strategy(0)),
         (process(), process()),
+        (proptest::array::uniform5(trigger_strategy()), duration_strategy(0)),
     )
         .prop_map(
             |(
                 [fail_batch, short_output, extra_output, wrong_id, panic, slow, hang],
                 (slow_factor, hang_for, start_fails, start_delay),
                 (kill_engine, kill_worker),
+                ([http_429, http_503, drop_stream, stall_stream, exit_server], stall_for),
             )| Faults {
                 fail_batch,
                 short_output,
@@ -505,6 +507,12 @@ fn faults_strategy(process_faults: bool) -> BoxedStrategy<Faults> {
                 start_delay,
                 kill_engine,
                 kill_worker,
+                http_429,
+                http_503,
+                drop_stream,
+                stall_stream,
+                stall_for,
+                exit_server,
             },
         )
         .boxed()

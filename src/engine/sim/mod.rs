@@ -165,7 +165,7 @@ impl VirtualTimeEngine for SimEngine {
 }
 
 /// Output length: `max_tokens` when EOS is ignored, else an EOS may come after `min_tokens`.
-fn output_tokens(req: &EngineRequest, cost: &CostModel, seed: u64) -> u32 {
+pub(crate) fn output_tokens(req: &EngineRequest, cost: &CostModel, seed: u64) -> u32 {
     if req.ignore_eos || cost.eos_probability <= 0.0 || req.max_tokens == 0 {
         return req.max_tokens;
     }

@@ -121,8 +121,12 @@ pub enum ScheduleError {
         /// `max_num_batched_tokens`.
         budget: u32,
     },
+    /// A sequence that generates nothing has no place in a continuous batch.
+    #[error("a request must generate at least one token")]
+    NoOutput,
 }
 
+#[derive(Debug)]
 struct Seq {
     prompt_len: u32,
     output_len: u32,
@@ -156,24 +160,122 @@ pub(crate) fn schedule(
     kv: &mut KvCache,
     specs: &[SeqSpec],
 ) -> Result<Schedule, ScheduleError> {
-    let bs = config.block_size.max(1);
-    let mut seqs: Vec<Seq> = Vec::with_capacity(specs.len());
     for (index, s) in specs.iter().enumerate() {
-        let tokens = u64::from(s.prompt_len.max(1)) + u64::from(s.output_len);
-        // The last sampled token is never computed, so it needs no KV slot.
-        let needed = blocks_for(tokens - 1, bs);
-        if s.output_len > 0 && needed > u64::from(config.num_kv_blocks) {
-            return Err(ScheduleError::KvTooSmall { index, tokens, needed, capacity: config.num_kv_blocks });
+        check(config, index, s)?;
+    }
+    let mut stepper = Stepper::new(*config, std::mem::replace(kv, KvCache::new(0)));
+    let mut out = Schedule { steps: Vec::new(), seqs: vec![SeqSchedule::default(); specs.len()] };
+    // A fresh stepper hands out slots in order, so the n-th added sequence is `SeqId(n)`.
+    let mut index_of = Vec::with_capacity(specs.len());
+    for (index, s) in specs.iter().enumerate() {
+        if s.output_len > 0 {
+            let id = stepper.add_checked(s.clone());
+            debug_assert_eq!(id.0, index_of.len());
+            index_of.push(index);
         }
-        if s.output_len > 0 && !config.chunked_prefill && tokens - 1 > u64::from(config.max_num_batched_tokens) {
-            return Err(ScheduleError::BudgetTooSmall { index, tokens, budget: config.max_num_batched_tokens });
+    }
+    while let Some(step) = stepper.step() {
+        let step_index = out.steps.len();
+        for &(id, cached) in &step.admitted {
+            let seq = &mut out.seqs[index_of[id.0]];
+            seq.cached_tokens = cached;
+            seq.first_scheduled = Some(step_index);
         }
+        for id in &step.preempted {
+            out.seqs[index_of[id.0]].preemptions += 1;
+        }
+        for id in &step.sampled {
+            let times = &mut out.seqs[index_of[id.0]];
+            times.first_token.get_or_insert(step_index);
+            times.last_token = Some(step_index);
+            times.token_steps.push(step_index);
+        }
+        out.steps.push(step.step);
+    }
+    *kv = stepper.into_kv();
+    Ok(out)
+}
+
+/// Whether a sequence can ever finish under `config` (`index` names it in the error).
+pub(crate) fn check(config: &ResolvedEngineConfig, index: usize, s: &SeqSpec) -> Result<(), ScheduleError> {
+    let bs = config.block_size.max(1);
+    let tokens = u64::from(s.prompt_len.max(1)) + u64::from(s.output_len);
+    // The last sampled token is never computed, so it needs no KV slot.
+    let needed = blocks_for(tokens - 1, bs);
+    if s.output_len > 0 && needed > u64::from(config.num_kv_blocks) {
+        return Err(ScheduleError::KvTooSmall { index, tokens, needed, capacity: config.num_kv_blocks });
+    }
+    if s.output_len > 0 && !config.chunked_prefill && tokens - 1 > u64::from(config.max_num_batched_tokens) {
+        return Err(ScheduleError::BudgetTooSmall { index, tokens, budget: config.max_num_batched_tokens });
+    }
+    Ok(())
+}
+
+/// A sequence's handle in a [`Stepper`]: its slot, reused once it finished or was aborted.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SeqId(pub usize);
+
+/// What one step of a [`Stepper`] did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepOutcome {
+    /// The step's load and occupancy.
+    pub step: Step,
+    /// Sequences admitted for the first time, with the prompt tokens found in the prefix cache.
+    pub admitted: Vec<(SeqId, u32)>,
+    /// Sequences preempted in this step.
+    pub preempted: Vec<SeqId>,
+    /// Sequences that sampled one token at the end of this step, in scheduling order.
+    pub sampled: Vec<SeqId>,
+    /// Sequences of `sampled` that finished with it (their slots are free again).
+    pub finished: Vec<SeqId>,
+}
+
+/// vLLM v1's scheduler as a state machine that sequences can join between steps: continuous
+/// batching across calls (`batchlab serve`), and, with every sequence added up front, one
+/// `generate` call ([`schedule`]). It never reads a clock: the caller prices and times each step.
+#[derive(Debug)]
+pub struct Stepper {
+    config: ResolvedEngineConfig,
+    kv: KvCache,
+    /// Sequences by slot; `None` slots are free (listed in `free_slots`).
+    seqs: Vec<Option<Seq>>,
+    free_slots: Vec<usize>,
+    waiting: VecDeque<usize>,
+    running: Vec<usize>,
+}
+
+impl Stepper {
+    /// An idle scheduler on a fresh KV cache of `config.num_kv_blocks` blocks.
+    pub fn with_config(config: ResolvedEngineConfig) -> Self {
+        Stepper::new(config, KvCache::new(config.num_kv_blocks))
+    }
+
+    pub(crate) fn new(config: ResolvedEngineConfig, kv: KvCache) -> Self {
+        Stepper { config, kv, seqs: Vec::new(), free_slots: Vec::new(), waiting: VecDeque::new(), running: Vec::new() }
+    }
+
+    pub(crate) fn into_kv(self) -> KvCache {
+        self.kv
+    }
+
+    /// Queues a sequence at the back of the waiting queue; an error if it could never finish.
+    /// A sequence with no output tokens is refused as [`ScheduleError::NoOutput`].
+    pub fn add(&mut self, spec: SeqSpec) -> Result<SeqId, ScheduleError> {
+        check(&self.config, 0, &spec)?;
+        if spec.output_len == 0 {
+            return Err(ScheduleError::NoOutput);
+        }
+        Ok(self.add_checked(spec))
+    }
+
+    fn add_checked(&mut self, s: SeqSpec) -> SeqId {
+        let bs = self.config.block_size.max(1);
         let (hashes, known_cached) = match &s.prefix {
-            PrefixSource::Tokens(ids) if config.prefix_caching => (block_hashes(ids, bs), None),
+            PrefixSource::Tokens(ids) if self.config.prefix_caching => (block_hashes(ids, bs), None),
             PrefixSource::Tokens(_) => (Vec::new(), None),
-            PrefixSource::Known(n) => (Vec::new(), config.prefix_caching.then_some(*n)),
+            PrefixSource::Known(n) => (Vec::new(), self.config.prefix_caching.then_some(*n)),
         };
-        seqs.push(Seq {
+        let seq = Seq {
             prompt_len: s.prompt_len.max(1),
             output_len: s.output_len,
             hashes,
@@ -184,40 +286,92 @@ pub(crate) fn schedule(
             registered: 0,
             prompt_blocks_done: 0,
             admitted: false,
-        });
+        };
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                self.seqs[slot] = Some(seq);
+                slot
+            }
+            None => {
+                self.seqs.push(Some(seq));
+                self.seqs.len() - 1
+            }
+        };
+        self.waiting.push_back(slot);
+        SeqId(slot)
     }
 
-    let mut out = Schedule { steps: Vec::new(), seqs: vec![SeqSchedule::default(); specs.len()] };
-    let mut waiting: VecDeque<usize> = (0..seqs.len()).filter(|&i| seqs[i].output_len > 0).collect();
-    let mut running: Vec<usize> = Vec::new();
-    let max_seqs = config.max_num_seqs.max(1) as usize;
+    /// Drops a sequence wherever it is (a client gone): its blocks are freed at once. Unknown
+    /// ids are ignored.
+    pub fn abort(&mut self, id: SeqId) {
+        let Some(Some(seq)) = self.seqs.get_mut(id.0) else { return };
+        self.kv.release(&seq.blocks);
+        self.seqs[id.0] = None;
+        self.free_slots.push(id.0);
+        self.waiting.retain(|&w| w != id.0);
+        self.running.retain(|&r| r != id.0);
+    }
 
-    while !waiting.is_empty() || !running.is_empty() {
-        let step_index = out.steps.len();
+    /// Sequences waiting to be admitted (preempted ones included).
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Sequences admitted and not finished.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// KV blocks held by sequences.
+    pub fn kv_blocks_used(&self) -> u64 {
+        self.kv.used_blocks()
+    }
+
+    /// Whether a step would have nothing to do.
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.running.is_empty()
+    }
+
+    fn seq(&self, slot: usize) -> &Seq {
+        self.seqs[slot].as_ref().expect("a scheduled slot holds a sequence")
+    }
+
+    fn seq_mut(&mut self, slot: usize) -> &mut Seq {
+        self.seqs[slot].as_mut().expect("a scheduled slot holds a sequence")
+    }
+
+    /// Runs one step (see the module docs); `None` when idle.
+    pub fn step(&mut self) -> Option<StepOutcome> {
+        if self.is_idle() {
+            return None;
+        }
+        let config = self.config;
+        let bs = config.block_size.max(1);
+        let max_seqs = config.max_num_seqs.max(1) as usize;
+        let mut out = StepOutcome::default();
         let mut budget = u64::from(config.max_num_batched_tokens.max(1));
         let mut scheduled: Vec<(usize, u32)> = Vec::new();
-        let mut preempted = 0usize;
 
         // 1. Running sequences, oldest first; preempt the newest when the cache is full.
         let mut i = 0;
-        while i < running.len() && budget > 0 {
-            let r = running[i];
-            let new = u64::from(seqs[r].num_tokens() - seqs[r].computed).min(budget) as u32;
+        while i < self.running.len() && budget > 0 {
+            let r = self.running[i];
+            let new = u64::from(self.seq(r).num_tokens() - self.seq(r).computed).min(budget) as u32;
             loop {
-                let s = &seqs[r];
+                let s = self.seq(r);
                 let want = blocks_for(u64::from(s.computed + new), bs).saturating_sub(s.blocks.len() as u64);
-                if let Some(blocks) = kv.allocate(want) {
-                    seqs[r].blocks.extend(blocks);
+                if let Some(blocks) = self.kv.allocate(want) {
+                    self.seq_mut(r).blocks.extend(blocks);
                     scheduled.push((r, new));
                     budget -= u64::from(new);
                     i += 1;
                     break;
                 }
-                let Some(victim) = running.pop() else { break };
-                preempt(&mut seqs[victim], kv);
-                out.seqs[victim].preemptions += 1;
-                preempted += 1;
-                waiting.push_front(victim);
+                let Some(victim) = self.running.pop() else { break };
+                let seq = self.seqs[victim].as_mut().expect("a running slot holds a sequence");
+                preempt(seq, &mut self.kv);
+                out.preempted.push(SeqId(victim));
+                self.waiting.push_front(victim);
                 if victim == r {
                     break;
                 }
@@ -225,9 +379,9 @@ pub(crate) fn schedule(
         }
 
         // 2. Waiting sequences, unless this step preempted.
-        while preempted == 0 && budget > 0 && running.len() < max_seqs {
-            let Some(&w) = waiting.front() else { break };
-            let s = &seqs[w];
+        while out.preempted.is_empty() && budget > 0 && self.running.len() < max_seqs {
+            let Some(&w) = self.waiting.front() else { break };
+            let s = self.seq(w);
             let max_hit_blocks = ((s.num_tokens() - 1) / bs) as usize;
             let (hits, hit_blocks) = match s.known_cached {
                 Some(known) => {
@@ -235,7 +389,7 @@ pub(crate) fn schedule(
                     (Vec::new(), (blocks as usize).min(max_hit_blocks))
                 }
                 None => {
-                    let hits = kv.lookup(&s.hashes[..s.hashes.len().min(max_hit_blocks)]);
+                    let hits = self.kv.lookup(&s.hashes[..s.hashes.len().min(max_hit_blocks)]);
                     let n = hits.len();
                     (hits, n)
                 }
@@ -249,32 +403,31 @@ pub(crate) fn schedule(
             let total = blocks_for(u64::from(hit_tokens + new), bs);
             // A replay's hits are its own blocks; the simulator's are shared with the cache.
             let fresh = total - hits.len() as u64;
-            if fresh + kv.free_among(&hits) > kv.free_blocks() {
+            if fresh + self.kv.free_among(&hits) > self.kv.free_blocks() {
                 break;
             }
-            kv.touch(&hits);
-            let Some(fresh_blocks) = kv.allocate(fresh) else { break };
-            waiting.pop_front();
-            let s = &mut seqs[w];
+            self.kv.touch(&hits);
+            let Some(fresh_blocks) = self.kv.allocate(fresh) else { break };
+            self.waiting.pop_front();
+            let s = self.seq_mut(w);
             s.blocks = hits;
             s.registered = s.blocks.len();
             s.blocks.extend(fresh_blocks);
             s.computed = hit_tokens;
             if !s.admitted {
                 s.admitted = true;
-                out.seqs[w].cached_tokens = hit_tokens;
-                out.seqs[w].first_scheduled = Some(step_index);
+                out.admitted.push((SeqId(w), hit_tokens));
             }
-            running.push(w);
+            self.running.push(w);
             scheduled.push((w, new));
             budget -= u64::from(new);
         }
 
-        // Every sequence fits the cache and the budget (checked above), so a step always has work.
-        debug_assert!(!scheduled.is_empty() || preempted > 0, "a step with nothing to do");
+        // Every sequence fits the cache and the budget (checked by `add`), so a step always has work.
+        debug_assert!(!scheduled.is_empty() || !out.preempted.is_empty(), "a step with nothing to do");
         let mut load = StepLoad::default();
         for &(r, new) in &scheduled {
-            let s = &seqs[r];
+            let s = self.seq(r);
             if s.generated >= 1 && new == 1 && s.computed + 1 == s.num_tokens() {
                 load.decode_seqs += 1;
             } else {
@@ -283,42 +436,43 @@ pub(crate) fn schedule(
             load.context_tokens += u64::from(s.computed + new);
         }
         load.seqs = scheduled.len() as u64;
-        out.steps.push(Step {
+        out.step = Step {
             load,
             scheduled: scheduled.len(),
-            running: running.len(),
-            kv_blocks_used: kv.used_blocks(),
-            preempted,
-        });
+            running: self.running.len(),
+            kv_blocks_used: self.kv.used_blocks(),
+            preempted: out.preempted.len(),
+        };
 
         // 3. Outputs: sample, finish, cache full prompt blocks.
-        let mut finished = false;
         for &(r, new) in &scheduled {
-            let s = &mut seqs[r];
+            let s = self.seqs[r].as_mut().expect("a scheduled slot holds a sequence");
             s.computed += new;
             s.prompt_blocks_done = s.prompt_blocks_done.max(s.computed.min(s.prompt_len) / bs);
             while s.registered < s.hashes.len() && (s.registered as u32 + 1) * bs <= s.computed {
-                kv.register(s.blocks[s.registered], s.hashes[s.registered]);
+                self.kv.register(s.blocks[s.registered], s.hashes[s.registered]);
                 s.registered += 1;
             }
             if s.computed == s.num_tokens() {
                 s.generated += 1;
-                let times = &mut out.seqs[r];
-                times.first_token.get_or_insert(step_index);
-                times.last_token = Some(step_index);
-                times.token_steps.push(step_index);
+                out.sampled.push(SeqId(r));
                 if s.generated == s.output_len {
-                    kv.release(&s.blocks);
+                    self.kv.release(&s.blocks);
                     s.blocks.clear();
-                    finished = true;
+                    out.finished.push(SeqId(r));
                 }
             }
         }
-        if finished {
-            running.retain(|&r| seqs[r].generated < seqs[r].output_len);
+        if !out.finished.is_empty() {
+            let seqs = &self.seqs;
+            self.running.retain(|&r| seqs[r].as_ref().is_some_and(|s| s.generated < s.output_len));
+            for id in &out.finished {
+                self.seqs[id.0] = None;
+                self.free_slots.push(id.0);
+            }
         }
+        Some(out)
     }
-    Ok(out)
 }
 
 /// Schedules one `generate` call on a fresh KV cache: a calibration replay, whose sequences say

@@ -1,0 +1,419 @@
+//! The HTTP face: axum routes over the engine thread, SSE through axum's `Sse`, and shutdown.
+//!
+//! No framing here is written by hand: hyper speaks HTTP/1.1, axum's `Sse` writes `data:` lines.
+//! Each token is handed to hyper the moment the engine thread sends it, and hyper writes a
+//! streamed body's frame as soon as it has it, so the inter-token gaps a client sees are the
+//! simulated steps'.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::ListenerExt;
+use futures_util::stream::{self, Stream};
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+
+use super::api::{self, ApiError, Endpoint, GenerationRequest};
+use super::core::{NewSequence, RequestId, ServeCore, SubmitError};
+use super::faults::RequestFaults;
+use super::metrics::{ServeMetrics, render};
+use super::worker::{EngineHandle, TokenMsg};
+use super::{ServeConfig, ServeError};
+use crate::engine::sim::prompt::prompt_ids;
+use crate::engine::{EngineRequest, FinishReason};
+use crate::time::MonotonicClock;
+
+/// How [`serve`] ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServeOutcome {
+    /// Shut down on request: every stream ended within the grace period or was failed.
+    Stopped {
+        /// Streams failed after the grace period.
+        failed_streams: bool,
+    },
+    /// The `exit_server` fault fired on this request: exit abruptly.
+    FaultExit {
+        /// The request's number (1-based).
+        request: u64,
+    },
+}
+
+struct AppState {
+    config: ServeConfig,
+    engine: EngineHandle,
+    registry: Registry,
+    requests: AtomicU64,
+    closing: AtomicBool,
+    created: u64,
+    exit: std::sync::Mutex<Option<oneshot::Sender<u64>>>,
+}
+
+/// Serves `config` on `listener` until `shutdown` resolves (then: stop accepting, let streams
+/// run for `config.grace`, fail the rest) or the `exit_server` fault fires.
+pub async fn serve(
+    config: ServeConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<ServeOutcome, ServeError> {
+    let (metrics, registry) = ServeMetrics::new(&config.model);
+    let core = ServeCore::new(config.sim.cost.clone(), config.sim.scheduler, config.max_waiting, metrics);
+    let engine = EngineHandle::spawn(core).map_err(ServeError::EngineThread)?;
+    let (exit_tx, exit_rx) = oneshot::channel();
+    let grace = config.grace;
+    let state = Arc::new(AppState {
+        config,
+        engine: engine.clone(),
+        registry,
+        requests: AtomicU64::new(0),
+        closing: AtomicBool::new(false),
+        created: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        exit: std::sync::Mutex::new(Some(exit_tx)),
+    });
+    let app = Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics_text))
+        .with_state(state.clone());
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    // Each token is a small write: without TCP_NODELAY, Nagle's algorithm holds it back until
+    // the client's delayed ACK (tens of ms).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let server = axum::serve(listener, app).with_graceful_shutdown(async {
+        let _ = stop_rx.await;
+    });
+    let mut server = tokio::spawn(async move { server.await });
+    tokio::select! {
+        r = &mut server => {
+            r.map_err(|e| ServeError::Io(std::io::Error::other(e)))??;
+            return Ok(ServeOutcome::Stopped { failed_streams: false });
+        }
+        Ok(request) = exit_rx => return Ok(ServeOutcome::FaultExit { request }),
+        () = shutdown => {}
+    }
+    state.closing.store(true, Ordering::SeqCst);
+    let _ = stop_tx.send(());
+    if let Ok(r) = tokio::time::timeout(grace, &mut server).await {
+        r.map_err(|e| ServeError::Io(std::io::Error::other(e)))??;
+        return Ok(ServeOutcome::Stopped { failed_streams: false });
+    }
+    engine.fail_all("the server is shutting down");
+    // Failed streams end at once; a connection that still lingers is dropped with the runtime.
+    let _ = tokio::time::timeout(Duration::from_secs(2), &mut server).await;
+    Ok(ServeOutcome::Stopped { failed_streams: true })
+}
+
+fn error_response(e: &ApiError) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, axum::Json(e.body())).into_response();
+    if let Some(secs) = e.retry_after {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}
+
+async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+    generate(s, Endpoint::Completions, body).await.unwrap_or_else(|e| error_response(&e))
+}
+
+async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+    generate(s, Endpoint::Chat, body).await.unwrap_or_else(|e| error_response(&e))
+}
+
+async fn models(State(s): State<Arc<AppState>>) -> Response {
+    let model = &s.config.model;
+    axum::Json(json!({
+        "object": "list",
+        "data": [{"id": model, "object": "model", "created": s.created, "owned_by": "batchlab", "root": model}],
+    }))
+    .into_response()
+}
+
+/// vLLM's `POST /tokenize`: the token ids the simulator counts (`prompt`, or chat `messages`), so
+/// a client can fit its prompts to the server's counting (`vllm bench serve` does, for its random
+/// dataset).
+async fn tokenize(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+    let c = &s.config;
+    let result = api::parse_tokenize(&body, &c.model, &c.request_format)
+        .and_then(|prompt| prompt_ids(&prompt).map_err(|e| ApiError::bad_field("messages", e.to_string())));
+    match result {
+        Ok(ids) => axum::Json(
+            json!({"count": ids.len(), "max_model_len": max_model_len(c), "tokens": ids, "token_strs": null}),
+        )
+        .into_response(),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// vLLM's `POST /detokenize`: the text of token ids, the inverse of `/tokenize` on text.
+async fn detokenize(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+    match api::parse_detokenize(&body, &s.config.model) {
+        Ok(ids) => axum::Json(json!({"prompt": api::ids_text(&ids)})).into_response(),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// The longest sequence the KV cache holds.
+fn max_model_len(c: &ServeConfig) -> u64 {
+    u64::from(c.sim.scheduler.num_kv_blocks).saturating_mul(u64::from(c.sim.scheduler.block_size))
+}
+
+async fn health() -> StatusCode {
+    StatusCode::OK
+}
+
+async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
+    let mut response = render(&s.registry).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}
+
+/// Cancels a request's sequences when its response is dropped (the client went away); a
+/// finished request's ids are unknown to the core by then, so this is a no-op.
+struct CancelOnDrop {
+    engine: EngineHandle,
+    ids: Vec<RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.engine.cancel(std::mem::take(&mut self.ids));
+    }
+}
+
+fn overloaded(message: String) -> ApiError {
+    ApiError { status: 503, message, param: None, retry_after: Some(1) }
+}
+
+async fn generate(s: Arc<AppState>, endpoint: Endpoint, body: Bytes) -> Result<Response, ApiError> {
+    let arrived = MonotonicClock::read();
+    let c = &s.config;
+    let req = api::parse_request(endpoint, &body, &c.model, c.default_max_tokens, &c.request_format)?;
+    if s.closing.load(Ordering::SeqCst) {
+        return Err(overloaded("the server is shutting down".into()));
+    }
+    let n = s.requests.fetch_add(1, Ordering::SeqCst) + 1;
+    let faults = c.faults.draw(n);
+    if faults.exit {
+        if let Some(exit) = s.exit.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = exit.send(n);
+        }
+        // The process exits; this request is never answered.
+        return Ok(std::future::pending::<Response>().await);
+    }
+    if let Some(status) = faults.reject {
+        return Err(ApiError {
+            status,
+            message: format!("injected fault: {status} for request {n} (`[faults]`)"),
+            param: None,
+            retry_after: Some(1),
+        });
+    }
+    let mut prompt_tokens = 0u64;
+    let mut sequences = Vec::with_capacity(req.prompts.len());
+    for prompt in &req.prompts {
+        let ids = prompt_ids(prompt).map_err(|e| ApiError::bad_field("messages", e.to_string()))?;
+        prompt_tokens += ids.len() as u64;
+        let mut draw = EngineRequest::tokens(Vec::new(), req.max_tokens).with_id(n);
+        draw.min_tokens = req.min_tokens;
+        draw.ignore_eos = req.ignore_eos;
+        draw.seed = req.seed;
+        let output_tokens = crate::engine::sim::output_tokens(&draw, &c.sim.cost, c.sim.seed).max(1);
+        sequences.push(NewSequence { prompt_ids: ids, output_tokens, max_tokens: req.max_tokens });
+    }
+    let (ids, tokens) = s.engine.submit(arrived, sequences).await.map_err(|e| match e {
+        SubmitError::Overloaded { .. } => overloaded(e.to_string()),
+        SubmitError::Unschedulable(e) => ApiError::bad_field("max_tokens", e.to_string()),
+    })?;
+    let guard = CancelOnDrop { engine: s.engine.clone(), ids };
+    let meta = ResponseMeta {
+        endpoint,
+        id: format!("{}-{n}", if endpoint == Endpoint::Chat { "chatcmpl" } else { "cmpl" }),
+        created: s.created,
+        model: c.model.clone(),
+        prompt_tokens,
+        choices: req.prompts.len(),
+    };
+    if req.stream {
+        Ok(Sse::new(token_stream(meta, req, tokens, guard, faults)).into_response())
+    } else {
+        whole_response(meta, tokens, guard).await
+    }
+}
+
+struct ResponseMeta {
+    endpoint: Endpoint,
+    id: String,
+    created: u64,
+    model: String,
+    prompt_tokens: u64,
+    choices: usize,
+}
+
+impl ResponseMeta {
+    fn head(&self) -> api::ResponseHead<'_> {
+        api::ResponseHead { endpoint: self.endpoint, id: &self.id, created: self.created, model: &self.model }
+    }
+}
+
+async fn whole_response(
+    meta: ResponseMeta,
+    mut tokens: mpsc::UnboundedReceiver<TokenMsg>,
+    guard: CancelOnDrop,
+) -> Result<Response, ApiError> {
+    let mut choices = vec![(String::new(), None::<FinishReason>); meta.choices];
+    let mut generated = vec![0u32; meta.choices];
+    let mut open = meta.choices;
+    while open > 0 {
+        match tokens.recv().await {
+            Some(TokenMsg::Token { choice, finish }) => {
+                let i = choice as usize;
+                choices[i].0.push_str(api::token_text(generated[i]));
+                generated[i] += 1;
+                if finish.is_some() {
+                    choices[i].1 = finish;
+                    open -= 1;
+                }
+            }
+            Some(TokenMsg::Failed(reason)) => return Err(ApiError::status(500, reason)),
+            None => return Err(ApiError::status(500, "the engine stopped")),
+        }
+    }
+    drop(guard);
+    let completion: u64 = generated.iter().map(|&g| u64::from(g)).sum();
+    let choices: Vec<(String, String)> = choices
+        .into_iter()
+        .map(|(text, f)| (text, f.as_ref().map_or("stop", api::finish_reason_name).to_string()))
+        .collect();
+    let usage = api::usage(meta.prompt_tokens, completion);
+    Ok(axum::Json(api::full_response(meta.head(), &choices, usage)).into_response())
+}
+
+/// Where a stream is.
+enum Phase {
+    Tokens,
+    Done,
+    End,
+}
+
+struct StreamState {
+    meta: ResponseMeta,
+    tokens: mpsc::UnboundedReceiver<TokenMsg>,
+    _guard: CancelOnDrop,
+    generated: Vec<u32>,
+    open: usize,
+    include_usage: bool,
+    phase: Phase,
+    faults: RequestFaults,
+    /// Tokens after which the `drop_stream` fault drops the connection.
+    drop_after: u64,
+    sent: u64,
+}
+
+/// The SSE events of one streamed response: a chunk per token (with `index` and, on a choice's
+/// last, `finish_reason`), the usage chunk if asked, `[DONE]`. An `Err` item makes hyper drop the
+/// connection (the `drop_stream` fault).
+fn token_stream(
+    meta: ResponseMeta,
+    req: GenerationRequest,
+    tokens: mpsc::UnboundedReceiver<TokenMsg>,
+    guard: CancelOnDrop,
+    faults: RequestFaults,
+) -> impl Stream<Item = Result<SseEvent, std::io::Error>> {
+    let choices = meta.choices;
+    let total = u64::from(req.max_tokens) * choices as u64;
+    let state = StreamState {
+        meta,
+        tokens,
+        _guard: guard,
+        generated: vec![0; choices],
+        open: choices,
+        include_usage: req.include_usage,
+        phase: Phase::Tokens,
+        faults,
+        drop_after: (total / 2).max(1),
+        sent: 0,
+    };
+    stream::unfold(state, |mut st| async move {
+        match st.phase {
+            Phase::End => None,
+            Phase::Done => {
+                st.phase = Phase::End;
+                Some((Ok(SseEvent::default().data("[DONE]")), st))
+            }
+            Phase::Tokens => {
+                if st.open == 0 {
+                    st.phase = Phase::Done;
+                    if st.include_usage {
+                        let completion: u64 = st.generated.iter().map(|&g| u64::from(g)).sum();
+                        let m = &st.meta;
+                        let chunk = api::usage_chunk(m.head(), api::usage(m.prompt_tokens, completion));
+                        return Some((Ok(json_event(&chunk)), st));
+                    }
+                    st.phase = Phase::End;
+                    return Some((Ok(SseEvent::default().data("[DONE]")), st));
+                }
+                if st.faults.drop_stream && st.sent >= st.drop_after {
+                    st.phase = Phase::End;
+                    return Some((Err(std::io::Error::other("injected fault: drop_stream")), st));
+                }
+                if let (Some(stall), 1) = (st.faults.stall, st.sent) {
+                    st.faults.stall = None;
+                    tokio::time::sleep(stall).await;
+                }
+                match st.tokens.recv().await {
+                    Some(TokenMsg::Token { choice, finish }) => {
+                        let i = choice as usize;
+                        let index = st.generated[i];
+                        st.generated[i] += 1;
+                        st.sent += 1;
+                        if finish.is_some() {
+                            st.open -= 1;
+                        }
+                        let m = &st.meta;
+                        let chunk = api::stream_chunk(
+                            m.head(),
+                            choice,
+                            api::token_text(index),
+                            finish.as_ref().map(api::finish_reason_name),
+                            index == 0,
+                        );
+                        Some((Ok(json_event(&chunk)), st))
+                    }
+                    Some(TokenMsg::Failed(reason)) => {
+                        st.phase = Phase::Done;
+                        let e = ApiError::status(500, reason);
+                        Some((Ok(json_event(&e.body())), st))
+                    }
+                    None => {
+                        st.phase = Phase::End;
+                        Some((Err(std::io::Error::other("the engine stopped")), st))
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn json_event(value: &Value) -> SseEvent {
+    SseEvent::default().data(value.to_string())
+}

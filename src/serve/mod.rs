@@ -1,0 +1,103 @@
+//! `batchlab serve`: the calibrated simulator as an OpenAI-compatible HTTP server.
+//!
+//! Everything a user builds around a model talks HTTP; this puts the calibrated step-level
+//! simulator behind that boundary, in real time, so gateways, clients and load generators can be
+//! tested without a GPU. The layers, bottom up:
+//! - [`core`]: `ServeCore`, the sans-IO engine: one continuous batch (vLLM v1's scheduler, the
+//!   simulated engine's [`crate::engine::sim::scheduler::Stepper`]) for every connection, priced
+//!   step by step by the cost model, `now` in and tokens out;
+//! - [`worker`]: the engine thread that owns the core and the clock and routes tokens to
+//!   connections;
+//! - [`http`]: axum on tokio/hyper: the OpenAI endpoints, SSE through axum's `Sse`, errors as
+//!   OpenAI error JSON, `/metrics` ([`metrics`], vLLM's names), the HTTP faults ([`faults`]),
+//!   graceful shutdown;
+//! - [`api`]: request bodies validated field by field, and the JSON answered.
+//!
+//! [`ServeConfig::from_plan`] is the one place a scenario's plan is read.
+
+pub mod api;
+pub mod core;
+mod error;
+pub mod faults;
+pub mod http;
+pub mod metrics;
+pub mod worker;
+
+use std::path::Path;
+use std::time::Duration;
+
+pub use error::ServeError;
+pub use faults::HttpFaults;
+pub use http::{ServeOutcome, serve};
+
+use crate::engine::chat::RequestFormat;
+use crate::engine::sim::{Profile, SimConfig};
+use crate::loadgen::WorkloadSpec;
+use crate::scenario::Plan;
+use crate::scenario::plan::EnginePlan;
+
+/// The shipped example profile (`scenarios/profiles/example.toml`): the engine without a scenario.
+pub const EXAMPLE_PROFILE: &str = include_str!("../../scenarios/profiles/example.toml");
+
+/// Everything the server needs.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// The model name it serves (`/v1/models`; a request for another is a 404).
+    pub model: String,
+    /// The simulated engine: step costs, scheduler limits, EOS seed.
+    pub sim: SimConfig,
+    /// How chat messages become the prompt (the workload's `request_format`).
+    pub request_format: RequestFormat,
+    /// The HTTP faults (`[faults]`).
+    pub faults: HttpFaults,
+    /// Requests that may wait for admission; past it, 503.
+    pub max_waiting: usize,
+    /// How long in-flight streams may go on after SIGTERM or Ctrl-C before they are failed.
+    pub grace: Duration,
+    /// `max_tokens` of a request that sets none.
+    pub default_max_tokens: u32,
+}
+
+/// The default served model name.
+pub const DEFAULT_MODEL: &str = "batchlab-sim";
+
+impl ServeConfig {
+    /// The server for a scenario's plan: its `[engine.sim]`, `[faults]` and the workload's chat
+    /// format. Any other engine is an error.
+    pub fn from_plan(plan: &Plan) -> Result<ServeConfig, ServeError> {
+        let EnginePlan::Sim(sim) = plan.engine() else {
+            return Err(ServeError::NotSimulated);
+        };
+        let request_format = match plan.workload() {
+            WorkloadSpec::Synthetic { request_format, .. } | WorkloadSpec::File { request_format, .. } => {
+                request_format.clone()
+            }
+        };
+        let mut config = ServeConfig::with_sim(sim.clone());
+        config.request_format = request_format;
+        config.faults = HttpFaults::from_faults(plan.faults(), sim.seed);
+        Ok(config)
+    }
+
+    /// The server for the shipped example profile, with no faults.
+    pub fn example() -> ServeConfig {
+        let profile = Profile::parse(EXAMPLE_PROFILE, Path::new("scenarios/profiles/example.toml"))
+            .expect("the shipped profile parses");
+        let mut sim = SimConfig::default();
+        profile.apply(&mut sim.cost, &mut sim.scheduler);
+        ServeConfig::with_sim(sim)
+    }
+
+    /// The server for `sim`, every other setting at its default.
+    pub fn with_sim(sim: SimConfig) -> ServeConfig {
+        ServeConfig {
+            model: DEFAULT_MODEL.into(),
+            sim,
+            request_format: RequestFormat::default(),
+            faults: HttpFaults::default(),
+            max_waiting: 4096,
+            grace: Duration::from_secs(5),
+            default_max_tokens: 16,
+        }
+    }
+}

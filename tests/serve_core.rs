@@ -1,0 +1,165 @@
+//! `ServeCore` in virtual time: the server's continuous batching, with no socket and no clock.
+
+use std::time::Duration;
+
+use batchlab::engine::sim::{CostModel, SimConfig, SimEngine};
+use batchlab::engine::{Engine, EngineRequest, FinishReason};
+use batchlab::serve::ServeConfig;
+use batchlab::serve::core::{Event, NewSequence, RequestId, ServeCore, SubmitError};
+use batchlab::serve::metrics::{ServeMetrics, render};
+use batchlab::time::{Clock, Timestamp};
+
+fn example() -> SimConfig {
+    ServeConfig::example().sim
+}
+
+fn core(sim: &SimConfig, max_waiting: usize) -> (ServeCore, prometheus_client::registry::Registry) {
+    let (metrics, registry) = ServeMetrics::new("m");
+    (ServeCore::new(sim.cost.clone(), sim.scheduler, max_waiting, metrics), registry)
+}
+
+fn seq(prompt: u32, output: u32, salt: u32) -> NewSequence {
+    NewSequence {
+        prompt_ids: (0..prompt).map(|i| i * 7 + salt * 100_003).collect(),
+        output_tokens: output,
+        max_tokens: output,
+    }
+}
+
+/// Every event from driving the core until idle, from `now`: (id, index, finish, at).
+fn drain(core: &mut ServeCore, mut now: Timestamp, until: Option<Timestamp>) -> (Vec<Event>, Timestamp) {
+    let mut events = Vec::new();
+    for _ in 0..1_000_000 {
+        let Some(t) = core.poll_timeout() else { break };
+        if until.is_some_and(|u| t > u) {
+            now = until.unwrap();
+            break;
+        }
+        now = now.max(t);
+        core.handle_timeout(now);
+        while let Some(e) = core.poll_event() {
+            events.push(e);
+        }
+    }
+    (events, now)
+}
+
+fn token_times(events: &[Event], id: RequestId) -> Vec<Timestamp> {
+    events.iter().filter_map(|Event::Token { id: i, at, .. }| (*i == id).then_some(*at)).collect()
+}
+
+#[test]
+fn a_request_alone_takes_what_one_generate_call_of_it_takes() {
+    let sim = example();
+    for (prompt, output) in [(1, 1), (128, 16), (700, 40), (3000, 5)] {
+        let (mut c, _) = core(&sim, 10);
+        let t0 = Timestamp::from_nanos(5_000_000_000);
+        let ids = c.submit(t0, vec![seq(prompt, output, 1)]).unwrap();
+        let (events, _) = drain(&mut c, t0, None);
+        let served: Vec<f64> =
+            token_times(&events, ids[0]).iter().map(|t| t.saturating_since(t0).as_secs_f64()).collect();
+
+        let (mut engine, clock) = SimEngine::virtual_time(sim.clone());
+        engine.start().unwrap();
+        let start = clock.now();
+        let req = EngineRequest::tokens(seq(prompt, output, 1).prompt_ids, output).with_id(1);
+        let out = engine.generate(&[req]).unwrap();
+        let simulated: Vec<f64> =
+            out[0].stats.token_ts.clone().unwrap().iter().map(|t| t - start.as_secs_f64()).collect();
+        assert_eq!(served.len(), simulated.len(), "{prompt}/{output}");
+        for (a, b) in served.iter().zip(&simulated) {
+            assert!((a - b).abs() < 1e-6, "{prompt}/{output}: served {a} vs generate {b}");
+        }
+    }
+}
+
+#[test]
+fn a_request_joins_the_running_batch_between_steps() {
+    let sim = example();
+    let (mut c, _) = core(&sim, 10);
+    let t0 = Timestamp::from_nanos(1_000_000_000);
+    let a = c.submit(t0, vec![seq(64, 50, 1)]).unwrap()[0];
+    // Let `a` decode for a while, then `b` arrives mid-step.
+    let (mut events, now) = drain(&mut c, t0, Some(t0.saturating_add(Duration::from_millis(40))));
+    let b_arrives = now.saturating_add(Duration::from_micros(700));
+    let b = c.submit(b_arrives, vec![seq(64, 5, 2)]).unwrap()[0];
+    let (more, _) = drain(&mut c, now, None);
+    events.extend(more);
+    let (ta, tb) = (token_times(&events, a), token_times(&events, b));
+    assert_eq!((ta.len(), tb.len()), (50, 5));
+    // b is admitted at the next step boundary after it arrived, long before a finishes, and
+    // its tokens come at a's step ends: one batch.
+    let boundary = *ta.iter().find(|&&t| t >= b_arrives).unwrap();
+    assert!(tb[0] > boundary && tb[4] < *ta.last().unwrap(), "{tb:?}");
+    assert!(tb.iter().all(|t| ta.contains(t)), "b's tokens at a's step ends");
+    let finishes: Vec<_> = events.iter().filter(|Event::Token { finish, .. }| finish.is_some()).collect();
+    assert_eq!(finishes.len(), 2);
+    assert!(matches!(finishes[0], Event::Token { finish: Some(FinishReason::Length), .. }));
+}
+
+#[test]
+fn past_max_waiting_a_request_is_refused_whole() {
+    let mut sim = example();
+    sim.scheduler.max_num_seqs = 1;
+    let (mut c, _) = core(&sim, 2);
+    let t0 = Timestamp::from_nanos(1);
+    c.submit(t0, vec![seq(8, 4, 1)]).unwrap();
+    c.handle_timeout(t0); // admitted: running, not waiting
+    c.submit(t0, vec![seq(8, 4, 2)]).unwrap();
+    let e = c.submit(t0, vec![seq(8, 4, 3), seq(8, 4, 4)]).unwrap_err();
+    assert_eq!(e, SubmitError::Overloaded { waiting: 1, max_waiting: 2 });
+    assert_eq!(c.occupancy(), (1, 1));
+    c.submit(t0, vec![seq(8, 4, 5)]).unwrap();
+    assert!(c.submit(t0, vec![seq(8, 4, 6)]).is_err());
+}
+
+#[test]
+fn a_request_too_long_for_the_kv_cache_is_refused() {
+    let sim = example(); // 1024 blocks of 16 tokens
+    let (mut c, _) = core(&sim, 10);
+    let e = c.submit(Timestamp::from_nanos(1), vec![seq(8, 4, 1), seq(20_000, 4, 2)]).unwrap_err();
+    assert!(matches!(e, SubmitError::Unschedulable(_)), "{e}");
+    assert_eq!((c.live_requests(), c.occupancy()), (0, (0, 0)), "all or nothing");
+}
+
+#[test]
+fn a_cancelled_request_frees_its_blocks_at_once_and_says_nothing_more() {
+    let sim = example();
+    let (mut c, registry) = core(&sim, 10);
+    let t0 = Timestamp::from_nanos(1);
+    let a = c.submit(t0, vec![seq(512, 100, 1)]).unwrap()[0];
+    let (events, now) = drain(&mut c, t0, Some(t0.saturating_add(Duration::from_millis(30))));
+    assert!(!events.is_empty());
+    assert!(render(&registry).contains("vllm:num_requests_running{model_name=\"m\",engine=\"0\"} 1"));
+    c.cancel(now, a);
+    let text = render(&registry);
+    assert!(text.contains("vllm:num_requests_running{model_name=\"m\",engine=\"0\"} 0"), "{text}");
+    assert!(text.contains("vllm:kv_cache_usage_perc{model_name=\"m\",engine=\"0\"} 0.0"), "{text}");
+    assert!(text.contains("finished_reason=\"abort\"} 1"), "{text}");
+    let (after, _) = drain(&mut c, now, None);
+    assert!(after.is_empty(), "{after:?}");
+    assert_eq!(c.live_requests(), 0);
+}
+
+#[test]
+fn the_core_holds_nothing_after_many_requests() {
+    // Zero cost, vLLM's limits: the server's scale configuration.
+    let sim = SimConfig {
+        cost: CostModel::free(),
+        scheduler: batchlab::engine::sim::DEFAULT_SCHEDULER,
+        ..SimConfig::default()
+    };
+    let (mut c, _) = core(&sim, 100_000);
+    let mut now = Timestamp::from_nanos(1);
+    let mut tokens = 0;
+    for round in 0..200u32 {
+        for i in 0..100 {
+            c.submit(now, vec![seq(16, 16, round * 100 + i)]).unwrap();
+        }
+        let (events, t) = drain(&mut c, now, None);
+        tokens += events.len();
+        now = t.saturating_add(Duration::from_micros(1));
+        assert_eq!(c.live_requests(), 0);
+    }
+    assert_eq!(tokens, 200 * 100 * 16);
+}

@@ -1,0 +1,279 @@
+//! `batchlab serve` as a process on an ephemeral loopback port, spoken to over HTTP: streaming,
+//! chat, SSE framing, errors, overload, faults, disconnects and SIGTERM. Every wait is bounded
+//! and waits for the outcome it checks.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+#[path = "common/serve_process.rs"]
+mod serve_process;
+use serve_process::{MODEL, Server};
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap()
+}
+
+/// The `data:` payloads of an SSE body, checking the framing on the way.
+fn sse_data(body: &str) -> Vec<String> {
+    assert!(body.ends_with("\n\n"), "events end with a blank line: {body:?}");
+    body.trim_end_matches("\n\n")
+        .split("\n\n")
+        .map(|event| {
+            let data = event.strip_prefix("data: ").unwrap_or_else(|| panic!("a `data: ` line: {event:?}"));
+            assert!(!data.contains('\n'), "one line per event: {event:?}");
+            data.to_string()
+        })
+        .collect()
+}
+
+/// A slow engine (10 ms a step), for overload, disconnects and shutdown.
+const SLOW: &str = r#"
+name = "slow"
+[engine.sim]
+fixed_overhead = "0s"
+decode_step = "10ms"
+max_num_seqs = 1
+"#;
+
+#[tokio::test]
+async fn streamed_completions_of_a_prompt_list_have_indices_usage_and_done() {
+    let server = Server::start(None, &[]);
+    let body = json!({
+        "model": MODEL, "prompt": ["The first prompt", "Second"], "max_tokens": 5,
+        "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true},
+    });
+    let resp = client().post(server.url("/v1/completions")).json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let data = sse_data(&resp.text().await.unwrap());
+    assert_eq!(data.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    let (usage, tokens) = chunks.split_last().unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    // "The first prompt" is 16 bytes, "Second" 6: 4 + 2 tokens by the 4-bytes rule.
+    assert_eq!(usage["usage"], json!({"prompt_tokens": 6, "completion_tokens": 10, "total_tokens": 16}));
+    for index in [0, 1] {
+        let mine: Vec<&Value> = tokens.iter().filter(|c| c["choices"][0]["index"] == index).collect();
+        assert_eq!(mine.len(), 5, "choice {index}");
+        for (i, c) in mine.iter().enumerate() {
+            assert_eq!(c["object"], "text_completion");
+            assert_eq!(c["model"], MODEL);
+            let finish = &c["choices"][0]["finish_reason"];
+            assert_eq!(*finish, if i == 4 { json!("length") } else { Value::Null }, "{c}");
+            assert!(c["choices"][0]["text"].as_str().is_some_and(|t| !t.is_empty()));
+        }
+    }
+    // Without include_usage: no usage chunk.
+    let body = json!({"model": MODEL, "prompt": "x", "max_tokens": 2, "stream": true});
+    let text = client().post(server.url("/v1/completions")).json(&body).send().await.unwrap().text().await.unwrap();
+    let data = sse_data(&text);
+    assert_eq!(data.len(), 3, "{data:?}");
+    assert!(!data[1].contains("usage") && data[2] == "[DONE]");
+    // Token-id prompts count their ids.
+    for (prompt, tokens) in [(json!([1, 2, 3, 4, 5]), 5), (json!([[1, 2], [3, 4, 5]]), 5)] {
+        let body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 1});
+        let whole: Value =
+            client().post(server.url("/v1/completions")).json(&body).send().await.unwrap().json().await.unwrap();
+        assert_eq!(whole["usage"]["prompt_tokens"], tokens, "{whole}");
+    }
+}
+
+#[tokio::test]
+async fn a_chat_completion_streams_and_answers_whole() {
+    let server = Server::start(None, &[]);
+    let messages = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]);
+    let body = json!({"model": MODEL, "messages": messages, "max_tokens": 3, "stream": true,
+        "stream_options": {"include_usage": true}});
+    let text =
+        client().post(server.url("/v1/chat/completions")).json(&body).send().await.unwrap().text().await.unwrap();
+    let data = sse_data(&text);
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    assert_eq!(chunks[0]["object"], "chat.completion.chunk");
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(chunks[2]["choices"][0]["finish_reason"], "length");
+    // The tiny model's template: "<s><|system|>\nBe brief.</s>\n<|user|>\nHi there</s>\n<|assistant|>\n",
+    // 61 bytes, 16 tokens by the 4-bytes rule (as the workload's chat prompts count).
+    assert_eq!(chunks[3]["usage"]["prompt_tokens"], 16);
+    let body = json!({"model": MODEL, "messages": messages, "max_completion_tokens": 4});
+    let whole: Value =
+        client().post(server.url("/v1/chat/completions")).json(&body).send().await.unwrap().json().await.unwrap();
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(whole["usage"]["completion_tokens"], 4);
+    let models: Value = client().get(server.url("/v1/models")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(models["data"][0]["id"], MODEL);
+    assert_eq!(client().get(server.url("/health")).send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn a_bad_field_is_a_400_that_names_it_and_an_unknown_model_a_404() {
+    let server = Server::start(None, &[]);
+    for (body, status, param) in [
+        (json!({"model": MODEL, "prompt": "x", "max_tokens": "many"}), 400, "max_tokens"),
+        (json!({"model": MODEL, "prompt": {"a": 1}}), 400, "prompt"),
+        (json!({"model": MODEL, "prompt": "x", "max_tokens": 9_000_000}), 400, "max_tokens"),
+        (json!({"model": "gpt-9", "prompt": "x"}), 404, "model"),
+    ] {
+        let resp = client().post(server.url("/v1/completions")).json(&body).send().await.unwrap();
+        assert_eq!(resp.status(), status, "{body}");
+        let e: Value = resp.json().await.unwrap();
+        assert_eq!(e["error"]["param"], param, "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().len() > 5);
+    }
+    let resp = client()
+        .post(server.url("/v1/chat/completions"))
+        .json(&json!({"model": MODEL, "messages": [{"content": "no role"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.json::<Value>().await.unwrap()["error"]["param"], "messages[0].role");
+}
+
+#[tokio::test]
+async fn past_max_waiting_requests_get_503_with_retry_after() {
+    // One sequence runs at a time, one may wait: a third concurrent request is refused.
+    let server = Server::start(Some(SLOW), &["--max-waiting", "1"]);
+    let long = json!({"model": MODEL, "prompt": "x", "max_tokens": 300, "ignore_eos": true, "stream": true});
+    let first = client().post(server.url("/v1/completions")).json(&long).send().await.unwrap();
+    let second = client().post(server.url("/v1/completions")).json(&long).send().await.unwrap();
+    assert_eq!((first.status().as_u16(), second.status().as_u16()), (200, 200));
+    let third = client().post(server.url("/v1/completions")).json(&long).send().await.unwrap();
+    assert_eq!(third.status(), 503);
+    assert_eq!(third.headers()["retry-after"], "1");
+    let e: Value = third.json().await.unwrap();
+    assert!(e["error"]["message"].as_str().unwrap().contains("max_waiting"), "{e}");
+}
+
+#[tokio::test]
+async fn the_drop_stream_fault_cuts_the_connection_mid_stream() {
+    let scenario = format!("{SLOW}\n[faults]\ndrop_stream = {{ every = 1 }}\n");
+    let server = Server::start(Some(&scenario), &[]);
+    let body = json!({"model": MODEL, "prompt": "x", "max_tokens": 6, "ignore_eos": true, "stream": true});
+    let resp = client().post(server.url("/v1/completions")).json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut stream = resp.bytes_stream();
+    let mut received = String::new();
+    let error = loop {
+        match stream.next().await {
+            Some(Ok(bytes)) => received.push_str(std::str::from_utf8(&bytes).unwrap()),
+            Some(Err(e)) => break Some(e),
+            None => break None,
+        }
+    };
+    assert!(error.is_some(), "the body ends in an error, not cleanly: {received:?}");
+    // Cut after half the tokens (3); hyper may not flush the last of them before the cut.
+    let sent = received.matches("data: ").count();
+    assert!((1..=3).contains(&sent), "some tokens, then the cut: {received:?}");
+    assert!(!received.contains("[DONE]"));
+}
+
+#[tokio::test]
+async fn the_429_and_503_faults_refuse_their_share() {
+    let scenario = format!("{SLOW}\n[faults]\nhttp_429 = {{ every = 2 }}\nhttp_503 = {{ every = 3 }}\n");
+    let server = Server::start(Some(&scenario), &["--max-waiting", "100"]);
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let body = json!({"model": MODEL, "prompt": "x", "max_tokens": 1});
+        let resp = client().post(server.url("/v1/completions")).json(&body).send().await.unwrap();
+        if resp.status() != 200 {
+            assert_eq!(resp.headers()["retry-after"], "1");
+        }
+        statuses.push(resp.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 429, 503, 429, 200, 429]);
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_frees_its_sequence() {
+    let server = Server::start(Some(SLOW), &[]);
+    let body = json!({"model": MODEL, "prompt": "x", "max_tokens": 10_000, "ignore_eos": true, "stream": true});
+    let resp = client().post(server.url("/v1/completions")).json(&body).send().await.unwrap();
+    let mut stream = resp.bytes_stream();
+    stream.next().await.unwrap().unwrap(); // it runs
+    assert!(running(&server).await == 1);
+    drop(stream);
+    // Bounded: the sequence is freed at its next token (10 ms); allow 10 s on a loaded machine.
+    let mut freed = false;
+    for _ in 0..1000 {
+        if running(&server).await == 0 {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(freed, "the sequence was never freed");
+    let metrics = client().get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("finished_reason=\"abort\"} 1"), "{metrics}");
+}
+
+async fn running(server: &Server) -> u64 {
+    let text = client().get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let line = text.lines().find(|l| l.starts_with("vllm:num_requests_running{")).expect("the running gauge");
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn sigterm_stops_accepting_fails_streams_after_the_grace_period_and_exits_0() {
+    let server = Server::start(Some(SLOW), &["--grace", "0.3"]);
+    let url = server.url("/v1/completions");
+    let body = json!({"model": MODEL, "prompt": "x", "max_tokens": 10_000, "ignore_eos": true, "stream": true});
+    let resp = client().post(&url).json(&body).send().await.unwrap();
+    let mut stream = resp.bytes_stream();
+    stream.next().await.unwrap().unwrap();
+    server.sigterm();
+    let mut rest = String::new();
+    while let Some(Ok(bytes)) = stream.next().await {
+        rest.push_str(std::str::from_utf8(&bytes).unwrap());
+    }
+    assert!(rest.contains("shutting down") && rest.ends_with("data: [DONE]\n\n"), "{rest:?}");
+    let refused = client().post(&url).json(&body).send().await;
+    assert!(refused.is_err() || refused.unwrap().status() == 503, "no new requests after SIGTERM");
+    let status = server.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+#[tokio::test]
+async fn sigterm_lets_a_short_stream_finish_in_the_grace_period() {
+    let server = Server::start(Some(SLOW), &["--grace", "30"]);
+    let body = json!({"model": MODEL, "prompt": "x", "max_tokens": 20, "ignore_eos": true, "stream": true});
+    let resp = client().post(server.url("/v1/completions")).json(&body).send().await.unwrap();
+    let mut stream = resp.bytes_stream();
+    let mut text = String::from_utf8(stream.next().await.unwrap().unwrap().to_vec()).unwrap();
+    server.sigterm();
+    while let Some(Ok(bytes)) = stream.next().await {
+        text.push_str(std::str::from_utf8(&bytes).unwrap());
+    }
+    assert_eq!(text.matches("\"finish_reason\":\"length\"").count(), 1, "{text}");
+    assert!(text.ends_with("data: [DONE]\n\n"));
+    assert_eq!(server.wait(Duration::from_secs(20)).code(), Some(0));
+}
+
+#[tokio::test]
+async fn the_exit_server_fault_exits_abruptly() {
+    let scenario = format!("{SLOW}\n[faults]\nexit_server = {{ every = 3 }}\n");
+    let server = Server::start(Some(&scenario), &[]);
+    for _ in 0..2 {
+        let body = json!({"model": MODEL, "prompt": "x", "max_tokens": 1});
+        assert_eq!(client().post(server.url("/v1/completions")).json(&body).send().await.unwrap().status(), 200);
+    }
+    let body = json!({"model": MODEL, "prompt": "x", "max_tokens": 1});
+    assert!(client().post(server.url("/v1/completions")).json(&body).send().await.is_err());
+    assert_eq!(server.wait(Duration::from_secs(20)).code(), Some(1));
+}
+
+#[tokio::test]
+async fn the_stall_stream_fault_holds_a_stream_after_its_first_token() {
+    let scenario = format!("{SLOW}\n[faults]\nstall_stream = {{ every = 1 }}\nstall_for = \"400ms\"\n");
+    let server = Server::start(Some(&scenario), &[]);
+    let body = json!({"model": MODEL, "prompt": "x", "max_tokens": 3, "ignore_eos": true, "stream": true});
+    let sent = std::time::Instant::now();
+    let text = client().post(server.url("/v1/completions")).json(&body).send().await.unwrap().text().await.unwrap();
+    // Three 10 ms steps, but the stall holds the stream for 400 ms after its first token: it
+    // cannot end sooner (a lower bound, whatever the machine's load).
+    assert!(sent.elapsed() >= Duration::from_millis(400), "{:?}", sent.elapsed());
+    assert_eq!(text.matches("data: {").count(), 3, "{text:?}");
+    assert!(text.ends_with("data: [DONE]\n\n"), "a stalled stream still completes: {text:?}");
+}

@@ -10,7 +10,7 @@ use batchlab::report::Report;
 use batchlab::scenario::plan::{EnginePlan, Plan};
 use batchlab::scenario::units::{format_duration, parse_duration};
 use batchlab::scenario::{Overrides, load_file};
-use batchlab::tune::{Objective, STRESS, Space, TuneReport, TuneResult, search, search_plan};
+use batchlab::tune::{NOISE_SEEDS, Objective, STRESS, Space, TuneReport, TuneResult, search, search_plan, tie_band};
 
 use super::{EXIT_BAD_INPUT, EXIT_ERROR};
 
@@ -210,7 +210,13 @@ fn front_table(result: &TuneResult, objective: &Objective) -> String {
     );
     let front = result.distinct(|p| p.front || p.plateau);
     for p in front {
-        let mark = if result.best_point() == Some(p) { " <- best" } else { "" };
+        let mark = if result.best_point() == Some(p) {
+            " <- best"
+        } else if p.tied {
+            " (tied)"
+        } else {
+            ""
+        };
         out.push_str(&format!(
             "{:<54} {:>14} {:>12} {:>12} {:>14} {:>6}{mark}\n",
             p.label(result.space.load),
@@ -219,6 +225,17 @@ fn front_table(result: &TuneResult, objective: &Objective) -> String {
             num(p.latency_p99_ms),
             if p.plateau { num(p.stress_score) } else { String::new() },
             if p.grid { "grid" } else { "refine" }
+        ));
+    }
+    let tied: Vec<String> = result.points.iter().filter(|p| p.tied).map(|p| p.label(result.space.load)).collect();
+    if let (Some(noise), true) = (result.noise, tied.len() > 1) {
+        out.push_str(&format!(
+            "\ntied within noise ({} points; scores within {:.1} %, from the best point's spread over {NOISE_SEEDS} seeds, \
+             {:.1} %): {}\nthe data cannot tell them apart; recommending the simplest (the smallest batch, then the longest timeout)\n",
+            tied.len(),
+            tie_band(noise) * 100.0,
+            noise * 100.0,
+            tied.join("; "),
         ));
     }
     out

@@ -145,6 +145,7 @@ impl Search<'_> {
             front: false,
             plateau: false,
             stress_score: None,
+            tied: false,
         };
         let summary = run_blocking(&plan, RunOptions::quiet())
             .map_err(|source| TuneError::Run { point: point.label(self.space.load), source })?;
@@ -179,8 +180,8 @@ pub const PLATEAU: f64 = 0.02;
 /// load (rate, concurrency) and the one that keeps the highest score there is recommended.
 pub const STRESS: f64 = 1.5;
 
-/// Most plateau points the headroom check runs (the best by score, one of each distinct result).
-const MAX_STRESSED: usize = 8;
+/// Most plateau points the headroom check runs (the best by score).
+const MAX_STRESSED: usize = 24;
 
 /// `plan` with its load (rates, concurrency) multiplied by `factor`; `None` for a profile
 /// without one (synchronous, trace, sweep).
@@ -196,45 +197,100 @@ pub fn stressed(plan: &Plan, factor: f64) -> Result<Option<Plan>, TuneError> {
     Ok(Some(plan.with_sets(&[set])?))
 }
 
-/// The recommendation: of the points within [`PLATEAU`] of the highest score, the one whose score
-/// holds up best at [`STRESS`] times its load (ties: the higher score, then the earlier point).
-/// A search that picks the top of a flat plateau picks by accident, and on a real engine the
-/// accident can be a setting that has no room to catch up after a hiccup.
-fn recommend(s: &mut Search<'_>) -> Result<Option<usize>, TuneError> {
+/// How many seeds the noise is measured over: the scenario's own and the next ones.
+pub const NOISE_SEEDS: u64 = 5;
+
+/// Two scores tie when they differ by less than this fraction of the larger: the 95 % range of
+/// the difference of two single runs whose scores each vary by `noise` (the relative standard
+/// deviation over seeds), `1.96 × √2 × noise`, and never less than [`PLATEAU`].
+pub fn tie_band(noise: f64) -> f64 {
+    (1.96 * std::f64::consts::SQRT_2 * noise).max(PLATEAU)
+}
+
+/// The simpler of two settings that tie: the smaller batch (less memory held, a batch's wait
+/// shorter), then the longer timeout (fewer partial batches: the batcher waits for full ones,
+/// the setting least sensitive to the arrival pattern). `Less` means `a` is simpler.
+pub fn simpler(a: &Point, b: &Point) -> std::cmp::Ordering {
+    a.batch_size.cmp(&b.batch_size).then(b.batch_timeout.cmp(&a.batch_timeout))
+}
+
+/// The noise of the search: the relative standard deviation of point `i`'s score over
+/// [`NOISE_SEEDS`] runs, the scenario's seed (the run the search made) and the next seeds (the
+/// workload's draws, the arrivals and the simulator's own randomness all change with it).
+fn noise(s: &Search<'_>, i: usize) -> Result<f64, TuneError> {
+    let p = &s.points[i];
+    let Some(first) = p.score else { return Ok(0.0) };
+    let mut scores = vec![first];
+    let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?;
+    for k in 1..NOISE_SEEDS {
+        let seed = int(s.plan.seed().wrapping_add(k) & (i64::MAX as u64));
+        let plan = at.with_sets(&[("seed", seed.clone()), ("engine.sim.seed", seed)])?;
+        let summary = run_blocking(&plan, RunOptions::quiet()).map_err(|source| TuneError::Run {
+            point: format!("{} (seed +{k})", p.label(s.space.load)),
+            source,
+        })?;
+        // A seed that misses the objective counts as no goodput at all: that is noise too.
+        scores.push(summary.report.benchmarks.first().and_then(|b| score(s.objective, b)).unwrap_or(0.0));
+    }
+    let n = scores.len() as f64;
+    let mean = scores.iter().sum::<f64>() / n;
+    let var = scores.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    Ok(if mean > 0.0 { var.sqrt() / mean } else { 0.0 })
+}
+
+/// The recommendation and the noise. Of the points within [`tie_band`] of the highest score (the
+/// plateau), each is run again at [`STRESS`] times its load; those within the band of the best
+/// score there still tie (`tied`), and the recommendation is the [`simpler`] of them. The data
+/// cannot tell tied points apart, so the tie goes to the simpler setting, not to whichever
+/// happened to be a few tenths of a percent ahead. Without a load to raise, the plateau ties.
+fn recommend(s: &mut Search<'_>) -> Result<(Option<usize>, Option<f64>), TuneError> {
     let ranked = s.best(usize::MAX);
-    let Some(top) = ranked.first().and_then(|&i| s.points[i].score) else { return Ok(None) };
-    let plateau: Vec<usize> =
-        ranked.into_iter().filter(|&i| s.points[i].score.is_some_and(|v| v >= top - top.abs() * PLATEAU)).collect();
+    let Some(&first) = ranked.first() else { return Ok((None, None)) };
+    let Some(top) = s.points[first].score else { return Ok((None, None)) };
+    let noise = noise(s, first)?;
+    let band = tie_band(noise);
+    let within = |v: f64, of: f64| v >= of - of.abs() * band;
+    let plateau: Vec<usize> = ranked.into_iter().filter(|&i| s.points[i].score.is_some_and(|v| within(v, top))).collect();
     for &i in &plateau {
         s.points[i].plateau = true;
     }
-    // Points with the same result ran the same ([`Point::result`]): the first stands for them all.
-    let mut distinct: Vec<usize> = Vec::new();
-    for &i in &plateau {
-        if !distinct.iter().any(|&j| s.points[j].result() == s.points[i].result()) {
-            distinct.push(i);
+    // Each is stressed on its own, even one that ran like another at the scenario's load: a
+    // timeout that never fired there may fire at the higher load.
+    let candidates: Vec<usize> = plateau.iter().copied().take(MAX_STRESSED).collect();
+    let mut tied = candidates.clone();
+    if candidates.len() >= 2 {
+        let mut stressable = true;
+        for &i in &candidates {
+            let p = s.points[i].clone();
+            let Some(plan) = stressed(&with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?, STRESS)? else {
+                stressable = false;
+                break;
+            };
+            let summary = run_blocking(&plan, RunOptions::quiet()).map_err(|source| TuneError::Run {
+                point: format!("{} (load x{STRESS})", p.label(s.space.load)),
+                source,
+            })?;
+            s.points[i].stress_score = summary.report.benchmarks.first().and_then(|b| score(s.objective, b));
+        }
+        if stressable {
+            let best_stress = candidates.iter().filter_map(|&i| s.points[i].stress_score).fold(f64::MIN, f64::max);
+            tied = if best_stress == f64::MIN {
+                // Nothing meets the objective at the higher load: the plateau's top stands alone.
+                vec![candidates[0]]
+            } else {
+                candidates
+                    .iter()
+                    .copied()
+                    .filter(|&i| s.points[i].stress_score.is_some_and(|v| within(v, best_stress)))
+                    .collect()
+            };
         }
     }
-    distinct.truncate(MAX_STRESSED);
-    if distinct.len() < 2 {
-        return Ok(distinct.first().copied());
+    for &i in &tied {
+        s.points[i].tied = true;
     }
-    for &i in &distinct {
-        let p = s.points[i].clone();
-        let Some(plan) = stressed(&with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?, STRESS)? else {
-            return Ok(plateau.first().copied());
-        };
-        let summary = run_blocking(&plan, RunOptions::quiet()).map_err(|source| TuneError::Run {
-            point: format!("{} (load x{STRESS})", p.label(s.space.load)),
-            source,
-        })?;
-        s.points[i].stress_score = summary.report.benchmarks.first().and_then(|b| score(s.objective, b));
-    }
-    let key = |i: usize| (s.points[i].stress_score.unwrap_or(f64::MIN), s.points[i].score.unwrap_or(f64::MIN));
-    Ok(distinct.into_iter().reduce(|a, b| {
-        let (ka, kb) = (key(a), key(b));
-        if kb.0 > ka.0 || (kb.0 == ka.0 && kb.1 > ka.1) { b } else { a }
-    }))
+    let best = tied.iter().copied().min_by(|&a, &b| simpler(&s.points[a], &s.points[b]).then(a.cmp(&b)));
+    Ok((best, Some(noise)))
 }
 
 /// Searches `plan`'s batching settings (see the module docs). `plan` must run on the simulator
@@ -300,13 +356,13 @@ pub fn search(plan: &Plan, objective: &Objective, budget: usize, space: Space) -
             break;
         }
     }
-    let best = recommend(&mut s)?;
+    let (best, noise) = recommend(&mut s)?;
     let mut points = s.points;
     let pts: Vec<(Option<f64>, Option<f64>)> = points.iter().map(Point::result).collect();
     for (p, on) in points.iter_mut().zip(crate::metrics::pareto::front(&pts)) {
         p.front = on;
     }
-    Ok(TuneResult { points, best, space })
+    Ok(TuneResult { points, best, space, noise })
 }
 
 /// The search's bounds: policy, so here, on the data type the report carries.

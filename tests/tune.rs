@@ -6,7 +6,7 @@ use std::time::Duration;
 use batchlab::run::{RunOptions, run_blocking};
 use batchlab::scenario::{Overrides, parse_str};
 use batchlab::tune::{
-    LoadKnob, NOISE_SEEDS, Objective, PLATEAU, Point, STRESS, Space, search, search_plan, simpler,
+    LoadKnob, NOISE_SEEDS, Objective, PLATEAU, Point, STRESS, Space, paired_tie, search, search_plan, simpler,
     stressed as stressed_plan, tie_band, with_point,
 };
 
@@ -88,10 +88,9 @@ fn on_a_plateau_the_recommendation_is_the_one_with_the_most_headroom() {
     let best = result.best_point().unwrap();
     let stressed: Vec<&Point> = plateau.iter().copied().filter(|p| p.stress_score.is_some()).collect();
     assert!(!stressed.is_empty());
-    let band = tie_band(result.noise.unwrap());
     for p in &stressed {
         let (v, b) = (p.stress_score.unwrap_or(0.0), best.stress_score.unwrap_or(0.0));
-        assert!(v * (1.0 - band) <= b, "{p:?} has more headroom than {best:?}, beyond the noise");
+        assert!(v * (1.0 - PLATEAU) <= b, "{p:?} has more headroom than {best:?}, beyond 2 %");
     }
     // The recorded headroom is a real run at 1.5x the load.
     let at = with_point(&sim, best.batch_size, best.batch_timeout, best.load).unwrap();
@@ -125,12 +124,11 @@ fn ties_within_noise_are_marked_and_the_simplest_is_recommended() {
     assert!(same.len() >= 2, "{tied:?}");
     assert!(same.iter().all(|p| p.batch_timeout <= best.batch_timeout), "{same:?}");
     assert!(same.iter().any(|p| p.score > best.score), "the tie rule decided something: {same:?}");
-    // A point off the plateau is never tied; a plateau point not tied lost at 1.5x by more than the noise.
-    let band = tie_band(result.noise.unwrap());
+    // A point off the plateau is never tied; a plateau point not tied lost at 1.5x by more than 2 %.
     let best_stress = tied.iter().filter_map(|p| p.stress_score).fold(f64::MIN, f64::max);
     for p in result.points.iter().filter(|p| !p.tied) {
         if let (true, Some(v)) = (p.plateau, p.stress_score) {
-            assert!(v < best_stress * (1.0 - band), "{p:?} is within the noise of {best_stress}");
+            assert!(v < best_stress * (1.0 - PLATEAU), "{p:?} is within 2 % of {best_stress}");
         }
     }
 }
@@ -159,6 +157,25 @@ fn the_noise_is_the_spread_of_the_best_point_over_seeds() {
     assert!((noise - sd / mean).abs() < 1e-12, "{noise} against {}", sd / mean);
     assert!(noise > 0.0, "seeds change the workload's draws: {scores:?}");
     assert_eq!(tie_band(noise), (1.96 * 2f64.sqrt() * noise).max(PLATEAU));
+}
+
+/// The paired check: over the same seeds, a point ties with the best when their mean difference
+/// is within a 95 % paired t interval, or within 2 %; the workload's draws, shared by both runs
+/// of a seed, cancel.
+#[test]
+fn a_tie_is_judged_on_the_difference_over_the_same_seeds() {
+    let best = [1000.0, 1300.0, 800.0, 1100.0, 900.0];
+    // 5 % below in every seed: the seeds vary by ±20 %, the difference does not: not a tie.
+    let below: Vec<f64> = best.iter().map(|v| v * 0.95).collect();
+    assert!(!paired_tie(&below, &best));
+    // 1 % below: within 2 %.
+    let close: Vec<f64> = best.iter().map(|v| v * 0.99).collect();
+    assert!(paired_tie(&close, &best));
+    // 5 % below on average, but the difference itself swings by ±15 %: the data cannot tell.
+    let noisy = [1000.0 * 0.80, 1300.0 * 1.10, 800.0 * 0.90, 1100.0 * 1.05, 900.0 * 0.90];
+    assert!(paired_tie(&noisy, &best));
+    // Above the best always ties (the best by one seed is not the best by every seed).
+    assert!(paired_tie(&best.map(|v| v * 1.1), &best));
 }
 
 #[test]

@@ -200,11 +200,36 @@ pub fn stressed(plan: &Plan, factor: f64) -> Result<Option<Plan>, TuneError> {
 /// How many seeds the noise is measured over: the scenario's own and the next ones.
 pub const NOISE_SEEDS: u64 = 5;
 
-/// Two scores tie when they differ by less than this fraction of the larger: the 95 % range of
-/// the difference of two single runs whose scores each vary by `noise` (the relative standard
-/// deviation over seeds), `1.96 × √2 × noise`, and never less than [`PLATEAU`].
+/// The band in which points may tie with the best, before the paired check ([`paired_tie`]): the
+/// 95 % range of the difference of two independent single runs whose scores each vary by `noise`
+/// (the best point's relative standard deviation over seeds), `1.96 × √2 × noise`, and never
+/// less than [`PLATEAU`].
 pub fn tie_band(noise: f64) -> f64 {
     (1.96 * std::f64::consts::SQRT_2 * noise).max(PLATEAU)
+}
+
+/// Student's t at 97.5 % for the [`NOISE_SEEDS`]` - 1 = 4` degrees of freedom of the paired check.
+const T_975_4: f64 = 2.776;
+
+/// Whether a point ties with the best, from their scores over the same [`NOISE_SEEDS`] seeds
+/// (`point[k]` and `best[k]` ran with one seed, so the workload's draws cancel in their
+/// difference): the mean difference is within `T_975_4` standard errors of it (a paired t
+/// interval at 95 %) or within [`PLATEAU`] of the best's mean. The data cannot tell such points
+/// apart.
+pub fn paired_tie(point: &[f64], best: &[f64]) -> bool {
+    let n = point.len().min(best.len());
+    if n == 0 {
+        return false;
+    }
+    let d: Vec<f64> = point.iter().zip(best).map(|(p, b)| p - b).collect();
+    let mean = d.iter().sum::<f64>() / n as f64;
+    let best_mean = best.iter().sum::<f64>() / n as f64;
+    let se = if n > 1 {
+        (d.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64 / n as f64).sqrt()
+    } else {
+        0.0
+    };
+    mean >= -(T_975_4 * se).max(PLATEAU * best_mean.abs())
 }
 
 /// The simpler of two settings that tie: the smaller batch (less memory held, a batch's wait
@@ -214,13 +239,12 @@ pub fn simpler(a: &Point, b: &Point) -> std::cmp::Ordering {
     a.batch_size.cmp(&b.batch_size).then(b.batch_timeout.cmp(&a.batch_timeout))
 }
 
-/// The noise of the search: the relative standard deviation of point `i`'s score over
-/// [`NOISE_SEEDS`] runs, the scenario's seed (the run the search made) and the next seeds (the
-/// workload's draws, the arrivals and the simulator's own randomness all change with it).
-fn noise(s: &Search<'_>, i: usize) -> Result<f64, TuneError> {
+/// Point `i`'s score over [`NOISE_SEEDS`] seeds: the scenario's seed (the run the search made)
+/// and the next ones (the workload's draws, the arrivals and the simulator's own randomness all
+/// change with it). A seed that misses the objective counts as no score at all: that is noise too.
+fn seed_scores(s: &Search<'_>, i: usize) -> Result<Vec<f64>, TuneError> {
     let p = &s.points[i];
-    let Some(first) = p.score else { return Ok(0.0) };
-    let mut scores = vec![first];
+    let mut scores = vec![p.score.unwrap_or(0.0)];
     let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?;
     for k in 1..NOISE_SEEDS {
         let seed = int(s.plan.seed().wrapping_add(k) & (i64::MAX as u64));
@@ -229,31 +253,46 @@ fn noise(s: &Search<'_>, i: usize) -> Result<f64, TuneError> {
             point: format!("{} (seed +{k})", p.label(s.space.load)),
             source,
         })?;
-        // A seed that misses the objective counts as no goodput at all: that is noise too.
         scores.push(summary.report.benchmarks.first().and_then(|b| score(s.objective, b)).unwrap_or(0.0));
     }
-    let n = scores.len() as f64;
-    let mean = scores.iter().sum::<f64>() / n;
-    let var = scores.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
-    Ok(if mean > 0.0 { var.sqrt() / mean } else { 0.0 })
+    Ok(scores)
 }
 
-/// The recommendation and the noise. Of the points within [`tie_band`] of the highest score (the
-/// plateau), each is run again at [`STRESS`] times its load; those within the band of the best
-/// score there still tie (`tied`), and the recommendation is the [`simpler`] of them. The data
-/// cannot tell tied points apart, so the tie goes to the simpler setting, not to whichever
-/// happened to be a few tenths of a percent ahead. Without a load to raise, the plateau ties.
+/// The relative standard deviation of `scores`.
+fn relative_sd(scores: &[f64]) -> f64 {
+    let n = scores.len() as f64;
+    let mean = scores.iter().sum::<f64>() / n;
+    let var = scores.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    if mean > 0.0 { var.sqrt() / mean } else { 0.0 }
+}
+
+/// The recommendation and the noise (the best point's relative spread over seeds). The points
+/// within [`tie_band`] of the highest score are run over the same seeds as the best; those that
+/// tie with it there ([`paired_tie`]) are the plateau. Each is run again at [`STRESS`] times its
+/// load; those within [`PLATEAU`] of the best score there still tie (`tied`), and the
+/// recommendation is the [`simpler`] of them. The data cannot tell tied points apart, so the tie
+/// goes to the simpler setting, not to whichever happened to be a little ahead. Without a load to
+/// raise, the plateau ties.
 fn recommend(s: &mut Search<'_>) -> Result<(Option<usize>, Option<f64>), TuneError> {
     let ranked = s.best(usize::MAX);
     let Some(&first) = ranked.first() else { return Ok((None, None)) };
     let Some(top) = s.points[first].score else { return Ok((None, None)) };
-    let noise = noise(s, first)?;
+    let best_scores = seed_scores(s, first)?;
+    let noise = relative_sd(&best_scores);
     let band = tie_band(noise);
-    let within = |v: f64, of: f64| v >= of - of.abs() * band;
-    let plateau: Vec<usize> = ranked.into_iter().filter(|&i| s.points[i].score.is_some_and(|v| within(v, top))).collect();
+    let mut plateau = vec![first];
+    for &i in ranked.iter().skip(1).take(MAX_STRESSED - 1) {
+        if !s.points[i].score.is_some_and(|v| v >= top - top.abs() * band) {
+            break;
+        }
+        if paired_tie(&seed_scores(s, i)?, &best_scores) {
+            plateau.push(i);
+        }
+    }
     for &i in &plateau {
         s.points[i].plateau = true;
     }
+    let within = |v: f64, of: f64| v >= of - of.abs() * PLATEAU;
     // Each is stressed on its own, even one that ran like another at the scenario's load: a
     // timeout that never fired there may fire at the higher load.
     let candidates: Vec<usize> = plateau.iter().copied().take(MAX_STRESSED).collect();

@@ -378,9 +378,10 @@ fn check_benchmark_names(cx: &mut ReadContext, top: LocatedTable, profile: &Prof
         let field = cx.field(top, "profile");
         // At the list of rates or levels (a `[matrix]` value keeps its place in the file), else
         // at `[profile]`.
-        let list = field.as_ref().and_then(|f| f.node.table_like()).and_then(|t| {
-            ["rates", "levels"].iter().find_map(|k| t.get(k).and_then(|i| i.span()))
-        });
+        let list = field
+            .as_ref()
+            .and_then(|f| f.node.table_like())
+            .and_then(|t| ["rates", "levels"].iter().find_map(|k| t.get(k).and_then(|i| i.span())));
         let span = list.or_else(|| field.and_then(|f| f.span()));
         let message = format!("[profile] gives two benchmarks the same name `{name}`: each needs its own");
         cx.report("profile", span, message, Some("remove the repeated rate or level".to_owned()));

@@ -13,11 +13,18 @@
 //!
 //! Points already evaluated are never run twice, so the budget counts distinct runs.
 //!
-//! # The recommendation
-//! Not simply the highest score: every point within [`PLATEAU`] (2 %) of it is a candidate, and
-//! each is run again at [`STRESS`] (1.5×) its load; the candidate with the highest score there
-//! wins. On a plateau any point meets the objective, so the tie goes to headroom. The result
-//! is within 2 % of every point evaluated, grid points included.
+//! # The recommendation: only what the data supports
+//! Not simply the highest score, which picks by accident among settings the data cannot tell
+//! apart (`recommend` has the rule, docs/tuning.md the why):
+//! - the **noise** is the best point's relative spread over [`NOISE_SEEDS`] seeds;
+//! - the **plateau** is the points within [`tie_band`] of the best that also tie with it over the
+//!   same seeds ([`paired_tie`]: a paired 95 % interval, or [`PLATEAU`], 2 %);
+//! - each is run again at [`STRESS`] (1.5×) its load, and those within 2 % of the best there are
+//!   **tied** (said in the report and the CLI);
+//! - the recommendation is the [`simpler`] tied point: the smallest batch, then the longest
+//!   timeout.
+//!
+//! The result is within the tie band of every point evaluated, grid points included.
 
 use crate::loadgen::ProfileSpec;
 use crate::scenario::units::format_duration;
@@ -249,10 +256,8 @@ fn seed_scores(s: &Search<'_>, i: usize) -> Result<Vec<f64>, TuneError> {
     for k in 1..NOISE_SEEDS {
         let seed = int(s.plan.seed().wrapping_add(k) & (i64::MAX as u64));
         let plan = at.with_sets(&[("seed", seed.clone()), ("engine.sim.seed", seed)])?;
-        let summary = run_blocking(&plan, RunOptions::quiet()).map_err(|source| TuneError::Run {
-            point: format!("{} (seed +{k})", p.label(s.space.load)),
-            source,
-        })?;
+        let summary = run_blocking(&plan, RunOptions::quiet())
+            .map_err(|source| TuneError::Run { point: format!("{} (seed +{k})", p.label(s.space.load)), source })?;
         scores.push(summary.report.benchmarks.first().and_then(|b| score(s.objective, b)).unwrap_or(0.0));
     }
     Ok(scores)

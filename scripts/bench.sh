@@ -267,6 +267,8 @@ else
     md "\`\`\`"
     md ""
     python3 scripts/bench_tune.py table "$work/tune" "$work/tune-measured" >>"$out"
+    # Kept, so the table can be printed again: bench_tune.py table results/bench-7/tune results/bench-7/tune-measured
+    mkdir -p results/bench-7 && cp -r "$work/tune" "$work/tune-measured" "$work/tune-grid.txt" results/bench-7/
 fi
 
 md ""

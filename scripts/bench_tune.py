@@ -160,13 +160,24 @@ def table(tune_dir, measured_dir):
     out.append(f"The SLO binds: attainment below 100 % in at least one repeat of {binding} of the {len(runs)} settings.")
     if name in goodput and goodput[name] is not None and goodput[top]:
         ratio = goodput[name] / goodput[top]
-        verdict = "within" if ratio >= 1 - WITHIN else "**not** within"
+        verdict = "within" if ratio >= 1 - WITHIN else "NOT within"
         out.append("")
         out.append(
             f"**Measured: the recommendation's goodput is {ratio * 100:.1f} % of the grid's best ({fmt(goodput[name])} "
             f"against {fmt(goodput[top])} output tok/s under the SLO, `{top}`; means over the repeats): {verdict} "
             f"{WITHIN * 100:.0f} %.**"
         )
+        # Whether this run's own noise can tell the two apart: the 95 % intervals of the means.
+        half = {b: (lambda m: (m["ci95_high"] - m["ci95_low"]) / 2 if m else None)(
+            repeats.get(b, {}).get("goodput_output_tokens_per_s")) for b in (name, top)}
+        if name != top and None not in half.values():
+            gap = goodput[top] - goodput[name]
+            apart = gap > half[name] + half[top]
+            out.append(
+                f"The gap ({gap:.1f} tok/s) is {'larger' if apart else 'smaller'} than the two 95 % intervals together "
+                f"(± {half[name]:.1f} and ± {half[top]:.1f}): "
+                + ("this run tells them apart." if apart else "this run's noise cannot tell them apart.")
+            )
     else:
         out.append("")
         out.append(f"**The recommendation `{name}` is not among the grid's benchmarks.**")

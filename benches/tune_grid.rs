@@ -12,7 +12,8 @@
 //! the grid's best.
 //!
 //! `cargo bench --bench tune_grid -- [--scenarios N] [--budgets 30,100]`; prints one `TUNE_GRID`
-//! line per budget, one `SCENARIO` line per scenario and budget.
+//! line per budget, one `SCENARIO` line per scenario and budget (under `cargo test`, one scenario
+//! at a budget of 8, as a smoke test).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -140,9 +141,11 @@ fn grid_best(sim: &Plan, space: &Space, budget: usize) -> (f64, usize) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
-    let scenarios: u64 = arg("--scenarios").map_or(50, |v| v.parse().expect("--scenarios N"));
+    // `cargo test --all-targets` runs this binary too, without `--bench`: keep that a smoke run.
+    let smoke = !args.iter().any(|a| a == "--bench");
+    let scenarios: u64 = arg("--scenarios").map_or(if smoke { 1 } else { 50 }, |v| v.parse().expect("--scenarios N"));
     let budgets: Vec<usize> = arg("--budgets")
-        .unwrap_or_else(|| "30,100".into())
+        .unwrap_or_else(|| if smoke { "8".into() } else { "30,100".into() })
         .split(',')
         .map(|v| v.parse().expect("--budgets 30,100"))
         .collect();

@@ -157,7 +157,13 @@ def table(tune_dir, measured_dir):
             f"| {fmt(mean(bench, 'output_tokens_per_s'))} | {fmt(mean(bench, 'latency_p99_ms'))} |"
         )
     out.append("")
-    out.append(f"The SLO binds: attainment below 100 % in at least one repeat of {binding} of the {len(runs)} settings.")
+    if binding:
+        out.append(f"The SLO binds: attainment below 100 % in at least one repeat of {binding} of the {len(runs)} settings.")
+    else:
+        out.append(
+            f"The SLO did not bind in this run: every repeat of all {len(runs)} settings met it (the machine was faster "
+            "than when it was calibrated), so goodput is throughput here."
+        )
     if name in goodput and goodput[name] is not None and goodput[top]:
         ratio = goodput[name] / goodput[top]
         verdict = "within" if ratio >= 1 - WITHIN else "NOT within"

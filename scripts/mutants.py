@@ -341,6 +341,14 @@ MUTANTS = [
     ("slo: a one-token completion unmeasurable again", "src/metrics/slo.rs",
      "m.output_tokens.is_some_and(|n| n <= 1)", "m.output_tokens.is_some_and(|n| n < 1)",
      ["--lib", "metrics::slo::tests::verdicts"], {}),
+    # ---- tune's recommendation (issue 22: ties said, and given to the simpler setting) ----
+    ("tune: a tie goes to the higher score, not the simpler setting", "src/tune/search.rs",
+     "let best = tied.iter().copied().min_by(|&a, &b| simpler(&s.points[a], &s.points[b]).then(a.cmp(&b)));",
+     "let best = tied.first().copied();",
+     ["--test", "tune", "ties_within_noise_are_marked_and_the_simplest_is_recommended"], {}),
+    ("tune: the paired tie check forgets the seeds' spread", "src/tune/search.rs",
+     "mean >= -(T_975_4 * se).max(PLATEAU * best_mean.abs())", "mean >= -(PLATEAU * best_mean.abs())",
+     ["--test", "tune", "a_tie_is_judged_on_the_difference_over_the_same_seeds"], {}),
 ]
 
 

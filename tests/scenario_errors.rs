@@ -162,6 +162,16 @@ check!(infinite_rate_set, "[profile]\nkind = \"poisson\"\nrate = 1.0\n", &["prof
 check!(escape_sequence_in_a_line, "[batching]\nbatch_size = \u{1b}[2J8\n");
 check!(escape_sequence_in_a_key, "[batching]\n\"\\u001b[2Jbatch\" = 8\n");
 check!(duplicate_benchmark_names, "[profile]\nkind = \"constant\"\nrates = [1, 1]\n");
+// A `[matrix]` value listed twice names two benchmarks alike (issue 22): the file's place, or the `--set`.
+check!(
+    matrix_repeated_value,
+    "[matrix]\n\"batching.batch_size\" = [8, 32, 8]\n\"batching.batch_timeout\" = [\"1ms\", \"2ms\"]\n"
+);
+check!(matrix_repeated_value_set, "[matrix]\n\"batching.batch_size\" = [8, 32]\n", &["batching.batch_size=[16, 16]"]);
+check!(
+    matrix_combination_with_repeated_steps,
+    "[profile]\nkind = \"constant\"\nrates = [1]\n[matrix]\n\"profile.rates\" = [[1, 2], [3, 3]]\n"
+);
 check!(duplicate_concurrency_levels, "[profile]\nkind = \"concurrent\"\nlevels = [4, 8, 4]\n");
 check!(name_escapes_results, "name = \"../../escape\"\n");
 check!(name_is_absolute, "name = \"/tmp/x\"\n");

@@ -10,7 +10,7 @@ use batchlab::report::Report;
 use batchlab::scenario::plan::{EnginePlan, Plan};
 use batchlab::scenario::units::{format_duration, parse_duration};
 use batchlab::scenario::{Overrides, load_file};
-use batchlab::tune::{Objective, STRESS, Space, TuneReport, TuneResult, search, search_plan};
+use batchlab::tune::{NOISE_SEEDS, Objective, STRESS, Space, TuneReport, TuneResult, search, search_plan};
 
 use super::{EXIT_BAD_INPUT, EXIT_ERROR};
 
@@ -197,6 +197,15 @@ fn num(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.1}"))
 }
 
+/// The first `n` labels, then how many more.
+fn shown(labels: &[String], n: usize) -> String {
+    let mut s = labels.iter().take(n).cloned().collect::<Vec<_>>().join("; ");
+    if labels.len() > n {
+        s.push_str(&format!("; and {} more", labels.len() - n));
+    }
+    s
+}
+
 /// The front of the evaluated points (score up, latency p99 down), best score first.
 fn front_table(result: &TuneResult, objective: &Objective) -> String {
     let score = match objective {
@@ -210,7 +219,13 @@ fn front_table(result: &TuneResult, objective: &Objective) -> String {
     );
     let front = result.distinct(|p| p.front || p.plateau);
     for p in front {
-        let mark = if result.best_point() == Some(p) { " <- best" } else { "" };
+        let mark = if result.best_point() == Some(p) {
+            " <- best"
+        } else if p.tied {
+            " (tied)"
+        } else {
+            ""
+        };
         out.push_str(&format!(
             "{:<54} {:>14} {:>12} {:>12} {:>14} {:>6}{mark}\n",
             p.label(result.space.load),
@@ -219,6 +234,18 @@ fn front_table(result: &TuneResult, objective: &Objective) -> String {
             num(p.latency_p99_ms),
             if p.plateau { num(p.stress_score) } else { String::new() },
             if p.grid { "grid" } else { "refine" }
+        ));
+    }
+    let tied: Vec<String> = result.points.iter().filter(|p| p.tied).map(|p| p.label(result.space.load)).collect();
+    if let (Some(noise), true) = (result.noise, tied.len() > 1) {
+        out.push_str(&format!(
+            "\ntied within noise ({} points: over the same {NOISE_SEEDS} seeds as the best, their goodput differs from it \
+             by less than a 95 % paired interval or 2 %, and at x{STRESS} load by less than 2 %; the best point's spread \
+             over the seeds: {:.1} %): {}\nthe data cannot tell them apart; recommending the simplest (the smallest \
+             batch, then the longest timeout)\n",
+            tied.len(),
+            noise * 100.0,
+            shown(&tied, 6),
         ));
     }
     out

@@ -100,6 +100,11 @@ pub struct Point {
     /// when it was not stressed or met no objective there.
     #[serde(default)]
     pub stress_score: Option<f64>,
+    /// Tied with the recommendation within the search's noise (`TuneResult::noise`), at the
+    /// scenario's load and at `tune::STRESS` times it: the data cannot tell these points apart,
+    /// and the recommendation is the simplest of them (`tune::simpler`).
+    #[serde(default)]
+    pub tied: bool,
 }
 
 impl Point {
@@ -131,6 +136,11 @@ pub struct TuneResult {
     pub best: Option<usize>,
     /// The space searched.
     pub space: Space,
+    /// The search's noise: the relative standard deviation of the best point's score over runs
+    /// with different seeds (`tune::NOISE_SEEDS` of them); `None` before the search ends or when
+    /// no point met the objective. Two scores closer than `tune::tie_band` of it tie.
+    #[serde(default)]
+    pub noise: Option<f64>,
 }
 
 impl TuneResult {

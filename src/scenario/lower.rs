@@ -380,7 +380,13 @@ fn check_benchmark_names(cx: &mut ReadContext, top: LocatedTable, profile: &Prof
     let crate::loadgen::Expansion::Fixed(steps) = crate::loadgen::expand(profile) else { return };
     if let Some(name) = crate::loadgen::duplicate_name(&steps) {
         let field = cx.field(top, "profile");
-        let span = field.and_then(|f| f.span());
+        // At the list of rates or levels (a `[matrix]` value keeps its place in the file), else
+        // at `[profile]`.
+        let list = field
+            .as_ref()
+            .and_then(|f| f.node.table_like())
+            .and_then(|t| ["rates", "levels"].iter().find_map(|k| t.get(k).and_then(|i| i.span())));
+        let span = list.or_else(|| field.and_then(|f| f.span()));
         let message = format!("[profile] gives two benchmarks the same name `{name}`: each needs its own");
         cx.report("profile", span, message, Some("remove the repeated rate or level".to_owned()));
     }

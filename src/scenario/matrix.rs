@@ -56,7 +56,7 @@ pub(crate) fn extract(
     flatten(table, "", &mut flat);
     let mut axes: Vec<RawAxis> = Vec::new();
     for (key, key_span, item) in flat {
-        let origin = at(key_span.or_else(|| item.span()));
+        let origin = at(key_span.clone().or_else(|| item.span()));
         let path: Vec<&str> = key.split('.').collect();
         let mut fail = |message: String, help: Option<String>| {
             problems.push(Problem { message, origin: origin.clone(), help });
@@ -104,6 +104,13 @@ pub(crate) fn extract(
             fail(format!("[matrix] `{key}` appears twice"), None);
             continue;
         }
+        // A repeated value gives two benchmarks one name, which the report, the CSV, the
+        // expectations and `compare` (which would pool them as repeats) all key on.
+        if let Some(i) = repeated_value(&values) {
+            let origin = at(values[i].span().or(key_span));
+            problems.push(repeated_value_problem(&key, &values[i], origin));
+            continue;
+        }
         axes.push(RawAxis { key, values });
     }
     // `--set KEY=...` of an axis: the set value (now in the tree) replaces the axis.
@@ -117,7 +124,14 @@ pub(crate) fn extract(
                 Value::Array(a) if !a.is_empty() => a.iter().cloned().collect(),
                 other => vec![other],
             };
+            if let Some(i) = repeated_value(&axis.values) {
+                let arg = sets.iter().rev().find(|s| s.path == axis.key).map_or_else(String::new, |s| s.label.clone());
+                problems.push(repeated_value_problem(&axis.key, &axis.values[i], Origin::Override { arg }));
+            }
         }
+    }
+    if axes.iter().any(|a| repeated_value(&a.values).is_some()) {
+        return Vec::new();
     }
     let combinations: usize =
         axes.iter().map(|a| a.values.len()).try_fold(1usize, usize::checked_mul).unwrap_or(usize::MAX);
@@ -130,6 +144,26 @@ pub(crate) fn extract(
         return Vec::new();
     }
     axes
+}
+
+/// The index of the first value whose label an earlier value of the list already has: the two
+/// would name their benchmarks alike (`batch_size=8` twice).
+fn repeated_value(values: &[Value]) -> Option<usize> {
+    let labels: Vec<String> = values.iter().map(label_value).collect();
+    (1..labels.len()).find(|&i| labels[..i].contains(&labels[i]))
+}
+
+fn repeated_value_problem(key: &str, value: &Value, origin: Origin) -> Problem {
+    let short = key.rsplit('.').next().unwrap_or(key);
+    let value = label_value(value);
+    Problem {
+        message: format!(
+            "[matrix] `{key}` lists `{value}` twice: two benchmarks would have the same name (`{short}={value}`), \
+             and each needs its own"
+        ),
+        origin,
+        help: Some("remove the repeated value; to measure a setting again, run with `--repeat N`".into()),
+    }
 }
 
 fn flatten<'a>(

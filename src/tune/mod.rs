@@ -26,7 +26,9 @@ use std::time::Duration;
 
 pub use crate::report::tuning::{Confirmation, LoadKnob, Point, Space, TuneReport, TuneResult};
 pub use confirm::{ConfirmError, confirm, confirmation_plan, confirmations};
-pub use search::{PLATEAU, STRESS, search, search_plan, stressed, with_point};
+pub use search::{
+    NOISE_SEEDS, PLATEAU, STRESS, paired_tie, search, search_plan, simpler, stressed, tie_band, with_point,
+};
 
 use crate::report::{Report, ReportError};
 use crate::run::{RunError, RunOptions, run_blocking};

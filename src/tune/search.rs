@@ -13,11 +13,18 @@
 //!
 //! Points already evaluated are never run twice, so the budget counts distinct runs.
 //!
-//! # The recommendation
-//! Not simply the highest score: every point within [`PLATEAU`] (2 %) of it is a candidate, and
-//! each is run again at [`STRESS`] (1.5×) its load; the candidate with the highest score there
-//! wins. On a plateau any point meets the objective, so the tie goes to headroom. The result
-//! is within 2 % of every point evaluated, grid points included.
+//! # The recommendation: only what the data supports
+//! Not simply the highest score, which picks by accident among settings the data cannot tell
+//! apart (`recommend` has the rule, docs/tuning.md the why):
+//! - the **noise** is the best point's relative spread over [`NOISE_SEEDS`] seeds;
+//! - the **plateau** is the points within [`tie_band`] of the best that also tie with it over the
+//!   same seeds ([`paired_tie`]: a paired 95 % interval, or [`PLATEAU`], 2 %);
+//! - each is run again at [`STRESS`] (1.5×) its load, and those within 2 % of the best there are
+//!   **tied** (said in the report and the CLI);
+//! - the recommendation is the [`simpler`] tied point: the smallest batch, then the longest
+//!   timeout.
+//!
+//! The result is within the tie band of every point evaluated, grid points included.
 
 use crate::loadgen::ProfileSpec;
 use crate::scenario::units::format_duration;
@@ -145,6 +152,7 @@ impl Search<'_> {
             front: false,
             plateau: false,
             stress_score: None,
+            tied: false,
         };
         let summary = run_blocking(&plan, RunOptions::quiet())
             .map_err(|source| TuneError::Run { point: point.label(self.space.load), source })?;
@@ -179,8 +187,8 @@ pub const PLATEAU: f64 = 0.02;
 /// load (rate, concurrency) and the one that keeps the highest score there is recommended.
 pub const STRESS: f64 = 1.5;
 
-/// Most plateau points the headroom check runs (the best by score, one of each distinct result).
-const MAX_STRESSED: usize = 8;
+/// Most plateau points the headroom check runs (the best by score).
+const MAX_STRESSED: usize = 24;
 
 /// `plan` with its load (rates, concurrency) multiplied by `factor`; `None` for a profile
 /// without one (synchronous, trace, sweep).
@@ -196,45 +204,137 @@ pub fn stressed(plan: &Plan, factor: f64) -> Result<Option<Plan>, TuneError> {
     Ok(Some(plan.with_sets(&[set])?))
 }
 
-/// The recommendation: of the points within [`PLATEAU`] of the highest score, the one whose score
-/// holds up best at [`STRESS`] times its load (ties: the higher score, then the earlier point).
-/// A search that picks the top of a flat plateau picks by accident, and on a real engine the
-/// accident can be a setting that has no room to catch up after a hiccup.
-fn recommend(s: &mut Search<'_>) -> Result<Option<usize>, TuneError> {
+/// How many seeds the noise is measured over: the scenario's own and the next ones.
+pub const NOISE_SEEDS: u64 = 5;
+
+/// The band in which points may tie with the best, before the paired check ([`paired_tie`]): the
+/// 95 % range of the difference of two independent single runs whose scores each vary by `noise`
+/// (the best point's relative standard deviation over seeds), `1.96 × √2 × noise`, and never
+/// less than [`PLATEAU`].
+pub fn tie_band(noise: f64) -> f64 {
+    (1.96 * std::f64::consts::SQRT_2 * noise).max(PLATEAU)
+}
+
+/// Student's t at 97.5 % for the [`NOISE_SEEDS`]` - 1 = 4` degrees of freedom of the paired check.
+const T_975_4: f64 = 2.776;
+
+/// Whether a point ties with the best, from their scores over the same [`NOISE_SEEDS`] seeds
+/// (`point[k]` and `best[k]` ran with one seed, so the workload's draws cancel in their
+/// difference): the mean difference is within `T_975_4` standard errors of it (a paired t
+/// interval at 95 %) or within [`PLATEAU`] of the best's mean. The data cannot tell such points
+/// apart.
+pub fn paired_tie(point: &[f64], best: &[f64]) -> bool {
+    let n = point.len().min(best.len());
+    if n == 0 {
+        return false;
+    }
+    let d: Vec<f64> = point.iter().zip(best).map(|(p, b)| p - b).collect();
+    let mean = d.iter().sum::<f64>() / n as f64;
+    let best_mean = best.iter().sum::<f64>() / n as f64;
+    let se = if n > 1 {
+        (d.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64 / n as f64).sqrt()
+    } else {
+        0.0
+    };
+    mean >= -(T_975_4 * se).max(PLATEAU * best_mean.abs())
+}
+
+/// The simpler of two settings that tie: the smaller batch (less memory held, a batch's wait
+/// shorter), then the longer timeout (fewer partial batches: the batcher waits for full ones,
+/// the setting least sensitive to the arrival pattern). `Less` means `a` is simpler.
+pub fn simpler(a: &Point, b: &Point) -> std::cmp::Ordering {
+    a.batch_size.cmp(&b.batch_size).then(b.batch_timeout.cmp(&a.batch_timeout))
+}
+
+/// Point `i`'s score over [`NOISE_SEEDS`] seeds: the scenario's seed (the run the search made)
+/// and the next ones (the workload's draws, the arrivals and the simulator's own randomness all
+/// change with it). A seed that misses the objective counts as no score at all: that is noise too.
+fn seed_scores(s: &Search<'_>, i: usize) -> Result<Vec<f64>, TuneError> {
+    let p = &s.points[i];
+    let mut scores = vec![p.score.unwrap_or(0.0)];
+    let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?;
+    for k in 1..NOISE_SEEDS {
+        let seed = int(s.plan.seed().wrapping_add(k) & (i64::MAX as u64));
+        let plan = at.with_sets(&[("seed", seed.clone()), ("engine.sim.seed", seed)])?;
+        let summary = run_blocking(&plan, RunOptions::quiet())
+            .map_err(|source| TuneError::Run { point: format!("{} (seed +{k})", p.label(s.space.load)), source })?;
+        scores.push(summary.report.benchmarks.first().and_then(|b| score(s.objective, b)).unwrap_or(0.0));
+    }
+    Ok(scores)
+}
+
+/// The relative standard deviation of `scores`.
+fn relative_sd(scores: &[f64]) -> f64 {
+    let n = scores.len() as f64;
+    let mean = scores.iter().sum::<f64>() / n;
+    let var = scores.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    if mean > 0.0 { var.sqrt() / mean } else { 0.0 }
+}
+
+/// The recommendation and the noise (the best point's relative spread over seeds). The points
+/// within [`tie_band`] of the highest score are run over the same seeds as the best; those that
+/// tie with it there ([`paired_tie`]) are the plateau. Each is run again at [`STRESS`] times its
+/// load; those within [`PLATEAU`] of the best score there still tie (`tied`), and the
+/// recommendation is the [`simpler`] of them. The data cannot tell tied points apart, so the tie
+/// goes to the simpler setting, not to whichever happened to be a little ahead. Without a load to
+/// raise, the plateau ties.
+fn recommend(s: &mut Search<'_>) -> Result<(Option<usize>, Option<f64>), TuneError> {
     let ranked = s.best(usize::MAX);
-    let Some(top) = ranked.first().and_then(|&i| s.points[i].score) else { return Ok(None) };
-    let plateau: Vec<usize> =
-        ranked.into_iter().filter(|&i| s.points[i].score.is_some_and(|v| v >= top - top.abs() * PLATEAU)).collect();
+    let Some(&first) = ranked.first() else { return Ok((None, None)) };
+    let Some(top) = s.points[first].score else { return Ok((None, None)) };
+    let best_scores = seed_scores(s, first)?;
+    let noise = relative_sd(&best_scores);
+    let band = tie_band(noise);
+    let mut plateau = vec![first];
+    for &i in ranked.iter().skip(1).take(MAX_STRESSED - 1) {
+        if !s.points[i].score.is_some_and(|v| v >= top - top.abs() * band) {
+            break;
+        }
+        if paired_tie(&seed_scores(s, i)?, &best_scores) {
+            plateau.push(i);
+        }
+    }
     for &i in &plateau {
         s.points[i].plateau = true;
     }
-    // Points with the same result ran the same ([`Point::result`]): the first stands for them all.
-    let mut distinct: Vec<usize> = Vec::new();
-    for &i in &plateau {
-        if !distinct.iter().any(|&j| s.points[j].result() == s.points[i].result()) {
-            distinct.push(i);
+    let within = |v: f64, of: f64| v >= of - of.abs() * PLATEAU;
+    // Each is stressed on its own, even one that ran like another at the scenario's load: a
+    // timeout that never fired there may fire at the higher load.
+    let candidates: Vec<usize> = plateau.iter().copied().take(MAX_STRESSED).collect();
+    let mut tied = candidates.clone();
+    if candidates.len() >= 2 {
+        let mut stressable = true;
+        for &i in &candidates {
+            let p = s.points[i].clone();
+            let Some(plan) = stressed(&with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?, STRESS)? else {
+                stressable = false;
+                break;
+            };
+            let summary = run_blocking(&plan, RunOptions::quiet()).map_err(|source| TuneError::Run {
+                point: format!("{} (load x{STRESS})", p.label(s.space.load)),
+                source,
+            })?;
+            s.points[i].stress_score = summary.report.benchmarks.first().and_then(|b| score(s.objective, b));
+        }
+        if stressable {
+            let best_stress = candidates.iter().filter_map(|&i| s.points[i].stress_score).fold(f64::MIN, f64::max);
+            tied = if best_stress == f64::MIN {
+                // Nothing meets the objective at the higher load: the plateau's top stands alone.
+                vec![candidates[0]]
+            } else {
+                candidates
+                    .iter()
+                    .copied()
+                    .filter(|&i| s.points[i].stress_score.is_some_and(|v| within(v, best_stress)))
+                    .collect()
+            };
         }
     }
-    distinct.truncate(MAX_STRESSED);
-    if distinct.len() < 2 {
-        return Ok(distinct.first().copied());
+    for &i in &tied {
+        s.points[i].tied = true;
     }
-    for &i in &distinct {
-        let p = s.points[i].clone();
-        let Some(plan) = stressed(&with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?, STRESS)? else {
-            return Ok(plateau.first().copied());
-        };
-        let summary = run_blocking(&plan, RunOptions::quiet()).map_err(|source| TuneError::Run {
-            point: format!("{} (load x{STRESS})", p.label(s.space.load)),
-            source,
-        })?;
-        s.points[i].stress_score = summary.report.benchmarks.first().and_then(|b| score(s.objective, b));
-    }
-    let key = |i: usize| (s.points[i].stress_score.unwrap_or(f64::MIN), s.points[i].score.unwrap_or(f64::MIN));
-    Ok(distinct.into_iter().reduce(|a, b| {
-        let (ka, kb) = (key(a), key(b));
-        if kb.0 > ka.0 || (kb.0 == ka.0 && kb.1 > ka.1) { b } else { a }
-    }))
+    let best = tied.iter().copied().min_by(|&a, &b| simpler(&s.points[a], &s.points[b]).then(a.cmp(&b)));
+    Ok((best, Some(noise)))
 }
 
 /// Searches `plan`'s batching settings (see the module docs). `plan` must run on the simulator
@@ -300,13 +400,13 @@ pub fn search(plan: &Plan, objective: &Objective, budget: usize, space: Space) -
             break;
         }
     }
-    let best = recommend(&mut s)?;
+    let (best, noise) = recommend(&mut s)?;
     let mut points = s.points;
     let pts: Vec<(Option<f64>, Option<f64>)> = points.iter().map(Point::result).collect();
     for (p, on) in points.iter_mut().zip(crate::metrics::pareto::front(&pts)) {
         p.front = on;
     }
-    Ok(TuneResult { points, best, space })
+    Ok(TuneResult { points, best, space, noise })
 }
 
 /// The search's bounds: policy, so here, on the data type the report carries.

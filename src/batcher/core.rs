@@ -964,16 +964,7 @@ mod tests {
     fn check(arrivals: &[u64], then: impl FnOnce(&mut BatcherCore, Timestamp), expected: Option<u64>) {
         let mut core = BatcherCore::new(BatchConfig::new(3, Duration::from_millis(10)).unwrap());
         assert!(core.begin_start());
-        core.handle_start_result(
-            Ok(EngineInfo {
-                name: "t".into(),
-                version: "0".into(),
-                resolved_config: None,
-                processes: None,
-                engine_thread: None,
-            }),
-            at(0),
-        );
+        core.handle_start_result(Ok(EngineInfo::new("t", "0")), at(0));
         for (i, &t) in arrivals.iter().enumerate() {
             assert_eq!(core.submit(EngineRequest::tokens(vec![1], 1), at(t)), Ok(i as u64), "ids count submits");
         }
@@ -1026,16 +1017,7 @@ mod tests {
     fn death_fails_everything_once_and_rejects_later_submits() {
         let mut core = BatcherCore::new(BatchConfig::new(2, Duration::from_millis(10)).unwrap());
         assert!(core.begin_start());
-        core.handle_start_result(
-            Ok(EngineInfo {
-                name: "t".into(),
-                version: "0".into(),
-                resolved_config: None,
-                processes: None,
-                engine_thread: None,
-            }),
-            at(0),
-        );
+        core.handle_start_result(Ok(EngineInfo::new("t", "0")), at(0));
         for _ in 0..3 {
             core.submit(EngineRequest::tokens(vec![1], 1), at(1)).unwrap();
         }
@@ -1070,16 +1052,7 @@ mod tests {
         assert_eq!(submit(&mut core, 0), Err(RequestError::EngineNotStarted));
         assert!(core.begin_start());
         assert_eq!(submit(&mut core, 0), Ok(1), "a rejected submit used id 0");
-        core.handle_start_result(
-            Ok(EngineInfo {
-                name: "t".into(),
-                version: "0".into(),
-                resolved_config: None,
-                processes: None,
-                engine_thread: None,
-            }),
-            at(0),
-        );
+        core.handle_start_result(Ok(EngineInfo::new("t", "0")), at(0));
         assert_eq!(submit(&mut core, 1), Ok(2));
         let batch = core.poll_dispatch(at(1)).expect("a full batch");
         assert_eq!(batch.requests.iter().map(|r| r.id).collect::<Vec<_>>(), [1, 2], "the engine sees the core's ids");

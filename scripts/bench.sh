@@ -292,7 +292,7 @@ elif [[ ! -x "$venv_python" ]]; then
     md "Skipped: no vLLM venv at \`$home/venv\` (run \`just setup-vllm\`)."
 else
     CARGO_TARGET_DIR="$vtarget" cargo build --release --quiet --features vllm
-    # The profile section 6 calibrated on this machine; alone (`--only 7`), a calibration of its own.
+    # The profile section 6 calibrated on this machine; alone (`--only tune`), a calibration of its own.
     profile="${BENCH_TUNE_PROFILE:-$work/fidelity/profile.toml}"  # BENCH_TUNE_PROFILE: one calibrated earlier
     if [[ ! -f $profile ]]; then
         mkdir -p "$work/fidelity"

@@ -21,6 +21,15 @@ const EXIT_REGRESSION: u8 = 4;
 const EXIT_SIGINT: u8 = 130;
 const EXIT_SIGTERM: u8 = 143;
 
+/// The scenario at `path` with `overrides`, or its problems printed (file, line, column) and the
+/// bad-input exit code: every command that reads a scenario reads it here.
+pub(crate) fn load_scenario(path: &Path, overrides: &Overrides) -> Result<batchlab::scenario::Plan, ExitCode> {
+    load_file(path, overrides).map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(EXIT_BAD_INPUT)
+    })
+}
+
 #[derive(Parser, Debug)]
 #[command(name = "batchlab", version, about = "Benchmark and test batched LLM inference", long_about = None)]
 struct Cli {
@@ -276,12 +285,9 @@ fn real_main(cli: Cli) -> ExitCode {
         Command::Check { scenario } => (scenario, Task::Print),
     };
     let overrides = Overrides { sets: args.sets, seed: args.seed };
-    let plan = match load_file(&args.scenario, &overrides) {
+    let plan = match load_scenario(&args.scenario, &overrides) {
         Ok(plan) => plan,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
+        Err(code) => return code,
     };
     let run_args = match task {
         Task::Print => {

@@ -10,7 +10,7 @@ use batchlab::calibrate::{CalibrateError, fit_dirs};
 use batchlab::calibrate::{DesignError, DesignOptions, calibrate_scenario, default_runs_dir};
 use batchlab::engine::sim::Profile;
 use batchlab::run::progress::ProgressMode;
-use batchlab::scenario::{Overrides, load_file};
+use batchlab::scenario::Overrides;
 
 use super::{EXIT_BAD_INPUT, EXIT_ERROR};
 
@@ -152,12 +152,9 @@ fn summary(p: &Profile) -> String {
 /// each into `<runs>/<setting>/`, then the fit of those directories.
 fn from_scenario(path: &Path, args: &CalibrateArgs) -> ExitCode {
     let overrides = Overrides { sets: args.sets.clone(), seed: args.seed };
-    let plan = match load_file(path, &overrides) {
+    let plan = match super::load_scenario(path, &overrides) {
         Ok(plan) => plan,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
+        Err(code) => return code,
     };
     let runs = args.runs.clone().unwrap_or_else(|| default_runs_dir(&args.output));
     match design_and_fit(plan, runs, args) {

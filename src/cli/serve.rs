@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use batchlab::scenario::{Overrides, load_file};
+use batchlab::scenario::Overrides;
 use batchlab::serve::{ServeConfig, ServeOutcome, serve};
 
 use super::{EXIT_BAD_INPUT, EXIT_ERROR, error_text};
@@ -48,12 +48,9 @@ pub(super) fn main(args: ServeArgs) -> ExitCode {
         None => ServeConfig::example(),
         Some(path) => {
             let overrides = Overrides { sets: args.sets.clone(), seed: args.seed };
-            let plan = match load_file(path, &overrides) {
+            let plan = match super::load_scenario(path, &overrides) {
                 Ok(plan) => plan,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(EXIT_BAD_INPUT);
-                }
+                Err(code) => return code,
             };
             match ServeConfig::from_plan(&plan) {
                 Ok(config) => config,

@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use batchlab::report::Report;
+use batchlab::scenario::Overrides;
 use batchlab::scenario::plan::{EnginePlan, Plan};
 use batchlab::scenario::units::{format_duration, parse_duration};
-use batchlab::scenario::{Overrides, load_file};
 use batchlab::tune::{NOISE_SEEDS, Objective, STRESS, Space, TuneReport, TuneResult, search, search_plan};
 
 use super::{EXIT_BAD_INPUT, EXIT_ERROR};
@@ -50,12 +50,9 @@ pub(super) struct TuneArgs {
 pub(super) fn main(args: TuneArgs) -> ExitCode {
     let mut sets = args.sets.clone();
     sets.extend(args.slo.iter().map(|s| format!("slo.{s}")));
-    let plan = match load_file(&args.scenario, &Overrides { sets, seed: None }) {
+    let plan = match super::load_scenario(&args.scenario, &Overrides { sets, seed: None }) {
         Ok(plan) => plan,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
+        Err(code) => return code,
     };
     let objective = match (plan.slo().is_set(), args.max_latency_p99) {
         (true, _) => Objective::Goodput,

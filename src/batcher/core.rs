@@ -883,6 +883,7 @@ impl BatcherCore {
                 Err(e) => e,
             },
             GenerateResult::Error(EngineError::Died(death)) => RequestError::EngineDied(death),
+            GenerateResult::Error(EngineError::Remote(error)) => RequestError::Remote { batch_id, batch_size, error },
             GenerateResult::Error(e) => RequestError::Engine { batch_id, batch_size, message: e.to_string() },
             GenerateResult::Panicked(message) => RequestError::EnginePanicked { batch_id, batch_size, message },
         };

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::core::BatchId;
-use crate::engine::EngineDeath;
+use crate::engine::{EngineDeath, RemoteError};
 
 /// Why a request failed. Every submitted request ends in exactly one output or one of these.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -99,6 +99,18 @@ pub enum RequestError {
     /// The engine died: the running batch, the queue and every later submit get this.
     #[error("engine died: {0}")]
     EngineDied(EngineDeath),
+    #[error("batch {batch_id} of {batch_size}: {error}")]
+    /// A remote engine's request for the batch failed (an HTTP server that refused, dropped the
+    /// stream, answered 5xx or 429, or overran the request timeout). Counted by the error's own
+    /// kind (`connect_failed`, `http_5xx`, ...); the engine goes on.
+    Remote {
+        /// The failed batch.
+        batch_id: BatchId,
+        /// How many requests it held (all of them failed).
+        batch_size: usize,
+        /// What failed, and where.
+        error: RemoteError,
+    },
     /// The run was interrupted while a generate was running; the engine is unusable.
     #[error("aborted: the running generate was abandoned after an interrupt")]
     Aborted,
@@ -122,6 +134,13 @@ impl RequestError {
         "generate_timed_out",
         "engine_unresponsive",
         "aborted",
+        "connect_failed",
+        "http_5xx",
+        "http_429",
+        "http_4xx",
+        "stream_dropped",
+        "timeout",
+        "bad_response",
     ];
 
     /// A short stable name for counting errors by kind in reports.
@@ -141,6 +160,7 @@ impl RequestError {
             RequestError::EngineDied(_) => "engine_died",
             RequestError::EngineStalled { .. } => "engine_stalled",
             RequestError::Aborted => "aborted",
+            RequestError::Remote { error, .. } => error.kind.name(),
         }
     }
 
@@ -184,7 +204,12 @@ mod tests {
     #[test]
     fn every_kind_is_listed() {
         let d = Duration::ZERO;
-        let all = [
+        let remote = crate::engine::RemoteErrorKind::ALL.iter().map(|&kind| RequestError::Remote {
+            batch_id: 0,
+            batch_size: 0,
+            error: RemoteError::new(kind, "http://127.0.0.1:1", ""),
+        });
+        let all: Vec<RequestError> = [
             RequestError::EngineNotStarted,
             RequestError::StartFailed(String::new()),
             RequestError::EngineFailed(String::new()),
@@ -203,7 +228,10 @@ mod tests {
             }),
             RequestError::EngineStalled { batch_id: 0, batch_size: 0, stalled_for: d },
             RequestError::Aborted,
-        ];
+        ]
+        .into_iter()
+        .chain(remote)
+        .collect();
         assert_eq!(all.len(), RequestError::KINDS.len(), "KINDS lists a kind no error has");
         for e in &all {
             assert!(RequestError::KINDS.contains(&e.kind()), "{} is missing from KINDS", e.kind());

@@ -137,6 +137,13 @@ pub struct EngineStats {
     pub token_ts: Option<Vec<f64>>,
     /// Prompt tokens served from the engine's prefix cache (vLLM's `num_cached_tokens`).
     pub cached_tokens: Option<u32>,
+    /// Engine-clock seconds when the request left batchlab (an HTTP engine: the request was
+    /// written to the connection). The run's `dispatch_delay` is the intended arrival to this.
+    pub sent_ts: Option<f64>,
+    /// The endpoint that served the request (an HTTP engine's base URL).
+    pub endpoint: Option<String>,
+    /// Where the token counts came from, when the engine did not count them itself.
+    pub token_count_source: Option<TokenCountSource>,
 }
 
 /// One output per request.
@@ -352,6 +359,10 @@ pub enum EngineError {
     /// The engine cannot be built here (e.g. a feature this binary was built without).
     #[error("{0}")]
     Unsupported(String),
+    /// A remote engine's request for the batch failed (an HTTP engine): only this batch's
+    /// requests fail, each with the error's kind; the engine goes on.
+    #[error("{0}")]
+    Remote(RemoteError),
 }
 
 /// A blocking inference engine, driven from one dedicated thread.
@@ -366,6 +377,132 @@ pub trait Engine: Send {
     /// The clock of the `*_ts` fields in [`EngineStats`].
     fn clock_domain(&self) -> ClockDomain {
         ClockDomain::Monotonic
+    }
+    /// After a successful start: the engine's concurrent face, when it can run several generates
+    /// at once (`batching.max_in_flight > 1`). `None`, the default: one generate at a time, on the
+    /// engine thread, and `max_in_flight` must be 1.
+    fn concurrent(&self) -> Option<std::sync::Arc<dyn ConcurrentEngine>> {
+        None
+    }
+}
+
+/// Where a concurrent generate's result goes: called exactly once, on any thread, possibly before
+/// [`ConcurrentEngine::generate`] has returned. It must not be called with a lock of the engine's
+/// held that the batcher could wait on.
+pub type GenerateDone = Box<dyn FnOnce(Result<Vec<EngineOutput>, EngineError>) + Send>;
+
+/// The face of an engine that runs several generates at once, from any thread: an HTTP engine,
+/// where each batch is one request on the wire and the server does the batching. Given by
+/// [`Engine::concurrent`] after the start; the batcher then dispatches up to
+/// `batching.max_in_flight` batches through it, while start and shutdown stay on the engine
+/// thread, and the shutdown still runs only after every generate it started has called `done`.
+pub trait ConcurrentEngine: Send + Sync {
+    /// Starts a generate of `batch` and returns without waiting for it; `done` gets its result
+    /// (one output per request, or one error for the whole batch) exactly once.
+    fn generate(&self, batch: Vec<EngineRequest>, done: GenerateDone);
+    /// The servers' own counters now (their Prometheus `/metrics`), one entry per endpoint that
+    /// has them; empty when none does. A run takes them before and after each benchmark and
+    /// reports the deltas.
+    fn server_counters(&self) -> Vec<ServerCounters> {
+        Vec::new()
+    }
+}
+
+/// One server's counters at one moment, by batchlab's names (`prompt_tokens`,
+/// `generation_tokens`, `prefix_cache_queries`, `prefix_cache_hits`, `preemptions`, …): what a
+/// report subtracts to give a benchmark's deltas.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct ServerCounters {
+    /// The endpoint's base URL.
+    pub endpoint: String,
+    /// Counter values by name; a counter the server does not have is absent.
+    pub counters: std::collections::BTreeMap<String, f64>,
+}
+
+/// Where an output's token counts came from, for an engine that does not count them itself (an
+/// HTTP server): the report says which was used.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TokenCountSource {
+    /// The server's `usage`, per choice.
+    Usage,
+    /// The token ids the server returned.
+    TokenIds,
+    /// Counted chunks (one token each unless the server said otherwise).
+    Chunks,
+}
+
+/// Why a request to a remote engine (an HTTP server) failed: reports count errors by these kinds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RemoteErrorKind {
+    /// No connection could be made.
+    ConnectFailed,
+    /// The server answered 5xx.
+    Http5xx,
+    /// The server answered 429 (too many requests).
+    Http429,
+    /// Any other status that is not success (4xx but 429).
+    Http4xx,
+    /// The stream ended before every choice finished, or the connection dropped mid-stream.
+    StreamDropped,
+    /// The request's `timeout` elapsed.
+    Timeout,
+    /// The server sent something that is not the API's shape.
+    BadResponse,
+}
+
+impl RemoteErrorKind {
+    /// Every kind, in declaration order.
+    pub const ALL: &'static [RemoteErrorKind] = &[
+        RemoteErrorKind::ConnectFailed,
+        RemoteErrorKind::Http5xx,
+        RemoteErrorKind::Http429,
+        RemoteErrorKind::Http4xx,
+        RemoteErrorKind::StreamDropped,
+        RemoteErrorKind::Timeout,
+        RemoteErrorKind::BadResponse,
+    ];
+
+    /// The kind's name in reports (`connect_failed`, `http_5xx`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            RemoteErrorKind::ConnectFailed => "connect_failed",
+            RemoteErrorKind::Http5xx => "http_5xx",
+            RemoteErrorKind::Http429 => "http_429",
+            RemoteErrorKind::Http4xx => "http_4xx",
+            RemoteErrorKind::StreamDropped => "stream_dropped",
+            RemoteErrorKind::Timeout => "timeout",
+            RemoteErrorKind::BadResponse => "bad_response",
+        }
+    }
+}
+
+/// A failed request to a remote engine: its kind, the endpoint and what happened.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct RemoteError {
+    /// What kind of failure.
+    pub kind: RemoteErrorKind,
+    /// The endpoint's base URL.
+    pub endpoint: String,
+    /// What happened, for people (never holds an API key).
+    pub message: String,
+}
+
+impl RemoteError {
+    /// A `kind` failure at `endpoint`.
+    pub fn new(kind: RemoteErrorKind, endpoint: impl Into<String>, message: impl Into<String>) -> Self {
+        RemoteError { kind, endpoint: endpoint.into(), message: message.into() }
+    }
+}
+
+impl std::fmt::Display for RemoteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at {}: {}", self.kind.name(), self.endpoint, self.message)
     }
 }
 
@@ -432,5 +569,8 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     }
     fn clock_domain(&self) -> ClockDomain {
         (**self).clock_domain()
+    }
+    fn concurrent(&self) -> Option<std::sync::Arc<dyn ConcurrentEngine>> {
+        (**self).concurrent()
     }
 }

@@ -148,6 +148,9 @@ fn to_timestamps(
         last_token_ts: unset_zero(stats.last_token_ts),
         cached_tokens: stats.cached_tokens,
         token_ts: None,
+        sent_ts: unset_zero(stats.sent_ts),
+        endpoint: None,
+        token_count_source: None,
     };
     let offset = match domain {
         ClockDomain::Monotonic => Some(0.0),

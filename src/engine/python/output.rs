@@ -319,6 +319,7 @@ fn map_output(value: &Plain) -> Result<EngineOutput, String> {
             last_token_ts: f.seconds("last_token_ts")?,
             token_ts: f.seconds_list("token_ts")?,
             cached_tokens: f.int("cached_tokens", u64::from(u32::MAX))?.map(|n| n as u32),
+            ..EngineStats::default()
         },
     })
 }
@@ -388,6 +389,7 @@ mod tests {
                     last_token_ts: Some(12.0),
                     token_ts: Some(vec![11.0, 12.0]),
                     cached_tokens: None,
+                    ..EngineStats::default()
                 })),
         );
     }

@@ -142,6 +142,7 @@ impl Engine for SimEngine {
                         last_token_ts: seq.last_token.map(|k| at(ends[k + 1])),
                         cached_tokens: Some(seq.cached_tokens),
                         token_ts: Some(seq.token_steps.iter().map(|&k| at(ends[k + 1])).collect()),
+                        ..EngineStats::default()
                     })
             })
             .collect();

@@ -349,6 +349,11 @@ MUTANTS = [
     ("tune: the paired tie check forgets the seeds' spread", "src/tune/search.rs",
      "mean >= -(T_975_4 * se).max(PLATEAU * best_mean.abs())", "mean >= -(PLATEAU * best_mean.abs())",
      ["--test", "tune", "a_tie_is_judged_on_the_difference_over_the_same_seeds"], {}),
+    # ---- the stall default from a calibrated profile (issue 22) ----
+    ("stall: the profile's prediction is not multiplied by the stall factor", "src/scenario/lower.rs",
+     "let limit = floor.max(expected.saturating_mul(crate::batcher::STALL_FACTOR));",
+     "let limit = floor.max(expected);",
+     ["--lib", "a_calibrated_profile_sets_the_stall_default_from_a_full_batchs_predicted_generate"], {}),
 ]
 
 

@@ -130,6 +130,30 @@ pub enum WorkloadSpec {
     },
 }
 
+impl TokenDist {
+    /// The largest count a draw can give ([`sample`]'s rule: at least 1, a reversed range is `min`).
+    pub fn largest(&self) -> u32 {
+        match *self {
+            TokenDist::Fixed { value } => value,
+            TokenDist::Uniform { min, max } | TokenDist::Normal { min, max, .. } => max.max(min),
+        }
+        .max(1)
+    }
+}
+
+impl WorkloadSpec {
+    /// The longest prompt and output, in tokens, a request can have, where that is known before
+    /// the workload is read: a synthetic one's largest draws; `None` for a file.
+    pub fn longest(&self) -> Option<(u32, u32)> {
+        match self {
+            WorkloadSpec::Synthetic { prompt_tokens, output_tokens, .. } => {
+                Some((prompt_tokens.largest(), output_tokens.largest()))
+            }
+            WorkloadSpec::File { .. } => None,
+        }
+    }
+}
+
 /// A synthetic workload's chat settings: `chat` and `system_prompt`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct SyntheticChat {

@@ -297,6 +297,13 @@ pub(crate) const VLLM_KEYS: &[Key<VllmConfig>] = &[
     key!(in_process: Bool, KeyDefault::Value, "", in VllmConfig),
     key!(omp_num_threads: Opt(U32(1)), KeyDefault::Text("unset"), "", in VllmConfig),
     key!(disable_log_stats: Bool, KeyDefault::Value, "", in VllmConfig),
+    key!(
+        profile: Opt(PathBeside),
+        KeyDefault::Value,
+        "a `batchlab calibrate` profile of this engine, relative to the scenario: the default \
+         `batching.stall_timeout` becomes 4× its predicted time of a full batch, at least 30 s",
+        in VllmConfig
+    ),
     key!(engine_args: Json, KeyDefault::Text("empty"), "passed unchanged to `vllm.EngineArgs`", in VllmConfig),
 ];
 
@@ -315,6 +322,7 @@ pub(crate) fn vllm_default(master_seed: u64) -> VllmConfig {
         omp_num_threads: None,
         disable_log_stats: false,
         engine_args: serde_json::Map::new(),
+        profile: None,
     }
 }
 

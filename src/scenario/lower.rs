@@ -40,6 +40,7 @@ pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
     check_process_faults(cx, faults_table, &engine);
     let batching = lower_batching(cx, top, !matches!(engine, EnginePlan::Sim(_)));
     let workload = lower_workload(cx, top, seed);
+    let batching = stall_from_profile(cx, top, &engine, &workload, batching);
     let profile = lower_profile(cx, top, seed);
     check_benchmark_names(cx, top, &profile);
     let stop = lower_stop(cx, top);
@@ -216,6 +217,48 @@ fn lower_batching(cx: &mut ReadContext, top: LocatedTable, real_engine: bool) ->
             d
         }
     }
+}
+
+/// A vLLM engine with a calibrated profile (`engine.vllm.profile`) and no `stall_timeout` written:
+/// the stall limit's floor becomes [`STALL_FACTOR`](crate::batcher::STALL_FACTOR) times the
+/// profile's predicted generate of a full batch of the workload's longest requests, never below
+/// the 30 s default. A file workload's lengths are not known before it is read: it keeps the
+/// default. The same factor applies during the run to the longest generate measured.
+fn stall_from_profile(
+    cx: &mut ReadContext,
+    top: LocatedTable,
+    engine: &EnginePlan,
+    workload: &crate::loadgen::WorkloadSpec,
+    batching: BatchConfig,
+) -> BatchConfig {
+    let EnginePlan::Vllm(v) = engine else { return batching };
+    let Some(path) = &v.profile else { return batching };
+    // The tables were read (and their problems reported) already: only looked up here.
+    fn table(item: Option<&toml_edit::Item>) -> Option<&dyn TableLike> {
+        item.and_then(|i| i.as_table_like())
+    }
+    if table(top.table.get("batching")).is_some_and(|t| t.get("stall_timeout").is_some()) {
+        return batching;
+    }
+    let profile = match crate::engine::sim::Profile::load(path) {
+        Ok(profile) => profile,
+        Err(e) => {
+            let vllm = table(top.table.get("engine")).and_then(|e| table(e.get("vllm")));
+            let span = vllm
+                .and_then(|table| cx.field(LocatedTable { path: "engine.vllm", table, at: None }, "profile"))
+                .and_then(|f| f.span());
+            let help = "profiles are written by `batchlab calibrate`; the path is relative to the scenario";
+            cx.report("engine.vllm.profile", span, e.to_string(), Some(help.to_owned()));
+            return batching;
+        }
+    };
+    let Some(expected) = crate::engine::sim::predicted_generate(&profile, workload.longest(), batching.batch_size())
+    else {
+        return batching;
+    };
+    let floor = crate::batcher::REAL_ENGINE_STALL_TIMEOUT;
+    let limit = floor.max(expected.saturating_mul(crate::batcher::STALL_FACTOR));
+    batching.clone().with_stall_timeout(Some(limit)).unwrap_or(batching)
 }
 
 /// The variant a tagged section's tag chooses, and the keys of other variants it has (in the

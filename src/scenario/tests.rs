@@ -221,6 +221,37 @@ fn stall_timeout_defaults_to_thirty_seconds_on_a_real_engine_only() {
 }
 
 #[test]
+fn a_calibrated_profile_sets_the_stall_default_from_a_full_batchs_predicted_generate() {
+    let vllm =
+        "[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"/m\"\nprofile = \"scenarios/profiles/example.toml\"\n";
+    let long = "[workload]\nprompt_tokens = 16\noutput_tokens = 2000\n[batching]\nbatch_size = 8\n";
+    let profile = crate::engine::sim::Profile::load(&manifest_dir().join("scenarios/profiles/example.toml")).unwrap();
+    // 2,000 decode steps of 8 sequences at the example's ~5.6 ms a step: over 10 s, so 4x is past the floor.
+    let expected = crate::engine::sim::predicted_generate(&profile, Some((16, 2000)), 8).unwrap();
+    assert!(expected > Duration::from_secs(10) && expected < Duration::from_secs(20), "{expected:?}");
+    check(&format!("{vllm}{long}"), |p| assert_eq!(p.batching.stall_timeout(), Some(expected * 4)));
+    // A short batch: the 30 s floor.
+    check(&format!("{vllm}[workload]\nprompt_tokens = 16\noutput_tokens = 16\n"), |p| {
+        assert_eq!(p.batching.stall_timeout(), Some(crate::batcher::REAL_ENGINE_STALL_TIMEOUT))
+    });
+    // Written by the user: kept.
+    check(&format!("{vllm}{long}stall_timeout = \"7s\"\n"), |p| {
+        assert_eq!(p.batching.stall_timeout(), Some(Duration::from_secs(7)))
+    });
+    // A profile that is not there: a problem at the key.
+    let missing = vllm.replace("example.toml", "missing.toml");
+    match parse(&missing, &[]) {
+        Ok(_) => panic!("a missing profile is a problem"),
+        Err(e) => {
+            let p = &e.problems[0];
+            assert!(p.message.contains("missing.toml"), "{e}");
+            // At the `profile = ...` line (the fifth), not only the file.
+            assert!(matches!(p.origin, error::Origin::Source { line: 5, .. }), "{e}");
+        }
+    }
+}
+
+#[test]
 fn overrides_apply_before_validation() {
     let plan = parse(
         "[batching]\nbatch_size = 4",
@@ -566,6 +597,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
     // the printed keys, as the docs promise).
     let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/profiles/example.toml");
     let profile = proptest::option::of(Just(shipped));
+    let vllm_profile = profile.clone();
     let sim = (any::<bool>(), seed_strategy(), cost, scheduler, profile).prop_map(
         |(real, seed, cost, scheduler, profile)| {
             let time = if real { TimeMode::Real } else { TimeMode::Virtual };
@@ -589,6 +621,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
         (small(), small(), small(), small()),
         (any::<bool>(), seed_strategy(), 0.001..64.0f64, any::<bool>(), any::<bool>()),
         args,
+        vllm_profile,
     )
         .prop_map(
             |(
@@ -597,6 +630,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
                 (max_model_len, max_num_seqs, max_num_batched_tokens, omp_num_threads),
                 (enforce_eager, seed, kv_cache_gib, in_process, disable_log_stats),
                 args,
+                profile,
             )| {
                 EnginePlan::Vllm(VllmConfig {
                     model: PathBuf::from(model),
@@ -611,6 +645,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
                     omp_num_threads,
                     disable_log_stats,
                     engine_args: args.into_iter().collect(),
+                    profile,
                 })
             },
         );

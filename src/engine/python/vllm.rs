@@ -44,6 +44,10 @@ pub struct VllmConfig {
     pub disable_log_stats: bool,
     /// Passed through to `vllm.EngineArgs` unchanged.
     pub engine_args: serde_json::Map<String, serde_json::Value>,
+    /// A `batchlab calibrate` profile of this engine. vLLM never reads it: batchlab predicts a
+    /// full batch's generate from it, and the default `batching.stall_timeout` follows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<PathBuf>,
 }
 
 impl VllmConfig {
@@ -163,6 +167,7 @@ mod tests {
             omp_num_threads: Some(3),
             disable_log_stats: false,
             engine_args: serde_json::Map::new(),
+            profile: None,
         }
     }
 

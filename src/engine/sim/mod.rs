@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::{CostModel, DEFAULT_SCHEDULER, RENAMED_COSTS, SimConfig, StepLoad, TimeMode, UNLIMITED_SCHEDULER};
-pub use profile::{Profile, ProfileError};
+pub use profile::{Profile, ProfileError, predicted_generate};
 
 use crate::engine::{
     Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, TimedEngine,

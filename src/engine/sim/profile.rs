@@ -326,6 +326,20 @@ impl Profile {
     }
 }
 
+/// The profile's prediction of one `generate` of `batch` requests of `longest` (prompt, output)
+/// tokens each, start to return: the scheduler replayed under the profile's limits, each step
+/// priced by its coefficients. `None` without lengths, or when such a request cannot be scheduled
+/// (longer than the engine's limits).
+pub fn predicted_generate(profile: &Profile, longest: Option<(u32, u32)>, batch: usize) -> Option<Duration> {
+    let (prompt_len, output_len) = longest?;
+    let spec = super::scheduler::SeqSpec { prompt_len, output_len, prefix: super::scheduler::PrefixSource::Known(0) };
+    let schedule = super::scheduler::replay(&profile.engine, &vec![spec; batch]).ok()?;
+    let mut cost = CostModel::default();
+    profile.coefficients.apply(&mut cost);
+    let ns = cost.generate_ns(&schedule, batch);
+    ns.is_finite().then(|| Duration::from_nanos(ns.max(0.0).round() as u64))
+}
+
 /// The byte offset of the line that sets `key`, for an error about its value.
 fn find_key(text: &str, key: &str) -> Option<usize> {
     let mut offset = 0;

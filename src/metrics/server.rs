@@ -72,10 +72,10 @@ mod tests {
     use super::*;
 
     fn reading(endpoint: &str, counters: &[(&str, f64)]) -> ServerCounters {
-        let mut c = ServerCounters::default();
-        c.endpoint = endpoint.to_owned();
-        c.counters = counters.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        c
+        ServerCounters {
+            endpoint: endpoint.to_owned(),
+            counters: counters.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        }
     }
 
     #[test]

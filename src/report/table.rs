@@ -324,12 +324,9 @@ pub(crate) mod tests {
         done(&mut agg, "http://a", 300, 100, TokenCountSource::Chunks);
         let mut result = agg.finish(at(500));
         let counters = |prompt: f64, hits: f64| {
-            let mut c = ServerCounters::default();
-            c.endpoint = "http://a".into();
-            c.counters = [("prompt_tokens", prompt), ("prefix_cache_queries", 2.0 * hits), ("prefix_cache_hits", hits)]
-                .map(|(k, v)| (k.to_owned(), v))
-                .into();
-            c
+            let counters =
+                [("prompt_tokens", prompt), ("prefix_cache_queries", 2.0 * hits), ("prefix_cache_hits", hits)];
+            ServerCounters { endpoint: "http://a".into(), counters: counters.map(|(k, v)| (k.to_owned(), v)).into() }
         };
         result.server = server_deltas(&[counters(1000.0, 10.0)], &[counters(1640.0, 50.0)]);
         result

@@ -453,10 +453,8 @@ mod tests {
         fn server_counters(&self) -> Vec<ServerCounters> {
             let n = self.readings.get();
             self.readings.set(n + 1);
-            let mut counters = ServerCounters::default();
-            counters.endpoint = "http://127.0.0.1:8000".into();
-            counters.counters.insert("prompt_tokens".into(), f64::from(n) * 100.0);
-            vec![counters]
+            let counters = [("prompt_tokens".to_owned(), f64::from(n) * 100.0)].into();
+            vec![ServerCounters { endpoint: "http://127.0.0.1:8000".into(), counters }]
         }
         fn shutdown(&mut self) -> Result<(), EngineError> {
             self.inner.shutdown()

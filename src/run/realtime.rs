@@ -224,10 +224,8 @@ mod tests {
             done(Ok(batch.iter().map(|r| EngineOutput::new(Some(r.id), FinishReason::Length)).collect()));
         }
         fn server_counters(&self) -> Vec<ServerCounters> {
-            let mut c = ServerCounters::default();
-            c.endpoint = "http://127.0.0.1:9".into();
-            c.counters.insert("prompt_tokens".into(), 7.0);
-            vec![c]
+            let counters = [("prompt_tokens".to_owned(), 7.0)].into();
+            vec![ServerCounters { endpoint: "http://127.0.0.1:9".into(), counters }]
         }
     }
 

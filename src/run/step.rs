@@ -958,9 +958,7 @@ mod tests {
             // The engine sends each request 30 ms after our dispatch.
             let mut outcome = ran(id, t, t, t + 50);
             if let Ok(c) = &mut outcome {
-                let mut stats = EngineStats::default();
-                stats.sent_ts = Some(at(t + 30).as_secs_f64());
-                c.output.stats = stats;
+                c.output.stats = EngineStats { sent_ts: Some(at(t + 30).as_secs_f64()), ..EngineStats::default() };
             }
             run.on_outcome(id, &outcome, at(t + 50));
         }

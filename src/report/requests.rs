@@ -420,6 +420,17 @@ mod tests {
         assert!(err.starts_with("cannot read /nonexistent/requests.jsonl"), "{err}");
     }
 
+    #[test]
+    fn a_line_written_before_the_client_fields_still_reads() {
+        // A completed row as batchlab wrote it before intended_ns, dispatch_delay_ms, sent_ns,
+        // endpoint and token_count_source.
+        let old = r#"{"id":1,"benchmark":"throughput","repeat":0,"phase":"measure","outcome":"completed","submitted_ns":1000000000000,"dispatched_ns":1000002000000,"finished_ns":1000012000000,"batch":7,"batch_size":3,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":0,"latency_ms":12.0,"batch_wait_ms":2.0,"engine_queue_ms":null,"ttft_ms":4.5,"tpot_ms":1.0,"itl_max_ms":1.5,"latency_per_token_ms":2.0,"prompt_tokens":16,"output_tokens":6,"anomalies":[]}"#;
+        let record = Records::from_reader(old.as_bytes(), PathBuf::from("requests.jsonl")).next().unwrap().unwrap();
+        assert_eq!((record.intended_ns, record.dispatch_delay_ms, record.sent_ns), (None, None, None));
+        assert_eq!((record.endpoint, record.token_count_source), (None, None));
+        assert_eq!(record.metrics.map(|m| m.latency_ms), Some(12.0));
+    }
+
     fn any_record() -> impl Strategy<Value = RequestRecord> {
         let ts = || proptest::option::of(any::<u64>().prop_map(Timestamp::from_nanos));
         let ms = || proptest::option::of(0.0f64..1e9);

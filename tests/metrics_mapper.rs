@@ -306,3 +306,36 @@ proptest! {
         prop_assert_eq!(m.latency_per_token, Some(m.latency / n));
     }
 }
+
+/// An engine's send time (`sent_ts`, an HTTP engine's) maps onto our clock and is judged as
+/// `queued_ts` is: between our dispatch and our completion, 0 is unset; the endpoint and the
+/// token-count source pass through.
+#[test]
+fn sent_ts_endpoint_and_token_count_source() {
+    use batchlab::engine::TokenCountSource;
+    let sent = |sent_ts: Option<f64>, domain: ClockDomain| {
+        let mut s = stats(Some(100.006), Some(100.010), Some(100.050), Some(100.190));
+        s.sent_ts = sent_ts;
+        s.endpoint = Some("http://127.0.0.1:8000".into());
+        s.token_count_source = Some(TokenCountSource::TokenIds);
+        map_request(&times(), &output(s, Some(8), None), domain, None)
+    };
+    let m = sent(Some(100.007), ClockDomain::Monotonic);
+    assert_eq!(m.sent, Some(Timestamp::from_nanos(100_007_000_000)));
+    assert!(!m.anomalies.any(), "{:?}", m.anomalies);
+    assert_eq!(m.endpoint.as_deref(), Some("http://127.0.0.1:8000"));
+    assert_eq!(m.token_count_source, Some(TokenCountSource::TokenIds));
+    // Before our dispatch (beyond the 1 ms tolerance), or after our completion: impossible.
+    for impossible in [100.003, 100.202] {
+        let m = sent(Some(impossible), ClockDomain::Monotonic);
+        assert_eq!((m.sent, m.anomalies.impossible_timestamp), (None, true), "{impossible}");
+        assert!(m.ttft.is_some(), "the other timings stand");
+    }
+    let m = sent(Some(0.0), ClockDomain::Monotonic);
+    assert_eq!((m.sent, m.anomalies.impossible_timestamp), (None, true), "0 is unset");
+    let m = sent(Some(f64::NAN), ClockDomain::Monotonic);
+    assert_eq!((m.sent, m.anomalies.non_finite), (None, true));
+    assert_eq!(sent(None, ClockDomain::Monotonic).sent, None);
+    // A foreign clock without an anchor: nothing maps, the send time neither.
+    assert_eq!(sent(Some(100.007), ClockDomain::Foreign).sent, None);
+}

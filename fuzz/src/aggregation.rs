@@ -172,6 +172,9 @@ fn check_aggregator(input: &Input) {
                     engine_scheduled: None,
                     engine_first_token: None,
                     engine_last_token: None,
+                    sent: None,
+                    endpoint: None,
+                    token_count_source: None,
                     anomalies: Anomalies {
                         non_finite: anomalies & 1 != 0,
                         first_token_before_arrival: anomalies & 2 != 0,
@@ -192,7 +195,7 @@ fn check_aggregator(input: &Input) {
                 requests += 1;
             }
             Event::Error { kind, submitted: s, ended } => {
-                agg.record_error(KINDS[usize::from(*kind) % KINDS.len()], at(*s), at(*ended));
+                agg.record_error(KINDS[usize::from(*kind) % KINDS.len()], None, at(*s), at(*ended));
                 errors += 1;
                 requests += 1;
             }

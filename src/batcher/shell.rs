@@ -26,7 +26,7 @@ use std::time::Duration;
 use super::core::{BatchConfig, BatchId, BatchRun, BatcherCore, GenerateResult, IdMap, Outcome};
 use super::error::RequestError;
 use super::lifecycle::State;
-use crate::engine::{Engine, EngineDeath, EngineError, EngineInfo, EngineRequest, RequestId};
+use crate::engine::{ConcurrentEngine, Engine, EngineDeath, EngineError, EngineInfo, EngineRequest, RequestId};
 use crate::sync::{self, Arc, Condvar, Level, Mutex, MutexGuard};
 use crate::time::Clock;
 
@@ -63,6 +63,8 @@ struct Inner {
     /// The engine thread's kernel thread id, once it runs: an in-process engine's CPU time is
     /// its thread's.
     engine_tid: Option<i32>,
+    /// The engine's concurrent face ([`Engine::concurrent`]), taken right after a successful start.
+    concurrent: Option<std::sync::Arc<dyn ConcurrentEngine>>,
 }
 
 /// Which condvar a thread waits on.
@@ -228,6 +230,7 @@ impl Batcher {
                 closing: false,
                 probe: None,
                 engine_tid: None,
+                concurrent: None,
             }),
             engine_cv: Condvar::new(),
             watchdog_cv: Condvar::new(),
@@ -259,6 +262,16 @@ impl Batcher {
         let tid = locked.guard.engine_tid;
         self.shared.release_and_notify(locked, false);
         tid
+    }
+
+    /// The started engine's concurrent face ([`Engine::concurrent`]), taken right after its start
+    /// succeeded; `None` before that, after a failed start, or for an engine that has none. A run
+    /// reads the servers' counters through it (`ConcurrentEngine::server_counters`).
+    pub fn concurrent_engine(&self) -> Option<std::sync::Arc<dyn ConcurrentEngine>> {
+        let locked = self.shared.lock();
+        let concurrent = locked.guard.concurrent.clone();
+        self.shared.release_and_notify(locked, false);
+        concurrent
     }
 
     /// Where the batcher is in its lifecycle.
@@ -443,8 +456,10 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Op
             if let Err(e) = &result {
                 tracing::error!(error = %e, "engine failed to start");
             }
+            let concurrent = result.is_ok().then(|| engine.concurrent()).flatten();
             locked = shared.lock();
             let now = shared.clock.now();
+            locked.guard.concurrent = concurrent;
             locked.guard.start_result = Some(result.clone());
             locked.guard.core.handle_start_result(result, now);
             shared.release(locked);

@@ -11,12 +11,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::client::{ClientTiming, ClientTimings};
 use super::distribution::Distribution;
+use super::endpoints::EndpointAggregator;
 use super::mapper::RequestMetrics;
 use super::result::{AnomalyCounts, Batching, BenchmarkResult, Counts, PerDistribution, PrefixCacheTokens, Tokens};
 use super::series::SeriesRecorder;
 use super::slo::{Slo, SloResult, SloVerdict};
 use crate::batcher::{FlushReason, RequestTimes};
+use crate::engine::TokenCountSource;
 use crate::time::Timestamp;
 
 /// Aggregates one benchmark. Call [`start`](Self::start), record events, then
@@ -58,6 +61,13 @@ pub struct BenchmarkAggregator {
     slo_met: u64,
     slo_met_output_tokens: u64,
     slo_unmeasurable: u64,
+
+    /// Dispatch delays and client lags of completed requests.
+    client: ClientTimings,
+    /// Per endpoint, for an engine that names the endpoint of each request.
+    endpoints: EndpointAggregator,
+    /// Completed requests by where the engine's token counts came from, when it says.
+    token_count_sources: BTreeMap<String, u64>,
 }
 
 impl BenchmarkAggregator {
@@ -89,6 +99,9 @@ impl BenchmarkAggregator {
             slo_met: 0,
             slo_met_output_tokens: 0,
             slo_unmeasurable: 0,
+            client: ClientTimings::default(),
+            endpoints: EndpointAggregator::default(),
+            token_count_sources: BTreeMap::new(),
         }
     }
 
@@ -115,9 +128,17 @@ impl BenchmarkAggregator {
         self.submitted += 1;
     }
 
-    /// Counts one completed request and adds its timings to the distributions.
+    /// Counts one completed request and adds its timings to the distributions; with its endpoint
+    /// (`metrics.endpoint`), to that endpoint's results too.
     pub fn record_completion(&mut self, metrics: &RequestMetrics, times: &RequestTimes) {
         self.completed += 1;
+        if let Some(endpoint) = &metrics.endpoint {
+            let sent = metrics.sent.unwrap_or(times.dispatched);
+            self.endpoints.completion(endpoint, sent, times.completed, metrics.latency, metrics.ttft);
+        }
+        if let Some(source) = metrics.token_count_source {
+            *self.token_count_sources.entry(token_count_source_name(source).to_owned()).or_default() += 1;
+        }
         self.add_in_flight(times.submitted, times.completed);
         self.series.completion(times.completed, u64::from(metrics.output_tokens.unwrap_or(0)));
 
@@ -177,10 +198,19 @@ impl BenchmarkAggregator {
         }
     }
 
-    /// A request that failed; `kind` is [`crate::batcher::RequestError::kind`].
-    pub fn record_error(&mut self, kind: &str, submitted: Timestamp, completed: Timestamp) {
+    /// A completed request's dispatch delay and client lag ([`ClientTiming`]).
+    pub fn record_client_timing(&mut self, timing: &ClientTiming) {
+        self.client.record(timing);
+    }
+
+    /// A request that failed; `kind` is [`crate::batcher::RequestError::kind`]; `endpoint` where
+    /// the error names one (a remote engine's).
+    pub fn record_error(&mut self, kind: &str, endpoint: Option<&str>, submitted: Timestamp, completed: Timestamp) {
         self.errors += 1;
         *self.errors_by_kind.entry(kind.to_string()).or_default() += 1;
+        if let Some(endpoint) = endpoint {
+            self.endpoints.error(endpoint, kind, completed);
+        }
         self.add_in_flight(submitted, completed);
         self.series.error(completed);
     }
@@ -288,6 +318,8 @@ impl BenchmarkAggregator {
             tokens: self.tokens,
             concurrency_mean,
             distributions: self.distributions.map(|d| d.summary()),
+            dispatch: self.client.summary(),
+            validity_warnings: self.client.warning().into_iter().collect(),
             batching: Batching {
                 batches,
                 batch_size_mean: (batches > 0).then(|| size_sum as f64 / batches as f64),
@@ -304,9 +336,21 @@ impl BenchmarkAggregator {
             prefix_cache_designed_hit_rate,
             prefix_cache_tokens: self.prefix_cache,
             slo,
+            endpoints: self.endpoints.finish(start),
+            server: Vec::new(),
+            token_count_sources: self.token_count_sources,
             time_series: self.series.finish(end),
             matrix: None,
         }
+    }
+}
+
+/// A [`TokenCountSource`]'s name in reports (`usage`, `token_ids`, `chunks`).
+pub fn token_count_source_name(source: TokenCountSource) -> &'static str {
+    match source {
+        TokenCountSource::Usage => "usage",
+        TokenCountSource::TokenIds => "token_ids",
+        TokenCountSource::Chunks => "chunks",
     }
 }
 
@@ -344,6 +388,9 @@ pub(crate) mod tests {
             engine_scheduled: None,
             engine_first_token: None,
             engine_last_token: None,
+            sent: None,
+            endpoint: None,
+            token_count_source: None,
             anomalies: Anomalies::default(),
         }
     }
@@ -362,11 +409,14 @@ pub(crate) mod tests {
             let t = times(s, d, c);
             agg.record_completion(&metrics(&t, ttft, n), &t);
             agg.record_designed_cached(8, Some(16));
+            // Each meant to arrive 1 ms before its submit.
+            let intended = Timestamp::from_nanos(at_ms(s).as_nanos() - MS);
+            agg.record_client_timing(&ClientTiming::new(intended, &t, None));
         }
         agg.record_batch(at_ms(10), 2, FlushReason::Timeout, Duration::from_millis(100));
         agg.record_batch(at_ms(120), 2, FlushReason::Full, Duration::from_millis(280));
         agg.record_batch(at_ms(500), 1, FlushReason::Drain, Duration::from_millis(20));
-        agg.record_error("engine_error", at_ms(500), at_ms(520));
+        agg.record_error("engine_error", None, at_ms(500), at_ms(520));
         agg.record_cancelled(at_ms(600), at_ms(610));
         agg.record_incomplete(at_ms(900));
         agg
@@ -459,7 +509,7 @@ pub(crate) mod tests {
         agg.start(at_ms(window.0));
         for &(s, e) in requests {
             agg.record_submitted();
-            agg.record_error("x", at_ms(s), at_ms(e));
+            agg.record_error("x", None, at_ms(s), at_ms(e));
         }
         let r = agg.finish(at_ms(window.1));
         assert_eq!(r.concurrency_mean, expected, "{requests:?} in {window:?}");

@@ -11,11 +11,13 @@
 //! - `itl`: the gaps between consecutive tokens (`n − 1` samples per request, vLLM's per-gap
 //!   definition), from the engine's per-token times (`token_ts`); empty when the engine gives none.
 //! - `latency`: our submit → our completion (end to end, as the caller saw it).
+//! - `sent`: when the request left batchlab, as the engine says (`sent_ts`, an HTTP engine's send);
+//!   `metrics::client` times the dispatch delay from it.
 //!
 //! Impossible engine timestamps are missing ones, flagged `impossible_timestamp`: a `*_ts` of
 //! exactly 0 (vLLM's "unset"), and, on our own clock, a `queued_ts` or `scheduled_ts` before our
 //! dispatch of the batch or after our completion (beyond [`TIMESTAMP_TOLERANCE`]): the engine
-//! cannot have queued a request it did not have yet. Token times have their own checks
+//! cannot have queued (or sent) a request it did not have yet. The same holds for `sent_ts`. Token times have their own checks
 //! (`first_token_before_arrival`, `token_after_completion`).
 //!
 //! Generated tokens are the engine's count, or the token ids' when the count is missing or 0 (as
@@ -30,7 +32,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::batcher::RequestTimes;
-use crate::engine::{ClockDomain, EngineOutput, EngineStats};
+use crate::engine::{ClockDomain, EngineOutput, EngineStats, TokenCountSource};
 use crate::time::{Timestamp, WallAnchor};
 
 /// Inconsistencies found in one request's stats. Counted in reports, never a crash.
@@ -99,6 +101,13 @@ pub struct RequestMetrics {
     pub engine_first_token: Option<Timestamp>,
     /// The engine's `last_token_ts` on our clock, as sent (not judged).
     pub engine_last_token: Option<Timestamp>,
+    /// When the request left batchlab, on our clock: the engine's `sent_ts` (judged like
+    /// `queued_ts`); `None` when the engine gave none.
+    pub sent: Option<Timestamp>,
+    /// The endpoint that served the request (an HTTP engine's base URL), as the engine says.
+    pub endpoint: Option<String>,
+    /// Where the engine's token counts came from, when it says.
+    pub token_count_source: Option<TokenCountSource>,
     /// Inconsistencies in the engine's stats; the affected timings are `None`.
     pub anomalies: Anomalies,
 }
@@ -117,6 +126,7 @@ struct EngineTimes {
     scheduled: Option<Timestamp>,
     first_token: Option<Timestamp>,
     last_token: Option<Timestamp>,
+    sent: Option<Timestamp>,
     /// The per-token times; `None` when absent or when one of them is unusable.
     tokens: Option<Vec<Timestamp>>,
 }
@@ -134,8 +144,8 @@ fn to_timestamps(
 ) -> EngineTimes {
     // 0 is vLLM's "not set": missing, and flagged (a made-up zero duration otherwise).
     let zero = |v: Option<f64>| v.filter(|v| *v == 0.0);
-    let sent_ts = [stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts];
-    if sent_ts.iter().any(|v| zero(*v).is_some()) {
+    let given = [stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts, stats.sent_ts];
+    if given.iter().any(|v| zero(*v).is_some()) {
         anomalies.impossible_timestamp = true;
     }
     let unset_zero = |v: Option<f64>| v.filter(|v| *v != 0.0);
@@ -163,7 +173,14 @@ fn to_timestamps(
         },
     };
     // Judged on the values as sent, so a bad field is flagged even when no offset can be found.
-    let sent = [stats.arrival_wall, stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts];
+    let sent = [
+        stats.arrival_wall,
+        stats.queued_ts,
+        stats.scheduled_ts,
+        stats.first_token_ts,
+        stats.last_token_ts,
+        stats.sent_ts,
+    ];
     if sent.iter().flatten().chain(token_ts.unwrap_or_default()).any(|v| !v.is_finite() || *v < 0.0) {
         anomalies.non_finite = true;
     }
@@ -179,15 +196,18 @@ fn to_timestamps(
             scheduled: conv(stats.scheduled_ts, o),
             first_token: conv(stats.first_token_ts, o),
             last_token: conv(stats.last_token_ts, o),
+            sent: conv(stats.sent_ts, o),
             tokens: token_ts.and_then(|ts| ts.iter().map(|&v| conv(Some(v), o)).collect()),
         },
-        _ => EngineTimes { queued: None, scheduled: None, first_token: None, last_token: None, tokens: None },
+        _ => {
+            EngineTimes { queued: None, scheduled: None, first_token: None, last_token: None, sent: None, tokens: None }
+        }
     };
     if domain == ClockDomain::Monotonic {
         // The engine had the request from our dispatch to our completion, not before, not after.
         let earliest = times.dispatched.as_nanos().saturating_sub(TIMESTAMP_TOLERANCE.as_nanos() as u64);
         let latest = times.completed.as_nanos().saturating_add(TIMESTAMP_TOLERANCE.as_nanos() as u64);
-        for t in [&mut e.queued, &mut e.scheduled] {
+        for t in [&mut e.queued, &mut e.scheduled, &mut e.sent] {
             if t.is_some_and(|t| t.as_nanos() < earliest || t.as_nanos() > latest) {
                 *t = None;
                 anomalies.impossible_timestamp = true;
@@ -290,6 +310,9 @@ pub fn map_request(
         engine_scheduled: e.scheduled,
         engine_first_token: e.first_token,
         engine_last_token: e.last_token,
+        sent: e.sent,
+        endpoint: output.stats.endpoint.clone(),
+        token_count_source: output.stats.token_count_source,
         anomalies,
     }
 }

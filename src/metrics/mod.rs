@@ -1,11 +1,14 @@
 //! Metrics: per-request mapping from engine stats, and streaming aggregation.
 pub mod aggregate;
+pub mod client;
 pub mod distribution;
+pub mod endpoints;
 pub mod mapper;
 pub mod pareto;
 pub mod repeats;
 pub mod result;
 pub mod series;
+pub mod server;
 pub mod slo;
 pub use crate::time::WallAnchor;
 pub use aggregate::BenchmarkAggregator;

@@ -8,8 +8,11 @@ use std::sync::LazyLock;
 
 use serde::{Deserialize, Serialize};
 
+use super::client::{DispatchSummary, ValidityWarning};
 use super::distribution::Summary;
+use super::endpoints::EndpointResult;
 use super::series::TimeSeries;
+use super::server::ServerDelta;
 use super::slo::SloResult;
 use crate::batcher::RequestError;
 
@@ -39,6 +42,14 @@ pub struct BenchmarkResult {
     pub concurrency_mean: Option<f64>,
     /// Latency, TTFT, ITL, ... distributions, in milliseconds.
     pub distributions: Distributions,
+    /// How late requests were sent against the load profile's schedule, and how much of that was
+    /// the client's own lag (`metrics::client`). Absent in reports written before it.
+    #[serde(default)]
+    pub dispatch: DispatchSummary,
+    /// Reasons to doubt this benchmark's numbers (the client fell behind its schedule); absent
+    /// when there is none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub validity_warnings: Vec<ValidityWarning>,
     /// How many batches, how full, and why each was dispatched.
     pub batching: Batching,
     /// Completed requests whose engine stats were inconsistent.
@@ -56,6 +67,19 @@ pub struct BenchmarkResult {
     pub prefix_cache_tokens: PrefixCacheTokens,
     /// Attainment and goodput against the scenario's `[slo]`; `None` without one.
     pub slo: Option<SloResult>,
+    /// Per endpoint, for an engine that names the endpoint of each request (an HTTP engine):
+    /// counts, errors, latency and TTFT, failures and the time to recover
+    /// (`metrics::endpoints`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<EndpointResult>,
+    /// The servers' own counters over the benchmark (their `/metrics`), per endpoint
+    /// (`metrics::server`); absent when no server has them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server: Vec<ServerDelta>,
+    /// Completed requests by where the engine's token counts came from (`usage`, `token_ids`,
+    /// `chunks`), for an engine that says; absent otherwise.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub token_count_sources: BTreeMap<String, u64>,
     /// Completions, tokens, errors, concurrency and batches per interval of the window.
     pub time_series: TimeSeries,
     /// The `[matrix]` combination this benchmark ran, and whether it is on the run's
@@ -223,7 +247,7 @@ pub struct AnomalyCounts {
 }
 
 /// Metrics that are not a distribution statistic, in report order.
-const SCALAR_METRICS: [&str; 22] = [
+const SCALAR_METRICS: [&str; 28] = [
     "completed",
     "errors",
     "cancelled",
@@ -246,6 +270,12 @@ const SCALAR_METRICS: [&str; 22] = [
     "slo_attainment",
     "goodput_requests_per_s",
     "goodput_output_tokens_per_s",
+    "dispatch_delay_p50_ms",
+    "dispatch_delay_p99_ms",
+    "dispatch_delay_max_ms",
+    "client_lag_p50_ms",
+    "client_lag_p99_ms",
+    "client_lag_max_ms",
 ];
 
 /// `errors_<kind>`: errors of one kind. A flat name, because in TOML `errors.engine_error` would
@@ -320,6 +350,15 @@ impl BenchmarkResult {
             "slo_attainment" => self.slo.as_ref()?.attainment,
             "goodput_requests_per_s" => self.slo.as_ref()?.goodput_requests_per_s,
             "goodput_output_tokens_per_s" => self.slo.as_ref()?.goodput_output_tokens_per_s,
+            _ if name.starts_with("dispatch_delay_") || name.starts_with("client_lag_") => {
+                let (timing, stat) = name.strip_suffix("_ms")?.rsplit_once('_')?;
+                let d = &self.dispatch;
+                match timing {
+                    "dispatch_delay" => d.dispatch_delay.stat(stat),
+                    "client_lag" => d.client_lag.stat(stat),
+                    _ => None,
+                }
+            }
             _ if name.starts_with(ERROR_KIND_PREFIX) => {
                 let kind = name.strip_prefix(ERROR_KIND_PREFIX)?;
                 RequestError::KINDS.contains(&kind).then(|| c.errors_by_kind.get(kind).copied().unwrap_or(0) as f64)
@@ -360,10 +399,12 @@ mod tests {
     #[test]
     fn names_are_unique_and_complete() {
         let names = metric_names();
-        assert_eq!(names.len(), 22 + 8 * 9);
+        assert_eq!(names.len(), 28 + 8 * 9);
         let unique: std::collections::BTreeSet<_> = names.iter().collect();
         assert_eq!(unique.len(), names.len());
-        for name in ["ttft_p99_ms", "generate_std_ms", "engine_queue_p999_ms", "lost", "drain_flush_share"] {
+        for name in
+            ["ttft_p99_ms", "generate_std_ms", "engine_queue_p999_ms", "lost", "drain_flush_share", "client_lag_p99_ms"]
+        {
             assert!(is_metric_name(name), "{name}");
         }
     }
@@ -380,9 +421,18 @@ mod tests {
     #[test]
     fn unknown_names_resolve_to_nothing() {
         let r = crate::metrics::aggregate::tests::sample_result();
-        for name in
-            ["", "latency", "latency_ms", "latency_p42_ms", "bogus_p50_ms", "p50_ms", "ttft_p99", "errors_bogus"]
-        {
+        for name in [
+            "",
+            "latency",
+            "latency_ms",
+            "latency_p42_ms",
+            "bogus_p50_ms",
+            "p50_ms",
+            "ttft_p99",
+            "errors_bogus",
+            "client_lag_p90_ms",
+            "dispatch_delay_mean_ms",
+        ] {
             assert_eq!(r.metric(name), None, "{name}");
             assert!(!is_metric_name(name), "{name}");
         }

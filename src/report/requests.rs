@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ReportError;
 use crate::batcher::{Completion, RequestTimes};
-use crate::engine::RequestId;
+use crate::engine::{RequestId, TokenCountSource};
 use crate::metrics::RequestMetrics;
 use crate::time::Timestamp;
 
@@ -87,6 +87,24 @@ pub struct RequestRecord {
     pub engine_last_token_ns: Option<Timestamp>,
     /// Prompt tokens the engine served from its prefix cache, where it says.
     pub cached_tokens: Option<u32>,
+    /// When the load profile meant the request to arrive, in ns on the monotonic clock
+    /// (`metrics::client`); `None` in files written before batchlab recorded it.
+    #[serde(default)]
+    pub intended_ns: Option<Timestamp>,
+    /// When it left batchlab, as the engine says (`sent_ts`: an HTTP engine's send), in ns; left
+    /// out when the engine gives none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_ns: Option<Timestamp>,
+    /// A completed request's dispatch delay, ms: intended arrival → sent (`sent_ns`, else
+    /// `dispatched_ns`); `None` otherwise.
+    #[serde(default)]
+    pub dispatch_delay_ms: Option<f64>,
+    /// The endpoint that served it (or failed it), when the engine names one; left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// Where its token counts came from, when the engine says; left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_count_source: Option<TokenCountSource>,
     /// A completed request's timings (flattened); `None` otherwise.
     #[serde(flatten)]
     pub metrics: Option<MetricsMs>,
@@ -171,6 +189,11 @@ impl RequestRecord {
             engine_first_token_ns: metrics.engine_first_token,
             engine_last_token_ns: metrics.engine_last_token,
             cached_tokens: metrics.cached_tokens,
+            intended_ns: None,
+            sent_ns: metrics.sent,
+            dispatch_delay_ms: None,
+            endpoint: metrics.endpoint.clone(),
+            token_count_source: metrics.token_count_source,
             metrics: Some(metrics.into()),
         }
     }
@@ -199,6 +222,11 @@ impl RequestRecord {
             engine_first_token_ns: None,
             engine_last_token_ns: None,
             cached_tokens: None,
+            intended_ns: None,
+            sent_ns: None,
+            dispatch_delay_ms: None,
+            endpoint: None,
+            token_count_source: None,
             metrics: None,
         }
     }
@@ -336,11 +364,19 @@ mod tests {
         metrics.engine_first_token = Some(t(4));
         metrics.engine_last_token = Some(t(9));
         metrics.cached_tokens = Some(0);
+        metrics.sent = Some(t(2));
+        metrics.endpoint = Some("http://127.0.0.1:8000".into());
+        metrics.token_count_source = Some(TokenCountSource::Usage);
         let completion = Completion { output: output(), times, batch_id: 7, batch_size: 3 };
+        let mut completed = RequestRecord::completed(1, "throughput", Phase::Measure, &completion, &metrics);
+        completed.intended_ns = Some(t(0));
+        completed.dispatch_delay_ms = Some(2.0);
         let error = RequestOutcome::Error { kind: "engine_error".into() };
+        let mut failed = RequestRecord::unfinished(2, "throughput", Phase::Warmup, error, Some(t(1)), Some(t(3)));
+        failed.intended_ns = Some(t(1));
         let records = [
-            RequestRecord::completed(1, "throughput", Phase::Measure, &completion, &metrics),
-            RequestRecord::unfinished(2, "throughput", Phase::Warmup, error, Some(t(1)), Some(t(3))),
+            completed,
+            failed,
             RequestRecord::unfinished(3, "concurrent@4", Phase::Measure, RequestOutcome::Incomplete, Some(t(5)), None),
         ];
         let mut out = RequestsJsonl::from_writer(Vec::new(), PathBuf::from("requests.jsonl"));
@@ -350,9 +386,9 @@ mod tests {
         assert_eq!(out.lines(), 3);
         let text = String::from_utf8(out.finish().unwrap()).unwrap();
         insta::assert_snapshot!(text, @r#"
-        {"id":1,"benchmark":"throughput","repeat":0,"phase":"measure","outcome":"completed","submitted_ns":1000000000000,"dispatched_ns":1000002000000,"finished_ns":1000012000000,"batch":7,"batch_size":3,"engine_scheduled_ns":1000003000000,"engine_first_token_ns":1000004000000,"engine_last_token_ns":1000009000000,"cached_tokens":0,"latency_ms":12.0,"batch_wait_ms":2.0,"engine_queue_ms":null,"ttft_ms":4.5,"tpot_ms":1.0,"itl_max_ms":1.5,"latency_per_token_ms":2.0,"prompt_tokens":16,"output_tokens":6,"anomalies":["scheduled_before_queued"]}
-        {"id":2,"benchmark":"throughput","repeat":0,"phase":"warmup","outcome":"error","error_kind":"engine_error","submitted_ns":1000001000000,"dispatched_ns":null,"finished_ns":1000003000000,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null}
-        {"id":3,"benchmark":"concurrent@4","repeat":0,"phase":"measure","outcome":"incomplete","submitted_ns":1000005000000,"dispatched_ns":null,"finished_ns":null,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null}
+        {"id":1,"benchmark":"throughput","repeat":0,"phase":"measure","outcome":"completed","submitted_ns":1000000000000,"dispatched_ns":1000002000000,"finished_ns":1000012000000,"batch":7,"batch_size":3,"engine_scheduled_ns":1000003000000,"engine_first_token_ns":1000004000000,"engine_last_token_ns":1000009000000,"cached_tokens":0,"intended_ns":1000000000000,"sent_ns":1000002000000,"dispatch_delay_ms":2.0,"endpoint":"http://127.0.0.1:8000","token_count_source":"usage","latency_ms":12.0,"batch_wait_ms":2.0,"engine_queue_ms":null,"ttft_ms":4.5,"tpot_ms":1.0,"itl_max_ms":1.5,"latency_per_token_ms":2.0,"prompt_tokens":16,"output_tokens":6,"anomalies":["scheduled_before_queued"]}
+        {"id":2,"benchmark":"throughput","repeat":0,"phase":"warmup","outcome":"error","error_kind":"engine_error","submitted_ns":1000001000000,"dispatched_ns":null,"finished_ns":1000003000000,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null,"intended_ns":1000001000000,"dispatch_delay_ms":null}
+        {"id":3,"benchmark":"concurrent@4","repeat":0,"phase":"measure","outcome":"incomplete","submitted_ns":1000005000000,"dispatched_ns":null,"finished_ns":null,"batch":null,"batch_size":null,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":null,"intended_ns":null,"dispatch_delay_ms":null}
         "#);
         // The reader gives back exactly what was written.
         let read: Vec<RequestRecord> =
@@ -382,6 +418,17 @@ mod tests {
         let missing = Path::new("/nonexistent/requests.jsonl");
         let err = read_records(missing).err().unwrap().to_string();
         assert!(err.starts_with("cannot read /nonexistent/requests.jsonl"), "{err}");
+    }
+
+    #[test]
+    fn a_line_written_before_the_client_fields_still_reads() {
+        // A completed row as batchlab wrote it before intended_ns, dispatch_delay_ms, sent_ns,
+        // endpoint and token_count_source.
+        let old = r#"{"id":1,"benchmark":"throughput","repeat":0,"phase":"measure","outcome":"completed","submitted_ns":1000000000000,"dispatched_ns":1000002000000,"finished_ns":1000012000000,"batch":7,"batch_size":3,"engine_scheduled_ns":null,"engine_first_token_ns":null,"engine_last_token_ns":null,"cached_tokens":0,"latency_ms":12.0,"batch_wait_ms":2.0,"engine_queue_ms":null,"ttft_ms":4.5,"tpot_ms":1.0,"itl_max_ms":1.5,"latency_per_token_ms":2.0,"prompt_tokens":16,"output_tokens":6,"anomalies":[]}"#;
+        let record = Records::from_reader(old.as_bytes(), PathBuf::from("requests.jsonl")).next().unwrap().unwrap();
+        assert_eq!((record.intended_ns, record.dispatch_delay_ms, record.sent_ns), (None, None, None));
+        assert_eq!((record.endpoint, record.token_count_source), (None, None));
+        assert_eq!(record.metrics.map(|m| m.latency_ms), Some(12.0));
     }
 
     fn any_record() -> impl Strategy<Value = RequestRecord> {
@@ -421,27 +468,41 @@ mod tests {
         let head = (any::<u64>(), ".{0,12}", any::<u32>(), phase, outcome);
         let times = (ts(), ts(), ts(), proptest::option::of(any::<u64>()), proptest::option::of(any::<usize>()));
         let engine = (ts(), ts(), ts(), proptest::option::of(any::<u32>()));
-        (head, times, engine, metrics).prop_map(|((id, benchmark, repeat, phase, outcome), times, engine, metrics)| {
-            let (submitted_ns, dispatched_ns, finished_ns, batch, batch_size) = times;
-            let (engine_scheduled_ns, engine_first_token_ns, engine_last_token_ns, cached_tokens) = engine;
-            RequestRecord {
-                id,
-                benchmark,
-                repeat,
-                phase,
-                outcome,
-                submitted_ns,
-                dispatched_ns,
-                finished_ns,
-                batch,
-                batch_size,
-                engine_scheduled_ns,
-                engine_first_token_ns,
-                engine_last_token_ns,
-                cached_tokens,
-                metrics,
-            }
-        })
+        let source = prop_oneof![
+            Just(TokenCountSource::Usage),
+            Just(TokenCountSource::TokenIds),
+            Just(TokenCountSource::Chunks)
+        ];
+        let client = (ts(), ts(), ms(), proptest::option::of("[a-z:/.0-9]{1,24}"), proptest::option::of(source));
+        (head, times, engine, client, metrics).prop_map(
+            |((id, benchmark, repeat, phase, outcome), times, engine, client, metrics)| {
+                let (submitted_ns, dispatched_ns, finished_ns, batch, batch_size) = times;
+                let (engine_scheduled_ns, engine_first_token_ns, engine_last_token_ns, cached_tokens) = engine;
+                let (intended_ns, sent_ns, dispatch_delay_ms, endpoint, token_count_source) = client;
+                RequestRecord {
+                    id,
+                    benchmark,
+                    repeat,
+                    phase,
+                    outcome,
+                    submitted_ns,
+                    dispatched_ns,
+                    finished_ns,
+                    batch,
+                    batch_size,
+                    engine_scheduled_ns,
+                    engine_first_token_ns,
+                    engine_last_token_ns,
+                    cached_tokens,
+                    intended_ns,
+                    sent_ns,
+                    dispatch_delay_ms,
+                    endpoint,
+                    token_count_source,
+                    metrics,
+                }
+            },
+        )
     }
 
     proptest! {

@@ -1,7 +1,9 @@
-//! The console summary: one row per benchmark, plain ASCII, columns aligned.
+//! The console summary: one row per benchmark, plain ASCII, columns aligned; then, where a run has
+//! them, its endpoints, the servers' counters, the token-count sources and validity warnings.
 
 use crate::metrics::repeats::RepeatSummary;
 use crate::metrics::result::BenchmarkResult;
+use crate::metrics::server::SHOWN_COUNTERS;
 
 use super::Report;
 
@@ -90,10 +92,122 @@ pub fn render_table(report: &Report) -> String {
     if report.incomplete {
         out.push_str("(incomplete run: stopped before every benchmark finished)\n");
     }
+    for b in report.benchmarks.iter().filter(|b| !b.token_count_sources.is_empty()) {
+        out.push_str(&format!("(token counts of {}: {})\n", b.label(), token_count_sources(b)));
+    }
+    if report.benchmarks.iter().any(|b| !b.endpoints.is_empty()) {
+        out.push('\n');
+        out.push_str(&render_endpoints(&report.benchmarks));
+    }
+    if report.benchmarks.iter().any(|b| !b.server.is_empty()) {
+        out.push('\n');
+        out.push_str(&render_server(&report.benchmarks));
+    }
     if !report.repeats.is_empty() {
         out.push('\n');
         out.push_str(&render_repeats(&report.repeats));
     }
+    let warnings: Vec<String> = report
+        .benchmarks
+        .iter()
+        .flat_map(|b| {
+            b.validity_warnings.iter().map(move |w| format!("validity warning: {}: {}\n", b.label(), w.message))
+        })
+        .collect();
+    if !warnings.is_empty() {
+        out.push('\n');
+        out.extend(warnings);
+    }
+    out
+}
+
+/// `96 from usage, 4 from chunks`: completed requests by the source of their token counts.
+pub(crate) fn token_count_sources(b: &BenchmarkResult) -> String {
+    let parts: Vec<String> = b.token_count_sources.iter().map(|(source, n)| format!("{n} from {source}")).collect();
+    parts.join(", ")
+}
+
+/// Seconds with three decimals, `-` when unknown.
+fn secs(v: Option<f64>) -> String {
+    fixed(v, 3)
+}
+
+/// The per-endpoint table's headers, shared with report.html.
+pub(crate) const ENDPOINT_HEADERS: [&str; 12] = [
+    "benchmark",
+    "endpoint",
+    "requests",
+    "ok",
+    "errors",
+    "lat p50 ms",
+    "lat p99 ms",
+    "ttft p50 ms",
+    "ttft p99 ms",
+    "failing from s",
+    "recovered after s",
+    "errors by kind",
+];
+
+/// One row per benchmark and endpoint: [`ENDPOINT_HEADERS`]. `failing from s` is when the
+/// endpoint's first failure episode began, `recovered after s` how long the run took to complete
+/// a request sent after it (`-`: it did not).
+pub(crate) fn endpoint_rows(benchmarks: &[BenchmarkResult]) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    for b in benchmarks {
+        for e in &b.endpoints {
+            let kinds: Vec<String> = e.errors_by_kind.iter().map(|(k, n)| format!("{k}={n}")).collect();
+            let failures = e.failures.as_ref();
+            rows.push(vec![
+                b.label(),
+                e.endpoint.clone(),
+                count(e.requests),
+                count(e.completed),
+                count(e.errors),
+                fixed(e.latency.p50, 2),
+                fixed(e.latency.p99, 2),
+                fixed(e.ttft.p50, 2),
+                fixed(e.ttft.p99, 2),
+                failures.map_or_else(|| "-".into(), |f| secs(Some(f.began_s))),
+                failures.map_or_else(|| "-".into(), |f| secs(f.time_to_recover_s)),
+                kinds.join(" "),
+            ]);
+        }
+    }
+    rows
+}
+
+fn render_endpoints(benchmarks: &[BenchmarkResult]) -> String {
+    let mut out =
+        String::from("per endpoint (failing from: s after the window opened; recovered after: docs/report.md)\n");
+    out.push_str(&aligned(&ENDPOINT_HEADERS, &endpoint_rows(benchmarks), |i| i <= 1 || i == 11));
+    out
+}
+
+/// The server-counter table's headers: benchmark, endpoint, [`SHOWN_COUNTERS`], the hit rate.
+pub(crate) fn server_headers() -> Vec<&'static str> {
+    let mut headers = vec!["benchmark", "endpoint"];
+    headers.extend(SHOWN_COUNTERS.iter().map(|(_, header)| *header));
+    headers.insert(2 + 4, "prefix hit rate");
+    headers
+}
+
+/// One row per benchmark and endpoint whose server gave counters: [`server_headers`].
+pub(crate) fn server_rows(benchmarks: &[BenchmarkResult]) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    for b in benchmarks {
+        for d in &b.server {
+            let mut row = vec![b.label(), d.endpoint.clone()];
+            row.extend(SHOWN_COUNTERS.iter().map(|(name, _)| fixed(d.counters.get(*name).copied(), 0)));
+            row.insert(2 + 4, fixed(d.prefix_cache_hit_rate, 2));
+            rows.push(row);
+        }
+    }
+    rows
+}
+
+fn render_server(benchmarks: &[BenchmarkResult]) -> String {
+    let mut out = String::from("server counters over each benchmark (deltas of the server's /metrics)\n");
+    out.push_str(&aligned(&server_headers(), &server_rows(benchmarks), |i| i <= 1));
     out
 }
 
@@ -164,7 +278,7 @@ pub fn render_repeats(repeats: &[RepeatSummary]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::metrics::BenchmarkAggregator;
     use crate::report::tests::sample_report;
@@ -175,6 +289,72 @@ mod tests {
         let mut report = sample_report();
         report.benchmarks.push(BenchmarkAggregator::new("concurrent@4").finish(Timestamp::from_nanos(5)));
         insta::assert_snapshot!("table", render_table(&report));
+    }
+
+    /// A benchmark of an engine with two endpoints, one of which failed, servers with counters,
+    /// token counts from two sources, and a client that fell behind: what the table adds for it.
+    pub(crate) fn remote_benchmark() -> BenchmarkResult {
+        use crate::batcher::RequestTimes;
+        use crate::engine::{ServerCounters, TokenCountSource};
+        use crate::metrics::client::ClientTiming;
+        use crate::metrics::server::server_deltas;
+        use std::time::Duration;
+        let at = |ms: u64| Timestamp::from_nanos(1_000_000_000_000 + ms * 1_000_000);
+        let mut agg = BenchmarkAggregator::new("constant@10.0/s");
+        agg.start(at(0));
+        let done = |agg: &mut BenchmarkAggregator, endpoint: &str, sent: u64, ms: u64, source| {
+            let times = RequestTimes { submitted: at(sent), dispatched: at(sent), completed: at(sent + ms) };
+            let metrics = crate::metrics::RequestMetrics {
+                latency: Duration::from_millis(ms),
+                ttft: Some(Duration::from_millis(ms / 4)),
+                output_tokens: Some(8),
+                endpoint: Some(endpoint.to_owned()),
+                token_count_source: Some(source),
+                ..Default::default()
+            };
+            agg.record_submitted();
+            agg.record_completion(&metrics, &times);
+            // Meant to go 40 ms before it did: the client fell behind.
+            agg.record_client_timing(&ClientTiming::new(at(sent.saturating_sub(40)), &times, None));
+        };
+        done(&mut agg, "http://a", 0, 100, TokenCountSource::Usage);
+        done(&mut agg, "http://b", 0, 120, TokenCountSource::Usage);
+        agg.record_submitted();
+        agg.record_error("stream_dropped", Some("http://b"), at(100), at(250));
+        done(&mut agg, "http://a", 300, 100, TokenCountSource::Chunks);
+        let mut result = agg.finish(at(500));
+        let counters = |prompt: f64, hits: f64| {
+            let counters =
+                [("prompt_tokens", prompt), ("prefix_cache_queries", 2.0 * hits), ("prefix_cache_hits", hits)];
+            ServerCounters { endpoint: "http://a".into(), counters: counters.map(|(k, v)| (k.to_owned(), v)).into() }
+        };
+        result.server = server_deltas(&[counters(1000.0, 10.0)], &[counters(1640.0, 50.0)]);
+        result
+    }
+
+    #[test]
+    fn endpoints_server_counters_sources_and_warnings() {
+        let mut report = sample_report();
+        report.benchmarks = vec![remote_benchmark()];
+        insta::assert_snapshot!(render_table(&report), @r"
+        benchmark        requests  errors  req/s  out tok/s  lat p50 ms  lat p99 ms  ttft p50 ms  ttft p99 ms  tpot p50 ms  batch mean
+        ---------------  --------  ------  -----  ---------  ----------  ----------  -----------  -----------  -----------  ----------
+        constant@10.0/s         3       1   6.00       48.0      100.01      120.00        25.00        30.00            -           -
+        (token counts of constant@10.0/s: 1 from chunks, 2 from usage)
+
+        per endpoint (failing from: s after the window opened; recovered after: docs/report.md)
+        benchmark        endpoint  requests  ok  errors  lat p50 ms  lat p99 ms  ttft p50 ms  ttft p99 ms  failing from s  recovered after s  errors by kind
+        ---------------  --------  --------  --  ------  ----------  ----------  -----------  -----------  --------------  -----------------  ----------------
+        constant@10.0/s  http://a         2   2       0      100.00      100.00        25.00        25.00               -                  -
+        constant@10.0/s  http://b         2   1       1      120.00      120.00        30.00        30.00           0.250              0.150  stream_dropped=1
+
+        server counters over each benchmark (deltas of the server's /metrics)
+        benchmark        endpoint  prompt tok  generation tok  prefix queries  prefix hits  prefix hit rate  preemptions
+        ---------------  --------  ----------  --------------  --------------  -----------  ---------------  -----------
+        constant@10.0/s  http://a         640               -              80           40             0.50            -
+
+        validity warning: constant@10.0/s: the client fell behind its own schedule: client lag p99 40.00 ms (max 40.00 ms) is over 10 ms, so the load offered was lower than the profile's and latencies start late
+        ");
     }
 
     #[test]

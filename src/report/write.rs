@@ -236,7 +236,7 @@ mod tests {
         assert_eq!(lines.len(), 2 + report.benchmarks.len(), "header, rows, trailing empty: {text}");
         assert_eq!(lines.last(), Some(&""));
         let header: Vec<&str> = lines[0].split(',').collect();
-        assert_eq!(header.len(), 2 + 94 + 1);
+        assert_eq!(header.len(), 2 + 100 + 1);
         assert_eq!(&header[..4], ["benchmark", "submitted", "completed", "errors"]);
         assert!(header.contains(&"ttft_p99_ms"));
         assert_eq!(header.last(), Some(&"errors_by_kind"));
@@ -251,6 +251,8 @@ mod tests {
             [cell("concurrency_mean"), cell("latency_max_ms"), cell("errors_by_kind")],
             ["1.02", "350", "engine_error=1"]
         );
+        // The client's lag: each sample request was meant to arrive 1 ms before its submit.
+        assert_eq!([cell("client_lag_p50_ms"), cell("client_lag_max_ms")], ["1", "1"]);
     }
 
     #[test]

@@ -12,8 +12,9 @@
 //! [`Driver::start`] is called once, before anything else; then, per step, repeatedly:
 //! [`Driver::poll_event`] until it returns `None` (a batch is always given before the outcomes of
 //! its requests), then [`Driver::submit`] or [`Driver::wait`] as the step asks, [`Driver::cancel`]
-//! on interruption, [`Driver::reconfigure`] between steps; and finally [`Driver::shutdown`] once,
-//! whatever happened before (at once after a failed start).
+//! on interruption, [`Driver::reconfigure`] between steps, [`Driver::server_counters`] before and
+//! after each step (the loop reports their deltas, the server's own view of the benchmark); and
+//! finally [`Driver::shutdown`] once, whatever happened before (at once after a failed start).
 
 use std::time::{Duration, Instant};
 
@@ -23,9 +24,10 @@ use super::progress::Progress;
 use super::schedule::{ScheduledStep, StepSchedule};
 use super::step::{Action, Finished, StepRun};
 use crate::batcher::{BatchConfig, BatchRun, ConfigError, Outcome, RequestError};
-use crate::engine::{ClockDomain, EngineError, EngineInfo, EngineRequest, RequestId};
+use crate::engine::{ClockDomain, EngineError, EngineInfo, EngineRequest, RequestId, ServerCounters};
 use crate::loadgen::Workload;
 use crate::metrics::result::{BenchmarkResult, MatrixPoint};
+use crate::metrics::server::server_deltas;
 use crate::report::RequestsJsonl;
 use crate::scenario::plan::Plan;
 use crate::time::{Timestamp, WallAnchor};
@@ -67,6 +69,11 @@ pub trait Driver {
     /// Takes new batching settings between benchmarks, with nothing queued or running (a
     /// `[matrix]` run's next combination, an engine session's next run); the engine stays loaded.
     fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError>;
+    /// The servers' own counters now (`engine::ConcurrentEngine::server_counters`: their
+    /// Prometheus `/metrics`), one entry per endpoint that has them; empty for an engine without
+    /// servers. Read before and after each step, never during one (it may take a request per
+    /// endpoint).
+    fn server_counters(&self) -> Vec<ServerCounters>;
     /// Shuts the engine down; every request still queued gets its outcome first.
     fn shutdown(&mut self) -> Result<(), EngineError>;
 }
@@ -216,9 +223,12 @@ struct StepLoop<'d, 's> {
 
 impl StepLoop<'_, '_> {
     /// Runs one benchmark to its end: the step asks, the driver submits and waits, events go back
-    /// to the step, its rows to requests.jsonl and its status to the display.
+    /// to the step, its rows to requests.jsonl and its status to the display. The servers'
+    /// counters are read before its clock starts and after it ends; their deltas are its
+    /// `server` result.
     fn run_step(&mut self, scheduled: ScheduledStep<'_, '_>) -> Result<Finished, RunError> {
         let segment = scheduled.segment;
+        let counters_before = self.driver.server_counters();
         let mut run = self.start_step(scheduled)?;
         loop {
             self.take_events(&mut run)?;
@@ -258,6 +268,7 @@ impl StepLoop<'_, '_> {
         let now = self.driver.now();
         self.progress.benchmark_done(&run.status(now));
         let mut finished = run.finish(now);
+        finished.result.server = server_deltas(&counters_before, &self.driver.server_counters());
         if let Some(j) = self.jsonl.as_deref_mut() {
             finished.records.iter().try_for_each(|record| j.write(record))?;
         }
@@ -332,5 +343,160 @@ pub(crate) fn mark_pareto_front(benchmarks: &mut [BenchmarkResult]) {
         if let Some(m) = &mut b.matrix {
             m.pareto_front = on;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::engine::{Engine, EngineOutput, FinishReason, VirtualTimeEngine};
+    use crate::run::progress::{ProgressMode, Screen};
+    use crate::run::virtual_driver::VirtualTimeDriver;
+    use crate::scenario::Scenario;
+    use crate::time::{Clock, VirtualClock};
+
+    /// Answers every batch 5 ms after it was dispatched, in virtual time.
+    struct Quick {
+        clock: VirtualClock,
+    }
+
+    impl Engine for Quick {
+        fn start(&mut self) -> Result<EngineInfo, EngineError> {
+            Ok(EngineInfo::new("quick", "0"))
+        }
+        fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<crate::engine::EngineOutput>, EngineError> {
+            self.clock.sleep(Duration::from_millis(5));
+            Ok(batch
+                .iter()
+                .map(|r| EngineOutput::new(Some(r.id), FinishReason::Length).with_output_tokens(4))
+                .collect())
+        }
+        fn shutdown(&mut self) -> Result<(), EngineError> {
+            Ok(())
+        }
+    }
+
+    impl VirtualTimeEngine for Quick {
+        fn use_virtual_clock(&mut self, clock: VirtualClock) {
+            self.clock = clock;
+        }
+    }
+
+    fn quick() -> VirtualTimeDriver<Quick> {
+        let plan = scenario(&[100.0]).build().unwrap();
+        VirtualTimeDriver::new(Quick { clock: VirtualClock::new() }, plan.batching().clone())
+    }
+
+    /// 20 requests at each of `rates`, one per batch.
+    fn scenario(rates: &[f64]) -> crate::scenario::ScenarioBuilder {
+        Scenario::builder().sim_virtual().synthetic(16, 4).batch_size(1).profile_constant(rates).max_requests(20)
+    }
+
+    /// Runs `plan`'s steps on `driver` through the one step loop, and returns the benchmarks.
+    fn run_on(driver: &mut dyn Driver, plan: &Plan) -> Vec<BenchmarkResult> {
+        let workload = Workload::from_plan(plan.workload()).unwrap();
+        let info = driver.start().unwrap();
+        let mut carried = Carried { batching: plan.batching().clone(), next_request: 0 };
+        let mut progress = Progress::new(ProgressMode::Off, &Screen::stderr());
+        let interrupt = Interrupt::never();
+        let sinks = Sinks { jsonl: None, progress: &mut progress, interrupt: &interrupt };
+        let segments = [Segment { plan, workload: &workload, label: None }];
+        let steps = run_steps(&segments, driver, &info, &mut carried, sinks, 1).unwrap();
+        driver.shutdown().unwrap();
+        steps.benchmarks
+    }
+
+    /// A client whose every submit takes `submit_cost` of (virtual) time, and whose servers'
+    /// counters grow by 100 prompt tokens at every reading.
+    struct SlowClient<D> {
+        inner: D,
+        submit_cost: Duration,
+        readings: Cell<u32>,
+    }
+
+    impl<D: Driver> Driver for SlowClient<D> {
+        fn start(&mut self) -> Result<EngineInfo, EngineError> {
+            self.inner.start()
+        }
+        fn now(&self) -> Timestamp {
+            self.inner.now()
+        }
+        fn clock_domain(&self) -> ClockDomain {
+            self.inner.clock_domain()
+        }
+        fn wall_anchor(&self) -> WallAnchor {
+            self.inner.wall_anchor()
+        }
+        fn submit(&mut self, request: EngineRequest<()>) -> Result<RequestId, RequestError> {
+            let id = self.inner.submit(request)?;
+            let done = self.inner.now().saturating_add(self.submit_cost);
+            while self.inner.now() < done {
+                self.inner.wait(Some(done)).expect("a deadline always lets time pass");
+            }
+            Ok(id)
+        }
+        fn cancel(&mut self, id: RequestId) {
+            self.inner.cancel(id)
+        }
+        fn poll_event(&mut self) -> Option<DriverEvent> {
+            self.inner.poll_event()
+        }
+        fn wait(&mut self, until: Option<Timestamp>) -> Result<(), Stalled> {
+            self.inner.wait(until)
+        }
+        fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError> {
+            self.inner.reconfigure(config)
+        }
+        fn server_counters(&self) -> Vec<ServerCounters> {
+            let n = self.readings.get();
+            self.readings.set(n + 1);
+            let counters = [("prompt_tokens".to_owned(), f64::from(n) * 100.0)].into();
+            vec![ServerCounters { endpoint: "http://127.0.0.1:8000".into(), counters }]
+        }
+        fn shutdown(&mut self) -> Result<(), EngineError> {
+            self.inner.shutdown()
+        }
+    }
+
+    fn slow(submit_cost: Duration) -> SlowClient<VirtualTimeDriver<Quick>> {
+        SlowClient { inner: quick(), submit_cost, readings: Cell::new(0) }
+    }
+
+    #[test]
+    fn a_client_whose_submits_are_slower_than_the_schedule_falls_behind_and_says_so() {
+        // 100/s is one arrival every 10 ms; a submit that takes 20 ms falls 10 ms further behind
+        // with each request.
+        let b = &run_on(&mut slow(Duration::from_millis(20)), &scenario(&[100.0]).build().unwrap())[0];
+        assert_eq!((b.counts.completed, b.counts.lost), (20, 0));
+        // The 20th request went at 380 ms instead of 190 ms.
+        assert_eq!(b.metric("client_lag_max_ms"), Some(190.0));
+        let kinds: Vec<_> = b.validity_warnings.iter().map(|w| w.kind.as_str()).collect();
+        assert_eq!(kinds, ["client_lag"]);
+
+        // Submits within the schedule: no lag, no warning.
+        let b = &run_on(&mut slow(Duration::from_millis(5)), &scenario(&[100.0]).build().unwrap())[0];
+        assert_eq!(b.metric("client_lag_max_ms"), Some(0.0));
+        assert!(b.validity_warnings.is_empty(), "{:?}", b.validity_warnings);
+        let b = &run_on(&mut quick(), &scenario(&[100.0]).build().unwrap())[0];
+        assert_eq!((b.metric("client_lag_max_ms"), b.metric("dispatch_delay_max_ms")), (Some(0.0), Some(0.0)));
+    }
+
+    #[test]
+    fn server_counters_are_read_around_each_step_and_reported_as_deltas() {
+        let mut driver = slow(Duration::ZERO);
+        let benchmarks = run_on(&mut driver, &scenario(&[100.0, 200.0]).build().unwrap());
+        assert_eq!(benchmarks.len(), 2);
+        for b in &benchmarks {
+            let [delta] = b.server.as_slice() else { panic!("one endpoint: {:?}", b.server) };
+            assert_eq!(delta.endpoint, "http://127.0.0.1:8000");
+            // Read once before and once after: 100 more each time.
+            assert_eq!(delta.counters.get("prompt_tokens"), Some(&100.0), "{}", b.name);
+        }
+        assert_eq!(driver.readings.get(), 4, "before and after each of the two steps");
+        // A virtual-time engine has no servers: nothing is reported.
+        assert!(run_on(&mut quick(), &scenario(&[100.0]).build().unwrap())[0].server.is_empty());
     }
 }

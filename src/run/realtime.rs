@@ -11,7 +11,7 @@ use super::driver::{Driver, DriverEvent, Stalled};
 use super::engine_guard::{AbortAfterGrace, DeathWatch, EngineProcesses, engine_cpu_probe, shutdown_bounded};
 use super::interrupt::{Interrupt, WakerGuard};
 use crate::batcher::{BatchConfig, BatchRun, Batcher, ConfigError, RequestError};
-use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId};
+use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId, ServerCounters};
 use crate::time::{Clock, MonotonicClock, Timestamp, WallAnchor};
 
 /// What the channel carries: an event, or `None` when the interrupt fired (stop waiting).
@@ -198,8 +198,81 @@ impl Driver for RealTimeDriver {
         self.batcher.reconfigure(config)
     }
 
+    fn server_counters(&self) -> Vec<ServerCounters> {
+        self.batcher.concurrent_engine().map(|engine| engine.server_counters()).unwrap_or_default()
+    }
+
     fn shutdown(&mut self) -> Result<(), EngineError> {
         self.guard.stand_down();
         shutdown_bounded(&self.batcher)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::engine::{ConcurrentEngine, EngineOutput, FinishReason, GenerateDone};
+
+    /// The concurrent face of [`Remote`]: answers at once; its one server has counted 7 prompt
+    /// tokens.
+    struct Face;
+
+    impl ConcurrentEngine for Face {
+        fn generate(&self, batch: Vec<EngineRequest>, done: GenerateDone) {
+            done(Ok(batch.iter().map(|r| EngineOutput::new(Some(r.id), FinishReason::Length)).collect()));
+        }
+        fn server_counters(&self) -> Vec<ServerCounters> {
+            let counters = [("prompt_tokens".to_owned(), 7.0)].into();
+            vec![ServerCounters { endpoint: "http://127.0.0.1:9".into(), counters }]
+        }
+    }
+
+    /// An engine with a concurrent face, whose start succeeds unless told otherwise.
+    struct Remote {
+        start_fails: bool,
+    }
+
+    impl Engine for Remote {
+        fn start(&mut self) -> Result<EngineInfo, EngineError> {
+            if self.start_fails {
+                Err(EngineError::Start("refused".into()))
+            } else {
+                Ok(EngineInfo::new("remote", "0"))
+            }
+        }
+        fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+            Ok(batch.iter().map(|r| EngineOutput::new(Some(r.id), FinishReason::Length)).collect())
+        }
+        fn shutdown(&mut self) -> Result<(), EngineError> {
+            Ok(())
+        }
+        fn concurrent(&self) -> Option<Arc<dyn ConcurrentEngine>> {
+            Some(Arc::new(Face))
+        }
+    }
+
+    fn driver(start_fails: bool) -> RealTimeDriver {
+        RealTimeDriver::new(Remote { start_fails }, BatchConfig::default(), &Interrupt::never(), false, false)
+    }
+
+    #[test]
+    fn server_counters_come_from_the_started_engines_concurrent_face() {
+        let mut d = driver(false);
+        assert!(d.server_counters().is_empty(), "not started: no face yet");
+        d.start().unwrap();
+        let counters = d.server_counters();
+        assert_eq!(counters.len(), 1);
+        assert_eq!(
+            (counters[0].endpoint.as_str(), counters[0].counters.get("prompt_tokens")),
+            ("http://127.0.0.1:9", Some(&7.0))
+        );
+        d.shutdown().unwrap();
+
+        let mut failed = driver(true);
+        assert!(failed.start().is_err());
+        assert!(failed.server_counters().is_empty(), "a failed start gives no face");
+        failed.shutdown().unwrap();
     }
 }

@@ -7,6 +7,18 @@
 //! [`StepRun::finish`], display updates out of [`StepRun::status`], and the run loop
 //! ([`super::driver`]) writes and draws them. Virtual and real time run the very same logic, so a
 //! scenario means the same thing on a simulated hour and on a real vLLM engine.
+//!
+//! **Intended arrival.** Each request's dispatch delay and client lag (`metrics::client`) start
+//! from when the load profile meant it to arrive, which the step decides at the submit:
+//! - a rate or trace profile: the arrival's time in the schedule; an arrival that
+//!   `max_concurrency` held back (the scheduler counts it in `delayed_by_cap`) was meant to go
+//!   when a slot freed, so the latest outcome before its submit, when later;
+//! - a closed loop (synchronous, concurrent, throughput): the latest of the step's start, the
+//!   latest outcome before the submit (it freed the slot) and the time the step last waited for
+//!   (a ramp-up opening a stream, a phase's end), never after the submit.
+//!
+//! Taking the latest candidate never overstates the client's lag: when several outcomes came in
+//! before the loop reacted, the request is dated from the last of them.
 
 use std::collections::VecDeque;
 
@@ -16,6 +28,7 @@ use crate::batcher::{BatchRun, Outcome, RequestError};
 use crate::engine::{ClockDomain, RequestId};
 use crate::loadgen::{Lateness, LoadError, Poll, PrefixDesign, Scheduler, Step};
 use crate::metrics::aggregate::BenchmarkAggregator;
+use crate::metrics::client::ClientTiming;
 use crate::metrics::map_request;
 use crate::report::{BenchmarkResult, Phase, RequestOutcome, RequestRecord};
 use crate::scenario::plan::{PhaseLimit, StopPlan};
@@ -55,6 +68,8 @@ pub enum StopReason {
 struct Flight {
     phase: Phase,
     submitted: Timestamp,
+    /// When the load profile meant it to arrive (module docs).
+    intended: Timestamp,
 }
 
 /// Minimum finished requests before `max_error_rate` is judged, so one early error is not 100 %.
@@ -104,6 +119,10 @@ pub struct StepRun {
     /// The workload's shared prefixes and the engine's KV block size, for the designed hit rate.
     prefix_design: Option<(PrefixDesign, u32)>,
     in_flight: IdMap<Flight>,
+    /// When the latest outcome (of any phase) arrived: it freed a slot.
+    last_outcome_at: Option<Timestamp>,
+    /// The time the step's last `Wait` asked to be woken at, if any.
+    last_wait_until: Option<Timestamp>,
     aggregator: BenchmarkAggregator,
     domain: ClockDomain,
     anchor: Option<WallAnchor>,
@@ -156,6 +175,8 @@ impl StepRun {
             schedule_done: false,
             prefix_design: None,
             in_flight: IdMap::default(),
+            last_outcome_at: None,
+            last_wait_until: None,
             aggregator,
             domain,
             anchor,
@@ -355,6 +376,14 @@ impl StepRun {
 
     /// What the driver should do at `now`: submit one request, wait, or finish the step.
     pub fn poll(&mut self, now: Timestamp) -> Action {
+        let action = self.decide(now);
+        if let Action::Wait(until) = action {
+            self.last_wait_until = until;
+        }
+        action
+    }
+
+    fn decide(&mut self, now: Timestamp) -> Action {
         let (phase, phase_deadline) = self.admission(now);
         let Some(phase) = phase else {
             return if self.in_flight.is_empty() { Action::Done } else { Action::Wait(None) };
@@ -377,8 +406,12 @@ impl StepRun {
 
     /// The request asked for by [`Action::Submit`] was accepted as `id` at `now`.
     pub fn on_submitted(&mut self, id: RequestId, phase: Phase, now: Timestamp) {
+        let due = self.scheduler.next_arrival();
+        let held_before = self.scheduler.lateness().delayed_by_cap;
         self.scheduler.on_submitted(now);
-        self.in_flight.insert(id, Flight { phase, submitted: now });
+        let held_by_cap = self.scheduler.lateness().delayed_by_cap > held_before;
+        let intended = self.intended_arrival(due, held_by_cap, now);
+        self.in_flight.insert(id, Flight { phase, submitted: now, intended });
         match phase {
             Phase::Warmup => {
                 self.warmup_submitted += 1;
@@ -393,6 +426,21 @@ impl StepRun {
             }
             Phase::Cooldown => self.cooldown_submitted += 1,
         }
+    }
+
+    /// When a request submitted at `now` was meant to arrive (module docs): `due` is its time in
+    /// the schedule (`None` for a closed loop), `held_by_cap` whether `max_concurrency` held it.
+    fn intended_arrival(&self, due: Option<Timestamp>, held_by_cap: bool, now: Timestamp) -> Timestamp {
+        let released = match due {
+            Some(due) if held_by_cap => due.max(self.last_outcome_at.unwrap_or(due)),
+            Some(due) => due,
+            None => [Some(self.started_at), self.last_outcome_at, self.last_wait_until.filter(|t| *t <= now)]
+                .into_iter()
+                .flatten()
+                .max()
+                .unwrap_or(now),
+        };
+        released.min(now)
     }
 
     /// The batcher refused a request: the engine is unusable or shutting down, so the step ends.
@@ -430,6 +478,7 @@ impl StepRun {
     /// ready at [`poll_record`](Self::poll_record).
     pub fn on_outcome(&mut self, id: RequestId, outcome: &Outcome, now: Timestamp) {
         let Some(flight) = self.in_flight.remove(&id) else { return };
+        self.last_outcome_at = Some(self.last_outcome_at.map_or(now, |t| t.max(now)));
         match flight.phase {
             Phase::Warmup => self.warmup_in_flight -= 1,
             Phase::Cooldown => self.cooldown_finished += 1,
@@ -438,8 +487,10 @@ impl StepRun {
         match outcome {
             Ok(c) => {
                 let metrics = map_request(&c.times, &c.output, self.domain, self.anchor);
+                let client = ClientTiming::new(flight.intended, &c.times, metrics.sent);
                 if flight.phase == Phase::Measure {
                     self.aggregator.record_completion(&metrics, &c.times);
+                    self.aggregator.record_client_timing(&client);
                     if let Some((design, block_size)) = self.prefix_design {
                         self.aggregator
                             .record_designed_cached(design.cached_tokens(id, block_size), metrics.prompt_tokens);
@@ -449,7 +500,12 @@ impl StepRun {
                     self.last_measured_end =
                         Some(self.last_measured_end.map_or(c.times.completed, |e| e.max(c.times.completed)));
                 }
-                self.record(|name| RequestRecord::completed(id, name, flight.phase, c, &metrics));
+                self.record(|name| {
+                    let mut record = RequestRecord::completed(id, name, flight.phase, c, &metrics);
+                    record.intended_ns = Some(flight.intended);
+                    record.dispatch_delay_ms = Some(client.dispatch_delay.as_nanos() as f64 / 1e6);
+                    record
+                });
             }
             Err(e) => {
                 // The engine is gone: nothing more can be served, whatever the profile says.
@@ -459,11 +515,15 @@ impl StepRun {
                 if !matches!(e, RequestError::Cancelled) {
                     self.errors += 1;
                 }
+                let endpoint = match e {
+                    RequestError::Remote { error, .. } => Some(error.endpoint.as_str()),
+                    _ => None,
+                };
                 if flight.phase == Phase::Measure {
                     match e {
                         RequestError::Cancelled => self.aggregator.record_cancelled(flight.submitted, now),
                         _ => {
-                            self.aggregator.record_error(e.kind(), flight.submitted, now);
+                            self.aggregator.record_error(e.kind(), endpoint, flight.submitted, now);
                             self.measured_errors += 1;
                         }
                     }
@@ -476,7 +536,11 @@ impl StepRun {
                     _ => RequestOutcome::Error { kind: e.kind().to_owned() },
                 };
                 self.record(|name| {
-                    RequestRecord::unfinished(id, name, flight.phase, outcome, Some(flight.submitted), Some(now))
+                    let mut record =
+                        RequestRecord::unfinished(id, name, flight.phase, outcome, Some(flight.submitted), Some(now));
+                    record.intended_ns = Some(flight.intended);
+                    record.endpoint = endpoint.map(str::to_owned);
+                    record
                 });
             }
         }
@@ -519,6 +583,7 @@ impl StepRun {
                     None,
                 );
                 record.repeat = self.repeat;
+                record.intended_ns = Some(f.intended);
                 records.push(record);
             }
         }
@@ -797,6 +862,113 @@ mod tests {
         assert!(finished.ends_run);
         let rows: Vec<_> = finished.records.iter().map(|r| (r.id, r.outcome.clone())).collect();
         assert_eq!(rows, [(1, RequestOutcome::Incomplete)]);
+    }
+
+    /// A completion of `id` submitted at `submitted`, dispatched at `dispatched`, done at `done` ms.
+    fn ran(id: RequestId, submitted: u64, dispatched: u64, done_ms: u64) -> Outcome {
+        let mut outcome = done(id, submitted, done_ms);
+        if let Ok(c) = &mut outcome {
+            c.times.dispatched = at(dispatched);
+        }
+        outcome
+    }
+
+    fn kind_step(kind: StepKind, max_requests: u64) -> StepRun {
+        let stop = crate::scenario::Scenario::builder().max_requests(max_requests).build().unwrap().stop().clone();
+        StepRun::new(Step::new(kind), stop, None, None, at(0), ClockDomain::Monotonic, None).unwrap().with_records()
+    }
+
+    /// (intended ms after the step's start, dispatch delay ms) of every record, in id order.
+    fn intended(run: &mut StepRun) -> Vec<(u64, f64)> {
+        let mut rows: Vec<_> = std::iter::from_fn(|| run.poll_record())
+            .map(|r| (r.id, (r.intended_ns.unwrap().as_nanos() - at(0).as_nanos()) / 1_000_000, r.dispatch_delay_ms))
+            .collect();
+        rows.sort_by_key(|r| r.0);
+        rows.into_iter().map(|(_, i, d)| (i, d.unwrap())).collect()
+    }
+
+    #[test]
+    fn a_scheduled_arrival_is_meant_for_its_due_time_and_a_late_submit_lags() {
+        // 100/s: due at 0 and 10 ms. The second is submitted at 25 ms (the loop was busy).
+        let mut run = kind_step(StepKind::Constant { rate: 100.0, max_concurrency: None }, 2);
+        assert_eq!(run.poll(at(0)), Action::Submit(Phase::Measure));
+        run.on_submitted(0, Phase::Measure, at(0));
+        assert_eq!(run.poll(at(1)), Action::Wait(Some(at(10))));
+        assert_eq!(run.poll(at(25)), Action::Submit(Phase::Measure));
+        run.on_submitted(1, Phase::Measure, at(25));
+        // Each waits 5 ms for its batch.
+        run.on_outcome(0, &ran(0, 0, 5, 40), at(40));
+        run.on_outcome(1, &ran(1, 25, 30, 50), at(50));
+        assert_eq!(intended(&mut run), [(0, 5.0), (10, 20.0)]);
+        let d = run.finish(at(50)).result.dispatch;
+        // Client lag: 0 and 15 ms (the 5 ms batch waits are by design).
+        assert_eq!((d.client_lag.p50, d.client_lag.max), (Some(0.0), Some(15.0)));
+        assert_eq!((d.dispatch_delay.count, d.dispatch_delay.max), (2, Some(20.0)));
+    }
+
+    #[test]
+    fn an_arrival_held_by_max_concurrency_is_meant_for_when_its_slot_freed() {
+        // 100/s with one in flight: the second arrival (due at 10 ms) waits for the first to end
+        // at 30 ms; the loop submits it at 32 ms: 2 ms of lag, not 22.
+        let mut run = kind_step(StepKind::Constant { rate: 100.0, max_concurrency: Some(1) }, 2);
+        assert_eq!(run.poll(at(0)), Action::Submit(Phase::Measure));
+        run.on_submitted(0, Phase::Measure, at(0));
+        assert_eq!(run.poll(at(10)), Action::Wait(None));
+        run.on_outcome(0, &ran(0, 0, 0, 30), at(30));
+        assert_eq!(run.poll(at(32)), Action::Submit(Phase::Measure));
+        run.on_submitted(1, Phase::Measure, at(32));
+        run.on_outcome(1, &ran(1, 32, 32, 40), at(40));
+        assert_eq!(intended(&mut run), [(0, 0.0), (30, 2.0)]);
+        assert_eq!(run.finish(at(40)).result.dispatch.client_lag.max, Some(2.0));
+    }
+
+    #[test]
+    fn a_closed_loop_request_is_meant_for_when_the_outcome_before_it_came() {
+        let mut run = kind_step(StepKind::Throughput { max_concurrency: 2 }, 4);
+        for id in 0..2 {
+            assert_eq!(run.poll(at(0)), Action::Submit(Phase::Measure));
+            run.on_submitted(id, Phase::Measure, at(0));
+        }
+        assert_eq!(run.poll(at(0)), Action::Wait(None));
+        // Two outcomes came before the loop reacted at 13 ms: both requests are dated from the
+        // later one (10 ms), never earlier, so the lag is not overstated.
+        run.on_outcome(0, &ran(0, 0, 0, 7), at(7));
+        run.on_outcome(1, &ran(1, 0, 0, 10), at(10));
+        for id in 2..4 {
+            assert_eq!(run.poll(at(13)), Action::Submit(Phase::Measure));
+            run.on_submitted(id, Phase::Measure, at(13));
+        }
+        run.on_outcome(2, &ran(2, 13, 13, 20), at(20));
+        run.on_outcome(3, &ran(3, 13, 13, 20), at(20));
+        assert_eq!(intended(&mut run), [(0, 0.0), (0, 0.0), (10, 3.0), (10, 3.0)]);
+        let result = run.finish(at(20)).result;
+        assert_eq!(result.dispatch.client_lag.max, Some(3.0));
+        assert!(result.validity_warnings.is_empty(), "3 ms is within the limit");
+    }
+
+    #[test]
+    fn an_engine_send_after_the_dispatch_is_client_lag_and_warns() {
+        use crate::engine::EngineStats;
+        let mut run = kind_step(StepKind::Synchronous, 3);
+        for id in 0..3 {
+            // Each submitted the moment the one before ended: the loop itself never lags.
+            let t = id * 50;
+            assert_eq!(run.poll(at(t)), Action::Submit(Phase::Measure));
+            run.on_submitted(id, Phase::Measure, at(t));
+            // The engine sends each request 30 ms after our dispatch.
+            let mut outcome = ran(id, t, t, t + 50);
+            if let Ok(c) = &mut outcome {
+                c.output.stats = EngineStats { sent_ts: Some(at(t + 30).as_secs_f64()), ..EngineStats::default() };
+            }
+            run.on_outcome(id, &outcome, at(t + 50));
+        }
+        let records: Vec<_> = std::iter::from_fn(|| run.poll_record()).collect();
+        assert_eq!(records[0].sent_ns, Some(at(30)));
+        assert_eq!(records.iter().map(|r| r.dispatch_delay_ms).collect::<Vec<_>>(), [Some(30.0); 3]);
+        let result = run.finish(at(150)).result;
+        assert_eq!((result.dispatch.engine_sent, result.dispatch.client_lag.p99), (3, Some(30.0)));
+        let kinds: Vec<_> = result.validity_warnings.iter().map(|w| w.kind.as_str()).collect();
+        assert_eq!(kinds, ["client_lag"]);
     }
 
     #[test]

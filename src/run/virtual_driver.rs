@@ -6,7 +6,9 @@ use std::collections::VecDeque;
 use super::driver::{Driver, DriverEvent, Stalled};
 use crate::batcher::virtual_time::VirtualTimeBatcher;
 use crate::batcher::{BatchConfig, BatchRun, ConfigError, RequestError};
-use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId, VirtualTimeEngine};
+use crate::engine::{
+    ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId, ServerCounters, VirtualTimeEngine,
+};
 use crate::time::{Timestamp, VirtualClock, WallAnchor};
 
 /// Virtual time over the single-threaded batcher.
@@ -72,6 +74,11 @@ impl<E: Engine> Driver for VirtualTimeDriver<E> {
 
     fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError> {
         self.inner.reconfigure(config)
+    }
+
+    /// A virtual-time engine has no servers to ask.
+    fn server_counters(&self) -> Vec<ServerCounters> {
+        Vec::new()
     }
 
     fn shutdown(&mut self) -> Result<(), EngineError> {

@@ -88,7 +88,12 @@ mod tests {
     fn metric_names() {
         let all = known_metrics();
         let kinds = crate::batcher::RequestError::KINDS.len();
-        assert_eq!(all.len(), 22 + 8 * 9 + kinds, "22 scalars, 8 timings with 9 statistics each, errors by kind");
+        assert_eq!(
+            all.len(),
+            28 + 8 * 9 + kinds,
+            "28 scalars (dispatch delay and client lag p50, p99, max among them), 8 timings with 9 statistics each, \
+             errors by kind"
+        );
         assert!(all.iter().all(|m| is_known_metric(m)));
         for bad in ["ttft_p99", "ttft_p98_ms", "complete", "latency__ms", "_ms"] {
             assert!(!is_known_metric(bad), "{bad}");

@@ -7,7 +7,10 @@ use crate::metrics::distribution::Histogram;
 use crate::metrics::result::BenchmarkResult;
 use crate::metrics::series::TimeSeries;
 use crate::report::Report;
-use crate::report::table::{COLUMNS, FRONT_HEADER, front_cell};
+use crate::report::table::{
+    COLUMNS, ENDPOINT_HEADERS, FRONT_HEADER, endpoint_rows, front_cell, server_headers, server_rows,
+    token_count_sources,
+};
 use crate::report::tuning::{Point, TuneReport};
 use crate::scenario::units::format_duration;
 
@@ -82,6 +85,11 @@ fn status(report: &Report) -> String {
     let lost: i64 = report.benchmarks.iter().map(|b| b.counts.lost).sum();
     if lost != 0 {
         badges.push(Badge::Bad.html(&format!("{lost} requests lost (a batchlab bug)")));
+    }
+    let warnings: usize = report.benchmarks.iter().map(|b| b.validity_warnings.len()).sum();
+    if warnings > 0 {
+        let s = if warnings == 1 { "" } else { "s" };
+        badges.push(Badge::Bad.html(&format!("{warnings} validity warning{s}")));
     }
     badges.join(" ")
 }
@@ -248,6 +256,11 @@ fn summary(report: &Report) -> Section {
     if report.incomplete {
         s = s.text("This run stopped early (interrupted, or the engine failed): some benchmarks are missing.");
     }
+    for b in &report.benchmarks {
+        for w in &b.validity_warnings {
+            s = s.html(validity_warning(b, w));
+        }
+    }
     if matrix {
         s = s.charts(vec![pareto_chart(report)]).note(
             "A [matrix] run: `*` in the front column marks the throughput/latency Pareto front (no other \
@@ -338,8 +351,19 @@ fn across(report: &Report) -> Section {
         .charts(charts)
 }
 
+/// A validity warning as a paragraph with its badge.
+fn validity_warning(b: &BenchmarkResult, w: &crate::metrics::client::ValidityWarning) -> String {
+    format!(
+        "<p>{} {}: {}</p>",
+        Badge::Bad.html("validity warning"),
+        super::page::escape(&b.label()),
+        super::page::escape(&w.message)
+    )
+}
+
 fn benchmark(b: &BenchmarkResult, batch_size_limit: Option<usize>) -> Section {
     let c = &b.counts;
+    let d = &b.dispatch;
     let cards = [
         ("completed", format!("{} of {}", c.completed, c.submitted), ""),
         ("errors", c.errors.to_string(), ""),
@@ -354,9 +378,22 @@ fn benchmark(b: &BenchmarkResult, batch_size_limit: Option<usize>) -> Section {
             "ms",
         ),
         ("TTFT p50 / p99", format!("{} / {}", num(b.metric("ttft_p50_ms")), num(b.metric("ttft_p99_ms"))), "ms"),
+        ("dispatch delay p50 / p99", format!("{} / {}", num(d.dispatch_delay.p50), num(d.dispatch_delay.p99)), "ms"),
+        ("client lag p99 / max", format!("{} / {}", num(d.client_lag.p99), num(d.client_lag.max)), "ms"),
     ];
     let mut s =
         Section::new(&format!("bench-{}", anchor(&b.label())), &format!("Benchmark {}", b.label())).cards(&cards);
+    for w in &b.validity_warnings {
+        s = s.html(validity_warning(b, w));
+    }
+    s = s.note(
+        "Dispatch delay: the load profile's intended arrival to the send (the engine's, else the batch's \
+         dispatch), the wait for the batch included; client lag: the same without that wait, what the client \
+         itself added. Over completed requests; docs/report.md.",
+    );
+    if !b.token_count_sources.is_empty() {
+        s = s.note(&format!("Token counts: {}.", token_count_sources(b)));
+    }
     if c.incomplete > 0 || c.cancelled > 0 {
         s = s.note(&format!("{} cancelled, {} still running when the benchmark ended.", c.cancelled, c.incomplete));
     }
@@ -366,7 +403,56 @@ fn benchmark(b: &BenchmarkResult, batch_size_limit: Option<usize>) -> Section {
             b.anomalies.requests
         ));
     }
-    s.subsection(distributions(b)).subsection(over_time(b)).subsection(batching(b, batch_size_limit))
+    s = s.subsection(distributions(b)).subsection(over_time(b)).subsection(batching(b, batch_size_limit));
+    if !b.endpoints.is_empty() {
+        s = s.subsection(endpoints(b));
+    }
+    if !b.server.is_empty() {
+        s = s.subsection(server(b));
+    }
+    s
+}
+
+/// Text cells for the first `text` columns, numbers after, text again from `text_from`.
+fn cells(row: Vec<String>, text: usize, text_from: usize) -> Vec<Cell> {
+    row.into_iter()
+        .enumerate()
+        .map(|(i, v)| if i < text || i >= text_from { Cell::Text(v) } else { Cell::Num(v) })
+        .collect()
+}
+
+fn endpoints(b: &BenchmarkResult) -> Section {
+    // The benchmark's own section: its name column is left out.
+    let mut table = Table::new(&ENDPOINT_HEADERS[1..]);
+    for row in endpoint_rows(std::slice::from_ref(b)) {
+        table.row(cells(row.into_iter().skip(1).collect(), 1, ENDPOINT_HEADERS.len() - 2));
+    }
+    Section::new(&format!("endpoints-{}", anchor(&b.label())), "Endpoints").table(&table).note(
+        "Per endpoint that served or failed a measured request. Failing from: when its first failure episode began, \
+         in seconds after the window opened; recovered after: from then to the completion of the first request, on \
+         any endpoint, sent after it (- : none completed). Definitions: docs/report.md.",
+    )
+}
+
+fn server(b: &BenchmarkResult) -> Section {
+    let headers = server_headers();
+    let mut table = Table::new(&headers[1..]);
+    for row in server_rows(std::slice::from_ref(b)) {
+        table.row(cells(row.into_iter().skip(1).collect(), 1, usize::MAX));
+    }
+    let mut s = Section::new(&format!("server-{}", anchor(&b.label())), "The server's own view")
+        .table(&table)
+        .note("Deltas of each server's /metrics counters from the benchmark's start to its end (warmup and cooldown included).");
+    let reset: Vec<String> = b
+        .server
+        .iter()
+        .filter(|d| !d.reset.is_empty())
+        .map(|d| format!("{} ({})", d.endpoint, d.reset.join(", ")))
+        .collect();
+    if !reset.is_empty() {
+        s = s.note(&format!("Counters that went down (the server restarted), no delta: {}.", reset.join("; ")));
+    }
+    s
 }
 
 fn distributions(b: &BenchmarkResult) -> Section {
@@ -689,6 +775,26 @@ mod tests {
         let html = render(&report);
         assert!(html.contains("<h2>The run could not start</h2>\n<pre>cannot load model &lt;x&gt;</pre>"), "{html}");
         assert!(html.contains("<span class=\"badge bad\">the engine did not start</span>"));
+    }
+
+    #[test]
+    fn endpoints_server_counters_sources_and_warnings_are_shown() {
+        let mut report = crate::report::tests::sample_report();
+        let plain = render(&report);
+        assert!(!plain.contains("validity warning"), "no warning without lag");
+        assert!(!plain.contains("<h3>Endpoints</h3>") && !plain.contains("own view"), "nothing of a remote engine");
+        report.benchmarks = vec![crate::report::table::tests::remote_benchmark()];
+        let html = render(&report);
+        assert!(html.contains("<span class=\"badge bad\">1 validity warning</span>"), "status badge");
+        // In the summary and in the benchmark's section.
+        let warning = "<span class=\"badge bad\">validity warning</span> constant@10.0/s: the client fell behind";
+        assert_eq!(html.matches(warning).count(), 2, "{html}");
+        assert!(html.contains("<h3>Endpoints</h3>"));
+        assert!(html.contains("stream_dropped=1"));
+        assert!(html.contains("<h3>The server&#39;s own view</h3>"), "{html}");
+        assert!(html.contains("Token counts: 1 from chunks, 2 from usage."));
+        assert!(html.contains("client lag p99 / max"));
+        assert!(super::super::external_urls(&html).is_empty(), "endpoint URLs are text, not links");
     }
 
     #[test]

@@ -173,9 +173,15 @@ fn dead_url() -> String {
 fn run(dir: &Path, scenario: &str, env: &[(&str, &str)], limit: Duration) -> (Output, PathBuf) {
     let path = dir.join("scenario.toml");
     std::fs::write(&path, scenario).unwrap();
+    run_file(dir, &path, &[], env, limit)
+}
+
+/// `batchlab run PATH ARGS`, as [`run`] does.
+fn run_file(dir: &Path, path: &Path, args: &[&str], env: &[(&str, &str)], limit: Duration) -> (Output, PathBuf) {
     let out = dir.join("out");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_batchlab"));
     cmd.args(["run", path.to_str().unwrap(), "--output", out.to_str().unwrap(), "--requests-jsonl", "--quiet"])
+        .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("BATCHLAB_LOG", "debug")
         .env_remove("RUST_BACKTRACE")
@@ -268,6 +274,21 @@ fn batchlab_run_end_to_end_batched_and_one_per_request() {
         assert_eq!(records.lines().count(), 48);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+/// The shipped scenarios/http.toml, against `batchlab serve` (its URL set on the command line):
+/// it meets its own `[expect]`.
+#[test]
+fn the_shipped_http_scenario_runs_against_batchlab_serve() {
+    let server = Server::start(None, &[]);
+    let dir = temp_dir("shipped");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/http.toml");
+    let urls = format!("engine.openai.urls=[\"{}\"]", server.url);
+    let (output, out) = run_file(&dir, &path, &["--set", &urls], &[], Duration::from_secs(180));
+    assert!(output.status.success(), "{}\n{}", text(&output.stdout), text(&output.stderr));
+    let (submitted, completed, _) = counts(&report(&out));
+    assert_eq!(completed, submitted);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -4,7 +4,10 @@
 //! never a made-up zero):
 //! - `batch_wait`: our submit → our dispatch of its batch.
 //! - `engine_queue`: engine `queued_ts` → `scheduled_ts`.
-//! - `ttft`: our submit → engine `first_token_ts`: what the caller waited for the first token.
+//! - `ttft`: our submit → engine `first_token_ts`: what the caller waited for the first token;
+//!   for an engine that sends requests over the network (it gives `sent_ts`), from the moment it
+//!   sent the request, as the field's clients time it (the wait before, batching included, is
+//!   the run's `dispatch_delay`).
 //! - `tpot`: vLLM's time per output token, the first excluded:
 //!   `(last_token_ts − first_token_ts) / (n − 1)`, for `n ≥ 2` generated tokens.
 //! - `latency_per_token`: guidellm's "TPOT", the first token **included**: `latency / n`, for `n ≥ 1`.
@@ -115,6 +118,8 @@ impl RequestMetrics {
 struct EngineTimes {
     queued: Option<Timestamp>,
     scheduled: Option<Timestamp>,
+    /// When the engine sent the request (an HTTP engine).
+    sent: Option<Timestamp>,
     first_token: Option<Timestamp>,
     last_token: Option<Timestamp>,
     /// The per-token times; `None` when absent or when one of them is unusable.
@@ -134,8 +139,8 @@ fn to_timestamps(
 ) -> EngineTimes {
     // 0 is vLLM's "not set": missing, and flagged (a made-up zero duration otherwise).
     let zero = |v: Option<f64>| v.filter(|v| *v == 0.0);
-    let sent_ts = [stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts];
-    if sent_ts.iter().any(|v| zero(*v).is_some()) {
+    let given = [stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts, stats.sent_ts];
+    if given.iter().any(|v| zero(*v).is_some()) {
         anomalies.impossible_timestamp = true;
     }
     let unset_zero = |v: Option<f64>| v.filter(|v| *v != 0.0);
@@ -163,7 +168,14 @@ fn to_timestamps(
         },
     };
     // Judged on the values as sent, so a bad field is flagged even when no offset can be found.
-    let sent = [stats.arrival_wall, stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts];
+    let sent = [
+        stats.arrival_wall,
+        stats.queued_ts,
+        stats.scheduled_ts,
+        stats.first_token_ts,
+        stats.last_token_ts,
+        stats.sent_ts,
+    ];
     if sent.iter().flatten().chain(token_ts.unwrap_or_default()).any(|v| !v.is_finite() || *v < 0.0) {
         anomalies.non_finite = true;
     }
@@ -177,17 +189,18 @@ fn to_timestamps(
         Some(o) if o.is_finite() => EngineTimes {
             queued: conv(stats.queued_ts, o),
             scheduled: conv(stats.scheduled_ts, o),
+            sent: conv(stats.sent_ts, o),
             first_token: conv(stats.first_token_ts, o),
             last_token: conv(stats.last_token_ts, o),
             tokens: token_ts.and_then(|ts| ts.iter().map(|&v| conv(Some(v), o)).collect()),
         },
-        _ => EngineTimes { queued: None, scheduled: None, first_token: None, last_token: None, tokens: None },
+        _ => EngineTimes { queued: None, scheduled: None, sent: None, first_token: None, last_token: None, tokens: None },
     };
     if domain == ClockDomain::Monotonic {
         // The engine had the request from our dispatch to our completion, not before, not after.
         let earliest = times.dispatched.as_nanos().saturating_sub(TIMESTAMP_TOLERANCE.as_nanos() as u64);
         let latest = times.completed.as_nanos().saturating_add(TIMESTAMP_TOLERANCE.as_nanos() as u64);
-        for t in [&mut e.queued, &mut e.scheduled] {
+        for t in [&mut e.queued, &mut e.scheduled, &mut e.sent] {
             if t.is_some_and(|t| t.as_nanos() < earliest || t.as_nanos() > latest) {
                 *t = None;
                 anomalies.impossible_timestamp = true;
@@ -219,9 +232,11 @@ pub fn map_request(
         _ => None,
     };
 
+    // From the moment the request was sent, where the engine says (never before our submit).
+    let ttft_from = e.sent.map_or(times.submitted, |sent| sent.max(times.submitted));
     let ttft = e.first_token.and_then(|first| {
         let before_queue = e.queued.is_some_and(|q| first < q);
-        let d = first.checked_since(times.submitted);
+        let d = first.checked_since(ttft_from);
         if d.is_none() || before_queue {
             anomalies.first_token_before_arrival = true;
             return None;

@@ -85,10 +85,19 @@ fn a_batch_of_prompts_is_one_request_and_each_prompt_is_timed_by_its_own_chunks(
     assert!(sent.iter().all(|&t| t == sent[0]), "{sent:?}");
 
     // One prompt: the final usage is that prompt's own.
+    let before = e.concurrent().unwrap().server_counters();
     let one = token_batch(&[10], 3);
     let outputs = e.generate(&one).unwrap();
     check_output(&outputs[0], &one[0], 3, &server.url);
     assert_eq!(outputs[0].stats.token_count_source, Some(TokenCountSource::Usage));
+
+    // The server's /metrics, by batchlab's names: the request above is in the difference.
+    let after = e.concurrent().unwrap().server_counters();
+    assert_eq!((before.len(), after.len()), (1, 1));
+    assert_eq!(after[0].endpoint, server.url);
+    let delta = |name: &str| after[0].counters[name] - before[0].counters[name];
+    assert_eq!((delta("prompt_tokens"), delta("generation_tokens")), (10.0, 3.0), "{after:?}");
+    assert!(after[0].counters.contains_key("prefix_cache_queries") && after[0].counters.contains_key("preemptions"));
     e.shutdown().unwrap();
 }
 
@@ -437,7 +446,8 @@ impl Stub {
                     async move {
                         let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
                         seen.lock().unwrap().push(auth.clone());
-                        let body = serde_json::json!({"error": {"message": format!("boom; you sent {auth}"), "code": 500}});
+                        let body =
+                            serde_json::json!({"error": {"message": format!("boom; you sent {auth}"), "code": 500}});
                         (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(body))
                     }
                 }),

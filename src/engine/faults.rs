@@ -365,7 +365,9 @@ impl ConcurrentEngine for FaultyConcurrent {
                 let error = EngineError::Generate(format!("injected hang of {hang_for:?} (generate call {call})"));
                 return later(&self.clock, hang_for, move || done(Err(error)));
             }
-            BatchFault::Fail => return done(Err(EngineError::Generate(format!("injected failure (generate call {call})")))),
+            BatchFault::Fail => {
+                return done(Err(EngineError::Generate(format!("injected failure (generate call {call})"))));
+            }
             _ => {}
         }
         let stranger = stranger_of(&batch);

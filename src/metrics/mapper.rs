@@ -194,7 +194,9 @@ fn to_timestamps(
             last_token: conv(stats.last_token_ts, o),
             tokens: token_ts.and_then(|ts| ts.iter().map(|&v| conv(Some(v), o)).collect()),
         },
-        _ => EngineTimes { queued: None, scheduled: None, sent: None, first_token: None, last_token: None, tokens: None },
+        _ => {
+            EngineTimes { queued: None, scheduled: None, sent: None, first_token: None, last_token: None, tokens: None }
+        }
     };
     if domain == ClockDomain::Monotonic {
         // The engine had the request from our dispatch to our completion, not before, not after.

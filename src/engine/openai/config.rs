@@ -127,7 +127,8 @@ mod tests {
         ] {
             assert_eq!(base_url(given).as_deref(), Ok(expected), "{given}");
         }
-        for bad in ["127.0.0.1:8000", "ftp://h", "http://", "http://:80", "http://h?x=1", "http://u:p@h", "http://a b"] {
+        for bad in ["127.0.0.1:8000", "ftp://h", "http://", "http://:80", "http://h?x=1", "http://u:p@h", "http://a b"]
+        {
             assert!(base_url(bad).is_err(), "{bad}");
         }
     }

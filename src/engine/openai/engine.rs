@@ -153,9 +153,8 @@ impl Engine for OpenAiEngine {
             router: Mutex::new(Router::new(self.config.urls.len(), self.config.routing)),
             runtime: runtime.handle().clone(),
         });
-        let checks = runtime.block_on(futures_util::future::join_all(
-            shared.endpoints.iter().map(|e| check_endpoint(&shared, &e.url)),
-        ));
+        let checks = runtime
+            .block_on(futures_util::future::join_all(shared.endpoints.iter().map(|e| check_endpoint(&shared, &e.url))));
         let mut version = None;
         let mut unreachable = Vec::new();
         for (index, check) in checks.into_iter().enumerate() {
@@ -385,7 +384,10 @@ async fn stream_request(
                     break; // everything came; only the body's end did not
                 }
                 let kind = if e.is_timeout() { RemoteErrorKind::Timeout } else { RemoteErrorKind::StreamDropped };
-                return Err(remote(kind, format!("the stream broke after {finished} of {of} prompts finished: {}", error_chain(&e))));
+                return Err(remote(
+                    kind,
+                    format!("the stream broke after {finished} of {of} prompts finished: {}", error_chain(&e)),
+                ));
             }
         }
     }
@@ -395,12 +397,22 @@ async fn stream_request(
         let how = if done { "`[DONE]` came" } else { "the stream ended" };
         return Err(remote(RemoteErrorKind::StreamDropped, format!("{how} after {finished} of {of} prompts finished")));
     };
-    Ok(requests.iter().zip(choices).map(|(request, choice)| output(request, choice, sent_ts, arrival_wall, url)).collect())
+    Ok(requests
+        .iter()
+        .zip(choices)
+        .map(|(request, choice)| output(request, choice, sent_ts, arrival_wall, url))
+        .collect())
 }
 
 /// One prompt's output and the client's timing of it. `queued_ts` is when the request was sent
 /// (the server has it from then on, as far as a client can know); `scheduled_ts` is unknown.
-fn output(request: &EngineRequest, choice: ChoiceResult, sent_ts: f64, arrival_wall: f64, endpoint: &str) -> EngineOutput {
+fn output(
+    request: &EngineRequest,
+    choice: ChoiceResult,
+    sent_ts: f64,
+    arrival_wall: f64,
+    endpoint: &str,
+) -> EngineOutput {
     let prompt_tokens = choice.prompt_tokens.or(match &request.prompt {
         Prompt::Tokens(ids) => u32::try_from(ids.len()).ok(),
         _ => None,
@@ -466,9 +478,11 @@ async fn error_body(response: &mut reqwest::Response) -> String {
         }
     }
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(ERROR_BODY_BYTES)]).into_owned();
-    let message = serde_json::from_str::<Value>(&text)
-        .ok()
-        .and_then(|v| v.get("error").and_then(|e| e.get("message").or(Some(e))).map(|m| m.as_str().map_or_else(|| m.to_string(), str::to_owned)));
+    let message = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
+        v.get("error")
+            .and_then(|e| e.get("message").or(Some(e)))
+            .map(|m| m.as_str().map_or_else(|| m.to_string(), str::to_owned))
+    });
     excerpt(message.as_deref().unwrap_or(text.trim()))
 }
 
@@ -558,9 +572,5 @@ async fn scrape_endpoint(shared: &Shared, url: &str) -> Option<ServerCounters> {
         return None;
     }
     let text = response.text().await.ok()?;
-    let counters = scrape::parse_counters(&text);
-    let mut out = ServerCounters::default();
-    out.endpoint = url.to_owned();
-    out.counters = counters;
-    Some(out)
+    Some(ServerCounters { endpoint: url.to_owned(), counters: scrape::parse_counters(&text) })
 }

@@ -75,8 +75,10 @@ pub fn body(model: &str, api: Api, requests: &[&EngineRequest]) -> Result<Value,
     let object = body.as_object_mut().expect("a JSON object");
     match api {
         Api::Completions => {
-            let prompts: Vec<Value> = requests.iter().map(|r| completion_prompt(&r.prompt)).collect::<Result<_, _>>()?;
-            let prompt = if prompts.len() == 1 { prompts.into_iter().next().unwrap_or_default() } else { Value::Array(prompts) };
+            let prompts: Vec<Value> =
+                requests.iter().map(|r| completion_prompt(&r.prompt)).collect::<Result<_, _>>()?;
+            let prompt =
+                if prompts.len() == 1 { prompts.into_iter().next().unwrap_or_default() } else { Value::Array(prompts) };
             object.insert("prompt".into(), prompt);
             object.insert("max_tokens".into(), first.max_tokens.into());
         }
@@ -168,7 +170,10 @@ mod tests {
         (one.ignore_eos, one.min_tokens, one.seed) = (false, 2, Some(9));
         let body = super::body("m", Api::Completions, &[&one]).unwrap();
         assert_eq!(body["prompt"], "hello", "one prompt is sent as itself");
-        assert_eq!((body.get("ignore_eos"), body["min_tokens"].as_u64(), body["seed"].as_u64()), (None, Some(2), Some(9)));
+        assert_eq!(
+            (body.get("ignore_eos"), body["min_tokens"].as_u64(), body["seed"].as_u64()),
+            (None, Some(2), Some(9))
+        );
     }
 
     #[test]
@@ -178,7 +183,10 @@ mod tests {
             template: Template::Model,
         });
         let body = body("m", Api::Chat, &[&request(chat.clone(), 5)]).unwrap();
-        assert_eq!(body["messages"], json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]));
+        assert_eq!(
+            body["messages"],
+            json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+        );
         assert_eq!(body["max_completion_tokens"], 5);
         let text = super::body("m", Api::Chat, &[&request(Prompt::Text("x".into()), 5)]).unwrap();
         assert_eq!(text["messages"], json!([{"role": "user", "content": "x"}]));

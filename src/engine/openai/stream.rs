@@ -118,7 +118,9 @@ impl ResponseStream {
         let choices = match chunk.get("choices") {
             None | Some(Value::Null) => &[][..],
             Some(Value::Array(c)) => c.as_slice(),
-            Some(other) => return Err(StreamError::Malformed(format!("`choices` is not a list: {}", excerpt(&other.to_string())))),
+            Some(other) => {
+                return Err(StreamError::Malformed(format!("`choices` is not a list: {}", excerpt(&other.to_string()))));
+            }
         };
         if choices.is_empty() && usage.is_some() {
             self.total_usage = usage;
@@ -141,7 +143,9 @@ impl ResponseStream {
                 ids.iter()
                     .map(|id| id.as_u64().and_then(|id| u32::try_from(id).ok()))
                     .collect::<Option<Vec<u32>>>()
-                    .ok_or_else(|| StreamError::Malformed("`token_ids` holds something that is not a token id".into()))?,
+                    .ok_or_else(|| {
+                        StreamError::Malformed("`token_ids` holds something that is not a token id".into())
+                    })?,
             ),
             Some(_) => return Err(StreamError::Malformed("`token_ids` is not a list".into())),
         };
@@ -282,11 +286,8 @@ fn read_usage(value: &Value) -> Result<Usage, StreamError> {
 }
 
 fn server_error(error: &Value) -> StreamError {
-    let message = error
-        .get("message")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .unwrap_or_else(|| excerpt(&error.to_string()));
+    let message =
+        error.get("message").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| excerpt(&error.to_string()));
     let status = error
         .get("code")
         .and_then(|c| c.as_u64().or_else(|| c.as_str().and_then(|s| s.parse().ok())))
@@ -337,7 +338,10 @@ mod tests {
         let r = s.finish().unwrap();
         assert_eq!((r[0].token_ts.clone(), r[0].text.as_str()), (vec![2.0, 4.0], " b d"));
         assert_eq!((r[1].token_ts.clone(), r[1].text.as_str()), (vec![1.0, 3.0], " a c"));
-        assert_eq!((r[0].finish_reason.clone(), r[1].finish_reason.clone()), (FinishReason::Stop, FinishReason::Length));
+        assert_eq!(
+            (r[0].finish_reason.clone(), r[1].finish_reason.clone()),
+            (FinishReason::Stop, FinishReason::Length)
+        );
         // Two prompts: the final usage is the request's total, nobody's own.
         assert_eq!((r[0].output_tokens, r[0].source, r[0].prompt_tokens), (2, TokenCountSource::Chunks, None));
     }
@@ -388,13 +392,19 @@ mod tests {
 
     #[test]
     fn malformed_chunks_and_server_errors_are_told_apart() {
-        let malformed =
-            ["not json", "[1, 2]", r#"{"choices": 3}"#, r#"{"choices": [{"index": 2, "text": "x"}]}"#, r#"{"choices": [{"index": 0, "text": 5}]}"#];
+        let malformed = [
+            "not json",
+            "[1, 2]",
+            r#"{"choices": 3}"#,
+            r#"{"choices": [{"index": 2, "text": "x"}]}"#,
+            r#"{"choices": [{"index": 0, "text": 5}]}"#,
+        ];
         for data in malformed {
             let e = ResponseStream::new(2, false).handle(data, 0.0).unwrap_err();
             assert!(matches!(e, StreamError::Malformed(_)), "{data}: {e:?}");
         }
-        let e = ResponseStream::new(1, false).handle(r#"{"error": {"message": "boom", "code": 500}}"#, 0.0).unwrap_err();
+        let e =
+            ResponseStream::new(1, false).handle(r#"{"error": {"message": "boom", "code": 500}}"#, 0.0).unwrap_err();
         assert_eq!(e, StreamError::Server { status: Some(500), message: "boom".into() });
         // Unfinished choices give no result.
         let mut s = ResponseStream::new(2, false);

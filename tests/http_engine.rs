@@ -462,3 +462,27 @@ impl Stub {
         self.seen.lock().unwrap().iter().any(|h| h == &format!("Bearer {key}"))
     }
 }
+
+#[test]
+fn the_chat_api_sends_one_conversation_per_request() {
+    let server = Server::start(Some(STEADY), &[]);
+    let mut config = OpenAiConfig::new(&server.url, MODEL);
+    config.api = Api::Chat;
+    let mut e = OpenAiEngine::new(config);
+    e.start().unwrap();
+    // A batch of two (a library caller's): two requests at once, each answer in its place.
+    let batch: Vec<EngineRequest> = ["Hello there", "Be brief"]
+        .iter()
+        .enumerate()
+        .map(|(i, text)| EngineRequest::new(batchlab::engine::Prompt::Text(text.to_string()), 4).with_id(i as u64))
+        .collect();
+    let outputs = e.generate(&batch).unwrap();
+    for (output, request) in outputs.iter().zip(&batch) {
+        assert_eq!(output.request_id, Some(request.id));
+        assert_eq!(output.output_tokens, Some(4));
+        assert_eq!(output.stats.token_ts.as_ref().map(Vec::len), Some(4), "the role chunk carries the first token");
+        assert_eq!(output.stats.token_count_source, Some(TokenCountSource::Usage));
+        assert!(output.prompt_tokens.is_some_and(|n| n > 0));
+    }
+    e.shutdown().unwrap();
+}

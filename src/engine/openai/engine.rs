@@ -27,6 +27,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long `shutdown` lets requests still running wind down before dropping them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long a whole answer's connection may keep its body open before it is dropped.
+const DRAIN: Duration = Duration::from_millis(500);
 /// Most bytes of an error response kept for its message.
 const ERROR_BODY_BYTES: usize = 4096;
 
@@ -374,6 +376,14 @@ async fn stream_request(
                             remote(kind, e.to_string())
                         }
                     })?;
+                }
+                if stream.done() && stream.all_finished() {
+                    // The answer is whole. The body's end follows at once from a well-behaved
+                    // server (read, it frees the connection for the next request); one that
+                    // keeps the body open costs at most `DRAIN`.
+                    let drain = async { while let Ok(Some(_)) = response.chunk().await {} };
+                    let _ = tokio::time::timeout(DRAIN, drain).await;
+                    break;
                 }
             }
             // The body ended: after `[DONE]` as it should, or cut short.

@@ -119,7 +119,10 @@ impl ResponseStream {
             None | Some(Value::Null) => &[][..],
             Some(Value::Array(c)) => c.as_slice(),
             Some(other) => {
-                return Err(StreamError::Malformed(format!("`choices` is not a list: {}", excerpt(&other.to_string()))));
+                return Err(StreamError::Malformed(format!(
+                    "`choices` is not a list: {}",
+                    excerpt(&other.to_string())
+                )));
             }
         };
         if choices.is_empty() && usage.is_some() {

@@ -486,3 +486,38 @@ fn the_chat_api_sends_one_conversation_per_request() {
     }
     e.shutdown().unwrap();
 }
+
+/// `[engine.openai]` as the scenario reader sees it: required keys, URLs, the key's variable.
+#[test]
+fn the_openai_section_is_read_and_its_problems_named() {
+    use batchlab::scenario::plan::EnginePlan;
+    use batchlab::scenario::{Overrides, parse_str};
+    let parse = |text: &str| parse_str(text, "s.toml", Path::new("/"), &Overrides::default());
+    let plan = parse(
+        "[engine]\nkind = \"openai\"\n[engine.openai]\nurls = [\"http://h:8000/v1/\", \"https://g/x\"]\nmodel = \"m\"\n\
+         routing = \"least_outstanding\"\ntimeout = \"20s\"\n",
+    )
+    .unwrap();
+    let EnginePlan::OpenAi(c) = plan.engine() else { panic!("{:?}", plan.engine()) };
+    assert_eq!(c.urls, ["http://h:8000", "https://g/x"]);
+    assert_eq!((c.model.as_str(), c.timeout), ("m", Duration::from_secs(20)));
+    assert_eq!(plan.engine().kind(), "openai");
+    assert!(!plan.engine().runs_processes());
+    // The batcher's timeouts follow the request's.
+    assert_eq!(plan.batching().generate_timeout(), Some(Duration::from_secs(50)));
+    assert_eq!(plan.batching().stall_timeout(), Some(Duration::from_secs(50)));
+
+    let problems = |text: &str| parse(text).unwrap_err().to_string();
+    let missing = problems("[engine]\nkind = \"openai\"\n");
+    assert!(missing.contains("engine.openai.urls"), "{missing}");
+    let missing = problems("[engine]\nkind = \"openai\"\n[engine.openai]\nurls = [\"http://h\"]\n");
+    assert!(missing.contains("engine.openai.model"), "{missing}");
+    let bad = problems("[engine]\nkind = \"openai\"\n[engine.openai]\nurls = [\"h:80\", \"ftp://x\"]\nmodel = \"m\"\n");
+    assert!(bad.contains("urls[0]") || bad.matches("not a base URL").count() == 2, "{bad}");
+    // A key written where its variable's name belongs is refused, and not repeated in the message.
+    let secret = "sk-live-0123456789";
+    let pasted = problems(&format!("[engine]\nkind = \"openai\"\n[engine.openai]\nurls = [\"http://h\"]\nmodel = \"m\"\napi_key_env = \"{secret}\"\n"));
+    assert!(pasted.contains("NAME of an environment variable"), "{pasted}");
+    let message_lines: Vec<&str> = pasted.lines().filter(|l| l.contains("error") || l.contains("help")).collect();
+    assert!(message_lines.iter().all(|l| !l.contains(secret)), "{pasted}");
+}

@@ -516,7 +516,9 @@ fn the_openai_section_is_read_and_its_problems_named() {
     assert!(bad.contains("urls[0]") || bad.matches("not a base URL").count() == 2, "{bad}");
     // A key written where its variable's name belongs is refused, and not repeated in the message.
     let secret = "sk-live-0123456789";
-    let pasted = problems(&format!("[engine]\nkind = \"openai\"\n[engine.openai]\nurls = [\"http://h\"]\nmodel = \"m\"\napi_key_env = \"{secret}\"\n"));
+    let pasted = problems(&format!(
+        "[engine]\nkind = \"openai\"\n[engine.openai]\nurls = [\"http://h\"]\nmodel = \"m\"\napi_key_env = \"{secret}\"\n"
+    ));
     assert!(pasted.contains("NAME of an environment variable"), "{pasted}");
     let message_lines: Vec<&str> = pasted.lines().filter(|l| l.contains("error") || l.contains("help")).collect();
     assert!(message_lines.iter().all(|l| !l.contains(secret)), "{pasted}");

@@ -236,6 +236,25 @@ mod tests {
         assert_eq!(data(&events), ["a\nb"], "the LF after each CR ended no line of its own");
     }
 
+    proptest::proptest! {
+        /// Any bytes, cut into any reads, give the events of the whole stream read at once (the
+        /// fuzz target `sse` also holds both to a reference).
+        #[test]
+        fn reads_never_change_the_events(
+            pieces in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    &b"data: "[..], b"data:", b"data", b"event: e", b": c", b"id: 1", b"x", b"{}",
+                    b"\r", b"\n", b"\r\n", b"\xEF\xBB\xBF", b"\xC3", b"\xA9", b" ",
+                ]),
+                0..60,
+            ),
+            sizes in proptest::collection::vec(1usize..8, 1..8),
+        ) {
+            let bytes: Vec<u8> = pieces.concat();
+            proptest::prop_assert_eq!(in_reads(&bytes, &sizes), parse_all(&bytes).unwrap());
+        }
+    }
+
     #[test]
     fn an_unfinished_event_is_pending_and_bounded() {
         let mut parser = SseParser::new();

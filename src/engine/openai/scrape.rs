@@ -77,6 +77,26 @@ vllm:gpu_prefix_cache_hits_total 16.0
         assert!(parse_counters("").is_empty() && parse_counters("# EOF\n").is_empty());
     }
 
+    /// A whole `/metrics` of `vllm serve` (vLLM 0.32, CPU, the tiny model, after 66 requests):
+    /// histograms, gauges, Python's own metrics and all.
+    #[test]
+    fn a_real_vllm_exposition_is_read() {
+        let text = include_str!("../../../tests/fixtures/vllm-0.32-metrics.txt");
+        let counters = parse_counters(text);
+        let expected: BTreeMap<String, f64> = [
+            ("prompt_tokens", 5188.0),
+            ("generation_tokens", 518.0),
+            ("prefix_cache_queries", 5188.0),
+            ("prefix_cache_hits", 0.0),
+            ("preemptions", 0.0),
+            ("requests_finished", 66.0),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        assert_eq!(counters, expected);
+    }
+
     #[test]
     fn batchlab_serves_openmetrics_is_read() {
         let (metrics, registry) = ServeMetrics::new("batchlab-sim");

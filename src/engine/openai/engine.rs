@@ -10,7 +10,7 @@ use tokio::sync::Semaphore;
 
 use super::config::{Api, OpenAiConfig};
 use super::request;
-use super::route::{Health, Pick, Router};
+use super::route::{Change, Health, Pick, Router};
 use super::scrape;
 use super::sse::SseParser;
 use super::stream::{ChoiceResult, ResponseStream, StreamError, excerpt};
@@ -309,12 +309,15 @@ fn finish_pick(shared: &Shared, pick: Pick, result: &Result<Vec<EngineOutput>, R
             _ => Health::Unknown,
         },
     };
-    if health == Health::Down {
-        if let Err(e) = result {
-            tracing::warn!(endpoint = %e.endpoint, "out of rotation: {e}");
-        }
+    let change = lock(&shared.router).finish(pick, health, MonotonicClock::read());
+    // Once per change, not per failed request: a dead endpoint's every probe would flood the log.
+    let url = &shared.endpoints[pick.index].url;
+    match (change, result) {
+        (Change::Left, Err(e)) => tracing::warn!(endpoint = %url, "out of rotation until probed: {e}"),
+        (Change::Back, _) => tracing::warn!(endpoint = %url, "back in rotation"),
+        (_, Err(e)) => tracing::debug!(endpoint = %url, "request failed: {e}"),
+        _ => {}
     }
-    lock(&shared.router).finish(pick, health, MonotonicClock::read());
 }
 
 /// Seconds on our monotonic clock, as the engine stats hold them.

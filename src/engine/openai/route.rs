@@ -110,9 +110,32 @@ impl Router {
         self.endpoints[pick.index].outstanding += 1;
         pick
     }
+}
 
+/// How an endpoint's place in the rotation changed with a request's outcome.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// It was in rotation and is now out.
+    Left,
+    /// It was out and is back.
+    Back,
+    /// Neither.
+    Same,
+}
+
+impl Router {
     /// A request sent to `pick` ended at `now`, and what that says about the endpoint.
-    pub fn finish(&mut self, pick: Pick, health: Health, now: Timestamp) {
+    pub fn finish(&mut self, pick: Pick, health: Health, now: Timestamp) -> Change {
+        let was_in = self.in_rotation(pick.index);
+        self.apply(pick, health, now);
+        match (was_in, self.in_rotation(pick.index)) {
+            (true, false) => Change::Left,
+            (false, true) => Change::Back,
+            _ => Change::Same,
+        }
+    }
+
+    fn apply(&mut self, pick: Pick, health: Health, now: Timestamp) {
         let e = &mut self.endpoints[pick.index];
         e.outstanding = e.outstanding.saturating_sub(1);
         if pick.probe {
@@ -176,7 +199,7 @@ mod tests {
         let mut r = Router::new(2, Routing::RoundRobin);
         let p = r.pick(at(0));
         assert_eq!(p.index, 0);
-        r.finish(p, Health::Down, at(10));
+        assert_eq!(r.finish(p, Health::Down, at(10)), Change::Left);
         assert!(!r.in_rotation(0));
         assert_eq!(picks(&mut r, 3, at(100)), [1, 1, 1], "out for the first backoff (250 ms)");
         // The backoff is over: one probe, and only one while it is in flight.
@@ -184,11 +207,11 @@ mod tests {
         assert_eq!(probe, Pick { index: 0, probe: true });
         assert_eq!(picks(&mut r, 2, at(261)), [1, 1]);
         // The probe fails: a longer backoff (500 ms).
-        r.finish(probe, Health::Down, at(270));
+        assert_eq!(r.finish(probe, Health::Down, at(270)), Change::Same);
         assert_eq!(r.pick(at(700)).index, 1);
         let probe = r.pick(at(771));
         assert_eq!(probe, Pick { index: 0, probe: true });
-        r.finish(probe, Health::Up, at(780));
+        assert_eq!(r.finish(probe, Health::Up, at(780)), Change::Back);
         assert!(r.in_rotation(0));
         assert_eq!(picks(&mut r, 2, at(781)), [1, 0], "back in turn");
     }

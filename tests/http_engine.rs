@@ -523,3 +523,31 @@ fn the_openai_section_is_read_and_its_problems_named() {
     let message_lines: Vec<&str> = pasted.lines().filter(|l| l.contains("error") || l.contains("help")).collect();
     assert!(message_lines.iter().all(|l| !l.contains(secret)), "{pasted}");
 }
+
+/// `max_connections` is a real cap: with one slot, concurrent batches go one after another.
+#[test]
+fn max_connections_caps_the_requests_in_flight_to_an_endpoint() {
+    let server = Server::start(Some(STEADY), &[]);
+    let mut config = OpenAiConfig::new(&server.url, MODEL);
+    config.max_connections = 1;
+    let mut e = OpenAiEngine::new(config);
+    e.start().unwrap();
+    let face = e.concurrent().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for k in 0..3 {
+        let tx = tx.clone();
+        let batch = token_batch(&[4], 8).into_iter().map(|r| r.with_id_offset(k)).collect();
+        face.generate(batch, Box::new(move |r| tx.send(r).unwrap()));
+    }
+    let mut spans: Vec<(f64, f64)> = (0..3)
+        .map(|_| {
+            let outputs = rx.recv_timeout(Duration::from_secs(30)).expect("answered").unwrap();
+            (outputs[0].stats.sent_ts.unwrap(), outputs[0].stats.last_token_ts.unwrap())
+        })
+        .collect();
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for pair in spans.windows(2) {
+        assert!(pair[1].0 >= pair[0].1, "sent only after the one before finished: {spans:?}");
+    }
+    e.shutdown().unwrap();
+}

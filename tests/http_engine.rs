@@ -551,3 +551,20 @@ fn max_connections_caps_the_requests_in_flight_to_an_endpoint() {
     }
     e.shutdown().unwrap();
 }
+
+/// `[faults]` of the run wraps the HTTP engine as any other: every 2nd batch fails, every 3rd
+/// loses an output, the rest come back whole.
+#[test]
+fn the_runs_own_faults_wrap_the_http_engine() {
+    let server = Server::start(Some(STEADY), &[]);
+    let dir = temp_dir("run-faults");
+    let faults = "\n[faults]\nfail_batch = { every = 2 }\nshort_output = { every = 3 }\n";
+    let (output, out) =
+        run(&dir, &format!("{}{faults}", scenario(&[&server.url], 4, 48, "")), &[], Duration::from_secs(120));
+    let (submitted, completed, errors) = counts(&report(&out));
+    assert_eq!(submitted, 48, "{}", text(&output.stderr));
+    assert!(completed > 0, "{errors:?}");
+    assert_eq!(completed + errors.values().sum::<u64>(), 48);
+    assert!(errors.contains_key("engine_error") && errors.contains_key("output_count_mismatch"), "{errors:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -339,3 +339,24 @@ fn sent_ts_endpoint_and_token_count_source() {
     // A foreign clock without an anchor: nothing maps, the send time neither.
     assert_eq!(sent(Some(100.007), ClockDomain::Foreign).sent, None);
 }
+
+/// An HTTP engine's TTFT runs from the moment it sent the request (`sent_ts`), not from our
+/// submit; a sent time outside our dispatch … completion is impossible, flagged, and ignored.
+#[test]
+fn ttft_runs_from_the_moment_an_http_engine_sent_the_request() {
+    let t = times();
+    let mut s = stats(Some(100.020), None, Some(100.050), Some(100.190));
+    s.sent_ts = Some(100.020);
+    let m = map_request(&t, &output(s.clone(), Some(8), None), ClockDomain::Monotonic, None);
+    assert_eq!(m.ttft, Some(Duration::from_millis(30)));
+    assert_eq!(m.latency, Duration::from_millis(200), "latency is still the caller's");
+    assert!(!m.anomalies.any(), "{:?}", m.anomalies);
+    for impossible in [99.0, 100.5] {
+        s.sent_ts = Some(impossible);
+        let m = map_request(&t, &output(s.clone(), Some(8), None), ClockDomain::Monotonic, None);
+        assert!(m.anomalies.impossible_timestamp, "sent at {impossible}");
+        assert_eq!(m.ttft, Some(Duration::from_millis(50)), "from our submit");
+    }
+    s.sent_ts = Some(f64::NAN);
+    assert!(map_request(&t, &output(s, Some(8), None), ClockDomain::Monotonic, None).anomalies.non_finite);
+}

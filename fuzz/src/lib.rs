@@ -11,3 +11,4 @@ pub mod batcher;
 pub mod cli;
 pub mod mapper;
 pub mod scenario;
+pub mod sse;

@@ -17,6 +17,8 @@ pub struct Input {
     pub arrival_wall: Option<Secs>,
     pub queued: Option<Secs>,
     pub scheduled: Option<Secs>,
+    /// An HTTP engine's send time.
+    pub sent: Option<Secs>,
     pub first_token: Option<Secs>,
     pub last_token: Option<Secs>,
     pub output_tokens: Option<u32>,
@@ -117,6 +119,7 @@ impl Input {
         stats.arrival_wall = secs(self.arrival_wall);
         stats.queued_ts = secs(self.queued);
         stats.scheduled_ts = secs(self.scheduled);
+        stats.sent_ts = secs(self.sent);
         stats.first_token_ts = secs(self.first_token);
         stats.last_token_ts = secs(self.last_token);
         stats.token_ts = token_ts;
@@ -199,7 +202,7 @@ pub fn check_metrics(case: &Case, m: &RequestMetrics) {
     }
 
     // A field that is NaN, infinite or negative is always flagged, whatever the clock domain.
-    let fields = [s.arrival_wall, s.queued_ts, s.scheduled_ts, s.first_token_ts, s.last_token_ts];
+    let fields = [s.arrival_wall, s.queued_ts, s.scheduled_ts, s.first_token_ts, s.last_token_ts, s.sent_ts];
     if fields.iter().flatten().any(|v| !v.is_finite() || *v < 0.0) {
         assert!(m.anomalies.non_finite, "a non-finite or negative stat was not flagged: {s:?} → {:?}", m.anomalies);
     }
@@ -221,9 +224,12 @@ fn check_monotonic(case: &Case, m: &RequestMetrics, ordered: bool) {
         (t.dispatched.as_nanos().saturating_sub(tolerance), t.completed.as_nanos().saturating_add(tolerance));
     let possible = |x: Option<Timestamp>| x.filter(|x| (earliest..=latest).contains(&x.as_nanos()));
     let (queued, scheduled) = (possible(ts(s.queued_ts)), possible(ts(s.scheduled_ts)));
+    let sent = possible(ts(s.sent_ts));
     let (first, last) = (ts(s.first_token_ts), ts(s.last_token_ts));
-    let zero = [s.queued_ts, s.scheduled_ts, s.first_token_ts, s.last_token_ts].contains(&Some(0.0));
-    let impossible = zero || queued != ts(s.queued_ts) || scheduled != ts(s.scheduled_ts);
+    let zero = [s.queued_ts, s.scheduled_ts, s.first_token_ts, s.last_token_ts, s.sent_ts].contains(&Some(0.0));
+    let impossible = zero || queued != ts(s.queued_ts) || scheduled != ts(s.scheduled_ts) || sent != ts(s.sent_ts);
+    // TTFT runs from the send, where there is a possible one (never before our submit).
+    let ttft_from = sent.map_or(t.submitted, |sent| sent.max(t.submitted));
     assert_eq!(m.anomalies.impossible_timestamp, impossible, "{s:?} {t:?}");
 
     let scheduled_before_queued = matches!((queued, scheduled), (Some(q), Some(s)) if s < q);
@@ -234,7 +240,7 @@ fn check_monotonic(case: &Case, m: &RequestMetrics, ordered: bool) {
         assert_eq!(m.engine_queue, None);
     }
     if let Some(f) = first {
-        let before_arrival = f < t.submitted || queued.is_some_and(|q| f < q);
+        let before_arrival = f < ttft_from || queued.is_some_and(|q| f < q);
         assert_eq!(m.anomalies.first_token_before_arrival, before_arrival, "{s:?}");
     }
     if let (Some(f), Some(l)) = (first, last) {
@@ -248,7 +254,7 @@ fn check_monotonic(case: &Case, m: &RequestMetrics, ordered: bool) {
     // Consistent inputs give every metric they can define: nothing dropped without a flag.
     if ordered && !m.anomalies.any() {
         if let Some(f) = first {
-            assert_eq!(m.ttft, f.checked_since(t.submitted));
+            assert_eq!(m.ttft, f.checked_since(ttft_from));
         }
         if let (Some(f), Some(l), Some(n)) = (first, last, case.output.generated_tokens()) {
             assert_eq!(m.tpot.is_some(), n >= 2, "tpot missing on consistent input: {s:?}");

@@ -14,13 +14,25 @@
 //! every trigger draws whether or not it fires, so a seed gives the same faults on the same
 //! batches, and virtual-time reports stay byte-identical. Sleeps (slow, hang, start delay) go
 //! through the wrapper's [`Clock`], so they cost no wall time under a virtual clock.
+//!
+//! An engine with a concurrent face ([`Engine::concurrent`], an HTTP engine) gets the same faults
+//! per batch through it: the calls of both faces share one count, so call `n` is the `n`-th batch
+//! whichever face ran it. There nothing may block the caller (it dispatches other batches), so a
+//! hang and a slow answer are held back on a thread of their own, and the fault lands in `done`:
+//! fail_batch calls it with the error at once, the output faults change what it gets. A panic
+//! panics in `generate` itself, before the inner engine is called, and `done` is dropped uncalled:
+//! the caller's catch of the panic is the batch's outcome.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, VirtualTimeEngine};
+use crate::engine::{
+    ClockDomain, ConcurrentEngine, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, GenerateDone,
+    ServerCounters, VirtualTimeEngine,
+};
 use crate::rng::SplitMix64;
 use crate::time::{Clock, VirtualClock};
 
@@ -169,7 +181,8 @@ pub struct FaultyEngine<E> {
     faults: Faults,
     seed: u64,
     clock: Arc<dyn Clock>,
-    calls: u64,
+    /// Generate calls so far, of both faces.
+    calls: Arc<AtomicU64>,
     inner_started: bool,
     /// Any fault configured: otherwise generate is a plain call of the inner engine.
     active: bool,
@@ -181,7 +194,7 @@ impl<E: Engine> FaultyEngine<E> {
     /// only passes calls through.
     pub fn new(inner: E, faults: Faults, seed: u64, clock: Arc<dyn Clock>) -> Self {
         let active = faults != Faults::default();
-        FaultyEngine { inner, faults, seed, clock, calls: 0, inner_started: false, active }
+        FaultyEngine { inner, faults, seed, clock, calls: Arc::new(AtomicU64::new(0)), inner_started: false, active }
     }
 
     /// The faults this wrapper injects.
@@ -193,39 +206,61 @@ impl<E: Engine> FaultyEngine<E> {
     pub fn inner(&self) -> &E {
         &self.inner
     }
+}
 
-    fn pick(&self, call: u64) -> (BatchFault, bool) {
-        let mut rng = SplitMix64::derive(self.seed, call);
-        let f = &self.faults;
-        let order = [
-            (&f.panic, BatchFault::Panic),
-            (&f.hang, BatchFault::Hang),
-            (&f.fail_batch, BatchFault::Fail),
-            (&f.short_output, BatchFault::ShortOutput),
-            (&f.extra_output, BatchFault::ExtraOutput),
-            (&f.wrong_id, BatchFault::WrongId),
-        ];
-        let mut chosen = BatchFault::None;
-        for (trigger, fault) in order {
-            if trigger.fires(call, &mut rng) && chosen == BatchFault::None {
-                chosen = fault;
-            }
-        }
-        (chosen, f.slow.fires(call, &mut rng))
-    }
-
-    /// Starts the helper threads of process faults due on this call.
-    fn schedule_kills(&self, call: u64) {
-        let due = [
-            (self.faults.kill_engine, process::Target::EngineCore),
-            (self.faults.kill_worker, process::Target::Worker),
-        ];
-        for (fault, target) in due {
-            if fault.is_some_and(|f| f.after_batches.checked_add(1) == Some(call)) {
-                process::kill_later(target, KILL_DELAY);
-            }
+/// Which batch fault generate call `call` gets, and whether it is slow.
+fn pick(faults: &Faults, seed: u64, call: u64) -> (BatchFault, bool) {
+    let mut rng = SplitMix64::derive(seed, call);
+    let f = faults;
+    let order = [
+        (&f.panic, BatchFault::Panic),
+        (&f.hang, BatchFault::Hang),
+        (&f.fail_batch, BatchFault::Fail),
+        (&f.short_output, BatchFault::ShortOutput),
+        (&f.extra_output, BatchFault::ExtraOutput),
+        (&f.wrong_id, BatchFault::WrongId),
+    ];
+    let mut chosen = BatchFault::None;
+    for (trigger, fault) in order {
+        if trigger.fires(call, &mut rng) && chosen == BatchFault::None {
+            chosen = fault;
         }
     }
+    (chosen, f.slow.fires(call, &mut rng))
+}
+
+/// Starts the helper threads of process faults due on call `call`.
+fn schedule_kills(faults: &Faults, call: u64) {
+    let due = [(faults.kill_engine, process::Target::EngineCore), (faults.kill_worker, process::Target::Worker)];
+    for (fault, target) in due {
+        if fault.is_some_and(|f| f.after_batches.checked_add(1) == Some(call)) {
+            process::kill_later(target, KILL_DELAY);
+        }
+    }
+}
+
+/// The output faults: what the engine's outputs become. `stranger` is an id not in the batch.
+fn mangle(fault: BatchFault, outputs: &mut Vec<EngineOutput>, stranger: u64) {
+    match fault {
+        BatchFault::ShortOutput => {
+            outputs.pop();
+        }
+        BatchFault::ExtraOutput => {
+            if let Some(last) = outputs.last().cloned() {
+                outputs.push(last);
+            }
+        }
+        BatchFault::WrongId => {
+            if let Some(first) = outputs.first_mut() {
+                first.request_id = Some(stranger);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn stranger_of(batch: &[EngineRequest]) -> u64 {
+    batch.iter().map(|r| r.id).max().unwrap_or(0).wrapping_add(1)
 }
 
 /// On a virtual clock, the wrapper's delays and the engine's costs both advance it.
@@ -253,10 +288,9 @@ impl<E: Engine> Engine for FaultyEngine<E> {
         if !self.active {
             return self.inner.generate(batch);
         }
-        self.calls += 1;
-        let call = self.calls;
-        self.schedule_kills(call);
-        let (fault, slow) = self.pick(call);
+        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        schedule_kills(&self.faults, call);
+        let (fault, slow) = pick(&self.faults, self.seed, call);
         match fault {
             BatchFault::Panic => panic!("injected panic (generate call {call})"),
             BatchFault::Hang => {
@@ -279,23 +313,7 @@ impl<E: Engine> Engine for FaultyEngine<E> {
             self.clock.sleep(extra);
         }
         let mut outputs = result?;
-        match fault {
-            BatchFault::ShortOutput => {
-                outputs.pop();
-            }
-            BatchFault::ExtraOutput => {
-                if let Some(last) = outputs.last().cloned() {
-                    outputs.push(last);
-                }
-            }
-            BatchFault::WrongId => {
-                let stranger = batch.iter().map(|r| r.id).max().unwrap_or(0).wrapping_add(1);
-                if let Some(first) = outputs.first_mut() {
-                    first.request_id = Some(stranger);
-                }
-            }
-            _ => {}
-        }
+        mangle(fault, &mut outputs, stranger_of(batch));
         Ok(outputs)
     }
 
@@ -309,6 +327,92 @@ impl<E: Engine> Engine for FaultyEngine<E> {
 
     fn clock_domain(&self) -> ClockDomain {
         self.inner.clock_domain()
+    }
+
+    fn concurrent(&self) -> Option<Arc<dyn ConcurrentEngine>> {
+        let inner = self.inner.concurrent()?;
+        if !self.active {
+            return Some(inner);
+        }
+        Some(Arc::new(FaultyConcurrent {
+            inner,
+            faults: self.faults.clone(),
+            seed: self.seed,
+            clock: self.clock.clone(),
+            calls: self.calls.clone(),
+        }))
+    }
+}
+
+/// The concurrent face of a [`FaultyEngine`]: the same faults, drawn from the same count.
+struct FaultyConcurrent {
+    inner: Arc<dyn ConcurrentEngine>,
+    faults: Faults,
+    seed: u64,
+    clock: Arc<dyn Clock>,
+    calls: Arc<AtomicU64>,
+}
+
+impl ConcurrentEngine for FaultyConcurrent {
+    fn generate(&self, batch: Vec<EngineRequest>, done: GenerateDone) {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        schedule_kills(&self.faults, call);
+        let (fault, slow) = pick(&self.faults, self.seed, call);
+        match fault {
+            BatchFault::Panic => panic!("injected panic (generate call {call})"),
+            BatchFault::Hang => {
+                let hang_for = self.faults.hang_for;
+                let error = EngineError::Generate(format!("injected hang of {hang_for:?} (generate call {call})"));
+                return later(&self.clock, hang_for, move || done(Err(error)));
+            }
+            BatchFault::Fail => {
+                return done(Err(EngineError::Generate(format!("injected failure (generate call {call})"))));
+            }
+            _ => {}
+        }
+        let stranger = stranger_of(&batch);
+        let clock = self.clock.clone();
+        let began = clock.now();
+        let slow_factor = self.faults.slow_factor;
+        let faulty_done: GenerateDone = Box::new(move |result| {
+            let result = result.map(|mut outputs| {
+                mangle(fault, &mut outputs, stranger);
+                outputs
+            });
+            if slow {
+                // Held back as the blocking face holds it back, off the thread that answered.
+                let took = clock.now().saturating_since(began);
+                let extra = took.mul_f64((slow_factor - 1.0).max(0.0));
+                later(&clock, extra, move || done(result));
+            } else {
+                done(result);
+            }
+        });
+        self.inner.generate(batch, faulty_done);
+    }
+
+    fn server_counters(&self) -> Vec<ServerCounters> {
+        self.inner.server_counters()
+    }
+}
+
+/// Runs `f` after `delay` on `clock`, on a thread of its own (at once, without the delay, if no
+/// thread can be had: `f` runs either way).
+fn later(clock: &Arc<dyn Clock>, delay: Duration, f: impl FnOnce() + Send + 'static) {
+    let slot = Arc::new(Mutex::new(Some(f)));
+    let (clock, waiting) = (clock.clone(), slot.clone());
+    let spawned = std::thread::Builder::new().name("batchlab-fault-delay".into()).spawn(move || {
+        clock.sleep(delay);
+        let f = waiting.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(f) = f {
+            f();
+        }
+    });
+    if spawned.is_err() {
+        let f = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(f) = f {
+            f();
+        }
     }
 }
 

@@ -11,6 +11,8 @@ pub mod chat;
 #[doc(hidden)]
 pub mod faults;
 #[doc(hidden)]
+pub mod openai;
+#[doc(hidden)]
 pub mod python;
 #[doc(hidden)]
 pub mod sim;

@@ -4,7 +4,10 @@
 //! never a made-up zero):
 //! - `batch_wait`: our submit → our dispatch of its batch.
 //! - `engine_queue`: engine `queued_ts` → `scheduled_ts`.
-//! - `ttft`: our submit → engine `first_token_ts`: what the caller waited for the first token.
+//! - `ttft`: our submit → engine `first_token_ts`: what the caller waited for the first token;
+//!   for an engine that sends requests over the network (it gives `sent_ts`), from the moment it
+//!   sent the request, as the field's clients time it (the wait before, batching included, is
+//!   the run's `dispatch_delay`).
 //! - `tpot`: vLLM's time per output token, the first excluded:
 //!   `(last_token_ts − first_token_ts) / (n − 1)`, for `n ≥ 2` generated tokens.
 //! - `latency_per_token`: guidellm's "TPOT", the first token **included**: `latency / n`, for `n ≥ 1`.
@@ -124,9 +127,10 @@ impl RequestMetrics {
 struct EngineTimes {
     queued: Option<Timestamp>,
     scheduled: Option<Timestamp>,
+    /// When the engine sent the request (an HTTP engine).
+    sent: Option<Timestamp>,
     first_token: Option<Timestamp>,
     last_token: Option<Timestamp>,
-    sent: Option<Timestamp>,
     /// The per-token times; `None` when absent or when one of them is unusable.
     tokens: Option<Vec<Timestamp>>,
 }
@@ -194,13 +198,13 @@ fn to_timestamps(
         Some(o) if o.is_finite() => EngineTimes {
             queued: conv(stats.queued_ts, o),
             scheduled: conv(stats.scheduled_ts, o),
+            sent: conv(stats.sent_ts, o),
             first_token: conv(stats.first_token_ts, o),
             last_token: conv(stats.last_token_ts, o),
-            sent: conv(stats.sent_ts, o),
             tokens: token_ts.and_then(|ts| ts.iter().map(|&v| conv(Some(v), o)).collect()),
         },
         _ => {
-            EngineTimes { queued: None, scheduled: None, first_token: None, last_token: None, sent: None, tokens: None }
+            EngineTimes { queued: None, scheduled: None, sent: None, first_token: None, last_token: None, tokens: None }
         }
     };
     if domain == ClockDomain::Monotonic {
@@ -239,9 +243,11 @@ pub fn map_request(
         _ => None,
     };
 
+    // From the moment the request was sent, where the engine says (never before our submit).
+    let ttft_from = e.sent.map_or(times.submitted, |sent| sent.max(times.submitted));
     let ttft = e.first_token.and_then(|first| {
         let before_queue = e.queued.is_some_and(|q| first < q);
-        let d = first.checked_since(times.submitted);
+        let d = first.checked_since(ttft_from);
         if d.is_none() || before_queue {
             anomalies.first_token_before_arrival = true;
             return None;

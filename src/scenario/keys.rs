@@ -20,6 +20,7 @@ use toml_edit::{Item, Table, value};
 use super::plan::*;
 use super::reader::{Field, LocatedTable, LowerBound, ReadContext};
 use crate::engine::faults::Faults;
+use crate::engine::openai::{Api, OpenAiConfig, Routing};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::sim::{CostModel, DEFAULT_SCHEDULER, SimConfig, TimeMode};
@@ -205,12 +206,13 @@ pub(crate) const SECTIONS: &[&str] =
 pub(crate) struct Tag(pub &'static str);
 
 /// The engine kinds; each has its own sub-section, `[engine.<kind>]`.
-pub(crate) const ENGINE_KINDS: &[&str] = &["sim", "vllm", "python"];
+pub(crate) const ENGINE_KINDS: &[&str] = &["sim", "vllm", "python", "openai"];
 
 pub(crate) const ENGINE_KEYS: &[Key<Tag>] = &[key!(
     kind: OneOf(ENGINE_KINDS),
     KeyDefault::Value,
-    "`[engine.sim]` only with sim, `[engine.vllm]` only with vllm, `[engine.python]` only with python",
+    "`[engine.sim]` only with sim, `[engine.vllm]` only with vllm, `[engine.python]` only with python, \
+     `[engine.openai]` only with openai",
     Tag(kind)
 )];
 
@@ -326,6 +328,60 @@ pub(crate) fn vllm_default(master_seed: u64) -> VllmConfig {
     }
 }
 
+/// `[engine.openai]`: an OpenAI-compatible server over HTTP (docs/http.md).
+pub(crate) const OPENAI_KEYS: &[Key<OpenAiConfig>] = &[
+    key!(
+        urls: List(BaseUrl),
+        KeyDefault::Required("[\"http://127.0.0.1:8000\"]"),
+        "one or more servers' base URLs (`http://` or `https://`); several are routed client-side by `routing`",
+        in OpenAiConfig
+    ),
+    key!(
+        model: NonBlank,
+        KeyDefault::Required("\"served-model-name\""),
+        "the model name every request carries; `start` checks each server lists it at `/v1/models`",
+        in OpenAiConfig
+    ),
+    key!(
+        api: Choice(&[("completions", Api::Completions), ("chat", Api::Chat)]),
+        KeyDefault::Value,
+        "`completions`: a batch is one request with a list of prompts; `chat`: one conversation per request \
+         (needs `batching.batch_size = 1`)",
+        in OpenAiConfig
+    ),
+    key!(
+        api_key_env: Opt(EnvVarName),
+        KeyDefault::Value,
+        "the NAME of the environment variable holding the API key (sent as a bearer token); the key is never \
+         written anywhere",
+        in OpenAiConfig
+    ),
+    key!(
+        timeout: Dur { zero: false },
+        KeyDefault::Value,
+        "> 0; one request, from the batch reaching the engine (a wait for a free connection included) to its \
+         stream's end; past it the batch fails with `timeout`",
+        in OpenAiConfig
+    ),
+    key!(
+        max_connections: U32(1),
+        KeyDefault::Value,
+        ">= 1; most requests in flight to one endpoint at once; more wait for a slot",
+        in OpenAiConfig
+    ),
+    key!(
+        routing: Choice(&[("round_robin", Routing::RoundRobin), ("least_outstanding", Routing::LeastOutstanding)]),
+        KeyDefault::Value,
+        "how a request picks one of several `urls`; a failing endpoint is skipped for a backoff (docs/http.md)",
+        in OpenAiConfig
+    ),
+];
+
+/// `[engine.openai]` before any key is read.
+pub(crate) fn openai_default() -> OpenAiConfig {
+    OpenAiConfig { urls: Vec::new(), ..OpenAiConfig::new("", "") }
+}
+
 /// The help of a missing or malformed `engine.python.class`.
 pub(crate) const CLASS_HELP: &str = "write `class = \"module:Class\"` (docs/engines.md)";
 
@@ -419,13 +475,13 @@ pub(crate) const BATCHING_KEYS: &[Key<Batching>] = &[
     ),
     key!(
         generate_timeout: Opt(Dur { zero: false }),
-        KeyDefault::Text("none for `sim`; `\"10m\"` for a real engine"),
+        KeyDefault::Text("none for `sim`; `engine.openai.timeout` + 30 s for `openai`; `\"10m\"` for another real engine"),
         "> 0; a longer generate fails its batch, and while it stays stuck, queued requests fail after waiting as long",
         in Batching
     ),
     key!(
         stall_timeout: Opt(Dur { zero: false }),
-        KeyDefault::Text("none for `sim`; `\"30s\"` for a real engine"),
+        KeyDefault::Text("none for `sim`; `engine.openai.timeout` + 30 s for `openai`; `\"30s\"` for another real engine"),
         "> 0; a generate with no progress (no output, no CPU time in the engine's processes) for this long, \
          or 4× the run's longest generate when that is longer, fails with `engine_stalled`, and so does every later request",
         in Batching

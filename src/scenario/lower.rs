@@ -13,6 +13,7 @@ use super::reader::{Field, LocatedTable, ReadContext, join};
 use super::schema;
 use crate::batcher::BatchConfig;
 use crate::engine::faults::Faults;
+use crate::engine::openai::{Api, OpenAiConfig};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
 
@@ -38,7 +39,8 @@ pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
     }
     let engine = lower_engine(cx, top, seed);
     check_process_faults(cx, faults_table, &engine);
-    let batching = lower_batching(cx, top, !matches!(engine, EnginePlan::Sim(_)));
+    let batching = lower_batching(cx, top, &engine);
+    check_chat_batches(cx, top, &engine, &batching);
     let workload = lower_workload(cx, top, seed);
     let batching = stall_from_profile(cx, top, &engine, &workload, batching);
     let profile = lower_profile(cx, top, seed);
@@ -88,9 +90,10 @@ fn lower_engine(cx: &mut ReadContext, top: LocatedTable, seed: u64) -> EnginePla
         engine.and_then(|e| cx.section(e, name, path, schema::names(&["engine", name])))
     };
     let (sim, vllm, python) = (sub("sim", "engine.sim"), sub("vllm", "engine.vllm"), sub("python", "engine.python"));
+    let openai = sub("openai", "engine.openai");
     let engine_span = engine.and_then(|e| e.span());
     // A section for another kind than the chosen one contradicts it.
-    for (name, section) in [("sim", sim), ("vllm", vllm), ("python", python)] {
+    for (name, section) in [("sim", sim), ("vllm", vllm), ("python", python), ("openai", openai)] {
         if let Some(t) = section.filter(|_| name != kind) {
             let help = format!("set `engine.kind = \"{name}\"` or remove [engine.{name}]");
             let message = format!("[engine.{name}] is set but `engine.kind` is \"{kind}\"");
@@ -100,6 +103,7 @@ fn lower_engine(cx: &mut ReadContext, top: LocatedTable, seed: u64) -> EnginePla
     match kind {
         "vllm" => return EnginePlan::Vllm(lower_vllm(cx, vllm, engine_span, seed)),
         "python" => return EnginePlan::Python(lower_python(cx, python, engine_span)),
+        "openai" => return EnginePlan::OpenAi(lower_openai(cx, openai, engine_span)),
         _ => {}
     }
     let mut plan = keys::sim_default(seed);
@@ -171,6 +175,58 @@ fn lower_python(
     plan
 }
 
+fn lower_openai(
+    cx: &mut ReadContext,
+    t: Option<LocatedTable>,
+    engine_span: Option<std::ops::Range<usize>>,
+) -> OpenAiConfig {
+    let mut plan = keys::openai_default();
+    let missing = "missing `engine.openai.{key}` (required with `engine.kind = \"openai\"`)";
+    let Some(t) = t else {
+        let help = "add [engine.openai] with `urls = [\"http://127.0.0.1:8000\"]` and `model = \"...\"`".to_owned();
+        cx.report("engine", engine_span, missing.replace("{key}", "urls"), Some(help));
+        return plan;
+    };
+    for (key, example) in missing_required(cx, t, keys::OPENAI_KEYS) {
+        cx.report("engine.openai", t.span(), missing.replace("{key}", key), Some(format!("add `{key} = {example}`")));
+    }
+    keys::read(cx, t, keys::OPENAI_KEYS, &mut plan);
+    plan
+}
+
+/// The chat API has no list form: one conversation per request, so one per batch.
+fn check_chat_batches(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePlan, batching: &BatchConfig) {
+    let EnginePlan::OpenAi(OpenAiConfig { api: Api::Chat, .. }) = engine else { return };
+    if batching.batch_size() <= 1 {
+        return;
+    }
+    let message = format!(
+        "`batching.batch_size` is {} but `engine.openai.api` is \"chat\": the chat API takes one conversation \
+         per request, so a batch cannot be one request",
+        batching.batch_size()
+    );
+    let help = "set `batching.batch_size = 1` (and `batching.max_in_flight` for concurrency), or use \
+                `api = \"completions\"`"
+        .to_owned();
+    // At the batch size where it is written, else at the api.
+    let written = sub_table(cx, top, "batching", "batching").and_then(|b| cx.field(b, "batch_size"));
+    let field = written.or_else(|| {
+        let engine = sub_table(cx, top, "engine", "engine")?;
+        cx.field(sub_table(cx, engine, "openai", "engine.openai")?, "api")
+    });
+    match field {
+        Some(field) => cx.report_at(&field, message, Some(help)),
+        None => cx.report("engine.openai.api", None, message, Some(help)),
+    }
+}
+
+/// The sub-table `key` of `t`, if it is one, without checking its keys again.
+fn sub_table<'t>(cx: &ReadContext, t: LocatedTable<'t>, key: &str, path: &'t str) -> Option<LocatedTable<'t>> {
+    let field = cx.field(t, key)?;
+    let table = field.node.table_like()?;
+    Some(LocatedTable { path, table, at: field.span().map(|r| (r.start, r.end)) })
+}
+
 /// Process faults kill a process of vLLM's multiprocess engine: any other engine has none.
 fn check_process_faults(cx: &mut ReadContext, faults_table: Option<LocatedTable>, engine: &EnginePlan) {
     if matches!(engine, EnginePlan::Vllm(v) if !v.in_process) {
@@ -186,6 +242,7 @@ fn check_process_faults(cx: &mut ReadContext, faults_table: Option<LocatedTable>
                     EnginePlan::Sim(_) => "the simulator",
                     EnginePlan::Vllm(_) => "vLLM in-process",
                     EnginePlan::Python(_) => "a Python protocol engine",
+                    EnginePlan::OpenAi(_) => "an HTTP server",
                 }
             );
             let help = "use `engine.kind = \"vllm\"` with `engine.vllm.in_process = false`".to_owned();
@@ -197,10 +254,24 @@ fn check_process_faults(cx: &mut ReadContext, faults_table: Option<LocatedTable>
 #[cfg(test)]
 pub(crate) use crate::batcher::REAL_ENGINE_GENERATE_TIMEOUT;
 
+/// How much longer than an HTTP engine's request `timeout` the batcher's generate and stall
+/// timeouts default to.
+pub(crate) const HTTP_TIMEOUT_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// `[batching]`; a real engine gets [`BatchConfig::with_real_engine_defaults`] for the timeouts
-/// the scenario leaves unset.
-fn lower_batching(cx: &mut ReadContext, top: LocatedTable, real_engine: bool) -> BatchConfig {
-    let d = if real_engine { BatchConfig::default().with_real_engine_defaults() } else { BatchConfig::default() };
+/// the scenario leaves unset. An HTTP engine's both default to its request `timeout` and
+/// [`HTTP_TIMEOUT_MARGIN`], so its own timeout, which names the failure (`timeout`) and fails
+/// only the batch, always comes first; the client's CPU time is no sign of a server's life.
+fn lower_batching(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePlan) -> BatchConfig {
+    let d = match engine {
+        EnginePlan::Sim(_) => BatchConfig::default(),
+        EnginePlan::OpenAi(c) => {
+            let backstop = Some(c.timeout.saturating_add(HTTP_TIMEOUT_MARGIN));
+            let d = BatchConfig::default().with_generate_timeout(backstop).and_then(|d| d.with_stall_timeout(backstop));
+            d.unwrap_or_default().with_real_engine_defaults()
+        }
+        EnginePlan::Vllm(_) | EnginePlan::Python(_) => BatchConfig::default().with_real_engine_defaults(),
+    };
     let Some(t) = section(cx, top, "batching") else {
         return d;
     };

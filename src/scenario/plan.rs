@@ -13,6 +13,7 @@ use crate::batcher::BatchConfig;
 #[doc(hidden)]
 pub use crate::engine::chat::RequestFormat;
 use crate::engine::faults::Faults;
+use crate::engine::openai::OpenAiConfig;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::python::{PythonConfig, PythonEngine};
 use crate::engine::sim::{SimConfig, SimEngine};
@@ -267,6 +268,9 @@ pub enum EnginePlan {
     Vllm(VllmConfig),
     /// `kind = "python"`: any Python class implementing the engine protocol (needs the `vllm` feature).
     Python(PythonConfig),
+    /// `kind = "openai"`: an OpenAI-compatible server (or several) over HTTP.
+    #[serde(rename = "openai")]
+    OpenAi(OpenAiConfig),
 }
 
 impl EnginePlan {
@@ -283,29 +287,40 @@ impl EnginePlan {
             )),
             EnginePlan::Vllm(v) => Ok(TimedEngine::real_time(v.engine())),
             EnginePlan::Python(p) => Ok(TimedEngine::real_time(PythonEngine::new(p.clone()))),
+            #[cfg(not(loom))]
+            EnginePlan::OpenAi(c) => Ok(TimedEngine::real_time(crate::engine::openai::OpenAiEngine::new(c.clone()))),
+            #[cfg(loom)]
+            EnginePlan::OpenAi(_) => Err(EngineError::Unsupported("a loom build has no HTTP client".into())),
         }
     }
 
     /// What can be known to fail before the engine is built, checked without starting anything:
     /// a Python engine in a build without the `vllm` feature, a vLLM model directory that does not
-    /// exist (batchlab never downloads one). `batchlab check` and every run call it (through
-    /// `run::preflight`) before the engine starts.
+    /// exist (batchlab never downloads one), an HTTP engine's API key variable that is not set.
+    /// `batchlab check` and every run call it (through `run::preflight`) before the engine starts.
     pub fn check(&self) -> Result<(), EngineError> {
         // The model first: it is wrong whichever build reads the scenario.
         match self {
             EnginePlan::Sim(_) => Ok(()),
+            EnginePlan::OpenAi(c) => match &c.api_key_env {
+                Some(name) if std::env::var_os(name).is_none_or(|v| v.is_empty()) => Err(EngineError::Unsupported(
+                    format!("`engine.openai.api_key_env`: the environment variable ${name} is not set (or empty)"),
+                )),
+                _ => Ok(()),
+            },
             EnginePlan::Vllm(v) if !v.model.exists() => Err(EngineError::Unsupported(missing_model(&v.model))),
             EnginePlan::Vllm(_) | EnginePlan::Python(_) if !cfg!(feature = "vllm") => self.build().map(drop),
             EnginePlan::Vllm(_) | EnginePlan::Python(_) => Ok(()),
         }
     }
 
-    /// The engine's kind as `engine.kind` spells it: `sim`, `vllm` or `python`.
+    /// The engine's kind as `engine.kind` spells it: `sim`, `vllm`, `python` or `openai`.
     pub fn kind(&self) -> &'static str {
         match self {
             EnginePlan::Sim(_) => "sim",
             EnginePlan::Vllm(_) => "vllm",
             EnginePlan::Python(_) => "python",
+            EnginePlan::OpenAi(_) => "openai",
         }
     }
 
@@ -313,7 +328,7 @@ impl EnginePlan {
     /// workers), whose output is captured into a log and whose deaths are watched.
     pub fn runs_processes(&self) -> bool {
         match self {
-            EnginePlan::Sim(_) => false,
+            EnginePlan::Sim(_) | EnginePlan::OpenAi(_) => false,
             EnginePlan::Vllm(_) | EnginePlan::Python(_) => true,
         }
     }
@@ -323,7 +338,7 @@ impl EnginePlan {
         match self {
             EnginePlan::Sim(sim) => Some(sim.seed),
             EnginePlan::Vllm(v) => Some(v.seed),
-            EnginePlan::Python(_) => None,
+            EnginePlan::Python(_) | EnginePlan::OpenAi(_) => None,
         }
     }
 }

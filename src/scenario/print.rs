@@ -119,6 +119,7 @@ fn engine_table(engine: &EnginePlan) -> Table {
         }
         EnginePlan::Vllm(v) => keys::print(&mut t, keys::VLLM_KEYS, v),
         EnginePlan::Python(p) => keys::print(&mut t, keys::PYTHON_KEYS, p),
+        EnginePlan::OpenAi(c) => keys::print(&mut t, keys::OPENAI_KEYS, c),
     }
     let kind = engine.kind();
     keys::print(&mut table, keys::ENGINE_KEYS, &Tag(kind));

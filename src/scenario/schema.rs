@@ -41,6 +41,7 @@ static SIM: LazyLock<SectionKeys> = LazyLock::new(|| {
 });
 static VLLM: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::VLLM_KEYS)));
 static PYTHON: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::PYTHON_KEYS)));
+static OPENAI: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::OPENAI_KEYS)));
 static BATCHING: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::BATCHING_KEYS)));
 static WORKLOAD: LazyLock<SectionKeys> = LazyLock::new(|| {
     let tag = (keys::WORKLOAD_TAG.name, keys::WORKLOAD_TAG.sub);
@@ -64,6 +65,7 @@ pub(crate) fn section(path: &[&str]) -> Option<&'static SectionKeys> {
         ["engine", "sim"] => &SIM,
         ["engine", "vllm"] => &VLLM,
         ["engine", "python"] => &PYTHON,
+        ["engine", "openai"] => &OPENAI,
         ["batching"] => &BATCHING,
         ["workload"] => &WORKLOAD,
         ["profile"] => &PROFILE,

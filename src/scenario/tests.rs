@@ -9,6 +9,7 @@ use super::plan::*;
 use super::*;
 use crate::engine::ResolvedEngineConfig;
 use crate::engine::faults::{FaultTrigger, Faults, ProcessFault};
+use crate::engine::openai::{Api, OpenAiConfig, Routing};
 use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::VllmConfig;
 use crate::engine::sim::{CostModel, SimConfig, TimeMode};
@@ -672,7 +673,28 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
                 ..PythonConfig::new(module, class)
             })
         });
-    prop_oneof![sim, vllm, python]
+    // No `/v1` path: a base URL drops it, so it would not print back as generated.
+    let openai = (
+        proptest::collection::vec("https?://[a-z]{1,8}(:[0-9]{2,4})?(/p[a-z]{0,3})?", 1..3),
+        "[a-zA-Z0-9][a-zA-Z0-9/._-]{0,11}",
+        any::<bool>(),
+        proptest::option::of("[A-Z_][A-Z0-9_]{0,8}"),
+        duration_strategy(1),
+        1u32..100_000,
+        any::<bool>(),
+    )
+        .prop_map(|(urls, model, chat, api_key_env, timeout, max_connections, least)| {
+            EnginePlan::OpenAi(OpenAiConfig {
+                urls,
+                model,
+                api: if chat { Api::Chat } else { Api::Completions },
+                api_key_env,
+                timeout,
+                max_connections,
+                routing: if least { Routing::LeastOutstanding } else { Routing::RoundRobin },
+            })
+        });
+    prop_oneof![sim, vllm, python, openai]
 }
 
 fn request_format_strategy() -> impl Strategy<Value = RequestFormat> {
@@ -940,6 +962,16 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                     // expressible in TOML.
                     batching: match &engine {
                         EnginePlan::Sim(_) => batching,
+                        // The chat API takes one conversation per batch; the HTTP engine's timeouts
+                        // default to its request timeout and a margin.
+                        EnginePlan::OpenAi(c) => {
+                            let size = if c.api == Api::Chat { 1 } else { batching.batch_size() };
+                            let backstop = Some(c.timeout.saturating_add(super::lower::HTTP_TIMEOUT_MARGIN));
+                            crate::batcher::BatchConfig::new(size, batching.batch_timeout())
+                                .and_then(|b| b.with_generate_timeout(batching.generate_timeout().or(backstop)))
+                                .and_then(|b| b.with_stall_timeout(batching.stall_timeout().or(backstop)))
+                                .unwrap()
+                        }
                         _ => batching.with_real_engine_defaults(),
                     },
                     engine,

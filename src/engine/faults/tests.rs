@@ -110,3 +110,94 @@ fn process_targets_match_vllm_argv0() {
     assert!(!process::Target::EngineCore.matches("VLLM::Worker"));
     assert!(!process::Target::Worker.matches("python3"));
 }
+
+/// An engine whose concurrent face answers every batch at once, one output per request, from
+/// whatever thread calls it.
+struct Echo;
+
+impl Engine for Echo {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        Ok(EngineInfo::new("echo", "0"))
+    }
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        Ok(echo(batch))
+    }
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        Ok(())
+    }
+    fn concurrent(&self) -> Option<Arc<dyn ConcurrentEngine>> {
+        Some(Arc::new(EchoConcurrent))
+    }
+}
+
+fn echo(batch: &[EngineRequest]) -> Vec<EngineOutput> {
+    batch.iter().map(|r| EngineOutput::new(Some(r.id), crate::engine::FinishReason::Length)).collect()
+}
+
+struct EchoConcurrent;
+
+impl ConcurrentEngine for EchoConcurrent {
+    fn generate(&self, batch: Vec<EngineRequest>, done: GenerateDone) {
+        done(Ok(echo(&batch)));
+    }
+}
+
+/// The result of one concurrent generate, and how many times `done` was called (waiting, boundedly,
+/// for a fault held back on a thread).
+fn concurrent_generate(face: &Arc<dyn ConcurrentEngine>, n: u64) -> (Result<Vec<EngineOutput>, EngineError>, usize) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    face.generate(batch(n), Box::new(move |r| tx.send(r).unwrap()));
+    let first = rx.recv_timeout(Duration::from_secs(10)).expect("done is called");
+    let more = rx.try_iter().count();
+    (first, 1 + more)
+}
+
+#[test]
+fn the_concurrent_face_gets_the_same_faults_from_the_same_count() {
+    let clock = VirtualClock::new();
+    let start = clock.now();
+    let faults = Faults {
+        fail_batch: FaultTrigger::every(3),
+        short_output: FaultTrigger::every(4),
+        wrong_id: FaultTrigger::every(5),
+        hang: FaultTrigger::every(7),
+        hang_for: Duration::from_secs(60),
+        ..Faults::default()
+    };
+    let mut e = FaultyEngine::new(Echo, faults, 1, Arc::new(clock.clone()));
+    e.start().unwrap();
+    // Call 1 on the blocking face, then 2..=8 on the concurrent one: one count.
+    assert_eq!(e.generate(&batch(2)).unwrap().len(), 2);
+    let face = e.concurrent().expect("the inner engine's face, wrapped");
+    let mut seen = Vec::new();
+    for _ in 2..=8 {
+        let (result, calls) = concurrent_generate(&face, 4);
+        assert_eq!(calls, 1, "done is called exactly once");
+        seen.push(match result {
+            Err(EngineError::Generate(m)) if m.contains("hang") => "hang",
+            Err(_) => "fail",
+            Ok(o) if o.len() == 3 => "short",
+            Ok(o) if o[0].request_id == Some(4) => "wrong_id",
+            Ok(_) => "ok",
+        });
+    }
+    assert_eq!(seen, ["ok", "fail", "short", "wrong_id", "fail", "hang", "short"]);
+    assert_eq!(clock.now().saturating_since(start), Duration::from_secs(60), "the hang slept on the wrapper's clock");
+}
+
+#[test]
+fn the_concurrent_face_panics_like_the_blocking_one_and_passes_through_when_inactive() {
+    let mut quiet = FaultyEngine::new(Echo, Faults::default(), 1, Arc::new(VirtualClock::new()));
+    quiet.start().unwrap();
+    assert_eq!(concurrent_generate(&quiet.concurrent().unwrap(), 3).0.unwrap().len(), 3);
+
+    let faults = Faults { panic: FaultTrigger::every(1), ..Faults::default() };
+    let mut e = FaultyEngine::new(Echo, faults, 1, Arc::new(VirtualClock::new()));
+    e.start().unwrap();
+    let face = e.concurrent().unwrap();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| face.generate(batch(1), Box::new(|_| {}))));
+    assert!(caught.is_err());
+    // An engine without a concurrent face has none through the wrapper either.
+    let (sim, _) = engine(Faults { fail_batch: FaultTrigger::every(2), ..Faults::default() });
+    assert!(sim.concurrent().is_none());
+}

@@ -94,6 +94,42 @@ pub(crate) fn name_problem(name: &str) -> Option<&'static str> {
     }
 }
 
+/// A string that is not blank.
+pub(crate) struct NonBlank;
+codec!(NonBlank => String, |_c, cx, field| non_blank(cx, field), |v| v.as_str());
+
+/// An HTTP engine's base URL (`engine::openai::config::base_url`), normalized.
+pub(crate) struct BaseUrl;
+codec!(BaseUrl => String, |_c, cx, field| base_url(cx, field), |v| v.as_str());
+
+fn base_url(cx: &mut ReadContext, field: &Field) -> Option<String> {
+    let url = cx.string_of(field)?;
+    match crate::engine::openai::config::base_url(&url) {
+        Ok(url) => Some(url),
+        Err(why) => {
+            let help = "a server's base URL, e.g. \"http://127.0.0.1:8000\"; `/v1/completions` is appended";
+            cx.report_at(field, format!("`{}`: not a base URL: {why}", field.path), Some(help.to_owned()));
+            None
+        }
+    }
+}
+
+/// The name of an environment variable. A value that is not a name (a key pasted in by mistake)
+/// is refused without being repeated.
+pub(crate) struct EnvVarName;
+codec!(EnvVarName => String, |_c, cx, field| env_var_name(cx, field), |v| v.as_str());
+
+fn env_var_name(cx: &mut ReadContext, field: &Field) -> Option<String> {
+    let name = cx.string_of(field)?;
+    if crate::engine::openai::config::is_env_var_name(&name) {
+        return Some(name);
+    }
+    let message = format!("`{}` must be the NAME of an environment variable (letters, digits, `_`)", field.path);
+    let help = "e.g. `api_key_env = \"OPENAI_API_KEY\"`, with the key itself in that variable, never in the scenario";
+    cx.report_at(field, message, Some(help.to_owned()));
+    None
+}
+
 /// An integer of at least `.0`.
 pub(crate) struct U64(pub u64);
 codec!(U64 => u64, |c, cx, field| cx.int_of(field, c.0 as i64, i64::MAX).map(|v| v as u64), |v| int(*v));

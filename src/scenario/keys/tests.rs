@@ -119,6 +119,11 @@ fn docs_engine_python() {
 }
 
 #[test]
+fn docs_engine_openai() {
+    check_docs("### `[engine.openai]`", rows(OPENAI_KEYS, &openai_default()));
+}
+
+#[test]
 fn docs_batching() {
     check_docs("## `[batching]`", rows(BATCHING_KEYS, &Batching::of(&BatchConfig::default())));
 }
@@ -238,7 +243,9 @@ fn names_of<S>(keys: &[Key<S>]) -> Vec<&'static str> {
 /// A key table names each key once, and the checks above can fail.
 #[test]
 fn tables_have_unique_names_and_the_check_bites() {
-    for table in [names_of(VLLM_KEYS), names_of(PYTHON_KEYS), names_of(STOP_KEYS), names_of(FAULT_KEYS)] {
+    for table in
+        [names_of(VLLM_KEYS), names_of(PYTHON_KEYS), names_of(OPENAI_KEYS), names_of(STOP_KEYS), names_of(FAULT_KEYS)]
+    {
         let unique: std::collections::BTreeSet<_> = table.iter().collect();
         assert_eq!(unique.len(), table.len());
     }

@@ -1,0 +1,145 @@
+//! [`OpenAiConfig`]: the HTTP engine's settings, the scenario's `[engine.openai]` (the plan holds
+//! this type; the engine never sees a plan). Plain data, built in every configuration (a loom
+//! build has no HTTP client, but still reads scenarios that name one).
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Which OpenAI API the engine speaks.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// `POST /v1/completions`: a batch is one request with a list of prompts.
+    #[default]
+    Completions,
+    /// `POST /v1/chat/completions`: one conversation per request (the API has no list form).
+    Chat,
+}
+
+/// How a request picks one of several endpoints.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Routing {
+    /// In turn.
+    #[default]
+    RoundRobin,
+    /// The endpoint with the fewest requests of ours in flight (ties: in turn).
+    LeastOutstanding,
+}
+
+/// The HTTP engine's settings (docs/http.md).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OpenAiConfig {
+    /// The servers' base URLs (`http://host:port`, or with a path prefix), normalized by
+    /// [`base_url`]: `/v1/completions`, `/v1/models` and `/metrics` are appended.
+    pub urls: Vec<String>,
+    /// The model name every request carries; `start` checks that each server serves it.
+    pub model: String,
+    /// The API.
+    pub api: Api,
+    /// The NAME of the environment variable that holds the API key, read at `start`; `None`
+    /// sends no `Authorization` header. The key itself is never part of the config.
+    pub api_key_env: Option<String>,
+    /// How long one request may take, from the moment the engine got its batch (waiting for a
+    /// free connection included) to the end of its stream.
+    pub timeout: Duration,
+    /// Most requests in flight at once to one endpoint (a real cap: the others wait for a slot).
+    pub max_connections: u32,
+    /// How a request picks an endpoint when there are several.
+    pub routing: Routing,
+}
+
+impl OpenAiConfig {
+    /// One server at `url` serving `model`, completions API, the documented defaults otherwise.
+    /// `url` is taken as it is; [`base_url`] says what a valid one is.
+    pub fn new(url: impl Into<String>, model: impl Into<String>) -> Self {
+        OpenAiConfig {
+            urls: vec![url.into()],
+            model: model.into(),
+            api: Api::Completions,
+            api_key_env: None,
+            timeout: DEFAULT_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            routing: Routing::RoundRobin,
+        }
+    }
+}
+
+/// `timeout`'s default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// `max_connections`' default.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 512;
+
+/// A base URL as the engine uses it: `http://` or `https://`, a host, no query or fragment; a
+/// trailing `/` and a trailing `/v1` (as OpenAI clients write it) are dropped, so
+/// `http://h:8000/v1/` is `http://h:8000`. Why not, otherwise.
+pub fn base_url(url: &str) -> Result<String, String> {
+    let url = url.trim();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err("expected `http://HOST[:PORT][/PREFIX]` or `https://…`".into());
+    };
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return Err(format!("the scheme must be http or https, not `{scheme}`"));
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("it holds whitespace or a control character".into());
+    }
+    if url.contains(['?', '#']) {
+        return Err("a base URL has no query or fragment".into());
+    }
+    let host = rest.split('/').next().unwrap_or_default();
+    if host.is_empty() || host.starts_with(':') {
+        return Err("it has no host".into());
+    }
+    if host.contains('@') {
+        // A key or password in the URL would end up in reports and logs.
+        return Err("credentials in the URL are not allowed: use `api_key_env`".into());
+    }
+    let mut normalized = url.trim_end_matches('/');
+    if let Some(stripped) = normalized.strip_suffix("/v1") {
+        normalized = stripped.trim_end_matches('/');
+    }
+    Ok(normalized.to_owned())
+}
+
+/// Whether `name` can be an environment variable's name (letters, digits, `_`, not starting with
+/// a digit). A value that is not, such as a key pasted in by mistake, is refused without being
+/// repeated.
+pub fn is_env_var_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_are_normalized_or_refused_with_a_reason() {
+        for (given, expected) in [
+            ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+            ("http://127.0.0.1:8000/", "http://127.0.0.1:8000"),
+            ("http://h:8000/v1", "http://h:8000"),
+            ("https://gw.example/llm/v1/", "https://gw.example/llm"),
+            (" http://h ", "http://h"),
+        ] {
+            assert_eq!(base_url(given).as_deref(), Ok(expected), "{given}");
+        }
+        for bad in ["127.0.0.1:8000", "ftp://h", "http://", "http://:80", "http://h?x=1", "http://u:p@h", "http://a b"]
+        {
+            assert!(base_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn env_var_names() {
+        for good in ["OPENAI_API_KEY", "_K", "k1"] {
+            assert!(is_env_var_name(good), "{good}");
+        }
+        for bad in ["", "1K", "sk-abc123", "A B", "A=B"] {
+            assert!(!is_env_var_name(bad), "{bad}");
+        }
+    }
+}

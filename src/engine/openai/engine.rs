@@ -1,0 +1,589 @@
+//! [`OpenAiEngine`]: the HTTP client on a tokio runtime of its own, its two faces (the blocking
+//! [`Engine`] and the [`ConcurrentEngine`]), endpoint checks at start, and the `/metrics` scrape.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use super::config::{Api, OpenAiConfig};
+use super::request;
+use super::route::{Change, Health, Pick, Router};
+use super::scrape;
+use super::sse::SseParser;
+use super::stream::{ChoiceResult, ResponseStream, StreamError, excerpt};
+use crate::engine::{
+    ConcurrentEngine, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, GenerateDone, Prompt,
+    RemoteError, RemoteErrorKind, ServerCounters,
+};
+use crate::time::MonotonicClock;
+
+/// How long a connection may take to open before the request fails with `connect_failed` (the
+/// request's own `timeout` also applies, when shorter).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `start` waits for each endpoint's `/v1/models`, and a scrape for `/metrics`.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `shutdown` lets requests still running wind down before dropping them.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long a whole answer's connection may keep its body open before it is dropped.
+const DRAIN: Duration = Duration::from_millis(500);
+/// Most bytes of an error response kept for its message.
+const ERROR_BODY_BYTES: usize = 4096;
+
+/// An OpenAI-compatible server (or several) as an engine; see the module docs of
+/// [`crate::engine::openai`]. Cheap to make: nothing connects before [`Engine::start`].
+pub struct OpenAiEngine {
+    config: OpenAiConfig,
+    started: Option<Started>,
+}
+
+struct Started {
+    runtime: tokio::runtime::Runtime,
+    shared: Arc<Shared>,
+}
+
+/// What every request of a started engine uses.
+struct Shared {
+    config: OpenAiConfig,
+    client: reqwest::Client,
+    auth: Option<ApiKey>,
+    endpoints: Vec<Endpoint>,
+    router: Mutex<Router>,
+    runtime: tokio::runtime::Handle,
+}
+
+struct Endpoint {
+    url: String,
+    /// `max_connections` permits: a request holds one from before it is sent to its stream's end.
+    slots: Semaphore,
+}
+
+/// The API key, as the header that sends it; its `Debug` shows nothing of it.
+struct ApiKey {
+    header: HeaderValue,
+    key: String,
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey([redacted])")
+    }
+}
+
+impl std::fmt::Debug for OpenAiEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiEngine").field("config", &self.config).field("started", &self.started.is_some()).finish()
+    }
+}
+
+impl OpenAiEngine {
+    /// An engine for `config`.
+    pub fn new(config: OpenAiConfig) -> Self {
+        OpenAiEngine { config, started: None }
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.config
+    }
+}
+
+/// The API key from the environment variable `config.api_key_env` names, if it names one.
+fn read_api_key(config: &OpenAiConfig) -> Result<Option<ApiKey>, EngineError> {
+    let Some(name) = &config.api_key_env else { return Ok(None) };
+    let key = match std::env::var(name) {
+        Ok(key) if !key.trim().is_empty() => key.trim().to_owned(),
+        Ok(_) => return Err(EngineError::Start(format!("`engine.openai.api_key_env`: ${name} is empty"))),
+        Err(_) => return Err(EngineError::Start(format!("`engine.openai.api_key_env`: ${name} is not set"))),
+    };
+    let mut header = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+        EngineError::Start(format!("`engine.openai.api_key_env`: ${name} holds characters a header cannot carry"))
+    })?;
+    header.set_sensitive(true);
+    Ok(Some(ApiKey { header, key }))
+}
+
+impl Shared {
+    /// `message` with the API key, should a server have echoed it, blanked out.
+    fn scrub(&self, message: String) -> String {
+        match &self.auth {
+            Some(auth) if message.contains(&auth.key) => message.replace(&auth.key, "[redacted]"),
+            _ => message,
+        }
+    }
+
+    fn remote(&self, kind: RemoteErrorKind, endpoint: &str, message: String) -> RemoteError {
+        RemoteError::new(kind, endpoint, self.scrub(message))
+    }
+
+    fn get(&self, url: String) -> reqwest::RequestBuilder {
+        let request = self.client.get(url);
+        match &self.auth {
+            Some(auth) => request.header(AUTHORIZATION, auth.header.clone()),
+            None => request,
+        }
+    }
+}
+
+impl Engine for OpenAiEngine {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        if self.config.urls.is_empty() {
+            return Err(EngineError::Start("`engine.openai.urls` is empty".into()));
+        }
+        let auth = read_api_key(&self.config)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .thread_name("batchlab-http")
+            .enable_all()
+            .build()
+            .map_err(|e| EngineError::Start(format!("cannot start the HTTP client's runtime: {e}")))?;
+        let max = self.config.max_connections.max(1) as usize;
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(max)
+            .tcp_nodelay(true)
+            .connect_timeout(CONNECT_TIMEOUT.min(self.config.timeout))
+            .build()
+            .map_err(|e| EngineError::Start(format!("cannot build the HTTP client: {e}")))?;
+        let endpoints =
+            self.config.urls.iter().map(|url| Endpoint { url: url.clone(), slots: Semaphore::new(max) }).collect();
+        let shared = Arc::new(Shared {
+            config: self.config.clone(),
+            client,
+            auth,
+            endpoints,
+            router: Mutex::new(Router::new(self.config.urls.len(), self.config.routing)),
+            runtime: runtime.handle().clone(),
+        });
+        let checks = runtime
+            .block_on(futures_util::future::join_all(shared.endpoints.iter().map(|e| check_endpoint(&shared, &e.url))));
+        let mut version = None;
+        let mut unreachable = Vec::new();
+        for (index, check) in checks.into_iter().enumerate() {
+            let url = &shared.endpoints[index].url;
+            match check {
+                Check::Serves { version: v } => {
+                    tracing::info!(target: "batchlab::engine_step", "{url}: serves {}", self.config.model);
+                    version = version.or(v);
+                }
+                Check::Refused(why) => return Err(EngineError::Start(shared.scrub(why))),
+                Check::Unreachable(why) => {
+                    tracing::warn!(endpoint = %url, "not reachable at start, out of rotation until probed: {why}");
+                    lock(&shared.router).mark_down(index, MonotonicClock::read());
+                    unreachable.push(format!("{url}: {why}"));
+                }
+            }
+        }
+        if unreachable.len() == shared.endpoints.len() {
+            let why = shared.scrub(unreachable.join("; "));
+            return Err(EngineError::Start(format!("no endpoint of `engine.openai.urls` is reachable: {why}")));
+        }
+        self.started = Some(Started { runtime, shared });
+        Ok(EngineInfo::new("openai", version.unwrap_or_else(|| "unknown".into())).with_processes(Vec::new()))
+    }
+
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        let Some(started) = &self.started else {
+            return Err(EngineError::Generate("the HTTP engine is not started".into()));
+        };
+        started.runtime.block_on(run_batch(started.shared.clone(), batch.to_vec()))
+    }
+
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        if let Some(started) = self.started.take() {
+            // Requests still running are dropped after the grace; their `done` is still called.
+            started.runtime.shutdown_timeout(SHUTDOWN_GRACE);
+        }
+        Ok(())
+    }
+
+    fn concurrent(&self) -> Option<Arc<dyn ConcurrentEngine>> {
+        let shared = self.started.as_ref()?.shared.clone();
+        Some(Arc::new(Concurrent(shared)))
+    }
+}
+
+impl Drop for OpenAiEngine {
+    fn drop(&mut self) {
+        if let Some(started) = self.started.take() {
+            started.runtime.shutdown_background();
+        }
+    }
+}
+
+/// The concurrent face: each batch a task on the engine's runtime.
+struct Concurrent(Arc<Shared>);
+
+impl ConcurrentEngine for Concurrent {
+    fn generate(&self, batch: Vec<EngineRequest>, done: GenerateDone) {
+        let done = DoneOnce(Some(done));
+        let shared = self.0.clone();
+        // A runtime already shut down drops the task unrun, and `DoneOnce` still answers.
+        drop(self.0.runtime.spawn(async move {
+            let result = run_batch(shared, batch).await;
+            done.call(result);
+        }));
+    }
+
+    fn server_counters(&self) -> Vec<ServerCounters> {
+        server_counters(&self.0)
+    }
+}
+
+/// A `done` that is called exactly once: with the result, or, if the task is dropped first (the
+/// runtime shut down under it), with an error.
+struct DoneOnce(Option<GenerateDone>);
+
+impl DoneOnce {
+    fn call(mut self, result: Result<Vec<EngineOutput>, EngineError>) {
+        if let Some(done) = self.0.take() {
+            done(result);
+        }
+    }
+}
+
+impl Drop for DoneOnce {
+    fn drop(&mut self) {
+        if let Some(done) = self.0.take() {
+            done(Err(EngineError::Generate("the HTTP engine shut down before the batch's request finished".into())));
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One batch: its groups ([`request::groups`]) sent at once, each output in its request's place,
+/// or the first group's error for the whole batch.
+async fn run_batch(shared: Arc<Shared>, batch: Vec<EngineRequest>) -> Result<Vec<EngineOutput>, EngineError> {
+    // The timeout runs from here: waiting for a free connection counts.
+    let deadline = tokio::time::Instant::now() + shared.config.timeout;
+    let groups = request::groups(&batch, shared.config.api);
+    let mut bodies = Vec::with_capacity(groups.len());
+    for group in &groups {
+        let requests: Vec<&EngineRequest> = group.iter().map(|&i| &batch[i]).collect();
+        bodies.push(request::body(&shared.config.model, shared.config.api, &requests).map_err(EngineError::Generate)?);
+    }
+    let sends = groups.iter().zip(bodies).map(|(group, body)| {
+        let requests: Vec<&EngineRequest> = group.iter().map(|&i| &batch[i]).collect();
+        send_group(&shared, requests, body, deadline)
+    });
+    let results = futures_util::future::join_all(sends).await;
+    let mut outputs: Vec<Option<EngineOutput>> = vec![None; batch.len()];
+    for (group, result) in groups.iter().zip(results) {
+        for (&i, output) in group.iter().zip(result.map_err(EngineError::Remote)?) {
+            outputs[i] = Some(output);
+        }
+    }
+    Ok(outputs.into_iter().flatten().collect())
+}
+
+/// One HTTP request for `requests`, routed, timed and bounded by `deadline`.
+async fn send_group(
+    shared: &Shared,
+    requests: Vec<&EngineRequest>,
+    body: Value,
+    deadline: tokio::time::Instant,
+) -> Result<Vec<EngineOutput>, RemoteError> {
+    let pick = lock(&shared.router).pick(MonotonicClock::read());
+    let endpoint = &shared.endpoints[pick.index];
+    let result = match tokio::time::timeout_at(deadline, stream_request(shared, endpoint, &requests, &body)).await {
+        Ok(result) => result,
+        Err(_) => Err(shared.remote(
+            RemoteErrorKind::Timeout,
+            &endpoint.url,
+            format!("no complete answer within the request timeout of {:?}", shared.config.timeout),
+        )),
+    };
+    finish_pick(shared, pick, &result);
+    result
+}
+
+fn finish_pick(shared: &Shared, pick: Pick, result: &Result<Vec<EngineOutput>, RemoteError>) {
+    let health = match result {
+        Ok(_) => Health::Up,
+        Err(e) => match e.kind {
+            RemoteErrorKind::ConnectFailed | RemoteErrorKind::Http5xx => Health::Down,
+            RemoteErrorKind::Http429 | RemoteErrorKind::Http4xx => Health::Up,
+            _ => Health::Unknown,
+        },
+    };
+    let change = lock(&shared.router).finish(pick, health, MonotonicClock::read());
+    // Once per change, not per failed request: a dead endpoint's every probe would flood the log.
+    let url = &shared.endpoints[pick.index].url;
+    match (change, result) {
+        (Change::Left, Err(e)) => tracing::warn!(endpoint = %url, "out of rotation until probed: {e}"),
+        (Change::Back, _) => tracing::warn!(endpoint = %url, "back in rotation"),
+        (_, Err(e)) => tracing::debug!(endpoint = %url, "request failed: {e}"),
+        _ => {}
+    }
+}
+
+/// Seconds on our monotonic clock, as the engine stats hold them.
+fn now_secs() -> f64 {
+    MonotonicClock::read().as_secs_f64()
+}
+
+async fn stream_request(
+    shared: &Shared,
+    endpoint: &Endpoint,
+    requests: &[&EngineRequest],
+    body: &Value,
+) -> Result<Vec<EngineOutput>, RemoteError> {
+    let url = &endpoint.url;
+    let remote = |kind, message: String| shared.remote(kind, url, message);
+    // Never closed, so this waits for a slot and nothing else.
+    let _slot = endpoint.slots.acquire().await.map_err(|e| remote(RemoteErrorKind::ConnectFailed, e.to_string()))?;
+    let chat = shared.config.api == Api::Chat;
+    let path = if chat { "/v1/chat/completions" } else { "/v1/completions" };
+    let mut http = shared
+        .client
+        .post(format!("{url}{path}"))
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "text/event-stream")
+        .body(body.to_string());
+    if let Some(auth) = &shared.auth {
+        http = http.header(AUTHORIZATION, auth.header.clone());
+    }
+    let arrival_wall = wall_secs();
+    let sent_ts = now_secs();
+    let mut response = http.send().await.map_err(|e| remote(send_error_kind(&e), error_chain(&e)))?;
+    let status = response.status();
+    if !status.is_success() {
+        let kind = match status.as_u16() {
+            429 => RemoteErrorKind::Http429,
+            500..=599 => RemoteErrorKind::Http5xx,
+            _ => RemoteErrorKind::Http4xx,
+        };
+        let body = error_body(&mut response).await;
+        return Err(remote(kind, format!("HTTP {status}: {body}")));
+    }
+    let mut parser = SseParser::new();
+    let mut stream = ResponseStream::new(requests.len(), chat);
+    let mut events = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(bytes)) => {
+                let at = now_secs();
+                parser.feed(&bytes, &mut events).map_err(|e| remote(RemoteErrorKind::BadResponse, e.to_string()))?;
+                for event in events.drain(..) {
+                    stream.handle(&event.data, at).map_err(|e| match e {
+                        StreamError::Malformed(m) => remote(RemoteErrorKind::BadResponse, m),
+                        StreamError::Server { status, .. } => {
+                            let kind = match status {
+                                Some(429) => RemoteErrorKind::Http429,
+                                Some(400..=499) => RemoteErrorKind::Http4xx,
+                                _ => RemoteErrorKind::Http5xx,
+                            };
+                            remote(kind, e.to_string())
+                        }
+                    })?;
+                }
+                if stream.done() && stream.all_finished() {
+                    // The answer is whole. The body's end follows at once from a well-behaved
+                    // server (read, it frees the connection for the next request); one that
+                    // keeps the body open costs at most `DRAIN`.
+                    let drain = async { while let Ok(Some(_)) = response.chunk().await {} };
+                    let _ = tokio::time::timeout(DRAIN, drain).await;
+                    break;
+                }
+            }
+            // The body ended: after `[DONE]` as it should, or cut short.
+            Ok(None) => break,
+            Err(e) => {
+                let (finished, of) = stream.finished_count();
+                if stream.done() && finished == of {
+                    break; // everything came; only the body's end did not
+                }
+                let kind = if e.is_timeout() { RemoteErrorKind::Timeout } else { RemoteErrorKind::StreamDropped };
+                return Err(remote(
+                    kind,
+                    format!("the stream broke after {finished} of {of} prompts finished: {}", error_chain(&e)),
+                ));
+            }
+        }
+    }
+    let (finished, of) = stream.finished_count();
+    let done = stream.done();
+    let Some(choices) = stream.finish() else {
+        let how = if done { "`[DONE]` came" } else { "the stream ended" };
+        return Err(remote(RemoteErrorKind::StreamDropped, format!("{how} after {finished} of {of} prompts finished")));
+    };
+    Ok(requests
+        .iter()
+        .zip(choices)
+        .map(|(request, choice)| output(request, choice, sent_ts, arrival_wall, url))
+        .collect())
+}
+
+/// One prompt's output and the client's timing of it. `queued_ts` is when the request was sent
+/// (the server has it from then on, as far as a client can know); `scheduled_ts` is unknown.
+fn output(
+    request: &EngineRequest,
+    choice: ChoiceResult,
+    sent_ts: f64,
+    arrival_wall: f64,
+    endpoint: &str,
+) -> EngineOutput {
+    let prompt_tokens = choice.prompt_tokens.or(match &request.prompt {
+        Prompt::Tokens(ids) => u32::try_from(ids.len()).ok(),
+        _ => None,
+    });
+    let stats = EngineStats {
+        arrival_wall: Some(arrival_wall),
+        queued_ts: Some(sent_ts),
+        scheduled_ts: None,
+        first_token_ts: choice.token_ts.first().copied(),
+        last_token_ts: choice.token_ts.last().copied(),
+        token_ts: Some(choice.token_ts),
+        cached_tokens: choice.cached_tokens,
+        sent_ts: Some(sent_ts),
+        endpoint: Some(endpoint.to_owned()),
+        token_count_source: Some(choice.source),
+    };
+    EngineOutput::new(Some(request.id), choice.finish_reason)
+        .with_prompt_tokens(prompt_tokens)
+        .with_output_tokens(choice.output_tokens)
+        .with_output_token_ids(choice.token_ids)
+        .with_text(choice.text)
+        .with_stats(stats)
+}
+
+fn wall_secs() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// What kind of failure a request that got no response is.
+fn send_error_kind(e: &reqwest::Error) -> RemoteErrorKind {
+    if e.is_connect() {
+        RemoteErrorKind::ConnectFailed
+    } else if e.is_timeout() {
+        RemoteErrorKind::Timeout
+    } else {
+        // Connected, then closed before the response head (a server that died holding it).
+        RemoteErrorKind::StreamDropped
+    }
+}
+
+/// An error and its causes, `: `-joined (reqwest's own text is only the outermost).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// An error response's message: OpenAI's `error.message`, else the start of the body.
+async fn error_body(response: &mut reqwest::Response) -> String {
+    let mut bytes = Vec::new();
+    while bytes.len() < ERROR_BODY_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(ERROR_BODY_BYTES)]).into_owned();
+    let message = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
+        v.get("error")
+            .and_then(|e| e.get("message").or(Some(e)))
+            .map(|m| m.as_str().map_or_else(|| m.to_string(), str::to_owned))
+    });
+    excerpt(message.as_deref().unwrap_or(text.trim()))
+}
+
+/// What `start` learned of an endpoint.
+enum Check {
+    /// It serves the model (its `/version`, where it has one).
+    Serves { version: Option<String> },
+    /// It answered, and the answer makes the configuration wrong (another model, a refused key).
+    Refused(String),
+    /// It could not be reached (or answered 5xx): out of rotation until probed.
+    Unreachable(String),
+}
+
+/// `GET /v1/models`: reachable, and serving the model?
+async fn check_endpoint(shared: &Shared, url: &str) -> Check {
+    let model = &shared.config.model;
+    let limit = CHECK_TIMEOUT.min(shared.config.timeout);
+    let models = async {
+        let response = shared.get(format!("{url}/v1/models")).send().await.map_err(|e| error_chain(&e))?;
+        let status = response.status();
+        let text = response.text().await.map_err(|e| error_chain(&e))?;
+        Ok::<_, String>((status, text))
+    };
+    let (status, text) = match tokio::time::timeout(limit, models).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => return Check::Unreachable(e),
+        Err(_) => return Check::Unreachable(format!("no answer to GET /v1/models within {limit:?}")),
+    };
+    match status.as_u16() {
+        200..=299 => {}
+        401 | 403 => {
+            let key = match &shared.config.api_key_env {
+                Some(name) => format!("check the key in ${name}"),
+                None => "set `engine.openai.api_key_env` to the variable that holds the key".into(),
+            };
+            return Check::Refused(format!("{url} refused GET /v1/models with HTTP {status}: {key}"));
+        }
+        // A server without the listing: the model is checked by the first request instead.
+        404 => {
+            tracing::warn!(endpoint = %url, "no GET /v1/models: cannot check that it serves {model}");
+            return Check::Serves { version: server_version(shared, url).await };
+        }
+        _ => return Check::Unreachable(format!("GET /v1/models answered HTTP {status}")),
+    }
+    let served: Vec<String> = serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|v| v.get("data").and_then(Value::as_array).cloned())
+        .map(|data| data.iter().filter_map(|m| m.get("id").and_then(Value::as_str).map(str::to_owned)).collect())
+        .unwrap_or_default();
+    if served.iter().any(|m| m == model) {
+        Check::Serves { version: server_version(shared, url).await }
+    } else {
+        let list = if served.is_empty() { "none listed".to_owned() } else { served.join(", ") };
+        Check::Refused(format!("{url} does not serve `engine.openai.model` \"{model}\" (it serves: {list})"))
+    }
+}
+
+/// `GET /version` (vLLM's `{"version": "0.x"}`), where the server has it.
+async fn server_version(shared: &Shared, url: &str) -> Option<String> {
+    let get = async {
+        let response = shared.get(format!("{url}/version")).send().await.ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        let v: Value = serde_json::from_str(&response.text().await.ok()?).ok()?;
+        v.get("version").and_then(Value::as_str).map(str::to_owned)
+    };
+    tokio::time::timeout(CHECK_TIMEOUT, get).await.ok().flatten()
+}
+
+/// Every endpoint's `/metrics` now, at once; those without one (or unreachable) are left out.
+/// Waits on the engine's runtime from any thread, never longer than [`CHECK_TIMEOUT`].
+fn server_counters(shared: &Arc<Shared>) -> Vec<ServerCounters> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let task = shared.clone();
+    drop(shared.runtime.spawn(async move {
+        let scrapes = task.endpoints.iter().map(|e| scrape_endpoint(&task, &e.url));
+        let all = tokio::time::timeout(CHECK_TIMEOUT, futures_util::future::join_all(scrapes)).await;
+        let _ = tx.send(all.map(|all| all.into_iter().flatten().collect()).unwrap_or_default());
+    }));
+    rx.recv_timeout(CHECK_TIMEOUT + Duration::from_secs(1)).unwrap_or_default()
+}
+
+async fn scrape_endpoint(shared: &Shared, url: &str) -> Option<ServerCounters> {
+    let response = shared.get(format!("{url}/metrics")).send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let text = response.text().await.ok()?;
+    Some(ServerCounters { endpoint: url.to_owned(), counters: scrape::parse_counters(&text) })
+}

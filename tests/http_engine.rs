@@ -1,0 +1,570 @@
+//! The HTTP engine (`engine.kind = "openai"`) against `batchlab serve` as a process on an
+//! ephemeral loopback port, and against a tiny stub where serve cannot misbehave the way a test
+//! needs (a 500). Directly (one batch of several prompts in one request, concurrent generates),
+//! and through `batchlab run` end to end: batched, one prompt per request, two endpoints of which
+//! one dies, and each network fault giving per-request errors of its kind, never a hang, and
+//! `lost == 0`. The API key never shows in anything batchlab writes. Every wait is bounded.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use batchlab::engine::openai::{Api, OpenAiConfig, OpenAiEngine};
+use batchlab::engine::{Engine, EngineError, EngineOutput, EngineRequest, TokenCountSource};
+use serde_json::Value;
+
+#[path = "common/serve_process.rs"]
+mod serve_process;
+use serve_process::{MODEL, Server};
+
+#[path = "common/cli.rs"]
+mod cli_common;
+use cli_common::{temp_dir, text};
+
+/// Serve's engine for these tests: 2 ms a step, so a 16-token stream takes ~30 ms.
+const STEADY: &str = r#"
+name = "steady"
+[engine.sim]
+fixed_overhead = "0s"
+decode_step = "2ms"
+"#;
+
+fn engine(urls: &[&str]) -> OpenAiEngine {
+    let mut config = OpenAiConfig::new(urls[0], MODEL);
+    config.urls = urls.iter().map(|u| u.to_string()).collect();
+    config.timeout = Duration::from_secs(30);
+    OpenAiEngine::new(config)
+}
+
+fn token_batch(prompts: &[usize], max_tokens: u32) -> Vec<EngineRequest> {
+    prompts
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| EngineRequest::tokens((1..=len as u32).collect(), max_tokens).with_id(i as u64 + 100))
+        .collect()
+}
+
+/// The checks every output of a completed prompt passes: its own id, its counts, its times in
+/// order, all after the request was sent.
+fn check_output(output: &EngineOutput, request: &EngineRequest, max_tokens: u32, url: &str) {
+    let s = &output.stats;
+    assert_eq!(output.request_id, Some(request.id));
+    assert_eq!(output.output_tokens, Some(max_tokens), "{output:?}");
+    assert_eq!(output.prompt_tokens, request.prompt.token_len().map(|n| n as u32));
+    let ts = s.token_ts.as_deref().expect("per-token times");
+    assert_eq!(ts.len(), max_tokens as usize, "one time per token");
+    assert!(ts.windows(2).all(|w| w[0] <= w[1]), "times in order: {ts:?}");
+    let sent = s.sent_ts.expect("sent_ts");
+    assert!(sent <= ts[0], "sent {sent} before the first token {}", ts[0]);
+    assert_eq!((s.first_token_ts, s.last_token_ts), (ts.first().copied(), ts.last().copied()));
+    assert_eq!(s.queued_ts, Some(sent));
+    assert_eq!(s.endpoint.as_deref(), Some(url));
+    assert!(output.text.as_deref().is_some_and(|t| !t.is_empty()));
+}
+
+#[test]
+fn a_batch_of_prompts_is_one_request_and_each_prompt_is_timed_by_its_own_chunks() {
+    let server = Server::start(Some(STEADY), &[]);
+    let mut e = engine(&[&server.url]);
+    let info = e.start().unwrap();
+    assert_eq!(info.name, "openai");
+    assert_eq!(info.processes, Some(vec![]), "it runs no processes of its own");
+
+    let batch = token_batch(&[8, 16, 4, 12], 6);
+    let outputs = e.generate(&batch).unwrap();
+    assert_eq!(outputs.len(), 4);
+    for (output, request) in outputs.iter().zip(&batch) {
+        check_output(output, request, 6, &server.url);
+        // Several prompts: the final usage is the request's, not a prompt's; serve sends one
+        // token per chunk and no continuous usage, so counts come from chunks.
+        assert_eq!(output.stats.token_count_source, Some(TokenCountSource::Chunks));
+    }
+    // One request: every prompt was sent at the same moment.
+    let sent: Vec<f64> = outputs.iter().map(|o| o.stats.sent_ts.unwrap()).collect();
+    assert!(sent.iter().all(|&t| t == sent[0]), "{sent:?}");
+
+    // One prompt: the final usage is that prompt's own.
+    let before = e.concurrent().unwrap().server_counters();
+    let one = token_batch(&[10], 3);
+    let outputs = e.generate(&one).unwrap();
+    check_output(&outputs[0], &one[0], 3, &server.url);
+    assert_eq!(outputs[0].stats.token_count_source, Some(TokenCountSource::Usage));
+
+    // The server's /metrics, by batchlab's names: the request above is in the difference.
+    let after = e.concurrent().unwrap().server_counters();
+    assert_eq!((before.len(), after.len()), (1, 1));
+    assert_eq!(after[0].endpoint, server.url);
+    let delta = |name: &str| after[0].counters[name] - before[0].counters[name];
+    assert_eq!((delta("prompt_tokens"), delta("generation_tokens")), (10.0, 3.0), "{after:?}");
+    assert!(after[0].counters.contains_key("prefix_cache_queries") && after[0].counters.contains_key("preemptions"));
+    e.shutdown().unwrap();
+}
+
+#[test]
+fn concurrent_generates_are_on_the_wire_at_once() {
+    let server = Server::start(Some(STEADY), &[]);
+    let mut e = engine(&[&server.url]);
+    e.start().unwrap();
+    let face = e.concurrent().expect("a concurrent face once started");
+    let (tx, rx) = std::sync::mpsc::channel();
+    for k in 0..4 {
+        let tx = tx.clone();
+        let batch = token_batch(&[8, 8], 16).into_iter().map(|r| r.with_id_offset(k * 10)).collect();
+        face.generate(batch, Box::new(move |r| tx.send(r).unwrap()));
+    }
+    let results: Vec<Vec<EngineOutput>> =
+        (0..4).map(|_| rx.recv_timeout(Duration::from_secs(30)).expect("every done is called").unwrap()).collect();
+    // Each of 16 tokens takes a 2 ms step: had they run one after another, the last batch would
+    // have been sent after the first one's last token.
+    let sent = results.iter().flatten().map(|o| o.stats.sent_ts.unwrap()).fold(f64::MIN, f64::max);
+    let first_done = results.iter().flatten().map(|o| o.stats.last_token_ts.unwrap()).fold(f64::MAX, f64::min);
+    assert!(sent < first_done, "all four were sent ({sent}) before any finished ({first_done})");
+    for outputs in &results {
+        assert_eq!(outputs.len(), 2);
+        assert!(outputs.iter().all(|o| o.output_tokens == Some(16)));
+    }
+    e.shutdown().unwrap();
+    // After the shutdown a batch still gets its answer, an error.
+    let (tx, rx) = std::sync::mpsc::channel();
+    face.generate(token_batch(&[1], 1), Box::new(move |r| tx.send(r).unwrap()));
+    assert!(rx.recv_timeout(Duration::from_secs(10)).expect("answered").is_err());
+}
+
+/// `with_id` for a request that already has one: a distinct id per batch.
+trait WithIdOffset {
+    fn with_id_offset(self, offset: u64) -> Self;
+}
+
+impl WithIdOffset for EngineRequest {
+    fn with_id_offset(mut self, offset: u64) -> Self {
+        self.id += offset;
+        self
+    }
+}
+
+#[test]
+fn start_fails_clearly_when_no_endpoint_answers_or_the_model_is_not_served() {
+    let server = Server::start(None, &[]);
+    let mut wrong_model = OpenAiEngine::new(OpenAiConfig::new(&server.url, "another-model"));
+    let e = wrong_model.start().unwrap_err().to_string();
+    assert!(e.contains("another-model") && e.contains(MODEL), "{e}");
+
+    let dead = dead_url();
+    let mut nobody = engine(&[&dead]);
+    let e = nobody.start().unwrap_err().to_string();
+    assert!(e.contains("no endpoint") && e.contains(&dead), "{e}");
+
+    // One of two down at start: it starts, and the dead one's requests go to the other.
+    let mut half = engine(&[&dead, &server.url]);
+    half.start().unwrap();
+    for _ in 0..3 {
+        let outputs = half.generate(&token_batch(&[4], 2)).unwrap();
+        assert_eq!(outputs[0].stats.endpoint.as_deref(), Some(server.url.as_str()));
+    }
+
+    let mut config = OpenAiConfig::new(&server.url, MODEL);
+    config.api = Api::Chat;
+    let mut chat = OpenAiEngine::new(config);
+    chat.start().unwrap();
+    let e = chat.generate(&token_batch(&[4], 2)).unwrap_err();
+    assert!(matches!(&e, EngineError::Generate(m) if m.contains("token ids")), "{e}");
+}
+
+/// A loopback URL nobody listens on (a port that was just free).
+fn dead_url() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    format!("http://127.0.0.1:{port}")
+}
+
+/// `batchlab run` on `scenario` (written to a file in `dir`), its output in `dir/out`, with the
+/// extra environment `env`; bounded by a watchdog that kills it after `limit`.
+fn run(dir: &Path, scenario: &str, env: &[(&str, &str)], limit: Duration) -> (Output, PathBuf) {
+    let path = dir.join("scenario.toml");
+    std::fs::write(&path, scenario).unwrap();
+    run_file(dir, &path, &[], env, limit)
+}
+
+/// `batchlab run PATH ARGS`, as [`run`] does.
+fn run_file(dir: &Path, path: &Path, args: &[&str], env: &[(&str, &str)], limit: Duration) -> (Output, PathBuf) {
+    let out = dir.join("out");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_batchlab"));
+    cmd.args(["run", path.to_str().unwrap(), "--output", out.to_str().unwrap(), "--requests-jsonl", "--quiet"])
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("BATCHLAB_LOG", "debug")
+        .env_remove("RUST_BACKTRACE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let output = match rx.recv_timeout(limit) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+            panic!("`batchlab run` did not finish within {limit:?}: a hang");
+        }
+    };
+    (output, out)
+}
+
+fn report(out: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report.json")).unwrap()
+}
+
+/// Each benchmark's counts: submitted, completed, errors by kind; `lost` is 0 in every one.
+fn counts(report: &Value) -> (u64, u64, std::collections::BTreeMap<String, u64>) {
+    let mut totals = (0, 0, std::collections::BTreeMap::new());
+    for b in report["benchmarks"].as_array().expect("benchmarks") {
+        let c = &b["counts"];
+        assert_eq!(c["lost"], 0, "lost requests: {c}");
+        totals.0 += c["submitted"].as_u64().unwrap();
+        totals.1 += c["completed"].as_u64().unwrap();
+        for (kind, n) in c["errors_by_kind"].as_object().unwrap() {
+            *totals.2.entry(kind.clone()).or_insert(0) += n.as_u64().unwrap();
+        }
+    }
+    totals
+}
+
+fn scenario(urls: &[&str], batch_size: usize, requests: u64, extra: &str) -> String {
+    let urls: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
+    format!(
+        r#"name = "http-test"
+[engine]
+kind = "openai"
+[engine.openai]
+urls = [{}]
+model = "{MODEL}"
+{extra}
+[batching]
+batch_size = {batch_size}
+batch_timeout = "5ms"
+[workload]
+prompt_tokens = 16
+output_tokens = 8
+[profile]
+kind = "concurrent"
+levels = [{}]
+[stop]
+max_requests = {requests}
+"#,
+        urls.join(", "),
+        batch_size * 2,
+    )
+}
+
+#[test]
+fn batchlab_run_end_to_end_batched_and_one_per_request() {
+    let server = Server::start(Some(STEADY), &[]);
+    for batch_size in [8, 1] {
+        let dir = temp_dir(&format!("run-{batch_size}"));
+        let (output, out) = run(&dir, &scenario(&[&server.url], batch_size, 48, ""), &[], Duration::from_secs(120));
+        assert!(output.status.success(), "{}\n{}", text(&output.stdout), text(&output.stderr));
+        let report = report(&out);
+        let (submitted, completed, errors) = counts(&report);
+        assert_eq!((submitted, completed), (48, 48), "every request ok: {errors:?}");
+        assert!(errors.is_empty(), "{errors:?}");
+        let b = &report["benchmarks"][0];
+        assert_eq!(b["tokens"]["output"], 48 * 8, "{}", b["tokens"]);
+        assert_eq!(b["distributions"]["ttft"]["count"], 48, "TTFT of every request");
+        assert_eq!(b["distributions"]["itl"]["count"], 48 * 7, "every gap: {}", b["distributions"]["itl"]);
+        for (anomaly, n) in b["anomalies"].as_object().unwrap() {
+            assert!(n == 0 || n == false, "the mapper flagged {anomaly}: {}", b["anomalies"]);
+        }
+        let records = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
+        assert_eq!(records.lines().count(), 48);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// The shipped scenarios/http.toml, against `batchlab serve` (its URL set on the command line):
+/// it meets its own `[expect]`.
+#[test]
+fn the_shipped_http_scenario_runs_against_batchlab_serve() {
+    let server = Server::start(None, &[]);
+    let dir = temp_dir("shipped");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/http.toml");
+    let urls = format!("engine.openai.urls=[\"{}\"]", server.url);
+    let (output, out) = run_file(&dir, &path, &["--set", &urls], &[], Duration::from_secs(180));
+    assert!(output.status.success(), "{}\n{}", text(&output.stdout), text(&output.stderr));
+    let (submitted, completed, _) = counts(&report(&out));
+    assert_eq!(completed, submitted);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn two_endpoints_one_dies_mid_run_the_other_carries_on() {
+    let steady = Server::start(Some(STEADY), &[]);
+    // The other exits at its 6th request (status 1), dropping its connections.
+    let dying = Server::start(Some(&format!("{STEADY}\n[faults]\nexit_server = {{ every = 6 }}\n")), &[]);
+    let dir = temp_dir("two-endpoints");
+    let scenario = scenario(&[&dying.url, &steady.url], 4, 160, "");
+    let (output, out) = run(&dir, &scenario, &[], Duration::from_secs(120));
+    let report = report(&out);
+    let (submitted, completed, errors) = counts(&report);
+    assert_eq!(submitted, 160, "{}", text(&output.stderr));
+    assert!(completed >= 160 / 2, "the steady endpoint served its share and more: {completed}, {errors:?}");
+    let failed: u64 = errors.values().sum();
+    assert!(failed > 0, "the dead endpoint's requests failed");
+    assert_eq!(completed + failed, 160);
+    for kind in errors.keys() {
+        assert!(kind == "connect_failed" || kind == "stream_dropped", "{errors:?}");
+    }
+    assert!(errors.contains_key("connect_failed"), "requests after the death could not connect: {errors:?}");
+    // Once out of rotation, the dead endpoint gets only probes: most of the rest went to the other.
+    assert!(failed < 160 / 4, "{errors:?}");
+    let dead_status = dying.wait(Duration::from_secs(10));
+    assert_eq!(dead_status.code(), Some(1));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A run against a server with `faults` (or against `url`) fails each request with `kind` only.
+fn failing_run(name: &str, url: &str, extra: &str, requests: u64, kinds: &[&str]) {
+    let dir = temp_dir(name);
+    let (output, out) = run(&dir, &scenario(&[url], 1, requests, extra), &[], Duration::from_secs(120));
+    let report = report(&out);
+    let (submitted, completed, errors) = counts(&report);
+    assert_eq!(submitted, requests, "{name}: {}", text(&output.stderr));
+    assert_eq!(completed, 0, "{name}: {errors:?}");
+    assert_eq!(errors.values().sum::<u64>(), requests, "{name}: {errors:?}");
+    for kind in errors.keys() {
+        assert!(kinds.contains(&kind.as_str()), "{name}: {errors:?}, expected {kinds:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn faulty_server(fault: &str) -> Server {
+    Server::start(Some(&format!("{STEADY}\n[faults]\n{fault}\n")), &[])
+}
+
+#[test]
+fn network_faults_fail_their_requests_by_kind_and_nothing_hangs() {
+    let slow = faulty_server("stall_stream = { every = 1 }\nstall_for = \"60s\"");
+    failing_run("slow", &slow.url, "timeout = \"500ms\"", 3, &["timeout"]);
+    let dropping = faulty_server("drop_stream = { every = 1 }");
+    failing_run("drop", &dropping.url, "", 4, &["stream_dropped"]);
+    let limited = faulty_server("http_429 = { every = 1 }");
+    failing_run("429", &limited.url, "", 4, &["http_429"]);
+    let unavailable = faulty_server("http_503 = { every = 1 }");
+    failing_run("503", &unavailable.url, "", 4, &["http_5xx"]);
+    let stub = Stub::start();
+    failing_run("500", &stub.url, "", 4, &["http_5xx"]);
+    // Killed by its first request: that one's stream drops, the rest cannot connect.
+    let killed = faulty_server("exit_server = { every = 1 }");
+    failing_run("killed", &killed.url, "", 4, &["stream_dropped", "connect_failed"]);
+}
+
+#[test]
+fn the_api_key_never_shows_in_anything_batchlab_writes() {
+    const KEY: &str = "sk-batchlab-test-7Hq2ZkP9xWv4";
+    let server = Server::start(Some(STEADY), &[]);
+    // The stub echoes the Authorization header back in its 500s' messages.
+    let stub = Stub::start();
+    for (name, url, requests) in [("key-ok", &server.url, 16), ("key-500", &stub.url, 4)] {
+        let dir = temp_dir(name);
+        let scenario = scenario(&[url], 1, requests, "api_key_env = \"BATCHLAB_TEST_API_KEY\"");
+        let (output, out) = run(&dir, &scenario, &[("BATCHLAB_TEST_API_KEY", KEY)], Duration::from_secs(120));
+        let (submitted, _, errors) = counts(&report(&out));
+        assert_eq!(submitted, requests);
+        if name == "key-500" {
+            assert_eq!(errors.get("http_5xx"), Some(&requests), "{errors:?}");
+            // The error's message (in the debug log) has the echo, the key blanked out.
+            let log = text(&output.stderr);
+            assert!(log.contains("you sent Bearer [redacted]"), "{log}");
+        }
+        assert!(!text(&output.stdout).contains(KEY) && !text(&output.stderr).contains(KEY), "{name}: in the output");
+        for file in std::fs::read_dir(&out).unwrap() {
+            let path = file.unwrap().path();
+            let content = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+            assert!(!content.contains(KEY), "{name}: the key is in {}", path.display());
+        }
+        assert!(stub.saw_key(KEY) || name == "key-ok", "the key was sent");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    // Nor in the engine's Debug, nor in its configuration.
+    let mut config = OpenAiConfig::new(&server.url, MODEL);
+    config.api_key_env = Some("BATCHLAB_TEST_API_KEY".into());
+    assert!(!format!("{:?}", OpenAiEngine::new(config)).contains(KEY));
+    // `check` names a variable that is not set, and only its name.
+    let dir = temp_dir("key-unset");
+    let path = dir.join("s.toml");
+    std::fs::write(&path, scenario(&[&server.url], 1, 4, "api_key_env = \"BATCHLAB_TEST_UNSET_KEY\"")).unwrap();
+    let check = cli_common::batchlab(&["check", path.to_str().unwrap()]);
+    assert!(!check.status.success());
+    assert!(text(&check.stderr).contains("BATCHLAB_TEST_UNSET_KEY"), "{}", text(&check.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn check_refuses_the_chat_api_with_batches_at_the_line() {
+    let dir = temp_dir("chat-check");
+    let path = dir.join("chat.toml");
+    let chat = scenario(&["http://127.0.0.1:9"], 4, 8, "api = \"chat\"");
+    std::fs::write(&path, &chat).unwrap();
+    let check = cli_common::batchlab(&["check", path.to_str().unwrap()]);
+    let stderr = text(&check.stderr);
+    assert_eq!(check.status.code(), Some(2), "{stderr}");
+    let line = chat.lines().position(|l| l.starts_with("batch_size")).unwrap() + 1;
+    assert!(stderr.contains(&format!("chat.toml:{line}:")), "at batch_size's line {line}: {stderr}");
+    assert!(stderr.contains("batch_size = 1"), "{stderr}");
+    // With batch_size 1 it is fine.
+    std::fs::write(&path, scenario(&["http://127.0.0.1:9"], 1, 8, "api = \"chat\"")).unwrap();
+    let check = cli_common::batchlab(&["check", path.to_str().unwrap()]);
+    assert!(check.status.success(), "{}", text(&check.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A stub OpenAI server on loopback: it lists the model and answers every completion with a 500
+/// whose message repeats the request's Authorization header.
+struct Stub {
+    url: String,
+    seen: Arc<std::sync::Mutex<Vec<String>>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Stub {
+    fn start() -> Stub {
+        use axum::http::{HeaderMap, StatusCode};
+        use axum::routing::{get, post};
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let seen: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let seen_by_handler = seen.clone();
+        let app = axum::Router::new()
+            .route("/v1/models", get(|| async { axum::Json(serde_json::json!({"data": [{"id": MODEL}]})) }))
+            .route(
+                "/v1/completions",
+                post(move |headers: HeaderMap| {
+                    let seen = seen_by_handler.clone();
+                    async move {
+                        let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                        seen.lock().unwrap().push(auth.clone());
+                        let body =
+                            serde_json::json!({"error": {"message": format!("boom; you sent {auth}"), "code": 500}});
+                        (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(body))
+                    }
+                }),
+            );
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        Stub { url, seen, _runtime: runtime }
+    }
+
+    fn saw_key(&self, key: &str) -> bool {
+        self.seen.lock().unwrap().iter().any(|h| h == &format!("Bearer {key}"))
+    }
+}
+
+#[test]
+fn the_chat_api_sends_one_conversation_per_request() {
+    let server = Server::start(Some(STEADY), &[]);
+    let mut config = OpenAiConfig::new(&server.url, MODEL);
+    config.api = Api::Chat;
+    let mut e = OpenAiEngine::new(config);
+    e.start().unwrap();
+    // A batch of two (a library caller's): two requests at once, each answer in its place.
+    let batch: Vec<EngineRequest> = ["Hello there", "Be brief"]
+        .iter()
+        .enumerate()
+        .map(|(i, text)| EngineRequest::new(batchlab::engine::Prompt::Text(text.to_string()), 4).with_id(i as u64))
+        .collect();
+    let outputs = e.generate(&batch).unwrap();
+    for (output, request) in outputs.iter().zip(&batch) {
+        assert_eq!(output.request_id, Some(request.id));
+        assert_eq!(output.output_tokens, Some(4));
+        assert_eq!(output.stats.token_ts.as_ref().map(Vec::len), Some(4), "the role chunk carries the first token");
+        assert_eq!(output.stats.token_count_source, Some(TokenCountSource::Usage));
+        assert!(output.prompt_tokens.is_some_and(|n| n > 0));
+    }
+    e.shutdown().unwrap();
+}
+
+/// `[engine.openai]` as the scenario reader sees it: required keys, URLs, the key's variable.
+#[test]
+fn the_openai_section_is_read_and_its_problems_named() {
+    use batchlab::scenario::plan::EnginePlan;
+    use batchlab::scenario::{Overrides, parse_str};
+    let parse = |text: &str| parse_str(text, "s.toml", Path::new("/"), &Overrides::default());
+    let plan = parse(
+        "[engine]\nkind = \"openai\"\n[engine.openai]\nurls = [\"http://h:8000/v1/\", \"https://g/x\"]\nmodel = \"m\"\n\
+         routing = \"least_outstanding\"\ntimeout = \"20s\"\n",
+    )
+    .unwrap();
+    let EnginePlan::OpenAi(c) = plan.engine() else { panic!("{:?}", plan.engine()) };
+    assert_eq!(c.urls, ["http://h:8000", "https://g/x"]);
+    assert_eq!((c.model.as_str(), c.timeout), ("m", Duration::from_secs(20)));
+    assert_eq!(plan.engine().kind(), "openai");
+    assert!(!plan.engine().runs_processes());
+    // The batcher's timeouts follow the request's.
+    assert_eq!(plan.batching().generate_timeout(), Some(Duration::from_secs(50)));
+    assert_eq!(plan.batching().stall_timeout(), Some(Duration::from_secs(50)));
+
+    let problems = |text: &str| parse(text).unwrap_err().to_string();
+    let missing = problems("[engine]\nkind = \"openai\"\n");
+    assert!(missing.contains("engine.openai.urls"), "{missing}");
+    let missing = problems("[engine]\nkind = \"openai\"\n[engine.openai]\nurls = [\"http://h\"]\n");
+    assert!(missing.contains("engine.openai.model"), "{missing}");
+    let bad = problems("[engine]\nkind = \"openai\"\n[engine.openai]\nurls = [\"h:80\", \"ftp://x\"]\nmodel = \"m\"\n");
+    assert!(bad.contains("urls[0]") || bad.matches("not a base URL").count() == 2, "{bad}");
+    // A key written where its variable's name belongs is refused, and not repeated in the message.
+    let secret = "sk-live-0123456789";
+    let pasted = problems(&format!(
+        "[engine]\nkind = \"openai\"\n[engine.openai]\nurls = [\"http://h\"]\nmodel = \"m\"\napi_key_env = \"{secret}\"\n"
+    ));
+    assert!(pasted.contains("NAME of an environment variable"), "{pasted}");
+    let message_lines: Vec<&str> = pasted.lines().filter(|l| l.contains("error") || l.contains("help")).collect();
+    assert!(message_lines.iter().all(|l| !l.contains(secret)), "{pasted}");
+}
+
+/// `max_connections` is a real cap: with one slot, concurrent batches go one after another.
+#[test]
+fn max_connections_caps_the_requests_in_flight_to_an_endpoint() {
+    let server = Server::start(Some(STEADY), &[]);
+    let mut config = OpenAiConfig::new(&server.url, MODEL);
+    config.max_connections = 1;
+    let mut e = OpenAiEngine::new(config);
+    e.start().unwrap();
+    let face = e.concurrent().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for k in 0..3 {
+        let tx = tx.clone();
+        let batch = token_batch(&[4], 8).into_iter().map(|r| r.with_id_offset(k)).collect();
+        face.generate(batch, Box::new(move |r| tx.send(r).unwrap()));
+    }
+    let mut spans: Vec<(f64, f64)> = (0..3)
+        .map(|_| {
+            let outputs = rx.recv_timeout(Duration::from_secs(30)).expect("answered").unwrap();
+            (outputs[0].stats.sent_ts.unwrap(), outputs[0].stats.last_token_ts.unwrap())
+        })
+        .collect();
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for pair in spans.windows(2) {
+        assert!(pair[1].0 >= pair[0].1, "sent only after the one before finished: {spans:?}");
+    }
+    e.shutdown().unwrap();
+}
+
+/// `[faults]` of the run wraps the HTTP engine as any other: every 2nd batch fails, every 3rd
+/// loses an output, the rest come back whole.
+#[test]
+fn the_runs_own_faults_wrap_the_http_engine() {
+    let server = Server::start(Some(STEADY), &[]);
+    let dir = temp_dir("run-faults");
+    let faults = "\n[faults]\nfail_batch = { every = 2 }\nshort_output = { every = 3 }\n";
+    let (output, out) =
+        run(&dir, &format!("{}{faults}", scenario(&[&server.url], 4, 48, "")), &[], Duration::from_secs(120));
+    let (submitted, completed, errors) = counts(&report(&out));
+    assert_eq!(submitted, 48, "{}", text(&output.stderr));
+    assert!(completed > 0, "{errors:?}");
+    assert_eq!(completed + errors.values().sum::<u64>(), 48);
+    assert!(errors.contains_key("engine_error") && errors.contains_key("output_count_mismatch"), "{errors:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

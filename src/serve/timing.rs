@@ -150,11 +150,8 @@ fn write_lines(rx: Receiver<Msg>, mut out: impl Write) -> (u64, Option<std::io::
     let mut written = 0u64;
     let mut line = Vec::with_capacity(256);
     let result = (|| {
-        loop {
-            let mut msg = match rx.recv() {
-                Ok(msg) => msg,
-                Err(_) => break,
-            };
+        while let Ok(first) = rx.recv() {
+            let mut msg = first;
             loop {
                 match msg {
                     Msg::Close => {

@@ -227,6 +227,19 @@ def table(path):
         out.append(
             f"| {name} | {r['label']} | {r['matched']} | {fmt(t, 'median')} | {fmt(t, 'p99_abs')} | {fmt(t, 'max_abs')} | {fmt(i, 'median')} | {fmt(i, 'p99_abs')} | {fmt(i, 'max_abs')} | {how} |"
         )
+    parts = [r for r in rows if r["mode"] != "distribution"]
+    if parts:
+        out += [
+            "",
+            "Where a TTFT difference comes from: the client's send to the server's receipt (the client's own queueing, connecting and writing, and the way in), and the first token's write to its arrival as the client saw it (the way back and the client's reading):",
+            "",
+            "| client | setting | send → receipt median (ms) | p99 (ms) | first token write → arrival median (ms) | p99 (ms) |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for r in parts:
+            name = "batchlab" if r["client"] == "batchlab" else "`vllm bench serve`"
+            a, b = r["send_to_receipt_ms"], r["first_chunk_lag_ms"]
+            out.append(f"| {name} | {r['label']} | {fmt(a, 'median')} | {fmt(a, 'p99_abs')} | {fmt(b, 'median')} | {fmt(b, 'p99_abs')} |")
     print("\n".join(out))
 
 

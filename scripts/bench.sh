@@ -4,7 +4,8 @@
 # (section 6; `--quick`: the simulator stands in for vLLM), tune against the defaults, `batchlab
 # serve`'s ceiling next to `vllm bench serve`'s (section 8), the HTTP client's accuracy, ceiling and
 # batch size over the API next to `vllm bench serve` (section 9, scripts/bench_http.sh; its batchlab
-# rows need the HTTP engine, `engine.kind = "openai"`); writes docs/performance.md. `just bench
+# rows need the HTTP engine, `engine.kind = "openai"`: without it the part fails, unless
+# BENCH_HTTP_ARGS=--vllm-only asks for vLLM's rows alone); writes docs/performance.md. `just bench
 # --quick`: small N, no vLLM, no speed assertions (a CI smoke test that every benchmark still
 # runs). Benchmarks assert nothing about speed. BENCH_PAIRS, BENCH_TTR_ROUNDS and BENCH_ROUNDS
 # set the vLLM sections' repetitions.
@@ -334,7 +335,9 @@ md ""
 md "## 9. The HTTP client: accuracy, ceiling, batch size over the API"
 md ""
 regenerated
-scripts/bench_http.sh $($quick && echo --quick) >>"$out"
+# BENCH_HTTP_ARGS=--vllm-only: the `vllm bench serve` rows alone, for a build without the HTTP engine.
+# shellcheck disable=SC2086
+scripts/bench_http.sh $($quick && echo --quick) ${BENCH_HTTP_ARGS:-} >>"$out"
 fi
 
 if [[ -n "$only" ]]; then

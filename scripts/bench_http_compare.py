@@ -22,8 +22,9 @@ does not hold the ids; its requests are in the dataset's order, which is the ord
 
 `batchlab`: requests.jsonl's measured, completed records. Each needs `sent_ns` (when its HTTP
 request was written) and `token_ns` (when each of its tokens' chunks arrived), ns on
-CLOCK_MONOTONIC; the HTTP engine sends `X-Request-Id: ID[,ID...]`, the batch's request ids in
-choice order, so the server's (request_id, choice) names the record. Without `token_ns`, the
+CLOCK_MONOTONIC; the HTTP engine sends `X-Request-Id: [PREFIX-]ID[,ID...]`, the batch's request
+ids in choice order (a prefix that starts with `batchlab` and ends with `-` is skipped), so the server's (request_id,
+choice) names the record. Without `token_ns`, the
 first and last token times (`engine_first_token_ns`, `engine_last_token_ns`) give TTFT per
 request and the last-token time, and ITL is not compared; without `sent_ns`, the batch's dispatch
 stands in for the send (both say so in the output's `mode`). When no record matches a server line
@@ -151,9 +152,11 @@ def vllm(server_path, result_path, prefix, label):
 
 
 def batchlab_ids(request_id):
-    """The batchlab request ids an `X-Request-Id: ID[,ID...]` names, in choice order; None if it is
-    not of that form."""
-    parts = request_id.split(",")
+    """The batchlab request ids an `X-Request-Id: [batchlab...-]ID[,ID...]` names, in choice order
+    (a prefix, such as `batchlab-RUN-`, keeps two runs' ids apart on one server); None if it is
+    not of that form (a response's own id, `cmpl-7`, names no batchlab request)."""
+    ids = request_id.rsplit("-", 1)[-1] if request_id.startswith("batchlab") else request_id
+    parts = ids.split(",")
     return [int(p) for p in parts] if all(p.strip().isdigit() for p in parts) else None
 
 
@@ -255,7 +258,7 @@ def selftest():
                 f.write(json.dumps({"request_id": rid, "choice": 0, "received_ns": received, "token_ns": tokens}) + "\n")
             for choice in (0, 1):
                 tokens = [8010 * ms, 8020 * ms, 8030 * ms]
-                f.write(json.dumps({"request_id": "7,9", "choice": choice, "received_ns": 8000 * ms, "token_ns": tokens}) + "\n")
+                f.write(json.dumps({"request_id": "batchlab-a1b2-7,9", "choice": choice, "received_ns": 8000 * ms, "token_ns": tokens}) + "\n")
         # The vLLM client sent 1 ms before the receipt and saw every chunk 2 ms after its write,
         # except request 1's last, 5 ms after.
         result = os.path.join(d, "result.json")

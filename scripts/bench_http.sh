@@ -35,7 +35,6 @@ cleanup() {
 }
 trap cleanup EXIT
 out="$work/section.md"
-load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
 md() { printf '%s\n' "$*" >>"$out"; }
 log() { printf 'bench_http: %s\n' "$*" >&2; }
 compare=(python3 scripts/bench_http_compare.py)
@@ -310,6 +309,4 @@ PY
     done <"$work/batch.txt"
     $vllm_only && { md ""; md "batchlab's rows: not measured (\`--vllm-only\`: this build has no HTTP engine yet)."; }
 fi
-md ""
-md "Section 9 measured on $(date -u +%Y-%m-%d), load average at its start $load_at_start ($(nproc) CPUs, shared with other work)."
 cat "$out"

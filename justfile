@@ -41,10 +41,11 @@ setup-vllm:
     scripts/setup-vllm.sh
 
 # The Python engines' tests (vLLM, transformers, the echo engine of docs/engines.md) against the tiny model,
-# and `vllm bench serve` and the openai package against `batchlab serve` (tests/serve_vllm.rs)
+# `vllm bench serve` and the openai package against `batchlab serve` (tests/serve_vllm.rs), and the HTTP
+# engine against a real `vllm serve` (tests/vllm_serve_http.rs)
 # (sets everything up first; minutes the first time).
 test-vllm: setup-vllm
-    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli --test vllm_calibrate --test python_engine --test vllm_matrix --test vllm_stall --test serve_vllm --test vllm_compare -- --nocapture
+    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli --test vllm_calibrate --test python_engine --test vllm_matrix --test vllm_stall --test serve_vllm --test vllm_compare --test vllm_serve_http -- --nocapture
 
 # Lints with the vllm feature (needs a Python 3 for pyo3's build; the venv's when it exists).
 clippy-vllm:

@@ -2,12 +2,15 @@
 # `just bench`: harness overhead (an engine that answers at once), the simulator's speed, memory at scale, vLLM vs raw vLLM (alternated inside one engine),
 # time to report against its floor, timing accuracy, the calibrated simulator against vLLM
 # (section 6; `--quick`: the simulator stands in for vLLM), tune against the defaults, `batchlab
-# serve`'s ceiling next to `vllm bench serve`'s (section 8); writes docs/performance.md. `just bench
+# serve`'s ceiling next to `vllm bench serve`'s (section 8), the HTTP client's accuracy, ceiling and
+# batch size over the API next to `vllm bench serve` (section 9, scripts/bench_http.sh; its batchlab
+# rows need the HTTP engine, `engine.kind = "openai"`: without it the part fails, unless
+# BENCH_HTTP_ARGS=--vllm-only asks for vLLM's rows alone); writes docs/performance.md. `just bench
 # --quick`: small N, no vLLM, no speed assertions (a CI smoke test that every benchmark still
 # runs). Benchmarks assert nothing about speed. BENCH_PAIRS, BENCH_TTR_ROUNDS and BENCH_ROUNDS
 # set the vLLM sections' repetitions.
 #
-# `--only harness,memory,vllm,fidelity,tune,serve` runs only those parts and replaces only their
+# `--only harness,memory,vllm,fidelity,tune,serve,http` runs only those parts and replaces only their
 # sections in docs/performance.md (each marked with the command and date that regenerated it);
 # `tune` needs `fidelity`'s profile and runs it too.
 set -euo pipefail
@@ -18,8 +21,8 @@ only=""
 while (($#)); do
     case "$1" in
         --quick) quick=true ;;
-        --only) only="${2:?--only needs a list: harness,memory,vllm,fidelity,tune,serve}"; shift ;;
-        *) echo "usage: scripts/bench.sh [--quick] [--only harness,memory,vllm,fidelity,tune,serve]" >&2; exit 2 ;;
+        --only) only="${2:?--only needs a list: harness,memory,vllm,fidelity,tune,serve,http}"; shift ;;
+        *) echo "usage: scripts/bench.sh [--quick] [--only harness,memory,vllm,fidelity,tune,serve,http]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -323,6 +326,18 @@ section "batchlab serve's ceiling"
 md ""
 regenerated
 scripts/bench_serve.sh $($quick && echo --quick) >>"$out"
+fi
+
+# ---- 9. the HTTP client -------------------------------------------------------------------------
+if want http; then
+section "the HTTP client: accuracy, ceiling, batch size over the API"
+md ""
+md "## 9. The HTTP client: accuracy, ceiling, batch size over the API"
+md ""
+regenerated
+# BENCH_HTTP_ARGS=--vllm-only: the `vllm bench serve` rows alone, for a build without the HTTP engine.
+# shellcheck disable=SC2086
+scripts/bench_http.sh $($quick && echo --quick) ${BENCH_HTTP_ARGS:-} >>"$out"
 fi
 
 if [[ -n "$only" ]]; then

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use batchlab::scenario::Overrides;
-use batchlab::serve::{ServeConfig, ServeOutcome, serve};
+use batchlab::serve::{ServeConfig, ServeOutcome, TimingLog, TimingSummary, serve};
 
 use super::{EXIT_BAD_INPUT, EXIT_ERROR, error_text};
 
@@ -41,6 +41,10 @@ pub(super) struct ServeArgs {
     /// `max_tokens` of a request that sets none.
     #[arg(long, value_name = "N", default_value_t = 16)]
     default_max_tokens: u32,
+    /// Write each streamed choice's token send times to FILE (JSONL, ns on CLOCK_MONOTONIC; see
+    /// docs/serve.md), to check a client's timings against the server's.
+    #[arg(long, value_name = "FILE")]
+    timing_log: Option<PathBuf>,
 }
 
 pub(super) fn main(args: ServeArgs) -> ExitCode {
@@ -69,12 +73,28 @@ pub(super) fn main(args: ServeArgs) -> ExitCode {
     config.max_waiting = args.max_waiting;
     config.grace = Duration::from_secs_f64(args.grace);
     config.default_max_tokens = args.default_max_tokens.max(1);
-    match run(config, &args.host, args.port) {
+    let timing = match &args.timing_log {
+        None => None,
+        Some(path) => match TimingLog::create(path) {
+            Ok(log) => {
+                config.timing = Some(log.sender());
+                Some(log)
+            }
+            Err(e) => {
+                eprintln!("error: cannot write the timing log {}: {e}", path.display());
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        },
+    };
+    let outcome = run(config, &args.host, args.port);
+    // The log is written out before the process ends, however the server ended.
+    let timing_ok = timing.map(TimingLog::finish).is_none_or(|summary| report_timing(&summary));
+    match outcome {
         Ok(ServeOutcome::Stopped { failed_streams }) => {
             if failed_streams {
                 eprintln!("stopped: streams still open after the grace period were failed");
             }
-            ExitCode::SUCCESS
+            if timing_ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_ERROR) }
         }
         Ok(ServeOutcome::FaultExit { request }) => {
             eprintln!("exiting: injected fault `exit_server` on request {request}");
@@ -86,6 +106,24 @@ pub(super) fn main(args: ServeArgs) -> ExitCode {
             ExitCode::from(EXIT_ERROR)
         }
     }
+}
+
+/// One line on how the timing log ended; false when it is incomplete because a write failed.
+fn report_timing(summary: &TimingSummary) -> bool {
+    let path = summary.path.display();
+    if let Some(e) = &summary.error {
+        eprintln!("error: the timing log {path} stopped after {} records: {e}", summary.written);
+        return false;
+    }
+    if summary.dropped > 0 {
+        eprintln!(
+            "timing log {path}: {} choices written, {} dropped (the writer fell behind; they are not in the file)",
+            summary.written, summary.dropped
+        );
+    } else {
+        eprintln!("timing log {path}: {} choices written", summary.written);
+    }
+    true
 }
 
 fn run(config: ServeConfig, host: &str, port: u16) -> anyhow::Result<ServeOutcome> {

@@ -12,8 +12,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::extract::{Extension, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -28,11 +29,12 @@ use super::api::{self, ApiError, Endpoint, GenerationRequest};
 use super::core::{NewSequence, RequestId, ServeCore, SubmitError};
 use super::faults::RequestFaults;
 use super::metrics::{ServeMetrics, render};
+use super::timing::{MAX_REQUEST_ID_LEN, TimingRecord, TimingSender};
 use super::worker::{EngineHandle, TokenMsg};
 use super::{ServeConfig, ServeError};
 use crate::engine::sim::prompt::prompt_ids;
 use crate::engine::{EngineRequest, FinishReason};
-use crate::time::MonotonicClock;
+use crate::time::{MonotonicClock, Timestamp};
 
 /// How [`serve`] ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,7 +82,7 @@ pub async fn serve(
         created: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         exit: std::sync::Mutex::new(Some(exit_tx)),
     });
-    let app = Router::new()
+    let mut app = Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
@@ -89,6 +91,10 @@ pub async fn serve(
         .route("/health", get(health))
         .route("/metrics", get(metrics_text))
         .with_state(state.clone());
+    if state.config.timing.is_some() {
+        // Only with a timing log: the first code to see a request notes when.
+        app = app.layer(middleware::from_fn(stamp_received));
+    }
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     // Each token is a small write: without TCP_NODELAY, Nagle's algorithm holds it back until
     // the client's delayed ACK (tens of ms).
@@ -128,12 +134,51 @@ fn error_response(e: &ApiError) -> Response {
     response
 }
 
-async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
-    generate(s, Endpoint::Completions, body).await.unwrap_or_else(|e| error_response(&e))
+/// When a request's head had been parsed: put in its extensions by [`stamp_received`], the
+/// outermost layer, for the timing log.
+#[derive(Copy, Clone, Debug)]
+struct Received(Timestamp);
+
+async fn stamp_received(mut request: Request, next: Next) -> Response {
+    request.extensions_mut().insert(Received(MonotonicClock::read()));
+    next.run(request).await
 }
 
-async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
-    generate(s, Endpoint::Chat, body).await.unwrap_or_else(|e| error_response(&e))
+/// What the timing log needs of a request: when it came, and the client's `X-Request-Id`.
+struct RequestTag {
+    received: Option<Received>,
+    request_id: Option<Arc<str>>,
+}
+
+impl RequestTag {
+    fn new(received: Option<Extension<Received>>, headers: &HeaderMap) -> RequestTag {
+        let request_id = headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .filter(|id| !id.is_empty() && id.len() <= MAX_REQUEST_ID_LEN)
+            .map(Arc::from);
+        RequestTag { received: received.map(|Extension(r)| r), request_id }
+    }
+}
+
+async fn completions(
+    State(s): State<Arc<AppState>>,
+    received: Option<Extension<Received>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let tag = RequestTag::new(received, &headers);
+    generate(s, Endpoint::Completions, body, tag).await.unwrap_or_else(|e| error_response(&e))
+}
+
+async fn chat_completions(
+    State(s): State<Arc<AppState>>,
+    received: Option<Extension<Received>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let tag = RequestTag::new(received, &headers);
+    generate(s, Endpoint::Chat, body, tag).await.unwrap_or_else(|e| error_response(&e))
 }
 
 async fn models(State(s): State<Arc<AppState>>) -> Response {
@@ -204,7 +249,7 @@ fn overloaded(message: String) -> ApiError {
     ApiError { status: 503, message, param: None, retry_after: Some(1) }
 }
 
-async fn generate(s: Arc<AppState>, endpoint: Endpoint, body: Bytes) -> Result<Response, ApiError> {
+async fn generate(s: Arc<AppState>, endpoint: Endpoint, body: Bytes, tag: RequestTag) -> Result<Response, ApiError> {
     let arrived = MonotonicClock::read();
     let c = &s.config;
     let req = api::parse_request(endpoint, &body, &c.model, c.default_max_tokens, &c.request_format)?;
@@ -254,7 +299,14 @@ async fn generate(s: Arc<AppState>, endpoint: Endpoint, body: Bytes) -> Result<R
         choices: req.prompts.len(),
     };
     if req.stream {
-        Ok(Sse::new(token_stream(meta, req, tokens, guard, faults)).into_response())
+        let timing = c.timing.as_ref().map(|sender| StreamTiming {
+            sender: sender.clone(),
+            request_id: tag.request_id.unwrap_or_else(|| Arc::from(meta.id.as_str())),
+            received: tag.received.map_or(arrived, |Received(t)| t),
+            tokens: vec![Vec::new(); meta.choices],
+            finished: None,
+        });
+        Ok(Sse::new(token_stream(meta, req, tokens, guard, faults, timing)).into_response())
     } else {
         whole_response(meta, tokens, guard).await
     }
@@ -327,6 +379,48 @@ struct StreamState {
     /// Tokens after which the `drop_stream` fault drops the connection.
     drop_after: u64,
     sent: u64,
+    timing: Option<StreamTiming>,
+}
+
+/// A streamed request's send times, for the timing log (`--timing-log`).
+struct StreamTiming {
+    sender: TimingSender,
+    request_id: Arc<str>,
+    received: Timestamp,
+    /// Per choice, when each token's event was handed to hyper.
+    tokens: Vec<Vec<Timestamp>>,
+    /// A choice whose last token was just handed over: logged at the stream's next poll, so that
+    /// nothing stands between the last token's time and its write.
+    finished: Option<u32>,
+}
+
+impl StreamTiming {
+    /// Notes that choice `choice`'s next token goes to hyper now.
+    fn token(&mut self, choice: u32, last: bool) {
+        self.tokens[choice as usize].push(MonotonicClock::read());
+        if last {
+            self.finished = Some(choice);
+        }
+    }
+
+    /// Logs the choice finished at the last poll, if any.
+    fn log_finished(&mut self) {
+        if let Some(choice) = self.finished.take() {
+            self.sender.record(TimingRecord {
+                request_id: self.request_id.clone(),
+                choice,
+                received: self.received,
+                tokens: std::mem::take(&mut self.tokens[choice as usize]),
+            });
+        }
+    }
+}
+
+impl Drop for StreamTiming {
+    /// A client that goes away right after a choice's last token still gets it logged.
+    fn drop(&mut self) {
+        self.log_finished();
+    }
 }
 
 /// The SSE events of one streamed response: a chunk per token (with `index` and, on a choice's
@@ -338,6 +432,7 @@ fn token_stream(
     tokens: mpsc::UnboundedReceiver<TokenMsg>,
     guard: CancelOnDrop,
     faults: RequestFaults,
+    timing: Option<StreamTiming>,
 ) -> impl Stream<Item = Result<SseEvent, std::io::Error>> {
     let choices = meta.choices;
     let total = u64::from(req.max_tokens) * choices as u64;
@@ -352,8 +447,12 @@ fn token_stream(
         faults,
         drop_after: (total / 2).max(1),
         sent: 0,
+        timing,
     };
     stream::unfold(state, |mut st| async move {
+        if let Some(timing) = &mut st.timing {
+            timing.log_finished();
+        }
         match st.phase {
             Phase::End => None,
             Phase::Done => {
@@ -397,7 +496,12 @@ fn token_stream(
                             finish.as_ref().map(api::finish_reason_name),
                             index == 0,
                         );
-                        Some((Ok(json_event(&chunk)), st))
+                        let event = json_event(&chunk);
+                        // The last thing before hyper takes the event and writes it.
+                        if let Some(timing) = &mut st.timing {
+                            timing.token(choice, finish.is_some());
+                        }
+                        Some((Ok(event), st))
                     }
                     Some(TokenMsg::Failed(reason)) => {
                         st.phase = Phase::Done;

@@ -11,7 +11,9 @@
 //! - [`http`]: axum on tokio/hyper: the OpenAI endpoints, SSE through axum's `Sse`, errors as
 //!   OpenAI error JSON, `/metrics` ([`metrics`], vLLM's names), the HTTP faults ([`faults`]),
 //!   graceful shutdown;
-//! - [`api`]: request bodies validated field by field, and the JSON answered.
+//! - [`api`]: request bodies validated field by field, and the JSON answered;
+//! - [`timing`]: the opt-in timing log (`--timing-log`), each token's send time per request and
+//!   choice, written by a thread of its own.
 //!
 //! [`ServeConfig::from_plan`] is the one place a scenario's plan is read.
 
@@ -21,6 +23,7 @@ mod error;
 pub mod faults;
 pub mod http;
 pub mod metrics;
+pub mod timing;
 pub mod worker;
 
 use std::path::Path;
@@ -29,6 +32,7 @@ use std::time::Duration;
 pub use error::ServeError;
 pub use faults::HttpFaults;
 pub use http::{ServeOutcome, serve};
+pub use timing::{TimingLog, TimingSender, TimingSummary};
 
 use crate::engine::chat::RequestFormat;
 use crate::engine::sim::{Profile, SimConfig};
@@ -56,6 +60,8 @@ pub struct ServeConfig {
     pub grace: Duration,
     /// `max_tokens` of a request that sets none.
     pub default_max_tokens: u32,
+    /// Where streamed requests' token send times go (`--timing-log`; [`TimingLog::sender`]).
+    pub timing: Option<TimingSender>,
 }
 
 /// The default served model name.
@@ -98,6 +104,7 @@ impl ServeConfig {
             max_waiting: 4096,
             grace: Duration::from_secs(5),
             default_max_tokens: 16,
+            timing: None,
         }
     }
 }

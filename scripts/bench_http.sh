@@ -1,0 +1,312 @@
+#!/usr/bin/env bash
+# The HTTP client, measured (docs/performance.md section 9; `scripts/bench.sh --only http`):
+#   9a. accuracy: batchlab's client and `vllm bench serve`, each against `batchlab serve
+#       --timing-log` with 1,000 streams open, every request's TTFT and ITL set against the
+#       server's own send times (scripts/bench_http_compare.py);
+#   9b. ceiling: streamed completions per second from one core (client pinned to CPU 0, the
+#       server to CPU 1), batchlab's next to `vllm bench serve`'s;
+#   9c. the users' question on a real `vllm serve` of the tiny model: 1, 4, 16 and 64 prompts per
+#       streamed request at the same number of prompts in flight, TTFT and throughput.
+# Prints the section's body (bench.sh writes its heading). batchlab's rows need the HTTP engine
+# (`engine.kind = "openai"`): without it this fails, saying so, unless `--vllm-only` asks for the
+# `vllm bench serve` rows alone. `--quick`: small N, no vLLM (a smoke test). BENCH_HTTP_STREAMS,
+# BENCH_HTTP_REQUESTS and BENCH_HTTP_PROMPTS change 9a's streams and requests and 9c's prompts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=false vllm_only=false
+while (($#)); do
+    case "$1" in
+        --quick) quick=true ;;
+        --vllm-only) vllm_only=true ;;
+        *) echo "usage: scripts/bench_http.sh [--quick] [--vllm-only]" >&2; exit 2 ;;
+    esac
+    shift
+done
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+home="${BATCHLAB_HOME:-$HOME/.cache/batchlab}"
+venv_python="$home/venv/bin/python"
+work="$(mktemp -d -t batchlab-bench-http.XXXXXX)"
+serve_pid="" vllm_pgid=""
+cleanup() {
+    [[ -n "$serve_pid" ]] && kill "$serve_pid" 2>/dev/null
+    [[ -n "$vllm_pgid" ]] && kill -KILL -- "-$vllm_pgid" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+out="$work/section.md"
+md() { printf '%s\n' "$*" >>"$out"; }
+log() { printf 'bench_http: %s\n' "$*" >&2; }
+compare=(python3 scripts/bench_http_compare.py)
+"${compare[@]}" selftest >&2
+
+if $quick; then
+    streams="${BENCH_HTTP_STREAMS:-100}" requests="${BENCH_HTTP_REQUESTS:-400}"
+    ceiling_rows=(16) ceiling_requests=400
+else
+    streams="${BENCH_HTTP_STREAMS:-1000}" requests="${BENCH_HTTP_REQUESTS:-5000}"
+    ceiling_rows=(64 256) ceiling_requests=20000
+fi
+prompts="${BENCH_HTTP_PROMPTS:-512}"   # 9c, per row
+have_vllm=false
+if ! $quick && [[ -x "$venv_python" ]]; then have_vllm=true; fi
+if $vllm_only && ! $have_vllm; then echo "--vllm-only needs the venv ($venv_python; run \`just setup-vllm\`)" >&2; exit 1; fi
+
+cargo build --release --quiet
+bin="$CARGO_TARGET_DIR/release/batchlab"
+
+# batchlab's client is the HTTP engine. Fail clearly, before anything runs, if this build lacks it.
+cat >"$work/probe.toml" <<'TOML'
+name = "probe"
+[engine]
+kind = "openai"
+[engine.openai]
+urls = ["http://127.0.0.1:9"]
+model = "m"
+[batching]
+batch_size = 1
+max_in_flight = 2
+TOML
+if ! $vllm_only && ! "$bin" check "$work/probe.toml" >/dev/null 2>"$work/probe.err"; then
+    cat "$work/probe.err" >&2
+    echo "error: this batchlab has no HTTP engine (\`engine.kind = \"openai\"\`, \`[engine.openai]\`, \`batching.max_in_flight\`; issue 24), which every batchlab row of section 9 needs. \`scripts/bench_http.sh --vllm-only\` measures the \`vllm bench serve\` rows alone." >&2
+    exit 1
+fi
+batchlab_rows() { ! $vllm_only; }
+
+# ---- servers ----------------------------------------------------------------------------------
+# `batchlab serve SCENARIO ARGS...`, optionally under a CPU pin (`pin=(taskset -c 1)`).
+pin=()
+start_serve() {
+    local scenario=$1; shift
+    "${pin[@]}" "$bin" serve "$scenario" --port 0 --max-waiting 1000000 "$@" >"$work/serve.out" 2>"$work/serve.err" &
+    serve_pid=$!
+    for _ in $(seq 1 300); do grep -q listening "$work/serve.out" && break; sleep 0.1; done
+    serve_url=$(sed -n 's/listening on //p' "$work/serve.out")
+    [[ -n "$serve_url" ]] || { cat "$work/serve.err" >&2; exit 1; }
+}
+stop_serve() {
+    kill -TERM "$serve_pid"
+    wait "$serve_pid" || { cat "$work/serve.err" >&2; echo "batchlab serve did not exit cleanly" >&2; exit 1; }
+    serve_pid=""
+    cat "$work/serve.err" >&2
+}
+# CPU seconds the server has used so far.
+serve_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ split($0, a, ") "); split(a[2], f, " "); printf "%.3f\n", (f[12] + f[13]) / hz }' "/proc/$serve_pid/stat"; }
+
+# `vllm bench serve` through scripts/vllm_bench_serve.py; its result file is $work/$1.json.
+vllm_bench() {
+    local name=$1; shift
+    "${pin[@]}" "$venv_python" scripts/vllm_bench_serve.py --backend openai --endpoint /v1/completions \
+        --dataset-name random --request-rate inf --ignore-eos --disable-tqdm \
+        --save-result --save-detailed --result-dir "$work" --result-filename "$name.json" "$@" \
+        >"$work/$name.out" 2>"$work/$name.err" || { tail -n 30 "$work/$name.err" >&2; exit 1; }
+}
+json_field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"; }
+
+# ---- 9a. accuracy ------------------------------------------------------------------------------
+log "9a: accuracy, $streams streams"
+cat >"$work/accuracy-server.toml" <<'TOML'
+name = "accuracy-server"
+[engine.sim]
+fixed_overhead = "0s"
+prefill_per_token = "0s"
+per_seq = "0s"
+decode_step = "50ms"
+max_num_seqs = 1024
+max_num_batched_tokens = 131072
+TOML
+: >"$work/accuracy.jsonl"
+if batchlab_rows; then
+    start_serve "$work/accuracy-server.toml" --timing-log "$work/timing-batchlab.jsonl"
+    cat >"$work/accuracy-client.toml" <<TOML
+name = "accuracy-client"
+seed = 1
+[engine]
+kind = "openai"
+[engine.openai]
+urls = ["$serve_url"]
+model = "batchlab-sim"
+max_connections = $streams
+[batching]
+batch_size = 1
+max_in_flight = $streams
+[workload]
+source = "synthetic"
+prompt_tokens = 64
+output_tokens = 16
+ignore_eos = true
+[profile]
+kind = "throughput"
+max_concurrency = $streams
+[stop]
+max_requests = $requests
+[warmup]
+requests = $streams
+TOML
+    "$bin" run "$work/accuracy-client.toml" --requests-jsonl --quiet --output "$work/accuracy-batchlab" >&2
+    stop_serve
+    "${compare[@]}" batchlab "$work/timing-batchlab.jsonl" "$work/accuracy-batchlab/requests.jsonl" "$streams streams" \
+        | tee -a "$work/accuracy.jsonl" >&2
+fi
+if $have_vllm; then
+    start_serve "$work/accuracy-server.toml" --timing-log "$work/timing-vllm.jsonl"
+    vllm_bench accuracy-vllm --base-url "$serve_url" --model batchlab-sim --tokenizer "$home/tiny-llama" \
+        --random-input-len 64 --random-output-len 16 --num-prompts "$requests" --max-concurrency "$streams" \
+        --request-id-prefix acc-
+    stop_serve
+    "${compare[@]}" vllm "$work/timing-vllm.jsonl" "$work/accuracy-vllm.json" acc- "$streams streams" \
+        | tee -a "$work/accuracy.jsonl" >&2
+fi
+md "### 9a. Client accuracy: each request's TTFT and ITL against the server's own send times"
+md ""
+md "\`batchlab serve --timing-log\` (docs/serve.md) writes when it handed each token of each streamed request to the socket, and when the request arrived, in ns on CLOCK_MONOTONIC, the clock batchlab's records and Python's \`time.perf_counter()\` (vLLM's bench) read too: on one machine, a client's times and the server's are on one timeline. The server: a simulated engine of 50 ms steps (no other cost, up to 1024 sequences at once) on the same $(nproc) CPUs as the client. Each client keeps $streams streamed completions open (64 prompt tokens, 16 output tokens, \`ignore_eos\`; one prompt per request) for $requests requests; a server of its own each. \`scripts/bench_http_compare.py\` matches every request to the server's line (by the \`X-Request-Id\` each client sends) and takes client − server: TTFT (first chunk's arrival − the send, against first token's write − the receipt), and every gap between two tokens (ITL). Median of the signed difference, p99 and max of its absolute value."
+md ""
+md "\`\`\`sh"
+md "batchlab serve server.toml --port 0 --timing-log timing.jsonl"
+batchlab_rows && md "batchlab run client.toml --requests-jsonl   # engine.kind = \"openai\", batch_size = 1, max_in_flight = $streams"
+md "python scripts/vllm_bench_serve.py --base-url URL --model batchlab-sim --random-input-len 64 --random-output-len 16 --num-prompts $requests --max-concurrency $streams --request-rate inf --ignore-eos --save-result --save-detailed --request-id-prefix acc-"
+md "python3 scripts/bench_http_compare.py batchlab|vllm timing.jsonl ...   # then: table"
+md "\`\`\`"
+md ""
+if [[ -s "$work/accuracy.jsonl" ]]; then "${compare[@]}" table "$work/accuracy.jsonl" >>"$out"; fi
+$vllm_only && { md ""; md "batchlab's row: not measured (\`--vllm-only\`: this build has no HTTP engine yet)."; }
+$have_vllm || { md ""; md "\`vllm bench serve\`'s row: not measured ($($quick && echo 'quick mode' || echo "no venv at \`$home/venv\`"))."; }
+
+# ---- 9b. ceiling -------------------------------------------------------------------------------
+log "9b: ceiling on one core"
+cat >"$work/ceiling-server.toml" <<'TOML'
+name = "ceiling-server"
+[engine.sim]
+fixed_overhead = "0s"
+decode_step = "0s"
+prefill_per_token = "0s"
+per_seq = "0s"
+max_num_seqs = 1024
+TOML
+: >"$work/ceiling.txt"
+for c in "${ceiling_rows[@]}"; do
+    if batchlab_rows; then
+        pin=(taskset -c 1) && start_serve "$work/ceiling-server.toml" && pin=()
+        cpu0=$(serve_cpu)
+        /usr/bin/time -f '%e %U %S' -o "$work/time" taskset -c 0 "$bin" run scenarios/vllm-serve.toml --quiet \
+            --output "$work/ceiling-batchlab-$c" --set "engine.openai.urls=[\"$serve_url\"]" --set engine.openai.model=batchlab-sim \
+            --set "engine.openai.max_connections=$c" --set batching.batch_size=1 --set "batching.max_in_flight=$c" \
+            --set "profile.max_concurrency=$c" --set workload.prompt_tokens=16 --set workload.output_tokens=16 \
+            --set "stop.max_requests=$ceiling_requests" --set "expect.completed=\"== $ceiling_requests\"" \
+            --set "warmup.requests=$((c * 4))" >&2
+        cpu1=$(serve_cpu)
+        stop_serve
+        read -r wall user sys <"$work/time"
+        rate=$(python3 -c 'import json,sys; print("%.0f" % json.load(open(sys.argv[1]))["benchmarks"][0]["requests_per_s"])' \
+            "$work/ceiling-batchlab-$c/report.json")
+        echo "batchlab $c $rate $(awk "BEGIN{printf \"%.0f\", 100*($user+$sys)/$wall}") $(awk "BEGIN{printf \"%.0f\", 100*($cpu1-$cpu0)/$wall}")" >>"$work/ceiling.txt"
+    fi
+    if $have_vllm; then
+        pin=(taskset -c 1) && start_serve "$work/ceiling-server.toml" && pin=()
+        cpu0=$(serve_cpu)
+        pin=(taskset -c 0)
+        vllm_bench "ceiling-vllm-$c" --base-url "$serve_url" --model batchlab-sim --tokenizer "$home/tiny-llama" \
+            --random-input-len 16 --random-output-len 16 --num-prompts "$ceiling_requests" --max-concurrency "$c"
+        pin=()
+        cpu1=$(serve_cpu)
+        stop_serve
+        rate=$(json_field "$work/ceiling-vllm-$c.json" request_throughput)
+        duration=$(json_field "$work/ceiling-vllm-$c.json" duration)
+        echo "vllm $c $(printf '%.0f' "$rate") – $(awk "BEGIN{printf \"%.0f\", 100*($cpu1-$cpu0)/$duration}")" >>"$work/ceiling.txt"
+    fi
+    log "$(tail -n 2 "$work/ceiling.txt" | tr '\n' ';')"
+done
+md ""
+md "### 9b. Client ceiling: streamed requests per second from one core"
+md ""
+md "The client pinned to CPU 0 (\`taskset -c 0\`), \`batchlab serve\` on a zero-cost engine (every cost 0, up to 1024 sequences) pinned to CPU 1; one prompt per streamed request (16 prompt tokens, 16 output tokens, \`ignore_eos\`), C requests open at once, $ceiling_requests requests. batchlab: \`scenarios/vllm-serve.toml\` with \`batching.batch_size = 1\`, \`batching.max_in_flight = C\` (and warm-up 4 × C requests, not in the rate); \`vllm bench serve\`: \`--max-concurrency C --request-rate inf\`, its \`request_throughput\`. Client CPU: user + system time over wall time (\`/usr/bin/time\`; for vLLM's bench, whose process also imports vLLM and builds its dataset, not separable); server CPU: its CPU time while driven (\`/proc/PID/stat\`) over the same wall time. A server near 100 % means the server, not the client, set the rate."
+md ""
+md "\`\`\`sh"
+md "taskset -c 1 batchlab serve ceiling-server.toml --port 0"
+batchlab_rows && md "taskset -c 0 batchlab run scenarios/vllm-serve.toml --set 'engine.openai.urls=[\"URL\"]' --set engine.openai.model=batchlab-sim --set batching.batch_size=1 --set batching.max_in_flight=C --set profile.max_concurrency=C --set engine.openai.max_connections=C ..."
+md "taskset -c 0 python scripts/vllm_bench_serve.py --base-url URL --model batchlab-sim --random-input-len 16 --random-output-len 16 --num-prompts $ceiling_requests --max-concurrency C --request-rate inf --ignore-eos"
+md "\`\`\`"
+md ""
+md "| client | requests open (C) | streamed completions/s | client CPU (% of one core) | server CPU (% of one core) |"
+md "|---|---:|---:|---:|---:|"
+while read -r client c rate ccpu scpu; do
+    name=$([[ $client == batchlab ]] && echo batchlab || echo '`vllm bench serve`')
+    md "| $name | $c | $rate | $ccpu | $scpu |"
+done <"$work/ceiling.txt"
+$vllm_only && { md ""; md "batchlab's rows: not measured (\`--vllm-only\`: this build has no HTTP engine yet)."; }
+$have_vllm || { md ""; md "\`vllm bench serve\`'s rows: not measured ($($quick && echo 'quick mode' || echo "no venv at \`$home/venv\`"))."; }
+
+# ---- 9c. batch size over the API, on vllm serve ------------------------------------------------
+md ""
+md "### 9c. The users' question: several prompts per request, or one, on \`vllm serve\`"
+md ""
+if ! $have_vllm; then
+    md "Not measured ($($quick && echo 'quick mode' || echo "no venv at \`$home/venv\`")): it needs a real \`vllm serve\`."
+else
+    log "9c: vllm serve of the tiny model"
+    in_flight=64
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    vllm_url="http://127.0.0.1:$port"
+    vllm_args=(--model "$home/tiny-llama" --served-model-name tiny-llama --host 127.0.0.1 --port "$port"
+        --dtype float32 --max-model-len 512)
+    # Its own process group (setsid), so the EngineCore and workers go with it.
+    OMP_NUM_THREADS=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 \
+        setsid "$venv_python" -m vllm.entrypoints.openai.api_server "${vllm_args[@]}" >"$work/vllm-serve.log" 2>&1 &
+    vllm_pgid=$!
+    started=$(date +%s)
+    until curl -sf "$vllm_url/v1/models" >/dev/null; do
+        kill -0 "$vllm_pgid" 2>/dev/null || { tail -n 30 "$work/vllm-serve.log" >&2; echo "vllm serve exited" >&2; exit 1; }
+        (($(date +%s) - started < 600)) || { tail -n 30 "$work/vllm-serve.log" >&2; echo "vllm serve did not start in 600 s" >&2; exit 1; }
+        sleep 1
+    done
+    log "vllm serve up after $(($(date +%s) - started)) s"
+    : >"$work/batch.txt"
+    # One unmeasured pass first: the server's first requests compile and warm up.
+    if batchlab_rows; then
+        for b in 1 4 16 64; do
+            dir="$work/batch-$b"
+            "$bin" run scenarios/vllm-serve.toml --quiet --output "$dir" --set "engine.openai.urls=[\"$vllm_url\"]" \
+                --set "batching.batch_size=$b" --set "batching.max_in_flight=$((in_flight / b))" \
+                --set "profile.max_concurrency=$in_flight" --set "engine.openai.max_connections=$in_flight" \
+                --set workload.prompt_tokens=128 --set workload.output_tokens=64 --set "warmup.requests=$in_flight" \
+                --set "stop.max_requests=$prompts" --set "expect.completed=\"== $prompts\"" >&2
+            python3 - "$dir/report.json" "$b" "$((in_flight / b))" >>"$work/batch.txt" <<'PY'
+import json, sys
+b = json.load(open(sys.argv[1]))["benchmarks"][0]
+d = b["distributions"]
+print("batchlab", sys.argv[2], sys.argv[3], "%.1f %.1f %.1f %.0f %.1f" % (d["ttft"]["p50"], d["ttft"]["p99"], d["latency"]["p50"], b["output_tokens_per_s"], b["requests_per_s"]))
+PY
+            log "$(tail -n 1 "$work/batch.txt")"
+        done
+    fi
+    vllm_bench batch-vllm --base-url "$vllm_url" --model tiny-llama --tokenizer "$home/tiny-llama" \
+        --random-input-len 128 --random-output-len 64 --num-prompts "$prompts" --max-concurrency "$in_flight" \
+        --num-warmups "$in_flight" --percentile-metrics ttft,e2el --metric-percentiles 50,99
+    python3 - "$work/batch-vllm.json" "$in_flight" >>"$work/batch.txt" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("vllm 1", sys.argv[2], "%.1f %.1f %.1f %.0f %.1f" % (r["median_ttft_ms"], r["p99_ttft_ms"], r["median_e2el_ms"], r["output_throughput"], r["request_throughput"]))
+PY
+    log "$(tail -n 1 "$work/batch.txt")"
+    kill -TERM -- "-$vllm_pgid"
+    for _ in $(seq 1 200); do kill -0 -- "-$vllm_pgid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$vllm_pgid" 2>/dev/null || true
+    vllm_pgid=""
+    md "Does sending several prompts in one streamed \`/v1/completions\` request (a list of prompts, each timed by its own \`choices[].index\`) change TTFT or throughput against sending each alone, at the same number of prompts in flight? \`vllm serve\` of the tiny model (vLLM $("$venv_python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || echo '?'), CPU backend, float32, \`OMP_NUM_THREADS=1\`; vLLM binds its engine to one core and leaves the other to the API server and the client), $in_flight prompts in flight throughout: B prompts per request and $in_flight / B requests at once. 128 prompt tokens (ids), 64 output tokens (\`ignore_eos\`), $prompts prompts measured after $in_flight of warm-up. TTFT and latency are per prompt, from its request's send; tokens/s and prompts/s over the measured window. \`vllm bench serve\` (one prompt per request, \`--max-concurrency $in_flight\`, its own random prompts of the same lengths and $in_flight warm-up requests) is the other tools' client in the same setting."
+    md ""
+    md "\`\`\`sh"
+    md "OMP_NUM_THREADS=1 python -m vllm.entrypoints.openai.api_server --model ~/.cache/batchlab/tiny-llama --served-model-name tiny-llama --dtype float32 --max-model-len 512 --port P"
+    batchlab_rows && md "batchlab run scenarios/vllm-serve.toml --set 'engine.openai.urls=[\"http://127.0.0.1:P\"]' --set batching.batch_size=B --set batching.max_in_flight=$in_flight/B --set profile.max_concurrency=$in_flight --set workload.prompt_tokens=128 --set workload.output_tokens=64 --set stop.max_requests=$prompts ..."
+    md "python scripts/vllm_bench_serve.py --base-url http://127.0.0.1:P --model tiny-llama --random-input-len 128 --random-output-len 64 --num-prompts $prompts --max-concurrency $in_flight --num-warmups $in_flight --ignore-eos"
+    md "\`\`\`"
+    md ""
+    md "| client | prompts per request (B) | requests in flight | TTFT p50 (ms) | TTFT p99 (ms) | latency p50 (ms) | output tokens/s | prompts/s |"
+    md "|---|---:|---:|---:|---:|---:|---:|---:|"
+    while read -r client b r t50 t99 l50 tps pps; do
+        name=$([[ $client == batchlab ]] && echo batchlab || echo '`vllm bench serve`')
+        md "| $name | $b | $r | $t50 | $t99 | $l50 | $tps | $pps |"
+    done <"$work/batch.txt"
+    $vllm_only && { md ""; md "batchlab's rows: not measured (\`--vllm-only\`: this build has no HTTP engine yet)."; }
+fi
+cat "$out"

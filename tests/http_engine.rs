@@ -263,7 +263,9 @@ max_requests = {requests}
 
 #[test]
 fn batchlab_run_end_to_end_batched_and_one_per_request() {
-    let server = Server::start(Some(STEADY), &[]);
+    let log_dir = temp_dir("run-timing");
+    let log = log_dir.join("timing.jsonl");
+    let server = Server::start(Some(STEADY), &["--timing-log", log.to_str().unwrap(), "--grace", "1"]);
     for batch_size in [8, 1] {
         let dir = temp_dir(&format!("run-{batch_size}"));
         let (output, out) = run(&dir, &scenario(&[&server.url], batch_size, 48, ""), &[], Duration::from_secs(120));
@@ -281,8 +283,35 @@ fn batchlab_run_end_to_end_batched_and_one_per_request() {
         }
         let records = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
         assert_eq!(records.lines().count(), 48);
+        for line in records.lines() {
+            let r: Value = serde_json::from_str(line).unwrap();
+            // The client's own times: when the request was written, when each token's chunk came.
+            let sent = r["sent_ns"].as_u64().expect("sent_ns");
+            let tokens: Vec<u64> =
+                r["token_ns"].as_array().expect("token_ns").iter().map(|t| t.as_u64().unwrap()).collect();
+            assert_eq!(tokens.len(), 8, "{line}");
+            assert!(sent < tokens[0] && tokens.windows(2).all(|w| w[0] <= w[1]), "{line}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
+    // Every request named itself to the server: `X-Request-Id: batchlab-<start>-<ids of its
+    // prompts>`, one start per run, the prompts in choice order.
+    server.sigterm();
+    assert!(server.wait(Duration::from_secs(30)).success());
+    let mut by_start: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for line in std::fs::read_to_string(&log).unwrap().lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let (start, ids) = r["request_id"].as_str().unwrap().rsplit_once('-').expect("batchlab-<start>-<ids>");
+        assert!(start.starts_with("batchlab-"), "{line}");
+        let ids: Vec<u64> = ids.split(',').map(|i| i.parse().unwrap()).collect();
+        by_start.entry(start.to_owned()).or_default().push(ids[r["choice"].as_u64().unwrap() as usize]);
+    }
+    assert_eq!(by_start.len(), 2, "one id prefix per run: {:?}", by_start.keys());
+    for ids in by_start.values_mut() {
+        ids.sort();
+        assert_eq!(*ids, (0..48).collect::<Vec<u64>>());
+    }
+    std::fs::remove_dir_all(&log_dir).unwrap();
 }
 
 /// The shipped scenarios/http.toml, against `batchlab serve` (its URL set on the command line):

@@ -391,6 +391,7 @@ pub(crate) mod tests {
             sent: None,
             endpoint: None,
             token_count_source: None,
+            client_token_times: None,
             anomalies: Anomalies::default(),
         }
     }

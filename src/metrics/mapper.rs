@@ -111,6 +111,10 @@ pub struct RequestMetrics {
     pub endpoint: Option<String>,
     /// Where the engine's token counts came from, when it says.
     pub token_count_source: Option<TokenCountSource>,
+    /// When each token arrived, on our clock, for an engine that times on the client's side (it
+    /// gives `sent_ts`: the HTTP engine) and only when the times are consistent (those `itl`
+    /// comes from); `None` otherwise. requests.jsonl's `token_ns`.
+    pub client_token_times: Option<Vec<Timestamp>>,
     /// Inconsistencies in the engine's stats; the affected timings are `None`.
     pub anomalies: Anomalies,
 }
@@ -302,6 +306,8 @@ pub fn map_request(
         _ => Vec::new(),
     };
 
+    let client_token_times =
+        e.sent.and(e.tokens.as_ref()).filter(|_| ttft.is_some() && !anomalies.token_times_inconsistent).cloned();
     RequestMetrics {
         batch_wait: times.dispatched.saturating_since(times.submitted),
         latency,
@@ -319,6 +325,7 @@ pub fn map_request(
         sent: e.sent,
         endpoint: output.stats.endpoint.clone(),
         token_count_source: output.stats.token_count_source,
+        client_token_times,
         anomalies,
     }
 }

@@ -99,6 +99,10 @@ pub struct RequestRecord {
     /// `dispatched_ns`); `None` otherwise.
     #[serde(default)]
     pub dispatch_delay_ms: Option<f64>,
+    /// When each of its tokens arrived, in ns on the monotonic clock, for an engine that times on
+    /// the client's side (the HTTP engine: its chunks' arrivals); left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_ns: Option<Vec<Timestamp>>,
     /// The endpoint that served it (or failed it), when the engine names one; left out otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
@@ -191,6 +195,7 @@ impl RequestRecord {
             cached_tokens: metrics.cached_tokens,
             intended_ns: None,
             sent_ns: metrics.sent,
+            token_ns: metrics.client_token_times.clone(),
             dispatch_delay_ms: None,
             endpoint: metrics.endpoint.clone(),
             token_count_source: metrics.token_count_source,
@@ -224,6 +229,7 @@ impl RequestRecord {
             cached_tokens: None,
             intended_ns: None,
             sent_ns: None,
+            token_ns: None,
             dispatch_delay_ms: None,
             endpoint: None,
             token_count_source: None,
@@ -474,8 +480,9 @@ mod tests {
             Just(TokenCountSource::Chunks)
         ];
         let client = (ts(), ts(), ms(), proptest::option::of("[a-z:/.0-9]{1,24}"), proptest::option::of(source));
-        (head, times, engine, client, metrics).prop_map(
-            |((id, benchmark, repeat, phase, outcome), times, engine, client, metrics)| {
+        let token_ns = proptest::option::of(proptest::collection::vec(ts().prop_filter_map("a time", |t| t), 0..4));
+        (head, times, engine, client, metrics, token_ns).prop_map(
+            |((id, benchmark, repeat, phase, outcome), times, engine, client, metrics, token_ns)| {
                 let (submitted_ns, dispatched_ns, finished_ns, batch, batch_size) = times;
                 let (engine_scheduled_ns, engine_first_token_ns, engine_last_token_ns, cached_tokens) = engine;
                 let (intended_ns, sent_ns, dispatch_delay_ms, endpoint, token_count_source) = client;
@@ -496,6 +503,7 @@ mod tests {
                     cached_tokens,
                     intended_ns,
                     sent_ns,
+                    token_ns,
                     dispatch_delay_ms,
                     endpoint,
                     token_count_source,

@@ -52,6 +52,9 @@ struct Shared {
     endpoints: Vec<Endpoint>,
     router: Mutex<Router>,
     runtime: tokio::runtime::Handle,
+    /// `batchlab-<this engine start>-`: the head of every request's `X-Request-Id`, so two runs
+    /// against one server never send the same id (vLLM takes the header as its request id).
+    request_id_prefix: String,
 }
 
 struct Endpoint {
@@ -154,6 +157,7 @@ impl Engine for OpenAiEngine {
             endpoints,
             router: Mutex::new(Router::new(self.config.urls.len(), self.config.routing)),
             runtime: runtime.handle().clone(),
+            request_id_prefix: format!("batchlab-{:x}{:x}-", std::process::id(), MonotonicClock::read().as_nanos()),
         });
         let checks = runtime
             .block_on(futures_util::future::join_all(shared.endpoints.iter().map(|e| check_endpoint(&shared, &e.url))));
@@ -320,6 +324,15 @@ fn finish_pick(shared: &Shared, pick: Pick, result: &Result<Vec<EngineOutput>, R
     }
 }
 
+/// The `X-Request-Id` of one request on the wire: the prefix, then the batchlab ids of its
+/// prompts in choice order, comma-separated (`batchlab-1f2e3d-12,13,14`). A server that logs it
+/// (vLLM, `batchlab serve --timing-log`) names each choice by it; `scripts/bench_http_compare.py`
+/// matches the server's times to requests.jsonl through it.
+fn request_id(prefix: &str, requests: &[&EngineRequest]) -> String {
+    let ids: Vec<String> = requests.iter().map(|r| r.id.to_string()).collect();
+    format!("{prefix}{}", ids.join(","))
+}
+
 /// Seconds on our monotonic clock, as the engine stats hold them.
 fn now_secs() -> f64 {
     MonotonicClock::read().as_secs_f64()
@@ -342,6 +355,7 @@ async fn stream_request(
         .post(format!("{url}{path}"))
         .header(CONTENT_TYPE, "application/json")
         .header(ACCEPT, "text/event-stream")
+        .header("x-request-id", request_id(&shared.request_id_prefix, requests))
         .body(body.to_string());
     if let Some(auth) = &shared.auth {
         http = http.header(AUTHORIZATION, auth.header.clone());

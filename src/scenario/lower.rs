@@ -38,7 +38,8 @@ pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
     }
     let engine = lower_engine(cx, top, seed);
     check_process_faults(cx, faults_table, &engine);
-    let batching = lower_batching(cx, top, !matches!(engine, EnginePlan::Sim(_)));
+    let mut places = Places::default();
+    let batching = lower_batching(cx, top, !matches!(engine, EnginePlan::Sim(_)), &mut places);
     let workload = lower_workload(cx, top, seed);
     let profile = lower_profile(cx, top, seed);
     check_benchmark_names(cx, top, &profile);
@@ -66,6 +67,7 @@ pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
         output,
         matrix: None,
         source: Default::default(),
+        places,
     };
     super::arrivals::check(cx, top, &mut plan);
     plan
@@ -197,18 +199,24 @@ fn check_process_faults(cx: &mut ReadContext, faults_table: Option<LocatedTable>
 pub(crate) use crate::batcher::REAL_ENGINE_GENERATE_TIMEOUT;
 
 /// `[batching]`; a real engine gets [`BatchConfig::with_real_engine_defaults`] for the timeouts
-/// the scenario leaves unset.
-fn lower_batching(cx: &mut ReadContext, top: LocatedTable, real_engine: bool) -> BatchConfig {
+/// the scenario leaves unset. `max_in_flight`'s place is kept: whether the engine can take it is
+/// `run::preflight`'s to say, for the plan's own engine only.
+fn lower_batching(cx: &mut ReadContext, top: LocatedTable, real_engine: bool, places: &mut Places) -> BatchConfig {
     let d = if real_engine { BatchConfig::default().with_real_engine_defaults() } else { BatchConfig::default() };
     let Some(t) = section(cx, top, "batching") else {
         return d;
     };
     let mut b = Batching::of(&d);
     keys::read(cx, t, keys::BATCHING_KEYS, &mut b);
+    if let Some(field) = cx.field(t, "max_in_flight") {
+        let place = cx.origin(&field.path, field.span()).short();
+        places.0.push((field.path, place));
+    }
     // The ranges were checked above; this only fails if BatchConfig grows rules we do not know.
     let config = BatchConfig::new(b.batch_size, b.batch_timeout)
         .and_then(|c| c.with_generate_timeout(b.generate_timeout))
-        .and_then(|c| c.with_stall_timeout(b.stall_timeout));
+        .and_then(|c| c.with_stall_timeout(b.stall_timeout))
+        .and_then(|c| c.with_max_in_flight(b.max_in_flight.unwrap_or(1)));
     match config {
         Ok(config) => config,
         Err(e) => {

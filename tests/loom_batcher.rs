@@ -7,12 +7,19 @@
 //! shell or the core kept in `scripts/mutants.py` (docs/testing.md lists which).
 //!
 //! The engine is moved into the one engine thread and every engine call takes `&mut self`, so no
-//! variant of the shell that compiles can run two generates at the same instant. What the shell
-//! *can* break about its generates is what other threads see while one runs: that a running
+//! variant of the shell that compiles can run two blocking generates at the same instant. What the
+//! shell *can* break about its generates is what other threads see while one runs: that a running
 //! generate holds no batcher lock (others submit and shut down meanwhile, and the next generate
 //! waits for it), that the engine's shutdown and its result come after the last generate, and that
 //! a dead engine's generate returning late is still followed by the engine's one shutdown. The
 //! engines below record their calls in loom atomics shared with the test threads, which check them.
+//!
+//! With `max_in_flight > 1` the engine thread hands batches to a concurrent engine's face, and
+//! their results come back through `done` on the engine's own threads: the last models run two
+//! batches in flight on such an engine, answered on a server thread newest first, racing a submit,
+//! the shutdown and a death. There the shell can match a result to the wrong batch, lose the wake-up
+//! a freed slot owes the engine thread, or shut the engine down (or leave it without its shutdown)
+//! while a `done` is still to come.
 #![cfg(loom)]
 
 use std::time::Duration;

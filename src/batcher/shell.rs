@@ -78,7 +78,8 @@ struct Inner {
     /// The started engine's concurrent face, from its start to its shutdown; `None` when it runs
     /// one generate at a time. Used while `max_in_flight > 1`.
     concurrent: Option<std::sync::Arc<dyn ConcurrentEngine>>,
-    /// The started engine's name, for the refusal of a `max_in_flight` it cannot take.
+    /// The started engine's name, from its start to its shutdown, for the refusal of a
+    /// `max_in_flight` it cannot take.
     engine_name: Option<String>,
 }
 
@@ -562,7 +563,7 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
                 .unwrap_or_else(|p| Err(EngineError::Shutdown(format!("shutdown panicked: {}", panic_message(&*p)))));
             locked = shared.lock();
             locked.guard.shutdown_result = Some(result);
-            locked.guard.concurrent = None;
+            (locked.guard.concurrent, locked.guard.engine_name) = (None, None);
             locked.guard.core.handle_engine_shutdown_done();
             shared.release(locked);
             return;

@@ -2,13 +2,15 @@
 //! check.
 //!
 //! # Lock order
-//! The batcher has two kinds of locks, ranked:
+//! The batcher has three kinds of locks, ranked:
 //! 1. [`Level::Batcher`]: the shell's one state mutex (`Shared::inner`).
 //! 2. [`Level::Slot`]: a waiter's outcome slot. A leaf.
+//! 3. [`Level::Observer`]: the batch observer, told about each batch before its outcomes (on the
+//!    engine thread, or on whichever thread a concurrent engine's `done` runs). A leaf.
 //!
 //! A thread may only take a lock ranked above every lock it holds. So a slot is never held while
-//! the batcher lock is taken, which rules out the only possible cycle. Engine calls and completion
-//! callbacks run with no batcher lock held. [`ordered`] checks this at run time on every
+//! the batcher lock is taken, which rules out the only possible cycle. Engine calls (a concurrent
+//! engine's `done` included), the observer and completion callbacks run with no batcher lock held. [`ordered`] checks this at run time on every
 //! acquisition (a thread-local bitmask, a few nanoseconds) and panics on a violation, in tests and
 //! in loom models alike.
 
@@ -31,6 +33,8 @@ pub enum Level {
     Batcher = 1,
     /// A waiter's outcome slot; a leaf, never held while taking another lock.
     Slot = 2,
+    /// The batch observer; a leaf, taken with no batcher lock held.
+    Observer = 3,
 }
 
 #[cfg(loom)]

@@ -2,15 +2,20 @@
 //!
 //! Random sequences of submit, tick, engine result, cancel, start and shutdown, with engine deaths
 //! and aborts injected at any point, are applied to [`BatcherCore`] by a faithful driver (it wakes
-//! at every `poll_timeout` deadline, like the real drivers) and to a plain FIFO model. After every
-//! step: `poll_dispatch` gives a batch exactly when the dispatch deadline is due; batches come from
-//! the front of the model's queue and never exceed `batch_size`; no request is dispatched later
-//! than `batch_timeout` past the moment it could have been; a wrong output count or id fails the
-//! whole batch; the engine is never shut down while a generate runs; the core numbers every submit,
-//! admitted or not, with the next id (0, 1, 2, ...), so no id is ever given twice, to a returned
-//! request or in the `Submitted`/`Rejected` events. After a death, shutdown
-//! needs nothing from the engine: every request is answered before the stuck call returns. At the
-//! end: every accepted request has exactly one outcome, and the engine is shut down once.
+//! at every `poll_timeout` deadline and takes every batch `poll_dispatch` gives, like the real
+//! drivers) and to a plain FIFO model, with 1, 2 or 3 batches in flight (`max_in_flight`), whose
+//! results come back in any order, and with or without a generate timeout. After every step:
+//! `poll_dispatch` gives a batch exactly when the dispatch deadline is due; never more than
+//! `max_in_flight` are out; batches come from the front of the model's queue and never exceed
+//! `batch_size`; no request is dispatched later than `batch_timeout` past the moment it could have
+//! been (a slot free); a result answers its own batch only, and a wrong output count or id fails
+//! that whole batch; a generate that overruns the timeout fails its own batch, and while every
+//! slot is held by one, queued requests fail once they waited as long; the engine is never shut
+//! down while a generate is out; the core numbers every submit, admitted or not, with the next id
+//! (0, 1, 2, ...), so no id is ever given twice, to a returned request or in the
+//! `Submitted`/`Rejected` events. After a death, shutdown needs nothing from the engine: every
+//! request is answered before the stuck calls return. At the end: every accepted request has
+//! exactly one outcome, and the engine is shut down once.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
@@ -40,7 +45,9 @@ enum Op {
     StartResult(bool),
     Submit,
     Tick(u64),
-    Reply(Reply),
+    /// The result of the in-flight batch at this index (modulo how many are out): any of them,
+    /// in any order.
+    Reply(Reply, usize),
     Cancel(usize),
     Shutdown,
     /// A process watcher reports the engine's death.
@@ -52,7 +59,7 @@ enum Op {
 /// A death, an abort, or a generate that returns `Died`: injected into a run, rarely, so most
 /// runs still batch for a while first.
 fn fatal() -> impl Strategy<Value = Op> {
-    prop_oneof![Just(Op::Died), Just(Op::Abort), Just(Op::Reply(Reply::Died))]
+    prop_oneof![Just(Op::Died), Just(Op::Abort), (0usize..3).prop_map(|i| Op::Reply(Reply::Died, i))]
 }
 
 fn death() -> EngineDeath {
@@ -66,7 +73,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => prop_oneof![3 => Just(true), 1 => Just(false)].prop_map(Op::StartResult),
         10 => Just(Op::Submit),
         6 => (0u64..3_000).prop_map(Op::Tick),
-        6 => prop_oneof![
+        6 => (prop_oneof![
             6 => Just(Reply::Ok),
             1 => Just(Reply::Reversed),
             1 => Just(Reply::Short),
@@ -75,7 +82,7 @@ fn op() -> impl Strategy<Value = Op> {
             1 => Just(Reply::MixedIds),
             1 => Just(Reply::Error),
             1 => Just(Reply::Panic),
-        ].prop_map(Op::Reply),
+        ], 0usize..3).prop_map(|(reply, i)| Op::Reply(reply, i)),
         1 => (0usize..64).prop_map(Op::Cancel),
         1 => Just(Op::Shutdown),
     ]
@@ -83,6 +90,15 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn output(id: Option<RequestId>) -> EngineOutput {
     EngineOutput::new(id, FinishReason::Length).with_prompt_tokens(1).with_output_tokens(1)
+}
+
+/// A batch the model has out.
+struct Flight {
+    batch: u64,
+    members: Vec<RequestId>,
+    dispatched_at: Timestamp,
+    /// Failed already (death, abort, generate timeout): its late result must change nothing.
+    abandoned: bool,
 }
 
 struct Harness {
@@ -95,11 +111,13 @@ struct Harness {
     numbered: HashSet<RequestId>,
     /// The model's queue: (id, submitted at), FIFO.
     model_queue: VecDeque<(RequestId, Timestamp)>,
-    /// (batch, members, abandoned by a death or abort: its late result must change nothing).
-    in_flight: Option<(u64, Vec<RequestId>, bool)>,
+    /// The batches out, in dispatch order.
+    in_flight: Vec<Flight>,
     /// A death or abort was reported: nothing is admitted any more.
     dead: bool,
-    engine_free_since: Option<Timestamp>,
+    /// Since when a slot is free (fewer than `max_in_flight` out, the engine ready): a due batch
+    /// could have gone since then.
+    slot_free_since: Option<Timestamp>,
     accepted: Vec<RequestId>,
     outcomes: HashMap<RequestId, Vec<Outcome>>,
     /// Expected error kind for members of batches whose reply must fail.
@@ -116,9 +134,9 @@ impl Harness {
             submits: 0,
             numbered: HashSet::new(),
             model_queue: VecDeque::new(),
-            in_flight: None,
+            in_flight: Vec::new(),
             dead: false,
-            engine_free_since: None,
+            slot_free_since: None,
             accepted: Vec::new(),
             outcomes: HashMap::new(),
             expected: HashMap::new(),
@@ -132,17 +150,61 @@ impl Harness {
         }
     }
 
-    /// Everything a driver does at `now`: timeouts, dispatch, engine shutdown.
+    /// The model of `handle_timeout`: a generate past the timeout fails its own batch; while every
+    /// slot is held by such a generate, queued requests that waited as long fail.
+    fn model_timeouts(&mut self) {
+        let Some(limit) = self.config.generate_timeout() else { return };
+        for f in self.in_flight.iter_mut().filter(|f| !f.abandoned) {
+            if self.now >= f.dispatched_at.saturating_add(limit) {
+                f.abandoned = true;
+                for id in &f.members {
+                    self.expected.insert(*id, "generate_timed_out");
+                }
+            }
+        }
+        let stuck = self.in_flight.len() >= self.config.max_in_flight() && self.in_flight.iter().all(|f| f.abandoned);
+        while let Some(&(id, submitted)) = self.model_queue.front().filter(|_| stuck) {
+            if self.now.saturating_since(submitted) < limit {
+                break;
+            }
+            self.model_queue.pop_front();
+            self.expected.insert(id, "engine_unresponsive");
+        }
+    }
+
+    /// Everything a driver does at `now`: timeouts, every due dispatch, engine shutdown.
     fn pump(&mut self) -> Result<(), TestCaseError> {
         self.core.handle_timeout(self.now);
-        if self.core.state() == State::Ready && self.engine_free_since.is_none() {
-            self.engine_free_since = Some(self.now);
+        self.model_timeouts();
+        loop {
+            let free = self.in_flight.len() < self.config.max_in_flight();
+            if self.core.state() == State::Ready && free && self.slot_free_since.is_none() {
+                self.slot_free_since = Some(self.now);
+            }
+            if !self.dispatch()? {
+                break;
+            }
         }
+        if self.core.poll_engine_shutdown() {
+            prop_assert!(self.in_flight.is_empty(), "engine shutdown with a generate in flight");
+            self.engine_shutdowns += 1;
+            self.core.handle_engine_shutdown_done();
+        }
+        self.drain_outcomes();
+        Ok(())
+    }
+
+    /// One `poll_dispatch`, checked against the model; whether it gave a batch.
+    fn dispatch(&mut self) -> Result<bool, TestCaseError> {
         let due = self.core.dispatch_deadline().is_some_and(|d| d <= self.now);
         let dispatched = self.core.poll_dispatch(self.now);
         prop_assert_eq!(due, dispatched.is_some(), "the dispatch deadline and poll_dispatch disagree");
         if let Some(batch) = dispatched {
-            prop_assert!(self.in_flight.is_none(), "two generates in flight");
+            prop_assert!(
+                self.in_flight.len() < self.config.max_in_flight(),
+                "a batch beyond max_in_flight = {}",
+                self.config.max_in_flight()
+            );
             let n = batch.requests.len();
             prop_assert!(n >= 1 && n <= self.config.batch_size(), "batch of {n}");
             let expected: Vec<_> = self.model_queue.drain(..n.min(self.model_queue.len())).collect();
@@ -152,7 +214,7 @@ impl Harness {
                 expected.iter().map(|e| e.0).collect::<Vec<_>>(),
                 "batch is not the queue's front"
             );
-            let free = self.engine_free_since.unwrap_or(self.now);
+            let free = self.slot_free_since.unwrap_or(self.now);
             for (id, submitted) in &expected {
                 let could = submitted.saturating_add(self.config.batch_timeout()).max(free);
                 prop_assert!(
@@ -162,16 +224,13 @@ impl Harness {
                     could
                 );
             }
-            self.in_flight = Some((batch.id, got, false));
-            self.engine_free_since = None;
+            self.in_flight.push(Flight { batch: batch.id, members: got, dispatched_at: self.now, abandoned: false });
+            if self.in_flight.len() >= self.config.max_in_flight() {
+                self.slot_free_since = None;
+            }
+            return Ok(true);
         }
-        if self.core.poll_engine_shutdown() {
-            prop_assert!(self.in_flight.is_none(), "engine shutdown with a generate in flight");
-            self.engine_shutdowns += 1;
-            self.core.handle_engine_shutdown_done();
-        }
-        self.drain_outcomes();
-        Ok(())
+        Ok(false)
     }
 
     fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
@@ -212,8 +271,12 @@ impl Harness {
                 }
                 self.now = target;
             }
-            Op::Reply(kind) => {
-                let Some((batch_id, ids, abandoned)) = self.in_flight.take() else { return Ok(()) };
+            Op::Reply(kind, pick) => {
+                if self.in_flight.is_empty() {
+                    return Ok(());
+                }
+                let Flight { batch: batch_id, members: ids, abandoned, .. } =
+                    self.in_flight.remove(pick % self.in_flight.len());
                 let result = match kind {
                     Reply::Ok => GenerateResult::Outputs(ids.iter().map(|&i| output(Some(i))).collect()),
                     Reply::Reversed => GenerateResult::Outputs(ids.iter().rev().map(|&i| output(Some(i))).collect()),
@@ -251,7 +314,9 @@ impl Harness {
                     }
                 }
                 self.core.handle_generate_result(batch_id, result, self.now);
-                self.engine_free_since = Some(self.now);
+                if self.slot_free_since.is_none() {
+                    self.slot_free_since = Some(self.now);
+                }
             }
             Op::Cancel(i) => {
                 if self.accepted.is_empty() {
@@ -305,9 +370,9 @@ impl Harness {
         let live =
             matches!(self.core.state(), State::Starting | State::StartingThenDrain | State::Ready | State::Draining);
         if live && !self.dead {
-            if let Some((_, ids, abandoned)) = self.in_flight.as_mut().filter(|f| !f.2) {
-                *abandoned = true;
-                for id in ids.iter() {
+            for f in self.in_flight.iter_mut().filter(|f| !f.abandoned) {
+                f.abandoned = true;
+                for id in &f.members {
                     self.expected.insert(*id, kind);
                 }
             }
@@ -325,7 +390,7 @@ impl Harness {
             // Shutdown may return now: every request is answered, whether or not the engine's
             // stuck call ever returns.
             prop_assert!(
-                self.core.state() == State::Stopped || self.core.is_wedged() || self.in_flight.is_none(),
+                self.core.state() == State::Stopped || self.core.is_wedged() || self.in_flight.is_empty(),
                 "dead engine, shutdown would wait: {:?}",
                 self.core.state()
             );
@@ -338,11 +403,10 @@ impl Harness {
         }
         for _ in 0..10_000 {
             self.pump()?;
-            if self.in_flight.is_some() {
-                self.apply(&Op::Reply(Reply::Ok))?;
-            } else {
+            if self.in_flight.is_empty() {
                 break;
             }
+            self.apply(&Op::Reply(Reply::Ok, 0))?;
         }
         self.pump()?;
         prop_assert_eq!(self.core.state(), State::Stopped);
@@ -372,13 +436,18 @@ proptest! {
     fn core_matches_model(
         batch_size in 1usize..6,
         timeout_us in 1u64..2_000,
+        max_in_flight in 1usize..=3,
+        generate_timeout_us in proptest::option::weighted(0.3, 1u64..6_000),
         mut ops in proptest::collection::vec(op(), 0..160),
         fatal in proptest::collection::vec((0usize..160, fatal()), 0..3),
     ) {
         for (at, op) in fatal {
             ops.insert(at % (ops.len() + 1), op);
         }
-        let config = BatchConfig::new(batch_size, Duration::from_micros(timeout_us)).unwrap();
+        let config = BatchConfig::new(batch_size, Duration::from_micros(timeout_us))
+            .and_then(|c| c.with_max_in_flight(max_in_flight))
+            .and_then(|c| c.with_generate_timeout(generate_timeout_us.map(Duration::from_micros)))
+            .unwrap();
         let mut h = Harness::new(config);
         for op in &ops {
             h.apply(op)?;

@@ -7,12 +7,19 @@
 //! shell or the core kept in `scripts/mutants.py` (docs/testing.md lists which).
 //!
 //! The engine is moved into the one engine thread and every engine call takes `&mut self`, so no
-//! variant of the shell that compiles can run two generates at the same instant. What the shell
-//! *can* break about its generates is what other threads see while one runs: that a running
+//! variant of the shell that compiles can run two blocking generates at the same instant. What the
+//! shell *can* break about its generates is what other threads see while one runs: that a running
 //! generate holds no batcher lock (others submit and shut down meanwhile, and the next generate
 //! waits for it), that the engine's shutdown and its result come after the last generate, and that
 //! a dead engine's generate returning late is still followed by the engine's one shutdown. The
 //! engines below record their calls in loom atomics shared with the test threads, which check them.
+//!
+//! With `max_in_flight > 1` the engine thread hands batches to a concurrent engine's face, and
+//! their results come back through `done` on the engine's own threads: the last models run two
+//! batches in flight on such an engine, answered on a server thread newest first, racing a submit,
+//! the shutdown and a death. There the shell can match a result to the wrong batch, lose the wake-up
+//! a freed slot owes the engine thread, or shut the engine down (or leave it without its shutdown)
+//! while a `done` is still to come.
 #![cfg(loom)]
 
 use std::time::Duration;
@@ -411,5 +418,183 @@ fn a_frozen_generate_is_failed_by_the_watchdogs_stall_samples() {
         gate.open();
         dropped.wait();
         assert_eq!(probe.shutdowns.load(Ordering::SeqCst), 1, "the engine was dropped without its shutdown");
+    });
+}
+
+/// A concurrent engine's server: generates queue their `done`s here and a server thread of the
+/// test's calls them, newest first (out of dispatch order), so results come in on another thread
+/// than the engine thread, possibly before `generate` returned. The engine's shutdown closes it.
+#[derive(Clone, Default)]
+struct Server(Arc<(Mutex<ServerState>, Condvar)>);
+
+#[derive(Default)]
+struct ServerState {
+    pending: Vec<(Vec<EngineRequest>, batchlab::engine::GenerateDone)>,
+    /// Generates handed to the face.
+    generates: usize,
+    /// `done`s called (counted before the call).
+    answered: usize,
+    /// The engine's shutdowns, and how many `done`s had been called at the first.
+    shutdowns: usize,
+    answered_at_shutdown: usize,
+}
+
+impl Server {
+    fn generate(&self, batch: Vec<EngineRequest>, done: batchlab::engine::GenerateDone) {
+        let (state, cv) = &*self.0;
+        let mut s = state.lock().unwrap();
+        assert_eq!(s.shutdowns, 0, "generate after the engine's shutdown");
+        s.generates += 1;
+        s.pending.push((batch, done));
+        cv.notify_all();
+    }
+
+    fn shutdown(&self) {
+        let (state, cv) = &*self.0;
+        let mut s = state.lock().unwrap();
+        assert_eq!(s.generates, s.answered, "the engine shut down with a generate out");
+        s.shutdowns += 1;
+        assert_eq!(s.shutdowns, 1, "engine shut down twice");
+        s.answered_at_shutdown = s.answered;
+        cv.notify_all();
+    }
+
+    /// The server thread: once `first` generates are out together, answers them newest first,
+    /// then every later one, until the engine shuts down. A batcher that never has `first` out at
+    /// once leaves it waiting: a loom deadlock.
+    fn serve(&self, first: usize) {
+        let (state, cv) = &*self.0;
+        let mut s = state.lock().unwrap();
+        let mut want = first;
+        loop {
+            if s.pending.len() >= want.max(1) {
+                let (batch, done) = s.pending.pop().expect("pending");
+                s.answered += 1;
+                drop(s);
+                // No lock of the engine's held: the batcher may take its own in `done`.
+                done(Ok(common::echo(&batch)));
+                s = state.lock().unwrap();
+                want = want.saturating_sub(1);
+                continue;
+            }
+            if s.shutdowns > 0 {
+                return;
+            }
+            s = cv.wait(s).unwrap();
+        }
+    }
+
+    fn state<R>(&self, f: impl FnOnce(&ServerState) -> R) -> R {
+        f(&self.0.0.lock().unwrap())
+    }
+}
+
+struct ServerFace(Server);
+
+impl batchlab::engine::ConcurrentEngine for ServerFace {
+    fn generate(&self, batch: Vec<EngineRequest>, done: batchlab::engine::GenerateDone) {
+        self.0.generate(batch, done);
+    }
+}
+
+/// An engine whose generates run on the [`Server`]: several at once, through its concurrent face.
+struct ConcurrentLoomEngine {
+    server: Server,
+    face: std::sync::Arc<ServerFace>,
+}
+
+impl ConcurrentLoomEngine {
+    fn new(server: &Server) -> Self {
+        ConcurrentLoomEngine { server: server.clone(), face: std::sync::Arc::new(ServerFace(server.clone())) }
+    }
+}
+
+impl Engine for ConcurrentLoomEngine {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        Ok(EngineInfo::new("loom-http", "0"))
+    }
+
+    fn generate(&mut self, _batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        panic!("with max_in_flight > 1 the batcher hands batches to the concurrent face");
+    }
+
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        self.server.shutdown();
+        Ok(())
+    }
+
+    fn concurrent(&self) -> Option<std::sync::Arc<dyn batchlab::engine::ConcurrentEngine>> {
+        Some(self.face.clone())
+    }
+}
+
+/// Two batches of one, with two in flight, on a concurrent engine.
+fn two_in_flight(server: &Server) -> Batcher {
+    let config = config(1).with_max_in_flight(2).unwrap();
+    Batcher::spawn(ConcurrentLoomEngine::new(server), config, std::sync::Arc::new(Frozen))
+}
+
+/// Two batches are out at once and answered newest first, on the server's thread, while a third
+/// submit races the shutdown: every admitted request gets its own answer, and the engine is shut
+/// down once, after both (all) `done`s. A batcher that sends the second batch only after the
+/// first returned deadlocks the server; a `done` matched to the wrong batch, a lost wake-up of
+/// the engine thread when a slot frees, or an engine shutdown before the last `done` fails.
+#[test]
+fn two_batches_in_flight_answered_out_of_order_on_another_thread_racing_submit_and_shutdown() {
+    model(|| {
+        let server = Server::default();
+        let b = two_in_flight(&server);
+        b.preload().unwrap();
+        let first = b.submit(request()).unwrap();
+        let second = b.submit(request()).unwrap();
+        let s = server.clone();
+        let server_thread = thread::spawn(move || s.serve(2));
+        let b2 = b.clone();
+        let submitter = thread::spawn(move || submit_and_wait(&b2));
+        b.shutdown().unwrap();
+        let third = submitter.join().unwrap();
+        for (ticket, id) in [(first, 0), (second, 1)] {
+            let c = ticket.wait().expect("answered");
+            assert_eq!(c.output.request_id, Some(id), "an answer for another batch");
+        }
+        assert_eq!(third.unwrap_or(Ok(())), Ok(()));
+        server_thread.join().unwrap();
+        server.state(|s| {
+            assert_eq!(s.shutdowns, 1, "the engine was not shut down");
+            assert_eq!(s.answered_at_shutdown, s.generates, "the engine shut down before the last done");
+        });
+    });
+}
+
+/// A death reported by a watcher races two generates out on a concurrent engine (answered on the
+/// server's thread, newest first) and the shutdown: everyone is answered (by the engine or by the
+/// death), shutdown returns, and the engine is shut down once, only after both `done`s came back
+/// (a late result after the death is discarded).
+#[test]
+fn a_death_racing_two_concurrent_generates_answers_everyone_and_the_engine_stops_after_both_dones() {
+    model(|| {
+        let server = Server::default();
+        let b = two_in_flight(&server);
+        b.preload().unwrap();
+        let tickets = [b.submit(request()).unwrap(), b.submit(request()).unwrap()];
+        let s = server.clone();
+        let server_thread = thread::spawn(move || s.serve(1));
+        let death = EngineDeath::new("server", None, "killed");
+        let (b2, d2) = (b.clone(), death.clone());
+        let watcher = thread::spawn(move || b2.engine_died(d2));
+        b.shutdown().unwrap();
+        watcher.join().unwrap();
+        for ticket in tickets {
+            match ticket.wait() {
+                Ok(_) => {}
+                Err(e) => assert_eq!(e, RequestError::EngineDied(death.clone())),
+            }
+        }
+        // The server answers whatever is out, then stops at the engine's shutdown.
+        server_thread.join().unwrap();
+        server.state(|s| {
+            assert_eq!(s.shutdowns, 1, "the engine was not shut down after its generates returned");
+            assert_eq!(s.answered_at_shutdown, s.generates);
+        });
     });
 }

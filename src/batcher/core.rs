@@ -7,8 +7,10 @@
 //!
 //! # The driver contract
 //!
-//! A driver owns the clock and the engine, and runs the engine's calls one at a time. It passes
-//! `now` with every input, never earlier than the `now` it passed before.
+//! A driver owns the clock and the engine. It runs the engine's start and shutdown alone, and up
+//! to [`max_in_flight`](BatchConfig::max_in_flight) generates at once (one, by default: then every
+//! engine call is alone). It passes `now` with every input, never earlier than the `now` it
+//! passed before.
 //!
 //! **Inputs.**
 //! - [`begin_start`](BatcherCore::begin_start): when it returns `true`, the driver calls the
@@ -19,7 +21,8 @@
 //!   its error and never produces an outcome.
 //! - [`handle_generate_result`](BatcherCore::handle_generate_result), once for every batch that
 //!   [`poll_dispatch`](BatcherCore::poll_dispatch) gave out, when the engine's generate returned
-//!   (or panicked), even if the batch was failed meanwhile: only then is the engine free.
+//!   (or panicked), even if the batch was failed meanwhile: only then is its slot free. With
+//!   several in flight, in whatever order they return.
 //! - [`handle_timeout`](BatcherCore::handle_timeout), when the time from
 //!   [`poll_timeout`](BatcherCore::poll_timeout) has come.
 //! - [`handle_engine_died`](BatcherCore::handle_engine_died) and
@@ -30,8 +33,9 @@
 //!   shutdown returned.
 //!
 //! **After every input**, the driver polls, in this order:
-//! 1. [`poll_dispatch`](BatcherCore::poll_dispatch)`(now)`: a batch to run on the engine, outside
-//!    any lock. There is never more than one in flight.
+//! 1. [`poll_dispatch`](BatcherCore::poll_dispatch)`(now)` until `None`: the batches to run on the
+//!    engine, outside any lock. At most `max_in_flight` are in flight (given out, not yet
+//!    returned); with 1, the default, never more than one.
 //! 2. [`poll_engine_shutdown`](BatcherCore::poll_engine_shutdown): `true` exactly once, when the
 //!    driver must call the engine's shutdown. Never while a start or generate is running.
 //! 3. [`poll_outcome`](BatcherCore::poll_outcome) until `None`: every request's one outcome, for
@@ -50,8 +54,29 @@
 //! `requests.jsonl` are these: request `k` is the workload's `k`-th request.)
 //!
 //! A driver is done when the state is [`State::Stopped`], or may stop waiting when
-//! [`is_wedged`](BatcherCore::is_wedged): every request is answered and only an engine call that
-//! may never return is left (the driver abandons the thread stuck in it).
+//! [`is_wedged`](BatcherCore::is_wedged): every request is answered and only engine calls that
+//! may never return are left (the driver abandons the thread stuck in them).
+//!
+//! # Several batches in flight
+//!
+//! `max_in_flight` slots: a batch takes one when `poll_dispatch` gives it out and frees it when
+//! its result comes in, whatever the result and whether or not the batch was failed meanwhile.
+//! What holds for one batch in flight holds for each of them:
+//! - **Every request one outcome.** A result is matched to its batch by [`BatchId`], never to
+//!   another batch in flight; a late result of an abandoned batch is discarded.
+//! - **Batches as with one in flight.** Each batch is the queue's front, at most `batch_size`, with its own
+//!   [`FlushReason`]: only the number of slots changes when a batch may go, never what it holds.
+//! - **No unbounded wait.** `generate_timeout` is per batch: an overrunning generate fails only
+//!   its own batch and keeps its slot until it returns (so a server that hangs every request can
+//!   hold at most `max_in_flight` of them). While every slot is held by such a generate, queued
+//!   requests fail after waiting `generate_timeout`, as they do behind the one stuck generate.
+//! - **Death and abort** fail every running batch and the queue at once, and the engine's
+//!   shutdown waits for every generate to return (never while one is out), as for one.
+//! - **The stall watch runs only with `max_in_flight = 1`.** It judges a generate by the CPU time
+//!   of the engine's processes and engine thread. Several in flight means an engine that runs its
+//!   generates elsewhere (an HTTP server): the client waiting on the network uses no CPU, so the
+//!   watch would take any long generate for a frozen engine. There, `generate_timeout` bounds each
+//!   batch instead, and `stall_deadline` and `stall_watched_batch` are `None`.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -109,6 +134,7 @@ pub struct BatchConfig {
     batch_timeout: Duration,
     generate_timeout: Option<Duration>,
     stall_timeout: Option<Duration>,
+    max_in_flight: usize,
 }
 
 impl Default for BatchConfig {
@@ -118,6 +144,7 @@ impl Default for BatchConfig {
             batch_timeout: Duration::from_millis(10),
             generate_timeout: None,
             stall_timeout: None,
+            max_in_flight: 1,
         }
     }
 }
@@ -150,7 +177,18 @@ impl BatchConfig {
         if batch_timeout.is_zero() {
             return Err(ConfigError::ZeroBatchTimeout);
         }
-        Ok(BatchConfig { batch_size, batch_timeout, generate_timeout: None, stall_timeout: None })
+        Ok(BatchConfig { batch_size, batch_timeout, generate_timeout: None, stall_timeout: None, max_in_flight: 1 })
+    }
+
+    /// Up to this many batches in flight at once (`batching.max_in_flight`, at least 1; 1 is the
+    /// default and runs one generate at a time). More than 1 needs an engine with a concurrent
+    /// face ([`Engine::concurrent`](crate::engine::Engine::concurrent)): an HTTP engine.
+    pub fn with_max_in_flight(mut self, n: usize) -> Result<Self, ConfigError> {
+        if n == 0 {
+            return Err(ConfigError::ZeroMaxInFlight);
+        }
+        self.max_in_flight = n;
+        Ok(self)
     }
 
     /// A generate running longer than this fails its batch; while it stays stuck, queued requests
@@ -190,6 +228,10 @@ impl BatchConfig {
     /// How long the oldest queued request waits before a partial batch is dispatched.
     pub fn batch_timeout(&self) -> Duration {
         self.batch_timeout
+    }
+    /// Most batches in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight
     }
     /// How long a generate may run before its batch fails; `None` waits forever.
     pub fn generate_timeout(&self) -> Option<Duration> {
@@ -391,7 +433,9 @@ pub struct BatcherCore {
     failure: Option<RequestError>,
     engine_shutdown_issued: bool,
     queue: VecDeque<Queued>,
-    in_flight: Option<InFlight>,
+    /// The generates out, in dispatch order: at most `config.max_in_flight` (abandoned ones
+    /// included, until they return).
+    in_flight: Vec<InFlight>,
     outcomes: VecDeque<(RequestId, Outcome)>,
     /// The id the next submit gets. Only `submit` moves it, by one each time, so no two requests
     /// of this batcher ever share an id.
@@ -411,7 +455,7 @@ impl BatcherCore {
             failure: None,
             engine_shutdown_issued: false,
             queue: VecDeque::new(),
-            in_flight: None,
+            in_flight: Vec::new(),
             outcomes: VecDeque::new(),
             next_request_id: 0,
             next_batch_id: 0,
@@ -454,17 +498,22 @@ impl BatcherCore {
     pub fn state(&self) -> State {
         self.lifecycle.state()
     }
-    /// How many requests are waiting for a batch (not counting the running one).
+    /// How many requests are waiting for a batch (not counting the running ones).
     pub fn queued(&self) -> usize {
         self.queue.len()
     }
     /// A generate is running (or abandoned but not yet returned).
     pub fn generate_in_flight(&self) -> bool {
-        self.in_flight.is_some()
+        !self.in_flight.is_empty()
+    }
+    /// How many generates are out (running, or abandoned but not yet returned): at most
+    /// `max_in_flight`.
+    pub fn generates_in_flight(&self) -> usize {
+        self.in_flight.len()
     }
     /// Nothing queued, nothing running, no outcome undelivered.
     pub fn is_idle(&self) -> bool {
-        self.queue.is_empty() && self.in_flight.is_none() && self.outcomes.is_empty()
+        self.queue.is_empty() && self.in_flight.is_empty() && self.outcomes.is_empty()
     }
 
     /// Takes new batching settings (a `[matrix]` run changes them between benchmarks, in one
@@ -473,7 +522,7 @@ impl BatcherCore {
     /// measurement. Refused otherwise with [`ConfigError::Busy`], changing nothing.
     pub fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError> {
         if !self.is_idle() {
-            return Err(ConfigError::Busy { queued: self.queue.len(), running: self.in_flight.is_some() });
+            return Err(ConfigError::Busy { queued: self.queue.len(), running: !self.in_flight.is_empty() });
         }
         self.config = config;
         Ok(())
@@ -535,13 +584,14 @@ impl BatcherCore {
     }
 
     /// True exactly once: when the driver must call the engine's shutdown now. That is after
-    /// shutdown was requested of a started engine, nothing is queued and no generate is running.
-    /// A dead engine's shutdown is still called if and when no generate is stuck in it (it
-    /// releases what is left of the engine); while one is stuck, never.
+    /// shutdown was requested of a started engine, nothing is queued and no generate is running
+    /// (every generate given out has returned, however many were in flight). A dead engine's
+    /// shutdown is still called if and when no generate is stuck in it (it releases what is left
+    /// of the engine); while one is stuck, never.
     #[must_use]
     pub fn poll_engine_shutdown(&mut self) -> bool {
         let due = !self.engine_shutdown_issued
-            && self.in_flight.is_none()
+            && self.in_flight.is_empty()
             && self.queue.is_empty()
             && matches!(self.state(), State::Draining | State::FailedClosing);
         if due {
@@ -559,15 +609,16 @@ impl BatcherCore {
     }
 
     /// The engine died (reported by a process watcher, on any thread, or by a generate that
-    /// returned [`EngineError::Died`]). The running batch, if any, and every queued request fail
-    /// with [`RequestError::EngineDied`]; every later submit is rejected with it. A generate still
-    /// running is abandoned: its result, should it ever come, is discarded, and the engine's
-    /// shutdown waits for it. Harmless when repeated, after another failure or after shutdown.
+    /// returned [`EngineError::Died`]). Every running batch and every queued request fail with
+    /// [`RequestError::EngineDied`]; every later submit is rejected with it. The generates still
+    /// running are abandoned: their results, should they ever come, are discarded, and the
+    /// engine's shutdown waits for them. Harmless when repeated, after another failure or after
+    /// shutdown.
     pub fn handle_engine_died(&mut self, death: EngineDeath, now: Timestamp) {
         self.fail_for_good(RequestError::EngineDied(death), now);
     }
 
-    /// The user interrupted a run whose generate may never return (the first Ctrl-C): the running
+    /// The user interrupted a run whose generate may never return (the first Ctrl-C): every running
     /// batch and every queued request fail with [`RequestError::Aborted`], and the engine is
     /// unusable, as after a death. A driver may then stop as soon as [`is_wedged`](Self::is_wedged).
     /// Harmless when repeated, after a failure or after shutdown.
@@ -599,9 +650,18 @@ impl BatcherCore {
         }
     }
 
-    /// Fails the running batch's waiters now; the generate's result will be discarded.
+    /// Fails the waiters of every running batch now, in dispatch order; their generates' results
+    /// will be discarded.
     fn abandon_in_flight(&mut self, error: &RequestError, now: Timestamp) {
-        let Some(f) = self.in_flight.as_mut().filter(|f| !f.abandoned) else { return };
+        for i in 0..self.in_flight.len() {
+            self.abandon(i, error, now);
+        }
+    }
+
+    /// Fails the waiters of the running batch at `index` of `in_flight` now (unless it was
+    /// abandoned already); its generate's result will be discarded.
+    fn abandon(&mut self, index: usize, error: &RequestError, now: Timestamp) {
+        let Some(f) = self.in_flight.get_mut(index).filter(|f| !f.abandoned) else { return };
         f.abandoned = true;
         let batch_id = f.batch_id;
         let members = std::mem::take(&mut f.members);
@@ -680,13 +740,13 @@ impl BatcherCore {
     }
 
     /// When [`poll_dispatch`](Self::poll_dispatch) gives the next batch, if nothing else happens
-    /// first: `None` while a generate runs, the engine is not ready or nothing is queued.
-    /// Otherwise the earliest of: the oldest request's arrival plus `batch_timeout`; the arrival
-    /// that filled a batch; and, while draining, the oldest arrival. The last two are in the past,
-    /// which tells the driver "now". So `poll_dispatch(now)` returns a batch exactly when this is
-    /// `Some(t)` with `t <= now`, and a driver never needs to know the dispatch rules.
+    /// first: `None` while `max_in_flight` generates are out, the engine is not ready or nothing
+    /// is queued. Otherwise the earliest of: the oldest request's arrival plus `batch_timeout`;
+    /// the arrival that filled a batch; and, while draining, the oldest arrival. The last two are
+    /// in the past, which tells the driver "now". So `poll_dispatch(now)` returns a batch exactly
+    /// when this is `Some(t)` with `t <= now`, and a driver never needs to know the dispatch rules.
     pub fn dispatch_deadline(&self) -> Option<Timestamp> {
-        if self.in_flight.is_some() {
+        if !self.slot_free() {
             return None;
         }
         let oldest = self.queue.front()?.submitted_at;
@@ -701,45 +761,71 @@ impl BatcherCore {
         }
     }
 
-    /// The deadlines `generate_timeout` enforces while the engine thread is busy: the running
-    /// generate's, or, once it was abandoned, the oldest queued request's (nobody waits longer
-    /// than `generate_timeout` for an engine that does not come back).
+    /// Fewer than `max_in_flight` generates are out: another batch may go.
+    fn slot_free(&self) -> bool {
+        self.in_flight.len() < self.config.max_in_flight
+    }
+
+    /// Every one of the `max_in_flight` slots is held by an abandoned generate: no batch can leave
+    /// the queue until one of them returns, which it may never do.
+    fn every_slot_abandoned(&self) -> bool {
+        !self.slot_free() && self.in_flight.iter().all(|f| f.abandoned)
+    }
+
+    /// The deadlines `generate_timeout` enforces while generates run: each running generate's own
+    /// (the timeout is per batch), and, while every slot is held by an abandoned generate, the
+    /// oldest queued request's (nobody waits longer than `generate_timeout` for an engine that
+    /// does not come back). Then the stall deadline.
     pub fn watchdog_deadline(&self) -> Option<Timestamp> {
-        let generate = self.config.generate_timeout.and_then(|limit| match &self.in_flight {
-            Some(f) if !f.abandoned => Some(f.dispatched_at.saturating_add(limit)),
-            Some(_) => self.queue.front().map(|q| q.submitted_at.saturating_add(limit)),
-            None => None,
+        let generate = self.config.generate_timeout.and_then(|limit| {
+            let running =
+                self.in_flight.iter().filter(|f| !f.abandoned).map(|f| f.dispatched_at.saturating_add(limit)).min();
+            let queued = match self.every_slot_abandoned() {
+                true => self.queue.front().map(|q| q.submitted_at.saturating_add(limit)),
+                false => None,
+            };
+            earliest(running, queued)
         });
-        match (generate, self.stall_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        earliest(generate, self.stall_deadline())
+    }
+
+    /// The running generate the stall watch judges: the one in flight, with `max_in_flight = 1`.
+    /// With several in flight there is none: see "Several batches in flight" in the module docs.
+    fn stall_watched(&self) -> Option<&InFlight> {
+        if self.config.max_in_flight > 1 {
+            return None;
         }
+        self.in_flight.first().filter(|f| !f.abandoned)
     }
 
     /// When the running generate counts as stalled if no sign of life comes first: its last
-    /// progress plus [`BatchConfig::stall_limit`]. `None` without a stall timeout, or when no
-    /// generate runs (or it was abandoned).
+    /// progress plus [`BatchConfig::stall_limit`]. `None` without a stall timeout, when no
+    /// generate runs (or it was abandoned), or with `max_in_flight > 1`.
     pub fn stall_deadline(&self) -> Option<Timestamp> {
-        let f = self.in_flight.as_ref().filter(|f| !f.abandoned)?;
+        let f = self.stall_watched()?;
         let limit = self.config.stall_limit(self.longest_generate)?;
         Some(f.last_progress.saturating_add(limit))
     }
 
     /// The batch whose generate runs and is watched for a stall: the driver samples the engine's
     /// CPU time while this is `Some` and reports it with
-    /// [`handle_cpu_sample`](Self::handle_cpu_sample).
+    /// [`handle_cpu_sample`](Self::handle_cpu_sample). Always `None` with `max_in_flight > 1`.
     pub fn stall_watched_batch(&self) -> Option<BatchId> {
         self.config.stall_timeout?;
-        self.in_flight.as_ref().filter(|f| !f.abandoned).map(|f| f.batch_id)
+        self.stall_watched().map(|f| f.batch_id)
     }
 
     /// The engine's CPU time (its processes', its engine thread's) was `cpu` at `now`, while
     /// `batch_id` ran. The engine was busy, which is progress and moves the stall deadline, when
     /// its CPU time since the baseline grew by at least [`BUSY_CPU_SHARE`] of the time passed:
     /// the baseline then moves to this sample. The first sample of a generate only sets the
-    /// baseline; a sample of another batch is ignored.
+    /// baseline; a sample of another batch, or of any batch with `max_in_flight > 1`, is ignored.
     pub fn handle_cpu_sample(&mut self, batch_id: BatchId, cpu: Duration, now: Timestamp) {
-        let Some(f) = self.in_flight.as_mut().filter(|f| f.batch_id == batch_id && !f.abandoned) else { return };
+        let watched = self.stall_watched().map(|f| f.batch_id);
+        if watched != Some(batch_id) {
+            return;
+        }
+        let Some(f) = self.in_flight.first_mut() else { return };
         let Some((base_cpu, base_at)) = f.cpu_baseline else {
             f.cpu_baseline = Some((cpu, now));
             return;
@@ -753,15 +839,16 @@ impl BatcherCore {
         }
     }
 
-    /// A generate was abandoned (it overran `generate_timeout`, or the engine died or was aborted
-    /// under it) and has not returned.
+    /// Generates are out and every one of them was abandoned (it overran `generate_timeout`, or
+    /// the engine died or was aborted under it): none has returned.
     pub fn engine_unresponsive(&self) -> bool {
-        self.in_flight.as_ref().is_some_and(|f| f.abandoned)
+        !self.in_flight.is_empty() && self.in_flight.iter().all(|f| f.abandoned)
     }
 
-    /// Shutdown was requested, every request has its outcome, and the engine is stuck inside an
-    /// abandoned generate, or inside a load during which a death or abort was reported: nothing
-    /// more can happen until (unless) it returns, so a driver may stop waiting for it.
+    /// Shutdown was requested, every request has its outcome, and the engine is stuck inside
+    /// abandoned generates (every one still out), or inside a load during which a death or abort
+    /// was reported: nothing more can happen until (unless) one returns, so a driver may stop
+    /// waiting for it.
     pub fn is_wedged(&self) -> bool {
         let start_stuck = self.state() == State::StartingThenDrain && self.failure.is_some();
         self.state().shutdown_requested() && self.queue.is_empty() && (self.engine_unresponsive() || start_stuck)
@@ -769,14 +856,15 @@ impl BatcherCore {
 
     /// Time passed. A generate past its [`stall_deadline`](Self::stall_deadline) (no progress for
     /// the stall limit) makes the engine unusable, as a death does: its batch, the queue and every
-    /// later submit fail with [`RequestError::EngineStalled`]. A generate that overran
-    /// `generate_timeout` fails its batch (the engine thread stays inside it; no other batch may
-    /// run until it returns). While it is out, queued requests that waited `generate_timeout`
-    /// fail too. Partial batches whose `batch_timeout` passed are then returned by `poll_dispatch`.
+    /// later submit fail with [`RequestError::EngineStalled`]. Each generate that overran
+    /// `generate_timeout` fails its own batch (the engine stays inside it: its slot is not free
+    /// until it returns). While every slot is held by such a generate, queued requests that waited
+    /// `generate_timeout` fail too. Partial batches whose `batch_timeout` passed are then returned
+    /// by `poll_dispatch`.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         if let Some(deadline) = self.stall_deadline()
             && now >= deadline
-            && let Some(f) = &self.in_flight
+            && let Some(f) = self.stall_watched()
         {
             let error = RequestError::EngineStalled {
                 batch_id: f.batch_id,
@@ -787,14 +875,16 @@ impl BatcherCore {
             return;
         }
         let Some(limit) = self.config.generate_timeout else { return };
-        let Some(f) = self.in_flight.as_mut() else { return };
-        if !f.abandoned {
-            if now < f.dispatched_at.saturating_add(limit) {
-                return;
+        for i in 0..self.in_flight.len() {
+            let f = &self.in_flight[i];
+            if !f.abandoned && now >= f.dispatched_at.saturating_add(limit) {
+                let error =
+                    RequestError::GenerateTimedOut { batch_id: f.batch_id, batch_size: f.members.len(), after: limit };
+                self.abandon(i, &error, now);
             }
-            let error =
-                RequestError::GenerateTimedOut { batch_id: f.batch_id, batch_size: f.members.len(), after: limit };
-            self.abandon_in_flight(&error, now);
+        }
+        if !self.every_slot_abandoned() {
+            return;
         }
         while let Some(q) = self.queue.front() {
             let waited = now.saturating_since(q.submitted_at);
@@ -807,10 +897,11 @@ impl BatcherCore {
         }
     }
 
-    /// The next batch to run, if one is due at `now`. At most one is ever in flight.
+    /// The next batch to run, if one is due at `now` and fewer than `max_in_flight` are out. A
+    /// driver calls it until it returns `None`: with `max_in_flight > 1`, several may be due at once.
     #[must_use]
     pub fn poll_dispatch(&mut self, now: Timestamp) -> Option<Batch> {
-        if self.in_flight.is_some() || self.queue.is_empty() {
+        if !self.slot_free() || self.queue.is_empty() {
             return None;
         }
         let reason = match self.state() {
@@ -840,7 +931,7 @@ impl BatcherCore {
             ids: members.iter().map(|m| m.0).collect(),
             reason,
         });
-        self.in_flight = Some(InFlight {
+        self.in_flight.push(InFlight {
             batch_id: id,
             members,
             dispatched_at: now,
@@ -852,13 +943,11 @@ impl BatcherCore {
     }
 
     /// The generate for `batch_id` returned (or failed, or panicked). Fans out one outcome to
-    /// every request of the batch. A result for any other batch is ignored.
+    /// every request of that batch, whichever of the batches in flight it is and in whatever order
+    /// they return. A result for a batch that is not in flight is ignored.
     pub fn handle_generate_result(&mut self, batch_id: BatchId, result: GenerateResult, now: Timestamp) {
-        match &self.in_flight {
-            Some(f) if f.batch_id == batch_id => {}
-            _ => return,
-        }
-        let Some(f) = self.in_flight.take() else { return };
+        let Some(at) = self.in_flight.iter().position(|f| f.batch_id == batch_id) else { return };
+        let f = self.in_flight.remove(at);
         if f.abandoned {
             let late = now.saturating_since(f.dispatched_at);
             if self.failure.is_some() {
@@ -901,6 +990,14 @@ impl BatcherCore {
     #[must_use]
     pub fn poll_outcome(&mut self) -> Option<(RequestId, Outcome)> {
         self.outcomes.pop_front()
+    }
+}
+
+/// The earlier of two optional times; `None` only when both are.
+fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -1157,6 +1254,167 @@ mod tests {
             .unwrap()
             .with_real_engine_defaults();
         assert_eq!(set.stall_timeout(), Some(Duration::from_secs(2)));
+    }
+
+    /// A started core with batch_size 2, a long batch timeout, `max_in_flight` slots and the given
+    /// generate timeout.
+    fn several(max_in_flight: usize, generate_timeout: Option<Duration>) -> BatcherCore {
+        let config = BatchConfig::new(2, Duration::from_secs(60))
+            .and_then(|c| c.with_max_in_flight(max_in_flight))
+            .and_then(|c| c.with_generate_timeout(generate_timeout))
+            .unwrap();
+        let mut core = BatcherCore::new(config).with_events();
+        assert!(core.begin_start());
+        core.handle_start_result(Ok(EngineInfo::new("t", "0")), at(0));
+        core
+    }
+
+    fn submit_n(core: &mut BatcherCore, n: usize, t: u64) {
+        for _ in 0..n {
+            core.submit(EngineRequest::tokens(vec![1], 1), at(t)).unwrap();
+        }
+    }
+
+    fn echo(batch: &Batch) -> GenerateResult {
+        let outputs = batch.requests.iter().map(|r| EngineOutput::new(Some(r.id), crate::engine::FinishReason::Length));
+        GenerateResult::Outputs(outputs.collect())
+    }
+
+    fn outcomes(core: &mut BatcherCore) -> Vec<(RequestId, Outcome)> {
+        std::iter::from_fn(|| core.poll_outcome()).collect()
+    }
+
+    #[test]
+    fn up_to_max_in_flight_batches_go_out_and_return_in_any_order() {
+        let mut core = several(2, None);
+        submit_n(&mut core, 7, 1);
+        let first = core.poll_dispatch(at(1)).expect("a full batch");
+        let second = core.poll_dispatch(at(1)).expect("a second full batch: a slot is free");
+        assert_eq!((first.reason, second.reason), (FlushReason::Full, FlushReason::Full));
+        assert_eq!(core.generates_in_flight(), 2);
+        assert_eq!(core.dispatch_deadline(), None, "both slots taken: nothing is due");
+        assert_eq!(core.poll_dispatch(at(1)), None, "no third batch beyond max_in_flight");
+        // The second batch returns first: its requests, and only they, are answered.
+        core.handle_generate_result(second.id, echo(&second), at(5));
+        let got = outcomes(&mut core);
+        assert_eq!(got.iter().map(|o| o.0).collect::<Vec<_>>(), [2, 3]);
+        for (id, outcome) in got {
+            let c = outcome.expect("completed");
+            assert_eq!((c.output.request_id, c.batch_id, c.batch_size), (Some(id), second.id, 2));
+            assert_eq!((c.times.dispatched, c.times.completed), (at(1), at(5)));
+        }
+        // Its slot is free: the next full batch goes at once, the first still running.
+        let third = core.poll_dispatch(at(5)).expect("the freed slot takes the next batch");
+        assert_eq!(third.requests.iter().map(|r| r.id).collect::<Vec<_>>(), [4, 5], "the queue's front");
+        // A result for a batch that is not in flight (returned already, or never given out) is ignored.
+        core.handle_generate_result(second.id, echo(&second), at(6));
+        core.handle_generate_result(99, GenerateResult::Outputs(Vec::new()), at(6));
+        assert_eq!(outcomes(&mut core), []);
+        core.handle_generate_result(first.id, echo(&first), at(7));
+        assert_eq!(outcomes(&mut core).iter().map(|o| o.0).collect::<Vec<_>>(), [0, 1]);
+        // Shutdown drains the last request as its own batch, then the engine stops once every
+        // generate returned.
+        core.begin_shutdown(at(8));
+        let drained = core.poll_dispatch(at(8)).expect("the drain");
+        assert_eq!((drained.reason, drained.requests.len()), (FlushReason::Drain, 1));
+        assert!(!core.poll_engine_shutdown(), "two generates are out");
+        core.handle_generate_result(drained.id, echo(&drained), at(9));
+        assert!(!core.poll_engine_shutdown(), "one generate is out");
+        core.handle_generate_result(third.id, GenerateResult::Error(EngineError::Generate("boom".into())), at(10));
+        let failed = outcomes(&mut core);
+        assert_eq!(failed.len(), 3);
+        assert!(matches!(&failed[0], (6, Ok(_))));
+        assert!(matches!(&failed[1..], [(4, Err(RequestError::Engine { batch_size: 2, .. })), (5, Err(_))]));
+        assert!(core.poll_engine_shutdown());
+        core.handle_engine_shutdown_done();
+        assert_eq!(core.state(), State::Stopped);
+    }
+
+    #[test]
+    fn the_generate_timeout_is_per_batch_and_a_stuck_slot_stays_taken() {
+        let limit = Duration::from_millis(100);
+        let mut core = several(2, Some(limit));
+        submit_n(&mut core, 2, 0);
+        let a = core.poll_dispatch(at(0)).expect("a");
+        submit_n(&mut core, 2, 50);
+        let b = core.poll_dispatch(at(50)).expect("b");
+        assert_eq!(core.watchdog_deadline(), Some(at(100)), "the oldest generate's own deadline");
+        core.handle_timeout(at(100));
+        let timed_out = RequestError::GenerateTimedOut { batch_id: a.id, batch_size: 2, after: limit };
+        assert_eq!(outcomes(&mut core), [(0, Err(timed_out.clone())), (1, Err(timed_out))], "only batch a fails");
+        assert_eq!(core.watchdog_deadline(), Some(at(150)), "b's deadline is its own");
+        // a's slot stays taken until its generate returns: no third batch.
+        submit_n(&mut core, 2, 120);
+        assert_eq!(core.poll_dispatch(at(120)), None);
+        core.handle_generate_result(b.id, echo(&b), at(130));
+        assert_eq!(outcomes(&mut core).len(), 2, "b completes");
+        let c = core.poll_dispatch(at(130)).expect("b's slot takes the next batch");
+        submit_n(&mut core, 1, 140);
+        core.handle_timeout(at(230));
+        assert_eq!(outcomes(&mut core).len(), 2, "c timed out too");
+        // Both slots are held by abandoned generates: the queued request fails once it waited
+        // generate_timeout, and not a moment before.
+        assert!(core.engine_unresponsive());
+        assert_eq!(core.watchdog_deadline(), Some(at(240)));
+        core.handle_timeout(at(239));
+        assert_eq!(outcomes(&mut core), []);
+        core.handle_timeout(at(240));
+        assert!(matches!(outcomes(&mut core).as_slice(), [(6, Err(RequestError::EngineUnresponsive { .. }))]));
+        // A late result of an abandoned batch is discarded and frees its slot.
+        core.handle_generate_result(a.id, echo(&a), at(300));
+        assert_eq!(outcomes(&mut core), []);
+        submit_n(&mut core, 1, 300);
+        assert_eq!(core.watchdog_deadline(), None, "a slot is free: the queue moves, no queued deadline");
+        core.begin_shutdown(at(300));
+        assert!(!core.is_wedged(), "a request is queued");
+        let last = core.poll_dispatch(at(300)).expect("the drain takes the free slot");
+        assert!(!core.is_wedged(), "the drained batch runs");
+        core.handle_generate_result(last.id, echo(&last), at(301));
+        assert_eq!(outcomes(&mut core).len(), 1);
+        assert!(core.is_wedged(), "everyone is answered; only the abandoned c is out");
+        assert!(!core.poll_engine_shutdown(), "c is still out");
+        core.handle_generate_result(c.id, echo(&c), at(310));
+        assert!(core.poll_engine_shutdown());
+    }
+
+    #[test]
+    fn death_fails_every_batch_in_flight_and_the_engine_stops_after_the_last_returns() {
+        let mut core = several(3, None);
+        submit_n(&mut core, 5, 1);
+        let batches: Vec<Batch> = std::iter::from_fn(|| core.poll_dispatch(at(1))).collect();
+        assert_eq!(batches.len(), 2);
+        core.begin_shutdown(at(2));
+        let drained = core.poll_dispatch(at(2)).expect("the last request drains into the third slot");
+        core.handle_engine_died(death(), at(3));
+        let died = RequestError::EngineDied(death());
+        assert_eq!(outcomes(&mut core), (0..5).map(|id| (id, Err(died.clone()))).collect::<Vec<_>>());
+        assert!(core.is_wedged(), "every generate out is abandoned");
+        for (k, batch) in [&batches[1], &drained, &batches[0]].into_iter().enumerate() {
+            assert!(!core.poll_engine_shutdown(), "shutdown while {} generates are out", 3 - k);
+            core.handle_generate_result(batch.id, echo(batch), at(4 + k as u64));
+            assert_eq!(outcomes(&mut core), [], "a late result after the death is discarded");
+        }
+        assert!(core.poll_engine_shutdown());
+        assert!(!core.poll_engine_shutdown(), "once");
+    }
+
+    #[test]
+    fn the_stall_watch_is_off_with_several_in_flight() {
+        let config = BatchConfig::new(1, Duration::from_millis(10))
+            .and_then(|c| c.with_stall_timeout(Some(Duration::from_secs(1))))
+            .and_then(|c| c.with_max_in_flight(2))
+            .unwrap();
+        let mut core = BatcherCore::new(config);
+        assert!(core.begin_start());
+        core.handle_start_result(Ok(EngineInfo::new("t", "0")), at(0));
+        submit_n(&mut core, 1, 0);
+        let batch = core.poll_dispatch(at(0)).expect("a full batch");
+        assert_eq!((core.stall_watched_batch(), core.stall_deadline()), (None, None));
+        core.handle_cpu_sample(batch.id, Duration::ZERO, at(100));
+        core.handle_timeout(at(1_000_000));
+        assert_eq!(core.poll_outcome(), None, "a long generate is no stall here");
+        assert_eq!(BatchConfig::default().with_max_in_flight(0), Err(ConfigError::ZeroMaxInFlight));
+        assert_eq!(BatchConfig::default().max_in_flight(), 1);
     }
 
     #[test]

@@ -185,6 +185,21 @@ pub enum ConfigError {
     /// `stall_timeout` was set to 0.
     #[error("stall_timeout must be > 0 when set")]
     ZeroStallTimeout,
+    /// `max_in_flight` was 0.
+    #[error("max_in_flight must be > 0")]
+    ZeroMaxInFlight,
+    /// `max_in_flight` above 1 for an engine that runs one generate at a time (it has no
+    /// [`ConcurrentEngine`](crate::engine::ConcurrentEngine) face), or in virtual time.
+    #[error(
+        "batching.max_in_flight = {max_in_flight} needs an engine that runs several generates at once \
+         (an HTTP engine); {engine} runs one at a time"
+    )]
+    NotConcurrent {
+        /// The `max_in_flight` asked for.
+        max_in_flight: usize,
+        /// The engine (its name), or the driver, that runs one generate at a time.
+        engine: String,
+    },
     /// New settings were given while requests were queued, running or unanswered.
     #[error(
         "batching settings can change only while the batcher is idle ({queued} queued, generate running: {running})"

@@ -5,7 +5,13 @@
 //! - **callers** submit, cancel (by dropping a [`Ticket`]), preload and shut down; a process
 //!   watcher or a signal handler reports an engine death or aborts the running generate;
 //! - **the engine thread** owns the engine: it runs the one start, every generate and the one
-//!   shutdown, always with the lock released, and sleeps on `engine_cv` until work is due;
+//!   shutdown, always with the lock released, and sleeps on `engine_cv` until work is due. With
+//!   `max_in_flight > 1` it hands each batch to the engine's [`ConcurrentEngine`] face instead
+//!   and goes straight on to the next: up to `max_in_flight` generates are then out at once;
+//! - **wherever a concurrent engine calls `done`** (its own threads, or the engine thread inside
+//!   `generate`), the batch's result is delivered: the observer is told, then the core, under the
+//!   lock, exactly once per batch (a `done` dropped uncalled, or a panic in `generate`, fails the
+//!   batch instead);
 //! - **the watchdog thread**, only when a `generate_timeout` or a `stall_timeout` is set, fails a
 //!   generate that overran while the engine thread is stuck inside it, and, while a generate runs,
 //!   samples the engine's CPU time through the [`ProgressProbe`] a driver installed (with the lock
@@ -23,17 +29,23 @@
 use super::engine_call::{catch_engine_panic, panic_message};
 use std::time::Duration;
 
-use super::core::{BatchConfig, BatchId, BatchRun, BatcherCore, GenerateResult, IdMap, Outcome};
-use super::error::RequestError;
+use super::core::{Batch, BatchConfig, BatchId, BatchRun, BatcherCore, GenerateResult, IdMap, Outcome};
+use super::engine_call::in_engine_call;
+use super::error::{ConfigError, RequestError};
 use super::lifecycle::State;
-use crate::engine::{ConcurrentEngine, Engine, EngineDeath, EngineError, EngineInfo, EngineRequest, RequestId};
+use crate::engine::{
+    ConcurrentEngine, Engine, EngineDeath, EngineError, EngineInfo, EngineRequest, GenerateDone, RequestId,
+};
+use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{self, Arc, Condvar, Level, Mutex, MutexGuard};
 use crate::time::Clock;
 
 /// Called exactly once with a request's outcome, on whichever thread produced it.
 pub type Completer = Box<dyn FnOnce(RequestId, Outcome) + Send>;
 
-/// Told about every batch after its generate returned, on the engine thread, with no lock held.
+/// Told about every batch after its generate returned and before its requests' outcomes go out,
+/// with no batcher lock held: on the engine thread, or, with several batches in flight, on the
+/// thread that delivered the result. Calls never overlap.
 pub type BatchObserver = Box<dyn FnMut(&BatchRun) + Send>;
 
 /// The engine's CPU time so far (its processes', its engine thread's), the sign of life of a
@@ -63,8 +75,28 @@ struct Inner {
     /// The engine thread's kernel thread id, once it runs: an in-process engine's CPU time is
     /// its thread's.
     engine_tid: Option<i32>,
-    /// The engine's concurrent face ([`Engine::concurrent`]), taken right after a successful start.
+    /// The started engine's concurrent face, from its start to its shutdown; `None` when it runs
+    /// one generate at a time. Used while `max_in_flight > 1`.
     concurrent: Option<std::sync::Arc<dyn ConcurrentEngine>>,
+    /// The started engine's name, from its start to its shutdown, for the refusal of a
+    /// `max_in_flight` it cannot take.
+    engine_name: Option<String>,
+}
+
+impl Inner {
+    /// The face to hand batches to: the engine's concurrent one while `max_in_flight > 1`, else
+    /// `None` (the engine thread calls `generate` itself, one batch at a time).
+    fn concurrent_face(&self) -> Option<std::sync::Arc<dyn ConcurrentEngine>> {
+        self.concurrent.clone().filter(|_| self.core.config().max_in_flight() > 1)
+    }
+
+    /// Why `config` cannot be used by the engine that started: more than one in flight on an
+    /// engine without a concurrent face. Before the start, the start itself checks.
+    fn refusal(&self, config: &BatchConfig) -> Option<ConfigError> {
+        let engine = self.engine_name.as_ref()?;
+        (config.max_in_flight() > 1 && self.concurrent.is_none())
+            .then(|| ConfigError::NotConcurrent { max_in_flight: config.max_in_flight(), engine: engine.clone() })
+    }
 }
 
 /// Which condvar a thread waits on.
@@ -101,6 +133,9 @@ struct Shared {
     /// Callers of `preload` and `shutdown` wait here for lifecycle changes.
     state_cv: Condvar,
     clock: std::sync::Arc<dyn Clock>,
+    /// Told about every batch; behind its own leaf lock ([`Level::Observer`]), since results may
+    /// come in on several threads.
+    observer: Option<Mutex<BatchObserver>>,
 }
 
 struct Locked<'a> {
@@ -131,6 +166,15 @@ impl Shared {
         }
         if waiting.state > 0 {
             self.state_cv.notify_all();
+        }
+    }
+
+    /// Tells the observer, if any, about a batch whose generate returned. No batcher lock held.
+    fn observe(&self, batch: &BatchRun) {
+        if let Some(observer) = &self.observer {
+            sync::assert_not_held(Level::Batcher);
+            let _order = sync::ordered(Level::Observer);
+            (sync::lock(observer))(batch);
         }
     }
 
@@ -231,15 +275,17 @@ impl Batcher {
                 probe: None,
                 engine_tid: None,
                 concurrent: None,
+                engine_name: None,
             }),
             engine_cv: Condvar::new(),
             watchdog_cv: Condvar::new(),
             state_cv: Condvar::new(),
             clock,
+            observer: observer.map(Mutex::new),
         });
         let mut threads = Vec::new();
         let s = shared.clone();
-        threads.push((true, spawn_named("batchlab-engine", move || engine_thread(s, engine, observer))));
+        threads.push((true, spawn_named("batchlab-engine", move || engine_thread(s, engine))));
         if watchdog {
             let s = shared.clone();
             threads.push((false, spawn_named("batchlab-watchdog", move || watchdog_thread(s))));
@@ -264,19 +310,19 @@ impl Batcher {
         tid
     }
 
-    /// The started engine's concurrent face ([`Engine::concurrent`]), taken right after its start
-    /// succeeded; `None` before that, after a failed start, or for an engine that has none. A run
-    /// reads the servers' counters through it (`ConcurrentEngine::server_counters`).
-    pub fn concurrent_engine(&self) -> Option<std::sync::Arc<dyn ConcurrentEngine>> {
-        let locked = self.shared.lock();
-        let concurrent = locked.guard.concurrent.clone();
-        self.shared.release_and_notify(locked, false);
-        concurrent
-    }
-
     /// Where the batcher is in its lifecycle.
     pub fn state(&self) -> State {
         self.shared.lock().guard.core.state()
+    }
+
+    /// The started engine's concurrent face ([`Engine::concurrent`]), for reading the servers'
+    /// counters between benchmarks: `None` before the engine started, after its shutdown, or when
+    /// it runs one generate at a time.
+    pub fn concurrent_engine(&self) -> Option<std::sync::Arc<dyn ConcurrentEngine>> {
+        let locked = self.shared.lock();
+        let face = locked.guard.concurrent.clone();
+        self.shared.release_and_notify(locked, false);
+        face
     }
 
     /// Whether this call started the engine.
@@ -354,12 +400,16 @@ impl Batcher {
     }
 
     /// Takes new batching settings while idle (see [`BatcherCore::reconfigure`]); the engine
-    /// thread's next wait uses them.
+    /// thread's next wait uses them. A `max_in_flight` above 1 is refused
+    /// ([`ConfigError::NotConcurrent`]) once an engine without a concurrent face has started.
     ///
     /// [`BatcherCore::reconfigure`]: super::core::BatcherCore::reconfigure
     pub fn reconfigure(&self, config: BatchConfig) -> Result<(), crate::batcher::ConfigError> {
         let mut locked = self.shared.lock();
-        let result = locked.guard.core.reconfigure(config);
+        let result = match locked.guard.refusal(&config) {
+            Some(refusal) => Err(refusal),
+            None => locked.guard.core.reconfigure(config),
+        };
         self.shared.release(locked);
         result
     }
@@ -443,7 +493,7 @@ fn cancel(shared: &Shared, id: RequestId) -> bool {
 }
 
 /// The engine thread: start, generates and shutdown, each with the lock released.
-fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Option<BatchObserver>) {
+fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
     let mut locked = shared.lock();
     locked.guard.engine_tid = Some(thread_id());
     loop {
@@ -451,22 +501,40 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Op
         let starting = matches!(locked.guard.core.state(), State::Starting | State::StartingThenDrain);
         if starting && locked.guard.start_result.is_none() {
             drop(locked);
-            let result = catch_engine_panic(|| engine.start())
+            let started = catch_engine_panic(|| engine.start().map(|info| (info, engine.concurrent())))
                 .unwrap_or_else(|p| Err(EngineError::Start(format!("start panicked: {}", panic_message(&*p)))));
+            locked = shared.lock();
+            let now = shared.clock.now();
+            let result = started.and_then(|(info, face)| {
+                let max_in_flight = locked.guard.core.config().max_in_flight();
+                // Started, but it cannot take the batching asked for: a failed start (its shutdown
+                // still runs, when the batcher shuts down).
+                if max_in_flight > 1 && face.is_none() {
+                    let refusal = ConfigError::NotConcurrent { max_in_flight, engine: info.name.clone() };
+                    return Err(EngineError::Start(refusal.to_string()));
+                }
+                locked.guard.concurrent = face;
+                locked.guard.engine_name = Some(info.name.clone());
+                Ok(info)
+            });
+            locked.guard.start_result = Some(result.clone());
+            locked.guard.core.handle_start_result(result.clone(), now);
+            shared.release(locked);
             if let Err(e) = &result {
                 tracing::error!(error = %e, "engine failed to start");
             }
-            let concurrent = result.is_ok().then(|| engine.concurrent()).flatten();
-            locked = shared.lock();
-            let now = shared.clock.now();
-            locked.guard.concurrent = concurrent;
-            locked.guard.start_result = Some(result.clone());
-            locked.guard.core.handle_start_result(result, now);
-            shared.release(locked);
             locked = shared.lock();
             continue;
         }
         if let Some(batch) = locked.guard.core.poll_dispatch(now) {
+            if let Some(face) = locked.guard.concurrent_face() {
+                let waiting = locked.guard.waiting;
+                drop(locked);
+                shared.notify_waiting(waiting);
+                generate_concurrently(&shared, &*face, batch);
+                locked = shared.lock();
+                continue;
+            }
             let waiting = locked.guard.waiting;
             drop(locked);
             // The watchdog must learn the new generate deadline before generate can block.
@@ -476,15 +544,13 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Op
                 Err(p) => GenerateResult::Panicked(panic_message(&*p)),
             };
             let returned_at = shared.clock.now();
-            if let Some(observe) = observer.as_mut() {
-                observe(&BatchRun {
-                    id: batch.id,
-                    size: batch.requests.len(),
-                    reason: batch.reason,
-                    dispatched_at: batch.dispatched_at,
-                    returned_at,
-                });
-            }
+            shared.observe(&BatchRun {
+                id: batch.id,
+                size: batch.requests.len(),
+                reason: batch.reason,
+                dispatched_at: batch.dispatched_at,
+                returned_at,
+            });
             locked = shared.lock();
             locked.guard.core.handle_generate_result(batch.id, result, returned_at);
             shared.release(locked);
@@ -497,16 +563,98 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E, mut observer: Op
                 .unwrap_or_else(|p| Err(EngineError::Shutdown(format!("shutdown panicked: {}", panic_message(&*p)))));
             locked = shared.lock();
             locked.guard.shutdown_result = Some(result);
+            (locked.guard.concurrent, locked.guard.engine_name) = (None, None);
             locked.guard.core.handle_engine_shutdown_done();
             shared.release(locked);
             return;
         }
-        if locked.guard.core.state() == State::Stopped || locked.guard.closing {
+        // Once `shutdown` stopped waiting, a generate still out (a concurrent one, abandoned) is
+        // still owed the engine's shutdown when it returns: wait for it here.
+        let owed = locked.guard.core.generate_in_flight();
+        if locked.guard.core.state() == State::Stopped || (locked.guard.closing && !owed) {
             shared.release(locked);
             return;
         }
         let timeout = locked.guard.core.dispatch_deadline().map(|d| d.saturating_since(now));
         locked = shared.wait(Cv::Engine, locked, timeout);
+    }
+}
+
+/// Hands `batch` to the engine's concurrent face, with no batcher lock held, and returns without
+/// waiting for it: the result comes through `done`, on any thread, possibly before `generate`
+/// returns. A panic in `generate` fails the batch unless `done` answered it already.
+fn generate_concurrently(shared: &Arc<Shared>, face: &dyn ConcurrentEngine, batch: Batch) {
+    let delivery = Arc::new(Delivery {
+        shared: shared.clone(),
+        batch: batch.id,
+        size: batch.requests.len(),
+        reason: batch.reason,
+        dispatched_at: batch.dispatched_at,
+        delivered: AtomicBool::new(false),
+    });
+    let guard = DoneGuard(delivery.clone());
+    let done: GenerateDone = Box::new(move |result| {
+        guard.0.deliver(GenerateResult::from(result));
+    });
+    if let Err(p) = catch_engine_panic(|| face.generate(batch.requests, done)) {
+        let message = panic_message(&*p);
+        if !delivery.deliver(GenerateResult::Panicked(message.clone())) {
+            tracing::warn!(batch_id = batch.id, %message, "generate panicked after its batch was answered");
+        }
+    }
+}
+
+/// One concurrent generate's result on its way to the core: delivered once, whoever comes first
+/// (the engine's `done`, a panic caught around `generate`, or a `done` dropped uncalled).
+struct Delivery {
+    shared: Arc<Shared>,
+    batch: BatchId,
+    size: usize,
+    reason: super::core::FlushReason,
+    dispatched_at: crate::time::Timestamp,
+    delivered: AtomicBool,
+}
+
+impl Delivery {
+    /// Tells the observer, then the core (taking the lock), then hands out the outcomes, unless
+    /// the batch's result was delivered already (then returns `false`). Called with no batcher
+    /// lock held.
+    fn deliver(&self, result: GenerateResult) -> bool {
+        if self.delivered.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        let returned_at = self.shared.clock.now();
+        self.shared.observe(&BatchRun {
+            id: self.batch,
+            size: self.size,
+            reason: self.reason,
+            dispatched_at: self.dispatched_at,
+            returned_at,
+        });
+        let mut locked = self.shared.lock();
+        locked.guard.core.handle_generate_result(self.batch, result, returned_at);
+        self.shared.release(locked);
+        true
+    }
+}
+
+/// Rides in a concurrent generate's `done`: should the engine drop `done` without calling it,
+/// the batch fails instead of waiting for its generate timeout. A `done` dropped by a panic inside
+/// `generate` on the engine thread is left to the catch around it, which has the panic's message.
+struct DoneGuard(Arc<Delivery>);
+
+impl Drop for DoneGuard {
+    fn drop(&mut self) {
+        let panicking = std::thread::panicking();
+        if panicking && in_engine_call() {
+            return;
+        }
+        let _ = self.0.deliver(match panicking {
+            true => GenerateResult::Panicked("a thread of the engine panicked with the batch's `done`".into()),
+            false => {
+                GenerateResult::Error(EngineError::Generate("the engine dropped the batch's `done` uncalled".into()))
+            }
+        });
     }
 }
 

@@ -6,11 +6,16 @@
 //! [`VirtualClock`]; its completion is then applied at that later time, after any arrivals the
 //! caller feeds in between. The same inputs always give the same outputs, byte for byte, and a
 //! simulated hour takes milliseconds.
+//!
+//! One generate at a time: an engine runs here on the caller's thread, synchronously, so
+//! `batching.max_in_flight` above 1 (several generates out at once, through a concurrent face the
+//! simulator does not have) is refused at [`start`](VirtualTimeBatcher::start) and
+//! [`reconfigure`](VirtualTimeBatcher::reconfigure).
 
 use super::engine_call::{catch_engine_panic, panic_message};
 
 use super::core::{BatchConfig, BatchId, BatchRun, BatcherCore, Event, GenerateResult, Outcome};
-use super::error::RequestError;
+use super::error::{ConfigError, RequestError};
 use super::lifecycle::State;
 use crate::engine::{Engine, EngineDeath, EngineError, EngineInfo, EngineRequest, RequestId};
 use crate::time::{Clock, Timestamp, VirtualClock};
@@ -83,10 +88,16 @@ impl<E: Engine> VirtualTimeBatcher<E> {
         std::mem::take(&mut self.batches)
     }
 
-    /// Loads the engine; virtual time advances by however long the load took.
+    /// Loads the engine; virtual time advances by however long the load took. With
+    /// `max_in_flight > 1` nothing is loaded and the start fails ([`ConfigError::NotConcurrent`]).
     pub fn start(&mut self) -> Result<EngineInfo, EngineError> {
         if let Some(r) = &self.start_info {
             return r.clone();
+        }
+        if let Some(refusal) = refusal(self.core.config()) {
+            let refused = Err(EngineError::Start(refusal.to_string()));
+            self.start_info = Some(refused.clone());
+            return refused;
         }
         if !self.core.begin_start() {
             return Err(EngineError::Start(format!("cannot start in state {:?}", self.core.state())));
@@ -105,9 +116,13 @@ impl<E: Engine> VirtualTimeBatcher<E> {
         self.core.submit(request, self.now)
     }
 
-    /// Takes new batching settings while idle (see [`BatcherCore::reconfigure`]).
-    pub fn reconfigure(&mut self, config: BatchConfig) -> Result<(), crate::batcher::ConfigError> {
-        self.core.reconfigure(config)
+    /// Takes new batching settings while idle (see [`BatcherCore::reconfigure`]); a
+    /// `max_in_flight` above 1 is refused.
+    pub fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError> {
+        match refusal(&config) {
+            Some(refusal) => Err(refusal),
+            None => self.core.reconfigure(config),
+        }
     }
 
     /// Cancels a queued request at the current time; `false` if it was already dispatched or unknown.
@@ -224,4 +239,10 @@ impl<E: Engine> VirtualTimeBatcher<E> {
         }
         self.engine_shutdown.clone().unwrap_or(Ok(()))
     }
+}
+
+/// Why virtual time cannot run `config`: several generates in flight.
+fn refusal(config: &BatchConfig) -> Option<ConfigError> {
+    let max_in_flight = config.max_in_flight();
+    (max_in_flight > 1).then(|| ConfigError::NotConcurrent { max_in_flight, engine: "virtual time".into() })
 }

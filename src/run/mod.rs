@@ -21,6 +21,7 @@ pub mod driver;
 #[doc(hidden)]
 pub mod engine_guard;
 mod interrupt;
+mod preflight;
 #[doc(hidden)]
 pub mod progress;
 mod realtime;
@@ -36,6 +37,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 pub use interrupt::Interrupt;
+pub use preflight::preflight;
 // Not on the API boundary (ARCHITECTURE.md): calibrate's design and the fidelity bench use it.
 #[doc(hidden)]
 pub use session::EngineSession;
@@ -139,20 +141,6 @@ impl RunSummary {
     pub fn assert_expectations(&self) {
         self.report.assert_expectations();
     }
-}
-
-/// Everything a run would reject before its engine starts, checked without starting anything:
-/// the engine plan's own checks ([`EnginePlan::check`]: the build has the engine, a vLLM model
-/// directory exists) and the whole workload, built exactly as the run builds it (a JSONL file is
-/// read and every line checked). `batchlab check` calls this; so does [`run_blocking`], before
-/// the engine starts. Returns the workload.
-pub fn preflight(plan: &Plan) -> Result<Workload, RunError> {
-    plan.engine().check()?;
-    let workload = Workload::from_plan(plan.workload())?;
-    for c in plan.matrix().iter().flat_map(|m| m.combinations()) {
-        Workload::from_plan(c.plan().workload())?;
-    }
-    Ok(workload)
 }
 
 /// Runs a plan against the engine it names, to completion (or interruption), and writes its

@@ -452,6 +452,9 @@ pub(crate) struct Batching {
     pub batch_timeout: Duration,
     pub generate_timeout: Option<Duration>,
     pub stall_timeout: Option<Duration>,
+    /// `None`: the default, 1, which is left out when printed (a plan that never set it prints
+    /// as it did before the key existed).
+    pub max_in_flight: Option<usize>,
 }
 
 impl Batching {
@@ -461,6 +464,7 @@ impl Batching {
             batch_timeout: c.batch_timeout(),
             generate_timeout: c.generate_timeout(),
             stall_timeout: c.stall_timeout(),
+            max_in_flight: Some(c.max_in_flight()).filter(|&n| n > 1),
         }
     }
 }
@@ -484,6 +488,14 @@ pub(crate) const BATCHING_KEYS: &[Key<Batching>] = &[
         KeyDefault::Text("none for `sim`; `engine.openai.timeout` + 30 s for `openai`; `\"30s\"` for another real engine"),
         "> 0; a generate with no progress (no output, no CPU time in the engine's processes) for this long, \
          or 4× the run's longest generate when that is longer, fails with `engine_stalled`, and so does every later request",
+        in Batching
+    ),
+    key!(
+        max_in_flight: Opt(Count(1)),
+        KeyDefault::Text("1"),
+        ">= 1; up to this many batches run at once, each with its own `generate_timeout`; above 1 needs an engine \
+         that runs several generates at once (`engine.kind = \"openai\"`): `sim`, `vllm` and `python` run one, \
+         and `check` refuses more",
         in Batching
     ),
 ];

@@ -39,7 +39,8 @@ pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
     }
     let engine = lower_engine(cx, top, seed);
     check_process_faults(cx, faults_table, &engine);
-    let batching = lower_batching(cx, top, &engine);
+    let mut places = Places::default();
+    let batching = lower_batching(cx, top, &engine, &mut places);
     check_chat_batches(cx, top, &engine, &batching);
     let workload = lower_workload(cx, top, seed);
     let batching = stall_from_profile(cx, top, &engine, &workload, batching);
@@ -69,6 +70,7 @@ pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
         output,
         matrix: None,
         source: Default::default(),
+        places,
     };
     super::arrivals::check(cx, top, &mut plan);
     plan
@@ -262,7 +264,9 @@ pub(crate) const HTTP_TIMEOUT_MARGIN: std::time::Duration = std::time::Duration:
 /// the scenario leaves unset. An HTTP engine's both default to its request `timeout` and
 /// [`HTTP_TIMEOUT_MARGIN`], so its own timeout, which names the failure (`timeout`) and fails
 /// only the batch, always comes first; the client's CPU time is no sign of a server's life.
-fn lower_batching(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePlan) -> BatchConfig {
+/// `max_in_flight`'s place is kept: whether the engine can take it is `run::preflight`'s to say,
+/// for the plan's own engine only.
+fn lower_batching(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePlan, places: &mut Places) -> BatchConfig {
     let d = match engine {
         EnginePlan::Sim(_) => BatchConfig::default(),
         EnginePlan::OpenAi(c) => {
@@ -277,10 +281,15 @@ fn lower_batching(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePlan) 
     };
     let mut b = Batching::of(&d);
     keys::read(cx, t, keys::BATCHING_KEYS, &mut b);
+    if let Some(field) = cx.field(t, "max_in_flight") {
+        let place = cx.origin(&field.path, field.span()).short();
+        places.0.push((field.path, place));
+    }
     // The ranges were checked above; this only fails if BatchConfig grows rules we do not know.
     let config = BatchConfig::new(b.batch_size, b.batch_timeout)
         .and_then(|c| c.with_generate_timeout(b.generate_timeout))
-        .and_then(|c| c.with_stall_timeout(b.stall_timeout));
+        .and_then(|c| c.with_stall_timeout(b.stall_timeout))
+        .and_then(|c| c.with_max_in_flight(b.max_in_flight.unwrap_or(1)));
     match config {
         Ok(config) => config,
         Err(e) => {

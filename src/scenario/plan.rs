@@ -63,6 +63,9 @@ pub struct Plan {
     /// What the plan was lowered from, for [`Plan::with_sets`]; never part of its value.
     #[serde(skip)]
     pub(super) source: Source,
+    /// Where some keys were written, for the checks after lowering; never part of its value.
+    #[serde(skip)]
+    pub(super) places: Places,
 }
 
 impl Plan {
@@ -125,6 +128,26 @@ impl Plan {
     /// `[matrix]`: the combinations to run in one engine start; `None` without a matrix.
     pub fn matrix(&self) -> Option<&MatrixPlan> {
         self.matrix.as_deref()
+    }
+    /// Where `key` (a dotted path, e.g. `batching.max_in_flight`) was written: `file:line:column`,
+    /// or the `--set` that set it. Kept only for the keys a check after the lowering may refuse
+    /// (`run::preflight`: what the plan's own engine cannot take, while a caller's engine may);
+    /// `None` for any other key, or one the scenario does not write.
+    #[doc(hidden)]
+    pub fn place(&self, key: &str) -> Option<&str> {
+        self.places.0.iter().find(|(k, _)| k == key).map(|(_, place)| place.as_str())
+    }
+}
+
+/// Where keys were written whose value a check after the lowering may refuse (see
+/// [`Plan::place`]), each as the short form of its origin. Not part of the plan's value: two
+/// plans with the same values are equal however they were written.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Places(pub(super) Vec<(String, String)>);
+
+impl PartialEq for Places {
+    fn eq(&self, _: &Self) -> bool {
+        true
     }
 }
 

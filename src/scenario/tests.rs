@@ -890,10 +890,15 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
         duration_strategy(1),
         proptest::option::of(duration_strategy(1)),
         proptest::option::of(duration_strategy(1)),
+        1usize..5,
     )
-        .prop_map(|(size, timeout, generate, stall)| {
+        .prop_map(|(size, timeout, generate, stall, in_flight)| {
             let config = crate::batcher::BatchConfig::new(size, timeout).unwrap();
-            config.with_generate_timeout(generate).and_then(|c| c.with_stall_timeout(stall)).unwrap()
+            config
+                .with_generate_timeout(generate)
+                .and_then(|c| c.with_stall_timeout(stall))
+                .and_then(|c| c.with_max_in_flight(in_flight))
+                .unwrap()
         });
     let objective = || proptest::option::of(0.001..1e6f64);
     let slo = (objective(), objective(), objective(), objective())
@@ -986,6 +991,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                     output,
                     matrix: None,
                     source: Default::default(),
+                    places: Default::default(),
                 }
             },
         )

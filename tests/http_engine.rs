@@ -268,7 +268,14 @@ fn batchlab_run_end_to_end_batched_and_one_per_request() {
     let server = Server::start(Some(STEADY), &["--timing-log", log.to_str().unwrap(), "--grace", "1"]);
     for batch_size in [8, 1] {
         let dir = temp_dir(&format!("run-{batch_size}"));
-        let (output, out) = run(&dir, &scenario(&[&server.url], batch_size, 48, ""), &[], Duration::from_secs(120));
+        let mut toml = scenario(&[&server.url], batch_size, 48, "");
+        if batch_size == 1 {
+            // One prompt per request, 8 requests on the wire at once: the other tools' client.
+            toml = toml
+                .replace("[batching]\n", "[batching]\nmax_in_flight = 8\n")
+                .replace("levels = [2]", "levels = [16]");
+        }
+        let (output, out) = run(&dir, &toml, &[], Duration::from_secs(120));
         assert!(output.status.success(), "{}\n{}", text(&output.stdout), text(&output.stderr));
         let report = report(&out);
         let (submitted, completed, errors) = counts(&report);
@@ -283,6 +290,27 @@ fn batchlab_run_end_to_end_batched_and_one_per_request() {
         }
         let records = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
         assert_eq!(records.lines().count(), 48);
+        // How many requests were on the wire at once, at most: from their sends to their ends.
+        let mut edges: Vec<(u64, i32)> = Vec::new();
+        for line in records.lines() {
+            let r: Value = serde_json::from_str(line).unwrap();
+            edges.push((r["sent_ns"].as_u64().unwrap(), 1));
+            edges.push((r["finished_ns"].as_u64().unwrap(), -1));
+        }
+        edges.sort();
+        let most = edges
+            .iter()
+            .scan(0, |open, (_, d)| {
+                *open += d;
+                Some(*open)
+            })
+            .max()
+            .unwrap();
+        if batch_size == 1 {
+            assert!((2..=8).contains(&most), "up to max_in_flight = 8 requests at once, several: {most}");
+        } else {
+            assert_eq!(most, 8, "one request of 8 prompts at a time (max_in_flight = 1)");
+        }
         for line in records.lines() {
             let r: Value = serde_json::from_str(line).unwrap();
             // The client's own times: when the request was written, when each token's chunk came.

@@ -64,8 +64,8 @@
 //! What holds for one batch in flight holds for each of them:
 //! - **Every request one outcome.** A result is matched to its batch by [`BatchId`], never to
 //!   another batch in flight; a late result of an abandoned batch is discarded.
-//! - **Batches as with one in flight.** Each batch is the queue's front, at most `batch_size`, with its own
-//!   [`FlushReason`]: only the number of slots changes when a batch may go, never what it holds.
+//! - **Batches as with one in flight.** Each batch is the queue's front, at most `batch_size`,
+//!   with its own [`FlushReason`]: the slots change when a batch may go, never what it holds.
 //! - **No unbounded wait.** `generate_timeout` is per batch: an overrunning generate fails only
 //!   its own batch and keeps its slot until it returns (so a server that hangs every request can
 //!   hold at most `max_in_flight` of them). While every slot is held by such a generate, queued

@@ -224,8 +224,13 @@ MUTANTS = [
      "        if first > times.completed {", "        if first > times.completed && first < times.submitted {",
      ["--test", "metrics_mapper", "arbitrary_stats_never_panic_and_durations_stay_sane"], {}),
     ("mapper: TTFT measured from the dispatch, not the submit", "src/metrics/mapper.rs",
-     "let d = first.checked_since(times.submitted);", "let d = first.checked_since(times.dispatched);",
+     "let ttft_from = e.sent.map_or(times.submitted, |sent| sent.max(times.submitted));",
+     "let ttft_from = e.sent.map_or(times.dispatched, |sent| sent.max(times.submitted));",
      ["--test", "metrics_mapper", "consistent_stats_give_ordered_metrics"], {}),
+    ("mapper: an HTTP engine's TTFT still from our submit, not its send", "src/metrics/mapper.rs",
+     "let ttft_from = e.sent.map_or(times.submitted, |sent| sent.max(times.submitted));",
+     "let ttft_from = times.submitted;",
+     ["--test", "metrics_mapper", "ttft_runs_from_the_moment_an_http_engine_sent_the_request"], {}),
 
     # ---- distributions (proptest, src/metrics/distribution.rs) ----
     ("distribution: quantiles read at 90% of the rank", "src/metrics/distribution.rs",

@@ -378,6 +378,25 @@ fn two_endpoints_one_dies_mid_run_the_other_carries_on() {
     assert!(errors.contains_key("connect_failed"), "requests after the death could not connect: {errors:?}");
     // Once out of rotation, the dead endpoint gets only probes: most of the rest went to the other.
     assert!(failed < 160 / 4, "{errors:?}");
+    // The report's per-endpoint view: the dead one's failures (and when they began), the steady
+    // one's successes, the time until requests succeeded again; the steady server's own counters.
+    let b = &report["benchmarks"][0];
+    let endpoint = |url: &str| {
+        let all = b["endpoints"].as_array().expect("per-endpoint results");
+        all.iter().find(|e| e["endpoint"] == url).unwrap_or_else(|| panic!("{url} in {all:?}")).clone()
+    };
+    let (dead, alive) = (endpoint(&dying.url), endpoint(&steady.url));
+    assert_eq!(dead["errors"], failed, "{dead}");
+    assert_eq!(alive["errors"], 0, "{alive}");
+    assert_eq!(dead["completed"].as_u64().unwrap() + alive["completed"].as_u64().unwrap(), completed);
+    let failures = &dead["failures"];
+    assert!(failures["began_s"].as_f64().unwrap() > 0.0, "{dead}");
+    let recover = failures["time_to_recover_s"].as_f64().expect("the run recovered on the other endpoint");
+    assert!(recover < 5.0, "{dead}");
+    let server = b["server"].as_array().expect("the servers' /metrics deltas");
+    let steady_counters =
+        server.iter().find(|s| s["endpoint"] == steady.url.as_str()).expect("the steady server's deltas");
+    assert!(steady_counters["counters"]["generation_tokens"].as_f64().unwrap() > 0.0, "{steady_counters}");
     let dead_status = dying.wait(Duration::from_secs(10));
     assert_eq!(dead_status.code(), Some(1));
     std::fs::remove_dir_all(&dir).unwrap();

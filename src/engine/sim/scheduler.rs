@@ -169,12 +169,14 @@ pub(crate) fn schedule(
     let mut index_of = Vec::with_capacity(specs.len());
     for (index, s) in specs.iter().enumerate() {
         if s.output_len > 0 {
-            let id = stepper.add_checked(s.clone());
+            let id = stepper.add_checked(s);
             debug_assert_eq!(id.0, index_of.len());
             index_of.push(index);
         }
     }
-    while let Some(step) = stepper.step() {
+    // One outcome, its buffers reused from step to step.
+    let mut step = StepOutcome::default();
+    while stepper.step_into(&mut step) {
         let step_index = out.steps.len();
         for &(id, cached) in &step.admitted {
             let seq = &mut out.seqs[index_of[id.0]];
@@ -190,7 +192,7 @@ pub(crate) fn schedule(
             times.last_token = Some(step_index);
             times.token_steps.push(step_index);
         }
-        out.steps.push(step.step);
+        out.steps.push(std::mem::take(&mut step.step));
     }
     *kv = stepper.into_kv();
     Ok(out)
@@ -242,6 +244,8 @@ pub struct Stepper {
     free_slots: Vec<usize>,
     waiting: VecDeque<usize>,
     running: Vec<usize>,
+    /// The step's scheduled sequences and their new tokens: a buffer kept between steps.
+    scheduled: Vec<(usize, u32)>,
 }
 
 impl Stepper {
@@ -251,7 +255,15 @@ impl Stepper {
     }
 
     pub(crate) fn new(config: ResolvedEngineConfig, kv: KvCache) -> Self {
-        Stepper { config, kv, seqs: Vec::new(), free_slots: Vec::new(), waiting: VecDeque::new(), running: Vec::new() }
+        Stepper {
+            config,
+            kv,
+            seqs: Vec::new(),
+            free_slots: Vec::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            scheduled: Vec::new(),
+        }
     }
 
     pub(crate) fn into_kv(self) -> KvCache {
@@ -265,10 +277,10 @@ impl Stepper {
         if spec.output_len == 0 {
             return Err(ScheduleError::NoOutput);
         }
-        Ok(self.add_checked(spec))
+        Ok(self.add_checked(&spec))
     }
 
-    fn add_checked(&mut self, s: SeqSpec) -> SeqId {
+    fn add_checked(&mut self, s: &SeqSpec) -> SeqId {
         let bs = self.config.block_size.max(1);
         let (hashes, known_cached) = match &s.prefix {
             PrefixSource::Tokens(ids) if self.config.prefix_caching => (block_hashes(ids, bs), None),
@@ -342,15 +354,26 @@ impl Stepper {
 
     /// Runs one step (see the module docs); `None` when idle.
     pub fn step(&mut self) -> Option<StepOutcome> {
+        let mut out = StepOutcome::default();
+        self.step_into(&mut out).then_some(out)
+    }
+
+    /// [`Self::step`] into `out`, whose buffers are reused: `false` (and `out` cleared) when idle.
+    pub(crate) fn step_into(&mut self, out: &mut StepOutcome) -> bool {
+        out.admitted.clear();
+        out.preempted.clear();
+        out.sampled.clear();
+        out.finished.clear();
+        out.step = Step::default();
         if self.is_idle() {
-            return None;
+            return false;
         }
         let config = self.config;
         let bs = config.block_size.max(1);
         let max_seqs = config.max_num_seqs.max(1) as usize;
-        let mut out = StepOutcome::default();
         let mut budget = u64::from(config.max_num_batched_tokens.max(1));
-        let mut scheduled: Vec<(usize, u32)> = Vec::new();
+        let mut scheduled = std::mem::take(&mut self.scheduled);
+        scheduled.clear();
 
         // 1. Running sequences, oldest first; preempt the newest when the cache is full.
         let mut i = 0;
@@ -359,7 +382,15 @@ impl Stepper {
             let new = u64::from(self.seq(r).num_tokens() - self.seq(r).computed).min(budget) as u32;
             loop {
                 let s = self.seq(r);
-                let want = blocks_for(u64::from(s.computed + new), bs).saturating_sub(s.blocks.len() as u64);
+                let tokens = u64::from(s.computed + new);
+                if tokens <= s.blocks.len() as u64 * u64::from(bs) {
+                    // Most decode steps: the tokens fit the blocks it holds (no division per sequence).
+                    scheduled.push((r, new));
+                    budget -= u64::from(new);
+                    i += 1;
+                    break;
+                }
+                let want = blocks_for(tokens, bs) - s.blocks.len() as u64;
                 if let Some(blocks) = self.kv.allocate(want) {
                     self.seq_mut(r).blocks.extend(blocks);
                     scheduled.push((r, new));
@@ -447,8 +478,13 @@ impl Stepper {
         // 3. Outputs: sample, finish, cache full prompt blocks.
         for &(r, new) in &scheduled {
             let s = self.seqs[r].as_mut().expect("a scheduled slot holds a sequence");
+            let before = s.computed;
             s.computed += new;
-            s.prompt_blocks_done = s.prompt_blocks_done.max(s.computed.min(s.prompt_len) / bs);
+            // Only a step that computes prompt tokens can add prompt blocks (a sequence is admitted
+            // with at most its prompt computed, so past it the count is already at its top).
+            if before <= s.prompt_len {
+                s.prompt_blocks_done = s.prompt_blocks_done.max(s.computed.min(s.prompt_len) / bs);
+            }
             while s.registered < s.hashes.len() && (s.registered as u32 + 1) * bs <= s.computed {
                 self.kv.register(s.blocks[s.registered], s.hashes[s.registered]);
                 s.registered += 1;
@@ -471,7 +507,8 @@ impl Stepper {
                 self.free_slots.push(id.0);
             }
         }
-        Some(out)
+        self.scheduled = scheduled;
+        true
     }
 }
 

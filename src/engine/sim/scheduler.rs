@@ -149,6 +149,9 @@ impl Seq {
     }
 }
 
+/// The most entries reserved up front for one sequence's token steps or block table.
+const RESERVE_AT_MOST: usize = 4096;
+
 fn blocks_for(tokens: u64, block_size: u32) -> u64 {
     tokens.div_ceil(u64::from(block_size.max(1)))
 }
@@ -164,7 +167,15 @@ pub(crate) fn schedule(
         check(config, index, s)?;
     }
     let mut stepper = Stepper::new(*config, std::mem::replace(kv, KvCache::new(0)));
-    let mut out = Schedule { steps: Vec::new(), seqs: vec![SeqSchedule::default(); specs.len()] };
+    // Each sequence's token steps, sized once (one a generated token; a bound on what is reserved).
+    let seqs = specs
+        .iter()
+        .map(|s| SeqSchedule {
+            token_steps: Vec::with_capacity((s.output_len as usize).min(RESERVE_AT_MOST)),
+            ..SeqSchedule::default()
+        })
+        .collect();
+    let mut out = Schedule { steps: Vec::new(), seqs };
     // A fresh stepper hands out slots in order, so the n-th added sequence is `SeqId(n)`.
     let mut index_of = Vec::with_capacity(specs.len());
     for (index, s) in specs.iter().enumerate() {
@@ -443,6 +454,9 @@ impl Stepper {
             let s = self.seq_mut(w);
             s.blocks = hits;
             s.registered = s.blocks.len();
+            // Room for every block it will hold, so decoding never grows the table.
+            let most = blocks_for(u64::from(s.prompt_len + s.output_len), bs) as usize;
+            s.blocks.reserve(most.min(RESERVE_AT_MOST).saturating_sub(s.blocks.len()));
             s.blocks.extend(fresh_blocks);
             s.computed = hit_tokens;
             if !s.admitted {

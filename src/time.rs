@@ -168,7 +168,8 @@ impl Clock for VirtualClock {
 mod tests {
     #[test]
     fn from_secs_f64_rounds_as_f64_round() {
-        let mut values = vec![0.0, -0.0, 0.5e-9, 1.5e-9, 2.5e-9, 0.49999999999e-9, 1e-9, 123.456_789_012_5, 1e10, 9.2e9];
+        let mut values =
+            vec![0.0, -0.0, 0.5e-9, 1.5e-9, 2.5e-9, 0.49999999999e-9, 1e-9, 123.456_789_012_5, 1e10, 9.2e9];
         let mut x = 0x2545_F491_4F6C_DD1D_u64;
         for _ in 0..100_000 {
             x ^= x << 13;

@@ -206,7 +206,8 @@ pub(crate) fn block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
             let mut lanes = LANE_KEYS.map(|key| parent ^ key);
             // Every block has the same length (it is in the hash), so a lone last token is
             // never confused with a pair.
-            let mut words = block.chunks(2).map(|pair| u64::from(pair[0]) | pair.get(1).map_or(0, |&t| u64::from(t) << 32));
+            let mut words =
+                block.chunks(2).map(|pair| u64::from(pair[0]) | pair.get(1).map_or(0, |&t| u64::from(t) << 32));
             'words: loop {
                 for lane in &mut lanes {
                     let Some(word) = words.next() else { break 'words };
@@ -222,7 +223,8 @@ pub(crate) fn block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
 }
 
 /// Keys that tell the lanes of [`block_hashes`] apart.
-const LANE_KEYS: [u64; 4] = [0x3C6E_F372_FE94_F82B, 0xA54F_F53A_5F1D_36F1, 0x510E_527F_ADE6_82D1, 0x9B05_688C_2B3E_6C1F];
+const LANE_KEYS: [u64; 4] =
+    [0x3C6E_F372_FE94_F82B, 0xA54F_F53A_5F1D_36F1, 0x510E_527F_ADE6_82D1, 0x9B05_688C_2B3E_6C1F];
 
 /// SplitMix64's finalizer: a fixed, well-spread 64-bit mix (deterministic across builds).
 fn mix(mut z: u64) -> u64 {

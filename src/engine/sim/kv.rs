@@ -34,10 +34,7 @@ pub(crate) struct KvCache {
     free: VecDeque<(u64, BlockId)>,
     /// How many blocks nobody holds (the live entries of `free`).
     free_count: u64,
-    /// Full prompt blocks by hash (already well-mixed: see [`block_hashes`]). An entry is live
-    /// only while its block still holds that hash: evicting a block clears the block's hash and
-    /// leaves its entry behind, stale (no second probe of the map per eviction); stale entries
-    /// are ignored, replaced, and swept out once they outnumber the blocks.
+    /// Full prompt blocks by hash (already well-mixed: see [`block_hashes`]).
     cached: HashMap<u64, BlockId, BuildHasherDefault<MixedKey>>,
     clock: u64,
 }
@@ -84,13 +81,7 @@ impl KvCache {
 
     /// The longest run of `hashes` found in the cache, from the first.
     pub(crate) fn lookup(&self, hashes: &[u64]) -> Vec<BlockId> {
-        hashes.iter().map_while(|h| self.cached_block(*h)).collect()
-    }
-
-    /// The block findable by `hash`, if a live entry says so.
-    fn cached_block(&self, hash: u64) -> Option<BlockId> {
-        let id = *self.cached.get(&hash)?;
-        (self.blocks[id as usize].hash == Some(hash)).then_some(id)
+        hashes.iter().map_while(|h| self.cached.get(h).copied()).collect()
     }
 
     /// Of `hits`, the blocks nobody holds (taking them uses up free blocks).
@@ -126,8 +117,13 @@ impl KvCache {
                 (self.blocks.len() - 1) as BlockId
             } else {
                 let id = self.pop_free()?;
-                // Evicted from the prefix cache: its entry goes stale (see `cached`).
-                self.blocks[id as usize].hash = None;
+                if let Some(h) = self.blocks[id as usize].hash.take() {
+                    if let std::collections::hash_map::Entry::Occupied(e) = self.cached.entry(h) {
+                        if *e.get() == id {
+                            e.remove();
+                        }
+                    }
+                }
                 id
             };
             self.blocks[id as usize].refs = 1;
@@ -139,23 +135,9 @@ impl KvCache {
     /// Makes `block` findable by `hash`, unless another block already is (a duplicate computed
     /// concurrently stays uncached, as in vLLM).
     pub(crate) fn register(&mut self, block: BlockId, hash: u64) {
-        match self.cached.entry(hash) {
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(block);
-            }
-            std::collections::hash_map::Entry::Occupied(mut e) => {
-                if self.blocks[*e.get() as usize].hash == Some(hash) {
-                    return;
-                }
-                e.insert(block);
-            }
-        }
-        self.blocks[block as usize].hash = Some(hash);
-        // Stale entries at most a quarter of the blocks (plus a little): the map stays the size a
-        // map of live entries alone would have, at O(1) amortized per registration.
-        if self.cached.len() > self.blocks.len() + self.blocks.len() / 4 + 64 {
-            let blocks = &self.blocks;
-            self.cached.retain(|&h, &mut id| blocks[id as usize].hash == Some(h));
+        if let std::collections::hash_map::Entry::Vacant(e) = self.cached.entry(hash) {
+            e.insert(block);
+            self.blocks[block as usize].hash = Some(hash);
         }
     }
 
@@ -239,7 +221,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_evicted_block_is_no_hit_and_stale_entries_stay_bounded() {
+    fn an_evicted_block_is_no_hit_and_the_map_holds_only_cached_blocks() {
         let mut kv = KvCache::new(4);
         let a = kv.allocate(1).unwrap();
         kv.register(a[0], 11);
@@ -256,14 +238,14 @@ mod tests {
         kv.register(all[2], 11);
         assert_eq!(kv.lookup(&[11]), vec![all[3]]);
         kv.release(&all);
-        // Many evictions: the map never holds many more entries than the pool has blocks.
+        // Many evictions: the map never holds more entries than the pool has blocks.
         for round in 0..10_000u64 {
             let b = kv.allocate(4).unwrap();
             for (i, &id) in b.iter().enumerate() {
                 kv.register(id, 1000 + round * 4 + i as u64);
             }
             kv.release(&b);
-            assert!(kv.cached.len() <= 4 + 1 + 64 + 1, "{} entries", kv.cached.len());
+            assert!(kv.cached.len() <= 4, "{} entries", kv.cached.len());
         }
         let last = 1000 + 9_999 * 4;
         assert_eq!(kv.lookup(&[last, last + 1]).len(), 2, "the latest blocks are still cached");

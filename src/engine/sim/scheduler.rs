@@ -470,28 +470,20 @@ impl Stepper {
 
         // Every sequence fits the cache and the budget (checked by `add`), so a step always has work.
         debug_assert!(!scheduled.is_empty() || !out.preempted.is_empty(), "a step with nothing to do");
-        let mut load = StepLoad::default();
+        // The step's occupancy is read before its outputs free anything; its load is summed in the
+        // same pass as the outputs, from each sequence's state before the step.
+        let (running, kv_blocks_used) = (self.running.len(), self.kv.used_blocks());
+        let mut load = StepLoad { seqs: scheduled.len() as u64, ..StepLoad::default() };
+
+        // 3. Outputs: sample, finish, cache full prompt blocks.
         for &(r, new) in &scheduled {
-            let s = self.seq(r);
+            let s = self.seqs[r].as_mut().expect("a scheduled slot holds a sequence");
             if s.generated >= 1 && new == 1 && s.computed + 1 == s.num_tokens() {
                 load.decode_seqs += 1;
             } else {
                 load.prefill_tokens += u64::from(new);
             }
             load.context_tokens += u64::from(s.computed + new);
-        }
-        load.seqs = scheduled.len() as u64;
-        out.step = Step {
-            load,
-            scheduled: scheduled.len(),
-            running: self.running.len(),
-            kv_blocks_used: self.kv.used_blocks(),
-            preempted: out.preempted.len(),
-        };
-
-        // 3. Outputs: sample, finish, cache full prompt blocks.
-        for &(r, new) in &scheduled {
-            let s = self.seqs[r].as_mut().expect("a scheduled slot holds a sequence");
             let before = s.computed;
             s.computed += new;
             // Only a step that computes prompt tokens can add prompt blocks (a sequence is admitted
@@ -513,6 +505,7 @@ impl Stepper {
                 }
             }
         }
+        out.step = Step { load, scheduled: scheduled.len(), running, kv_blocks_used, preempted: out.preempted.len() };
         if !out.finished.is_empty() {
             let seqs = &self.seqs;
             self.running.retain(|&r| seqs[r].as_ref().is_some_and(|s| s.generated < s.output_len));

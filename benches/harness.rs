@@ -104,6 +104,9 @@ impl Engine for InstantEngine {
     }
 }
 
+/// Output tokens of every request (fixed, so tokens per second are requests per second times this).
+const OUTPUT_TOKENS: u32 = 16;
+
 /// One run: (requests per second of wall time in the measured window, wall time of the whole
 /// `run` call, measured requests, the measured window's own duration in seconds: virtual for the sim).
 fn measure(batch_size: usize, args: &Args) -> (f64, Duration, u64, f64) {
@@ -113,7 +116,7 @@ fn measure(batch_size: usize, args: &Args) -> (f64, Duration, u64, f64) {
         .name(&format!("harness-b{batch_size}"))
         .batch_size(batch_size)
         .batch_timeout(Duration::from_millis(1))
-        .synthetic(args.prompt_tokens, 16)
+        .synthetic(args.prompt_tokens, OUTPUT_TOKENS)
         .profile_throughput(1024)
         .max_requests(requests)
         .warmup_requests(requests / 20);
@@ -156,7 +159,7 @@ fn main() {
     };
     println!(
         "{what}; throughput profile, max_concurrency 1024; {} measured requests ({} at batch 1), \
-         prompt {} tokens, output 16; {} rounds",
+         prompt {} tokens, output {OUTPUT_TOKENS}; {} rounds",
         args.requests,
         (args.requests / 10).max(1),
         args.prompt_tokens,
@@ -187,7 +190,12 @@ fn main() {
         let m = median(&mut rates[i]);
         let extra = match args.engine {
             Kind::Instant => String::new(),
-            Kind::Sim => format!(" virtual_per_wall={:.0}", median(&mut speedups[i])),
+            // Simulated output tokens per second of wall time: every request generates OUTPUT_TOKENS.
+            Kind::Sim => format!(
+                " output_tokens_per_s={:.0} virtual_per_wall={:.0}",
+                m * f64::from(OUTPUT_TOKENS),
+                median(&mut speedups[i])
+            ),
         };
         println!("{tag} batch_size={bs} requests_per_s={m:.0} ns_per_request={:.0}{extra}", 1e9 / m);
     }

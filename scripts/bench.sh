@@ -97,9 +97,9 @@ md "\`\`\`sh"
 md "cargo bench --bench harness -- ${sim_args[*]}"
 md "\`\`\`"
 md ""
-md "| batch size | simulated requests/s (wall) | ns/request (wall) | virtual s per wall s |"
-md "|---:|---:|---:|---:|"
-grep '^SIM' "$work/sim.txt" | sed -E 's/.*batch_size=([0-9]+) requests_per_s=([0-9]+) ns_per_request=([0-9]+) virtual_per_wall=([0-9]+)/| \1 | \2 | \3 | \4 |/' >>"$out"
+md "| batch size | simulated requests/s (wall) | simulated output tokens/s (wall) | ns/request (wall) | virtual s per wall s |"
+md "|---:|---:|---:|---:|---:|"
+grep '^SIM' "$work/sim.txt" | sed -E 's/.*batch_size=([0-9]+) requests_per_s=([0-9]+) ns_per_request=([0-9]+) output_tokens_per_s=([0-9]+) virtual_per_wall=([0-9]+)/| \1 | \2 | \4 | \3 | \5 |/' >>"$out"
 fi
 
 # ---- 2. memory at scale -------------------------------------------------------------------------
@@ -110,25 +110,44 @@ if $quick; then sizes=(10000 100000); else sizes=(100000 1000000 10000000); fi
 md ""
 md "## 2. Memory at scale"
 md ""
-md "Peak RSS (\`/usr/bin/time\`'s maximum resident set size) of the CLI running \`scenarios/throughput.toml\` (simulated engine, virtual time) for N measured requests:"
+md "Peak RSS (\`/usr/bin/time\`'s maximum resident set size) of the CLI running \`scenarios/throughput.toml\` (simulated engine, virtual time) for N measured requests, and the simulator's speed at that scale: measured requests and simulated output tokens (the report's \`tokens.output\`, 64 a request) per second of the whole command's wall time:"
 md ""
 md "\`\`\`sh"
 md "/usr/bin/time -v $bin run scenarios/throughput.toml --set stop.max_requests=N --set 'expect.completed=\"== N\"' --quiet --output DIR"
 md "\`\`\`"
 md ""
-md "| requests | peak RSS (MiB) | wall (s) |"
-md "|---:|---:|---:|"
+md "| requests | peak RSS (MiB) | wall (s) | requests/s (wall) | output tokens/s (wall) |"
+md "|---:|---:|---:|---:|---:|"
 first_kb=""
 for n in "${sizes[@]}"; do
     read -r kb secs < <(measure "$bin" run scenarios/throughput.toml --set "stop.max_requests=$n" \
         --set "expect.completed=\"== $n\"" --quiet --output "$work/mem-$n")
     [[ -z "$first_kb" ]] && first_kb=$kb
     last_kb=$kb
-    echo "requests=$n peak_rss_kib=$kb wall_s=$secs" >&2
-    md "| $n | $(awk "BEGIN{printf \"%.1f\", $kb/1024}") | $secs |"
+    out_tokens=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["benchmarks"][0]["tokens"]["output"])' "$work/mem-$n/report.json")
+    echo "requests=$n peak_rss_kib=$kb wall_s=$secs output_tokens=$out_tokens" >&2
+    md "| $n | $(awk "BEGIN{printf \"%.1f\", $kb/1024}") | $secs | $(awk "BEGIN{printf \"%.0f\", $n/$secs}") | $(awk "BEGIN{printf \"%.0f\", $out_tokens/$secs}") |"
 done
 md ""
 md "Growth from ${sizes[0]} to ${sizes[-1]} requests: **$(awk "BEGIN{printf \"%.2f\", ($last_kb-$first_kb)/1024}") MiB** (target < 10 MB)."
+
+# `batchlab tune` over an hour of traffic: every point is the whole hour in virtual time.
+section "tune over an hour of traffic"
+if $quick; then tune_hour=(--set 'stop.max_duration="1m"' --set stop.max_requests=6000 --budget 5); tune_what="a minute (quick mode), 5 points"
+else tune_hour=(--set 'stop.max_duration="1h"' --set stop.max_requests=360000 --budget 100); tune_what="an hour, 100 points"; fi
+tune_args=(tune scenarios/slo.toml --keep-load --set 'profile.rates=[100.0]' "${tune_hour[@]}" --confirm 0)
+read -r kb secs < <(measure "$bin" "${tune_args[@]}" --output "$work/tune-hour")
+echo "tune over $tune_what: peak_rss_kib=$kb wall_s=$secs" >&2
+md ""
+md "\`batchlab tune\` over $tune_what of \`scenarios/slo.toml\` at a constant 100 requests/s (each point the whole run of the scenario on the simulator in virtual time, plus the recommendation's noise seeds; goal: under 30 s):"
+md ""
+md "\`\`\`sh"
+md "/usr/bin/time -v $bin $(printf '%q ' "${tune_args[@]}")--output DIR"
+md "\`\`\`"
+md ""
+md "| what | peak RSS (MiB) | wall (s) |"
+md "|---|---:|---:|"
+md "| tune, $tune_what | $(awk "BEGIN{printf \"%.1f\", $kb/1024}") | $secs |"
 fi
 
 # ---- 3-5. vLLM ----------------------------------------------------------------------------------

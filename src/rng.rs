@@ -44,6 +44,20 @@ impl SplitMix64 {
         lo + self.next_u64() % span
     }
 
+    /// The same draw as `range_u64(range.lo, range.hi)`, without its division: for many draws
+    /// from one range (a prompt's tokens).
+    pub fn range_in(&mut self, range: &FastRange) -> u64 {
+        match range.span {
+            None => self.next_u64(),
+            // No draw, as `range_u64` takes none for a single value.
+            Some(0) => range.lo,
+            Some(span) => {
+                let z = self.next_u64();
+                range.lo + range.rem(z, span)
+            }
+        }
+    }
+
     /// True with probability `p` (clamped to [0, 1]; NaN is 0).
     pub fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && self.next_f64() < p.min(1.0)
@@ -92,9 +106,62 @@ impl SplitMix64 {
     }
 }
 
+/// A range `[lo, hi]` for [`SplitMix64::range_in`], with its span's remainder precomputed
+/// (Lemire, Kaser and Kurz, "Faster remainder by direct computation", 2019: `z mod d` as the high
+/// half of `(c·z mod 2^128)·d` with `c = ⌈2^128 / d⌉`, exact for every 64-bit `z` and `d ≥ 2`).
+#[derive(Clone, Debug)]
+pub struct FastRange {
+    lo: u64,
+    /// `hi - lo + 1`; `Some(0)` for a range of one value (or an empty one: `lo`), `None` for all
+    /// 64-bit values.
+    span: Option<u64>,
+    /// `⌈2^128 / span⌉` (unused below a span of 2).
+    c: u128,
+}
+
+impl FastRange {
+    /// The values `lo..=hi` (only `lo` when `hi <= lo`, as [`SplitMix64::range_u64`]).
+    pub fn new(lo: u64, hi: u64) -> Self {
+        let span = if hi <= lo { Some(0) } else { (hi - lo).checked_add(1) };
+        let c = match span {
+            Some(d) if d >= 2 => u128::MAX / u128::from(d) + 1,
+            _ => 0,
+        };
+        // A span of 1 cannot happen (hi > lo), so `Some(0)` alone stands for "only lo".
+        FastRange { lo, span, c }
+    }
+
+    fn rem(&self, z: u64, d: u64) -> u64 {
+        let low = self.c.wrapping_mul(u128::from(z));
+        // The high 128 bits of `low · d`, of which the remainder is the low 64.
+        let (hi, lo) = ((low >> 64) as u64, low as u64);
+        let carry = (u128::from(lo) * u128::from(d)) >> 64;
+        ((u128::from(hi) * u128::from(d) + carry) >> 64) as u64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn range_in_draws_as_range_u64() {
+        let mut spans = vec![(0, 0), (5, 3), (0, 1), (3, 9), (0, 31_999), (0, 151_935), (7, u64::MAX), (0, u64::MAX)];
+        let mut g = SplitMix64::new(99);
+        for _ in 0..2000 {
+            let (a, b) = (g.next_u64() >> (g.next_u64() % 64), g.next_u64() >> (g.next_u64() % 64));
+            spans.push((a.min(b), a.max(b)));
+            spans.push((0, (1 << (g.next_u64() % 64)) - 1));
+            spans.push((0, 1 << (g.next_u64() % 63)));
+        }
+        for (lo, hi) in spans {
+            let range = FastRange::new(lo, hi);
+            let (mut a, mut b) = (SplitMix64::new(lo ^ hi), SplitMix64::new(lo ^ hi));
+            for _ in 0..200 {
+                assert_eq!(a.range_in(&range), b.range_u64(lo, hi), "[{lo}, {hi}]");
+            }
+        }
+    }
 
     #[test]
     fn same_seed_same_stream() {

@@ -53,7 +53,7 @@ use super::jsonl::{Columns, LinePrompt, PromptLine};
 use super::profile::TraceArrivals;
 use crate::engine::chat::{Message, RequestFormat};
 use crate::engine::{EngineRequest, Prompt, RequestId};
-use crate::rng::SplitMix64;
+use crate::rng::{FastRange, SplitMix64};
 
 /// A distribution of token counts.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -387,8 +387,9 @@ impl Synthetic {
             tokens.push((rest % vocab) as u32);
             rest /= vocab;
         }
+        let token_range = FastRange::new(0, vocab - 1);
         while tokens.len() < prompt_len {
-            tokens.push(tokens_rng.range_u64(0, vocab - 1) as u32);
+            tokens.push(tokens_rng.range_in(&token_range) as u32);
         }
         (Prompt::Tokens(tokens), max_tokens)
     }

@@ -20,7 +20,7 @@ use super::series::SeriesRecorder;
 use super::slo::{Slo, SloResult, SloVerdict};
 use crate::batcher::{FlushReason, RequestTimes};
 use crate::engine::TokenCountSource;
-use crate::time::Timestamp;
+use crate::time::{Timestamp, duration_nanos};
 
 /// Aggregates one benchmark. Call [`start`](Self::start), record events, then
 /// [`finish`](Self::finish).
@@ -171,9 +171,20 @@ impl BenchmarkAggregator {
                 dist.record(v);
             }
         }
-        // One sample per gap, as vLLM counts ITL.
-        for &gap in &metrics.itl {
-            d.itl.record(gap);
+        // One sample per gap, as vLLM counts ITL; a run of equal gaps (a decode step's length, shared
+        // by consecutive steps of the same load) is recorded at once.
+        let mut gaps = metrics.itl.iter().map(|&g| duration_nanos(g));
+        if let Some(mut run) = gaps.next() {
+            let mut count = 1;
+            for gap in gaps {
+                if gap == run {
+                    count += 1;
+                } else {
+                    d.itl.record_n_nanos(run, count);
+                    (run, count) = (gap, 1);
+                }
+            }
+            d.itl.record_n_nanos(run, count);
         }
 
         let a = &metrics.anomalies;

@@ -136,7 +136,36 @@ struct EngineTimes {
     first_token: Option<Timestamp>,
     last_token: Option<Timestamp>,
     /// The per-token times; `None` when absent or when one of them is unusable.
-    tokens: Option<Vec<Timestamp>>,
+    tokens: Option<TokenTimes>,
+}
+
+/// The per-token times on our timeline, read in one pass: what the ITL needs of them.
+struct TokenTimes {
+    first: Timestamp,
+    last: Timestamp,
+    count: usize,
+    /// Whether no time comes before the one before it.
+    ordered: bool,
+    /// The gaps between consecutive times (`saturating`: 0 where one goes backwards).
+    gaps: Vec<Duration>,
+}
+
+/// `ts` on our timeline (`conv` each), or `None` at the first unusable one; `None` for no times.
+fn token_times(ts: &[f64], mut conv: impl FnMut(f64) -> Option<Timestamp>) -> Option<Option<TokenTimes>> {
+    let (&head, rest) = match ts.split_first() {
+        Some(split) => split,
+        None => return Some(None),
+    };
+    let first = conv(head)?;
+    let mut t = TokenTimes { first, last: first, count: 1, ordered: true, gaps: Vec::with_capacity(rest.len()) };
+    for &v in rest {
+        let next = conv(v)?;
+        t.ordered &= t.last <= next;
+        t.gaps.push(next.saturating_since(t.last));
+        t.last = next;
+        t.count += 1;
+    }
+    Some(Some(t))
 }
 
 /// How far before our dispatch, or after our completion, an engine's queued or scheduled time may
@@ -205,7 +234,7 @@ fn to_timestamps(
             sent: conv(stats.sent_ts, o),
             first_token: conv(stats.first_token_ts, o),
             last_token: conv(stats.last_token_ts, o),
-            tokens: token_ts.and_then(|ts| ts.iter().map(|&v| conv(Some(v), o)).collect()),
+            tokens: token_ts.and_then(|ts| token_times(ts, |v| conv(Some(v), o))).flatten(),
         },
         _ => {
             EngineTimes { queued: None, scheduled: None, sent: None, first_token: None, last_token: None, tokens: None }
@@ -288,16 +317,29 @@ pub fn map_request(
 
     // Per-gap ITL: only from per-token times that agree with the first and last token (and so
     // with our submit and completion) and with the token count.
-    let itl = match (&e.tokens, ttft, tpot.is_some() || n == Some(1)) {
-        (Some(tokens), Some(_), true) if !tokens.is_empty() => {
+    let mut client_token_times = None;
+    let itl = match (e.tokens, ttft, tpot.is_some() || n == Some(1)) {
+        (Some(tokens), Some(_), true) => {
             // In order as sent, too: times that go backwards by less than a nanosecond still
             // go backwards.
             let sent_ordered = output.stats.token_ts.as_deref().is_none_or(|ts| ts.windows(2).all(|w| w[0] <= w[1]));
-            let ordered = sent_ordered && tokens.windows(2).all(|w| w[0] <= w[1]);
-            let ends_agree = e.first_token == tokens.first().copied() && e.last_token == tokens.last().copied();
-            let count_agrees = n.is_none_or(|n| usize::try_from(n).is_ok_and(|n| n == tokens.len()));
+            let ordered = sent_ordered && tokens.ordered;
+            let ends_agree = e.first_token == Some(tokens.first) && e.last_token == Some(tokens.last);
+            let count_agrees = n.is_none_or(|n| usize::try_from(n).is_ok_and(|n| n == tokens.count));
             if ordered && ends_agree && count_agrees {
-                tokens.windows(2).map(|w| w[1].saturating_since(w[0])).collect()
+                if e.sent.is_some() {
+                    // A client-timed engine's arrivals, for requests.jsonl: the first, then each
+                    // gap after it (exact, since they are in order).
+                    let mut at = tokens.first;
+                    let mut arrivals = Vec::with_capacity(tokens.count);
+                    arrivals.push(at);
+                    for gap in &tokens.gaps {
+                        at = at.saturating_add(*gap);
+                        arrivals.push(at);
+                    }
+                    client_token_times = Some(arrivals);
+                }
+                tokens.gaps
             } else {
                 anomalies.token_times_inconsistent = true;
                 Vec::new()
@@ -306,8 +348,6 @@ pub fn map_request(
         _ => Vec::new(),
     };
 
-    let client_token_times =
-        e.sent.and(e.tokens.as_ref()).filter(|_| ttft.is_some() && !anomalies.token_times_inconsistent).cloned();
     RequestMetrics {
         batch_wait: times.dispatched.saturating_since(times.submitted),
         latency,

@@ -176,21 +176,37 @@ impl KvCache {
     }
 }
 
-/// The chained hashes of the full blocks of `tokens`.
+/// The chained hashes of the full blocks of `tokens`: a block's hash covers its tokens, its
+/// length and its parent's hash. Tokens go two to a 64-bit word, and a block's words through four
+/// independent lanes, so the hash is not one long chain of dependent multiplications per token
+/// (it runs for every prompt block of every request).
 pub(crate) fn block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
     let mut parent = 0x6A09_E667_F3BC_C908_u64;
     tokens
         .chunks_exact(block_size.max(1) as usize)
         .map(|block| {
-            let mut h = parent;
-            for &t in block {
-                h = mix(h ^ u64::from(t));
+            let mut lanes = LANE_KEYS.map(|key| parent ^ key);
+            // Every block has the same length (it is in the hash), so a lone last token is
+            // never confused with a pair.
+            let mut words =
+                block.chunks(2).map(|pair| u64::from(pair[0]) | pair.get(1).map_or(0, |&t| u64::from(t) << 32));
+            'words: loop {
+                for lane in &mut lanes {
+                    let Some(word) = words.next() else { break 'words };
+                    *lane = mix(*lane ^ word);
+                }
             }
-            parent = mix(h ^ block.len() as u64);
+            // Rotated, so that lanes holding equal values do not cancel out.
+            let [a, b, c, d] = lanes;
+            parent = mix(a ^ b.rotate_left(16) ^ c.rotate_left(32) ^ d.rotate_left(48) ^ block.len() as u64);
             parent
         })
         .collect()
 }
+
+/// Keys that tell the lanes of [`block_hashes`] apart.
+const LANE_KEYS: [u64; 4] =
+    [0x3C6E_F372_FE94_F82B, 0xA54F_F53A_5F1D_36F1, 0x510E_527F_ADE6_82D1, 0x9B05_688C_2B3E_6C1F];
 
 /// SplitMix64's finalizer: a fixed, well-spread 64-bit mix (deterministic across builds).
 fn mix(mut z: u64) -> u64 {
@@ -198,4 +214,41 @@ fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_evicted_block_is_no_hit_and_the_map_holds_only_cached_blocks() {
+        let mut kv = KvCache::new(4);
+        let a = kv.allocate(1).unwrap();
+        kv.register(a[0], 11);
+        kv.release(&a);
+        assert_eq!(kv.lookup(&[11]), a, "a free block stays findable");
+        // Four more blocks: the cached one is handed out again, so its hash is gone.
+        let all = kv.allocate(4).unwrap();
+        assert!(kv.lookup(&[11]).is_empty(), "evicted");
+        assert_eq!(kv.free_among(&all), 0);
+        // The same hash on another block is live again.
+        kv.register(all[3], 11);
+        assert_eq!(kv.lookup(&[11]), vec![all[3]]);
+        // A duplicate of a live hash stays uncached.
+        kv.register(all[2], 11);
+        assert_eq!(kv.lookup(&[11]), vec![all[3]]);
+        kv.release(&all);
+        // Many evictions: the map never holds more entries than the pool has blocks.
+        for round in 0..10_000u64 {
+            let b = kv.allocate(4).unwrap();
+            for (i, &id) in b.iter().enumerate() {
+                kv.register(id, 1000 + round * 4 + i as u64);
+            }
+            kv.release(&b);
+            assert!(kv.cached.len() <= 4, "{} entries", kv.cached.len());
+        }
+        let last = 1000 + 9_999 * 4;
+        assert_eq!(kv.lookup(&[last, last + 1]).len(), 2, "the latest blocks are still cached");
+        assert!(kv.lookup(&[last - 4]).is_empty(), "older ones were evicted");
+    }
 }

@@ -123,6 +123,8 @@ impl Engine for SimEngine {
             ends.push(t);
         }
         let at = |ns: f64| start.as_secs_f64() + ns / 1e9;
+        // When step k's tokens come out: once per step, shared by every sequence it samples.
+        let step_ends: Vec<f64> = ends[1..].iter().map(|&ns| at(ns)).collect();
         let arrival_wall = self.anchor.wall_secs + start.saturating_since(self.anchor.mono).as_secs_f64();
 
         let outputs: Vec<EngineOutput> = batch
@@ -138,10 +140,10 @@ impl Engine for SimEngine {
                         arrival_wall: Some(arrival_wall),
                         queued_ts: Some(at(0.0)),
                         scheduled_ts: Some(at(seq.first_scheduled.map_or(ends[0], |k| ends[k]))),
-                        first_token_ts: seq.first_token.map(|k| at(ends[k + 1])),
-                        last_token_ts: seq.last_token.map(|k| at(ends[k + 1])),
+                        first_token_ts: seq.first_token.map(|k| step_ends[k]),
+                        last_token_ts: seq.last_token.map(|k| step_ends[k]),
                         cached_tokens: Some(seq.cached_tokens),
-                        token_ts: Some(seq.token_steps.iter().map(|&k| at(ends[k + 1])).collect()),
+                        token_ts: Some(seq.token_steps.iter().map(|&k| step_ends[k]).collect()),
                         ..EngineStats::default()
                     })
             })

@@ -149,6 +149,9 @@ impl Seq {
     }
 }
 
+/// The most entries reserved up front for one sequence's token steps or block table.
+const RESERVE_AT_MOST: usize = 4096;
+
 fn blocks_for(tokens: u64, block_size: u32) -> u64 {
     tokens.div_ceil(u64::from(block_size.max(1)))
 }
@@ -164,17 +167,27 @@ pub(crate) fn schedule(
         check(config, index, s)?;
     }
     let mut stepper = Stepper::new(*config, std::mem::replace(kv, KvCache::new(0)));
-    let mut out = Schedule { steps: Vec::new(), seqs: vec![SeqSchedule::default(); specs.len()] };
+    // Each sequence's token steps, sized once (one a generated token; a bound on what is reserved).
+    let seqs = specs
+        .iter()
+        .map(|s| SeqSchedule {
+            token_steps: Vec::with_capacity((s.output_len as usize).min(RESERVE_AT_MOST)),
+            ..SeqSchedule::default()
+        })
+        .collect();
+    let mut out = Schedule { steps: Vec::new(), seqs };
     // A fresh stepper hands out slots in order, so the n-th added sequence is `SeqId(n)`.
     let mut index_of = Vec::with_capacity(specs.len());
     for (index, s) in specs.iter().enumerate() {
         if s.output_len > 0 {
-            let id = stepper.add_checked(s.clone());
+            let id = stepper.add_checked(s);
             debug_assert_eq!(id.0, index_of.len());
             index_of.push(index);
         }
     }
-    while let Some(step) = stepper.step() {
+    // One outcome, its buffers reused from step to step.
+    let mut step = StepOutcome::default();
+    while stepper.step_into(&mut step) {
         let step_index = out.steps.len();
         for &(id, cached) in &step.admitted {
             let seq = &mut out.seqs[index_of[id.0]];
@@ -190,7 +203,7 @@ pub(crate) fn schedule(
             times.last_token = Some(step_index);
             times.token_steps.push(step_index);
         }
-        out.steps.push(step.step);
+        out.steps.push(std::mem::take(&mut step.step));
     }
     *kv = stepper.into_kv();
     Ok(out)
@@ -242,6 +255,8 @@ pub struct Stepper {
     free_slots: Vec<usize>,
     waiting: VecDeque<usize>,
     running: Vec<usize>,
+    /// The step's scheduled sequences and their new tokens: a buffer kept between steps.
+    scheduled: Vec<(usize, u32)>,
 }
 
 impl Stepper {
@@ -251,7 +266,15 @@ impl Stepper {
     }
 
     pub(crate) fn new(config: ResolvedEngineConfig, kv: KvCache) -> Self {
-        Stepper { config, kv, seqs: Vec::new(), free_slots: Vec::new(), waiting: VecDeque::new(), running: Vec::new() }
+        Stepper {
+            config,
+            kv,
+            seqs: Vec::new(),
+            free_slots: Vec::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            scheduled: Vec::new(),
+        }
     }
 
     pub(crate) fn into_kv(self) -> KvCache {
@@ -265,10 +288,10 @@ impl Stepper {
         if spec.output_len == 0 {
             return Err(ScheduleError::NoOutput);
         }
-        Ok(self.add_checked(spec))
+        Ok(self.add_checked(&spec))
     }
 
-    fn add_checked(&mut self, s: SeqSpec) -> SeqId {
+    fn add_checked(&mut self, s: &SeqSpec) -> SeqId {
         let bs = self.config.block_size.max(1);
         let (hashes, known_cached) = match &s.prefix {
             PrefixSource::Tokens(ids) if self.config.prefix_caching => (block_hashes(ids, bs), None),
@@ -342,15 +365,26 @@ impl Stepper {
 
     /// Runs one step (see the module docs); `None` when idle.
     pub fn step(&mut self) -> Option<StepOutcome> {
+        let mut out = StepOutcome::default();
+        self.step_into(&mut out).then_some(out)
+    }
+
+    /// [`Self::step`] into `out`, whose buffers are reused: `false` (and `out` cleared) when idle.
+    pub(crate) fn step_into(&mut self, out: &mut StepOutcome) -> bool {
+        out.admitted.clear();
+        out.preempted.clear();
+        out.sampled.clear();
+        out.finished.clear();
+        out.step = Step::default();
         if self.is_idle() {
-            return None;
+            return false;
         }
         let config = self.config;
         let bs = config.block_size.max(1);
         let max_seqs = config.max_num_seqs.max(1) as usize;
-        let mut out = StepOutcome::default();
         let mut budget = u64::from(config.max_num_batched_tokens.max(1));
-        let mut scheduled: Vec<(usize, u32)> = Vec::new();
+        let mut scheduled = std::mem::take(&mut self.scheduled);
+        scheduled.clear();
 
         // 1. Running sequences, oldest first; preempt the newest when the cache is full.
         let mut i = 0;
@@ -359,7 +393,15 @@ impl Stepper {
             let new = u64::from(self.seq(r).num_tokens() - self.seq(r).computed).min(budget) as u32;
             loop {
                 let s = self.seq(r);
-                let want = blocks_for(u64::from(s.computed + new), bs).saturating_sub(s.blocks.len() as u64);
+                let tokens = u64::from(s.computed + new);
+                if tokens <= s.blocks.len() as u64 * u64::from(bs) {
+                    // Most decode steps: the tokens fit the blocks it holds (no division per sequence).
+                    scheduled.push((r, new));
+                    budget -= u64::from(new);
+                    i += 1;
+                    break;
+                }
+                let want = blocks_for(tokens, bs) - s.blocks.len() as u64;
                 if let Some(blocks) = self.kv.allocate(want) {
                     self.seq_mut(r).blocks.extend(blocks);
                     scheduled.push((r, new));
@@ -412,6 +454,9 @@ impl Stepper {
             let s = self.seq_mut(w);
             s.blocks = hits;
             s.registered = s.blocks.len();
+            // Room for every block it will hold, so decoding never grows the table.
+            let most = blocks_for(u64::from(s.prompt_len + s.output_len), bs) as usize;
+            s.blocks.reserve(most.min(RESERVE_AT_MOST).saturating_sub(s.blocks.len()));
             s.blocks.extend(fresh_blocks);
             s.computed = hit_tokens;
             if !s.admitted {
@@ -425,30 +470,27 @@ impl Stepper {
 
         // Every sequence fits the cache and the budget (checked by `add`), so a step always has work.
         debug_assert!(!scheduled.is_empty() || !out.preempted.is_empty(), "a step with nothing to do");
-        let mut load = StepLoad::default();
+        // The step's occupancy is read before its outputs free anything; its load is summed in the
+        // same pass as the outputs, from each sequence's state before the step.
+        let (running, kv_blocks_used) = (self.running.len(), self.kv.used_blocks());
+        let mut load = StepLoad { seqs: scheduled.len() as u64, ..StepLoad::default() };
+
+        // 3. Outputs: sample, finish, cache full prompt blocks.
         for &(r, new) in &scheduled {
-            let s = self.seq(r);
+            let s = self.seqs[r].as_mut().expect("a scheduled slot holds a sequence");
             if s.generated >= 1 && new == 1 && s.computed + 1 == s.num_tokens() {
                 load.decode_seqs += 1;
             } else {
                 load.prefill_tokens += u64::from(new);
             }
             load.context_tokens += u64::from(s.computed + new);
-        }
-        load.seqs = scheduled.len() as u64;
-        out.step = Step {
-            load,
-            scheduled: scheduled.len(),
-            running: self.running.len(),
-            kv_blocks_used: self.kv.used_blocks(),
-            preempted: out.preempted.len(),
-        };
-
-        // 3. Outputs: sample, finish, cache full prompt blocks.
-        for &(r, new) in &scheduled {
-            let s = self.seqs[r].as_mut().expect("a scheduled slot holds a sequence");
+            let before = s.computed;
             s.computed += new;
-            s.prompt_blocks_done = s.prompt_blocks_done.max(s.computed.min(s.prompt_len) / bs);
+            // Only a step that computes prompt tokens can add prompt blocks (a sequence is admitted
+            // with at most its prompt computed, so past it the count is already at its top).
+            if before <= s.prompt_len {
+                s.prompt_blocks_done = s.prompt_blocks_done.max(s.computed.min(s.prompt_len) / bs);
+            }
             while s.registered < s.hashes.len() && (s.registered as u32 + 1) * bs <= s.computed {
                 self.kv.register(s.blocks[s.registered], s.hashes[s.registered]);
                 s.registered += 1;
@@ -463,6 +505,7 @@ impl Stepper {
                 }
             }
         }
+        out.step = Step { load, scheduled: scheduled.len(), running, kv_blocks_used, preempted: out.preempted.len() };
         if !out.finished.is_empty() {
             let seqs = &self.seqs;
             self.running.retain(|&r| seqs[r].as_ref().is_some_and(|s| s.generated < s.output_len));
@@ -471,7 +514,8 @@ impl Stepper {
                 self.free_slots.push(id.0);
             }
         }
-        Some(out)
+        self.scheduled = scheduled;
+        true
     }
 }
 

@@ -175,6 +175,7 @@ fn check_aggregator(input: &Input) {
                     sent: None,
                     endpoint: None,
                     token_count_source: None,
+                    client_token_times: None,
                     anomalies: Anomalies {
                         non_finite: anomalies & 1 != 0,
                         first_token_before_arrival: anomalies & 2 != 0,

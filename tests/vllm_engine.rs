@@ -48,6 +48,7 @@ fn tiny_plan(in_process: bool) -> Option<VllmConfig> {
         omp_num_threads: None,
         disable_log_stats: false,
         engine_args: serde_json::Map::new(),
+        profile: None,
     })
 }
 

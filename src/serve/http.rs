@@ -12,13 +12,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::ConnectInfo;
+use axum::extract::connect_info::Connected;
 use axum::extract::{Extension, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
+use axum::serve::{IncomingStream, Listener};
 use futures_util::stream::{self, Stream};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
@@ -34,6 +36,7 @@ use super::worker::{EngineHandle, TokenMsg};
 use super::{ServeConfig, ServeError};
 use crate::engine::sim::prompt::prompt_ids;
 use crate::engine::{EngineRequest, FinishReason};
+use crate::sys::{StampedTcp, Stamps};
 use crate::time::{MonotonicClock, Timestamp};
 
 /// How [`serve`] ended.
@@ -96,12 +99,8 @@ pub async fn serve(
         app = app.layer(middleware::from_fn(stamp_received));
     }
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    // Each token is a small write: without TCP_NODELAY, Nagle's algorithm holds it back until
-    // the client's delayed ACK (tens of ms).
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(listener, app).with_graceful_shutdown(async {
+    let app = app.into_make_service_with_connect_info::<ConnectionStamps>();
+    let server = axum::serve(StampedListener(listener), app).with_graceful_shutdown(async {
         let _ = stop_rx.await;
     });
     let mut server = tokio::spawn(async move { server.await });
@@ -134,13 +133,57 @@ fn error_response(e: &ApiError) -> Response {
     response
 }
 
-/// When a request's head had been parsed: put in its extensions by [`stamp_received`], the
-/// outermost layer, for the timing log.
+/// The listener: every connection stamped ([`StampedTcp`]: the kernel's receive time of each
+/// read), and with TCP_NODELAY, since each token is a small write that Nagle's algorithm would
+/// hold back until the client's delayed ACK (tens of ms).
+struct StampedListener(TcpListener);
+
+impl Listener for StampedListener {
+    type Io = StampedTcp;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (StampedTcp, std::net::SocketAddr) {
+        loop {
+            match self.0.accept().await {
+                Ok((tcp, addr)) => {
+                    let _ = tcp.set_nodelay(true);
+                    return (StampedTcp::new(tcp), addr);
+                }
+                // A connection that failed before it was accepted, or no fd to spare: wait a
+                // little (a burst of failures must not spin) and go on accepting.
+                Err(e) => {
+                    tracing::debug!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
+/// A connection's stamps, as every request on it sees them (axum's connect info).
+#[derive(Clone, Debug)]
+struct ConnectionStamps(Arc<Stamps>);
+
+impl Connected<IncomingStream<'_, StampedListener>> for ConnectionStamps {
+    fn connect_info(stream: IncomingStream<'_, StampedListener>) -> Self {
+        ConnectionStamps(stream.io().stamps())
+    }
+}
+
+/// When a request came: put in its extensions by [`stamp_received`], the outermost layer, for
+/// the timing log. The kernel's receive stamp of the read that brought the request in (one
+/// request at a time per HTTP/1.1 connection, so the latest read on it), not when this process
+/// got to it; the time the head was parsed where there is no stamp.
 #[derive(Copy, Clone, Debug)]
 struct Received(Timestamp);
 
 async fn stamp_received(mut request: Request, next: Next) -> Response {
-    request.extensions_mut().insert(Received(MonotonicClock::read()));
+    let stamped = request.extensions().get::<ConnectInfo<ConnectionStamps>>().and_then(|c| c.0.0.last_received());
+    request.extensions_mut().insert(Received(stamped.unwrap_or_else(MonotonicClock::read)));
     next.run(request).await
 }
 

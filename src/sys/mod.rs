@@ -11,6 +11,9 @@
 //!   milliseconds (pidfds and poll), so a dead EngineCore fails the run instead of hanging it.
 //! - CPU time ([`process_cpu_time`], [`thread_cpu_time`]): how much a process or one of our
 //!   threads has run, the engine's sign of life while a generate produces no output yet.
+//! - [`stamped`]: [`StampedTcp`], a TCP stream whose reads carry the kernel's receive timestamp
+//!   and whose writes are timed, so an HTTP client or server times a stream by when its bytes
+//!   came, not by when it got round to reading them.
 //! - [`capture`]: [`EngineLog`] sends fds 1 and 2 (this process's and, by inheritance, its
 //!   children's) to a log file, while [`terminal`] keeps writing to the real terminal.
 //!
@@ -20,6 +23,8 @@
 
 pub mod affinity;
 pub mod capture;
+#[cfg(not(loom))]
+pub mod stamped;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -34,6 +39,8 @@ pub use affinity::{
     AffinityReset, AffinitySource, CpuListError, current_affinity, format_cpu_list, reset_cpu_affinity,
 };
 pub use capture::{EngineLog, Terminal, terminal, terminal_is_tty, terminal_size};
+#[cfg(not(loom))]
+pub use stamped::{StampedTcp, Stamps};
 pub use watch::{ExitCause, ProcessExit, ProcessWatch};
 
 /// What can go wrong at the process boundary.

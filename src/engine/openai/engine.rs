@@ -4,10 +4,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use http::{Method, Request};
+use http_body_util::Full;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
+use super::client::{HttpClient, Response, SendError};
 use super::config::{Api, OpenAiConfig};
 use super::request;
 use super::route::{Change, Health, Pick, Router};
@@ -31,6 +35,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 const DRAIN: Duration = Duration::from_millis(500);
 /// Most bytes of an error response kept for its message.
 const ERROR_BODY_BYTES: usize = 4096;
+/// Most bytes read of a model listing or a `/metrics` page.
+const LISTING_BYTES: usize = 16 << 20;
 
 /// An OpenAI-compatible server (or several) as an engine; see the module docs of
 /// [`crate::engine::openai`]. Cheap to make: nothing connects before [`Engine::start`].
@@ -47,7 +53,7 @@ struct Started {
 /// What every request of a started engine uses.
 struct Shared {
     config: OpenAiConfig,
-    client: reqwest::Client,
+    client: HttpClient,
     auth: Option<ApiKey>,
     endpoints: Vec<Endpoint>,
     router: Mutex<Router>,
@@ -121,12 +127,19 @@ impl Shared {
         RemoteError::new(kind, endpoint, self.scrub(message))
     }
 
-    fn get(&self, url: String) -> reqwest::RequestBuilder {
-        let request = self.client.get(url);
+    /// A request to `url`, with the key when there is one.
+    fn request(&self, method: Method, url: &str) -> http::request::Builder {
+        let request = Request::builder().method(method).uri(url);
         match &self.auth {
             Some(auth) => request.header(AUTHORIZATION, auth.header.clone()),
             None => request,
         }
+    }
+
+    /// `GET url`, up to the response head.
+    async fn get(&self, url: &str) -> Result<Response, String> {
+        let request = self.request(Method::GET, url).body(Full::default()).map_err(|e| format!("{url}: {e}"))?;
+        self.client.send(request).await.map_err(|e| e.message)
     }
 }
 
@@ -142,12 +155,7 @@ impl Engine for OpenAiEngine {
             .build()
             .map_err(|e| EngineError::Start(format!("cannot start the HTTP client's runtime: {e}")))?;
         let max = self.config.max_connections.max(1) as usize;
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(max)
-            .tcp_nodelay(true)
-            .connect_timeout(CONNECT_TIMEOUT.min(self.config.timeout))
-            .build()
-            .map_err(|e| EngineError::Start(format!("cannot build the HTTP client: {e}")))?;
+        let client = HttpClient::new(max, CONNECT_TIMEOUT.min(self.config.timeout));
         let endpoints =
             self.config.urls.iter().map(|url| Endpoint { url: url.clone(), slots: Semaphore::new(max) }).collect();
         let shared = Arc::new(Shared {
@@ -333,11 +341,6 @@ fn request_id(prefix: &str, requests: &[&EngineRequest]) -> String {
     format!("{prefix}{}", ids.join(","))
 }
 
-/// Seconds on our monotonic clock, as the engine stats hold them.
-fn now_secs() -> f64 {
-    MonotonicClock::read().as_secs_f64()
-}
-
 async fn stream_request(
     shared: &Shared,
     endpoint: &Endpoint,
@@ -350,19 +353,17 @@ async fn stream_request(
     let _slot = endpoint.slots.acquire().await.map_err(|e| remote(RemoteErrorKind::ConnectFailed, e.to_string()))?;
     let chat = shared.config.api == Api::Chat;
     let path = if chat { "/v1/chat/completions" } else { "/v1/completions" };
-    let mut http = shared
-        .client
-        .post(format!("{url}{path}"))
+    let http = shared
+        .request(Method::POST, &format!("{url}{path}"))
         .header(CONTENT_TYPE, "application/json")
         .header(ACCEPT, "text/event-stream")
         .header("x-request-id", request_id(&shared.request_id_prefix, requests))
-        .body(body.to_string());
-    if let Some(auth) = &shared.auth {
-        http = http.header(AUTHORIZATION, auth.header.clone());
-    }
+        .body(Full::new(Bytes::from(body.to_string())))
+        .map_err(|e| remote(RemoteErrorKind::ConnectFailed, format!("{url}{path}: {e}")))?;
     let arrival_wall = wall_secs();
-    let sent_ts = now_secs();
-    let mut response = http.send().await.map_err(|e| remote(send_error_kind(&e), error_chain(&e)))?;
+    let mut response = shared.client.send(http).await.map_err(|e| remote(send_error_kind(&e), e.message))?;
+    // When the request's bytes went: the write on its connection, not when it was queued here.
+    let sent_ts = response.sent_at().as_secs_f64();
     let status = response.status();
     if !status.is_success() {
         let kind = match status.as_u16() {
@@ -370,7 +371,7 @@ async fn stream_request(
             500..=599 => RemoteErrorKind::Http5xx,
             _ => RemoteErrorKind::Http4xx,
         };
-        let body = error_body(&mut response).await;
+        let body = error_body(response).await;
         return Err(remote(kind, format!("HTTP {status}: {body}")));
     }
     let mut parser = SseParser::new();
@@ -378,8 +379,8 @@ async fn stream_request(
     let mut events = Vec::new();
     loop {
         match response.chunk().await {
-            Ok(Some(bytes)) => {
-                let at = now_secs();
+            Ok(Some((bytes, at))) => {
+                let at = at.as_secs_f64();
                 parser.feed(&bytes, &mut events).map_err(|e| remote(RemoteErrorKind::BadResponse, e.to_string()))?;
                 for event in events.drain(..) {
                     stream.handle(&event.data, at).map_err(|e| match e {
@@ -410,10 +411,9 @@ async fn stream_request(
                 if stream.done() && finished == of {
                     break; // everything came; only the body's end did not
                 }
-                let kind = if e.is_timeout() { RemoteErrorKind::Timeout } else { RemoteErrorKind::StreamDropped };
                 return Err(remote(
-                    kind,
-                    format!("the stream broke after {finished} of {of} prompts finished: {}", error_chain(&e)),
+                    RemoteErrorKind::StreamDropped,
+                    format!("the stream broke after {finished} of {of} prompts finished: {e}"),
                 ));
             }
         }
@@ -469,42 +469,18 @@ fn wall_secs() -> f64 {
 }
 
 /// What kind of failure a request that got no response is.
-fn send_error_kind(e: &reqwest::Error) -> RemoteErrorKind {
-    if e.is_connect() {
+fn send_error_kind(e: &SendError) -> RemoteErrorKind {
+    if e.connect {
         RemoteErrorKind::ConnectFailed
-    } else if e.is_timeout() {
-        RemoteErrorKind::Timeout
     } else {
         // Connected, then closed before the response head (a server that died holding it).
         RemoteErrorKind::StreamDropped
     }
 }
 
-/// An error and its causes, `: `-joined (reqwest's own text is only the outermost).
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 /// An error response's message: OpenAI's `error.message`, else the start of the body.
-async fn error_body(response: &mut reqwest::Response) -> String {
-    let mut bytes = Vec::new();
-    while bytes.len() < ERROR_BODY_BYTES {
-        match response.chunk().await {
-            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
-            _ => break,
-        }
-    }
-    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(ERROR_BODY_BYTES)]).into_owned();
+async fn error_body(response: Response) -> String {
+    let text = response.text(ERROR_BODY_BYTES).await.unwrap_or_default();
     let message = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
         v.get("error")
             .and_then(|e| e.get("message").or(Some(e)))
@@ -528,9 +504,9 @@ async fn check_endpoint(shared: &Shared, url: &str) -> Check {
     let model = &shared.config.model;
     let limit = CHECK_TIMEOUT.min(shared.config.timeout);
     let models = async {
-        let response = shared.get(format!("{url}/v1/models")).send().await.map_err(|e| error_chain(&e))?;
+        let response = shared.get(&format!("{url}/v1/models")).await?;
         let status = response.status();
-        let text = response.text().await.map_err(|e| error_chain(&e))?;
+        let text = response.text(LISTING_BYTES).await?;
         Ok::<_, String>((status, text))
     };
     let (status, text) = match tokio::time::timeout(limit, models).await {
@@ -570,11 +546,11 @@ async fn check_endpoint(shared: &Shared, url: &str) -> Check {
 /// `GET /version` (vLLM's `{"version": "0.x"}`), where the server has it.
 async fn server_version(shared: &Shared, url: &str) -> Option<String> {
     let get = async {
-        let response = shared.get(format!("{url}/version")).send().await.ok()?;
+        let response = shared.get(&format!("{url}/version")).await.ok()?;
         if !response.status().is_success() {
             return None;
         }
-        let v: Value = serde_json::from_str(&response.text().await.ok()?).ok()?;
+        let v: Value = serde_json::from_str(&response.text(ERROR_BODY_BYTES).await.ok()?).ok()?;
         v.get("version").and_then(Value::as_str).map(str::to_owned)
     };
     tokio::time::timeout(CHECK_TIMEOUT, get).await.ok().flatten()
@@ -594,10 +570,10 @@ fn server_counters(shared: &Arc<Shared>) -> Vec<ServerCounters> {
 }
 
 async fn scrape_endpoint(shared: &Shared, url: &str) -> Option<ServerCounters> {
-    let response = shared.get(format!("{url}/metrics")).send().await.ok()?;
+    let response = shared.get(&format!("{url}/metrics")).await.ok()?;
     if !response.status().is_success() {
         return None;
     }
-    let text = response.text().await.ok()?;
+    let text = response.text(LISTING_BYTES).await.ok()?;
     Some(ServerCounters { endpoint: url.to_owned(), counters: scrape::parse_counters(&text) })
 }

@@ -9,8 +9,8 @@
 //!
 //! Files by concern: [`config`] the settings (the scenario's `[engine.openai]`), [`request`] the
 //! bodies, [`sse`] the event-stream parser, [`stream`] one response's per-choice timing and
-//! counts, [`route`] endpoint choice and backoff, `scrape` the servers' `/metrics`, `engine` the
-//! client itself. All but the last two are sans IO, and built in every configuration; the client
+//! counts, [`route`] endpoint choice and backoff, `scrape` the servers' `/metrics`, `client` the
+//! HTTP client over stamped connections, `engine` the engine itself. All but the last three are sans IO, and built in every configuration; the client
 //! needs tokio's sockets, which a loom build (`--cfg loom`) lacks.
 //!
 //! **Timing** is the client's, on `CLOCK_MONOTONIC` ([`ClockDomain::Monotonic`]
@@ -20,6 +20,8 @@
 //! unknown. **Errors** fail the batch with [`RemoteError`](crate::engine::RemoteError) of a
 //! kind, never `EngineError::Died`: one server failing never stops the run.
 
+#[cfg(not(loom))]
+mod client;
 pub mod config;
 #[cfg(not(loom))]
 mod engine;

@@ -1,0 +1,237 @@
+//! TCP connections that know when their bytes came and went: [`StampedTcp`].
+//!
+//! Each read asks the kernel for its receive timestamp (`SO_TIMESTAMPING` with
+//! `SOF_TIMESTAMPING_RX_SOFTWARE`: the moment the newest of the bytes it returns reached this
+//! host's network stack), and each write notes the moment just before the bytes were handed to
+//! the kernel. Both on [`MonotonicClock`]'s timeline. A program that times a stream by these is
+//! not moved by its own load: bytes that waited in the socket while the process was busy with
+//! other connections keep the time they came. On loopback the receive stamp is taken inside the
+//! sender's `write`, tens of microseconds after it began.
+//!
+//! The kernel stamps on `CLOCK_REALTIME`; each is moved to `CLOCK_MONOTONIC` by the two clocks'
+//! offset read at that read (they advance together but for a step of the wall clock). A read the
+//! kernel gives no stamp for (a kernel without it, or timestamping refused) is stamped when the
+//! read returned, and [`Stamps::kernel`] says which.
+//!
+//! A read that returns several messages that came at different times gives them all the newest's
+//! time: a reader keeps up (reads each message in its own read) unless it lags behind by a whole
+//! message gap.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll, ready};
+
+use nix::sys::socket::{
+    ControlMessageOwned, MsgFlags, SockaddrStorage, TimestampingFlag, recvmsg, setsockopt, sockopt,
+};
+use nix::sys::time::TimeSpec;
+use nix::time::{ClockId, clock_gettime};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::time::{MonotonicClock, Timestamp};
+
+/// A connection's latest receive and send times, shared with whoever reads them (a response's
+/// extensions, a request's connection info). Zero means "none yet".
+#[derive(Debug, Default)]
+pub struct Stamps {
+    received: AtomicU64,
+    sent: AtomicU64,
+    kernel: AtomicBool,
+}
+
+impl Stamps {
+    /// When the newest byte of the latest read reached this host (or, without a kernel stamp,
+    /// when that read returned). `None` before the first read that returned data.
+    pub fn last_received(&self) -> Option<Timestamp> {
+        nonzero(self.received.load(Ordering::Acquire))
+    }
+
+    /// When the latest write began: the moment its bytes were handed to the kernel. `None`
+    /// before the first write.
+    pub fn last_sent(&self) -> Option<Timestamp> {
+        nonzero(self.sent.load(Ordering::Acquire))
+    }
+
+    /// Whether [`last_received`](Self::last_received) is the kernel's stamp.
+    pub fn kernel(&self) -> bool {
+        self.kernel.load(Ordering::Acquire)
+    }
+
+    fn note_received(&self, at: Timestamp, kernel: bool) {
+        self.kernel.store(kernel, Ordering::Release);
+        self.received.store(at.as_nanos().max(1), Ordering::Release);
+    }
+
+    fn note_sent(&self, at: Timestamp) {
+        self.sent.store(at.as_nanos().max(1), Ordering::Release);
+    }
+}
+
+fn nonzero(nanos: u64) -> Option<Timestamp> {
+    (nanos != 0).then(|| Timestamp::from_nanos(nanos))
+}
+
+/// A tokio TCP stream whose reads and writes are stamped ([`Stamps`]). Reads go through
+/// `recvmsg` for the kernel's stamp; everything else is the stream's own.
+#[derive(Debug)]
+pub struct StampedTcp {
+    io: TcpStream,
+    stamps: Arc<Stamps>,
+    /// Whether the kernel stamps this socket's reads (timestamping was accepted).
+    timestamping: bool,
+    /// `recvmsg`'s control buffer, kept for the next read.
+    control: Vec<u8>,
+}
+
+impl StampedTcp {
+    /// Stamps `io`'s traffic from now on. Asks the kernel to stamp receives; where it refuses,
+    /// reads are stamped when they return.
+    pub fn new(io: TcpStream) -> Self {
+        let flags = TimestampingFlag::SOF_TIMESTAMPING_RX_SOFTWARE | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE;
+        let timestamping = setsockopt(&io, sockopt::Timestamping, &flags).is_ok();
+        StampedTcp { io, stamps: Arc::default(), timestamping, control: nix::cmsg_space!(nix::sys::socket::Timestamps) }
+    }
+
+    /// The connection's stamps, to read while the stream is in use elsewhere.
+    pub fn stamps(&self) -> Arc<Stamps> {
+        self.stamps.clone()
+    }
+
+    /// The stream itself (its addresses, its options).
+    pub fn get_ref(&self) -> &TcpStream {
+        &self.io
+    }
+
+    /// One `recvmsg` into `buf`: the bytes read and the kernel's stamp, if it gave one.
+    fn receive(&mut self, buf: &mut [u8]) -> io::Result<(usize, Option<TimeSpec>)> {
+        let fd = self.io.as_raw_fd();
+        let control = &mut self.control;
+        self.io.try_io(Interest::READABLE, || {
+            let mut iov = [io::IoSliceMut::new(buf)];
+            let message = recvmsg::<SockaddrStorage>(fd, &mut iov, Some(&mut *control), MsgFlags::MSG_DONTWAIT)
+                .map_err(io::Error::from)?;
+            let mut stamp = None;
+            if let Ok(cmsgs) = message.cmsgs() {
+                for cmsg in cmsgs {
+                    if let ControlMessageOwned::ScmTimestampsns(t) = cmsg {
+                        stamp = Some(t.system);
+                    }
+                }
+            }
+            Ok((message.bytes, stamp))
+        })
+    }
+}
+
+/// A `CLOCK_REALTIME` stamp on the monotonic timeline, by the clocks' offset now.
+fn realtime_to_monotonic(stamp: TimeSpec) -> Option<Timestamp> {
+    let real = clock_gettime(ClockId::CLOCK_REALTIME).ok()?;
+    let mono = MonotonicClock::read();
+    let nanos = |t: TimeSpec| i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec());
+    let at = i128::from(mono.as_nanos()) - (nanos(real) - nanos(stamp));
+    u64::try_from(at).ok().filter(|&n| n > 0).map(Timestamp::from_nanos)
+}
+
+impl AsyncRead for StampedTcp {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.timestamping {
+            ready!(Pin::new(&mut this.io).poll_read(cx, buf))?;
+            if !buf.filled().is_empty() {
+                this.stamps.note_received(MonotonicClock::read(), false);
+            }
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            ready!(this.io.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            match this.receive(unfilled) {
+                Ok((n, stamp)) => {
+                    buf.advance(n);
+                    if n > 0 {
+                        match stamp.and_then(realtime_to_monotonic) {
+                            Some(at) => this.stamps.note_received(at, true),
+                            None => this.stamps.note_received(MonotonicClock::read(), false),
+                        }
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                // Readiness was stale: `try_io` cleared it, so the next poll waits for more.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for StampedTcp {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.stamps.note_sent(MonotonicClock::read());
+        Pin::new(&mut this.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.stamps.note_sent(MonotonicClock::read());
+        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// Bytes that wait in the socket keep the time they came, not the time they were read.
+    #[tokio::test]
+    async fn a_late_read_keeps_the_bytes_arrival_time() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        let mut reader = StampedTcp::new(client);
+        let mut writer = StampedTcp::new(server);
+        let stamps = reader.stamps();
+        assert!(stamps.last_received().is_none());
+        let mut buf = [0u8; 64];
+        for round in 0..3 {
+            let before = MonotonicClock::read();
+            writer.write_all(b"data: {}\n\n").await.expect("write");
+            let sent = writer.stamps().last_sent().expect("the write is stamped");
+            assert!(sent >= before, "round {round}");
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            let read_at = MonotonicClock::read();
+            let n = reader.read(&mut buf).await.expect("read");
+            assert_eq!(&buf[..n], b"data: {}\n\n");
+            assert!(stamps.kernel(), "this kernel stamps loopback TCP receives");
+            let came = stamps.last_received().expect("stamped");
+            // Within a few ms of the write (loopback: tens of µs), 40 ms before the read.
+            let after_send = came.checked_since(sent).unwrap_or_else(|| panic!("{came:?} before {sent:?}"));
+            assert!(after_send < Duration::from_millis(5), "round {round}: {after_send:?} after the write");
+            assert!(read_at.saturating_since(came) >= Duration::from_millis(35), "round {round}");
+        }
+    }
+}

@@ -75,7 +75,8 @@ fi
 batchlab_rows() { ! $vllm_only; }
 
 # ---- servers ----------------------------------------------------------------------------------
-# `batchlab serve SCENARIO ARGS...`, optionally under a CPU pin (`pin=(taskset -c 1)`).
+# `batchlab serve SCENARIO ARGS...`, optionally under a CPU pin (`pin=(env BATCHLAB_CPUS=1 taskset -c 1)`:
+# batchlab widens an inherited mask to the cgroup's cpuset unless BATCHLAB_CPUS asks for one).
 pin=()
 start_serve() {
     local scenario=$1; shift
@@ -118,7 +119,7 @@ max_num_batched_tokens = 131072
 TOML
 : >"$work/accuracy.jsonl"
 if batchlab_rows; then
-    start_serve "$work/accuracy-server.toml" --timing-log "$work/timing-batchlab.jsonl"
+    pin=(env BATCHLAB_CPUS=1 taskset -c 1) && start_serve "$work/accuracy-server.toml" --timing-log "$work/timing-batchlab.jsonl" && pin=()
     cat >"$work/accuracy-client.toml" <<TOML
 name = "accuracy-client"
 seed = 1
@@ -144,28 +145,30 @@ max_requests = $requests
 [warmup]
 requests = $streams
 TOML
-    "$bin" run "$work/accuracy-client.toml" --requests-jsonl --quiet --output "$work/accuracy-batchlab" >&2
+    env BATCHLAB_CPUS=0 taskset -c 0 "$bin" run "$work/accuracy-client.toml" --requests-jsonl --quiet --output "$work/accuracy-batchlab" >&2
     stop_serve
     "${compare[@]}" batchlab "$work/timing-batchlab.jsonl" "$work/accuracy-batchlab/requests.jsonl" "$streams streams" \
         | tee -a "$work/accuracy.jsonl" >&2
 fi
 if $have_vllm; then
-    start_serve "$work/accuracy-server.toml" --timing-log "$work/timing-vllm.jsonl"
+    pin=(env BATCHLAB_CPUS=1 taskset -c 1) && start_serve "$work/accuracy-server.toml" --timing-log "$work/timing-vllm.jsonl"
+    pin=(taskset -c 0)
     vllm_bench accuracy-vllm --base-url "$serve_url" --model batchlab-sim --tokenizer "$home/tiny-llama" \
         --random-input-len 64 --random-output-len 16 --num-prompts "$requests" --max-concurrency "$streams" \
         --request-id-prefix acc-
+    pin=()
     stop_serve
     "${compare[@]}" vllm "$work/timing-vllm.jsonl" "$work/accuracy-vllm.json" acc- "$streams streams" \
         | tee -a "$work/accuracy.jsonl" >&2
 fi
 md "### 9a. Client accuracy: each request's TTFT and ITL against the server's own send times"
 md ""
-md "\`batchlab serve --timing-log\` (docs/serve.md) writes when it handed each token of each streamed request to the socket, and when the request arrived, in ns on CLOCK_MONOTONIC, the clock batchlab's records and Python's \`time.perf_counter()\` (vLLM's bench) read too: on one machine, a client's times and the server's are on one timeline. The server: a simulated engine of 50 ms steps (no other cost, up to 1024 sequences at once) on the same $(nproc) CPUs as the client. Each client keeps $streams streamed completions open (64 prompt tokens, 16 output tokens, \`ignore_eos\`; one prompt per request) for $requests requests; a server of its own each. \`scripts/bench_http_compare.py\` matches every request to the server's line (by the \`X-Request-Id\` each client sends) and takes client − server: TTFT (first chunk's arrival − the send, against first token's write − the receipt), and every gap between two tokens (ITL). Median of the signed difference, p99 and max of its absolute value."
+md "\`batchlab serve --timing-log\` (docs/serve.md) writes when it handed each token of each streamed request to the socket, and when the request arrived, in ns on CLOCK_MONOTONIC, the clock batchlab's records and Python's \`time.perf_counter()\` (vLLM's bench) read too: on one machine, a client's times and the server's are on one timeline. The server: a simulated engine of 50 ms steps (no other cost, up to 1024 sequences at once), pinned to CPU 1; the client pinned to CPU 0. Every step sends a token to each of the $streams streams at once, so a client has one step (50 ms) to read a thousand chunks before the next come. Each client keeps $streams streamed completions open (64 prompt tokens, 16 output tokens, \`ignore_eos\`; one prompt per request) for $requests requests; a server of its own each. \`scripts/bench_http_compare.py\` matches every request to the server's line (by the \`X-Request-Id\` each client sends) and takes client − server: TTFT (first chunk's arrival − the send, against first token's write − the receipt), and every gap between two tokens (ITL). Median of the signed difference, p99 and max of its absolute value. batchlab times a chunk by the kernel's receive stamp of the read that brought it and a request by the start of its write (docs/http.md, \"Timing\"); the server's receipt is its kernel's stamp too, and its send times are taken as it hands each token to the socket."
 md ""
 md "\`\`\`sh"
-md "batchlab serve server.toml --port 0 --timing-log timing.jsonl"
-batchlab_rows && md "batchlab run client.toml --requests-jsonl   # engine.kind = \"openai\", batch_size = 1, max_in_flight = $streams"
-md "python scripts/vllm_bench_serve.py --base-url URL --model batchlab-sim --random-input-len 64 --random-output-len 16 --num-prompts $requests --max-concurrency $streams --request-rate inf --ignore-eos --save-result --save-detailed --request-id-prefix acc-"
+md "BATCHLAB_CPUS=1 batchlab serve server.toml --port 0 --timing-log timing.jsonl"
+batchlab_rows && md "BATCHLAB_CPUS=0 batchlab run client.toml --requests-jsonl   # engine.kind = \"openai\", batch_size = 1, max_in_flight = $streams"
+md "taskset -c 0 python scripts/vllm_bench_serve.py --base-url URL --model batchlab-sim --random-input-len 64 --random-output-len 16 --num-prompts $requests --max-concurrency $streams --request-rate inf --ignore-eos --save-result --save-detailed --request-id-prefix acc-"
 md "python3 scripts/bench_http_compare.py batchlab|vllm timing.jsonl ...   # then: table"
 md "\`\`\`"
 md ""
@@ -187,9 +190,9 @@ TOML
 : >"$work/ceiling.txt"
 for c in "${ceiling_rows[@]}"; do
     if batchlab_rows; then
-        pin=(taskset -c 1) && start_serve "$work/ceiling-server.toml" && pin=()
+        pin=(env BATCHLAB_CPUS=1 taskset -c 1) && start_serve "$work/ceiling-server.toml" && pin=()
         cpu0=$(serve_cpu)
-        /usr/bin/time -f '%e %U %S' -o "$work/time" taskset -c 0 "$bin" run scenarios/vllm-serve.toml --quiet \
+        /usr/bin/time -f '%e %U %S' -o "$work/time" env BATCHLAB_CPUS=0 taskset -c 0 "$bin" run scenarios/vllm-serve.toml --quiet \
             --output "$work/ceiling-batchlab-$c" --set "engine.openai.urls=[\"$serve_url\"]" --set engine.openai.model=batchlab-sim \
             --set "engine.openai.max_connections=$c" --set batching.batch_size=1 --set "batching.max_in_flight=$c" \
             --set "profile.max_concurrency=$c" --set workload.prompt_tokens=16 --set workload.output_tokens=16 \
@@ -203,7 +206,7 @@ for c in "${ceiling_rows[@]}"; do
         echo "batchlab $c $rate $(awk "BEGIN{printf \"%.0f\", 100*($user+$sys)/$wall}") $(awk "BEGIN{printf \"%.0f\", 100*($cpu1-$cpu0)/$wall}")" >>"$work/ceiling.txt"
     fi
     if $have_vllm; then
-        pin=(taskset -c 1) && start_serve "$work/ceiling-server.toml" && pin=()
+        pin=(env BATCHLAB_CPUS=1 taskset -c 1) && start_serve "$work/ceiling-server.toml" && pin=()
         cpu0=$(serve_cpu)
         pin=(taskset -c 0)
         vllm_bench "ceiling-vllm-$c" --base-url "$serve_url" --model batchlab-sim --tokenizer "$home/tiny-llama" \
@@ -220,11 +223,11 @@ done
 md ""
 md "### 9b. Client ceiling: streamed requests per second from one core"
 md ""
-md "The client pinned to CPU 0 (\`taskset -c 0\`), \`batchlab serve\` on a zero-cost engine (every cost 0, up to 1024 sequences) pinned to CPU 1; one prompt per streamed request (16 prompt tokens, 16 output tokens, \`ignore_eos\`), C requests open at once, $ceiling_requests requests. batchlab: \`scenarios/vllm-serve.toml\` with \`batching.batch_size = 1\`, \`batching.max_in_flight = C\` (and warm-up 4 × C requests, not in the rate); \`vllm bench serve\`: \`--max-concurrency C --request-rate inf\`, its \`request_throughput\`. Client CPU: user + system time over wall time (\`/usr/bin/time\`; for vLLM's bench, whose process also imports vLLM and builds its dataset, not separable); server CPU: its CPU time while driven (\`/proc/PID/stat\`) over the same wall time. A server near 100 % means the server, not the client, set the rate."
+md "The client pinned to CPU 0 (\`taskset -c 0\`; batchlab with \`BATCHLAB_CPUS=0\` too, since it widens an inherited mask to its cgroup's otherwise), \`batchlab serve\` on a zero-cost engine (every cost 0, up to 1024 sequences) pinned to CPU 1; one prompt per streamed request (16 prompt tokens, 16 output tokens, \`ignore_eos\`), C requests open at once, $ceiling_requests requests. batchlab: \`scenarios/vllm-serve.toml\` with \`batching.batch_size = 1\`, \`batching.max_in_flight = C\` (and warm-up 4 × C requests, not in the rate); \`vllm bench serve\`: \`--max-concurrency C --request-rate inf\`, its \`request_throughput\`. Client CPU: user + system time over wall time (\`/usr/bin/time\`; for vLLM's bench, whose process also imports vLLM and builds its dataset, not separable); server CPU: its CPU time while driven (\`/proc/PID/stat\`) over the same wall time. A server near 100 % means the server, not the client, set the rate."
 md ""
 md "\`\`\`sh"
-md "taskset -c 1 batchlab serve ceiling-server.toml --port 0"
-batchlab_rows && md "taskset -c 0 batchlab run scenarios/vllm-serve.toml --set 'engine.openai.urls=[\"URL\"]' --set engine.openai.model=batchlab-sim --set batching.batch_size=1 --set batching.max_in_flight=C --set profile.max_concurrency=C --set engine.openai.max_connections=C ..."
+md "BATCHLAB_CPUS=1 batchlab serve ceiling-server.toml --port 0"
+batchlab_rows && md "BATCHLAB_CPUS=0 batchlab run scenarios/vllm-serve.toml --set 'engine.openai.urls=[\"URL\"]' --set engine.openai.model=batchlab-sim --set batching.batch_size=1 --set batching.max_in_flight=C --set profile.max_concurrency=C --set engine.openai.max_connections=C ..."
 md "taskset -c 0 python scripts/vllm_bench_serve.py --base-url URL --model batchlab-sim --random-input-len 16 --random-output-len 16 --num-prompts $ceiling_requests --max-concurrency C --request-rate inf --ignore-eos"
 md "\`\`\`"
 md ""

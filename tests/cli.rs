@@ -359,3 +359,27 @@ fn sigterm_drains_reports_and_exits_143() {
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["incomplete"], true, "{rest:?}");
 }
+
+/// `BATCHLAB_CPUS` pins the run where asked (a benchmark's client on one core); without it the
+/// mask is the cgroup's, whatever the process inherited.
+#[test]
+fn batchlab_cpus_pins_the_run_and_the_report_says_so() {
+    let cpus = batchlab::sys::current_affinity();
+    let Some(&last) = cpus.last() else { panic!("no CPU in this process's mask") };
+    let dir = temp_dir("cpus");
+    std::fs::write(dir.join("s.toml"), SMALL_RUN).unwrap();
+    let affinity = |env: &[(&str, &str)], out: &str| {
+        let o = batchlab_in(&dir, &["run", "s.toml", "--quiet", "--output", out], env);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(out).join("report.json")).unwrap()).unwrap();
+        report["environment"]["cpu_affinity"].as_str().expect("the mask in the report").to_owned()
+    };
+    assert_eq!(affinity(&[("BATCHLAB_CPUS", &last.to_string())], "pinned"), last.to_string());
+    let widened = affinity(&[], "default");
+    assert_eq!(widened, batchlab::sys::format_cpu_list(&cpus), "the cgroup's cpuset, as this test runs in");
+    // A list that does not parse is warned about and the cpuset applies.
+    let o = batchlab_in(&dir, &["run", "s.toml", "--quiet", "--output", "bad"], &[("BATCHLAB_CPUS", "0-x")]);
+    assert!(o.status.success());
+    assert!(text(&o.stderr).contains("BATCHLAB_CPUS=\"0-x\": bad CPU list at column 3"), "{}", text(&o.stderr));
+}

@@ -10,6 +10,11 @@
 //! - cgroup v2 (`0::/path`): `<mount>/<path>/cpuset.cpus.effective`, walking up to the parents;
 //! - cgroup v1 (`N:cpuset[,…]:/path`): `<mount>/<path>/cpuset.cpus`, walking up to the parents.
 //!
+//! `BATCHLAB_CPUS` (a CPU list, `0` or `2-3`) asks for exactly those CPUs instead: a process
+//! pinned on purpose (a benchmark's client on one core, its server on another) says so there,
+//! since `taskset` alone would be widened away. A list that does not parse is warned about, with
+//! its column, and the cpuset applies.
+//!
 //! An empty, unreadable or malformed file keeps the current mask and says why in the returned
 //! [`AffinityReset`] (and at debug/warn level).
 //!
@@ -211,6 +216,8 @@ pub(crate) fn cpuset_candidates(proc_self_cgroup: &str, mountinfo: &str) -> Vec<
 pub enum AffinitySource {
     /// Set from this cgroup cpuset file.
     Cgroup(PathBuf),
+    /// The CPUs `BATCHLAB_CPUS` asked for.
+    Requested(String),
     /// The mask the process started with, kept; the reason says why.
     Kept {
         /// Why no cgroup cpuset was applied.
@@ -222,6 +229,7 @@ impl fmt::Display for AffinitySource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AffinitySource::Cgroup(path) => write!(f, "cgroup cpuset {}", path.display()),
+            AffinitySource::Requested(list) => write!(f, "{CPUS_ENV}={list}"),
             AffinitySource::Kept { reason } => write!(f, "inherited mask kept: {reason}"),
         }
     }
@@ -275,6 +283,16 @@ fn set_affinity(tid: Pid, cpus: &[usize]) -> Result<(), SysError> {
 /// [`AffinityReset::source`] says why.
 pub fn reset_cpu_affinity() -> AffinityReset {
     let previous = current_affinity();
+    if let Some(requested) = requested_cpus() {
+        match set_all_threads(&requested) {
+            Ok(()) => {
+                let source = AffinitySource::Requested(format_cpu_list(&requested));
+                tracing::debug!("CPU affinity from {source}");
+                return AffinityReset { allowed: current_affinity(), previous, source };
+            }
+            Err(e) => tracing::warn!("{CPUS_ENV}={}: {e}; the cgroup's cpuset applies", format_cpu_list(&requested)),
+        }
+    }
     // Only a malformed file or a refused mask is worth a warning: no cpuset file is common.
     let (source, warn) = match cgroup_cpus() {
         Ok((path, cpus)) => match set_all_threads(&cpus) {
@@ -291,11 +309,27 @@ pub fn reset_cpu_affinity() -> AffinityReset {
     match &source {
         AffinitySource::Kept { reason } if warn => tracing::warn!("CPU affinity {list} kept: {reason}"),
         AffinitySource::Kept { reason } => tracing::debug!("CPU affinity {list} kept: {reason}"),
-        AffinitySource::Cgroup(_) => {
+        AffinitySource::Cgroup(_) | AffinitySource::Requested(_) => {
             tracing::debug!("CPU affinity {list} (was {}) from {source}", format_cpu_list(&previous))
         }
     }
     AffinityReset { allowed, previous, source }
+}
+
+/// The environment variable that pins batchlab to given CPUs (module docs).
+pub const CPUS_ENV: &str = "BATCHLAB_CPUS";
+
+/// The CPUs `BATCHLAB_CPUS` asks for, when it is set to a non-empty list that parses.
+fn requested_cpus() -> Option<Vec<usize>> {
+    let text = std::env::var(CPUS_ENV).ok()?;
+    match parse_cpu_list(&text) {
+        Ok(cpus) if !cpus.is_empty() => Some(cpus),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!("{CPUS_ENV}={text:?}: {e}; the cgroup's cpuset applies");
+            None
+        }
+    }
 }
 
 /// The first non-empty cpuset file of this process's cgroups and its CPUs, or why there is none
@@ -477,6 +511,7 @@ mod tests {
                 assert_eq!(parse_cpu_list(&text).expect("a CPU list"), reset.allowed, "{}", path.display());
             }
             AffinitySource::Kept { reason } => assert!(!reason.is_empty()),
+            AffinitySource::Requested(list) => assert_eq!(list, &reset.allowed_list()),
         }
         assert_eq!(reset.allowed_list(), format_cpu_list(&current_affinity()));
     }

@@ -85,7 +85,13 @@ pub struct StampedTcp {
     timestamping: bool,
     /// `recvmsg`'s control buffer, kept for the next read.
     control: Vec<u8>,
+    /// Where `recvmsg` reads to, copied out from there: the caller's buffer may be uninitialized,
+    /// and zeroing all of it before each read would cost more than copying what came.
+    scratch: Box<[u8]>,
 }
+
+/// Most bytes one read takes.
+const READ_BYTES: usize = 16 * 1024;
 
 impl StampedTcp {
     /// Stamps `io`'s traffic from now on. Asks the kernel to stamp receives; where it refuses,
@@ -93,7 +99,19 @@ impl StampedTcp {
     pub fn new(io: TcpStream) -> Self {
         let flags = TimestampingFlag::SOF_TIMESTAMPING_RX_SOFTWARE | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE;
         let timestamping = setsockopt(&io, sockopt::Timestamping, &flags).is_ok();
-        StampedTcp { io, stamps: Arc::default(), timestamping, control: nix::cmsg_space!(nix::sys::socket::Timestamps) }
+        StampedTcp {
+            io,
+            stamps: Arc::default(),
+            timestamping,
+            control: nix::cmsg_space!(nix::sys::socket::Timestamps),
+            scratch: Box::default(),
+        }
+    }
+
+    /// Whether the kernel stamps this connection's receives (else reads are stamped when they
+    /// return).
+    pub fn kernel_stamps(&self) -> bool {
+        self.timestamping
     }
 
     /// The connection's stamps, to read while the stream is in use elsewhere.
@@ -106,12 +124,16 @@ impl StampedTcp {
         &self.io
     }
 
-    /// One `recvmsg` into `buf`: the bytes read and the kernel's stamp, if it gave one.
-    fn receive(&mut self, buf: &mut [u8]) -> io::Result<(usize, Option<TimeSpec>)> {
+    /// One `recvmsg` of at most `max` bytes into the scratch buffer: the bytes read and the
+    /// kernel's stamp, if it gave one.
+    fn receive(&mut self, max: usize) -> io::Result<(usize, Option<TimeSpec>)> {
         let fd = self.io.as_raw_fd();
-        let control = &mut self.control;
+        if self.scratch.is_empty() {
+            self.scratch = vec![0; READ_BYTES].into_boxed_slice();
+        }
+        let (control, scratch) = (&mut self.control, &mut self.scratch[..max.min(READ_BYTES)]);
         self.io.try_io(Interest::READABLE, || {
-            let mut iov = [io::IoSliceMut::new(buf)];
+            let mut iov = [io::IoSliceMut::new(scratch)];
             let message = recvmsg::<SockaddrStorage>(fd, &mut iov, Some(&mut *control), MsgFlags::MSG_DONTWAIT)
                 .map_err(io::Error::from)?;
             let mut stamp = None;
@@ -148,10 +170,9 @@ impl AsyncRead for StampedTcp {
         }
         loop {
             ready!(this.io.poll_read_ready(cx))?;
-            let unfilled = buf.initialize_unfilled();
-            match this.receive(unfilled) {
+            match this.receive(buf.remaining()) {
                 Ok((n, stamp)) => {
-                    buf.advance(n);
+                    buf.put_slice(&this.scratch[..n]);
                     if n > 0 {
                         match stamp.and_then(realtime_to_monotonic) {
                             Some(at) => this.stamps.note_received(at, true),

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -47,7 +48,7 @@ impl HttpClient {
             .with_webpki_roots()
             .https_or_http()
             .enable_http1()
-            .wrap_connector(Connector { connect_timeout });
+            .wrap_connector(Connector { connect_timeout, warned: Arc::default() });
         let inner = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(max_idle).build(https);
         HttpClient { inner }
     }
@@ -138,6 +139,8 @@ struct ConnStamps(Arc<Stamps>);
 #[derive(Clone, Debug)]
 struct Connector {
     connect_timeout: Duration,
+    /// Whether the run was told that the kernel does not stamp receives (once is enough).
+    warned: Arc<AtomicBool>,
 }
 
 impl tower_service::Service<Uri> for Connector {
@@ -151,6 +154,7 @@ impl tower_service::Service<Uri> for Connector {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let timeout = self.connect_timeout;
+        let warned = self.warned.clone();
         Box::pin(async move {
             let host = uri.host().ok_or_else(|| io::Error::other(format!("{uri} has no host")))?;
             let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
@@ -161,7 +165,14 @@ impl tower_service::Service<Uri> for Connector {
             // Each request is a small write, and so is each token the server sends back: without
             // TCP_NODELAY, Nagle's algorithm would hold them for the peer's delayed ACK.
             tcp.set_nodelay(true)?;
-            Ok(TokioIo::new(StampedTcp::new(tcp)))
+            let tcp = StampedTcp::new(tcp);
+            if !tcp.kernel_stamps() && !warned.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "the kernel does not stamp this connection's receives (SO_TIMESTAMPING): tokens are timed \
+                     when the client reads them, so a busy client adds its own delay to TTFT and ITL"
+                );
+            }
+            Ok(TokioIo::new(tcp))
         })
     }
 }
@@ -169,5 +180,55 @@ impl tower_service::Service<Uri> for Connector {
 impl Connection for StampedTcp {
     fn connected(&self) -> Connected {
         Connected::new().extra(ConnStamps(self.stamps()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A chunk the client reads late keeps the time it came; the request keeps the time it went.
+    #[tokio::test]
+    async fn a_response_chunk_is_timed_when_it_came_not_when_it_was_read() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/v1/completions", listener.local_addr().expect("addr"));
+        let (wrote_tx, wrote_rx) = tokio::sync::oneshot::channel();
+        let server = tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.expect("accept");
+            let mut request = vec![0u8; 4096];
+            let n = tcp.read(&mut request).await.expect("read the request");
+            let received = MonotonicClock::read();
+            assert!(String::from_utf8_lossy(&request[..n]).starts_with("POST /v1/completions"));
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+            tcp.write_all(head.as_bytes()).await.expect("head");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let event = "data: {}\n\n";
+            let before = MonotonicClock::read();
+            tcp.write_all(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes()).await.expect("chunk");
+            let _ = wrote_tx.send((received, before, MonotonicClock::read()));
+            tcp.write_all(b"0\r\n\r\n").await.expect("end");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        });
+        let client = HttpClient::new(1, Duration::from_secs(5));
+        let request = Request::post(&url).body(Full::new(Bytes::from_static(b"{}"))).expect("request");
+        let asked = MonotonicClock::read();
+        let mut response = client.send(request).await.expect("a response");
+        let (received, before, after) = wrote_rx.await.expect("the server wrote the chunk");
+        let sent = response.sent_at();
+        assert!(asked <= sent && sent <= received, "sent at {sent:?}: asked {asked:?}, received {received:?}");
+        // The client is busy elsewhere for 50 ms before it reads the chunk.
+        std::thread::sleep(Duration::from_millis(50));
+        let read_at = MonotonicClock::read();
+        let (data, at) = response.chunk().await.expect("no error").expect("a chunk");
+        assert_eq!(&data[..], b"data: {}\n\n");
+        assert!(
+            before <= at && at <= after.saturating_add(Duration::from_millis(2)),
+            "{at:?} not in {before:?}..{after:?}"
+        );
+        assert!(read_at.saturating_since(at) >= Duration::from_millis(45), "timed at the read, not the arrival");
+        assert!(response.chunk().await.expect("no error").is_none(), "the body ends");
+        server.await.expect("server");
     }
 }

@@ -42,10 +42,10 @@ compare=(python3 scripts/bench_http_compare.py)
 
 if $quick; then
     streams="${BENCH_HTTP_STREAMS:-100}" requests="${BENCH_HTTP_REQUESTS:-400}"
-    ceiling_rows=(16) ceiling_requests=400
+    ceiling_rows=(16) ceiling_requests=400 accuracy_steps=(100)
 else
     streams="${BENCH_HTTP_STREAMS:-1000}" requests="${BENCH_HTTP_REQUESTS:-5000}"
-    ceiling_rows=(64 256) ceiling_requests=20000
+    ceiling_rows=(64 256) ceiling_requests=20000 accuracy_steps=(100 50)
 fi
 prompts="${BENCH_HTTP_PROMPTS:-512}"   # 9c, per row
 have_vllm=false
@@ -107,20 +107,23 @@ json_field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[s
 
 # ---- 9a. accuracy ------------------------------------------------------------------------------
 log "9a: accuracy, $streams streams"
-cat >"$work/accuracy-server.toml" <<'TOML'
+: >"$work/accuracy.jsonl"
+cpu_notes=()
+for step in "${accuracy_steps[@]}"; do
+    cat >"$work/accuracy-server.toml" <<TOML
 name = "accuracy-server"
 [engine.sim]
 fixed_overhead = "0s"
 prefill_per_token = "0s"
 per_seq = "0s"
-decode_step = "50ms"
+decode_step = "${step}ms"
 max_num_seqs = 1024
 max_num_batched_tokens = 131072
 TOML
-: >"$work/accuracy.jsonl"
-if batchlab_rows; then
-    pin=(env BATCHLAB_CPUS=1 taskset -c 1) && start_serve "$work/accuracy-server.toml" --timing-log "$work/timing-batchlab.jsonl" && pin=()
-    cat >"$work/accuracy-client.toml" <<TOML
+    label="$streams streams, ${step} ms steps"
+    if batchlab_rows; then
+        pin=(env BATCHLAB_CPUS=1 taskset -c 1) && start_serve "$work/accuracy-server.toml" --timing-log "$work/timing-batchlab.jsonl" && pin=()
+        cat >"$work/accuracy-client.toml" <<TOML
 name = "accuracy-client"
 seed = 1
 [engine]
@@ -145,25 +148,32 @@ max_requests = $requests
 [warmup]
 requests = $streams
 TOML
-    env BATCHLAB_CPUS=0 taskset -c 0 "$bin" run "$work/accuracy-client.toml" --requests-jsonl --quiet --output "$work/accuracy-batchlab" >&2
-    stop_serve
-    "${compare[@]}" batchlab "$work/timing-batchlab.jsonl" "$work/accuracy-batchlab/requests.jsonl" "$streams streams" \
-        | tee -a "$work/accuracy.jsonl" >&2
-fi
-if $have_vllm; then
-    pin=(env BATCHLAB_CPUS=1 taskset -c 1) && start_serve "$work/accuracy-server.toml" --timing-log "$work/timing-vllm.jsonl"
-    pin=(taskset -c 0)
-    vllm_bench accuracy-vllm --base-url "$serve_url" --model batchlab-sim --tokenizer "$home/tiny-llama" \
-        --random-input-len 64 --random-output-len 16 --num-prompts "$requests" --max-concurrency "$streams" \
-        --request-id-prefix acc-
-    pin=()
-    stop_serve
-    "${compare[@]}" vllm "$work/timing-vllm.jsonl" "$work/accuracy-vllm.json" acc- "$streams streams" \
-        | tee -a "$work/accuracy.jsonl" >&2
-fi
+        rm -rf "$work/accuracy-batchlab"
+        /usr/bin/time -f '%U %S' -o "$work/time" env BATCHLAB_CPUS=0 taskset -c 0 "$bin" run "$work/accuracy-client.toml" \
+            --requests-jsonl --quiet --output "$work/accuracy-batchlab" >&2
+        server_cpu=$(serve_cpu)
+        stop_serve
+        # CPU per chunk (a token's chunk each, and the usage chunk), warm-up requests included.
+        chunks=$(( (requests + streams) * 17 ))
+        cpu_notes+=("$(awk -v t="$(cat "$work/time")" -v s="$server_cpu" -v n="$chunks" -v l="$label" 'BEGIN { split(t, c, " "); printf "%s: batchlab'"'"'s client %.1f µs of CPU a chunk, the server %.1f µs", l, (c[1] + c[2]) / n * 1e6, s / n * 1e6 }')")
+        "${compare[@]}" batchlab "$work/timing-batchlab.jsonl" "$work/accuracy-batchlab/requests.jsonl" "$label" \
+            | tee -a "$work/accuracy.jsonl" >&2
+    fi
+    if $have_vllm; then
+        pin=(env BATCHLAB_CPUS=1 taskset -c 1) && start_serve "$work/accuracy-server.toml" --timing-log "$work/timing-vllm.jsonl"
+        pin=(taskset -c 0)
+        vllm_bench accuracy-vllm --base-url "$serve_url" --model batchlab-sim --tokenizer "$home/tiny-llama" \
+            --random-input-len 64 --random-output-len 16 --num-prompts "$requests" --max-concurrency "$streams" \
+            --request-id-prefix acc-
+        pin=()
+        stop_serve
+        "${compare[@]}" vllm "$work/timing-vllm.jsonl" "$work/accuracy-vllm.json" acc- "$label" \
+            | tee -a "$work/accuracy.jsonl" >&2
+    fi
+done
 md "### 9a. Client accuracy: each request's TTFT and ITL against the server's own send times"
 md ""
-md "\`batchlab serve --timing-log\` (docs/serve.md) writes when it handed each token of each streamed request to the socket, and when the request arrived, in ns on CLOCK_MONOTONIC, the clock batchlab's records and Python's \`time.perf_counter()\` (vLLM's bench) read too: on one machine, a client's times and the server's are on one timeline. The server: a simulated engine of 50 ms steps (no other cost, up to 1024 sequences at once), pinned to CPU 1; the client pinned to CPU 0. Every step sends a token to each of the $streams streams at once, so a client has one step (50 ms) to read a thousand chunks before the next come. Each client keeps $streams streamed completions open (64 prompt tokens, 16 output tokens, \`ignore_eos\`; one prompt per request) for $requests requests; a server of its own each. \`scripts/bench_http_compare.py\` matches every request to the server's line (by the \`X-Request-Id\` each client sends) and takes client − server: TTFT (first chunk's arrival − the send, against first token's write − the receipt), and every gap between two tokens (ITL). Median of the signed difference, p99 and max of its absolute value. batchlab times a chunk by the kernel's receive stamp of the read that brought it and a request by the start of its write (docs/http.md, \"Timing\"); the server's receipt is its kernel's stamp too, and its send times are taken as it hands each token to the socket."
+md "\`batchlab serve --timing-log\` (docs/serve.md) writes when it handed each token of each streamed request to the socket, and when the request arrived, in ns on CLOCK_MONOTONIC, the clock batchlab's records and Python's \`time.perf_counter()\` (vLLM's bench) read too: on one machine, a client's times and the server's are on one timeline. The server: a simulated engine of ${accuracy_steps[*]} ms steps (one row each; no other cost, up to 1024 sequences at once), pinned to CPU 1; the client pinned to CPU 0. Every step sends a token to each of the $streams streams at once, so a client has one step to read $streams chunks before the next come (CPU per chunk, below the table: a step's chunks take the client $streams times that). A client that falls behind by more than a step reads two of a stream's chunks together, and TCP has merged them under the later one's arrival time: the ITL rows at a step shorter than the client's read of a step show that, and \`client_lag\` in the report is the warning that its own times are at risk. Each client keeps $streams streamed completions open (64 prompt tokens, 16 output tokens, \`ignore_eos\`; one prompt per request) for $requests requests; a server of its own each. \`scripts/bench_http_compare.py\` matches every request to the server's line (by the \`X-Request-Id\` each client sends) and takes client − server: TTFT (first chunk's arrival − the send, against first token's write − the receipt), and every gap between two tokens (ITL). Median of the signed difference, p99 and max of its absolute value. batchlab times a chunk by the kernel's receive stamp of the read that brought it and a request by the start of its write (docs/http.md, \"Timing\"); the server's receipt is its kernel's stamp too, and its send times are taken as it hands each token to the socket."
 md ""
 md "\`\`\`sh"
 md "BATCHLAB_CPUS=1 batchlab serve server.toml --port 0 --timing-log timing.jsonl"
@@ -173,6 +183,10 @@ md "python3 scripts/bench_http_compare.py batchlab|vllm timing.jsonl ...   # the
 md "\`\`\`"
 md ""
 if [[ -s "$work/accuracy.jsonl" ]]; then "${compare[@]}" table "$work/accuracy.jsonl" >>"$out"; fi
+if ((${#cpu_notes[@]})); then
+    md ""
+    for note in "${cpu_notes[@]}"; do md "- $note (user + system time over every chunk of the run)."; done
+fi
 $vllm_only && { md ""; md "batchlab's row: not measured (\`--vllm-only\`: this build has no HTTP engine yet)."; }
 $have_vllm || { md ""; md "\`vllm bench serve\`'s row: not measured ($($quick && echo 'quick mode' || echo "no venv at \`$home/venv\`"))."; }
 

@@ -418,6 +418,15 @@ MUTANTS = [
      "let limit = floor.max(expected.saturating_mul(crate::batcher::STALL_FACTOR));",
      "let limit = floor.max(expected);",
      ["--lib", "a_calibrated_profile_sets_the_stall_default_from_a_full_batchs_predicted_generate"], {}),
+    # ---- the HTTP client's timing by the kernel's stamps (issue 24: accurate at 1,000 streams) ----
+    ("http timing: a chunk timed when it was read, not when it came", "src/sys/stamped.rs",
+     "Some(at) => this.stamps.note_received(at, true),",
+     "Some(_) => this.stamps.note_received(MonotonicClock::read(), true),",
+     ["--lib", "a_response_chunk_is_timed_when_it_came_not_when_it_was_read"], {}),
+    ("http timing: a request timed when its answer began, not when it was written", "src/engine/openai/client.rs",
+     "self.stamps.as_ref().and_then(|s| s.last_sent()).unwrap_or_else(MonotonicClock::read)",
+     "MonotonicClock::read()",
+     ["--lib", "a_response_chunk_is_timed_when_it_came_not_when_it_was_read"], {}),
 ]
 
 

@@ -154,6 +154,7 @@ TOML
         server_cpu=$(serve_cpu)
         stop_serve
         # CPU per chunk (a token's chunk each, and the usage chunk), warm-up requests included.
+        log "9a $label: client CPU (user sys) $(cat "$work/time"), server CPU $server_cpu s"
         chunks=$(( (requests + streams) * 17 ))
         cpu_notes+=("$(awk -v t="$(cat "$work/time")" -v s="$server_cpu" -v n="$chunks" -v l="$label" 'BEGIN { split(t, c, " "); printf "%s: batchlab'"'"'s client %.1f µs of CPU a chunk, the server %.1f µs", l, (c[1] + c[2]) / n * 1e6, s / n * 1e6 }')")
         "${compare[@]}" batchlab "$work/timing-batchlab.jsonl" "$work/accuracy-batchlab/requests.jsonl" "$label" \

@@ -219,6 +219,29 @@ impl AsyncWrite for StampedTcp {
     }
 }
 
+/// A connected pair of stamped streams, returned once the kernel stamps their receives: the
+/// kernel turns receive stamping on for the whole host a moment after the first socket asks
+/// (`net_enable_timestamp` defers it to a work queue), and off when the last such socket closes.
+/// A test holds the pair while it checks stamps of its own.
+#[cfg(test)]
+pub(crate) async fn stamping_on() -> (StampedTcp, StampedTcp) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("connect");
+    let (server, _) = listener.accept().await.expect("accept");
+    let (mut reader, mut writer) = (StampedTcp::new(client), StampedTcp::new(server));
+    let mut byte = [0u8; 1];
+    for _ in 0..200 {
+        writer.write_all(b"x").await.expect("write");
+        reader.read_exact(&mut byte).await.expect("read");
+        if reader.stamps().kernel() {
+            return (reader, writer);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    panic!("the kernel never stamped a loopback TCP receive (SO_TIMESTAMPING)");
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -230,13 +253,8 @@ mod tests {
     /// Bytes that wait in the socket keep the time they came, not the time they were read.
     #[tokio::test]
     async fn a_late_read_keeps_the_bytes_arrival_time() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("connect");
-        let (server, _) = listener.accept().await.expect("accept");
-        let mut reader = StampedTcp::new(client);
-        let mut writer = StampedTcp::new(server);
+        let (mut reader, mut writer) = stamping_on().await;
         let stamps = reader.stamps();
-        assert!(stamps.last_received().is_none());
         let mut buf = [0u8; 64];
         for round in 0..3 {
             let before = MonotonicClock::read();
@@ -247,12 +265,23 @@ mod tests {
             let read_at = MonotonicClock::read();
             let n = reader.read(&mut buf).await.expect("read");
             assert_eq!(&buf[..n], b"data: {}\n\n");
-            assert!(stamps.kernel(), "this kernel stamps loopback TCP receives");
+            assert!(stamps.kernel(), "round {round}: the kernel stamped this receive");
             let came = stamps.last_received().expect("stamped");
             // Within a few ms of the write (loopback: tens of µs), 40 ms before the read.
             let after_send = came.checked_since(sent).unwrap_or_else(|| panic!("{came:?} before {sent:?}"));
             assert!(after_send < Duration::from_millis(5), "round {round}: {after_send:?} after the write");
             assert!(read_at.saturating_since(came) >= Duration::from_millis(35), "round {round}");
         }
+    }
+
+    /// Before the first read there is nothing; a connection the kernel does not stamp for (none
+    /// here) would say so through `kernel()`.
+    #[tokio::test]
+    async fn a_new_connection_has_no_stamps_yet() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("connect");
+        let stamped = StampedTcp::new(client);
+        assert!(stamped.kernel_stamps(), "SO_TIMESTAMPING is accepted on TCP");
+        assert_eq!((stamped.stamps().last_received(), stamped.stamps().last_sent()), (None, None));
     }
 }

@@ -192,6 +192,7 @@ mod tests {
     /// A chunk the client reads late keeps the time it came; the request keeps the time it went.
     #[tokio::test]
     async fn a_response_chunk_is_timed_when_it_came_not_when_it_was_read() {
+        let _stamping = crate::sys::stamped::stamping_on().await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}/v1/completions", listener.local_addr().expect("addr"));
         let (wrote_tx, wrote_rx) = tokio::sync::oneshot::channel();

@@ -59,14 +59,6 @@ pub type Completer = Box<dyn FnOnce(RequestId, Outcome) + Send>;
 /// woken once per batch, and no request carries a callback of its own.
 pub type OutcomeSink = std::sync::Arc<dyn Fn(Vec<(RequestId, Outcome)>) + Send + Sync>;
 
-/// Who gets a request's outcome.
-enum Waiter {
-    /// Its own callback.
-    Completer(Completer),
-    /// The batcher's [`OutcomeSink`], together with the other outcomes made ready with it.
-    Sink,
-}
-
 /// Told about every batch after its generate returned and before its requests' outcomes go out,
 /// with no batcher lock held: on the engine thread, or, with several batches in flight, on the
 /// thread that delivered the result. Calls never overlap.
@@ -87,7 +79,9 @@ pub const MAX_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
 struct Inner {
     core: BatcherCore,
-    waiters: IdMap<Waiter>,
+    /// The requests with a callback of their own; the others' outcomes go to the sink (no entry
+    /// here: a table insert and remove per request saved).
+    waiters: IdMap<Completer>,
     /// Threads blocked on each condvar, so `release` only notifies where someone waits.
     waiting: Waiting,
     /// When the waiting engine thread wakes by itself: `None` while it waits until woken.
@@ -254,9 +248,8 @@ impl Shared {
         let mut ready = Ready::default();
         while let Some((id, outcome)) = inner.core.poll_outcome() {
             match inner.waiters.remove(&id) {
-                Some(Waiter::Completer(c)) => ready.completers.push((id, c, outcome)),
-                Some(Waiter::Sink) => ready.sunk.push((id, outcome)),
-                None => debug_assert!(false, "outcome for request {id} without a waiter"),
+                Some(c) => ready.completers.push((id, c, outcome)),
+                None => ready.sunk.push((id, outcome)),
             }
         }
         ready
@@ -282,7 +275,7 @@ impl Shared {
         }
         if !ready.sunk.is_empty() {
             let sink = self.sink.as_ref();
-            debug_assert!(sink.is_some(), "an outcome for the sink of a batcher without one");
+            debug_assert!(sink.is_some(), "outcomes without a waiter: {:?}", ready.sunk.iter().map(|o| o.0));
             if let Some(sink) = sink {
                 sink(ready.sunk);
             }
@@ -472,7 +465,7 @@ impl Batcher {
     /// gave the request. Starts the engine if it was not started (single-flight). A rejection is
     /// returned here and the callback is dropped.
     pub fn submit_with(&self, request: EngineRequest<()>, complete: Completer) -> Result<RequestId, RequestError> {
-        self.submit_for(request, Waiter::Completer(complete))
+        self.submit_for(request, Some(complete))
     }
 
     /// Submits a request whose outcome goes to the batcher's [`OutcomeSink`], together with the
@@ -484,10 +477,11 @@ impl Batcher {
     /// the outcome would have nowhere to go.
     pub fn submit_to_sink(&self, request: EngineRequest<()>) -> Result<RequestId, RequestError> {
         assert!(self.shared.sink.is_some(), "submit_to_sink on a batcher spawned without a sink");
-        self.submit_for(request, Waiter::Sink)
+        self.submit_for(request, None)
     }
 
-    fn submit_for(&self, request: EngineRequest<()>, waiter: Waiter) -> Result<RequestId, RequestError> {
+    /// Submits with `complete` as the waiter, or the sink when `None`.
+    fn submit_for(&self, request: EngineRequest<()>, complete: Option<Completer>) -> Result<RequestId, RequestError> {
         let mut locked = self.shared.lock();
         let started = Self::begin_start(&mut locked);
         let now = self.shared.clock.now();
@@ -496,9 +490,9 @@ impl Batcher {
         // non-empty (a new dispatch and watchdog deadline) or a full batch (see the module docs).
         let queued = locked.guard.core.queued();
         let notify = started || r.is_err() || queued == 1 || queued >= locked.guard.core.config().batch_size();
-        if let Ok(id) = r {
+        if let (Ok(id), Some(complete)) = (&r, complete) {
             // The core never gives an id twice, so no waiter is ever replaced.
-            let replaced = locked.guard.waiters.insert(id, waiter);
+            let replaced = locked.guard.waiters.insert(*id, complete);
             debug_assert!(replaced.is_none(), "request id {id} given twice");
         }
         self.shared.release_and_notify(locked, notify);

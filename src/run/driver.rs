@@ -34,11 +34,14 @@ use crate::time::{Timestamp, WallAnchor};
 
 /// Something that happened in the batcher, for the step.
 #[derive(Debug)]
+// An outcome is moved, not boxed: a box was an allocation and a free per request, for a copy of a
+// few hundred bytes.
+#[allow(clippy::large_enum_variant)]
 pub enum DriverEvent {
     /// The engine ran a batch.
     Batch(BatchRun),
     /// A request's outcome, and when it arrived.
-    Outcome(RequestId, Box<Outcome>, Timestamp),
+    Outcome(RequestId, Outcome, Timestamp),
 }
 
 /// Nothing can ever happen: no event is scheduled and the step gave no deadline (a driver bug or

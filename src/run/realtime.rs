@@ -195,7 +195,7 @@ impl Driver for RealTimeDriver {
     fn poll_event(&mut self) -> Option<DriverEvent> {
         loop {
             if let Some((id, outcome)) = self.outcomes.next() {
-                return Some(DriverEvent::Outcome(id, Box::new(outcome), self.outcomes_at));
+                return Some(DriverEvent::Outcome(id, outcome, self.outcomes_at));
             }
             let message = self.ready.pop_front().or_else(|| self.rx.try_recv().ok())?;
             match message {

@@ -101,8 +101,9 @@ if ! $quick; then
     /usr/bin/perf script -i "$work/harness.perf" 2>/dev/null | inferno-collapse-perf >"$work/harness.folded"
     inferno-flamegraph --title "batchlab harness: InstantEngine, batch 32, 1 M requests (perf cpu-clock, DWARF)" \
         --minwidth 0.2 <"$work/harness.folded" >docs/harness-flamegraph.svg
-    # Shares of the samples, from the folded stacks: per thread, and the functions that hold the
-    # most samples anywhere on their stack (inclusive) or at its top (self).
+    # Shares of the sampled CPU time (inferno weighs each cpu-clock sample by its period, in ns), from
+    # the folded stacks: per thread, and the functions that hold the most anywhere on their stack
+    # (inclusive) or at its top (self).
     python3 - "$work/harness.folded" >"$work/flame.md" <<'PY'
 import collections, re, sys
 threads, incl, self_ = collections.Counter(), collections.Counter(), collections.Counter()
@@ -112,7 +113,7 @@ for line in open(sys.argv[1]):
     n = int(n)
     frames = stack.split(";")
     total += n
-    threads[re.sub(r"-?[0-9/]+$", "", frames[0])] += n
+    threads[frames[0] if frames[0].startswith("batchlab-") else "main"] += n
     for f in set(frames[1:]):
         incl[f] += n
     self_[frames[-1]] += n
@@ -120,7 +121,7 @@ def short(f):
     f = re.sub(r"<(\w+::)*(\w+) as (\w+::)*(\w+)>", r"<\2 as \4>", f)
     f = re.sub(r"\b(\w+::)+(?=\w)", "", f)
     return f.replace("|", "\\|")[:90]
-print(f"{total} samples. Per thread: " + ", ".join(f"`{t}` {100 * n / total:.0f} %" for t, n in threads.most_common(4)) + ".")
+print(f"{total / 1e9:.2f} s of CPU time sampled. Per thread: " + ", ".join(f"`{t}` {100 * n / total:.0f} %" for t, n in threads.most_common(4)) + " (`main` is the run loop: load generator, submit, the step, mapper and aggregation; `batchlab-engine` the batcher's engine thread: dispatch, generate, the outcomes handed out).")
 print()
 print("| function (inclusive: anywhere on the stack) | share | function (self: top of the stack) | share |")
 print("|---|---:|---|---:|")

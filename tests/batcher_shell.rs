@@ -516,12 +516,15 @@ fn sunk(batch_size: usize, timeout: Duration) -> (Batcher, Arc<Mutex<Vec<Seen>>>
 #[test]
 fn the_sink_gets_a_batchs_outcomes_in_one_call_after_the_observer_and_each_once() {
     let (b, seen, rx) = sunk(4, Duration::from_secs(3600));
-    // Two full batches; a request with a callback of its own in between still gets it there.
+    // Two full batches, the second submitted once the first was answered (the engine thread is
+    // then asleep until its idle tick, an hour away: only the full batch can wake it). A request
+    // with a callback of its own among them still gets it there.
     let ids: Vec<RequestId> = (0..4).map(|_| b.submit_to_sink(req()).expect("submit")).collect();
+    let first = rx.recv_timeout(LIMIT).expect("the first batch's outcomes");
     let ticket = b.submit(req()).expect("submit");
     let more: Vec<RequestId> = (0..3).map(|_| b.submit_to_sink(req()).expect("submit")).collect();
-    for _ in 0..2 {
-        let outcomes = rx.recv_timeout(LIMIT).expect("a batch's outcomes");
+    let second = rx.recv_timeout(LIMIT).expect("the second batch's outcomes");
+    for outcomes in [first, second] {
         assert!(outcomes.iter().all(|o| o.as_ref().is_ok_and(|c| c.batch_size == 4)), "{outcomes:?}");
     }
     assert_eq!(ticket.wait_timeout(LIMIT).ok().and_then(|o| o.ok()).map(|c| c.batch_id), Some(1));

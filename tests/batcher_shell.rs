@@ -493,8 +493,11 @@ enum Seen {
     Outcomes(Vec<RequestId>),
 }
 
-/// A batcher whose observer and sink log into one list, and the list.
-fn sunk(batch_size: usize, timeout: Duration) -> (Batcher, Arc<Mutex<Vec<Seen>>>, mpsc::Receiver<Vec<Outcome>>) {
+/// The log of what the observer and the sink saw, shared with them.
+type SeenLog = Arc<Mutex<Vec<Seen>>>;
+
+/// A batcher whose observer and sink log into one list, the list, and each sink call's outcomes.
+fn sunk(batch_size: usize, timeout: Duration) -> (Batcher, SeenLog, mpsc::Receiver<Vec<Outcome>>) {
     let mut e = MockEng::new();
     e.expect_start().times(1).returning(|| Ok(info()));
     e.expect_generate().returning(|b| Ok(echo(b)));

@@ -119,13 +119,15 @@ for line in open(sys.argv[1]):
     self_[frames[-1]] += n
 def short(f):
     f = re.sub(r"<(\w+::)*(\w+) as (\w+::)*(\w+)>", r"<\2 as \4>", f)
-    f = re.sub(r"\b(\w+::)+(?=\w)", "", f)
+    f = re.sub(r"\b(\w+::)+(?=\w+::\w)", "", f)  # the last two segments: `Type::method`
     return f.replace("|", "\\|")[:90]
 print(f"{total / 1e9:.2f} s of CPU time sampled. Per thread: " + ", ".join(f"`{t}` {100 * n / total:.0f} %" for t, n in threads.most_common(4)) + " (`main` is the run loop: load generator, submit, the step, mapper and aggregation; `batchlab-engine` the batcher's engine thread: dispatch, generate, the outcomes handed out).")
 print()
 print("| function (inclusive: anywhere on the stack) | share | function (self: top of the stack) | share |")
 print("|---|---:|---|---:|")
-skip = re.compile(r"^(\[unknown\]|_start|__libc_start|main$|std::rt|std::sys|core::ops::function|clone3|start_thread|__GI___clone|std::panic|std::thread|__rust_try|harness::main|0x)")
+# Frames every sample of a thread has (its start, the run loop's outer calls) say nothing the
+# per-thread shares do not.
+skip = re.compile(r"^(\[unknown\]|_start|__libc_start|main$|std::rt|std::sys|core::ops::function|clone3|start_thread|__GI___clone|std::panic|std::thread|__rust_try|harness::main|0x)|thread_start|call_once|\{\{closure\}\}$|::run_steps?$|::engine_thread$")
 rows_incl = [(f, n) for f, n in incl.most_common(200) if not skip.search(f)][:14]
 rows_self = self_.most_common(14)
 for (fi, ni), (fs, ns) in zip(rows_incl, rows_self):
@@ -135,6 +137,8 @@ PY
     md "**Where the time goes.** [docs/harness-flamegraph.svg](harness-flamegraph.svg) (open it in a browser: it is interactive) is the flame graph of one dedicated run (\`perf record -e cpu-clock -F 997 --call-graph dwarf\` on \`$(basename "$harness_exe") ${flame_args[*]}\`; hardware counters are not available on this machine, so the samples are the cpu-clock software event; folded and drawn with inferno $inferno_version). Each column is a call stack, its width the share of samples. The run itself measured: $(grep '^HARNESS' "$work/flame-run.txt" | sed -E 's/.*requests_per_s=([0-9]+) ns_per_request=([0-9]+) cpu_ns_per_request=([0-9]+).*/\1 requests\/s, \3 CPU ns\/request/') (under perf). The largest shares:"
     md ""
     cat "$work/flame.md" >>"$out"
+    md ""
+    md "How to read it: \`memcpy\` is mostly request outputs (\`EngineOutput\`, a few hundred bytes each) moved from the engine's \`Vec\` into the core's outcome queue, the sink's message and the run loop; \`clock_gettime\` is the submit time, the loop's own \`now\` and the engine's one reading per batch; the futex and scheduler frames (\`syscall\`, \`finish_task_switch\`, \`_raw_spin_unlock_irqrestore\`) are the engine thread woken for each full batch and the run loop for each batch's outcomes (one each per batch: see \`src/batcher/shell.rs\`); \`record_nanos\`, \`map_request\` and \`from_secs_f64\` are the metrics (mapper and histograms); \`request\` makes each synthetic prompt."
 fi
 
 section "simulator speed"

@@ -9,8 +9,11 @@
 //!
 //! `cargo bench --bench harness -- [--engine instant|sim] [--requests N] [--rounds R] [--batch-sizes 1,32,256]`
 //! (under `cargo test` it runs 2,000 requests once, as a smoke test)
-//! prints one line per (round, batch size), then the median per batch size. Rounds alternate
-//! over the batch sizes so machine noise hits all of them alike. Nothing here asserts on speed.
+//! prints one line per (round, batch size), then the median per batch size: requests per second
+//! of wall time, its inverse in ns, and the CPU time of every thread of the process per request
+//! (`CLOCK_PROCESS_CPUTIME_ID` around the whole run, warmup included), which other load on the
+//! machine leaves alone. Rounds alternate over the batch sizes so machine noise hits all of them
+//! alike. Nothing here asserts on speed.
 
 use std::time::{Duration, Instant};
 
@@ -107,9 +110,27 @@ impl Engine for InstantEngine {
 /// Output tokens of every request (fixed, so tokens per second are requests per second times this).
 const OUTPUT_TOKENS: u32 = 16;
 
-/// One run: (requests per second of wall time in the measured window, wall time of the whole
-/// `run` call, measured requests, the measured window's own duration in seconds: virtual for the sim).
-fn measure(batch_size: usize, args: &Args) -> (f64, Duration, u64, f64) {
+/// The CPU time this process (every thread, ended ones included) has used so far.
+fn process_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID).map_or(Duration::ZERO, Duration::from)
+}
+
+/// One run: what [`measure`] found.
+struct Measured {
+    /// Requests per second of wall time in the measured window (the sim: of the whole call).
+    per_wall_s: f64,
+    /// Wall time of the whole `run` call.
+    wall: Duration,
+    /// Measured requests.
+    requests: u64,
+    /// The measured window's own duration in seconds: virtual for the sim.
+    window_s: f64,
+    /// CPU time of every thread of the process per request of the run (warmup included), in ns:
+    /// what a request costs, whatever else the machine runs.
+    cpu_ns: f64,
+}
+
+fn measure(batch_size: usize, args: &Args) -> Measured {
     // Batch 1 is ~40x slower per request: fewer requests keep its round short.
     let requests = if batch_size == 1 { (args.requests / 10).max(1) } else { args.requests };
     let builder = Scenario::builder()
@@ -120,7 +141,7 @@ fn measure(batch_size: usize, args: &Args) -> (f64, Duration, u64, f64) {
         .profile_throughput(1024)
         .max_requests(requests)
         .warmup_requests(requests / 20);
-    let t0 = Instant::now();
+    let (t0, cpu0) = (Instant::now(), process_cpu());
     let summary = match args.engine {
         Kind::Instant => {
             let plan = builder.build().expect("the harness scenario is valid");
@@ -132,7 +153,7 @@ fn measure(batch_size: usize, args: &Args) -> (f64, Duration, u64, f64) {
         }
     }
     .expect("the run succeeds");
-    let wall = t0.elapsed();
+    let (wall, cpu) = (t0.elapsed(), process_cpu().saturating_sub(cpu0));
     let b = &summary.report.benchmarks[0];
     assert_eq!(b.counts.completed, requests, "every measured request completes");
     assert_eq!(b.counts.lost, 0);
@@ -142,7 +163,8 @@ fn measure(batch_size: usize, args: &Args) -> (f64, Duration, u64, f64) {
         // Virtual time: the run's requests (warmup included) per second of the whole call.
         Kind::Sim => (requests + requests / 20) as f64 / wall.as_secs_f64(),
     };
-    (per_wall_s, wall, requests, b.duration_s)
+    let cpu_ns = cpu.as_nanos() as f64 / (requests + requests / 20) as f64;
+    Measured { per_wall_s, wall, requests, window_s: b.duration_s, cpu_ns }
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -167,6 +189,7 @@ fn main() {
     );
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); args.batch_sizes.len()];
     let mut speedups: Vec<Vec<f64>> = vec![Vec::new(); args.batch_sizes.len()];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); args.batch_sizes.len()];
     for round in 0..args.rounds {
         // Alternate the order each round so drift does not favour one batch size.
         let mut order: Vec<usize> = (0..args.batch_sizes.len()).collect();
@@ -175,14 +198,19 @@ fn main() {
         }
         for i in order {
             let bs = args.batch_sizes[i];
-            let (rps, wall, n, window_s) = measure(bs, &args);
+            let m = measure(bs, &args);
             println!(
-                "round {round} batch {bs:>4}: {rps:>12.0} requests/s  {:>8.0} ns/request  (run() wall {:.3} s for {n}; measured window {window_s:.3} s)",
-                1e9 / rps,
-                wall.as_secs_f64()
+                "round {round} batch {bs:>4}: {:>12.0} requests/s  {:>8.0} ns/request  {:>8.0} CPU ns/request  (run() wall {:.3} s for {}; measured window {:.3} s)",
+                m.per_wall_s,
+                1e9 / m.per_wall_s,
+                m.cpu_ns,
+                m.wall.as_secs_f64(),
+                m.requests,
+                m.window_s,
             );
-            rates[i].push(rps);
-            speedups[i].push(window_s / wall.as_secs_f64());
+            rates[i].push(m.per_wall_s);
+            speedups[i].push(m.window_s / m.wall.as_secs_f64());
+            cpu[i].push(m.cpu_ns);
         }
     }
     println!("median over {} rounds:", args.rounds);
@@ -197,6 +225,10 @@ fn main() {
                 median(&mut speedups[i])
             ),
         };
-        println!("{tag} batch_size={bs} requests_per_s={m:.0} ns_per_request={:.0}{extra}", 1e9 / m);
+        println!(
+            "{tag} batch_size={bs} requests_per_s={m:.0} ns_per_request={:.0} cpu_ns_per_request={:.0}{extra}",
+            1e9 / m,
+            median(&mut cpu[i])
+        );
     }
 }

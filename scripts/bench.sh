@@ -68,21 +68,78 @@ bin="$CARGO_TARGET_DIR/release/batchlab"
 # ---- 1. harness overhead, and the simulator's speed ---------------------------------------------
 if want harness; then
 section "harness overhead"
-if $quick; then harness_args=(--requests 20000 --rounds 1); else harness_args=(--requests 1000000 --rounds 5); fi
+if $quick; then harness_requests=20000 harness_rounds=1; else harness_requests=1000000 harness_rounds=5; fi
+harness_args=(--requests "$harness_requests" --rounds "$harness_rounds")
 cargo bench --quiet --bench harness -- "${harness_args[@]}" | tee "$work/harness.txt" >&2
 md ""
 md "## 1. Harness overhead"
 md ""
 regenerated
-md "batchlab alone: an engine that answers at once (\`InstantEngine\` in \`benches/harness.rs\`: no scheduler, no per-token work; each \`generate\` reads the clock once and returns every output, all tokens at that instant), in real time, end to end: load generator → \`Batcher\` (submit, state mutex, engine thread) → completers → tokio driver → mapper → streaming aggregation. Throughput profile, \`max_concurrency = 1024\`, prompts of 16 tokens, 16 output tokens, \`batch_timeout = 1ms\`. Median of the rounds; rounds alternate the batch-size order. The simulator is not in this figure: section 1b has its speed."
+md "batchlab alone: an engine that answers at once (\`InstantEngine\` in \`benches/harness.rs\`: no scheduler, no per-token work; each \`generate\` reads the clock once and returns every output, all tokens at that instant), in real time, end to end: load generator → \`Batcher\` (submit, state mutex, engine thread) → outcome sink (a batch's outcomes in one message) → the run loop → mapper → streaming aggregation. Throughput profile, \`max_concurrency = 1024\`, prompts of 16 tokens, 16 output tokens, \`batch_timeout = 1ms\`; $harness_requests measured requests per run (batch 1: a tenth of them) after a warmup of a twentieth as many. Each figure is the median of $harness_rounds rounds; rounds alternate the batch-size order. Requests/s is batchlab's own figure for the measured window (wall time); ns/request is its inverse. CPU ns/request is the CPU time of every thread of the process (\`CLOCK_PROCESS_CPUTIME_ID\` around the whole run, warmup and set-up included) per request: what a request costs batchlab, which other load on the shared machine changes far less than the wall-time figures. The simulator is not in this figure: section 1b has its speed."
 md ""
 md "\`\`\`sh"
 md "cargo bench --bench harness -- ${harness_args[*]}"
 md "\`\`\`"
 md ""
-md "| batch size | requests/s | ns/request |"
-md "|---:|---:|---:|"
-grep '^HARNESS' "$work/harness.txt" | sed -E 's/.*batch_size=([0-9]+) requests_per_s=([0-9]+) ns_per_request=([0-9]+)/| \1 | \2 | \3 |/' >>"$out"
+md "| batch size | requests/s | ns/request (wall) | CPU ns/request (all threads) |"
+md "|---:|---:|---:|---:|"
+grep '^HARNESS' "$work/harness.txt" | sed -E 's/.*batch_size=([0-9]+) requests_per_s=([0-9]+) ns_per_request=([0-9]+) cpu_ns_per_request=([0-9]+).*/| \1 | \2 | \3 | \4 |/' >>"$out"
+
+# The flame graph: `perf record` (the cpu-clock software event: this machine has no hardware
+# counters) with DWARF call graphs on one dedicated batch-32 run of 1 M requests, folded and drawn
+# by inferno (installed here at a pinned version when missing).
+if ! $quick; then
+    section "harness flame graph"
+    inferno_version=0.12.3
+    if ! inferno-flamegraph --version 2>/dev/null | grep -q "$inferno_version"; then
+        cargo install --quiet inferno --version "$inferno_version" --locked --no-default-features --features cli
+    fi
+    harness_exe="$(cargo bench --bench harness --no-run 2>&1 | sed -nE 's/.*Executable .*\((.*)\)/\1/p' | tail -n1)"
+    flame_args=(--bench --requests 1000000 --rounds 1 --batch-sizes 32)
+    /usr/bin/perf record --quiet -e cpu-clock -F 997 --call-graph dwarf,16384 -o "$work/harness.perf" \
+        "$harness_exe" "${flame_args[@]}" >"$work/flame-run.txt" 2>/dev/null
+    /usr/bin/perf script -i "$work/harness.perf" 2>/dev/null | inferno-collapse-perf >"$work/harness.folded"
+    inferno-flamegraph --title "batchlab harness: InstantEngine, batch 32, 1 M requests (perf cpu-clock, DWARF)" \
+        --minwidth 0.2 <"$work/harness.folded" >docs/harness-flamegraph.svg
+    # Shares of the sampled CPU time (inferno weighs each cpu-clock sample by its period, in ns), from
+    # the folded stacks: per thread, and the functions that hold the most anywhere on their stack
+    # (inclusive) or at its top (self).
+    python3 - "$work/harness.folded" >"$work/flame.md" <<'PY'
+import collections, re, sys
+threads, incl, self_ = collections.Counter(), collections.Counter(), collections.Counter()
+total = 0
+for line in open(sys.argv[1]):
+    stack, n = line.rsplit(" ", 1)
+    n = int(n)
+    frames = stack.split(";")
+    total += n
+    threads[frames[0] if frames[0].startswith("batchlab-") else "main"] += n
+    for f in set(frames[1:]):
+        incl[f] += n
+    self_[frames[-1]] += n
+def short(f):
+    f = re.sub(r"<(\w+::)*(\w+) as (\w+::)*(\w+)>", r"<\2 as \4>", f)
+    f = re.sub(r"\b(\w+::)+(?=\w+::\w)", "", f)  # the last two segments: `Type::method`
+    return f.replace("|", "\\|")[:90]
+print(f"{total / 1e9:.2f} s of CPU time sampled. Per thread: " + ", ".join(f"`{t}` {100 * n / total:.0f} %" for t, n in threads.most_common(4)) + " (`main` is the run loop: load generator, submit, the step, mapper and aggregation; `batchlab-engine` the batcher's engine thread: dispatch, generate, the outcomes handed out).")
+print()
+print("| function (inclusive: anywhere on the stack) | share | function (self: top of the stack) | share |")
+print("|---|---:|---|---:|")
+# Frames every sample of a thread has (its start, the run loop's outer calls) say nothing the
+# per-thread shares do not.
+skip = re.compile(r"^(\[unknown\]|_start|__libc_start|main$|std::rt|std::sys|core::ops::function|clone3|start_thread|__GI___clone|std::panic|std::thread|__rust_try|harness::main|0x)|thread_start|call_once|\{\{closure\}\}$|::run_steps?$|::engine_thread$")
+rows_incl = [(f, n) for f, n in incl.most_common(200) if not skip.search(f)][:14]
+rows_self = self_.most_common(14)
+for (fi, ni), (fs, ns) in zip(rows_incl, rows_self):
+    print(f"| `{short(fi)}` | {100 * ni / total:.1f} % | `{short(fs)}` | {100 * ns / total:.1f} % |")
+PY
+    md ""
+    md "**Where the time goes.** [docs/harness-flamegraph.svg](harness-flamegraph.svg) (open it in a browser: it is interactive) is the flame graph of one dedicated run (\`perf record -e cpu-clock -F 997 --call-graph dwarf\` on \`$(basename "$harness_exe") ${flame_args[*]}\`; hardware counters are not available on this machine, so the samples are the cpu-clock software event; folded and drawn with inferno $inferno_version). Each column is a call stack, its width the share of samples. The run itself measured: $(grep '^HARNESS' "$work/flame-run.txt" | sed -E 's/.*requests_per_s=([0-9]+) ns_per_request=([0-9]+) cpu_ns_per_request=([0-9]+).*/\1 requests\/s, \3 CPU ns\/request/') (under perf). The largest shares:"
+    md ""
+    cat "$work/flame.md" >>"$out"
+    md ""
+    md "How to read it: \`memcpy\` is mostly request outputs (\`EngineOutput\`, a few hundred bytes each) moved from the engine's \`Vec\` into the core's outcome queue, the sink's message and the run loop; \`clock_gettime\` is the submit time, the loop's own \`now\` and the engine's one reading per batch; the futex and scheduler frames (\`syscall\`, \`finish_task_switch\`, \`_raw_spin_unlock_irqrestore\`) are the engine thread woken for each full batch and the run loop for each batch's outcomes (one each per batch: see \`src/batcher/shell.rs\`); \`record_nanos\`, \`map_request\` and \`from_secs_f64\` are the metrics (mapper and histograms); \`request\` makes each synthetic prompt."
+fi
 
 section "simulator speed"
 if $quick; then sim_args=(--engine sim --requests 20000 --rounds 1); else sim_args=(--engine sim --requests 200000 --rounds 3); fi
@@ -99,7 +156,7 @@ md "\`\`\`"
 md ""
 md "| batch size | simulated requests/s (wall) | simulated output tokens/s (wall) | ns/request (wall) | virtual s per wall s |"
 md "|---:|---:|---:|---:|---:|"
-grep '^SIM' "$work/sim.txt" | sed -E 's/.*batch_size=([0-9]+) requests_per_s=([0-9]+) ns_per_request=([0-9]+) output_tokens_per_s=([0-9]+) virtual_per_wall=([0-9]+)/| \1 | \2 | \4 | \3 | \5 |/' >>"$out"
+grep '^SIM' "$work/sim.txt" | sed -E 's/.*batch_size=([0-9]+) requests_per_s=([0-9]+) ns_per_request=([0-9]+) (cpu_ns_per_request=[0-9]+ )?output_tokens_per_s=([0-9]+) virtual_per_wall=([0-9]+)/| \1 | \2 | \5 | \3 | \6 |/' >>"$out"
 fi
 
 # ---- 2. memory at scale -------------------------------------------------------------------------

@@ -9,10 +9,12 @@ use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::Duration;
 
 use batchlab::batcher::virtual_time::VirtualTimeBatcher;
-use batchlab::batcher::{BatchConfig, Batcher, RequestError, State};
+use batchlab::batcher::{BatchConfig, BatchRun, Batcher, Outcome, OutcomeSink, RequestError, State};
 use batchlab::engine::faults::{FaultTrigger, Faults, FaultyEngine};
 use batchlab::engine::sim::{CostModel, SimConfig, SimEngine};
-use batchlab::engine::{ClockDomain, Engine, EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest};
+use batchlab::engine::{
+    ClockDomain, Engine, EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, RequestId,
+};
 use batchlab::time::MonotonicClock;
 use mockall::mock;
 
@@ -482,6 +484,82 @@ fn completer_may_submit_again() {
     chain(b.clone(), 5, done_tx);
     assert_eq!(done_rx.recv_timeout(LIMIT), Ok(0));
     b.shutdown().expect("shutdown");
+}
+
+/// What a sink and an observer saw, in order: `batch N` for the observer, the ids of a sink call.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Batch(u64),
+    Outcomes(Vec<RequestId>),
+}
+
+/// The log of what the observer and the sink saw, shared with them.
+type SeenLog = Arc<Mutex<Vec<Seen>>>;
+
+/// A batcher whose observer and sink log into one list, the list, and each sink call's outcomes.
+fn sunk(batch_size: usize, timeout: Duration) -> (Batcher, SeenLog, mpsc::Receiver<Vec<Outcome>>) {
+    let mut e = MockEng::new();
+    e.expect_start().times(1).returning(|| Ok(info()));
+    e.expect_generate().returning(|b| Ok(echo(b)));
+    e.expect_shutdown().times(1).returning(|| Ok(()));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (s, o) = (seen.clone(), seen.clone());
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let observer = Box::new(move |b: &BatchRun| s.lock().unwrap().push(Seen::Batch(b.id)));
+    let sink: OutcomeSink = Arc::new(move |outcomes: Vec<(RequestId, Outcome)>| {
+        o.lock().unwrap().push(Seen::Outcomes(outcomes.iter().map(|(id, _)| *id).collect()));
+        let _ = tx.lock().unwrap().send(outcomes.into_iter().map(|(_, outcome)| outcome).collect());
+    });
+    let b =
+        Batcher::spawn_with_sink(e, config(batch_size, timeout), Arc::new(MonotonicClock), Some(observer), Some(sink));
+    (b, seen, rx)
+}
+
+#[test]
+fn the_sink_gets_a_batchs_outcomes_in_one_call_after_the_observer_and_each_once() {
+    let (b, seen, rx) = sunk(4, Duration::from_secs(3600));
+    // Two full batches, the second submitted once the first was answered (the engine thread is
+    // then asleep until its idle tick, an hour away: only the full batch can wake it). A request
+    // with a callback of its own among them still gets it there.
+    let ids: Vec<RequestId> = (0..4).map(|_| b.submit_to_sink(req()).expect("submit")).collect();
+    let first = rx.recv_timeout(LIMIT).expect("the first batch's outcomes");
+    let ticket = b.submit(req()).expect("submit");
+    let more: Vec<RequestId> = (0..3).map(|_| b.submit_to_sink(req()).expect("submit")).collect();
+    let second = rx.recv_timeout(LIMIT).expect("the second batch's outcomes");
+    for outcomes in [first, second] {
+        assert!(outcomes.iter().all(|o| o.as_ref().is_ok_and(|c| c.batch_size == 4)), "{outcomes:?}");
+    }
+    assert_eq!(ticket.wait_timeout(LIMIT).ok().and_then(|o| o.ok()).map(|c| c.batch_id), Some(1));
+    b.shutdown().expect("shutdown");
+    // A rejected submit never reaches the sink.
+    assert_eq!(b.submit_to_sink(req()), Err(RequestError::ShuttingDown));
+    assert_eq!(*seen.lock().unwrap(), [Seen::Batch(0), Seen::Outcomes(ids), Seen::Batch(1), Seen::Outcomes(more)]);
+    assert!(rx.try_recv().is_err(), "one call per batch");
+}
+
+#[test]
+fn a_partial_batch_after_a_busy_spell_still_leaves_at_its_batch_timeout() {
+    // After a full batch the engine thread sleeps one batch_timeout at most, and a submit into the
+    // empty queue does not wake it: the partial batch must still leave, at its own deadline.
+    let timeout = Duration::from_millis(30);
+    let (b, seen, rx) = sunk(4, timeout);
+    for _ in 0..4 {
+        b.submit_to_sink(req()).expect("submit");
+    }
+    let full = rx.recv_timeout(LIMIT).expect("the full batch");
+    assert_eq!(full.len(), 4);
+    for round in 0..3 {
+        let submitted = std::time::Instant::now();
+        let id = b.submit_to_sink(req()).expect("submit");
+        let partial = rx.recv_timeout(LIMIT).expect("the partial batch leaves");
+        let c = partial[0].as_ref().expect("served");
+        assert_eq!((partial.len(), c.output.request_id), (1, Some(id)), "round {round}");
+        assert!(submitted.elapsed() >= timeout, "round {round}: left before its batch_timeout");
+        assert!(c.times.dispatched.saturating_since(c.times.submitted) >= timeout, "round {round}");
+    }
+    b.shutdown().expect("shutdown");
+    assert_eq!(seen.lock().unwrap().len(), 8, "four batches, each observed then sunk");
 }
 
 #[tracing_test::traced_test]

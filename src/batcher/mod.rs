@@ -28,5 +28,5 @@ pub use error::{ConfigError, RequestError};
 #[doc(hidden)]
 pub use lifecycle::{Lifecycle, State};
 #[doc(hidden)]
-pub use shell::{BatchObserver, Completer, ProgressProbe};
+pub use shell::{BatchObserver, Completer, OutcomeSink, ProgressProbe};
 pub use shell::{Batcher, Ticket};

@@ -19,12 +19,21 @@
 //!   engine stalled.
 //!
 //! Outcomes leave the core under the lock and are handed to their completers after it is released
-//! (lock order in [`crate::sync`]). Every state change notifies every condvar that has a waiter, so
-//! no waiter can miss the change it waits for (loom checks this: `tests/loom_batcher.rs`). Waiters
-//! are counted under the lock, so a condvar nobody waits on costs no futex call. The one exception
-//! is the hot path: a submit that neither starts the engine, nor makes the queue non-empty (a new
-//! dispatch or watchdog deadline), nor fills a batch changes nothing any waiter waits for, and
-//! notifies nobody. Without it, every submit woke the idle engine thread for nothing.
+//! (lock order in [`crate::sync`]): each request's own [`Completer`], or, for the requests of
+//! [`Batcher::submit_to_sink`], the batcher's [`OutcomeSink`], once with all of them (a batch's
+//! outcomes in one call, one wake-up of whoever waits for them). Every state change notifies every
+//! condvar that has a waiter, so no waiter can miss the change it waits for (loom checks this:
+//! `tests/loom_batcher.rs`). Waiters are counted under the lock, so a condvar nobody waits on costs
+//! no futex call. The exceptions are the hot path's, each a wake-up per request or per batch
+//! saved:
+//! - a submit that neither starts the engine, nor makes the queue non-empty (a new dispatch or
+//!   watchdog deadline), nor fills a batch changes nothing any waiter waits for, and notifies
+//!   nobody;
+//! - a thread asleep until a time of its own (the engine thread until a dispatch deadline or its
+//!   idle tick, the watchdog until a generate's deadline or its next sample) is woken only when
+//!   the change brings a deadline of the core's before that time, or the batcher is closing
+//!   ([`Inner::engine_must_wake`], [`Inner::watchdog_must_wake`]): a deadline that comes later
+//!   finds it awake by then. A start and a shutdown notify everyone.
 
 use super::engine_call::{catch_engine_panic, panic_message};
 use std::time::Duration;
@@ -38,10 +47,17 @@ use crate::engine::{
 };
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{self, Arc, Condvar, Level, Mutex, MutexGuard};
-use crate::time::Clock;
+use crate::time::{Clock, Timestamp};
 
 /// Called exactly once with a request's outcome, on whichever thread produced it.
 pub type Completer = Box<dyn FnOnce(RequestId, Outcome) + Send>;
+
+/// Takes the outcomes of the requests submitted with [`Batcher::submit_to_sink`]: every one that
+/// a state change made ready, in one call (a batch's, when its generate returns), with no batcher
+/// lock held, on whichever thread produced them (calls may overlap with several batches in
+/// flight). One call per batch instead of one per request: whoever waits for the outcomes is
+/// woken once per batch, and no request carries a callback of its own.
+pub type OutcomeSink = std::sync::Arc<dyn Fn(Vec<(RequestId, Outcome)>) + Send + Sync>;
 
 /// Told about every batch after its generate returned and before its requests' outcomes go out,
 /// with no batcher lock held: on the engine thread, or, with several batches in flight, on the
@@ -63,9 +79,17 @@ pub const MAX_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
 struct Inner {
     core: BatcherCore,
+    /// The requests with a callback of their own; the others' outcomes go to the sink (no entry
+    /// here: a table insert and remove per request saved).
     waiters: IdMap<Completer>,
     /// Threads blocked on each condvar, so `release` only notifies where someone waits.
     waiting: Waiting,
+    /// When the waiting engine thread wakes by itself: `None` while it waits until woken.
+    engine_until: Option<Timestamp>,
+    /// When the waiting watchdog wakes by itself: `None` while it waits for a generate to watch.
+    /// A change that brings no deadline of the core's before this need not wake it (see
+    /// [`Inner::watchdog_must_wake`]).
+    watchdog_until: Option<Timestamp>,
     start_result: Option<Result<EngineInfo, EngineError>>,
     shutdown_result: Option<Result<(), EngineError>>,
     /// Set by `shutdown` once it stops waiting: the helper threads exit.
@@ -88,6 +112,29 @@ impl Inner {
     /// `None` (the engine thread calls `generate` itself, one batch at a time).
     fn concurrent_face(&self) -> Option<std::sync::Arc<dyn ConcurrentEngine>> {
         self.concurrent.clone().filter(|_| self.core.config().max_in_flight() > 1)
+    }
+
+    /// Whether a state change must wake the waiting engine thread: it waits until woken, the
+    /// batcher is closing, or the core's next dispatch comes before its timer. The state changes
+    /// that end a timed wait's reason otherwise (a start, a shutdown) notify every condvar
+    /// themselves.
+    fn engine_must_wake(&self) -> bool {
+        match self.engine_until {
+            None => true,
+            Some(until) => self.closing || self.core.dispatch_deadline().is_some_and(|d| d < until),
+        }
+    }
+
+    /// Whether a state change must wake the waiting watchdog: it waits for work (no timer), the
+    /// batcher is closing, or a deadline of the core's now comes before its timer. Otherwise it
+    /// wakes in time by itself: a generate's deadlines only move later (a later dispatch, more
+    /// progress, a longer stall limit), so a watchdog asleep until a deadline of the last batch
+    /// is not woken for every batch, which cost a futex wake and a context switch per batch.
+    fn watchdog_must_wake(&self) -> bool {
+        match self.watchdog_until {
+            None => true,
+            Some(until) => self.closing || self.core.watchdog_deadline().is_some_and(|d| d < until),
+        }
     }
 
     /// Why `config` cannot be used by the engine that started: more than one in flight on an
@@ -136,6 +183,16 @@ struct Shared {
     /// Told about every batch; behind its own leaf lock ([`Level::Observer`]), since results may
     /// come in on several threads.
     observer: Option<Mutex<BatchObserver>>,
+    /// Where the outcomes of [`Batcher::submit_to_sink`]'s requests go.
+    sink: Option<OutcomeSink>,
+}
+
+/// The outcomes one critical section made ready: those with a callback of their own, and those
+/// for the sink.
+#[derive(Default)]
+struct Ready {
+    completers: Vec<(RequestId, Completer, Outcome)>,
+    sunk: Vec<(RequestId, Outcome)>,
 }
 
 struct Locked<'a> {
@@ -186,13 +243,13 @@ impl Shared {
         }
     }
 
-    /// Takes every ready outcome out of the core, paired with its completer.
-    fn collect(inner: &mut Inner) -> Vec<(RequestId, Completer, Outcome)> {
-        let mut ready = Vec::new();
+    /// Takes every ready outcome out of the core, paired with its waiter.
+    fn collect(inner: &mut Inner) -> Ready {
+        let mut ready = Ready::default();
         while let Some((id, outcome)) = inner.core.poll_outcome() {
             match inner.waiters.remove(&id) {
-                Some(c) => ready.push((id, c, outcome)),
-                None => debug_assert!(false, "outcome for request {id} without a waiter"),
+                Some(c) => ready.completers.push((id, c, outcome)),
+                None => ready.sunk.push((id, outcome)),
             }
         }
         ready
@@ -207,15 +264,35 @@ impl Shared {
     /// nothing any waiter waits for (see the module docs).
     fn release_and_notify(&self, mut locked: Locked<'_>, notify: bool) {
         let ready = Self::collect(&mut locked.guard);
-        let waiting = locked.guard.waiting;
+        let waiting = Self::to_wake(&locked.guard);
         drop(locked);
         if notify {
             self.notify_waiting(waiting);
         }
         sync::assert_not_held(Level::Batcher);
-        for (id, complete, outcome) in ready {
+        for (id, complete, outcome) in ready.completers {
             complete(id, outcome);
         }
+        if !ready.sunk.is_empty() {
+            let sink = self.sink.as_ref();
+            debug_assert!(sink.is_some(), "outcomes without a waiter: {:?}", ready.sunk.iter().map(|o| o.0));
+            if let Some(sink) = sink {
+                sink(ready.sunk);
+            }
+        }
+    }
+
+    /// The waiters a state change must wake: every one waiting, but the engine thread only when
+    /// [`Inner::engine_must_wake`] and the watchdog only when [`Inner::watchdog_must_wake`].
+    fn to_wake(inner: &Inner) -> Waiting {
+        let mut waiting = inner.waiting;
+        if waiting.engine > 0 && !inner.engine_must_wake() {
+            waiting.engine = 0;
+        }
+        if waiting.watchdog > 0 && !inner.watchdog_must_wake() {
+            waiting.watchdog = 0;
+        }
+        waiting
     }
 
     fn wait<'a>(&self, which: Cv, locked: Locked<'a>, timeout: Option<Duration>) -> Locked<'a> {
@@ -263,12 +340,26 @@ impl Batcher {
         clock: std::sync::Arc<dyn Clock>,
         observer: Option<BatchObserver>,
     ) -> Self {
+        Self::spawn_with_sink(engine, config, clock, observer, None)
+    }
+
+    /// [`spawn_observed`](Self::spawn_observed), with a sink that takes the outcomes of the
+    /// requests submitted with [`submit_to_sink`](Self::submit_to_sink), a batch's at once.
+    pub fn spawn_with_sink<E: Engine + 'static>(
+        engine: E,
+        config: BatchConfig,
+        clock: std::sync::Arc<dyn Clock>,
+        observer: Option<BatchObserver>,
+        sink: Option<OutcomeSink>,
+    ) -> Self {
         let watchdog = config.generate_timeout().is_some() || config.stall_timeout().is_some();
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
                 core: BatcherCore::new(config),
                 waiters: IdMap::default(),
                 waiting: Waiting::default(),
+                engine_until: None,
+                watchdog_until: None,
                 start_result: None,
                 shutdown_result: None,
                 closing: false,
@@ -282,6 +373,7 @@ impl Batcher {
             state_cv: Condvar::new(),
             clock,
             observer: observer.map(Mutex::new),
+            sink,
         });
         let mut threads = Vec::new();
         let s = shared.clone();
@@ -298,7 +390,12 @@ impl Batcher {
     pub fn set_progress_probe(&self, probe: ProgressProbe) {
         let mut locked = self.shared.lock();
         locked.guard.probe = Some(probe);
+        let watchdog_waits = locked.guard.waiting.watchdog > 0;
         self.shared.release_and_notify(locked, false);
+        // A watchdog asleep until a generate deadline starts sampling now.
+        if watchdog_waits {
+            self.shared.watchdog_cv.notify_all();
+        }
     }
 
     /// The kernel thread id of the engine thread, once it has started: whose CPU time is an
@@ -368,6 +465,23 @@ impl Batcher {
     /// gave the request. Starts the engine if it was not started (single-flight). A rejection is
     /// returned here and the callback is dropped.
     pub fn submit_with(&self, request: EngineRequest<()>, complete: Completer) -> Result<RequestId, RequestError> {
+        self.submit_for(request, Some(complete))
+    }
+
+    /// Submits a request whose outcome goes to the batcher's [`OutcomeSink`], together with the
+    /// other outcomes made ready with it; returns the id the core gave the request. A rejection is
+    /// returned here and never reaches the sink.
+    ///
+    /// # Panics
+    /// When the batcher was spawned without a sink ([`spawn_with_sink`](Self::spawn_with_sink)):
+    /// the outcome would have nowhere to go.
+    pub fn submit_to_sink(&self, request: EngineRequest<()>) -> Result<RequestId, RequestError> {
+        assert!(self.shared.sink.is_some(), "submit_to_sink on a batcher spawned without a sink");
+        self.submit_for(request, None)
+    }
+
+    /// Submits with `complete` as the waiter, or the sink when `None`.
+    fn submit_for(&self, request: EngineRequest<()>, complete: Option<Completer>) -> Result<RequestId, RequestError> {
         let mut locked = self.shared.lock();
         let started = Self::begin_start(&mut locked);
         let now = self.shared.clock.now();
@@ -376,9 +490,9 @@ impl Batcher {
         // non-empty (a new dispatch and watchdog deadline) or a full batch (see the module docs).
         let queued = locked.guard.core.queued();
         let notify = started || r.is_err() || queued == 1 || queued >= locked.guard.core.config().batch_size();
-        if let Ok(id) = r {
+        if let (Ok(id), Some(complete)) = (&r, complete) {
             // The core never gives an id twice, so no waiter is ever replaced.
-            let replaced = locked.guard.waiters.insert(id, complete);
+            let replaced = locked.guard.waiters.insert(*id, complete);
             debug_assert!(replaced.is_none(), "request id {id} given twice");
         }
         self.shared.release_and_notify(locked, notify);
@@ -494,6 +608,8 @@ fn cancel(shared: &Shared, id: RequestId) -> bool {
 
 /// The engine thread: start, generates and shutdown, each with the lock released.
 fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
+    // A batch went out since the last idle tick (see the wait at the end of the loop).
+    let mut dispatched_since_tick = false;
     let mut locked = shared.lock();
     locked.guard.engine_tid = Some(thread_id());
     loop {
@@ -527,15 +643,16 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
             continue;
         }
         if let Some(batch) = locked.guard.core.poll_dispatch(now) {
+            dispatched_since_tick = true;
             if let Some(face) = locked.guard.concurrent_face() {
-                let waiting = locked.guard.waiting;
+                let waiting = Shared::to_wake(&locked.guard);
                 drop(locked);
                 shared.notify_waiting(waiting);
                 generate_concurrently(&shared, &*face, batch);
                 locked = shared.lock();
                 continue;
             }
-            let waiting = locked.guard.waiting;
+            let waiting = Shared::to_wake(&locked.guard);
             drop(locked);
             // The watchdog must learn the new generate deadline before generate can block.
             shared.notify_waiting(waiting);
@@ -575,8 +692,18 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
             shared.release(locked);
             return;
         }
-        let timeout = locked.guard.core.dispatch_deadline().map(|d| d.saturating_since(now));
-        locked = shared.wait(Cv::Engine, locked, timeout);
+        // With nothing due, a batcher that just dispatched sleeps one `batch_timeout` at most: a
+        // submit into the empty queue then brings no deadline before this one and need not wake
+        // it ([`Inner::engine_must_wake`]), which saves a wake-up per batch under load. A tick
+        // that passes with nothing dispatched is the last: then it sleeps until woken.
+        let deadline = locked.guard.core.dispatch_deadline();
+        let tick = (deadline.is_none() && dispatched_since_tick && locked.guard.core.state() == State::Ready)
+            .then(|| now.saturating_add(locked.guard.core.config().batch_timeout()));
+        dispatched_since_tick &= tick.is_none();
+        let until = deadline.or(tick);
+        locked.guard.engine_until = until;
+        locked = shared.wait(Cv::Engine, locked, until.map(|t| t.saturating_since(now)));
+        locked.guard.engine_until = None;
     }
 }
 
@@ -694,23 +821,27 @@ fn watchdog_thread(shared: Arc<Shared>) {
         let watched = locked.guard.core.stall_watched_batch().zip(locked.guard.probe.clone());
         let Some((batch, probe)) = watched else {
             next_sample = None;
-            let wait = deadline.map(|d| d.saturating_since(now));
-            locked = shared.wait(Cv::Watchdog, locked, wait);
+            locked = watchdog_wait(&shared, locked, deadline, now);
             continue;
         };
-        let due = match next_sample {
-            Some((b, at)) if b == batch => at,
-            // A new generate: its baseline sample now.
-            _ => now,
-        };
-        if now < due {
-            let wake = deadline.map_or(due, |d| d.min(due));
-            locked = shared.wait(Cv::Watchdog, locked, Some(wake.saturating_since(now)));
-            continue;
-        }
         let interval = locked.guard.core.stall_deadline().map_or(MAX_SAMPLE_INTERVAL, |d| {
             (d.saturating_since(now) / SAMPLES_PER_STALL_LIMIT).clamp(Duration::from_millis(1), MAX_SAMPLE_INTERVAL)
         });
+        let due = match next_sample {
+            Some((b, at)) if b == batch => at,
+            // A new generate: its baseline sample one interval from now, so a generate shorter
+            // than that costs no sample (its return is its sign of life). Look again: the clock
+            // may be past it already.
+            _ => {
+                next_sample = Some((batch, now.saturating_add(interval)));
+                continue;
+            }
+        };
+        if now < due {
+            let wake = deadline.map_or(due, |d| d.min(due));
+            locked = watchdog_wait(&shared, locked, Some(wake), now);
+            continue;
+        }
         // Reading /proc is IO: never under the lock.
         shared.release_and_notify(locked, false);
         let cpu = probe();
@@ -721,6 +852,15 @@ fn watchdog_thread(shared: Arc<Shared>) {
         }
         next_sample = Some((batch, sampled_at.saturating_add(interval)));
     }
+}
+
+/// The watchdog's wait: until `until` (`None`: until woken), telling the others when it wakes by
+/// itself ([`Inner::watchdog_must_wake`]).
+fn watchdog_wait<'a>(shared: &Shared, mut locked: Locked<'a>, until: Option<Timestamp>, now: Timestamp) -> Locked<'a> {
+    locked.guard.watchdog_until = until;
+    let mut locked = shared.wait(Cv::Watchdog, locked, until.map(|t| t.saturating_since(now)));
+    locked.guard.watchdog_until = None;
+    locked
 }
 
 struct Slot {

@@ -191,6 +191,9 @@ struct Synthetic {
     output_tokens: TokenDist,
     seed: u64,
     vocab_size: u32,
+    /// The token ids, `0..vocab_size`: made once, as its division costs more than a request's
+    /// draws.
+    token_range: FastRange,
     /// 0 without `unique_prefix`.
     prefix_len: usize,
     groups: PrefixDesign,
@@ -262,6 +265,7 @@ impl Workload {
                     output_tokens: output_tokens.clone(),
                     seed: *seed,
                     vocab_size: *vocab_size,
+                    token_range: FastRange::new(0, u64::from(*vocab_size) - 1),
                     prefix_len,
                     groups,
                     chat: chat.enabled.then(|| (chat.system_prompt.clone(), request_format.clone())),
@@ -387,9 +391,8 @@ impl Synthetic {
             tokens.push((rest % vocab) as u32);
             rest /= vocab;
         }
-        let token_range = FastRange::new(0, vocab - 1);
         while tokens.len() < prompt_len {
-            tokens.push(tokens_rng.range_in(&token_range) as u32);
+            tokens.push(tokens_rng.range_in(&self.token_range) as u32);
         }
         (Prompt::Tokens(tokens), max_tokens)
     }

@@ -34,11 +34,14 @@ use crate::time::{Timestamp, WallAnchor};
 
 /// Something that happened in the batcher, for the step.
 #[derive(Debug)]
+// An outcome is moved, not boxed: a box was an allocation and a free per request, for a copy of a
+// few hundred bytes.
+#[allow(clippy::large_enum_variant)]
 pub enum DriverEvent {
     /// The engine ran a batch.
     Batch(BatchRun),
     /// A request's outcome, and when it arrived.
-    Outcome(RequestId, Box<Outcome>, Timestamp),
+    Outcome(RequestId, Outcome, Timestamp),
 }
 
 /// Nothing can ever happen: no event is scheduled and the step gave no deadline (a driver bug or
@@ -166,6 +169,8 @@ pub(super) fn run_steps(
         next_request: carried.next_request,
         interrupted: false,
         last_status: None,
+        waited: false,
+        since_status_check: 0,
     };
     let mut schedule = StepSchedule::new(segments, repeats);
     let mut benchmarks = Vec::new();
@@ -219,9 +224,29 @@ struct StepLoop<'d, 's> {
     interrupted: bool,
     /// When the display was last given a status.
     last_status: Option<Instant>,
+    /// The last turn of the loop waited (which may take any time).
+    waited: bool,
+    /// Turns of the loop since the clock was last read for the display.
+    since_status_check: u32,
 }
 
+/// Turns of the loop that submit without waiting, at most, between two readings of the clock for
+/// the display: a turn is well under a microsecond, so the display stays within [`STATUS_EVERY`]
+/// while the loop does not read the clock a second time per request for it.
+const STATUS_CHECK_EVERY: u32 = 64;
+
 impl StepLoop<'_, '_> {
+    /// Whether the display is due a status: checked after every wait, and every
+    /// [`STATUS_CHECK_EVERY`] turns in between.
+    fn status_due(&mut self) -> bool {
+        self.since_status_check += 1;
+        if !self.waited && self.last_status.is_some() && self.since_status_check < STATUS_CHECK_EVERY {
+            return false;
+        }
+        self.since_status_check = 0;
+        self.last_status.is_none_or(|t| t.elapsed() >= STATUS_EVERY)
+    }
+
     /// Runs one benchmark to its end: the step asks, the driver submits and waits, events go back
     /// to the step, its rows to requests.jsonl and its status to the display. The servers'
     /// counters are read before its clock starts and after it ends; their deltas are its
@@ -236,12 +261,14 @@ impl StepLoop<'_, '_> {
                 self.interrupted = true;
                 self.interrupt_step(&mut run);
             }
-            if self.last_status.is_none_or(|t| t.elapsed() >= STATUS_EVERY) {
+            if self.status_due() {
                 self.last_status = Some(Instant::now());
                 self.progress.status(&run.status(self.driver.now()));
             }
             let now = self.driver.now();
-            match run.poll(now) {
+            let action = run.poll(now);
+            self.waited = matches!(action, Action::Wait(_));
+            match action {
                 Action::Submit(phase) => {
                     // The batcher numbers every submit from 0 and this loop is its only caller,
                     // so workload request k is request id k (the prefix design and requests.jsonl

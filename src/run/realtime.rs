@@ -1,6 +1,8 @@
-//! [`RealTimeDriver`]: any engine on the threaded [`Batcher`] and the monotonic clock. Outcomes
-//! and batches arrive from the batcher's threads over a channel; waiting blocks on that channel
-//! until the next message, the step's deadline or the interrupt, whichever comes first.
+//! [`RealTimeDriver`]: any engine on the threaded [`Batcher`] and the monotonic clock. Batches
+//! and outcomes arrive from the batcher's threads over a channel, a batch's outcomes in one
+//! message (the batcher's [`OutcomeSink`]): one wake-up of the waiting loop per batch, not per
+//! request. Waiting blocks on that channel until the next message, the step's deadline or the
+//! interrupt, whichever comes first.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,12 +12,20 @@ use std::sync::{Arc, Mutex};
 use super::driver::{Driver, DriverEvent, Stalled};
 use super::engine_guard::{AbortAfterGrace, DeathWatch, EngineProcesses, engine_cpu_probe, shutdown_bounded};
 use super::interrupt::{Interrupt, WakerGuard};
-use crate::batcher::{BatchConfig, BatchRun, Batcher, ConfigError, RequestError};
+use crate::batcher::{BatchConfig, BatchRun, Batcher, ConfigError, Outcome, OutcomeSink, RequestError};
 use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId, ServerCounters};
 use crate::time::{Clock, MonotonicClock, Timestamp, WallAnchor};
 
-/// What the channel carries: an event, or `None` when the interrupt fired (stop waiting).
-type Message = Option<DriverEvent>;
+/// What the channel carries.
+enum Message {
+    /// The engine ran a batch (sent before the batch's outcomes).
+    Batch(BatchRun),
+    /// Outcomes made ready together (a batch's), and when they were handed out: one clock reading
+    /// for all, as they arrive at once.
+    Outcomes(Vec<(RequestId, Outcome)>, Timestamp),
+    /// The interrupt fired: stop waiting.
+    Interrupted,
+}
 
 /// Real time over the threaded batcher.
 pub(super) struct RealTimeDriver {
@@ -23,10 +33,14 @@ pub(super) struct RealTimeDriver {
     real_engine: bool,
     batcher: Batcher,
     domain: ClockDomain,
-    tx: Sender<Message>,
+    /// Held so that the channel never disconnects: `wait` always blocks.
+    _tx: Sender<Message>,
     rx: Receiver<Message>,
-    /// Events received while waiting, not yet polled.
-    ready: VecDeque<DriverEvent>,
+    /// Messages received while waiting, not yet polled.
+    ready: VecDeque<Message>,
+    /// The outcomes of the message being polled, and when they arrived.
+    outcomes: std::vec::IntoIter<(RequestId, Outcome)>,
+    outcomes_at: Timestamp,
     _wake_on_interrupt: WakerGuard,
     guard: EngineGuard,
 }
@@ -115,26 +129,33 @@ impl RealTimeDriver {
         let domain = engine.clock_domain();
         let (tx, rx) = mpsc::channel::<Message>();
         let batch_tx = tx.clone();
-        let batcher = Batcher::spawn_observed(
+        let outcome_tx = tx.clone();
+        let sink: OutcomeSink = Arc::new(move |outcomes| {
+            let _ = outcome_tx.send(Message::Outcomes(outcomes, MonotonicClock::read()));
+        });
+        let batcher = Batcher::spawn_with_sink(
             engine,
             config,
             Arc::new(MonotonicClock),
             Some(Box::new(move |b: &BatchRun| {
-                let _ = batch_tx.send(Some(DriverEvent::Batch(b.clone())));
+                let _ = batch_tx.send(Message::Batch(b.clone()));
             })),
+            Some(sink),
         );
         let wake_tx = tx.clone();
         let guard = interrupt.on_fire(move || {
-            let _ = wake_tx.send(None);
+            let _ = wake_tx.send(Message::Interrupted);
         });
         let engine_guard = EngineGuard::new(&batcher, interrupt, guess_processes);
         RealTimeDriver {
             real_engine,
             batcher,
             domain,
-            tx,
+            _tx: tx,
             rx,
             ready: VecDeque::new(),
+            outcomes: Vec::new().into_iter(),
+            outcomes_at: Timestamp::ZERO,
             _wake_on_interrupt: guard,
             guard: engine_guard,
         }
@@ -164,11 +185,7 @@ impl Driver for RealTimeDriver {
     }
 
     fn submit(&mut self, request: EngineRequest<()>) -> Result<RequestId, RequestError> {
-        let tx = self.tx.clone();
-        let complete = Box::new(move |id, outcome| {
-            let _ = tx.send(Some(DriverEvent::Outcome(id, Box::new(outcome), MonotonicClock::read())));
-        });
-        self.batcher.submit_with(request, complete)
+        self.batcher.submit_to_sink(request)
     }
 
     fn cancel(&mut self, id: RequestId) {
@@ -176,11 +193,18 @@ impl Driver for RealTimeDriver {
     }
 
     fn poll_event(&mut self) -> Option<DriverEvent> {
-        if let Some(e) = self.ready.pop_front() {
-            return Some(e);
+        loop {
+            if let Some((id, outcome)) = self.outcomes.next() {
+                return Some(DriverEvent::Outcome(id, outcome, self.outcomes_at));
+            }
+            let message = self.ready.pop_front().or_else(|| self.rx.try_recv().ok())?;
+            match message {
+                Message::Batch(b) => return Some(DriverEvent::Batch(b)),
+                Message::Outcomes(outcomes, at) => (self.outcomes, self.outcomes_at) = (outcomes.into_iter(), at),
+                // Only a wake-up.
+                Message::Interrupted => {}
+            }
         }
-        // Skips interrupt wake-ups.
-        std::iter::from_fn(|| self.rx.try_recv().ok()).flatten().next()
     }
 
     fn wait(&mut self, until: Option<Timestamp>) -> Result<(), Stalled> {
@@ -189,7 +213,7 @@ impl Driver for RealTimeDriver {
             None => self.rx.recv().ok(),
             Some(t) => self.rx.recv_timeout(t.saturating_since(MonotonicClock::read())).ok(),
         };
-        self.ready.extend(message.flatten());
+        self.ready.extend(message);
         Ok(())
     }
 

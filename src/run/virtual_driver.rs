@@ -60,7 +60,7 @@ impl<E: Engine> Driver for VirtualTimeDriver<E> {
             return Some(DriverEvent::Batch(b));
         }
         let now = self.inner.now();
-        self.inner.poll_outcome().map(|(id, outcome)| DriverEvent::Outcome(id, Box::new(outcome), now))
+        self.inner.poll_outcome().map(|(id, outcome)| DriverEvent::Outcome(id, outcome, now))
     }
 
     fn wait(&mut self, until: Option<Timestamp>) -> Result<(), Stalled> {

@@ -143,7 +143,7 @@ impl Engine for SimEngine {
                         first_token_ts: seq.first_token.map(|k| step_ends[k]),
                         last_token_ts: seq.last_token.map(|k| step_ends[k]),
                         cached_tokens: Some(seq.cached_tokens),
-                        token_ts: Some(seq.token_steps.iter().map(|&k| step_ends[k]).collect()),
+                        token_ts: Some(seq.token_steps.iter().flat_map(|run| &step_ends[run.clone()]).copied().collect()),
                         ..EngineStats::default()
                     })
             })

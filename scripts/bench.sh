@@ -10,7 +10,7 @@
 # runs). Benchmarks assert nothing about speed. BENCH_PAIRS, BENCH_TTR_ROUNDS and BENCH_ROUNDS
 # set the vLLM sections' repetitions.
 #
-# `--only harness,memory,vllm,fidelity,tune,serve,http` runs only those parts and replaces only their
+# `--only harness,sim,memory,vllm,fidelity,tune,serve,http` runs only those parts and replaces only their
 # sections in docs/performance.md (each marked with the command and date that regenerated it);
 # `tune` needs `fidelity`'s profile and runs it too.
 set -euo pipefail
@@ -21,8 +21,8 @@ only=""
 while (($#)); do
     case "$1" in
         --quick) quick=true ;;
-        --only) only="${2:?--only needs a list: harness,memory,vllm,fidelity,tune,serve,http}"; shift ;;
-        *) echo "usage: scripts/bench.sh [--quick] [--only harness,memory,vllm,fidelity,tune,serve,http]" >&2; exit 2 ;;
+        --only) only="${2:?--only needs a list: harness,sim,memory,vllm,fidelity,tune,serve,http}"; shift ;;
+        *) echo "usage: scripts/bench.sh [--quick] [--only harness,sim,memory,vllm,fidelity,tune,serve,http]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -83,7 +83,10 @@ md ""
 md "| batch size | requests/s | ns/request |"
 md "|---:|---:|---:|"
 grep '^HARNESS' "$work/harness.txt" | sed -E 's/.*batch_size=([0-9]+) requests_per_s=([0-9]+) ns_per_request=([0-9]+)/| \1 | \2 | \3 |/' >>"$out"
+fi
 
+# ---- 1b. the simulator's speed: a part of its own, so it regenerates apart from the harness's --
+if want sim; then
 section "simulator speed"
 if $quick; then sim_args=(--engine sim --requests 20000 --rounds 1); else sim_args=(--engine sim --requests 200000 --rounds 3); fi
 cargo bench --quiet --bench harness -- "${sim_args[@]}" | tee "$work/sim.txt" >&2

@@ -63,7 +63,7 @@ fn step_times_follow_the_formula() {
         assert!((o.stats.first_token_ts.unwrap() - t0 - secs(5.44)).abs() < 1e-9);
         assert!((o.stats.last_token_ts.unwrap() - t0 - secs(10.043008)).abs() < 1e-9);
         // One time per token: the prefill step's first token, then one per decode step.
-        let tokens = o.stats.token_ts.as_deref().expect("the simulator times every token");
+        let tokens: Vec<f64> = o.stats.token_steps.as_ref().expect("the simulator times every token").times().collect();
         let expected = [secs(5.44), secs(7.741004), secs(10.043008)];
         assert_eq!(tokens.len(), expected.len());
         assert!(tokens.iter().zip(expected).all(|(t, e)| (t - t0 - e).abs() < 1e-9), "{tokens:?}");

@@ -7,7 +7,6 @@
 //! the end of a prompt is evicted before its beginning. Hashes chain: a block's hash covers its
 //! tokens and its parent's hash, so a hit is always a whole prefix.
 
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -35,14 +34,8 @@ pub(crate) struct KvCache {
     free: VecDeque<(u64, BlockId)>,
     /// How many blocks nobody holds (the live entries of `free`).
     free_count: u64,
-    /// Full prompt blocks by hash (already well-mixed: see [`block_hashes`]). An entry is live
-    /// while its block still holds that hash; an evicted block's entry stays behind, stale, and
-    /// is skipped by lookups (evicting costs no lookup in this map, a cache miss each): stale
-    /// entries are dropped once they are as many as half the map, so it stays in proportion to
-    /// the pool.
+    /// Full prompt blocks by hash (already well-mixed: see [`block_hashes`]).
     cached: HashMap<u64, BlockId, BuildHasherDefault<MixedKey>>,
-    /// Stale entries in `cached` (at most; a block given its old hash back makes one live again).
-    stale: usize,
     clock: u64,
 }
 
@@ -72,7 +65,6 @@ impl KvCache {
             free: VecDeque::new(),
             free_count: 0,
             cached: HashMap::default(),
-            stale: 0,
             clock: 0,
         }
     }
@@ -89,12 +81,7 @@ impl KvCache {
 
     /// The longest run of `hashes` found in the cache, from the first.
     pub(crate) fn lookup(&self, hashes: &[u64]) -> Vec<BlockId> {
-        hashes.iter().map_while(|h| self.cached_block(*h)).collect()
-    }
-
-    /// The block that holds `hash`, if one does (a live entry).
-    fn cached_block(&self, hash: u64) -> Option<BlockId> {
-        self.cached.get(&hash).copied().filter(|&b| self.blocks[b as usize].hash == Some(hash))
+        hashes.iter().map_while(|h| self.cached.get(h).copied()).collect()
     }
 
     /// Of `hits`, the blocks nobody holds (taking them uses up free blocks).
@@ -130,9 +117,12 @@ impl KvCache {
                 (self.blocks.len() - 1) as BlockId
             } else {
                 let id = self.pop_free()?;
-                // Evicted: its entry in `cached` goes stale.
-                if self.blocks[id as usize].hash.take().is_some() {
-                    self.stale += 1;
+                if let Some(h) = self.blocks[id as usize].hash.take() {
+                    if let std::collections::hash_map::Entry::Occupied(e) = self.cached.entry(h) {
+                        if *e.get() == id {
+                            e.remove();
+                        }
+                    }
                 }
                 id
             };
@@ -145,25 +135,9 @@ impl KvCache {
     /// Makes `block` findable by `hash`, unless another block already is (a duplicate computed
     /// concurrently stays uncached, as in vLLM).
     pub(crate) fn register(&mut self, block: BlockId, hash: u64) {
-        match self.cached.entry(hash) {
-            Entry::Vacant(e) => {
-                e.insert(block);
-            }
-            Entry::Occupied(mut e) => {
-                let holder = *e.get();
-                if self.blocks[holder as usize].hash == Some(hash) {
-                    return;
-                }
-                // A stale entry: taken over.
-                e.insert(block);
-                self.stale = self.stale.saturating_sub(1);
-            }
-        }
-        self.blocks[block as usize].hash = Some(hash);
-        if self.stale > self.cached.len() / 2 + 64 {
-            let blocks = &self.blocks;
-            self.cached.retain(|&h, &mut b| blocks[b as usize].hash == Some(h));
-            self.stale = 0;
+        if let std::collections::hash_map::Entry::Vacant(e) = self.cached.entry(hash) {
+            e.insert(block);
+            self.blocks[block as usize].hash = Some(hash);
         }
     }
 
@@ -268,7 +242,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_evicted_block_is_no_hit_and_the_map_stays_in_proportion_to_the_pool() {
+    fn an_evicted_block_is_no_hit_and_the_map_holds_only_cached_blocks() {
         let mut kv = KvCache::new(4);
         let a = kv.allocate(1).unwrap();
         kv.register(a[0], 11);
@@ -285,15 +259,14 @@ mod tests {
         kv.register(all[2], 11);
         assert_eq!(kv.lookup(&[11]), vec![all[3]]);
         kv.release(&all);
-        // Many evictions: the map's stale entries are dropped in time, so it stays in
-        // proportion to the pool.
+        // Many evictions: the map never holds more entries than the pool has blocks.
         for round in 0..10_000u64 {
             let b = kv.allocate(4).unwrap();
             for (i, &id) in b.iter().enumerate() {
                 kv.register(id, 1000 + round * 4 + i as u64);
             }
             kv.release(&b);
-            assert!(kv.cached.len() <= 2 * 4 + 2 * 64 + 1, "{} entries", kv.cached.len());
+            assert!(kv.cached.len() <= 4, "{} entries", kv.cached.len());
         }
         let last = 1000 + 9_999 * 4;
         assert_eq!(kv.lookup(&[last, last + 1]).len(), 2, "the latest blocks are still cached");

@@ -10,7 +10,7 @@
 # runs). Benchmarks assert nothing about speed. BENCH_PAIRS, BENCH_TTR_ROUNDS and BENCH_ROUNDS
 # set the vLLM sections' repetitions.
 #
-# `--only harness,memory,vllm,fidelity,tune,serve,http` runs only those parts and replaces only their
+# `--only harness,sim,memory,vllm,fidelity,tune,serve,http` runs only those parts and replaces only their
 # sections in docs/performance.md (each marked with the command and date that regenerated it);
 # `tune` needs `fidelity`'s profile and runs it too.
 set -euo pipefail
@@ -21,8 +21,8 @@ only=""
 while (($#)); do
     case "$1" in
         --quick) quick=true ;;
-        --only) only="${2:?--only needs a list: harness,memory,vllm,fidelity,tune,serve,http}"; shift ;;
-        *) echo "usage: scripts/bench.sh [--quick] [--only harness,memory,vllm,fidelity,tune,serve,http]" >&2; exit 2 ;;
+        --only) only="${2:?--only needs a list: harness,sim,memory,vllm,fidelity,tune,serve,http}"; shift ;;
+        *) echo "usage: scripts/bench.sh [--quick] [--only harness,sim,memory,vllm,fidelity,tune,serve,http]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -140,7 +140,10 @@ PY
     md ""
     md "How to read it: \`memcpy\` is mostly request outputs (\`EngineOutput\`, a few hundred bytes each) moved from the engine's \`Vec\` into the core's outcome queue, the sink's message and the run loop; \`clock_gettime\` is the submit time, the loop's own \`now\` and the engine's one reading per batch; the futex and scheduler frames (\`syscall\`, \`finish_task_switch\`, \`_raw_spin_unlock_irqrestore\`) are the engine thread woken for each full batch and the run loop for each batch's outcomes (one each per batch: see \`src/batcher/shell.rs\`); \`record_nanos\`, \`map_request\` and \`from_secs_f64\` are the metrics (mapper and histograms); \`request\` makes each synthetic prompt."
 fi
+fi
 
+# ---- 1b. the simulator's speed: a part of its own, so it regenerates apart from the harness's --
+if want sim; then
 section "simulator speed"
 if $quick; then sim_args=(--engine sim --requests 20000 --rounds 1); else sim_args=(--engine sim --requests 200000 --rounds 3); fi
 cargo bench --quiet --bench harness -- "${sim_args[@]}" | tee "$work/sim.txt" >&2

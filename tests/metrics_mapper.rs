@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use batchlab::batcher::RequestTimes;
-use batchlab::engine::{ClockDomain, EngineOutput, EngineStats, FinishReason};
+use std::sync::Arc;
+
+use batchlab::engine::{ClockDomain, EngineOutput, EngineStats, FinishReason, StepEnds, StepTokens};
 use batchlab::metrics::{RequestMetrics, WallAnchor, map_request};
 use batchlab::time::Timestamp;
 use proptest::prelude::*;
@@ -359,4 +361,61 @@ fn ttft_runs_from_the_moment_an_http_engine_sent_the_request() {
     }
     s.sent_ts = Some(f64::NAN);
     assert!(map_request(&t, &output(s, Some(8), None), ClockDomain::Monotonic, None).anomalies.non_finite);
+}
+
+proptest! {
+    /// A step engine's token times (the batch's step ends once, each request's runs of steps) map
+    /// exactly as the same times given one per token: ITL runs, anomalies, every field, on either
+    /// clock domain, whether the ends can be read on our clock or not (out of order, NaN).
+    #[test]
+    fn step_token_times_map_as_the_same_times_one_per_token(
+        gaps_us in proptest::collection::vec(prop_oneof![Just(1000u64), Just(1001), 0u64..3000], 1..60),
+        cuts in proptest::collection::vec(0usize..60, 0..6),
+        skips in proptest::collection::vec(1usize..4, 6),
+        start_ms in 6.0f64..20.0,
+        broken in prop_oneof![Just(None), (0usize..60).prop_map(Some)],
+        nan: bool,
+        foreign: bool,
+        count_off: bool,
+    ) {
+        // Step ends from 100 s + start, a gap after each (in µs; on a float that rounds to the ns).
+        let mut ends = Vec::with_capacity(gaps_us.len() + 1);
+        let mut t = 100.0 + start_ms / 1e3;
+        ends.push(t);
+        for g in &gaps_us {
+            t += *g as f64 / 1e6;
+            ends.push(t);
+        }
+        if let Some(k) = broken {
+            let k = k % ends.len();
+            ends[k] = if nan { f64::NAN } else { ends[k] - 0.01 };
+        }
+        // Runs: the steps cut into pieces, some skipped between (a preemption's gap).
+        let mut runs = Vec::new();
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % ends.len()).collect();
+        cuts.push(ends.len());
+        cuts.sort_unstable();
+        let mut from = 0;
+        for (i, &cut) in cuts.iter().enumerate() {
+            if cut > from {
+                runs.push(from..cut);
+            }
+            from = (cut + skips[i % skips.len()]).min(ends.len());
+        }
+        let steps = StepTokens { ends: Arc::new(StepEnds::new(ends)), runs };
+        let list: Vec<f64> = steps.times().collect();
+        let mut base = stats(Some(100.006), Some(100.006), list.first().copied(), list.last().copied());
+        base.arrival_wall = Some(1_767_225_600.0);
+        let n = u32::try_from(steps.count()).unwrap() + u32::from(count_off);
+        let (mut as_list, mut as_steps) = (base.clone(), base);
+        as_list.token_ts = Some(list);
+        as_steps.token_steps = Some(steps);
+        let domain = if foreign { ClockDomain::Foreign } else { ClockDomain::Monotonic };
+        let anchor = Some(WallAnchor { mono: Timestamp::from_nanos(100_006_000_000), wall_secs: 1_767_225_600.0 });
+        let t = RequestTimes { completed: Timestamp::from_nanos(200_000_000_000), ..times() };
+        let one_per_token = map_request(&t, &output(as_list, Some(n), None), domain, anchor);
+        let at_steps = map_request(&t, &output(as_steps, Some(n), None), domain, anchor);
+        prop_assert_eq!(&at_steps, &one_per_token);
+        prop_assert_eq!(at_steps.itl.len(), if one_per_token.itl.is_empty() { 0 } else { n as usize - 1 });
+    }
 }

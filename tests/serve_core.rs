@@ -65,7 +65,7 @@ fn a_request_alone_takes_what_one_generate_call_of_it_takes() {
         let req = EngineRequest::tokens(seq(prompt, output, 1).prompt_ids, output).with_id(1);
         let out = engine.generate(&[req]).unwrap();
         let simulated: Vec<f64> =
-            out[0].stats.token_ts.clone().unwrap().iter().map(|t| t - start.as_secs_f64()).collect();
+            out[0].stats.token_steps.as_ref().unwrap().times().map(|t| t - start.as_secs_f64()).collect();
         assert_eq!(served.len(), simulated.len(), "{prompt}/{output}");
         for (a, b) in served.iter().zip(&simulated) {
             assert!((a - b).abs() < 1e-6, "{prompt}/{output}: served {a} vs generate {b}");

@@ -163,8 +163,8 @@ fn check_aggregator(input: &Input) {
                     latency_per_token: tokens.filter(|n| *n >= 1).map(|n| latency / n),
                     // Evenly spaced tokens: n - 1 gaps, one ITL sample each.
                     itl: match (tokens, ttft) {
-                        (Some(n), Some(t)) if *n >= 2 => vec![latency.saturating_sub(t) / (n - 1); (*n - 1) as usize],
-                        _ => Vec::new(),
+                        (Some(n), Some(t)) if *n >= 2 => vec![latency.saturating_sub(t) / (n - 1); (*n - 1) as usize].into(),
+                        _ => Default::default(),
                     },
                     prompt_tokens: *prompt,
                     output_tokens: *tokens,

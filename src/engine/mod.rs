@@ -16,8 +16,11 @@ pub mod openai;
 pub mod python;
 #[doc(hidden)]
 pub mod sim;
+mod step_tokens;
 #[doc(hidden)]
 pub mod tokens;
+
+pub use step_tokens::{StepEnds, StepTokens};
 
 use serde::{Deserialize, Serialize};
 
@@ -134,9 +137,15 @@ pub struct EngineStats {
     /// Engine-clock seconds when the last output token was produced.
     pub last_token_ts: Option<f64>,
     /// Engine-clock seconds of every output token, in order (the first is `first_token_ts`, the
-    /// last `last_token_ts`), where the engine times each token: the simulator does; offline vLLM
-    /// does not. The per-gap inter-token latency (`itl`) comes from these alone.
+    /// last `last_token_ts`), where the engine times each token (the simulator gives them as
+    /// `token_steps`); offline vLLM does not. The per-gap inter-token latency (`itl`) comes from
+    /// these (or `token_steps`) alone.
     pub token_ts: Option<Vec<f64>>,
+    /// The same per-token times, for an engine whose tokens come out at step ends that a whole
+    /// batch shares (the simulator): the batch's step ends once and each request's runs of steps,
+    /// instead of a time per token. An engine gives `token_ts` or this, not both (`token_ts` is
+    /// taken when both are there).
+    pub token_steps: Option<StepTokens>,
     /// Prompt tokens served from the engine's prefix cache (vLLM's `num_cached_tokens`).
     pub cached_tokens: Option<u32>,
     /// Engine-clock seconds when the request left batchlab (an HTTP engine: the request was

@@ -173,18 +173,8 @@ impl BenchmarkAggregator {
         }
         // One sample per gap, as vLLM counts ITL; a run of equal gaps (a decode step's length, shared
         // by consecutive steps of the same load) is recorded at once.
-        let mut gaps = metrics.itl.iter().map(|&g| duration_nanos(g));
-        if let Some(mut run) = gaps.next() {
-            let mut count = 1;
-            for gap in gaps {
-                if gap == run {
-                    count += 1;
-                } else {
-                    d.itl.record_n_nanos(run, count);
-                    (run, count) = (gap, 1);
-                }
-            }
-            d.itl.record_n_nanos(run, count);
+        for &(gap, count) in metrics.itl.runs() {
+            d.itl.record_n_nanos(duration_nanos(gap), count);
         }
 
         let a = &metrics.anomalies;
@@ -392,7 +382,11 @@ pub(crate) mod tests {
             tpot: (n >= 2).then(|| latency.saturating_sub(ttft) / (n - 1)),
             latency_per_token: (n >= 1).then(|| latency / n),
             // Evenly spaced tokens after the first: n - 1 equal gaps.
-            itl: if n >= 2 { vec![latency.saturating_sub(ttft) / (n - 1); (n - 1) as usize] } else { Vec::new() },
+            itl: if n >= 2 {
+                vec![latency.saturating_sub(ttft) / (n - 1); (n - 1) as usize].into()
+            } else {
+                crate::metrics::Itl::default()
+            },
             prompt_tokens: Some(16),
             output_tokens: Some(n),
             cached_tokens: Some(4),

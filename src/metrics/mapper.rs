@@ -35,7 +35,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::batcher::RequestTimes;
-use crate::engine::{ClockDomain, EngineOutput, EngineStats, TokenCountSource};
+use crate::engine::{ClockDomain, EngineOutput, EngineStats, StepTokens, TokenCountSource};
 use crate::time::{Timestamp, WallAnchor};
 
 /// Inconsistencies found in one request's stats. Counted in reports, never a crash.
@@ -91,7 +91,7 @@ pub struct RequestMetrics {
     /// guidellm's TPOT: `latency / n` over `n >= 1` generated tokens.
     pub latency_per_token: Option<Duration>,
     /// Every gap between consecutive tokens, in order; empty without per-token times.
-    pub itl: Vec<Duration>,
+    pub itl: Itl,
     /// Prompt length in tokens, as the engine counted it.
     pub prompt_tokens: Option<u32>,
     /// Generated tokens, as the engine counted them.
@@ -123,7 +123,85 @@ impl RequestMetrics {
     /// The request's longest gap between two tokens (what `[slo] itl_ms` judges); `None`
     /// without per-token times.
     pub fn itl_max(&self) -> Option<Duration> {
-        self.itl.iter().copied().max()
+        self.itl.max()
+    }
+}
+
+/// A request's gaps between consecutive tokens, in order, kept as runs of equal gaps: a decode
+/// step's length is every running sequence's gap, and steps of the same load last the same, so a
+/// request's tokens are a few such runs, which the aggregation records at once.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Itl {
+    /// `(gap, how many in a row)`; neighbours differ, counts are at least 1.
+    runs: Vec<(Duration, u64)>,
+}
+
+impl Itl {
+    /// Appends one gap.
+    pub fn push(&mut self, gap: Duration) {
+        self.push_n(gap, 1);
+    }
+
+    /// Appends `count` equal gaps.
+    pub fn push_n(&mut self, gap: Duration, count: u64) {
+        match self.runs.last_mut() {
+            _ if count == 0 => {}
+            Some((last, n)) if *last == gap => *n += count,
+            _ => self.runs.push((gap, count)),
+        }
+    }
+
+    /// The runs of equal gaps, in order: `(gap, count)`, neighbours differ.
+    pub fn runs(&self) -> &[(Duration, u64)] {
+        &self.runs
+    }
+
+    /// Gaps (samples).
+    pub fn len(&self) -> usize {
+        self.runs.iter().map(|&(_, n)| n as usize).sum()
+    }
+
+    /// Whether there is no gap.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// Every gap, in order.
+    pub fn iter(&self) -> impl Iterator<Item = Duration> + '_ {
+        self.runs.iter().flat_map(|&(gap, n)| std::iter::repeat_n(gap, n as usize))
+    }
+
+    /// The longest gap.
+    pub fn max(&self) -> Option<Duration> {
+        self.runs.iter().map(|&(gap, _)| gap).max()
+    }
+
+    /// Drops every gap.
+    pub fn clear(&mut self) {
+        self.runs.clear();
+    }
+}
+
+impl FromIterator<Duration> for Itl {
+    fn from_iter<I: IntoIterator<Item = Duration>>(gaps: I) -> Self {
+        let mut itl = Itl::default();
+        for gap in gaps {
+            itl.push(gap);
+        }
+        itl
+    }
+}
+
+impl From<Vec<Duration>> for Itl {
+    fn from(gaps: Vec<Duration>) -> Self {
+        gaps.into_iter().collect()
+    }
+}
+
+impl Serialize for Itl {
+    /// As the list of gaps it stands for.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
     }
 }
 
@@ -147,7 +225,7 @@ struct TokenTimes {
     /// Whether no time comes before the one before it.
     ordered: bool,
     /// The gaps between consecutive times (`saturating`: 0 where one goes backwards).
-    gaps: Vec<Duration>,
+    gaps: Itl,
 }
 
 /// `ts` on our timeline (`conv` each), or `None` at the first unusable one; `None` for no times.
@@ -157,13 +235,43 @@ fn token_times(ts: &[f64], mut conv: impl FnMut(f64) -> Option<Timestamp>) -> Op
         None => return Some(None),
     };
     let first = conv(head)?;
-    let mut t = TokenTimes { first, last: first, count: 1, ordered: true, gaps: Vec::with_capacity(rest.len()) };
+    let mut t = TokenTimes { first, last: first, count: 1, ordered: true, gaps: Itl::default() };
     for &v in rest {
         let next = conv(v)?;
         t.ordered &= t.last <= next;
         t.gaps.push(next.saturating_since(t.last));
         t.last = next;
         t.count += 1;
+    }
+    Some(Some(t))
+}
+
+/// A step engine's token times on our timeline, from its step ends read on our clock once for the
+/// whole batch: the same as [`token_times`] of the expanded list with no offset (each end is
+/// `Timestamp::from_secs_f64` of it, and they are in order), in O(runs of equal gaps). `None`
+/// when the ends could not be read on our clock: the caller expands the list.
+fn step_token_times(steps: &StepTokens) -> Option<Option<TokenTimes>> {
+    let clock = steps.ends.on_our_clock()?;
+    let (Some(head), Some(tail)) = (steps.runs.first(), steps.runs.last()) else { return Some(None) };
+    let mut t = TokenTimes {
+        first: clock.at[head.start],
+        last: clock.at[tail.end - 1],
+        count: steps.count(),
+        ordered: true,
+        gaps: Itl::default(),
+    };
+    let mut previous_end = None;
+    for run in &steps.runs {
+        if let Some(end) = previous_end {
+            t.gaps.push(clock.at[run.start].saturating_since(clock.at[end - 1]));
+        }
+        let mut k = run.start + 1;
+        while k < run.end {
+            let same_until = clock.same_gap_until[k].min(run.end - 1);
+            t.gaps.push_n(clock.gap(k), (same_until + 1 - k) as u64);
+            k = same_until + 1;
+        }
+        previous_end = Some(run.end);
     }
     Some(Some(t))
 }
@@ -186,7 +294,24 @@ fn to_timestamps(
         anomalies.impossible_timestamp = true;
     }
     let unset_zero = |v: Option<f64>| v.filter(|v| *v != 0.0);
-    let token_ts = stats.token_ts.as_deref();
+    // A step engine's times, on our clock at once when it is ours; else as a list, like any other.
+    let expanded: Option<Vec<f64>>;
+    let mut step_times = None;
+    let token_ts = match (&stats.token_ts, &stats.token_steps) {
+        (Some(ts), _) => Some(ts.as_slice()),
+        (None, Some(steps)) => {
+            if domain == ClockDomain::Monotonic {
+                step_times = step_token_times(steps);
+            }
+            if step_times.is_some() {
+                None
+            } else {
+                expanded = Some(steps.times().collect());
+                expanded.as_deref()
+            }
+        }
+        (None, None) => None,
+    };
     let stats = &EngineStats {
         arrival_wall: stats.arrival_wall,
         queued_ts: unset_zero(stats.queued_ts),
@@ -195,6 +320,7 @@ fn to_timestamps(
         last_token_ts: unset_zero(stats.last_token_ts),
         cached_tokens: stats.cached_tokens,
         token_ts: None,
+        token_steps: None,
         sent_ts: unset_zero(stats.sent_ts),
         endpoint: None,
         token_count_source: None,
@@ -234,7 +360,11 @@ fn to_timestamps(
             sent: conv(stats.sent_ts, o),
             first_token: conv(stats.first_token_ts, o),
             last_token: conv(stats.last_token_ts, o),
-            tokens: token_ts.and_then(|ts| token_times(ts, |v| conv(Some(v), o))).flatten(),
+            tokens: match step_times {
+                // Read on our clock, which a monotonic engine's offset (0) leaves as it is.
+                Some(times) => times,
+                None => token_ts.and_then(|ts| token_times(ts, |v| conv(Some(v), o))).flatten(),
+            },
         },
         _ => {
             EngineTimes { queued: None, scheduled: None, sent: None, first_token: None, last_token: None, tokens: None }
@@ -322,7 +452,17 @@ pub fn map_request(
         (Some(tokens), Some(_), true) => {
             // In order as sent, too: times that go backwards by less than a nanosecond still
             // go backwards.
-            let sent_ordered = output.stats.token_ts.as_deref().is_none_or(|ts| ts.windows(2).all(|w| w[0] <= w[1]));
+            let sent_ordered = match (&output.stats.token_ts, &output.stats.token_steps) {
+                (Some(ts), _) => ts.windows(2).all(|w| w[0] <= w[1]),
+                // Ends read on our clock are all in order, and so is every run of them.
+                (None, Some(steps)) => {
+                    steps.ends.on_our_clock().is_some() || {
+                        let mut before: Option<f64> = None;
+                        steps.times().all(|t| before.replace(t).is_none_or(|b| b <= t))
+                    }
+                }
+                (None, None) => true,
+            };
             let ordered = sent_ordered && tokens.ordered;
             let ends_agree = e.first_token == Some(tokens.first) && e.last_token == Some(tokens.last);
             let count_agrees = n.is_none_or(|n| usize::try_from(n).is_ok_and(|n| n == tokens.count));
@@ -333,8 +473,8 @@ pub fn map_request(
                     let mut at = tokens.first;
                     let mut arrivals = Vec::with_capacity(tokens.count);
                     arrivals.push(at);
-                    for gap in &tokens.gaps {
-                        at = at.saturating_add(*gap);
+                    for gap in tokens.gaps.iter() {
+                        at = at.saturating_add(gap);
                         arrivals.push(at);
                     }
                     client_token_times = Some(arrivals);
@@ -342,10 +482,10 @@ pub fn map_request(
                 tokens.gaps
             } else {
                 anomalies.token_times_inconsistent = true;
-                Vec::new()
+                Itl::default()
             }
         }
-        _ => Vec::new(),
+        _ => Itl::default(),
     };
 
     RequestMetrics {

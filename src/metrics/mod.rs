@@ -13,7 +13,7 @@ pub mod slo;
 pub use crate::time::WallAnchor;
 pub use aggregate::BenchmarkAggregator;
 pub use distribution::{Distribution, Summary};
-pub use mapper::{Anomalies, RequestMetrics, map_request};
+pub use mapper::{Anomalies, Itl, RequestMetrics, map_request};
 pub use repeats::{RepeatSummary, Spread, summarize_repeats};
 pub use result::{BenchmarkResult, all_metric_names, metric_names};
 pub use slo::{Slo, SloResult, SloVerdict};

@@ -360,7 +360,7 @@ mod tests {
             ttft: Some(Duration::from_micros(4500)),
             tpot: Some(Duration::from_millis(1)),
             latency_per_token: Some(Duration::from_millis(2)),
-            itl: vec![Duration::from_micros(500), Duration::from_micros(1500)],
+            itl: vec![Duration::from_micros(500), Duration::from_micros(1500)].into(),
             prompt_tokens: Some(16),
             output_tokens: Some(6),
             ..RequestMetrics::default()

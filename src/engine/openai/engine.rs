@@ -451,6 +451,7 @@ fn output(
         first_token_ts: choice.token_ts.first().copied(),
         last_token_ts: choice.token_ts.last().copied(),
         token_ts: Some(choice.token_ts),
+        token_steps: None,
         cached_tokens: choice.cached_tokens,
         sent_ts: Some(sent_ts),
         endpoint: Some(endpoint.to_owned()),

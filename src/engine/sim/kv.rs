@@ -165,6 +165,11 @@ impl KvCache {
     /// The least recently freed block nobody holds, taken off the queue; stale entries are
     /// dropped on the way.
     fn pop_free(&mut self) -> Option<BlockId> {
+        // The queue's order is the pool's in no useful way, so each block read here is a cache
+        // miss: ask for the one a few places back now, and it is there by its turn.
+        if let Some(&(_, ahead)) = self.free.get(PREFETCH_AHEAD) {
+            prefetch(&self.blocks[ahead as usize]);
+        }
         while let Some((freed_at, id)) = self.free.pop_front() {
             let block = &self.blocks[id as usize];
             if block.refs == 0 && block.freed_at == freed_at {
@@ -174,6 +179,22 @@ impl KvCache {
         }
         None
     }
+}
+
+/// How many places down the free queue [`KvCache::pop_free`] fetches a block before its turn.
+const PREFETCH_AHEAD: usize = 8;
+
+/// Asks the CPU to bring `value` into its cache (a hint: no effect on what the program does).
+#[inline]
+fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing the program sees and cannot fault; the pointer is a
+    // reference's, so it is valid anyway.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(std::ptr::from_ref(value).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
 }
 
 /// The chained hashes of the full blocks of `tokens`: a block's hash covers its tokens, its

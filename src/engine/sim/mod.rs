@@ -25,8 +25,8 @@ pub use config::{CostModel, DEFAULT_SCHEDULER, RENAMED_COSTS, SimConfig, StepLoa
 pub use profile::{Profile, ProfileError, predicted_generate};
 
 use crate::engine::{
-    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, TimedEngine,
-    VirtualTimeEngine,
+    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, StepEnds, StepTokens,
+    TimedEngine, VirtualTimeEngine,
 };
 use crate::rng::SplitMix64;
 use crate::time::{Clock, MonotonicClock, VirtualClock, WallAnchor};
@@ -125,12 +125,14 @@ impl Engine for SimEngine {
         let at = |ns: f64| start.as_secs_f64() + ns / 1e9;
         // When step k's tokens come out: once per step, shared by every sequence it samples.
         let step_ends: Vec<f64> = ends[1..].iter().map(|&ns| at(ns)).collect();
+        let token_steps = Arc::new(StepEnds::new(step_ends));
+        let step_ends = token_steps.secs();
         let arrival_wall = self.anchor.wall_secs + start.saturating_since(self.anchor.mono).as_secs_f64();
 
         let outputs: Vec<EngineOutput> = batch
             .iter()
             .zip(&specs)
-            .zip(&schedule.seqs)
+            .zip(schedule.seqs)
             .map(|((req, spec), seq)| {
                 let finish = if spec.output_len >= req.max_tokens { FinishReason::Length } else { FinishReason::Stop };
                 EngineOutput::new(Some(req.id), finish)
@@ -143,7 +145,7 @@ impl Engine for SimEngine {
                         first_token_ts: seq.first_token.map(|k| step_ends[k]),
                         last_token_ts: seq.last_token.map(|k| step_ends[k]),
                         cached_tokens: Some(seq.cached_tokens),
-                        token_ts: Some(seq.token_steps.iter().map(|&k| step_ends[k]).collect()),
+                        token_steps: Some(StepTokens { ends: Arc::clone(&token_steps), runs: seq.token_steps }),
                         ..EngineStats::default()
                     })
             })

@@ -21,6 +21,7 @@
 //! replays it to make every timestamp a linear function of the cost coefficients.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 
 use serde::Serialize;
 
@@ -58,8 +59,10 @@ pub struct SeqSchedule {
     pub first_token: Option<usize>,
     /// The step that produced its last token.
     pub last_token: Option<usize>,
-    /// The step that produced each of its tokens, in order (the per-token times: ITL).
-    pub token_steps: Vec<usize>,
+    /// The steps that produced its tokens, one token each, as runs of consecutive steps in order
+    /// (the per-token times: ITL). A sequence samples at every step from its first token to its
+    /// last, so this is one run unless a preemption broke it.
+    pub token_steps: Vec<Range<usize>>,
     /// Prompt tokens taken from the prefix cache at its first admission.
     pub cached_tokens: u32,
     /// How often it was preempted.
@@ -147,6 +150,31 @@ impl Seq {
     fn num_tokens(&self) -> u32 {
         self.prompt_len + self.generated
     }
+
+    /// Whether its next step is a decode: one token, after it has sampled one.
+    fn is_decoding(&self) -> bool {
+        self.generated >= 1 && self.computed + 1 == self.num_tokens()
+    }
+}
+
+impl SeqSchedule {
+    /// Its tokens of steps `steps` (consecutive, after every step it sampled in before).
+    fn sampled(&mut self, steps: Range<usize>) {
+        if steps.is_empty() {
+            return;
+        }
+        self.first_token.get_or_insert(steps.start);
+        self.last_token = Some(steps.end - 1);
+        match self.token_steps.last_mut() {
+            Some(run) if run.end == steps.start => run.end = steps.end,
+            _ => self.token_steps.push(steps),
+        }
+    }
+
+    /// Tokens it generated.
+    pub fn tokens(&self) -> usize {
+        self.token_steps.iter().map(|run| run.len()).sum()
+    }
 }
 
 /// The most entries reserved up front for one sequence's token steps or block table.
@@ -163,19 +191,22 @@ pub(crate) fn schedule(
     kv: &mut KvCache,
     specs: &[SeqSpec],
 ) -> Result<Schedule, ScheduleError> {
+    schedule_with(config, kv, specs, true)
+}
+
+/// [`schedule`], with its decode steps run at once ([`Stepper::decode_run`]) or one by one (the
+/// reference its tests hold it to).
+pub(crate) fn schedule_with(
+    config: &ResolvedEngineConfig,
+    kv: &mut KvCache,
+    specs: &[SeqSpec],
+    decode_runs: bool,
+) -> Result<Schedule, ScheduleError> {
     for (index, s) in specs.iter().enumerate() {
         check(config, index, s)?;
     }
     let mut stepper = Stepper::new(*config, std::mem::replace(kv, KvCache::new(0)));
-    // Each sequence's token steps, sized once (one a generated token; a bound on what is reserved).
-    let seqs = specs
-        .iter()
-        .map(|s| SeqSchedule {
-            token_steps: Vec::with_capacity((s.output_len as usize).min(RESERVE_AT_MOST)),
-            ..SeqSchedule::default()
-        })
-        .collect();
-    let mut out = Schedule { steps: Vec::new(), seqs };
+    let mut out = Schedule { steps: Vec::new(), seqs: vec![SeqSchedule::default(); specs.len()] };
     // A fresh stepper hands out slots in order, so the n-th added sequence is `SeqId(n)`.
     let mut index_of = Vec::with_capacity(specs.len());
     for (index, s) in specs.iter().enumerate() {
@@ -198,12 +229,17 @@ pub(crate) fn schedule(
             out.seqs[index_of[id.0]].preemptions += 1;
         }
         for id in &step.sampled {
-            let times = &mut out.seqs[index_of[id.0]];
-            times.first_token.get_or_insert(step_index);
-            times.last_token = Some(step_index);
-            times.token_steps.push(step_index);
+            out.seqs[index_of[id.0]].sampled(step_index..step_index + 1);
         }
         out.steps.push(std::mem::take(&mut step.step));
+        // The decode steps up to the next event, at once: every running sequence samples in each.
+        let from = out.steps.len();
+        let run = if decode_runs { stepper.decode_run(&mut out.steps) } else { 0 };
+        if run > 0 {
+            for &slot in &stepper.running {
+                out.seqs[index_of[slot]].sampled(from..from + run);
+            }
+        }
     }
     *kv = stepper.into_kv();
     Ok(out)
@@ -257,6 +293,10 @@ pub struct Stepper {
     running: Vec<usize>,
     /// The step's scheduled sequences and their new tokens: a buffer kept between steps.
     scheduled: Vec<(usize, u32)>,
+    /// [`Stepper::decode_run`]'s buffers, kept between runs: where each group starts, and the
+    /// sequences by group.
+    run_first: Vec<usize>,
+    run_order: Vec<usize>,
 }
 
 impl Stepper {
@@ -274,6 +314,8 @@ impl Stepper {
             waiting: VecDeque::new(),
             running: Vec::new(),
             scheduled: Vec::new(),
+            run_first: Vec::new(),
+            run_order: Vec::new(),
         }
     }
 
@@ -478,7 +520,7 @@ impl Stepper {
         // 3. Outputs: sample, finish, cache full prompt blocks.
         for &(r, new) in &scheduled {
             let s = self.seqs[r].as_mut().expect("a scheduled slot holds a sequence");
-            if s.generated >= 1 && new == 1 && s.computed + 1 == s.num_tokens() {
+            if new == 1 && s.is_decoding() {
                 load.decode_seqs += 1;
             } else {
                 load.prefill_tokens += u64::from(new);
@@ -516,6 +558,114 @@ impl Stepper {
         }
         self.scheduled = scheduled;
         true
+    }
+}
+
+impl Stepper {
+    /// Runs at once the decode steps before the next event, and appends them to `steps`: the
+    /// steps in which nothing is admitted, preempted or finished and every running sequence
+    /// decodes one token. Exactly what as many [`Stepper::step_into`] calls would do (blocks
+    /// handed out in the same order, so the prefix cache evolves the same), in O(sequences +
+    /// steps + blocks) instead of O(sequences × steps). Returns the steps run: 0 when the next
+    /// step is not such a step, when the KV cache might not hold the run (a preemption would
+    /// come), or while sequences wait (one could be admitted).
+    pub(crate) fn decode_run(&mut self, steps: &mut Vec<Step>) -> usize {
+        let n = self.running.len();
+        if n == 0 || !self.waiting.is_empty() || n as u64 > u64::from(self.config.max_num_batched_tokens.max(1)) {
+            return 0;
+        }
+        let bs = self.config.block_size.max(1);
+        // The sequence closest to its end finishes in its last token's step: that step is
+        // `step_into`'s, so the run stops one before.
+        let mut left = u32::MAX;
+        let mut context = 0u64;
+        for &r in &self.running {
+            let s = self.seq(r);
+            // A decoding sequence holds the blocks of its computed tokens and no more (see `phase`).
+            if !s.is_decoding() || s.blocks.len() as u64 != blocks_for(u64::from(s.computed), bs) {
+                return 0;
+            }
+            left = left.min(s.output_len - s.generated);
+            context += u64::from(s.computed);
+        }
+        let m = left.saturating_sub(1);
+        if m == 0 {
+            return 0;
+        }
+        // Blocks the run takes: while they are free, no allocation fails, so nobody is preempted.
+        let needed: u64 = self
+            .running
+            .iter()
+            .map(|&r| {
+                let s = self.seq(r);
+                blocks_for(u64::from(s.computed + m), bs) - s.blocks.len() as u64
+            })
+            .sum();
+        if needed > self.kv.free_blocks() {
+            return 0;
+        }
+        // A sequence holding `b` blocks with `c` tokens computed takes a block in step
+        // `b·bs − c + 1` of the run, and every `bs` steps after: sequences grouped by that first
+        // step (in running order within a group), so each step visits only those that allocate.
+        let phases = bs.min(m) as usize;
+        let mut first = std::mem::take(&mut self.run_first);
+        let mut order = std::mem::take(&mut self.run_order);
+        first.clear();
+        first.resize(phases + 1, 0);
+        order.clear();
+        // With `ceil(c / bs)` blocks held, that first step is in 1..=bs.
+        let phase = |s: &Seq| s.blocks.len() as u64 * u64::from(bs) + 1 - u64::from(s.computed);
+        for &r in &self.running {
+            let p = phase(self.seq(r));
+            if p <= phases as u64 {
+                first[p as usize] += 1;
+            }
+        }
+        // Counting sort: `first[p]` becomes where phase `p`'s group starts in `order`.
+        let mut at = 0;
+        for count in first.iter_mut() {
+            let c = *count;
+            *count = at;
+            at += c;
+        }
+        order.resize(at, 0);
+        let mut next = first.clone();
+        for &r in &self.running {
+            let p = phase(self.seq(r));
+            if p <= phases as u64 {
+                order[next[p as usize]] = r;
+                next[p as usize] += 1;
+            }
+        }
+        // Phase p's group is `first[p]..first[p + 1]`: the sentinel closes the last.
+        first.push(at);
+        steps.reserve(m as usize);
+        for j in 1..=m as usize {
+            let p = (j - 1) % bs as usize + 1;
+            if p <= phases {
+                for &r in &order[first[p]..first[p + 1]] {
+                    let block = self.kv.allocate(1).expect("the run's blocks were counted free");
+                    self.seq_mut(r).blocks.extend(block);
+                }
+            }
+            let load = StepLoad {
+                prefill_tokens: 0,
+                decode_seqs: n as u64,
+                seqs: n as u64,
+                context_tokens: context + n as u64 * j as u64,
+            };
+            steps.push(Step { load, scheduled: n, running: n, kv_blocks_used: self.kv.used_blocks(), preempted: 0 });
+        }
+        for &r in &self.running {
+            let s = self.seqs[r].as_mut().expect("a running slot holds a sequence");
+            s.computed += m;
+            s.generated += m;
+            debug_assert!(u64::from(s.computed) <= s.blocks.len() as u64 * u64::from(bs));
+            debug_assert!(s.registered == s.hashes.len(), "a decoding sequence has its prompt blocks cached");
+        }
+        self.run_first = first;
+        self.run_order = order;
+        m as usize
     }
 }
 

@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
 use super::kv::KvCache;
-use super::scheduler::{PrefixSource, Schedule, SeqSpec, schedule};
+use super::scheduler::{PrefixSource, Schedule, SeqSpec, schedule, schedule_with};
 use super::*;
 use crate::engine::{Engine, EngineRequest, ResolvedEngineConfig};
 use crate::time::Timestamp;
@@ -63,7 +63,7 @@ fn step_times_follow_the_formula() {
         assert!((o.stats.first_token_ts.unwrap() - t0 - secs(5.44)).abs() < 1e-9);
         assert!((o.stats.last_token_ts.unwrap() - t0 - secs(10.043008)).abs() < 1e-9);
         // One time per token: the prefill step's first token, then one per decode step.
-        let tokens = o.stats.token_ts.as_deref().expect("the simulator times every token");
+        let tokens: Vec<f64> = o.stats.token_steps.as_ref().expect("the simulator times every token").times().collect();
         let expected = [secs(5.44), secs(7.741004), secs(10.043008)];
         assert_eq!(tokens.len(), expected.len());
         assert!(tokens.iter().zip(expected).all(|(t, e)| (t - t0 - e).abs() < 1e-9), "{tokens:?}");
@@ -185,6 +185,50 @@ proptest! {
                 .map(|(sp, q)| SeqSpec { prefix: PrefixSource::Known(q.cached_tokens), ..sp.clone() })
                 .collect();
             prop_assert_eq!(&scheduler::replay(&config, &known).expect("replay"), &s);
+        }
+    }
+}
+
+proptest! {
+    /// Decode steps run at once give exactly the schedule of running them one by one, and leave
+    /// the KV cache (blocks, eviction order, prefix cache) exactly as they do, over several
+    /// calls: preemptions, chunked prefill, shared prefixes and block sizes included.
+    #[test]
+    fn decode_runs_are_exactly_steps_one_by_one(
+        calls in proptest::collection::vec(proptest::collection::vec((1u32..120, 1u32..60), 1..24), 1..4),
+        max_num_seqs in 1u32..32,
+        budget in 8u32..600,
+        spare_blocks in 0u32..80,
+        block_size in prop_oneof![Just(1u32), Just(4), Just(16)],
+        prefix_caching: bool,
+        chunked_prefill: bool,
+        shared_prefix in 0usize..64,
+    ) {
+        let longest = calls.iter().flatten().map(|(p, o)| p + o).max().unwrap_or(1);
+        let config = ResolvedEngineConfig {
+            max_num_seqs,
+            max_num_batched_tokens: if chunked_prefill { budget } else { budget.max(longest) },
+            num_kv_blocks: longest.div_ceil(block_size) + spare_blocks,
+            block_size,
+            prefix_caching,
+            chunked_prefill,
+        };
+        let (mut at_once, mut one_by_one) = (KvCache::new(config.num_kv_blocks), KvCache::new(config.num_kv_blocks));
+        for (c, lens) in calls.iter().enumerate() {
+            let specs: Vec<SeqSpec> = lens
+                .iter()
+                .enumerate()
+                .map(|(i, &(p, o))| {
+                    let ids = (0..p)
+                        .map(|j| if (j as usize) < shared_prefix { j } else { 1_000_000 + (c * 100 + i) as u32 * 1000 + j })
+                        .collect();
+                    spec(p, o, ids)
+                })
+                .collect();
+            let fast = schedule_with(&config, &mut at_once, &specs, true).expect("schedulable");
+            let slow = schedule_with(&config, &mut one_by_one, &specs, false).expect("schedulable");
+            prop_assert_eq!(&fast, &slow, "call {}", c);
+            prop_assert_eq!(format!("{at_once:?}"), format!("{one_by_one:?}"), "call {}", c);
         }
     }
 }

@@ -408,6 +408,13 @@ pub trait ConcurrentEngine: Send + Sync {
     fn server_counters(&self) -> Vec<ServerCounters> {
         Vec::new()
     }
+    /// Whether the generates run in this machine's processes, those the engine names in
+    /// [`EngineInfo::processes`] and its [`EngineInfo::engine_thread`] (vLLM with continuous
+    /// admission), so that their CPU time is its sign of life and the batcher's stall watch
+    /// applies with several in flight. `false`, the default: the work is elsewhere (a server).
+    fn runs_here(&self) -> bool {
+        false
+    }
 }
 
 /// One server's counters at one moment, by batchlab's names (`prompt_tokens`,

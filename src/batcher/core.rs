@@ -263,6 +263,9 @@ pub enum FlushReason {
     Timeout,
     /// Shutdown is draining the queue.
     Drain,
+    /// Not a batch the batcher made: one step of an engine that batches by itself (vLLM with
+    /// continuous admission), which chose what to run in it.
+    Step,
 }
 
 /// A batch for the engine.
@@ -291,6 +294,17 @@ pub struct BatchRun {
     pub dispatched_at: Timestamp,
     /// When generate returned (or panicked).
     pub returned_at: Timestamp,
+    /// An engine step's requests by phase ([`FlushReason::Step`]), where the engine says.
+    pub phases: Option<StepPhases>,
+}
+
+/// What an engine step served, by phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct StepPhases {
+    /// Requests that got their first token in the step.
+    pub prefill: u32,
+    /// Requests that got a further token.
+    pub decode: u32,
 }
 
 /// How a generate call ended, as the driver saw it.

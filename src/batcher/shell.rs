@@ -557,6 +557,7 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
                 reason: batch.reason,
                 dispatched_at: batch.dispatched_at,
                 returned_at,
+                phases: None,
             });
             locked = shared.lock();
             locked.guard.core.handle_generate_result(batch.id, result, returned_at);
@@ -637,6 +638,7 @@ impl Delivery {
             reason: self.reason,
             dispatched_at: self.dispatched_at,
             returned_at,
+            phases: None,
         });
         let mut locked = self.shared.lock();
         locked.guard.core.handle_generate_result(self.batch, result, returned_at);

@@ -10,8 +10,10 @@ use std::sync::{Arc, Mutex};
 use super::driver::{Driver, DriverEvent, Stalled};
 use super::engine_guard::{AbortAfterGrace, DeathWatch, EngineProcesses, engine_cpu_probe, shutdown_bounded};
 use super::interrupt::{Interrupt, WakerGuard};
-use crate::batcher::{BatchConfig, BatchRun, Batcher, ConfigError, RequestError};
-use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId, ServerCounters};
+use crate::batcher::{BatchConfig, BatchRun, Batcher, ConfigError, FlushReason, RequestError, StepPhases};
+use crate::engine::{
+    ClockDomain, ConcurrentEngine, Engine, EngineError, EngineInfo, EngineRequest, RequestId, ServerCounters,
+};
 use crate::time::{Clock, MonotonicClock, Timestamp, WallAnchor};
 
 /// What the channel carries: an event, or `None` when the interrupt fired (stop waiting).
@@ -29,6 +31,17 @@ pub(super) struct RealTimeDriver {
     ready: VecDeque<DriverEvent>,
     _wake_on_interrupt: WakerGuard,
     guard: EngineGuard,
+    /// An engine that batches by itself (vLLM with continuous admission): its steps are the
+    /// batches, and the batcher's hand-overs are not counted.
+    steps: Option<EngineSteps>,
+    /// Whether the batcher's batches are the batches (cleared for an engine that reports steps).
+    hand_overs_count: Arc<AtomicBool>,
+}
+
+/// The face that reports an engine's steps, and the next step's number.
+struct EngineSteps {
+    face: Arc<dyn ConcurrentEngine>,
+    next_id: u64,
 }
 
 /// What keeps the engine from hanging the run (see [`super::engine_guard`]): the death watch
@@ -115,12 +128,16 @@ impl RealTimeDriver {
         let domain = engine.clock_domain();
         let (tx, rx) = mpsc::channel::<Message>();
         let batch_tx = tx.clone();
+        let hand_overs_count = Arc::new(AtomicBool::new(true));
+        let counting = hand_overs_count.clone();
         let batcher = Batcher::spawn_observed(
             engine,
             config,
             Arc::new(MonotonicClock),
             Some(Box::new(move |b: &BatchRun| {
-                let _ = batch_tx.send(Some(DriverEvent::Batch(b.clone())));
+                if counting.load(Ordering::SeqCst) {
+                    let _ = batch_tx.send(Some(DriverEvent::Batch(b.clone())));
+                }
             })),
         );
         let wake_tx = tx.clone();
@@ -137,6 +154,33 @@ impl RealTimeDriver {
             ready: VecDeque::new(),
             _wake_on_interrupt: guard,
             guard: engine_guard,
+            steps: None,
+            hand_overs_count,
+        }
+    }
+
+    /// The engine's steps since the last call, as batches, ahead of the events already received:
+    /// a step is recorded before the outcomes it produced are delivered.
+    fn take_steps(&mut self) {
+        let Some(steps) = &mut self.steps else { return };
+        let Some(taken) = steps.face.take_steps() else { return };
+        let mut batches: Vec<DriverEvent> = taken
+            .into_iter()
+            .map(|step| {
+                let id = steps.next_id;
+                steps.next_id += 1;
+                DriverEvent::Batch(BatchRun {
+                    id,
+                    size: (step.prefill + step.decode) as usize,
+                    reason: FlushReason::Step,
+                    dispatched_at: step.started,
+                    returned_at: step.ended,
+                    phases: Some(StepPhases { prefill: step.prefill, decode: step.decode }),
+                })
+            })
+            .collect();
+        while let Some(batch) = batches.pop() {
+            self.ready.push_front(batch);
         }
     }
 }
@@ -148,6 +192,12 @@ impl Driver for RealTimeDriver {
             other => EngineError::Start(other.to_string()),
         })?;
         self.guard.started(&self.batcher, &info);
+        if let Some(face) = self.batcher.concurrent_engine()
+            && face.take_steps().is_some()
+        {
+            self.hand_overs_count.store(false, Ordering::SeqCst);
+            self.steps = Some(EngineSteps { face, next_id: 0 });
+        }
         Ok(info)
     }
 
@@ -176,6 +226,7 @@ impl Driver for RealTimeDriver {
     }
 
     fn poll_event(&mut self) -> Option<DriverEvent> {
+        self.take_steps();
         if let Some(e) = self.ready.pop_front() {
             return Some(e);
         }

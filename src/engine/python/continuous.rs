@@ -23,9 +23,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use super::interpreter::Session;
-use super::output::EngineStep;
 use super::{PythonConfig, prepare_chat};
-use crate::engine::{ConcurrentEngine, EngineError, EngineInfo, EngineOutput, EngineRequest, GenerateDone, RequestId};
+use crate::engine::{
+    ConcurrentEngine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStep, GenerateDone, RequestId,
+};
+use crate::time::MonotonicClock;
 
 /// How long dropping a started engine that was never shut down waits for the stepping thread to
 /// shut the object down (it may be stuck in a step of a frozen engine).
@@ -83,6 +85,11 @@ impl ConcurrentEngine for Face {
     fn runs_here(&self) -> bool {
         true
     }
+
+    /// The steps that served a request since the last call: the batches of continuous admission.
+    fn take_steps(&self) -> Option<Vec<EngineStep>> {
+        Some(std::mem::take(&mut self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).steps))
+    }
 }
 
 impl Continuous {
@@ -126,12 +133,6 @@ impl Continuous {
     /// The face the batcher hands requests to.
     pub(super) fn face(&self) -> Arc<dyn ConcurrentEngine> {
         self.face.clone()
-    }
-
-    /// What the steps served since the last call.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub(super) fn take_steps(&self) -> Vec<EngineStep> {
-        std::mem::take(&mut self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).steps)
     }
 
     fn ask_to_stop(&self) {
@@ -223,9 +224,14 @@ fn step_until_stopped(shared: &Shared, session: &Session, config: &PythonConfig)
         if pending.is_empty() {
             continue;
         }
-        match session.step() {
+        let started = MonotonicClock::read();
+        let stepped = session.step();
+        let ended = MonotonicClock::read();
+        match stepped {
             Ok((finished, step)) => {
+                // Recorded before the outcomes it produced go out, so a run counts the step first.
                 if let Some(step) = step {
+                    let step = EngineStep::new(started, ended, step.prefill, step.decode);
                     shared.state.lock().unwrap_or_else(|e| e.into_inner()).steps.push(step);
                 }
                 for output in finished {

@@ -9,7 +9,7 @@ use std::sync::{Mutex, OnceLock};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyCFunction, PyDict, PyFloat, PyInt, PyList, PyModule, PyString, PyTuple};
 
-use super::output::{ChatSupport, EngineStep, Plain, map_chat_support, map_info, map_outputs, map_step};
+use super::output::{ChatSupport, Plain, StepServed, map_chat_support, map_info, map_outputs, map_step};
 use super::{BUILT_IN_MODULES, PythonConfig};
 use crate::engine::chat::Template;
 use crate::engine::{EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, Prompt};
@@ -115,7 +115,7 @@ impl Session {
 
     /// `object.step()`: one engine step of continuous admission. Returns the outputs of the
     /// requests that finished in it and what the step served, when it served any request.
-    pub(super) fn step(&self) -> Result<(Vec<EngineOutput>, Option<EngineStep>), EngineError> {
+    pub(super) fn step(&self) -> Result<(Vec<EngineOutput>, Option<StepServed>), EngineError> {
         let returned = Python::attach(|py| -> PyResult<Plain> {
             let returned = self.object.bind(py).call_method0("step")?;
             to_plain(&returned, 0)

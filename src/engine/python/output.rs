@@ -293,10 +293,10 @@ pub(crate) fn map_outputs(class: &str, outputs: &Plain, requests: usize) -> Resu
 
 /// What one engine step of continuous admission served, as far as its outputs show
 /// (`VllmEngine.step()`'s second value).
+/// (`ts`, the engine clock's time of the step's outputs, is checked but not kept: batchlab
+/// times the step itself.)
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct EngineStep {
-    /// Engine-clock seconds of the step's outputs (vLLM's engine-core timestamp).
-    pub ts: f64,
+pub(crate) struct StepServed {
     /// Requests that got their first token in the step.
     pub prefill: u32,
     /// Requests that got a further token in the step.
@@ -304,7 +304,7 @@ pub(crate) struct EngineStep {
 }
 
 /// `None`, or a dict of `ts`, `prefill` and `decode`.
-pub(crate) fn map_step(value: &Plain) -> Result<Option<EngineStep>, String> {
+pub(crate) fn map_step(value: &Plain) -> Result<Option<StepServed>, String> {
     if matches!(value, Plain::None) {
         return Ok(None);
     }
@@ -312,8 +312,8 @@ pub(crate) fn map_step(value: &Plain) -> Result<Option<EngineStep>, String> {
     let count = |key: &str| -> Result<u32, String> {
         Ok(f.int(key, u64::from(u32::MAX))?.ok_or_else(|| format!("the step has no `{key}`"))? as u32)
     };
-    let ts = f.seconds("ts")?.ok_or("the step has no `ts`")?;
-    Ok(Some(EngineStep { ts, prefill: count("prefill")?, decode: count("decode")? }))
+    f.seconds("ts")?.ok_or("the step has no `ts`")?;
+    Ok(Some(StepServed { prefill: count("prefill")?, decode: count("decode")? }))
 }
 
 /// One output dict.

@@ -199,7 +199,4 @@ fn scenario_file_over_one_mib_is_refused_unread() {
 }
 
 // vLLM's admission mode (issue 25): a value that is neither "batch" nor "continuous", at its line.
-check!(
-    vllm_admission_unknown,
-    "[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"m\"\nadmission = \"streaming\"\n"
-);
+check!(vllm_admission_unknown, "[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"m\"\nadmission = \"streaming\"\n");

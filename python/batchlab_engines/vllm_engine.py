@@ -178,9 +178,11 @@ class _Stepper:
 
         self.engine = engine
         self.final_only = RequestOutputKind.FINAL_ONLY
-        # vLLM's internal request id -> token times; batchlab's id (as vLLM's external id) -> internal.
+        # vLLM's internal request id -> token times; the external id given to vLLM (batchlab's id
+        # and a count, unique even if an id came twice) -> (batchlab's id, internal id).
         self.times = {}
-        self.internal = {}
+        self.added = {}
+        self.count = 0
         self.last_step = None
         processor = engine.output_processor
         original = processor.process_outputs
@@ -194,10 +196,11 @@ class _Stepper:
     def add(self, request_id, prompt, params):
         # As `LLM.generate` does: only the finished output comes back.
         params.output_kind = self.final_only
-        external = str(request_id)
+        self.count += 1
+        external = f"{request_id}-{self.count}"
         internal = self.engine.add_request(external, prompt, params)
         self.times[internal] = []
-        self.internal[external] = internal
+        self.added[external] = (request_id, internal)
 
     def _note(self, outputs, timestamp):
         ts = float(timestamp) if timestamp is not None else time.monotonic()
@@ -222,9 +225,11 @@ class _Stepper:
         for o in self.engine.step():
             if not o.finished:
                 continue
-            internal = self.internal.pop(o.request_id, None)
+            ours, internal = self.added.pop(o.request_id, (None, None))
+            if ours is None:
+                continue
             token_ts = self.times.pop(internal, None)
-            flat = _flatten(int(o.request_id), o)
+            flat = _flatten(ours, o)
             if token_ts is not None and len(token_ts) == flat["output_tokens"]:
                 flat["token_ts"] = token_ts
             finished.append(flat)

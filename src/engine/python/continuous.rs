@@ -241,9 +241,9 @@ fn step_until_stopped(shared: &Shared, session: &Session, config: &PythonConfig)
                         continue;
                     };
                     let p = &mut pending[index];
-                    if let Some(slot) = p.ids.iter().position(|&r| r == id)
-                        && p.outputs[slot].is_none()
-                    {
+                    // The first slot of this id still open: an id given twice (never by the
+                    // batcher) still gets each output once.
+                    if let Some(slot) = p.ids.iter().zip(&p.outputs).position(|(&r, o)| r == id && o.is_none()) {
                         p.outputs[slot] = Some(output);
                         p.left -= 1;
                     }

@@ -110,10 +110,11 @@ class VllmEngine:
 
     def step(self):
         """One engine step (`LLMEngine.step`). Returns the requests that finished in it, flattened
-        as `generate` flattens them plus `token_ts`, and what the step scheduled as far as its
-        outputs show: `(finished, step)`, `step` a dict of `ts` (the engine core's monotonic time of
-        the step's outputs), `prefill` (requests that got their first token) and `decode` (the
-        others that got one); `None` when no request got a token (a partial prefill, an idle step)."""
+        as `generate` flattens them plus `token_ts`, what the step scheduled as far as its outputs
+        show, and whether vLLM has unfinished requests left: `(finished, step, unfinished)`, `step`
+        a dict of `ts` (the engine core's monotonic time of the step's outputs), `prefill`
+        (requests that got their first token) and `decode` (the others that got one); `None` when no
+        request got a token (a partial prefill, an idle step)."""
         return self.stepper.step()
 
     def unfinished(self):
@@ -233,7 +234,7 @@ class _Stepper:
             if token_ts is not None and len(token_ts) == flat["output_tokens"]:
                 flat["token_ts"] = token_ts
             finished.append(flat)
-        return finished, self.last_step
+        return finished, self.last_step, self.engine.has_unfinished_requests()
 
 
 def resolved_config(llm):

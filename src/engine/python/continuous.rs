@@ -194,6 +194,13 @@ fn step_until_stopped(shared: &Shared, session: &Session, config: &PythonConfig)
             if state.handed.is_empty() && pending.is_empty() {
                 return;
             }
+            if state.stop {
+                // Only a drop without a shutdown stops with work left: answer it and end.
+                drop(state);
+                let e = EngineError::Generate("the engine was dropped with the request unfinished".into());
+                fail_all(&mut pending, &mut owner, &e);
+                return;
+            }
             std::mem::take(&mut state.handed)
         };
         for (batch, done) in handed {
@@ -228,7 +235,7 @@ fn step_until_stopped(shared: &Shared, session: &Session, config: &PythonConfig)
         let stepped = session.step();
         let ended = MonotonicClock::read();
         match stepped {
-            Ok((finished, step)) => {
+            Ok((finished, step, unfinished)) => {
                 // Recorded before the outcomes it produced go out, so a run counts the step first.
                 if let Some(step) = step {
                     let step = EngineStep::new(started, ended, step.prefill, step.decode);
@@ -261,6 +268,12 @@ fn step_until_stopped(shared: &Shared, session: &Session, config: &PythonConfig)
                         (p.done)(Ok(outputs));
                     }
                 }
+                // vLLM has nothing left, yet a hand-over waits: an output it gave under an id
+                // that was not handed over. Fail it rather than step an idle engine for ever.
+                if !unfinished && !pending.is_empty() {
+                    let e = EngineError::Generate("vLLM finished every request without answering this one".into());
+                    fail_all(&mut pending, &mut owner, &e);
+                }
             }
             Err(e) => {
                 // The engine's state is unknown after a failed step: every unfinished hand-over
@@ -269,11 +282,16 @@ fn step_until_stopped(shared: &Shared, session: &Session, config: &PythonConfig)
                 if matches!(e, EngineError::Died(_)) {
                     shared.state.lock().unwrap_or_else(|p| p.into_inner()).dead = Some(e.clone());
                 }
-                owner.clear();
-                for p in pending.drain(..) {
-                    (p.done)(Err(e.clone()));
-                }
+                fail_all(&mut pending, &mut owner, &e);
             }
         }
+    }
+}
+
+/// Answers every unfinished hand-over with `e`.
+fn fail_all(pending: &mut Vec<Pending>, owner: &mut HashMap<RequestId, usize>, e: &EngineError) {
+    owner.clear();
+    for p in pending.drain(..) {
+        (p.done)(Err(e.clone()));
     }
 }

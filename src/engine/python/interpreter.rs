@@ -114,21 +114,23 @@ impl Session {
     }
 
     /// `object.step()`: one engine step of continuous admission. Returns the outputs of the
-    /// requests that finished in it and what the step served, when it served any request.
-    pub(super) fn step(&self) -> Result<(Vec<EngineOutput>, Option<StepServed>), EngineError> {
+    /// requests that finished in it, what the step served (when it served any request), and
+    /// whether the engine has unfinished requests left.
+    pub(super) fn step(&self) -> Result<(Vec<EngineOutput>, Option<StepServed>, bool), EngineError> {
         let returned = Python::attach(|py| -> PyResult<Plain> {
             let returned = self.object.bind(py).call_method0("step")?;
             to_plain(&returned, 0)
         })
         .map_err(|e| self.call_error("step", e))?;
-        let (finished, step) = match returned {
-            Plain::List(mut pair) if pair.len() == 2 => {
-                let step = pair.pop().unwrap_or(Plain::None);
-                (pair.pop().unwrap_or(Plain::None), step)
+        let (finished, step, unfinished) = match returned {
+            Plain::List(mut triple) if triple.len() == 3 && matches!(triple[2], Plain::Bool(_)) => {
+                let unfinished = matches!(triple.pop(), Some(Plain::Bool(true)));
+                let step = triple.pop().unwrap_or(Plain::None);
+                (triple.pop().unwrap_or(Plain::None), step, unfinished)
             }
             other => {
                 return Err(EngineError::Generate(format!(
-                    "{}.step() must return (finished, step), found {}",
+                    "{}.step() must return (finished, step, unfinished), found {}",
                     self.class,
                     other.describe()
                 )));
@@ -140,7 +142,7 @@ impl Session {
         };
         let outputs = map_outputs(&format!("{}.step()", self.class), &finished, n).map_err(EngineError::Generate)?;
         let step = map_step(&step).map_err(|e| EngineError::Generate(format!("{}.step(): {e}", self.class)))?;
-        Ok((outputs, step))
+        Ok((outputs, step, unfinished))
     }
 
     /// A generate's exception: [`EngineError::Died`] when it says the engine is dead for good (see

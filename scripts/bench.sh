@@ -372,11 +372,11 @@ if [[ ! -x "$venv_python" ]]; then
     md "Skipped: no vLLM venv at \`$home/venv\` (run \`just setup-vllm\`)."
 else
     export PYO3_PYTHON="$venv_python"
-    CARGO_TARGET_DIR="$vtarget" cargo build --release --quiet --features vllm
-    cargo build --release --quiet --example bench_vllm_inputs
+    # The example needs no Python, but built beside the vLLM build it reuses its library.
+    CARGO_TARGET_DIR="$vtarget" cargo build --release --quiet --features vllm --bin batchlab --example bench_vllm_inputs
     $quick && md "Quick mode: one round of 64 measured requests (16 at the low rate): a smoke test, not a measurement."
     $quick && md ""
-    python3 scripts/bench_continuous.py --bin "$vbin" --inputs "$CARGO_TARGET_DIR/release/examples/bench_vllm_inputs" \
+    python3 scripts/bench_continuous.py --bin "$vbin" --inputs "$vtarget/release/examples/bench_vllm_inputs" \
         --python "$venv_python" --work "$work/continuous" --rounds "$continuous_rounds" $($quick && echo --quick) >>"$out"
 fi
 fi

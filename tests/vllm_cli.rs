@@ -348,18 +348,23 @@ fn batch_faults_around_the_real_engine(admission: Admission) {
 /// batch and every queued request as `engine_died`, writes an incomplete report and exits 1,
 /// with no request lost and no process left, within 10 s of the kill. Then the same with a worker
 /// killed instead. Needs batchlab's own process watch (vLLM itself would block in `LLM.generate` for ever).
+/// With continuous admission the faults count hand-overs of one request: the kill comes after 13
+/// batches' worth of them (104), so that, as with batches, requests completed and short outputs
+/// came back before it.
 fn engine_processes_killed_mid_generate(admission: Admission) {
     if !ready() {
         return;
     }
     let _one = one_engine();
-    let worker_instead = [
-        "--set",
-        "faults.kill_engine={ after_batches = 1000000 }",
-        "--set",
-        "faults.kill_worker={ after_batches = 13 }",
-    ];
-    for (case, extra) in [("kill-engine", &[][..]), ("kill-worker", &worker_instead[..])] {
+    let after = match admission {
+        Admission::Batch => 13,
+        Admission::Continuous => 13 * 8,
+    };
+    let kill_engine = format!("faults.kill_engine={{ after_batches = {after} }}");
+    let kill_worker = format!("faults.kill_worker={{ after_batches = {after} }}");
+    let engine_killed = ["--set", kill_engine.as_str()];
+    let worker_instead = ["--set", "faults.kill_engine={ after_batches = 1000000 }", "--set", kill_worker.as_str()];
+    for (case, extra) in [("kill-engine", &engine_killed[..]), ("kill-worker", &worker_instead[..])] {
         let dir = output_dir(&format!("{case}-{}", admission.name()));
         let mut run = spawn_scenario(admission, "scenarios/vllm-faults.toml", extra, &dir);
         run.wait_for("measuring");

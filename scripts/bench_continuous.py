@@ -83,7 +83,7 @@ def main():
 
     size = ["--set", "stop.max_requests=64", "--set", "warmup.requests=8"] if a.quick else []
     rate, rate_requests = (4.0, 16) if a.quick else (4.0, 40)
-    low_rate = ["--set", "profile.kind=constant", "--set", f"profile.rate={rate}", "--set",
+    low_rate = ["--set", "profile.kind=constant", "--set", f"profile.rates=[{rate}]", "--set",
                 f"stop.max_requests={rate_requests}", "--set", "warmup.requests=4"]
 
     inputs = os.path.join(a.work, "inputs.json")

@@ -81,10 +81,11 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
 
-    size = ["--set", "stop.max_requests=64", "--set", "warmup.requests=8"] if a.quick else []
+    size = ["--set", "stop.max_requests=64", "--set", "warmup.requests=8", "--set", "expect.completed=64"] if a.quick else []
     rate, rate_requests = (4.0, 16) if a.quick else (4.0, 40)
     low_rate = ["--set", "profile.kind=constant", "--set", f"profile.rates=[{rate}]", "--set",
-                f"stop.max_requests={rate_requests}", "--set", "warmup.requests=4"]
+                f"stop.max_requests={rate_requests}", "--set", "warmup.requests=4", "--set",
+                f"expect.completed={rate_requests}"]
 
     inputs = os.path.join(a.work, "inputs.json")
     with open(inputs, "w") as f:

@@ -26,6 +26,10 @@ mod python_env;
 #[path = "common/hf_chat.rs"]
 mod hf_chat;
 
+#[macro_use]
+#[path = "common/admission.rs"]
+mod admission;
+
 /// Long enough for a multiprocess engine start on a loaded 2-core machine.
 const START_LIMIT: Duration = Duration::from_secs(300);
 
@@ -42,45 +46,12 @@ fn one_engine() -> MutexGuard<'static, ()> {
     ONE_ENGINE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// `#[test] fn batch()` and `#[test] fn continuous()` in a module named after the test function,
-/// each calling it with its admission.
-macro_rules! both_admissions {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn batch() {
-                super::$name(super::Admission::Batch)
-            }
-            #[test]
-            fn continuous() {
-                super::$name(super::Admission::Continuous)
-            }
-        }
-    )*};
-}
-
 both_admissions!(
     engine_processes_never_outlive_batchlab,
     batch_faults_around_the_real_engine,
     engine_processes_killed_mid_generate,
     the_in_process_engine_times_every_request_and_counts_vllms_tokens,
 );
-
-/// The `--set`s that select `admission`: continuous admission hands each request over as it
-/// arrives (`batch_size = 1`), up to 256 in vLLM at once.
-fn admission_sets(admission: Admission) -> Vec<&'static str> {
-    match admission {
-        Admission::Batch => vec![],
-        Admission::Continuous => vec![
-            "--set",
-            "engine.vllm.admission=continuous",
-            "--set",
-            "batching.batch_size=1",
-            "--set",
-            "batching.max_in_flight=256",
-        ],
-    }
-}
 
 /// `scenarios/vllm-cpu.toml` in multiprocess mode with one warmup request, `admission`, and `extra`.
 fn spawn(admission: Admission, extra: &[&str], output: &Path) -> Run {
@@ -91,7 +62,7 @@ fn spawn(admission: Admission, extra: &[&str], output: &Path) -> Run {
 
 fn spawn_scenario(admission: Admission, scenario: &str, extra: &[&str], output: &Path) -> Run {
     let mut args: Vec<String> = vec!["run".into(), scenario.into(), "--output".into(), output.display().to_string()];
-    for e in admission_sets(admission).iter().chain(extra) {
+    for e in admission::sets(admission).iter().chain(extra) {
         args.push((*e).into());
     }
     let mut child = Command::new(env!("CARGO_BIN_EXE_batchlab"))
@@ -533,7 +504,7 @@ fn the_in_process_engine_times_every_request_and_counts_vllms_tokens(admission: 
         "output.requests_jsonl=true",
     ];
     // The admission's own `--set`s last: continuous admission hands over one request at a time.
-    let args: Vec<&str> = args.into_iter().chain(admission_sets(admission)).collect();
+    let args: Vec<&str> = args.into_iter().chain(admission::sets(admission)).collect();
     let out = Command::new(env!("CARGO_BIN_EXE_batchlab"))
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))

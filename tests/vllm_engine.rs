@@ -25,28 +25,15 @@ mod python_env;
 #[path = "common/hf_chat.rs"]
 mod hf_chat;
 
+#[macro_use]
+#[path = "common/admission.rs"]
+mod admission;
+
 /// One engine at a time: a 2-core machine, and one Python per process.
 static ONE_ENGINE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Set in the re-executed test process that runs the multiprocess engine, to its admission.
 const CHILD_ENV: &str = "BATCHLAB_VLLM_MULTIPROCESS_CHILD";
-
-/// `#[test] fn batch()` and `#[test] fn continuous()` in a module named after the test function,
-/// each calling it with its admission.
-macro_rules! both_admissions {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn batch() {
-                super::$name(super::Admission::Batch)
-            }
-            #[test]
-            fn continuous() {
-                super::$name(super::Admission::Continuous)
-            }
-        }
-    )*};
-}
 
 both_admissions!(
     in_process_engine_generates_token_and_text_prompts,

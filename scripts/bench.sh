@@ -10,7 +10,7 @@
 # runs). Benchmarks assert nothing about speed. BENCH_PAIRS, BENCH_TTR_ROUNDS and BENCH_ROUNDS
 # set the vLLM sections' repetitions.
 #
-# `--only harness,sim,memory,vllm,fidelity,tune,serve,http` runs only those parts and replaces only their
+# `--only harness,sim,memory,vllm,fidelity,tune,serve,http,continuous` runs only those parts and replaces only their
 # sections in docs/performance.md (each marked with the command and date that regenerated it);
 # `tune` needs `fidelity`'s profile and runs it too.
 set -euo pipefail
@@ -21,8 +21,8 @@ only=""
 while (($#)); do
     case "$1" in
         --quick) quick=true ;;
-        --only) only="${2:?--only needs a list: harness,sim,memory,vllm,fidelity,tune,serve,http}"; shift ;;
-        *) echo "usage: scripts/bench.sh [--quick] [--only harness,sim,memory,vllm,fidelity,tune,serve,http]" >&2; exit 2 ;;
+        --only) only="${2:?--only needs a list: harness,sim,memory,vllm,fidelity,tune,serve,http,continuous}"; shift ;;
+        *) echo "usage: scripts/bench.sh [--quick] [--only harness,sim,memory,vllm,fidelity,tune,serve,http,continuous]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -40,6 +40,7 @@ venv_python="$home/venv/bin/python"
 rounds="${BENCH_ROUNDS:-3}"          # timing accuracy
 pairs="${BENCH_PAIRS:-32=40,256=20}"  # in-engine alternation, per mode and batch size
 ttr_rounds="${BENCH_TTR_ROUNDS:-5}"  # time to report vs its floor
+continuous_rounds="${BENCH_CONTINUOUS_ROUNDS:-$($quick && echo 1 || echo 3)}"  # section 10: rounds of six processes
 fidelity_rounds="${BENCH_FIDELITY_ROUNDS:-15}"  # the simulator against vLLM: short rounds per held-out row
 tune_repeats="${BENCH_TUNE_REPEATS:-$rounds}"   # section 7: repeats of the grid on vLLM
 tune_grid_scenarios="${BENCH_TUNE_SCENARIOS:-$($quick && echo 5 || echo 50)}"  # section 7: seeded scenarios, search against a blind grid
@@ -213,7 +214,7 @@ fi
 # ---- 3-5. vLLM ----------------------------------------------------------------------------------
 vtarget="$CARGO_TARGET_DIR/vllm"
 vbin="$vtarget/release/batchlab"
-if ! $quick && [[ -x "$venv_python" ]] && { want vllm || want fidelity; }; then
+if ! $quick && [[ -x "$venv_python" ]] && { want vllm || want fidelity || want continuous; }; then
     export PYO3_PYTHON="$venv_python"
     CARGO_TARGET_DIR="$vtarget" cargo build --release --quiet --features vllm
 fi
@@ -419,6 +420,27 @@ regenerated
 scripts/bench_http.sh $($quick && echo --quick) ${BENCH_HTTP_ARGS:-} >>"$out"
 fi
 
+# ---- 10. vLLM with continuous admission ---------------------------------------------------------
+if want continuous; then
+section "vLLM continuous admission ($continuous_rounds rounds)"
+md ""
+md "## 10. vLLM continuous admission"
+md ""
+regenerated
+if [[ ! -x "$venv_python" ]]; then
+    echo "no vLLM venv at $home/venv: skipping section 10 (run \`just setup-vllm\`)" >&2
+    md "Skipped: no vLLM venv at \`$home/venv\` (run \`just setup-vllm\`)."
+else
+    export PYO3_PYTHON="$venv_python"
+    # The example needs no Python, but built beside the vLLM build it reuses its library.
+    CARGO_TARGET_DIR="$vtarget" cargo build --release --quiet --features vllm --bin batchlab --example bench_vllm_inputs
+    $quick && md "Quick mode: one round of 64 measured requests (16 at the low rate): a smoke test, not a measurement."
+    $quick && md ""
+    python3 scripts/bench_continuous.py --bin "$vbin" --inputs "$vtarget/release/examples/bench_vllm_inputs" \
+        --python "$venv_python" --work "$work/continuous" --rounds "$continuous_rounds" $($quick && echo --quick) >>"$out"
+fi
+fi
+
 if [[ -n "$only" ]]; then
     # Only the sections this run made replace theirs in docs/performance.md (a new one goes after
     # the one before it); the rest of the file stays as it was.
@@ -427,7 +449,11 @@ if [[ -n "$only" ]]; then
 import re, sys
 def blocks(text):
     parts = re.split(r"(?m)^(?=## )", text)
-    return parts[0], [(re.match(r"## (\S+)", p).group(1), p.rstrip("\n") + "\n\n") for p in parts[1:]]
+    return parts[0], [(order(re.match(r"## (\S+)", p).group(1)), p.rstrip("\n") + "\n\n") for p in parts[1:]]
+def order(key):
+    # "1.", "1b.", "10.": by number, then by the letters after it.
+    m = re.match(r"(\d+)(.*)", key)
+    return (int(m.group(1)), m.group(2)) if m else (10**9, key)
 _, new = blocks(open(sys.argv[1]).read())
 head, old = blocks(open(sys.argv[2]).read())
 for key, text in new:

@@ -197,3 +197,6 @@ fn scenario_file_over_one_mib_is_refused_unread() {
     insta::assert_snapshot!(message);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// vLLM's admission mode (issue 25): a value that is neither "batch" nor "continuous", at its line.
+check!(vllm_admission_unknown, "[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"m\"\nadmission = \"streaming\"\n");

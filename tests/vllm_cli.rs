@@ -4,7 +4,8 @@
 //! Each case runs the real binary on `scenarios/vllm-cpu.toml` (or `vllm-faults.toml`) in multiprocess mode, in its own
 //! process group, and afterwards looks for any process still in that group. Run with
 //! `just test-vllm`; without the venv and model the tests fail, unless `BATCHLAB_SKIP_PYTHON=1`
-//! asks to skip them (tests/common/python_env.rs).
+//! asks to skip them (tests/common/python_env.rs). The tests of the engine's guarantees run once
+//! per admission mode (`name::batch`, `name::continuous`: `engine.vllm.admission`).
 #![cfg(feature = "vllm")]
 
 use std::io::{BufRead, BufReader};
@@ -14,6 +15,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 
+use batchlab::engine::python::vllm::Admission;
 use batchlab::engine::python::{batchlab_home, default_venv};
 use batchlab::report::requests::MetricsMs;
 use batchlab::report::{Phase, RequestOutcome, RequestRecord, read_records};
@@ -23,6 +25,10 @@ mod python_env;
 
 #[path = "common/hf_chat.rs"]
 mod hf_chat;
+
+#[macro_use]
+#[path = "common/admission.rs"]
+mod admission;
 
 /// Long enough for a multiprocess engine start on a loaded 2-core machine.
 const START_LIMIT: Duration = Duration::from_secs(300);
@@ -40,16 +46,23 @@ fn one_engine() -> MutexGuard<'static, ()> {
     ONE_ENGINE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// `scenarios/vllm-cpu.toml` in multiprocess mode with one warmup request, and `extra`.
-fn spawn(extra: &[&str], output: &Path) -> Run {
+both_admissions!(
+    engine_processes_never_outlive_batchlab,
+    batch_faults_around_the_real_engine,
+    engine_processes_killed_mid_generate,
+    the_in_process_engine_times_every_request_and_counts_vllms_tokens,
+);
+
+/// `scenarios/vllm-cpu.toml` in multiprocess mode with one warmup request, `admission`, and `extra`.
+fn spawn(admission: Admission, extra: &[&str], output: &Path) -> Run {
     let mut args = vec!["--set", "engine.vllm.in_process=false", "--set", "warmup.requests=1"];
     args.extend_from_slice(extra);
-    spawn_scenario("scenarios/vllm-cpu.toml", &args, output)
+    spawn_scenario(admission, "scenarios/vllm-cpu.toml", &args, output)
 }
 
-fn spawn_scenario(scenario: &str, extra: &[&str], output: &Path) -> Run {
+fn spawn_scenario(admission: Admission, scenario: &str, extra: &[&str], output: &Path) -> Run {
     let mut args: Vec<String> = vec!["run".into(), scenario.into(), "--output".into(), output.display().to_string()];
-    for e in extra {
+    for e in admission::sets(admission).iter().chain(extra) {
         args.push((*e).into());
     }
     let mut child = Command::new(env!("CARGO_BIN_EXE_batchlab"))
@@ -88,6 +101,13 @@ impl Run {
             }
         }
         panic!("no `{needle}` within {START_LIMIT:?}; stderr tail:\n{}", self.tail());
+    }
+
+    /// [`wait_for`](Self::wait_for), unless a line read already contains `needle`.
+    fn seen_or_wait_for(&mut self, needle: &str) {
+        if !self.stderr.iter().any(|line| line.contains(needle)) {
+            self.wait_for(needle);
+        }
     }
 
     fn signal(&self, sig: nix::sys::signal::Signal) {
@@ -175,7 +195,7 @@ fn chat_scenario_reports_the_engines_templated_prompt_counts() {
     }
     let _one = one_engine();
     let dir = output_dir("chat");
-    let mut run = spawn_scenario("scenarios/vllm-chat.toml", &[], &dir);
+    let mut run = spawn_scenario(Admission::Batch, "scenarios/vllm-chat.toml", &[], &dir);
     let status = run.finish();
     assert!(status.success(), "{status}; stderr tail:\n{}", run.tail());
     let r = report(&dir);
@@ -207,24 +227,23 @@ fn chat_scenario_reports_the_engines_templated_prompt_counts() {
 }
 
 /// One test, cases in sequence: one engine at a time on a 2-core machine.
-#[test]
-fn engine_processes_never_outlive_batchlab() {
+fn engine_processes_never_outlive_batchlab(admission: Admission) {
     if !ready() {
         return;
     }
     let _one = one_engine();
 
     // A normal run to completion.
-    let dir = output_dir("normal");
-    let mut run = spawn(&["--set", "stop.max_requests=8", "--set", "expect.completed=8"], &dir);
+    let dir = output_dir(&format!("normal-{}", admission.name()));
+    let mut run = spawn(admission, &["--set", "stop.max_requests=8", "--set", "expect.completed=8"], &dir);
     let status = run.finish();
     assert_eq!(status.code(), Some(0), "stderr tail:\n{}", run.tail());
     assert_eq!(run.leftovers(), Vec::<String>::new(), "after a normal exit");
     assert_eq!(report(&dir)["benchmarks"][0]["counts"]["completed"], 8);
 
     // One Ctrl-C while measuring: drain, write a report marked incomplete, exit 130.
-    let dir = output_dir("ctrl-c");
-    let mut run = spawn(&["--set", "stop.max_requests=100000"], &dir);
+    let dir = output_dir(&format!("ctrl-c-{}", admission.name()));
+    let mut run = spawn(admission, &["--set", "stop.max_requests=100000"], &dir);
     run.wait_for("measuring");
     run.signal(nix::sys::signal::Signal::SIGINT);
     let status = run.finish();
@@ -235,8 +254,8 @@ fn engine_processes_never_outlive_batchlab() {
     assert_eq!(r["benchmarks"][0]["counts"]["lost"], 0);
 
     // Two Ctrl-C: leave at once, still without leftovers.
-    let dir = output_dir("ctrl-c-twice");
-    let mut run = spawn(&["--set", "stop.max_requests=100000"], &dir);
+    let dir = output_dir(&format!("ctrl-c-twice-{}", admission.name()));
+    let mut run = spawn(admission, &["--set", "stop.max_requests=100000"], &dir);
     run.wait_for("measuring");
     run.signal(nix::sys::signal::Signal::SIGINT);
     // The second Ctrl-C once the first was handled (two at once may arrive as one signal).
@@ -247,8 +266,8 @@ fn engine_processes_never_outlive_batchlab() {
     assert_eq!(run.leftovers(), Vec::<String>::new(), "after two Ctrl-C");
 
     // The engine fails while starting (an argument vLLM rejects once its processes exist).
-    let dir = output_dir("start-error");
-    let mut run = spawn(&["--set", "engine.vllm.max_model_len=100000000"], &dir);
+    let dir = output_dir(&format!("start-error-{}", admission.name()));
+    let mut run = spawn(admission, &["--set", "engine.vllm.max_model_len=100000000"], &dir);
     let status = run.finish();
     assert_eq!(status.code(), Some(1), "stderr tail:\n{}", run.tail());
     assert_eq!(run.leftovers(), Vec::<String>::new(), "after a failed start");
@@ -261,15 +280,16 @@ fn errors_of(r: &serde_json::Value, kind: &str) -> u64 {
 
 /// `scenarios/vllm-faults.toml`'s batch faults, injected around the real engine, with the
 /// EngineCore kill postponed past the end of the run: every expectation but the kill's holds.
-#[test]
-fn batch_faults_around_the_real_engine() {
+/// The faults count the engine's calls: batches of 8, or, with continuous admission, hand-overs
+/// of one request.
+fn batch_faults_around_the_real_engine(admission: Admission) {
     if !ready() {
         return;
     }
     let _one = one_engine();
-    let dir = output_dir("batch-faults");
+    let dir = output_dir(&format!("batch-faults-{}", admission.name()));
     let later = ["--set", "faults.kill_engine={ after_batches = 1000000 }", "--set", "expect.errors_engine_died=0"];
-    let mut run = spawn_scenario("scenarios/vllm-faults.toml", &later, &dir);
+    let mut run = spawn_scenario(admission, "scenarios/vllm-faults.toml", &later, &dir);
     let status = run.finish();
     assert_eq!(status.code(), Some(0), "stderr tail:\n{}", run.tail());
     assert_eq!(run.leftovers(), Vec::<String>::new());
@@ -277,34 +297,52 @@ fn batch_faults_around_the_real_engine() {
     let counts = &r["benchmarks"][0]["counts"];
     assert_eq!(counts["lost"], 0);
     assert_eq!(counts["submitted"], 160);
-    // Calls 3, 6, ..., 21 fail, 5, 10, 20 (not 15: fail_batch comes first) come back short.
-    assert_eq!(errors_of(&r, "engine_error"), 7 * 8, "{counts}");
-    assert_eq!(errors_of(&r, "output_count_mismatch"), 3 * 8, "{counts}");
-    assert_eq!(counts["completed"], 160 - 10 * 8, "{counts}");
+    // The 8 warmup requests are the first calls, the 160 measured ones the next: every third call
+    // fails, every fifth (unless it failed: fail_batch comes first) comes back one output short.
+    let per_call = match admission {
+        Admission::Batch => 8,
+        Admission::Continuous => 1,
+    };
+    let measured = (8 / per_call + 1)..=((8 + 160) / per_call);
+    let failed = measured.clone().filter(|k| k % 3 == 0).count() as u64;
+    let short = measured.filter(|k| k % 5 == 0 && k % 3 != 0).count() as u64;
+    if admission == Admission::Batch {
+        // Calls 3, 6, ..., 21 fail, 5, 10, 20 (not 15) come back short.
+        assert_eq!((failed, short), (7, 3));
+    }
+    assert_eq!(errors_of(&r, "engine_error"), failed * per_call, "{counts}");
+    assert_eq!(errors_of(&r, "output_count_mismatch"), short * per_call, "{counts}");
+    assert_eq!(counts["completed"], 160 - (failed + short) * per_call, "{counts}");
 }
 
 /// The whole scenario: the EngineCore is SIGKILLed mid-generate. batchlab fails the in-flight
 /// batch and every queued request as `engine_died`, writes an incomplete report and exits 1,
 /// with no request lost and no process left, within 10 s of the kill. Then the same with a worker
 /// killed instead. Needs batchlab's own process watch (vLLM itself would block in `LLM.generate` for ever).
-#[test]
-fn engine_processes_killed_mid_generate() {
+/// With continuous admission the faults count hand-overs of one request: the kill comes after 13
+/// batches' worth of them (104), so that, as with batches, requests completed and short outputs
+/// came back before it.
+fn engine_processes_killed_mid_generate(admission: Admission) {
     if !ready() {
         return;
     }
     let _one = one_engine();
-    let worker_instead = [
-        "--set",
-        "faults.kill_engine={ after_batches = 1000000 }",
-        "--set",
-        "faults.kill_worker={ after_batches = 13 }",
-    ];
-    for (case, extra) in [("kill-engine", &[][..]), ("kill-worker", &worker_instead[..])] {
-        let dir = output_dir(case);
-        let mut run = spawn_scenario("scenarios/vllm-faults.toml", extra, &dir);
+    let after = match admission {
+        Admission::Batch => 13,
+        Admission::Continuous => 13 * 8,
+    };
+    let kill_engine = format!("faults.kill_engine={{ after_batches = {after} }}");
+    let kill_worker = format!("faults.kill_worker={{ after_batches = {after} }}");
+    let engine_killed = ["--set", kill_engine.as_str()];
+    let worker_instead = ["--set", "faults.kill_engine={ after_batches = 1000000 }", "--set", kill_worker.as_str()];
+    for (case, extra) in [("kill-engine", &engine_killed[..]), ("kill-worker", &worker_instead[..])] {
+        let dir = output_dir(&format!("{case}-{}", admission.name()));
+        let mut run = spawn_scenario(admission, "scenarios/vllm-faults.toml", extra, &dir);
         run.wait_for("measuring");
-        // 13 batches of the tiny model and then the kill; a hang is what this must rule out.
-        run.wait_for("injected fault: sent SIGKILL");
+        // 13 batches of the tiny model and then the kill; a hang is what this must rule out. With
+        // continuous admission the 13 calls are hand-overs of one request: the kill may come
+        // before measuring does.
+        run.seen_or_wait_for("injected fault: sent SIGKILL");
         let killed = Instant::now();
         let status = run.finish_within(Duration::from_secs(10));
         eprintln!("{case}: exited {:.2?} after the kill", killed.elapsed());
@@ -435,13 +473,12 @@ fn vllm_counters(dir: &Path) -> (u64, u64, u64) {
 /// The in-process engine end to end through the CLI: every request has its TTFT and inter-token
 /// times, and batchlab's token counts are vLLM's own. vLLM counts, besides these requests, the
 /// request `VllmEngine.start` sends to warm the engine up: 3 prompt tokens, 1 generated.
-#[test]
-fn the_in_process_engine_times_every_request_and_counts_vllms_tokens() {
+fn the_in_process_engine_times_every_request_and_counts_vllms_tokens(admission: Admission) {
     if !ready() {
         return;
     }
     let _one = one_engine();
-    let dir = output_dir("in-process");
+    let dir = output_dir(&format!("in-process-{}", admission.name()));
     let metrics = dir.join("prometheus");
     std::fs::create_dir_all(&metrics).expect("the metrics dir");
     let args = [
@@ -466,6 +503,8 @@ fn the_in_process_engine_times_every_request_and_counts_vllms_tokens() {
         "--set",
         "output.requests_jsonl=true",
     ];
+    // The admission's own `--set`s last: continuous admission hands over one request at a time.
+    let args: Vec<&str> = args.into_iter().chain(admission::sets(admission)).collect();
     let out = Command::new(env!("CARGO_BIN_EXE_batchlab"))
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -498,10 +537,36 @@ fn the_in_process_engine_times_every_request_and_counts_vllms_tokens() {
         }
         assert!(m.ttft_ms.is_some_and(|ttft| ttft <= m.latency_ms), "TTFT after the latency: {r:?}");
         assert!(m.anomalies.is_empty(), "{r:?}");
+        // Per-token times only with continuous admission: offline vLLM times the first and last.
+        let itl_max = m.itl_max_ms.filter(|&v| v > 0.0);
+        assert_eq!(itl_max.is_some(), admission == Admission::Continuous, "{admission:?}: itl_max_ms of {r:?}");
     }
 
     // batchlab's totals: the report's measured ones, and every completed request's.
     let report = report(&dir);
+    let benchmark = &report["benchmarks"][0];
+    let itl = &benchmark["distributions"]["itl"];
+    let batching = &benchmark["batching"];
+    match admission {
+        Admission::Batch => {
+            assert_eq!(itl["count"], 0, "offline vLLM gives no per-token times: {itl}");
+            assert_eq!(batching["steps"], 0, "{batching}");
+        }
+        Admission::Continuous => {
+            // Every gap between two tokens of a measured request: 15 each.
+            assert_eq!(itl["count"].as_u64(), Some(24 * 15), "itl is present: {itl}");
+            assert!(itl["p50"].as_f64().is_some_and(|p50| p50 > 0.0), "{itl}");
+            // The batches are vLLM's steps, each what it served.
+            let steps = batching["steps"].as_u64().unwrap_or(0);
+            assert!(steps > 0 && batching["batches"].as_u64() == Some(steps), "{batching}");
+            let (prefill, decode) = (batching["prefill_mean"].as_f64(), batching["decode_mean"].as_f64());
+            let mean = batching["batch_size_mean"].as_f64().expect("a mean step size");
+            assert!(
+                prefill.zip(decode).is_some_and(|(p, d)| p > 0.0 && d > 0.0 && (p + d - mean).abs() < 1e-9),
+                "{batching}"
+            );
+        }
+    }
     let measured: u64 = completed.iter().filter(|(r, _)| r.phase == Phase::Measure).map(tokens).sum();
     assert_eq!(report["benchmarks"][0]["tokens"]["output"].as_u64(), Some(measured), "report vs requests.jsonl");
     let all: u64 = completed.iter().map(tokens).sum();
@@ -563,7 +628,7 @@ completed = "== 48"
 "#,
     )
     .unwrap();
-    let mut run = spawn_scenario(scenario.to_str().unwrap(), &[], &dir.join("out"));
+    let mut run = spawn_scenario(Admission::Batch, scenario.to_str().unwrap(), &[], &dir.join("out"));
     let status = run.finish();
     assert_eq!(status.code(), Some(0), "stderr tail:\n{}", run.tail());
     let r = report(&dir.join("out"));

@@ -1,4 +1,7 @@
-//! The real vLLM engine against the tiny random-weight model from `just setup-vllm`.
+//! The real vLLM engine against the tiny random-weight model from `just setup-vllm`, in both
+//! admission modes (`engine.vllm.admission`): each test runs once per mode (`name::batch`,
+//! `name::continuous`). With continuous admission a batch goes to the engine's concurrent face,
+//! as the batcher hands it over, and every output carries its per-token times.
 //!
 //! Run with `just test-vllm`. Without the venv or the model every test fails, saying what is
 //! missing, unless `BATCHLAB_SKIP_PYTHON=1` asks to skip them (never under `CI=true`;
@@ -11,9 +14,9 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use batchlab::engine::chat::{ChatPrompt, ChatTemplate, Message, Template, TemplateOrigin};
-use batchlab::engine::python::batchlab_home;
-use batchlab::engine::python::vllm::VllmConfig;
-use batchlab::engine::{Engine, EngineOutput, EngineRequest, FinishReason, Prompt};
+use batchlab::engine::python::vllm::{Admission, VllmConfig};
+use batchlab::engine::python::{PythonEngine, batchlab_home};
+use batchlab::engine::{Engine, EngineError, EngineOutput, EngineRequest, FinishReason, Prompt};
 use batchlab::time::{MonotonicClock, Timestamp};
 
 #[path = "common/python_env.rs"]
@@ -22,15 +25,40 @@ mod python_env;
 #[path = "common/hf_chat.rs"]
 mod hf_chat;
 
+#[macro_use]
+#[path = "common/admission.rs"]
+mod admission;
+
 /// One engine at a time: a 2-core machine, and one Python per process.
 static ONE_ENGINE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// Set in the re-executed test process that runs the multiprocess engine.
+/// Set in the re-executed test process that runs the multiprocess engine, to its admission.
 const CHILD_ENV: &str = "BATCHLAB_VLLM_MULTIPROCESS_CHILD";
+
+both_admissions!(
+    in_process_engine_generates_token_and_text_prompts,
+    chat_prompts_are_templated_in_the_engine_and_counted_by_it,
+    a_bad_engine_arg_is_a_start_error_with_the_python_message,
+    multiprocess_engine_leaves_no_child_processes,
+);
+
+/// `batch` through the engine as the batcher gives it: one generate (batch admission), or one
+/// hand-over to the concurrent face, waiting for its `done` (continuous admission).
+fn generate(engine: &mut PythonEngine, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+    let Some(face) = engine.concurrent() else { return engine.generate(batch) };
+    let (tx, rx) = std::sync::mpsc::channel();
+    face.generate(
+        batch.to_vec(),
+        Box::new(move |result| {
+            let _ = tx.send(result);
+        }),
+    );
+    rx.recv_timeout(std::time::Duration::from_secs(300)).expect("the hand-over answered within 5 minutes")
+}
 
 /// The tiny model's plan; `None` only when the venv or model is missing and the developer asked
 /// to skip (tests/common/python_env.rs decides; otherwise it fails the test).
-fn tiny_plan(in_process: bool) -> Option<VllmConfig> {
+fn tiny_plan(in_process: bool, admission: Admission) -> Option<VllmConfig> {
     if !python_env::ready(true) {
         return None;
     }
@@ -48,6 +76,7 @@ fn tiny_plan(in_process: bool) -> Option<VllmConfig> {
         omp_num_threads: None,
         disable_log_stats: false,
         engine_args: serde_json::Map::new(),
+        admission,
         profile: None,
     })
 }
@@ -62,8 +91,9 @@ fn secs(t: Timestamp) -> f64 {
     t.as_secs_f64()
 }
 
-/// Everything an output of an EOS-ignoring request must satisfy, with stats inside `window`.
-fn check_output(req: &EngineRequest, out: &EngineOutput, window: (Timestamp, Timestamp)) {
+/// Everything an output of an EOS-ignoring request must satisfy, with stats inside `window`;
+/// with continuous admission, a time for every token.
+fn check_output(req: &EngineRequest, out: &EngineOutput, window: (Timestamp, Timestamp), admission: Admission) {
     let what = format!("request {} -> {out:?}", req.id);
     assert_eq!(out.request_id, Some(req.id), "the vLLM engine answers with our ids (vLLM's own are positional)");
     if let Prompt::Tokens(ids) = &req.prompt {
@@ -89,12 +119,20 @@ fn check_output(req: &EngineRequest, out: &EngineOutput, window: (Timestamp, Tim
     let wall_now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     let arrival = s.arrival_wall.expect("arrival time");
     assert!((wall_now - 600.0..=wall_now).contains(&arrival), "{what}: arrival {arrival} vs now {wall_now}");
+    match admission {
+        Admission::Batch => assert_eq!(s.token_ts, None, "{what}: offline vLLM times no token but the first and last"),
+        Admission::Continuous => {
+            let ts = s.token_ts.as_ref().unwrap_or_else(|| panic!("{what}: no per-token times"));
+            assert_eq!(ts.len(), req.max_tokens as usize, "{what}: one time per token");
+            assert_eq!((ts.first(), ts.last()), (Some(&first), Some(&last)), "{what}: vLLM's own first and last");
+            assert!(ts.windows(2).all(|w| w[0] <= w[1]), "{what}: token times in order");
+        }
+    }
 }
 
-#[test]
-fn in_process_engine_generates_token_and_text_prompts() {
+fn in_process_engine_generates_token_and_text_prompts(admission: Admission) {
     let _one = ONE_ENGINE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(plan) = tiny_plan(true) else { return };
+    let Some(plan) = tiny_plan(true, admission) else { return };
     let mut engine = plan.engine();
     let started = std::time::Instant::now();
     let info = engine.start().expect("start");
@@ -105,11 +143,11 @@ fn in_process_engine_generates_token_and_text_prompts() {
     let mut batch: Vec<EngineRequest> = (0..6).map(|id| token_request(id, 16 + id as u32 * 5, 12)).collect();
     batch.push(EngineRequest::new(Prompt::Text("the quick brown fox jumps over the lazy dog".into()), 8).with_id(6));
     let before = MonotonicClock::read();
-    let outputs = engine.generate(&batch).expect("generate");
+    let outputs = generate(&mut engine, &batch).expect("generate");
     let after = MonotonicClock::read();
     assert_eq!(outputs.len(), batch.len());
     for (req, out) in batch.iter().zip(&outputs) {
-        check_output(req, out, (before, after));
+        check_output(req, out, (before, after), admission);
     }
 
     // Seeded sampling is reproducible; different seeds give different tokens.
@@ -118,7 +156,7 @@ fn in_process_engine_generates_token_and_text_prompts() {
         (r.temperature, r.seed) = (1.0, Some(seed));
         r
     };
-    let outputs = engine.generate(&[sampled(1), sampled(1), sampled(2)]).expect("sampled generate");
+    let outputs = generate(&mut engine, &[sampled(1), sampled(1), sampled(2)]).expect("sampled generate");
     let ids: Vec<_> = outputs.iter().map(|o| o.output_token_ids.clone().unwrap()).collect();
     assert_eq!(ids[0], ids[1], "same seed, same tokens");
     assert_ne!(ids[0], ids[2], "another seed, other tokens");
@@ -126,7 +164,7 @@ fn in_process_engine_generates_token_and_text_prompts() {
     // An EOS-respecting request stops at max_tokens or earlier, never before min_tokens.
     let mut eos = token_request(10, 12, 6);
     (eos.ignore_eos, eos.min_tokens) = (false, 3);
-    let out = &engine.generate(std::slice::from_ref(&eos)).expect("eos generate")[0];
+    let out = &generate(&mut engine, std::slice::from_ref(&eos)).expect("eos generate")[0];
     let n = out.output_tokens.unwrap();
     assert!((3..=6).contains(&n), "{out:?}");
     assert!(matches!(out.finish_reason, FinishReason::Length | FinishReason::Stop), "{out:?}");
@@ -134,12 +172,12 @@ fn in_process_engine_generates_token_and_text_prompts() {
     // Throughput, printed for the record (not asserted: the machine is shared).
     let batch: Vec<_> = (0..64).map(|id| token_request(100 + id, 128, 64)).collect();
     let t = std::time::Instant::now();
-    let outputs = engine.generate(&batch).expect("throughput generate");
+    let outputs = generate(&mut engine, &batch).expect("throughput generate");
     let elapsed = t.elapsed().as_secs_f64();
     let tokens: u32 = outputs.iter().filter_map(EngineOutput::generated_tokens).sum();
     assert_eq!(tokens, 64 * 64);
     eprintln!(
-        "THROUGHPUT: 64 prompts x 128 tokens -> {tokens} output tokens in {elapsed:.2}s = {:.0} tok/s",
+        "THROUGHPUT ({admission:?}): 64 prompts x 128 tokens -> {tokens} output tokens in {elapsed:.2}s = {:.0} tok/s",
         f64::from(tokens) / elapsed
     );
 
@@ -151,10 +189,9 @@ fn in_process_engine_generates_token_and_text_prompts() {
 /// Chat prompts are templated by the tiny model's own template (or a custom one) in the engine,
 /// and the prompt token counts vLLM reports are exactly what Hugging Face's `apply_chat_template`
 /// gives: the template's tokens included, never a client-side estimate.
-#[test]
-fn chat_prompts_are_templated_in_the_engine_and_counted_by_it() {
+fn chat_prompts_are_templated_in_the_engine_and_counted_by_it(admission: Admission) {
     let _one = ONE_ENGINE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(plan) = tiny_plan(true) else { return };
+    let Some(plan) = tiny_plan(true, admission) else { return };
     let model = plan.model.clone();
     let mut engine = plan.engine();
     engine.start().expect("start");
@@ -179,7 +216,7 @@ fn chat_prompts_are_templated_in_the_engine_and_counted_by_it() {
             cases.push((messages.clone(), text.clone()));
         }
     }
-    let outputs = engine.generate(&batch).expect("generate");
+    let outputs = generate(&mut engine, &batch).expect("generate");
     engine.shutdown().expect("shutdown");
     let expected = hf_chat::chat_lengths(&model, &cases);
     for ((req, out), (templated, raw)) in batch.iter().zip(&outputs).zip(expected) {
@@ -199,10 +236,9 @@ fn chat_prompts_are_templated_in_the_engine_and_counted_by_it() {
     );
 }
 
-#[test]
-fn a_bad_engine_arg_is_a_start_error_with_the_python_message() {
+fn a_bad_engine_arg_is_a_start_error_with_the_python_message(admission: Admission) {
     let _one = ONE_ENGINE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(mut plan) = tiny_plan(true) else { return };
+    let Some(mut plan) = tiny_plan(true, admission) else { return };
     plan.engine_args.insert("no_such_engine_arg".into(), 1.into());
     let err = plan.engine().start().expect_err("an unknown kwarg fails").to_string();
     assert!(err.contains("no_such_engine_arg"), "{err}");
@@ -225,19 +261,19 @@ fn child_processes() -> Vec<(u32, String)> {
     children
 }
 
-#[test]
-fn multiprocess_engine_leaves_no_child_processes() {
+fn multiprocess_engine_leaves_no_child_processes(admission: Admission) {
     if std::env::var_os(CHILD_ENV).is_some() {
-        return multiprocess_child();
+        return multiprocess_child(admission);
     }
     let _one = ONE_ENGINE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if tiny_plan(false).is_none() {
+    if tiny_plan(false, admission).is_none() {
         return;
     }
     // A fresh process: one interpreter per process, and no other test's children to count.
     let exe: PathBuf = std::env::current_exe().unwrap();
+    let test = format!("multiprocess_engine_leaves_no_child_processes::{}", admission.name());
     let out = Command::new(exe)
-        .args(["--exact", "multiprocess_engine_leaves_no_child_processes", "--nocapture", "--test-threads=1"])
+        .args(["--exact", &test, "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, "1")
         // An in-process engine that ran in this process set these in its environment; in the child
         // they would override the plan (the environment wins) and keep vLLM in-process.
@@ -262,8 +298,8 @@ fn tail(text: &str) -> String {
 
 /// Runs in the re-executed process: starts vLLM in multiprocess mode, checks it has children, and
 /// that none are left after shutdown.
-fn multiprocess_child() {
-    let plan = tiny_plan(false).expect("the parent checked the venv and model");
+fn multiprocess_child(admission: Admission) {
+    let plan = tiny_plan(false, admission).expect("the parent checked the venv and model");
     assert!(child_processes().is_empty(), "children before start: {:?}", child_processes());
     let mut engine = plan.engine();
     let started = std::time::Instant::now();
@@ -283,10 +319,10 @@ fn multiprocess_child() {
     println!("named engine processes: {named:?}");
     let batch: Vec<_> = (0..4).map(|id| token_request(id, 16, 8)).collect();
     let before = MonotonicClock::read();
-    let outputs = engine.generate(&batch).expect("generate");
+    let outputs = generate(&mut engine, &batch).expect("generate");
     let after = MonotonicClock::read();
     for (req, out) in batch.iter().zip(&outputs) {
-        check_output(req, out, (before, after));
+        check_output(req, out, (before, after), admission);
     }
     engine.shutdown().expect("shutdown");
     let left = child_processes();

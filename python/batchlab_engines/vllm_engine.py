@@ -18,10 +18,15 @@ TIMESTAMPS = ("arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "la
 
 
 class VllmEngine:
-    def __init__(self, **llm_kwargs):
+    def __init__(self, batchlab_admission="batch", **llm_kwargs):
+        # `batchlab_admission` is batchlab's (`engine.vllm.admission`), the rest are `vllm.LLM`'s.
+        if batchlab_admission not in ("batch", "continuous"):
+            raise ValueError(f"batchlab_admission must be 'batch' or 'continuous', not {batchlab_admission!r}")
+        self.admission = batchlab_admission
         self.kwargs = llm_kwargs
         self.llm = None
         self.tokenizer = None
+        self.stepper = None
 
     def start(self):
         from batchlab_engines import engine_step
@@ -43,6 +48,8 @@ class VllmEngine:
 
         self.llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3])], SamplingParams(max_tokens=1), use_tqdm=False)
         self.tokenizer = self.llm.get_tokenizer()
+        if self.admission == "continuous":
+            self.stepper = _Stepper(self.llm.llm_engine)
         # vLLM's RequestStateStats timestamps are time.monotonic(): CLOCK_MONOTONIC, batchlab's clock.
         return {
             "name": "vllm",
@@ -56,27 +63,31 @@ class VllmEngine:
             "processes": engine_processes(),
         }
 
-    def generate(self, requests):
+    def _prompt_and_params(self, r):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        tokens = r["prompt_token_ids"]
+        if r.get("messages") is not None:
+            # Templated here, where the tokenizer is: vLLM then counts exactly these ids.
+            tokens = chat.prompt_ids(self.tokenizer, r)
+        prompt = TokensPrompt(prompt_token_ids=tokens) if tokens is not None else r["prompt"]
+        params = SamplingParams(
+            max_tokens=r["max_tokens"],
+            min_tokens=r["min_tokens"],
+            ignore_eos=r["ignore_eos"],
+            temperature=r["temperature"],
+            seed=r["seed"],
+        )
+        return prompt, params
+
+    def generate(self, requests):
         prompts = []
         params = []
         for r in requests:
-            tokens = r["prompt_token_ids"]
-            if r.get("messages") is not None:
-                # Templated here, where the tokenizer is: vLLM then counts exactly these ids.
-                tokens = chat.prompt_ids(self.tokenizer, r)
-            prompts.append(TokensPrompt(prompt_token_ids=tokens) if tokens is not None else r["prompt"])
-            params.append(
-                SamplingParams(
-                    max_tokens=r["max_tokens"],
-                    min_tokens=r["min_tokens"],
-                    ignore_eos=r["ignore_eos"],
-                    temperature=r["temperature"],
-                    seed=r["seed"],
-                )
-            )
+            prompt, param = self._prompt_and_params(r)
+            prompts.append(prompt)
+            params.append(param)
         # In-process, a dead engine core makes this raise vllm's EngineDeadError, which batchlab
         # turns into an engine death (docs/engines.md). Multiprocess, a killed EngineCore makes it
         # block for ever: batchlab's watch of the processes named in `start()`'s info declares
@@ -85,6 +96,30 @@ class VllmEngine:
         _check_order(outputs)
         # In input order (checked above), so each output answers the request at its position.
         return [_flatten(r["id"], o) for r, o in zip(requests, outputs)]
+
+    # Continuous admission (`engine.vllm.admission = "continuous"`, docs/vllm.md): batchlab's
+    # stepping thread calls `add` with the requests handed over since the last step, then `step`
+    # while any is unfinished. Not part of the protocol: only this class has them.
+
+    def add(self, requests):
+        """Hands `requests` to vLLM's engine (`LLMEngine.add_request`); they are scheduled at the
+        next step. Raises on the first request vLLM refuses, with the ones before it added."""
+        for r in requests:
+            prompt, params = self._prompt_and_params(r)
+            self.stepper.add(r["id"], prompt, params)
+
+    def step(self):
+        """One engine step (`LLMEngine.step`). Returns the requests that finished in it, flattened
+        as `generate` flattens them plus `token_ts`, what the step scheduled as far as its outputs
+        show, and whether vLLM has unfinished requests left: `(finished, step, unfinished)`, `step`
+        a dict of `ts` (the engine core's monotonic time of the step's outputs), `prefill`
+        (requests that got their first token) and `decode` (the others that got one); `None` when no
+        request got a token (a partial prefill, an idle step)."""
+        return self.stepper.step()
+
+    def unfinished(self):
+        """How many added requests vLLM has not finished."""
+        return self.stepper.engine.get_num_unfinished_requests()
 
     def bench_raw_generate(self, requests):
         """Bench only, not part of the protocol (benches/vllm_overhead.rs): what a raw vLLM script
@@ -126,6 +161,80 @@ class VllmEngine:
             del llm
             gc.collect()
             _reap_children()
+
+
+class _Stepper:
+    """vLLM's `LLMEngine` driven one step at a time, with every new token's time.
+
+    vLLM times a request's first and last token by the engine core's timestamp of the step that
+    made it (`RequestStateStats.first_token_ts`/`last_token_ts`) but keeps no list. The engine's
+    output processor sees every step's outputs with that timestamp before it builds the
+    `RequestOutput`s, so its `process_outputs` is wrapped to append the timestamp once per new token
+    of each request: `token_ts[0]` is then exactly `first_token_ts` and `token_ts[-1]`
+    `last_token_ts`. The same outputs say which requests the step served (a version quirk: kept
+    here)."""
+
+    def __init__(self, engine):
+        from vllm.sampling_params import RequestOutputKind
+
+        self.engine = engine
+        self.final_only = RequestOutputKind.FINAL_ONLY
+        # vLLM's internal request id -> token times; the external id given to vLLM (batchlab's id
+        # and a count, unique even if an id came twice) -> (batchlab's id, internal id).
+        self.times = {}
+        self.added = {}
+        self.count = 0
+        self.last_step = None
+        processor = engine.output_processor
+        original = processor.process_outputs
+
+        def process_outputs(engine_core_outputs, *args, **kwargs):
+            self._note(engine_core_outputs, kwargs.get("engine_core_timestamp", args[0] if args else None))
+            return original(engine_core_outputs, *args, **kwargs)
+
+        processor.process_outputs = process_outputs
+
+    def add(self, request_id, prompt, params):
+        # As `LLM.generate` does: only the finished output comes back.
+        params.output_kind = self.final_only
+        self.count += 1
+        external = f"{request_id}-{self.count}"
+        internal = self.engine.add_request(external, prompt, params)
+        self.times[internal] = []
+        self.added[external] = (request_id, internal)
+
+    def _note(self, outputs, timestamp):
+        ts = float(timestamp) if timestamp is not None else time.monotonic()
+        prefill = decode = 0
+        times = self.times
+        for o in outputs:
+            n = len(o.new_token_ids)
+            seen = times.get(o.request_id)
+            if not n or seen is None:
+                continue
+            if seen:
+                decode += 1
+            else:
+                prefill += 1
+            seen.extend([ts] * n)
+        if prefill or decode:
+            self.last_step = {"ts": ts, "prefill": prefill, "decode": decode}
+
+    def step(self):
+        self.last_step = None
+        finished = []
+        for o in self.engine.step():
+            if not o.finished:
+                continue
+            ours, internal = self.added.pop(o.request_id, (None, None))
+            if ours is None:
+                continue
+            token_ts = self.times.pop(internal, None)
+            flat = _flatten(ours, o)
+            if token_ts is not None and len(token_ts) == flat["output_tokens"]:
+                flat["token_ts"] = token_ts
+            finished.append(flat)
+        return finished, self.last_step, self.engine.has_unfinished_requests()
 
 
 def resolved_config(llm):

@@ -72,11 +72,15 @@
 //!   requests fail after waiting `generate_timeout`, as they do behind the one stuck generate.
 //! - **Death and abort** fail every running batch and the queue at once, and the engine's
 //!   shutdown waits for every generate to return (never while one is out), as for one.
-//! - **The stall watch runs only with `max_in_flight = 1`.** It judges a generate by the CPU time
-//!   of the engine's processes and engine thread. Several in flight means an engine that runs its
-//!   generates elsewhere (an HTTP server): the client waiting on the network uses no CPU, so the
-//!   watch would take any long generate for a frozen engine. There, `generate_timeout` bounds each
-//!   batch instead, and `stall_deadline` and `stall_watched_batch` are `None`.
+//! - **The stall watch runs with `max_in_flight = 1`, or for an engine that runs here.** It judges
+//!   a generate by the CPU time of the engine's processes and engine thread. Several in flight
+//!   usually means an engine that runs its generates elsewhere (an HTTP server): the client
+//!   waiting on the network uses no CPU, so the watch would take any long generate for a frozen
+//!   engine. There, `generate_timeout` bounds each batch instead, and `stall_deadline` and
+//!   `stall_watched_batch` are `None`. An engine whose concurrent face works in this machine's
+//!   processes (vLLM with continuous admission: [`set_engine_runs_here`](BatcherCore::set_engine_runs_here))
+//!   is watched through its oldest running generate, and any generate's result is its progress
+//!   too: one engine serves them all.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -259,6 +263,9 @@ pub enum FlushReason {
     Timeout,
     /// Shutdown is draining the queue.
     Drain,
+    /// Not a batch the batcher made: one step of an engine that batches by itself (vLLM with
+    /// continuous admission), which chose what to run in it.
+    Step,
 }
 
 /// A batch for the engine.
@@ -287,6 +294,17 @@ pub struct BatchRun {
     pub dispatched_at: Timestamp,
     /// When generate returned (or panicked).
     pub returned_at: Timestamp,
+    /// An engine step's requests by phase ([`FlushReason::Step`]), where the engine says.
+    pub phases: Option<StepPhases>,
+}
+
+/// What an engine step served, by phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct StepPhases {
+    /// Requests that got their first token in the step.
+    pub prefill: u32,
+    /// Requests that got a further token.
+    pub decode: u32,
 }
 
 /// How a generate call ended, as the driver saw it.
@@ -444,6 +462,10 @@ pub struct BatcherCore {
     events: Option<Vec<Event>>,
     /// The longest generate that returned: what a batch is expected to take, for the stall limit.
     longest_generate: Duration,
+    /// The engine's concurrent face works here: the stall watch applies with several in flight.
+    engine_runs_here: bool,
+    /// When the last generate returned: the engine's last sign of life through its outputs.
+    last_result_at: Option<Timestamp>,
 }
 
 impl BatcherCore {
@@ -461,7 +483,16 @@ impl BatcherCore {
             next_batch_id: 0,
             events: None,
             longest_generate: Duration::ZERO,
+            engine_runs_here: false,
+            last_result_at: None,
         }
+    }
+
+    /// The started engine's concurrent face works in this machine's processes (its CPU time is
+    /// its sign of life), so the stall watch applies with several generates in flight too: see
+    /// "Several batches in flight" in the module docs. A driver says so after the start.
+    pub fn set_engine_runs_here(&mut self, runs_here: bool) {
+        self.engine_runs_here = runs_here;
     }
 
     /// Record [`Event`]s, for traces and tests.
@@ -792,24 +823,32 @@ impl BatcherCore {
     /// The running generate the stall watch judges: the one in flight, with `max_in_flight = 1`.
     /// With several in flight there is none: see "Several batches in flight" in the module docs.
     fn stall_watched(&self) -> Option<&InFlight> {
-        if self.config.max_in_flight > 1 {
+        if self.config.max_in_flight > 1 && !self.engine_runs_here {
             return None;
         }
-        self.in_flight.first().filter(|f| !f.abandoned)
+        self.in_flight.iter().find(|f| !f.abandoned)
+    }
+
+    /// The watched generate's last sign of life: its own (its dispatch, a busy CPU sample), or
+    /// any generate's result since.
+    fn last_progress(&self, f: &InFlight) -> Timestamp {
+        self.last_result_at.map_or(f.last_progress, |r| r.max(f.last_progress))
     }
 
     /// When the running generate counts as stalled if no sign of life comes first: its last
     /// progress plus [`BatchConfig::stall_limit`]. `None` without a stall timeout, when no
-    /// generate runs (or it was abandoned), or with `max_in_flight > 1`.
+    /// generate runs (or it was abandoned), or with `max_in_flight > 1` on an engine that does not
+    /// run here.
     pub fn stall_deadline(&self) -> Option<Timestamp> {
         let f = self.stall_watched()?;
         let limit = self.config.stall_limit(self.longest_generate)?;
-        Some(f.last_progress.saturating_add(limit))
+        Some(self.last_progress(f).saturating_add(limit))
     }
 
     /// The batch whose generate runs and is watched for a stall: the driver samples the engine's
     /// CPU time while this is `Some` and reports it with
-    /// [`handle_cpu_sample`](Self::handle_cpu_sample). Always `None` with `max_in_flight > 1`.
+    /// [`handle_cpu_sample`](Self::handle_cpu_sample). Always `None` with `max_in_flight > 1`,
+    /// unless the engine runs here: then the oldest running generate.
     pub fn stall_watched_batch(&self) -> Option<BatchId> {
         self.config.stall_timeout?;
         self.stall_watched().map(|f| f.batch_id)
@@ -819,13 +858,13 @@ impl BatcherCore {
     /// `batch_id` ran. The engine was busy, which is progress and moves the stall deadline, when
     /// its CPU time since the baseline grew by at least [`BUSY_CPU_SHARE`] of the time passed:
     /// the baseline then moves to this sample. The first sample of a generate only sets the
-    /// baseline; a sample of another batch, or of any batch with `max_in_flight > 1`, is ignored.
+    /// baseline; a sample of a batch not watched is ignored.
     pub fn handle_cpu_sample(&mut self, batch_id: BatchId, cpu: Duration, now: Timestamp) {
         let watched = self.stall_watched().map(|f| f.batch_id);
         if watched != Some(batch_id) {
             return;
         }
-        let Some(f) = self.in_flight.first_mut() else { return };
+        let Some(f) = self.in_flight.iter_mut().find(|f| f.batch_id == batch_id) else { return };
         let Some((base_cpu, base_at)) = f.cpu_baseline else {
             f.cpu_baseline = Some((cpu, now));
             return;
@@ -869,7 +908,7 @@ impl BatcherCore {
             let error = RequestError::EngineStalled {
                 batch_id: f.batch_id,
                 batch_size: f.members.len(),
-                stalled_for: now.saturating_since(f.last_progress),
+                stalled_for: now.saturating_since(self.last_progress(f)),
             };
             self.fail_for_good(error, now);
             return;
@@ -948,6 +987,7 @@ impl BatcherCore {
     pub fn handle_generate_result(&mut self, batch_id: BatchId, result: GenerateResult, now: Timestamp) {
         let Some(at) = self.in_flight.iter().position(|f| f.batch_id == batch_id) else { return };
         let f = self.in_flight.remove(at);
+        self.last_result_at = Some(self.last_result_at.map_or(now, |r| r.max(now)));
         if f.abandoned {
             let late = now.saturating_since(f.dispatched_at);
             if self.failure.is_some() {
@@ -1415,6 +1455,41 @@ mod tests {
         assert_eq!(core.poll_outcome(), None, "a long generate is no stall here");
         assert_eq!(BatchConfig::default().with_max_in_flight(0), Err(ConfigError::ZeroMaxInFlight));
         assert_eq!(BatchConfig::default().max_in_flight(), 1);
+    }
+
+    #[test]
+    fn an_engine_that_runs_here_is_stall_watched_through_its_oldest_generate_with_several_in_flight() {
+        let config = BatchConfig::new(1, Duration::from_millis(10))
+            .and_then(|c| c.with_stall_timeout(Some(Duration::from_secs(1))))
+            .and_then(|c| c.with_max_in_flight(4))
+            .unwrap();
+        let mut core = BatcherCore::new(config);
+        core.set_engine_runs_here(true);
+        assert!(core.begin_start());
+        core.handle_start_result(Ok(EngineInfo::new("t", "0")), at(0));
+        submit_n(&mut core, 2, 0);
+        let first = core.poll_dispatch(at(0)).expect("the first request");
+        let second = core.poll_dispatch(at(0)).expect("the second, at once: a slot is free");
+        assert_eq!((core.stall_watched_batch(), core.stall_deadline()), (Some(first.id), Some(at(1000))));
+        // Another generate's result is the engine's sign of life; the oldest running one is watched.
+        core.handle_generate_result(
+            first.id,
+            GenerateResult::Outputs(vec![EngineOutput::new(Some(0), crate::engine::FinishReason::Length)]),
+            at(100),
+        );
+        assert_eq!(core.poll_outcome().map(|(id, o)| (id, o.is_ok())), Some((0, true)));
+        assert_eq!((core.stall_watched_batch(), core.stall_deadline()), (Some(second.id), Some(at(1100))));
+        let cpu = Duration::from_millis;
+        core.handle_cpu_sample(second.id, cpu(0), at(200));
+        core.handle_cpu_sample(second.id, cpu(300), at(700));
+        assert_eq!(core.stall_deadline(), Some(at(1700)), "a busy engine is progress");
+        core.handle_timeout(at(1699));
+        assert_eq!(core.poll_outcome(), None, "not stalled a moment early");
+        core.handle_timeout(at(1700));
+        let stalled =
+            RequestError::EngineStalled { batch_id: second.id, batch_size: 1, stalled_for: Duration::from_secs(1) };
+        assert_eq!(core.poll_outcome(), Some((1, Err(stalled))));
+        assert_eq!(core.state(), State::Failed);
     }
 
     #[test]

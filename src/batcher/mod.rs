@@ -19,7 +19,7 @@ pub mod virtual_time;
 #[doc(hidden)]
 pub use self::core::{
     Batch, BatchId, BatchRun, BatcherCore, Completion, Event, GenerateResult, REAL_ENGINE_GENERATE_TIMEOUT,
-    REAL_ENGINE_STALL_TIMEOUT, RequestTimes, STALL_FACTOR,
+    REAL_ENGINE_STALL_TIMEOUT, RequestTimes, STALL_FACTOR, StepPhases,
 };
 pub use self::core::{BatchConfig, FlushReason, Outcome};
 #[doc(hidden)]

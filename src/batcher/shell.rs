@@ -617,11 +617,17 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
         let starting = matches!(locked.guard.core.state(), State::Starting | State::StartingThenDrain);
         if starting && locked.guard.start_result.is_none() {
             drop(locked);
-            let started = catch_engine_panic(|| engine.start().map(|info| (info, engine.concurrent())))
-                .unwrap_or_else(|p| Err(EngineError::Start(format!("start panicked: {}", panic_message(&*p)))));
+            let started = catch_engine_panic(|| {
+                engine.start().map(|info| {
+                    let face = engine.concurrent();
+                    let runs_here = face.as_ref().is_some_and(|f| f.runs_here());
+                    (info, face, runs_here)
+                })
+            })
+            .unwrap_or_else(|p| Err(EngineError::Start(format!("start panicked: {}", panic_message(&*p)))));
             locked = shared.lock();
             let now = shared.clock.now();
-            let result = started.and_then(|(info, face)| {
+            let result = started.and_then(|(info, face, runs_here)| {
                 let max_in_flight = locked.guard.core.config().max_in_flight();
                 // Started, but it cannot take the batching asked for: a failed start (its shutdown
                 // still runs, when the batcher shuts down).
@@ -629,6 +635,7 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
                     let refusal = ConfigError::NotConcurrent { max_in_flight, engine: info.name.clone() };
                     return Err(EngineError::Start(refusal.to_string()));
                 }
+                locked.guard.core.set_engine_runs_here(runs_here);
                 locked.guard.concurrent = face;
                 locked.guard.engine_name = Some(info.name.clone());
                 Ok(info)
@@ -667,6 +674,7 @@ fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
                 reason: batch.reason,
                 dispatched_at: batch.dispatched_at,
                 returned_at,
+                phases: None,
             });
             locked = shared.lock();
             locked.guard.core.handle_generate_result(batch.id, result, returned_at);
@@ -757,6 +765,7 @@ impl Delivery {
             reason: self.reason,
             dispatched_at: self.dispatched_at,
             returned_at,
+            phases: None,
         });
         let mut locked = self.shared.lock();
         locked.guard.core.handle_generate_result(self.batch, result, returned_at);

@@ -206,6 +206,7 @@ impl<E: Engine> VirtualTimeBatcher<E> {
                     reason: batch.reason,
                     dispatched_at: self.now,
                     returned_at: at,
+                    phases: None,
                 });
                 self.pending = Some(Pending { at, batch_id: batch.id, result });
             }

@@ -417,6 +417,42 @@ pub trait ConcurrentEngine: Send + Sync {
     fn server_counters(&self) -> Vec<ServerCounters> {
         Vec::new()
     }
+    /// Whether the generates run in this machine's processes, those the engine names in
+    /// [`EngineInfo::processes`] and its [`EngineInfo::engine_thread`] (vLLM with continuous
+    /// admission), so that their CPU time is its sign of life and the batcher's stall watch
+    /// applies with several in flight. `false`, the default: the work is elsewhere (a server).
+    fn runs_here(&self) -> bool {
+        false
+    }
+    /// For an engine that batches by itself (vLLM with continuous admission): its steps since the
+    /// last call, each what the engine ran at once, which the run's batching statistics then
+    /// count instead of the hand-overs. `None`, the default: the engine runs the batches it is
+    /// given, and those are the batches.
+    fn take_steps(&self) -> Option<Vec<EngineStep>> {
+        None
+    }
+}
+
+/// One step of an engine that batches by itself: when it ran, on the monotonic clock, and the
+/// requests it served, by phase, as far as its outputs show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EngineStep {
+    /// When the step was called.
+    pub started: crate::time::Timestamp,
+    /// When it returned.
+    pub ended: crate::time::Timestamp,
+    /// Requests that got their first token in the step (their prefill ended in it).
+    pub prefill: u32,
+    /// Requests that got a further token (decode).
+    pub decode: u32,
+}
+
+impl EngineStep {
+    /// A step from `started` to `ended` that served `prefill` and `decode` requests.
+    pub fn new(started: crate::time::Timestamp, ended: crate::time::Timestamp, prefill: u32, decode: u32) -> Self {
+        EngineStep { started, ended, prefill, decode }
+    }
 }
 
 /// One server's counters at one moment, by batchlab's names (`prompt_tokens`,

@@ -54,6 +54,11 @@ pub struct BenchmarkAggregator {
     full: u64,
     timeout: u64,
     drain: u64,
+    steps: u64,
+    /// Engine steps that said what they served, and the sums of their prefill and decode requests.
+    phased_steps: u64,
+    prefill: u64,
+    decode: u64,
 
     series: SeriesRecorder,
     /// The objectives requests are judged against; `None` without `[slo]`.
@@ -94,6 +99,10 @@ impl BenchmarkAggregator {
             full: 0,
             timeout: 0,
             drain: 0,
+            steps: 0,
+            phased_steps: 0,
+            prefill: 0,
+            decode: 0,
             series: SeriesRecorder::new(),
             slo: None,
             slo_met: 0,
@@ -239,8 +248,17 @@ impl BenchmarkAggregator {
             FlushReason::Full => self.full += 1,
             FlushReason::Timeout => self.timeout += 1,
             FlushReason::Drain => self.drain += 1,
+            FlushReason::Step => self.steps += 1,
         }
         self.distributions.generate.record(generate);
+    }
+
+    /// What an engine step recorded by [`record_batch`](Self::record_batch) served: `prefill`
+    /// requests got their first token, `decode` a further one.
+    pub fn record_step_phases(&mut self, prefill: u32, decode: u32) {
+        self.phased_steps += 1;
+        self.prefill += u64::from(prefill);
+        self.decode += u64::from(decode);
     }
 
     fn note_submitted(&mut self, submitted: Timestamp) {
@@ -331,6 +349,9 @@ impl BenchmarkAggregator {
                 full_share: share(self.full),
                 timeout_share: share(self.timeout),
                 drain_share: share(self.drain),
+                steps: self.steps,
+                prefill_mean: (self.phased_steps > 0).then(|| self.prefill as f64 / self.phased_steps as f64),
+                decode_mean: (self.phased_steps > 0).then(|| self.decode as f64 / self.phased_steps as f64),
             },
             anomalies: self.anomalies,
             prefix_cache_hit_rate,

@@ -221,6 +221,17 @@ pub struct Batching {
     pub timeout_share: Option<f64>,
     /// `drain / batches`.
     pub drain_share: Option<f64>,
+    /// Batches that were the engine's own steps (vLLM with continuous admission): the engine
+    /// chose what each ran, and the batch is what it served in the step.
+    #[serde(default)]
+    pub steps: u64,
+    /// Mean requests per engine step that got their first token (prefill finished in the step);
+    /// `None` without engine steps that say.
+    #[serde(default)]
+    pub prefill_mean: Option<f64>,
+    /// Mean requests per engine step that got a further token (decode).
+    #[serde(default)]
+    pub decode_mean: Option<f64>,
 }
 
 /// Completed requests whose engine stats were inconsistent, in total and per kind of problem.

@@ -7,8 +7,8 @@
 use super::RunError;
 use crate::batcher::ConfigError;
 use crate::engine::EngineError;
+use crate::engine::python::vllm::Admission;
 use crate::loadgen::Workload;
-#[cfg(doc)]
 use crate::scenario::plan::EnginePlan;
 use crate::scenario::plan::Plan;
 
@@ -28,6 +28,7 @@ pub fn preflight(plan: &Plan) -> Result<Workload, RunError> {
     let combinations = plan.matrix().into_iter().flat_map(|m| m.combinations());
     for p in std::iter::once(plan).chain(combinations.clone().map(|c| c.plan())) {
         check_in_flight(p)?;
+        check_admission(p)?;
     }
     plan.engine().check()?;
     let workload = Workload::from_plan(plan.workload())?;
@@ -37,11 +38,50 @@ pub fn preflight(plan: &Plan) -> Result<Workload, RunError> {
     Ok(workload)
 }
 
+/// vLLM with `engine.vllm.admission = "continuous"`: it takes each request as the batcher hands it
+/// over, through its concurrent face.
+fn admits_continuously(plan: &Plan) -> bool {
+    matches!(plan.engine(), EnginePlan::Vllm(c) if c.admission == Admission::Continuous)
+}
+
+/// Continuous admission hands each request to vLLM as it arrives: the batcher must neither wait
+/// for a batch (`batch_size = 1`) nor hold requests back while one runs (`max_in_flight` above
+/// 1: how many vLLM holds at once, its own scheduler choosing what runs in each step).
+fn check_admission(plan: &Plan) -> Result<(), RunError> {
+    if !admits_continuously(plan) {
+        return Ok(());
+    }
+    let batching = plan.batching();
+    let (key, problem) = if batching.max_in_flight() == 1 {
+        (
+            "batching.max_in_flight",
+            "batching.max_in_flight = 1 would hand vLLM one request at a time: set it to how many requests \
+             vLLM may hold at once (e.g. 256)",
+        )
+    } else if batching.batch_size() > 1 {
+        (
+            "batching.batch_size",
+            "a batching.batch_size above 1 would hold requests back until a batch fills: set it to 1",
+        )
+    } else {
+        return Ok(());
+    };
+    let message = format!("engine.vllm.admission = \"continuous\" hands each request to vLLM as it arrives; {problem}");
+    let message = match plan.place(key) {
+        Some(place) => format!("{place}: {message}"),
+        None => message,
+    };
+    Err(RunError::Engine(EngineError::Unsupported(message)))
+}
+
 /// Several batches in flight need an engine that runs several generates at once.
 fn check_in_flight(plan: &Plan) -> Result<(), RunError> {
     let max_in_flight = plan.batching().max_in_flight();
     let kind = plan.engine().kind();
     if max_in_flight == 1 || !ONE_GENERATE_AT_A_TIME.contains(&kind) {
+        return Ok(());
+    }
+    if admits_continuously(plan) {
         return Ok(());
     }
     let refusal = ConfigError::NotConcurrent { max_in_flight, engine: format!("engine.kind = \"{kind}\"") };
@@ -98,5 +138,22 @@ mod tests {
             let refused = refusal(&format!("{HEAD}{engine}"), &["batching.max_in_flight=2"]).expect("refused");
             assert!(refused.ends_with(&format!("engine.kind = \"{kind}\" runs one at a time")), "{refused}");
         }
+    }
+
+    #[test]
+    fn continuous_vllm_takes_several_in_flight_and_needs_them_one_request_each() {
+        let engine =
+            "[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"/no/such/model\"\nadmission = \"continuous\"\n";
+        let text = format!("{HEAD}{engine}[batching]\nbatch_size = 1\nmax_in_flight = 64\n");
+        let accepted = refusal(&text, &[]).expect("the model is missing");
+        assert!(accepted.contains("/no/such/model"), "past the batching checks to the model's: {accepted}");
+        let one = refusal(&format!("{HEAD}{engine}[batching]\nbatch_size = 1\n"), &[]).expect("refused");
+        assert!(
+            one.starts_with("engine.vllm.admission = \"continuous\" hands") && one.contains("max_in_flight = 1"),
+            "{one}"
+        );
+        let batched =
+            refusal(&format!("{HEAD}{engine}[batching]\nbatch_size = 8\nmax_in_flight = 64\n"), &[]).expect("refused");
+        assert!(batched.starts_with("x.toml:11:14: engine.vllm.admission"), "named at batch_size: {batched}");
     }
 }

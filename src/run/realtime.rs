@@ -12,8 +12,12 @@ use std::sync::{Arc, Mutex};
 use super::driver::{Driver, DriverEvent, Stalled};
 use super::engine_guard::{AbortAfterGrace, DeathWatch, EngineProcesses, engine_cpu_probe, shutdown_bounded};
 use super::interrupt::{Interrupt, WakerGuard};
-use crate::batcher::{BatchConfig, BatchRun, Batcher, ConfigError, Outcome, OutcomeSink, RequestError};
-use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId, ServerCounters};
+use crate::batcher::{
+    BatchConfig, BatchRun, Batcher, ConfigError, FlushReason, Outcome, OutcomeSink, RequestError, StepPhases,
+};
+use crate::engine::{
+    ClockDomain, ConcurrentEngine, Engine, EngineError, EngineInfo, EngineRequest, RequestId, ServerCounters,
+};
 use crate::time::{Clock, MonotonicClock, Timestamp, WallAnchor};
 
 /// What the channel carries.
@@ -43,6 +47,17 @@ pub(super) struct RealTimeDriver {
     outcomes_at: Timestamp,
     _wake_on_interrupt: WakerGuard,
     guard: EngineGuard,
+    /// An engine that batches by itself (vLLM with continuous admission): its steps are the
+    /// batches, and the batcher's hand-overs are not counted.
+    steps: Option<EngineSteps>,
+    /// Whether the batcher's batches are the batches (cleared for an engine that reports steps).
+    hand_overs_count: Arc<AtomicBool>,
+}
+
+/// The face that reports an engine's steps, and the next step's number.
+struct EngineSteps {
+    face: Arc<dyn ConcurrentEngine>,
+    next_id: u64,
 }
 
 /// What keeps the engine from hanging the run (see [`super::engine_guard`]): the death watch
@@ -133,12 +148,16 @@ impl RealTimeDriver {
         let sink: OutcomeSink = Arc::new(move |outcomes| {
             let _ = outcome_tx.send(Message::Outcomes(outcomes, MonotonicClock::read()));
         });
+        let hand_overs_count = Arc::new(AtomicBool::new(true));
+        let counting = hand_overs_count.clone();
         let batcher = Batcher::spawn_with_sink(
             engine,
             config,
             Arc::new(MonotonicClock),
             Some(Box::new(move |b: &BatchRun| {
-                let _ = batch_tx.send(Message::Batch(b.clone()));
+                if counting.load(Ordering::SeqCst) {
+                    let _ = batch_tx.send(Message::Batch(b.clone()));
+                }
             })),
             Some(sink),
         );
@@ -158,6 +177,33 @@ impl RealTimeDriver {
             outcomes_at: Timestamp::ZERO,
             _wake_on_interrupt: guard,
             guard: engine_guard,
+            steps: None,
+            hand_overs_count,
+        }
+    }
+
+    /// The engine's steps since the last call, as batches, ahead of the events already received:
+    /// a step is recorded before the outcomes it produced are delivered.
+    fn take_steps(&mut self) {
+        let Some(steps) = &mut self.steps else { return };
+        let Some(taken) = steps.face.take_steps() else { return };
+        let mut batches: Vec<Message> = taken
+            .into_iter()
+            .map(|step| {
+                let id = steps.next_id;
+                steps.next_id += 1;
+                Message::Batch(BatchRun {
+                    id,
+                    size: (step.prefill + step.decode) as usize,
+                    reason: FlushReason::Step,
+                    dispatched_at: step.started,
+                    returned_at: step.ended,
+                    phases: Some(StepPhases { prefill: step.prefill, decode: step.decode }),
+                })
+            })
+            .collect();
+        while let Some(batch) = batches.pop() {
+            self.ready.push_front(batch);
         }
     }
 }
@@ -169,6 +215,12 @@ impl Driver for RealTimeDriver {
             other => EngineError::Start(other.to_string()),
         })?;
         self.guard.started(&self.batcher, &info);
+        if let Some(face) = self.batcher.concurrent_engine()
+            && face.take_steps().is_some()
+        {
+            self.hand_overs_count.store(false, Ordering::SeqCst);
+            self.steps = Some(EngineSteps { face, next_id: 0 });
+        }
         Ok(info)
     }
 
@@ -193,6 +245,7 @@ impl Driver for RealTimeDriver {
     }
 
     fn poll_event(&mut self) -> Option<DriverEvent> {
+        self.take_steps();
         loop {
             if let Some((id, outcome)) = self.outcomes.next() {
                 return Some(DriverEvent::Outcome(id, outcome, self.outcomes_at));

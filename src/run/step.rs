@@ -471,6 +471,9 @@ impl StepRun {
                 batch.reason,
                 batch.returned_at.saturating_since(batch.dispatched_at),
             );
+            if let Some(phases) = batch.phases {
+                self.aggregator.record_step_phases(phases.prefill, phases.decode);
+            }
         }
     }
 
@@ -747,6 +750,7 @@ mod tests {
             reason: FlushReason::Full,
             dispatched_at: at(at_ms),
             returned_at: at(at_ms + 5),
+            phases: None,
         };
         let mut run = step(None, 2);
         for id in 0..2 {

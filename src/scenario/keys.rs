@@ -22,7 +22,7 @@ use super::reader::{Field, LocatedTable, LowerBound, ReadContext};
 use crate::engine::faults::Faults;
 use crate::engine::openai::{Api, OpenAiConfig, Routing};
 use crate::engine::python::PythonConfig;
-use crate::engine::python::vllm::VllmConfig;
+use crate::engine::python::vllm::{Admission, VllmConfig};
 use crate::engine::sim::{CostModel, DEFAULT_SCHEDULER, SimConfig, TimeMode};
 use crate::engine::{ClockDomain, ResolvedEngineConfig};
 use crate::rng::SplitMix64;
@@ -300,6 +300,14 @@ pub(crate) const VLLM_KEYS: &[Key<VllmConfig>] = &[
     key!(omp_num_threads: Opt(U32(1)), KeyDefault::Text("unset"), "", in VllmConfig),
     key!(disable_log_stats: Bool, KeyDefault::Value, "", in VllmConfig),
     key!(
+        admission: Choice(Admission::CHOICES),
+        KeyDefault::Value,
+        "`\"batch\"`: each batch is one `LLM.generate`; `\"continuous\"`: each request goes to vLLM's engine as it \
+         arrives and a thread steps it (per-token times, so `itl`); needs `batching.batch_size = 1` and \
+         `batching.max_in_flight` > 1 (docs/vllm.md)",
+        in VllmConfig
+    ),
+    key!(
         profile: Opt(PathBeside),
         KeyDefault::Value,
         "a `batchlab calibrate` profile of this engine, relative to the scenario: the default \
@@ -323,6 +331,7 @@ pub(crate) fn vllm_default(master_seed: u64) -> VllmConfig {
         in_process: true,
         omp_num_threads: None,
         disable_log_stats: false,
+        admission: Admission::Batch,
         engine_args: serde_json::Map::new(),
         profile: None,
     }

@@ -264,8 +264,8 @@ pub(crate) const HTTP_TIMEOUT_MARGIN: std::time::Duration = std::time::Duration:
 /// the scenario leaves unset. An HTTP engine's both default to its request `timeout` and
 /// [`HTTP_TIMEOUT_MARGIN`], so its own timeout, which names the failure (`timeout`) and fails
 /// only the batch, always comes first; the client's CPU time is no sign of a server's life.
-/// `max_in_flight`'s place is kept: whether the engine can take it is `run::preflight`'s to say,
-/// for the plan's own engine only.
+/// `max_in_flight`'s and `batch_size`'s places are kept: whether the engine can take them is
+/// `run::preflight`'s to say, for the plan's own engine only.
 fn lower_batching(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePlan, places: &mut Places) -> BatchConfig {
     let d = match engine {
         EnginePlan::Sim(_) => BatchConfig::default(),
@@ -281,9 +281,11 @@ fn lower_batching(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePlan, 
     };
     let mut b = Batching::of(&d);
     keys::read(cx, t, keys::BATCHING_KEYS, &mut b);
-    if let Some(field) = cx.field(t, "max_in_flight") {
-        let place = cx.origin(&field.path, field.span()).short();
-        places.0.push((field.path, place));
+    for key in ["max_in_flight", "batch_size"] {
+        if let Some(field) = cx.field(t, key) {
+            let place = cx.origin(&field.path, field.span()).short();
+            places.0.push((field.path, place));
+        }
     }
     // The ranges were checked above; this only fails if BatchConfig grows rules we do not know.
     let config = BatchConfig::new(b.batch_size, b.batch_timeout)

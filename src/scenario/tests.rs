@@ -620,7 +620,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
         "/[a-z]{1,8}/[a-z0-9.-]{1,8}",
         "[a-z0-9]{1,8}",
         (small(), small(), small(), small()),
-        (any::<bool>(), seed_strategy(), 0.001..64.0f64, any::<bool>(), any::<bool>()),
+        (any::<bool>(), seed_strategy(), 0.001..64.0f64, any::<bool>(), any::<bool>(), any::<bool>()),
         args,
         vllm_profile,
     )
@@ -629,7 +629,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
                 model,
                 dtype,
                 (max_model_len, max_num_seqs, max_num_batched_tokens, omp_num_threads),
-                (enforce_eager, seed, kv_cache_gib, in_process, disable_log_stats),
+                (enforce_eager, seed, kv_cache_gib, in_process, disable_log_stats, continuous),
                 args,
                 profile,
             )| {
@@ -646,6 +646,10 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
                     omp_num_threads,
                     disable_log_stats,
                     engine_args: args.into_iter().collect(),
+                    admission: match continuous {
+                        false => crate::engine::python::vllm::Admission::Batch,
+                        true => crate::engine::python::vllm::Admission::Continuous,
+                    },
                     profile,
                 })
             },

@@ -9,7 +9,7 @@ use std::sync::{Mutex, OnceLock};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyCFunction, PyDict, PyFloat, PyInt, PyList, PyModule, PyString, PyTuple};
 
-use super::output::{ChatSupport, Plain, map_chat_support, map_info, map_outputs};
+use super::output::{ChatSupport, Plain, StepServed, map_chat_support, map_info, map_outputs, map_step};
 use super::{BUILT_IN_MODULES, PythonConfig};
 use crate::engine::chat::Template;
 use crate::engine::{EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, Prompt};
@@ -105,19 +105,65 @@ impl Session {
         map_outputs(&self.class, &outputs, batch.len()).map_err(EngineError::Generate)
     }
 
+    /// `object.add(requests)`: continuous admission hands requests to the engine (docs/vllm.md).
+    pub(super) fn add(&self, batch: &[EngineRequest]) -> Result<(), EngineError> {
+        Python::attach(|py| -> PyResult<()> {
+            self.object.bind(py).call_method1("add", (request_list(py, batch)?,)).map(drop)
+        })
+        .map_err(|e| self.call_error("add", e))
+    }
+
+    /// `object.step()`: one engine step of continuous admission. Returns the outputs of the
+    /// requests that finished in it, what the step served (when it served any request), and
+    /// whether the engine has unfinished requests left.
+    pub(super) fn step(&self) -> Result<(Vec<EngineOutput>, Option<StepServed>, bool), EngineError> {
+        let returned = Python::attach(|py| -> PyResult<Plain> {
+            let returned = self.object.bind(py).call_method0("step")?;
+            to_plain(&returned, 0)
+        })
+        .map_err(|e| self.call_error("step", e))?;
+        let (finished, step, unfinished) = match returned {
+            Plain::List(mut triple) if triple.len() == 3 && matches!(triple[2], Plain::Bool(_)) => {
+                let unfinished = matches!(triple.pop(), Some(Plain::Bool(true)));
+                let step = triple.pop().unwrap_or(Plain::None);
+                (triple.pop().unwrap_or(Plain::None), step, unfinished)
+            }
+            other => {
+                return Err(EngineError::Generate(format!(
+                    "{}.step() must return (finished, step, unfinished), found {}",
+                    self.class,
+                    other.describe()
+                )));
+            }
+        };
+        let n = match &finished {
+            Plain::List(items) => items.len(),
+            _ => 0,
+        };
+        let outputs = map_outputs(&format!("{}.step()", self.class), &finished, n).map_err(EngineError::Generate)?;
+        let step = map_step(&step).map_err(|e| EngineError::Generate(format!("{}.step(): {e}", self.class)))?;
+        Ok((outputs, step, unfinished))
+    }
+
     /// A generate's exception: [`EngineError::Died`] when it says the engine is dead for good (see
     /// [`says_engine_dead`]), else [`EngineError::Generate`] for this batch only.
     fn generate_error(&self, e: PyErr) -> EngineError {
+        self.call_error("generate", e)
+    }
+
+    /// An exception of `object.<method>()`: [`EngineError::Died`] when it says the engine is dead
+    /// for good, else [`EngineError::Generate`].
+    fn call_error(&self, method: &str, e: PyErr) -> EngineError {
         let dead = Python::attach(|py| says_engine_dead(py, &e));
         let text = describe(e);
         if dead {
             return EngineError::Died(EngineDeath {
                 process: self.class.clone(),
                 pid: None,
-                status: format!("raised in generate(): {text}"),
+                status: format!("raised in {method}(): {text}"),
             });
         }
-        EngineError::Generate(format!("{}.generate(): {text}", self.class))
+        EngineError::Generate(format!("{}.{method}(): {text}", self.class))
     }
 
     /// `object.<method>(requests)`, with the requests as `generate` gets them, returning the

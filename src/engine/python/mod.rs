@@ -23,6 +23,8 @@
 //! [`PythonConfig::path`].
 
 #[cfg(feature = "vllm")]
+mod continuous;
+#[cfg(feature = "vllm")]
 mod interpreter;
 // Used by `interpreter` only; compiled (and tested) in every build because it needs no Python.
 #[cfg_attr(not(feature = "vllm"), allow(dead_code))]
@@ -143,6 +145,11 @@ pub struct PythonEngine {
     config: PythonConfig,
     #[cfg(feature = "vllm")]
     session: Option<interpreter::Session>,
+    /// Continuous admission: requests go to the object's `add` as they are handed over, and a
+    /// stepping thread of its own calls `step` (`continuous.rs`; the vLLM class only).
+    continuous: bool,
+    #[cfg(feature = "vllm")]
+    stepper: Option<continuous::Continuous>,
     /// The model has no chat template and chat prompts fell back to plain: said once.
     #[cfg_attr(not(feature = "vllm"), allow(dead_code))]
     warned_plain: bool,
@@ -155,8 +162,24 @@ impl PythonEngine {
             config,
             #[cfg(feature = "vllm")]
             session: None,
+            continuous: false,
+            #[cfg(feature = "vllm")]
+            stepper: None,
             warned_plain: false,
         }
+    }
+
+    /// With continuous admission: the object is driven through its `add` and `step` (the vLLM
+    /// class has them), by a stepping thread of its own, and the engine has a concurrent face
+    /// ([`Engine::concurrent`]) that takes each hand-over as it comes.
+    pub fn continuous(mut self) -> Self {
+        self.continuous = true;
+        self
+    }
+
+    /// Whether the engine admits continuously ([`continuous`](Self::continuous)).
+    pub fn is_continuous(&self) -> bool {
+        self.continuous
     }
 
     /// Uses another venv.
@@ -282,13 +305,18 @@ fn path_of(p: &std::path::Path) -> String {
 impl Engine for PythonEngine {
     #[cfg(feature = "vllm")]
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        if self.session.is_some() {
+        if self.session.is_some() || self.stepper.is_some() {
             return Err(EngineError::Start("the engine is already started".into()));
         }
         let venv = self.config.venv_or_default();
         Self::check_venv(&venv)?;
         let env = self.environment();
         let path = self.config.path.as_deref().map(path_of);
+        if self.continuous {
+            let (stepper, info) = continuous::Continuous::start(venv, env, self.config.clone(), path)?;
+            self.stepper = Some(stepper);
+            return Ok(info);
+        }
         let (session, info) = interpreter::Session::start(&venv, &env, &self.config, path)?;
         self.session = Some(session);
         Ok(info)
@@ -310,15 +338,35 @@ impl Engine for PythonEngine {
             return session.generate(&batch);
         }
         let _ = batch;
+        if self.continuous {
+            return Err(EngineError::Generate(
+                "continuous admission takes requests through the engine's concurrent face \
+                 (batching.max_in_flight above 1), not one generate at a time"
+                    .into(),
+            ));
+        }
         Err(EngineError::Generate("generate before start".into()))
     }
 
     fn shutdown(&mut self) -> Result<(), EngineError> {
         #[cfg(feature = "vllm")]
+        if let Some(stepper) = self.stepper.take() {
+            return stepper.shutdown();
+        }
+        #[cfg(feature = "vllm")]
         if let Some(session) = self.session.take() {
             return session.shutdown();
         }
         Ok(())
+    }
+
+    /// With continuous admission, after the start: the face the batcher hands requests to.
+    fn concurrent(&self) -> Option<std::sync::Arc<dyn crate::engine::ConcurrentEngine>> {
+        #[cfg(feature = "vllm")]
+        if let Some(stepper) = &self.stepper {
+            return Some(stepper.face());
+        }
+        None
     }
 
     /// [`PythonConfig::clock`].

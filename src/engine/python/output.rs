@@ -27,7 +27,7 @@ pub(crate) enum Plain {
 
 impl Plain {
     /// `str 'abc'`, `float 1.5`, `list`: what a message says it found.
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Plain::None => "None".into(),
             Plain::Bool(b) => format!("bool {}", if *b { "True" } else { "False" }),
@@ -289,6 +289,31 @@ pub(crate) fn map_outputs(class: &str, outputs: &Plain, requests: usize) -> Resu
         .enumerate()
         .map(|(i, item)| map_output(item).map_err(|e| format!("{class}.generate() output {i}: {e}")))
         .collect()
+}
+
+/// What one engine step of continuous admission served, as far as its outputs show
+/// (`VllmEngine.step()`'s second value).
+/// (`ts`, the engine clock's time of the step's outputs, is checked but not kept: batchlab
+/// times the step itself.)
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct StepServed {
+    /// Requests that got their first token in the step.
+    pub prefill: u32,
+    /// Requests that got a further token in the step.
+    pub decode: u32,
+}
+
+/// `None`, or a dict of `ts`, `prefill` and `decode`.
+pub(crate) fn map_step(value: &Plain) -> Result<Option<StepServed>, String> {
+    if matches!(value, Plain::None) {
+        return Ok(None);
+    }
+    let f = Fields::new(value, &["ts", "prefill", "decode"])?;
+    let count = |key: &str| -> Result<u32, String> {
+        Ok(f.int(key, u64::from(u32::MAX))?.ok_or_else(|| format!("the step has no `{key}`"))? as u32)
+    };
+    f.seconds("ts")?.ok_or("the step has no `ts`")?;
+    Ok(Some(StepServed { prefill: count("prefill")?, decode: count("decode")? }))
 }
 
 /// One output dict.

@@ -17,6 +17,10 @@ pub const VLLM_MODULE: &str = "batchlab_engines.vllm_engine";
 /// The protocol class in [`VLLM_MODULE`] that drives `vllm.LLM`.
 pub const VLLM_CLASS: &str = "VllmEngine";
 
+/// The keyword argument of [`VLLM_CLASS`] that selects continuous admission (the others are
+/// `vllm.LLM`'s).
+pub const ADMISSION_ARG: &str = "batchlab_admission";
+
 /// A vLLM engine's settings. docs/vllm.md says how each reaches vLLM.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct VllmConfig {
@@ -44,16 +48,53 @@ pub struct VllmConfig {
     pub disable_log_stats: bool,
     /// Passed through to `vllm.EngineArgs` unchanged.
     pub engine_args: serde_json::Map<String, serde_json::Value>,
+    /// How requests reach vLLM's engine (`engine.vllm.admission`): the batcher's micro-batches,
+    /// each one `LLM.generate`, or each request as it arrives, with the engine stepped by a
+    /// thread of its own (docs/vllm.md, "Admission").
+    pub admission: Admission,
     /// A `batchlab calibrate` profile of this engine. vLLM never reads it: batchlab predicts a
     /// full batch's generate from it, and the default `batching.stall_timeout` follows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<PathBuf>,
 }
 
+/// How requests reach vLLM's engine: `engine.vllm.admission`.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Admission {
+    /// Each batch the batcher dispatches is one `LLM.generate` (micro-batching, the default).
+    #[default]
+    Batch,
+    /// Each request goes to vLLM's engine (`LLMEngine.add_request`) as the batcher hands it over,
+    /// and a thread of the engine's own steps it: vLLM's own continuous batching, with every new
+    /// token's time recorded. The batcher hands requests over through the engine's concurrent face
+    /// (`batching.max_in_flight` above 1, `batch_size = 1`).
+    Continuous,
+}
+
+impl Admission {
+    /// The key's words, as the scenario writes them.
+    pub const CHOICES: &'static [(&'static str, Admission)] =
+        &[("batch", Admission::Batch), ("continuous", Admission::Continuous)];
+
+    /// The word for this admission (`batch`, `continuous`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Admission::Batch => "batch",
+            Admission::Continuous => "continuous",
+        }
+    }
+}
+
 impl VllmConfig {
     /// The built-in vLLM class with these settings.
     pub fn python_config(&self) -> PythonConfig {
-        PythonConfig { args: llm_kwargs(self), env: environment(self), ..PythonConfig::new(VLLM_MODULE, VLLM_CLASS) }
+        let mut args = llm_kwargs(self);
+        if self.admission == Admission::Continuous {
+            // The class's own argument, not `vllm.LLM`'s: it is taken out before the LLM is built.
+            args.insert(ADMISSION_ARG.into(), serde_json::Value::String(self.admission.name().into()));
+        }
+        PythonConfig { args, env: environment(self), ..PythonConfig::new(VLLM_MODULE, VLLM_CLASS) }
     }
 
     /// A vLLM engine (cheap; vLLM loads in [`crate::engine::Engine::start`]).
@@ -63,7 +104,11 @@ impl VllmConfig {
                 "disable_log_stats = true: vLLM reports no per-request timings, so latency metrics are absent"
             );
         }
-        PythonEngine::new(self.python_config())
+        let engine = PythonEngine::new(self.python_config());
+        match self.admission {
+            Admission::Batch => engine,
+            Admission::Continuous => engine.continuous(),
+        }
     }
 
     /// The keyword arguments for `vllm.LLM(...)`: the settings, then `engine_args` (which win on a
@@ -167,6 +212,7 @@ mod tests {
             omp_num_threads: Some(3),
             disable_log_stats: false,
             engine_args: serde_json::Map::new(),
+            admission: Admission::Batch,
             profile: None,
         }
     }

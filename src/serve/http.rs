@@ -100,7 +100,8 @@ pub async fn serve(
     }
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let app = app.into_make_service_with_connect_info::<ConnectionStamps>();
-    let server = axum::serve(StampedListener(listener), app).with_graceful_shutdown(async {
+    let listener = StampedListener { listener, kernel_stamps: state.config.timing.is_some() };
+    let server = axum::serve(listener, app).with_graceful_shutdown(async {
         let _ = stop_rx.await;
     });
     let mut server = tokio::spawn(async move { server.await });
@@ -133,10 +134,14 @@ fn error_response(e: &ApiError) -> Response {
     response
 }
 
-/// The listener: every connection stamped ([`StampedTcp`]: the kernel's receive time of each
-/// read), and with TCP_NODELAY, since each token is a small write that Nagle's algorithm would
-/// hold back until the client's delayed ACK (tens of ms).
-struct StampedListener(TcpListener);
+/// The listener: every connection stamped ([`StampedTcp`]: with a timing log, the kernel's
+/// receive time of each read; without one, nothing is asked of the kernel), and with
+/// TCP_NODELAY, since each token is a small write that Nagle's algorithm would hold back until
+/// the client's delayed ACK (tens of ms).
+struct StampedListener {
+    listener: TcpListener,
+    kernel_stamps: bool,
+}
 
 impl Listener for StampedListener {
     type Io = StampedTcp;
@@ -144,10 +149,12 @@ impl Listener for StampedListener {
 
     async fn accept(&mut self) -> (StampedTcp, std::net::SocketAddr) {
         loop {
-            match self.0.accept().await {
+            match self.listener.accept().await {
                 Ok((tcp, addr)) => {
                     let _ = tcp.set_nodelay(true);
-                    return (StampedTcp::new(tcp), addr);
+                    let tcp =
+                        if self.kernel_stamps { StampedTcp::new(tcp) } else { StampedTcp::without_kernel_stamps(tcp) };
+                    return (tcp, addr);
                 }
                 // A connection that failed before it was accepted, or no fd to spare: wait a
                 // little (a burst of failures must not spin) and go on accepting.
@@ -160,7 +167,7 @@ impl Listener for StampedListener {
     }
 
     fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
-        self.0.local_addr()
+        self.listener.local_addr()
     }
 }
 

@@ -99,6 +99,17 @@ impl StampedTcp {
     pub fn new(io: TcpStream) -> Self {
         let flags = TimestampingFlag::SOF_TIMESTAMPING_RX_SOFTWARE | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE;
         let timestamping = setsockopt(&io, sockopt::Timestamping, &flags).is_ok();
+        Self::with(io, timestamping)
+    }
+
+    /// `io` with reads stamped when they return and writes when they begin, without asking the
+    /// kernel for anything (receive stamping is host-wide once any socket asks): for a program
+    /// that times nothing by its connections this time, and reads as plainly as a bare stream.
+    pub fn without_kernel_stamps(io: TcpStream) -> Self {
+        Self::with(io, false)
+    }
+
+    fn with(io: TcpStream, timestamping: bool) -> Self {
         StampedTcp {
             io,
             stamps: Arc::default(),
@@ -283,5 +294,9 @@ mod tests {
         let stamped = StampedTcp::new(client);
         assert!(stamped.kernel_stamps(), "SO_TIMESTAMPING is accepted on TCP");
         assert_eq!((stamped.stamps().last_received(), stamped.stamps().last_sent()), (None, None));
+        let plain = StampedTcp::without_kernel_stamps(
+            TcpStream::connect(listener.local_addr().expect("addr")).await.expect("connect"),
+        );
+        assert!(!plain.kernel_stamps(), "nothing asked of the kernel");
     }
 }

@@ -676,9 +676,28 @@ impl BatcherCore {
                 self.fail_engine(error, now);
             }
             State::Starting | State::StartingThenDrain | State::Failed | State::FailedClosing | State::Stopped => {
-                tracing::debug!(cause = %error, state = ?self.state(), "engine already unusable or stopped");
+                if self.refines_failure(&error) {
+                    // The engine said it was dead before the watch saw which process died: the
+                    // process's own end is the cause to report (what failed already keeps its
+                    // error).
+                    tracing::error!(cause = %error, "the engine's death, by its process");
+                    self.failure = Some(error);
+                } else {
+                    tracing::debug!(cause = %error, state = ?self.state(), "engine already unusable or stopped");
+                }
             }
         }
+    }
+
+    /// Whether `error` names the cause of the current failure better: a process's death (with
+    /// its pid, from a process watch) after a death the engine reported itself (an exception
+    /// saying it is dead, which names no process).
+    fn refines_failure(&self, error: &RequestError) -> bool {
+        matches!(
+            (&self.failure, error),
+            (Some(RequestError::EngineDied(known)), RequestError::EngineDied(seen))
+                if known.pid.is_none() && seen.pid.is_some()
+        )
     }
 
     /// Fails the waiters of every running batch now, in dispatch order; their generates' results
@@ -1179,6 +1198,29 @@ mod tests {
         core.handle_engine_shutdown_done();
         assert_eq!(core.state(), State::Stopped);
         assert_eq!(core.submit(EngineRequest::tokens(vec![1], 1), at(7)), Err(died));
+    }
+
+    /// An engine that raised "dead" (no process named) before the process watch saw its worker
+    /// die: the failed batch keeps the engine's error, and the watch's death, which names the
+    /// process, becomes the failure later submits get. Never the other way round.
+    #[test]
+    fn a_process_death_names_the_cause_of_an_engines_own_death() {
+        let mut core = BatcherCore::new(BatchConfig::new(1, Duration::from_millis(10)).unwrap());
+        assert!(core.begin_start());
+        core.handle_start_result(Ok(EngineInfo::new("t", "0")), at(0));
+        core.submit(EngineRequest::tokens(vec![1], 1), at(1)).unwrap();
+        let batch = core.poll_dispatch(at(1)).expect("a full batch");
+        let raised = EngineDeath { process: "VllmEngine".into(), pid: None, status: "raised EngineDeadError".into() };
+        core.handle_generate_result(batch.id, GenerateResult::Error(EngineError::Died(raised.clone())), at(2));
+        assert_eq!(core.poll_outcome(), Some((0, Err(RequestError::EngineDied(raised.clone())))));
+        core.handle_engine_died(death(), at(3));
+        assert_eq!(core.poll_outcome(), None, "what failed keeps its error");
+        assert_eq!(core.submit(EngineRequest::tokens(vec![1], 1), at(4)), Err(RequestError::EngineDied(death())));
+        // A later unnamed death, or another process's, changes nothing.
+        core.handle_engine_died(raised, at(5));
+        let other = EngineDeath { pid: Some(8), ..death() };
+        core.handle_engine_died(other, at(5));
+        assert_eq!(core.failure(), Some(&RequestError::EngineDied(death())));
     }
 
     /// The core names every request: each submit, admitted or not, gets the next id, and a

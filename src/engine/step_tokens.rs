@@ -46,22 +46,31 @@ impl OnOurClock {
 impl StepEnds {
     /// Step ends in engine-clock seconds, in step order.
     pub fn new(secs: Vec<f64>) -> Self {
-        let ordered = secs.windows(2).all(|w| w[0] <= w[1]);
-        let at: Option<Vec<Timestamp>> =
-            if ordered { secs.iter().map(|&s| Timestamp::from_secs_f64(s)).collect() } else { None };
-        let on_our_clock = at.filter(|at| at.windows(2).all(|w| w[0] <= w[1])).map(|at| {
-            let mut same_gap_until = vec![0; at.len()];
-            for k in (1..at.len()).rev() {
-                let gap = at[k].saturating_since(at[k - 1]);
-                same_gap_until[k] = if k + 1 < at.len() && at[k + 1].saturating_since(at[k]) == gap {
-                    same_gap_until[k + 1]
-                } else {
-                    k
-                };
-            }
-            OnOurClock { at, same_gap_until }
-        });
+        let on_our_clock = Self::read_on_our_clock(&secs);
         StepEnds { secs, on_our_clock }
+    }
+
+    /// `secs` on our clock, with the runs of equal gaps; `None` unless every end is a usable
+    /// time and they never go backwards (in seconds and once read).
+    fn read_on_our_clock(secs: &[f64]) -> Option<OnOurClock> {
+        let mut at = Vec::with_capacity(secs.len());
+        let mut previous = f64::NEG_INFINITY;
+        for &s in secs {
+            let t = Timestamp::from_secs_f64(s)?;
+            if s < previous || at.last().is_some_and(|&last| t < last) {
+                return None;
+            }
+            previous = s;
+            at.push(t);
+        }
+        let n = at.len();
+        let mut same_gap_until = vec![0; n];
+        for k in (1..n).rev() {
+            let gap = at[k].saturating_since(at[k - 1]);
+            same_gap_until[k] =
+                if k + 1 < n && at[k + 1].saturating_since(at[k]) == gap { same_gap_until[k + 1] } else { k };
+        }
+        Some(OnOurClock { at, same_gap_until })
     }
 
     /// Engine-clock seconds at which step `k` ended.

@@ -103,18 +103,48 @@ impl CostModel {
     /// Nanoseconds a whole `generate` call of `requests` requests takes under `schedule`: its
     /// overhead, every step, and its finish (what the simulated engine's call takes, start to return).
     pub fn generate_ns(&self, schedule: &super::scheduler::Schedule, requests: usize) -> f64 {
+        let costs = self.step_costs();
         self.overhead_ns(requests)
-            + schedule.steps.iter().map(|s| self.step_ns(&s.load)).sum::<f64>()
+            + schedule.steps.iter().map(|s| costs.step_ns(&s.load)).sum::<f64>()
             + self.finish_ns(requests)
     }
 
     /// Nanoseconds one step of this load takes (the formula in the type's docs).
     pub fn step_ns(&self, load: &StepLoad) -> f64 {
-        ns(self.decode_step)
-            + ns(self.prefill_per_token) * load.prefill_tokens as f64
-            + ns(self.per_seq) * load.seqs as f64
-            + ns(self.context_per_1k_tokens) * load.context_tokens as f64 / 1000.0
-            + ns(self.tokens_squared_per_1m) * load.tokens_squared_per_1m()
+        self.step_costs().step_ns(load)
+    }
+
+    /// The step-time coefficients in nanoseconds, for pricing many steps: each `Duration` is
+    /// converted once, not once per step.
+    pub fn step_costs(&self) -> StepCosts {
+        StepCosts {
+            decode_step: ns(self.decode_step),
+            prefill_per_token: ns(self.prefill_per_token),
+            per_seq: ns(self.per_seq),
+            context_per_1k_tokens: ns(self.context_per_1k_tokens),
+            tokens_squared_per_1m: ns(self.tokens_squared_per_1m),
+        }
+    }
+}
+
+/// A [`CostModel`]'s step coefficients in nanoseconds ([`CostModel::step_costs`]).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct StepCosts {
+    decode_step: f64,
+    prefill_per_token: f64,
+    per_seq: f64,
+    context_per_1k_tokens: f64,
+    tokens_squared_per_1m: f64,
+}
+
+impl StepCosts {
+    /// Nanoseconds one step of this load takes (the formula in [`CostModel`]'s docs).
+    pub fn step_ns(&self, load: &StepLoad) -> f64 {
+        self.decode_step
+            + self.prefill_per_token * load.prefill_tokens as f64
+            + self.per_seq * load.seqs as f64
+            + self.context_per_1k_tokens * load.context_tokens as f64 / 1000.0
+            + self.tokens_squared_per_1m * load.tokens_squared_per_1m()
     }
 }
 

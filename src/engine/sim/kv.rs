@@ -103,20 +103,25 @@ impl KvCache {
 
     /// Hands out `n` new blocks, evicting cached ones as needed; `None` (and nothing taken) if
     /// fewer than `n` are free.
+    #[cfg(test)]
     pub(crate) fn allocate(&mut self, n: u64) -> Option<Vec<BlockId>> {
+        let mut out = Vec::new();
+        self.allocate_into(n, &mut out).then_some(out)
+    }
+
+    /// [`Self::allocate`], appending the blocks to `out` (a sequence's block table: no list of
+    /// its own per allocation); `false` (and nothing taken) if fewer than `n` are free.
+    pub(crate) fn allocate_into(&mut self, n: u64, out: &mut Vec<BlockId>) -> bool {
         if n > self.free_blocks() {
-            return None;
+            return false;
         }
-        if n == 0 {
-            return Some(Vec::new());
-        }
-        let mut out = Vec::with_capacity(n as usize);
+        out.reserve(n as usize);
         for _ in 0..n {
             let id = if (self.blocks.len() as u64) < self.capacity {
                 self.blocks.push(Block { refs: 0, hash: None, freed_at: 0 });
                 (self.blocks.len() - 1) as BlockId
             } else {
-                let id = self.pop_free()?;
+                let id = self.pop_free().expect("the free blocks were counted");
                 if let Some(h) = self.blocks[id as usize].hash.take() {
                     if let std::collections::hash_map::Entry::Occupied(e) = self.cached.entry(h) {
                         if *e.get() == id {
@@ -129,7 +134,7 @@ impl KvCache {
             self.blocks[id as usize].refs = 1;
             out.push(id);
         }
-        Some(out)
+        true
     }
 
     /// Makes `block` findable by `hash`, unless another block already is (a duplicate computed

@@ -21,7 +21,9 @@ pub mod scheduler;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{CostModel, DEFAULT_SCHEDULER, RENAMED_COSTS, SimConfig, StepLoad, TimeMode, UNLIMITED_SCHEDULER};
+pub use config::{
+    CostModel, DEFAULT_SCHEDULER, RENAMED_COSTS, SimConfig, StepCosts, StepLoad, TimeMode, UNLIMITED_SCHEDULER,
+};
 pub use profile::{Profile, ProfileError, predicted_generate};
 
 use crate::engine::{
@@ -41,6 +43,8 @@ pub struct SimEngine {
     started: bool,
     /// The KV cache (and prefix cache) for the engine's life: reset by `start`.
     kv: KvCache,
+    /// The last call's schedule steps, cleared: the next call's buffer.
+    steps: Vec<scheduler::Step>,
 }
 
 impl SimEngine {
@@ -53,7 +57,7 @@ impl SimEngine {
     /// An engine that passes time on `clock`, whose wall-clock times derive from `anchor`.
     pub fn on_clock(config: SimConfig, clock: Arc<dyn Clock>, anchor: WallAnchor) -> Self {
         let kv = KvCache::new(config.scheduler.num_kv_blocks);
-        SimEngine { config, clock, anchor, started: false, kv }
+        SimEngine { config, clock, anchor, started: false, kv, steps: Vec::new() }
     }
 
     /// An engine in the time `config.time` names.
@@ -111,28 +115,33 @@ impl Engine for SimEngine {
                 prefix: PrefixSource::Tokens(ids),
             })
             .collect();
-        let schedule = scheduler::schedule(&self.config.scheduler, &mut self.kv, &specs)
+        let buffer = std::mem::take(&mut self.steps);
+        let schedule = scheduler::schedule_into(&self.config.scheduler, &mut self.kv, &specs, buffer)
             .map_err(|e| EngineError::Generate(e.to_string()))?;
-        // Step boundaries in ns after `start`: step k runs from ends[k] to ends[k + 1]; ends[0] is
-        // the end of the per-call overhead.
-        let mut ends = Vec::with_capacity(schedule.steps.len() + 1);
-        let mut t = cost.overhead_ns(batch.len());
-        ends.push(t);
-        for step in &schedule.steps {
-            t += cost.step_ns(&step.load);
-            ends.push(t);
-        }
+        // When each step's tokens come out, once per step, shared by every sequence it samples:
+        // step k runs from the end of step k - 1 (of the per-call overhead, for the first) to
+        // step_ends[k], in ns after `start` summed in step order.
         let at = |ns: f64| start.as_secs_f64() + ns / 1e9;
-        // When step k's tokens come out: once per step, shared by every sequence it samples.
-        let step_ends: Vec<f64> = ends[1..].iter().map(|&ns| at(ns)).collect();
+        let costs = cost.step_costs();
+        let overhead = cost.overhead_ns(batch.len());
+        let mut t = overhead;
+        let mut step_ends = Vec::with_capacity(schedule.steps.len());
+        for step in &schedule.steps {
+            t += costs.step_ns(&step.load);
+            step_ends.push(at(t));
+        }
+        let scheduler::Schedule { steps, seqs } = schedule;
+        self.steps = steps;
         let token_steps = Arc::new(StepEnds::new(step_ends));
         let step_ends = token_steps.secs();
+        // Step k starts when step k - 1 ends.
+        let step_start = |k: usize| if k == 0 { at(overhead) } else { step_ends[k - 1] };
         let arrival_wall = self.anchor.wall_secs + start.saturating_since(self.anchor.mono).as_secs_f64();
 
         let outputs: Vec<EngineOutput> = batch
             .iter()
             .zip(&specs)
-            .zip(schedule.seqs)
+            .zip(seqs)
             .map(|((req, spec), seq)| {
                 let finish = if spec.output_len >= req.max_tokens { FinishReason::Length } else { FinishReason::Stop };
                 EngineOutput::new(Some(req.id), finish)
@@ -141,7 +150,7 @@ impl Engine for SimEngine {
                     .with_stats(EngineStats {
                         arrival_wall: Some(arrival_wall),
                         queued_ts: Some(at(0.0)),
-                        scheduled_ts: Some(at(seq.first_scheduled.map_or(ends[0], |k| ends[k]))),
+                        scheduled_ts: Some(seq.first_scheduled.map_or(at(overhead), step_start)),
                         first_token_ts: seq.first_token.map(|k| step_ends[k]),
                         last_token_ts: seq.last_token.map(|k| step_ends[k]),
                         cached_tokens: Some(seq.cached_tokens),

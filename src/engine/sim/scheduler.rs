@@ -180,6 +180,9 @@ impl SeqSchedule {
 /// The most entries reserved up front for one sequence's token steps or block table.
 const RESERVE_AT_MOST: usize = 4096;
 
+/// The most steps reserved up front for one `generate` call's schedule.
+const MOST_STEPS_RESERVED: usize = 1 << 16;
+
 fn blocks_for(tokens: u64, block_size: u32) -> u64 {
     tokens.div_ceil(u64::from(block_size.max(1)))
 }
@@ -191,22 +194,39 @@ pub(crate) fn schedule(
     kv: &mut KvCache,
     specs: &[SeqSpec],
 ) -> Result<Schedule, ScheduleError> {
-    schedule_with(config, kv, specs, true)
+    schedule_with(config, kv, specs, true, Vec::new())
+}
+
+/// [`schedule`] into `steps`, a buffer an earlier schedule's steps left (cleared first): a
+/// simulated engine's calls reuse one.
+pub(crate) fn schedule_into(
+    config: &ResolvedEngineConfig,
+    kv: &mut KvCache,
+    specs: &[SeqSpec],
+    steps: Vec<Step>,
+) -> Result<Schedule, ScheduleError> {
+    schedule_with(config, kv, specs, true, steps)
 }
 
 /// [`schedule`], with its decode steps run at once ([`Stepper::decode_run`]) or one by one (the
-/// reference its tests hold it to).
+/// reference its tests hold it to), into `steps` (see [`schedule_into`]).
 pub(crate) fn schedule_with(
     config: &ResolvedEngineConfig,
     kv: &mut KvCache,
     specs: &[SeqSpec],
     decode_runs: bool,
+    mut steps: Vec<Step>,
 ) -> Result<Schedule, ScheduleError> {
     for (index, s) in specs.iter().enumerate() {
         check(config, index, s)?;
     }
     let mut stepper = Stepper::new(*config, std::mem::replace(kv, KvCache::new(0)));
-    let mut out = Schedule { steps: Vec::new(), seqs: vec![SeqSchedule::default(); specs.len()] };
+    // A step samples at most one token of a sequence: at least as many steps as the longest
+    // output, and a few more for prompts.
+    let longest = specs.iter().map(|s| s.output_len as usize).max().unwrap_or(0);
+    steps.clear();
+    steps.reserve(longest.min(MOST_STEPS_RESERVED) + 8);
+    let mut out = Schedule { steps, seqs: vec![SeqSchedule::default(); specs.len()] };
     // A fresh stepper hands out slots in order, so the n-th added sequence is `SeqId(n)`.
     let mut index_of = Vec::with_capacity(specs.len());
     for (index, s) in specs.iter().enumerate() {
@@ -401,10 +421,6 @@ impl Stepper {
         self.seqs[slot].as_ref().expect("a scheduled slot holds a sequence")
     }
 
-    fn seq_mut(&mut self, slot: usize) -> &mut Seq {
-        self.seqs[slot].as_mut().expect("a scheduled slot holds a sequence")
-    }
-
     /// Runs one step (see the module docs); `None` when idle.
     pub fn step(&mut self) -> Option<StepOutcome> {
         let mut out = StepOutcome::default();
@@ -444,8 +460,8 @@ impl Stepper {
                     break;
                 }
                 let want = blocks_for(tokens, bs) - s.blocks.len() as u64;
-                if let Some(blocks) = self.kv.allocate(want) {
-                    self.seq_mut(r).blocks.extend(blocks);
+                let seq = self.seqs[r].as_mut().expect("a running slot holds a sequence");
+                if self.kv.allocate_into(want, &mut seq.blocks) {
                     scheduled.push((r, new));
                     budget -= u64::from(new);
                     i += 1;
@@ -491,15 +507,15 @@ impl Stepper {
                 break;
             }
             self.kv.touch(&hits);
-            let Some(fresh_blocks) = self.kv.allocate(fresh) else { break };
             self.waiting.pop_front();
-            let s = self.seq_mut(w);
+            let s = self.seqs[w].as_mut().expect("a waiting slot holds a sequence");
             s.blocks = hits;
             s.registered = s.blocks.len();
             // Room for every block it will hold, so decoding never grows the table.
             let most = blocks_for(u64::from(s.prompt_len + s.output_len), bs) as usize;
             s.blocks.reserve(most.min(RESERVE_AT_MOST).saturating_sub(s.blocks.len()));
-            s.blocks.extend(fresh_blocks);
+            let taken = self.kv.allocate_into(fresh, &mut s.blocks);
+            debug_assert!(taken, "the blocks were counted free");
             s.computed = hit_tokens;
             if !s.admitted {
                 s.admitted = true;
@@ -644,8 +660,9 @@ impl Stepper {
             let p = (j - 1) % bs as usize + 1;
             if p <= phases {
                 for &r in &order[first[p]..first[p + 1]] {
-                    let block = self.kv.allocate(1).expect("the run's blocks were counted free");
-                    self.seq_mut(r).blocks.extend(block);
+                    let seq = self.seqs[r].as_mut().expect("a running slot holds a sequence");
+                    let taken = self.kv.allocate_into(1, &mut seq.blocks);
+                    debug_assert!(taken, "the run's blocks were counted free");
                 }
             }
             let load = StepLoad {

@@ -352,6 +352,8 @@ impl BenchmarkAggregator {
                 steps: self.steps,
                 prefill_mean: (self.phased_steps > 0).then(|| self.prefill as f64 / self.phased_steps as f64),
                 decode_mean: (self.phased_steps > 0).then(|| self.decode as f64 / self.phased_steps as f64),
+                // The run's driver fills it in: the aggregator sees the measured window only.
+                whole_run: Default::default(),
             },
             anomalies: self.anomalies,
             prefix_cache_hit_rate,

@@ -232,6 +232,42 @@ pub struct Batching {
     /// Mean requests per engine step that got a further token (decode).
     #[serde(default)]
     pub decode_mean: Option<f64>,
+    /// The batches of the whole benchmark, warmup and drain included (the figures above count
+    /// the measured window only). Not in the report: `tune` reads it to know that a larger
+    /// `batch_size` would have changed nothing.
+    #[serde(skip)]
+    pub whole_run: BatchesSeen,
+}
+
+/// What every batch of a benchmark was, warmup and drain included ([`Batching::whole_run`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchesSeen {
+    /// Batches dispatched.
+    pub batches: u64,
+    /// The largest batch.
+    pub largest: usize,
+    /// Batches dispatched because they were full.
+    pub full: u64,
+}
+
+impl BatchesSeen {
+    /// Counts one batch.
+    pub fn record(&mut self, size: usize, reason: crate::batcher::FlushReason) {
+        self.batches += 1;
+        self.largest = self.largest.max(size);
+        if reason == crate::batcher::FlushReason::Full {
+            self.full += 1;
+        }
+    }
+
+    /// Whether the same run with a batch size of `batch_size` instead of `ran_with` would have
+    /// dispatched exactly the same batches. It would when no batch was full and each was
+    /// smaller than both: then every flush (a timeout's, a drain's) took the whole queue, so the
+    /// queue never held more than the largest batch, and a batch size above that is never
+    /// reached; the batch size decides nothing else.
+    pub fn same_with_batch_size(&self, ran_with: usize, batch_size: usize) -> bool {
+        self.batches > 0 && self.full == 0 && self.largest < ran_with && self.largest < batch_size
+    }
 }
 
 /// Completed requests whose engine stats were inconsistent, in total and per kind of problem.

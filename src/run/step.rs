@@ -30,6 +30,7 @@ use crate::loadgen::{Lateness, LoadError, Poll, PrefixDesign, Scheduler, Step};
 use crate::metrics::aggregate::BenchmarkAggregator;
 use crate::metrics::client::ClientTiming;
 use crate::metrics::map_request;
+use crate::metrics::result::BatchesSeen;
 use crate::report::{BenchmarkResult, Phase, RequestOutcome, RequestRecord};
 use crate::scenario::plan::{PhaseLimit, StopPlan};
 use crate::time::{Timestamp, WallAnchor};
@@ -104,6 +105,8 @@ pub struct StepRun {
     /// Batches dispatched in this benchmark and their total size, for the display.
     batches: u64,
     batched_requests: u64,
+    /// Every batch of the benchmark, warmup and drain included (`Batching::whole_run`).
+    batches_seen: BatchesSeen,
     /// 0-based position in the run, and the run's step count when known.
     index: usize,
     /// Which run of this benchmark (`--repeat`), 0-based, of how many.
@@ -166,6 +169,7 @@ impl StepRun {
             errors: 0,
             batches: 0,
             batched_requests: 0,
+            batches_seen: BatchesSeen::default(),
             index: 0,
             repeat: 0,
             repeats: 1,
@@ -462,6 +466,7 @@ impl StepRun {
     pub fn on_batch(&mut self, batch: &BatchRun) {
         self.batches += 1;
         self.batched_requests += batch.size as u64;
+        self.batches_seen.record(batch.size, batch.reason);
         let measured_pending = self.measure_end.is_none() || self.measured_finished < self.measured_submitted;
         let measuring = self.measure_start.is_some_and(|s| batch.dispatched_at >= s) && measured_pending;
         if measuring {
@@ -597,6 +602,7 @@ impl StepRun {
         };
         let mut result = self.aggregator.finish(end);
         result.repeat = self.repeat;
+        result.batching.whole_run = self.batches_seen;
         Finished { result, records, ends_run }
     }
 

@@ -6,6 +6,11 @@
 #[cfg(not(loom))]
 mod cli;
 
+/// mimalloc: a simulated run allocates and frees a prompt, a schedule and outputs per request.
+#[cfg(not(loom))]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[cfg(not(loom))]
 fn main() -> std::process::ExitCode {
     cli::main()

@@ -19,6 +19,7 @@
 use std::time::{Duration, Instant};
 
 use super::RunError;
+use super::ahead::RequestsAhead;
 use super::interrupt::Interrupt;
 use super::progress::Progress;
 use super::schedule::{ScheduledStep, StepSchedule};
@@ -77,6 +78,11 @@ pub trait Driver {
     /// servers. Read before and after each step, never during one (it may take a request per
     /// endpoint).
     fn server_counters(&self) -> Vec<ServerCounters>;
+    /// Whether time is virtual: the loop never waits in real time, so requests may be made
+    /// ahead on another thread (they take nothing from an engine's real time).
+    fn virtual_time(&self) -> bool {
+        false
+    }
     /// Shuts the engine down; every request still queued gets its outcome first.
     fn shutdown(&mut self) -> Result<(), EngineError>;
 }
@@ -253,6 +259,22 @@ impl StepLoop<'_, '_> {
     /// `server` result.
     fn run_step(&mut self, scheduled: ScheduledStep<'_, '_>) -> Result<Finished, RunError> {
         let segment = scheduled.segment;
+        if !self.driver.virtual_time() {
+            return self.run_step_with(scheduled, None);
+        }
+        std::thread::scope(|scope| {
+            let ahead = RequestsAhead::spawn(scope, &segment.workload, self.next_request);
+            self.run_step_with(scheduled, Some(ahead))
+        })
+    }
+
+    /// [`run_step`](Self::run_step), taking the requests from `ahead` when it has them.
+    fn run_step_with(
+        &mut self,
+        scheduled: ScheduledStep<'_, '_>,
+        mut ahead: Option<RequestsAhead>,
+    ) -> Result<Finished, RunError> {
+        let segment = scheduled.segment;
         let counters_before = self.driver.server_counters();
         let mut run = self.start_step(scheduled)?;
         loop {
@@ -273,7 +295,8 @@ impl StepLoop<'_, '_> {
                     // The batcher numbers every submit from 0 and this loop is its only caller,
                     // so workload request k is request id k (the prefix design and requests.jsonl
                     // rely on it).
-                    let request = segment.workload.request(self.next_request);
+                    let k = self.next_request;
+                    let request = ahead.as_mut().and_then(|a| a.take(k)).unwrap_or_else(|| segment.workload.request(k));
                     self.next_request += 1;
                     match self.driver.submit(request) {
                         Ok(id) => {

@@ -17,6 +17,7 @@
 //! (a plain pass-through when there are none).
 
 #[doc(hidden)]
+mod ahead;
 pub mod driver;
 #[doc(hidden)]
 pub mod engine_guard;

@@ -44,6 +44,10 @@ impl<E: Engine> Driver for VirtualTimeDriver<E> {
         WallAnchor::VIRTUAL
     }
 
+    fn virtual_time(&self) -> bool {
+        true
+    }
+
     fn submit(&mut self, request: EngineRequest<()>) -> Result<RequestId, RequestError> {
         self.inner.submit(request)
     }

@@ -263,7 +263,7 @@ impl StepLoop<'_, '_> {
             return self.run_step_with(scheduled, None);
         }
         std::thread::scope(|scope| {
-            let ahead = RequestsAhead::spawn(scope, &segment.workload, self.next_request);
+            let ahead = RequestsAhead::spawn(scope, segment.workload, self.next_request);
             self.run_step_with(scheduled, Some(ahead))
         })
     }

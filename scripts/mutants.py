@@ -218,7 +218,7 @@ MUTANTS = [
 
     # ---- event traces (insta, tests/batcher_traces.rs) ----
     ("traces: step cost ignores the sequences it schedules", "src/engine/sim/config.rs",
-     "            + ns(self.per_seq) * load.seqs as f64\n", "",
+     "            + self.per_seq * load.seqs as f64\n", "",
      ["--test", "batcher_traces"], SNAP),
 
     # ---- the mapper (tests/metrics_mapper.rs): the snapshot table and each property ----
@@ -290,7 +290,7 @@ MUTANTS = [
 
     # ---- engines ----
     ("sim: step cost ignores the sequences it schedules", "src/engine/sim/config.rs",
-     "            + ns(self.per_seq) * load.seqs as f64\n", "",
+     "            + self.per_seq * load.seqs as f64\n", "",
      ["--lib", "engine::sim::tests::step_times_follow_the_formula"], {}),
     ("faults: slow returns one engine time early", "src/engine/faults.rs",
      "let extra = took.mul_f64((self.faults.slow_factor - 1.0).max(0.0));",
@@ -312,7 +312,7 @@ MUTANTS = [
      "            incomplete = false;\n            break;",
      ["--test", "library", "an_interrupt_drains_and_reports_an_incomplete_run"], {}),
     ("shipped scenarios: step cost ignores the sequences it schedules", "src/engine/sim/config.rs",
-     "            + ns(self.per_seq) * load.seqs as f64\n", "",
+     "            + self.per_seq * load.seqs as f64\n", "",
      ["--test", "scenarios_shipped"], SNAP),
     ("architecture: the engine names a layer above it", "src/engine/mod.rs",
      "pub mod faults;\n", "pub mod faults;\n#[allow(unused_imports)]\nuse crate::run as _;\n",
@@ -418,6 +418,12 @@ MUTANTS = [
     ("sim: a decode run that the KV cache cannot hold", "src/engine/sim/scheduler.rs",
      "if needed > self.kv.free_blocks() {", "if needed > u64::MAX - 1 {",
      ["--lib", "engine::sim::tests::decode_runs_are_exactly_steps_one_by_one"], {}),
+    ("equivalence: a batch as large as the batch size taken as never reached", "src/metrics/result.rs",
+     "self.largest < ran_with && self.largest < batch_size", "self.largest <= ran_with && self.largest < batch_size",
+     ["--test", "batch_size_equivalence"], {}),
+    ("batcher: a later process death replaces any death", "src/batcher/core.rs",
+     "if known.pid.is_none() && seen.pid.is_some()", "if seen.pid.is_some()",
+     ["--lib", "batcher::core::tests::a_process_death_names_the_cause_of_an_engines_own_death"], {}),
     ("calibrate: reported prefix-cache hits ignored", "src/calibrate/fit.rs",
      "prefix: PrefixSource::Known(r.cached_tokens),", "prefix: PrefixSource::Known(0),",
      ["--lib", "calibrate::tests::a_fit_takes_prefix_cache_hits_off_the_prefill"], {}),

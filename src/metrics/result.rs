@@ -246,27 +246,22 @@ pub struct BatchesSeen {
     pub batches: u64,
     /// The largest batch.
     pub largest: usize,
-    /// Batches dispatched because they were full.
-    pub full: u64,
 }
 
 impl BatchesSeen {
     /// Counts one batch.
-    pub fn record(&mut self, size: usize, reason: crate::batcher::FlushReason) {
+    pub fn record(&mut self, size: usize) {
         self.batches += 1;
         self.largest = self.largest.max(size);
-        if reason == crate::batcher::FlushReason::Full {
-            self.full += 1;
-        }
     }
 
     /// Whether the same run with a batch size of `batch_size` instead of `ran_with` would have
-    /// dispatched exactly the same batches. It would when no batch was full and each was
-    /// smaller than both: then every flush (a timeout's, a drain's) took the whole queue, so the
+    /// dispatched exactly the same batches. It would when every batch was smaller than both:
+    /// then none was full and every flush (a timeout's, a drain's) took the whole queue, so the
     /// queue never held more than the largest batch, and a batch size above that is never
     /// reached; the batch size decides nothing else.
     pub fn same_with_batch_size(&self, ran_with: usize, batch_size: usize) -> bool {
-        self.batches > 0 && self.full == 0 && self.largest < ran_with && self.largest < batch_size
+        self.batches > 0 && self.largest < ran_with && self.largest < batch_size
     }
 }
 

@@ -466,7 +466,7 @@ impl StepRun {
     pub fn on_batch(&mut self, batch: &BatchRun) {
         self.batches += 1;
         self.batched_requests += batch.size as u64;
-        self.batches_seen.record(batch.size, batch.reason);
+        self.batches_seen.record(batch.size);
         let measured_pending = self.measure_end.is_none() || self.measured_finished < self.measured_submitted;
         let measuring = self.measure_start.is_some_and(|s| batch.dispatched_at >= s) && measured_pending;
         if measuring {

@@ -81,7 +81,8 @@ fn the_result_is_within_the_plateau_of_every_point_and_its_snippet_is_a_valid_ba
 #[test]
 fn the_search_on_several_threads_gives_the_serial_result_to_the_byte() {
     let threads = |n| std::num::NonZeroUsize::new(n).unwrap();
-    let throughput = SCENARIO.replace("kind = \"constant\"\nrates = [200.0]", "kind = \"throughput\"\nmax_concurrency = 64");
+    let throughput =
+        SCENARIO.replace("kind = \"constant\"\nrates = [200.0]", "kind = \"throughput\"\nmax_concurrency = 64");
     let searches: [(&str, &str, usize, bool); 4] = [
         ("a grid the budget cuts short", SCENARIO, 5, false),
         ("constant rate, load searched", SCENARIO, 37, false),
@@ -98,7 +99,8 @@ fn the_search_on_several_threads_gives_the_serial_result_to_the_byte() {
             assert_eq!(serial.points.len(), budget, "{what}, seed {seed}: the budget is spent");
             let json = serde_json::to_string(&serial).unwrap();
             for n in [2, 5] {
-                let parallel = search_with_threads(&sim, &Objective::Goodput, budget, space.clone(), threads(n)).unwrap();
+                let parallel =
+                    search_with_threads(&sim, &Objective::Goodput, budget, space.clone(), threads(n)).unwrap();
                 assert_eq!(parallel, serial, "{what}, seed {seed}, {n} threads");
                 assert_eq!(serde_json::to_string(&parallel).unwrap(), json, "{what}, seed {seed}, {n} threads");
             }

@@ -157,7 +157,10 @@ mod tests {
             }
         }
         assert_eq!(try_in_order(threads(3), &items, |&i| if i == 9 { Err(i) } else { Ok(i) }), Err(9));
-        assert_eq!(try_in_order(threads(3), &items[..9], |&i| if i == 9 { Err(i) } else { Ok(i) }), Ok(items[..9].to_vec()));
+        assert_eq!(
+            try_in_order(threads(3), &items[..9], |&i| if i == 9 { Err(i) } else { Ok(i) }),
+            Ok(items[..9].to_vec())
+        );
     }
 
     /// A panic is raised again on the caller's thread, with its own message; a stop before it in
@@ -170,8 +173,15 @@ mod tests {
         })
         .expect_err("the panic comes back");
         assert_eq!(panicked.downcast_ref::<String>().map(String::as_str), Some("point 4 broke"));
-        let (done, stop) =
-            in_order(threads(3), &items, |&i| if i == 6 { panic!("never raised") } else if i == 2 { Err(i) } else { Ok(i) });
+        let (done, stop) = in_order(threads(3), &items, |&i| {
+            if i == 6 {
+                panic!("never raised")
+            } else if i == 2 {
+                Err(i)
+            } else {
+                Ok(i)
+            }
+        });
         assert_eq!((done, stop), (vec![0, 1], Some(2)));
     }
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 use batchlab::run::{RunOptions, run_blocking};
 use batchlab::scenario::{Overrides, parse_str};
 use batchlab::tune::{
-    LoadKnob, NOISE_SEEDS, Objective, PLATEAU, Point, STRESS, Space, paired_tie, search, search_plan, simpler,
-    stressed as stressed_plan, tie_band, with_point,
+    LoadKnob, NOISE_SEEDS, Objective, PLATEAU, Point, STRESS, Space, paired_tie, search, search_plan,
+    search_with_threads, simpler, stressed as stressed_plan, tie_band, with_point,
 };
 
 const SCENARIO: &str = r#"
@@ -72,6 +72,44 @@ fn the_result_is_within_the_plateau_of_every_point_and_its_snippet_is_a_valid_ba
     )
     .expect("one point");
     assert!(own.points[0].score.unwrap_or(0.0) <= best.score.unwrap() / (1.0 - band));
+}
+
+/// The search runs each phase's points on several threads, and its answer is the serial one to
+/// the byte, for every seed: the points and their order, the plateau, the stress runs, the
+/// recommendation and the noise. The searches cover every phase: a grid, and refinement rounds,
+/// that the budget cuts short, plateaus of ties with their seed and stress runs.
+#[test]
+fn the_search_on_several_threads_gives_the_serial_result_to_the_byte() {
+    let threads = |n| std::num::NonZeroUsize::new(n).unwrap();
+    let throughput =
+        SCENARIO.replace("kind = \"constant\"\nrates = [200.0]", "kind = \"throughput\"\nmax_concurrency = 64");
+    let searches: [(&str, &str, usize, bool); 4] = [
+        ("a grid the budget cuts short", SCENARIO, 5, false),
+        ("constant rate, load searched", SCENARIO, 37, false),
+        ("closed loop at its own load (ties)", &throughput, 30, true),
+        ("constant rate at its own load", SCENARIO, 25, true),
+    ];
+    let (mut plateaus, mut stressed) = (0, 0);
+    for seed in [5, 6, 7] {
+        for (what, text, budget, own_load) in searches {
+            let text = text.replace("seed = 5", &format!("seed = {seed}"));
+            let sim = search_plan(&plan(&text), None).unwrap();
+            let space = if own_load { Space::for_plan(&sim).at_own_load(&sim) } else { Space::for_plan(&sim) };
+            let serial = search_with_threads(&sim, &Objective::Goodput, budget, space.clone(), threads(1)).unwrap();
+            assert_eq!(serial.points.len(), budget, "{what}, seed {seed}: the budget is spent");
+            let json = serde_json::to_string(&serial).unwrap();
+            for n in [2, 5] {
+                let parallel =
+                    search_with_threads(&sim, &Objective::Goodput, budget, space.clone(), threads(n)).unwrap();
+                assert_eq!(parallel, serial, "{what}, seed {seed}, {n} threads");
+                assert_eq!(serde_json::to_string(&parallel).unwrap(), json, "{what}, seed {seed}, {n} threads");
+            }
+            plateaus += usize::from(serial.points.iter().filter(|p| p.plateau).count() >= 2);
+            stressed += usize::from(serial.points.iter().any(|p| p.stress_score.is_some()));
+        }
+    }
+    // The recommendation's parallel phases ran: plateaus of several points, and their stress runs.
+    assert!(plateaus >= 3 && stressed >= 3, "{plateaus} plateaus, {stressed} with stress runs");
 }
 
 /// Far below capacity, many settings meet the SLO and tie on goodput (the offered load): the

@@ -2,6 +2,7 @@
 //! the front, and (for a real-engine scenario with a calibration profile) confirm the best points
 //! on the real engine in one engine start.
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -10,7 +11,9 @@ use batchlab::report::Report;
 use batchlab::scenario::Overrides;
 use batchlab::scenario::plan::{EnginePlan, Plan};
 use batchlab::scenario::units::{format_duration, parse_duration};
-use batchlab::tune::{NOISE_SEEDS, Objective, STRESS, Space, TuneReport, TuneResult, search, search_plan};
+use batchlab::tune::{
+    NOISE_SEEDS, Objective, STRESS, Space, TuneReport, TuneResult, available_threads, search_plan, search_with_threads,
+};
 
 use super::{EXIT_BAD_INPUT, EXIT_ERROR};
 
@@ -32,6 +35,10 @@ pub(super) struct TuneArgs {
     /// How many points (runs in the simulator) the search may evaluate.
     #[arg(long, default_value_t = 100)]
     budget: usize,
+    /// How many threads run the search's points [default: the CPUs batchlab may use]. The result
+    /// is the same for any number.
+    #[arg(long, value_name = "N")]
+    threads: Option<NonZeroUsize>,
     /// A calibration profile (`batchlab calibrate`) to search a real-engine scenario in the simulator.
     #[arg(long, value_name = "PROFILE.TOML")]
     profile: Option<PathBuf>,
@@ -72,8 +79,9 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
         }
     };
     let space = if args.keep_load { Space::for_plan(&sim).at_own_load(&sim) } else { Space::for_plan(&sim) };
+    let threads = args.threads.unwrap_or_else(available_threads);
     let started = std::time::Instant::now();
-    let result = match search(&sim, &objective, args.budget, space) {
+    let result = match search_with_threads(&sim, &objective, args.budget, space, threads) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
@@ -81,7 +89,7 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
         }
     };
     let search_s = started.elapsed().as_secs_f64();
-    eprintln!("searched {} points in the simulator in {search_s:.2} s", result.points.len());
+    eprintln!("searched {} points in the simulator in {search_s:.2} s on {threads} threads", result.points.len());
     print!("{}", front_table(&result, &objective));
     let Some(snippet) = result.snippet() else {
         eprintln!("error: no point met the objective; loosen the SLO or the latency bound");

@@ -5,6 +5,9 @@
 //!
 //! - [`search`](mod@search): the search in the simulator and its recommendation ([`search()`],
 //!   [`search_plan`], [`Space::for_plan`]);
+//! - `parallel`: each phase's independent runs on a pool of threads, the results taken in the
+//!   serial search's order, so the answer is the same for any number of threads
+//!   ([`search_with_threads`]);
 //! - [`confirm`](mod@confirm): the best points on the real engine in one engine start
 //!   ([`confirm()`], [`confirmations`]), from the run's results in memory.
 //!
@@ -18,6 +21,7 @@
 //! `run/`, and nothing here calls back up.
 
 pub mod confirm;
+mod parallel;
 pub mod search;
 
 use crate::scenario::ScenarioError;
@@ -26,8 +30,10 @@ use std::time::Duration;
 
 pub use crate::report::tuning::{Confirmation, LoadKnob, Point, Space, TuneReport, TuneResult};
 pub use confirm::{ConfirmError, confirm, confirmation_plan, confirmations};
+pub use parallel::available_threads;
 pub use search::{
-    NOISE_SEEDS, PLATEAU, STRESS, paired_tie, search, search_plan, simpler, stressed, tie_band, with_point,
+    NOISE_SEEDS, PLATEAU, STRESS, paired_tie, search, search_plan, search_with_threads, simpler, stressed, tie_band,
+    with_point,
 };
 
 use crate::report::{Report, ReportError};

@@ -13,6 +13,14 @@
 //!
 //! Points already evaluated are never run twice, so the budget counts distinct runs.
 //!
+//! # On several threads
+//! The runs of each phase are independent of each other (the grid's points, one refinement
+//! round's, the recommendation's seed runs and its stress runs): each phase first lists them,
+//! exactly as the serial search would try them (the budget and the already-evaluated points
+//! applied), then runs them on a pool of threads ([`super::parallel`]) and takes the results in
+//! that order. The result is the same, to the byte, for any number of threads
+//! ([`search_with_threads`]; [`search`] uses every CPU the process may use).
+//!
 //! # The recommendation: only what the data supports
 //! Not simply the highest score, which picks by accident among settings the data cannot tell
 //! apart (`recommend` has the rule, docs/tuning.md the why):
@@ -28,11 +36,13 @@
 
 use crate::loadgen::ProfileSpec;
 use crate::scenario::units::format_duration;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroUsize;
 use std::path::Path;
 use std::time::Duration;
 use toml_edit::{InlineTable, Value};
 
+use super::parallel::{available_threads, in_order, try_in_order};
 use super::{LoadKnob, Objective, Point, Space, TuneError, TuneResult};
 use crate::engine::sim::{Profile, SimConfig, TimeMode};
 use crate::metrics::result::BenchmarkResult;
@@ -102,11 +112,21 @@ fn log_grid(lo: f64, hi: f64, n: usize) -> Vec<f64> {
 /// A point in the search's log space: (batch size, timeout µs, load).
 type Key = (u32, u64, u64);
 
+/// A point the search will run: its settings (clamped to the space) and its key.
+#[derive(Clone, Copy)]
+struct Candidate {
+    key: Key,
+    batch_size: u32,
+    batch_timeout: Duration,
+    load: Option<f64>,
+}
+
 struct Search<'a> {
     plan: &'a Plan,
     objective: &'a Objective,
     space: &'a Space,
     budget: usize,
+    threads: NonZeroUsize,
     points: Vec<Point>,
     seen: BTreeMap<Key, usize>,
 }
@@ -128,22 +148,46 @@ impl Search<'_> {
         (bs, to, load)
     }
 
-    /// Runs one point (once); returns its index, or `None` when the budget is spent.
-    fn eval(&mut self, bs: f64, to_us: f64, load: f64, grid: bool) -> Result<Option<usize>, TuneError> {
-        let (bs, to, load) = self.clamp(bs, to_us, load);
-        let key = (bs, to, load.map_or(0, |l| (l * 1000.0) as u64));
-        if let Some(&i) = self.seen.get(&key) {
-            return Ok(Some(i));
+    fn candidate(&self, bs: f64, to_us: f64, load: f64) -> Candidate {
+        let (batch_size, to, load) = self.clamp(bs, to_us, load);
+        let key = (batch_size, to, load.map_or(0, |l| (l * 1000.0) as u64));
+        Candidate { key, batch_size, batch_timeout: Duration::from_micros(to), load }
+    }
+
+    /// Runs each of `wanted` (settings before clamping) that was not run before, once, in
+    /// parallel, and adds them to the points in `wanted`'s order, as one at a time would: up to
+    /// the budget. Returns `false` when the budget left some out.
+    fn eval_all(&mut self, wanted: &[(f64, f64, f64)], grid: bool) -> Result<bool, TuneError> {
+        let mut fresh: Vec<Candidate> = Vec::new();
+        let mut fresh_keys = BTreeSet::new();
+        let mut within_budget = true;
+        for &(bs, to_us, load) in wanted {
+            let c = self.candidate(bs, to_us, load);
+            if self.seen.contains_key(&c.key) || fresh_keys.contains(&c.key) {
+                continue;
+            }
+            if self.points.len() + fresh.len() >= self.budget {
+                within_budget = false;
+                break;
+            }
+            fresh_keys.insert(c.key);
+            fresh.push(c);
         }
-        if self.points.len() >= self.budget {
-            return Ok(None);
+        let points = try_in_order(self.threads, &fresh, |c| self.run_point(c, grid))?;
+        for (c, point) in fresh.iter().zip(points) {
+            self.points.push(point);
+            self.seen.insert(c.key, self.points.len() - 1);
         }
-        let timeout = Duration::from_micros(to);
-        let plan = with_point(self.plan, bs, timeout, load)?;
+        Ok(within_budget)
+    }
+
+    /// One point's run.
+    fn run_point(&self, c: &Candidate, grid: bool) -> Result<Point, TuneError> {
+        let plan = with_point(self.plan, c.batch_size, c.batch_timeout, c.load)?;
         let mut point = Point {
-            batch_size: bs,
-            batch_timeout: timeout,
-            load,
+            batch_size: c.batch_size,
+            batch_timeout: c.batch_timeout,
+            load: c.load,
             throughput: None,
             goodput: None,
             latency_p99_ms: None,
@@ -162,10 +206,7 @@ impl Search<'_> {
             point.latency_p99_ms = b.metric("latency_p99_ms");
             point.score = score(self.objective, b);
         }
-        self.points.push(point);
-        let i = self.points.len() - 1;
-        self.seen.insert(key, i);
-        Ok(Some(i))
+        Ok(point)
     }
 
     fn best(&self, k: usize) -> Vec<usize> {
@@ -246,21 +287,49 @@ pub fn simpler(a: &Point, b: &Point) -> std::cmp::Ordering {
     a.batch_size.cmp(&b.batch_size).then(b.batch_timeout.cmp(&a.batch_timeout))
 }
 
-/// Point `i`'s score over [`NOISE_SEEDS`] seeds: the scenario's seed (the run the search made)
-/// and the next ones (the workload's draws, the arrivals and the simulator's own randomness all
-/// change with it). A seed that misses the objective counts as no score at all: that is noise too.
-fn seed_scores(s: &Search<'_>, i: usize) -> Result<Vec<f64>, TuneError> {
+/// The scores of points `of` over [`NOISE_SEEDS`] seeds each, run in parallel: the scenario's
+/// seed (the run the search made) and the next ones (the workload's draws, the arrivals and the
+/// simulator's own randomness all change with it). A seed that misses the objective counts as no
+/// score at all: that is noise too.
+fn seed_scores(s: &Search<'_>, of: &[usize]) -> Result<Vec<Vec<f64>>, TuneError> {
+    let runs: Vec<(usize, u64)> = of.iter().flat_map(|&i| (1..NOISE_SEEDS).map(move |k| (i, k))).collect();
+    let mut more = try_in_order(s.threads, &runs, |&(i, k)| seed_score(s, i, k))?.into_iter();
+    Ok(of
+        .iter()
+        .map(|&i| {
+            let first = s.points[i].score.unwrap_or(0.0);
+            std::iter::once(first).chain(more.by_ref().take(NOISE_SEEDS as usize - 1)).collect()
+        })
+        .collect())
+}
+
+/// Point `i`'s score with the scenario's seed `+ k`.
+fn seed_score(s: &Search<'_>, i: usize, k: u64) -> Result<f64, TuneError> {
     let p = &s.points[i];
-    let mut scores = vec![p.score.unwrap_or(0.0)];
     let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?;
-    for k in 1..NOISE_SEEDS {
-        let seed = int(s.plan.seed().wrapping_add(k) & (i64::MAX as u64));
-        let plan = at.with_sets(&[("seed", seed.clone()), ("engine.sim.seed", seed)])?;
-        let summary = run_blocking(&plan, RunOptions::quiet())
-            .map_err(|source| TuneError::Run { point: format!("{} (seed +{k})", p.label(s.space.load)), source })?;
-        scores.push(summary.report.benchmarks.first().and_then(|b| score(s.objective, b)).unwrap_or(0.0));
-    }
-    Ok(scores)
+    let seed = int(s.plan.seed().wrapping_add(k) & (i64::MAX as u64));
+    let plan = at.with_sets(&[("seed", seed.clone()), ("engine.sim.seed", seed)])?;
+    let summary = run_blocking(&plan, RunOptions::quiet())
+        .map_err(|source| TuneError::Run { point: format!("{} (seed +{k})", p.label(s.space.load)), source })?;
+    Ok(summary.report.benchmarks.first().and_then(|b| score(s.objective, b)).unwrap_or(0.0))
+}
+
+/// Why the stress runs stopped before the last plateau point.
+enum StressStop {
+    /// The profile has no load to raise.
+    NoLoad,
+    Failed(TuneError),
+}
+
+/// Point `i`'s score at [`STRESS`] times its load; `None` when it misses the objective there.
+fn stress_score(s: &Search<'_>, i: usize) -> Result<Option<f64>, StressStop> {
+    let p = &s.points[i];
+    let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load).map_err(StressStop::Failed)?;
+    let Some(plan) = stressed(&at, STRESS).map_err(StressStop::Failed)? else { return Err(StressStop::NoLoad) };
+    let summary = run_blocking(&plan, RunOptions::quiet()).map_err(|source| {
+        StressStop::Failed(TuneError::Run { point: format!("{} (load x{STRESS})", p.label(s.space.load)), source })
+    })?;
+    Ok(summary.report.benchmarks.first().and_then(|b| score(s.objective, b)))
 }
 
 /// The relative standard deviation of `scores`.
@@ -282,16 +351,20 @@ fn recommend(s: &mut Search<'_>) -> Result<(Option<usize>, Option<f64>), TuneErr
     let ranked = s.best(usize::MAX);
     let Some(&first) = ranked.first() else { return Ok((None, None)) };
     let Some(top) = s.points[first].score else { return Ok((None, None)) };
-    let best_scores = seed_scores(s, first)?;
+    let best_scores = seed_scores(s, &[first])?.swap_remove(0);
     let noise = relative_sd(&best_scores);
     let band = tie_band(noise);
+    let near: Vec<usize> = ranked
+        .iter()
+        .copied()
+        .skip(1)
+        .take(MAX_STRESSED - 1)
+        .take_while(|&i| s.points[i].score.is_some_and(|v| v >= top - top.abs() * band))
+        .collect();
     let mut plateau = vec![first];
-    for &i in ranked.iter().skip(1).take(MAX_STRESSED - 1) {
-        if !s.points[i].score.is_some_and(|v| v >= top - top.abs() * band) {
-            break;
-        }
-        if paired_tie(&seed_scores(s, i)?, &best_scores) {
-            plateau.push(i);
+    for (i, scores) in near.iter().zip(seed_scores(s, &near)?) {
+        if paired_tie(&scores, &best_scores) {
+            plateau.push(*i);
         }
     }
     for &i in &plateau {
@@ -303,19 +376,15 @@ fn recommend(s: &mut Search<'_>) -> Result<(Option<usize>, Option<f64>), TuneErr
     let candidates: Vec<usize> = plateau.iter().copied().take(MAX_STRESSED).collect();
     let mut tied = candidates.clone();
     if candidates.len() >= 2 {
-        let mut stressable = true;
-        for &i in &candidates {
-            let p = s.points[i].clone();
-            let Some(plan) = stressed(&with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?, STRESS)? else {
-                stressable = false;
-                break;
-            };
-            let summary = run_blocking(&plan, RunOptions::quiet()).map_err(|source| TuneError::Run {
-                point: format!("{} (load x{STRESS})", p.label(s.space.load)),
-                source,
-            })?;
-            s.points[i].stress_score = summary.report.benchmarks.first().and_then(|b| score(s.objective, b));
+        let (scores, stop) = in_order(s.threads, &candidates, |&i| stress_score(s, i));
+        for (&i, score) in candidates.iter().zip(scores) {
+            s.points[i].stress_score = score;
         }
+        let stressable = match stop {
+            None => true,
+            Some(StressStop::NoLoad) => false,
+            Some(StressStop::Failed(e)) => return Err(e),
+        };
         if stressable {
             let best_stress = candidates.iter().filter_map(|&i| s.points[i].stress_score).fold(f64::MIN, f64::max);
             tied = if best_stress == f64::MIN {
@@ -337,9 +406,23 @@ fn recommend(s: &mut Search<'_>) -> Result<(Option<usize>, Option<f64>), TuneErr
     Ok((best, Some(noise)))
 }
 
-/// Searches `plan`'s batching settings (see the module docs). `plan` must run on the simulator
-/// ([`search_plan`]); its profile must be one benchmark. `budget` counts distinct runs.
+/// Searches `plan`'s batching settings (see the module docs), its runs on every CPU the process
+/// may use ([`search_with_threads`] with [`available_threads`]). `plan` must run on the
+/// simulator ([`search_plan`]); its profile must be one benchmark. `budget` counts distinct runs.
 pub fn search(plan: &Plan, objective: &Objective, budget: usize, space: Space) -> Result<TuneResult, TuneError> {
+    search_with_threads(plan, objective, budget, space, available_threads())
+}
+
+/// [`search`] with its independent runs on `threads` threads (1: one after the other). The
+/// result is the same for any number: the points, their order, the recommendation; a failure
+/// is the one the serial search meets first.
+pub fn search_with_threads(
+    plan: &Plan,
+    objective: &Objective,
+    budget: usize,
+    space: Space,
+    threads: NonZeroUsize,
+) -> Result<TuneResult, TuneError> {
     if !matches!(plan.engine(), EnginePlan::Sim(SimConfig { time: TimeMode::Virtual, .. })) {
         return Err(TuneError::Unsupported("tune runs its points on the simulator in virtual time".into()));
     }
@@ -349,22 +432,20 @@ pub fn search(plan: &Plan, objective: &Objective, budget: usize, space: Space) -
         ));
     }
     let budget = budget.max(1);
-    let mut s = Search { plan, objective, space: &space, budget, points: Vec::new(), seen: BTreeMap::new() };
+    let mut s = Search { plan, objective, space: &space, budget, threads, points: Vec::new(), seen: BTreeMap::new() };
     let dims = if space.load == LoadKnob::None { 2 } else { 3 };
     // 1. Coarse grid: as many log-spaced values per dimension as half the budget allows (≥ 2).
     let per_dim = ((budget as f64 / 2.0).powf(1.0 / dims as f64).floor() as usize).clamp(2, 6);
     let bs_grid = log_grid(f64::from(space.batch_size.0), f64::from(space.batch_size.1), per_dim);
     let to_grid = log_grid(space.batch_timeout_us.0 as f64, space.batch_timeout_us.1 as f64, per_dim);
     let load_grid = if dims == 3 { log_grid(space.load_range.0, space.load_range.1, per_dim) } else { vec![0.0] };
-    'grid: for &l in &load_grid {
+    let mut grid = Vec::new();
+    for &l in &load_grid {
         for &b in &bs_grid {
-            for &t in &to_grid {
-                if s.eval(b, t, l, true)?.is_none() {
-                    break 'grid;
-                }
-            }
+            grid.extend(to_grid.iter().map(|&t| (b, t, l)));
         }
     }
+    s.eval_all(&grid, true)?;
     // 2. Refinement: a pattern search around the best few, in log steps that halve.
     let ratio = |lo: f64, hi: f64| if hi > lo { (hi / lo).ln() / (per_dim - 1) as f64 } else { 0.0 };
     let mut steps = [
@@ -372,10 +453,11 @@ pub fn search(plan: &Plan, objective: &Objective, budget: usize, space: Space) -
         ratio(space.batch_timeout_us.0 as f64, space.batch_timeout_us.1 as f64),
         if dims == 3 { ratio(space.load_range.0, space.load_range.1) } else { 0.0 },
     ];
-    'refine: while s.points.len() < budget && steps.iter().any(|&st| st > 0.02) {
+    while s.points.len() < budget && steps.iter().any(|&st| st > 0.02) {
         let before = s.best(1).first().and_then(|&i| s.points[i].score);
+        let mut round = Vec::new();
         for i in s.best(3) {
-            let p = s.points[i].clone();
+            let p = &s.points[i];
             let base = [f64::from(p.batch_size), p.batch_timeout.as_micros() as f64, p.load.unwrap_or(0.0)];
             for (d, &step) in steps.iter().enumerate() {
                 if step <= 0.02 {
@@ -384,11 +466,12 @@ pub fn search(plan: &Plan, objective: &Objective, budget: usize, space: Space) -
                 for dir in [1.0, -1.0] {
                     let mut v = base;
                     v[d] *= (dir * step).exp();
-                    if s.eval(v[0], v[1], v[2], false)?.is_none() {
-                        break 'refine;
-                    }
+                    round.push((v[0], v[1], v[2]));
                 }
             }
+        }
+        if !s.eval_all(&round, false)? {
+            break;
         }
         let after = s.best(1).first().and_then(|&i| s.points[i].score);
         if after <= before {

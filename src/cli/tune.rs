@@ -12,7 +12,7 @@ use batchlab::scenario::Overrides;
 use batchlab::scenario::plan::{EnginePlan, Plan};
 use batchlab::scenario::units::{format_duration, parse_duration};
 use batchlab::tune::{
-    NOISE_SEEDS, Objective, STRESS, Space, TuneReport, TuneResult, available_threads, search_plan, search_with_threads,
+    NOISE_SEEDS, Objective, STRESS, Space, TuneReport, TuneResult, available_threads, search_counting_runs, search_plan,
 };
 
 use super::{EXIT_BAD_INPUT, EXIT_ERROR};
@@ -81,7 +81,7 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
     let space = if args.keep_load { Space::for_plan(&sim).at_own_load(&sim) } else { Space::for_plan(&sim) };
     let threads = args.threads.unwrap_or_else(available_threads);
     let started = std::time::Instant::now();
-    let result = match search_with_threads(&sim, &objective, args.budget, space, threads) {
+    let (result, runs) = match search_counting_runs(&sim, &objective, args.budget, space, threads) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
@@ -89,7 +89,12 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
         }
     };
     let search_s = started.elapsed().as_secs_f64();
-    eprintln!("searched {} points in the simulator in {search_s:.2} s on {threads} threads", result.points.len());
+    eprintln!(
+        "searched {} points in the simulator in {search_s:.2} s on {threads} threads ({} runs simulated, {} taken from a run proven the same)",
+        result.points.len(),
+        runs.simulated,
+        runs.reused
+    );
     print!("{}", front_table(&result, &objective));
     let Some(snippet) = result.snippet() else {
         eprintln!("error: no point met the objective; loosen the SLO or the latency bound");
@@ -97,7 +102,7 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
     };
     println!("\nrecommended (best {}):\n\n{snippet}", objective_name(&objective));
     let output = args.output.clone().unwrap_or_else(|| PathBuf::from("results").join(format!("{}-tune", plan.name())));
-    let mut tune = TuneReport { objective: objective_name(&objective), search_s, result, confirmed: Vec::new() };
+    let mut tune = TuneReport { objective: objective_name(&objective), search_s, runs, result, confirmed: Vec::new() };
     let real = !matches!(plan.engine(), EnginePlan::Sim(_));
     let report = if real && args.profile.is_some() && args.confirm > 0 {
         match confirm(&plan, &mut tune, &objective, args.confirm, &output) {

@@ -15,11 +15,25 @@ pub struct TuneReport {
     pub objective: String,
     /// Wall time of the search in the simulator, seconds.
     pub search_s: f64,
+    /// The search's runs on the simulator, and those it took from a run proven the same.
+    #[serde(default)]
+    pub runs: SearchRuns,
     /// Every point, the recommendation and the space.
     pub result: TuneResult,
     /// The best points run again on the real engine, the recommendation first (empty when the
     /// scenario's engine is the simulator, or with `--confirm 0`).
     pub confirmed: Vec<Confirmation>,
+}
+
+/// How many runs a search made on the simulator, and how many it took from a run it had made
+/// that was provably the same (the same timeout, load and seed, and a batch size the made run
+/// never reached: docs/tuning.md). The points, and so the result, are the same either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchRuns {
+    /// Runs made on the simulator.
+    pub simulated: usize,
+    /// Runs taken from a run made before.
+    pub reused: usize,
 }
 
 /// One point predicted by the simulator and measured on the real engine.

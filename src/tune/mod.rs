@@ -21,6 +21,7 @@
 //! `run/`, and nothing here calls back up.
 
 pub mod confirm;
+mod memo;
 mod parallel;
 pub mod search;
 
@@ -28,12 +29,12 @@ use crate::scenario::ScenarioError;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use crate::report::tuning::{Confirmation, LoadKnob, Point, Space, TuneReport, TuneResult};
+pub use crate::report::tuning::{Confirmation, LoadKnob, Point, SearchRuns, Space, TuneReport, TuneResult};
 pub use confirm::{ConfirmError, confirm, confirmation_plan, confirmations};
 pub use parallel::available_threads;
 pub use search::{
-    NOISE_SEEDS, PLATEAU, STRESS, paired_tie, search, search_plan, search_with_threads, simpler, stressed, tie_band,
-    with_point,
+    NOISE_SEEDS, PLATEAU, STRESS, paired_tie, search, search_counting_runs, search_plan, search_with_threads, simpler,
+    stressed, tie_band, with_point,
 };
 
 use crate::report::{Report, ReportError};

@@ -42,8 +42,9 @@ use std::path::Path;
 use std::time::Duration;
 use toml_edit::{InlineTable, Value};
 
+use super::memo::{Memo, RunKey, Variant};
 use super::parallel::{available_threads, in_order, try_in_order};
-use super::{LoadKnob, Objective, Point, Space, TuneError, TuneResult};
+use super::{LoadKnob, Objective, Point, SearchRuns, Space, TuneError, TuneResult};
 use crate::engine::sim::{Profile, SimConfig, TimeMode};
 use crate::metrics::result::BenchmarkResult;
 use crate::run::{RunOptions, run_blocking};
@@ -129,6 +130,8 @@ struct Search<'a> {
     threads: NonZeroUsize,
     points: Vec<Point>,
     seen: BTreeMap<Key, usize>,
+    /// Every run made, for the runs provably the same as one of them ([`super::memo`]).
+    memo: Memo,
 }
 
 impl Search<'_> {
@@ -173,6 +176,13 @@ impl Search<'_> {
             fresh_keys.insert(c.key);
             fresh.push(c);
         }
+        self.leaders_first(
+            &fresh,
+            |c| (RunKey::of(Variant::Scenario, c.batch_timeout, c.load), c.batch_size),
+            |c| {
+                let _ = self.run_point(c, grid);
+            },
+        );
         let points = try_in_order(self.threads, &fresh, |c| self.run_point(c, grid))?;
         for (c, point) in fresh.iter().zip(points) {
             self.points.push(point);
@@ -198,15 +208,46 @@ impl Search<'_> {
             stress_score: None,
             tied: false,
         };
-        let summary = run_blocking(&plan, RunOptions::quiet())
-            .map_err(|source| TuneError::Run { point: point.label(self.space.load), source })?;
-        if let Some(b) = summary.report.benchmarks.first() {
+        let key = RunKey::of(Variant::Scenario, c.batch_timeout, c.load);
+        let benchmark = self.memo.get_or_run(key, c.batch_size as usize, || {
+            first_benchmark(&plan).map_err(|source| TuneError::Run { point: point.label(self.space.load), source })
+        })?;
+        if let Some(b) = &benchmark {
             point.throughput = b.output_tokens_per_s;
             point.goodput = b.slo.as_ref().and_then(|s| s.goodput_output_tokens_per_s);
             point.latency_p99_ms = b.metric("latency_p99_ms");
             point.score = score(self.objective, b);
         }
         Ok(point)
+    }
+
+    /// Before a phase's runs (`run` each of `items`, in parallel, in order): runs first, in
+    /// parallel, the item of the largest batch size among those that differ only in it (`group`
+    /// gives an item's run and batch size), so that the phase's other runs can be taken from it
+    /// where they are provably the same ([`Memo`]). The phase's answer is the same either way;
+    /// a failure here is left for the phase's own run of the item to meet, in its order.
+    fn leaders_first<T: Sync>(&self, items: &[T], group: impl Fn(&T) -> (RunKey, u32), run: impl Fn(&T) + Sync) {
+        let mut leaders: Vec<(RunKey, u32, usize)> = Vec::new();
+        let mut grouped = vec![false; items.len()];
+        for (i, item) in items.iter().enumerate() {
+            let (key, batch_size) = group(item);
+            match leaders.iter_mut().find(|(k, _, _)| *k == key) {
+                Some(leader) => {
+                    grouped[leader.2] = true;
+                    if batch_size > leader.1 {
+                        *leader = (key, batch_size, i);
+                        grouped[i] = true;
+                    }
+                }
+                None => leaders.push((key, batch_size, i)),
+            }
+        }
+        // A group of one gains nothing from going first.
+        let first: Vec<usize> = leaders.iter().map(|l| l.2).filter(|&i| grouped[i]).collect();
+        let _ = in_order(self.threads, &first, |&i| {
+            run(&items[i]);
+            Ok::<(), ()>(())
+        });
     }
 
     fn best(&self, k: usize) -> Vec<usize> {
@@ -287,12 +328,22 @@ pub fn simpler(a: &Point, b: &Point) -> std::cmp::Ordering {
     a.batch_size.cmp(&b.batch_size).then(b.batch_timeout.cmp(&a.batch_timeout))
 }
 
+/// The first benchmark of `plan`'s run (the search's plans have one).
+fn first_benchmark(plan: &Plan) -> Result<Option<BenchmarkResult>, crate::run::RunError> {
+    Ok(run_blocking(plan, RunOptions::quiet())?.report.benchmarks.into_iter().next())
+}
+
 /// The scores of points `of` over [`NOISE_SEEDS`] seeds each, run in parallel: the scenario's
 /// seed (the run the search made) and the next ones (the workload's draws, the arrivals and the
 /// simulator's own randomness all change with it). A seed that misses the objective counts as no
 /// score at all: that is noise too.
 fn seed_scores(s: &Search<'_>, of: &[usize]) -> Result<Vec<Vec<f64>>, TuneError> {
     let runs: Vec<(usize, u64)> = of.iter().flat_map(|&i| (1..NOISE_SEEDS).map(move |k| (i, k))).collect();
+    let group = |&(i, k): &(usize, u64)| {
+        let p = &s.points[i];
+        (RunKey::of(Variant::Seed(k), p.batch_timeout, p.load), p.batch_size)
+    };
+    s.leaders_first(&runs, group, |&(i, k)| _ = seed_score(s, i, k));
     let mut more = try_in_order(s.threads, &runs, |&(i, k)| seed_score(s, i, k))?.into_iter();
     Ok(of
         .iter()
@@ -309,9 +360,12 @@ fn seed_score(s: &Search<'_>, i: usize, k: u64) -> Result<f64, TuneError> {
     let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?;
     let seed = int(s.plan.seed().wrapping_add(k) & (i64::MAX as u64));
     let plan = at.with_sets(&[("seed", seed.clone()), ("engine.sim.seed", seed)])?;
-    let summary = run_blocking(&plan, RunOptions::quiet())
-        .map_err(|source| TuneError::Run { point: format!("{} (seed +{k})", p.label(s.space.load)), source })?;
-    Ok(summary.report.benchmarks.first().and_then(|b| score(s.objective, b)).unwrap_or(0.0))
+    let key = RunKey::of(Variant::Seed(k), p.batch_timeout, p.load);
+    let benchmark = s.memo.get_or_run(key, p.batch_size as usize, || {
+        first_benchmark(&plan)
+            .map_err(|source| TuneError::Run { point: format!("{} (seed +{k})", p.label(s.space.load)), source })
+    })?;
+    Ok(benchmark.as_ref().and_then(|b| score(s.objective, b)).unwrap_or(0.0))
 }
 
 /// Why the stress runs stopped before the last plateau point.
@@ -326,10 +380,13 @@ fn stress_score(s: &Search<'_>, i: usize) -> Result<Option<f64>, StressStop> {
     let p = &s.points[i];
     let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load).map_err(StressStop::Failed)?;
     let Some(plan) = stressed(&at, STRESS).map_err(StressStop::Failed)? else { return Err(StressStop::NoLoad) };
-    let summary = run_blocking(&plan, RunOptions::quiet()).map_err(|source| {
-        StressStop::Failed(TuneError::Run { point: format!("{} (load x{STRESS})", p.label(s.space.load)), source })
+    let key = RunKey::of(Variant::Stress, p.batch_timeout, p.load);
+    let benchmark = s.memo.get_or_run(key, p.batch_size as usize, || {
+        first_benchmark(&plan).map_err(|source| {
+            StressStop::Failed(TuneError::Run { point: format!("{} (load x{STRESS})", p.label(s.space.load)), source })
+        })
     })?;
-    Ok(summary.report.benchmarks.first().and_then(|b| score(s.objective, b)))
+    Ok(benchmark.as_ref().and_then(|b| score(s.objective, b)))
 }
 
 /// The relative standard deviation of `scores`.
@@ -376,6 +433,11 @@ fn recommend(s: &mut Search<'_>) -> Result<(Option<usize>, Option<f64>), TuneErr
     let candidates: Vec<usize> = plateau.iter().copied().take(MAX_STRESSED).collect();
     let mut tied = candidates.clone();
     if candidates.len() >= 2 {
+        let group = |&i: &usize| {
+            let p = &s.points[i];
+            (RunKey::of(Variant::Stress, p.batch_timeout, p.load), p.batch_size)
+        };
+        s.leaders_first(&candidates, group, |&i| _ = stress_score(s, i));
         let (scores, stop) = in_order(s.threads, &candidates, |&i| stress_score(s, i));
         for (&i, score) in candidates.iter().zip(scores) {
             s.points[i].stress_score = score;
@@ -423,6 +485,18 @@ pub fn search_with_threads(
     space: Space,
     threads: NonZeroUsize,
 ) -> Result<TuneResult, TuneError> {
+    search_counting_runs(plan, objective, budget, space, threads).map(|(result, _)| result)
+}
+
+/// [`search_with_threads`], and how many runs it made on the simulator and how many it took
+/// from a run proven the same (which may differ with the threads; the result does not).
+pub fn search_counting_runs(
+    plan: &Plan,
+    objective: &Objective,
+    budget: usize,
+    space: Space,
+    threads: NonZeroUsize,
+) -> Result<(TuneResult, SearchRuns), TuneError> {
     if !matches!(plan.engine(), EnginePlan::Sim(SimConfig { time: TimeMode::Virtual, .. })) {
         return Err(TuneError::Unsupported("tune runs its points on the simulator in virtual time".into()));
     }
@@ -432,7 +506,16 @@ pub fn search_with_threads(
         ));
     }
     let budget = budget.max(1);
-    let mut s = Search { plan, objective, space: &space, budget, threads, points: Vec::new(), seen: BTreeMap::new() };
+    let mut s = Search {
+        plan,
+        objective,
+        space: &space,
+        budget,
+        threads,
+        points: Vec::new(),
+        seen: BTreeMap::new(),
+        memo: Memo::default(),
+    };
     let dims = if space.load == LoadKnob::None { 2 } else { 3 };
     // 1. Coarse grid: as many log-spaced values per dimension as half the budget allows (≥ 2).
     let per_dim = ((budget as f64 / 2.0).powf(1.0 / dims as f64).floor() as usize).clamp(2, 6);
@@ -484,12 +567,13 @@ pub fn search_with_threads(
         }
     }
     let (best, noise) = recommend(&mut s)?;
+    let runs = s.memo.counts();
     let mut points = s.points;
     let pts: Vec<(Option<f64>, Option<f64>)> = points.iter().map(Point::result).collect();
     for (p, on) in points.iter_mut().zip(crate::metrics::pareto::front(&pts)) {
         p.front = on;
     }
-    Ok(TuneResult { points, best, space, noise })
+    Ok((TuneResult { points, best, space, noise }, runs))
 }
 
 /// The search's bounds: policy, so here, on the data type the report carries.

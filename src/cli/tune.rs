@@ -89,7 +89,8 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
         }
     };
     let search_s = started.elapsed().as_secs_f64();
-    eprintln!("searched {} points in the simulator in {search_s:.2} s on {threads} threads", result.points.len());
+    let on = if threads.get() == 1 { "1 thread".to_string() } else { format!("{threads} threads") };
+    eprintln!("searched {} points in the simulator in {search_s:.2} s on {on}", result.points.len());
     print!("{}", front_table(&result, &objective));
     let Some(snippet) = result.snippet() else {
         eprintln!("error: no point met the objective; loosen the SLO or the latency bound");

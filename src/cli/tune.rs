@@ -89,8 +89,9 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
         }
     };
     let search_s = started.elapsed().as_secs_f64();
+    let on = if threads.get() == 1 { "1 thread".to_string() } else { format!("{threads} threads") };
     eprintln!(
-        "searched {} points in the simulator in {search_s:.2} s on {threads} threads ({} runs simulated, {} taken from a run proven the same)",
+        "searched {} points in the simulator in {search_s:.2} s on {on} ({} runs simulated, {} taken from a run proven the same)",
         result.points.len(),
         runs.simulated,
         runs.reused

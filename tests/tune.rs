@@ -6,8 +6,8 @@ use std::time::Duration;
 use batchlab::run::{RunOptions, run_blocking};
 use batchlab::scenario::{Overrides, parse_str};
 use batchlab::tune::{
-    LoadKnob, NOISE_SEEDS, Objective, PLATEAU, Point, STRESS, Space, paired_tie, search, search_plan,
-    search_with_threads, simpler, stressed as stressed_plan, tie_band, with_point,
+    LoadKnob, NOISE_SEEDS, Objective, PLATEAU, Point, STRESS, Space, paired_tie, search, search_counting_runs,
+    search_plan, search_with_threads, simpler, stressed as stressed_plan, tie_band, with_point,
 };
 
 const SCENARIO: &str = r#"
@@ -110,6 +110,27 @@ fn the_search_on_several_threads_gives_the_serial_result_to_the_byte() {
     }
     // The recommendation's parallel phases ran: plateaus of several points, and their stress runs.
     assert!(plateaus >= 3 && stressed >= 3, "{plateaus} plateaus, {stressed} with stress runs");
+}
+
+/// Runs the search takes from a run it made (the same timeout, load and seed, a batch size that
+/// run never reached) give each point exactly what a run of its own gives: every point of a
+/// search at a light load, where most batch sizes are never reached, run again on its own.
+#[test]
+fn a_point_taken_from_a_run_proven_the_same_is_what_its_own_run_gives() {
+    let text = SCENARIO.replace("rates = [200.0]", "rates = [100.0]");
+    let sim = search_plan(&plan(&text), None).unwrap();
+    let space = Space::for_plan(&sim).at_own_load(&sim);
+    let (result, runs) =
+        search_counting_runs(&sim, &Objective::Goodput, 30, space, std::num::NonZeroUsize::new(2).unwrap()).unwrap();
+    assert!(runs.reused >= 10 && runs.simulated >= 5, "{runs:?}");
+    for p in &result.points {
+        let own = run_blocking(&with_point(&sim, p.batch_size, p.batch_timeout, p.load).unwrap(), RunOptions::quiet())
+            .expect("run");
+        let b = &own.report.benchmarks[0];
+        assert_eq!(p.throughput, b.output_tokens_per_s, "{p:?}");
+        assert_eq!(p.goodput, b.slo.as_ref().and_then(|s| s.goodput_output_tokens_per_s), "{p:?}");
+        assert_eq!(p.latency_p99_ms, b.metric("latency_p99_ms"), "{p:?}");
+    }
 }
 
 /// Far below capacity, many settings meet the SLO and tie on goodput (the offered load): the

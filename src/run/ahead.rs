@@ -15,9 +15,9 @@ use crate::engine::EngineRequest;
 use crate::loadgen::Workload;
 
 /// Requests per hand-over between the threads.
-const CHUNK: usize = 256;
+const CHUNK: usize = 1024;
 /// Chunks made before the loop takes them.
-const CHUNKS_AHEAD: usize = 4;
+const CHUNKS_AHEAD: usize = 2;
 
 /// Requests `first, first + 1, ...` of a workload, made on a thread of `scope`.
 pub(crate) struct RequestsAhead {

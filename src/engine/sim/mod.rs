@@ -99,22 +99,20 @@ impl Engine for SimEngine {
         if !self.started {
             return Err(EngineError::Generate("generate before start".into()));
         }
-        let prompts = batch
-            .iter()
-            .map(|r| prompt::prompt_ids(&r.prompt))
-            .collect::<Result<Vec<Vec<u32>>, _>>()
-            .map_err(|e| EngineError::Generate(e.to_string()))?;
         let start = self.clock.now();
         let cost = &self.config.cost;
-        let specs: Vec<SeqSpec> = batch
+        let scheduler = &self.config.scheduler;
+        let specs = batch
             .iter()
-            .zip(prompts)
-            .map(|(r, ids)| SeqSpec {
-                prompt_len: u32::try_from(ids.len()).unwrap_or(u32::MAX),
-                output_len: output_tokens(r, cost, self.config.seed),
-                prefix: PrefixSource::Tokens(ids),
+            .map(|r| {
+                prompt::with_prompt_ids(&r.prompt, |ids| SeqSpec {
+                    prompt_len: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+                    output_len: output_tokens(r, cost, self.config.seed),
+                    prefix: PrefixSource::hashing(scheduler, ids),
+                })
             })
-            .collect();
+            .collect::<Result<Vec<SeqSpec>, _>>()
+            .map_err(|e| EngineError::Generate(e.to_string()))?;
         let buffer = std::mem::take(&mut self.steps);
         let schedule = scheduler::schedule_into(&self.config.scheduler, &mut self.kv, &specs, buffer)
             .map_err(|e| EngineError::Generate(e.to_string()))?;

@@ -40,6 +40,11 @@ pub fn prompt_tokens(prompt: &Prompt) -> Result<u32, TemplateError> {
 /// after templating) as one pseudo-token per four bytes, the counting rule's, so equal text
 /// prefixes give equal ids. As many ids as [`prompt_tokens`] counts (an empty prompt is `[0]`).
 pub fn prompt_ids(prompt: &Prompt) -> Result<Vec<u32>, TemplateError> {
+    with_prompt_ids(prompt, <[u32]>::to_vec)
+}
+
+/// `f` of the prompt's [`prompt_ids`], without copying a token prompt's ids.
+pub fn with_prompt_ids<R>(prompt: &Prompt, f: impl FnOnce(&[u32]) -> R) -> Result<R, TemplateError> {
     let text_ids = |s: &str| -> Vec<u32> {
         s.as_bytes()
             .chunks(BYTES_PER_TOKEN)
@@ -47,14 +52,15 @@ pub fn prompt_ids(prompt: &Prompt) -> Result<Vec<u32>, TemplateError> {
             .collect()
     };
     let mut ids = match prompt {
-        Prompt::Tokens(t) => t.clone(),
+        Prompt::Tokens(t) if !t.is_empty() => return Ok(f(t)),
+        Prompt::Tokens(_) => Vec::new(),
         Prompt::Text(s) => text_ids(s),
         Prompt::Chat(chat) => text_ids(&render(chat)?),
     };
     if ids.is_empty() {
         ids.push(0);
     }
-    Ok(ids)
+    Ok(f(&ids))
 }
 
 /// A chat prompt's text after its template.

@@ -48,6 +48,19 @@ pub enum PrefixSource {
     /// The prompt tokens a real engine said it served from its cache (a calibration replay);
     /// after a preemption its own computed prompt blocks are taken as still cached.
     Known(u32),
+    /// The chained hashes of its full prompt blocks, as [`PrefixSource::Tokens`] would give them
+    /// ([`PrefixSource::hashing`]): the simulated engine's, which hashes a prompt's ids where
+    /// they are rather than copy them.
+    Hashes(Vec<u64>),
+}
+
+impl PrefixSource {
+    /// The prefix of a prompt of token ids `ids` under `config`: its full blocks' hashes (none
+    /// without prefix caching).
+    pub fn hashing(config: &ResolvedEngineConfig, ids: &[u32]) -> PrefixSource {
+        let hashes = if config.prefix_caching { block_hashes(ids, config.block_size.max(1)) } else { Vec::new() };
+        PrefixSource::Hashes(hashes)
+    }
 }
 
 /// When one sequence was scheduled and produced tokens: step indices into [`Schedule::steps`].
@@ -358,6 +371,8 @@ impl Stepper {
         let (hashes, known_cached) = match &s.prefix {
             PrefixSource::Tokens(ids) if self.config.prefix_caching => (block_hashes(ids, bs), None),
             PrefixSource::Tokens(_) => (Vec::new(), None),
+            PrefixSource::Hashes(hashes) if self.config.prefix_caching => (hashes.clone(), None),
+            PrefixSource::Hashes(_) => (Vec::new(), None),
             PrefixSource::Known(n) => (Vec::new(), self.config.prefix_caching.then_some(*n)),
         };
         let seq = Seq {

@@ -13,9 +13,13 @@
 //! of wall time, its inverse in ns, and the CPU time of every thread of the process per request
 //! (`CLOCK_PROCESS_CPUTIME_ID` around the whole run, warmup included), which other load on the
 //! machine leaves alone. Rounds alternate over the batch sizes so machine noise hits all of them
-//! alike. Nothing here asserts on speed.
+//! alike. Nothing here asserts on speed. It allocates with mimalloc, as the `batchlab` binary does.
 
 use std::time::{Duration, Instant};
+
+/// The allocator of the `batchlab` binary, so the figures are the CLI's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason};
 use batchlab::run::{RunOptions, run_blocking, run_with_blocking};

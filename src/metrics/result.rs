@@ -233,14 +233,14 @@ pub struct Batching {
     #[serde(default)]
     pub decode_mean: Option<f64>,
     /// The batches of the whole benchmark, warmup and drain included (the figures above count
-    /// the measured window only). Not in the report: `tune` reads it to know that a larger
-    /// `batch_size` would have changed nothing.
-    #[serde(skip)]
+    /// the measured window only): `tune` reads it to know that a larger `batch_size` would have
+    /// changed nothing. Absent from reports of older versions (read as none).
+    #[serde(default)]
     pub whole_run: BatchesSeen,
 }
 
 /// What every batch of a benchmark was, warmup and drain included ([`Batching::whole_run`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchesSeen {
     /// Batches dispatched.
     pub batches: u64,

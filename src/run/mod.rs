@@ -16,8 +16,8 @@
 //! Every engine, the caller's included, runs inside a [`FaultyEngine`] with the plan's `[faults]`
 //! (a plain pass-through when there are none).
 
-#[doc(hidden)]
 mod ahead;
+#[doc(hidden)]
 pub mod driver;
 #[doc(hidden)]
 pub mod engine_guard;

@@ -102,11 +102,10 @@ pub struct StepRun {
     cooldown_finished: u64,
     /// Requests of any phase that failed (not cancelled).
     errors: u64,
-    /// Batches dispatched in this benchmark and their total size, for the display.
-    batches: u64,
-    batched_requests: u64,
-    /// Every batch of the benchmark, warmup and drain included (`Batching::whole_run`).
+    /// Every batch of the benchmark, warmup and drain included (`Batching::whole_run`), and their
+    /// total size, for the display.
     batches_seen: BatchesSeen,
+    batched_requests: u64,
     /// 0-based position in the run, and the run's step count when known.
     index: usize,
     /// Which run of this benchmark (`--repeat`), 0-based, of how many.
@@ -167,9 +166,8 @@ impl StepRun {
             measured_output_tokens: 0,
             cooldown_finished: 0,
             errors: 0,
-            batches: 0,
-            batched_requests: 0,
             batches_seen: BatchesSeen::default(),
+            batched_requests: 0,
             index: 0,
             repeat: 0,
             repeats: 1,
@@ -464,7 +462,6 @@ impl StepRun {
     /// measured window: after measurement started and while measured requests were still
     /// unfinished. Drivers report a batch before its requests' outcomes.
     pub fn on_batch(&mut self, batch: &BatchRun) {
-        self.batches += 1;
         self.batched_requests += batch.size as u64;
         self.batches_seen.record(batch.size);
         let measured_pending = self.measure_end.is_none() || self.measured_finished < self.measured_submitted;
@@ -676,7 +673,8 @@ impl StepRun {
             duration_limit_s,
             requests_per_s,
             output_tokens_per_s,
-            mean_batch_size: (self.batches > 0).then(|| self.batched_requests as f64 / self.batches as f64),
+            mean_batch_size: (self.batches_seen.batches > 0)
+                .then(|| self.batched_requests as f64 / self.batches_seen.batches as f64),
             errors: self.errors,
         }
     }

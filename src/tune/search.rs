@@ -227,23 +227,22 @@ impl Search<'_> {
     /// where they are provably the same ([`Memo`]). The phase's answer is the same either way;
     /// a failure here is left for the phase's own run of the item to meet, in its order.
     fn leaders_first<T: Sync>(&self, items: &[T], group: impl Fn(&T) -> (RunKey, u32), run: impl Fn(&T) + Sync) {
-        let mut leaders: Vec<(RunKey, u32, usize)> = Vec::new();
-        let mut grouped = vec![false; items.len()];
+        // Per group: its run, its largest batch size, that item's index, and how many items.
+        let mut groups: Vec<(RunKey, u32, usize, usize)> = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let (key, batch_size) = group(item);
-            match leaders.iter_mut().find(|(k, _, _)| *k == key) {
-                Some(leader) => {
-                    grouped[leader.2] = true;
-                    if batch_size > leader.1 {
-                        *leader = (key, batch_size, i);
-                        grouped[i] = true;
+            match groups.iter_mut().find(|g| g.0 == key) {
+                Some(g) => {
+                    g.3 += 1;
+                    if batch_size > g.1 {
+                        (g.1, g.2) = (batch_size, i);
                     }
                 }
-                None => leaders.push((key, batch_size, i)),
+                None => groups.push((key, batch_size, i, 1)),
             }
         }
         // A group of one gains nothing from going first.
-        let first: Vec<usize> = leaders.iter().map(|l| l.2).filter(|&i| grouped[i]).collect();
+        let first: Vec<usize> = groups.iter().filter(|g| g.3 > 1).map(|g| g.2).collect();
         let _ = in_order(self.threads, &first, |&i| {
             run(&items[i]);
             Ok::<(), ()>(())

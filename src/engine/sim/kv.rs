@@ -10,6 +10,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
+use super::prefetch::prefetch;
+
 /// A block's index in the pool.
 pub(crate) type BlockId = u32;
 
@@ -189,48 +191,52 @@ impl KvCache {
 /// How many places down the free queue [`KvCache::pop_free`] fetches a block before its turn.
 const PREFETCH_AHEAD: usize = 8;
 
-/// Asks the CPU to bring `value` into its cache (a hint: no effect on what the program does).
-#[inline]
-fn prefetch<T>(value: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing the program sees and cannot fault; the pointer is a
-    // reference's, so it is valid anyway.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(std::ptr::from_ref(value).cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
-}
-
 /// The chained hashes of the full blocks of `tokens`: a block's hash covers its tokens, its
-/// length and its parent's hash. Tokens go two to a 64-bit word, and a block's words through four
-/// independent lanes, so the hash is not one long chain of dependent multiplications per token
-/// (it runs for every prompt block of every request).
+/// length and every block before it, so equal hashes mean equal prefixes (up to a 64-bit
+/// collision). It runs for every prompt block of every request, so it is built for speed:
+/// - each block's content is hashed on its own ([`block_content`]), so the blocks of a prompt
+///   are hashed side by side rather than one after another;
+/// - the chain from block to block is one cheap, invertible step (an odd multiply and a rotation:
+///   no two parents or two contents give one link);
+/// - the key a block is cached under is that link well mixed, off the chain's path.
 pub(crate) fn block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
-    let mut parent = 0x6A09_E667_F3BC_C908_u64;
-    tokens
-        .chunks_exact(block_size.max(1) as usize)
-        .map(|block| {
-            let mut lanes = LANE_KEYS.map(|key| parent ^ key);
-            // Every block has the same length (it is in the hash), so a lone last token is
-            // never confused with a pair.
-            let mut words =
-                block.chunks(2).map(|pair| u64::from(pair[0]) | pair.get(1).map_or(0, |&t| u64::from(t) << 32));
-            'words: loop {
-                for lane in &mut lanes {
-                    let Some(word) = words.next() else { break 'words };
-                    *lane = mix(*lane ^ word);
-                }
-            }
-            // Rotated, so that lanes holding equal values do not cancel out.
-            let [a, b, c, d] = lanes;
-            parent = mix(a ^ b.rotate_left(16) ^ c.rotate_left(32) ^ d.rotate_left(48) ^ block.len() as u64);
-            parent
-        })
-        .collect()
+    let block_size = block_size.max(1) as usize;
+    let mut hashes = Vec::with_capacity(tokens.len() / block_size);
+    let mut link = 0x6A09_E667_F3BC_C908_u64;
+    for block in tokens.chunks_exact(block_size) {
+        link = (link ^ block_content(block)).wrapping_mul(CHAIN_KEY).rotate_left(29);
+        hashes.push(mix(link));
+    }
+    hashes
 }
 
-/// Keys that tell the lanes of [`block_hashes`] apart.
+/// A hash of one block's tokens and length. Tokens go two to a 64-bit word and the words through
+/// four independent lanes (a multiply and a rotation each, xxHash's round), so it is not one long
+/// chain of dependent multiplications; the lanes are mixed at the end.
+fn block_content(block: &[u32]) -> u64 {
+    let word = |pair: &[u32]| u64::from(pair[0]) | pair.get(1).map_or(0, |&t| u64::from(t) << 32);
+    let round = |lane: u64, word: u64| (lane ^ word).wrapping_mul(CHAIN_KEY).rotate_left(31);
+    let mut lanes = LANE_KEYS;
+    // Four words at a time, one to each lane; a block's length is in the hash, so a lone last
+    // token is never confused with a pair.
+    let mut quads = block.chunks_exact(8);
+    for quad in &mut quads {
+        for (lane, pair) in lanes.iter_mut().zip(quad.chunks_exact(2)) {
+            *lane = round(*lane, word(pair));
+        }
+    }
+    for (lane, pair) in lanes.iter_mut().zip(quads.remainder().chunks(2)) {
+        *lane = round(*lane, word(pair));
+    }
+    // Rotated, so that lanes holding equal values do not cancel out.
+    let [a, b, c, d] = lanes;
+    mix(a ^ b.rotate_left(16) ^ c.rotate_left(32) ^ d.rotate_left(48) ^ block.len() as u64)
+}
+
+/// An odd constant, so multiplying by it is invertible (xxHash's first 64-bit prime).
+const CHAIN_KEY: u64 = 0x9E37_79B1_85EB_CA87;
+
+/// Keys that tell the lanes of [`block_content`] apart.
 const LANE_KEYS: [u64; 4] =
     [0x3C6E_F372_FE94_F82B, 0xA54F_F53A_5F1D_36F1, 0x510E_527F_ADE6_82D1, 0x9B05_688C_2B3E_6C1F];
 

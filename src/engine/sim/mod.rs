@@ -14,6 +14,7 @@
 
 pub mod config;
 mod kv;
+mod prefetch;
 pub mod profile;
 pub mod prompt;
 pub mod scheduler;
@@ -102,6 +103,13 @@ impl Engine for SimEngine {
         let start = self.clock.now();
         let cost = &self.config.cost;
         let scheduler = &self.config.scheduler;
+        // The prompts were written by the thread that made the requests: ask for them all now,
+        // rather than wait on each in turn while hashing.
+        for r in batch {
+            if let crate::engine::Prompt::Tokens(ids) = &r.prompt {
+                prefetch::prefetch_slice(ids);
+            }
+        }
         let specs = batch
             .iter()
             .map(|r| {

@@ -24,4 +24,3 @@ pub(crate) fn prefetch_slice<T>(values: &[T]) {
         prefetch(unsafe { &*start.add(offset) });
     }
 }
-

@@ -7,8 +7,9 @@
 //! the end of a prompt is evicted before its beginning. Hashes chain: a block's hash covers its
 //! tokens and its parent's hash, so a hit is always a whole prefix.
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::VecDeque;
+
+use hashbrown::HashTable;
 
 use super::prefetch::prefetch;
 
@@ -36,27 +37,12 @@ pub(crate) struct KvCache {
     free: VecDeque<(u64, BlockId)>,
     /// How many blocks nobody holds (the live entries of `free`).
     free_count: u64,
-    /// Full prompt blocks by hash (already well-mixed: see [`block_hashes`]).
-    cached: HashMap<u64, BlockId, BuildHasherDefault<MixedKey>>,
+    /// Full prompt blocks findable by hash: the blocks whose `hash` is set, and only those. The
+    /// table holds block ids alone (a block's hash is in the block), so it is a quarter the size
+    /// of a map from hash to id and stays in the cache; the hashes are already well mixed (see
+    /// [`block_hashes`]), so they index it as they are.
+    cached: HashTable<BlockId>,
     clock: u64,
-}
-
-/// A hasher for keys that are already uniform 64-bit hashes: the key itself.
-#[derive(Default)]
-struct MixedKey(u64);
-
-impl Hasher for MixedKey {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
 }
 
 impl KvCache {
@@ -66,7 +52,7 @@ impl KvCache {
             blocks: Vec::new(),
             free: VecDeque::new(),
             free_count: 0,
-            cached: HashMap::default(),
+            cached: HashTable::new(),
             clock: 0,
         }
     }
@@ -83,7 +69,12 @@ impl KvCache {
 
     /// The longest run of `hashes` found in the cache, from the first.
     pub(crate) fn lookup(&self, hashes: &[u64]) -> Vec<BlockId> {
-        hashes.iter().map_while(|h| self.cached.get(h).copied()).collect()
+        hashes.iter().map_while(|&h| self.find(h)).collect()
+    }
+
+    /// The block findable by `hash`, if any.
+    fn find(&self, hash: u64) -> Option<BlockId> {
+        self.cached.find(hash, |&id| self.blocks[id as usize].hash == Some(hash)).copied()
     }
 
     /// Of `hits`, the blocks nobody holds (taking them uses up free blocks).
@@ -125,11 +116,9 @@ impl KvCache {
             } else {
                 let id = self.pop_free().expect("the free blocks were counted");
                 if let Some(h) = self.blocks[id as usize].hash.take() {
-                    if let std::collections::hash_map::Entry::Occupied(e) = self.cached.entry(h) {
-                        if *e.get() == id {
-                            e.remove();
-                        }
-                    }
+                    // Found by its id: the table's entries are compared without reading a block.
+                    let entry = self.cached.find_entry(h, |&other| other == id);
+                    entry.expect("a block with a hash is in the table").remove();
                 }
                 id
             };
@@ -142,7 +131,11 @@ impl KvCache {
     /// Makes `block` findable by `hash`, unless another block already is (a duplicate computed
     /// concurrently stays uncached, as in vLLM).
     pub(crate) fn register(&mut self, block: BlockId, hash: u64) {
-        if let std::collections::hash_map::Entry::Vacant(e) = self.cached.entry(hash) {
+        debug_assert!(self.blocks[block as usize].hash.is_none(), "a block is registered once per allocation");
+        let blocks = &self.blocks;
+        let same = |&id: &BlockId| blocks[id as usize].hash == Some(hash);
+        let rehash = |&id: &BlockId| blocks[id as usize].hash.expect("a block in the table has a hash");
+        if let hashbrown::hash_table::Entry::Vacant(e) = self.cached.entry(hash, same, rehash) {
             e.insert(block);
             self.blocks[block as usize].hash = Some(hash);
         }

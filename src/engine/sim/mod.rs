@@ -121,8 +121,10 @@ impl Engine for SimEngine {
             })
             .collect::<Result<Vec<SeqSpec>, _>>()
             .map_err(|e| EngineError::Generate(e.to_string()))?;
+        // The schedule takes the specs (their hashes move into its sequences); their lengths stay.
+        let lengths: Vec<(u32, u32)> = specs.iter().map(|s| (s.prompt_len, s.output_len)).collect();
         let buffer = std::mem::take(&mut self.steps);
-        let schedule = scheduler::schedule_into(&self.config.scheduler, &mut self.kv, &specs, buffer)
+        let schedule = scheduler::schedule_into(&self.config.scheduler, &mut self.kv, specs, buffer)
             .map_err(|e| EngineError::Generate(e.to_string()))?;
         // When each step's tokens come out, once per step, shared by every sequence it samples:
         // step k runs from the end of step k - 1 (of the per-call overhead, for the first) to
@@ -146,13 +148,13 @@ impl Engine for SimEngine {
 
         let outputs: Vec<EngineOutput> = batch
             .iter()
-            .zip(&specs)
+            .zip(lengths)
             .zip(seqs)
-            .map(|((req, spec), seq)| {
-                let finish = if spec.output_len >= req.max_tokens { FinishReason::Length } else { FinishReason::Stop };
+            .map(|((req, (prompt_len, output_len)), seq)| {
+                let finish = if output_len >= req.max_tokens { FinishReason::Length } else { FinishReason::Stop };
                 EngineOutput::new(Some(req.id), finish)
-                    .with_prompt_tokens(spec.prompt_len)
-                    .with_output_tokens(spec.output_len)
+                    .with_prompt_tokens(prompt_len)
+                    .with_output_tokens(output_len)
                     .with_stats(EngineStats {
                         arrival_wall: Some(arrival_wall),
                         queued_ts: Some(at(0.0)),

@@ -207,15 +207,16 @@ pub(crate) fn schedule(
     kv: &mut KvCache,
     specs: &[SeqSpec],
 ) -> Result<Schedule, ScheduleError> {
-    schedule_with(config, kv, specs, true, Vec::new())
+    schedule_with(config, kv, specs.to_vec(), true, Vec::new())
 }
 
 /// [`schedule`] into `steps`, a buffer an earlier schedule's steps left (cleared first): a
-/// simulated engine's calls reuse one.
+/// simulated engine's calls reuse one. It takes `specs`, so their prefix hashes are moved into
+/// the sequences rather than copied.
 pub(crate) fn schedule_into(
     config: &ResolvedEngineConfig,
     kv: &mut KvCache,
-    specs: &[SeqSpec],
+    specs: Vec<SeqSpec>,
     steps: Vec<Step>,
 ) -> Result<Schedule, ScheduleError> {
     schedule_with(config, kv, specs, true, steps)
@@ -226,7 +227,7 @@ pub(crate) fn schedule_into(
 pub(crate) fn schedule_with(
     config: &ResolvedEngineConfig,
     kv: &mut KvCache,
-    specs: &[SeqSpec],
+    specs: Vec<SeqSpec>,
     decode_runs: bool,
     mut steps: Vec<Step>,
 ) -> Result<Schedule, ScheduleError> {
@@ -242,7 +243,7 @@ pub(crate) fn schedule_with(
     let mut out = Schedule { steps, seqs: vec![SeqSchedule::default(); specs.len()] };
     // A fresh stepper hands out slots in order, so the n-th added sequence is `SeqId(n)`.
     let mut index_of = Vec::with_capacity(specs.len());
-    for (index, s) in specs.iter().enumerate() {
+    for (index, s) in specs.into_iter().enumerate() {
         if s.output_len > 0 {
             let id = stepper.add_checked(s);
             debug_assert_eq!(id.0, index_of.len());
@@ -363,17 +364,17 @@ impl Stepper {
         if spec.output_len == 0 {
             return Err(ScheduleError::NoOutput);
         }
-        Ok(self.add_checked(&spec))
+        Ok(self.add_checked(spec))
     }
 
-    fn add_checked(&mut self, s: &SeqSpec) -> SeqId {
+    fn add_checked(&mut self, s: SeqSpec) -> SeqId {
         let bs = self.config.block_size.max(1);
-        let (hashes, known_cached) = match &s.prefix {
-            PrefixSource::Tokens(ids) if self.config.prefix_caching => (block_hashes(ids, bs), None),
+        let (hashes, known_cached) = match s.prefix {
+            PrefixSource::Tokens(ids) if self.config.prefix_caching => (block_hashes(&ids, bs), None),
             PrefixSource::Tokens(_) => (Vec::new(), None),
-            PrefixSource::Hashes(hashes) if self.config.prefix_caching => (hashes.clone(), None),
+            PrefixSource::Hashes(hashes) if self.config.prefix_caching => (hashes, None),
             PrefixSource::Hashes(_) => (Vec::new(), None),
-            PrefixSource::Known(n) => (Vec::new(), self.config.prefix_caching.then_some(*n)),
+            PrefixSource::Known(n) => (Vec::new(), self.config.prefix_caching.then_some(n)),
         };
         let seq = Seq {
             prompt_len: s.prompt_len.max(1),

@@ -8,6 +8,7 @@
 //! tokens and its parent's hash, so a hit is always a whole prefix.
 
 use std::collections::VecDeque;
+use std::num::NonZeroU64;
 
 use hashbrown::HashTable;
 
@@ -16,12 +17,16 @@ use super::prefetch::prefetch;
 /// A block's index in the pool.
 pub(crate) type BlockId = u32;
 
+/// 16 bytes, four to a cache line: the pool is read in eviction order, which is the pool's in no
+/// useful way, so the less room it takes the more of it stays in the cache.
 #[derive(Clone, Debug)]
 struct Block {
+    /// Its prefix-cache hash while it is findable (hashes are never 0: see [`block_hashes`]).
+    hash: Option<NonZeroU64>,
     refs: u32,
-    hash: Option<u64>,
-    /// When it was last freed: its place in the eviction order while it is free.
-    freed_at: u64,
+    /// How often it was freed, wrapping: which of its entries in the free queue is live (see
+    /// `KvCache::free`).
+    freed_at: u32,
 }
 
 /// The pool. Blocks are created lazily, so an unlimited pool costs nothing up front.
@@ -29,12 +34,19 @@ struct Block {
 pub(crate) struct KvCache {
     capacity: u64,
     blocks: Vec<Block>,
-    /// Blocks nobody holds, in eviction order: (`freed_at`, id). `freed_at` only grows, so the
-    /// order is a queue: a block freed is pushed at the back, the oldest popped at the front. A
-    /// block taken back out of the middle (a prefix hit on a free block) stays in the queue as a
-    /// stale entry, skipped when it reaches the front: its `freed_at` no longer matches, or it is
-    /// held again.
-    free: VecDeque<(u64, BlockId)>,
+    /// Blocks nobody holds, in eviction order: (`freed_at`, id). A block freed is pushed at the
+    /// back, the oldest popped at the front. A block taken back out of the middle (a prefix hit
+    /// on a free block) stays in the queue as a stale entry, skipped when it reaches the front:
+    /// its `freed_at` no longer matches, or it is held again.
+    ///
+    /// `freed_at` counts a block's frees in 32 bits, wrapping, and that is exact. A stale entry
+    /// of block `b` could pass for live only after 2^32 more frees of `b` while it is queued.
+    /// Each of them needs `b` taken first: by a pop, which would pop this older entry first, or
+    /// by a prefix hit, which leaves another stale entry of `b` behind it. So that many frees
+    /// would leave 2^32 stale entries queued, but they are dropped as soon as they outnumber the
+    /// live ones by 64 ([`Self::release`]), and live ones are blocks, 16 bytes each: fewer than
+    /// 2^32 - 64 in any memory.
+    free: VecDeque<(u32, BlockId)>,
     /// How many blocks nobody holds (the live entries of `free`).
     free_count: u64,
     /// Full prompt blocks findable by hash: the blocks whose `hash` is set, and only those. The
@@ -42,7 +54,6 @@ pub(crate) struct KvCache {
     /// of a map from hash to id and stays in the cache; the hashes are already well mixed (see
     /// [`block_hashes`]), so they index it as they are.
     cached: HashTable<BlockId>,
-    clock: u64,
 }
 
 impl KvCache {
@@ -53,7 +64,6 @@ impl KvCache {
             free: VecDeque::new(),
             free_count: 0,
             cached: HashTable::new(),
-            clock: 0,
         }
     }
 
@@ -74,7 +84,12 @@ impl KvCache {
 
     /// The block findable by `hash`, if any.
     fn find(&self, hash: u64) -> Option<BlockId> {
-        self.cached.find(hash, |&id| self.blocks[id as usize].hash == Some(hash)).copied()
+        self.cached.find(hash, |&id| self.block_hash(id) == hash).copied()
+    }
+
+    /// Its hash while findable, else 0 (which no block hash is).
+    fn block_hash(&self, id: BlockId) -> u64 {
+        self.blocks[id as usize].hash.map_or(0, NonZeroU64::get)
     }
 
     /// Of `hits`, the blocks nobody holds (taking them uses up free blocks).
@@ -111,13 +126,13 @@ impl KvCache {
         out.reserve(n as usize);
         for _ in 0..n {
             let id = if (self.blocks.len() as u64) < self.capacity {
-                self.blocks.push(Block { refs: 0, hash: None, freed_at: 0 });
+                self.blocks.push(Block { hash: None, refs: 0, freed_at: 0 });
                 (self.blocks.len() - 1) as BlockId
             } else {
                 let id = self.pop_free().expect("the free blocks were counted");
                 if let Some(h) = self.blocks[id as usize].hash.take() {
                     // Found by its id: the table's entries are compared without reading a block.
-                    let entry = self.cached.find_entry(h, |&other| other == id);
+                    let entry = self.cached.find_entry(h.get(), |&other| other == id);
                     entry.expect("a block with a hash is in the table").remove();
                 }
                 id
@@ -130,14 +145,16 @@ impl KvCache {
 
     /// Makes `block` findable by `hash`, unless another block already is (a duplicate computed
     /// concurrently stays uncached, as in vLLM).
+    /// A hash of 0 is never cached ([`block_hashes`] gives none).
     pub(crate) fn register(&mut self, block: BlockId, hash: u64) {
         debug_assert!(self.blocks[block as usize].hash.is_none(), "a block is registered once per allocation");
+        let Some(key) = NonZeroU64::new(hash) else { return };
         let blocks = &self.blocks;
-        let same = |&id: &BlockId| blocks[id as usize].hash == Some(hash);
-        let rehash = |&id: &BlockId| blocks[id as usize].hash.expect("a block in the table has a hash");
+        let same = |&id: &BlockId| blocks[id as usize].hash == Some(key);
+        let rehash = |&id: &BlockId| blocks[id as usize].hash.map_or(0, NonZeroU64::get);
         if let hashbrown::hash_table::Entry::Vacant(e) = self.cached.entry(hash, same, rehash) {
             e.insert(block);
-            self.blocks[block as usize].hash = Some(hash);
+            self.blocks[block as usize].hash = Some(key);
         }
     }
 
@@ -147,9 +164,8 @@ impl KvCache {
             let block = &mut self.blocks[b as usize];
             block.refs -= 1;
             if block.refs == 0 {
-                self.clock += 1;
-                block.freed_at = self.clock;
-                self.free.push_back((self.clock, b));
+                block.freed_at = block.freed_at.wrapping_add(1);
+                self.free.push_back((block.freed_at, b));
                 self.free_count += 1;
             }
         }
@@ -198,7 +214,8 @@ pub(crate) fn block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
     let mut link = 0x6A09_E667_F3BC_C908_u64;
     for block in tokens.chunks_exact(block_size) {
         link = (link ^ block_content(block)).wrapping_mul(CHAIN_KEY).rotate_left(29);
-        hashes.push(mix(link));
+        // Never 0, which the cache reads as no hash (a 0 in 2^64 becomes 1).
+        hashes.push(mix(link).max(1));
     }
     hashes
 }

@@ -207,7 +207,8 @@ const PREFETCH_AHEAD: usize = 8;
 ///   are hashed side by side rather than one after another;
 /// - the chain from block to block is one cheap, invertible step (an odd multiply and a rotation:
 ///   no two parents or two contents give one link);
-/// - the key a block is cached under is that link well mixed, off the chain's path.
+/// - the key a block is cached under is that link folded by one wide multiply, off the chain's
+///   path.
 pub(crate) fn block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
     let block_size = block_size.max(1) as usize;
     let mut hashes = Vec::with_capacity(tokens.len() / block_size);
@@ -215,48 +216,40 @@ pub(crate) fn block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
     for block in tokens.chunks_exact(block_size) {
         link = (link ^ block_content(block)).wrapping_mul(CHAIN_KEY).rotate_left(29);
         // Never 0, which the cache reads as no hash (a 0 in 2^64 becomes 1).
-        hashes.push(mix(link).max(1));
+        hashes.push(fold(link ^ SECRETS[3], CHAIN_KEY).max(1));
     }
     hashes
 }
 
-/// A hash of one block's tokens and length. Tokens go two to a 64-bit word and the words through
-/// four independent lanes (a multiply and a rotation each, xxHash's round), so it is not one long
-/// chain of dependent multiplications; the lanes are mixed at the end.
+/// A hash of one block's tokens and length, wyhash's way: four tokens (two 64-bit words) at a
+/// time through one 64 × 64 → 128-bit multiply ([`fold`]), each folding in the state before it.
 fn block_content(block: &[u32]) -> u64 {
     let word = |pair: &[u32]| u64::from(pair[0]) | pair.get(1).map_or(0, |&t| u64::from(t) << 32);
-    let round = |lane: u64, word: u64| (lane ^ word).wrapping_mul(CHAIN_KEY).rotate_left(31);
-    let mut lanes = LANE_KEYS;
-    // Four words at a time, one to each lane; a block's length is in the hash, so a lone last
-    // token is never confused with a pair.
-    let mut quads = block.chunks_exact(8);
+    // The length is in the state from the start, so a lone last token is never taken for a pair.
+    let mut state = SECRETS[0] ^ block.len() as u64;
+    let mut quads = block.chunks_exact(4);
     for quad in &mut quads {
-        for (lane, pair) in lanes.iter_mut().zip(quad.chunks_exact(2)) {
-            *lane = round(*lane, word(pair));
-        }
+        state = fold(word(&quad[..2]) ^ SECRETS[1], word(&quad[2..]) ^ state);
     }
-    for (lane, pair) in lanes.iter_mut().zip(quads.remainder().chunks(2)) {
-        *lane = round(*lane, word(pair));
-    }
-    // Rotated, so that lanes holding equal values do not cancel out.
-    let [a, b, c, d] = lanes;
-    mix(a ^ b.rotate_left(16) ^ c.rotate_left(32) ^ d.rotate_left(48) ^ block.len() as u64)
+    let rest = quads.remainder();
+    let (a, b) = (rest.get(..2).map_or(0, word), rest.get(2..).map_or(0, word));
+    fold(a ^ SECRETS[2], b ^ state)
+}
+
+/// The 128-bit product of `a` and `b`, its halves xor-ed: every input bit reaches every output
+/// bit in one multiply. (A factor of 0 would lose the other: the secrets xor-ed into token words
+/// have the top bit of both halves set, which no token id below 2^31 cancels.)
+fn fold(a: u64, b: u64) -> u64 {
+    let product = u128::from(a) * u128::from(b);
+    (product as u64) ^ ((product >> 64) as u64)
 }
 
 /// An odd constant, so multiplying by it is invertible (xxHash's first 64-bit prime).
 const CHAIN_KEY: u64 = 0x9E37_79B1_85EB_CA87;
 
-/// Keys that tell the lanes of [`block_content`] apart.
-const LANE_KEYS: [u64; 4] =
-    [0x3C6E_F372_FE94_F82B, 0xA54F_F53A_5F1D_36F1, 0x510E_527F_ADE6_82D1, 0x9B05_688C_2B3E_6C1F];
-
-/// SplitMix64's finalizer: a fixed, well-spread 64-bit mix (deterministic across builds).
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+/// Keys for [`block_content`] and the cache key (wyhash's secrets, with the top bit of each
+/// 32-bit half set).
+const SECRETS: [u64; 4] = [0xA076_1D64_78BD_642F, 0xE703_7ED1_A0B4_28DB, 0x8EBC_6AF0_9C88_C6E3, 0xD89A_3A3D_E1F2_BD73];
 
 #[cfg(test)]
 mod tests {

@@ -33,8 +33,7 @@ use crate::engine::{
 };
 use crate::rng::SplitMix64;
 use crate::time::{Clock, MonotonicClock, VirtualClock, WallAnchor};
-use kv::KvCache;
-use scheduler::{PrefixSource, SeqSpec};
+use scheduler::{PrefixSource, SeqSpec, Stepper};
 
 /// The simulated engine. See the module docs.
 pub struct SimEngine {
@@ -43,7 +42,8 @@ pub struct SimEngine {
     anchor: WallAnchor,
     started: bool,
     /// The KV cache (and prefix cache) for the engine's life: reset by `start`.
-    kv: KvCache,
+    /// The scheduler, idle between calls, with the KV cache (and its prefix cache) it keeps.
+    stepper: Stepper,
     /// The last call's schedule steps, cleared: the next call's buffer.
     steps: Vec<scheduler::Step>,
 }
@@ -57,8 +57,8 @@ impl SimEngine {
 
     /// An engine that passes time on `clock`, whose wall-clock times derive from `anchor`.
     pub fn on_clock(config: SimConfig, clock: Arc<dyn Clock>, anchor: WallAnchor) -> Self {
-        let kv = KvCache::new(config.scheduler.num_kv_blocks);
-        SimEngine { config, clock, anchor, started: false, kv, steps: Vec::new() }
+        let stepper = Stepper::with_config(config.scheduler);
+        SimEngine { config, clock, anchor, started: false, stepper, steps: Vec::new() }
     }
 
     /// An engine in the time `config.time` names.
@@ -86,7 +86,7 @@ impl SimEngine {
 impl Engine for SimEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
         self.started = true;
-        self.kv = KvCache::new(self.config.scheduler.num_kv_blocks);
+        self.stepper = Stepper::with_config(self.config.scheduler);
         Ok(EngineInfo {
             name: "sim".into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -124,7 +124,7 @@ impl Engine for SimEngine {
         // The schedule takes the specs (their hashes move into its sequences); their lengths stay.
         let lengths: Vec<(u32, u32)> = specs.iter().map(|s| (s.prompt_len, s.output_len)).collect();
         let buffer = std::mem::take(&mut self.steps);
-        let schedule = scheduler::schedule_into(&self.config.scheduler, &mut self.kv, specs, buffer)
+        let schedule = scheduler::schedule_into(&mut self.stepper, specs, buffer)
             .map_err(|e| EngineError::Generate(e.to_string()))?;
         // When each step's tokens come out, once per step, shared by every sequence it samples:
         // step k runs from the end of step k - 1 (of the per-call overhead, for the first) to

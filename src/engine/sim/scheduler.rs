@@ -207,41 +207,55 @@ pub(crate) fn schedule(
     kv: &mut KvCache,
     specs: &[SeqSpec],
 ) -> Result<Schedule, ScheduleError> {
-    schedule_with(config, kv, specs.to_vec(), true, Vec::new())
-}
-
-/// [`schedule`] into `steps`, a buffer an earlier schedule's steps left (cleared first): a
-/// simulated engine's calls reuse one. It takes `specs`, so their prefix hashes are moved into
-/// the sequences rather than copied.
-pub(crate) fn schedule_into(
-    config: &ResolvedEngineConfig,
-    kv: &mut KvCache,
-    specs: Vec<SeqSpec>,
-    steps: Vec<Step>,
-) -> Result<Schedule, ScheduleError> {
-    schedule_with(config, kv, specs, true, steps)
+    schedule_with(config, kv, specs.to_vec(), true)
 }
 
 /// [`schedule`], with its decode steps run at once ([`Stepper::decode_run`]) or one by one (the
-/// reference its tests hold it to), into `steps` (see [`schedule_into`]).
+/// reference its tests hold it to).
 pub(crate) fn schedule_with(
     config: &ResolvedEngineConfig,
     kv: &mut KvCache,
     specs: Vec<SeqSpec>,
     decode_runs: bool,
+) -> Result<Schedule, ScheduleError> {
+    let mut stepper = Stepper::new(*config, std::mem::replace(kv, KvCache::new(0)));
+    let schedule = schedule_on(&mut stepper, specs, decode_runs, Vec::new());
+    *kv = stepper.into_kv();
+    schedule
+}
+
+/// [`schedule`] on `stepper`, an idle one that holds the engine's KV cache and is kept from call
+/// to call (its buffers are reused, and it is idle again after), into `steps`, a buffer an
+/// earlier schedule's steps left (cleared first). It takes `specs`, so their prefix hashes are
+/// moved into the sequences rather than copied.
+pub(crate) fn schedule_into(
+    stepper: &mut Stepper,
+    specs: Vec<SeqSpec>,
+    steps: Vec<Step>,
+) -> Result<Schedule, ScheduleError> {
+    schedule_on(stepper, specs, true, steps)
+}
+
+fn schedule_on(
+    stepper: &mut Stepper,
+    specs: Vec<SeqSpec>,
+    decode_runs: bool,
     mut steps: Vec<Step>,
 ) -> Result<Schedule, ScheduleError> {
     for (index, s) in specs.iter().enumerate() {
-        check(config, index, s)?;
+        check(&stepper.config, index, s)?;
     }
-    let mut stepper = Stepper::new(*config, std::mem::replace(kv, KvCache::new(0)));
+    debug_assert!(stepper.is_idle(), "a schedule starts on an idle stepper");
+    // Every slot is free: hand them out from the first again, so the n-th added sequence is
+    // `SeqId(n)`.
+    stepper.seqs.clear();
+    stepper.free_slots.clear();
     // A step samples at most one token of a sequence: at least as many steps as the longest
     // output, and a few more for prompts.
     let longest = specs.iter().map(|s| s.output_len as usize).max().unwrap_or(0);
     steps.clear();
     steps.reserve(longest.min(MOST_STEPS_RESERVED) + 8);
     let mut out = Schedule { steps, seqs: vec![SeqSchedule::default(); specs.len()] };
-    // A fresh stepper hands out slots in order, so the n-th added sequence is `SeqId(n)`.
     let mut index_of = Vec::with_capacity(specs.len());
     for (index, s) in specs.into_iter().enumerate() {
         if s.output_len > 0 {
@@ -275,7 +289,6 @@ pub(crate) fn schedule_with(
             }
         }
     }
-    *kv = stepper.into_kv();
     Ok(out)
 }
 

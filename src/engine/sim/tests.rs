@@ -225,8 +225,8 @@ proptest! {
                     spec(p, o, ids)
                 })
                 .collect();
-            let fast = schedule_with(&config, &mut at_once, specs.clone(), true, Vec::new()).expect("schedulable");
-            let slow = schedule_with(&config, &mut one_by_one, specs.clone(), false, Vec::new()).expect("schedulable");
+            let fast = schedule_with(&config, &mut at_once, specs.clone(), true).expect("schedulable");
+            let slow = schedule_with(&config, &mut one_by_one, specs.clone(), false).expect("schedulable");
             prop_assert_eq!(&fast, &slow, "call {}", c);
             prop_assert_eq!(format!("{at_once:?}"), format!("{one_by_one:?}"), "call {}", c);
         }

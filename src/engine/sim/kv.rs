@@ -224,16 +224,20 @@ pub(crate) fn block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
 /// A hash of one block's tokens and length, wyhash's way: four tokens (two 64-bit words) at a
 /// time through one 64 × 64 → 128-bit multiply ([`fold`]), each folding in the state before it.
 fn block_content(block: &[u32]) -> u64 {
-    let word = |pair: &[u32]| u64::from(pair[0]) | pair.get(1).map_or(0, |&t| u64::from(t) << 32);
-    // The length is in the state from the start, so a lone last token is never taken for a pair.
+    let word = |low: u32, high: u32| u64::from(low) | (u64::from(high) << 32);
+    // The length is in the state from the start, so a missing token is never taken for a 0.
     let mut state = SECRETS[0] ^ block.len() as u64;
     let mut quads = block.chunks_exact(4);
     for quad in &mut quads {
-        state = fold(word(&quad[..2]) ^ SECRETS[1], word(&quad[2..]) ^ state);
+        let [a, b, c, d]: [u32; 4] = quad.try_into().expect("chunks of four");
+        state = fold(word(a, b) ^ SECRETS[1], word(c, d) ^ state);
     }
     let rest = quads.remainder();
-    let (a, b) = (rest.get(..2).map_or(0, word), rest.get(2..).map_or(0, word));
-    fold(a ^ SECRETS[2], b ^ state)
+    if rest.is_empty() {
+        return fold(SECRETS[2], state);
+    }
+    let token = |i: usize| rest.get(i).copied().unwrap_or(0);
+    fold(word(token(0), token(1)) ^ SECRETS[2], word(token(2), 0) ^ state)
 }
 
 /// The 128-bit product of `a` and `b`, its halves xor-ed: every input bit reaches every output
@@ -254,6 +258,31 @@ const SECRETS: [u64; 4] = [0xA076_1D64_78BD_642F, 0xE703_7ED1_A0B4_28DB, 0x8EBC_
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_token_of_a_block_is_in_its_hash() {
+        // Blocks of every length up to two quads and a remainder: changing any one token, or
+        // the length, changes the hash.
+        for len in 1..=11u32 {
+            let block: Vec<u32> = (0..len).map(|t| 1000 + t).collect();
+            let base = block_content(&block);
+            for i in 0..block.len() {
+                let mut other = block.clone();
+                other[i] += 1;
+                assert_ne!(block_content(&other), base, "length {len}, token {i}");
+            }
+            let mut longer = block.clone();
+            longer.push(0);
+            assert_ne!(block_content(&longer), base, "length {len} and a trailing 0");
+        }
+        // Whole prompts: a hash covers its block and every block before it.
+        let tokens: Vec<u32> = (0..48).collect();
+        let mut changed = tokens.clone();
+        changed[3] = 99;
+        let (a, b) = (block_hashes(&tokens, 16), block_hashes(&changed, 16));
+        assert!(a.iter().zip(&b).all(|(x, y)| x != y), "a change in the first block changes every hash after it");
+        assert_eq!(block_hashes(&tokens[..32], 16), a[..2], "a prefix has its own blocks' hashes");
+    }
 
     #[test]
     fn an_evicted_block_is_no_hit_and_the_map_holds_only_cached_blocks() {

@@ -77,14 +77,46 @@ pub struct EngineRequest<Id = RequestId> {
     pub temperature: f32,
     /// Per-request sampling seed; `None` leaves sampling to the engine's own seed.
     pub seed: Option<u64>,
+    /// What the engine worked out from this request alone, where the request was made
+    /// ([`VirtualTimeEngine::request_prep`]); `None` for the engine to work it out itself.
+    #[serde(skip)]
+    pub(crate) prepared: Option<PreparedPrompt>,
 }
+
+/// A prompt as the simulated engine reads it, worked out ahead ([`VirtualTimeEngine::request_prep`]):
+/// its length and its prefix-cache block hashes under the settings it was worked out for. The
+/// engine takes it only under those same settings, and the result is then exactly what it would
+/// have worked out itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PreparedPrompt {
+    /// The block size and prefix caching it was worked out under.
+    pub(crate) block_size: u32,
+    pub(crate) prefix_caching: bool,
+    /// The prompt's length in token ids.
+    pub(crate) prompt_len: u32,
+    /// Its full blocks' chained hashes (none without prefix caching).
+    pub(crate) hashes: Vec<u64>,
+}
+
+/// Work an engine does on each request from the request alone: see
+/// [`VirtualTimeEngine::request_prep`].
+pub type RequestPrep = std::sync::Arc<dyn Fn(&mut EngineRequest<()>) + Send + Sync>;
 
 impl EngineRequest<()> {
     /// A request for `max_tokens` tokens after `prompt`, greedy, EOS ignored; the other fields
     /// are public to change. Not numbered yet: submitting it to a batcher gives it its id
     /// (`with_id` numbers it for a caller that drives an engine without a batcher).
     pub fn new(prompt: Prompt, max_tokens: u32) -> Self {
-        EngineRequest { id: (), prompt, max_tokens, min_tokens: 0, ignore_eos: true, temperature: 0.0, seed: None }
+        EngineRequest {
+            id: (),
+            prompt,
+            max_tokens,
+            min_tokens: 0,
+            ignore_eos: true,
+            temperature: 0.0,
+            seed: None,
+            prepared: None,
+        }
     }
 
     /// A request for `max_tokens` tokens after a prompt of token ids, greedy, EOS ignored. Not
@@ -96,8 +128,8 @@ impl EngineRequest<()> {
     /// The request numbered `id`. The batcher numbers the requests submitted to it; this is for
     /// whoever calls an engine directly, without a batcher, and so plays its part.
     pub fn with_id(self, id: RequestId) -> EngineRequest {
-        let EngineRequest { id: (), prompt, max_tokens, min_tokens, ignore_eos, temperature, seed } = self;
-        EngineRequest { id, prompt, max_tokens, min_tokens, ignore_eos, temperature, seed }
+        let EngineRequest { id: (), prompt, max_tokens, min_tokens, ignore_eos, temperature, seed, prepared } = self;
+        EngineRequest { id, prompt, max_tokens, min_tokens, ignore_eos, temperature, seed, prepared }
     }
 }
 
@@ -559,11 +591,21 @@ pub trait VirtualTimeEngine: Engine {
     /// Puts the engine on `clock`; called once, before `start`. From then on every cost advances
     /// `clock`, and wall-clock times the engine reports derive from [`WallAnchor::VIRTUAL`].
     fn use_virtual_clock(&mut self, clock: VirtualClock);
+    /// Work on each request that needs the request alone, never the engine's state: a run in
+    /// virtual time makes its requests ahead on another thread (`run/ahead.rs`) and does this
+    /// there, so the engine's own thread is spared it. Whatever it does, the engine's results
+    /// must be the same with it as without. `None`, the default: nothing.
+    fn request_prep(&self) -> Option<RequestPrep> {
+        None
+    }
 }
 
 impl<E: VirtualTimeEngine + ?Sized> VirtualTimeEngine for Box<E> {
     fn use_virtual_clock(&mut self, clock: VirtualClock) {
         (**self).use_virtual_clock(clock)
+    }
+    fn request_prep(&self) -> Option<RequestPrep> {
+        (**self).request_prep()
     }
 }
 

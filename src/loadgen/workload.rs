@@ -319,6 +319,7 @@ impl Workload {
             // Sampling randomness is the engine's (its seed is in the engine plan); a per-request
             // seed would make vLLM build a generator per request and slow sampling down.
             seed: None,
+            prepared: None,
         }
     }
 

@@ -25,7 +25,7 @@ use super::progress::Progress;
 use super::schedule::{ScheduledStep, StepSchedule};
 use super::step::{Action, Finished, StepRun};
 use crate::batcher::{BatchConfig, BatchRun, ConfigError, Outcome, RequestError};
-use crate::engine::{ClockDomain, EngineError, EngineInfo, EngineRequest, RequestId, ServerCounters};
+use crate::engine::{ClockDomain, EngineError, EngineInfo, EngineRequest, RequestId, RequestPrep, ServerCounters};
 use crate::loadgen::Workload;
 use crate::metrics::result::{BenchmarkResult, MatrixPoint};
 use crate::metrics::server::server_deltas;
@@ -82,6 +82,11 @@ pub trait Driver {
     /// ahead on another thread (they take nothing from an engine's real time).
     fn virtual_time(&self) -> bool {
         false
+    }
+    /// In virtual time, the engine's work on each request alone
+    /// ([`crate::engine::VirtualTimeEngine::request_prep`]), done where the requests are made.
+    fn request_prep(&self) -> Option<RequestPrep> {
+        None
     }
     /// Shuts the engine down; every request still queued gets its outcome first.
     fn shutdown(&mut self) -> Result<(), EngineError>;
@@ -263,7 +268,7 @@ impl StepLoop<'_, '_> {
             return self.run_step_with(scheduled, None);
         }
         std::thread::scope(|scope| {
-            let ahead = RequestsAhead::spawn(scope, segment.workload, self.next_request);
+            let ahead = RequestsAhead::spawn(scope, segment.workload, self.next_request, self.driver.request_prep());
             self.run_step_with(scheduled, Some(ahead))
         })
     }

@@ -7,7 +7,8 @@ use super::driver::{Driver, DriverEvent, Stalled};
 use crate::batcher::virtual_time::VirtualTimeBatcher;
 use crate::batcher::{BatchConfig, BatchRun, ConfigError, RequestError};
 use crate::engine::{
-    ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId, ServerCounters, VirtualTimeEngine,
+    ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId, RequestPrep, ServerCounters,
+    VirtualTimeEngine,
 };
 use crate::time::{Timestamp, VirtualClock, WallAnchor};
 
@@ -16,6 +17,8 @@ pub(super) struct VirtualTimeDriver<E> {
     inner: VirtualTimeBatcher<E>,
     domain: ClockDomain,
     batches: VecDeque<BatchRun>,
+    /// The engine's work on each request alone, taken before the batcher owns it.
+    prep: Option<RequestPrep>,
 }
 
 impl<E: VirtualTimeEngine> VirtualTimeDriver<E> {
@@ -23,7 +26,13 @@ impl<E: VirtualTimeEngine> VirtualTimeDriver<E> {
         let clock = VirtualClock::new();
         engine.use_virtual_clock(clock.clone());
         let domain = engine.clock_domain();
-        VirtualTimeDriver { inner: VirtualTimeBatcher::new(engine, config, clock), domain, batches: VecDeque::new() }
+        let prep = engine.request_prep();
+        VirtualTimeDriver {
+            inner: VirtualTimeBatcher::new(engine, config, clock),
+            domain,
+            batches: VecDeque::new(),
+            prep,
+        }
     }
 }
 
@@ -46,6 +55,10 @@ impl<E: Engine> Driver for VirtualTimeDriver<E> {
 
     fn virtual_time(&self) -> bool {
         true
+    }
+
+    fn request_prep(&self) -> Option<RequestPrep> {
+        self.prep.clone()
     }
 
     fn submit(&mut self, request: EngineRequest<()>) -> Result<RequestId, RequestError> {

@@ -28,8 +28,8 @@ pub use config::{
 pub use profile::{Profile, ProfileError, predicted_generate};
 
 use crate::engine::{
-    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, StepEnds, StepTokens,
-    TimedEngine, VirtualTimeEngine,
+    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, PreparedPrompt, Prompt,
+    RequestPrep, ResolvedEngineConfig, StepEnds, StepTokens, TimedEngine, VirtualTimeEngine,
 };
 use crate::rng::SplitMix64;
 use crate::time::{Clock, MonotonicClock, VirtualClock, WallAnchor};
@@ -103,21 +103,31 @@ impl Engine for SimEngine {
         let start = self.clock.now();
         let cost = &self.config.cost;
         let scheduler = &self.config.scheduler;
-        // The prompts were written by the thread that made the requests: ask for them all now,
-        // rather than wait on each in turn while hashing.
+        // A prompt worked out ahead under these settings is taken as it is (`request_prep`).
+        let ready = |r| prepared_under(r, scheduler);
+        // The other prompts were written by the thread that made the requests: ask for them all
+        // now, rather than wait on each in turn while hashing.
         for r in batch {
-            if let crate::engine::Prompt::Tokens(ids) = &r.prompt {
+            if let (None, Prompt::Tokens(ids)) = (ready(r), &r.prompt) {
                 prefetch::prefetch_slice(ids);
             }
         }
         let specs = batch
             .iter()
             .map(|r| {
-                prompt::with_prompt_ids(&r.prompt, |ids| SeqSpec {
-                    prompt_len: u32::try_from(ids.len()).unwrap_or(u32::MAX),
-                    output_len: output_tokens(r, cost, self.config.seed),
-                    prefix: PrefixSource::hashing(scheduler, ids),
-                })
+                let output_len = output_tokens(r, cost, self.config.seed);
+                match ready(r) {
+                    Some(p) => Ok(SeqSpec {
+                        prompt_len: p.prompt_len,
+                        output_len,
+                        prefix: PrefixSource::Hashes(p.hashes.clone()),
+                    }),
+                    None => prompt::with_prompt_ids(&r.prompt, |ids| SeqSpec {
+                        prompt_len: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+                        output_len,
+                        prefix: PrefixSource::hashing(scheduler, ids),
+                    }),
+                }
             })
             .collect::<Result<Vec<SeqSpec>, _>>()
             .map_err(|e| EngineError::Generate(e.to_string()))?;
@@ -184,6 +194,30 @@ impl VirtualTimeEngine for SimEngine {
         self.clock = Arc::new(clock);
         self.anchor = WallAnchor::VIRTUAL;
     }
+
+    /// A prompt's length and block hashes ([`prepare`]), which need the prompt alone.
+    fn request_prep(&self) -> Option<RequestPrep> {
+        let scheduler = self.config.scheduler;
+        Some(Arc::new(move |request: &mut EngineRequest<()>| request.prepared = prepare(&scheduler, &request.prompt)))
+    }
+}
+
+/// `r`'s prompt as worked out ahead, if it was under `scheduler`'s settings.
+fn prepared_under<'r>(r: &'r EngineRequest, scheduler: &ResolvedEngineConfig) -> Option<&'r PreparedPrompt> {
+    r.prepared.as_ref().filter(|p| p.block_size == scheduler.block_size && p.prefix_caching == scheduler.prefix_caching)
+}
+
+/// `prompt` as [`SimEngine::generate`] reads it under `scheduler`: its length in token ids and
+/// its prefix hashes. `None` for a prompt whose ids cannot be made (a chat template that fails to
+/// render): the engine then reports the error itself.
+fn prepare(scheduler: &ResolvedEngineConfig, prompt: &Prompt) -> Option<PreparedPrompt> {
+    prompt::with_prompt_ids(prompt, |ids| PreparedPrompt {
+        block_size: scheduler.block_size,
+        prefix_caching: scheduler.prefix_caching,
+        prompt_len: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+        hashes: scheduler::prefix_hashes(scheduler, ids),
+    })
+    .ok()
 }
 
 /// Output length: `max_tokens` when EOS is ignored, else an EOS may come after `min_tokens`.

@@ -58,9 +58,14 @@ impl PrefixSource {
     /// The prefix of a prompt of token ids `ids` under `config`: its full blocks' hashes (none
     /// without prefix caching).
     pub fn hashing(config: &ResolvedEngineConfig, ids: &[u32]) -> PrefixSource {
-        let hashes = if config.prefix_caching { block_hashes(ids, config.block_size.max(1)) } else { Vec::new() };
-        PrefixSource::Hashes(hashes)
+        PrefixSource::Hashes(prefix_hashes(config, ids))
     }
+}
+
+/// The chained hashes of the full blocks of a prompt of token ids `ids` under `config` (none
+/// without prefix caching).
+pub(crate) fn prefix_hashes(config: &ResolvedEngineConfig, ids: &[u32]) -> Vec<u64> {
+    if config.prefix_caching { block_hashes(ids, config.block_size.max(1)) } else { Vec::new() }
 }
 
 /// When one sequence was scheduled and produced tokens: step indices into [`Schedule::steps`].

@@ -357,3 +357,55 @@ fn start_reports_the_resolved_configuration() {
     let (mut e, _) = SimEngine::virtual_time(SimConfig { scheduler, ..SimConfig::default() });
     assert_eq!(e.start().unwrap().resolved_config, Some(scheduler));
 }
+
+#[test]
+fn a_prompt_prepared_ahead_gives_exactly_what_the_engine_works_out_itself() {
+    use crate::engine::chat::{ChatPrompt, Message, Template};
+    let scheduler = ResolvedEngineConfig { prefix_caching: true, ..limits(64, 4096, 200) };
+    let config = SimConfig { seed: 7, scheduler, ..SimConfig::default() };
+    let (mut itself, _) = engine(config.clone());
+    let (mut ahead, _) = engine(config.clone());
+    let prep = ahead.request_prep().expect("the simulator prepares each prompt");
+    // Shared prefixes (so the cache hits and evicts), text and chat prompts, over several calls.
+    let request = |k: u64| -> EngineRequest<()> {
+        match k % 3 {
+            0 => EngineRequest::tokens(
+                (0..40 + k as u32).map(|t| if t < 32 { t } else { t * 7 + k as u32 }).collect(),
+                4,
+            ),
+            1 => EngineRequest::new(Prompt::Text(format!("{} and then {k}", "a shared beginning ".repeat(6))), 3),
+            _ => {
+                let messages = vec![Message::new("user", format!("question {k}"))];
+                EngineRequest::new(Prompt::Chat(ChatPrompt { messages, template: Template::Model }), 5)
+            }
+        }
+    };
+    let mut id = 0;
+    for call in 0..4u64 {
+        let (mut plain, mut prepared) = (Vec::new(), Vec::new());
+        for k in call * 10..call * 10 + 10 {
+            let mut r = request(k);
+            plain.push(r.clone().with_id(id));
+            prep(&mut r);
+            assert!(r.prepared.is_some(), "request {k} was prepared");
+            prepared.push(r.with_id(id));
+            id += 1;
+        }
+        let (a, b) = (itself.generate(&plain).expect("generate"), ahead.generate(&prepared).expect("generate"));
+        assert_eq!(format!("{a:?}"), format!("{b:?}"), "call {call}");
+    }
+    let probe = itself.generate(&[EngineRequest::tokens((0..64).collect(), 2).with_id(id)]).expect("generate");
+    assert!(probe[0].stats.cached_tokens > Some(0), "the prefix cache hit along the way");
+    // A prompt prepared under other settings is worked out again, not taken.
+    let other = SimConfig { scheduler: ResolvedEngineConfig { block_size: 8, ..scheduler }, ..config };
+    let (mut wrong, _) = engine(other.clone());
+    let (mut right, _) = engine(other);
+    // The same prompt twice, so the second call reads what the first cached.
+    for call in 0..2 {
+        let mut r = request(0);
+        prep(&mut r);
+        let taken = wrong.generate(&[r.with_id(call)]).expect("generate");
+        let own = right.generate(&[request(0).with_id(call)]).expect("generate");
+        assert_eq!(format!("{taken:?}"), format!("{own:?}"), "call {call}");
+    }
+}

@@ -78,8 +78,17 @@ impl KvCache {
     }
 
     /// The longest run of `hashes` found in the cache, from the first.
+    #[cfg(test)]
     pub(crate) fn lookup(&self, hashes: &[u64]) -> Vec<BlockId> {
-        hashes.iter().map_while(|&h| self.find(h)).collect()
+        let mut hits = Vec::new();
+        self.lookup_into(hashes, &mut hits);
+        hits
+    }
+
+    /// [`Self::lookup`], appending the blocks to `out` (a block table kept from an earlier
+    /// sequence: no list of its own per lookup).
+    pub(crate) fn lookup_into(&self, hashes: &[u64], out: &mut Vec<BlockId>) {
+        out.extend(hashes.iter().map_while(|&h| self.find(h)));
     }
 
     /// The block findable by `hash`, if any.

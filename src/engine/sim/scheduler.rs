@@ -349,6 +349,9 @@ pub struct Stepper {
     /// sequences by group.
     run_first: Vec<usize>,
     run_order: Vec<usize>,
+    /// Block tables of finished sequences, emptied, for the next admissions: a sequence's table
+    /// is not allocated afresh (at most one per sequence that ever ran at once).
+    spare_tables: Vec<Vec<BlockId>>,
 }
 
 impl Stepper {
@@ -368,6 +371,7 @@ impl Stepper {
             scheduled: Vec::new(),
             run_first: Vec::new(),
             run_order: Vec::new(),
+            spare_tables: Vec::new(),
         }
     }
 
@@ -425,8 +429,7 @@ impl Stepper {
     pub fn abort(&mut self, id: SeqId) {
         let Some(Some(seq)) = self.seqs.get_mut(id.0) else { return };
         self.kv.release(&seq.blocks);
-        self.seqs[id.0] = None;
-        self.free_slots.push(id.0);
+        self.retire(id.0);
         self.waiting.retain(|&w| w != id.0);
         self.running.retain(|&r| r != id.0);
     }
@@ -515,22 +518,24 @@ impl Stepper {
         // 2. Waiting sequences, unless this step preempted.
         while out.preempted.is_empty() && budget > 0 && self.running.len() < max_seqs {
             let Some(&w) = self.waiting.front() else { break };
-            let s = self.seq(w);
+            let s = self.seqs[w].as_ref().expect("a waiting slot holds a sequence");
             let max_hit_blocks = ((s.num_tokens() - 1) / bs) as usize;
-            let (hits, hit_blocks) = match s.known_cached {
+            // Its block table: the hits, then its new blocks.
+            let mut hits = self.spare_tables.pop().unwrap_or_default();
+            let hit_blocks = match s.known_cached {
                 Some(known) => {
                     let blocks = if s.admitted { s.prompt_blocks_done } else { known / bs };
-                    (Vec::new(), (blocks as usize).min(max_hit_blocks))
+                    (blocks as usize).min(max_hit_blocks)
                 }
                 None => {
-                    let hits = self.kv.lookup(&s.hashes[..s.hashes.len().min(max_hit_blocks)]);
-                    let n = hits.len();
-                    (hits, n)
+                    self.kv.lookup_into(&s.hashes[..s.hashes.len().min(max_hit_blocks)], &mut hits);
+                    hits.len()
                 }
             };
             let hit_tokens = hit_blocks as u32 * bs;
             let need = u64::from(s.num_tokens() - hit_tokens);
             if !config.chunked_prefill && need > budget {
+                self.spare(hits);
                 break;
             }
             let new = need.min(budget) as u32;
@@ -538,12 +543,15 @@ impl Stepper {
             // A replay's hits are its own blocks; the simulator's are shared with the cache.
             let fresh = total - hits.len() as u64;
             if fresh + self.kv.free_among(&hits) > self.kv.free_blocks() {
+                self.spare(hits);
                 break;
             }
             self.kv.touch(&hits);
             self.waiting.pop_front();
             let s = self.seqs[w].as_mut().expect("a waiting slot holds a sequence");
-            s.blocks = hits;
+            let old = std::mem::replace(&mut s.blocks, hits);
+            self.spare(old);
+            let s = self.seqs[w].as_mut().expect("a waiting slot holds a sequence");
             s.registered = s.blocks.len();
             // Room for every block it will hold, so decoding never grows the table.
             let most = blocks_for(u64::from(s.prompt_len + s.output_len), bs) as usize;
@@ -602,8 +610,7 @@ impl Stepper {
             let seqs = &self.seqs;
             self.running.retain(|&r| seqs[r].as_ref().is_some_and(|s| s.generated < s.output_len));
             for id in &out.finished {
-                self.seqs[id.0] = None;
-                self.free_slots.push(id.0);
+                self.retire(id.0);
             }
         }
         self.scheduled = scheduled;
@@ -612,6 +619,23 @@ impl Stepper {
 }
 
 impl Stepper {
+    /// Frees a sequence's slot, its block table (its blocks already released) kept for a later
+    /// admission.
+    fn retire(&mut self, slot: usize) {
+        if let Some(seq) = self.seqs[slot].take() {
+            self.spare(seq.blocks);
+        }
+        self.free_slots.push(slot);
+    }
+
+    /// Keeps an emptied block table for a later admission.
+    fn spare(&mut self, mut table: Vec<BlockId>) {
+        if table.capacity() > 0 {
+            table.clear();
+            self.spare_tables.push(table);
+        }
+    }
+
     /// Runs at once the decode steps before the next event, and appends them to `steps`: the
     /// steps in which nothing is admitted, preempted or finished and every running sequence
     /// decodes one token. Exactly what as many [`Stepper::step_into`] calls would do (blocks

@@ -17,9 +17,10 @@ clippy:
 test-unit:
     cargo test --all-targets
 
-# Model-check the threaded batcher with loom (its own target dir: loom changes cfg for every crate).
+# Model-check the threaded batcher with loom (its own target dir: loom changes cfg for every crate;
+# optimized, without the release profile's whole-program optimization, which only slows the build).
 test-loom:
-    RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test loom_batcher
+    RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo test --release --test loom_batcher
 
 # Run a shipped scenario, e.g. `just scenario throughput.toml --set batching.batch_size=64`.
 # A vLLM or Python-engine scenario (as resolved, `--set engine.kind=vllm` included) sets up the

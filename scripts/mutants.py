@@ -507,13 +507,15 @@ MUTANTS = [
 
 # Every variant rebuilds batchlab, so builds dominate a run. They go to target dirs of their own
 # (the developer's target/ stays as it was), without debug info (a test binary links in a fraction
-# of the time), and release builds (the loom models) are incremental: only the broken crate is
-# compiled again.
+# of the time), and release builds (the loom models) are incremental and without whole-program
+# optimization: only the broken crate is compiled again.
 FAST = {
     "CARGO_PROFILE_DEV_DEBUG": "0",
     "CARGO_PROFILE_TEST_DEBUG": "0",
     "CARGO_PROFILE_RELEASE_DEBUG": "0",
     "CARGO_PROFILE_RELEASE_INCREMENTAL": "true",
+    "CARGO_PROFILE_RELEASE_LTO": "false",
+    "CARGO_PROFILE_RELEASE_CODEGEN_UNITS": "16",
 }
 
 

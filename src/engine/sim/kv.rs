@@ -44,8 +44,8 @@ pub(crate) struct KvCache {
     /// Each of them needs `b` taken first: by a pop, which would pop this older entry first, or
     /// by a prefix hit, which leaves another stale entry of `b` behind it. So that many frees
     /// would leave 2^32 stale entries queued, but they are dropped as soon as they outnumber the
-    /// live ones by 64 ([`Self::release`]), and live ones are blocks, 16 bytes each: fewer than
-    /// 2^32 - 64 in any memory.
+    /// live ones by 64 ([`Self::release`]), and live ones are at most the pool's blocks: 2^32 - 64
+    /// of them, at 16 bytes each, would take 64 GiB.
     free: VecDeque<(u32, BlockId)>,
     /// How many blocks nobody holds (the live entries of `free`).
     free_count: u64,

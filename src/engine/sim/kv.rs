@@ -93,12 +93,7 @@ impl KvCache {
 
     /// The block findable by `hash`, if any.
     fn find(&self, hash: u64) -> Option<BlockId> {
-        self.cached.find(hash, |&id| self.block_hash(id) == hash).copied()
-    }
-
-    /// Its hash while findable, else 0 (which no block hash is).
-    fn block_hash(&self, id: BlockId) -> u64 {
-        self.blocks[id as usize].hash.map_or(0, NonZeroU64::get)
+        self.cached.find(hash, |&id| hash_of(&self.blocks, id) == hash).copied()
     }
 
     /// Of `hits`, the blocks nobody holds (taking them uses up free blocks).
@@ -153,14 +148,14 @@ impl KvCache {
     }
 
     /// Makes `block` findable by `hash`, unless another block already is (a duplicate computed
-    /// concurrently stays uncached, as in vLLM).
-    /// A hash of 0 is never cached ([`block_hashes`] gives none).
+    /// concurrently stays uncached, as in vLLM). A hash of 0 is never cached ([`block_hashes`]
+    /// gives none).
     pub(crate) fn register(&mut self, block: BlockId, hash: u64) {
         debug_assert!(self.blocks[block as usize].hash.is_none(), "a block is registered once per allocation");
         let Some(key) = NonZeroU64::new(hash) else { return };
         let blocks = &self.blocks;
-        let same = |&id: &BlockId| blocks[id as usize].hash == Some(key);
-        let rehash = |&id: &BlockId| blocks[id as usize].hash.map_or(0, NonZeroU64::get);
+        let same = |&id: &BlockId| hash_of(blocks, id) == hash;
+        let rehash = |&id: &BlockId| hash_of(blocks, id);
         if let hashbrown::hash_table::Entry::Vacant(e) = self.cached.entry(hash, same, rehash) {
             e.insert(block);
             self.blocks[block as usize].hash = Some(key);
@@ -204,6 +199,11 @@ impl KvCache {
         }
         None
     }
+}
+
+/// Block `id`'s hash while it is findable, else 0 (which no block hash is).
+fn hash_of(blocks: &[Block], id: BlockId) -> u64 {
+    blocks[id as usize].hash.map_or(0, NonZeroU64::get)
 }
 
 /// How many places down the free queue [`KvCache::pop_free`] fetches a block before its turn.

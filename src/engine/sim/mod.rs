@@ -27,6 +27,7 @@ pub use config::{
 };
 pub use profile::{Profile, ProfileError, predicted_generate};
 
+use crate::engine::chat::TemplateError;
 use crate::engine::{
     Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, PreparedPrompt, Prompt,
     RequestPrep, ResolvedEngineConfig, StepEnds, StepTokens, TimedEngine, VirtualTimeEngine,
@@ -41,8 +42,8 @@ pub struct SimEngine {
     clock: Arc<dyn Clock>,
     anchor: WallAnchor,
     started: bool,
-    /// The KV cache (and prefix cache) for the engine's life: reset by `start`.
-    /// The scheduler, idle between calls, with the KV cache (and its prefix cache) it keeps.
+    /// The scheduler, idle between calls, with the KV cache (and prefix cache) it keeps for the
+    /// engine's life: reset by `start`.
     stepper: Stepper,
     /// The last call's schedule steps, cleared: the next call's buffer.
     steps: Vec<scheduler::Step>,
@@ -116,17 +117,11 @@ impl Engine for SimEngine {
             .iter()
             .map(|r| {
                 let output_len = output_tokens(r, cost, self.config.seed);
+                let spec =
+                    |prompt_len, hashes| SeqSpec { prompt_len, output_len, prefix: PrefixSource::Hashes(hashes) };
                 match ready(r) {
-                    Some(p) => Ok(SeqSpec {
-                        prompt_len: p.prompt_len,
-                        output_len,
-                        prefix: PrefixSource::Hashes(p.hashes.clone()),
-                    }),
-                    None => prompt::with_prompt_ids(&r.prompt, |ids| SeqSpec {
-                        prompt_len: u32::try_from(ids.len()).unwrap_or(u32::MAX),
-                        output_len,
-                        prefix: PrefixSource::hashing(scheduler, ids),
-                    }),
+                    Some(p) => Ok(spec(p.prompt_len, p.hashes.clone())),
+                    None => read_prompt(scheduler, &r.prompt).map(|p| spec(p.prompt_len, p.hashes)),
                 }
             })
             .collect::<Result<Vec<SeqSpec>, _>>()
@@ -195,10 +190,14 @@ impl VirtualTimeEngine for SimEngine {
         self.anchor = WallAnchor::VIRTUAL;
     }
 
-    /// A prompt's length and block hashes ([`prepare`]), which need the prompt alone.
+    /// A prompt's length and block hashes ([`read_prompt`]), which need the prompt alone. A
+    /// prompt whose ids cannot be made (a chat template that fails to render) is left for the
+    /// engine, which reports the error.
     fn request_prep(&self) -> Option<RequestPrep> {
         let scheduler = self.config.scheduler;
-        Some(Arc::new(move |request: &mut EngineRequest<()>| request.prepared = prepare(&scheduler, &request.prompt)))
+        Some(Arc::new(move |request: &mut EngineRequest<()>| {
+            request.prepared = read_prompt(&scheduler, &request.prompt).ok();
+        }))
     }
 }
 
@@ -208,16 +207,14 @@ fn prepared_under<'r>(r: &'r EngineRequest, scheduler: &ResolvedEngineConfig) ->
 }
 
 /// `prompt` as [`SimEngine::generate`] reads it under `scheduler`: its length in token ids and
-/// its prefix hashes. `None` for a prompt whose ids cannot be made (a chat template that fails to
-/// render): the engine then reports the error itself.
-fn prepare(scheduler: &ResolvedEngineConfig, prompt: &Prompt) -> Option<PreparedPrompt> {
+/// its prefix hashes, wherever that is worked out (the engine's thread, or ahead).
+fn read_prompt(scheduler: &ResolvedEngineConfig, prompt: &Prompt) -> Result<PreparedPrompt, TemplateError> {
     prompt::with_prompt_ids(prompt, |ids| PreparedPrompt {
         block_size: scheduler.block_size,
         prefix_caching: scheduler.prefix_caching,
         prompt_len: u32::try_from(ids.len()).unwrap_or(u32::MAX),
         hashes: scheduler::prefix_hashes(scheduler, ids),
     })
-    .ok()
 }
 
 /// Output length: `max_tokens` when EOS is ignored, else an EOS may come after `min_tokens`.

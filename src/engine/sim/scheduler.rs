@@ -49,17 +49,9 @@ pub enum PrefixSource {
     /// after a preemption its own computed prompt blocks are taken as still cached.
     Known(u32),
     /// The chained hashes of its full prompt blocks, as [`PrefixSource::Tokens`] would give them
-    /// ([`PrefixSource::hashing`]): the simulated engine's, which hashes a prompt's ids where
-    /// they are rather than copy them.
+    /// ([`prefix_hashes`]): the simulated engine's, which hashes a prompt's ids where they are
+    /// (or where the request was made) rather than copy them.
     Hashes(Vec<u64>),
-}
-
-impl PrefixSource {
-    /// The prefix of a prompt of token ids `ids` under `config`: its full blocks' hashes (none
-    /// without prefix caching).
-    pub fn hashing(config: &ResolvedEngineConfig, ids: &[u32]) -> PrefixSource {
-        PrefixSource::Hashes(prefix_hashes(config, ids))
-    }
 }
 
 /// The chained hashes of the full blocks of a prompt of token ids `ids` under `config` (none
@@ -390,10 +382,8 @@ impl Stepper {
     }
 
     fn add_checked(&mut self, s: SeqSpec) -> SeqId {
-        let bs = self.config.block_size.max(1);
         let (hashes, known_cached) = match s.prefix {
-            PrefixSource::Tokens(ids) if self.config.prefix_caching => (block_hashes(&ids, bs), None),
-            PrefixSource::Tokens(_) => (Vec::new(), None),
+            PrefixSource::Tokens(ids) => (prefix_hashes(&self.config, &ids), None),
             PrefixSource::Hashes(hashes) if self.config.prefix_caching => (hashes, None),
             PrefixSource::Hashes(_) => (Vec::new(), None),
             PrefixSource::Known(n) => (Vec::new(), self.config.prefix_caching.then_some(n)),

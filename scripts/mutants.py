@@ -296,6 +296,12 @@ MUTANTS = [
      "let extra = took.mul_f64((self.faults.slow_factor - 1.0).max(0.0));",
      "let extra = took.mul_f64((self.faults.slow_factor - 2.0).max(0.0));",
      ["--test", "engine_faults", "every_fault_around_a_user_engine"], {}),
+    ("faults: the concurrent face drops runs_here", "src/engine/faults.rs",
+     "        self.inner.runs_here()\n", "        false\n",
+     ["--lib", "engine::faults::tests::the_faulty_concurrent_face_keeps_every_capability"], {}),
+    ("faults: the concurrent face drops the engine's steps", "src/engine/faults.rs",
+     "        self.inner.take_steps()\n", "        None\n",
+     ["--lib", "engine::faults::tests::the_faulty_concurrent_face_keeps_every_capability"], {}),
 
     # ---- the other integration test files ----
     ("async: dropping the future does not cancel", "src/batcher/async_submit.rs",

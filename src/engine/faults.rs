@@ -395,8 +395,19 @@ impl ConcurrentEngine for FaultyConcurrent {
         self.inner.generate(batch, faulty_done);
     }
 
+    // Every optional capability of the wrapped face passes through: the faults change only what
+    // a generate returns (issue 36: without these, continuous admission under `[faults]` lost its
+    // stall watch and counted hand-overs as batches).
     fn server_counters(&self) -> Vec<ServerCounters> {
         self.inner.server_counters()
+    }
+
+    fn runs_here(&self) -> bool {
+        self.inner.runs_here()
+    }
+
+    fn take_steps(&self) -> Option<Vec<crate::engine::EngineStep>> {
+        self.inner.take_steps()
     }
 }
 

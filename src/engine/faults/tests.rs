@@ -201,3 +201,54 @@ fn the_concurrent_face_panics_like_the_blocking_one_and_passes_through_when_inac
     let (sim, _) = engine(Faults { fail_batch: FaultTrigger::every(2), ..Faults::default() });
     assert!(sim.concurrent().is_none());
 }
+
+/// A concurrent face with every optional capability: it runs here, counts steps and has counters.
+struct CapableConcurrent;
+
+impl ConcurrentEngine for CapableConcurrent {
+    fn generate(&self, batch: Vec<EngineRequest>, done: GenerateDone) {
+        done(Ok(echo(&batch)));
+    }
+    fn server_counters(&self) -> Vec<ServerCounters> {
+        vec![ServerCounters { endpoint: "http://127.0.0.1:1".into(), ..ServerCounters::default() }]
+    }
+    fn runs_here(&self) -> bool {
+        true
+    }
+    fn take_steps(&self) -> Option<Vec<crate::engine::EngineStep>> {
+        let at = Timestamp::from_nanos(5);
+        Some(vec![crate::engine::EngineStep::new(at, at, 2, 3)])
+    }
+}
+
+struct Capable;
+
+impl Engine for Capable {
+    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        Ok(EngineInfo::new("capable", "0"))
+    }
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+        Ok(echo(batch))
+    }
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        Ok(())
+    }
+    fn concurrent(&self) -> Option<Arc<dyn ConcurrentEngine>> {
+        Some(Arc::new(CapableConcurrent))
+    }
+}
+
+/// Issue 36, item 1: with any `[faults]` key, vLLM's continuous admission lost its stall watch
+/// (`runs_here`) and counted hand-overs as batches (`take_steps`), because the faulty face
+/// forwarded only `server_counters`.
+#[test]
+fn the_faulty_concurrent_face_keeps_every_capability_of_the_face_it_wraps() {
+    let faults = Faults { slow: FaultTrigger::every(5), ..Faults::default() };
+    let mut e = FaultyEngine::new(Capable, faults, 1, Arc::new(VirtualClock::new()));
+    e.start().unwrap();
+    let face = e.concurrent().expect("the wrapped face");
+    assert!(face.runs_here(), "runs_here passes through the fault layer");
+    let steps = face.take_steps().expect("the steps pass through the fault layer");
+    assert_eq!((steps.len(), steps[0].prefill, steps[0].decode), (1, 2, 3));
+    assert_eq!(face.server_counters().len(), 1, "the counters pass through");
+}

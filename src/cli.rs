@@ -17,6 +17,8 @@ const EXIT_ERROR: u8 = 1;
 const EXIT_BAD_INPUT: u8 = 2;
 const EXIT_EXPECTATIONS: u8 = 3;
 const EXIT_REGRESSION: u8 = 4;
+/// `batchlab compare`: no regression shown, but a gated metric not shown within its margin.
+const EXIT_INCONCLUSIVE: u8 = 5;
 /// 128 + the signal's number, the shell's convention: SIGINT (Ctrl-C) 130, SIGTERM 143.
 const EXIT_SIGINT: u8 = 130;
 const EXIT_SIGTERM: u8 = 143;
@@ -78,24 +80,35 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         repeat: u32,
     },
-    /// Compare two saved runs metric by metric; exits 4 on a regression.
+    /// Compare two saved runs metric by metric: exits 0 when every gated metric passes, 4 on a
+    /// regression, 5 when inconclusive.
     ///
-    /// Each metric gets a verdict from a statistical test whose unit is a batch or a block of time,
-    /// never a request (a bootstrap over the batches of requests.jsonl, Fisher's exact test on
-    /// counts, Welch's t on --repeat runs or on the time series): better, worse, within noise. A
-    /// gated metric worse than A by more than --max-regression fails the comparison
+    /// Each metric's change gets an interval in its unit of independence, never the request (whole
+    /// batches or blocks of time of requests.jsonl, the repeats, the time series; shares at their
+    /// effective size). A gated metric passes when the interval's worse bound is within the margin,
+    /// regresses when the interval excludes no change on the worse side and the change is beyond
+    /// the margin, and is otherwise inconclusive, with the run size that would decide it
     /// (docs/compare.md).
     Compare {
         /// The baseline run: a report.json or an output directory.
         a: PathBuf,
         /// The run judged against it.
         b: PathBuf,
-        /// A gated metric worse than A by more than this fails the comparison: `5%` or `0.05`.
+        /// The margin of a gated metric, a fraction of A's value: `5%` or `0.05`.
         #[arg(long, value_name = "FRACTION", default_value = "5%", value_parser = parse_fraction)]
         max_regression: f64,
-        /// Significance level: a difference with p below it is better or worse.
+        /// The intervals are at 1 − alpha.
         #[arg(long, default_value_t = 0.05, value_parser = parse_alpha)]
         alpha: f64,
+        /// B fails when its error share is certainly above this, whatever A did: `0.5%`.
+        #[arg(long, value_name = "FRACTION", default_value = "0.5%", value_parser = parse_fraction)]
+        max_error_rate: f64,
+        /// The margin of a gated share (errors, SLO attainment), in points: `1pp` (or `0.01`).
+        #[arg(long, value_name = "POINTS", default_value = "1pp", value_parser = parse_points)]
+        max_error_increase: f64,
+        /// Exit 0 rather than 5 when nothing regressed but something is inconclusive (says so).
+        #[arg(long)]
+        allow_inconclusive: bool,
         /// Gate this metric (repeatable; replaces the default gates, see docs/compare.md).
         #[arg(long = "gate", value_name = "METRIC")]
         gates: Vec<String>,
@@ -234,6 +247,14 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
     }
 }
 
+/// Share points: `1pp` is 0.01; a percentage or a fraction as [`parse_fraction`].
+fn parse_points(text: &str) -> Result<f64, String> {
+    match text.trim().strip_suffix("pp") {
+        Some(points) => parse_fraction(&format!("{}%", points.trim())),
+        None => parse_fraction(text),
+    }
+}
+
 fn parse_alpha(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
@@ -242,8 +263,14 @@ fn parse_alpha(text: &str) -> Result<f64, String> {
 }
 
 /// `batchlab compare`: the table on stdout, compare.html in `output`, the exit code from the gate.
-fn compare_runs(a: &Path, b: &Path, options: batchlab::compare::CompareOptions, output: Option<PathBuf>) -> ExitCode {
-    use batchlab::compare::{Run, compare, table::render_comparison};
+fn compare_runs(
+    a: &Path,
+    b: &Path,
+    options: batchlab::compare::CompareOptions,
+    output: Option<PathBuf>,
+    allow_inconclusive: bool,
+) -> ExitCode {
+    use batchlab::compare::{Outcome, Run, compare, table::render_comparison};
     let loaded = Run::load(a).and_then(|ra| Ok((ra, Run::load(b)?)));
     let compared = loaded.and_then(|(ra, rb)| Ok((compare(&ra, &rb, &options)?, ra, rb)));
     let (comparison, run_a, run_b) = match compared {
@@ -262,16 +289,35 @@ fn compare_runs(a: &Path, b: &Path, options: batchlab::compare::CompareOptions, 
             return ExitCode::from(EXIT_ERROR);
         }
     }
-    if comparison.passed() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_REGRESSION) }
+    match comparison.outcome() {
+        Outcome::Pass => ExitCode::SUCCESS,
+        Outcome::Regression => ExitCode::from(EXIT_REGRESSION),
+        Outcome::Inconclusive if allow_inconclusive => {
+            println!("--allow-inconclusive: exiting 0 although the gate is inconclusive (it would exit 5)");
+            ExitCode::SUCCESS
+        }
+        Outcome::Inconclusive => ExitCode::from(EXIT_INCONCLUSIVE),
+    }
 }
 
 fn real_main(cli: Cli) -> ExitCode {
     let (args, task) = match cli.command {
         Command::Report { report } => return rerender_report(&report),
-        Command::Compare { a, b, max_regression, alpha, gates, output } => {
+        Command::Compare {
+            a,
+            b,
+            max_regression,
+            alpha,
+            gates,
+            output,
+            max_error_rate,
+            max_error_increase,
+            allow_inconclusive,
+        } => {
             let gates = if gates.is_empty() { batchlab::compare::CompareOptions::default().gates } else { gates };
-            let options = batchlab::compare::CompareOptions { max_regression, alpha, gates };
-            return compare_runs(&a, &b, options, output);
+            let options =
+                batchlab::compare::CompareOptions { max_regression, alpha, gates, max_error_rate, max_error_increase };
+            return compare_runs(&a, &b, options, output, allow_inconclusive);
         }
         Command::Calibrate(args) => return calibrate::main(args),
         Command::Tune(args) => return tune::main(args),
@@ -414,6 +460,12 @@ where
         ExitCode::from(EXIT_ERROR)
     } else if !summary.report.passed() {
         eprint!("{}", batchlab::report::render_failures(&summary.report.expectations));
+        ExitCode::from(EXIT_EXPECTATIONS)
+    } else if let nothing @ [_, ..] = summary.report.completed_nothing().as_slice() {
+        eprintln!(
+            "FAIL no request completed in {}: the run measured nothing (set expect.completed = \">= 0\" to allow it)",
+            nothing.join(", ")
+        );
         ExitCode::from(EXIT_EXPECTATIONS)
     } else {
         if !summary.report.expectations.is_empty() {

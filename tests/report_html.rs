@@ -250,7 +250,7 @@ fn batchlab_report_rerenders_the_same_page_from_report_json() {
 /// second with a doubled decode step; every chart there, nothing logged, self-contained.
 #[test]
 fn a_compare_page_renders_in_chromium_with_its_charts_and_no_console_message() {
-    use batchlab::compare::{CompareOptions, Run, compare, html};
+    use batchlab::compare::{CompareOptions, Outcome, Run, compare, html};
     let dir = scratch("compare");
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/throughput.toml");
     for (name, sets) in [("a", vec![]), ("b", vec!["engine.sim.decode_step=2ms".to_string()])] {
@@ -261,7 +261,7 @@ fn a_compare_page_renders_in_chromium_with_its_charts_and_no_console_message() {
     }
     let (a, b) = (Run::load(&dir.join("a")).unwrap(), Run::load(&dir.join("b")).unwrap());
     let comparison = compare(&a, &b, &CompareOptions::default()).unwrap();
-    assert!(!comparison.passed());
+    assert_eq!(comparison.outcome(), Outcome::Regression);
     let page_path = html::write_html(&comparison, &a, &b, &dir).unwrap();
     let text = std::fs::read_to_string(&page_path).unwrap();
     check_self_contained(&text);
@@ -274,6 +274,6 @@ fn a_compare_page_renders_in_chromium_with_its_charts_and_no_console_message() {
         assert_eq!(count(&page.dom, &format!("aria-label=\"{title}\"")), 1, "{title}");
     }
     assert!(page.dom.contains("<h2>Benchmark throughput</h2>") && page.dom.contains("<h3>Regressions</h3>"));
-    assert!(page.dom.contains("worse · regression"), "regressions are marked");
+    assert!(page.dom.contains("worse · REGRESSION"), "regressions are marked");
     screenshot(&page_path, &dir.join("compare.png"), &dir.join("profile"));
 }

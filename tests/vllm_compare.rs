@@ -103,7 +103,8 @@ fn unchanged_runs_pass_the_gate_and_batch_8_against_32_fails_it() {
         (o.status.code(), text(&o.stdout))
     };
     let (code, table) = compare(&a, &b);
-    assert_eq!(code, Some(0), "two unchanged runs regressed:\n{table}");
+    // Unchanged: never a regression; a pass, or inconclusive when 2 repeats cannot show ±5 %.
+    assert!(matches!(code, Some(0 | 5)), "two unchanged runs regressed:\n{table}");
     // Which of the two is worse depends on the machine (batch 8 has the shorter TPOT, batch 32
     // the higher throughput when the cores are free): flagged means a gate fails one way round.
     let (forward, forward_table) = compare(&a, &small);

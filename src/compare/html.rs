@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::table::p_value;
-use super::{Comparison, Row, Run, TestKind, Verdict, stats};
+use super::table::{interval_text, units_text};
+use super::{Comparison, Gate, Outcome, Row, Run, TestKind, Verdict, stats};
 use crate::metrics::distribution::Histogram;
 use crate::report::ReportError;
 use crate::report::html::DISTRIBUTION_CHARTS;
@@ -28,46 +28,47 @@ fn percent(v: Option<f64>) -> String {
 
 fn verdict_cell(r: &Row) -> Cell {
     let mut label = r.verdict.label().to_string();
-    if r.regression {
-        label.push_str(" · regression");
-    } else if r.gated {
-        label.push_str(" · gated");
+    if let Some(gate) = &r.gate {
+        label.push_str(" · ");
+        label.push_str(gate.label());
     }
-    let badge = match r.verdict {
-        Verdict::Better => Badge::Good,
-        Verdict::Worse => Badge::Bad,
-        Verdict::Differs | Verdict::WithinNoise | Verdict::NotJudged(_) => Badge::Neutral,
+    let badge = match (&r.gate, &r.verdict) {
+        (Some(Gate::Regression(_)), _) | (None, Verdict::Worse) => Badge::Bad,
+        (Some(Gate::Pass), _) | (None, Verdict::Better) => Badge::Good,
+        _ => Badge::Neutral,
     };
     Cell::Badge(badge, label)
 }
 
-fn test_cells(r: &Row) -> [Cell; 2] {
-    match r.test {
-        Some((kind, p)) => {
-            let name = match kind {
-                TestKind::Bootstrap => "bootstrap over batches",
-                TestKind::Fisher => "Fisher exact (batches)",
-                TestKind::Welch => "Welch t (repeats)",
-                TestKind::Series => "Welch t (time blocks)",
+fn test_cells(r: &Row) -> [Cell; 3] {
+    match &r.judgement {
+        Some(j) => {
+            let name = match j.test {
+                TestKind::Bootstrap => "bootstrap over units",
+                TestKind::Share => "share (Newcombe, effective size)",
+                TestKind::Repeats => "t on repeats",
+                TestKind::Series => "t on time blocks",
+                TestKind::Paired => "paired t on rounds",
             };
-            [Cell::text(name), Cell::num(p_value(p))]
+            [Cell::num(interval_text(j)), Cell::text(name), Cell::text(units_text(j))]
         }
-        None => [Cell::text("-"), Cell::num("-")],
+        None => [Cell::num("-"), Cell::text("-"), Cell::text("-")],
     }
 }
 
 fn metric_table(rows: &[&Row]) -> Table {
-    let mut table = Table::new(&["metric", "A", "B", "delta", "delta %", "test", "p", "verdict"]);
+    let mut table = Table::new(&["metric", "A", "B", "delta", "delta %", "interval", "test", "units", "verdict"]);
     for r in rows {
-        let [test, p] = test_cells(r);
+        let [interval, test, units] = test_cells(r);
         table.row(vec![
             Cell::text(&r.metric),
             Cell::num(num(r.a)),
             Cell::num(num(r.b)),
             Cell::num(num(r.delta)),
             Cell::num(percent(r.relative)),
+            interval,
             test,
-            p,
+            units,
             verdict_cell(r),
         ]);
     }
@@ -106,10 +107,13 @@ fn sample_cdf(samples: &[f64]) -> Vec<(f64, f64)> {
 /// from the first repeat's histogram.
 fn cdf_of(run: &Run, benchmark: &str, dist: &str) -> Vec<(f64, f64)> {
     let field = super::PER_REQUEST.iter().find(|(d, _, _)| *d == dist).map(|(_, f, _)| *f);
-    let samples = run.requests.as_ref().and_then(|r| r.get(benchmark)).zip(field).and_then(|(s, f)| s.get(f));
-    if let Some(samples) = samples.filter(|s| !s.is_empty()) {
-        let values: Vec<f64> = samples.iter().map(|(_, v)| *v).collect();
-        return sample_cdf(&values);
+    let i = field.and_then(|f| super::PER_REQUEST.iter().position(|(_, g, _)| *g == f));
+    let samples = run.requests.as_ref().and_then(|r| r.get(benchmark)).zip(i);
+    if let Some((samples, i)) = samples {
+        let values: Vec<f64> = samples.requests.iter().filter_map(|s| s.timings[i]).collect();
+        if !values.is_empty() {
+            return sample_cdf(&values);
+        }
     }
     run.report
         .benchmarks
@@ -123,13 +127,15 @@ fn cdf_of(run: &Run, benchmark: &str, dist: &str) -> Vec<(f64, f64)> {
 
 fn status(c: &Comparison) -> String {
     let regressions = c.regressions().count();
-    let threshold = format!("{} %", format_value(c.max_regression * 100.0));
+    let inconclusive = c.inconclusive().count();
     let worse = c.rows.iter().filter(|r| r.verdict == Verdict::Worse).count();
     let better = c.rows.iter().filter(|r| r.verdict == Verdict::Better).count();
-    let mut badges = vec![if regressions == 0 {
-        Badge::Good.html(&format!("no gated metric worse by more than {threshold}"))
-    } else {
-        Badge::Bad.html(&format!("{regressions} regression(s) beyond {threshold}"))
+    let mut badges = vec![match c.outcome() {
+        Outcome::Pass => Badge::Good.html("pass: every gated metric within its margin"),
+        Outcome::Regression => Badge::Bad.html(&format!("{regressions} regression(s)")),
+        Outcome::Inconclusive => {
+            Badge::Neutral.html(&format!("inconclusive: {inconclusive} gated metric(s) undecided"))
+        }
     }];
     badges.push(Badge::Neutral.html(&format!("{better} better · {worse} worse")));
     badges.join(" ")
@@ -139,24 +145,27 @@ fn status(c: &Comparison) -> String {
 pub fn render_html(c: &Comparison, a: &Run, b: &Run) -> String {
     let mut page =
         Page::new("batchlab compare").subtitle(&format!("A: {} · B: {}", c.a, c.b)).status(status(c)).footer(
-            "Written by batchlab compare. Self-contained: no script and no external resource. Verdicts: a bootstrap \
-         over whole batches of requests.jsonl, Fisher's exact test on counts in batches, Welch's t on repeats or on \
-         blocks of the time series; docs/compare.md.",
+            "Written by batchlab compare. Self-contained: no script and no external resource. Verdicts: intervals of \
+         the change in independent units (batches or blocks of time of requests.jsonl, repeats, blocks of the time \
+         series; shares at their effective size); docs/compare.md.",
         );
 
     let regressions: Vec<&Row> = c.regressions().collect();
     let mut summary = Section::new("summary", "Summary").text(&format!(
-        "B against A, metric by metric. A difference with p below {} is better or worse; a gated metric worse by \
-         more than {} % of A's value is a regression and makes batchlab compare exit 4.",
-        format_value(c.alpha),
-        format_value(c.max_regression * 100.0)
+        "B against A, metric by metric, each change with its {} % interval. A gated metric passes when the \
+         interval's worse bound is within the margin ({} % of A's value; {} points for a share), regresses when the \
+         interval excludes no change on the worse side and the change is beyond the margin (exit 4), and is otherwise \
+         inconclusive (exit 5).",
+        format_value((1.0 - c.alpha) * 100.0),
+        format_value(c.max_regression * 100.0),
+        format_value(c.max_error_increase * 100.0)
     ));
     if regressions.is_empty() {
         summary = summary.text("No regression.");
     } else {
-        let mut table = Table::new(&["benchmark", "metric", "A", "B", "delta %", "p"]);
+        let mut table = Table::new(&["benchmark", "metric", "A", "B", "delta %", "interval"]);
         for r in &regressions {
-            let [_, p] = test_cells(r);
+            let [p, _, _] = test_cells(r);
             table.row(vec![
                 Cell::text(&r.benchmark),
                 Cell::text(&r.metric),
@@ -226,18 +235,17 @@ pub fn render_html(c: &Comparison, a: &Run, b: &Run) -> String {
         page.section(section);
     }
     let method = format!(
-        "<p>No test takes a request as an independent sample: the unit is the batch, a block of time or a repeat. \
-         Per-request timings (latency, ttft, tpot, itl by each request's longest gap, latency_per_token, batch_wait, \
-         engine_queue) and the per-batch generate: every statistic's difference B − A, bootstrapped over whole \
-         batches of requests.jsonl ({} resamples from a fixed seed, at least {} batches per run). Counts (completed, \
-         errors, cancelled, incomplete, lost, anomalies, slo_attainment, the flush shares): Fisher's exact test, in \
-         units of batches. Throughput and concurrency: Welch's t on the repeats (--repeat N, 2 or more each), else on \
-         each run's time series in {} blocks of time. Everything else: Welch's t on the repeats; without repeats it is \
-         not judged. Significance level {}.</p>",
+        "<p>No interval takes a request as an independent sample: the unit is the batch, a block of time (where \
+         every request is its own batch, or the engine batches by itself), a repeat or a round. Per-request timings: \
+         every statistic's relative change, an expanded-percentile bootstrap over whole units of requests.jsonl ({} \
+         resamples from a fixed seed, at least {} units per run), or the repeats' t interval when narrower. Shares \
+         (errors, completions, SLO attainment): the change in points, Newcombe's interval on Wilson's, each run at its \
+         effective size (its requests over the design effect of how hits cluster). Throughput: the repeats, or {} \
+         blocks of each repeat's time series. Intervals at {} %.</p>",
         stats::BOOTSTRAP_RESAMPLES,
         stats::MIN_BATCHES,
         super::SERIES_BLOCKS,
-        escape(&format_value(c.alpha))
+        escape(&format_value((1.0 - c.alpha) * 100.0))
     );
     page.section(Section::new("method", "Method").html(method));
     page.render()

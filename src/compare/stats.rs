@@ -1,64 +1,31 @@
-//! The two-sample tests `batchlab compare` rests its verdicts on. None of them takes a request
-//! as an independent sample: the requests of one batch share one generate call, so their fates
-//! are tied. The unit is the batch, a block of time intervals, or a repeat.
+//! The statistics `batchlab compare` rests its verdicts on: **intervals of a change**, B against
+//! A, at `1 − alpha`. None of them takes a request as an independent sample: the requests of one
+//! batch share one generate call, so their fates are tied. The unit is a batch, a block of time,
+//! a repeat or a round of an A/B run.
 //!
-//! - [`bootstrap_stats`]: every statistic of a per-request timing (mean, p50 … p99.9, min, max,
-//!   std). The difference `B − A` of each statistic, and its distribution under resampling
-//!   **whole batches** with replacement, independently in each run ([`BOOTSTRAP_RESAMPLES`]
-//!   resamples from a fixed seed, so a verdict is reproducible). The two-sided p-value is the
-//!   share of resampled differences on the other side of 0 (the smallest alpha whose percentile
-//!   interval excludes 0). A tail statistic is tested as itself, not through the bulk.
-//! - [`fisher_exact`]: counts (errors out of requests, SLO met out of judged, full batches out of
-//!   batches). Two-sided Fisher's exact test on the 2×2 table, SciPy's `fisher_exact`: the
-//!   summed probability of every table as likely as the observed one or less, given the margins.
-//! - [`welch_t`]: one value per unit (per repeat with `--repeat`, per block of the time series
-//!   without), Welch's unequal-variance t test with Welch–Satterthwaite degrees of freedom.
+//! - [`bootstrap_changes`]: every statistic of a per-request timing (mean, p50 … p99.9, min,
+//!   max, std). The relative change `(B − A) / |A|` of each statistic, resampling **whole units**
+//!   with replacement, independently in each run ([`BOOTSTRAP_RESAMPLES`] resamples from a fixed
+//!   seed, so a verdict is reproducible). The interval is the *expanded* percentile interval
+//!   (Hesterberg, 2015): the percentile bootstrap is too narrow with few units, so its tails are
+//!   taken at [`expanded_alpha`], which widens it as a t interval with `n − 1` degrees of
+//!   freedom would be widened. A tail statistic is tested as itself, not through the bulk.
+//! - [`ratio_interval`]: one value per unit (a repeat, a block of the time series, a round), the
+//!   relative change of the means, by the delta method with Welch–Satterthwaite degrees of
+//!   freedom; [`paired_interval`] for rounds that pair an A with a B.
+//! - [`share_change`]: a share (errors of requests, SLO met of judged) in percentage points, by
+//!   Newcombe's hybrid score interval on Wilson intervals, each run's count taken at its
+//!   effective size ([`ClusteredShare`]: the requests divided by the design effect measured from
+//!   how the hits cluster in units).
 //!
-//! Degenerate inputs keep their mathematical meaning: identical samples give a difference of 0
-//! and p = 1; when both sets of values have no variance, equal means give p = 1 and different
-//! means p = 0.
+//! Degenerate inputs keep their mathematical meaning: identical values give an interval of 0;
+//! a run that has no spread gives an interval of its difference alone.
 
-use std::cmp::Ordering;
+use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
-use statrs::distribution::{ContinuousCDF, StudentsT};
-use statrs::function::factorial::ln_binomial;
+use serde::Serialize;
 
 use crate::rng::SplitMix64;
-
-/// Which sample tends to be larger.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Shift {
-    /// B's values tend to be larger than A's.
-    BLarger,
-    /// B's values tend to be smaller than A's.
-    BSmaller,
-    /// Neither.
-    None,
-}
-
-/// The result of a two-sample test of A against B.
-#[derive(Copy, Clone, Debug, PartialEq)]
-pub struct TestResult {
-    /// Two-sided p-value.
-    pub p: f64,
-    /// The statistic: `t = (mean_b − mean_a) / se` for Welch, B's share minus A's for Fisher,
-    /// the statistic's `B − A` for the bootstrap.
-    pub statistic: f64,
-    /// Which way the samples differ, by the statistic.
-    pub shift: Shift,
-    /// Units in A: repeats, blocks, batches (or batch-sized groups of requests for a count).
-    pub n_a: usize,
-    /// Units in B.
-    pub n_b: usize,
-}
-
-fn shift_of(x: f64) -> Shift {
-    match x.partial_cmp(&0.0) {
-        Some(Ordering::Greater) => Shift::BLarger,
-        Some(Ordering::Less) => Shift::BSmaller,
-        _ => Shift::None,
-    }
-}
 
 fn mean_and_variance(x: &[f64]) -> (f64, f64) {
     let n = x.len() as f64;
@@ -67,67 +34,16 @@ fn mean_and_variance(x: &[f64]) -> (f64, f64) {
     (mean, variance)
 }
 
-/// Welch's t test of `a` against `b`, two-sided; `None` unless both have at least 2 values
-/// (and no NaN).
-pub fn welch_t(a: &[f64], b: &[f64]) -> Option<TestResult> {
-    if a.len() < 2 || b.len() < 2 || a.iter().chain(b).any(|v| !v.is_finite()) {
-        return None;
-    }
-    let (n1, n2) = (a.len() as f64, b.len() as f64);
-    let ((m1, v1), (m2, v2)) = (mean_and_variance(a), mean_and_variance(b));
-    let (s1, s2) = (v1 / n1, v2 / n2);
-    let se2 = s1 + s2;
-    let diff = m2 - m1;
-    let (t, p) = if se2 > 0.0 {
-        let t = diff / se2.sqrt();
-        let df = se2 * se2 / (s1 * s1 / (n1 - 1.0) + s2 * s2 / (n2 - 1.0));
-        let dist = StudentsT::new(0.0, 1.0, df).ok()?;
-        (t, (2.0 * dist.sf(t.abs())).min(1.0))
-    } else if diff == 0.0 {
-        (0.0, 1.0)
-    } else {
-        (diff.signum() * f64::INFINITY, 0.0)
-    };
-    Some(TestResult { p, statistic: t, shift: shift_of(diff), n_a: a.len(), n_b: b.len() })
-}
-
-/// Two-sided Fisher's exact test of the share `a_hits / a_total` against `b_hits / b_total`
-/// (SciPy's `fisher_exact`: every table with the same margins whose probability is at most the
-/// observed one's, relative tolerance 1e-7). `None` when a total is 0 or below its hits.
-/// `statistic` is B's share minus A's.
-pub fn fisher_exact(a_hits: u64, a_total: u64, b_hits: u64, b_total: u64) -> Option<TestResult> {
-    if a_total == 0 || b_total == 0 || a_hits > a_total || b_hits > b_total {
-        return None;
-    }
-    let hits = a_hits + b_hits;
-    let total = a_total + b_total;
-    // P(A has x of the hits), hypergeometric.
-    let ln_p = |x: u64| ln_binomial(a_total, x) + ln_binomial(b_total, hits - x) - ln_binomial(total, hits);
-    let observed = ln_p(a_hits);
-    let lowest = hits.saturating_sub(b_total);
-    let highest = hits.min(a_total);
-    let threshold = observed + (1.0f64 + 1e-7).ln();
-    let p: f64 = (lowest..=highest).map(ln_p).filter(|&l| l <= threshold).map(f64::exp).sum();
-    let difference = b_hits as f64 / b_total as f64 - a_hits as f64 / a_total as f64;
-    Some(TestResult {
-        p: p.min(1.0),
-        statistic: difference,
-        shift: shift_of(difference),
-        n_a: a_total as usize,
-        n_b: b_total as usize,
-    })
-}
-
-/// Resamples of the batches behind every [`bootstrap_stats`] verdict.
+/// Resamples of the units behind every [`bootstrap_changes`] interval.
 pub const BOOTSTRAP_RESAMPLES: usize = 1999;
 
-/// Fewest batches a run needs for [`bootstrap_stats`]: fewer cannot say how much batches vary.
+/// Fewest units a run needs for [`bootstrap_changes`]: fewer cannot say how much units vary.
 pub const MIN_BATCHES: usize = 5;
 
 /// The seed of the bootstrap's resampling: fixed, so that a comparison is reproducible.
 const BOOTSTRAP_SEED: u64 = 0x6261_7463_686c_6162;
 
-/// The statistics [`bootstrap_stats`] tests, in the order of `metrics::distribution::Summary::STATS`.
+/// The statistics [`bootstrap_changes`] judges, in the order of `metrics::distribution::Summary::STATS`.
 pub const STATS: [&str; 9] = ["mean", "p50", "p90", "p95", "p99", "p999", "min", "max", "std"];
 
 /// The quantiles among [`STATS`], as fractions.
@@ -210,20 +126,93 @@ impl BatchedValues {
     }
 }
 
-/// Every statistic of [`STATS`] compared between `a` and `b` by a bootstrap over whole batches
-/// (see the module docs): per statistic, its test, `None` where either run lacks the statistic.
-/// `None` altogether when a run has fewer than [`MIN_BATCHES`] batches. `stream` picks the
-/// resampling's sub-stream, so that each timing draws its own resamples.
-pub fn bootstrap_stats(a: &BatchedValues, b: &BatchedValues, stream: u64) -> Option<[Option<TestResult>; 9]> {
+/// An interval of a change, B against A: a relative change (a fraction of A's value) or a
+/// difference of shares (a fraction, printed in percentage points). `low ≤ estimate ≤ high` is not
+/// promised: a bootstrap's percentiles need not straddle the observed change.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
+pub struct Interval {
+    /// The observed change.
+    pub estimate: f64,
+    /// The lower bound (may be `-inf`).
+    pub low: f64,
+    /// The upper bound (may be `inf`).
+    pub high: f64,
+}
+
+impl Interval {
+    /// The interval of a change known exactly.
+    pub fn exact(change: f64) -> Self {
+        Interval { estimate: change, low: change, high: change }
+    }
+
+    /// Half its width (`inf` when a bound is).
+    pub fn half_width(&self) -> f64 {
+        (self.high - self.low) / 2.0
+    }
+}
+
+/// The two-sided `1 − alpha` quantile of the standard normal.
+pub fn z_of(alpha: f64) -> f64 {
+    Normal::new(0.0, 1.0).map_or(1.96, |n| n.inverse_cdf(1.0 - alpha / 2.0))
+}
+
+/// The two-sided `1 − alpha` quantile of Student's t with `df` degrees of freedom (the normal's
+/// for `df = inf`).
+pub fn t_of(alpha: f64, df: f64) -> f64 {
+    if !df.is_finite() {
+        return z_of(alpha);
+    }
+    StudentsT::new(0.0, 1.0, df.max(1.0)).map_or(f64::INFINITY, |t| t.inverse_cdf(1.0 - alpha / 2.0))
+}
+
+/// The level at which a percentile bootstrap of `n` units is read so that its interval is as wide
+/// as a `1 − alpha` t interval: `2 Φ(−√(n/(n−1)) · t(1 − alpha/2, n − 1))` (Hesterberg's expanded
+/// percentile interval). With 8 units and alpha 0.05 it is about 0.012; it tends to alpha.
+pub fn expanded_alpha(alpha: f64, n: usize) -> f64 {
+    if n < 2 {
+        return 0.0;
+    }
+    let n = n as f64;
+    let t = t_of(alpha, n - 1.0);
+    let normal = Normal::new(0.0, 1.0).expect("the standard normal");
+    2.0 * normal.cdf(-(n / (n - 1.0)).sqrt() * t)
+}
+
+/// The `q` quantile of sorted `values`, nearest rank.
+fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
+    let n = sorted.len();
+    let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+    sorted[rank - 1]
+}
+
+/// Every statistic of [`STATS`] of a per-request timing, its relative change `(B − A) / |A|` with
+/// its expanded percentile bootstrap interval at `1 − alpha`, resampling whole units (see the
+/// module docs). `None` altogether when a run has fewer than [`MIN_BATCHES`] units; per statistic
+/// `None` where either run lacks it. A statistic that is 0 in A has an interval of 0 when every
+/// resample agrees, else an unbounded one on the side it moved. `stream` picks the resampling's
+/// sub-stream, so that each timing draws its own resamples.
+pub fn bootstrap_changes(
+    a: &BatchedValues,
+    b: &BatchedValues,
+    alpha: f64,
+    stream: u64,
+) -> Option<[Option<Interval>; 9]> {
     if a.batches() < MIN_BATCHES || b.batches() < MIN_BATCHES {
         return None;
     }
     let observed = |x: &BatchedValues| x.stats(&vec![1; x.batches()]);
     let (sa, sb) = (observed(a), observed(b));
-    let differences: [Option<f64>; 9] = std::array::from_fn(|i| sa[i].zip(sb[i]).map(|(x, y)| y - x));
-    // Per statistic: resampled differences at or below 0, and at or above.
-    let mut below = [0usize; 9];
-    let mut above = [0usize; 9];
+    let relative = |x: f64, y: f64, base: f64| {
+        if base != 0.0 {
+            (y - x) / base.abs()
+        } else if y == x {
+            0.0
+        } else {
+            (y - x).signum() * f64::INFINITY
+        }
+    };
+    let mut resampled: [Vec<f64>; 9] = std::array::from_fn(|_| Vec::with_capacity(BOOTSTRAP_RESAMPLES));
+    let mut missing = [0usize; 9];
     let mut rng = SplitMix64::derive(BOOTSTRAP_SEED, stream);
     let mut resample = |x: &BatchedValues, weights: &mut Vec<u32>| {
         weights.clear();
@@ -238,22 +227,160 @@ pub fn bootstrap_stats(a: &BatchedValues, b: &BatchedValues, stream: u64) -> Opt
         resample(b, &mut wb);
         let (ra, rb) = (a.stats(&wa), b.stats(&wb));
         for i in 0..9 {
-            // A resample without the statistic (std of one value) counts against the difference.
-            let Some(d) = ra[i].zip(rb[i]).map(|(x, y)| y - x) else {
-                below[i] += 1;
-                above[i] += 1;
-                continue;
-            };
-            below[i] += usize::from(d <= 0.0);
-            above[i] += usize::from(d >= 0.0);
+            match (ra[i].zip(rb[i]), sa[i]) {
+                (Some((x, y)), Some(base)) => resampled[i].push(relative(x, y, base)),
+                _ => missing[i] += 1,
+            }
         }
     }
-    let n = (BOOTSTRAP_RESAMPLES + 1) as f64;
+    let level = expanded_alpha(alpha, a.batches().min(b.batches()));
     Some(std::array::from_fn(|i| {
-        let d = differences[i]?;
-        let p = (2.0 * (below[i].min(above[i]) + 1) as f64 / n).min(1.0);
-        Some(TestResult { p, statistic: d, shift: shift_of(d), n_a: a.batches(), n_b: b.batches() })
+        let (x, y) = sa[i].zip(sb[i])?;
+        let estimate = relative(x, y, x);
+        let values = &mut resampled[i];
+        // A resample without the statistic (the std of one value) could be anything.
+        if missing[i] as f64 > level / 2.0 * BOOTSTRAP_RESAMPLES as f64 || values.is_empty() {
+            return Some(Interval { estimate, low: f64::NEG_INFINITY, high: f64::INFINITY });
+        }
+        values.sort_by(f64::total_cmp);
+        let (low, high) = (nearest_rank(values, level / 2.0), nearest_rank(values, 1.0 - level / 2.0));
+        Some(Interval { estimate, low, high })
     }))
+}
+
+/// The relative change of the means `(mean B − mean A) / |mean A|` of one value per unit, with its
+/// `1 − alpha` interval: the delta method's standard error of the ratio, Welch–Satterthwaite
+/// degrees of freedom. `None` unless both have 2+ values (finite), or when A's mean is 0.
+pub fn ratio_interval(a: &[f64], b: &[f64], alpha: f64) -> Option<Interval> {
+    if a.len() < 2 || b.len() < 2 || a.iter().chain(b).any(|v| !v.is_finite()) {
+        return None;
+    }
+    let ((ma, va), (mb, vb)) = (mean_and_variance(a), mean_and_variance(b));
+    if ma == 0.0 {
+        return None;
+    }
+    let ratio = mb / ma;
+    // Var(B/A) ≈ (1/A²)·Var(B) + (B²/A⁴)·Var(A), per mean.
+    let (sa, sb) = (ratio * ratio * va / (a.len() as f64 * ma * ma), vb / (b.len() as f64 * ma * ma));
+    let se2 = sa + sb;
+    let estimate = ratio - 1.0;
+    if se2 <= 0.0 {
+        return Some(Interval::exact(estimate));
+    }
+    let df = se2 * se2 / (sa * sa / (a.len() as f64 - 1.0) + sb * sb / (b.len() as f64 - 1.0));
+    let h = t_of(alpha, df) * se2.sqrt();
+    Some(Interval { estimate, low: estimate - h, high: estimate + h })
+}
+
+/// The relative change of paired values (round `i` of an A/B run gives `a[i]` and `b[i]`): the
+/// mean of `b[i]/a[i] − 1` with a t interval on `n − 1` degrees of freedom. `None` with fewer than
+/// 2 pairs or a value of A that is 0.
+pub fn paired_interval(a: &[f64], b: &[f64], alpha: f64) -> Option<Interval> {
+    if a.len() != b.len() || a.len() < 2 || a.iter().any(|&x| x == 0.0 || !x.is_finite()) {
+        return None;
+    }
+    let changes: Vec<f64> = a.iter().zip(b).map(|(x, y)| y / x - 1.0).collect();
+    if changes.iter().any(|c| !c.is_finite()) {
+        return None;
+    }
+    let (mean, variance) = mean_and_variance(&changes);
+    let h = t_of(alpha, changes.len() as f64 - 1.0) * (variance / changes.len() as f64).sqrt();
+    Some(Interval { estimate: mean, low: mean - h, high: mean + h })
+}
+
+/// Wilson's score interval of a share of `hits` out of `n` (both may be fractional: effective
+/// counts), at the normal quantile `z`.
+pub fn wilson(hits: f64, n: f64, z: f64) -> (f64, f64) {
+    if n <= 0.0 {
+        return (0.0, 1.0);
+    }
+    let p = (hits / n).clamp(0.0, 1.0);
+    let z2 = z * z;
+    let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
+    let half = z / (1.0 + z2 / n) * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+
+/// One run's share, with the units its hits fall in: per unit (a batch, a block of time), its
+/// hits and its members.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusteredShare {
+    /// Hits in all.
+    pub hits: u64,
+    /// Members in all.
+    pub total: u64,
+    /// Per unit `(hits, members)`; empty when the run does not say (then [`Self::fallback_units`]).
+    pub units: Vec<(u64, u64)>,
+    /// How many units the run had that can fail on their own (its generate calls), for when the
+    /// clustering cannot be measured: no hit at all, every member a hit, or no units.
+    pub fallback_units: u64,
+}
+
+impl ClusteredShare {
+    /// The share.
+    pub fn share(&self) -> f64 {
+        if self.total == 0 { 0.0 } else { self.hits as f64 / self.total as f64 }
+    }
+
+    /// The design effect measured from the units: the variance of the share between units
+    /// (the ratio estimator's, `k/(k−1) Σ (yᵢ − p nᵢ)² / N²`) over the binomial variance
+    /// `p (1 − p) / N`, at least 1. `None` when it cannot be measured (no spread in the share, or
+    /// fewer than 2 units).
+    pub fn design_effect(&self) -> Option<f64> {
+        let k = self.units.len();
+        let p = self.share();
+        if k < 2 || self.hits == 0 || self.hits == self.total {
+            return None;
+        }
+        let n = self.total as f64;
+        let between: f64 = self.units.iter().map(|&(y, m)| (y as f64 - p * m as f64).powi(2)).sum();
+        let variance = k as f64 / (k as f64 - 1.0) * between / (n * n);
+        Some((variance / (p * (1.0 - p) / n)).max(1.0))
+    }
+
+    /// The effective number of independent members, given the design effect to use.
+    fn effective(&self, deff: Option<f64>) -> f64 {
+        let n = self.total as f64;
+        match deff {
+            Some(d) => n / d,
+            None => (self.fallback_units.max(1) as f64).min(n),
+        }
+    }
+}
+
+/// A share compared: B's share minus A's with Newcombe's hybrid score interval at `1 − alpha`, and
+/// B's own Wilson interval (for an absolute limit). Each run counts at its effective size: its
+/// members over the design effect measured from its units, or the other run's when its own cannot
+/// be measured (a run with no hit says nothing of how hits cluster), else its fallback units.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
+pub struct ShareChange {
+    /// `share B − share A`, with its interval.
+    pub change: Interval,
+    /// B's share's interval.
+    pub b_low: f64,
+    /// B's share's upper bound.
+    pub b_high: f64,
+    /// A's effective size.
+    pub n_a: f64,
+    /// B's effective size.
+    pub n_b: f64,
+}
+
+/// See [`ShareChange`]. `scale` multiplies both effective sizes (what a larger run would give).
+pub fn share_change(a: &ClusteredShare, b: &ClusteredShare, alpha: f64, scale: f64) -> Option<ShareChange> {
+    if a.total == 0 || b.total == 0 {
+        return None;
+    }
+    let (da, db) = (a.design_effect(), b.design_effect());
+    let (n_a, n_b) = (a.effective(da.or(db)) * scale, b.effective(db.or(da)) * scale);
+    let z = z_of(alpha);
+    let (pa, pb) = (a.share(), b.share());
+    let (la, ua) = wilson(pa * n_a, n_a, z);
+    let (lb, ub) = wilson(pb * n_b, n_b, z);
+    let d = pb - pa;
+    let low = d - ((pb - lb).powi(2) + (ua - pa).powi(2)).sqrt();
+    let high = d + ((ub - pb).powi(2) + (pa - la).powi(2)).sqrt();
+    Some(ShareChange { change: Interval { estimate: d, low, high }, b_low: lb, b_high: ub, n_a, n_b })
 }
 
 #[cfg(test)]
@@ -265,47 +392,84 @@ mod tests {
     }
 
     #[test]
-    fn welch_known_values() {
-        // a = 1..5, b = 2, 4, .. 10: means 3 and 6, variances 2.5 and 10, t = 3 / √2.5 =
-        // 1.8973665961010275, df = 2.5² / (0.5²/4 + 2²/4) = 5.882352941176471; p from the
-        // t distribution's tail (numerically integrated) = 0.10753119494252587.
-        let r = welch_t(&[1.0, 2.0, 3.0, 4.0, 5.0], &[2.0, 4.0, 6.0, 8.0, 10.0]).unwrap();
-        assert!(close(r.statistic, 1.897_366_596_101_027_5, 1e-12), "{r:?}");
-        assert!(close(r.p, 0.107_531_194_942_525_87, 1e-7), "{r:?}");
-        assert_eq!(r.shift, Shift::BLarger);
+    fn quantiles_and_the_expanded_level() {
+        assert!(close(z_of(0.05), 1.959_963_984_540_054, 1e-9));
+        // t(0.975, 7) = 2.364624251592785 (SciPy).
+        assert!(close(t_of(0.05, 7.0), 2.364_624_251_592_785, 1e-6));
+        // Hesterberg's expanded level for 8 units: 2 Φ(−√(8/7) · 2.3646) = 0.01146.
+        assert!(close(expanded_alpha(0.05, 8), 0.011_46, 2e-4), "{}", expanded_alpha(0.05, 8));
+        // It widens less as units grow, towards alpha itself.
+        assert!(expanded_alpha(0.05, 5) < expanded_alpha(0.05, 8));
+        assert!(close(expanded_alpha(0.05, 10_000), 0.05, 1e-3));
     }
 
     #[test]
-    fn welch_edge_cases() {
-        assert_eq!(welch_t(&[1.0, 2.0, 3.0], &[1.0, 2.0, 3.0]).map(|r| (r.p, r.shift)), Some((1.0, Shift::None)));
-        // No variance anywhere: equal means are indistinguishable, different ones certain.
-        assert_eq!(welch_t(&[5.0, 5.0], &[5.0, 5.0, 5.0]).map(|r| r.p), Some(1.0));
-        let r = welch_t(&[5.0, 5.0], &[4.0, 4.0]).unwrap();
-        assert_eq!((r.p, r.shift), (0.0, Shift::BSmaller));
-        // One repeat cannot be judged.
-        assert_eq!(welch_t(&[5.0], &[4.0, 4.0]), None);
+    fn ratio_and_paired_intervals() {
+        // Means 3 and 6: +100 %. Var(A) = 2.5, Var(B) = 10, n = 5 each: se² of the ratio =
+        // 2²·2.5/(5·9) + 10/(5·9) = 0.444…, df = 0.444²/((0.222²)/4 + (0.222²)/4) = 8.
+        let r = ratio_interval(&[1.0, 2.0, 3.0, 4.0, 5.0], &[2.0, 4.0, 6.0, 8.0, 10.0], 0.05).unwrap();
+        let h = t_of(0.05, 8.0) * (4.0_f64 / 9.0).sqrt();
+        assert!(close(r.estimate, 1.0, 1e-12) && close(r.high - r.estimate, h, 1e-9), "{r:?}");
+        // No spread: the change alone. One value: nothing to say.
+        let exact = ratio_interval(&[5.0, 5.0], &[4.0, 4.0], 0.05).unwrap();
+        assert!(
+            close(exact.estimate, -0.2, 1e-12) && exact.low == exact.high && exact.low == exact.estimate,
+            "{exact:?}"
+        );
+        assert_eq!(ratio_interval(&[5.0], &[4.0, 4.0], 0.05), None);
+        // Paired: rounds that move together give a tight interval around their common change.
+        let p = paired_interval(&[100.0, 50.0, 200.0], &[110.0, 55.0, 220.0], 0.05).unwrap();
+        assert!(close(p.estimate, 0.1, 1e-12) && close(p.low, 0.1, 1e-9) && close(p.high, 0.1, 1e-9), "{p:?}");
     }
 
     #[test]
-    fn fisher_known_values() {
-        // Exact sums over the hypergeometric (Python's fractions and math.comb): the classic
-        // 8/10 against 1/6, every unit failing against none, and 3 % against 12 % of 100.
-        let cases = [
-            ((8, 10, 1, 6), 0.034_965_034_965_034_97),
-            ((0, 8, 8, 8), 0.000_155_400_155_400_155_4),
-            ((3, 100, 12, 100), 0.028_671_314_973_177_1),
-        ];
-        for ((ah, at, bh, bt), expected) in cases {
-            let r = fisher_exact(ah, at, bh, bt).unwrap();
-            assert!(close(r.p, expected, 1e-12), "{ah}/{at} vs {bh}/{bt}: {r:?}");
+    fn wilson_known_values() {
+        // 0 of 8 at z = 1.96: [0, z²/(n+z²)] = [0, 0.3244]; 3 of 3: [n/(n+z²), 1] = [0.4385, 1].
+        let z = z_of(0.05);
+        let (l, u) = wilson(0.0, 8.0, z);
+        assert!(close(l, 0.0, 1e-12) && close(u, 0.324_4, 1e-4), "{l} {u}");
+        let (l, u) = wilson(3.0, 3.0, z);
+        assert!(close(l, 0.438_5, 1e-4) && close(u, 1.0, 1e-12), "{l} {u}");
+        // 81 of 263 (Newcombe 1998, example): [0.2553, 0.3662].
+        let (l, u) = wilson(81.0, 263.0, z);
+        assert!(close(l, 0.255_3, 1e-4) && close(u, 0.366_2, 1e-4), "{l} {u}");
+    }
+
+    fn share(units: &[(u64, u64)], fallback_units: u64) -> ClusteredShare {
+        ClusteredShare {
+            hits: units.iter().map(|u| u.0).sum(),
+            total: units.iter().map(|u| u.1).sum(),
+            units: units.to_vec(),
+            fallback_units,
         }
-        let r = fisher_exact(0, 8, 8, 8).unwrap();
-        assert_eq!((r.shift, r.statistic), (Shift::BLarger, 1.0));
-        // The same share is no evidence; one failed batch of nine is not either.
-        assert!(fisher_exact(2, 10, 2, 10).unwrap().p > 1.0 - 1e-9);
-        assert!(fisher_exact(0, 8, 1, 9).unwrap().p > 0.99);
-        assert_eq!(fisher_exact(0, 0, 1, 9), None);
-        assert_eq!(fisher_exact(3, 2, 1, 9), None);
+    }
+
+    #[test]
+    fn whole_failed_batches_are_one_event_each_and_independent_failures_are_many() {
+        // Half of 8 batches of 32 failed whole: the design effect is the batch size (32), so the
+        // share counts as 8 independent units.
+        let whole = share(&[(32, 32), (0, 32), (32, 32), (0, 32), (32, 32), (0, 32), (32, 32), (0, 32)], 8);
+        let d = whole.design_effect().unwrap();
+        assert!(close(d, 32.0 * 8.0 / 7.0, 1e-9), "{d}");
+        // Failures spread evenly (3 of 32 in each batch): no clustering at all, design effect 1.
+        let spread = share(&[(3, 32); 8], 8);
+        assert_eq!(spread.design_effect(), Some(1.0));
+        // Against a clean run, the spread failures (9.4 %) are a certain increase; the same count
+        // taken as 8 batch-sized events would not be.
+        let clean = share(&[(0, 32); 8], 8);
+        let c = share_change(&clean, &spread, 0.05, 1.0).unwrap();
+        assert!(c.change.low > 0.0, "{c:?}");
+        assert!(close(c.n_b, 256.0, 1e-9) && close(c.n_a, 256.0, 1e-9), "A borrows B's design effect: {c:?}");
+        let as_batches = ClusteredShare { units: Vec::new(), ..spread.clone() };
+        let c = share_change(&clean, &as_batches, 0.05, 1.0).unwrap();
+        assert!(c.change.low < 0.0 && close(c.n_b, 8.0, 1e-9), "{c:?}");
+        // No hit anywhere: the clustering cannot be measured; the run counts its generate calls.
+        assert_eq!(clean.design_effect(), None);
+        // 96 of 96 failed in 3 batches: B's share is at least 0.44.
+        let all = share(&[(32, 32); 3], 3);
+        let none = share(&[(0, 32); 3], 3);
+        let c = share_change(&none, &all, 0.05, 1.0).unwrap();
+        assert!(close(c.b_low, 0.438_5, 1e-4) && c.change.low > 0.2, "{c:?}");
     }
 
     /// `(batch, value)` pairs: `batches` batches of `per_batch` values each, from `value(i, j)`.
@@ -339,19 +503,18 @@ mod tests {
         // p99 triples.
         let a = batched(100, 8, |i, j| 100.0 + ((i * 8 + j) % 13) as f64);
         let b = batched(100, 8, |i, j| (100.0 + ((i * 8 + j) % 13) as f64) * if i % 10 == 3 { 3.0 } else { 1.0 });
-        let t = bootstrap_stats(&a, &b, 0).unwrap();
+        let t = bootstrap_changes(&a, &b, 0.05, 0).unwrap();
         let p99 = t[4].unwrap();
-        assert!(p99.p < 0.01 && p99.shift == Shift::BLarger, "{p99:?}");
-        assert!(close(p99.statistic, 333.0 - 112.0, 1e-9), "{p99:?}");
+        assert!(close(p99.estimate, (333.0 - 112.0) / 112.0, 1e-9), "{p99:?}");
+        assert!(p99.low > 0.5, "the tail is certainly worse: {p99:?}");
         let p50 = t[1].unwrap();
-        assert!(p50.statistic.abs() <= 1.0, "the median barely moves: {p50:?}");
-        // The same data again: every statistic's difference is 0, and p is near 1.
-        for r in bootstrap_stats(&a, &a.clone(), 1).unwrap().into_iter().flatten() {
-            assert_eq!((r.statistic, r.shift), (0.0, Shift::None));
-            assert!(r.p > 0.9, "{r:?}");
+        assert!(p50.estimate.abs() <= 0.01 && p50.high < 0.05, "the median holds, within 5 %: {p50:?}");
+        // The same data again: every change is 0, and the interval straddles it.
+        for r in bootstrap_changes(&a, &a.clone(), 0.05, 1).unwrap().into_iter().flatten() {
+            assert!(r.estimate == 0.0 && r.low <= 0.0 && r.high >= 0.0, "{r:?}");
         }
-        // Reproducible: the same stream gives the same p-values.
-        assert_eq!(bootstrap_stats(&a, &b, 7), bootstrap_stats(&a, &b, 7));
+        // Reproducible: the same stream gives the same intervals.
+        assert_eq!(bootstrap_changes(&a, &b, 0.05, 7), bootstrap_changes(&a, &b, 0.05, 7));
     }
 
     #[test]
@@ -362,10 +525,10 @@ mod tests {
         let level = |i: u64| [3.0, 9.0, 1.0, 7.0, 5.0, 8.0, 2.0, 6.0, 0.0, 4.0][i as usize] * 10.0;
         let a = batched(10, 100, |i, j| 100.0 + level(i) + (j % 5) as f64);
         let b = batched(10, 100, |i, j| 104.0 + level((i + 3) % 10) + (j % 5) as f64);
-        let t = bootstrap_stats(&a, &b, 0).unwrap();
-        let mean = t[0].unwrap();
-        assert!(close(mean.statistic, 4.0, 1e-9) && mean.p > 0.05, "{mean:?}");
+        let mean = bootstrap_changes(&a, &b, 0.05, 0).unwrap()[0].unwrap();
+        assert!(close(mean.estimate, 4.0 / 147.0, 1e-9), "{mean:?}");
+        assert!(mean.low < 0.0 && mean.high > 0.05, "ten batches cannot show +2.7 % nor rule out +5 %: {mean:?}");
         // Too few batches to resample: not judged.
-        assert_eq!(bootstrap_stats(&batched(4, 100, |_, j| j as f64), &a, 0), None);
+        assert_eq!(bootstrap_changes(&batched(4, 100, |_, j| j as f64), &a, 0.05, 0), None);
     }
 }

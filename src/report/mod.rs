@@ -113,6 +113,21 @@ impl Report {
         self.expectations.iter().all(|o| o.passed)
     }
 
+    /// The benchmarks (`name`, or `name repeat N`) that completed no request, unless the scenario
+    /// expects that (any `expect.completed`, such as `">= 0"`, says what the run may complete). A
+    /// run in which nothing completed measured nothing: `batchlab run` fails it (exit 3).
+    pub fn completed_nothing(&self) -> Vec<String> {
+        if self.scenario.get("expect").and_then(|e| e.get("completed")).is_some() {
+            return Vec::new();
+        }
+        let repeats = self.benchmarks.iter().any(|b| b.repeat > 0);
+        self.benchmarks
+            .iter()
+            .filter(|b| b.counts.completed == 0)
+            .map(|b| if repeats { format!("{} repeat {}", b.name, b.repeat) } else { b.name.clone() })
+            .collect()
+    }
+
     /// Panics unless every expectation held and the run is complete. The message lists every
     /// failed expectation with its measured and expected values, one per line:
     /// `FAIL ttft_p99_ms <= 50 (scenarios/x.toml:12:1): measured 73.2 in benchmark throughput`.

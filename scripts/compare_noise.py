@@ -1,20 +1,29 @@
 #!/usr/bin/env python3
-"""How often `batchlab compare` cries wolf on real noise (docs/compare.md, "False alarms").
+"""How often `batchlab compare` cries wolf on real noise, and whether it still sees a real change
+(docs/compare.md, "False alarms on real noise").
 
-Separate runs: runs scenarios/vllm-cpu.toml N times unchanged (default 6) and once with
-batching.batch_size=8, each with --requests-jsonl into DIR/same-<i> and DIR/batch8, then compares
-every pair of the unchanged runs (N·(N−1)/2 pairs, the earlier run as A) and the batch-size pair
-both ways.
+Runs scenarios/vllm-cpu.toml (vLLM's CPU backend in-process, the tiny model, 256 requests in 8
+batches of 32) with --requests-jsonl:
 
-Interleaved runs: one run of the scenario with --repeat 2·N into DIR/interleaved, split into N
-runs of 2 repeats each (repeat r goes to run r mod N, so every run has one repeat from each half
-of the time), DIR/interleaved-<i>, whose every pair is compared the same way: the machine's drift
-then falls on A and B alike.
+1. `batchlab ab` with the same command on both sides, R rounds (default 6): 2·R unchanged runs,
+   A and B alternated (A B, B A, …), in DIR/same/round-<i>/{a,b}.
+2. `batchlab ab` with A at batch_size 32 and B at 8, 2 rounds, in DIR/batch8.
 
-Prints one Markdown table row per comparison: the exit code, how many rows were called better,
-worse or differs, and which gated metrics regressed; and each run's output tokens/s.
+Then it judges:
 
-    python3 scripts/compare_noise.py [--runs 6] [--dir target/compare-noise] [--reuse]
+- **separate runs**: the R A-side runs are R unchanged runs one after the other (a B between
+  each); every pair is compared with `batchlab compare` (R·(R−1)/2 pairs, the earlier as A). A
+  pair may exit 4 only if the table names the machine's drift;
+- **the A/B runner**: every window of 3 consecutive rounds of step 1, and all R rounds, judged by
+  `batchlab ab --reuse` (nothing re-run): the share that exits 4 must be at most alpha;
+- **batch 8 against 32**: the first round's two runs with `batchlab compare`, and step 2 by
+  rounds: both must exit 4.
+
+Prints Markdown tables: each comparison's exit code, how many gated rows pass, regress or are
+inconclusive, the regressed metrics, and whether drift was named; then each run's output tokens/s
+and machine probe.
+
+    python3 scripts/compare_noise.py [--rounds 6] [--dir target/compare-noise] [--reuse]
 
 --reuse keeps a run whose report.json exists (to re-judge saved runs with a newer compare).
 Needs the venv and tiny model of `just setup-vllm`; builds batchlab with --features vllm.
@@ -23,6 +32,7 @@ import argparse
 import itertools
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -31,6 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOME = os.environ.get("BATCHLAB_HOME", os.path.expanduser("~/.cache/batchlab"))
 PYTHON = os.path.join(HOME, "venv", "bin", "python")
 SCENARIO = "scenarios/vllm-cpu.toml"
+ALPHA = 0.05
 
 
 def build():
@@ -40,109 +51,127 @@ def build():
     return os.path.join(target, "release", "batchlab")
 
 
-def run(binary, out, sets, reuse, extra=()):
-    if reuse and os.path.exists(os.path.join(out, "report.json")):
-        return
-    args = [binary, "run", SCENARIO, "--quiet", "--requests-jsonl", "--output", out, *extra]
+def command(binary, sets=()):
+    args = [binary, "run", SCENARIO, "--quiet", "--requests-jsonl"]
     for s in sets:
         args += ["--set", s]
-    started = time.monotonic()
-    subprocess.run(args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    print(f"ran {out} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def summarize(proc):
+    """(exit code, #pass, #regression, #inconclusive, regressed metrics, drift named) of a table."""
+    if proc.returncode not in (0, 4, 5):
+        sys.exit(f"exited {proc.returncode}: {proc.stderr}")
+    counts = {"pass": 0, "REGRESSION": 0, "INCONCLUSIVE": 0}
+    regressed = []
+    for line in proc.stdout.splitlines():
+        words = line.split()
+        if len(words) < 4 or line.startswith(" ") or words[-1] not in counts:
+            continue
+        counts[words[-1]] += 1
+        if words[-1] == "REGRESSION":
+            regressed.append(words[1])
+    drift = "machine drifted" in proc.stdout
+    return proc.returncode, counts["pass"], counts["REGRESSION"], counts["INCONCLUSIVE"], regressed, drift
 
 
 def compare(binary, a, b):
-    """(exit code, #better, #worse, #differs, regressed metrics) of `batchlab compare a b`."""
-    o = subprocess.run([binary, "compare", a, b, "--output", os.path.dirname(b)], cwd=ROOT,
-                       capture_output=True, text=True)
-    if o.returncode not in (0, 4):
-        sys.exit(f"compare {a} {b} exited {o.returncode}: {o.stderr}")
-    counts = {"better": 0, "worse": 0, "differs": 0}
-    regressed = []
-    for line in o.stdout.splitlines():
-        # Table rows only: not the lists below the table, nor the gate's closing line.
-        if line.startswith((" ", "no gated", "A:", "B:")):
-            continue
-        words = line.split()
-        for verdict in counts:
-            if len(words) > 2 and verdict in words[2:]:
-                counts[verdict] += 1
-        if "REGRESSION" in line:
-            regressed.append(words[1])
-    return o.returncode, counts["better"], counts["worse"], counts["differs"], regressed
+    return summarize(subprocess.run([binary, "compare", a, b, "--output", os.path.dirname(b)], cwd=ROOT,
+                                    capture_output=True, text=True))
 
 
-def split(run_dir, parts):
-    """Splits a --repeat run into `parts` runs: repeat r goes to part r mod parts, renumbered."""
-    with open(os.path.join(run_dir, "report.json")) as f:
-        report = json.load(f)
-    with open(os.path.join(run_dir, "requests.jsonl")) as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    out = []
-    for part in range(parts):
-        d = f"{run_dir}-{part}"
-        os.makedirs(d, exist_ok=True)
-        new = lambda r: r // parts  # noqa: E731
-        mine = dict(report, repeats=[], benchmarks=[dict(b, repeat=new(b["repeat"]))
-                                                    for b in report["benchmarks"] if b["repeat"] % parts == part])
-        with open(os.path.join(d, "report.json"), "w") as f:
-            json.dump(mine, f)
-        with open(os.path.join(d, "requests.jsonl"), "w") as f:
-            for r in records:
-                if r["repeat"] % parts == part:
-                    f.write(json.dumps(dict(r, repeat=new(r["repeat"]))) + "\n")
-        out.append(d)
+def ab(binary, out, a_cmd, b_cmd, rounds, reuse=True):
+    args = [binary, "ab", "--a", a_cmd, "--b", b_cmd, "--rounds", str(rounds), "--output", out]
+    if reuse:
+        args.append("--reuse")
+    started = time.monotonic()
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    print(f"ab {out} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return summarize(proc)
+
+
+def window(source, rounds, out):
+    """A directory whose round-<k> links to source's round-<rounds[k]>."""
+    os.makedirs(out, exist_ok=True)
+    for k, r in enumerate(rounds):
+        link = os.path.join(out, f"round-{k}")
+        if os.path.islink(link):
+            os.remove(link)
+        os.symlink(os.path.join(source, f"round-{r}"), link)
     return out
 
 
-def throughput(run_dir):
+def row(a, b, result):
+    code, passed, regressions, inconclusive, regressed, drift = result
+    return (f"| {a} | {b} | {code} | {passed} | {regressions} | {inconclusive} | "
+            f"{' '.join(regressed) or '-'} | {'yes' if drift else '-'} |")
+
+
+HEADER = "| A | B | exit | pass | regression | inconclusive | regressed | drift named |\n|---|---|---|---|---|---|---|---|"
+
+
+def tokens_and_probe(run_dir):
     with open(os.path.join(run_dir, "report.json")) as f:
-        values = [b["output_tokens_per_s"] for b in json.load(f)["benchmarks"]]
-    return " ".join(f"{v:.0f}" for v in values)
-
-
-def pairs_table(binary, runs, names):
-    print("| A | B | exit | better | worse | differs | regressions |")
-    print("|---|---|---|---|---|---|---|")
-    alarms = 0
-    pairs = list(itertools.combinations(range(len(runs)), 2))
-    for i, j in pairs:
-        code, better, worse, differs, regressed = compare(binary, runs[i], runs[j])
-        alarms += code == 4
-        print(f"| {names[i]} | {names[j]} | {code} | {better} | {worse} | {differs} | {' '.join(regressed) or '-'} |")
-    return alarms, len(pairs)
+        report = json.load(f)
+    tokens = " ".join(f"{b['output_tokens_per_s']:.0f}" for b in report["benchmarks"])
+    machine = report.get("environment", {}).get("machine") or {}
+    probe = machine.get("probe_start_ms"), machine.get("probe_end_ms")
+    probe = "-" if probe[0] is None else f"{probe[0]:.1f}/{probe[1]:.1f} ms"
+    return f"{tokens} tok/s (probe {probe})"
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=6)
+    p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--dir", default=os.path.join(ROOT, "target", "compare-noise"))
     p.add_argument("--reuse", action="store_true")
     args = p.parse_args()
     binary = build()
-    same = [os.path.join(args.dir, f"same-{i}") for i in range(args.runs)]
-    batch8 = os.path.join(args.dir, "batch8")
-    for i, out in enumerate(same):
-        run(binary, out, [], args.reuse)
-        if i == 0:
-            # Between the unchanged runs, so that it sees the same drift of the machine.
-            run(binary, batch8, ["batching.batch_size=8"], args.reuse)
-    print("Separate runs, one after the other:\n")
-    alarms, pairs = pairs_table(binary, same, [f"same-{i}" for i in range(args.runs)])
-    for a, b, la, lb in [(same[0], batch8, "same-0 (32)", "batch8"), (batch8, same[0], "batch8", "same-0 (32)")]:
-        code, better, worse, differs, regressed = compare(binary, a, b)
-        print(f"| {la} | {lb} | {code} | {better} | {worse} | {differs} | {' '.join(regressed) or '-'} |")
-    print(f"\nunchanged pairs that exit 4: {alarms} of {pairs} ({100 * alarms / pairs:.0f} %), alpha 0.05")
-    print("output tokens/s per run: " + ", ".join(f"same-{i} {throughput(d)}" for i, d in enumerate(same))
-          + f", batch8 {throughput(batch8)}")
+    started = time.monotonic()
+    same_dir, batch8_dir = os.path.join(args.dir, "same"), os.path.join(args.dir, "batch8")
+    unchanged = command(binary)
+    whole = ab(binary, same_dir, unchanged, unchanged, args.rounds, args.reuse)
+    forward_ab = ab(binary, batch8_dir, unchanged, command(binary, ["batching.batch_size=8"]), 2, args.reuse)
 
-    interleaved = os.path.join(args.dir, "interleaved")
-    run(binary, interleaved, [], args.reuse, ["--repeat", str(2 * args.runs)])
-    parts = split(interleaved, args.runs)
-    print(f"\nInterleaved: one run with --repeat {2 * args.runs}, repeat r in run r mod {args.runs}:\n")
-    alarms, pairs = pairs_table(binary, parts, [f"interleaved-{i}" for i in range(args.runs)])
-    print(f"\nunchanged pairs that exit 4: {alarms} of {pairs} ({100 * alarms / pairs:.0f} %), alpha 0.05")
-    print("output tokens/s per repeat: " + throughput(interleaved))
+    runs = [os.path.join(same_dir, f"round-{r}", "a") for r in range(args.rounds)]
+    print(f"Separate runs: the {args.rounds} A-side runs of `batchlab ab` (a B between each), every pair:\n")
+    print(HEADER)
+    unnamed = total = 0
+    for i, j in itertools.combinations(range(len(runs)), 2):
+        result = compare(binary, runs[i], runs[j])
+        total += 1
+        unnamed += result[0] == 4 and not result[5]
+        print(row(f"same-{i}", f"same-{j}", result))
+    print(f"\nunchanged pairs that exit 4 without naming drift: {unnamed} of {total}")
+
+    print(f"\nThe A/B runner: windows of 3 consecutive rounds of the {args.rounds}, and all of them:\n")
+    print(HEADER)
+    windows = [list(range(k, k + 3)) for k in range(args.rounds - 2)] + [list(range(args.rounds))]
+    alarms = 0
+    for w in windows:
+        name = f"rounds {w[0]}-{w[-1]}"
+        if len(w) == args.rounds:
+            result = whole
+        else:
+            out = window(same_dir, w, os.path.join(args.dir, f"window-{w[0]}"))
+            result = ab(binary, out, unchanged, unchanged, len(w))
+        alarms += result[0] == 4
+        print(row(name + " (A)", name + " (B)", result))
+    print(f"\nA/B pairs that exit 4: {alarms} of {len(windows)}, alpha {ALPHA}")
+
+    print("\nBatch 32 (A) against batch 8 (B):\n")
+    print(HEADER)
+    separate = compare(binary, os.path.join(batch8_dir, "round-0", "a"), os.path.join(batch8_dir, "round-0", "b"))
+    print(row("batch 32, round 0", "batch 8, round 0", separate))
+    print(row("batch 32, 2 rounds", "batch 8, 2 rounds", forward_ab))
+    print("\noutput tokens/s per run (machine probe at start/end):")
+    for r in range(args.rounds):
+        for side in "ab":
+            print(f"- same round {r} {side.upper()}: {tokens_and_probe(os.path.join(same_dir, f'round-{r}', side))}")
+    for r in range(2):
+        for side, label in (("a", "batch 32"), ("b", "batch 8")):
+            print(f"- {label} round {r}: {tokens_and_probe(os.path.join(batch8_dir, f'round-{r}', side))}")
+    print(f"\n{time.monotonic() - started:.0f} s in all", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -122,6 +122,9 @@ def main(argv):
     print("building target/release/batchlab", flush=True)
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
     bins = {"sim": os.path.join(ROOT, "target/release/batchlab"), "vllm": None}
+    # A command an example quotes for another to run (`batchlab ab --a "batchlab run …"`) finds
+    # the same build.
+    env["PATH"] = os.path.dirname(bins["sim"]) + os.pathsep + env.get("PATH", "")
     if vllm:
         if not os.path.exists(VENV_PYTHON):
             sys.exit(f"--vllm: no venv at {VENV_PYTHON}; run `just setup-vllm`")

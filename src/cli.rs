@@ -94,24 +94,8 @@ enum Command {
         a: PathBuf,
         /// The run judged against it.
         b: PathBuf,
-        /// The margin of a gated metric, a fraction of A's value: `5%` or `0.05`.
-        #[arg(long, value_name = "FRACTION", default_value = "5%", value_parser = parse_fraction)]
-        max_regression: f64,
-        /// The intervals are at 1 − alpha.
-        #[arg(long, default_value_t = 0.05, value_parser = parse_alpha)]
-        alpha: f64,
-        /// B fails when its error share is certainly above this, whatever A did: `0.5%`.
-        #[arg(long, value_name = "FRACTION", default_value = "0.5%", value_parser = parse_fraction)]
-        max_error_rate: f64,
-        /// The margin of a gated share (errors, SLO attainment), in points: `1pp` (or `0.01`).
-        #[arg(long, value_name = "POINTS", default_value = "1pp", value_parser = parse_points)]
-        max_error_increase: f64,
-        /// Exit 0 rather than 5 when nothing regressed but something is inconclusive (says so).
-        #[arg(long)]
-        allow_inconclusive: bool,
-        /// Gate this metric (repeatable; replaces the default gates, see docs/compare.md).
-        #[arg(long = "gate", value_name = "METRIC")]
-        gates: Vec<String>,
+        #[command(flatten)]
+        gate: GateArgs,
         /// Where to write compare.html [default: B's directory].
         #[arg(long, value_name = "DIR")]
         output: Option<PathBuf>,
@@ -133,8 +117,48 @@ enum Command {
     Tune(tune::TuneArgs),
     /// Serve the simulator as an OpenAI-compatible HTTP server, in real time (docs/serve.md).
     Serve(serve::ServeArgs),
+    /// Run two commands alternately (A B, B A, …) and gate B against A by rounds: the way to gate a
+    /// change on a shared, drifting machine (docs/compare.md).
+    Ab(ab::AbArgs),
 }
 
+/// How `batchlab compare` and `batchlab ab` judge: the margins, the level, the gated metrics.
+#[derive(clap::Args, Debug)]
+pub(crate) struct GateArgs {
+    /// The margin of a gated metric, a fraction of A's value: `5%` or `0.05`.
+    #[arg(long, value_name = "FRACTION", default_value = "5%", value_parser = parse_fraction)]
+    max_regression: f64,
+    /// The intervals are at 1 − alpha.
+    #[arg(long, default_value_t = 0.05, value_parser = parse_alpha)]
+    alpha: f64,
+    /// B fails when its error share is certainly above this, whatever A did: `0.5%`.
+    #[arg(long, value_name = "FRACTION", default_value = "0.5%", value_parser = parse_fraction)]
+    max_error_rate: f64,
+    /// The margin of a gated share (errors, SLO attainment), in points: `1pp` (or `0.01`).
+    #[arg(long, value_name = "POINTS", default_value = "1pp", value_parser = parse_points)]
+    max_error_increase: f64,
+    /// Exit 0 rather than 5 when nothing regressed but something is inconclusive (says so).
+    #[arg(long)]
+    allow_inconclusive: bool,
+    /// Gate this metric (repeatable; replaces the default gates, see docs/compare.md).
+    #[arg(long = "gate", value_name = "METRIC")]
+    gates: Vec<String>,
+}
+
+impl GateArgs {
+    fn options(&self) -> batchlab::compare::CompareOptions {
+        let defaults = batchlab::compare::CompareOptions::default();
+        batchlab::compare::CompareOptions {
+            max_regression: self.max_regression,
+            alpha: self.alpha,
+            gates: if self.gates.is_empty() { defaults.gates } else { self.gates.clone() },
+            max_error_rate: self.max_error_rate,
+            max_error_increase: self.max_error_increase,
+        }
+    }
+}
+
+mod ab;
 mod calibrate;
 mod serve;
 mod session;
@@ -263,26 +287,34 @@ fn parse_alpha(text: &str) -> Result<f64, String> {
 }
 
 /// `batchlab compare`: the table on stdout, compare.html in `output`, the exit code from the gate.
-fn compare_runs(
-    a: &Path,
-    b: &Path,
-    options: batchlab::compare::CompareOptions,
-    output: Option<PathBuf>,
-    allow_inconclusive: bool,
-) -> ExitCode {
-    use batchlab::compare::{Outcome, Run, compare, table::render_comparison};
+fn compare_runs(a: &Path, b: &Path, gate: &GateArgs, output: Option<PathBuf>) -> ExitCode {
+    use batchlab::compare::{Run, compare};
     let loaded = Run::load(a).and_then(|ra| Ok((ra, Run::load(b)?)));
-    let compared = loaded.and_then(|(ra, rb)| Ok((compare(&ra, &rb, &options)?, ra, rb)));
-    let (comparison, run_a, run_b) = match compared {
-        Ok(c) => c,
+    let compared = loaded.and_then(|(ra, rb)| Ok((compare(&ra, &rb, &gate.options())?, ra, rb)));
+    match compared {
+        Ok((comparison, run_a, run_b)) => {
+            let dir = output.unwrap_or_else(|| run_b.dir.clone());
+            gate_exit(&comparison, &run_a, &run_b, &dir, gate.allow_inconclusive)
+        }
         Err(e) => {
             eprintln!("{e}");
-            return ExitCode::from(EXIT_BAD_INPUT);
+            ExitCode::from(EXIT_BAD_INPUT)
         }
-    };
-    print!("{}", render_comparison(&comparison));
-    let dir = output.unwrap_or_else(|| run_b.dir.clone());
-    match batchlab::compare::html::write_html(&comparison, &run_a, &run_b, &dir) {
+    }
+}
+
+/// Prints a comparison, writes its compare.html into `dir`, and exits by its outcome: 0, 4, or 5
+/// (0 with `allow_inconclusive`, said).
+fn gate_exit(
+    comparison: &batchlab::compare::Comparison,
+    run_a: &batchlab::compare::Run,
+    run_b: &batchlab::compare::Run,
+    dir: &Path,
+    allow_inconclusive: bool,
+) -> ExitCode {
+    use batchlab::compare::{Outcome, table::render_comparison};
+    print!("{}", render_comparison(comparison));
+    match batchlab::compare::html::write_html(comparison, run_a, run_b, dir) {
         Ok(path) => eprintln!("wrote {}", path.display()),
         Err(e) => {
             eprintln!("error: {e}");
@@ -303,22 +335,8 @@ fn compare_runs(
 fn real_main(cli: Cli) -> ExitCode {
     let (args, task) = match cli.command {
         Command::Report { report } => return rerender_report(&report),
-        Command::Compare {
-            a,
-            b,
-            max_regression,
-            alpha,
-            gates,
-            output,
-            max_error_rate,
-            max_error_increase,
-            allow_inconclusive,
-        } => {
-            let gates = if gates.is_empty() { batchlab::compare::CompareOptions::default().gates } else { gates };
-            let options =
-                batchlab::compare::CompareOptions { max_regression, alpha, gates, max_error_rate, max_error_increase };
-            return compare_runs(&a, &b, options, output, allow_inconclusive);
-        }
+        Command::Compare { a, b, gate, output } => return compare_runs(&a, &b, &gate, output),
+        Command::Ab(args) => return ab::main(args),
         Command::Calibrate(args) => return calibrate::main(args),
         Command::Tune(args) => return tune::main(args),
         Command::Serve(args) => return serve::main(args),

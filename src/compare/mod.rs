@@ -84,6 +84,7 @@
 //! ```
 
 pub mod html;
+pub mod rounds;
 pub mod stats;
 pub mod table;
 

@@ -1,0 +1,147 @@
+//! An A/B run judged by its rounds: `batchlab ab` runs A and B alternately (A B, B A, A B, …),
+//! each round one run of each, so that both sides share the machine's state round by round. A
+//! machine that slows down over the run slows A and B alike, and the round's own change
+//! (`B / A − 1`) keeps only what the change did. The interval of every relative metric is a paired
+//! t interval over the rounds ([`stats::paired_interval`]); shares (errors) pool every round's
+//! requests, as a single comparison does, and the three-way rule is the same.
+
+use std::collections::BTreeMap;
+
+use super::stats::paired_interval;
+use super::{CompareError, CompareOptions, Comparison, Judgement, Run, Scale, TestKind, compare, gate_of, verdict_of};
+
+/// Every run of `runs` as one, its repeats renumbered (round `r`'s repeat `k` becomes
+/// `r · stride + k`) so that they stay apart; requests.jsonl only when every run has it.
+pub fn merge(runs: &[Run], label: &str) -> Option<Run> {
+    let first = runs.first()?;
+    let stride = runs.iter().flat_map(|r| r.report.benchmarks.iter().map(|b| b.repeat + 1)).max().unwrap_or(1);
+    let mut report = first.report.clone();
+    report.benchmarks.clear();
+    report.repeats.clear();
+    let mut requests = runs.iter().all(|r| r.requests.is_some()).then(BTreeMap::new);
+    for (round, run) in runs.iter().enumerate() {
+        let offset = round as u32 * stride;
+        report.benchmarks.extend(run.report.benchmarks.iter().cloned().map(|mut b| {
+            b.repeat += offset;
+            b
+        }));
+        if let (Some(all), Some(mine)) = (requests.as_mut(), &run.requests) {
+            for (name, samples) in mine {
+                let into: &mut super::Samples = all.entry(name.clone()).or_default();
+                into.requests.extend(samples.requests.iter().cloned().map(|mut s| {
+                    s.repeat += offset;
+                    s
+                }));
+                into.batches.extend(samples.batches.iter().cloned().map(|mut s| {
+                    s.repeat += offset;
+                    s
+                }));
+            }
+        }
+    }
+    Some(Run { label: label.to_string(), dir: first.dir.clone(), report, requests })
+}
+
+/// A metric's value in one run: the mean over its repeats of the benchmark.
+fn value(run: &Run, benchmark: &str, metric: &str) -> Option<f64> {
+    let values: Vec<f64> =
+        run.report.benchmarks.iter().filter(|b| b.name == benchmark).filter_map(|b| b.metric(metric)).collect();
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+}
+
+/// Compares the rounds `(A, B)` of an A/B run: every round's runs merged per side, then every
+/// relative metric's interval replaced by the paired interval over the rounds (at least 2).
+pub fn compare_rounds(
+    rounds: &[(Run, Run)],
+    labels: (&str, &str),
+    options: &CompareOptions,
+) -> Result<Comparison, CompareError> {
+    let a: Vec<Run> = rounds.iter().map(|(a, _)| a.clone()).collect();
+    let b: Vec<Run> = rounds.iter().map(|(_, b)| b.clone()).collect();
+    let (Some(merged_a), Some(merged_b)) = (merge(&a, labels.0), merge(&b, labels.1)) else {
+        return Err(CompareError::NothingInCommon { a: String::new(), b: String::new() });
+    };
+    let mut c = compare(&merged_a, &merged_b, options)?;
+    // Merged rounds are not repeats of one machine state: the notes of copies still hold.
+    for row in &mut c.rows {
+        if row.judgement.as_ref().is_some_and(|j| j.scale == Scale::Points) {
+            continue;
+        }
+        let pairs: Option<Vec<(f64, f64)>> = rounds
+            .iter()
+            .map(|(x, y)| Some((value(x, &row.benchmark, &row.metric)?, value(y, &row.benchmark, &row.metric)?)))
+            .collect();
+        let Some(mut pairs) = pairs else { continue };
+        // Rounds that repeat each other exactly (virtual time, one seed) are one sample.
+        pairs.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.total_cmp(&y.1)));
+        pairs.dedup();
+        let (va, vb): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
+        let Some(interval) = paired_interval(&va, &vb, options.alpha) else { continue };
+        let judgement = Judgement {
+            interval,
+            scale: Scale::Relative,
+            test: TestKind::Paired,
+            units: va.len() as f64,
+            unit: "rounds".into(),
+            b_share: None,
+            share_inputs: None,
+        };
+        row.verdict = verdict_of(&row.metric, &judgement.interval);
+        // The rounds' mean change is the table's change.
+        row.relative = Some(interval.estimate);
+        let judged = Ok(judgement);
+        if row.gate.is_some() {
+            row.gate = Some(gate_of(&row.metric, &judged, row.relative, options));
+        }
+        row.judgement = judged.ok();
+    }
+    c.notes.push(format!(
+        "{} rounds, A and B alternated (A B, B A, …): relative metrics by a paired t over the distinct rounds, shares pooled",
+        rounds.len()
+    ));
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::{Gate, Outcome};
+    use crate::report::tests::sample_report;
+
+    fn run_with_rps(rps: f64) -> Run {
+        let mut report = sample_report();
+        for b in &mut report.benchmarks {
+            b.requests_per_s = Some(rps);
+            (b.counts.submitted, b.counts.completed, b.counts.errors) = (256, 256, 0);
+            b.time_series = Default::default();
+        }
+        Run { label: "r".into(), dir: ".".into(), report, requests: None }
+    }
+
+    /// A machine that slows by a fifth over the run, the same for A and B in each round: separate
+    /// runs would read it as a change, the rounds see none.
+    #[test]
+    fn a_drifting_machine_is_paired_away() {
+        let speeds = [1.0, 0.95, 0.9, 0.85, 0.8, 0.8];
+        // B is 1 % faster than A in every round, well within the 5 % margin.
+        let rounds: Vec<(Run, Run)> =
+            speeds.iter().map(|s| (run_with_rps(100.0 * s), run_with_rps(101.0 * s))).collect();
+        let options = CompareOptions { gates: vec!["requests_per_s".into()], ..CompareOptions::default() };
+        let c = compare_rounds(&rounds, ("a", "b"), &options).unwrap();
+        let row = c.rows.iter().find(|r| r.metric == "requests_per_s").unwrap();
+        let j = row.judgement.as_ref().unwrap();
+        assert_eq!((j.test, j.units), (TestKind::Paired, 6.0));
+        assert!((j.interval.estimate - 0.01).abs() < 1e-9, "{j:?}");
+        assert_eq!(row.gate, Some(Gate::Pass), "{row:?}");
+        assert_eq!(c.outcome(), Outcome::Pass);
+        // The first A against the last B, as two separate runs would be: a "regression" of −19 %.
+        let separate = compare(&rounds[0].0, &rounds[5].1, &options).unwrap();
+        let rps = separate.rows.iter().find(|r| r.metric == "requests_per_s").unwrap();
+        assert!(rps.relative.unwrap() < -0.15, "{rps:?}");
+        // A real change of −20 % in every round is a regression.
+        let slower: Vec<(Run, Run)> =
+            speeds.iter().map(|s| (run_with_rps(100.0 * s), run_with_rps(80.0 * s))).collect();
+        let c = compare_rounds(&slower, ("a", "b"), &options).unwrap();
+        assert_eq!(c.outcome(), Outcome::Regression);
+    }
+}

@@ -8,7 +8,9 @@ mutation in turn, runs the named test, checks that it FAILS, and restores the fi
     python3 scripts/mutants.py            # all
     python3 scripts/mutants.py loom       # only those whose name contains "loom"
     python3 scripts/mutants.py -loom -vllm   # all but those
-    python3 scripts/mutants.py --changed BASE   # those a change since BASE touched (CI)
+    python3 scripts/mutants.py --changed BASE   # those a change since BASE touched
+    python3 scripts/mutants.py --landed   # those the change since .ci/landed touched (CI)
+    python3 scripts/mutants.py --landed --list   # which those are, without running them
     python3 scripts/mutants.py --stale    # only check that every pattern is still there (seconds)
     python3 scripts/mutants.py --list     # what there is, and which test catches each
 
@@ -22,7 +24,12 @@ least one test.
 `--changed BASE` selects the variants whose file differs from BASE (a commit; the working tree
 counts), whose test's file does (tests/NAME.rs and its snapshots for `--test NAME`, the file
 that defines the test a filter names), and the entries of this list that are new or changed
-since BASE. CI runs it against the merge-base with origin/main (docs/testing.md).
+since BASE.
+
+`--landed` takes BASE from `.ci/landed`, the commit of main the change started from (a branch
+records it when it starts: `--mark-landed`; docs/testing.md, "Which variants CI runs"). When the
+file is missing, or names no commit that is an ancestor of HEAD, every variant is selected: the
+change cannot be told apart from what landed before it. CI runs `--landed`.
 """
 import os
 import re
@@ -607,15 +614,27 @@ def test_files(args):
     flags_with_values = {"--test", "--features", "--bench", "--example"}
     filters = [a for i, a in enumerate(rest) if not a.startswith("-") and (i == 0 or rest[i - 1] not in flags_with_values)]
     for f in filters:
-        fn = re.compile(r"\bfn " + re.escape(f.split("::")[-1]) + r"\b")
+        name = f.split("::")[-1]
+        fn = re.compile(r"\bfn " + re.escape(name) + r"\b")
+        # The substring first: a regex search of every file for every variant takes seconds.
+        files.update(path for path, text in rust_sources().items() if "fn " + name in text and fn.search(text))
+    return files, prefixes
+
+
+_RUST_SOURCES = {}
+
+
+def rust_sources():
+    """Every .rs file under src/ and tests/, path to text, read once."""
+    if not _RUST_SOURCES:
         for top in ("src", "tests"):
             for d, _, names in os.walk(os.path.join(ROOT, top)):
                 for n in names:
                     if n.endswith(".rs"):
                         full = os.path.join(d, n)
-                        if fn.search(open(full, errors="replace").read()):
-                            files.add(os.path.relpath(full, ROOT))
-    return files, prefixes
+                        with open(full, errors="replace") as f:
+                            _RUST_SOURCES[os.path.relpath(full, ROOT)] = f.read()
+    return _RUST_SOURCES
 
 
 def changed_since(base):
@@ -652,6 +671,36 @@ def changed_since(base):
             selected.append(m)
     print(f"{len(changed)} file(s) changed since {base}: {len(selected)} of {len(MUTANTS)} variant(s) to run", flush=True)
     return selected
+
+
+LANDED = ".ci/landed"
+
+
+def landed_base():
+    """The commit `.ci/landed` names, if it is an ancestor of HEAD; else None, printing why."""
+    path = os.path.join(ROOT, LANDED)
+    try:
+        lines = [l.split("#")[0].strip() for l in open(path)]
+    except OSError:
+        print(f"--landed: no {LANDED}: every variant is selected")
+        return None
+    commit = next((l for l in lines if l), "")
+    if not commit or git("rev-parse", "--verify", "--quiet", commit + "^{commit}").returncode != 0:
+        print(f"--landed: {LANDED} names {commit!r}, not a commit of this clone: every variant is selected")
+        return None
+    if git("merge-base", "--is-ancestor", commit, "HEAD").returncode != 0:
+        print(f"--landed: {LANDED} names {commit[:12]}, not an ancestor of HEAD: every variant is selected")
+        return None
+    return commit
+
+
+def mark_landed():
+    """Writes HEAD into `.ci/landed`: run on a new branch, as its first commit (docs/testing.md)."""
+    head = git("rev-parse", "HEAD").stdout.strip()
+    with open(os.path.join(ROOT, LANDED), "w") as f:
+        f.write(f"{head}\n# The commit of main this change started from: CI's mutants run the variants of every\n"
+                f"# file changed since it (scripts/mutants.py --landed; docs/testing.md).\n")
+    print(f"{LANDED}: {head}; commit it (`git commit {LANDED}`)")
 
 
 def run(selected):
@@ -692,10 +741,17 @@ def run(selected):
         sys.exit(1)
 
 
+def list_variants(variants):
+    for name, path, _, _, args, _ in variants:
+        print(f"{name}  [{path}]  cargo test {' '.join(args)}")
+
+
 def main(argv):
     if argv == ["--list"]:
-        for name, path, _, _, args, _ in MUTANTS:
-            print(f"{name}  [{path}]  cargo test {' '.join(args)}")
+        list_variants(MUTANTS)
+        return
+    if argv == ["--mark-landed"]:
+        mark_landed()
         return
     # Whatever is selected, every pattern must still be there: a moved one fails the run.
     bad = stale(MUTANTS)
@@ -713,6 +769,13 @@ def main(argv):
             sys.exit(2)
         base = argv[i + 1]
         argv = argv[:i] + argv[i + 2:]
+    everything = False
+    if "--landed" in argv:
+        argv = [a for a in argv if a != "--landed"]
+        base = landed_base()
+        everything = base is None
+    only_list = "--list" in argv
+    argv = [a for a in argv if a != "--list"]
     unknown = [a for a in argv if a.startswith("--")]
     if unknown:
         print(f"unknown option(s) {unknown}; see the usage at the top of scripts/mutants.py")
@@ -720,7 +783,12 @@ def main(argv):
     wanted = [a for a in argv if not a.startswith("-")]
     unwanted = [a[1:] for a in argv if a.startswith("-") and a != "-"]
     pool = changed_since(base) if base else MUTANTS
+    if everything:
+        print(f"{len(MUTANTS)} of {len(MUTANTS)} variant(s) to run")
     selected = [m for m in pool if (not wanted or any(w in m[0] for w in wanted)) and not any(u in m[0] for u in unwanted)]
+    if only_list:
+        list_variants(selected)
+        return
     if not selected:
         print("no variant selected")
         return

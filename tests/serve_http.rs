@@ -401,6 +401,20 @@ fn slow_partial_and_idle_connections_are_closed_within_their_timeouts() {
     assert_eq!(&head, b"HTTP/1.1 200");
     let (_, took) = read_until_closed(&mut idle, Instant::now(), within);
     assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(5), "idle: closed after {took:?}");
+    // A stream being answered is not idle: 150 steps of 10 ms outlast the 1 s timeout, whole.
+    let slow = Server::start(Some(SLOW), &["--header-read-timeout", "1"]);
+    let mut stream = connect(&slow);
+    let body =
+        json!({"model": MODEL, "prompt": "x", "max_tokens": 150, "ignore_eos": true, "stream": true}).to_string();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: a\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(format!("{head}{body}").as_bytes()).unwrap();
+    let (got, took) = read_until_closed(&mut stream, Instant::now(), Duration::from_secs(30));
+    assert!(took > Duration::from_secs(1), "{took:?}");
+    assert_eq!(got.matches("\"finish_reason\":\"length\"").count(), 1, "the stream was cut: {got:?}");
+    assert!(got.contains("data: [DONE]"), "{got:?}");
     for t in threads {
         let (what, got, took) = t.join().unwrap();
         assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(5), "{what}: closed after {took:?}");

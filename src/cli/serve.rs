@@ -158,7 +158,7 @@ fn fit_to_fd_limit(max_connections: usize) -> usize {
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current < limit.maximum {
         limit.current = limit.maximum;
-        if setrlimit(Resource::Nofile, limit.clone()).is_err() {
+        if setrlimit(Resource::Nofile, limit).is_err() {
             limit = getrlimit(Resource::Nofile);
         }
     }

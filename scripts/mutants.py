@@ -547,6 +547,10 @@ MUTANTS = [
      "        if let Ok(permit) = served.clone().try_acquire_owned() {\n",
      "        if let Ok(permit) = served.clone().try_acquire_owned().or_else(|_| Arc::new(Semaphore::new(1)).try_acquire_owned()) {\n",
      ["--test", "serve_http", "past_max_connections_a_new_connection_gets_503_and_is_closed"], {}),
+    ("serve: a failed accept stops the server accepting (new clients left unanswered)", "src/serve/conn.rs",
+     "                backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);\n                continue;\n",
+     "                backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);\n                break;\n",
+     ["--test", "serve_http", "when_accept_fails_for_want_of_descriptors_the_server_backs_off_and_serves_again"], {}),
 ]
 
 

@@ -471,15 +471,9 @@ fn past_max_connections_a_new_connection_gets_503_and_is_closed() {
 /// client is served.
 #[test]
 fn a_thousand_idle_connections_do_not_keep_a_new_client_out() {
-    use rustix::process::{Pid, Resource, Rlimit, getrlimit, prlimit, setrlimit};
-    // This process holds 1,000 sockets: raise its soft limit to the hard one.
-    let mut mine = getrlimit(Resource::Nofile);
-    mine.current = mine.maximum;
-    setrlimit(Resource::Nofile, mine).unwrap();
-    assert!(getrlimit(Resource::Nofile).current.is_none_or(|n| n >= 1100), "the test needs 1,100 descriptors");
+    raise_fd_limit();
     let server = Server::start(None, &["--header-read-timeout", "1", "--max-connections", "400"]);
-    let pid = Pid::from_raw(server.pid() as i32).unwrap();
-    prlimit(Some(pid), Resource::Nofile, Rlimit { current: Some(512), maximum: Some(512) }).unwrap();
+    limit_fds(&server, 512);
     let idle: Vec<TcpStream> = (0..1000).map(|_| connect(&server)).collect();
     let started = Instant::now();
     let mut seen = Vec::new();
@@ -494,4 +488,44 @@ fn a_thousand_idle_connections_do_not_keep_a_new_client_out() {
     };
     eprintln!("a new client served {served:?} after 1,000 idle connections; answers before: {seen:?}");
     drop(idle);
+}
+
+/// This process holds 1,000 sockets: its soft descriptor limit raised to the hard one.
+fn raise_fd_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut mine = getrlimit(Resource::Nofile);
+    mine.current = mine.maximum;
+    setrlimit(Resource::Nofile, mine).unwrap();
+    assert!(getrlimit(Resource::Nofile).current.is_none_or(|n| n >= 1100), "the test needs 1,100 descriptors");
+}
+
+/// The running server's descriptor limit set to `n` (after its start, which raised it).
+fn limit_fds(server: &Server, n: u64) {
+    use rustix::process::{Pid, Resource, Rlimit, prlimit};
+    let pid = Pid::from_raw(server.pid() as i32).unwrap();
+    prlimit(Some(pid), Resource::Nofile, Rlimit { current: Some(n), maximum: Some(n) }).unwrap();
+}
+
+/// A cap above what the descriptors allow: `accept` fails (`EMFILE`) while 300 silent
+/// connections hold them; the server backs off, goes on accepting as the header-read timeout
+/// frees descriptors, and serves a new client, and is still alive.
+#[test]
+fn when_accept_fails_for_want_of_descriptors_the_server_backs_off_and_serves_again() {
+    raise_fd_limit();
+    let mut server = Server::start(None, &["--header-read-timeout", "1", "--max-connections", "1000"]);
+    limit_fds(&server, 128);
+    let silent: Vec<TcpStream> = (0..300).map(|_| connect(&server)).collect();
+    let started = Instant::now();
+    let served = loop {
+        if let Some((200, _)) = health_status(&server) {
+            break started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "never served after accept failed");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(server.is_running(), "the server died");
+    let stderr = server.stderr_so_far();
+    assert!(stderr.contains("accept failed"), "the failure is said: {stderr}");
+    eprintln!("served {served:?} after 300 silent connections against 128 descriptors");
+    drop(silent);
 }

@@ -50,6 +50,23 @@ impl Server {
         format!("{}{path}", self.url)
     }
 
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// What the server wrote to stderr so far (read without waiting for more: the server is
+    /// killed first if it still runs, so only for the end of a test).
+    pub fn stderr_so_far(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut text = String::new();
+        if let Some(mut err) = self.child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut err, &mut text);
+        }
+        text
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -551,6 +551,10 @@ MUTANTS = [
      "                backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);\n                continue;\n",
      "                backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);\n                break;\n",
      ["--test", "serve_http", "when_accept_fails_for_want_of_descriptors_the_server_backs_off_and_serves_again"], {}),
+    ("serve: the connection cap kept above the descriptor limit", "src/cli/serve.rs",
+     "    if fits < max_connections {\n",
+     "    if fits < max_connections && false {\n",
+     ["--test", "serve_http", "the_connection_cap_is_lowered_to_what_the_descriptor_limit_allows"], {}),
 ]
 
 

@@ -529,3 +529,26 @@ fn when_accept_fails_for_want_of_descriptors_the_server_backs_off_and_serves_aga
     eprintln!("served {served:?} after 300 silent connections against 128 descriptors");
     drop(silent);
 }
+
+/// Started under a descriptor limit of 200 that it cannot raise, the server lowers its cap to
+/// what the limit leaves (200 - 64) and says so: a client past it gets the 503, not a failed
+/// `accept`.
+#[test]
+fn the_connection_cap_is_lowered_to_what_the_descriptor_limit_allows() {
+    let mut server = Server::start_with_fd_limit(200, &["--max-connections", "4096"]);
+    let held: Vec<TcpStream> = (0..136)
+        .map(|_| {
+            let mut s = connect(&server);
+            s.write_all(b"GET /health HTTP/1.1\r\nhost: a\r\n\r\n").unwrap();
+            let mut head = [0u8; 12];
+            s.read_exact(&mut head).unwrap();
+            assert_eq!(&head, b"HTTP/1.1 200");
+            s
+        })
+        .collect();
+    let (code, text) = health_status(&server).expect("an answer, not a hang");
+    assert_eq!(code, 503, "{text}");
+    let stderr = server.stderr_so_far();
+    assert!(stderr.contains("--max-connections 4096 lowered to 136"), "{stderr}");
+    drop(held);
+}

@@ -24,6 +24,18 @@ impl Server {
     pub fn start(scenario: Option<&str>, args: &[&str]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_batchlab"));
         cmd.arg("serve");
+        Server::spawn(cmd, scenario, args)
+    }
+
+    /// [`Server::start`] without a scenario, in a process whose file-descriptor limit (soft and
+    /// hard) is `fds` from its start.
+    pub fn start_with_fd_limit(fds: u64, args: &[&str]) -> Server {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(format!("ulimit -n {fds} && exec \"$0\" serve \"$@\"")).arg(env!("CARGO_BIN_EXE_batchlab"));
+        Server::spawn(cmd, None, args)
+    }
+
+    fn spawn(mut cmd: Command, scenario: Option<&str>, args: &[&str]) -> Server {
         let dir = scenario.map(|text| {
             let dir = std::env::temp_dir().join(format!("batchlab-serve-{}-{}", std::process::id(), unique()));
             std::fs::create_dir_all(&dir).unwrap();

@@ -32,7 +32,8 @@ pub(super) struct ServeArgs {
     /// The model name served (`/v1/models`; requests must name it).
     #[arg(long, default_value = batchlab::serve::DEFAULT_MODEL)]
     model: String,
-    /// Requests that may wait for admission; past it, new requests get 503.
+    /// Prompts that may wait for admission; past it, new requests get 503 (a request of more
+    /// prompts than this can never be admitted: 400).
     #[arg(long, value_name = "N", default_value_t = 4096)]
     max_waiting: usize,
     /// Seconds in-flight streams may go on after SIGTERM or Ctrl-C before they are failed.

@@ -57,7 +57,8 @@ pub struct ServeConfig {
     pub request_format: RequestFormat,
     /// The HTTP faults (`[faults]`).
     pub faults: HttpFaults,
-    /// Requests that may wait for admission; past it, 503.
+    /// Prompts (sequences) that may wait for admission; past it, 503. A request of more prompts
+    /// than this can never be admitted: 400.
     pub max_waiting: usize,
     /// How long in-flight streams may go on after SIGTERM or Ctrl-C before they are failed.
     pub grace: Duration,

@@ -3,7 +3,7 @@
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
 # Everything CI checks without Python: format, lints, all tests (loom included), shipped scenarios.
-test: fmt-check clippy test-unit test-loom
+test: fmt-check clippy test-unit test-loom test-scripts
 
 # Check formatting.
 fmt-check:
@@ -16,6 +16,10 @@ clippy:
 # Unit, property, snapshot and integration tests.
 test-unit:
     cargo test --all-targets
+
+# The scripts' own tests (standard-library Python, seconds): CI's mutant selection on a landing.
+test-scripts:
+    python3 scripts/test_mutants_landed.py
 
 # Model-check the threaded batcher with loom (its own target dir: loom changes cfg for every crate;
 # optimized, without the release profile's whole-program optimization, which only slows the build).

@@ -89,7 +89,7 @@ def rewrite(cmd, bins):
         (r"^just setup-vllm\b", f"{ROOT}/scripts/setup-vllm.sh"),
         (r"^target/(?:release|debug)/batchlab\b", b),
         (r"^batchlab\b", b),
-        (r"^(?:jq|grep|python3 scripts/mutants.py --(?:list|stale))\b", lambda m: m.group(0)),
+        (r"^(?:jq|grep|python3 scripts/mutants.py --(?:list|stale|landed --list))\b", lambda m: m.group(0)),
     ]
     for pattern, repl in rules:
         if re.search(pattern, cmd):

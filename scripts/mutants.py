@@ -8,7 +8,9 @@ mutation in turn, runs the named test, checks that it FAILS, and restores the fi
     python3 scripts/mutants.py            # all
     python3 scripts/mutants.py loom       # only those whose name contains "loom"
     python3 scripts/mutants.py -loom -vllm   # all but those
-    python3 scripts/mutants.py --changed BASE   # those a change since BASE touched (CI)
+    python3 scripts/mutants.py --changed BASE   # those a change since BASE touched
+    python3 scripts/mutants.py --landed   # those the change since .ci/landed touched (CI)
+    python3 scripts/mutants.py --landed --list   # which those are, without running them
     python3 scripts/mutants.py --stale    # only check that every pattern is still there (seconds)
     python3 scripts/mutants.py --list     # what there is, and which test catches each
 
@@ -22,7 +24,12 @@ least one test.
 `--changed BASE` selects the variants whose file differs from BASE (a commit; the working tree
 counts), whose test's file does (tests/NAME.rs and its snapshots for `--test NAME`, the file
 that defines the test a filter names), and the entries of this list that are new or changed
-since BASE. CI runs it against the merge-base with origin/main (docs/testing.md).
+since BASE.
+
+`--landed` takes BASE from `.ci/landed`, the commit of main the change started from (a branch
+records it when it starts: `--mark-landed`; docs/testing.md, "Which variants CI runs"). When the
+file is missing, or names no commit that is an ancestor of HEAD, every variant is selected: the
+change cannot be told apart from what landed before it. CI runs `--landed`.
 """
 import os
 import re
@@ -521,6 +528,52 @@ MUTANTS = [
      "self.stamps.as_ref().and_then(|s| s.last_sent()).unwrap_or_else(MonotonicClock::read)",
      "MonotonicClock::read()",
      ["--lib", "a_response_chunk_is_timed_when_it_came_not_when_it_was_read"], {}),
+    # ---- issue 32 serve ----
+    # `batchlab serve` refuses what can never succeed, naming the field, and bounds its peers.
+    ("serve: more prompts than max_waiting is a 503 to retry for ever", "src/serve/core.rs",
+     "        if sequences.len() > self.max_waiting {\n",
+     "        if sequences.len() > self.max_waiting && false {\n",
+     ["--test", "serve_core", "a_request_with_more_prompts_than_may_ever_wait_is_refused_as_impossible_not_overloaded"], {}),
+    ("serve: a prompt too long blamed on its output (checked with its output, not alone)", "src/serve/core.rs",
+     "let prompt_only = SeqSpec { prompt_len: spec.prompt_len, output_len: 1, prefix: PrefixSource::Known(0) };",
+     "let prompt_only = SeqSpec { prompt_len: spec.prompt_len, output_len: spec.output_len, prefix: PrefixSource::Known(0) };",
+     ["--test", "serve_core", "a_request_too_long_for_the_kv_cache_is_refused_and_the_prompt_or_the_output_is_blamed"], {}),
+    ("serve: an impossible prompt answered with param max_tokens", "src/serve/http.rs",
+     "            ApiError::bad_field(prompt_param, e.to_string())\n",
+     "            ApiError::bad_field(\"max_tokens\", e.to_string())\n",
+     ["--test", "serve_http", "impossible_requests_get_a_4xx_that_names_the_field"], {}),
+    ("serve: an empty prompt accepted (counted as one token)", "src/serve/api.rs",
+     "matches!(p, Prompt::Text(s) if s.is_empty())",
+     "matches!(p, Prompt::Text(s) if s.is_empty() && s.len() > 1)",
+     ["--test", "serve_http", "impossible_requests_get_a_4xx_that_names_the_field"], {}),
+    ("serve: a body past --max-body-bytes is not a 413", "src/serve/http.rs",
+     "            Ok(Err(e)) if is_too_large(&e) => ApiError::status(\n",
+     "            Ok(Err(e)) if is_too_large(&e) && false => ApiError::status(\n",
+     ["--test", "serve_http", "impossible_requests_get_a_4xx_that_names_the_field"], {}),
+    ("serve: no header-read timeout (silent, partial-head and idle connections held)", "src/serve/conn.rs",
+     ".header_read_timeout(limits.header_read_timeout)",
+     ".header_read_timeout(None)",
+     ["--test", "serve_http", "slow_partial_and_idle_connections_are_closed_within_their_timeouts"], {}),
+    ("serve: no header-read timeout, 1,000 idle connections keep a new client out", "src/serve/conn.rs",
+     ".header_read_timeout(limits.header_read_timeout)",
+     ".header_read_timeout(None)",
+     ["--test", "serve_http", "a_thousand_idle_connections_do_not_keep_a_new_client_out"], {}),
+    ("serve: no body-read timeout (a partial body holds its connection)", "src/serve/http.rs",
+     "tokio::time::timeout(limits.body_read_timeout, read)",
+     "tokio::time::timeout(limits.body_read_timeout * 1000, read)",
+     ["--test", "serve_http", "slow_partial_and_idle_connections_are_closed_within_their_timeouts"], {}),
+    ("serve: no connection cap (past it, served as any other)", "src/serve/conn.rs",
+     "        if let Ok(permit) = served.clone().try_acquire_owned() {\n",
+     "        if let Ok(permit) = served.clone().try_acquire_owned().or_else(|_| Arc::new(Semaphore::new(1)).try_acquire_owned()) {\n",
+     ["--test", "serve_http", "past_max_connections_a_new_connection_gets_503_and_is_closed"], {}),
+    ("serve: a failed accept stops the server accepting (new clients left unanswered)", "src/serve/conn.rs",
+     "                backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);\n                continue;\n",
+     "                backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);\n                break;\n",
+     ["--test", "serve_http", "when_accept_fails_for_want_of_descriptors_the_server_backs_off_and_serves_again"], {}),
+    ("serve: the connection cap kept above the descriptor limit", "src/cli/serve.rs",
+     "    if fits < max_connections {\n",
+     "    if fits < max_connections && false {\n",
+     ["--test", "serve_http", "the_connection_cap_is_lowered_to_what_the_descriptor_limit_allows"], {}),
 ]
 
 
@@ -588,15 +641,27 @@ def test_files(args):
     flags_with_values = {"--test", "--features", "--bench", "--example"}
     filters = [a for i, a in enumerate(rest) if not a.startswith("-") and (i == 0 or rest[i - 1] not in flags_with_values)]
     for f in filters:
-        fn = re.compile(r"\bfn " + re.escape(f.split("::")[-1]) + r"\b")
+        name = f.split("::")[-1]
+        fn = re.compile(r"\bfn " + re.escape(name) + r"\b")
+        # The substring first: a regex search of every file for every variant takes seconds.
+        files.update(path for path, text in rust_sources().items() if "fn " + name in text and fn.search(text))
+    return files, prefixes
+
+
+_RUST_SOURCES = {}
+
+
+def rust_sources():
+    """Every .rs file under src/ and tests/, path to text, read once."""
+    if not _RUST_SOURCES:
         for top in ("src", "tests"):
             for d, _, names in os.walk(os.path.join(ROOT, top)):
                 for n in names:
                     if n.endswith(".rs"):
                         full = os.path.join(d, n)
-                        if fn.search(open(full, errors="replace").read()):
-                            files.add(os.path.relpath(full, ROOT))
-    return files, prefixes
+                        with open(full, errors="replace") as f:
+                            _RUST_SOURCES[os.path.relpath(full, ROOT)] = f.read()
+    return _RUST_SOURCES
 
 
 def changed_since(base):
@@ -633,6 +698,36 @@ def changed_since(base):
             selected.append(m)
     print(f"{len(changed)} file(s) changed since {base}: {len(selected)} of {len(MUTANTS)} variant(s) to run", flush=True)
     return selected
+
+
+LANDED = ".ci/landed"
+
+
+def landed_base():
+    """The commit `.ci/landed` names, if it is an ancestor of HEAD; else None, printing why."""
+    path = os.path.join(ROOT, LANDED)
+    try:
+        lines = [l.split("#")[0].strip() for l in open(path)]
+    except OSError:
+        print(f"--landed: no {LANDED}: every variant is selected")
+        return None
+    commit = next((l for l in lines if l), "")
+    if not commit or git("rev-parse", "--verify", "--quiet", commit + "^{commit}").returncode != 0:
+        print(f"--landed: {LANDED} names {commit!r}, not a commit of this clone: every variant is selected")
+        return None
+    if git("merge-base", "--is-ancestor", commit, "HEAD").returncode != 0:
+        print(f"--landed: {LANDED} names {commit[:12]}, not an ancestor of HEAD: every variant is selected")
+        return None
+    return commit
+
+
+def mark_landed():
+    """Writes HEAD into `.ci/landed`: run on a new branch, as its first commit (docs/testing.md)."""
+    head = git("rev-parse", "HEAD").stdout.strip()
+    with open(os.path.join(ROOT, LANDED), "w") as f:
+        f.write(f"{head}\n# The commit of main this change started from: CI's mutants run the variants of every\n"
+                f"# file changed since it (scripts/mutants.py --landed; docs/testing.md).\n")
+    print(f"{LANDED}: {head}; commit it (`git commit {LANDED}`)")
 
 
 def run(selected):
@@ -673,10 +768,17 @@ def run(selected):
         sys.exit(1)
 
 
+def list_variants(variants):
+    for name, path, _, _, args, _ in variants:
+        print(f"{name}  [{path}]  cargo test {' '.join(args)}")
+
+
 def main(argv):
     if argv == ["--list"]:
-        for name, path, _, _, args, _ in MUTANTS:
-            print(f"{name}  [{path}]  cargo test {' '.join(args)}")
+        list_variants(MUTANTS)
+        return
+    if argv == ["--mark-landed"]:
+        mark_landed()
         return
     # Whatever is selected, every pattern must still be there: a moved one fails the run.
     bad = stale(MUTANTS)
@@ -694,6 +796,13 @@ def main(argv):
             sys.exit(2)
         base = argv[i + 1]
         argv = argv[:i] + argv[i + 2:]
+    everything = False
+    if "--landed" in argv:
+        argv = [a for a in argv if a != "--landed"]
+        base = landed_base()
+        everything = base is None
+    only_list = "--list" in argv
+    argv = [a for a in argv if a != "--list"]
     unknown = [a for a in argv if a.startswith("--")]
     if unknown:
         print(f"unknown option(s) {unknown}; see the usage at the top of scripts/mutants.py")
@@ -701,7 +810,12 @@ def main(argv):
     wanted = [a for a in argv if not a.startswith("-")]
     unwanted = [a[1:] for a in argv if a.startswith("-") and a != "-"]
     pool = changed_since(base) if base else MUTANTS
+    if everything:
+        print(f"{len(MUTANTS)} of {len(MUTANTS)} variant(s) to run")
     selected = [m for m in pool if (not wanted or any(w in m[0] for w in wanted)) and not any(u in m[0] for u in unwanted)]
+    if only_list:
+        list_variants(selected)
+        return
     if not selected:
         print("no variant selected")
         return

@@ -49,10 +49,19 @@ struct ScenarioArgs {
     /// Override the scenario's master seed.
     #[arg(long)]
     seed: Option<u64>,
-    /// Print only the resolved engine kind (`sim`, `vllm` or `python`, after every `--set`) and
-    /// exit. The justfile picks the build with it.
-    #[arg(long)]
+    /// Print only the resolved engine kind (one of `engine.kind`'s, after every `--set`) and exit.
+    #[arg(long, help = engine_kind_help())]
     engine_kind: bool,
+}
+
+/// `--engine-kind`'s help, with the kinds from their one list ([`batchlab::scenario::ENGINE_KINDS`]).
+fn engine_kind_help() -> String {
+    let kinds: Vec<String> = batchlab::scenario::ENGINE_KINDS.iter().map(|k| format!("`{k}`")).collect();
+    let (last, rest) = kinds.split_last().expect("engine kinds");
+    format!(
+        "Print only the resolved engine kind ({} or {last}, after every `--set`) and exit. The justfile picks the build with it",
+        rest.join(", ")
+    )
 }
 
 #[derive(Subcommand, Debug)]

@@ -15,6 +15,13 @@ fn help_texts() {
     let run = batchlab(&["run", "--help"]);
     assert!(run.status.success());
     insta::assert_snapshot!("run_help", text(&run.stdout));
+    // `--engine-kind` lists every kind `engine.kind` takes.
+    let help = text(&run.stdout);
+    let line = help.lines().find(|l| l.contains("--engine-kind")).expect("--engine-kind");
+    for kind in batchlab::scenario::ENGINE_KINDS {
+        assert!(line.contains(&format!("`{kind}`")), "{kind} missing: {line}");
+    }
+    assert!(line.contains("`openai`"), "{line}");
 }
 
 #[test]
@@ -382,4 +389,42 @@ fn batchlab_cpus_pins_the_run_and_the_report_says_so() {
     let o = batchlab_in(&dir, &["run", "s.toml", "--quiet", "--output", "bad"], &[("BATCHLAB_CPUS", "0-x")]);
     assert!(o.status.success());
     assert!(text(&o.stderr).contains("BATCHLAB_CPUS=\"0-x\": bad CPU list at column 3"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn warmup_requests_0_means_no_warmup() {
+    let out = temp_dir("nowarmup");
+    let args = ["scenarios/throughput.toml", "--set", "warmup.requests=0"];
+    let check = batchlab(&[&["check"], &args[..]].concat());
+    assert!(check.status.success(), "{}", text(&check.stderr));
+    assert!(!text(&check.stdout).contains("[warmup]"), "{}", text(&check.stdout));
+    let o =
+        batchlab(&[&["run"], &args[..], &["--quiet", "--requests-jsonl", "--output", out.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["benchmarks"][0]["counts"]["completed"], 256);
+    let lines = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 256, "the 16 warmup requests are gone");
+    assert!(!lines.contains("\"phase\":\"warmup\""));
+    // The same for a cooldown, and in real time with continuous admission.
+    let o = batchlab(&[
+        "run",
+        "scenarios/throughput.toml",
+        "--set",
+        "warmup.requests=0",
+        "--set",
+        "cooldown.requests=0",
+        "--set",
+        "engine.sim.time=real",
+        "--set",
+        "engine.sim.decode_step=10us",
+        "--set",
+        "stop.max_requests=64",
+        "--set",
+        "expect.completed=64",
+        "--quiet",
+        "--output",
+        temp_dir("nowarmup-real").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
 }

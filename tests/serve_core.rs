@@ -114,12 +114,29 @@ fn past_max_waiting_a_request_is_refused_whole() {
 }
 
 #[test]
-fn a_request_too_long_for_the_kv_cache_is_refused() {
-    let sim = example(); // 1024 blocks of 16 tokens
+fn a_request_too_long_for_the_kv_cache_is_refused_and_the_prompt_or_the_output_is_blamed() {
+    let sim = example(); // 1024 blocks of 16 tokens: 16,384 tokens
     let (mut c, _) = core(&sim, 10);
-    let e = c.submit(Timestamp::from_nanos(1), vec![seq(8, 4, 1), seq(20_000, 4, 2)]).unwrap_err();
+    let t0 = Timestamp::from_nanos(1);
+    // The prompt alone is too long: no max_tokens could make it fit.
+    let e = c.submit(t0, vec![seq(8, 4, 1), seq(16_385, 1, 2)]).unwrap_err();
+    assert!(matches!(e, SubmitError::PromptTooLong { index: 1, tokens: 16_385, .. }), "{e}");
+    // The prompt fits with one output token, not with its output: the output's fault.
+    let e = c.submit(t0, vec![seq(16_384, 1, 3), seq(8, 4, 4), seq(16_000, 400, 5)]).unwrap_err();
     assert!(matches!(e, SubmitError::Unschedulable(_)), "{e}");
     assert_eq!((c.live_requests(), c.occupancy()), (0, (0, 0)), "all or nothing");
+    c.submit(t0, vec![seq(16_384, 1, 6)]).unwrap();
+}
+
+#[test]
+fn a_request_with_more_prompts_than_may_ever_wait_is_refused_as_impossible_not_overloaded() {
+    let (mut c, _) = core(&example(), 2);
+    let t0 = Timestamp::from_nanos(1);
+    let e = c.submit(t0, vec![seq(8, 4, 1), seq(8, 4, 2), seq(8, 4, 3)]).unwrap_err();
+    assert_eq!(e, SubmitError::TooManyPrompts { prompts: 3, max_waiting: 2 });
+    assert_eq!(c.live_requests(), 0);
+    // As many as may wait: taken.
+    assert_eq!(c.submit(t0, vec![seq(8, 4, 1), seq(8, 4, 2)]).unwrap().len(), 2);
 }
 
 #[test]

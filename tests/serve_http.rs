@@ -2,7 +2,9 @@
 //! chat, SSE framing, errors, overload, faults, disconnects and SIGTERM. Every wait is bounded
 //! and waits for the outcome it checks.
 
-use std::time::Duration;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -107,29 +109,93 @@ async fn a_chat_completion_streams_and_answers_whole() {
     assert_eq!(client().get(server.url("/health")).send().await.unwrap().status(), 200);
 }
 
+/// Requests that can never succeed: each a 4xx naming its field, never a 503 to retry.
 #[tokio::test]
-async fn a_bad_field_is_a_400_that_names_it_and_an_unknown_model_a_404() {
-    let server = Server::start(None, &[]);
-    for (body, status, param) in [
-        (json!({"model": MODEL, "prompt": "x", "max_tokens": "many"}), 400, "max_tokens"),
-        (json!({"model": MODEL, "prompt": {"a": 1}}), 400, "prompt"),
-        (json!({"model": MODEL, "prompt": "x", "max_tokens": 9_000_000}), 400, "max_tokens"),
-        (json!({"model": "gpt-9", "prompt": "x"}), 404, "model"),
+async fn impossible_requests_get_a_4xx_that_names_the_field() {
+    // The example profile's KV cache: 1024 blocks of 16 tokens, 16,384 tokens.
+    let server = Server::start(None, &["--max-waiting", "2", "--max-body-bytes", "200000"]);
+    let messages = |content: &str| json!([{"role": "user", "content": content}]);
+    let too_long = "x".repeat(4 * 17_000); // 17,000 tokens by the 4-bytes rule
+    for (path, body, status, kind, param) in [
+        (
+            "/v1/completions",
+            json!({"model": MODEL, "prompt": "x", "max_tokens": "many"}),
+            400,
+            "BadRequestError",
+            "max_tokens",
+        ),
+        ("/v1/completions", json!({"model": MODEL, "prompt": {"a": 1}}), 400, "BadRequestError", "prompt"),
+        // Fits, but not with its output: the output's fault.
+        (
+            "/v1/completions",
+            json!({"model": MODEL, "prompt": "x", "max_tokens": 9_000_000, "ignore_eos": true}),
+            400,
+            "BadRequestError",
+            "max_tokens",
+        ),
+        ("/v1/completions", json!({"model": "gpt-9", "prompt": "x"}), 404, "NotFoundError", "model"),
+        // More prompts than may ever wait: no retry can help.
+        (
+            "/v1/completions",
+            json!({"model": MODEL, "prompt": ["a", "b", "c"], "max_tokens": 1}),
+            400,
+            "BadRequestError",
+            "prompt",
+        ),
+        // Longer than the KV cache with a single output token: the prompt's fault.
+        (
+            "/v1/completions",
+            json!({"model": MODEL, "prompt": too_long, "max_tokens": 1}),
+            400,
+            "BadRequestError",
+            "prompt",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": MODEL, "messages": messages(&too_long), "max_tokens": 1}),
+            400,
+            "BadRequestError",
+            "messages",
+        ),
+        ("/v1/completions", json!({"model": MODEL, "prompt": "", "max_tokens": 1}), 400, "BadRequestError", "prompt"),
+        (
+            "/v1/completions",
+            json!({"model": MODEL, "prompt": ["a", ""], "max_tokens": 1}),
+            400,
+            "BadRequestError",
+            "prompt",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": MODEL, "messages": [{"content": "no role"}]}),
+            400,
+            "BadRequestError",
+            "messages[0].role",
+        ),
     ] {
-        let resp = client().post(server.url("/v1/completions")).json(&body).send().await.unwrap();
-        assert_eq!(resp.status(), status, "{body}");
+        let resp = client().post(server.url(path)).json(&body).send().await.unwrap();
+        let what = format!("{path} {}", &body.to_string()[..body.to_string().len().min(120)]);
+        assert_eq!(resp.status(), status, "{what}");
+        assert!(resp.headers().get("retry-after").is_none(), "{what}: nothing to retry");
         let e: Value = resp.json().await.unwrap();
-        assert_eq!(e["error"]["param"], param, "{e}");
+        assert_eq!(
+            (e["error"]["type"].as_str(), e["error"]["param"].as_str()),
+            (Some(kind), Some(param)),
+            "{what}: {e}"
+        );
+        assert_eq!(e["error"]["code"], status, "{e}");
         assert!(e["error"]["message"].as_str().unwrap().len() > 5);
     }
-    let resp = client()
-        .post(server.url("/v1/chat/completions"))
-        .json(&json!({"model": MODEL, "messages": [{"content": "no role"}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 400);
-    assert_eq!(resp.json::<Value>().await.unwrap()["error"]["param"], "messages[0].role");
+    // The prompts counted: two fit in the queue, and an empty one is refused, not counted as 1.
+    let ok = json!({"model": MODEL, "prompt": ["a", "b"], "max_tokens": 1});
+    assert_eq!(client().post(server.url("/v1/completions")).json(&ok).send().await.unwrap().status(), 200);
+    // A body past --max-body-bytes: 413 as OpenAI's JSON, not axum's plain text.
+    let huge = json!({"model": MODEL, "prompt": "y".repeat(300_000)});
+    let resp = client().post(server.url("/v1/completions")).json(&huge).send().await.unwrap();
+    assert_eq!(resp.status(), 413);
+    let e: Value = resp.json().await.expect("a JSON body");
+    assert_eq!(e["error"]["type"], "RequestTooLargeError", "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("--max-body-bytes"), "{e}");
 }
 
 #[tokio::test]
@@ -276,4 +342,213 @@ async fn the_stall_stream_fault_holds_a_stream_after_its_first_token() {
     assert!(sent.elapsed() >= Duration::from_millis(400), "{:?}", sent.elapsed());
     assert_eq!(text.matches("data: {").count(), 3, "{text:?}");
     assert!(text.ends_with("data: [DONE]\n\n"), "a stalled stream still completes: {text:?}");
+}
+
+/// Reads `stream` until the server closes it (EOF or a reset), at most `within`: what it sent,
+/// and how long the close took from `since`. Panics if it is still open after `within`.
+fn read_until_closed(stream: &mut TcpStream, since: Instant, within: Duration) -> (String, Duration) {
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                panic!("still open after {within:?}; received {:?}", String::from_utf8_lossy(&got))
+            }
+            Err(_) => break, // reset: closed too
+        }
+    }
+    (String::from_utf8_lossy(&got).into_owned(), since.elapsed())
+}
+
+fn connect(server: &Server) -> TcpStream {
+    TcpStream::connect(server.url.strip_prefix("http://").unwrap()).unwrap()
+}
+
+/// A partial request head, a partial body, an idle kept-alive connection and a silent one are
+/// each closed by the server within their timeout (1 s here; 30 s by default).
+#[test]
+fn slow_partial_and_idle_connections_are_closed_within_their_timeouts() {
+    let server = Server::start(None, &["--header-read-timeout", "1", "--body-read-timeout", "1"]);
+    let within = Duration::from_secs(10);
+    let cases: [(&str, &[u8]); 3] = [
+        ("silent", b""),
+        ("partial head", b"POST /v1/completions HTTP/1.1\r\nhost: a\r\ncontent-type: app"),
+        (
+            "partial body",
+            b"POST /v1/completions HTTP/1.1\r\nhost: a\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"model\": ",
+        ),
+    ];
+    let threads: Vec<_> = cases
+        .into_iter()
+        .map(|(what, sent)| {
+            let mut stream = connect(&server);
+            std::thread::spawn(move || {
+                let t0 = Instant::now();
+                stream.write_all(sent).unwrap();
+                let (got, took) = read_until_closed(&mut stream, t0, within);
+                (what, got, took)
+            })
+        })
+        .collect();
+    // Idle: one whole request, its answer, then nothing.
+    let mut idle = connect(&server);
+    idle.write_all(b"GET /health HTTP/1.1\r\nhost: a\r\n\r\n").unwrap();
+    let mut head = [0u8; 12];
+    idle.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    let (_, took) = read_until_closed(&mut idle, Instant::now(), within);
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(5), "idle: closed after {took:?}");
+    // A stream being answered is not idle: 150 steps of 10 ms outlast the 1 s timeout, whole.
+    let slow = Server::start(Some(SLOW), &["--header-read-timeout", "1"]);
+    let mut stream = connect(&slow);
+    let body =
+        json!({"model": MODEL, "prompt": "x", "max_tokens": 150, "ignore_eos": true, "stream": true}).to_string();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: a\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(format!("{head}{body}").as_bytes()).unwrap();
+    let (got, took) = read_until_closed(&mut stream, Instant::now(), Duration::from_secs(30));
+    assert!(took > Duration::from_secs(1), "{took:?}");
+    assert_eq!(got.matches("\"finish_reason\":\"length\"").count(), 1, "the stream was cut: {got:?}");
+    assert!(got.contains("data: [DONE]"), "{got:?}");
+    for t in threads {
+        let (what, got, took) = t.join().unwrap();
+        assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(5), "{what}: closed after {took:?}");
+        if what == "partial body" {
+            assert!(got.starts_with("HTTP/1.1 408"), "{what}: {got:?}");
+            assert!(got.contains("RequestTimeoutError") && got.contains("--body-read-timeout"), "{what}: {got:?}");
+        }
+    }
+}
+
+/// A `GET /health` on a new connection: the status line's code, or None if the server closed it
+/// unanswered.
+fn health_status(server: &Server) -> Option<(u16, String)> {
+    let mut stream = connect(server);
+    stream.write_all(b"GET /health HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n").ok()?;
+    let (got, _) = read_until_closed(&mut stream, Instant::now(), Duration::from_secs(10));
+    let code = got.get(9..12)?.parse().ok()?;
+    Some((code, got))
+}
+
+#[test]
+fn past_max_connections_a_new_connection_gets_503_and_is_closed() {
+    let server = Server::start(None, &["--max-connections", "3"]);
+    let mut held: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let mut s = connect(&server);
+            s.write_all(b"GET /health HTTP/1.1\r\nhost: a\r\n\r\n").unwrap();
+            let mut head = [0u8; 12];
+            s.read_exact(&mut head).unwrap();
+            assert_eq!(&head, b"HTTP/1.1 200");
+            s
+        })
+        .collect();
+    let (code, text) = health_status(&server).expect("an answer, not a hang");
+    assert_eq!(code, 503, "{text}");
+    assert!(text.contains("retry-after: 1") && text.contains("ServiceUnavailableError"), "{text}");
+    assert!(text.contains("--max-connections"), "{text}");
+    // One held connection goes: a new client is served again (bounded: the server notices the
+    // close at once; allow 10 s on a loaded machine).
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match health_status(&server) {
+            Some((200, _)) => break,
+            other => assert!(Instant::now() < deadline, "not served after a connection closed: {other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// 1,000 connections that never send a byte, against a server whose file-descriptor limit (512)
+/// is below them and whose connection cap (400) is below that: the cap answers the excess 503
+/// (not a hang in the accept queue), the header-read timeout closes the idle ones, and a new
+/// client is served.
+#[test]
+fn a_thousand_idle_connections_do_not_keep_a_new_client_out() {
+    raise_fd_limit();
+    let server = Server::start(None, &["--header-read-timeout", "1", "--max-connections", "400"]);
+    limit_fds(&server, 512);
+    let idle: Vec<TcpStream> = (0..1000).map(|_| connect(&server)).collect();
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    let served = loop {
+        let answer = health_status(&server);
+        seen.push(answer.as_ref().map(|(c, _)| *c));
+        if matches!(answer, Some((200, _))) {
+            break started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "never served: {seen:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("a new client served {served:?} after 1,000 idle connections; answers before: {seen:?}");
+    drop(idle);
+}
+
+/// This process holds 1,000 sockets: its soft descriptor limit raised to the hard one.
+fn raise_fd_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut mine = getrlimit(Resource::Nofile);
+    mine.current = mine.maximum;
+    setrlimit(Resource::Nofile, mine).unwrap();
+    assert!(getrlimit(Resource::Nofile).current.is_none_or(|n| n >= 1100), "the test needs 1,100 descriptors");
+}
+
+/// The running server's descriptor limit set to `n` (after its start, which raised it).
+fn limit_fds(server: &Server, n: u64) {
+    use rustix::process::{Pid, Resource, Rlimit, prlimit};
+    let pid = Pid::from_raw(server.pid() as i32).unwrap();
+    prlimit(Some(pid), Resource::Nofile, Rlimit { current: Some(n), maximum: Some(n) }).unwrap();
+}
+
+/// A cap above what the descriptors allow: `accept` fails (`EMFILE`) while 300 silent
+/// connections hold them; the server backs off, goes on accepting as the header-read timeout
+/// frees descriptors, and serves a new client, and is still alive.
+#[test]
+fn when_accept_fails_for_want_of_descriptors_the_server_backs_off_and_serves_again() {
+    raise_fd_limit();
+    let mut server = Server::start(None, &["--header-read-timeout", "1", "--max-connections", "1000"]);
+    limit_fds(&server, 128);
+    let silent: Vec<TcpStream> = (0..300).map(|_| connect(&server)).collect();
+    let started = Instant::now();
+    let served = loop {
+        if let Some((200, _)) = health_status(&server) {
+            break started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "never served after accept failed");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(server.is_running(), "the server died");
+    let stderr = server.stderr_so_far();
+    assert!(stderr.contains("accept failed"), "the failure is said: {stderr}");
+    eprintln!("served {served:?} after 300 silent connections against 128 descriptors");
+    drop(silent);
+}
+
+/// Started under a descriptor limit of 200 that it cannot raise, the server lowers its cap to
+/// what the limit leaves (200 - 64) and says so: a client past it gets the 503, not a failed
+/// `accept`.
+#[test]
+fn the_connection_cap_is_lowered_to_what_the_descriptor_limit_allows() {
+    let mut server = Server::start_with_fd_limit(200, &["--max-connections", "4096"]);
+    let held: Vec<TcpStream> = (0..136)
+        .map(|_| {
+            let mut s = connect(&server);
+            s.write_all(b"GET /health HTTP/1.1\r\nhost: a\r\n\r\n").unwrap();
+            let mut head = [0u8; 12];
+            s.read_exact(&mut head).unwrap();
+            assert_eq!(&head, b"HTTP/1.1 200");
+            s
+        })
+        .collect();
+    let (code, text) = health_status(&server).expect("an answer, not a hang");
+    assert_eq!(code, 503, "{text}");
+    let stderr = server.stderr_so_far();
+    assert!(stderr.contains("--max-connections 4096 lowered to 136"), "{stderr}");
+    drop(held);
 }

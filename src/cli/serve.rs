@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use batchlab::scenario::Overrides;
-use batchlab::serve::{ServeConfig, ServeOutcome, TimingLog, TimingSummary, serve};
+use batchlab::serve::{Limits, ServeConfig, ServeOutcome, TimingLog, TimingSummary, serve};
 
 use super::{EXIT_BAD_INPUT, EXIT_ERROR, error_text};
 
@@ -32,7 +32,8 @@ pub(super) struct ServeArgs {
     /// The model name served (`/v1/models`; requests must name it).
     #[arg(long, default_value = batchlab::serve::DEFAULT_MODEL)]
     model: String,
-    /// Requests that may wait for admission; past it, new requests get 503.
+    /// Prompts that may wait for admission; past it, new requests get 503 (a request of more
+    /// prompts than this can never be admitted: 400).
     #[arg(long, value_name = "N", default_value_t = 4096)]
     max_waiting: usize,
     /// Seconds in-flight streams may go on after SIGTERM or Ctrl-C before they are failed.
@@ -41,6 +42,21 @@ pub(super) struct ServeArgs {
     /// `max_tokens` of a request that sets none.
     #[arg(long, value_name = "N", default_value_t = 16)]
     default_max_tokens: u32,
+    /// The largest request body in bytes; a larger one gets 413 [default: 2 MiB].
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_body_bytes)]
+    max_body_bytes: usize,
+    /// Seconds a connection may take to send a request's head, from when the server is ready for
+    /// it: a new connection, and a kept-alive one between requests (the idle timeout). Past it,
+    /// the connection is closed.
+    #[arg(long, value_name = "SECONDS", default_value_t = Limits::default().header_read_timeout.as_secs_f64())]
+    header_read_timeout: f64,
+    /// Seconds a request's body may take after its head; past it, 408 and the connection closes.
+    #[arg(long, value_name = "SECONDS", default_value_t = Limits::default().body_read_timeout.as_secs_f64())]
+    body_read_timeout: f64,
+    /// Connections served at once; one more is answered 503 and closed. Lowered to what the
+    /// file-descriptor limit allows (the soft limit is raised to the hard one first).
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections)]
+    max_connections: usize,
     /// Write each streamed choice's token send times to FILE (JSONL, ns on CLOCK_MONOTONIC; see
     /// docs/serve.md), to check a client's timings against the server's.
     #[arg(long, value_name = "FILE")]
@@ -69,6 +85,29 @@ pub(super) fn main(args: ServeArgs) -> ExitCode {
         eprintln!("error: --grace must be a number of seconds >= 0");
         return ExitCode::from(EXIT_BAD_INPUT);
     }
+    let timeout = |flag: &str, secs: f64| match Duration::try_from_secs_f64(secs) {
+        Ok(d) if !d.is_zero() => Some(d),
+        _ => {
+            eprintln!("error: {flag} must be a number of seconds > 0, found {secs}");
+            None
+        }
+    };
+    let (Some(header_read_timeout), Some(body_read_timeout)) = (
+        timeout("--header-read-timeout", args.header_read_timeout),
+        timeout("--body-read-timeout", args.body_read_timeout),
+    ) else {
+        return ExitCode::from(EXIT_BAD_INPUT);
+    };
+    if args.max_body_bytes == 0 || args.max_connections == 0 {
+        eprintln!("error: --max-body-bytes and --max-connections must be at least 1");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    config.limits = Limits {
+        max_body_bytes: args.max_body_bytes,
+        header_read_timeout,
+        body_read_timeout,
+        max_connections: fit_to_fd_limit(args.max_connections),
+    };
     config.model = args.model.clone();
     config.max_waiting = args.max_waiting;
     config.grace = Duration::from_secs_f64(args.grace);
@@ -106,6 +145,34 @@ pub(super) fn main(args: ServeArgs) -> ExitCode {
             ExitCode::from(EXIT_ERROR)
         }
     }
+}
+
+/// File descriptors kept for everything but connections: the listener, the timing log, the
+/// runtime's own, stdio.
+const FDS_KEPT: u64 = 64;
+
+/// `max_connections`, lowered to what this process's file-descriptor limit allows after raising
+/// its soft limit to the hard one (as Go's runtime does): past the cap, a client gets a 503; past
+/// the fd limit, `accept` would fail and it would wait unanswered.
+fn fit_to_fd_limit(max_connections: usize) -> usize {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if setrlimit(Resource::Nofile, limit).is_err() {
+            limit = getrlimit(Resource::Nofile);
+        }
+    }
+    let Some(soft) = limit.current else { return max_connections };
+    let fits = usize::try_from(soft.saturating_sub(FDS_KEPT).max(1)).unwrap_or(usize::MAX);
+    if fits < max_connections {
+        eprintln!(
+            "warning: --max-connections {max_connections} lowered to {fits}: the file-descriptor limit is {soft} \
+             (raise it with `ulimit -n`)"
+        );
+        return fits;
+    }
+    max_connections
 }
 
 /// One line on how the timing log ended; false when it is incomplete because a write failed.

@@ -205,8 +205,8 @@ pub(crate) const SECTIONS: &[&str] =
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Tag(pub &'static str);
 
-/// The engine kinds; each has its own sub-section, `[engine.<kind>]`.
-pub(crate) const ENGINE_KINDS: &[&str] = &["sim", "vllm", "python", "openai"];
+/// The engine kinds `engine.kind` takes; each has its own sub-section, `[engine.<kind>]`.
+pub const ENGINE_KINDS: &[&str] = &["sim", "vllm", "python", "openai"];
 
 pub(crate) const ENGINE_KEYS: &[Key<Tag>] = &[key!(
     kind: OneOf(ENGINE_KINDS),
@@ -794,7 +794,7 @@ impl Phase {
 }
 
 pub(crate) const PHASE_KEYS: &[Key<Phase>] = &[
-    key!(requests: Opt(U64(1)), KeyDefault::Value, "this many requests", in Phase),
+    key!(requests: Opt(U64(0)), KeyDefault::Value, "this many requests; 0: none", in Phase),
     key!(duration: Opt(Dur { zero: false }), KeyDefault::Value, "requests for this long", in Phase),
 ];
 

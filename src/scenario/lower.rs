@@ -562,6 +562,8 @@ fn lower_phase(cx: &mut ReadContext, top: LocatedTable, which: &'static str) -> 
         cx.report(which, t.span(), message, Some("e.g. `requests = 10` or `duration = \"5s\"`".to_owned()));
     }
     match (phase.requests, phase.duration) {
+        // `requests = 0` switches the phase off (e.g. `--set warmup.requests=0`).
+        (Some(0), None) => None,
         (Some(n), None) => Some(PhaseLimit::Requests(n)),
         (None, Some(d)) => Some(PhaseLimit::Duration(d)),
         _ => None,

@@ -42,7 +42,7 @@ use std::path::Path;
 pub use builder::ScenarioBuilder;
 pub use error::{Origin, Problem, ScenarioError};
 #[doc(hidden)]
-pub use keys::{derive_seed, seed_stream};
+pub use keys::{ENGINE_KINDS, derive_seed, seed_stream};
 use matrix::label_value;
 pub use overrides::Overrides;
 pub use plan::Plan;

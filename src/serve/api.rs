@@ -39,6 +39,8 @@ impl ApiError {
         let kind = match self.status {
             400 => "BadRequestError",
             404 => "NotFoundError",
+            408 => "RequestTimeoutError",
+            413 => "RequestTooLargeError",
             429 => "RateLimitError",
             503 => "ServiceUnavailableError",
             _ => "InternalServerError",
@@ -206,6 +208,11 @@ fn completion_prompts(prompt: Option<&Value>) -> Result<Vec<Prompt>, ApiError> {
         },
         Some(_) => return Err(bad()),
     };
+    // An empty text would still be counted as one token (the simulator's `[0]`): refuse it.
+    if let Some(i) = prompts.iter().position(|p| matches!(p, Prompt::Text(s) if s.is_empty())) {
+        let which = if prompts.len() > 1 { format!("prompt {i}") } else { "the prompt".into() };
+        return Err(ApiError::bad_field("prompt", format!("{which} is empty: it must have at least one token")));
+    }
     Ok(prompts)
 }
 
@@ -424,6 +431,8 @@ mod tests {
             (r#"{"model": "m", "prompt": "x", "max_tokens": 0}"#, "max_tokens", 400),
             (r#"{"model": "m", "prompt": "x", "max_tokens": 4, "min_tokens": 5}"#, "min_tokens", 400),
             (r#"{"model": "m", "prompt": [[]]}"#, "prompt", 400),
+            (r#"{"model": "m", "prompt": ""}"#, "prompt", 400),
+            (r#"{"model": "m", "prompt": ["a", ""]}"#, "prompt", 400),
             (r#"{"model": "m", "prompt": "x", "stream": "yes"}"#, "stream", 400),
             (r#"{"model": "m", "prompt": "x", "n": 2}"#, "n", 400),
         ] {

@@ -21,7 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::engine::sim::CostModel;
-use crate::engine::sim::scheduler::{PrefixSource, ScheduleError, SeqId, SeqSpec, StepOutcome, Stepper};
+use crate::engine::sim::scheduler::{self, PrefixSource, ScheduleError, SeqId, SeqSpec, StepOutcome, Stepper};
 use crate::engine::{FinishReason, ResolvedEngineConfig};
 use crate::time::Timestamp;
 
@@ -53,7 +53,31 @@ pub enum SubmitError {
         /// The bound.
         max_waiting: usize,
     },
-    /// A sequence the scheduler could never finish (too long for the KV cache or the budget): 400.
+    /// More sequences in one request than may ever wait (`max_waiting`): retrying cannot help,
+    /// so a 400, not a 503.
+    #[error(
+        "the request has {prompts} prompts but at most {max_waiting} may wait for admission (max_waiting): \
+         send at most {max_waiting} at a time"
+    )]
+    TooManyPrompts {
+        /// Sequences in the request.
+        prompts: usize,
+        /// The bound.
+        max_waiting: usize,
+    },
+    /// A prompt the scheduler could never hold, whatever its output (longer than the KV cache,
+    /// or than a step's budget without chunked prefill): 400 about the prompt.
+    #[error("prompt {index} has {tokens} tokens, more than the server can ever hold: {cause}")]
+    PromptTooLong {
+        /// Its position in the request.
+        index: usize,
+        /// Its tokens.
+        tokens: u32,
+        /// The limit it breaks.
+        cause: ScheduleError,
+    },
+    /// A prompt that fits, but not with its output (too long for the KV cache or the budget):
+    /// 400 about `max_tokens`.
     #[error("{0}")]
     Unschedulable(ScheduleError),
 }
@@ -96,7 +120,7 @@ pub struct ServeCore {
     cost: CostModel,
     stepper: Stepper,
     max_waiting: usize,
-    num_kv_blocks: u32,
+    scheduler: ResolvedEngineConfig,
     /// The request each occupied scheduler slot belongs to.
     slots: Vec<Option<RequestId>>,
     live: HashMap<RequestId, Live>,
@@ -124,7 +148,7 @@ impl ServeCore {
             cost,
             stepper: Stepper::with_config(scheduler),
             max_waiting,
-            num_kv_blocks: scheduler.num_kv_blocks,
+            scheduler,
             slots: Vec::new(),
             live: HashMap::new(),
             in_flight: None,
@@ -141,6 +165,9 @@ impl ServeCore {
 
     /// Queues `sequences` (one HTTP request's choices) at `now`, all or none: their ids in order.
     pub fn submit(&mut self, now: Timestamp, sequences: Vec<NewSequence>) -> Result<Vec<RequestId>, SubmitError> {
+        if sequences.len() > self.max_waiting {
+            return Err(SubmitError::TooManyPrompts { prompts: sequences.len(), max_waiting: self.max_waiting });
+        }
         let waiting = self.stepper.waiting();
         if waiting + sequences.len() > self.max_waiting {
             return Err(SubmitError::Overloaded { waiting, max_waiting: self.max_waiting });
@@ -153,6 +180,15 @@ impl ServeCore {
                 prefix: PrefixSource::Tokens(s.prompt_ids.clone()),
             })
             .collect();
+        // Checked whole before anything is added: the prompt alone first (with one output
+        // token), so a 400 blames the prompt only when no `max_tokens` could make it fit.
+        for (index, spec) in specs.iter().enumerate() {
+            let prompt_only = SeqSpec { prompt_len: spec.prompt_len, output_len: 1, prefix: PrefixSource::Known(0) };
+            if let Err(cause) = scheduler::check(&self.scheduler, index, &prompt_only) {
+                return Err(SubmitError::PromptTooLong { index, tokens: spec.prompt_len, cause });
+            }
+            scheduler::check(&self.scheduler, index, spec).map_err(SubmitError::Unschedulable)?;
+        }
         let mut ids = Vec::with_capacity(specs.len());
         for (spec, s) in specs.into_iter().zip(&sequences) {
             let prompt_tokens = spec.prompt_len;
@@ -359,7 +395,7 @@ impl ServeCore {
     fn update_gauges(&self) {
         self.metrics.running.set(self.stepper.running() as i64);
         self.metrics.waiting.set(self.stepper.waiting() as i64);
-        let usage = self.stepper.kv_blocks_used() as f64 / f64::from(self.num_kv_blocks.max(1));
+        let usage = self.stepper.kv_blocks_used() as f64 / f64::from(self.scheduler.num_kv_blocks.max(1));
         self.metrics.kv_cache_usage.set(usage);
     }
 }

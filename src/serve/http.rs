@@ -12,22 +12,20 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::ConnectInfo;
-use axum::extract::connect_info::Connected;
-use axum::extract::{Extension, Request, State};
+use axum::extract::{Extension, FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::{IncomingStream, Listener};
 use futures_util::stream::{self, Stream};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::api::{self, ApiError, Endpoint, GenerationRequest};
+use super::conn::{self, ConnectionStamps};
 use super::core::{NewSequence, RequestId, ServeCore, SubmitError};
 use super::faults::RequestFaults;
 use super::metrics::{ServeMetrics, render};
@@ -36,7 +34,6 @@ use super::worker::{EngineHandle, TokenMsg};
 use super::{ServeConfig, ServeError};
 use crate::engine::sim::prompt::prompt_ids;
 use crate::engine::{EngineRequest, FinishReason};
-use crate::sys::{StampedTcp, Stamps};
 use crate::time::{MonotonicClock, Timestamp};
 
 /// How [`serve`] ended.
@@ -98,25 +95,23 @@ pub async fn serve(
         // Only with a timing log: the first code to see a request notes when.
         app = app.layer(middleware::from_fn(stamp_received));
     }
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let app = app.into_make_service_with_connect_info::<ConnectionStamps>();
-    let listener = StampedListener { listener, kernel_stamps: state.config.timing.is_some() };
-    let server = axum::serve(listener, app).with_graceful_shutdown(async {
-        let _ = stop_rx.await;
-    });
-    let mut server = tokio::spawn(async move { server.await });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let kernel_stamps = state.config.timing.is_some();
+    let limits = state.config.limits;
+    let server = conn::serve_connections(listener, kernel_stamps, limits, app, stop_rx);
+    let mut server = tokio::spawn(server);
     tokio::select! {
         r = &mut server => {
-            r.map_err(|e| ServeError::Io(std::io::Error::other(e)))??;
+            r.map_err(|e| ServeError::Io(std::io::Error::other(e)))?;
             return Ok(ServeOutcome::Stopped { failed_streams: false });
         }
         Ok(request) = exit_rx => return Ok(ServeOutcome::FaultExit { request }),
         () = shutdown => {}
     }
     state.closing.store(true, Ordering::SeqCst);
-    let _ = stop_tx.send(());
+    let _ = stop_tx.send(true);
     if let Ok(r) = tokio::time::timeout(grace, &mut server).await {
-        r.map_err(|e| ServeError::Io(std::io::Error::other(e)))??;
+        r.map_err(|e| ServeError::Io(std::io::Error::other(e)))?;
         return Ok(ServeOutcome::Stopped { failed_streams: false });
     }
     engine.fail_all("the server is shutting down");
@@ -125,60 +120,14 @@ pub async fn serve(
     Ok(ServeOutcome::Stopped { failed_streams: true })
 }
 
-fn error_response(e: &ApiError) -> Response {
+/// `e` as an HTTP response: its status, OpenAI's error JSON, and `Retry-After` if it has one.
+pub(super) fn error_response(e: &ApiError) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, axum::Json(e.body())).into_response();
     if let Some(secs) = e.retry_after {
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     response
-}
-
-/// The listener: every connection stamped ([`StampedTcp`]: with a timing log, the kernel's
-/// receive time of each read; without one, nothing is asked of the kernel), and with
-/// TCP_NODELAY, since each token is a small write that Nagle's algorithm would hold back until
-/// the client's delayed ACK (tens of ms).
-struct StampedListener {
-    listener: TcpListener,
-    kernel_stamps: bool,
-}
-
-impl Listener for StampedListener {
-    type Io = StampedTcp;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (StampedTcp, std::net::SocketAddr) {
-        loop {
-            match self.listener.accept().await {
-                Ok((tcp, addr)) => {
-                    let _ = tcp.set_nodelay(true);
-                    let tcp =
-                        if self.kernel_stamps { StampedTcp::new(tcp) } else { StampedTcp::without_kernel_stamps(tcp) };
-                    return (tcp, addr);
-                }
-                // A connection that failed before it was accepted, or no fd to spare: wait a
-                // little (a burst of failures must not spin) and go on accepting.
-                Err(e) => {
-                    tracing::debug!("accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
-        self.listener.local_addr()
-    }
-}
-
-/// A connection's stamps, as every request on it sees them (axum's connect info).
-#[derive(Clone, Debug)]
-struct ConnectionStamps(Arc<Stamps>);
-
-impl Connected<IncomingStream<'_, StampedListener>> for ConnectionStamps {
-    fn connect_info(stream: IncomingStream<'_, StampedListener>) -> Self {
-        ConnectionStamps(stream.io().stamps())
-    }
 }
 
 /// When a request came: put in its extensions by [`stamp_received`], the outermost layer, for
@@ -189,7 +138,7 @@ impl Connected<IncomingStream<'_, StampedListener>> for ConnectionStamps {
 struct Received(Timestamp);
 
 async fn stamp_received(mut request: Request, next: Next) -> Response {
-    let stamped = request.extensions().get::<ConnectInfo<ConnectionStamps>>().and_then(|c| c.0.0.last_received());
+    let stamped = request.extensions().get::<ConnectionStamps>().and_then(|c| c.0.last_received());
     request.extensions_mut().insert(Received(stamped.unwrap_or_else(MonotonicClock::read)));
     next.run(request).await
 }
@@ -211,11 +160,53 @@ impl RequestTag {
     }
 }
 
+/// A request's body, read within [`super::Limits`]: at most `max_body_bytes` (else 413; a
+/// `Content-Length` past it is refused before a byte is read), all of it within
+/// `body_read_timeout` of the head (else 408). Either way the rest is left unread, so hyper closes
+/// the connection after the answer.
+struct RequestBody(Bytes);
+
+impl FromRequest<Arc<AppState>> for RequestBody {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, s: &Arc<AppState>) -> Result<Self, Response> {
+        let limits = &s.config.limits;
+        let read = axum::body::to_bytes(request.into_body(), limits.max_body_bytes);
+        let e = match tokio::time::timeout(limits.body_read_timeout, read).await {
+            Ok(Ok(body)) => return Ok(RequestBody(body)),
+            Ok(Err(e)) if is_too_large(&e) => ApiError::status(
+                413,
+                format!("the request body is larger than {} bytes (--max-body-bytes)", limits.max_body_bytes),
+            ),
+            Ok(Err(e)) => ApiError::status(400, format!("could not read the request body: {e}")),
+            Err(_) => ApiError::status(
+                408,
+                format!(
+                    "the request body did not arrive within {:?} of its head (--body-read-timeout)",
+                    limits.body_read_timeout
+                ),
+            ),
+        };
+        Err(error_response(&e))
+    }
+}
+
+fn is_too_large(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(e) = source {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 async fn completions(
     State(s): State<Arc<AppState>>,
     received: Option<Extension<Received>>,
     headers: HeaderMap,
-    body: Bytes,
+    RequestBody(body): RequestBody,
 ) -> Response {
     let tag = RequestTag::new(received, &headers);
     generate(s, Endpoint::Completions, body, tag).await.unwrap_or_else(|e| error_response(&e))
@@ -225,7 +216,7 @@ async fn chat_completions(
     State(s): State<Arc<AppState>>,
     received: Option<Extension<Received>>,
     headers: HeaderMap,
-    body: Bytes,
+    RequestBody(body): RequestBody,
 ) -> Response {
     let tag = RequestTag::new(received, &headers);
     generate(s, Endpoint::Chat, body, tag).await.unwrap_or_else(|e| error_response(&e))
@@ -243,7 +234,7 @@ async fn models(State(s): State<Arc<AppState>>) -> Response {
 /// vLLM's `POST /tokenize`: the token ids the simulator counts (`prompt`, or chat `messages`), so
 /// a client can fit its prompts to the server's counting (`vllm bench serve` does, for its random
 /// dataset).
-async fn tokenize(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+async fn tokenize(State(s): State<Arc<AppState>>, RequestBody(body): RequestBody) -> Response {
     let c = &s.config;
     let result = api::parse_tokenize(&body, &c.model, &c.request_format)
         .and_then(|prompt| prompt_ids(&prompt).map_err(|e| ApiError::bad_field("messages", e.to_string())));
@@ -257,7 +248,7 @@ async fn tokenize(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
 }
 
 /// vLLM's `POST /detokenize`: the text of token ids, the inverse of `/tokenize` on text.
-async fn detokenize(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+async fn detokenize(State(s): State<Arc<AppState>>, RequestBody(body): RequestBody) -> Response {
     match api::parse_detokenize(&body, &s.config.model) {
         Ok(ids) => axum::Json(json!({"prompt": api::ids_text(&ids)})).into_response(),
         Err(e) => error_response(&e),
@@ -323,6 +314,10 @@ async fn generate(s: Arc<AppState>, endpoint: Endpoint, body: Bytes, tag: Reques
             retry_after: Some(1),
         });
     }
+    let prompt_param = match endpoint {
+        Endpoint::Completions => "prompt",
+        Endpoint::Chat => "messages",
+    };
     let mut prompt_tokens = 0u64;
     let mut sequences = Vec::with_capacity(req.prompts.len());
     for prompt in &req.prompts {
@@ -337,7 +332,10 @@ async fn generate(s: Arc<AppState>, endpoint: Endpoint, body: Bytes, tag: Reques
     }
     let (ids, tokens) = s.engine.submit(arrived, sequences).await.map_err(|e| match e {
         SubmitError::Overloaded { .. } => overloaded(e.to_string()),
-        SubmitError::Unschedulable(e) => ApiError::bad_field("max_tokens", e.to_string()),
+        SubmitError::TooManyPrompts { .. } | SubmitError::PromptTooLong { .. } => {
+            ApiError::bad_field(prompt_param, e.to_string())
+        }
+        SubmitError::Unschedulable(_) => ApiError::bad_field("max_tokens", e.to_string()),
     })?;
     let guard = CancelOnDrop { engine: s.engine.clone(), ids };
     let meta = ResponseMeta {

@@ -11,6 +11,8 @@
 //! - [`http`]: axum on tokio/hyper: the OpenAI endpoints, SSE through axum's `Sse`, errors as
 //!   OpenAI error JSON, `/metrics` ([`metrics`], vLLM's names), the HTTP faults ([`faults`]),
 //!   graceful shutdown;
+//! - [`conn`]: the connections: accept (backing off when it fails), the connection cap, hyper's
+//!   HTTP/1.1 with its header-read (and idle) timeout, graceful shutdown;
 //! - [`api`]: request bodies validated field by field, and the JSON answered;
 //! - [`timing`]: the opt-in timing log (`--timing-log`), each token's send time per request and
 //!   choice, written by a thread of its own.
@@ -18,6 +20,7 @@
 //! [`ServeConfig::from_plan`] is the one place a scenario's plan is read.
 
 pub mod api;
+pub mod conn;
 pub mod core;
 mod error;
 pub mod faults;
@@ -54,7 +57,8 @@ pub struct ServeConfig {
     pub request_format: RequestFormat,
     /// The HTTP faults (`[faults]`).
     pub faults: HttpFaults,
-    /// Requests that may wait for admission; past it, 503.
+    /// Prompts (sequences) that may wait for admission; past it, 503. A request of more prompts
+    /// than this can never be admitted: 400.
     pub max_waiting: usize,
     /// How long in-flight streams may go on after SIGTERM or Ctrl-C before they are failed.
     pub grace: Duration,
@@ -62,6 +66,37 @@ pub struct ServeConfig {
     pub default_max_tokens: u32,
     /// Where streamed requests' token send times go (`--timing-log`; [`TimingLog::sender`]).
     pub timing: Option<TimingSender>,
+    /// How much of a peer the server takes: bodies, times, connections.
+    pub limits: Limits,
+}
+
+/// How the server bounds its peers, so that slow, idle or too many clients cannot hold it
+/// (docs/serve.md, "Limits").
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Limits {
+    /// The largest request body (`--max-body-bytes`); a larger one gets 413.
+    pub max_body_bytes: usize,
+    /// How long a connection may take to send a request's head, counted from when the server is
+    /// ready for it (`--header-read-timeout`): on a new connection and between the requests of a
+    /// kept-alive one, so it is also the idle timeout. Past it, the connection is closed.
+    pub header_read_timeout: Duration,
+    /// How long a request's body may take once its head arrived (`--body-read-timeout`); past
+    /// it, 408 and the connection is closed.
+    pub body_read_timeout: Duration,
+    /// Connections served at once (`--max-connections`); a connection past it is answered 503
+    /// and closed.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 2 << 20,
+            header_read_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+        }
+    }
 }
 
 /// The default served model name.
@@ -105,6 +140,7 @@ impl ServeConfig {
             grace: Duration::from_secs(5),
             default_max_tokens: 16,
             timing: None,
+            limits: Limits::default(),
         }
     }
 }

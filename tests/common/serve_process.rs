@@ -24,6 +24,18 @@ impl Server {
     pub fn start(scenario: Option<&str>, args: &[&str]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_batchlab"));
         cmd.arg("serve");
+        Server::spawn(cmd, scenario, args)
+    }
+
+    /// [`Server::start`] without a scenario, in a process whose file-descriptor limit (soft and
+    /// hard) is `fds` from its start.
+    pub fn start_with_fd_limit(fds: u64, args: &[&str]) -> Server {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(format!("ulimit -n {fds} && exec \"$0\" serve \"$@\"")).arg(env!("CARGO_BIN_EXE_batchlab"));
+        Server::spawn(cmd, None, args)
+    }
+
+    fn spawn(mut cmd: Command, scenario: Option<&str>, args: &[&str]) -> Server {
         let dir = scenario.map(|text| {
             let dir = std::env::temp_dir().join(format!("batchlab-serve-{}-{}", std::process::id(), unique()));
             std::fs::create_dir_all(&dir).unwrap();
@@ -48,6 +60,28 @@ impl Server {
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.url)
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// What the server wrote to stderr so far (read without waiting for more: the server is
+    /// killed first if it still runs, so only for the end of a test).
+    pub fn stderr_so_far(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut text = String::new();
+        if let Some(mut err) = self.child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut err, &mut text);
+        }
+        text
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn sigterm(&self) {

@@ -502,6 +502,14 @@ MUTANTS = [
      "self.stamps.as_ref().and_then(|s| s.last_sent()).unwrap_or_else(MonotonicClock::read)",
      "MonotonicClock::read()",
      ["--lib", "a_response_chunk_is_timed_when_it_came_not_when_it_was_read"], {}),
+    # ---- issue 31 probe ----
+    ("probe: the machine's drift divided by the later run's speed", "src/report/environment.rs",
+     "Some((b - a) / a)", "Some((b - a) / b)",
+     ["--lib", "drift_is_the_relative_change_of_the_mean_probe_time"], {}),
+    ("probe: a virtual-time run is probed too", "src/run/session.rs",
+     "let machine_start = (!self.driver.virtual_time()).then(MachineSample::take);",
+     "let machine_start = Some(MachineSample::take());",
+     ["--test", "cli", "run_writes_reports_and_exits_zero"], {}),
 ]
 
 

@@ -78,6 +78,12 @@ bench *ARGS:
 bench-quick:
     scripts/bench.sh --quick
 
+# The power table of docs/compare.md: how often `batchlab compare` passes, fails or cannot tell
+# injected changes, per shape (`just compare-power --quick`: a smoke run; `--write docs/compare.md`
+# replaces the table there).
+compare-power *ARGS:
+    python3 scripts/compare_power.py {{ARGS}}
+
 # Run every shell example of README.md and docs/ (`--vllm`: the vLLM ones too; a file name: its own).
 doc-examples *ARGS:
     python3 scripts/doc_examples.py {{ARGS}}

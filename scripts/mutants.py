@@ -574,6 +574,14 @@ MUTANTS = [
      "    if fits < max_connections {\n",
      "    if fits < max_connections && false {\n",
      ["--test", "serve_http", "the_connection_cap_is_lowered_to_what_the_descriptor_limit_allows"], {}),
+    # ---- issue 31 probe ----
+    ("probe: the machine's drift divided by the later run's speed", "src/report/environment.rs",
+     "Some((b - a) / a)", "Some((b - a) / b)",
+     ["--lib", "drift_is_the_relative_change_of_the_mean_probe_time"], {}),
+    ("probe: a virtual-time run is probed too", "src/run/session.rs",
+     "let machine_start = (!self.driver.virtual_time()).then(MachineSample::take);",
+     "let machine_start = Some(MachineSample::take());",
+     ["--test", "cli", "run_writes_reports_and_exits_zero"], {}),
 ]
 
 

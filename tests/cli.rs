@@ -42,6 +42,8 @@ fn run_writes_reports_and_exits_zero() {
     }
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["benchmarks"][0]["counts"]["completed"], 256);
+    // Virtual time: the machine's speed changes nothing, so it is not probed.
+    assert!(report["environment"]["machine"].is_null(), "{}", report["environment"]);
     // Warmup requests are in requests.jsonl too, marked as such.
     let lines = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 256 + 16);
@@ -365,6 +367,34 @@ fn sigterm_drains_reports_and_exits_143() {
     let rest = signal_mid_run(&file, &dir, nix::sys::signal::Signal::SIGTERM, 143);
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["incomplete"], true, "{rest:?}");
+}
+
+/// A real-time run records the machine-speed probe at its start and end, with the load average
+/// and the steal share in between.
+#[test]
+fn a_real_time_run_reports_the_machine_probe() {
+    let dir = temp_dir("machine");
+    std::fs::write(dir.join("s.toml"), SMALL_RUN).unwrap();
+    let o =
+        batchlab_in(&dir, &["run", "s.toml", "--quiet", "--output", "out", "--set", "engine.sim.time=\"real\""], &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("out/report.json")).unwrap()).unwrap();
+    let machine = &report["environment"]["machine"];
+    for field in ["probe_start_ms", "probe_end_ms"] {
+        let ms = machine[field].as_f64().unwrap_or_else(|| panic!("{field} in {machine}"));
+        // The probe is some tens of ms of one core: far above zero, far below a second.
+        assert!(ms > 0.05 && ms < 1000.0, "{field} = {ms}");
+    }
+    for field in ["load_start", "load_end"] {
+        assert!(machine[field].as_f64().is_some_and(|l| l >= 0.0), "{field} in {machine}");
+    }
+    // A run this short may see no tick pass: null, or a share.
+    let steal = &machine["steal_share"];
+    assert!(steal.is_null() || steal.as_f64().is_some_and(|s| (0.0..=1.0).contains(&s)), "{machine}");
+    let read = batchlab::report::read_report(&dir.join("out")).expect("the report reads back");
+    assert!(read.environment.machine.and_then(|m| m.speed_ms()).is_some(), "{machine}");
+    assert_eq!(read.environment.machine_drift(&read.environment), Some(0.0));
 }
 
 /// `BATCHLAB_CPUS` pins the run where asked (a benchmark's client on one core); without it the

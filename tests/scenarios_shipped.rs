@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use batchlab::report::{Environment, Phase, Report, RequestRecord, read_records};
+use batchlab::report::{Environment, MachineProbe, Phase, Report, RequestRecord, read_records};
 use batchlab::run::{RunOptions, RunSummary, run_blocking};
 use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file};
@@ -60,6 +60,14 @@ fn redacted(report: &Report) -> Report {
         cpu_affinity: Some("[cpus]".into()),
         os: "[os]".into(),
         hostname: Some("[host]".into()),
+        // Timed on the machine: a fixed stand-in where there is one (virtual time has none).
+        machine: r.environment.machine.map(|_| MachineProbe {
+            probe_start_ms: 1.0,
+            probe_end_ms: 1.0,
+            load_start: Some(0.0),
+            load_end: Some(0.0),
+            steal_share: Some(0.0),
+        }),
         seeds: r.environment.seeds.clone(),
     };
     r

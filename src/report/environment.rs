@@ -1,10 +1,12 @@
-//! Where a run happened: versions, machine, seeds. Read once, at the start of a run.
+//! Where a run happened: versions, machine, seeds. Read once, at the start of a run; the
+//! machine-speed probe ([`MachineProbe`]) at its start and end.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{EngineInfo, ResolvedEngineConfig};
+use crate::sys::machine::{MachineSample, steal_share};
 
 /// Where and with what the run ran: versions, engine, machine and seeds (`report.json`'s `environment`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -29,6 +31,11 @@ pub struct Environment {
     pub os: String,
     /// The machine's hostname; `None` when unreadable.
     pub hostname: Option<String>,
+    /// How fast and how busy the machine was at the run's start and end; `None` in virtual time
+    /// (the results do not depend on the machine, and the report stays the same for a seed), and
+    /// in reports written before batchlab had the probe.
+    #[serde(default)]
+    pub machine: Option<MachineProbe>,
     /// Every seed the run used, by component (`run`, `workload`, `engine`, ...).
     pub seeds: BTreeMap<String, u64>,
 }
@@ -51,8 +58,66 @@ impl Environment {
                 _ => std::env::consts::OS.to_string(),
             },
             hostname: read("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).filter(|s| !s.is_empty()),
+            machine: None,
             seeds,
         }
+    }
+
+    /// The relative drift of the machine's speed from this run to `later`
+    /// ([`MachineProbe::drift_to`]); `None` unless both runs have a probe.
+    pub fn machine_drift(&self, later: &Environment) -> Option<f64> {
+        self.machine.as_ref()?.drift_to(later.machine.as_ref()?)
+    }
+}
+
+/// The machine-speed probe of a run (`report.json`'s `environment.machine`): a fixed CPU workload
+/// timed before the engine starts and after it stops ([`crate::sys::machine::speed_probe`]), the
+/// 1-minute load average at both points and the share of CPU time stolen by the hypervisor in
+/// between. Two runs whose probes differ ran on a machine that changed speed, whatever changed in
+/// the software.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MachineProbe {
+    /// The probe's time at the run's start, in ms (the median of its rounds).
+    pub probe_start_ms: f64,
+    /// The probe's time at the run's end, in ms.
+    pub probe_end_ms: f64,
+    /// The 1-minute load average at the start (`/proc/loadavg`); `None` when unreadable.
+    pub load_start: Option<f64>,
+    /// The 1-minute load average at the end; `None` when unreadable.
+    pub load_end: Option<f64>,
+    /// The share of all CPUs' time between start and end that the hypervisor stole (`steal` in
+    /// `/proc/stat`), in `[0, 1]`; `None` when unreadable or no tick passed.
+    pub steal_share: Option<f64>,
+}
+
+impl MachineProbe {
+    /// The probe of a run from the machine's readings at its start and end.
+    pub fn between(start: &MachineSample, end: &MachineSample) -> Self {
+        // Microseconds are far below the probe's noise.
+        let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
+        MachineProbe {
+            probe_start_ms: ms(start.probe),
+            probe_end_ms: ms(end.probe),
+            load_start: start.load,
+            load_end: end.load,
+            steal_share: start.ticks.zip(end.ticks).and_then(|(s, e)| steal_share(s, e)),
+        }
+    }
+
+    /// The run's probe time in ms: the mean of the start and end probes. `None` when either is
+    /// not a positive finite time (a hand-edited report).
+    pub fn speed_ms(&self) -> Option<f64> {
+        let valid = |ms: f64| ms.is_finite() && ms > 0.0;
+        (valid(self.probe_start_ms) && valid(self.probe_end_ms))
+            .then(|| (self.probe_start_ms + self.probe_end_ms) / 2.0)
+    }
+
+    /// The relative drift of the machine from this run to `later`: `(later − this) / this` of
+    /// their [`speed_ms`](Self::speed_ms). Positive: the same work took longer in `later` (its
+    /// machine was slower or busier); `0.2` is 20 % slower. `None` when either has no valid time.
+    pub fn drift_to(&self, later: &MachineProbe) -> Option<f64> {
+        let (a, b) = (self.speed_ms()?, later.speed_ms()?);
+        Some((b - a) / a)
     }
 }
 
@@ -87,6 +152,68 @@ mod tests {
         for (text, expected) in cases {
             assert_eq!(parse_cpu_model(text).as_deref(), expected, "{text:?}");
         }
+    }
+
+    fn probe(start: f64, end: f64) -> MachineProbe {
+        MachineProbe { probe_start_ms: start, probe_end_ms: end, load_start: None, load_end: None, steal_share: None }
+    }
+
+    #[test]
+    fn drift_is_the_relative_change_of_the_mean_probe_time() {
+        assert_eq!(probe(10.0, 14.0).speed_ms(), Some(12.0));
+        assert_eq!(probe(10.0, 10.0).drift_to(&probe(12.0, 12.0)), Some(0.2));
+        assert_eq!(probe(10.0, 14.0).drift_to(&probe(9.0, 9.0)), Some(-0.25));
+        assert_eq!(probe(8.0, 8.0).drift_to(&probe(7.0, 9.0)), Some(0.0));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(probe(bad, 10.0).speed_ms(), None, "{bad}");
+            assert_eq!(probe(10.0, 10.0).drift_to(&probe(10.0, bad)), None, "{bad}");
+            assert_eq!(probe(10.0, bad).drift_to(&probe(10.0, 10.0)), None, "{bad}");
+        }
+        let mut a = Environment::detect(&EngineInfo::default(), BTreeMap::new());
+        let mut b = a.clone();
+        assert_eq!(a.machine_drift(&b), None, "no probes");
+        a.machine = Some(probe(10.0, 10.0));
+        assert_eq!(a.machine_drift(&b), None, "one probe");
+        b.machine = Some(probe(11.0, 11.0));
+        assert!(a.machine_drift(&b).is_some_and(|d| (d - 0.1).abs() < 1e-12), "{:?}", a.machine_drift(&b));
+    }
+
+    #[test]
+    fn a_probe_is_built_from_two_samples_in_milliseconds() {
+        use crate::sys::machine::CpuTicks;
+        use std::time::Duration;
+        let start = MachineSample {
+            probe: Duration::from_nanos(7_712_345),
+            load: Some(0.5),
+            ticks: Some(CpuTicks { steal: 10, total: 1000 }),
+        };
+        let end = MachineSample {
+            probe: Duration::from_micros(9_100),
+            load: None,
+            ticks: Some(CpuTicks { steal: 20, total: 1200 }),
+        };
+        let p = MachineProbe::between(&start, &end);
+        assert_eq!(
+            p,
+            MachineProbe {
+                probe_start_ms: 7.712,
+                probe_end_ms: 9.1,
+                load_start: Some(0.5),
+                load_end: None,
+                steal_share: Some(0.05),
+            }
+        );
+        let no_ticks = MachineSample { ticks: None, ..end };
+        assert_eq!(MachineProbe::between(&start, &no_ticks).steal_share, None);
+    }
+
+    #[test]
+    fn an_environment_without_a_machine_field_still_reads() {
+        let env = Environment::detect(&EngineInfo::default(), BTreeMap::new());
+        let mut value = serde_json::to_value(&env).unwrap();
+        value.as_object_mut().unwrap().remove("machine");
+        let read: Environment = serde_json::from_value(value).expect("an older report's environment");
+        assert_eq!(read, env);
     }
 
     #[test]

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::metrics::result::BenchmarkResult;
 #[doc(hidden)]
 pub use crate::metrics::result::metric_names;
-pub use environment::Environment;
+pub use environment::{Environment, MachineProbe};
 pub use error::ReportError;
 #[doc(hidden)]
 pub use expect::{ExpectationOutcome, evaluate, render_failures};
@@ -169,6 +169,13 @@ pub(crate) mod tests {
             cpu_affinity: Some("0-1".into()),
             os: "[os]".into(),
             hostname: Some("[host]".into()),
+            machine: Some(MachineProbe {
+                probe_start_ms: 7.5,
+                probe_end_ms: 7.75,
+                load_start: Some(0.5),
+                load_end: Some(1.25),
+                steal_share: Some(0.0),
+            }),
             seeds: BTreeMap::from([("run".to_string(), 42), ("workload".to_string(), 7)]),
         }
     }

@@ -48,7 +48,7 @@ use crate::engine::{Engine, VirtualTimeEngine};
 
 use crate::engine::{EngineError, EngineInfo, TimedEngine};
 use crate::loadgen::{DatasetStats, LoadError, Workload};
-use crate::report::{BenchmarkResult, Environment, Report, ReportError};
+use crate::report::{BenchmarkResult, Environment, MachineProbe, Report, ReportError};
 #[cfg(doc)]
 use crate::scenario::plan::EnginePlan;
 use crate::scenario::plan::Plan;
@@ -192,12 +192,16 @@ pub struct RunResult {
     pub seeds: BTreeMap<String, u64>,
     /// requests.jsonl, when the run wrote one: its path, or why it could not be finished.
     pub requests_jsonl: Option<Result<PathBuf, ReportError>>,
+    /// The machine-speed probe before the engine started and after the run (report.json's
+    /// `environment.machine`); `None` in virtual time.
+    pub machine: Option<MachineProbe>,
 }
 
 impl RunResult {
     /// The report of these benchmarks of `plan` (what report.json holds).
     pub fn into_report(self, plan: &Plan) -> Result<Report, ReportError> {
-        let environment = Environment::detect(&self.engine, self.seeds);
+        let mut environment = Environment::detect(&self.engine, self.seeds);
+        environment.machine = self.machine;
         let mut report = Report::new(plan, environment, self.benchmarks, self.incomplete);
         report.error = self.error;
         report.dataset = self.dataset;

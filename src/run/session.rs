@@ -29,8 +29,9 @@ use super::{Interrupt, RunError, RunOptions, RunResult, RunSummary};
 use crate::engine::faults::{Faults, FaultyEngine};
 use crate::engine::{EngineInfo, TimedEngine};
 use crate::loadgen::Workload;
-use crate::report::{RequestsJsonl, write_csv, write_html, write_json};
+use crate::report::{MachineProbe, RequestsJsonl, write_csv, write_html, write_json};
 use crate::scenario::plan::{EnginePlan, Plan, ProfileSpec, WorkloadSpec};
+use crate::sys::MachineSample;
 use crate::time::MonotonicClock;
 
 /// An engine started once for several runs; see the module docs.
@@ -206,6 +207,10 @@ impl EngineSession {
                 .map(|(c, w)| Segment { plan: c.plan(), workload: w, label: Some(c) })
                 .collect(),
         };
+        // The machine's speed before the engine starts (in a later run of the session: before this
+        // run's first benchmark) and after the run; not in virtual time, whose results do not
+        // depend on it.
+        let machine_start = (!self.driver.virtual_time()).then(MachineSample::take);
         let mut progress = Progress::new(options.progress, &options.screen);
         if let EngineState::Idle = self.engine {
             self.engine = match start_engine(self.driver.as_mut(), &mut progress) {
@@ -239,6 +244,7 @@ impl EngineSession {
         }
         progress.clear();
         let (engine, benchmarks, interrupted, incomplete, error) = result?;
+        let machine = machine_start.map(|start| MachineProbe::between(&start, &MachineSample::take()));
 
         // Only a run with an output directory has a requests.jsonl.
         let requests_jsonl = jsonl.zip(options.output_dir.as_deref()).map(|(j, dir)| {
@@ -256,6 +262,7 @@ impl EngineSession {
             dataset: workload.dataset_stats().cloned(),
             seeds: seeds(plan, self.source),
             requests_jsonl,
+            machine,
         })
     }
 }

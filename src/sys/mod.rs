@@ -16,6 +16,8 @@
 //!   came, not by when it got round to reading them.
 //! - [`capture`]: [`EngineLog`] sends fds 1 and 2 (this process's and, by inheritance, its
 //!   children's) to a log file, while [`terminal`] keeps writing to the real terminal.
+//! - [`machine`]: the machine's speed and load at a moment ([`MachineSample`]: a fixed CPU
+//!   workload timed, `/proc/loadavg`, `/proc/stat`'s steal), read at a run's start and end.
 //!
 //! Invariants: system calls go through `nix` (and `rustix` for `pidfd_open`, which nix lacks),
 //! never raw `libc` in `unsafe`; this module knows nothing of engines, plans or runs: it deals in
@@ -23,6 +25,7 @@
 
 pub mod affinity;
 pub mod capture;
+pub mod machine;
 #[cfg(not(loom))]
 pub mod stamped;
 pub mod watch;
@@ -39,6 +42,7 @@ pub use affinity::{
     AffinityReset, AffinitySource, CpuListError, current_affinity, format_cpu_list, reset_cpu_affinity,
 };
 pub use capture::{EngineLog, Terminal, terminal, terminal_is_tty, terminal_size};
+pub use machine::{CpuTicks, MachineSample, steal_share};
 #[cfg(not(loom))]
 pub use stamped::{StampedTcp, Stamps};
 pub use watch::{ExitCause, ProcessExit, ProcessWatch};

@@ -674,6 +674,20 @@ fn batching(b: &BenchmarkResult, batch_size_limit: Option<usize>) -> Section {
     s
 }
 
+/// The machine-speed probe in one line: `7.51 → 7.75 ms, load 0.50 → 1.25, steal 0.0 %`.
+fn machine_probe(probe: Option<&crate::report::MachineProbe>) -> String {
+    let Some(p) = probe else { return "not measured (virtual time, or an older batchlab)".into() };
+    let load = |l: Option<f64>| l.map_or_else(|| "?".into(), |l| format!("{l:.2}"));
+    let steal = p.steal_share.map_or_else(|| "unknown".into(), |s| format!("{:.1} %", s * 100.0));
+    format!(
+        "{:.2} → {:.2} ms, load {} → {}, steal {steal}",
+        p.probe_start_ms,
+        p.probe_end_ms,
+        load(p.load_start),
+        load(p.load_end)
+    )
+}
+
 fn environment(report: &Report) -> Section {
     let env = &report.environment;
     let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
@@ -686,6 +700,7 @@ fn environment(report: &Report) -> Section {
         ("CPU affinity", opt(&env.cpu_affinity)),
         ("OS", env.os.clone()),
         ("host", opt(&env.hostname)),
+        ("machine probe", machine_probe(env.machine.as_ref())),
         ("report schema", report.schema_version.to_string()),
     ];
     for (k, v) in rows {
@@ -763,6 +778,15 @@ mod tests {
         assert!(wants_log_axis(&h(1.0, 50.0)));
         assert!(!wants_log_axis(&h(10.0, 50.0)));
         assert!(!wants_log_axis(&h(0.0, 50.0)), "a zero minimum has no place on a log axis");
+    }
+
+    #[test]
+    fn the_machine_probe_is_one_line_of_the_environment() {
+        let mut report = crate::report::tests::sample_report();
+        let html = render(&report);
+        assert!(html.contains("7.50 → 7.75 ms, load 0.50 → 1.25, steal 0.0 %"), "{html}");
+        report.environment.machine = None;
+        assert!(render(&report).contains("not measured (virtual time, or an older batchlab)"));
     }
 
     #[test]

@@ -1,0 +1,409 @@
+#!/usr/bin/env python3
+"""What `batchlab compare` can see: the power table of docs/compare.md ("Power: what the gate can see").
+
+For every shape (an engine and a number of batches per run) and every injected change, it runs
+seeded pairs: A is `batchlab run SCENARIO --seed s`, B the same with `--seed s+1000` and the change,
+both with --requests-jsonl, then `batchlab compare A B`, and records its exit code: 0 (pass),
+4 (regression) or 5 (inconclusive); anything else is an error, reported at the end (exit 1).
+Each cell of the table is the share of pairs that exited 0 / 4 / 5.
+
+Shapes, all with the same request counts (32 per batch of the micro-batched shape), so that a
+column compares across rows:
+  - sim-32:   scenarios/throughput.toml as shipped (the simulator in virtual time, batches of 32);
+  - sim-1:    the same with batching.batch_size = 1 (every request its own generate);
+  - http-1:   scenarios/http.toml with batch_size = 1 and 32 in flight, against a `batchlab serve`
+              of throughput.toml's simulated engine, started for each run on a free port. The server
+              batches continuously, so this row is also continuous admission: the simulator has no
+              in-process continuous admission (engine.vllm.admission is vLLM's, and a sim run with
+              max_in_flight > 1 is refused), and `batchlab serve` is where it stands in for it.
+Changes, injected in B only:
+  - errors +1 pp, +10 pp, +50 pp, all: faults.fail_batch = { probability = p } on the client
+    (a failed batch of 32 fails 32 requests, as production micro-batching does; with batch
+    size 1 each request fails alone);
+  - p99 x3: faults.slow = { every = 8 }, slow_factor = 3 (one generate call in eight answers 3x
+    later; n/a with fewer than 8 batches of 32, which have no eighth batch);
+  - latency +10 %: every cost key of the simulated engine x1.1 (the server's for http-1);
+  - throughput -20 %: every cost key x1.25.
+
+    python3 scripts/compare_power.py                 # the full table (it prints how long it took)
+    python3 scripts/compare_power.py --quick         # a smoke run: 2 pairs, 1 and 8 batches, sim only
+    python3 scripts/compare_power.py --write docs/compare.md
+
+Options: --batchlab PATH (default: build target/release/batchlab), --pairs N (sim rows, default
+20), --http-pairs N (default 5: HTTP runs take real time), --pairs-128 N and --http-pairs-128 N
+(the rows at 128 batches, whose pairs take seconds: default 10 and 3), --batches 1,4,8 (default
+1,4,8,32,128),
+--no-http, --jobs N (pairs run at once, at most 2), --alpha (default 0.05), --dir DIR (scratch,
+default target/compare-power), --write FILE (replace the section between
+`<!-- power-table:start -->` and `<!-- power-table:end -->` with the table). The table goes to
+stdout either way; progress goes to stderr.
+"""
+import argparse
+import concurrent.futures
+import datetime
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIM_SCENARIO = "scenarios/throughput.toml"
+HTTP_SCENARIO = "scenarios/http.toml"
+START_MARK = "<!-- power-table:start -->"
+END_MARK = "<!-- power-table:end -->"
+# Requests per batch of the micro-batched shape; every shape runs this many per batch counted.
+PER_BATCH = 32
+# The simulated engine's cost keys (docs/scenarios.md, [engine.sim]): all of a run's time.
+COST_KEYS = ["fixed_overhead", "request_overhead", "decode_step", "prefill_per_token", "per_seq",
+             "context_per_1k_tokens", "tokens_squared_per_1m", "finish_overhead", "finish_per_request"]
+UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000}
+# Every run may fail requests: the change under test decides how many.
+RELAXED = ["expect.errors=>=0", "expect.completed=>=0"]
+RUN_TIMEOUT_S = 900
+
+
+class Shape:
+    """An engine and its settings; `batches` is set per row."""
+
+    def __init__(self, key, label, scenario, sets, http):
+        self.key, self.label, self.scenario, self.sets, self.http = key, label, scenario, sets, http
+
+
+SHAPES = [
+    Shape("sim-32", "simulator, batches of 32", SIM_SCENARIO, [], False),
+    Shape("sim-1", "simulator, batch size 1", SIM_SCENARIO, ["batching.batch_size=1"], False),
+    Shape("http-1", "HTTP, batch size 1, `batchlab serve` (continuous)", HTTP_SCENARIO,
+          ["batching.batch_size=1", "batching.max_in_flight=32", "profile.levels=[32]"], True),
+]
+
+
+class Change:
+    """What B gets: `client` sets go to B's run, `cost_factor` scales the simulated engine's costs
+    (the run's, or the server's for an HTTP shape). `real` changes are the issue's requirement
+    (1): the gate must not pass them."""
+
+    def __init__(self, key, label, client=(), cost_factor=None, real=False):
+        self.key, self.label, self.client, self.cost_factor, self.real = key, label, list(client), cost_factor, real
+
+    def not_applicable(self, shape, batches):
+        """Why this change cannot be injected in this shape, or None."""
+        if self.key == "p99x3" and not shape.http and shape_batch_size(shape) > 1 and batches < 8:
+            return f"{batches} batch(es): no eighth batch to slow"
+        return None
+
+
+def fail(p):
+    return [f"faults.fail_batch={{ probability = {p} }}"]
+
+
+CHANGES = [
+    Change("none", "none"),
+    Change("err1", "errors +1 pp", fail(0.01)),
+    Change("err10", "errors +10 pp", fail(0.1), real=True),
+    Change("err50", "errors +50 pp", fail(0.5), real=True),
+    Change("errall", "errors: all", fail(1.0), real=True),
+    Change("p99x3", "p99 ×3 in 1 batch of 8", ["faults.slow={ every = 8 }", "faults.slow_factor=3"], real=True),
+    Change("lat10", "latency +10 %", cost_factor=1.1),
+    Change("thr20", "throughput −20 %", cost_factor=1.25, real=True),
+]
+
+
+def shape_batch_size(shape):
+    return 1 if any(s == "batching.batch_size=1" for s in shape.sets) else PER_BATCH
+
+
+def parse_duration_ns(text):
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(ns|us|ms|s|m|h)", text)
+    if not m:
+        raise ValueError(f"not a duration: {text!r}")
+    return float(m.group(1)) * UNITS_NS[m.group(2)]
+
+
+def scaled_costs(binary, scenario, factor):
+    """`--set`s that multiply every non-zero cost key of the scenario's simulated engine by
+    `factor`, read from `batchlab check` (every default filled in)."""
+    o = subprocess.run([binary, "check", scenario], cwd=ROOT, capture_output=True, text=True)
+    if o.returncode != 0:
+        sys.exit(f"batchlab check {scenario} failed: {o.stderr}")
+    sim = tomllib.loads(o.stdout)["engine"]["sim"]
+    sets = []
+    for key in COST_KEYS:
+        ns = parse_duration_ns(sim[key])
+        if ns > 0:
+            sets.append(f'engine.sim.{key}="{round(ns * factor)}ns"')
+    return sets
+
+
+class Server:
+    """`batchlab serve` on a free loopback port, for one run."""
+
+    def __init__(self, binary, sets):
+        args = [binary, "serve", SIM_SCENARIO, "--port", "0", "--grace", "1"]
+        for s in sets:
+            args += ["--set", s]
+        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.url = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("listening on "):
+                self.url = line.split()[-1]
+                break
+        if self.url is None:
+            self.stop()
+            raise RuntimeError(f"batchlab serve did not start: {self.proc.stderr.read()[-2000:]}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            pipe.close()
+
+
+class PairError(Exception):
+    pass
+
+
+def run(binary, shape, batches, seed, sets, server_sets, out):
+    args = [binary, "run", shape.scenario, "--quiet", "--requests-jsonl", "--output", out, "--seed", str(seed)]
+    all_sets = shape.sets + [f"stop.max_requests={PER_BATCH * batches}"] + RELAXED + sets
+    server = Server(binary, server_sets) if shape.http else None
+    try:
+        if server:
+            all_sets.append(f'engine.openai.urls=["{server.url}"]')
+        for s in all_sets:
+            args += ["--set", s]
+        o = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise PairError(f"timed out after {RUN_TIMEOUT_S} s: {shlex.join(args)}")
+    finally:
+        if server:
+            server.stop()
+    if o.returncode != 0:
+        raise PairError(f"exit {o.returncode}: {shlex.join(args)}\n{o.stderr.strip()[-1500:]}")
+
+
+def pair(binary, shape, batches, change, index, costs, scratch):
+    """Runs one seeded pair and compares it: compare's exit code (0, 4 or 5)."""
+    seed = 1 + index
+    base = os.path.join(scratch, f"{shape.key}-{batches}-{change.key}-{index}")
+    a, b = base + "-a", base + "-b"
+    try:
+        b_client = list(change.client)
+        b_server = []
+        if change.cost_factor is not None:
+            (b_server if shape.http else b_client).extend(costs[change.cost_factor])
+        run(binary, shape, batches, seed, [], [], a)
+        run(binary, shape, batches, seed + 1000, b_client, b_server, b)
+        args = [binary, "compare", a, b]
+        o = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        if o.returncode not in (0, 4, 5):
+            raise PairError(f"compare exited {o.returncode}: {shlex.join(args)}\n{o.stderr.strip()[-1500:]}")
+        return o.returncode
+    finally:
+        for d in (a, b):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def build():
+    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    return os.path.join(target, "release", "batchlab")
+
+
+def commit():
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode != 0:
+        return "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    return head.stdout.strip() + (" with uncommitted changes" if dirty else "")
+
+
+def pct(n, total):
+    return f"{100 * n / total:.0f}"
+
+
+def render(rows, changes, args, command, seconds):
+    """The Markdown: the table, what it ran, and the three requirements, computed."""
+    lines = [
+        f"Generated by `{command}` on {datetime.date.today().isoformat()}, batchlab at commit {commit()}, "
+        f"in {seconds / 60:.1f} minutes.",
+        "",
+        "Each cell: the share of seeded pairs for which `batchlab compare A B` exited **0 / 4 / 5**, in % "
+        "(A with seed s, B with seed s + 1000 and the change).",
+        "",
+        "| shape | batches | requests | pairs | " + " | ".join(c.label for c in changes) + " |",
+        "|---|---|---|---|" + "---|" * len(changes),
+    ]
+    for (shape, batches, pairs), cells in rows:
+        out = []
+        for c in changes:
+            cell = cells[c.key]
+            if cell["na"]:
+                out.append(f"n/a ({cell['na']})")
+                continue
+            codes, errors = cell["codes"], cell["errors"]
+            n = len(codes)
+            text = "/".join(pct(codes.count(k), n) for k in (0, 4, 5)) if n else "-"
+            if errors:
+                text += f" ({errors} errors)"
+            out.append(text)
+        lines.append(f"| {shape.label} | {batches} | {PER_BATCH * batches} | {pairs} | " + " | ".join(out) + " |")
+
+    alpha = args.alpha
+    judged = [(shape, batches, c, cells[c.key]) for (shape, batches, _), cells in rows for c in changes
+              if not cells[c.key]["na"] and cells[c.key]["codes"]]
+
+    def share(cell, code):
+        return cell["codes"].count(code) / len(cell["codes"])
+
+    def name(shape, batches, c):
+        return f"{shape.key} × {batches} batches, {c.label}"
+
+    passed_real = [name(s, b, c) + f" ({100 * share(cell, 0):.0f} % exit 0)" for s, b, c, cell in judged
+                   if c.real and share(cell, 0) > alpha]
+    false_alarms = [name(s, b, c) + f" ({100 * share(cell, 4):.0f} % exit 4)" for s, b, c, cell in judged
+                    if c.key == "none" and share(cell, 4) > alpha]
+    at_128 = [(s, b, c, cell) for s, b, c, cell in judged if b == 128 and c.real]
+    missed_128 = [name(s, b, c) + f" ({100 * share(cell, 4):.0f} % exit 4)" for s, b, c, cell in at_128
+                  if share(cell, 4) < 1.0]
+
+    def verdict(failures, checked):
+        if not checked:
+            return "not checked (no such cell in this table)"
+        return "**holds**" if not failures else "**fails**: " + "; ".join(failures)
+
+    real_labels = ", ".join(c.label for c in changes if c.real)
+    lines += [
+        "",
+        f"Requirements (issue 31), alpha {alpha}, computed from the cells above (n/a cells left out):",
+        "",
+        f"1. No cell with a real change ({real_labels}) exits 0 in more than alpha of its pairs: "
+        + verdict(passed_real, any(c.real for _, _, c, _ in judged)) + ".",
+        "2. Unchanged pairs exit 4 in at most alpha of their pairs: "
+        + verdict(false_alarms, any(c.key == "none" for _, _, c, _ in judged)) + ".",
+        "3. At 128 batches, every such change exits 4 in every pair: " + verdict(missed_128, at_128) + ".",
+        "",
+        "How each change is injected: errors as `faults.fail_batch = { probability = p }` on the client "
+        "(a failed batch of 32 fails its 32 requests); p99 ×3 as `faults.slow = { every = 8 }`, "
+        "`slow_factor = 3`; latency +10 % and throughput −20 % as every cost key of the simulated engine "
+        "×1.1 and ×1.25 (for the HTTP row, the server's). Every run relaxes `[expect]` "
+        "(`expect.errors=>=0`, `expect.completed=>=0`). Continuous admission: the simulator has none "
+        "in-process (a sim run with `batching.max_in_flight > 1` is refused, and `engine.vllm.admission` "
+        "is vLLM's); the HTTP row's `batchlab serve` admits every request continuously into one running "
+        "batch, so that row is the simulator standing in for it.",
+    ]
+    lines.append("Pairs per cell (the `pairs` column): fewer where a pair takes long, HTTP runs (real time) "
+                 "and 128 batches (4096 requests); requirement 3 asks every one of them to exit 4.")
+    return "\n".join(lines) + "\n"
+
+
+def write_section(path, markdown):
+    with open(path) as f:
+        text = f.read()
+    start, end = text.find(START_MARK), text.find(END_MARK)
+    if start < 0 or end < start:
+        sys.exit(f"{path}: no `{START_MARK}` ... `{END_MARK}` section to replace")
+    text = text[:start + len(START_MARK)] + "\n" + markdown + text[end:]
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batchlab", help="the batchlab binary (default: cargo build --release)")
+    p.add_argument("--pairs", type=int, default=20)
+    p.add_argument("--http-pairs", type=int, default=5)
+    p.add_argument("--pairs-128", type=int, default=10, help="pairs of a simulator row at 128 batches")
+    p.add_argument("--http-pairs-128", type=int, default=3, help="pairs of the HTTP row at 128 batches")
+    p.add_argument("--batches", default="1,4,8,32,128")
+    p.add_argument("--no-http", action="store_true")
+    p.add_argument("--quick", action="store_true", help="2 pairs, 1 and 8 batches, the simulator only")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--dir", default=os.path.join(ROOT, "target", "compare-power"))
+    p.add_argument("--write", metavar="FILE")
+    args = p.parse_args()
+    if args.quick:
+        args.pairs, args.batches, args.no_http = 2, "1,8", True
+    if not 1 <= args.jobs <= 2:
+        sys.exit("--jobs: 1 or 2 (the machine has 2 cores)")
+    batch_counts = [int(b) for b in args.batches.split(",")]
+    command = "python3 scripts/compare_power.py " + shlex.join(sys.argv[1:])
+    if args.write:
+        with open(args.write) as f:
+            if START_MARK not in f.read():
+                sys.exit(f"{args.write}: no `{START_MARK}` marker")
+    started = time.monotonic()
+    binary = os.path.abspath(args.batchlab) if args.batchlab else build()
+    os.makedirs(args.dir, exist_ok=True)
+    costs = {c.cost_factor: scaled_costs(binary, SIM_SCENARIO, c.cost_factor) for c in CHANGES if c.cost_factor}
+
+    shapes = [s for s in SHAPES if not (s.http and args.no_http)]
+    rows, tasks = [], []
+    for shape in shapes:
+        for batches in batch_counts:
+            pairs = args.http_pairs if shape.http else args.pairs
+            if batches >= 128:
+                # Where a pair takes seconds (4096 requests, each its own batch or HTTP request).
+                pairs = args.http_pairs_128 if shape.http else args.pairs_128
+            cells = {}
+            for c in CHANGES:
+                na = c.not_applicable(shape, batches)
+                cells[c.key] = {"na": na, "codes": [], "errors": 0, "left": 0 if na else pairs}
+                if not na:
+                    tasks += [(shape, batches, c, i, cells[c.key]) for i in range(pairs)]
+            rows.append(((shape, batches, pairs), cells))
+
+    # The longest pairs first (HTTP ones, then the most batches), so the two jobs end together.
+    tasks.sort(key=lambda t: (not t[0].http, -t[1]))
+    errors, lock = [], threading.Lock()
+    print(f"{len(tasks)} pairs on {args.jobs} job(s)", file=sys.stderr)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(pair, binary, s, b, c, i, costs, args.dir): (s, b, c, cell)
+                   for s, b, c, i, cell in tasks}
+        for future in concurrent.futures.as_completed(futures):
+            shape, batches, change, cell = futures[future]
+            with lock:
+                try:
+                    cell["codes"].append(future.result())
+                except (PairError, RuntimeError) as e:
+                    cell["errors"] += 1
+                    errors.append(f"{shape.key} × {batches} batches, {change.label}: {e}")
+                cell["left"] -= 1
+                if cell["left"] == 0:
+                    codes = cell["codes"]
+                    summary = " ".join(f"{k}:{codes.count(k)}" for k in (0, 4, 5))
+                    print(f"{time.monotonic() - started:6.0f} s  {shape.key} × {batches} batches, {change.label}: "
+                          f"{summary}" + (f", {cell['errors']} errors" if cell["errors"] else ""), file=sys.stderr)
+
+    seconds = time.monotonic() - started
+    markdown = render(rows, CHANGES, args, command, seconds)
+    print(markdown)
+    print(f"took {seconds:.0f} s ({len(tasks)} pairs)", file=sys.stderr)
+    if errors:
+        print(f"{len(errors)} pair(s) failed:", file=sys.stderr)
+        for e in errors:
+            print("  " + e.replace("\n", "\n    "), file=sys.stderr)
+        sys.exit(1)
+    if args.write:
+        write_section(args.write, markdown)
+        print(f"wrote the table into {args.write}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

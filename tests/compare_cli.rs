@@ -175,6 +175,37 @@ fn same_seed_runs_never_regress_and_inconclusive_can_be_allowed() {
     }
 }
 
+/// `batchlab ab`: A and B alternated round by round, judged by the rounds. The doubled decode step
+/// is a regression; the same command on both sides never is.
+#[test]
+fn the_ab_runner_alternates_and_judges_by_rounds() {
+    let root = temp_dir("ab");
+    let bin = env!("CARGO_BIN_EXE_batchlab");
+    let base = format!("{bin} run scenarios/throughput.toml --quiet --requests-jsonl --set 'expect.errors=>=0'");
+    let slower = format!("{base} --set engine.sim.decode_step=2ms");
+    let ab = |b: &str, out: &Path| {
+        let o = batchlab(&["ab", "--a", &base, "--b", b, "--rounds", "2", "--output", out.to_str().unwrap()]);
+        (o.status.code(), format!("{}{}", text(&o.stdout), text(&o.stderr)))
+    };
+    let (code, table) = ab(&slower, &root.join("slower"));
+    assert_eq!(code, Some(4), "{table}");
+    // A B, then B A.
+    let order: Vec<&str> = table.lines().filter(|l| l.starts_with("round ")).collect();
+    let expected = ["round 1/2: A in", "round 1/2: B in", "round 2/2: B in", "round 2/2: A in"];
+    assert_eq!(order.len(), 4, "{table}");
+    for (line, prefix) in order.iter().zip(expected) {
+        assert!(line.starts_with(prefix), "{line:?} is not {prefix:?}: {table}");
+    }
+    for side in ["round-0/a", "round-0/b", "round-1/a", "round-1/b"] {
+        assert!(root.join("slower").join(side).join("report.json").is_file(), "{side}");
+    }
+    assert!(root.join("slower/compare.html").is_file());
+    let (code, table) = ab(&base, &root.join("same"));
+    assert!(matches!(code, Some(0 | 5)), "{table}");
+    // Rounds that repeat each other exactly (virtual time) count once.
+    assert!(table.contains("copies are no evidence"), "{table}");
+}
+
 #[test]
 fn bad_inputs_exit_two_with_the_reason() {
     let root = temp_dir("bad");

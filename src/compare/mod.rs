@@ -955,8 +955,32 @@ fn series_blocks(runs: &[&BenchmarkResult], field: SeriesField) -> Vec<f64> {
     out
 }
 
-/// Compares every metric of every benchmark A and B share. See the module docs.
+/// Compares every metric of every benchmark A and B share. See the module docs. When the two
+/// runs' machine-speed probes (`environment.machine`) differ by more than the margin, every gated
+/// relative metric's pass or regression becomes inconclusive, naming the drift: within one run no
+/// interval can tell a slower machine from a slower change.
 pub fn compare(a: &Run, b: &Run, options: &CompareOptions) -> Result<Comparison, CompareError> {
+    let mut c = compare_unprobed(a, b, options)?;
+    if let Some(drift) = a.report.environment.machine_drift(&b.report.environment)
+        && drift.abs() > options.max_regression
+    {
+        let why = format!(
+            "the machine drifted by {:+.1} % between the runs (their speed probes); run A and B alternately (batchlab ab) to tell a change from the machine",
+            drift * 100.0
+        );
+        for row in &mut c.rows {
+            let relative = row.judgement.as_ref().is_some_and(|j| j.scale == Scale::Relative);
+            if relative && matches!(row.gate, Some(Gate::Pass | Gate::Regression(_))) {
+                row.gate = Some(Gate::Inconclusive(why.clone()));
+            }
+        }
+        c.notes.push(why);
+    }
+    Ok(c)
+}
+
+/// [`compare`] without the machine's drift (the A/B runner pairs it away).
+fn compare_unprobed(a: &Run, b: &Run, options: &CompareOptions) -> Result<Comparison, CompareError> {
     if let Some(unknown) = options.gates.iter().find(|g| !metric_names().contains(g)) {
         return Err(CompareError::UnknownGate(unknown.clone()));
     }

@@ -399,3 +399,37 @@ fn requests_jsonl_never_turns_a_regression_into_a_pass() {
         assert!(p50.is_regression(), "requests.jsonl {jsonl}: {p50:?}");
     }
 }
+
+/// A machine that slowed between the runs is named, not blamed on the change: a regression
+/// between runs whose speed probes differ by more than the margin is inconclusive.
+#[test]
+fn a_drifting_machine_is_named_not_blamed() {
+    use crate::report::MachineProbe;
+    let probe = |ms: f64| MachineProbe {
+        probe_start_ms: ms,
+        probe_end_ms: ms,
+        load_start: None,
+        load_end: None,
+        steal_share: None,
+    };
+    let a = run("a", Some(&LATENCIES));
+    let slower: Vec<f64> = LATENCIES.iter().map(|v| v * 4.0).collect();
+    let mut b = run("b", Some(&slower));
+    let options = CompareOptions { max_error_rate: 1.0, ..CompareOptions::default() };
+    let (mut a_probed, mut b_probed) = (a.clone(), b.clone());
+    a_probed.report.environment.machine = Some(probe(20.0));
+    b_probed.report.environment.machine = Some(probe(20.4));
+    // Probes within the margin (+2 %): the regression stands.
+    let c = compare(&a_probed, &b_probed, &options).unwrap();
+    assert!(row(&c, "throughput", "latency_p50_ms").is_regression());
+    // The machine 25 % slower: inconclusive, and the drift is named.
+    b_probed.report.environment.machine = Some(probe(25.0));
+    let c = compare(&a_probed, &b_probed, &options).unwrap();
+    let p50 = row(&c, "throughput", "latency_p50_ms");
+    assert!(matches!(&p50.gate, Some(Gate::Inconclusive(why)) if why.contains("drifted by +25.0 %")), "{p50:?}");
+    assert_eq!(c.outcome(), Outcome::Inconclusive);
+    assert!(table::render_comparison(&c).contains("the machine drifted by +25.0 %"));
+    // Without probes (virtual time), nothing to say.
+    b.report.environment.machine = None;
+    assert!(row(&compare(&a, &b, &options).unwrap(), "throughput", "latency_p50_ms").is_regression());
+}

@@ -5,6 +5,9 @@ eighth batch is six times slower).
 
     python3 scripts/compare_example.py            # prints the excerpt
     python3 scripts/compare_example.py --write    # and replaces it in docs/compare.md
+    python3 scripts/compare_example.py --batchlab target/debug/batchlab   # a binary already built
+
+Virtual time and the bootstrap's fixed seed make the output the same for any build.
 
 The excerpt is the table's header, its gated rows, and everything below the table, verbatim.
 """
@@ -21,8 +24,11 @@ RELAX = ["--set", "expect.errors=>=0", "--set", "expect.completed=>=0"]
 
 
 def main():
-    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
-    binary = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "batchlab")
+    if "--batchlab" in sys.argv:
+        binary = os.path.abspath(sys.argv[sys.argv.index("--batchlab") + 1])
+    else:
+        subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+        binary = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "batchlab")
     tmp = tempfile.mkdtemp(prefix="batchlab-compare-example.")
     base, new = os.path.join(tmp, "base"), os.path.join(tmp, "new")
     run = [binary, "run", "scenarios/throughput.toml", "--quiet", "--requests-jsonl", *RELAX]

@@ -1,4 +1,4 @@
-//! `batchlab compare` on real vLLM noise (issue 22): two unchanged runs of
+//! `batchlab compare` and `batchlab ab` on real vLLM noise (issues 22, 31): two unchanged runs of
 //! `scenarios/vllm-cpu.toml` do not fail the gate, while batch size 8 against 32 does, one way
 //! round.
 //!
@@ -113,5 +113,31 @@ fn unchanged_runs_pass_the_gate_and_batch_8_against_32_fails_it() {
         forward == Some(4) || backward == Some(4),
         "batch 8 against 32 passed the gate both ways:\n{forward_table}\n{backward_table}"
     );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// `batchlab ab` on real vLLM noise: the same command on both sides, alternated for 2 rounds
+/// (96 requests each), is judged by the rounds and never fails the gate (exit 0 or 5), and every
+/// run's report carries the machine-speed probe the separate-run comparison names drift by.
+#[test]
+fn the_ab_runner_never_fails_unchanged_rounds() {
+    if !ready() {
+        return;
+    }
+    let root = temp_dir("ab");
+    let bin = env!("CARGO_BIN_EXE_batchlab");
+    let command = format!(
+        "{bin} run scenarios/vllm-cpu.toml --quiet --requests-jsonl --set stop.max_requests=96 --set 'expect.completed=== 96'"
+    );
+    let o = batchlab(&["ab", "--a", &command, "--b", &command, "--rounds", "2", "--output", root.to_str().unwrap()]);
+    let table = format!("{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(matches!(o.status.code(), Some(0 | 5)), "unchanged rounds regressed:\n{table}");
+    assert!(table.contains("paired-t") && table.contains("2 rounds"), "judged by the rounds:\n{table}");
+    for side in ["round-0/a", "round-0/b", "round-1/a", "round-1/b"] {
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(root.join(side).join("report.json")).unwrap()).unwrap();
+        let probe = &report["environment"]["machine"]["probe_start_ms"];
+        assert!(probe.as_f64().is_some_and(|ms| ms > 0.0), "{side}: no machine probe: {probe}");
+    }
     std::fs::remove_dir_all(&root).unwrap();
 }

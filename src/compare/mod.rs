@@ -1170,11 +1170,8 @@ fn needs(metric: &str, j: &Judgement, estimate: Option<f64>, margin: f64, est: f
             && decide(metric, &i, estimate, margin).is_some()
         {
             let target = if est > margin { "to tell it from no change".to_string() } else { format!("to tell {tell}") };
-            let (count, unit) = match &j.share_inputs {
-                Some((_, b)) => ((b.total as f64 * scale).ceil(), "requests".to_string()),
-                None => ((j.units * scale).ceil(), j.unit.clone()),
-            };
-            return format!("{open}; needs about {count} {unit} per run {target}");
+            let count = (j.units * scale).ceil();
+            return format!("{open}; needs about {count} {} per run {target}", j.unit);
         }
     }
     format!("{open}; the change is too close to the margin for any run size to decide")

@@ -448,6 +448,21 @@ pub struct Judgement {
     share_inputs: Option<(ClusteredShare, ClusteredShare)>,
 }
 
+impl Judgement {
+    /// A relative change's interval, made by `test` on `units` independent `unit`s.
+    fn relative(interval: Interval, test: TestKind, units: usize, unit: &str) -> Self {
+        Judgement {
+            interval,
+            scale: Scale::Relative,
+            test,
+            units: units as f64,
+            unit: unit.to_string(),
+            b_share: None,
+            share_inputs: None,
+        }
+    }
+}
+
 /// One metric of one benchmark, A against B.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Row {
@@ -742,7 +757,7 @@ impl<'r> Pair<'r> {
             candidates.push(self.bootstrap(field, stat));
         }
         if let Some(field) = series_field(metric) {
-            candidates.push(self.series(metric, field));
+            candidates.push(self.series(field));
         }
         candidates.push(self.by_repeats(metric));
         // The narrowest interval: the one that holds the most independent information.
@@ -755,6 +770,8 @@ impl<'r> Pair<'r> {
                         best = Some(j);
                     }
                 }
+                // The repeats' reason names requests.jsonl too.
+                Err(r) if r.starts_with("needs requests.jsonl") => {}
                 Err(r) => reasons.push(r),
             }
         }
@@ -764,15 +781,7 @@ impl<'r> Pair<'r> {
     fn by_repeats(&self, metric: &str) -> Judged {
         let (ra, rb) = (self.a.repeats(metric), self.b.repeats(metric));
         ratio_interval(&ra, &rb, self.alpha)
-            .map(|interval| Judgement {
-                interval,
-                scale: Scale::Relative,
-                test: TestKind::Repeats,
-                units: ra.len().min(rb.len()) as f64,
-                unit: "repeats".into(),
-                b_share: None,
-                share_inputs: None,
-            })
+            .map(|interval| Judgement::relative(interval, TestKind::Repeats, ra.len().min(rb.len()), "repeats"))
             .ok_or_else(|| {
                 format!(
                     "needs 2+ distinct repeats in each run (--repeat N; A has {}, B has {}){}",
@@ -783,19 +792,10 @@ impl<'r> Pair<'r> {
             })
     }
 
-    fn series(&self, metric: &str, field: SeriesField) -> Judged {
+    fn series(&self, field: SeriesField) -> Judged {
         let (ba, bb) = (series_blocks(&self.a.results, field), series_blocks(&self.b.results, field));
-        let _ = metric;
         ratio_interval(&ba, &bb, self.alpha)
-            .map(|interval| Judgement {
-                interval,
-                scale: Scale::Relative,
-                test: TestKind::Series,
-                units: ba.len().min(bb.len()) as f64,
-                unit: "time blocks".into(),
-                b_share: None,
-                share_inputs: None,
-            })
+            .map(|interval| Judgement::relative(interval, TestKind::Series, ba.len().min(bb.len()), "time blocks"))
             .ok_or_else(|| format!("too short a time series: needs {SERIES_BLOCKS}+ intervals in each run"))
     }
 
@@ -830,15 +830,7 @@ impl<'r> Pair<'r> {
         let i = stats::STATS.iter().position(|s| *s == stat).unwrap_or_default();
         match tests {
             Ok((tests, units)) => tests[i]
-                .map(|interval| Judgement {
-                    interval,
-                    scale: Scale::Relative,
-                    test: TestKind::Bootstrap,
-                    units: *units as f64,
-                    unit: unit.words().into(),
-                    b_share: None,
-                    share_inputs: None,
-                })
+                .map(|interval| Judgement::relative(interval, TestKind::Bootstrap, *units, unit.words()))
                 .ok_or_else(|| "too few values".to_string()),
             Err(reason) => Err(reason.clone()),
         }

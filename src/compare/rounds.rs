@@ -79,15 +79,7 @@ pub fn compare_rounds(
         pairs.dedup();
         let (va, vb): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
         let Some(interval) = paired_interval(&va, &vb, options.alpha) else { continue };
-        let judgement = Judgement {
-            interval,
-            scale: Scale::Relative,
-            test: TestKind::Paired,
-            units: va.len() as f64,
-            unit: "rounds".into(),
-            b_share: None,
-            share_inputs: None,
-        };
+        let judgement = Judgement::relative(interval, TestKind::Paired, va.len(), "rounds");
         row.verdict = verdict_of(&row.metric, &judgement.interval);
         // The rounds' mean change is the table's change.
         row.relative = Some(interval.estimate);

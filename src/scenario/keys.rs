@@ -373,6 +373,13 @@ pub(crate) const OPENAI_KEYS: &[Key<OpenAiConfig>] = &[
         in OpenAiConfig
     ),
     key!(
+        stall_timeout: Opt(Dur { zero: false }),
+        KeyDefault::Text("5 s, or 8× the longest gap between events seen so far in the run when longer"),
+        "> 0; a request that gets nothing new (no response head, no event with data) for this long fails with \
+         `stalled`, and its endpoint leaves the rotation until probed",
+        in OpenAiConfig
+    ),
+    key!(
         max_connections: U32(1),
         KeyDefault::Value,
         ">= 1; most requests in flight to one endpoint at once; more wait for a slot",

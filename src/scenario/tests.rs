@@ -684,16 +684,18 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
         any::<bool>(),
         proptest::option::of("[A-Z_][A-Z0-9_]{0,8}"),
         duration_strategy(1),
+        proptest::option::of(duration_strategy(1)),
         1u32..100_000,
         any::<bool>(),
     )
-        .prop_map(|(urls, model, chat, api_key_env, timeout, max_connections, least)| {
+        .prop_map(|(urls, model, chat, api_key_env, timeout, stall_timeout, max_connections, least)| {
             EnginePlan::OpenAi(OpenAiConfig {
                 urls,
                 model,
                 api: if chat { Api::Chat } else { Api::Completions },
                 api_key_env,
                 timeout,
+                stall_timeout,
                 max_connections,
                 routing: if least { Routing::LeastOutstanding } else { Routing::RoundRobin },
             })

@@ -44,6 +44,11 @@ pub struct OpenAiConfig {
     /// How long one request may take, from the moment the engine got its batch (waiting for a
     /// free connection included) to the end of its stream.
     pub timeout: Duration,
+    /// How long a request may go without progress (its response head, or an event with data; an
+    /// SSE comment is none) before it fails as `stalled` and its endpoint leaves the rotation.
+    /// `None`: [`STALL_FLOOR`], or [`STALL_GAPS`] times the longest gap between events seen so
+    /// far in the run, when that is longer.
+    pub stall_timeout: Option<Duration>,
     /// Most requests in flight at once to one endpoint (a real cap: the others wait for a slot).
     pub max_connections: u32,
     /// How a request picks an endpoint when there are several.
@@ -60,6 +65,7 @@ impl OpenAiConfig {
             api: Api::Completions,
             api_key_env: None,
             timeout: DEFAULT_TIMEOUT,
+            stall_timeout: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             routing: Routing::RoundRobin,
         }
@@ -68,6 +74,17 @@ impl OpenAiConfig {
 
 /// `timeout`'s default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// The least a derived `stall_timeout` is: longer than any pause of a healthy server that has
+/// already sent its response head (a long prefill included).
+pub const STALL_FLOOR: Duration = Duration::from_secs(5);
+/// A derived `stall_timeout` is this many times the longest gap between events seen so far.
+pub const STALL_GAPS: u32 = 8;
+
+/// The `stall_timeout` in force when the longest gap between events seen so far is `longest_gap`.
+pub fn stall_limit(configured: Option<Duration>, longest_gap: Duration) -> Duration {
+    configured.unwrap_or_else(|| STALL_FLOOR.max(longest_gap.saturating_mul(STALL_GAPS)))
+}
+
 /// `max_connections`' default.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 512;
 

@@ -1,6 +1,7 @@
 //! [`OpenAiEngine`]: the HTTP client on a tokio runtime of its own, its two faces (the blocking
 //! [`Engine`] and the [`ConcurrentEngine`]), endpoint checks at start, and the `/metrics` scrape.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,12 +13,12 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::client::{HttpClient, Response, SendError};
-use super::config::{Api, OpenAiConfig};
+use super::config::{Api, OpenAiConfig, stall_limit};
 use super::request;
 use super::route::{Change, Health, Pick, Router};
 use super::scrape;
 use super::sse::SseParser;
-use super::stream::{ChoiceResult, ResponseStream, StreamError, excerpt};
+use super::stream::{ChoiceError, ChoiceResult, ResponseStream, StreamError, excerpt};
 use crate::engine::{
     ConcurrentEngine, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, GenerateDone, Prompt,
     RemoteError, RemoteErrorKind, ServerCounters,
@@ -58,6 +59,9 @@ struct Shared {
     endpoints: Vec<Endpoint>,
     router: Mutex<Router>,
     runtime: tokio::runtime::Handle,
+    /// The longest gap between two signs of progress of one request seen so far (ns): what a
+    /// derived `stall_timeout` scales.
+    longest_gap: AtomicU64,
     /// `batchlab-<this engine start>-`: the head of every request's `X-Request-Id`, so two runs
     /// against one server never send the same id (vLLM takes the header as its request id).
     request_id_prefix: String,
@@ -115,6 +119,16 @@ fn read_api_key(config: &OpenAiConfig) -> Result<Option<ApiKey>, EngineError> {
 }
 
 impl Shared {
+    /// How long a request may now go without progress.
+    fn stall_limit(&self) -> Duration {
+        stall_limit(self.config.stall_timeout, Duration::from_nanos(self.longest_gap.load(Ordering::Relaxed)))
+    }
+
+    /// A request made progress `gap` after its last.
+    fn saw_gap(&self, gap: Duration) {
+        self.longest_gap.fetch_max(u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
     /// `message` with the API key, should a server have echoed it, blanked out.
     fn scrub(&self, message: String) -> String {
         match &self.auth {
@@ -164,6 +178,7 @@ impl Engine for OpenAiEngine {
             auth,
             endpoints,
             router: Mutex::new(Router::new(self.config.urls.len(), self.config.routing)),
+            longest_gap: AtomicU64::new(0),
             runtime: runtime.handle().clone(),
             request_id_prefix: format!("batchlab-{:x}{:x}-", std::process::id(), MonotonicClock::read().as_nanos()),
         });
@@ -266,8 +281,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// One batch: its groups ([`request::groups`]) sent at once, each output in its request's place,
-/// or the first group's error for the whole batch.
+/// One batch: its groups ([`request::groups`]) sent at once, each output in its request's place.
+/// Each HTTP request's prompts get their own outcome: a request that failed fails only its
+/// prompts (charged to its endpoint), a refused choice only its prompt ([`EngineOutput::failure`]).
+/// When every prompt failed alike, the batch fails with that one error.
 async fn run_batch(shared: Arc<Shared>, batch: Vec<EngineRequest>) -> Result<Vec<EngineOutput>, EngineError> {
     // The timeout runs from here: waiting for a free connection counts.
     let deadline = tokio::time::Instant::now() + shared.config.timeout;
@@ -282,22 +299,34 @@ async fn run_batch(shared: Arc<Shared>, batch: Vec<EngineRequest>) -> Result<Vec
         send_group(&shared, requests, body, deadline)
     });
     let results = futures_util::future::join_all(sends).await;
-    let mut outputs: Vec<Option<EngineOutput>> = vec![None; batch.len()];
+    let outputs = place(&groups, results, batch.len());
+    match outputs.first().and_then(|o| o.failure.as_ref()) {
+        Some(first) if outputs.iter().all(|o| o.failure.as_ref() == Some(first)) => {
+            Err(EngineError::Remote(first.clone()))
+        }
+        _ => Ok(outputs),
+    }
+}
+
+/// The groups' outputs in their requests' places in the batch.
+fn place(groups: &[Vec<usize>], results: Vec<Vec<EngineOutput>>, len: usize) -> Vec<EngineOutput> {
+    let mut outputs: Vec<Option<EngineOutput>> = vec![None; len];
     for (group, result) in groups.iter().zip(results) {
-        for (&i, output) in group.iter().zip(result.map_err(EngineError::Remote)?) {
+        for (&i, output) in group.iter().zip(result) {
             outputs[i] = Some(output);
         }
     }
-    Ok(outputs.into_iter().flatten().collect())
+    outputs.into_iter().flatten().collect()
 }
 
-/// One HTTP request for `requests`, routed, timed and bounded by `deadline`.
+/// One HTTP request for `requests`, routed, timed and bounded by `deadline`: one output per
+/// request, in order, each failed alone or with the whole HTTP request.
 async fn send_group(
     shared: &Shared,
     requests: Vec<&EngineRequest>,
     body: Value,
     deadline: tokio::time::Instant,
-) -> Result<Vec<EngineOutput>, RemoteError> {
+) -> Vec<EngineOutput> {
     let pick = lock(&shared.router).pick(MonotonicClock::read());
     let endpoint = &shared.endpoints[pick.index];
     let result = match tokio::time::timeout_at(deadline, stream_request(shared, endpoint, &requests, &body)).await {
@@ -309,25 +338,46 @@ async fn send_group(
         )),
     };
     finish_pick(shared, pick, &result);
-    result
+    match result {
+        Ok(prompts) => prompts,
+        Err(e) => requests.iter().map(|r| EngineOutput::failed(Some(r.id), e.clone())).collect(),
+    }
+}
+
+/// What a request's outcome says about its endpoint: a server that hangs, drops its streams,
+/// times out or sends what it must not (too many tokens, not an event stream) leaves the rotation
+/// as one that cannot be reached does, and is probed back the same way.
+fn health(result: &Result<Vec<EngineOutput>, RemoteError>) -> Health {
+    let kind = match result {
+        Ok(outputs) => match outputs.iter().find_map(|o| o.failure.as_ref()) {
+            Some(refused) => refused.kind,
+            None => return Health::Up,
+        },
+        Err(e) => e.kind,
+    };
+    match kind {
+        RemoteErrorKind::Http429 | RemoteErrorKind::Http4xx => Health::Up,
+        RemoteErrorKind::ConnectFailed
+        | RemoteErrorKind::Http5xx
+        | RemoteErrorKind::StreamDropped
+        | RemoteErrorKind::Timeout
+        | RemoteErrorKind::Stalled
+        | RemoteErrorKind::BadResponse => Health::Down,
+    }
 }
 
 fn finish_pick(shared: &Shared, pick: Pick, result: &Result<Vec<EngineOutput>, RemoteError>) {
-    let health = match result {
-        Ok(_) => Health::Up,
-        Err(e) => match e.kind {
-            RemoteErrorKind::ConnectFailed | RemoteErrorKind::Http5xx => Health::Down,
-            RemoteErrorKind::Http429 | RemoteErrorKind::Http4xx => Health::Up,
-            _ => Health::Unknown,
-        },
+    let change = lock(&shared.router).finish(pick, health(result), MonotonicClock::read());
+    let error = match result {
+        Ok(outputs) => outputs.iter().find_map(|o| o.failure.as_ref()),
+        Err(e) => Some(e),
     };
-    let change = lock(&shared.router).finish(pick, health, MonotonicClock::read());
     // Once per change, not per failed request: a dead endpoint's every probe would flood the log.
     let url = &shared.endpoints[pick.index].url;
-    match (change, result) {
-        (Change::Left, Err(e)) => tracing::warn!(endpoint = %url, "out of rotation until probed: {e}"),
+    match (change, error) {
+        (Change::Left, Some(e)) => tracing::warn!(endpoint = %url, "out of rotation until probed: {e}"),
         (Change::Back, _) => tracing::warn!(endpoint = %url, "back in rotation"),
-        (_, Err(e)) => tracing::debug!(endpoint = %url, "request failed: {e}"),
+        (_, Some(e)) => tracing::debug!(endpoint = %url, "request failed: {e}"),
         _ => {}
     }
 }
@@ -341,6 +391,8 @@ fn request_id(prefix: &str, requests: &[&EngineRequest]) -> String {
     format!("{prefix}{}", ids.join(","))
 }
 
+/// One HTTP request's stream: an output per request (a refused choice as a failed output), or
+/// the error that fails all of them.
 async fn stream_request(
     shared: &Shared,
     endpoint: &Endpoint,
@@ -361,7 +413,18 @@ async fn stream_request(
         .body(Full::new(Bytes::from(body.to_string())))
         .map_err(|e| remote(RemoteErrorKind::ConnectFailed, format!("{url}{path}: {e}")))?;
     let arrival_wall = wall_secs();
-    let mut response = shared.client.send(http).await.map_err(|e| remote(send_error_kind(&e), e.message))?;
+    // The progress watch: the head, then each event with data, must come within the stall limit
+    // of the last sign of progress (the slot's wait above is ours, not the server's).
+    let mut progress = tokio::time::Instant::now();
+    let stalled = |limit: Duration, what: &str| {
+        remote(RemoteErrorKind::Stalled, format!("{what} within the stall timeout of {limit:?}"))
+    };
+    let limit = shared.stall_limit();
+    let mut response = match tokio::time::timeout_at(progress + limit, shared.client.send(http)).await {
+        Ok(sent) => sent.map_err(|e| remote(send_error_kind(&e), e.message))?,
+        Err(_) => return Err(stalled(limit, "no response head")),
+    };
+    progress = tokio::time::Instant::now();
     // When the request's bytes went: the write on its connection, not when it was queued here.
     let sent_ts = response.sent_at().as_secs_f64();
     let status = response.status();
@@ -374,14 +437,40 @@ async fn stream_request(
         let body = error_body(response).await;
         return Err(remote(kind, format!("HTTP {status}: {body}")));
     }
+    if response.is_json() {
+        // A proxy (or server) that ignores `stream: true`: an answer, but not one batchlab can time.
+        let body = error_body(response).await;
+        return Err(remote(RemoteErrorKind::BadResponse, format!("{NOT_A_STREAM}: {body}")));
+    }
+    let max_tokens = requests.first().map_or(u32::MAX, |r| r.max_tokens);
     let mut parser = SseParser::new();
-    let mut stream = ResponseStream::new(requests.len(), chat);
+    let mut stream = ResponseStream::new(requests.len(), chat).with_max_tokens(max_tokens);
     let mut events = Vec::new();
+    let mut seen_event = false;
+    // The body's first bytes, to show what it was when it was not an event stream.
+    let mut head_bytes: Vec<u8> = Vec::new();
     loop {
-        match response.chunk().await {
+        let limit = shared.stall_limit();
+        let chunk = match tokio::time::timeout_at(progress + limit, response.chunk()).await {
+            Ok(chunk) => chunk,
+            Err(_) => {
+                let (finished, of) = stream.finished_count();
+                return Err(stalled(limit, &format!("nothing new after {finished} of {of} prompts finished")));
+            }
+        };
+        match chunk {
             Ok(Some((bytes, at))) => {
+                if head_bytes.len() < 200 {
+                    head_bytes.extend_from_slice(&bytes[..bytes.len().min(200 - head_bytes.len())]);
+                }
                 let at = at.as_secs_f64();
                 parser.feed(&bytes, &mut events).map_err(|e| remote(RemoteErrorKind::BadResponse, e.to_string()))?;
+                if !events.is_empty() {
+                    let now = tokio::time::Instant::now();
+                    shared.saw_gap(now - progress);
+                    progress = now;
+                    seen_event = true;
+                }
                 for event in events.drain(..) {
                     stream.handle(&event.data, at).map_err(|e| match e {
                         StreamError::Malformed(m) => remote(RemoteErrorKind::BadResponse, m),
@@ -394,6 +483,9 @@ async fn stream_request(
                             remote(kind, e.to_string())
                         }
                     })?;
+                }
+                if stream.all_failed() {
+                    break; // every choice refused: nothing more is worth reading
                 }
                 if stream.done() && stream.all_finished() {
                     // The answer is whole. The body's end follows at once from a well-behaved
@@ -418,6 +510,11 @@ async fn stream_request(
             }
         }
     }
+    if !seen_event && parser.pending() {
+        // A whole body with no event in it (JSON, HTML) is an answer of the wrong shape.
+        let text = String::from_utf8_lossy(&head_bytes).into_owned();
+        return Err(remote(RemoteErrorKind::BadResponse, format!("{NOT_A_STREAM}: {}", excerpt(text.trim()))));
+    }
     let (finished, of) = stream.finished_count();
     let done = stream.done();
     let Some(choices) = stream.finish() else {
@@ -427,8 +524,19 @@ async fn stream_request(
     Ok(requests
         .iter()
         .zip(choices)
-        .map(|(request, choice)| output(request, choice, sent_ts, arrival_wall, url))
+        .map(|(request, choice)| match choice {
+            Ok(choice) => output(request, choice, sent_ts, arrival_wall, url),
+            Err(refused) => EngineOutput::failed(Some(request.id), refused_choice(shared, url, refused)),
+        })
         .collect())
+}
+
+/// The start of the message of a 200 whose body is not an event stream.
+const NOT_A_STREAM: &str = "the server answered 200 with a body that is not an event stream (a proxy that ignores \
+                            `stream: true`?)";
+
+fn refused_choice(shared: &Shared, url: &str, refused: ChoiceError) -> RemoteError {
+    shared.remote(RemoteErrorKind::BadResponse, url, refused.to_string())
 }
 
 /// One prompt's output and the client's timing of it. `queued_ts` is when the request was sent

@@ -644,3 +644,40 @@ fn the_runs_own_faults_wrap_the_http_engine() {
     assert!(errors.contains_key("engine_error") && errors.contains_key("output_count_mismatch"), "{errors:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 32's run: two endpoints, one dying, prompts of different `max_tokens` in each batch (so
+/// a batch is several HTTP requests, routed apart). The steady endpoint's answers are never
+/// thrown away for the dead one's failure: the tokens requests.jsonl credits to it equal its own
+/// `/metrics` count of generated tokens, and every failure is charged to the dead endpoint.
+#[test]
+fn two_endpoints_one_dying_the_healthy_ones_tokens_equal_its_metrics_delta() {
+    let steady = Server::start(Some(STEADY), &[]);
+    let dying = Server::start(Some(&format!("{STEADY}\n[faults]\nexit_server = {{ every = 6 }}\n")), &[]);
+    let dir = temp_dir("two-endpoints-tokens");
+    let scenario = scenario(&[&dying.url, &steady.url], 8, 64, "")
+        .replace("output_tokens = 8", "output_tokens = { dist = \"uniform\", min = 8, max = 64 }");
+    let (output, out) = run(&dir, &scenario, &[], Duration::from_secs(120));
+    let report = report(&out);
+    let (submitted, completed, errors) = counts(&report);
+    assert_eq!(submitted, 64, "{}", text(&output.stderr));
+    assert!(errors.values().sum::<u64>() > 0, "the dying endpoint failed some: {errors:?}");
+    let records = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
+    let (mut steady_tokens, mut steady_completed) = (0, 0);
+    for line in records.lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        if r["outcome"] == "completed" && r["endpoint"] == steady.url.as_str() {
+            steady_tokens += r["output_tokens"].as_u64().expect("a completed request's tokens");
+            steady_completed += 1;
+        }
+        if r["outcome"] == "error" {
+            assert_eq!(r["endpoint"], dying.url.as_str(), "a failure is charged to the dead endpoint: {r}");
+        }
+    }
+    assert!(steady_completed > 0 && completed >= steady_completed);
+    let b = &report["benchmarks"][0];
+    let server = b["server"].as_array().expect("the servers' /metrics deltas");
+    let counters = server.iter().find(|s| s["endpoint"] == steady.url.as_str()).expect("the steady server's deltas");
+    let generated = counters["counters"]["generation_tokens"].as_f64().unwrap();
+    assert_eq!(steady_tokens as f64, generated, "requests.jsonl vs the steady server's /metrics: {counters}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

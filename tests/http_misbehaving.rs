@@ -160,3 +160,30 @@ fn a_flooding_server_leaves_the_client_under_100_mb() {
     assert!(stub.requests() >= 2, "the flood was sent");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A batch of two `max_tokens` is two HTTP requests, routed in turn: the one that went to the
+/// broken endpoint fails its own prompts, charged to that endpoint; the healthy one's prompts
+/// keep their outputs.
+#[test]
+fn a_failed_sub_request_fails_only_its_own_prompts_charged_to_its_endpoint() {
+    let healthy = Server::start(Some(STEADY), &[]);
+    let broken = Misbehaving::start(Mode::Json200);
+    let mut engine = engine(&[&broken.url, &healthy.url], None);
+    engine.start().unwrap();
+    // Interleaved: ids 0 and 2 ask 4 tokens (the first request, to the broken endpoint), ids 1
+    // and 3 ask 6 (the second, to the healthy one).
+    let requests: Vec<EngineRequest> =
+        (0..4u64).map(|i| EngineRequest::tokens(vec![1, 2, 3], if i % 2 == 0 { 4 } else { 6 }).with_id(i)).collect();
+    let outputs = engine.generate(&requests).expect("the healthy request's prompts keep their outputs");
+    engine.shutdown().unwrap();
+    for (i, output) in outputs.iter().enumerate() {
+        assert_eq!(output.request_id, Some(i as u64), "each output in its request's place");
+        if i % 2 == 0 {
+            let failure = output.failure.as_ref().expect("the broken endpoint's prompts fail");
+            assert_eq!((failure.kind, failure.endpoint.as_str()), (RemoteErrorKind::BadResponse, broken.url.as_str()));
+        } else {
+            assert_eq!(output.failure, None, "{output:?}");
+            assert_eq!((output.output_tokens, output.stats.endpoint.as_deref()), (Some(6), Some(healthy.url.as_str())));
+        }
+    }
+}

@@ -129,6 +129,54 @@ pub fn is_env_var_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Prefixes of common API keys and tokens (OpenAI's `sk-`, Hugging Face's `hf_`, GitHub's, Slack's,
+/// Google's, AWS's), as they are written: `HF_TOKEN` is a variable's name, `hf_…` a token.
+const SECRET_PREFIXES: &[&str] =
+    &["sk-", "sk_", "hf_", "ghp_", "gho_", "github_pat_", "xoxb-", "xoxp-", "AIza", "AKIA"];
+/// A name at least this long is checked for entropy.
+const LONG_NAME: usize = 20;
+/// Bits per character past which a long name with digits and both cases is taken for a key.
+const SECRET_BITS_PER_CHAR: f64 = 3.5;
+
+/// Whether `value` looks like a secret rather than a variable's name: a known key prefix, or long,
+/// mixing lower case, upper case and digits, and high in entropy (`OPENAI_API_KEY` is none of
+/// these). Such a value is refused without being repeated: a pasted key.
+pub fn looks_like_secret(value: &str) -> bool {
+    if SECRET_PREFIXES.iter().any(|p| value.starts_with(p)) {
+        return true;
+    }
+    let chars: Vec<char> = value.chars().collect();
+    if chars.len() < LONG_NAME {
+        return false;
+    }
+    let mixed = chars.iter().any(char::is_ascii_lowercase)
+        && chars.iter().any(char::is_ascii_uppercase)
+        && chars.iter().any(char::is_ascii_digit);
+    mixed && bits_per_char(&chars) >= SECRET_BITS_PER_CHAR
+}
+
+/// The Shannon entropy of `chars`' distribution, in bits per character.
+fn bits_per_char(chars: &[char]) -> f64 {
+    let mut counts = std::collections::HashMap::new();
+    for c in chars {
+        *counts.entry(*c).or_insert(0usize) += 1;
+    }
+    let n = chars.len() as f64;
+    counts.values().map(|&k| k as f64 / n).map(|p| -p * p.log2()).sum()
+}
+
+/// Whether `value` may be used as `api_key_env`: a variable's name that does not look like a
+/// secret. `Err` says why not, without repeating `value`.
+pub fn check_api_key_env(value: &str) -> Result<(), &'static str> {
+    if looks_like_secret(value) {
+        Err("looks like a key itself, not the NAME of the environment variable holding it (the value is not shown)")
+    } else if !is_env_var_name(value) {
+        Err("must be the NAME of an environment variable (letters, digits, `_`; the value is not shown)")
+    } else {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +206,20 @@ mod tests {
         for bad in ["", "1K", "sk-abc123", "A B", "A=B"] {
             assert!(!is_env_var_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn secrets_are_told_from_names() {
+        for name in ["OPENAI_API_KEY", "HF_TOKEN", "MY_VERY_LONG_SERVICE_API_KEY_NAME_2", "k1", "sk", "hf"] {
+            assert!(!looks_like_secret(name), "{name}");
+            assert_eq!(check_api_key_env(name), Ok(()), "{name}");
+        }
+        // `hf_…` and a long random token are valid names, and still refused.
+        for secret in ["hf_AbCdEfGhIjKlMnOpQrStUv", "sk-live-0123456789", "Zx8Qw2Lm4Np6Rt9Vb1Kd7Hg3"] {
+            assert!(looks_like_secret(secret), "{secret}");
+            assert!(check_api_key_env(secret).is_err(), "{secret}");
+        }
+        assert!(is_env_var_name("hf_AbCdEfGhIjKlMnOpQrStUv") && is_env_var_name("Zx8Qw2Lm4Np6Rt9Vb1Kd7Hg3"));
+        assert!(check_api_key_env("A B").is_err());
     }
 }

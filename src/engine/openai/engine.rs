@@ -106,6 +106,9 @@ impl OpenAiEngine {
 /// The API key from the environment variable `config.api_key_env` names, if it names one.
 fn read_api_key(config: &OpenAiConfig) -> Result<Option<ApiKey>, EngineError> {
     let Some(name) = &config.api_key_env else { return Ok(None) };
+    if let Err(why) = super::config::check_api_key_env(name) {
+        return Err(EngineError::Start(format!("`engine.openai.api_key_env` {why}")));
+    }
     let key = match std::env::var(name) {
         Ok(key) if !key.trim().is_empty() => key.trim().to_owned(),
         Ok(_) => return Err(EngineError::Start(format!("`engine.openai.api_key_env`: ${name} is empty"))),

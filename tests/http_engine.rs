@@ -724,3 +724,43 @@ fn two_endpoints_one_dying_the_healthy_ones_tokens_equal_its_metrics_delta() {
     assert_eq!(steady_tokens as f64, generated, "requests.jsonl vs the steady server's /metrics: {counters}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `check` refuses what `run` would fail on every batch: conversations on the completions API,
+/// at the key that makes them (`chat = true`, `format = "sharegpt"`, a JSONL file's `messages`
+/// at `path`); `request_format = "plain"` sends them as text and passes.
+#[test]
+fn check_refuses_chat_prompts_on_the_completions_api_at_the_keys_place() {
+    let dir = temp_dir("chat-prompts");
+    let check = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let output = cli_common::batchlab(&["check", path.to_str().unwrap()]);
+        (output.status.code(), cli_common::text(&output.stderr))
+    };
+    let line_of = |text: &str, start: &str| text.lines().position(|l| l.starts_with(start)).unwrap() + 1;
+    let base = scenario(&["http://127.0.0.1:9"], 4, 8, "");
+    let synthetic = base.replace("output_tokens = 8\n", "output_tokens = 8\nchat = true\n");
+    let (code, stderr) = check("synthetic.toml", &synthetic);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("synthetic.toml:{}:", line_of(&synthetic, "chat = true"))), "{stderr}");
+    assert!(stderr.contains("\"completions\"") && stderr.contains("request_format = \"plain\""), "{stderr}");
+    let plain = synthetic.replace("chat = true\n", "chat = true\nrequest_format = \"plain\"\n");
+    assert_eq!(check("plain.toml", &plain), (Some(0), String::new()));
+
+    std::fs::write(
+        dir.join("prompts.jsonl"),
+        "{\"prompt\": \"a text\"}\n{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n",
+    )
+    .unwrap();
+    let workload = "[workload]\nsource = \"file\"\npath = \"prompts.jsonl\"\n";
+    let file = base.replace("[workload]\nprompt_tokens = 16\noutput_tokens = 8\n", workload);
+    let (code, stderr) = check("file.toml", &file);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("file.toml:{}:", line_of(&file, "path = "))), "{stderr}");
+    assert!(stderr.contains("entry 2 is a conversation"), "{stderr}");
+    let sharegpt = file.replace("path = \"prompts.jsonl\"\n", "path = \"prompts.jsonl\"\nformat = \"sharegpt\"\n");
+    let (code, stderr) = check("sharegpt.toml", &sharegpt);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("sharegpt.toml:{}:", line_of(&sharegpt, "format = "))), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

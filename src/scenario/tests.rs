@@ -965,6 +965,19 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                     },
                     (_, workload) => workload,
                 };
+                // Conversations need the chat API (the completions API takes none).
+                let chats = match &workload {
+                    WorkloadSpec::Synthetic { chat, request_format, .. } => {
+                        chat.enabled && *request_format != RequestFormat::Plain
+                    }
+                    WorkloadSpec::File { dataset, request_format, .. } => {
+                        dataset.format == FileFormat::ShareGpt && *request_format != RequestFormat::Plain
+                    }
+                };
+                let engine = match engine {
+                    EnginePlan::OpenAi(c) if chats => EnginePlan::OpenAi(OpenAiConfig { api: Api::Chat, ..c }),
+                    engine => engine,
+                };
                 Plan {
                     name,
                     description,

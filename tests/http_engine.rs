@@ -764,3 +764,62 @@ fn check_refuses_chat_prompts_on_the_completions_api_at_the_keys_place() {
     assert!(stderr.contains(&format!("sharegpt.toml:{}:", line_of(&sharegpt, "format = "))), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 32's run: `output_tokens` uniform in 8..64 at `batch_size = 8`. Each micro-batch goes out
+/// as one HTTP request per distinct `max_tokens`; the report says what went on the wire, and it
+/// matches what `batchlab serve --timing-log` received: the number of HTTP requests, and each
+/// request's prompts (its `X-Request-Id` names them). One warning says why.
+#[test]
+fn the_wire_batches_in_the_report_match_the_servers_timing_log_and_the_split_is_warned() {
+    let dir = temp_dir("wire-batch");
+    let log = dir.join("timing.jsonl");
+    let server = Server::start(Some(STEADY), &["--timing-log", log.to_str().unwrap()]);
+    let scenario = scenario(&[&server.url], 8, 64, "")
+        .replace("output_tokens = 8", "output_tokens = { dist = \"uniform\", min = 8, max = 64 }");
+    let path = dir.join("scenario.toml");
+    std::fs::write(&path, &scenario).unwrap();
+    let out = dir.join("out");
+    let run =
+        cli_common::batchlab(&["run", path.to_str().unwrap(), "--output", out.to_str().unwrap(), "--requests-jsonl"]);
+    let printed = format!("{}{}", text(&run.stdout), text(&run.stderr));
+    assert!(run.status.success(), "{printed}");
+    let report = report(&out);
+    let b = &report["benchmarks"][0];
+    assert_eq!(b["counts"]["completed"], 64, "{printed}");
+    // The server's view: each HTTP request's id lists its prompts' batchlab ids.
+    let mut wire: std::collections::BTreeMap<String, Vec<u64>> = std::collections::BTreeMap::new();
+    for line in std::fs::read_to_string(&log).unwrap().lines() {
+        let entry: Value = serde_json::from_str(line).unwrap();
+        let id = entry["request_id"].as_str().unwrap().to_owned();
+        let ids = id.rsplit('-').next().unwrap().split(',').map(|i| i.parse().unwrap()).collect();
+        wire.insert(id, ids);
+    }
+    let sizes: Vec<u32> = wire.values().map(|ids| ids.len() as u32).collect();
+    let w = &b["dispatch"]["wire_batch"];
+    assert_eq!(w["http_requests"], wire.len() as u64, "{w}");
+    assert!(wire.len() > 64 / 8, "different max_tokens split the batches: {} HTTP requests", wire.len());
+    assert_eq!(
+        (w["min"].as_u64(), w["max"].as_u64()),
+        (sizes.iter().min().map(|&m| m.into()), sizes.iter().max().map(|&m| m.into()))
+    );
+    assert!((w["mean"].as_f64().unwrap() - 64.0 / wire.len() as f64).abs() < 1e-9, "{w}");
+    assert_eq!(b["batching"]["batch_size_mean"], 8.0, "the micro-batches were full");
+    // Each request's wire batch is the prompts of the HTTP request the server got it in.
+    let by_id: std::collections::HashMap<u64, usize> =
+        wire.values().flat_map(|ids| ids.iter().map(move |&i| (i, ids.len()))).collect();
+    for line in std::fs::read_to_string(out.join("requests.jsonl")).unwrap().lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let id = r["id"].as_u64().unwrap();
+        assert_eq!(r["wire_batch"].as_u64(), by_id.get(&id).map(|&n| n as u64), "{r}");
+        assert_eq!(r["batch_size"], 8);
+        // TTFT from the submit includes what TTFT from the send does not.
+        assert!(r["ttft_from_submit_ms"].as_f64().unwrap() >= r["ttft_ms"].as_f64().unwrap(), "{r}");
+    }
+    // The table shows it beside the batch mean, and one warning says why.
+    assert!(printed.contains("wire mean (http reqs)"), "{printed}");
+    assert_eq!(printed.matches("smaller than their micro-batch").count(), 1, "{printed}");
+    assert!(printed.contains("max_tokens"), "{printed}");
+    let warnings = b["validity_warnings"].as_array().unwrap();
+    assert!(warnings.iter().any(|w| w["kind"] == "wire_batch"), "{warnings:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

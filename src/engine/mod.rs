@@ -187,6 +187,9 @@ pub struct EngineStats {
     pub endpoint: Option<String>,
     /// Where the token counts came from, when the engine did not count them itself.
     pub token_count_source: Option<TokenCountSource>,
+    /// The prompts of the request on the wire that carried this one (an HTTP engine sends a batch
+    /// as one request per distinct `max_tokens`, seed, …, so this may be less than the batch).
+    pub wire_batch: Option<u32>,
 }
 
 /// One output per request.

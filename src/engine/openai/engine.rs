@@ -528,7 +528,7 @@ async fn stream_request(
         .iter()
         .zip(choices)
         .map(|(request, choice)| match choice {
-            Ok(choice) => output(request, choice, sent_ts, arrival_wall, url),
+            Ok(choice) => output(request, choice, sent_ts, arrival_wall, url, requests.len()),
             Err(refused) => EngineOutput::failed(Some(request.id), refused_choice(shared, url, refused)),
         })
         .collect())
@@ -550,6 +550,7 @@ fn output(
     sent_ts: f64,
     arrival_wall: f64,
     endpoint: &str,
+    wire_batch: usize,
 ) -> EngineOutput {
     let prompt_tokens = choice.prompt_tokens.or(match &request.prompt {
         Prompt::Tokens(ids) => u32::try_from(ids.len()).ok(),
@@ -567,6 +568,7 @@ fn output(
         sent_ts: Some(sent_ts),
         endpoint: Some(endpoint.to_owned()),
         token_count_source: Some(choice.source),
+        wire_batch: u32::try_from(wire_batch).ok(),
     };
     EngineOutput::new(Some(request.id), choice.finish_reason)
         .with_prompt_tokens(prompt_tokens)

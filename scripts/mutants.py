@@ -574,6 +574,17 @@ MUTANTS = [
      "            if chat.enabled && *request_format != RequestFormat::Plain =>",
      "            if false && chat.enabled && *request_format != RequestFormat::Plain =>",
      ["--test", "http_engine", "check_refuses_chat_prompts_on_the_completions_api_at_the_keys_place"], {}),
+    # What went on the wire, and TTFT from the submit.
+    ("issue 32 client, wire: every request said to go alone", "src/engine/openai/engine.rs",
+     "        wire_batch: u32::try_from(wire_batch).ok(),", "        wire_batch: Some(1),",
+     ["--test", "http_engine", "the_wire_batches_in_the_report_match_the_servers_timing_log_and_the_split_is_warned"], {}),
+    ("issue 32 client, wire: a split micro-batch not counted (no warning)", "src/metrics/client.rs",
+     "            self.wire_split += u64::from((wire as usize) < batch);", "            self.wire_split += 0;",
+     ["--test", "http_engine", "the_wire_batches_in_the_report_match_the_servers_timing_log_and_the_split_is_warned"], {}),
+    ("issue 32 client, ttft_from_submit timed from the send", "src/run/step.rs",
+     "                    c.times.submitted,\n                    metrics.engine_first_token,",
+     "                    metrics.sent.unwrap_or(c.times.submitted),\n                    metrics.engine_first_token,",
+     ["--test", "http_engine", "the_wire_batches_in_the_report_match_the_servers_timing_log_and_the_split_is_warned"], {}),
 ]
 
 

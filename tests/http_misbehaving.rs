@@ -187,3 +187,27 @@ fn a_failed_sub_request_fails_only_its_own_prompts_charged_to_its_endpoint() {
         }
     }
 }
+
+/// The watch is per endpoint: a request that waits in a busy server's queue longer than the stall
+/// timeout is not stalled while the server makes progress on another of our requests.
+#[test]
+fn a_request_queued_behind_others_on_a_busy_server_is_not_stalled() {
+    let busy = Misbehaving::start(Mode::Queued);
+    let mut engine = engine(&[&busy.url], Some(Duration::from_millis(600)));
+    engine.start().unwrap();
+    let face = engine.concurrent().expect("a concurrent face");
+    let (tx, rx) = std::sync::mpsc::channel();
+    // The first streams 20 tokens over 2 s; the second waits 1.5 s in the queue, longer than the
+    // stall timeout, while the first goes on.
+    for (k, first_id) in [(0u64, 0u64), (1, 10)] {
+        let tx = tx.clone();
+        face.generate(batch(1, 20, first_id), Box::new(move |r| tx.send((k, r)).unwrap()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for _ in 0..2 {
+        let (k, result) = rx.recv_timeout(Duration::from_secs(20)).expect("answered");
+        let outputs = result.unwrap_or_else(|e| panic!("request {k}: {e}"));
+        assert_eq!((outputs[0].failure.as_ref(), outputs[0].output_tokens), (None, Some(20)), "request {k}");
+    }
+    engine.shutdown().unwrap();
+}

@@ -375,8 +375,9 @@ pub(crate) const OPENAI_KEYS: &[Key<OpenAiConfig>] = &[
     key!(
         stall_timeout: Opt(Dur { zero: false }),
         KeyDefault::Text("5 s, or 8× the longest gap between events seen so far in the run when longer"),
-        "> 0; a request that gets nothing new (no response head, no event with data) for this long fails with \
-         `stalled`, and its endpoint leaves the rotation until probed",
+        "> 0; a request that gets nothing new (no response head, no event with data) for this long, while its \
+         endpoint sends none on our other requests either, fails with `stalled`, and the endpoint leaves the \
+         rotation until probed",
         in OpenAiConfig
     ),
     key!(

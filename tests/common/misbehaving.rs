@@ -44,7 +44,15 @@ pub enum Mode {
     Json200,
     /// The same JSON body, labelled `text/plain`.
     Json200Untyped,
+    /// A busy but healthy server: its first request streams a token every [`QUEUED_STEP`]
+    /// (`max_tokens` of them), while every later one waits in its queue for [`QUEUED_WAIT`]
+    /// before its head, then streams at once.
+    Queued,
 }
+
+/// `Queued`'s gap between the first request's tokens, and the later requests' wait.
+pub const QUEUED_STEP: Duration = Duration::from_millis(100);
+pub const QUEUED_WAIT: Duration = Duration::from_millis(1500);
 
 /// A running stub; stops when dropped.
 pub struct Misbehaving {
@@ -70,7 +78,7 @@ impl Misbehaving {
                             return (StatusCode::SERVICE_UNAVAILABLE, "the stub's request budget is spent")
                                 .into_response();
                         }
-                        answer(mode, &body.0).await
+                        answer(mode, &body.0, n).await
                     }
                 }),
             );
@@ -110,7 +118,7 @@ fn stream(events: impl futures_util::Stream<Item = Bytes> + Send + 'static) -> R
     ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
 }
 
-async fn answer(mode: Mode, body: &Value) -> Response {
+async fn answer(mode: Mode, body: &Value, n: usize) -> Response {
     use futures_util::stream;
     let (prompts, max_tokens) = shape(body);
     match mode {
@@ -144,6 +152,24 @@ async fn answer(mode: Mode, body: &Value) -> Response {
             }
             events.push(Bytes::from_static(b"data: [DONE]\n\n"));
             stream(stream::iter(events))
+        }
+        Mode::Queued => {
+            let step = if n == 0 { QUEUED_STEP } else { Duration::ZERO };
+            if n > 0 {
+                tokio::time::sleep(QUEUED_WAIT).await;
+            }
+            let events: Vec<Bytes> = (0..prompts)
+                .flat_map(|i| {
+                    (0..max_tokens)
+                        .map(move |k| chunk(i, &format!("{i}.{k} "), (k + 1 == max_tokens).then_some("length")))
+                })
+                .chain(std::iter::once(Bytes::from_static(b"data: [DONE]\n\n")))
+                .collect();
+            stream(stream::unfold(events.into_iter(), move |mut rest| async move {
+                let next = rest.next()?;
+                tokio::time::sleep(step).await;
+                Some((next, rest))
+            }))
         }
         Mode::Json200 | Mode::Json200Untyped => {
             let choices: Vec<Value> = (0..prompts)

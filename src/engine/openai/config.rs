@@ -44,8 +44,9 @@ pub struct OpenAiConfig {
     /// How long one request may take, from the moment the engine got its batch (waiting for a
     /// free connection included) to the end of its stream.
     pub timeout: Duration,
-    /// How long a request may go without progress (its response head, or an event with data; an
-    /// SSE comment is none) before it fails as `stalled` and its endpoint leaves the rotation.
+    /// How long a request and its endpoint may go without progress (a response head, or an event
+    /// with data, on any of our requests to it; an SSE comment is none) before the request fails
+    /// as `stalled` and the endpoint leaves the rotation.
     /// `None`: [`STALL_FLOOR`], or [`STALL_GAPS`] times the longest gap between events seen so
     /// far in the run, when that is longer.
     pub stall_timeout: Option<Duration>,

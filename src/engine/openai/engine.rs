@@ -71,6 +71,42 @@ struct Endpoint {
     url: String,
     /// `max_connections` permits: a request holds one from before it is sent to its stream's end.
     slots: Semaphore,
+    /// The endpoint's last sign of progress on any of our requests (a response head, an event
+    /// with data): the progress watch is per endpoint, so a request queued behind others on a
+    /// busy server that answers them is not taken for a hung one.
+    progress: Mutex<tokio::time::Instant>,
+}
+
+impl Endpoint {
+    fn progress(&self) -> tokio::time::Instant {
+        *lock(&self.progress)
+    }
+
+    fn saw_progress(&self, at: tokio::time::Instant) {
+        let mut last = lock(&self.progress);
+        *last = (*last).max(at);
+    }
+}
+
+/// Waits for `work`, failing with `None` only once neither this request (since `own`) nor its
+/// endpoint has made progress for the stall limit.
+async fn watched<F: std::future::Future>(
+    shared: &Shared,
+    endpoint: &Endpoint,
+    own: tokio::time::Instant,
+    work: F,
+) -> Option<F::Output> {
+    let mut work = std::pin::pin!(work);
+    loop {
+        let limit = shared.stall_limit();
+        let since = own.max(endpoint.progress());
+        if let Ok(done) = tokio::time::timeout_at(since + limit, &mut work).await {
+            return Some(done);
+        }
+        if endpoint.progress() + shared.stall_limit() <= tokio::time::Instant::now() {
+            return None;
+        }
+    }
 }
 
 /// The API key, as the header that sends it; its `Debug` shows nothing of it.
@@ -173,8 +209,16 @@ impl Engine for OpenAiEngine {
             .map_err(|e| EngineError::Start(format!("cannot start the HTTP client's runtime: {e}")))?;
         let max = self.config.max_connections.max(1) as usize;
         let client = HttpClient::new(max, CONNECT_TIMEOUT.min(self.config.timeout));
-        let endpoints =
-            self.config.urls.iter().map(|url| Endpoint { url: url.clone(), slots: Semaphore::new(max) }).collect();
+        let endpoints = self
+            .config
+            .urls
+            .iter()
+            .map(|url| Endpoint {
+                url: url.clone(),
+                slots: Semaphore::new(max),
+                progress: Mutex::new(tokio::time::Instant::now()),
+            })
+            .collect();
         let shared = Arc::new(Shared {
             config: self.config.clone(),
             client,
@@ -422,12 +466,12 @@ async fn stream_request(
     let stalled = |limit: Duration, what: &str| {
         remote(RemoteErrorKind::Stalled, format!("{what} within the stall timeout of {limit:?}"))
     };
-    let limit = shared.stall_limit();
-    let mut response = match tokio::time::timeout_at(progress + limit, shared.client.send(http)).await {
-        Ok(sent) => sent.map_err(|e| remote(send_error_kind(&e), e.message))?,
-        Err(_) => return Err(stalled(limit, "no response head")),
+    let mut response = match watched(shared, endpoint, progress, shared.client.send(http)).await {
+        Some(sent) => sent.map_err(|e| remote(send_error_kind(&e), e.message))?,
+        None => return Err(stalled(shared.stall_limit(), "no response head")),
     };
     progress = tokio::time::Instant::now();
+    endpoint.saw_progress(progress);
     // When the request's bytes went: the write on its connection, not when it was queued here.
     let sent_ts = response.sent_at().as_secs_f64();
     let status = response.status();
@@ -453,11 +497,11 @@ async fn stream_request(
     // The body's first bytes, to show what it was when it was not an event stream.
     let mut head_bytes: Vec<u8> = Vec::new();
     loop {
-        let limit = shared.stall_limit();
-        let chunk = match tokio::time::timeout_at(progress + limit, response.chunk()).await {
-            Ok(chunk) => chunk,
-            Err(_) => {
+        let chunk = match watched(shared, endpoint, progress, response.chunk()).await {
+            Some(chunk) => chunk,
+            None => {
                 let (finished, of) = stream.finished_count();
+                let limit = shared.stall_limit();
                 return Err(stalled(limit, &format!("nothing new after {finished} of {of} prompts finished")));
             }
         };
@@ -472,6 +516,7 @@ async fn stream_request(
                     let now = tokio::time::Instant::now();
                     shared.saw_gap(now - progress);
                     progress = now;
+                    endpoint.saw_progress(now);
                     seen_event = true;
                 }
                 for event in events.drain(..) {

@@ -33,7 +33,7 @@ decode_step = "2ms"
 fn engine(urls: &[&str]) -> OpenAiEngine {
     let mut config = OpenAiConfig::new(urls[0], MODEL);
     config.urls = urls.iter().map(|u| u.to_string()).collect();
-    config.timeout = Duration::from_secs(30);
+    config.timeout = Some(Duration::from_secs(30));
     OpenAiEngine::new(config)
 }
 
@@ -576,7 +576,7 @@ fn the_openai_section_is_read_and_its_problems_named() {
     .unwrap();
     let EnginePlan::OpenAi(c) = plan.engine() else { panic!("{:?}", plan.engine()) };
     assert_eq!(c.urls, ["http://h:8000", "https://g/x"]);
-    assert_eq!((c.model.as_str(), c.timeout), ("m", Duration::from_secs(20)));
+    assert_eq!((c.model.as_str(), c.timeout), ("m", Some(Duration::from_secs(20))));
     assert_eq!(plan.engine().kind(), "openai");
     assert!(!plan.engine().runs_processes());
     // The batcher's timeouts follow the request's.

@@ -24,7 +24,7 @@ const STEADY: &str = "name = \"steady\"\n[engine.sim]\nfixed_overhead = \"0s\"\n
 fn engine(urls: &[&str], stall_timeout: Option<Duration>) -> OpenAiEngine {
     let mut config = OpenAiConfig::new(urls[0], MODEL);
     config.urls = urls.iter().map(|u| u.to_string()).collect();
-    config.timeout = Duration::from_secs(20);
+    config.timeout = Some(Duration::from_secs(20));
     config.stall_timeout = stall_timeout;
     OpenAiEngine::new(config)
 }

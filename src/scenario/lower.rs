@@ -294,6 +294,12 @@ pub(crate) use crate::batcher::REAL_ENGINE_GENERATE_TIMEOUT;
 /// timeouts default to.
 pub(crate) const HTTP_TIMEOUT_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The batcher's backstop for an HTTP engine: its request `timeout` (the longest a derived one
+/// can be, when none is set) and [`HTTP_TIMEOUT_MARGIN`].
+pub(crate) fn http_backstop(timeout: Option<std::time::Duration>) -> std::time::Duration {
+    timeout.unwrap_or(crate::engine::openai::config::TIMEOUT_CAP).saturating_add(HTTP_TIMEOUT_MARGIN)
+}
+
 /// `[batching]`; a real engine gets [`BatchConfig::with_real_engine_defaults`] for the timeouts
 /// the scenario leaves unset. An HTTP engine's both default to its request `timeout` and
 /// [`HTTP_TIMEOUT_MARGIN`], so its own timeout, which names the failure (`timeout`) and fails
@@ -304,7 +310,7 @@ fn lower_batching(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePlan, 
     let d = match engine {
         EnginePlan::Sim(_) => BatchConfig::default(),
         EnginePlan::OpenAi(c) => {
-            let backstop = Some(c.timeout.saturating_add(HTTP_TIMEOUT_MARGIN));
+            let backstop = Some(http_backstop(c.timeout));
             let d = BatchConfig::default().with_generate_timeout(backstop).and_then(|d| d.with_stall_timeout(backstop));
             d.unwrap_or_default().with_real_engine_defaults()
         }

@@ -683,7 +683,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
         "[a-zA-Z0-9][a-zA-Z0-9/._-]{0,11}",
         any::<bool>(),
         proptest::option::of("[A-Z_][A-Z0-9_]{0,8}"),
-        duration_strategy(1),
+        proptest::option::of(duration_strategy(1)),
         proptest::option::of(duration_strategy(1)),
         1u32..100_000,
         any::<bool>(),
@@ -990,7 +990,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                         // default to its request timeout and a margin.
                         EnginePlan::OpenAi(c) => {
                             let size = if c.api == Api::Chat { 1 } else { batching.batch_size() };
-                            let backstop = Some(c.timeout.saturating_add(super::lower::HTTP_TIMEOUT_MARGIN));
+                            let backstop = Some(super::lower::http_backstop(c.timeout));
                             crate::batcher::BatchConfig::new(size, batching.batch_timeout())
                                 .and_then(|b| b.with_generate_timeout(batching.generate_timeout().or(backstop)))
                                 .and_then(|b| b.with_stall_timeout(batching.stall_timeout().or(backstop)))

@@ -42,8 +42,9 @@ pub struct OpenAiConfig {
     /// sends no `Authorization` header. The key itself is never part of the config.
     pub api_key_env: Option<String>,
     /// How long one request may take, from the moment the engine got its batch (waiting for a
-    /// free connection included) to the end of its stream.
-    pub timeout: Duration,
+    /// free connection included) to the end of its stream; `None`: [`request_timeout`]'s, from
+    /// the request's `max_tokens`.
+    pub timeout: Option<Duration>,
     /// How long a request and its endpoint may go without progress (a response head, or an event
     /// with data, on any of our requests to it; an SSE comment is none) before the request fails
     /// as `stalled` and the endpoint leaves the rotation.
@@ -65,7 +66,7 @@ impl OpenAiConfig {
             model: model.into(),
             api: Api::Completions,
             api_key_env: None,
-            timeout: DEFAULT_TIMEOUT,
+            timeout: None,
             stall_timeout: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             routing: Routing::RoundRobin,
@@ -73,8 +74,19 @@ impl OpenAiConfig {
     }
 }
 
-/// `timeout`'s default.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// A derived `timeout`: this, plus [`TIMEOUT_PER_TOKEN`] per asked-for token, at most
+/// [`TIMEOUT_CAP`].
+pub const TIMEOUT_BASE: Duration = Duration::from_secs(30);
+/// A derived `timeout` per asked-for token: ten times a slow server's decode step.
+pub const TIMEOUT_PER_TOKEN: Duration = Duration::from_millis(100);
+/// The longest derived `timeout`.
+pub const TIMEOUT_CAP: Duration = Duration::from_secs(30 * 60);
+
+/// The total bound on one request asking for `max_tokens`: the configured `timeout`, else
+/// derived from `max_tokens` (30 s + 100 ms a token, at most 30 min: 56 s for 256 tokens).
+pub fn request_timeout(configured: Option<Duration>, max_tokens: u32) -> Duration {
+    configured.unwrap_or_else(|| (TIMEOUT_BASE + TIMEOUT_PER_TOKEN.saturating_mul(max_tokens)).min(TIMEOUT_CAP))
+}
 /// The least a derived `stall_timeout` is: longer than any pause of a healthy server that has
 /// already sent its response head (a long prefill included).
 pub const STALL_FLOOR: Duration = Duration::from_secs(5);
@@ -207,6 +219,14 @@ mod tests {
         for bad in ["", "1K", "sk-abc123", "A B", "A=B"] {
             assert!(!is_env_var_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_default_timeout_fits_the_request_not_five_minutes() {
+        assert_eq!(request_timeout(None, 4), Duration::from_millis(30_400));
+        assert_eq!(request_timeout(None, 256), Duration::from_millis(55_600));
+        assert_eq!(request_timeout(None, u32::MAX), TIMEOUT_CAP);
+        assert_eq!(request_timeout(Some(Duration::from_secs(2)), 4096), Duration::from_secs(2));
     }
 
     #[test]

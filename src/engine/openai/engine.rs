@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::client::{HttpClient, Response, SendError};
-use super::config::{Api, OpenAiConfig, stall_limit};
+use super::config::{Api, OpenAiConfig, request_timeout, stall_limit};
 use super::request;
 use super::route::{Change, Health, Pick, Router};
 use super::scrape;
@@ -208,7 +208,7 @@ impl Engine for OpenAiEngine {
             .build()
             .map_err(|e| EngineError::Start(format!("cannot start the HTTP client's runtime: {e}")))?;
         let max = self.config.max_connections.max(1) as usize;
-        let client = HttpClient::new(max, CONNECT_TIMEOUT.min(self.config.timeout));
+        let client = HttpClient::new(max, CONNECT_TIMEOUT.min(self.config.timeout.unwrap_or(CONNECT_TIMEOUT)));
         let endpoints = self
             .config
             .urls
@@ -334,7 +334,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// When every prompt failed alike, the batch fails with that one error.
 async fn run_batch(shared: Arc<Shared>, batch: Vec<EngineRequest>) -> Result<Vec<EngineOutput>, EngineError> {
     // The timeout runs from here: waiting for a free connection counts.
-    let deadline = tokio::time::Instant::now() + shared.config.timeout;
+    let start = tokio::time::Instant::now();
     let groups = request::groups(&batch, shared.config.api);
     let mut bodies = Vec::with_capacity(groups.len());
     for group in &groups {
@@ -343,7 +343,8 @@ async fn run_batch(shared: Arc<Shared>, batch: Vec<EngineRequest>) -> Result<Vec
     }
     let sends = groups.iter().zip(bodies).map(|(group, body)| {
         let requests: Vec<&EngineRequest> = group.iter().map(|&i| &batch[i]).collect();
-        send_group(&shared, requests, body, deadline)
+        let timeout = request_timeout(shared.config.timeout, requests.first().map_or(0, |r| r.max_tokens));
+        send_group(&shared, requests, body, start, timeout)
     });
     let results = futures_util::future::join_all(sends).await;
     let outputs = place(&groups, results, batch.len());
@@ -372,18 +373,20 @@ async fn send_group(
     shared: &Shared,
     requests: Vec<&EngineRequest>,
     body: Value,
-    deadline: tokio::time::Instant,
+    start: tokio::time::Instant,
+    timeout: Duration,
 ) -> Vec<EngineOutput> {
     let pick = lock(&shared.router).pick(MonotonicClock::read());
     let endpoint = &shared.endpoints[pick.index];
-    let result = match tokio::time::timeout_at(deadline, stream_request(shared, endpoint, &requests, &body)).await {
-        Ok(result) => result,
-        Err(_) => Err(shared.remote(
-            RemoteErrorKind::Timeout,
-            &endpoint.url,
-            format!("no complete answer within the request timeout of {:?}", shared.config.timeout),
-        )),
-    };
+    let result =
+        match tokio::time::timeout_at(start + timeout, stream_request(shared, endpoint, &requests, &body)).await {
+            Ok(result) => result,
+            Err(_) => Err(shared.remote(
+                RemoteErrorKind::Timeout,
+                &endpoint.url,
+                format!("no complete answer within the request timeout of {timeout:?}"),
+            )),
+        };
     finish_pick(shared, pick, &result);
     match result {
         Ok(prompts) => prompts,
@@ -661,7 +664,7 @@ enum Check {
 /// `GET /v1/models`: reachable, and serving the model?
 async fn check_endpoint(shared: &Shared, url: &str) -> Check {
     let model = &shared.config.model;
-    let limit = CHECK_TIMEOUT.min(shared.config.timeout);
+    let limit = CHECK_TIMEOUT.min(shared.config.timeout.unwrap_or(CHECK_TIMEOUT));
     let models = async {
         let response = shared.get(&format!("{url}/v1/models")).await?;
         let status = response.status();

@@ -590,6 +590,13 @@ MUTANTS = [
      "        if endpoint.progress() + shared.stall_limit() <= tokio::time::Instant::now() {\n            return None;\n        }",
      "        return None;",
      ["--test", "http_misbehaving", "a_request_queued_behind_others_on_a_busy_server_is_not_stalled"], {}),
+    ("issue 32 client, timeout: the default back to 5 minutes whatever the request", "src/engine/openai/config.rs",
+     "configured.unwrap_or_else(|| (TIMEOUT_BASE + TIMEOUT_PER_TOKEN.saturating_mul(max_tokens)).min(TIMEOUT_CAP))",
+     "configured.unwrap_or(Duration::from_secs(300))",
+     ["--lib", "engine::openai::config::tests::the_default_timeout_fits_the_request_not_five_minutes"], {}),
+    ("issue 32 client, check: a JSONL file's messages accepted on the completions API", "src/run/preflight.rs",
+     "    check_chat_prompts(plan, &workload)?;\n", "",
+     ["--test", "http_engine", "check_refuses_chat_prompts_on_the_completions_api_at_the_keys_place"], {}),
 ]
 
 

@@ -33,7 +33,7 @@ decode_step = "2ms"
 fn engine(urls: &[&str]) -> OpenAiEngine {
     let mut config = OpenAiConfig::new(urls[0], MODEL);
     config.urls = urls.iter().map(|u| u.to_string()).collect();
-    config.timeout = Duration::from_secs(30);
+    config.timeout = Some(Duration::from_secs(30));
     OpenAiEngine::new(config)
 }
 
@@ -576,7 +576,7 @@ fn the_openai_section_is_read_and_its_problems_named() {
     .unwrap();
     let EnginePlan::OpenAi(c) = plan.engine() else { panic!("{:?}", plan.engine()) };
     assert_eq!(c.urls, ["http://h:8000", "https://g/x"]);
-    assert_eq!((c.model.as_str(), c.timeout), ("m", Duration::from_secs(20)));
+    assert_eq!((c.model.as_str(), c.timeout), ("m", Some(Duration::from_secs(20))));
     assert_eq!(plan.engine().kind(), "openai");
     assert!(!plan.engine().runs_processes());
     // The batcher's timeouts follow the request's.
@@ -595,9 +595,52 @@ fn the_openai_section_is_read_and_its_problems_named() {
     let pasted = problems(&format!(
         "[engine]\nkind = \"openai\"\n[engine.openai]\nurls = [\"http://h\"]\nmodel = \"m\"\napi_key_env = \"{secret}\"\n"
     ));
-    assert!(pasted.contains("NAME of an environment variable"), "{pasted}");
-    let message_lines: Vec<&str> = pasted.lines().filter(|l| l.contains("error") || l.contains("help")).collect();
-    assert!(message_lines.iter().all(|l| !l.contains(secret)), "{pasted}");
+    assert!(pasted.contains("looks like a key itself"), "{pasted}");
+    assert_shows_none_of(secret, &pasted);
+}
+
+/// No line of `output` holds any 5 characters in a row of `secret` (every line: the source
+/// excerpt too).
+fn assert_shows_none_of(secret: &str, output: &str) {
+    let chars: Vec<char> = secret.chars().collect();
+    for line in output.lines() {
+        for part in chars.windows(5).map(|w| w.iter().collect::<String>()) {
+            assert!(!line.contains(&part), "`{part}` of the secret in {line:?} of:\n{output}");
+        }
+    }
+}
+
+/// A key pasted where its variable's name belongs (`sk-…`, and `hf_…`, which is a valid name),
+/// in the file or with `--set`: `check` and `run` refuse it, and no line of their stdout or
+/// stderr shows any part of it.
+#[test]
+fn a_pasted_key_is_refused_and_no_line_of_any_output_shows_it() {
+    let dir = temp_dir("pasted-key");
+    for secret in ["sk-proj-Xq7Lp2Vz9Rt4Mn8Kb3Wd", "hf_AbCdEfGhIjKlMnOpQrStUvWx"] {
+        let pasted = scenario(&["http://127.0.0.1:9"], 1, 4, &format!("api_key_env = \"{secret}\"  # {secret}"));
+        let path = dir.join("pasted.toml");
+        std::fs::write(&path, &pasted).unwrap();
+        let line = pasted.lines().position(|l| l.starts_with("api_key_env")).unwrap() + 1;
+        let clean = dir.join("clean.toml");
+        std::fs::write(&clean, scenario(&["http://127.0.0.1:9"], 1, 4, "")).unwrap();
+        let set = format!("engine.openai.api_key_env={secret}");
+        for (what, args) in [
+            ("check", vec!["check", path.to_str().unwrap()]),
+            ("run", vec!["run", path.to_str().unwrap()]),
+            ("check --set", vec!["check", clean.to_str().unwrap(), "--set", &set]),
+        ] {
+            let output = cli_common::batchlab(&args);
+            let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+            assert_eq!(output.status.code(), Some(2), "{what}: {stderr}");
+            assert!(stderr.contains("looks like a key itself"), "{what}: {stderr}");
+            if what != "check --set" {
+                assert!(stderr.contains(&format!("pasted.toml:{line}:")), "{what}: at the key's line: {stderr}");
+            }
+            assert_shows_none_of(secret, &stdout);
+            assert_shows_none_of(secret, &stderr);
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `max_connections` is a real cap: with one slot, concurrent batches go one after another.
@@ -642,5 +685,143 @@ fn the_runs_own_faults_wrap_the_http_engine() {
     assert!(completed > 0, "{errors:?}");
     assert_eq!(completed + errors.values().sum::<u64>(), 48);
     assert!(errors.contains_key("engine_error") && errors.contains_key("output_count_mismatch"), "{errors:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Issue 32's run: two endpoints, one dying, prompts of different `max_tokens` in each batch (so
+/// a batch is several HTTP requests, routed apart). The steady endpoint's answers are never
+/// thrown away for the dead one's failure: the tokens requests.jsonl credits to it equal its own
+/// `/metrics` count of generated tokens, and every failure is charged to the dead endpoint.
+#[test]
+fn two_endpoints_one_dying_the_healthy_ones_tokens_equal_its_metrics_delta() {
+    let steady = Server::start(Some(STEADY), &[]);
+    let dying = Server::start(Some(&format!("{STEADY}\n[faults]\nexit_server = {{ every = 6 }}\n")), &[]);
+    let dir = temp_dir("two-endpoints-tokens");
+    let scenario = scenario(&[&dying.url, &steady.url], 8, 64, "")
+        .replace("output_tokens = 8", "output_tokens = { dist = \"uniform\", min = 8, max = 64 }");
+    let (output, out) = run(&dir, &scenario, &[], Duration::from_secs(120));
+    let report = report(&out);
+    let (submitted, completed, errors) = counts(&report);
+    assert_eq!(submitted, 64, "{}", text(&output.stderr));
+    assert!(errors.values().sum::<u64>() > 0, "the dying endpoint failed some: {errors:?}");
+    let records = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
+    let (mut steady_tokens, mut steady_completed) = (0, 0);
+    for line in records.lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        if r["outcome"] == "completed" && r["endpoint"] == steady.url.as_str() {
+            steady_tokens += r["output_tokens"].as_u64().expect("a completed request's tokens");
+            steady_completed += 1;
+        }
+        if r["outcome"] == "error" {
+            assert_eq!(r["endpoint"], dying.url.as_str(), "a failure is charged to the dead endpoint: {r}");
+        }
+    }
+    assert!(steady_completed > 0 && completed >= steady_completed);
+    let b = &report["benchmarks"][0];
+    let server = b["server"].as_array().expect("the servers' /metrics deltas");
+    let counters = server.iter().find(|s| s["endpoint"] == steady.url.as_str()).expect("the steady server's deltas");
+    let generated = counters["counters"]["generation_tokens"].as_f64().unwrap();
+    assert_eq!(steady_tokens as f64, generated, "requests.jsonl vs the steady server's /metrics: {counters}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `check` refuses what `run` would fail on every batch: conversations on the completions API,
+/// at the key that makes them (`chat = true`, `format = "sharegpt"`, a JSONL file's `messages`
+/// at `path`); `request_format = "plain"` sends them as text and passes.
+#[test]
+fn check_refuses_chat_prompts_on_the_completions_api_at_the_keys_place() {
+    let dir = temp_dir("chat-prompts");
+    let check = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let output = cli_common::batchlab(&["check", path.to_str().unwrap()]);
+        (output.status.code(), cli_common::text(&output.stderr))
+    };
+    let line_of = |text: &str, start: &str| text.lines().position(|l| l.starts_with(start)).unwrap() + 1;
+    let base = scenario(&["http://127.0.0.1:9"], 4, 8, "");
+    let synthetic = base.replace("output_tokens = 8\n", "output_tokens = 8\nchat = true\n");
+    let (code, stderr) = check("synthetic.toml", &synthetic);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("synthetic.toml:{}:", line_of(&synthetic, "chat = true"))), "{stderr}");
+    assert!(stderr.contains("\"completions\"") && stderr.contains("request_format = \"plain\""), "{stderr}");
+    let plain = synthetic.replace("chat = true\n", "chat = true\nrequest_format = \"plain\"\n");
+    assert_eq!(check("plain.toml", &plain), (Some(0), String::new()));
+
+    std::fs::write(
+        dir.join("prompts.jsonl"),
+        "{\"prompt\": \"a text\"}\n{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n",
+    )
+    .unwrap();
+    let workload = "[workload]\nsource = \"file\"\npath = \"prompts.jsonl\"\n";
+    let file = base.replace("[workload]\nprompt_tokens = 16\noutput_tokens = 8\n", workload);
+    let (code, stderr) = check("file.toml", &file);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("file.toml:{}:", line_of(&file, "path = "))), "{stderr}");
+    assert!(stderr.contains("entry 2 is a conversation"), "{stderr}");
+    let sharegpt = file.replace("path = \"prompts.jsonl\"\n", "path = \"prompts.jsonl\"\nformat = \"sharegpt\"\n");
+    let (code, stderr) = check("sharegpt.toml", &sharegpt);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("sharegpt.toml:{}:", line_of(&sharegpt, "format = "))), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Issue 32's run: `output_tokens` uniform in 8..64 at `batch_size = 8`. Each micro-batch goes out
+/// as one HTTP request per distinct `max_tokens`; the report says what went on the wire, and it
+/// matches what `batchlab serve --timing-log` received: the number of HTTP requests, and each
+/// request's prompts (its `X-Request-Id` names them). One warning says why.
+#[test]
+fn the_wire_batches_in_the_report_match_the_servers_timing_log_and_the_split_is_warned() {
+    let dir = temp_dir("wire-batch");
+    let log = dir.join("timing.jsonl");
+    let server = Server::start(Some(STEADY), &["--timing-log", log.to_str().unwrap()]);
+    let scenario = scenario(&[&server.url], 8, 64, "")
+        .replace("output_tokens = 8", "output_tokens = { dist = \"uniform\", min = 8, max = 64 }");
+    let path = dir.join("scenario.toml");
+    std::fs::write(&path, &scenario).unwrap();
+    let out = dir.join("out");
+    let run =
+        cli_common::batchlab(&["run", path.to_str().unwrap(), "--output", out.to_str().unwrap(), "--requests-jsonl"]);
+    let printed = format!("{}{}", text(&run.stdout), text(&run.stderr));
+    assert!(run.status.success(), "{printed}");
+    let report = report(&out);
+    let b = &report["benchmarks"][0];
+    assert_eq!(b["counts"]["completed"], 64, "{printed}");
+    // The server's view: each HTTP request's id lists its prompts' batchlab ids.
+    let mut wire: std::collections::BTreeMap<String, Vec<u64>> = std::collections::BTreeMap::new();
+    for line in std::fs::read_to_string(&log).unwrap().lines() {
+        let entry: Value = serde_json::from_str(line).unwrap();
+        let id = entry["request_id"].as_str().unwrap().to_owned();
+        let ids = id.rsplit('-').next().unwrap().split(',').map(|i| i.parse().unwrap()).collect();
+        wire.insert(id, ids);
+    }
+    let sizes: Vec<u32> = wire.values().map(|ids| ids.len() as u32).collect();
+    let w = &b["dispatch"]["wire_batch"];
+    assert_eq!(w["http_requests"], wire.len() as u64, "{w}");
+    assert!(wire.len() > 64 / 8, "different max_tokens split the batches: {} HTTP requests", wire.len());
+    assert_eq!(
+        (w["min"].as_u64(), w["max"].as_u64()),
+        (sizes.iter().min().map(|&m| m.into()), sizes.iter().max().map(|&m| m.into()))
+    );
+    assert!((w["mean"].as_f64().unwrap() - 64.0 / wire.len() as f64).abs() < 1e-9, "{w}");
+    assert_eq!(b["batching"]["batch_size_mean"], 8.0, "the micro-batches were full");
+    // Each request's wire batch is the prompts of the HTTP request the server got it in.
+    let by_id: std::collections::HashMap<u64, usize> =
+        wire.values().flat_map(|ids| ids.iter().map(move |&i| (i, ids.len()))).collect();
+    for line in std::fs::read_to_string(out.join("requests.jsonl")).unwrap().lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let id = r["id"].as_u64().unwrap();
+        assert_eq!(r["wire_batch"].as_u64(), by_id.get(&id).map(|&n| n as u64), "{r}");
+        assert_eq!(r["batch_size"], 8);
+        // TTFT from the submit is TTFT from the send plus the wait before the send.
+        let waited_ms = (r["sent_ns"].as_u64().unwrap() - r["submitted_ns"].as_u64().unwrap()) as f64 / 1e6;
+        let (from_submit, from_send) = (r["ttft_from_submit_ms"].as_f64().unwrap(), r["ttft_ms"].as_f64().unwrap());
+        assert!(waited_ms > 0.0 && (from_submit - (from_send + waited_ms)).abs() < 1e-3, "{r}");
+    }
+    // The table shows it beside the batch mean, and one warning says why.
+    assert!(printed.contains("wire mean (http reqs)"), "{printed}");
+    assert_eq!(printed.matches("smaller than their micro-batch").count(), 1, "{printed}");
+    assert!(printed.contains("max_tokens"), "{printed}");
+    let warnings = b["validity_warnings"].as_array().unwrap();
+    assert!(warnings.iter().any(|w| w["kind"] == "wire_batch"), "{warnings:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

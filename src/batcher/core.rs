@@ -1022,7 +1022,12 @@ impl BatcherCore {
             GenerateResult::Outputs(outputs) => match match_outputs(batch_id, &f.members, outputs) {
                 Ok(matched) => {
                     self.record(|| Event::BatchCompleted { at: now.as_nanos(), batch: batch_id });
-                    for ((id, submitted), output) in f.members.iter().zip(matched) {
+                    for ((id, submitted), mut output) in f.members.iter().zip(matched) {
+                        // A request that failed alone (one of an HTTP batch's several requests).
+                        if let Some(error) = output.failure.take() {
+                            self.outcomes.push_back((*id, Err(RequestError::Remote { batch_id, batch_size, error })));
+                            continue;
+                        }
                         let times = RequestTimes { submitted: *submitted, dispatched: f.dispatched_at, completed: now };
                         self.outcomes.push_back((*id, Ok(Completion { output, times, batch_id, batch_size })));
                     }

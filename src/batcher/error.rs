@@ -140,6 +140,7 @@ impl RequestError {
         "http_4xx",
         "stream_dropped",
         "timeout",
+        "stalled",
         "bad_response",
     ];
 

@@ -187,6 +187,9 @@ pub struct EngineStats {
     pub endpoint: Option<String>,
     /// Where the token counts came from, when the engine did not count them itself.
     pub token_count_source: Option<TokenCountSource>,
+    /// The prompts of the request on the wire that carried this one (an HTTP engine sends a batch
+    /// as one request per distinct `max_tokens`, seed, …, so this may be less than the batch).
+    pub wire_batch: Option<u32>,
 }
 
 /// One output per request.
@@ -207,6 +210,10 @@ pub struct EngineOutput {
     pub finish_reason: FinishReason,
     /// The engine's timing of this request, for TTFT, ITL and queueing metrics.
     pub stats: EngineStats,
+    /// This request failed at a remote engine while others of its batch did not (an HTTP engine
+    /// sends a batch as several requests): it fails alone, with this error's kind and endpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<RemoteError>,
 }
 
 impl EngineOutput {
@@ -222,7 +229,14 @@ impl EngineOutput {
             text: None,
             finish_reason,
             stats: EngineStats::default(),
+            failure: None,
         }
+    }
+
+    /// The output of request `request_id` that failed remotely with `error` (the rest of its
+    /// batch may have succeeded).
+    pub fn failed(request_id: Option<RequestId>, error: RemoteError) -> Self {
+        EngineOutput { failure: Some(error), ..EngineOutput::new(request_id, FinishReason::Unknown) }
     }
 
     /// With the prompt's length in tokens, as the engine counted it (a `u32`, or an `Option`).
@@ -530,6 +544,8 @@ pub enum RemoteErrorKind {
     StreamDropped,
     /// The request's `timeout` elapsed.
     Timeout,
+    /// The endpoint sent nothing new for `stall_timeout` (a hung server): it leaves the rotation.
+    Stalled,
     /// The server sent something that is not the API's shape.
     BadResponse,
 }
@@ -543,6 +559,7 @@ impl RemoteErrorKind {
         RemoteErrorKind::Http4xx,
         RemoteErrorKind::StreamDropped,
         RemoteErrorKind::Timeout,
+        RemoteErrorKind::Stalled,
         RemoteErrorKind::BadResponse,
     ];
 
@@ -555,6 +572,7 @@ impl RemoteErrorKind {
             RemoteErrorKind::Http4xx => "http_4xx",
             RemoteErrorKind::StreamDropped => "stream_dropped",
             RemoteErrorKind::Timeout => "timeout",
+            RemoteErrorKind::Stalled => "stalled",
             RemoteErrorKind::BadResponse => "bad_response",
         }
     }

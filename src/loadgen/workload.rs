@@ -323,6 +323,17 @@ impl Workload {
         }
     }
 
+    /// The 0-based index of a file workload's first entry that is a conversation sent as one
+    /// (`messages`, with a `request_format` other than `plain`); `None` when there is none.
+    pub fn first_chat_entry(&self) -> Option<usize> {
+        match &self.source {
+            Source::File { lines, format, .. } if *format != RequestFormat::Plain => {
+                lines.iter().position(|l| matches!(l.prompt, LinePrompt::Chat(_)))
+            }
+            _ => None,
+        }
+    }
+
     /// Requests `first, first + 1, ...`, without end.
     pub fn requests(&self, first: u64) -> impl Iterator<Item = EngineRequest<()>> + '_ {
         (first..=u64::MAX).map(|k| self.request(k))

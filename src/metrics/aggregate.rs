@@ -338,7 +338,7 @@ impl BenchmarkAggregator {
             concurrency_mean,
             distributions: self.distributions.map(|d| d.summary()),
             dispatch: self.client.summary(),
-            validity_warnings: self.client.warning().into_iter().collect(),
+            validity_warnings: self.client.warnings(),
             batching: Batching {
                 batches,
                 batch_size_mean: (batches > 0).then(|| size_sum as f64 / batches as f64),
@@ -419,6 +419,7 @@ pub(crate) mod tests {
             sent: None,
             endpoint: None,
             token_count_source: None,
+            wire_batch: None,
             client_token_times: None,
             anomalies: Anomalies::default(),
         }

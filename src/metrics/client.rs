@@ -16,6 +16,14 @@
 //!   submits late) and an engine's own delay between our dispatch and the send (a full connection
 //!   pool).
 //!
+//! For an engine that sends requests itself (HTTP: it gives `sent_ts`), two more:
+//! - `ttft_from_submit` = first token − submit: TTFT as the caller of batchlab sees it, the wait
+//!   for the batch to fill and for a free connection included (`ttft` runs from the send);
+//! - `wire_batch`: the prompts of the HTTP request that carried each request, next to its
+//!   micro-batch's size. A micro-batch of different `max_tokens` goes out as several requests
+//!   (one completions request has one `max_tokens`): the summary counts the HTTP requests, and
+//!   [`WIRE_BATCH_WARNING`] says so when any request went out in a smaller one than its batch.
+//!
 //! A benchmark whose `client_lag` p99 is above [`CLIENT_LAG_P99_LIMIT`] ran behind its own load
 //! profile: its offered load was not what the scenario says, and its latencies start later than
 //! the profile meant. The result says so with a [`ValidityWarning`], as inference-perf and guidellm
@@ -37,6 +45,9 @@ pub const CLIENT_LAG_P99_LIMIT: Duration = Duration::from_millis(10);
 /// The `kind` of the warning that the client fell behind its own schedule.
 pub const CLIENT_LAG_WARNING: &str = "client_lag";
 
+/// The `kind` of the warning that requests went out in HTTP requests smaller than their batches.
+pub const WIRE_BATCH_WARNING: &str = "wire_batch";
+
 /// One completed request's dispatch delay and client lag (module docs).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ClientTiming {
@@ -46,6 +57,10 @@ pub struct ClientTiming {
     pub client_lag: Duration,
     /// Whether the send time was the engine's own (`sent_ts`), not the batch's dispatch.
     pub engine_sent: bool,
+    /// Submit → first token, for an engine that sends itself (module docs).
+    pub ttft_from_submit: Option<Duration>,
+    /// The prompts of its HTTP request, and of its micro-batch, where the engine says.
+    pub wire_batch: Option<(u32, usize)>,
 }
 
 impl ClientTiming {
@@ -58,6 +73,28 @@ impl ClientTiming {
             dispatch_delay: sent_at.saturating_since(intended),
             client_lag: times.submitted.saturating_since(intended) + sent_at.saturating_since(times.dispatched),
             engine_sent: sent.is_some(),
+            ttft_from_submit: None,
+            wire_batch: None,
+        }
+    }
+
+    /// With what only an engine that sends itself knows: its first token's time (for
+    /// `ttft_from_submit`, from `submitted`), and the prompts of the HTTP request that carried
+    /// it, beside those of its micro-batch (`batch_size`).
+    pub fn with_wire(
+        self,
+        submitted: Timestamp,
+        first_token: Option<Timestamp>,
+        wire_batch: Option<u32>,
+        batch_size: usize,
+    ) -> Self {
+        if !self.engine_sent {
+            return self;
+        }
+        ClientTiming {
+            ttft_from_submit: first_token.map(|t| t.saturating_since(submitted)),
+            wire_batch: wire_batch.map(|w| (w, batch_size)),
+            ..self
         }
     }
 }
@@ -87,6 +124,11 @@ impl Percentiles {
         }
     }
 
+    /// Whether it has no samples.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
     /// `p50`, `p99` or `max` by name.
     pub fn stat(&self, stat: &str) -> Option<f64> {
         match stat {
@@ -108,6 +150,27 @@ pub struct DispatchSummary {
     /// Requests whose send time was the engine's own `sent_ts` (the others': their batch's
     /// dispatch).
     pub engine_sent: u64,
+    /// Submit → first token (an engine that sends itself; `ttft` runs from the send).
+    #[serde(default, skip_serializing_if = "Percentiles::is_empty")]
+    pub ttft_from_submit: Percentiles,
+    /// The prompts per HTTP request as sent (an engine that says; `None` for the others).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_batch: Option<WireBatch>,
+}
+
+/// The prompts per request on the wire, over a benchmark's completed measured requests.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WireBatch {
+    /// HTTP requests (each of `k` prompts counts `1/k` for each of its prompts).
+    pub http_requests: u64,
+    /// Prompts per HTTP request: mean over the HTTP requests.
+    pub mean: f64,
+    /// The smallest HTTP request, in prompts.
+    pub min: u32,
+    /// The largest.
+    pub max: u32,
+    /// Requests whose HTTP request was smaller than their micro-batch.
+    pub split_requests: u64,
 }
 
 /// A reason to doubt a benchmark's numbers, which the report shows beside them.
@@ -125,6 +188,15 @@ pub struct ClientTimings {
     dispatch_delay: Distribution,
     client_lag: Distribution,
     engine_sent: u64,
+    ttft_from_submit: Distribution,
+    /// Requests with a wire batch, the sum of `1/k` over them (the HTTP requests), the smallest
+    /// and largest `k`, those split from their batch, and their batches' sizes summed.
+    wire_requests: u64,
+    wire_http: f64,
+    wire_min: u32,
+    wire_max: u32,
+    wire_split: u64,
+    wire_batch_sizes: u64,
 }
 
 impl ClientTimings {
@@ -133,6 +205,32 @@ impl ClientTimings {
         self.dispatch_delay.record(t.dispatch_delay);
         self.client_lag.record(t.client_lag);
         self.engine_sent += u64::from(t.engine_sent);
+        if let Some(ttft) = t.ttft_from_submit {
+            self.ttft_from_submit.record(ttft);
+        }
+        if let Some((wire, batch)) = t.wire_batch.filter(|(w, _)| *w > 0) {
+            self.wire_min = if self.wire_requests == 0 { wire } else { self.wire_min.min(wire) };
+            self.wire_max = self.wire_max.max(wire);
+            self.wire_requests += 1;
+            self.wire_http += 1.0 / f64::from(wire);
+            self.wire_split += u64::from((wire as usize) < batch);
+            self.wire_batch_sizes += batch as u64;
+        }
+    }
+
+    /// The prompts per HTTP request, where the engine said.
+    fn wire_batch(&self) -> Option<WireBatch> {
+        if self.wire_requests == 0 {
+            return None;
+        }
+        let http_requests = self.wire_http.round().max(1.0) as u64;
+        Some(WireBatch {
+            http_requests,
+            mean: self.wire_requests as f64 / http_requests as f64,
+            min: self.wire_min,
+            max: self.wire_max,
+            split_requests: self.wire_split,
+        })
     }
 
     /// The summary.
@@ -141,7 +239,35 @@ impl ClientTimings {
             dispatch_delay: Percentiles::of(&self.dispatch_delay),
             client_lag: Percentiles::of(&self.client_lag),
             engine_sent: self.engine_sent,
+            ttft_from_submit: Percentiles::of(&self.ttft_from_submit),
+            wire_batch: self.wire_batch(),
         }
+    }
+
+    /// Every warning: [`ClientTimings::warning`], then the [`WIRE_BATCH_WARNING`] when requests
+    /// went out in HTTP requests smaller than their micro-batches.
+    pub fn warnings(&self) -> Vec<ValidityWarning> {
+        let mut warnings: Vec<ValidityWarning> = self.warning().into_iter().collect();
+        if let Some(wire) = self.wire_batch().filter(|w| w.split_requests > 0) {
+            let batch_mean = self.wire_batch_sizes as f64 / self.wire_requests as f64;
+            warnings.push(ValidityWarning {
+                kind: WIRE_BATCH_WARNING.to_owned(),
+                message: format!(
+                    "{} of {} requests went out in HTTP requests smaller than their micro-batch: {} HTTP requests of \
+                     {:.2} prompts on average (min {}, max {}), for micro-batches of {:.2} per request; one \
+                     completions request carries one `max_tokens` (and seed, temperature), so a batch of different \
+                     `max_tokens` is split (docs/http.md, \"Wire batches\")",
+                    wire.split_requests,
+                    self.wire_requests,
+                    wire.http_requests,
+                    wire.mean,
+                    wire.min,
+                    wire.max,
+                    batch_mean
+                ),
+            });
+        }
+        warnings
     }
 
     /// The [`CLIENT_LAG_WARNING`] when the client lag's p99 is above [`CLIENT_LAG_P99_LIMIT`].

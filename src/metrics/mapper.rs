@@ -111,6 +111,8 @@ pub struct RequestMetrics {
     pub endpoint: Option<String>,
     /// Where the engine's token counts came from, when it says.
     pub token_count_source: Option<TokenCountSource>,
+    /// The prompts of the HTTP request that carried it, as the engine says.
+    pub wire_batch: Option<u32>,
     /// When each token arrived, on our clock, for an engine that times on the client's side (it
     /// gives `sent_ts`: the HTTP engine) and only when the times are consistent (those `itl`
     /// comes from); `None` otherwise. requests.jsonl's `token_ns`.
@@ -324,6 +326,7 @@ fn to_timestamps(
         sent_ts: unset_zero(stats.sent_ts),
         endpoint: None,
         token_count_source: None,
+        wire_batch: None,
     };
     let offset = match domain {
         ClockDomain::Monotonic => Some(0.0),
@@ -505,6 +508,7 @@ pub fn map_request(
         sent: e.sent,
         endpoint: output.stats.endpoint.clone(),
         token_count_source: output.stats.token_count_source,
+        wire_batch: output.stats.wire_batch,
         client_token_times,
         anomalies,
     }

@@ -99,6 +99,14 @@ pub struct RequestRecord {
     /// `dispatched_ns`); `None` otherwise.
     #[serde(default)]
     pub dispatch_delay_ms: Option<f64>,
+    /// A completed request's submit → first token, ms, for an engine that sends itself (HTTP:
+    /// `ttft_ms` runs from the send); left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_from_submit_ms: Option<f64>,
+    /// The prompts of the HTTP request that carried it (next to `batch_size`, its micro-batch's),
+    /// when the engine says; left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_batch: Option<u32>,
     /// When each of its tokens arrived, in ns on the monotonic clock, for an engine that times on
     /// the client's side (the HTTP engine: its chunks' arrivals); left out otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -197,6 +205,8 @@ impl RequestRecord {
             sent_ns: metrics.sent,
             token_ns: metrics.client_token_times.clone(),
             dispatch_delay_ms: None,
+            ttft_from_submit_ms: None,
+            wire_batch: None,
             endpoint: metrics.endpoint.clone(),
             token_count_source: metrics.token_count_source,
             metrics: Some(metrics.into()),
@@ -231,6 +241,8 @@ impl RequestRecord {
             sent_ns: None,
             token_ns: None,
             dispatch_delay_ms: None,
+            ttft_from_submit_ms: None,
+            wire_batch: None,
             endpoint: None,
             token_count_source: None,
             metrics: None,
@@ -505,6 +517,8 @@ mod tests {
                     sent_ns,
                     token_ns,
                     dispatch_delay_ms,
+                    ttft_from_submit_ms: None,
+                    wire_batch: None,
                     endpoint,
                     token_count_source,
                     metrics,

@@ -47,6 +47,23 @@ const PREFIX_COLUMN: Column = Column {
     cell: |b| format!("{} ({})", fixed(b.prefix_cache_hit_rate, 2), fixed(b.prefix_cache_designed_hit_rate, 2)),
 };
 
+/// Shown only when an engine said what went on the wire (HTTP): the prompts per HTTP request
+/// (mean, and the number of HTTP requests) next to `batch mean`, and TTFT from the submit (the
+/// batch's fill included; `ttft` runs from the send).
+const WIRE_COLUMNS: [Column; 2] = [
+    Column {
+        header: "wire mean (http reqs)",
+        cell: |b| match &b.dispatch.wire_batch {
+            Some(w) => format!("{:.2} ({})", w.mean, w.http_requests),
+            None => "-".to_owned(),
+        },
+    },
+    Column {
+        header: "ttft-submit p50 ms",
+        cell: |b| b.dispatch.ttft_from_submit.p50.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}")),
+    },
+];
+
 /// The last column of a `[matrix]` run's table: `*` on the throughput/latency Pareto front.
 pub(crate) const FRONT_HEADER: &str = "front";
 
@@ -64,7 +81,12 @@ pub fn render_table(report: &Report) -> String {
     let prefix = report.benchmarks.iter().any(|b| {
         [b.prefix_cache_hit_rate, b.prefix_cache_designed_hit_rate].iter().any(|r| r.is_some_and(|r| r > 0.0))
     });
-    let columns: Vec<&Column> = COLUMNS.iter().chain(prefix.then_some(&PREFIX_COLUMN)).collect();
+    let wire = report.benchmarks.iter().any(|b| b.dispatch.wire_batch.is_some());
+    let columns: Vec<&Column> = COLUMNS
+        .iter()
+        .chain(wire.then_some(WIRE_COLUMNS.iter()).into_iter().flatten())
+        .chain(prefix.then_some(&PREFIX_COLUMN))
+        .collect();
     let mut headers: Vec<String> = columns.iter().map(|c| c.header.to_string()).collect();
     if matrix {
         headers.push(FRONT_HEADER.to_string());

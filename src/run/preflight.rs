@@ -32,6 +32,7 @@ pub fn preflight(plan: &Plan) -> Result<Workload, RunError> {
     }
     plan.engine().check()?;
     let workload = Workload::from_plan(plan.workload())?;
+    check_chat_prompts(plan, &workload)?;
     for c in combinations {
         Workload::from_plan(c.plan().workload())?;
     }
@@ -88,6 +89,28 @@ fn check_in_flight(plan: &Plan) -> Result<(), RunError> {
     let message = match plan.place("batching.max_in_flight") {
         Some(place) => format!("{place}: {refusal}"),
         None => refusal.to_string(),
+    };
+    Err(RunError::Engine(EngineError::Unsupported(message)))
+}
+
+/// The completions API takes no conversations: a file workload with `messages` is refused at
+/// `workload.path`'s place, naming the first such entry (the synthetic `chat = true` and the
+/// ShareGPT format are refused when the scenario is read).
+fn check_chat_prompts(plan: &Plan, workload: &Workload) -> Result<(), RunError> {
+    let EnginePlan::OpenAi(c) = plan.engine() else { return Ok(()) };
+    if c.api != crate::engine::openai::Api::Completions {
+        return Ok(());
+    }
+    let Some(entry) = workload.first_chat_entry() else { return Ok(()) };
+    let refusal = format!(
+        "the workload file's entry {} is a conversation (`messages`), but `engine.openai.api` is \"completions\", \
+         which takes text or token ids only: set `engine.openai.api = \"chat\"` (with `batching.batch_size = 1`), \
+         or `workload.request_format = \"plain\"` to send each conversation as text",
+        entry + 1
+    );
+    let message = match plan.place("workload.path") {
+        Some(place) => format!("{place}: {refusal}"),
+        None => refusal,
     };
     Err(RunError::Engine(EngineError::Unsupported(message)))
 }

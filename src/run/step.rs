@@ -492,7 +492,12 @@ impl StepRun {
         match outcome {
             Ok(c) => {
                 let metrics = map_request(&c.times, &c.output, self.domain, self.anchor);
-                let client = ClientTiming::new(flight.intended, &c.times, metrics.sent);
+                let client = ClientTiming::new(flight.intended, &c.times, metrics.sent).with_wire(
+                    c.times.submitted,
+                    metrics.engine_first_token,
+                    metrics.wire_batch,
+                    c.batch_size,
+                );
                 if flight.phase == Phase::Measure {
                     self.aggregator.record_completion(&metrics, &c.times);
                     self.aggregator.record_client_timing(&client);
@@ -509,6 +514,8 @@ impl StepRun {
                     let mut record = RequestRecord::completed(id, name, flight.phase, c, &metrics);
                     record.intended_ns = Some(flight.intended);
                     record.dispatch_delay_ms = Some(client.dispatch_delay.as_nanos() as f64 / 1e6);
+                    record.ttft_from_submit_ms = client.ttft_from_submit.map(|t| t.as_nanos() as f64 / 1e6);
+                    record.wire_batch = client.wire_batch.map(|(w, _)| w);
                     record
                 });
             }

@@ -366,10 +366,18 @@ pub(crate) const OPENAI_KEYS: &[Key<OpenAiConfig>] = &[
         in OpenAiConfig
     ),
     key!(
-        timeout: Dur { zero: false },
-        KeyDefault::Value,
+        timeout: Opt(Dur { zero: false }),
+        KeyDefault::Text("30 s + 100 ms per asked-for token of the request, at most 30 min"),
         "> 0; one request, from the batch reaching the engine (a wait for a free connection included) to its \
          stream's end; past it the batch fails with `timeout`",
+        in OpenAiConfig
+    ),
+    key!(
+        stall_timeout: Opt(Dur { zero: false }),
+        KeyDefault::Text("5 s, or 8× the longest gap between events seen so far in the run when longer"),
+        "> 0; a request that gets nothing new (no response head, no event with data) for this long, while its \
+         endpoint sends none on our other requests either, fails with `stalled`, and the endpoint leaves the \
+         rotation until probed",
         in OpenAiConfig
     ),
     key!(
@@ -488,13 +496,13 @@ pub(crate) const BATCHING_KEYS: &[Key<Batching>] = &[
     ),
     key!(
         generate_timeout: Opt(Dur { zero: false }),
-        KeyDefault::Text("none for `sim`; `engine.openai.timeout` + 30 s for `openai`; `\"10m\"` for another real engine"),
+        KeyDefault::Text("none for `sim`; `engine.openai.timeout` (30 min when derived) + 30 s for `openai`; `\"10m\"` for another real engine"),
         "> 0; a longer generate fails its batch, and while it stays stuck, queued requests fail after waiting as long",
         in Batching
     ),
     key!(
         stall_timeout: Opt(Dur { zero: false }),
-        KeyDefault::Text("none for `sim`; `engine.openai.timeout` + 30 s for `openai`; `\"30s\"` for another real engine"),
+        KeyDefault::Text("none for `sim`; `engine.openai.timeout` (30 min when derived) + 30 s for `openai`; `\"30s\"` for another real engine"),
         "> 0; a generate with no progress (no output, no CPU time in the engine's processes) for this long, \
          or 4× the run's longest generate when that is longer, fails with `engine_stalled`, and so does every later request",
         in Batching

@@ -43,6 +43,12 @@ pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
     let batching = lower_batching(cx, top, &engine, &mut places);
     check_chat_batches(cx, top, &engine, &batching);
     let workload = lower_workload(cx, top, seed);
+    check_chat_prompts(cx, top, &engine, &workload);
+    // `run::preflight` reads the file, and refuses there what the engine cannot send.
+    if let Some(field) = sub_table(cx, top, "workload", "workload").and_then(|w| cx.field(w, "path")) {
+        let place = cx.origin(&field.path, field.span()).short();
+        places.0.push((field.path, place));
+    }
     let batching = stall_from_profile(cx, top, &engine, &workload, batching);
     let profile = lower_profile(cx, top, seed);
     check_benchmark_names(cx, top, &profile);
@@ -222,6 +228,34 @@ fn check_chat_batches(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePl
     }
 }
 
+/// The completions API takes text or token ids: chat prompts (`messages`) need the chat API, or
+/// `request_format = "plain"`. Refused at the key that makes the prompts chats.
+fn check_chat_prompts(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePlan, workload: &WorkloadSpec) {
+    let EnginePlan::OpenAi(OpenAiConfig { api: Api::Completions, .. }) = engine else { return };
+    let (key, what) = match workload {
+        WorkloadSpec::Synthetic { chat, request_format, .. }
+            if chat.enabled && *request_format != RequestFormat::Plain =>
+        {
+            ("chat", "`workload.chat = true` makes every prompt a conversation (`messages`)")
+        }
+        WorkloadSpec::File { dataset, request_format, .. }
+            if dataset.format == FileFormat::ShareGpt && *request_format != RequestFormat::Plain =>
+        {
+            ("format", "`workload.format = \"sharegpt\"` makes every prompt a conversation (`messages`)")
+        }
+        _ => return,
+    };
+    let message = format!("{what}, but `engine.openai.api` is \"completions\", which takes text or token ids only");
+    let help = "set `engine.openai.api = \"chat\"` (with `batching.batch_size = 1`), or \
+                `workload.request_format = \"plain\"` to send each conversation as text"
+        .to_owned();
+    let written = sub_table(cx, top, "workload", "workload").and_then(|w| cx.field(w, key));
+    match written {
+        Some(field) => cx.report_at(&field, message, Some(help)),
+        None => cx.report(&format!("workload.{key}"), None, message, Some(help)),
+    }
+}
+
 /// The sub-table `key` of `t`, if it is one, without checking its keys again.
 fn sub_table<'t>(cx: &ReadContext, t: LocatedTable<'t>, key: &str, path: &'t str) -> Option<LocatedTable<'t>> {
     let field = cx.field(t, key)?;
@@ -260,6 +294,12 @@ pub(crate) use crate::batcher::REAL_ENGINE_GENERATE_TIMEOUT;
 /// timeouts default to.
 pub(crate) const HTTP_TIMEOUT_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The batcher's backstop for an HTTP engine: its request `timeout` (the longest a derived one
+/// can be, when none is set) and [`HTTP_TIMEOUT_MARGIN`].
+pub(crate) fn http_backstop(timeout: Option<std::time::Duration>) -> std::time::Duration {
+    timeout.unwrap_or(crate::engine::openai::config::TIMEOUT_CAP).saturating_add(HTTP_TIMEOUT_MARGIN)
+}
+
 /// `[batching]`; a real engine gets [`BatchConfig::with_real_engine_defaults`] for the timeouts
 /// the scenario leaves unset. An HTTP engine's both default to its request `timeout` and
 /// [`HTTP_TIMEOUT_MARGIN`], so its own timeout, which names the failure (`timeout`) and fails
@@ -270,7 +310,7 @@ fn lower_batching(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePlan, 
     let d = match engine {
         EnginePlan::Sim(_) => BatchConfig::default(),
         EnginePlan::OpenAi(c) => {
-            let backstop = Some(c.timeout.saturating_add(HTTP_TIMEOUT_MARGIN));
+            let backstop = Some(http_backstop(c.timeout));
             let d = BatchConfig::default().with_generate_timeout(backstop).and_then(|d| d.with_stall_timeout(backstop));
             d.unwrap_or_default().with_real_engine_defaults()
         }

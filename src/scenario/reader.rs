@@ -33,6 +33,25 @@ pub(crate) struct ReadContext<'a> {
     /// The problems (by index) whose origin is a range of the text: placed all at once, in one
     /// pass, by [`ReadContext::into_problems`].
     pending: Vec<(usize, Range<usize>)>,
+    /// Values that look like secrets (a key where a variable's name belongs): masked wherever a
+    /// problem would show them, on every line.
+    secrets: Vec<String>,
+    /// Where in the text they are written (as TOML writes them, escapes and all).
+    secret_spans: Vec<Range<usize>>,
+}
+
+/// `text` with every occurrence of each of `secrets` replaced by as many bytes of `*`.
+/// (line ends kept, so lines stay where they were).
+fn mask_all(text: &str, secrets: &[String]) -> String {
+    secrets.iter().fold(text.to_owned(), |text, secret| {
+        let stars: String = secret.chars().flat_map(|c| masked(c).take(c.len_utf8())).collect();
+        text.replace(secret.as_str(), &stars)
+    })
+}
+
+/// A character's mask: a line end as itself, anything else `*`s.
+fn masked(c: char) -> impl Iterator<Item = char> {
+    std::iter::repeat(if c == '\n' || c == '\r' { c } else { '*' })
 }
 
 /// A table of the scenario, with its dotted path for messages.
@@ -135,16 +154,58 @@ impl<'a> ReadContext<'a> {
         problems: Vec<Problem>,
     ) -> Self {
         let lines = LineIndex::new(source);
-        ReadContext { source, file, base_dir, sets, renamed, problems, lines, pending: Vec::new() }
+        ReadContext {
+            source,
+            file,
+            base_dir,
+            sets,
+            renamed,
+            problems,
+            lines,
+            pending: Vec::new(),
+            secrets: Vec::new(),
+            secret_spans: Vec::new(),
+        }
+    }
+
+    /// `field` holds a secret, `value`: no problem shows it, in its message, its help or a source
+    /// excerpt of any line.
+    pub fn mask(&mut self, field: &Field, value: &str) {
+        if !value.is_empty() && !self.secrets.iter().any(|s| s == value) {
+            self.secrets.push(value.to_owned());
+        }
+        self.secret_spans.extend(field.span());
     }
 
     /// Every problem reported, each with its origin.
     pub fn into_problems(self) -> Vec<Problem> {
         let mut problems = self.problems;
         let spans: Vec<Range<usize>> = self.pending.iter().map(|(_, span)| span.clone()).collect();
-        let origins = self.lines.locate_all(self.file, self.source, &spans);
+        // Excerpts come from a text with every secret masked byte for byte, so the spans still
+        // fit and a window cut through a secret shows none of it either.
+        let mut masked = self.source.as_bytes().to_vec();
+        for span in &self.secret_spans {
+            for b in &mut masked[span.clone()] {
+                if *b != b'\n' && *b != b'\r' {
+                    *b = b'*';
+                }
+            }
+        }
+        let masked = mask_all(&String::from_utf8_lossy(&masked), &self.secrets);
+        let origins = self.lines.locate_all(self.file, &masked, &spans);
         for ((index, _), origin) in self.pending.iter().zip(origins) {
             problems[*index].origin = origin;
+        }
+        if !self.secrets.is_empty() {
+            for p in &mut problems {
+                p.message = mask_all(&p.message, &self.secrets);
+                p.help = p.help.as_deref().map(|h| mask_all(h, &self.secrets));
+                match &mut p.origin {
+                    Origin::Source { line_text, .. } => *line_text = mask_all(line_text, &self.secrets),
+                    Origin::Override { arg } => *arg = mask_all(arg, &self.secrets),
+                    Origin::File { .. } => {}
+                }
+            }
         }
         problems
     }

@@ -683,17 +683,19 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
         "[a-zA-Z0-9][a-zA-Z0-9/._-]{0,11}",
         any::<bool>(),
         proptest::option::of("[A-Z_][A-Z0-9_]{0,8}"),
-        duration_strategy(1),
+        proptest::option::of(duration_strategy(1)),
+        proptest::option::of(duration_strategy(1)),
         1u32..100_000,
         any::<bool>(),
     )
-        .prop_map(|(urls, model, chat, api_key_env, timeout, max_connections, least)| {
+        .prop_map(|(urls, model, chat, api_key_env, timeout, stall_timeout, max_connections, least)| {
             EnginePlan::OpenAi(OpenAiConfig {
                 urls,
                 model,
                 api: if chat { Api::Chat } else { Api::Completions },
                 api_key_env,
                 timeout,
+                stall_timeout,
                 max_connections,
                 routing: if least { Routing::LeastOutstanding } else { Routing::RoundRobin },
             })
@@ -963,6 +965,19 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                     },
                     (_, workload) => workload,
                 };
+                // Conversations need the chat API (the completions API takes none).
+                let chats = match &workload {
+                    WorkloadSpec::Synthetic { chat, request_format, .. } => {
+                        chat.enabled && *request_format != RequestFormat::Plain
+                    }
+                    WorkloadSpec::File { dataset, request_format, .. } => {
+                        dataset.format == FileFormat::ShareGpt && *request_format != RequestFormat::Plain
+                    }
+                };
+                let engine = match engine {
+                    EnginePlan::OpenAi(c) if chats => EnginePlan::OpenAi(OpenAiConfig { api: Api::Chat, ..c }),
+                    engine => engine,
+                };
                 Plan {
                     name,
                     description,
@@ -975,7 +990,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                         // default to its request timeout and a margin.
                         EnginePlan::OpenAi(c) => {
                             let size = if c.api == Api::Chat { 1 } else { batching.batch_size() };
-                            let backstop = Some(c.timeout.saturating_add(super::lower::HTTP_TIMEOUT_MARGIN));
+                            let backstop = Some(super::lower::http_backstop(c.timeout));
                             crate::batcher::BatchConfig::new(size, batching.batch_timeout())
                                 .and_then(|b| b.with_generate_timeout(batching.generate_timeout().or(backstop)))
                                 .and_then(|b| b.with_stall_timeout(batching.stall_timeout().or(backstop)))

@@ -59,7 +59,10 @@ impl HttpClient {
             Ok(response) => {
                 let stamps = response.extensions().get::<ConnStamps>().map(|s| s.0.clone());
                 let (head, body) = response.into_parts();
-                Ok(Response { status: head.status, body, stamps })
+                let json = head.headers.get(http::header::CONTENT_TYPE).is_some_and(|v| {
+                    v.to_str().is_ok_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"))
+                });
+                Ok(Response { status: head.status, json, body, stamps })
             }
             Err(e) => Err(SendError { connect: e.is_connect(), message: error_chain(&e) }),
         }
@@ -69,6 +72,8 @@ impl HttpClient {
 /// A response whose body is still to read.
 pub(super) struct Response {
     status: StatusCode,
+    /// The head says `content-type: application/json`.
+    json: bool,
     body: Incoming,
     stamps: Option<Arc<Stamps>>,
 }
@@ -76,6 +81,11 @@ pub(super) struct Response {
 impl Response {
     pub(super) fn status(&self) -> StatusCode {
         self.status
+    }
+
+    /// Whether the body is declared JSON (`content-type: application/json`), not an event stream.
+    pub(super) fn is_json(&self) -> bool {
+        self.json
     }
 
     /// When the request went: the start of the last write on its connection before the head came

@@ -42,8 +42,15 @@ pub struct OpenAiConfig {
     /// sends no `Authorization` header. The key itself is never part of the config.
     pub api_key_env: Option<String>,
     /// How long one request may take, from the moment the engine got its batch (waiting for a
-    /// free connection included) to the end of its stream.
-    pub timeout: Duration,
+    /// free connection included) to the end of its stream; `None`: [`request_timeout`]'s, from
+    /// the request's `max_tokens`.
+    pub timeout: Option<Duration>,
+    /// How long a request and its endpoint may go without progress (a response head, or an event
+    /// with data, on any of our requests to it; an SSE comment is none) before the request fails
+    /// as `stalled` and the endpoint leaves the rotation.
+    /// `None`: [`STALL_FLOOR`], or [`STALL_GAPS`] times the longest gap between events seen so
+    /// far in the run, when that is longer.
+    pub stall_timeout: Option<Duration>,
     /// Most requests in flight at once to one endpoint (a real cap: the others wait for a slot).
     pub max_connections: u32,
     /// How a request picks an endpoint when there are several.
@@ -59,15 +66,38 @@ impl OpenAiConfig {
             model: model.into(),
             api: Api::Completions,
             api_key_env: None,
-            timeout: DEFAULT_TIMEOUT,
+            timeout: None,
+            stall_timeout: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             routing: Routing::RoundRobin,
         }
     }
 }
 
-/// `timeout`'s default.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// A derived `timeout`: this, plus [`TIMEOUT_PER_TOKEN`] per asked-for token, at most
+/// [`TIMEOUT_CAP`].
+pub const TIMEOUT_BASE: Duration = Duration::from_secs(30);
+/// A derived `timeout` per asked-for token: ten times a slow server's decode step.
+pub const TIMEOUT_PER_TOKEN: Duration = Duration::from_millis(100);
+/// The longest derived `timeout`.
+pub const TIMEOUT_CAP: Duration = Duration::from_secs(30 * 60);
+
+/// The total bound on one request asking for `max_tokens`: the configured `timeout`, else
+/// derived from `max_tokens` (30 s + 100 ms a token, at most 30 min: 56 s for 256 tokens).
+pub fn request_timeout(configured: Option<Duration>, max_tokens: u32) -> Duration {
+    configured.unwrap_or_else(|| (TIMEOUT_BASE + TIMEOUT_PER_TOKEN.saturating_mul(max_tokens)).min(TIMEOUT_CAP))
+}
+/// The least a derived `stall_timeout` is: longer than any pause of a healthy server that has
+/// already sent its response head (a long prefill included).
+pub const STALL_FLOOR: Duration = Duration::from_secs(5);
+/// A derived `stall_timeout` is this many times the longest gap between events seen so far.
+pub const STALL_GAPS: u32 = 8;
+
+/// The `stall_timeout` in force when the longest gap between events seen so far is `longest_gap`.
+pub fn stall_limit(configured: Option<Duration>, longest_gap: Duration) -> Duration {
+    configured.unwrap_or_else(|| STALL_FLOOR.max(longest_gap.saturating_mul(STALL_GAPS)))
+}
+
 /// `max_connections`' default.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 512;
 
@@ -112,6 +142,54 @@ pub fn is_env_var_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Prefixes of common API keys and tokens (OpenAI's `sk-`, Hugging Face's `hf_`, GitHub's, Slack's,
+/// Google's, AWS's), as they are written: `HF_TOKEN` is a variable's name, `hf_…` a token.
+const SECRET_PREFIXES: &[&str] =
+    &["sk-", "sk_", "hf_", "ghp_", "gho_", "github_pat_", "xoxb-", "xoxp-", "AIza", "AKIA"];
+/// A name at least this long is checked for entropy.
+const LONG_NAME: usize = 20;
+/// Bits per character past which a long name with digits and both cases is taken for a key.
+const SECRET_BITS_PER_CHAR: f64 = 3.5;
+
+/// Whether `value` looks like a secret rather than a variable's name: a known key prefix, or long,
+/// mixing lower case, upper case and digits, and high in entropy (`OPENAI_API_KEY` is none of
+/// these). Such a value is refused without being repeated: a pasted key.
+pub fn looks_like_secret(value: &str) -> bool {
+    if SECRET_PREFIXES.iter().any(|p| value.starts_with(p)) {
+        return true;
+    }
+    let chars: Vec<char> = value.chars().collect();
+    if chars.len() < LONG_NAME {
+        return false;
+    }
+    let mixed = chars.iter().any(char::is_ascii_lowercase)
+        && chars.iter().any(char::is_ascii_uppercase)
+        && chars.iter().any(char::is_ascii_digit);
+    mixed && bits_per_char(&chars) >= SECRET_BITS_PER_CHAR
+}
+
+/// The Shannon entropy of `chars`' distribution, in bits per character.
+fn bits_per_char(chars: &[char]) -> f64 {
+    let mut counts = std::collections::HashMap::new();
+    for c in chars {
+        *counts.entry(*c).or_insert(0usize) += 1;
+    }
+    let n = chars.len() as f64;
+    counts.values().map(|&k| k as f64 / n).map(|p| -p * p.log2()).sum()
+}
+
+/// Whether `value` may be used as `api_key_env`: a variable's name that does not look like a
+/// secret. `Err` says why not, without repeating `value`.
+pub fn check_api_key_env(value: &str) -> Result<(), &'static str> {
+    if looks_like_secret(value) {
+        Err("looks like a key itself, not the NAME of the environment variable holding it (the value is not shown)")
+    } else if !is_env_var_name(value) {
+        Err("must be the NAME of an environment variable (letters, digits, `_`; the value is not shown)")
+    } else {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +219,28 @@ mod tests {
         for bad in ["", "1K", "sk-abc123", "A B", "A=B"] {
             assert!(!is_env_var_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_default_timeout_fits_the_request_not_five_minutes() {
+        assert_eq!(request_timeout(None, 4), Duration::from_millis(30_400));
+        assert_eq!(request_timeout(None, 256), Duration::from_millis(55_600));
+        assert_eq!(request_timeout(None, u32::MAX), TIMEOUT_CAP);
+        assert_eq!(request_timeout(Some(Duration::from_secs(2)), 4096), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn secrets_are_told_from_names() {
+        for name in ["OPENAI_API_KEY", "HF_TOKEN", "MY_VERY_LONG_SERVICE_API_KEY_NAME_2", "k1", "sk", "hf"] {
+            assert!(!looks_like_secret(name), "{name}");
+            assert_eq!(check_api_key_env(name), Ok(()), "{name}");
+        }
+        // `hf_…` and a long random token are valid names, and still refused.
+        for secret in ["hf_AbCdEfGhIjKlMnOpQrStUv", "sk-live-0123456789", "Zx8Qw2Lm4Np6Rt9Vb1Kd7Hg3"] {
+            assert!(looks_like_secret(secret), "{secret}");
+            assert!(check_api_key_env(secret).is_err(), "{secret}");
+        }
+        assert!(is_env_var_name("hf_AbCdEfGhIjKlMnOpQrStUv") && is_env_var_name("Zx8Qw2Lm4Np6Rt9Vb1Kd7Hg3"));
+        assert!(check_api_key_env("A B").is_err());
     }
 }

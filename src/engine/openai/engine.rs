@@ -1,6 +1,7 @@
 //! [`OpenAiEngine`]: the HTTP client on a tokio runtime of its own, its two faces (the blocking
 //! [`Engine`] and the [`ConcurrentEngine`]), endpoint checks at start, and the `/metrics` scrape.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,12 +13,12 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::client::{HttpClient, Response, SendError};
-use super::config::{Api, OpenAiConfig};
+use super::config::{Api, OpenAiConfig, request_timeout, stall_limit};
 use super::request;
 use super::route::{Change, Health, Pick, Router};
 use super::scrape;
 use super::sse::SseParser;
-use super::stream::{ChoiceResult, ResponseStream, StreamError, excerpt};
+use super::stream::{ChoiceError, ChoiceResult, ResponseStream, StreamError, excerpt};
 use crate::engine::{
     ConcurrentEngine, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, GenerateDone, Prompt,
     RemoteError, RemoteErrorKind, ServerCounters,
@@ -58,6 +59,9 @@ struct Shared {
     endpoints: Vec<Endpoint>,
     router: Mutex<Router>,
     runtime: tokio::runtime::Handle,
+    /// The longest gap between two signs of progress of one request seen so far (ns): what a
+    /// derived `stall_timeout` scales.
+    longest_gap: AtomicU64,
     /// `batchlab-<this engine start>-`: the head of every request's `X-Request-Id`, so two runs
     /// against one server never send the same id (vLLM takes the header as its request id).
     request_id_prefix: String,
@@ -67,6 +71,42 @@ struct Endpoint {
     url: String,
     /// `max_connections` permits: a request holds one from before it is sent to its stream's end.
     slots: Semaphore,
+    /// The endpoint's last sign of progress on any of our requests (a response head, an event
+    /// with data): the progress watch is per endpoint, so a request queued behind others on a
+    /// busy server that answers them is not taken for a hung one.
+    progress: Mutex<tokio::time::Instant>,
+}
+
+impl Endpoint {
+    fn progress(&self) -> tokio::time::Instant {
+        *lock(&self.progress)
+    }
+
+    fn saw_progress(&self, at: tokio::time::Instant) {
+        let mut last = lock(&self.progress);
+        *last = (*last).max(at);
+    }
+}
+
+/// Waits for `work`, failing with `None` only once neither this request (since `own`) nor its
+/// endpoint has made progress for the stall limit.
+async fn watched<F: std::future::Future>(
+    shared: &Shared,
+    endpoint: &Endpoint,
+    own: tokio::time::Instant,
+    work: F,
+) -> Option<F::Output> {
+    let mut work = std::pin::pin!(work);
+    loop {
+        let limit = shared.stall_limit();
+        let since = own.max(endpoint.progress());
+        if let Ok(done) = tokio::time::timeout_at(since + limit, &mut work).await {
+            return Some(done);
+        }
+        if endpoint.progress() + shared.stall_limit() <= tokio::time::Instant::now() {
+            return None;
+        }
+    }
 }
 
 /// The API key, as the header that sends it; its `Debug` shows nothing of it.
@@ -102,6 +142,9 @@ impl OpenAiEngine {
 /// The API key from the environment variable `config.api_key_env` names, if it names one.
 fn read_api_key(config: &OpenAiConfig) -> Result<Option<ApiKey>, EngineError> {
     let Some(name) = &config.api_key_env else { return Ok(None) };
+    if let Err(why) = super::config::check_api_key_env(name) {
+        return Err(EngineError::Start(format!("`engine.openai.api_key_env` {why}")));
+    }
     let key = match std::env::var(name) {
         Ok(key) if !key.trim().is_empty() => key.trim().to_owned(),
         Ok(_) => return Err(EngineError::Start(format!("`engine.openai.api_key_env`: ${name} is empty"))),
@@ -115,6 +158,16 @@ fn read_api_key(config: &OpenAiConfig) -> Result<Option<ApiKey>, EngineError> {
 }
 
 impl Shared {
+    /// How long a request may now go without progress.
+    fn stall_limit(&self) -> Duration {
+        stall_limit(self.config.stall_timeout, Duration::from_nanos(self.longest_gap.load(Ordering::Relaxed)))
+    }
+
+    /// A request made progress `gap` after its last.
+    fn saw_gap(&self, gap: Duration) {
+        self.longest_gap.fetch_max(u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
     /// `message` with the API key, should a server have echoed it, blanked out.
     fn scrub(&self, message: String) -> String {
         match &self.auth {
@@ -155,15 +208,24 @@ impl Engine for OpenAiEngine {
             .build()
             .map_err(|e| EngineError::Start(format!("cannot start the HTTP client's runtime: {e}")))?;
         let max = self.config.max_connections.max(1) as usize;
-        let client = HttpClient::new(max, CONNECT_TIMEOUT.min(self.config.timeout));
-        let endpoints =
-            self.config.urls.iter().map(|url| Endpoint { url: url.clone(), slots: Semaphore::new(max) }).collect();
+        let client = HttpClient::new(max, CONNECT_TIMEOUT.min(self.config.timeout.unwrap_or(CONNECT_TIMEOUT)));
+        let endpoints = self
+            .config
+            .urls
+            .iter()
+            .map(|url| Endpoint {
+                url: url.clone(),
+                slots: Semaphore::new(max),
+                progress: Mutex::new(tokio::time::Instant::now()),
+            })
+            .collect();
         let shared = Arc::new(Shared {
             config: self.config.clone(),
             client,
             auth,
             endpoints,
             router: Mutex::new(Router::new(self.config.urls.len(), self.config.routing)),
+            longest_gap: AtomicU64::new(0),
             runtime: runtime.handle().clone(),
             request_id_prefix: format!("batchlab-{:x}{:x}-", std::process::id(), MonotonicClock::read().as_nanos()),
         });
@@ -266,11 +328,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// One batch: its groups ([`request::groups`]) sent at once, each output in its request's place,
-/// or the first group's error for the whole batch.
+/// One batch: its groups ([`request::groups`]) sent at once, each output in its request's place.
+/// Each HTTP request's prompts get their own outcome: a request that failed fails only its
+/// prompts (charged to its endpoint), a refused choice only its prompt ([`EngineOutput::failure`]).
+/// When every prompt failed alike, the batch fails with that one error.
 async fn run_batch(shared: Arc<Shared>, batch: Vec<EngineRequest>) -> Result<Vec<EngineOutput>, EngineError> {
     // The timeout runs from here: waiting for a free connection counts.
-    let deadline = tokio::time::Instant::now() + shared.config.timeout;
+    let start = tokio::time::Instant::now();
     let groups = request::groups(&batch, shared.config.api);
     let mut bodies = Vec::with_capacity(groups.len());
     for group in &groups {
@@ -279,55 +343,91 @@ async fn run_batch(shared: Arc<Shared>, batch: Vec<EngineRequest>) -> Result<Vec
     }
     let sends = groups.iter().zip(bodies).map(|(group, body)| {
         let requests: Vec<&EngineRequest> = group.iter().map(|&i| &batch[i]).collect();
-        send_group(&shared, requests, body, deadline)
+        let timeout = request_timeout(shared.config.timeout, requests.first().map_or(0, |r| r.max_tokens));
+        send_group(&shared, requests, body, start, timeout)
     });
     let results = futures_util::future::join_all(sends).await;
-    let mut outputs: Vec<Option<EngineOutput>> = vec![None; batch.len()];
+    let outputs = place(&groups, results, batch.len());
+    match outputs.first().and_then(|o| o.failure.as_ref()) {
+        Some(first) if outputs.iter().all(|o| o.failure.as_ref() == Some(first)) => {
+            Err(EngineError::Remote(first.clone()))
+        }
+        _ => Ok(outputs),
+    }
+}
+
+/// The groups' outputs in their requests' places in the batch.
+fn place(groups: &[Vec<usize>], results: Vec<Vec<EngineOutput>>, len: usize) -> Vec<EngineOutput> {
+    let mut outputs: Vec<Option<EngineOutput>> = vec![None; len];
     for (group, result) in groups.iter().zip(results) {
-        for (&i, output) in group.iter().zip(result.map_err(EngineError::Remote)?) {
+        for (&i, output) in group.iter().zip(result) {
             outputs[i] = Some(output);
         }
     }
-    Ok(outputs.into_iter().flatten().collect())
+    outputs.into_iter().flatten().collect()
 }
 
-/// One HTTP request for `requests`, routed, timed and bounded by `deadline`.
+/// One HTTP request for `requests`, routed, timed and bounded by `deadline`: one output per
+/// request, in order, each failed alone or with the whole HTTP request.
 async fn send_group(
     shared: &Shared,
     requests: Vec<&EngineRequest>,
     body: Value,
-    deadline: tokio::time::Instant,
-) -> Result<Vec<EngineOutput>, RemoteError> {
+    start: tokio::time::Instant,
+    timeout: Duration,
+) -> Vec<EngineOutput> {
     let pick = lock(&shared.router).pick(MonotonicClock::read());
     let endpoint = &shared.endpoints[pick.index];
-    let result = match tokio::time::timeout_at(deadline, stream_request(shared, endpoint, &requests, &body)).await {
-        Ok(result) => result,
-        Err(_) => Err(shared.remote(
-            RemoteErrorKind::Timeout,
-            &endpoint.url,
-            format!("no complete answer within the request timeout of {:?}", shared.config.timeout),
-        )),
-    };
+    let result =
+        match tokio::time::timeout_at(start + timeout, stream_request(shared, endpoint, &requests, &body)).await {
+            Ok(result) => result,
+            Err(_) => Err(shared.remote(
+                RemoteErrorKind::Timeout,
+                &endpoint.url,
+                format!("no complete answer within the request timeout of {timeout:?}"),
+            )),
+        };
     finish_pick(shared, pick, &result);
-    result
+    match result {
+        Ok(prompts) => prompts,
+        Err(e) => requests.iter().map(|r| EngineOutput::failed(Some(r.id), e.clone())).collect(),
+    }
+}
+
+/// What a request's outcome says about its endpoint: a server that hangs, drops its streams,
+/// times out or sends what it must not (too many tokens, not an event stream) leaves the rotation
+/// as one that cannot be reached does, and is probed back the same way.
+fn health(result: &Result<Vec<EngineOutput>, RemoteError>) -> Health {
+    let kind = match result {
+        Ok(outputs) => match outputs.iter().find_map(|o| o.failure.as_ref()) {
+            Some(refused) => refused.kind,
+            None => return Health::Up,
+        },
+        Err(e) => e.kind,
+    };
+    match kind {
+        RemoteErrorKind::Http429 | RemoteErrorKind::Http4xx => Health::Up,
+        RemoteErrorKind::ConnectFailed
+        | RemoteErrorKind::Http5xx
+        | RemoteErrorKind::StreamDropped
+        | RemoteErrorKind::Timeout
+        | RemoteErrorKind::Stalled
+        | RemoteErrorKind::BadResponse => Health::Down,
+    }
 }
 
 fn finish_pick(shared: &Shared, pick: Pick, result: &Result<Vec<EngineOutput>, RemoteError>) {
-    let health = match result {
-        Ok(_) => Health::Up,
-        Err(e) => match e.kind {
-            RemoteErrorKind::ConnectFailed | RemoteErrorKind::Http5xx => Health::Down,
-            RemoteErrorKind::Http429 | RemoteErrorKind::Http4xx => Health::Up,
-            _ => Health::Unknown,
-        },
+    let change = lock(&shared.router).finish(pick, health(result), MonotonicClock::read());
+    let error = match result {
+        Ok(outputs) => outputs.iter().find_map(|o| o.failure.as_ref()),
+        Err(e) => Some(e),
     };
-    let change = lock(&shared.router).finish(pick, health, MonotonicClock::read());
     // Once per change, not per failed request: a dead endpoint's every probe would flood the log.
     let url = &shared.endpoints[pick.index].url;
-    match (change, result) {
-        (Change::Left, Err(e)) => tracing::warn!(endpoint = %url, "out of rotation until probed: {e}"),
+    match (change, error) {
+        (Change::Left, Some(e)) => tracing::warn!(endpoint = %url, "out of rotation until probed: {e}"),
         (Change::Back, _) => tracing::warn!(endpoint = %url, "back in rotation"),
-        (_, Err(e)) => tracing::debug!(endpoint = %url, "request failed: {e}"),
+        (_, Some(e)) => tracing::debug!(endpoint = %url, "request failed: {e}"),
         _ => {}
     }
 }
@@ -341,6 +441,8 @@ fn request_id(prefix: &str, requests: &[&EngineRequest]) -> String {
     format!("{prefix}{}", ids.join(","))
 }
 
+/// One HTTP request's stream: an output per request (a refused choice as a failed output), or
+/// the error that fails all of them.
 async fn stream_request(
     shared: &Shared,
     endpoint: &Endpoint,
@@ -361,7 +463,18 @@ async fn stream_request(
         .body(Full::new(Bytes::from(body.to_string())))
         .map_err(|e| remote(RemoteErrorKind::ConnectFailed, format!("{url}{path}: {e}")))?;
     let arrival_wall = wall_secs();
-    let mut response = shared.client.send(http).await.map_err(|e| remote(send_error_kind(&e), e.message))?;
+    // The progress watch: the head, then each event with data, must come within the stall limit
+    // of the last sign of progress (the slot's wait above is ours, not the server's).
+    let mut progress = tokio::time::Instant::now();
+    let stalled = |limit: Duration, what: &str| {
+        remote(RemoteErrorKind::Stalled, format!("{what} within the stall timeout of {limit:?}"))
+    };
+    let mut response = match watched(shared, endpoint, progress, shared.client.send(http)).await {
+        Some(sent) => sent.map_err(|e| remote(send_error_kind(&e), e.message))?,
+        None => return Err(stalled(shared.stall_limit(), "no response head")),
+    };
+    progress = tokio::time::Instant::now();
+    endpoint.saw_progress(progress);
     // When the request's bytes went: the write on its connection, not when it was queued here.
     let sent_ts = response.sent_at().as_secs_f64();
     let status = response.status();
@@ -374,14 +487,41 @@ async fn stream_request(
         let body = error_body(response).await;
         return Err(remote(kind, format!("HTTP {status}: {body}")));
     }
+    if response.is_json() {
+        // A proxy (or server) that ignores `stream: true`: an answer, but not one batchlab can time.
+        let body = error_body(response).await;
+        return Err(remote(RemoteErrorKind::BadResponse, format!("{NOT_A_STREAM}: {body}")));
+    }
+    let max_tokens = requests.first().map_or(u32::MAX, |r| r.max_tokens);
     let mut parser = SseParser::new();
-    let mut stream = ResponseStream::new(requests.len(), chat);
+    let mut stream = ResponseStream::new(requests.len(), chat).with_max_tokens(max_tokens);
     let mut events = Vec::new();
+    let mut seen_event = false;
+    // The body's first bytes, to show what it was when it was not an event stream.
+    let mut head_bytes: Vec<u8> = Vec::new();
     loop {
-        match response.chunk().await {
+        let chunk = match watched(shared, endpoint, progress, response.chunk()).await {
+            Some(chunk) => chunk,
+            None => {
+                let (finished, of) = stream.finished_count();
+                let limit = shared.stall_limit();
+                return Err(stalled(limit, &format!("nothing new after {finished} of {of} prompts finished")));
+            }
+        };
+        match chunk {
             Ok(Some((bytes, at))) => {
+                if head_bytes.len() < 200 {
+                    head_bytes.extend_from_slice(&bytes[..bytes.len().min(200 - head_bytes.len())]);
+                }
                 let at = at.as_secs_f64();
                 parser.feed(&bytes, &mut events).map_err(|e| remote(RemoteErrorKind::BadResponse, e.to_string()))?;
+                if !events.is_empty() {
+                    let now = tokio::time::Instant::now();
+                    shared.saw_gap(now - progress);
+                    progress = now;
+                    endpoint.saw_progress(now);
+                    seen_event = true;
+                }
                 for event in events.drain(..) {
                     stream.handle(&event.data, at).map_err(|e| match e {
                         StreamError::Malformed(m) => remote(RemoteErrorKind::BadResponse, m),
@@ -394,6 +534,9 @@ async fn stream_request(
                             remote(kind, e.to_string())
                         }
                     })?;
+                }
+                if stream.all_failed() {
+                    break; // every choice refused: nothing more is worth reading
                 }
                 if stream.done() && stream.all_finished() {
                     // The answer is whole. The body's end follows at once from a well-behaved
@@ -418,6 +561,11 @@ async fn stream_request(
             }
         }
     }
+    if !seen_event && parser.pending() {
+        // A whole body with no event in it (JSON, HTML) is an answer of the wrong shape.
+        let text = String::from_utf8_lossy(&head_bytes).into_owned();
+        return Err(remote(RemoteErrorKind::BadResponse, format!("{NOT_A_STREAM}: {}", excerpt(text.trim()))));
+    }
     let (finished, of) = stream.finished_count();
     let done = stream.done();
     let Some(choices) = stream.finish() else {
@@ -427,8 +575,19 @@ async fn stream_request(
     Ok(requests
         .iter()
         .zip(choices)
-        .map(|(request, choice)| output(request, choice, sent_ts, arrival_wall, url))
+        .map(|(request, choice)| match choice {
+            Ok(choice) => output(request, choice, sent_ts, arrival_wall, url, requests.len()),
+            Err(refused) => EngineOutput::failed(Some(request.id), refused_choice(shared, url, refused)),
+        })
         .collect())
+}
+
+/// The start of the message of a 200 whose body is not an event stream.
+const NOT_A_STREAM: &str = "the server answered 200 with a body that is not an event stream (a proxy that ignores \
+                            `stream: true`?)";
+
+fn refused_choice(shared: &Shared, url: &str, refused: ChoiceError) -> RemoteError {
+    shared.remote(RemoteErrorKind::BadResponse, url, refused.to_string())
 }
 
 /// One prompt's output and the client's timing of it. `queued_ts` is when the request was sent
@@ -439,6 +598,7 @@ fn output(
     sent_ts: f64,
     arrival_wall: f64,
     endpoint: &str,
+    wire_batch: usize,
 ) -> EngineOutput {
     let prompt_tokens = choice.prompt_tokens.or(match &request.prompt {
         Prompt::Tokens(ids) => u32::try_from(ids.len()).ok(),
@@ -456,6 +616,7 @@ fn output(
         sent_ts: Some(sent_ts),
         endpoint: Some(endpoint.to_owned()),
         token_count_source: Some(choice.source),
+        wire_batch: u32::try_from(wire_batch).ok(),
     };
     EngineOutput::new(Some(request.id), choice.finish_reason)
         .with_prompt_tokens(prompt_tokens)
@@ -503,7 +664,7 @@ enum Check {
 /// `GET /v1/models`: reachable, and serving the model?
 async fn check_endpoint(shared: &Shared, url: &str) -> Check {
     let model = &shared.config.model;
-    let limit = CHECK_TIMEOUT.min(shared.config.timeout);
+    let limit = CHECK_TIMEOUT.min(shared.config.timeout.unwrap_or(CHECK_TIMEOUT));
     let models = async {
         let response = shared.get(&format!("{url}/v1/models")).await?;
         let status = response.status();

@@ -3,7 +3,7 @@
 //!
 //! **The rule.** A request goes to an endpoint in rotation: in turn (`round_robin`), or the one
 //! with the fewest of our requests in flight (`least_outstanding`, ties in turn). An endpoint
-//! whose request failed to connect or got a 5xx is taken out of rotation for a backoff of 250 ms,
+//! whose request ended [`Health::Down`] is taken out of rotation for a backoff of 250 ms,
 //! doubling with each failure in a row up to 5 s. When its backoff is over, the next request goes
 //! to it as a probe (one at a time); a success puts it back in rotation and clears its failures,
 //! a failure starts the next, longer backoff, and any other outcome (a timeout, a 4xx, a dropped
@@ -34,9 +34,10 @@ pub fn backoff(failures: u32) -> Duration {
 pub enum Health {
     /// The server answered (whatever it answered, short of a 5xx).
     Up,
-    /// It could not be reached, or answered 5xx.
+    /// It is not serving: the engine says so of a failed connection, a 5xx, a stall, a timeout,
+    /// a dropped stream and a bad response (a hung or broken server leaves the rotation).
     Down,
-    /// Nothing either way (a timeout, a dropped stream, a malformed answer).
+    /// Nothing either way.
     Unknown,
 }
 

@@ -18,6 +18,12 @@
 //! **Counts.** A choice's output tokens are the server's usage for that choice where it gives one
 //! (continuous usage, or the final usage of a one-prompt request), else the number of token ids it
 //! returned, else the tokens counted from chunks; [`TokenCountSource`] says which.
+//!
+//! **Bounds.** With [`ResponseStream::with_max_tokens`], a choice that goes past what was asked
+//! fails alone ([`ChoiceError`]): more tokens than `max_tokens` (by any count: chunks, token ids,
+//! running or final usage), or more bytes of text and ids than [`choice_byte_cap`]. Nothing more of
+//! a failed choice is kept, so a server that floods holds at most the cap per choice in memory;
+//! the other choices of the request go on and keep their outputs.
 
 use serde_json::{Map, Value};
 
@@ -60,6 +66,38 @@ pub enum StreamError {
     },
 }
 
+/// Why one choice of a response is refused while the others may be fine.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ChoiceError {
+    /// More tokens than the request asked for.
+    #[error("server sent {sent} tokens for max_tokens = {max_tokens}")]
+    TooManyTokens {
+        /// The count the server's chunks or usage reached.
+        sent: u64,
+        /// What the request asked for.
+        max_tokens: u32,
+    },
+    /// More bytes (text and token ids) than a choice of `max_tokens` tokens can need.
+    #[error("server sent more than {cap} bytes for one prompt of max_tokens = {max_tokens}")]
+    TooManyBytes {
+        /// The cap, [`choice_byte_cap`] of `max_tokens`.
+        cap: u64,
+        /// What the request asked for.
+        max_tokens: u32,
+    },
+}
+
+/// Bytes of text a choice may have whatever its `max_tokens`.
+pub const CHOICE_BASE_BYTES: u64 = 64 << 10;
+/// Bytes of text per asked-for token a choice may have on top of [`CHOICE_BASE_BYTES`] (a token's
+/// text is a few bytes; the longest in common vocabularies are well under this).
+pub const CHOICE_BYTES_PER_TOKEN: u64 = 256;
+
+/// Most bytes of text and token ids (4 bytes each) one choice of `max_tokens` may hold.
+pub fn choice_byte_cap(max_tokens: u32) -> u64 {
+    CHOICE_BASE_BYTES + CHOICE_BYTES_PER_TOKEN * u64::from(max_tokens)
+}
+
 /// The usage numbers batchlab reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Usage {
@@ -76,6 +114,16 @@ struct ChoiceState {
     /// The choice's own usage, the latest one (continuous usage is a running total).
     usage: Option<Usage>,
     token_ids: Option<Vec<u32>>,
+    /// Bytes of text and token ids taken so far.
+    bytes: u64,
+    /// Refused: nothing more of it is kept.
+    failed: Option<ChoiceError>,
+}
+
+impl ChoiceState {
+    fn settled(&self) -> bool {
+        self.finish.is_some() || self.failed.is_some()
+    }
 }
 
 /// The decoder of one streamed response of `choices` prompts.
@@ -86,12 +134,26 @@ pub struct ResponseStream {
     done: bool,
     /// The usage of a chunk without choices: the whole request's.
     total_usage: Option<Usage>,
+    /// What each choice asked for; `u32::MAX` when unbounded.
+    max_tokens: u32,
 }
 
 impl ResponseStream {
     /// A response to a request of `choices` prompts; `chat` for the chat API's chunk shape.
     pub fn new(choices: usize, chat: bool) -> Self {
-        ResponseStream { choices: vec![ChoiceState::default(); choices], chat, done: false, total_usage: None }
+        ResponseStream {
+            choices: vec![ChoiceState::default(); choices],
+            chat,
+            done: false,
+            total_usage: None,
+            max_tokens: u32::MAX,
+        }
+    }
+
+    /// Every choice asked for at most `max_tokens`: one that sends more, in tokens or in bytes,
+    /// fails alone ([`ChoiceError`]).
+    pub fn with_max_tokens(self, max_tokens: u32) -> Self {
+        ResponseStream { max_tokens, ..self }
     }
 
     /// Takes one event's data, which arrived at `at` (seconds on our monotonic clock).
@@ -153,7 +215,11 @@ impl ResponseStream {
             Some(_) => return Err(StreamError::Malformed("`token_ids` is not a list".into())),
         };
         let finish = optional_str(choice, "finish_reason")?;
+        let max_tokens = self.max_tokens;
         let state = &mut self.choices[index];
+        if state.failed.is_some() {
+            return Ok(()); // refused already: nothing more of it is kept
+        }
         if own_usage.is_some() {
             state.usage = own_usage;
         }
@@ -163,6 +229,20 @@ impl ResponseStream {
             (None, Some(ids)) => ids.len(),
             (None, None) => usize::from(!content.is_empty()),
         };
+        // Checked before anything is kept: a count or a flood past the bound costs nothing.
+        let sent = (counted + tokens) as u64;
+        if sent > u64::from(max_tokens) {
+            state.failed = Some(ChoiceError::TooManyTokens { sent, max_tokens });
+            return Ok(());
+        }
+        let id_bytes = ids.as_ref().map_or(0, |ids| 4 * ids.len() as u64);
+        let bytes = state.bytes + content.len() as u64 + id_bytes;
+        let cap = choice_byte_cap(max_tokens);
+        if bytes > cap {
+            state.failed = Some(ChoiceError::TooManyBytes { cap, max_tokens });
+            return Ok(());
+        }
+        state.bytes = bytes;
         state.token_ts.extend(std::iter::repeat_n(at, tokens));
         state.text.push_str(content);
         if let Some(ids) = ids {
@@ -179,21 +259,27 @@ impl ResponseStream {
         self.done
     }
 
-    /// Whether every choice has its finish reason.
+    /// Whether every choice has its finish reason or was refused.
     pub fn all_finished(&self) -> bool {
-        self.choices.iter().all(|c| c.finish.is_some())
+        self.choices.iter().all(ChoiceState::settled)
     }
 
-    /// How many choices finished, of how many.
+    /// Whether every choice was refused: nothing more of the response is worth reading.
+    pub fn all_failed(&self) -> bool {
+        self.choices.iter().all(|c| c.failed.is_some())
+    }
+
+    /// How many choices finished (or were refused), of how many.
     pub fn finished_count(&self) -> (usize, usize) {
-        (self.choices.iter().filter(|c| c.finish.is_some()).count(), self.choices.len())
+        (self.choices.iter().filter(|c| c.settled()).count(), self.choices.len())
     }
 
-    /// Each choice's result, in index order; `None` unless every choice finished.
-    pub fn finish(self) -> Option<Vec<ChoiceResult>> {
+    /// Each choice's result, in index order; `None` unless every choice finished or was refused.
+    pub fn finish(self) -> Option<Vec<Result<ChoiceResult, ChoiceError>>> {
         if !self.all_finished() {
             return None;
         }
+        let max_tokens = self.max_tokens;
         // The request's own usage is the choice's when there is one choice.
         let single = self.choices.len() == 1;
         let total = self.total_usage.filter(|_| single);
@@ -201,13 +287,20 @@ impl ResponseStream {
             self.choices
                 .into_iter()
                 .map(|c| {
+                    if let Some(failed) = c.failed {
+                        return Err(failed);
+                    }
                     let usage = c.usage.or(total);
                     let (output_tokens, source) = match (usage.and_then(|u| u.completion_tokens), &c.token_ids) {
                         (Some(n), _) => (n, TokenCountSource::Usage),
                         (None, Some(ids)) => (count(ids.len()), TokenCountSource::TokenIds),
                         (None, None) => (count(c.token_ts.len()), TokenCountSource::Chunks),
                     };
-                    ChoiceResult {
+                    // The final usage is read only now: it may claim more than the chunks did.
+                    if output_tokens > max_tokens {
+                        return Err(ChoiceError::TooManyTokens { sent: u64::from(output_tokens), max_tokens });
+                    }
+                    Ok(ChoiceResult {
                         token_ts: c.token_ts,
                         text: c.text,
                         finish_reason: c.finish.unwrap_or(FinishReason::Unknown),
@@ -216,7 +309,7 @@ impl ResponseStream {
                         token_ids: c.token_ids,
                         prompt_tokens: usage.and_then(|u| u.prompt_tokens),
                         cached_tokens: total.and_then(|u| u.cached_tokens),
-                    }
+                    })
                 })
                 .collect(),
         )
@@ -327,6 +420,71 @@ mod tests {
             .to_string()
     }
 
+    /// Every choice's result, all of them accepted.
+    fn results(s: ResponseStream) -> Vec<ChoiceResult> {
+        s.finish().expect("every choice settled").into_iter().map(|r| r.expect("accepted")).collect()
+    }
+
+    #[test]
+    fn a_choice_past_its_max_tokens_fails_alone_by_every_count() {
+        // Chunks of text: choice 1 sends a 5th token for max_tokens = 4; choice 0 sends 3 and stops.
+        let mut s = ResponseStream::new(2, false).with_max_tokens(4);
+        for (i, word) in ["a", "bb", "ccc"].iter().enumerate() {
+            s.handle(&completion(0, word, None), i as f64).unwrap();
+        }
+        for i in 0..401 {
+            s.handle(&completion(1, "x", None), 10.0 + f64::from(i)).unwrap();
+        }
+        s.handle(&completion(0, "", Some("stop")), 20.0).unwrap();
+        assert!(s.all_finished() && !s.all_failed(), "the refused choice counts as settled");
+        let r = s.finish().unwrap();
+        let first = r[0].as_ref().expect("the healthy choice keeps its output");
+        assert_eq!((first.text.as_str(), first.token_ts.clone()), ("abbccc", vec![0.0, 1.0, 2.0]));
+        assert_eq!(r[1], Err(ChoiceError::TooManyTokens { sent: 5, max_tokens: 4 }));
+        assert_eq!(r[1].clone().unwrap_err().to_string(), "server sent 5 tokens for max_tokens = 4");
+
+        // Running usage that claims 401 at once.
+        let mut s = ResponseStream::new(1, false).with_max_tokens(4);
+        let usage = r#"{"choices": [{"index": 0, "text": "x", "finish_reason": "length"}], "usage": {"completion_tokens": 401}}"#;
+        s.handle(usage, 1.0).unwrap();
+        assert_eq!(s.finish().unwrap(), [Err(ChoiceError::TooManyTokens { sent: 401, max_tokens: 4 })]);
+
+        // A final usage of a one-prompt request, read at the end.
+        let mut s = ResponseStream::new(1, false).with_max_tokens(4);
+        s.handle(&completion(0, "x", Some("length")), 1.0).unwrap();
+        s.handle(r#"{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 401}}"#, 2.0).unwrap();
+        let r = s.finish().unwrap();
+        assert_eq!(r, [Err(ChoiceError::TooManyTokens { sent: 401, max_tokens: 4 })]);
+        assert_eq!(r[0].clone().unwrap_err().to_string(), "server sent 401 tokens for max_tokens = 4");
+
+        // Exactly max_tokens is fine.
+        let mut s = ResponseStream::new(1, false).with_max_tokens(2);
+        s.handle(&completion(0, "a", None), 1.0).unwrap();
+        s.handle(&completion(0, "b", Some("length")), 2.0).unwrap();
+        assert_eq!(results(s)[0].output_tokens, 2);
+    }
+
+    #[test]
+    fn a_flooding_choice_is_refused_at_its_byte_cap_and_nothing_more_is_kept() {
+        let cap = choice_byte_cap(4);
+        assert_eq!(cap, CHOICE_BASE_BYTES + 4 * CHOICE_BYTES_PER_TOKEN);
+        let mut s = ResponseStream::new(2, false).with_max_tokens(4);
+        let just_under = "y".repeat(cap as usize - 1);
+        s.handle(&completion(0, &just_under, None), 1.0).unwrap();
+        s.handle(&completion(0, "z", Some("stop")), 2.0).unwrap(); // exactly the cap
+        let flood = "x".repeat(1 << 20);
+        s.handle(&completion(1, "ok", None), 3.0).unwrap();
+        s.handle(&completion(1, &flood, None), 4.0).unwrap();
+        for _ in 0..3 {
+            s.handle(&completion(1, &flood, None), 5.0).unwrap();
+        }
+        assert_eq!(s.choices[1].text, "ok", "nothing of a refused choice is kept");
+        s.handle(&completion(1, "", Some("length")), 6.0).unwrap();
+        let r = s.finish().unwrap();
+        assert_eq!(r[0].as_ref().map(|c| c.text.len() as u64), Ok(cap));
+        assert_eq!(r[1], Err(ChoiceError::TooManyBytes { cap, max_tokens: 4 }));
+    }
+
     #[test]
     fn each_choice_is_timed_by_its_own_chunks() {
         let mut s = ResponseStream::new(2, false);
@@ -338,7 +496,7 @@ mod tests {
         s.handle(r#"{"choices": [], "usage": {"prompt_tokens": 6, "completion_tokens": 4}}"#, 5.0).unwrap();
         s.handle("[DONE]", 5.0).unwrap();
         assert!(s.done() && s.all_finished());
-        let r = s.finish().unwrap();
+        let r = results(s);
         assert_eq!((r[0].token_ts.clone(), r[0].text.as_str()), (vec![2.0, 4.0], " b d"));
         assert_eq!((r[1].token_ts.clone(), r[1].text.as_str()), (vec![1.0, 3.0], " a c"));
         assert_eq!(
@@ -362,7 +520,7 @@ mod tests {
         s.handle(&chunk(0, "", 3, None), 2.0).unwrap(); // a token with no text (held back by a stop string)
         s.handle(&chunk(0, "c", 4, Some("stop")), 3.0).unwrap();
         s.handle(&chunk(1, "y", 2, Some("length")), 3.5).unwrap();
-        let r = s.finish().unwrap();
+        let r = results(s);
         assert_eq!(r[0].token_ts, vec![1.0, 1.0, 2.0, 3.0]);
         assert_eq!((r[0].output_tokens, r[0].source, r[0].prompt_tokens), (4, TokenCountSource::Usage, Some(5)));
         assert_eq!((r[1].token_ts.clone(), r[1].output_tokens, r[1].prompt_tokens), (vec![1.5, 3.5], 2, Some(6)));
@@ -373,7 +531,7 @@ mod tests {
         let mut s = ResponseStream::new(1, false);
         s.handle(r#"{"choices": [{"index": 0, "text": "hi", "token_ids": [7, 8]}]}"#, 1.0).unwrap();
         s.handle(r#"{"choices": [{"index": 0, "text": "", "token_ids": [9], "finish_reason": "stop"}]}"#, 2.0).unwrap();
-        let r = s.finish().unwrap();
+        let r = results(s);
         assert_eq!((r[0].token_ts.clone(), r[0].token_ids.clone()), (vec![1.0, 1.0, 2.0], Some(vec![7, 8, 9])));
         assert_eq!((r[0].output_tokens, r[0].source), (3, TokenCountSource::TokenIds));
     }
@@ -387,7 +545,7 @@ mod tests {
         s.handle(r#"{"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}"#, 4.0).unwrap();
         let usage = r#"{"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 4}}}"#;
         s.handle(usage, 4.5).unwrap();
-        let r = s.finish().unwrap();
+        let r = results(s);
         assert_eq!(r[0].token_ts, vec![2.0, 3.0], "the role chunk and the bare finish carry no token");
         assert_eq!((r[0].output_tokens, r[0].source), (2, TokenCountSource::Usage));
         assert_eq!((r[0].prompt_tokens, r[0].cached_tokens, r[0].text.as_str()), (Some(9), Some(4), "Hihmm"));

@@ -346,6 +346,7 @@ fn map_output(value: &Plain) -> Result<EngineOutput, String> {
             cached_tokens: f.int("cached_tokens", u64::from(u32::MAX))?.map(|n| n as u32),
             ..EngineStats::default()
         },
+        failure: None,
     })
 }
 

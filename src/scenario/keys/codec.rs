@@ -121,10 +121,9 @@ codec!(EnvVarName => String, |_c, cx, field| env_var_name(cx, field), |v| v.as_s
 
 fn env_var_name(cx: &mut ReadContext, field: &Field) -> Option<String> {
     let name = cx.string_of(field)?;
-    if crate::engine::openai::config::is_env_var_name(&name) {
-        return Some(name);
-    }
-    let message = format!("`{}` must be the NAME of an environment variable (letters, digits, `_`)", field.path);
+    let Err(why) = crate::engine::openai::config::check_api_key_env(&name) else { return Some(name) };
+    cx.mask(field, &name);
+    let message = format!("`{}` {why}", field.path);
     let help = "e.g. `api_key_env = \"OPENAI_API_KEY\"`, with the key itself in that variable, never in the scenario";
     cx.report_at(field, message, Some(help.to_owned()));
     None

@@ -11,6 +11,7 @@ mutation in turn, runs the named test, checks that it FAILS, and restores the fi
     python3 scripts/mutants.py --changed BASE   # those a change since BASE touched
     python3 scripts/mutants.py --landed   # those the change since .ci/landed touched (CI)
     python3 scripts/mutants.py --landed --list   # which those are, without running them
+    python3 scripts/mutants.py --landed --budget-minutes 25   # CI: start nothing new after 25 min
     python3 scripts/mutants.py --stale    # only check that every pattern is still there (seconds)
     python3 scripts/mutants.py --list     # what there is, and which test catches each
 
@@ -29,7 +30,11 @@ since BASE.
 `--landed` takes BASE from `.ci/landed`, the commit of main the change started from (a branch
 records it when it starts: `--mark-landed`; docs/testing.md, "Which variants CI runs"). When the
 file is missing, or names no commit that is an ancestor of HEAD, every variant is selected: the
-change cannot be told apart from what landed before it. CI runs `--landed`.
+change cannot be told apart from what landed before it. CI runs `--landed --budget-minutes 25`:
+the change's own entries (new or changed since BASE) run first, then the other variants of the
+files it touched, each command's baseline just before its first variant; once the budget is spent
+nothing new starts, and every variant not run is listed as NOT RUN (a large landing's remainder is
+run by hand, `--landed` without a budget, and reported with the landing).
 """
 import os
 import re
@@ -807,7 +812,9 @@ def changed_since(base):
             print(f"selected  {m[0]}  ({why})")
             selected.append(m)
     print(f"{len(changed)} file(s) changed since {base}: {len(selected)} of {len(MUTANTS)} variant(s) to run", flush=True)
-    return selected
+    # The change's own checks first (entries new or changed since base), so that a run cut short by
+    # --budget-minutes has run those.
+    return sorted(selected, key=lambda m: entry_key(m) in old_entries)
 
 
 LANDED = ".ci/landed"
@@ -840,21 +847,34 @@ def mark_landed():
     print(f"{LANDED}: {head}; commit it (`git commit {LANDED}`)")
 
 
-def run(selected):
+def run(selected, budget_s=None):
+    """Runs each variant's test against it; with `budget_s`, starts nothing new once that many
+    seconds have passed, and lists what it did not run (CI's time is bounded; docs/testing.md)."""
     started = time.monotonic()
     # The unbroken code must pass each command, running at least one test, or a "caught" proves
-    # nothing. All baselines first: they share one build of the unbroken code.
-    for args, env in dict.fromkeys((tuple(m[4]), tuple(sorted(m[5].items()))) for m in selected):
-        ok, out, ran = cargo_test(list(args), dict(env))
-        if not ok:
-            print(f"BASELINE FAILS: cargo test {' '.join(args)}\n{out}")
-            sys.exit(2)
-        if ran == 0:
-            print(f"BASELINE RUNS NO TEST: cargo test {' '.join(args)}")
-            sys.exit(2)
-    print(f"baselines: {len(set(tuple(m[4]) for m in selected))} command(s), {time.monotonic() - started:.0f} s", flush=True)
-    survived = []
-    for name, path, old, new, args, env in selected:
+    # nothing. A command's baseline runs just before its first variant; variants are grouped by
+    # command (in order of first appearance), so a baseline's build serves the variants after it.
+    order = []
+    for m in selected:
+        if m not in order:
+            order.extend(x for x in selected if x[4:] == m[4:] and x not in order)
+    baselined = set()
+    survived, not_run = [], []
+    for m in order:
+        name, path, old, new, args, env = m
+        if budget_s is not None and time.monotonic() - started > budget_s:
+            not_run.append(name)
+            continue
+        key = (tuple(args), tuple(sorted(env.items())))
+        if key not in baselined:
+            ok, out, ran = cargo_test(list(args), dict(env))
+            if not ok:
+                print(f"BASELINE FAILS: cargo test {' '.join(args)}\n{out}")
+                sys.exit(2)
+            if ran == 0:
+                print(f"BASELINE RUNS NO TEST: cargo test {' '.join(args)}")
+                sys.exit(2)
+            baselined.add(key)
         t0 = time.monotonic()
         full = os.path.join(ROOT, path)
         original = open(full).read()
@@ -872,7 +892,13 @@ def run(selected):
         print(f"{'CAUGHT ' if caught else 'MISSED '} {name}  (cargo test {' '.join(args)}; {took})", flush=True)
         if not caught:
             survived.append(name)
-    print(f"{len(selected) - len(survived)} of {len(selected)} variant(s) caught in {time.monotonic() - started:.0f} s")
+    ran = len(order) - len(not_run)
+    print(f"{ran - len(survived)} of {ran} variant(s) run caught, {len(baselined)} baseline(s), in {time.monotonic() - started:.0f} s")
+    if not_run:
+        print(f"NOT RUN: {len(not_run)} of {len(order)} variant(s), the budget of {budget_s / 60:.0f} min spent "
+              f"(the change's new entries ran first; run them with --landed and no budget):")
+        for name in not_run:
+            print(f"  NOT RUN  {name}")
     if survived:
         print(f"{len(survived)} mutant(s) not caught: {survived}")
         sys.exit(1)
@@ -911,6 +937,15 @@ def main(argv):
         argv = [a for a in argv if a != "--landed"]
         base = landed_base()
         everything = base is None
+    budget_s = None
+    if "--budget-minutes" in argv:
+        i = argv.index("--budget-minutes")
+        try:
+            budget_s = float(argv[i + 1]) * 60
+        except (IndexError, ValueError):
+            print("--budget-minutes needs a number of minutes, e.g. `--budget-minutes 25`")
+            sys.exit(2)
+        argv = argv[:i] + argv[i + 2:]
     only_list = "--list" in argv
     argv = [a for a in argv if a != "--list"]
     unknown = [a for a in argv if a.startswith("--")]
@@ -929,7 +964,7 @@ def main(argv):
     if not selected:
         print("no variant selected")
         return
-    run(selected)
+    run(selected, budget_s)
 
 
 if __name__ == "__main__":

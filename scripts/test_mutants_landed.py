@@ -71,7 +71,7 @@ class LandedSelection(unittest.TestCase):
     def test_ci_runs_the_landed_selection(self):
         with open(os.path.join(self.clone, ".ci/run")) as f:
             text = f.read()
-        self.assertIn("python3 scripts/mutants.py --landed", text)
+        self.assertIn("python3 scripts/mutants.py --landed --budget-minutes", text)
         self.assertNotIn("HEAD~1", text)
 
     def test_a_landing_of_several_commits_selects_every_changed_files_variants(self):
@@ -118,6 +118,20 @@ class LandedSelection(unittest.TestCase):
                     f.write(content)
             names, out = selected(self.clone, "--landed")
             self.assertEqual(names, {m[0] for m in self.all}, out)
+
+    def test_a_spent_budget_starts_nothing_and_lists_what_it_did_not_run(self):
+        # The change adds an entry: it is the change's own check, listed first.
+        touch(self.clone, "src/serve/core.rs", "\n// one\n")
+        git(self.clone, "commit", "-q", "-am", "serve")
+        r = run(self.clone, sys.executable, "scripts/mutants.py", "--landed", "--budget-minutes", "0")
+        names = re.findall(r"^  NOT RUN  (.+)$", r.stdout, re.M)
+        expected = {m[0] for m in self.all if m[1] == "src/serve/core.rs"}
+        self.assertTrue(expected)
+        self.assertLessEqual(expected, set(names), r.stdout)
+        self.assertIn("0 of 0 variant(s) run caught", r.stdout)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        bad = run(self.clone, sys.executable, "scripts/mutants.py", "--landed", "--budget-minutes", "x", check=False)
+        self.assertEqual(bad.returncode, 2, bad.stdout)
 
 
 if __name__ == "__main__":

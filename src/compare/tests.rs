@@ -433,3 +433,21 @@ fn a_drifting_machine_is_named_not_blamed() {
     b.report.environment.machine = None;
     assert!(row(&compare(&a, &b, &options).unwrap(), "throughput", "latency_p50_ms").is_regression());
 }
+
+/// Under continuous admission the engine's step is the batch (~228 requests of 256 in one step on
+/// vLLM): a run is about one batch, so the unit is a block of time, never the step.
+#[test]
+fn continuous_admission_is_judged_in_blocks_of_time() {
+    // 256 requests in 2 "batches" (the engine's steps), dispatched one by one over time.
+    let values: Vec<(u64, f64)> = (0..256u64).map(|i| (i / 128, 100.0 + (i % 17) as f64)).collect();
+    let mut a = run_with_batches("a", Some(&values));
+    for (i, s) in a.requests.as_mut().unwrap().values_mut().flat_map(|s| s.requests.iter_mut()).enumerate() {
+        s.dispatched_ns = Some((i as u64 % 256) * 1_000_000);
+    }
+    for b in &mut a.report.benchmarks {
+        b.batching.steps = 2;
+    }
+    let c = compare(&a, &a.clone(), &CompareOptions { max_error_rate: 1.0, ..CompareOptions::default() }).unwrap();
+    let j = row(&c, "throughput", "latency_p50_ms").judgement.clone().unwrap();
+    assert_eq!((j.test, j.unit.as_str(), j.units), (TestKind::Bootstrap, "time blocks", 10.0), "{j:?}");
+}

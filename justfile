@@ -68,8 +68,8 @@ fuzz-all SECONDS:
 # Benchmarks: harness overhead (an engine that answers at once), the simulator's speed, memory at scale, vLLM vs raw vLLM alternated in one engine (when
 # the venv exists), time to report against its floor, timing accuracy, the calibrated simulator's
 # fidelity against vLLM, `batchlab serve`'s ceiling next to `vllm bench serve`'s; writes
-# docs/performance.md (~20 minutes). `just bench --quick`: a smoke run for CI (small N, no vLLM, no
-# file written, asserts nothing about speed). `just bench --only harness,memory`: only those parts,
+# docs/performance.md (~20 minutes). `just bench --quick`: a smoke run for CI (small N, the dev build
+# `just test` leaves warm, no vLLM but section 10's short round, no file written, asserts nothing about speed). `just bench --only harness,memory`: only those parts,
 # replacing only their sections of docs/performance.md.
 bench *ARGS:
     scripts/bench.sh {{ARGS}}

@@ -52,8 +52,15 @@ have_vllm=false
 if ! $quick && [[ -x "$venv_python" ]]; then have_vllm=true; fi
 if $vllm_only && ! $have_vllm; then echo "--vllm-only needs the venv ($venv_python; run \`just setup-vllm\`)" >&2; exit 1; fi
 
-cargo build --release --quiet
-bin="$CARGO_TARGET_DIR/release/batchlab"
+# `--quick`: the dev build scripts/bench.sh --quick makes (warm after `just test`), not the release
+# profile's fat LTO.
+if $quick; then
+    cargo bench --profile dev --quiet --no-run
+    bin="$CARGO_TARGET_DIR/debug/batchlab"
+else
+    cargo build --release --quiet
+    bin="$CARGO_TARGET_DIR/release/batchlab"
+fi
 
 # batchlab's client is the HTTP engine. Fail clearly, before anything runs, if this build lacks it.
 cat >"$work/probe.toml" <<'TOML'

@@ -25,8 +25,15 @@ trap '[[ -n "$serve_pid" ]] && kill "$serve_pid" 2>/dev/null; rm -rf "$work"' EX
 out="$work/section.md"
 md() { printf '%s\n' "$*" >>"$out"; }
 load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
-cargo build --release --quiet
-bin="$CARGO_TARGET_DIR/release/batchlab"
+# `--quick`: the dev build, as scripts/bench.sh --quick makes it (the binary and the benches in one
+# `cargo bench --no-run`, warm after `just test`), not the release profile's fat LTO.
+if $quick; then
+    cargo bench --profile dev --quiet --no-run
+    bin="$CARGO_TARGET_DIR/debug/batchlab" bench=(cargo bench --profile dev --quiet)
+else
+    cargo build --release --quiet
+    bin="$CARGO_TARGET_DIR/release/batchlab" bench=(cargo bench --quiet)
+fi
 
 if $quick; then serve_secs=1; serve_warmup=1; serve_rows=(16 200); serve_prompts=200; else serve_secs=30; serve_warmup=10; serve_rows=(64 1000); serve_prompts=5000; fi
 cat >"$work/serve-free.toml" <<'TOML'
@@ -55,7 +62,7 @@ md ""
 md "| open streams (client tasks) | completions/s | tokens/s | failed | server RSS start → end (MiB) | peak (MiB) |"
 md "|---:|---:|---:|---:|---:|---:|"
 for c in "${serve_rows[@]}"; do
-    cargo bench --quiet --bench serve_load -- --url "$serve_url" --concurrency "$c" --seconds "$serve_secs" --warmup "$serve_warmup" \
+    "${bench[@]}" --bench serve_load -- --url "$serve_url" --concurrency "$c" --seconds "$serve_secs" --warmup "$serve_warmup" \
         --pid "$serve_pid" | tee "$work/serve-load.txt" >&2
     grep '^SERVE_LOAD' "$work/serve-load.txt" | sed -E 's/.*concurrency=([0-9]+) completions_per_s=([0-9]+) tokens_per_s=([0-9]+) failed=([0-9]+) rss_start_kib=([0-9]+) rss_end_kib=([0-9]+) peak_kib=([0-9]+).*/\1 \2 \3 \4 \5 \6 \7/' \
         | awk '{printf "| %d | %d | %d | %d | %.1f → %.1f | %.1f |\n", $1, $2, $3, $4, $5/1024, $6/1024, $7/1024}' >>"$out"

@@ -131,7 +131,8 @@ fn a_flooding_server_leaves_the_client_under_100_mb() {
     let scenario = format!(
         "name = \"flood\"\n[engine]\nkind = \"openai\"\n[engine.openai]\nurls = [\"{}\"]\nmodel = \"{MODEL}\"\n\
          [batching]\nbatch_size = 2\nbatch_timeout = \"5ms\"\n[workload]\nprompt_tokens = 16\noutput_tokens = 8\n\
-         [profile]\nkind = \"concurrent\"\nlevels = [4]\n[stop]\nmax_requests = 4\n",
+         [profile]\nkind = \"concurrent\"\nlevels = [4]\n[stop]\nmax_requests = 4\n\
+         [expect]\ncompleted = \">= 0\"\n",
         stub.url
     );
     std::fs::write(dir.join("s.toml"), scenario).unwrap();

@@ -7,7 +7,7 @@ batches of 32) with --requests-jsonl:
 
 1. `batchlab ab` with the same command on both sides, R rounds (default 6): 2·R unchanged runs,
    A and B alternated (A B, B A, …), in DIR/same/round-<i>/{a,b}.
-2. `batchlab ab` with A at batch_size 32 and B at 8, 2 rounds, in DIR/batch8.
+2. `batchlab ab` with A at batch_size 32 and B at 8, R rounds too, in DIR/batch8.
 
 Then it judges:
 
@@ -162,7 +162,7 @@ def measure(args):
     same_dir, batch8_dir = os.path.join(args.dir, "same"), os.path.join(args.dir, "batch8")
     unchanged = command(binary)
     whole = ab(binary, same_dir, unchanged, unchanged, args.rounds, args.reuse)
-    forward_ab = ab(binary, batch8_dir, unchanged, command(binary, ["batching.batch_size=8"]), 2, args.reuse)
+    forward_ab = ab(binary, batch8_dir, unchanged, command(binary, ["batching.batch_size=8"]), args.rounds, args.reuse)
 
     runs = [os.path.join(same_dir, f"round-{r}", "a") for r in range(args.rounds)]
     print(f"Separate runs: the {args.rounds} A-side runs of `batchlab ab` (a B between each), every pair:\n")
@@ -194,12 +194,12 @@ def measure(args):
     print(HEADER)
     separate = compare(binary, os.path.join(batch8_dir, "round-0", "a"), os.path.join(batch8_dir, "round-0", "b"))
     print(row("batch 32, round 0", "batch 8, round 0", separate))
-    print(row("batch 32, 2 rounds", "batch 8, 2 rounds", forward_ab))
+    print(row(f"batch 32, {args.rounds} rounds", f"batch 8, {args.rounds} rounds", forward_ab))
     print("\noutput tokens/s per run (machine probe at start/end):")
     for r in range(args.rounds):
         for side in "ab":
             print(f"- same round {r} {side.upper()}: {tokens_and_probe(os.path.join(same_dir, f'round-{r}', side))}")
-    for r in range(2):
+    for r in range(args.rounds):
         for side, label in (("a", "batch 32"), ("b", "batch 8")):
             print(f"- {label} round {r}: {tokens_and_probe(os.path.join(batch8_dir, f'round-{r}', side))}")
     print(f"\n{time.monotonic() - started:.0f} s in all", file=sys.stderr)

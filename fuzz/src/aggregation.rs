@@ -175,6 +175,7 @@ fn check_aggregator(input: &Input) {
                     sent: None,
                     endpoint: None,
                     token_count_source: None,
+                    wire_batch: None,
                     client_token_times: None,
                     anomalies: Anomalies {
                         non_finite: anomalies & 1 != 0,

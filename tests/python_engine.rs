@@ -438,14 +438,16 @@ mod with_python {
         assert!(stderr.contains("engine died: sleep (pid") && stderr.contains("killed by SIGKILL"), "{stderr}");
     }
 
-    /// An ordinary exception in generate fails its batch with `engine_error`; the run goes on.
+    /// An ordinary exception in generate fails its batch with `engine_error`; the run goes on, and,
+    /// every request having failed, exits 3 (a run that completed nothing measured nothing).
     #[test]
     fn an_exception_in_generate_is_an_engine_error_in_the_report() {
         if !ready(false) {
             return;
         }
         let (status, report, stderr) = run_cli_status("tests/fixtures/raises.toml", "raises");
-        assert_eq!(status.code(), Some(0), "stderr:\n{stderr}");
+        assert_eq!(status.code(), Some(3), "stderr:\n{stderr}");
+        assert!(stderr.contains("no request completed in"), "stderr:\n{stderr}");
         assert_eq!(report["incomplete"], false);
         let counts = &report["benchmarks"][0]["counts"];
         assert_eq!(counts["errors_by_kind"]["engine_error"], 32, "{counts}");

@@ -107,12 +107,16 @@ fn unchanged_runs_pass_the_gate_and_batch_8_against_32_fails_it() {
     assert!(matches!(code, Some(0 | 5)), "two unchanged runs regressed:\n{table}");
     // Which of the two is worse depends on the machine (batch 8 has the shorter TPOT, batch 32
     // the higher throughput when the cores are free): flagged means a gate fails one way round.
+    // Separate runs on a machine whose speed moved between them are inconclusive, naming the drift:
+    // flagged means a gate fails one way round, or names the drift, never a pass.
     let (forward, forward_table) = compare(&a, &small);
     let (backward, backward_table) = compare(&small, &a);
+    let drifted = |table: &str| table.contains("the machine drifted by");
     assert!(
-        forward == Some(4) || backward == Some(4),
+        forward == Some(4) || backward == Some(4) || (drifted(&forward_table) && forward == Some(5)),
         "batch 8 against 32 passed the gate both ways:\n{forward_table}\n{backward_table}"
     );
+    assert_ne!((forward, backward), (Some(0), Some(0)), "{forward_table}\n{backward_table}");
     std::fs::remove_dir_all(&root).unwrap();
 }
 

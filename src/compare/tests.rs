@@ -422,25 +422,14 @@ fn a_drifting_machine_is_named_not_blamed() {
     // Probes within the margin (+2 %): the regression stands.
     let c = compare(&a_probed, &b_probed, &options).unwrap();
     assert!(row(&c, "throughput", "latency_p50_ms").is_regression());
-    // The machine 25 % slower: a fourfold latency is beyond what it explains, and stands; the
-    // drift is named.
+    // The machine 25 % slower: even a fourfold latency is inconclusive (a server suffers more from
+    // contention than the probe shows), and the drift is named.
     b_probed.report.environment.machine = Some(probe(25.0));
     let c = compare(&a_probed, &b_probed, &options).unwrap();
-    assert!(row(&c, "throughput", "latency_p50_ms").is_regression());
-    assert!(table::render_comparison(&c).contains("the machine drifted by +25.0 %"));
-    // A change the drift could explain (+20 % on a machine 25 % slower) is inconclusive; the same
-    // change between runs whose probes agree is a regression.
-    let steady: Vec<(u64, f64)> = (0..64u64).map(|i| (i / 4, 100.0 + (i % 5) as f64)).collect();
-    let slower: Vec<(u64, f64)> = steady.iter().map(|&(b, v)| (b, v * 1.2)).collect();
-    let mut base = run_with_batches("a", Some(&steady));
-    base.report.environment.machine = Some(probe(20.0));
-    let mut mild = run_with_batches("b", Some(&slower));
-    mild.report.environment.machine = Some(probe(20.0));
-    assert!(row(&compare(&base, &mild, &options).unwrap(), "throughput", "latency_p50_ms").is_regression());
-    mild.report.environment.machine = Some(probe(25.0));
-    let c = compare(&base, &mild, &options).unwrap();
     let p50 = row(&c, "throughput", "latency_p50_ms");
     assert!(matches!(&p50.gate, Some(Gate::Inconclusive(why)) if why.contains("drifted by +25.0 %")), "{p50:?}");
+    assert_eq!(c.outcome(), Outcome::Inconclusive);
+    assert!(table::render_comparison(&c).contains("the machine drifted by +25.0 %"));
     // Without probes (virtual time), nothing to say.
     b.report.environment.machine = None;
     assert!(row(&compare(&a, &b, &options).unwrap(), "throughput", "latency_p50_ms").is_regression());

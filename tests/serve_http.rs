@@ -367,6 +367,20 @@ fn connect(server: &Server) -> TcpStream {
     TcpStream::connect(server.url.strip_prefix("http://").unwrap()).unwrap()
 }
 
+/// `n` connections, each answered one `/health` (200) and then held open, kept alive.
+fn hold_served(server: &Server, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| {
+            let mut s = connect(server);
+            s.write_all(b"GET /health HTTP/1.1\r\nhost: a\r\n\r\n").unwrap();
+            let mut head = [0u8; 12];
+            s.read_exact(&mut head).unwrap();
+            assert_eq!(&head, b"HTTP/1.1 200");
+            s
+        })
+        .collect()
+}
+
 /// A partial request head, a partial body, an idle kept-alive connection and a silent one are
 /// each closed by the server within their timeout (1 s here; 30 s by default).
 #[test]
@@ -438,16 +452,7 @@ fn health_status(server: &Server) -> Option<(u16, String)> {
 #[test]
 fn past_max_connections_a_new_connection_gets_503_and_is_closed() {
     let server = Server::start(None, &["--max-connections", "3"]);
-    let mut held: Vec<TcpStream> = (0..3)
-        .map(|_| {
-            let mut s = connect(&server);
-            s.write_all(b"GET /health HTTP/1.1\r\nhost: a\r\n\r\n").unwrap();
-            let mut head = [0u8; 12];
-            s.read_exact(&mut head).unwrap();
-            assert_eq!(&head, b"HTTP/1.1 200");
-            s
-        })
-        .collect();
+    let mut held = hold_served(&server, 3);
     let (code, text) = health_status(&server).expect("an answer, not a hang");
     assert_eq!(code, 503, "{text}");
     assert!(text.contains("retry-after: 1") && text.contains("ServiceUnavailableError"), "{text}");
@@ -536,16 +541,7 @@ fn when_accept_fails_for_want_of_descriptors_the_server_backs_off_and_serves_aga
 #[test]
 fn the_connection_cap_is_lowered_to_what_the_descriptor_limit_allows() {
     let mut server = Server::start_with_fd_limit(200, &["--max-connections", "4096"]);
-    let held: Vec<TcpStream> = (0..136)
-        .map(|_| {
-            let mut s = connect(&server);
-            s.write_all(b"GET /health HTTP/1.1\r\nhost: a\r\n\r\n").unwrap();
-            let mut head = [0u8; 12];
-            s.read_exact(&mut head).unwrap();
-            assert_eq!(&head, b"HTTP/1.1 200");
-            s
-        })
-        .collect();
+    let held = hold_served(&server, 136);
     let (code, text) = health_status(&server).expect("an answer, not a hang");
     assert_eq!(code, 503, "{text}");
     let stderr = server.stderr_so_far();

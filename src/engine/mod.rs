@@ -1,10 +1,37 @@
 //! The engine boundary.
 //!
-//! Every engine (the simulated one, vLLM through pyo3, later HTTP engines) implements [`Engine`].
-//! The trait is blocking on purpose: it is only ever called from one dedicated engine thread, one
-//! call at a time, because vLLM's synchronous `LLM` is not safe for overlapping calls. Everything
-//! an engine reports is optional where a real engine may omit it, so the metrics mapper can make a
-//! missing value an absent metric instead of a wrong zero.
+//! Every engine (the simulated one, vLLM and any Python engine through pyo3, the OpenAI-compatible
+//! HTTP engine, a library caller's own) implements [`Engine`]. The trait is blocking on purpose:
+//! its `start`, `generate` and `shutdown` are called from one dedicated engine thread, one call at a
+//! time, because vLLM's synchronous `LLM` is not safe for overlapping calls. With
+//! `batching.max_in_flight > 1` an engine may also have a [`ConcurrentEngine`] face
+//! ([`Engine::concurrent`], taken after the start): the engine thread hands it each batch without
+//! waiting, and the results come back through `done` on the engine's own threads (the HTTP engine,
+//! vLLM with continuous admission). Everything an engine reports is optional where a real engine may
+//! omit it, so the metrics mapper can make a missing value an absent metric instead of a wrong zero.
+//!
+//! # Files
+//! - `chat`: chat prompts (`Prompt::Chat`: messages and the template to apply, `RequestFormat`,
+//!   the `plain` rendering, `ChatTemplate` compiled with minijinja so that a broken one is reported
+//!   with its line).
+//! - `step_tokens`: per-token times for an engine whose tokens come out at step ends a batch shares
+//!   (`StepEnds`, read on our clock once per batch; a request's runs of steps, `StepTokens`:
+//!   `EngineStats::token_steps`, the simulator's form of `token_ts`).
+//! - `tokens`: batchlab's one rule for counting text without a tokenizer (4 bytes a token: the
+//!   simulator, dataset length filters, synthetic chat lengths).
+//! - `faults`: the fault-injecting wrapper around any engine (`FaultyEngine`, virtual time
+//!   included, and its concurrent face) and its config type `Faults`.
+//! - `sim/`: the simulated engine (`SimConfig`: time mode, cost model, scheduler limits; see its
+//!   module doc). `ResolvedEngineConfig` (here) is the scheduler and KV configuration an engine
+//!   resolved, reported in `EngineInfo`.
+//! - `openai/`: the HTTP engine (`engine.kind = "openai"`, docs/http.md).
+//! - `python/`: the pyo3 engine (feature `vllm`), vLLM's continuous admission included.
+//!
+//! Knows nothing of `scenario/`, `metrics/` or `run/`: engines get their own config types
+//! (`SimConfig`, `PythonConfig`, `VllmConfig`, `OpenAiConfig`, `Faults`), which the plan holds.
+//! The request, output and stats types are `#[non_exhaustive]`: other crates make them with
+//! `EngineOutput::new(..).with_*`, `EngineInfo::new`, `EngineRequest::new`, `EngineDeath::new`,
+//! `EngineStats::default()`.
 
 #[doc(hidden)]
 pub mod chat;

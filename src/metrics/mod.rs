@@ -1,4 +1,21 @@
 //! Metrics: per-request mapping from engine stats, and streaming aggregation.
+//!
+//! # Files
+//! - `mapper`: engine stats to TTFT, TPOT, per-gap ITL as runs of equal gaps (`Itl`), the engine's
+//!   send time, and so on; a missing timestamp is an absent metric, inconsistent stats are flagged.
+//! - `distribution`: HDR histograms with exact moments, 100 geometric bins.
+//! - `series`: per-interval time series in at most 1000 intervals (ten merge into one as the window
+//!   grows), sans-IO.
+//! - `client`: dispatch delay and client lag from a request's intended arrival, and the validity
+//!   warning when the client lag's p99 is over 10 ms.
+//! - `endpoints`: per-endpoint counts, errors and latency, failure episodes and the time to recover.
+//! - `server`: the deltas of the servers' own counters over a benchmark.
+//! - `aggregate`, `result`: `BenchmarkResult`; `PerDistribution<T>`, the one list of the eight
+//!   timing distributions (`Distributions` is `PerDistribution<Summary>`).
+//! - `slo` (per-request objectives, goodput), `repeats` (mean, spread and Student-t interval over
+//!   `--repeat` runs), `pareto` (the throughput/latency Pareto front).
+//!
+//! Knows nothing of `scenario/` or `run/`.
 pub mod aggregate;
 pub mod client;
 pub mod distribution;

@@ -2,6 +2,19 @@
 //!
 //! A [`Report`] is plain data assembled at the end of a run; writers only format it, so the same
 //! report always gives the same bytes. `docs/report.md` defines every field and its unit.
+//!
+//! # Files
+//! - `requests`: the one record type of `requests.jsonl` (`RequestRecord` with `Phase`,
+//!   `RequestOutcome`, `MetricsMs`), its writer `RequestsJsonl` and its reader `read_records`
+//!   (streaming, a bad line named by file and line), through which `compare/` and `calibrate/` read.
+//! - `read`: the one reader of a saved `report.json` (schema check first).
+//! - `tuning`: the result types of a `batchlab tune` search (`TuneResult`, `Point`, `Space`,
+//!   `TuneReport` with its confirmation): data only, the search's policy is in `tune/`.
+//! - `html/`: `report.html` from a `Report` alone: `page` (the shared skeleton), `chart` (inline SVG
+//!   through plotters' SVG backend), `report_page`. No script, no external resource; compare pages
+//!   reuse `page` and `chart`.
+//!
+//! Formats what `run/` and `tune/` produce; never uses `run/`, `tune/`, `calibrate/` or `compare/`.
 
 #[doc(hidden)]
 pub mod environment;

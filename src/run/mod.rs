@@ -15,6 +15,27 @@
 //! engine is loaded before the first step's clock starts, so cold start is never measured.
 //! Every engine, the caller's included, runs inside a [`FaultyEngine`] with the plan's `[faults]`
 //! (a plain pass-through when there are none).
+//!
+//! # Files
+//! - `driver`: the one step loop and the `Driver` trait: `run_steps` takes one run's benchmarks in
+//!   the schedule's order on a started engine, `run_step` runs one; a `[matrix]` run is one
+//!   `Segment` per combination in the same loop, `Driver::reconfigure` between them; the servers'
+//!   counters are read before and after each step.
+//! - `schedule`: `StepSchedule`, the order of a run's benchmarks (rounds, segments, steps,
+//!   interleaved repeats, a sweep's next step planned from the rate the last one measured).
+//! - `step`: `StepRun`, one benchmark, sans-IO; it fills `report::RequestRecord`s and dates each
+//!   request's intended arrival.
+//! - `realtime`, `virtual_driver`: the two drivers.
+//! - `ahead`: `RequestsAhead`, in virtual time a scoped thread makes the workload's requests ahead,
+//!   in order, with the engine's work on each request alone (`VirtualTimeEngine::request_prep`).
+//! - `session`: `EngineSession`, the one way to run several plans on one engine start.
+//! - `preflight`: what a run rejects before its engine starts, shared with `batchlab check`.
+//! - `engine_guard`: what keeps a real engine from hanging a run: the death watch over the engine's
+//!   own processes, the CPU-time probe the stall watch samples, the Ctrl-C grace, the bounded
+//!   shutdown.
+//! - `status` (what the display is told), `progress/` (indicatif bars on a terminal, plain lines
+//!   otherwise, the `EngineStepLayer` and `LogWriter`; the terminal is a `Screen` passed in, never a
+//!   process global), `interrupt`.
 
 mod ahead;
 #[doc(hidden)]

@@ -17,8 +17,10 @@
 //!
 //! The result types ([`Point`], [`TuneResult`], …) live in [`crate::report::tuning`], because a
 //! report carries them; the policy over them (the search's bounds, the plateau, which points to
-//! confirm) lives here. The CLI (`cli/tune.rs`) parses and prints; it calls this, which calls
-//! `run/`, and nothing here calls back up.
+//! confirm) lives here. The CLI (`cli/tune.rs`) calls this, which calls `run/`, and nothing here
+//! calls back up; the CLI still holds the order of the steps (objective, search, confirmation,
+//! recommendation), which belongs here (issue 36, item 3). Each point runs the top level
+//! (`run::run_blocking`: preflight, the report, the table) and keeps one benchmark of it.
 
 pub mod confirm;
 mod memo;

@@ -21,6 +21,33 @@ const MAX_ITEMS: usize = 100;
 struct Surface {
     lines: Vec<String>,
     items: usize,
+    /// Every inherent impl block of the crate, whatever file holds it.
+    impls: Vec<ImplBlock>,
+    /// Where each type name is defined (a name may be defined in several modules).
+    definitions: std::collections::BTreeMap<String, Vec<Vec<String>>>,
+}
+
+/// One inherent `impl` block: the type's name, the module that holds the block, and its public,
+/// visible methods.
+struct ImplBlock {
+    ty: String,
+    module: Vec<String>,
+    methods: Vec<String>,
+}
+
+/// The module path of a file under `src/`: `scenario/change.rs` is `[crate, scenario, change]`.
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let relative = file.strip_prefix(src).expect("under src").with_extension("");
+    let mut parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+        parts.pop();
+    }
+    std::iter::once("crate".to_owned()).chain(parts).collect()
+}
+
+/// How many leading segments two module paths share.
+fn shared(a: &[String], b: &[String]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 fn hidden(attrs: &[Attribute]) -> bool {
@@ -54,9 +81,9 @@ impl Surface {
         self.lines.push(format!("  fn {name}"));
     }
 
-    /// Walks one module's items; `dir` is where its child modules' files are.
-    fn module(&mut self, path: &str, items: &[Item], dir: &Path) {
-        let mut impls: Vec<(String, Vec<String>)> = Vec::new();
+    /// Collects the inherent impls and type definitions of `items`, in `module`, and of the
+    /// inline modules among them (`#[cfg(test)]` ones aside).
+    fn collect(&mut self, module: &[String], items: &[Item]) {
         for item in items {
             match item {
                 Item::Impl(i) if i.trait_.is_none() && !hidden(&i.attrs) => {
@@ -70,17 +97,44 @@ impl Surface {
                             _ => None,
                         })
                         .collect();
-                    impls.push((name, methods));
+                    self.impls.push(ImplBlock { ty: name, module: module.to_vec(), methods });
+                }
+                Item::Struct(s) => self.definitions.entry(s.ident.to_string()).or_default().push(module.to_vec()),
+                Item::Enum(e) => self.definitions.entry(e.ident.to_string()).or_default().push(module.to_vec()),
+                Item::Mod(m) if !hidden(&m.attrs) => {
+                    if let Some((_, inline)) = &m.content {
+                        let inner: Vec<String> = module.iter().cloned().chain([m.ident.to_string()]).collect();
+                        self.collect(&inner, inline);
+                    }
                 }
                 _ => {}
             }
         }
-        let methods_of = |name: &str| -> Vec<String> {
-            let mut all: Vec<String> =
-                impls.iter().filter(|(n, _)| n == name).flat_map(|(_, m)| m.iter().cloned()).collect();
-            all.sort();
-            all
-        };
+    }
+
+    /// The public methods of type `name` defined in `module`, from impl blocks in any file: an
+    /// impl goes to the definition of its type's name nearest to it in the module tree.
+    fn methods_of(&self, name: &str, module: &[String]) -> Vec<String> {
+        let definitions = self.definitions.get(name).cloned().unwrap_or_default();
+        let mut all: Vec<String> = self
+            .impls
+            .iter()
+            .filter(|i| i.ty == name)
+            .filter(|i| {
+                let nearest = definitions.iter().max_by_key(|d| shared(d, &i.module));
+                nearest.is_none_or(|d| d.as_slice() == module)
+            })
+            .flat_map(|i| i.methods.iter().cloned())
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
+    /// Walks one module's items; `dir` is where its child modules' files are.
+    fn module(&mut self, path: &str, items: &[Item], dir: &Path) {
+        let module: Vec<String> =
+            std::iter::once("crate".to_owned()).chain(path.split("::").skip(1).map(String::from)).collect();
         for item in items {
             let (kind, ident, attrs, vis) = match item {
                 Item::Struct(s) => ("struct", s.ident.to_string(), &s.attrs, &s.vis),
@@ -139,7 +193,10 @@ impl Surface {
                     names.sort();
                     names.iter().for_each(|n| self.method(n));
                 }
-                Item::Struct(_) | Item::Enum(_) => methods_of(&ident).iter().for_each(|n| self.method(n)),
+                Item::Struct(_) | Item::Enum(_) => {
+                    let module: Vec<String> = module.clone();
+                    self.methods_of(&ident, &module).iter().for_each(|n| self.method(n))
+                }
                 _ => {}
             }
         }
@@ -151,10 +208,29 @@ fn parse(file: &Path) -> syn::File {
     syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
 }
 
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("a source directory") {
+        let path = entry.expect("an entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
 fn surface() -> Surface {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
-    let lib = parse(&src.join("lib.rs"));
     let mut surface = Surface::default();
+    // Every file's impls first: a type's methods may be in another file than the type
+    // (`Plan::with_sets` is in scenario/change.rs).
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    for file in files.iter().filter(|f| !f.ends_with("main.rs") && !f.ends_with("tests.rs")) {
+        surface.collect(&module_of(&src, file), &parse(file).items);
+    }
+    let lib = parse(&src.join("lib.rs"));
     surface.module("batchlab", &lib.items, &src);
     surface
 }

@@ -12,18 +12,24 @@ column compares across rows:
   - sim-32:   scenarios/throughput.toml as shipped (the simulator in virtual time, batches of 32);
   - sim-1:    the same with batching.batch_size = 1 (every request its own generate);
   - http-1:   scenarios/http.toml with batch_size = 1 and 32 in flight, against a `batchlab serve`
-              of throughput.toml's simulated engine, started for each run on a free port. The server
-              batches continuously, so this row is also continuous admission: the simulator has no
-              in-process continuous admission (engine.vllm.admission is vLLM's, and a sim run with
-              max_in_flight > 1 is refused), and `batchlab serve` is where it stands in for it.
+              of throughput.toml's simulated engine with every cost x4 (HTTP_SERVER_COST), started
+              for each run on a free port. At the shipped costs the server's simulated steps are
+              not what bounds the run (the client and the host are: costs x1.25 moved requests/s
+              by -17 % on a quiet machine, -4.5 % on a loaded one); at x4 they are (x5 against x4:
+              129 -> 103.5 requests/s, -20 %), so the columns' changes are the changes they name.
+              The server batches continuously, so this row is also continuous admission: the
+              simulator has no in-process continuous admission (engine.vllm.admission is vLLM's,
+              and a sim run with max_in_flight > 1 is refused), and `batchlab serve` is where it
+              stands in for it.
 Changes, injected in B only:
   - errors +1 pp, +10 pp, +50 pp, all: faults.fail_batch = { probability = p } on the client
     (a failed batch of 32 fails 32 requests, as production micro-batching does; with batch
     size 1 each request fails alone);
   - p99 x3: faults.slow = { every = 8 }, slow_factor = 3 (one generate call in eight answers 3x
     later; n/a with fewer than 8 batches of 32, which have no eighth batch);
-  - latency +10 %: every cost key of the simulated engine x1.1 (the server's for http-1);
-  - throughput -20 %: every cost key x1.25.
+  - latency +10 %: every cost key of the simulated engine x1.1 (the server's for http-1, on top
+    of its x4);
+  - throughput -20 %: every cost key x1.25 (likewise).
 
     python3 scripts/compare_power.py                 # the full table (it prints how long it took)
     python3 scripts/compare_power.py --quick         # a smoke run: 2 pairs, 1 and 8 batches, sim only
@@ -33,14 +39,18 @@ Options: --batchlab PATH (default: build target/release/batchlab), --pairs N (si
 20), --http-pairs N (default 5: HTTP runs take real time), --pairs-128 N and --http-pairs-128 N
 (the rows at 128 batches, whose pairs take seconds: default 10 and 3), --batches 1,4,8 (default
 1,4,8,32,128),
---no-http, --jobs N (pairs run at once, at most 2), --alpha (default 0.05), --dir DIR (scratch,
-default target/compare-power), --write FILE (replace the section between
+--no-http, --jobs N (simulator pairs run at once, at most 2; HTTP pairs always run one at a time,
+beside nothing else), --alpha (default 0.05), --dir DIR (scratch, default target/compare-power;
+each pair's exit code is saved in DIR/pairs.jsonl), --resume (take the saved pairs of an
+earlier run of the same binary instead of running them again), --write FILE (replace the section between
 `<!-- power-table:start -->` and `<!-- power-table:end -->` with the table). The table goes to
 stdout either way; progress goes to stderr.
 """
 import argparse
 import concurrent.futures
 import datetime
+import hashlib
+import json
 import os
 import re
 import shlex
@@ -66,6 +76,10 @@ UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_0
 # Every run may fail requests: the change under test decides how many.
 RELAXED = ["expect.errors=>=0", "expect.completed=>=0"]
 RUN_TIMEOUT_S = 900
+# The HTTP row's server runs throughput.toml's engine with every cost this many times over, in A
+# and B alike, so that its simulated steps bound the run (see the docstring); a change's factor
+# multiplies it.
+HTTP_SERVER_COST = 4.0
 
 
 class Shape:
@@ -203,10 +217,14 @@ def pair(binary, shape, batches, change, index, costs, scratch):
     a, b = base + "-a", base + "-b"
     try:
         b_client = list(change.client)
-        b_server = []
+        a_server = costs[HTTP_SERVER_COST] if shape.http else []
+        b_server = list(a_server)
         if change.cost_factor is not None:
-            (b_server if shape.http else b_client).extend(costs[change.cost_factor])
-        run(binary, shape, batches, seed, [], [], a)
+            if shape.http:
+                b_server = costs[HTTP_SERVER_COST * change.cost_factor]
+            else:
+                b_client.extend(costs[change.cost_factor])
+        run(binary, shape, batches, seed, [], a_server, a)
         run(binary, shape, batches, seed + 1000, b_client, b_server, b)
         args = [binary, "compare", a, b]
         o = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
@@ -216,6 +234,19 @@ def pair(binary, shape, batches, change, index, costs, scratch):
     finally:
         for d in (a, b):
             shutil.rmtree(d, ignore_errors=True)
+
+
+def pair_key(shape, batches, change, index):
+    return f"{shape.key}/{batches}/{change.key}/{index}"
+
+
+def binary_digest(binary):
+    """What identifies the binary a saved pair came from: its content's hash."""
+    h = hashlib.sha256()
+    with open(binary, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
 
 
 def build():
@@ -301,7 +332,9 @@ def render(rows, changes, args, command, seconds):
         "How each change is injected: errors as `faults.fail_batch = { probability = p }` on the client "
         "(a failed batch of 32 fails its 32 requests); p99 ×3 as `faults.slow = { every = 8 }`, "
         "`slow_factor = 3`; latency +10 % and throughput −20 % as every cost key of the simulated engine "
-        "×1.1 and ×1.25 (for the HTTP row, the server's). Every run relaxes `[expect]` "
+        "×1.1 and ×1.25 (for the HTTP row, the server's, whose costs are ×4 in A and B alike so that its "
+        f"simulated steps bound the run: ×{HTTP_SERVER_COST:g} against ×{HTTP_SERVER_COST * 1.25:g}). "
+        "Every run relaxes `[expect]` "
         "(`expect.errors=>=0`, `expect.completed=>=0`). Continuous admission: the simulator has none "
         "in-process (a sim run with `batching.max_in_flight > 1` is refused, and `engine.vllm.admission` "
         "is vLLM's); the HTTP row's `batchlab serve` admits every request continuously into one running "
@@ -337,6 +370,8 @@ def main():
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--dir", default=os.path.join(ROOT, "target", "compare-power"))
     p.add_argument("--write", metavar="FILE")
+    p.add_argument("--resume", action="store_true",
+                   help="take the pairs DIR/pairs.jsonl saved from an earlier run of the same binary")
     args = p.parse_args()
     if args.quick:
         args.pairs, args.batches, args.no_http = 2, "1,8", True
@@ -351,7 +386,9 @@ def main():
     started = time.monotonic()
     binary = os.path.abspath(args.batchlab) if args.batchlab else build()
     os.makedirs(args.dir, exist_ok=True)
-    costs = {c.cost_factor: scaled_costs(binary, SIM_SCENARIO, c.cost_factor) for c in CHANGES if c.cost_factor}
+    factors = {c.cost_factor for c in CHANGES if c.cost_factor}
+    factors |= {HTTP_SERVER_COST} | {HTTP_SERVER_COST * f for f in factors}
+    costs = {f: scaled_costs(binary, SIM_SCENARIO, f) for f in factors}
 
     shapes = [s for s in SHAPES if not (s.http and args.no_http)]
     rows, tasks = [], []
@@ -369,27 +406,65 @@ def main():
                     tasks += [(shape, batches, c, i, cells[c.key]) for i in range(pairs)]
             rows.append(((shape, batches, pairs), cells))
 
-    # The longest pairs first (HTTP ones, then the most batches), so the two jobs end together.
-    tasks.sort(key=lambda t: (not t[0].http, -t[1]))
+    # Each pair's exit code is kept in DIR/pairs.jsonl as it comes; --resume takes those of an
+    # earlier run of the same binary and settings instead of running them again.
+    saved_path = os.path.join(args.dir, "pairs.jsonl")
+    fingerprint = f"{binary_digest(binary)} {HTTP_SERVER_COST}"
+    saved = {}
+    if args.resume and os.path.exists(saved_path):
+        with open(saved_path) as f:
+            for line in f:
+                r = json.loads(line)
+                if r["fingerprint"] == fingerprint:
+                    saved[r["pair"]] = r["code"]
+    elif os.path.exists(saved_path):
+        os.remove(saved_path)
     errors, lock = [], threading.Lock()
-    print(f"{len(tasks)} pairs on {args.jobs} job(s)", file=sys.stderr)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(pair, binary, s, b, c, i, costs, args.dir): (s, b, c, cell)
-                   for s, b, c, i, cell in tasks}
-        for future in concurrent.futures.as_completed(futures):
-            shape, batches, change, cell = futures[future]
-            with lock:
+
+    def done(shape, batches, change, index, cell, code=None, error=None):
+        with lock:
+            if error is None:
+                cell["codes"].append(code)
+                if pair_key(shape, batches, change, index) not in saved:
+                    with open(saved_path, "a") as f:
+                        f.write(json.dumps({"pair": pair_key(shape, batches, change, index), "code": code,
+                                            "fingerprint": fingerprint}) + "\n")
+            else:
+                cell["errors"] += 1
+                errors.append(f"{shape.key} × {batches} batches, {change.label}: {error}")
+            cell["left"] -= 1
+            if cell["left"] == 0:
+                codes = cell["codes"]
+                summary = " ".join(f"{k}:{codes.count(k)}" for k in (0, 4, 5))
+                print(f"{time.monotonic() - started:6.0f} s  {shape.key} × {batches} batches, {change.label}: "
+                      f"{summary}" + (f", {cell['errors']} errors" if cell["errors"] else ""), file=sys.stderr)
+
+    fresh = []
+    for task in tasks:
+        shape, batches, change, index, cell = task
+        key = pair_key(shape, batches, change, index)
+        if key in saved:
+            done(shape, batches, change, index, cell, code=saved[key])
+        else:
+            fresh.append(task)
+    # The simulator's pairs (virtual time: the machine's load changes how long they take, never
+    # what they give) on --jobs workers, the longest first so that the jobs end together; then
+    # the HTTP pairs (real time) one at a time and beside nothing else, since a second pair's CPU
+    # use is a machine drift to the speed probe of the first.
+    sim = sorted((t for t in fresh if not t[0].http), key=lambda t: -t[1])
+    http = sorted((t for t in fresh if t[0].http), key=lambda t: -t[1])
+    print(f"{len(tasks)} pairs: {len(tasks) - len(fresh)} saved, {len(sim)} simulator pairs on {args.jobs} "
+          f"job(s), then {len(http)} HTTP pairs one at a time", file=sys.stderr)
+    for batch, jobs in ((sim, args.jobs), (http, 1)):
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(pair, binary, s, b, c, i, costs, args.dir): (s, b, c, i, cell)
+                       for s, b, c, i, cell in batch}
+            for future in concurrent.futures.as_completed(futures):
+                shape, batches, change, index, cell = futures[future]
                 try:
-                    cell["codes"].append(future.result())
+                    done(shape, batches, change, index, cell, code=future.result())
                 except (PairError, RuntimeError) as e:
-                    cell["errors"] += 1
-                    errors.append(f"{shape.key} × {batches} batches, {change.label}: {e}")
-                cell["left"] -= 1
-                if cell["left"] == 0:
-                    codes = cell["codes"]
-                    summary = " ".join(f"{k}:{codes.count(k)}" for k in (0, 4, 5))
-                    print(f"{time.monotonic() - started:6.0f} s  {shape.key} × {batches} batches, {change.label}: "
-                          f"{summary}" + (f", {cell['errors']} errors" if cell["errors"] else ""), file=sys.stderr)
+                    done(shape, batches, change, index, cell, error=e)
 
     seconds = time.monotonic() - started
     markdown = render(rows, CHANGES, args, command, seconds)

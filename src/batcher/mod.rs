@@ -4,8 +4,12 @@
 //! # Files
 //! - `core`: `BatcherCore`, all batching, matching and failure fan-out logic, up to
 //!   `batching.max_in_flight` batches in flight (slots, results in any order, a generate timeout per
-//!   batch), the stall decision, and the one source of request ids. Its module doc is the driver
-//!   contract.
+//!   batch), the stall decision, and the one source of request ids. Its module doc (`core/mod.rs`) is
+//!   the driver contract; beside it one file per job: `config` (`BatchConfig`), `vocab` (batches,
+//!   outcomes, events), `ids` (`IdMap`), `stall` (`StallWatch`, the stall decision), `matching` (a
+//!   result fanned out to its batch), `failure` (the engine made unusable), `tests`.
+//! - `error`: `RequestError`, `ConfigError`, and `BatchId` (below the core: an error names its
+//!   batch, and `error` names nothing of the core).
 //! - `lifecycle`: the engine lifecycle as an explicit transition table (start, shutdown, failure and
 //!   death).
 //! - `shell`: `Batcher`, the core behind one mutex, an engine thread and a watchdog thread (generate

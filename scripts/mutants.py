@@ -100,7 +100,7 @@ MUTANTS = [
     # The threaded shell runs generate and shutdown on one thread, in order, so this one can only
     # show in a driver that polls while a generate is out: the core's property test.
     ("core: engine shut down while a generate is in flight", "src/batcher/core/mod.rs",
-     "            && self.in_flight.is_empty()\n            && self.queue.is_empty()\n", "            && self.queue.is_empty()\n",
+     "            && self.in_flight.is_empty()\n            && self.queue.is_empty();\n", "            && self.queue.is_empty();\n",
      ["--test", "batcher_core_props"], {}),
     # The core owns request ids: every submit, admitted or not, takes the next one.
     ("core: an id given twice (the counter stands still)", "src/batcher/core/mod.rs",
@@ -196,7 +196,7 @@ MUTANTS = [
      "let Some(at) = self.in_flight.iter().position(|f| f.batch_id == batch_id).map(|_| 0) else { return };",
      loom("two_batches_in_flight_answered_out_of_order_on_another_thread_racing_submit_and_shutdown"), LOOM),
     ("loom: engine shut down while a concurrent generate is out", "src/batcher/core/mod.rs",
-     "            && self.in_flight.is_empty()\n            && self.queue.is_empty()\n", "            && self.queue.is_empty()\n",
+     "            && self.in_flight.is_empty()\n            && self.queue.is_empty();\n", "            && self.queue.is_empty();\n",
      loom("two_batches_in_flight_answered_out_of_order_on_another_thread_racing_submit_and_shutdown"), LOOM),
     ("loom: the engine thread leaves while a concurrent generate is out (its shutdown never runs)", "src/batcher/shell.rs",
      "if locked.guard.core.state() == State::Stopped || (locked.guard.closing && !owed) {",

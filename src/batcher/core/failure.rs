@@ -45,7 +45,18 @@ impl BatcherCore {
                 self.abandon_in_flight(&error, now);
                 self.fail_engine(error, now);
             }
-            State::Starting | State::StartingThenDrain | State::Failed | State::FailedClosing | State::Stopped => {
+            // The engine's shutdown runs (nothing is queued or running): the state stays, the
+            // cause is kept for what later asks.
+            State::EngineStopping if self.failure.is_none() => {
+                self.fail_queue(&error, now);
+                self.failure = Some(error);
+            }
+            State::Starting
+            | State::StartingThenDrain
+            | State::Failed
+            | State::FailedClosing
+            | State::EngineStopping
+            | State::Stopped => {
                 if self.refines_failure(&error) {
                     // The engine said it was dead before the watch saw which process died: the
                     // process's own end is the cause to report (what failed already keeps its

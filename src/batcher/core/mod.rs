@@ -131,7 +131,6 @@ pub struct BatcherCore {
     /// Why the engine is unusable; what later submits are rejected with. Set together with a
     /// failed state, or during a load that a death or abort interrupted.
     failure: Option<RequestError>,
-    engine_shutdown_issued: bool,
     queue: VecDeque<Queued>,
     /// The generates out, in dispatch order: at most `config.max_in_flight` (abandoned ones
     /// included, until they return).
@@ -153,7 +152,6 @@ impl BatcherCore {
             config,
             lifecycle: Lifecycle::default(),
             failure: None,
-            engine_shutdown_issued: false,
             queue: VecDeque::new(),
             in_flight: Vec::new(),
             outcomes: VecDeque::new(),
@@ -232,6 +230,7 @@ impl BatcherCore {
 
     /// Created → Starting. Returns `false` (and changes nothing) in any other state, so concurrent
     /// callers can race on it and exactly one wins: start is single-flight.
+    #[must_use]
     pub fn begin_start(&mut self) -> bool {
         if self.state() != State::Created {
             return false;
@@ -278,7 +277,11 @@ impl BatcherCore {
             State::Starting => State::StartingThenDrain,
             State::Ready => State::Draining,
             State::Failed => State::FailedClosing,
-            State::StartingThenDrain | State::Draining | State::FailedClosing | State::Stopped => return,
+            State::StartingThenDrain
+            | State::Draining
+            | State::FailedClosing
+            | State::EngineStopping
+            | State::Stopped => return,
         };
         self.set_state(to);
     }
@@ -290,12 +293,14 @@ impl BatcherCore {
     /// of the engine); while one is stuck, never.
     #[must_use]
     pub fn poll_engine_shutdown(&mut self) -> bool {
-        let due = !self.engine_shutdown_issued
+        let due = matches!(self.state(), State::Draining | State::FailedClosing)
             && self.in_flight.is_empty()
-            && self.queue.is_empty()
-            && matches!(self.state(), State::Draining | State::FailedClosing);
+            && self.queue.is_empty();
         if due {
-            self.engine_shutdown_issued = true;
+            // Entering `EngineStopping` is recorded as the run's one `EngineShutdown` event, not
+            // as a state change.
+            let r = self.lifecycle.transition(State::EngineStopping);
+            debug_assert!(r.is_ok(), "{r:?}");
             self.record(|| Event::EngineShutdown);
         }
         due
@@ -303,7 +308,7 @@ impl BatcherCore {
 
     /// The engine's shutdown returned (its error, if any, is the driver's to report).
     pub fn handle_engine_shutdown_done(&mut self) {
-        if self.engine_shutdown_issued && self.state() != State::Stopped {
+        if self.state() == State::EngineStopping {
             self.set_state(State::Stopped);
         }
     }
@@ -319,7 +324,9 @@ impl BatcherCore {
             (_, Some(failure)) => Some(failure.clone()),
             (State::Starting | State::Ready, None) => None,
             (State::Created, None) => Some(RequestError::EngineNotStarted),
-            (State::StartingThenDrain | State::Draining | State::Stopped, None) => Some(RequestError::ShuttingDown),
+            (State::StartingThenDrain | State::Draining | State::EngineStopping | State::Stopped, None) => {
+                Some(RequestError::ShuttingDown)
+            }
             (State::Failed | State::FailedClosing, None) => Some(RequestError::EngineFailed("unknown".into())),
         };
         let id = self.next_request_id;

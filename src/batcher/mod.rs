@@ -20,6 +20,8 @@
 //!   (`Delivery`). Outcomes go to each request's `Completer`, or, for `submit_to_sink`, to the
 //!   batcher's `OutcomeSink`, a batch's at once. The engine thread and the watchdog sleep until a
 //!   time of their own and are woken only by a change that brings a deadline before it.
+//!   One file per thread (`shell/engine_thread`, `shell/watchdog`), and `shell/delivery` for the
+//!   outcomes on their way out.
 //! - `engine_call`: engine calls under `catch_unwind`, marked (`in_engine_call`) so that the CLI's
 //!   panic hook keeps a caught engine panic to one line; `panic_message`, the one reading of a panic
 //!   payload.

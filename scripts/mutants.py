@@ -524,7 +524,7 @@ MUTANTS = [
      "let best = tied.iter().copied().min_by(|&a, &b| simpler(&s.points[a], &s.points[b]).then(a.cmp(&b)));",
      "let best = tied.first().copied();",
      ["--test", "tune", "ties_within_noise_are_marked_and_the_simplest_is_recommended"], {}),
-    ("tune: the paired tie check forgets the seeds' spread", "src/tune/search.rs",
+    ("tune: the paired tie check forgets the seeds' spread", "src/tune/ties.rs",
      "mean >= -(T_975_4 * se).max(PLATEAU * best_mean.abs())", "mean >= -(PLATEAU * best_mean.abs())",
      ["--test", "tune", "a_tie_is_judged_on_the_difference_over_the_same_seeds"], {}),
     # ---- tune's runs on several threads (issue 25: the serial search's answer, to the byte) ----

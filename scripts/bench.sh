@@ -152,7 +152,7 @@ PY
     md ""
     cat "$work/flame.md" >>"$out"
     md ""
-    md "How to read it: \`memcpy\` is mostly request outputs (\`EngineOutput\`, a few hundred bytes each) moved from the engine's \`Vec\` into the core's outcome queue, the sink's message and the run loop; \`clock_gettime\` is the submit time, the loop's own \`now\` and the engine's one reading per batch; the futex and scheduler frames (\`syscall\`, \`finish_task_switch\`, \`_raw_spin_unlock_irqrestore\`) are the engine thread woken for each full batch and the run loop for each batch's outcomes (one each per batch: see \`src/batcher/shell.rs\`); \`record_nanos\`, \`map_request\` and \`from_secs_f64\` are the metrics (mapper and histograms); \`request\` makes each synthetic prompt."
+    md "How to read it: \`memcpy\` is mostly request outputs (\`EngineOutput\`, a few hundred bytes each) moved from the engine's \`Vec\` into the core's outcome queue, the sink's message and the run loop; \`clock_gettime\` is the submit time, the loop's own \`now\` and the engine's one reading per batch; the futex and scheduler frames (\`syscall\`, \`finish_task_switch\`, \`_raw_spin_unlock_irqrestore\`) are the engine thread woken for each full batch and the run loop for each batch's outcomes (one each per batch: see \`src/batcher/shell/\`); \`record_nanos\`, \`map_request\` and \`from_secs_f64\` are the metrics (mapper and histograms); \`request\` makes each synthetic prompt."
 fi
 fi
 

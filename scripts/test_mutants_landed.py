@@ -79,12 +79,12 @@ class LandedSelection(unittest.TestCase):
             self.assertEqual(f.readline().strip(), self.start)
         touch(self.clone, "src/serve/core.rs", "\n// one\n")
         git(self.clone, "commit", "-q", "-am", "serve")
-        touch(self.clone, "src/batcher/core.rs", "\n// two\n")
+        touch(self.clone, "src/batcher/core/mod.rs", "\n// two\n")
         git(self.clone, "commit", "-q", "-am", "batcher")
         touch(self.clone, "docs/testing.md", "\n")
         git(self.clone, "commit", "-q", "-am", "docs only, last")
         names, out = selected(self.clone, "--landed")
-        for changed in ("src/serve/core.rs", "src/batcher/core.rs"):
+        for changed in ("src/serve/core.rs", "src/batcher/core/mod.rs"):
             of_file = {m[0] for m in self.all if m[1] == changed}
             self.assertTrue(of_file, f"no variant of {changed} to select")
             self.assertLessEqual(of_file, names, f"{changed}'s variants missing:\n{out}")

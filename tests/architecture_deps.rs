@@ -343,9 +343,18 @@ fn only_engine_python_names_pyo3() {
 /// Invariant 1: the sans-IO cores read no clock and do no IO; their drivers hand them `now`.
 #[test]
 fn the_cores_read_no_clock_and_do_no_io() {
-    const CORES: [&str; 8] = [
-        "src/batcher/core.rs",
-        "src/run/step.rs",
+    const CORES: [&str; 17] = [
+        "src/batcher/core/mod.rs",
+        "src/batcher/core/config.rs",
+        "src/batcher/core/failure.rs",
+        "src/batcher/core/ids.rs",
+        "src/batcher/core/matching.rs",
+        "src/batcher/core/stall.rs",
+        "src/batcher/core/vocab.rs",
+        "src/run/step/mod.rs",
+        "src/run/step/display.rs",
+        "src/run/step/phases.rs",
+        "src/run/step/stop.rs",
         "src/loadgen/scheduler.rs",
         "src/serve/core.rs",
         "src/metrics/mapper.rs",

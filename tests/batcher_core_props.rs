@@ -236,7 +236,7 @@ impl Harness {
     fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
         match op {
             Op::BeginStart => {
-                self.core.begin_start();
+                let _ = self.core.begin_start();
             }
             Op::StartResult(ok) => {
                 let was_starting = matches!(self.core.state(), State::Starting | State::StartingThenDrain);

@@ -2,8 +2,11 @@
 
 use std::time::Duration;
 
-use super::core::BatchId;
 use crate::engine::{EngineDeath, RemoteError};
+
+/// Numbers the batches of one batcher in dispatch order, from 0. (Here, below the core, because
+/// an error names the batch it failed; the core re-exports it.)
+pub type BatchId = u64;
 
 /// Why a request failed. Every submitted request ends in exactly one output or one of these.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

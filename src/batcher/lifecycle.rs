@@ -13,13 +13,16 @@
 //! Ready ───────────death, abort───────▶ Failed
 //! Draining ────────death, abort───────▶ FailedClosing
 //! Failed ──────────shutdown───────────▶ FailedClosing
-//! Draining, FailedClosing ─engine stopped─▶ Stopped
+//! Draining, FailedClosing ─shutdown issued─▶ EngineStopping  (nothing queued or running)
+//! EngineStopping ──engine stopped─────▶ Stopped
 //! ```
 //! (*) Also when the load returns, whatever its result, after a death or abort was reported
 //! during it (that report already failed the queue and rejects every submit).
 //!
 //! Shutdown being requested is part of the state (`StartingThenDrain`, `Draining`,
-//! `FailedClosing`, `Stopped`), not a flag beside it. Every state change goes through [`Lifecycle::transition`], which refuses anything not in [`TRANSITIONS`]; tests
+//! `FailedClosing`, `EngineStopping`, `Stopped`), not a flag beside it, and so is the engine's
+//! shutdown once issued (`EngineStopping`: issued exactly once, never while a call into the
+//! engine runs). Every state change goes through [`Lifecycle::transition`], which refuses anything not in [`TRANSITIONS`]; tests
 //! enumerate the table.
 
 use serde::Serialize;
@@ -45,13 +48,17 @@ pub enum State {
     /// Shutdown was requested of an unusable engine: its shutdown runs once no call into it is
     /// running, never while a generate is stuck.
     FailedClosing,
+    /// The engine's shutdown was issued (once: nothing was queued or running) and has not yet
+    /// returned. A death or abort now changes nothing but the cause later submits are rejected
+    /// with.
+    EngineStopping,
     /// The engine is shut down (or was never started). Terminal.
     Stopped,
 }
 
 impl State {
     /// Every state, for exhaustive tests of the transition table.
-    pub const ALL: [State; 8] = [
+    pub const ALL: [State; 9] = [
         State::Created,
         State::Starting,
         State::StartingThenDrain,
@@ -59,12 +66,16 @@ impl State {
         State::Draining,
         State::Failed,
         State::FailedClosing,
+        State::EngineStopping,
         State::Stopped,
     ];
 
     /// Shutdown was requested (or is done).
     pub fn shutdown_requested(self) -> bool {
-        matches!(self, State::StartingThenDrain | State::Draining | State::FailedClosing | State::Stopped)
+        matches!(
+            self,
+            State::StartingThenDrain | State::Draining | State::FailedClosing | State::EngineStopping | State::Stopped
+        )
     }
 }
 
@@ -80,9 +91,10 @@ pub const TRANSITIONS: &[(State, State)] = &[
     (State::Ready, State::Draining),
     (State::Ready, State::Failed),
     (State::Draining, State::FailedClosing),
-    (State::Draining, State::Stopped),
+    (State::Draining, State::EngineStopping),
     (State::Failed, State::FailedClosing),
-    (State::FailedClosing, State::Stopped),
+    (State::FailedClosing, State::EngineStopping),
+    (State::EngineStopping, State::Stopped),
 ];
 
 /// A transition that [`TRANSITIONS`] does not allow; a bug in the caller, never user input.
@@ -154,9 +166,10 @@ mod tests {
                 "Ready -> Draining",
                 "Ready -> Failed",
                 "Draining -> FailedClosing",
-                "Draining -> Stopped",
+                "Draining -> EngineStopping",
                 "Failed -> FailedClosing",
-                "FailedClosing -> Stopped",
+                "FailedClosing -> EngineStopping",
+                "EngineStopping -> Stopped",
             ]
         );
     }
@@ -190,7 +203,8 @@ mod tests {
         for (from, to) in TRANSITIONS {
             assert!(!from.shutdown_requested() || to.shutdown_requested(), "{from:?} -> {to:?} forgets the shutdown");
             let failed = |s: &State| matches!(s, State::Failed | State::FailedClosing);
-            assert!(!failed(from) || failed(to) || *to == State::Stopped, "{from:?} -> {to:?} revives the engine");
+            let stopping = matches!(to, State::EngineStopping | State::Stopped);
+            assert!(!failed(from) || failed(to) || stopping, "{from:?} -> {to:?} revives the engine");
         }
     }
 }

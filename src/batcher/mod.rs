@@ -4,8 +4,12 @@
 //! # Files
 //! - `core`: `BatcherCore`, all batching, matching and failure fan-out logic, up to
 //!   `batching.max_in_flight` batches in flight (slots, results in any order, a generate timeout per
-//!   batch), the stall decision, and the one source of request ids. Its module doc is the driver
-//!   contract.
+//!   batch), the stall decision, and the one source of request ids. Its module doc (`core/mod.rs`) is
+//!   the driver contract; beside it one file per job: `config` (`BatchConfig`), `vocab` (batches,
+//!   outcomes, events), `ids` (`IdMap`), `stall` (`StallWatch`, the stall decision), `matching` (a
+//!   result fanned out to its batch), `failure` (the engine made unusable), `tests`.
+//! - `error`: `RequestError`, `ConfigError`, and `BatchId` (below the core: an error names its
+//!   batch, and `error` names nothing of the core).
 //! - `lifecycle`: the engine lifecycle as an explicit transition table (start, shutdown, failure and
 //!   death).
 //! - `shell`: `Batcher`, the core behind one mutex, an engine thread and a watchdog thread (generate
@@ -16,6 +20,8 @@
 //!   (`Delivery`). Outcomes go to each request's `Completer`, or, for `submit_to_sink`, to the
 //!   batcher's `OutcomeSink`, a batch's at once. The engine thread and the watchdog sleep until a
 //!   time of their own and are woken only by a change that brings a deadline before it.
+//!   One file per thread (`shell/engine_thread`, `shell/watchdog`), and `shell/delivery` for the
+//!   outcomes on their way out.
 //! - `engine_call`: engine calls under `catch_unwind`, marked (`in_engine_call`) so that the CLI's
 //!   panic hook keeps a caught engine panic to one line; `panic_message`, the one reading of a panic
 //!   payload.

@@ -22,15 +22,14 @@ use super::RunError;
 use super::ahead::RequestsAhead;
 use super::interrupt::Interrupt;
 use super::progress::Progress;
+pub(super) use super::schedule::Segment;
 use super::schedule::{ScheduledStep, StepSchedule};
 use super::step::{Action, Finished, StepRun};
 use crate::batcher::{BatchConfig, BatchRun, ConfigError, Outcome, RequestError};
 use crate::engine::{ClockDomain, EngineError, EngineInfo, EngineRequest, RequestId, RequestPrep, ServerCounters};
-use crate::loadgen::Workload;
 use crate::metrics::result::{BenchmarkResult, MatrixPoint};
 use crate::metrics::server::server_deltas;
 use crate::report::RequestsJsonl;
-use crate::scenario::plan::Plan;
 use crate::time::{Timestamp, WallAnchor};
 
 /// Something that happened in the batcher, for the step.
@@ -106,14 +105,6 @@ const STATUS_EVERY: Duration = Duration::from_millis(50);
 /// else 1 (the designed hit rate then counts the shared prefix token by token).
 fn kv_block_size(info: &EngineInfo) -> u32 {
     info.resolved_config.map_or(1, |c| c.block_size)
-}
-
-/// One part of a run: the plan its benchmarks follow, its workload, and (in a `[matrix]` run) the
-/// combination's label, which names its benchmarks.
-pub(super) struct Segment<'a> {
-    pub plan: &'a Plan,
-    pub workload: &'a Workload,
-    pub label: Option<&'a crate::scenario::matrix::Combination>,
 }
 
 /// Loads the engine and says what it is ([`Driver::start`]), shown on the display. A failed start
@@ -408,9 +399,11 @@ mod tests {
 
     use super::*;
     use crate::engine::{Engine, EngineOutput, FinishReason, VirtualTimeEngine};
+    use crate::loadgen::Workload;
     use crate::run::progress::{ProgressMode, Screen};
     use crate::run::virtual_driver::VirtualTimeDriver;
     use crate::scenario::Scenario;
+    use crate::scenario::plan::Plan;
     use crate::time::{Clock, VirtualClock};
 
     /// Answers every batch 5 ms after it was dispatched, in virtual time.

@@ -21,10 +21,11 @@
 //!   the schedule's order on a started engine, `run_step` runs one; a `[matrix]` run is one
 //!   `Segment` per combination in the same loop, `Driver::reconfigure` between them; the servers'
 //!   counters are read before and after each step.
-//! - `schedule`: `StepSchedule`, the order of a run's benchmarks (rounds, segments, steps,
+//! - `schedule`: `StepSchedule`, the order of a run's benchmarks (rounds, `Segment`s, steps,
 //!   interleaved repeats, a sweep's next step planned from the rate the last one measured).
-//! - `step`: `StepRun`, one benchmark, sans-IO; it fills `report::RequestRecord`s and dates each
-//!   request's intended arrival.
+//! - `step/`: `StepRun`, one benchmark, sans-IO; it fills `report::RequestRecord`s and dates each
+//!   request's intended arrival. Its counts are `PerPhase<PhaseCounts>` (`phases`), its stop rules
+//!   in `stop`, what the display shows in `display`.
 //! - `realtime`, `virtual_driver`: the two drivers.
 //! - `ahead`: `RequestsAhead`, in virtual time a scoped thread makes the workload's requests ahead,
 //!   in order, with the engine's work on each request alone (`VirtualTimeEngine::request_prep`).

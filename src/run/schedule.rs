@@ -7,8 +7,16 @@
 //! the schedule is an iterator fed by the loop, not a list made up front; later rounds rerun
 //! exactly the first round's steps.
 
-use super::driver::Segment;
-use crate::loadgen::{Expansion, Step, StepPlanner, expand};
+use crate::loadgen::{Expansion, Step, StepPlanner, Workload, expand};
+use crate::scenario::plan::Plan;
+
+/// One part of a run: the plan its benchmarks follow, its workload, and (in a `[matrix]` run) the
+/// combination's label, which names its benchmarks.
+pub(super) struct Segment<'a> {
+    pub plan: &'a Plan,
+    pub workload: &'a Workload,
+    pub label: Option<&'a crate::scenario::matrix::Combination>,
+}
 
 /// The benchmarks of a run, one at a time; see the module docs for the order.
 pub(super) struct StepSchedule<'s, 'a> {

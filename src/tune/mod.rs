@@ -5,6 +5,8 @@
 //!
 //! - [`search`](mod@search): the search in the simulator and its recommendation ([`search()`],
 //!   [`search_plan`], [`Space::for_plan`]);
+//! - `ties`: when the data cannot tell two points apart (the tie band, the paired tie check, the
+//!   plateau) and which of two tied settings is the simpler;
 //! - `parallel`: each phase's independent runs on a pool of threads, the results taken in the
 //!   serial search's order, so the answer is the same for any number of threads
 //!   ([`search_with_threads`]);
@@ -26,6 +28,7 @@ pub mod confirm;
 mod memo;
 mod parallel;
 pub mod search;
+mod ties;
 
 use crate::scenario::ScenarioError;
 use std::path::{Path, PathBuf};

@@ -44,6 +44,8 @@ use toml_edit::{InlineTable, Value};
 
 use super::memo::{Memo, RunKey, Variant};
 use super::parallel::{available_threads, in_order, try_in_order};
+use super::ties::relative_sd;
+pub use super::ties::{NOISE_SEEDS, PLATEAU, paired_tie, simpler, tie_band};
 use super::{LoadKnob, Objective, Point, SearchRuns, Space, TuneError, TuneResult};
 use crate::engine::sim::{Profile, SimConfig, TimeMode};
 use crate::metrics::result::BenchmarkResult;
@@ -260,10 +262,6 @@ impl Search<'_> {
     }
 }
 
-/// Points within this fraction of the highest score are a plateau: any of them would do, so the
-/// recommendation is the one with the most headroom.
-pub const PLATEAU: f64 = 0.02;
-
 /// The load factor of the headroom check: plateau points are run again at this multiple of their
 /// load (rate, concurrency) and the one that keeps the highest score there is recommended.
 pub const STRESS: f64 = 1.5;
@@ -283,48 +281,6 @@ pub fn stressed(plan: &Plan, factor: f64) -> Result<Option<Plan>, TuneError> {
         ProfileSpec::Synchronous | ProfileSpec::Trace { .. } | ProfileSpec::Sweep { .. } => return Ok(None),
     };
     Ok(Some(plan.with_sets(&[set])?))
-}
-
-/// How many seeds the noise is measured over: the scenario's own and the next ones.
-pub const NOISE_SEEDS: u64 = 5;
-
-/// The band in which points may tie with the best, before the paired check ([`paired_tie`]): the
-/// 95 % range of the difference of two independent single runs whose scores each vary by `noise`
-/// (the best point's relative standard deviation over seeds), `1.96 × √2 × noise`, and never
-/// less than [`PLATEAU`].
-pub fn tie_band(noise: f64) -> f64 {
-    (1.96 * std::f64::consts::SQRT_2 * noise).max(PLATEAU)
-}
-
-/// Student's t at 97.5 % for the [`NOISE_SEEDS`]` - 1 = 4` degrees of freedom of the paired check.
-const T_975_4: f64 = 2.776;
-
-/// Whether a point ties with the best, from their scores over the same [`NOISE_SEEDS`] seeds
-/// (`point[k]` and `best[k]` ran with one seed, so the workload's draws cancel in their
-/// difference): the mean difference is within `T_975_4` standard errors of it (a paired t
-/// interval at 95 %) or within [`PLATEAU`] of the best's mean. The data cannot tell such points
-/// apart.
-pub fn paired_tie(point: &[f64], best: &[f64]) -> bool {
-    let n = point.len().min(best.len());
-    if n == 0 {
-        return false;
-    }
-    let d: Vec<f64> = point.iter().zip(best).map(|(p, b)| p - b).collect();
-    let mean = d.iter().sum::<f64>() / n as f64;
-    let best_mean = best.iter().sum::<f64>() / n as f64;
-    let se = if n > 1 {
-        (d.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64 / n as f64).sqrt()
-    } else {
-        0.0
-    };
-    mean >= -(T_975_4 * se).max(PLATEAU * best_mean.abs())
-}
-
-/// The simpler of two settings that tie: the smaller batch (less memory held, a batch's wait
-/// shorter), then the longer timeout (fewer partial batches: the batcher waits for full ones,
-/// the setting least sensitive to the arrival pattern). `Less` means `a` is simpler.
-pub fn simpler(a: &Point, b: &Point) -> std::cmp::Ordering {
-    a.batch_size.cmp(&b.batch_size).then(b.batch_timeout.cmp(&a.batch_timeout))
 }
 
 /// The first benchmark of `plan`'s run (the search's plans have one).
@@ -386,14 +342,6 @@ fn stress_score(s: &Search<'_>, i: usize) -> Result<Option<f64>, StressStop> {
         })
     })?;
     Ok(benchmark.as_ref().and_then(|b| score(s.objective, b)))
-}
-
-/// The relative standard deviation of `scores`.
-fn relative_sd(scores: &[f64]) -> f64 {
-    let n = scores.len() as f64;
-    let mean = scores.iter().sum::<f64>() / n;
-    let var = scores.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
-    if mean > 0.0 { var.sqrt() / mean } else { 0.0 }
 }
 
 /// The recommendation and the noise (the best point's relative spread over seeds). The points

@@ -34,18 +34,28 @@
 //!   the change brings a deadline of the core's before that time, or the batcher is closing
 //!   ([`Inner::engine_must_wake`], [`Inner::watchdog_must_wake`]): a deadline that comes later
 //!   finds it awake by then. A start and a shutdown notify everyone.
+//!
+//! # Files
+//! - `mod`: `Batcher`, the shared state behind the lock (`Inner`, `Shared`) and its wake-ups.
+//! - `engine_thread`: the engine thread, and a batch handed to a concurrent face.
+//! - `watchdog`: the watchdog thread: generate timeouts and CPU-time samples.
+//! - `delivery`: outcomes on their way out: a concurrent result delivered once (`Delivery`), the
+//!   ready outcomes with their waiters (`Ready`), `Ticket` and its slot.
 
-use super::engine_call::{catch_engine_panic, panic_message};
+mod delivery;
+mod engine_thread;
+mod watchdog;
+
 use std::time::Duration;
 
-use super::core::{Batch, BatchConfig, BatchId, BatchRun, BatcherCore, GenerateResult, IdMap, Outcome};
-use super::engine_call::in_engine_call;
+use self::delivery::Slot;
+pub use self::delivery::Ticket;
+use self::engine_thread::engine_thread;
+use self::watchdog::watchdog_thread;
+use super::core::{BatchConfig, BatchRun, BatcherCore, IdMap, Outcome};
 use super::error::{ConfigError, RequestError};
 use super::lifecycle::State;
-use crate::engine::{
-    ConcurrentEngine, Engine, EngineDeath, EngineError, EngineInfo, EngineRequest, GenerateDone, RequestId,
-};
-use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::engine::{ConcurrentEngine, Engine, EngineDeath, EngineError, EngineInfo, EngineRequest, RequestId};
 use crate::sync::{self, Arc, Condvar, Level, Mutex, MutexGuard};
 use crate::time::{Clock, Timestamp};
 
@@ -187,14 +197,6 @@ struct Shared {
     sink: Option<OutcomeSink>,
 }
 
-/// The outcomes one critical section made ready: those with a callback of their own, and those
-/// for the sink.
-#[derive(Default)]
-struct Ready {
-    completers: Vec<(RequestId, Completer, Outcome)>,
-    sunk: Vec<(RequestId, Outcome)>,
-}
-
 struct Locked<'a> {
     guard: MutexGuard<'a, Inner>,
     _order: sync::Held,
@@ -241,18 +243,6 @@ impl Shared {
             Cv::Watchdog => &self.watchdog_cv,
             Cv::State => &self.state_cv,
         }
-    }
-
-    /// Takes every ready outcome out of the core, paired with its waiter.
-    fn collect(inner: &mut Inner) -> Ready {
-        let mut ready = Ready::default();
-        while let Some((id, outcome)) = inner.core.poll_outcome() {
-            match inner.waiters.remove(&id) {
-                Some(c) => ready.completers.push((id, c, outcome)),
-                None => ready.sunk.push((id, outcome)),
-            }
-        }
-        ready
     }
 
     /// Ends a critical section: notifies, unlocks, then runs the completers.
@@ -604,358 +594,4 @@ fn cancel(shared: &Shared, id: RequestId) -> bool {
     let cancelled = locked.guard.core.cancel(id, now);
     shared.release(locked);
     cancelled
-}
-
-/// The engine thread: start, generates and shutdown, each with the lock released.
-fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
-    // A batch went out since the last idle tick (see the wait at the end of the loop).
-    let mut dispatched_since_tick = false;
-    let mut locked = shared.lock();
-    locked.guard.engine_tid = Some(thread_id());
-    loop {
-        let now = shared.clock.now();
-        let starting = matches!(locked.guard.core.state(), State::Starting | State::StartingThenDrain);
-        if starting && locked.guard.start_result.is_none() {
-            drop(locked);
-            let started = catch_engine_panic(|| {
-                engine.start().map(|info| {
-                    let face = engine.concurrent();
-                    let runs_here = face.as_ref().is_some_and(|f| f.runs_here());
-                    (info, face, runs_here)
-                })
-            })
-            .unwrap_or_else(|p| Err(EngineError::Start(format!("start panicked: {}", panic_message(&*p)))));
-            locked = shared.lock();
-            let now = shared.clock.now();
-            let result = started.and_then(|(info, face, runs_here)| {
-                let max_in_flight = locked.guard.core.config().max_in_flight();
-                // Started, but it cannot take the batching asked for: a failed start (its shutdown
-                // still runs, when the batcher shuts down).
-                if max_in_flight > 1 && face.is_none() {
-                    let refusal = ConfigError::NotConcurrent { max_in_flight, engine: info.name.clone() };
-                    return Err(EngineError::Start(refusal.to_string()));
-                }
-                locked.guard.core.set_engine_runs_here(runs_here);
-                locked.guard.concurrent = face;
-                locked.guard.engine_name = Some(info.name.clone());
-                Ok(info)
-            });
-            locked.guard.start_result = Some(result.clone());
-            locked.guard.core.handle_start_result(result.clone(), now);
-            shared.release(locked);
-            if let Err(e) = &result {
-                tracing::error!(error = %e, "engine failed to start");
-            }
-            locked = shared.lock();
-            continue;
-        }
-        if let Some(batch) = locked.guard.core.poll_dispatch(now) {
-            dispatched_since_tick = true;
-            if let Some(face) = locked.guard.concurrent_face() {
-                let waiting = Shared::to_wake(&locked.guard);
-                drop(locked);
-                shared.notify_waiting(waiting);
-                generate_concurrently(&shared, &*face, batch);
-                locked = shared.lock();
-                continue;
-            }
-            let waiting = Shared::to_wake(&locked.guard);
-            drop(locked);
-            // The watchdog must learn the new generate deadline before generate can block.
-            shared.notify_waiting(waiting);
-            let result = match catch_engine_panic(|| engine.generate(&batch.requests)) {
-                Ok(r) => GenerateResult::from(r),
-                Err(p) => GenerateResult::Panicked(panic_message(&*p)),
-            };
-            let returned_at = shared.clock.now();
-            shared.observe(&BatchRun {
-                id: batch.id,
-                size: batch.requests.len(),
-                reason: batch.reason,
-                dispatched_at: batch.dispatched_at,
-                returned_at,
-                phases: None,
-            });
-            locked = shared.lock();
-            locked.guard.core.handle_generate_result(batch.id, result, returned_at);
-            shared.release(locked);
-            locked = shared.lock();
-            continue;
-        }
-        if locked.guard.core.poll_engine_shutdown() {
-            drop(locked);
-            let result = catch_engine_panic(|| engine.shutdown())
-                .unwrap_or_else(|p| Err(EngineError::Shutdown(format!("shutdown panicked: {}", panic_message(&*p)))));
-            locked = shared.lock();
-            locked.guard.shutdown_result = Some(result);
-            (locked.guard.concurrent, locked.guard.engine_name) = (None, None);
-            locked.guard.core.handle_engine_shutdown_done();
-            shared.release(locked);
-            return;
-        }
-        // Once `shutdown` stopped waiting, a generate still out (a concurrent one, abandoned) is
-        // still owed the engine's shutdown when it returns: wait for it here.
-        let owed = locked.guard.core.generate_in_flight();
-        if locked.guard.core.state() == State::Stopped || (locked.guard.closing && !owed) {
-            shared.release(locked);
-            return;
-        }
-        // With nothing due, a batcher that just dispatched sleeps one `batch_timeout` at most: a
-        // submit into the empty queue then brings no deadline before this one and need not wake
-        // it ([`Inner::engine_must_wake`]), which saves a wake-up per batch under load. A tick
-        // that passes with nothing dispatched is the last: then it sleeps until woken.
-        let deadline = locked.guard.core.dispatch_deadline();
-        let tick = (deadline.is_none() && dispatched_since_tick && locked.guard.core.state() == State::Ready)
-            .then(|| now.saturating_add(locked.guard.core.config().batch_timeout()));
-        dispatched_since_tick &= tick.is_none();
-        let until = deadline.or(tick);
-        locked.guard.engine_until = until;
-        locked = shared.wait(Cv::Engine, locked, until.map(|t| t.saturating_since(now)));
-        locked.guard.engine_until = None;
-    }
-}
-
-/// Hands `batch` to the engine's concurrent face, with no batcher lock held, and returns without
-/// waiting for it: the result comes through `done`, on any thread, possibly before `generate`
-/// returns. A panic in `generate` fails the batch unless `done` answered it already.
-fn generate_concurrently(shared: &Arc<Shared>, face: &dyn ConcurrentEngine, batch: Batch) {
-    let delivery = Arc::new(Delivery {
-        shared: shared.clone(),
-        batch: batch.id,
-        size: batch.requests.len(),
-        reason: batch.reason,
-        dispatched_at: batch.dispatched_at,
-        delivered: AtomicBool::new(false),
-    });
-    let guard = DoneGuard(delivery.clone());
-    let done: GenerateDone = Box::new(move |result| {
-        guard.0.deliver(GenerateResult::from(result));
-    });
-    if let Err(p) = catch_engine_panic(|| face.generate(batch.requests, done)) {
-        let message = panic_message(&*p);
-        if !delivery.deliver(GenerateResult::Panicked(message.clone())) {
-            tracing::warn!(batch_id = batch.id, %message, "generate panicked after its batch was answered");
-        }
-    }
-}
-
-/// One concurrent generate's result on its way to the core: delivered once, whoever comes first
-/// (the engine's `done`, a panic caught around `generate`, or a `done` dropped uncalled).
-struct Delivery {
-    shared: Arc<Shared>,
-    batch: BatchId,
-    size: usize,
-    reason: super::core::FlushReason,
-    dispatched_at: crate::time::Timestamp,
-    delivered: AtomicBool,
-}
-
-impl Delivery {
-    /// Tells the observer, then the core (taking the lock), then hands out the outcomes, unless
-    /// the batch's result was delivered already (then returns `false`). Called with no batcher
-    /// lock held.
-    fn deliver(&self, result: GenerateResult) -> bool {
-        if self.delivered.swap(true, Ordering::SeqCst) {
-            return false;
-        }
-        let returned_at = self.shared.clock.now();
-        self.shared.observe(&BatchRun {
-            id: self.batch,
-            size: self.size,
-            reason: self.reason,
-            dispatched_at: self.dispatched_at,
-            returned_at,
-            phases: None,
-        });
-        let mut locked = self.shared.lock();
-        locked.guard.core.handle_generate_result(self.batch, result, returned_at);
-        self.shared.release(locked);
-        true
-    }
-}
-
-/// Rides in a concurrent generate's `done`: should the engine drop `done` without calling it,
-/// the batch fails instead of waiting for its generate timeout. A `done` dropped by a panic inside
-/// `generate` on the engine thread is left to the catch around it, which has the panic's message.
-struct DoneGuard(Arc<Delivery>);
-
-impl Drop for DoneGuard {
-    fn drop(&mut self) {
-        let panicking = std::thread::panicking();
-        if panicking && in_engine_call() {
-            return;
-        }
-        let _ = self.0.deliver(match panicking {
-            true => GenerateResult::Panicked("a thread of the engine panicked with the batch's `done`".into()),
-            false => {
-                GenerateResult::Error(EngineError::Generate("the engine dropped the batch's `done` uncalled".into()))
-            }
-        });
-    }
-}
-
-/// The calling thread's kernel id (loom's threads have none worth sampling).
-fn thread_id() -> i32 {
-    #[cfg(loom)]
-    {
-        0
-    }
-    #[cfg(not(loom))]
-    {
-        crate::sys::current_thread_id()
-    }
-}
-
-/// Enforces `generate_timeout` while the engine thread is stuck inside a generate: fails the
-/// overrunning batch, then every queued request that waited that long. Enforces `stall_timeout`:
-/// samples the installed [`ProgressProbe`] while a generate runs and hands the core each sample;
-/// the core decides when the generate stalled.
-fn watchdog_thread(shared: Arc<Shared>) {
-    // When the next CPU-time sample is due, and of which batch.
-    let mut next_sample: Option<(BatchId, crate::time::Timestamp)> = None;
-    let mut locked = shared.lock();
-    loop {
-        if locked.guard.closing || locked.guard.core.state() == State::Stopped {
-            shared.release(locked);
-            return;
-        }
-        let now = shared.clock.now();
-        let deadline = locked.guard.core.watchdog_deadline();
-        if deadline.is_some_and(|d| now >= d) {
-            locked.guard.core.handle_timeout(now);
-            shared.release(locked);
-            locked = shared.lock();
-            continue;
-        }
-        let watched = locked.guard.core.stall_watched_batch().zip(locked.guard.probe.clone());
-        let Some((batch, probe)) = watched else {
-            next_sample = None;
-            locked = watchdog_wait(&shared, locked, deadline, now);
-            continue;
-        };
-        let interval = locked.guard.core.stall_deadline().map_or(MAX_SAMPLE_INTERVAL, |d| {
-            (d.saturating_since(now) / SAMPLES_PER_STALL_LIMIT).clamp(Duration::from_millis(1), MAX_SAMPLE_INTERVAL)
-        });
-        let due = match next_sample {
-            Some((b, at)) if b == batch => at,
-            // A new generate: its baseline sample one interval from now, so a generate shorter
-            // than that costs no sample (its return is its sign of life). Look again: the clock
-            // may be past it already.
-            _ => {
-                next_sample = Some((batch, now.saturating_add(interval)));
-                continue;
-            }
-        };
-        if now < due {
-            let wake = deadline.map_or(due, |d| d.min(due));
-            locked = watchdog_wait(&shared, locked, Some(wake), now);
-            continue;
-        }
-        // Reading /proc is IO: never under the lock.
-        shared.release_and_notify(locked, false);
-        let cpu = probe();
-        locked = shared.lock();
-        let sampled_at = shared.clock.now();
-        if let Some(cpu) = cpu {
-            locked.guard.core.handle_cpu_sample(batch, cpu, sampled_at);
-        }
-        next_sample = Some((batch, sampled_at.saturating_add(interval)));
-    }
-}
-
-/// The watchdog's wait: until `until` (`None`: until woken), telling the others when it wakes by
-/// itself ([`Inner::watchdog_must_wake`]).
-fn watchdog_wait<'a>(shared: &Shared, mut locked: Locked<'a>, until: Option<Timestamp>, now: Timestamp) -> Locked<'a> {
-    locked.guard.watchdog_until = until;
-    let mut locked = shared.wait(Cv::Watchdog, locked, until.map(|t| t.saturating_since(now)));
-    locked.guard.watchdog_until = None;
-    locked
-}
-
-struct Slot {
-    outcome: Mutex<Option<Outcome>>,
-    ready: Condvar,
-}
-
-impl Slot {
-    fn fill(&self, outcome: Outcome) {
-        let _order = sync::ordered(Level::Slot);
-        *sync::lock(&self.outcome) = Some(outcome);
-        self.ready.notify_all();
-    }
-}
-
-/// A submitted request's claim on its outcome.
-pub struct Ticket {
-    id: RequestId,
-    slot: Arc<Slot>,
-    batcher: Option<Arc<Shared>>,
-}
-
-impl Ticket {
-    /// The id the batcher gave the request this ticket waits for.
-    pub fn id(&self) -> RequestId {
-        self.id
-    }
-
-    /// Blocks until the outcome is there. Never hangs: every path of the batcher answers.
-    pub fn wait(mut self) -> Outcome {
-        let outcome = {
-            let _order = sync::ordered(Level::Slot);
-            let mut g = sync::lock(&self.slot.outcome);
-            loop {
-                if let Some(o) = g.take() {
-                    break o;
-                }
-                g = self.slot.ready.wait(g).unwrap_or_else(|e| e.into_inner());
-            }
-        };
-        self.batcher = None;
-        outcome
-    }
-
-    /// [`wait`](Self::wait), giving up after `timeout`: `Err(self)` to try again later. For
-    /// callers (and tests) that must never block unboundedly, whatever the engine does.
-    pub fn wait_timeout(mut self, timeout: Duration) -> Result<Outcome, Ticket> {
-        let outcome = {
-            let _order = sync::ordered(Level::Slot);
-            let deadline = std::time::Instant::now() + timeout;
-            let mut g = sync::lock(&self.slot.outcome);
-            loop {
-                if let Some(o) = g.take() {
-                    break Some(o);
-                }
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    break None;
-                }
-                g = self.slot.ready.wait_timeout(g, left).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
-            }
-        };
-        match outcome {
-            Some(o) => {
-                self.batcher = None;
-                Ok(o)
-            }
-            None => Err(self),
-        }
-    }
-
-    /// The outcome if it is there already.
-    pub fn try_take(&mut self) -> Option<Outcome> {
-        let _order = sync::ordered(Level::Slot);
-        let o = sync::lock(&self.slot.outcome).take();
-        if o.is_some() {
-            self.batcher = None;
-        }
-        o
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        if let Some(shared) = self.batcher.take() {
-            cancel(&shared, self.id);
-        }
-    }
 }

@@ -18,6 +18,7 @@ pub mod python;
 pub mod sim;
 mod step_tokens;
 #[doc(hidden)]
+pub mod tokenizer;
 pub mod tokens;
 
 pub use step_tokens::{StepEnds, StepTokens};

@@ -796,6 +796,7 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadSpec> {
                     temperature,
                     chat,
                     request_format,
+                    tokenizer: None,
                 }
             },
         );
@@ -807,6 +808,7 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadSpec> {
             temperature,
             dataset,
             request_format,
+            tokenizer: None,
         },
     );
     prop_oneof![synthetic, file]
@@ -954,6 +956,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                         temperature,
                         dataset: Default::default(),
                         request_format: Default::default(),
+                        tokenizer: None,
                     },
                     (ProfileSpec::Trace { .. }, _) => WorkloadSpec::File {
                         path: trace_sample(),
@@ -962,6 +965,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                         temperature: 0.0,
                         dataset: Default::default(),
                         request_format: Default::default(),
+                        tokenizer: None,
                     },
                     (_, workload) => workload,
                 };

@@ -19,6 +19,7 @@ pub mod sim;
 mod step_tokens;
 #[doc(hidden)]
 pub mod tokenizer;
+#[doc(hidden)]
 pub mod tokens;
 
 pub use step_tokens::{StepEnds, StepTokens};

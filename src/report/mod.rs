@@ -104,7 +104,7 @@ pub enum TokenCounting {
 
 impl TokenCounting {
     /// The counting `plan` uses.
-    pub fn of(plan: &Plan) -> TokenCounting {
+    pub(crate) fn of(plan: &Plan) -> TokenCounting {
         if plan.workload().tokenizer().is_some() {
             TokenCounting::Tokenizer
         } else if plan.engine().kind() == "sim" {

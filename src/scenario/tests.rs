@@ -766,6 +766,7 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadSpec> {
         chat,
         request_format_strategy(),
         prefixes,
+        any::<bool>(),
     )
         .prop_map(
             |(
@@ -773,6 +774,7 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadSpec> {
                 chat,
                 request_format,
                 (groups, tokens),
+                with_tokenizer,
             )| {
                 // A shared prefix (token prompts only) is shorter than the shortest prompt; a
                 // prompt of 1 token has none.
@@ -796,7 +798,7 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadSpec> {
                     temperature,
                     chat,
                     request_format,
-                    tokenizer: None,
+                    tokenizer: with_tokenizer.then(crate::engine::tokenizer::tiny),
                 }
             },
         );

@@ -141,3 +141,35 @@ fn report_json_names_the_counting() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A file workload with `tokenizer`: `max_prompt_tokens` and `truncate` count real tokens (40
+/// bytes of digits are 40 of the tiny model's tokens, 10 by the four-byte rule).
+#[test]
+fn file_limits_count_real_tokens() {
+    let tiny = tiny();
+    let dir = std::env::temp_dir().join(format!("batchlab-workload-tokenizer-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let digits = "0123456789 ".repeat(4);
+    std::fs::write(dir.join("prompts.txt"), format!("{digits}\nshort one\n")).unwrap();
+    let scenario = format!(
+        "name = \"file\"\n[engine]\nkind = \"sim\"\n[workload]\nsource = \"file\"\npath = \"prompts.txt\"\n\
+         format = \"text\"\ntokenizer = \"{}\"\nmax_prompt_tokens = 12\ntruncate = true\n",
+        fixture().join("tiny-llama-tokenizer").display()
+    );
+    std::fs::write(dir.join("s.toml"), scenario).unwrap();
+    let p = load_file(&dir.join("s.toml"), &Overrides::default()).unwrap_or_else(|e| panic!("{e}"));
+    let w = Workload::from_plan(p.workload()).unwrap();
+    let stats = w.dataset_stats().unwrap();
+    assert_eq!((stats.truncated, stats.prompts), (1, 2), "{stats:?}");
+    let cut = text(&w.request(0).prompt).to_owned();
+    assert_eq!(tiny.text_tokens(&cut), 12, "{cut:?}");
+    assert!(digits.starts_with(&cut));
+    assert_eq!(text(&w.request(1).prompt), "short one");
+
+    // A tokenizer path that is not there is an error at the key, with what was expected.
+    std::fs::write(dir.join("bad.toml"), "name = \"bad\"\n[workload]\ntokenizer = \"no-such-model\"\n").unwrap();
+    let err = load_file(&dir.join("bad.toml"), &Overrides::default()).unwrap_err().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(err.contains("bad.toml:3:13"), "{err}");
+    assert!(err.contains("no-such-model: not found; expected a model directory with a tokenizer.json"), "{err}");
+}

@@ -127,12 +127,15 @@ fn unique_and_shared_prefixes_hold_in_real_tokens() {
     assert!(rests.len() > 290, "past the prefix, prompts differ: {} of 300 distinct", rests.len());
 }
 
-/// The simulator runs the workload, and report.json names the counting: `tokenizer` with one,
-/// `four_bytes` without, on the simulator.
+/// The simulator runs the workload (in batches of 16, and one at a time without unique
+/// prefixes), and report.json names the counting: `tokenizer` with one, `four_bytes` without.
 #[test]
 fn report_json_names_the_counting() {
     let dir = std::env::temp_dir().join(format!("batchlab-workload-tokenizer-{}", std::process::id()));
-    for (p, counting) in [(plan(&[]), "tokenizer"), (without_tokenizer(&plan(&[])), "four_bytes")] {
+    let one_at_a_time = plan(&["batching.batch_size=1", "workload.unique_prefix=false"]);
+    for (p, counting) in
+        [(plan(&[]), "tokenizer"), (one_at_a_time, "tokenizer"), (without_tokenizer(&plan(&[])), "four_bytes")]
+    {
         let options = RunOptions { output_dir: Some(dir.clone()), ..RunOptions::default() };
         let summary = run_blocking(&p, options).unwrap_or_else(|e| panic!("{e}"));
         let report = serde_json::to_value(&summary.report).unwrap();

@@ -22,7 +22,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::engine::chat::{ChatTemplate, Message, TemplateError, TemplateOrigin};
+use crate::engine::chat::{ChatTemplate, TemplateError, TemplateOrigin};
 use crate::engine::tokens;
 use crate::rng::SplitMix64;
 
@@ -106,7 +106,7 @@ impl ModelTokenizer {
             .map_err(|e| TokenizerError::NotATokenizer { path: file.clone(), message: e.to_string() })?;
         let dir = file.parent().unwrap_or(Path::new("."));
         let config = read_config(dir)?;
-        let template_source = match config.as_ref().and_then(|c| config_template(c)) {
+        let template_source = match config.as_ref().and_then(config_template) {
             Some(source) => Some((source, TemplateOrigin::File(dir.join("tokenizer_config.json")))),
             None => {
                 let jinja = dir.join("chat_template.jinja");
@@ -373,16 +373,6 @@ impl TokenCounter {
             }
         }
     }
-}
-
-/// Renders `messages` with `template` and the tokenizer's `bos_token` and `eos_token`.
-pub fn render_with(
-    tokenizer: &ModelTokenizer,
-    template: &ChatTemplate,
-    messages: &[Message],
-) -> Result<String, TemplateError> {
-    let (bos, eos) = tokenizer.bos_eos();
-    template.render(messages, bos, eos)
 }
 
 /// The shipped tiny model's tokenizer (`tests/fixtures/tiny-llama-tokenizer`), for tests.

@@ -374,13 +374,15 @@ impl Codec for ReqFormat {
     }
 }
 
-/// `workload.tokenizer`: a model directory or a `tokenizer.json`, relative to the scenario's
-/// directory, loaded here so a missing or broken one is reported at the key.
+/// `workload.tokenizer`: a model directory or a `tokenizer.json`, found as a model path is
+/// ([`ModelPath`]: next to the scenario, else under `$BATCHLAB_HOME`, so it may name the same
+/// `tiny-llama` as `engine.vllm.model`), loaded here so a missing or broken one is reported at
+/// the key.
 pub(crate) struct TokenizerPath;
 impl Codec for TokenizerPath {
     type Value = ModelTokenizer;
     fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<ModelTokenizer> {
-        let path = path_beside(cx, field)?;
+        let path = model_path(cx, field)?;
         match ModelTokenizer::load(&path) {
             Ok(tokenizer) => Some(tokenizer),
             Err(e) => {

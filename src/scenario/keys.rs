@@ -543,7 +543,7 @@ const REQUEST_FORMAT: Key<WorkloadSpec> = key!(
 const TOKENIZER: Key<WorkloadSpec> = key!(
     tokenizer: Opt(TokenizerPath),
     KeyDefault::Text("none: four bytes a token"),
-    "a model directory or a tokenizer.json, relative to the scenario; prompt lengths count its tokens \
+    "a model directory or a tokenizer.json, beside the scenario or under `$BATCHLAB_HOME`; prompt lengths count its tokens \
      (synthetic prompts of exact length, chat ones after the template; the file length limits)",
     WorkloadSpec::Synthetic { tokenizer, .. } | WorkloadSpec::File { tokenizer, .. }
 );

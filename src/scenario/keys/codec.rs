@@ -386,7 +386,8 @@ impl Codec for TokenizerPath {
         match ModelTokenizer::load(&path) {
             Ok(tokenizer) => Some(tokenizer),
             Err(e) => {
-                let help = "a model directory (with tokenizer.json) or a tokenizer.json, relative to the scenario file";
+                let help = "a model directory (with tokenizer.json) or a tokenizer.json: absolute, relative to the \
+                            scenario file, or under $BATCHLAB_HOME (default ~/.cache/batchlab), looked for in that order";
                 cx.report_at(field, format!("`{}`: {e}", field.path), Some(help.to_owned()));
                 None
             }

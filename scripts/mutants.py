@@ -708,6 +708,26 @@ MUTANTS = [
     ("issue 32 client, check: a JSONL file's messages accepted on the completions API", "src/run/preflight.rs",
      "    check_chat_prompts(plan, &workload)?;\n", "",
      ["--test", "http_engine", "check_refuses_chat_prompts_on_the_completions_api_at_the_keys_place"], {}),
+    # Issue 33: the model's own tokenizer (workload.tokenizer, serve --tokenizer).
+    ("issue 33 tokenizer, exact text: the re-encode loop stops one short", "src/engine/tokenizer.rs",
+     "                if ids.len() == target {", "                if ids.len() + 1 >= target {",
+     ["--test", "workload_tokenizer", "a_thousand_text_and_a_thousand_chat_prompts_have_exactly_the_drawn_count"], {}),
+    ("issue 33 tokenizer, exact text: special and added tokens drawn", "src/engine/tokenizer.rs",
+     "tokenizer.get_vocab(false).into_values().filter(|id| !added.contains_key(id)).collect();",
+     "tokenizer.get_vocab(true).into_values().collect();",
+     ["--test", "workload_tokenizer", "a_thousand_text_and_a_thousand_chat_prompts_have_exactly_the_drawn_count"], {}),
+    ("issue 33 tokenizer, chat sizing ignores the model's template", "src/loadgen/tokenizer.rs",
+     "            RequestFormat::ChatTemplate => self.tokenizer.chat_template(),",
+     "            RequestFormat::ChatTemplate => None,",
+     ["--test", "workload_tokenizer", "a_thousand_text_and_a_thousand_chat_prompts_have_exactly_the_drawn_count"], {}),
+    ("issue 33 tokenizer, file limits: the workload's tokenizer not passed to the reader", "src/loadgen/workload.rs",
+     "dataset::read(&bytes, path, dataset, &TokenCounter::of(tokenizer.as_ref()))?;",
+     "dataset::read(&bytes, path, dataset, &TokenCounter::FourBytes)?;",
+     ["--test", "workload_tokenizer", "file_limits_count_real_tokens"], {}),
+    ("issue 33 tokenizer, serve: --tokenizer loaded but not used", "src/cli/serve.rs",
+     "            Ok(t) => config.counter = batchlab::engine::tokenizer::TokenCounter::Tokenizer(t),",
+     "            Ok(_) => {}",
+     ["--test", "serve_tokenizer", "tokenize_usage_and_the_prefix_cache_are_in_the_tokenizers_tokens"], {}),
 ]
 
 

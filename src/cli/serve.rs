@@ -61,6 +61,11 @@ pub(super) struct ServeArgs {
     /// docs/serve.md), to check a client's timings against the server's.
     #[arg(long, value_name = "FILE")]
     timing_log: Option<PathBuf>,
+    /// Count prompts, prefix-cache them and answer `/tokenize` in this model's tokens: a model
+    /// directory or a tokenizer.json [default: the scenario's `workload.tokenizer`, else four bytes
+    /// a token].
+    #[arg(long, value_name = "DIR")]
+    tokenizer: Option<PathBuf>,
 }
 
 pub(super) fn main(args: ServeArgs) -> ExitCode {
@@ -112,6 +117,15 @@ pub(super) fn main(args: ServeArgs) -> ExitCode {
     config.max_waiting = args.max_waiting;
     config.grace = Duration::from_secs_f64(args.grace);
     config.default_max_tokens = args.default_max_tokens.max(1);
+    if let Some(path) = &args.tokenizer {
+        match batchlab::engine::tokenizer::ModelTokenizer::load(path) {
+            Ok(t) => config.counter = batchlab::engine::tokenizer::TokenCounter::Tokenizer(t),
+            Err(e) => {
+                eprintln!("error: --tokenizer: {e}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        }
+    }
     let timing = match &args.timing_log {
         None => None,
         Some(path) => match TimingLog::create(path) {

@@ -45,6 +45,8 @@ pub mod python;
 pub mod sim;
 mod step_tokens;
 #[doc(hidden)]
+pub mod tokenizer;
+#[doc(hidden)]
 pub mod tokens;
 
 pub use step_tokens::{StepEnds, StepTokens};

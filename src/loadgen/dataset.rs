@@ -7,9 +7,11 @@
 //! with `skip_bad_lines` they are skipped instead and counted in [`DatasetStats`], which the
 //! report shows. Blank lines are never bad (a trailing newline is not an entry).
 //!
-//! Lengths are counted by batchlab's one rule ([`crate::engine::tokens`]): a text prompt by its
-//! bytes, a token prompt by its ids, a chat prompt by its messages' contents (a template's own
-//! tokens are the engine's business). The report's prompt token counts are the engine's.
+//! Lengths are counted by the workload's [`TokenCounter`]: the model's tokenizer
+//! (`workload.tokenizer`), else batchlab's one rule ([`crate::engine::tokens`]). A text prompt is
+//! counted as a text prompt (with the tokenizer's special tokens), a token prompt by its ids, a
+//! chat prompt by its messages' contents (a template's own tokens are the engine's business). The
+//! report's prompt token counts are the engine's.
 
 use std::path::{Path, PathBuf};
 
@@ -20,7 +22,7 @@ use serde_json::value::RawValue;
 use super::error::{LineProblem, LoadError, MAX_REPORTED_LINES};
 use super::jsonl::{self, Columns, LinePrompt, Problem, PromptLine};
 use crate::engine::chat::Message;
-use crate::engine::tokens::{text_tokens, truncate_text};
+use crate::engine::tokenizer::TokenCounter;
 
 /// What a workload file holds: `workload.format`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -84,6 +86,7 @@ pub(crate) fn read(
     bytes: &[u8],
     origin: &Path,
     options: &DatasetOptions,
+    counter: &TokenCounter,
 ) -> Result<(Vec<PromptLine>, DatasetStats), LoadError> {
     let entries = match options.format {
         FileFormat::Jsonl => {
@@ -92,7 +95,7 @@ pub(crate) fn read(
         FileFormat::Text => {
             lines(bytes).map(|(n, line)| (n, line.map(|l| PromptLine::new(LinePrompt::Text(l.to_owned()))))).collect()
         }
-        FileFormat::ShareGpt => sharegpt(bytes, options).map_err(|problem| LoadError::BadLines {
+        FileFormat::ShareGpt => sharegpt(bytes, options, counter).map_err(|problem| LoadError::BadLines {
             path: origin.to_owned(),
             problems: vec![problem],
             omitted: 0,
@@ -127,7 +130,7 @@ pub(crate) fn read(
     if stats.entries == 0 {
         return Err(LoadError::EmptyFile { path: origin.to_owned() });
     }
-    let prompts: Vec<PromptLine> = kept.into_iter().filter_map(|p| fit(p, options, &mut stats)).collect();
+    let prompts: Vec<PromptLine> = kept.into_iter().filter_map(|p| fit(p, options, counter, &mut stats)).collect();
     stats.prompts = prompts.len();
     if prompts.is_empty() {
         return Err(LoadError::NoPromptsLeft { stats: Box::new(stats) });
@@ -176,9 +179,9 @@ fn lines(bytes: &[u8]) -> impl Iterator<Item = (usize, Result<&str, Problem>)> {
 
 /// ShareGPT entries: a JSON array of conversations (its first non-blank byte is `[`), else one
 /// conversation per line. A file that is not valid JSON at all is one problem, never skipped.
-fn sharegpt(bytes: &[u8], options: &DatasetOptions) -> Result<Vec<Entry>, LineProblem> {
+fn sharegpt(bytes: &[u8], options: &DatasetOptions, counter: &TokenCounter) -> Result<Vec<Entry>, LineProblem> {
     let columns = &options.columns;
-    let parse = |value: Value| conversation(&value, columns, options.reply_max_tokens);
+    let parse = |value: Value| conversation(&value, columns, options.reply_max_tokens, counter);
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'[') {
         return Ok(lines(bytes)
             .map(|(n, line)| {
@@ -230,7 +233,12 @@ fn message_of(e: &serde_json::Error) -> String {
 
 /// One ShareGPT conversation: the turns up to the last human one are the prompt; the reply after
 /// it, if any, sets `max_tokens` when `reply_max_tokens`.
-fn conversation(value: &Value, columns: &Columns, reply_max_tokens: bool) -> Result<PromptLine, Problem> {
+fn conversation(
+    value: &Value,
+    columns: &Columns,
+    reply_max_tokens: bool,
+    counter: &TokenCounter,
+) -> Result<PromptLine, Problem> {
     let Value::Object(map) = value else {
         return Err((None, format!("expected a conversation object, found {}", jsonl::kind(value))));
     };
@@ -280,7 +288,8 @@ fn conversation(value: &Value, columns: &Columns, reply_max_tokens: bool) -> Res
     let Some(last_user) = messages.iter().rposition(|m| m.role == "user") else {
         return Err((None, format!("`{key}` has no \"human\" turn; expected at least one")));
     };
-    let reply = messages.get(last_user + 1).filter(|m| m.role == "assistant").map(|m| text_tokens(&m.content));
+    let reply =
+        messages.get(last_user + 1).filter(|m| m.role == "assistant").map(|m| counter.content_tokens(&m.content));
     messages.truncate(last_user + 1);
     let max_tokens = match reply {
         Some(n) if reply_max_tokens => Some(u32::try_from(n).unwrap_or(u32::MAX).max(1)),
@@ -299,18 +308,23 @@ fn sharegpt_role(from: &str) -> Option<&'static str> {
     })
 }
 
-/// A prompt's length by the counting rule; see the module docs.
-pub(crate) fn prompt_len(prompt: &LinePrompt) -> usize {
+/// A prompt's length by `counter`; see the module docs.
+pub(crate) fn prompt_len(prompt: &LinePrompt, counter: &TokenCounter) -> usize {
     match prompt {
-        LinePrompt::Text(s) => text_tokens(s),
+        LinePrompt::Text(s) => counter.text_tokens(s),
         LinePrompt::Tokens(t) => t.len(),
-        LinePrompt::Chat(messages) => messages.iter().map(|m| text_tokens(&m.content)).sum(),
+        LinePrompt::Chat(messages) => messages.iter().map(|m| counter.content_tokens(&m.content)).sum(),
     }
 }
 
 /// The prompt within the length limits, truncated where asked; `None` when dropped.
-fn fit(mut line: PromptLine, options: &DatasetOptions, stats: &mut DatasetStats) -> Option<PromptLine> {
-    let len = prompt_len(&line.prompt);
+fn fit(
+    mut line: PromptLine,
+    options: &DatasetOptions,
+    counter: &TokenCounter,
+    stats: &mut DatasetStats,
+) -> Option<PromptLine> {
+    let len = prompt_len(&line.prompt, counter);
     if options.min_prompt_tokens.is_some_and(|min| len < min as usize) {
         stats.dropped_short += 1;
         return None;
@@ -318,7 +332,7 @@ fn fit(mut line: PromptLine, options: &DatasetOptions, stats: &mut DatasetStats)
     let Some(max) = options.max_prompt_tokens.map(|m| m as usize).filter(|&max| len > max) else {
         return Some(line);
     };
-    if options.truncate && truncate(&mut line.prompt, max) {
+    if options.truncate && truncate(&mut line.prompt, max, counter) {
         stats.truncated += 1;
         return Some(line);
     }
@@ -326,14 +340,13 @@ fn fit(mut line: PromptLine, options: &DatasetOptions, stats: &mut DatasetStats)
     None
 }
 
-/// Cuts `prompt` to `max` tokens by the rule: text and token ids at the end, a conversation in its
-/// last message. `false` when it cannot be cut (the earlier messages alone are too long, or a
+/// Cuts `prompt` to `max` tokens by `counter`: text and token ids at the end, a conversation in
+/// its last message. `false` when it cannot be cut (the earlier messages alone are too long, or a
 /// cut leaves nothing).
-fn truncate(prompt: &mut LinePrompt, max: usize) -> bool {
+fn truncate(prompt: &mut LinePrompt, max: usize, counter: &TokenCounter) -> bool {
     match prompt {
         LinePrompt::Text(s) => {
-            let keep = truncate_text(s, max).len();
-            s.truncate(keep);
+            *s = counter.truncate_text(s, max);
             !s.is_empty()
         }
         LinePrompt::Tokens(t) => {
@@ -342,10 +355,9 @@ fn truncate(prompt: &mut LinePrompt, max: usize) -> bool {
         }
         LinePrompt::Chat(messages) => {
             let Some((last, earlier)) = messages.split_last_mut() else { return false };
-            let used: usize = earlier.iter().map(|m| text_tokens(&m.content)).sum();
+            let used: usize = earlier.iter().map(|m| counter.content_tokens(&m.content)).sum();
             let Some(room) = max.checked_sub(used).filter(|&room| room > 0) else { return false };
-            let keep = truncate_text(&last.content, room).len();
-            last.content.truncate(keep);
+            last.content = counter.truncate_content(&last.content, room);
             !last.content.is_empty()
         }
     }

@@ -16,6 +16,7 @@ mod error;
 mod jsonl;
 mod profile;
 mod scheduler;
+mod tokenizer;
 mod workload;
 
 pub use dataset::{DatasetOptions, DatasetStats, FileFormat};

@@ -51,7 +51,9 @@ use super::dataset::{self, DatasetOptions, DatasetStats};
 use super::error::LoadError;
 use super::jsonl::{Columns, LinePrompt, PromptLine};
 use super::profile::TraceArrivals;
+use super::tokenizer::Tokenized;
 use crate::engine::chat::{Message, RequestFormat};
+use crate::engine::tokenizer::{ModelTokenizer, TokenCounter};
 use crate::engine::{EngineRequest, Prompt, RequestId};
 use crate::rng::{FastRange, SplitMix64};
 
@@ -112,6 +114,9 @@ pub enum WorkloadSpec {
         chat: SyntheticChat,
         /// `request_format`: how chat prompts become the model's prompt.
         request_format: RequestFormat,
+        /// `tokenizer`: prompts are text of exactly their drawn length in this tokenizer's tokens
+        /// (`super::tokenizer`); `None`: token ids, and chat by the four-byte rule.
+        tokenizer: Option<ModelTokenizer>,
     },
     /// One request per entry of a file (JSONL, ShareGPT or text), replayed in order.
     File {
@@ -127,6 +132,8 @@ pub enum WorkloadSpec {
         dataset: DatasetOptions,
         /// `request_format`: how chat prompts become the model's prompt.
         request_format: RequestFormat,
+        /// `tokenizer`: the length limits count this tokenizer's tokens; `None`: four bytes a token.
+        tokenizer: Option<ModelTokenizer>,
     },
 }
 
@@ -151,6 +158,18 @@ impl WorkloadSpec {
             }
             WorkloadSpec::File { .. } => None,
         }
+    }
+
+    /// The model's tokenizer the workload counts with (`workload.tokenizer`), if any.
+    pub fn tokenizer(&self) -> Option<&ModelTokenizer> {
+        match self {
+            WorkloadSpec::Synthetic { tokenizer, .. } | WorkloadSpec::File { tokenizer, .. } => tokenizer.as_ref(),
+        }
+    }
+
+    /// How the workload counts prompt tokens ([`TokenCounter`]).
+    pub fn counter(&self) -> TokenCounter {
+        TokenCounter::of(self.tokenizer())
     }
 }
 
@@ -199,6 +218,8 @@ struct Synthetic {
     groups: PrefixDesign,
     /// `Some((system prompt, format))` for chat prompts.
     chat: Option<(Option<String>, RequestFormat)>,
+    /// With `workload.tokenizer`: prompts are text sized in its tokens.
+    tokenized: Option<Tokenized>,
 }
 
 /// A synthetic workload's shared prefixes, and the prefix-cache hits it was designed for.
@@ -246,11 +267,12 @@ impl Workload {
                 temperature,
                 chat,
                 request_format,
+                tokenizer,
             } => {
                 if *vocab_size == 0 {
                     return Err(LoadError::EmptyVocab);
                 }
-                let prefix_len = match (*unique_prefix, chat.enabled) {
+                let prefix_len = match (*unique_prefix, chat.enabled || tokenizer.is_some()) {
                     (false, _) => 0,
                     (true, false) => digits_for_u64(*vocab_size),
                     (true, true) => CHAT_PREFIX_WORDS,
@@ -269,6 +291,9 @@ impl Workload {
                     prefix_len,
                     groups,
                     chat: chat.enabled.then(|| (chat.system_prompt.clone(), request_format.clone())),
+                    tokenized: tokenizer.as_ref().map(|t| {
+                        Tokenized::new(t.clone(), groups.groups, groups.prefix_tokens, |g| group_rng(*seed, g))
+                    }),
                 };
                 Ok(Workload {
                     source: Source::Synthetic(synthetic),
@@ -276,9 +301,17 @@ impl Workload {
                     temperature: *temperature,
                 })
             }
-            WorkloadSpec::File { path, default_max_tokens, ignore_eos, temperature, dataset, request_format } => {
+            WorkloadSpec::File {
+                path,
+                default_max_tokens,
+                ignore_eos,
+                temperature,
+                dataset,
+                request_format,
+                tokenizer,
+            } => {
                 let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.clone(), source })?;
-                let (lines, stats) = dataset::read(&bytes, path, dataset)?;
+                let (lines, stats) = dataset::read(&bytes, path, dataset, &TokenCounter::of(tokenizer.as_ref()))?;
                 Ok(Workload {
                     source: Source::File {
                         lines,
@@ -381,6 +414,15 @@ impl Synthetic {
         let prompt_len = sample(&self.prompt_tokens, &mut SplitMix64::derive(request_seed, STREAM_PROMPT_LEN));
         let max_tokens = sample(&self.output_tokens, &mut SplitMix64::derive(request_seed, STREAM_OUTPUT_LEN));
         let mut tokens_rng = SplitMix64::derive(request_seed, STREAM_TOKENS);
+        if let Some(tokenized) = &self.tokenized {
+            let unique = self.words(k, self.prefix_len, &mut tokens_rng);
+            let len = prompt_len as usize;
+            let prompt = match &self.chat {
+                Some((system, format)) => tokenized.chat(system.as_deref(), &unique, format, len, &mut tokens_rng),
+                None => Prompt::Text(tokenized.text(self.group_of(k), &unique, len, &mut tokens_rng)),
+            };
+            return (prompt, max_tokens);
+        }
         if let Some((system, format)) = &self.chat {
             let mut messages = Vec::with_capacity(2);
             if let Some(system) = system {
@@ -393,8 +435,7 @@ impl Synthetic {
         let prompt_len = prompt_len as usize;
         let mut tokens = Vec::with_capacity(prompt_len);
         if let Some(group) = self.group_of(k) {
-            let mut prefix_rng =
-                SplitMix64::derive(SplitMix64::derive(self.seed, STREAM_GROUP_PREFIXES).next_u64(), group);
+            let mut prefix_rng = group_rng(self.seed, group);
             let shared = (self.groups.prefix_tokens as usize).min(prompt_len);
             tokens.extend((0..shared).map(|_| prefix_rng.range_u64(0, vocab - 1) as u32));
         }
@@ -425,6 +466,11 @@ impl Synthetic {
         }
         Some(order[(k % n) as usize])
     }
+}
+
+/// The random stream group `group`'s shared prefix is drawn from.
+fn group_rng(seed: u64, group: u64) -> SplitMix64 {
+    SplitMix64::derive(SplitMix64::derive(seed, STREAM_GROUP_PREFIXES).next_u64(), group)
 }
 
 /// The arrival times of a trace: the workload file's `timestamp`s, which every line must have, in
@@ -515,6 +561,7 @@ mod tests {
             temperature: 0.0,
             chat: SyntheticChat::default(),
             request_format: RequestFormat::default(),
+            tokenizer: None,
         })
         .unwrap()
     }
@@ -654,6 +701,7 @@ mod tests {
             temperature: 0.0,
             chat: SyntheticChat::default(),
             request_format: RequestFormat::default(),
+            tokenizer: None,
         };
         assert!(matches!(Workload::from_plan(&plan), Err(LoadError::EmptyVocab)));
     }
@@ -671,6 +719,7 @@ mod tests {
             temperature: 0.0,
             chat: SyntheticChat::default(),
             request_format: RequestFormat::default(),
+            tokenizer: None,
         })
         .unwrap()
     }
@@ -743,6 +792,7 @@ mod tests {
             temperature: 0.5,
             dataset: DatasetOptions::default(),
             request_format: RequestFormat::default(),
+            tokenizer: None,
         }
     }
 
@@ -759,6 +809,7 @@ mod tests {
             temperature: 0.0,
             chat: SyntheticChat { enabled: true, system_prompt: system.map(str::to_owned) },
             request_format: format,
+            tokenizer: None,
         })
         .unwrap()
     }

@@ -88,6 +88,10 @@ pub struct Report {
     pub repeats: Vec<RepeatSummary>,
     /// Every `[expect]` checked against every benchmark, passed or not.
     pub expectations: Vec<ExpectationOutcome>,
+    /// How prompt token lengths were counted: the model's tokenizer (`workload.tokenizer`), the
+    /// four-byte rule (the simulator's, without one), or the engine's own count (a real engine).
+    #[serde(default)]
+    pub token_counting: TokenCounting,
     /// A file workload: its entries, the bad lines skipped and the prompts filtered; absent for
     /// synthetic workloads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,6 +100,32 @@ pub struct Report {
     /// absent for other runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tune: Option<tuning::TuneReport>,
+}
+
+/// How a run counted prompt tokens: report.json's `token_counting`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenCounting {
+    /// The model's own tokenizer (`workload.tokenizer`) sized the prompts and set the length limits.
+    Tokenizer,
+    /// Four bytes a token: the simulator, without a tokenizer.
+    #[default]
+    FourBytes,
+    /// The engine's own count (vLLM, a Python engine, an HTTP server), without a tokenizer.
+    Engine,
+}
+
+impl TokenCounting {
+    /// The counting `plan` uses.
+    pub(crate) fn of(plan: &Plan) -> TokenCounting {
+        if plan.workload().tokenizer().is_some() {
+            TokenCounting::Tokenizer
+        } else if plan.engine().kind() == "sim" {
+            TokenCounting::FourBytes
+        } else {
+            TokenCounting::Engine
+        }
+    }
 }
 
 impl Report {
@@ -116,6 +146,7 @@ impl Report {
             benchmarks,
             repeats,
             expectations,
+            token_counting: TokenCounting::of(plan),
             dataset: None,
             tune: None,
         }
@@ -223,6 +254,7 @@ pub(crate) mod tests {
             expectations: evaluate(&expectations, &benchmarks),
             benchmarks,
             repeats: Vec::new(),
+            token_counting: TokenCounting::FourBytes,
             dataset: None,
             tune: None,
         }

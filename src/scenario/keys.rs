@@ -540,6 +540,14 @@ const REQUEST_FORMAT: Key<WorkloadSpec> = key!(
     WorkloadSpec::Synthetic { request_format, .. } | WorkloadSpec::File { request_format, .. }
 );
 
+const TOKENIZER: Key<WorkloadSpec> = key!(
+    tokenizer: Opt(TokenizerPath),
+    KeyDefault::Text("none: four bytes a token"),
+    "a model directory or a tokenizer.json, beside the scenario or under `$BATCHLAB_HOME`; prompt lengths count its tokens \
+     (synthetic prompts of exact length, chat ones after the template; the file length limits)",
+    WorkloadSpec::Synthetic { tokenizer, .. } | WorkloadSpec::File { tokenizer, .. }
+);
+
 /// `[workload]`, by `source`.
 pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadSpec>] = &[
     Variant {
@@ -583,6 +591,7 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadSpec>] = &[
             IGNORE_EOS,
             TEMPERATURE,
             REQUEST_FORMAT,
+            TOKENIZER,
         ],
         default: |master_seed| WorkloadSpec::Synthetic {
             prompt_tokens: TokenDist::Fixed { value: 128 },
@@ -596,6 +605,7 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadSpec>] = &[
             temperature: 0.0,
             chat: SyntheticChat::default(),
             request_format: RequestFormat::default(),
+            tokenizer: None,
         },
     },
     Variant {
@@ -617,6 +627,7 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadSpec>] = &[
             IGNORE_EOS,
             TEMPERATURE,
             REQUEST_FORMAT,
+            TOKENIZER,
             key!(
                 format: Choice(&[("jsonl", FileFormat::Jsonl), ("sharegpt", FileFormat::ShareGpt), ("text", FileFormat::Text)]),
                 KeyDefault::Value,
@@ -638,7 +649,7 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadSpec>] = &[
             key!(
                 min_prompt_tokens: Opt(U32(1)),
                 KeyDefault::Value,
-                "file only; drop shorter prompts (4 bytes a token)",
+                "file only; drop shorter prompts (in `tokenizer`'s tokens, else 4 bytes a token)",
                 WorkloadSpec::File { dataset: DatasetOptions { min_prompt_tokens, .. }, .. }
             ),
             key!(
@@ -667,6 +678,7 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadSpec>] = &[
             temperature: 0.0,
             dataset: DatasetOptions::default(),
             request_format: RequestFormat::default(),
+            tokenizer: None,
         },
     },
 ];

@@ -766,6 +766,7 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadSpec> {
         chat,
         request_format_strategy(),
         prefixes,
+        any::<bool>(),
     )
         .prop_map(
             |(
@@ -773,6 +774,7 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadSpec> {
                 chat,
                 request_format,
                 (groups, tokens),
+                with_tokenizer,
             )| {
                 // A shared prefix (token prompts only) is shorter than the shortest prompt; a
                 // prompt of 1 token has none.
@@ -796,6 +798,7 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadSpec> {
                     temperature,
                     chat,
                     request_format,
+                    tokenizer: with_tokenizer.then(crate::engine::tokenizer::tiny),
                 }
             },
         );
@@ -807,6 +810,7 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadSpec> {
             temperature,
             dataset,
             request_format,
+            tokenizer: None,
         },
     );
     prop_oneof![synthetic, file]
@@ -954,6 +958,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                         temperature,
                         dataset: Default::default(),
                         request_format: Default::default(),
+                        tokenizer: None,
                     },
                     (ProfileSpec::Trace { .. }, _) => WorkloadSpec::File {
                         path: trace_sample(),
@@ -962,6 +967,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                         temperature: 0.0,
                         dataset: Default::default(),
                         request_format: Default::default(),
+                        tokenizer: None,
                     },
                     (_, workload) => workload,
                 };

@@ -32,7 +32,8 @@ use super::metrics::{ServeMetrics, render};
 use super::timing::{MAX_REQUEST_ID_LEN, TimingRecord, TimingSender};
 use super::worker::{EngineHandle, TokenMsg};
 use super::{ServeConfig, ServeError};
-use crate::engine::sim::prompt::prompt_ids;
+use crate::engine::sim::prompt::counted_ids;
+use crate::engine::tokenizer::TokenCounter;
 use crate::engine::{EngineRequest, FinishReason};
 use crate::time::{MonotonicClock, Timestamp};
 
@@ -231,13 +232,15 @@ async fn models(State(s): State<Arc<AppState>>) -> Response {
     .into_response()
 }
 
-/// vLLM's `POST /tokenize`: the token ids the simulator counts (`prompt`, or chat `messages`), so
+/// vLLM's `POST /tokenize`: the token ids the server counts (`prompt`, or chat `messages`): the
+/// model's tokenizer's with `--tokenizer`, else the simulator's four-byte pseudo-ids; so
 /// a client can fit its prompts to the server's counting (`vllm bench serve` does, for its random
 /// dataset).
 async fn tokenize(State(s): State<Arc<AppState>>, RequestBody(body): RequestBody) -> Response {
     let c = &s.config;
-    let result = api::parse_tokenize(&body, &c.model, &c.request_format)
-        .and_then(|prompt| prompt_ids(&prompt).map_err(|e| ApiError::bad_field("messages", e.to_string())));
+    let result = api::parse_tokenize(&body, &c.model, &c.request_format).and_then(|prompt| {
+        counted_ids(&prompt, &c.counter).map_err(|e| ApiError::bad_field("messages", e.to_string()))
+    });
     match result {
         Ok(ids) => axum::Json(
             json!({"count": ids.len(), "max_model_len": max_model_len(c), "tokens": ids, "token_strs": null}),
@@ -250,7 +253,13 @@ async fn tokenize(State(s): State<Arc<AppState>>, RequestBody(body): RequestBody
 /// vLLM's `POST /detokenize`: the text of token ids, the inverse of `/tokenize` on text.
 async fn detokenize(State(s): State<Arc<AppState>>, RequestBody(body): RequestBody) -> Response {
     match api::parse_detokenize(&body, &s.config.model) {
-        Ok(ids) => axum::Json(json!({"prompt": api::ids_text(&ids)})).into_response(),
+        Ok(ids) => {
+            let prompt = match &s.config.counter {
+                TokenCounter::FourBytes => api::ids_text(&ids),
+                TokenCounter::Tokenizer(t) => t.decode(&ids),
+            };
+            axum::Json(json!({"prompt": prompt})).into_response()
+        }
         Err(e) => error_response(&e),
     }
 }
@@ -321,7 +330,7 @@ async fn generate(s: Arc<AppState>, endpoint: Endpoint, body: Bytes, tag: Reques
     let mut prompt_tokens = 0u64;
     let mut sequences = Vec::with_capacity(req.prompts.len());
     for prompt in &req.prompts {
-        let ids = prompt_ids(prompt).map_err(|e| ApiError::bad_field("messages", e.to_string()))?;
+        let ids = counted_ids(prompt, &c.counter).map_err(|e| ApiError::bad_field("messages", e.to_string()))?;
         prompt_tokens += ids.len() as u64;
         let mut draw = EngineRequest::tokens(Vec::new(), req.max_tokens).with_id(n);
         draw.min_tokens = req.min_tokens;

@@ -39,6 +39,7 @@ pub use timing::{TimingLog, TimingSender, TimingSummary};
 
 use crate::engine::chat::RequestFormat;
 use crate::engine::sim::{Profile, SimConfig};
+use crate::engine::tokenizer::TokenCounter;
 use crate::loadgen::WorkloadSpec;
 use crate::scenario::Plan;
 use crate::scenario::plan::EnginePlan;
@@ -68,6 +69,10 @@ pub struct ServeConfig {
     pub timing: Option<TimingSender>,
     /// How much of a peer the server takes: bodies, times, connections.
     pub limits: Limits,
+    /// How prompts are counted and turned into ids for the prefix cache and `/tokenize`: the
+    /// model's tokenizer (`--tokenizer`, or the scenario's `workload.tokenizer`), else four bytes
+    /// a token.
+    pub counter: TokenCounter,
 }
 
 /// How the server bounds its peers, so that slow, idle or too many clients cannot hold it
@@ -116,6 +121,7 @@ impl ServeConfig {
         };
         let mut config = ServeConfig::with_sim(sim.clone());
         config.request_format = request_format;
+        config.counter = plan.workload().counter();
         config.faults = HttpFaults::from_faults(plan.faults(), sim.seed);
         Ok(config)
     }
@@ -141,6 +147,7 @@ impl ServeConfig {
             default_max_tokens: 16,
             timing: None,
             limits: Limits::default(),
+            counter: TokenCounter::FourBytes,
         }
     }
 }

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 
 use crate::engine::Prompt;
 use crate::engine::chat::{ChatPrompt, ChatTemplate, Template, TemplateError, TemplateOrigin};
+use crate::engine::tokenizer::TokenCounter;
 use crate::engine::tokens::{BYTES_PER_TOKEN, text_tokens};
 
 /// The simulated model's chat template: the tiny test model's.
@@ -61,6 +62,35 @@ pub fn with_prompt_ids<R>(prompt: &Prompt, f: impl FnOnce(&[u32]) -> R) -> Resul
         ids.push(0);
     }
     Ok(f(&ids))
+}
+
+/// The prompt's token ids as `counter` counts them: [`prompt_ids`] by the four-byte rule, or the
+/// model's tokenizer's ids (a text prompt with its special tokens, a chat prompt rendered with the
+/// tokenizer's `chat_template` and `bos_token`/`eos_token`, `plain` where the model has none, then
+/// encoded as it is). An empty prompt is `[0]`, as for [`prompt_ids`].
+pub fn counted_ids(prompt: &Prompt, counter: &TokenCounter) -> Result<Vec<u32>, TemplateError> {
+    let TokenCounter::Tokenizer(tokenizer) = counter else { return prompt_ids(prompt) };
+    let mut ids = match prompt {
+        Prompt::Tokens(t) => t.clone(),
+        Prompt::Text(s) => tokenizer.text_ids(s),
+        Prompt::Chat(chat) => {
+            let template = match &chat.template {
+                Template::Model => tokenizer.chat_template(),
+                Template::Custom(t) => Some(t),
+            };
+            match template {
+                Some(template) => {
+                    let (bos, eos) = tokenizer.bos_eos();
+                    tokenizer.plain_ids(&template.render(&chat.messages, bos, eos)?)
+                }
+                None => tokenizer.text_ids(&crate::engine::chat::render_plain(&chat.messages)),
+            }
+        }
+    };
+    if ids.is_empty() {
+        ids.push(0);
+    }
+    Ok(ids)
 }
 
 /// A chat prompt's text after its template.

@@ -5,8 +5,10 @@ fn options(format: FileFormat) -> DatasetOptions {
 }
 
 fn read_str(text: &str, options: &DatasetOptions) -> Result<(Vec<PromptLine>, DatasetStats), LoadError> {
-    read(text.as_bytes(), Path::new("d.json"), options)
+    read(text.as_bytes(), Path::new("d.json"), options, &FOUR)
 }
+
+const FOUR: TokenCounter = TokenCounter::FourBytes;
 
 /// The bad lines of `text`: `(line, column, text the message contains)`.
 fn check_bad(text: &str, options: &DatasetOptions, expected: &[(usize, Option<usize>, &str)]) {
@@ -115,11 +117,11 @@ fn text_files_have_one_prompt_per_line() {
 #[test]
 fn invalid_utf8_is_a_bad_line() {
     let bytes = b"fine\nbad \xff byte\nfine too\n";
-    let err = read(bytes, Path::new("t.txt"), &options(FileFormat::Text)).unwrap_err();
+    let err = read(bytes, Path::new("t.txt"), &options(FileFormat::Text), &FOUR).unwrap_err();
     let LoadError::BadLines { problems, .. } = &err else { panic!("{err:?}") };
     assert_eq!(problems, &[LineProblem { line: 2, column: Some(5), message: "invalid UTF-8; expected text".into() }]);
     let o = DatasetOptions { skip_bad_lines: true, ..options(FileFormat::Text) };
-    let (lines, stats) = read(bytes, Path::new("t.txt"), &o).unwrap();
+    let (lines, stats) = read(bytes, Path::new("t.txt"), &o, &FOUR).unwrap();
     assert_eq!((lines.len(), stats.skipped_bad_lines, stats.entries), (2, 1, 3));
 }
 
@@ -139,7 +141,7 @@ fn bad_lines_are_skipped_and_counted_when_asked() {
 #[test]
 fn many_bad_lines_are_capped_and_counted() {
     let text = "nope\n".repeat(MAX_REPORTED_LINES + 5);
-    let err = read(text.as_bytes(), Path::new("p.jsonl"), &options(FileFormat::Jsonl)).unwrap_err();
+    let err = read(text.as_bytes(), Path::new("p.jsonl"), &options(FileFormat::Jsonl), &FOUR).unwrap_err();
     let LoadError::BadLines { problems, omitted, .. } = &err else { panic!("{err:?}") };
     assert_eq!((problems.len(), *omitted), (MAX_REPORTED_LINES, 5));
     let message = err.to_string();
@@ -152,7 +154,7 @@ fn many_bad_lines_are_capped_and_counted() {
 fn empty_files_are_errors() {
     for format in [FileFormat::Jsonl, FileFormat::Text, FileFormat::ShareGpt] {
         for text in ["", "\n", "  \n\n"] {
-            let err = read(text.as_bytes(), Path::new("e.jsonl"), &options(format)).unwrap_err();
+            let err = read(text.as_bytes(), Path::new("e.jsonl"), &options(format), &FOUR).unwrap_err();
             assert!(matches!(err, LoadError::EmptyFile { .. }), "{format:?} {text:?}: {err:?}");
             assert!(err.to_string().contains("e.jsonl has no prompts"), "{err}");
         }
@@ -165,7 +167,7 @@ fn empty_files_are_errors() {
 const LENGTHS: &str = "abcd\nabcdefghijkl\nabcdefghijklmnopqrst\nabcdefghijklmnopqrstuvwxyz0123456789\n";
 
 fn lengths(lines: &[PromptLine]) -> Vec<usize> {
-    lines.iter().map(|l| prompt_len(&l.prompt)).collect()
+    lines.iter().map(|l| prompt_len(&l.prompt, &FOUR)).collect()
 }
 
 #[test]
@@ -187,19 +189,19 @@ fn truncation_cuts_to_the_target_length() {
     assert_eq!((stats.truncated, stats.dropped_long), (2, 0));
 
     let mut ids = LinePrompt::Tokens(vec![1, 2, 3, 4, 5]);
-    assert!(truncate(&mut ids, 2));
+    assert!(truncate(&mut ids, 2, &FOUR));
     assert_eq!(ids, LinePrompt::Tokens(vec![1, 2]));
 }
 
 #[test]
 fn chat_prompts_are_cut_in_their_last_message() {
     let mut c = chat(&[("system", "12345678"), ("user", "abcdefghijklmnop")]);
-    assert_eq!(prompt_len(&c), 6);
-    assert!(truncate(&mut c, 3));
+    assert_eq!(prompt_len(&c, &FOUR), 6);
+    assert!(truncate(&mut c, 3, &FOUR));
     assert_eq!(c, chat(&[("system", "12345678"), ("user", "abcd")]));
     // The system turn alone is over the limit: it cannot be cut, and is dropped.
     let mut c = chat(&[("system", "12345678"), ("user", "abcd")]);
-    assert!(!truncate(&mut c, 2));
+    assert!(!truncate(&mut c, 2, &FOUR));
     let text = "{\"messages\": [{\"role\": \"system\", \"content\": \"123456789\"}, {\"role\": \"user\", \"content\": \"x\"}]}\n";
     let o = DatasetOptions { max_prompt_tokens: Some(2), truncate: true, ..options(FileFormat::Jsonl) };
     assert!(matches!(read_str(text, &o), Err(LoadError::NoPromptsLeft { stats }) if stats.dropped_long == 1));
@@ -218,4 +220,46 @@ fn positions_are_one_based() {
     assert_eq!(position(b"ab\ncd", 0), (1, 1));
     assert_eq!(position(b"ab\ncd", 4), (2, 2));
     assert_eq!(position(b"ab\n", 3), (2, 1));
+}
+
+/// With the model's tokenizer, the limits count its tokens: prompts of 2, 6, 12 and 30 real tokens,
+/// whose byte counts say otherwise (the four-byte rule would find 3, 5, 9 and 37).
+#[test]
+fn with_a_tokenizer_the_limits_count_real_tokens() {
+    let tiny = crate::engine::tokenizer::tiny();
+    let real = TokenCounter::Tokenizer(tiny.clone());
+    let texts = [
+        "<s>hello",
+        "sounding mystical bytes",
+        "stoung kait chaibrer dou tou, fek lick",
+        "0123456789 0123456789 0123456789 ",
+    ];
+    let counts: Vec<usize> = texts.iter().map(|t| tiny.text_tokens(t)).collect();
+    let four: Vec<usize> = texts.iter().map(|t| FOUR.text_tokens(t)).collect();
+    assert_ne!(counts, four, "the test needs texts the two countings disagree on");
+    let file = texts.join("\n") + "\n";
+    let (min, max) = (counts[1], counts[2]);
+    let o = DatasetOptions {
+        min_prompt_tokens: Some(min as u32),
+        max_prompt_tokens: Some(max as u32),
+        ..options(FileFormat::Text)
+    };
+    let (lines, stats) = read(file.as_bytes(), Path::new("d.txt"), &o, &real).unwrap();
+    assert_eq!(lines.iter().map(|l| prompt_len(&l.prompt, &real)).collect::<Vec<_>>(), [min, max]);
+    assert_eq!((stats.dropped_short, stats.dropped_long), (1, 1));
+    // Truncated to `max` real tokens, each a prefix of its line with at most that many.
+    let o = DatasetOptions { max_prompt_tokens: Some(min as u32), truncate: true, ..options(FileFormat::Text) };
+    let (lines, stats) = read(file.as_bytes(), Path::new("d.txt"), &o, &real).unwrap();
+    assert_eq!(stats.truncated, 2);
+    for (line, text) in lines.iter().zip(&texts) {
+        let LinePrompt::Text(cut) = &line.prompt else { panic!("text") };
+        assert!(text.starts_with(cut.as_str()));
+        let n = tiny.text_tokens(cut.as_str());
+        assert!(n <= min && n + 1 >= min.min(tiny.text_tokens(text)), "{text:?} cut to {cut:?}: {n} tokens");
+    }
+    // A conversation is counted and cut in real tokens too, in its last message.
+    let mut c = chat(&[("system", texts[1]), ("user", texts[2])]);
+    assert_eq!(prompt_len(&c, &real), tiny.plain_ids(texts[1]).len() + tiny.plain_ids(texts[2]).len());
+    assert!(truncate(&mut c, min + 3, &real));
+    assert!(prompt_len(&c, &real) <= min + 3 && prompt_len(&c, &real) >= min + 2, "{c:?}");
 }

@@ -12,6 +12,7 @@ use super::super::units::format_duration;
 use super::Sub;
 use crate::engine::chat::{ChatTemplate, RequestFormat, TemplateOrigin, looks_like_template};
 use crate::engine::faults::{FaultTrigger, ProcessFault};
+use crate::engine::tokenizer::ModelTokenizer;
 
 /// How a value type is read from and written to TOML.
 pub(crate) trait Codec {
@@ -370,6 +371,30 @@ impl Codec for ReqFormat {
                 TemplateOrigin::Inline => t.source().to_owned(),
             },
         }))
+    }
+}
+
+/// `workload.tokenizer`: a model directory or a `tokenizer.json`, found as a model path is
+/// ([`ModelPath`]: next to the scenario, else under `$BATCHLAB_HOME`, so it may name the same
+/// `tiny-llama` as `engine.vllm.model`), loaded here so a missing or broken one is reported at
+/// the key.
+pub(crate) struct TokenizerPath;
+impl Codec for TokenizerPath {
+    type Value = ModelTokenizer;
+    fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<ModelTokenizer> {
+        let path = model_path(cx, field)?;
+        match ModelTokenizer::load(&path) {
+            Ok(tokenizer) => Some(tokenizer),
+            Err(e) => {
+                let help = "a model directory (with tokenizer.json) or a tokenizer.json: absolute, relative to the \
+                            scenario file, or under $BATCHLAB_HOME (default ~/.cache/batchlab), looked for in that order";
+                cx.report_at(field, format!("`{}`: {e}", field.path), Some(help.to_owned()));
+                None
+            }
+        }
+    }
+    fn print(&self, v: &ModelTokenizer) -> Option<Item> {
+        Some(value(v.path().to_string_lossy().as_ref()))
     }
 }
 

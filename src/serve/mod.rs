@@ -38,6 +38,7 @@ pub use http::{ServeOutcome, serve};
 pub use timing::{TimingLog, TimingSender, TimingSummary};
 
 use crate::engine::chat::RequestFormat;
+use crate::engine::image::ImageTokenRule;
 use crate::engine::sim::{Profile, SimConfig};
 use crate::loadgen::WorkloadSpec;
 use crate::scenario::Plan;
@@ -68,6 +69,9 @@ pub struct ServeConfig {
     pub timing: Option<TimingSender>,
     /// How much of a peer the server takes: bodies, times, connections.
     pub limits: Limits,
+    /// What an image of a chat message costs in prompt tokens (the workload's
+    /// `[workload.images]` rule; 576 an image without it).
+    pub image_tokens: ImageTokenRule,
 }
 
 /// How the server bounds its peers, so that slow, idle or too many clients cannot hold it
@@ -116,6 +120,9 @@ impl ServeConfig {
         };
         let mut config = ServeConfig::with_sim(sim.clone());
         config.request_format = request_format;
+        if let WorkloadSpec::Synthetic { images: Some(images), .. } = plan.workload() {
+            config.image_tokens = images.token_rule();
+        }
         config.faults = HttpFaults::from_faults(plan.faults(), sim.seed);
         Ok(config)
     }
@@ -141,6 +148,7 @@ impl ServeConfig {
             default_max_tokens: 16,
             timing: None,
             limits: Limits::default(),
+            image_tokens: ImageTokenRule::default(),
         }
     }
 }

@@ -20,6 +20,8 @@ pub const COUNTERS: &[(&str, &str)] = &[
     ("vllm:gpu_prefix_cache_hits_total", "prefix_cache_hits"),
     ("vllm:num_preemptions_total", "preemptions"),
     ("vllm:request_success_total", "requests_finished"),
+    ("vllm:mm_cache_queries_total", "mm_cache_queries"),
+    ("vllm:mm_cache_hits_total", "mm_cache_hits"),
 ];
 
 /// The counters of [`COUNTERS`] found in `text`, by batchlab's names.

@@ -16,7 +16,7 @@ import os
 import shutil
 import sys
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 MARKER = "batchlab-model.json"
 SEED = 4321
 IMAGE_SIZE = 28
@@ -96,6 +96,18 @@ def main():
     torch.manual_seed(SEED)
     model = LlavaForConditionalGeneration(config).to(torch.float32)
     model.save_pretrained(tmp, safe_serialization=True)
+    # transformers 5 saves the CLIP tower's weights without its `vision_model.` level, which vLLM
+    # 0.32's LLaVA loader expects (the layout of published LLaVA checkpoints): put it back.
+    from safetensors.torch import load_file, save_file
+
+    weights_path = os.path.join(tmp, "model.safetensors")
+    weights = load_file(weights_path)
+    renamed = {
+        ("vision_tower.vision_model." + k[len("vision_tower."):] if k.startswith("vision_tower.")
+         and not k.startswith("vision_tower.vision_model.") else k): v
+        for k, v in weights.items()
+    }
+    save_file(renamed, weights_path, metadata={"format": "pt"})
     processor = LlavaProcessor(
         image_processor=CLIPImageProcessor(
             size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}

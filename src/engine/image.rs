@@ -115,16 +115,20 @@ impl ImageTokenRule {
     }
 }
 
-/// The size of an encoded image (JPEG or PNG) from its bytes, and the bytes of a `data:` URL;
-/// `None` for a URL that is not a base64 `data:` URL of an image the `image` crate can read.
-pub fn decode_data_url(url: &str) -> Option<(u32, u32, Vec<u8>)> {
+/// The bytes of a base64 `data:` URL of an image; `None` for any other URL.
+pub fn data_url_bytes(url: &str) -> Option<Vec<u8>> {
     use base64::Engine as _;
-    let rest = url.strip_prefix("data:")?;
-    let (head, data) = rest.split_once(',')?;
+    let (head, data) = url.strip_prefix("data:")?.split_once(',')?;
     if !head.starts_with("image/") || !head.ends_with(";base64") {
         return None;
     }
-    let bytes = base64::engine::general_purpose::STANDARD.decode(data).ok()?;
+    base64::engine::general_purpose::STANDARD.decode(data).ok()
+}
+
+/// The size of an encoded image (JPEG or PNG) from its bytes, and the bytes of a `data:` URL;
+/// `None` for a URL that is not a base64 `data:` URL of an image the `image` crate can read.
+pub fn decode_data_url(url: &str) -> Option<(u32, u32, Vec<u8>)> {
+    let bytes = data_url_bytes(url)?;
     let reader = image::ImageReader::new(std::io::Cursor::new(&bytes)).with_guessed_format().ok()?;
     let (width, height) = reader.into_dimensions().ok()?;
     Some((width, height, bytes))

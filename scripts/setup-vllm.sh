@@ -55,3 +55,5 @@ fi
 
 MODEL="$HOME_DIR/tiny-llama"
 HF_HUB_OFFLINE=1 "$PY" "$HERE/build_tiny_model.py" "$MODEL"
+# A tiny random-weight vision-language model on top of it, for the image tests (tests/vllm_images.rs).
+HF_HUB_OFFLINE=1 "$PY" "$HERE/build_tiny_vlm.py" "$MODEL" "$HOME_DIR/tiny-vlm"

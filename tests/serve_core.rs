@@ -23,6 +23,7 @@ fn seq(prompt: u32, output: u32, salt: u32) -> NewSequence {
         prompt_ids: (0..prompt).map(|i| i * 7 + salt * 100_003).collect(),
         output_tokens: output,
         max_tokens: output,
+        image_hashes: Vec::new(),
     }
 }
 

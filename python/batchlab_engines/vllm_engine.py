@@ -72,6 +72,15 @@ class VllmEngine:
             # Templated here, where the tokenizer is: vLLM then counts exactly these ids.
             tokens = chat.prompt_ids(self.tokenizer, r)
         prompt = TokensPrompt(prompt_token_ids=tokens) if tokens is not None else r["prompt"]
+        if r.get("images"):
+            # batchlab's encoded images as PIL images; the template put one image token per
+            # image part, which vLLM's processor expands to the model's image tokens.
+            import io
+
+            from PIL import Image
+
+            images = [Image.open(io.BytesIO(b)).convert("RGB") for b in r["images"]]
+            prompt = TokensPrompt(prompt_token_ids=tokens, multi_modal_data={"image": images})
         params = SamplingParams(
             max_tokens=r["max_tokens"],
             min_tokens=r["min_tokens"],

@@ -24,12 +24,22 @@ pub struct Message {
     pub role: String,
     /// The turn's text.
     pub content: String,
+    /// Images after the text (`image_url` parts); none for a text-only turn, which is then
+    /// serialized as before, `content` a string.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<super::image::Image>,
 }
 
 impl Message {
     /// A message from `role` saying `content`.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Message { role: role.into(), content: content.into() }
+        Message { role: role.into(), content: content.into(), images: Vec::new() }
+    }
+
+    /// The same message with `images` after its text.
+    pub fn with_images(mut self, images: Vec<super::image::Image>) -> Self {
+        self.images = images;
+        self
     }
 }
 

@@ -38,6 +38,8 @@ pub mod chat;
 #[doc(hidden)]
 pub mod faults;
 #[doc(hidden)]
+pub mod image;
+#[doc(hidden)]
 pub mod openai;
 #[doc(hidden)]
 pub mod python;
@@ -209,6 +211,10 @@ pub struct EngineStats {
     pub token_steps: Option<StepTokens>,
     /// Prompt tokens served from the engine's prefix cache (vLLM's `num_cached_tokens`).
     pub cached_tokens: Option<u32>,
+    /// The request's images its encoder cache already held (the simulator's); `None` for a
+    /// request without images, or an engine that does not say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_cache_hits: Option<u32>,
     /// Engine-clock seconds when the request left batchlab (an HTTP engine: the request was
     /// written to the connection). The run's `dispatch_delay` is the intended arrival to this.
     pub sent_ts: Option<f64>,

@@ -283,7 +283,7 @@ fn conversation(
             }
             None => return Err((None, format!("missing `{key}[{i}].value` (expected a string)"))),
         };
-        messages.push(Message { role: role.to_owned(), content });
+        messages.push(Message::new(role, content));
     }
     let Some(last_user) = messages.iter().rposition(|m| m.role == "user") else {
         return Err((None, format!("`{key}` has no \"human\" turn; expected at least one")));

@@ -13,6 +13,14 @@ pub enum LoadError {
     /// A synthetic workload with `vocab_size = 0` has no tokens to draw.
     #[error("workload: vocab_size must be at least 1, found 0")]
     EmptyVocab,
+    /// Images go after a chat turn's text: token or plain-text prompts cannot carry them.
+    #[error("workload: images need chat prompts (`workload.chat = true`, a `request_format` other than \"plain\")")]
+    ImagesNeedChat,
+    /// `workload.tokenizer` sizes text only: images beside it would be left out of the prompt.
+    #[error(
+        "workload: `workload.tokenizer` and `[workload.images]` together are not supported yet (the tokenizer sizes text prompts only); drop one of them"
+    )]
+    ImagesWithTokenizer,
     #[error("cannot read workload file {}: {source}", path.display())]
     /// A workload file could not be read.
     Io {

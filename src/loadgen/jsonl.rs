@@ -243,7 +243,7 @@ pub(crate) fn messages(v: &Value, key: &str) -> Result<Vec<Message>, Problem> {
                 }
                 None => Err((None, format!("missing `{key}[{i}].{name}` (expected a string)"))),
             };
-            Ok(Message { role: field("role", true)?, content: field("content", false)? })
+            Ok(Message::new(field("role", true)?, field("content", false)?))
         })
         .collect()
 }

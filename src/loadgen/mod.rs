@@ -13,6 +13,7 @@
 
 mod dataset;
 mod error;
+pub mod images;
 mod jsonl;
 mod profile;
 mod scheduler;

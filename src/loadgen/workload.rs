@@ -49,6 +49,7 @@ use serde::Serialize;
 
 use super::dataset::{self, DatasetOptions, DatasetStats};
 use super::error::LoadError;
+use super::images::{ImageGen, ImageSpec};
 use super::jsonl::{Columns, LinePrompt, PromptLine};
 use super::profile::TraceArrivals;
 use super::tokenizer::Tokenized;
@@ -117,6 +118,8 @@ pub enum WorkloadSpec {
         /// `tokenizer`: prompts are text of exactly their drawn length in this tokenizer's tokens
         /// (`super::tokenizer`); `None`: token ids, and chat by the four-byte rule.
         tokenizer: Option<ModelTokenizer>,
+        /// `[workload.images]`: images after each user turn's text; `None` for text only.
+        images: Option<ImageSpec>,
     },
     /// One request per entry of a file (JSONL, ShareGPT or text), replayed in order.
     File {
@@ -189,6 +192,7 @@ const STREAM_TOKENS: u64 = 3;
 /// Streams of the whole workload (not of one request).
 const STREAM_GROUP_ROUNDS: u64 = 4;
 const STREAM_GROUP_PREFIXES: u64 = 5;
+const STREAM_IMAGES: u64 = 6;
 
 /// A source of requests; see the module docs.
 #[derive(Clone, Debug)]
@@ -220,6 +224,8 @@ struct Synthetic {
     chat: Option<(Option<String>, RequestFormat)>,
     /// With `workload.tokenizer`: prompts are text sized in its tokens.
     tokenized: Option<Tokenized>,
+    /// The user turn's images, for chat prompts with `[workload.images]`.
+    images: Option<ImageGen>,
 }
 
 /// A synthetic workload's shared prefixes, and the prefix-cache hits it was designed for.
@@ -268,9 +274,16 @@ impl Workload {
                 chat,
                 request_format,
                 tokenizer,
+                images,
             } => {
                 if *vocab_size == 0 {
                     return Err(LoadError::EmptyVocab);
+                }
+                if images.is_some() && (!chat.enabled || *request_format == RequestFormat::Plain) {
+                    return Err(LoadError::ImagesNeedChat);
+                }
+                if images.is_some() && tokenizer.is_some() {
+                    return Err(LoadError::ImagesWithTokenizer);
                 }
                 let prefix_len = match (*unique_prefix, chat.enabled || tokenizer.is_some()) {
                     (false, _) => 0,
@@ -294,6 +307,9 @@ impl Workload {
                     tokenized: tokenizer.as_ref().map(|t| {
                         Tokenized::new(t.clone(), groups.groups, groups.prefix_tokens, |g| group_rng(*seed, g))
                     }),
+                    images: images
+                        .as_ref()
+                        .map(|spec| ImageGen::new(spec.clone(), SplitMix64::derive(*seed, STREAM_IMAGES).next_u64())),
                 };
                 Ok(Workload {
                     source: Source::Synthetic(synthetic),
@@ -390,6 +406,14 @@ impl Workload {
         }
     }
 
+    /// A synthetic chat workload's images: their settings; `None` without `[workload.images]`.
+    pub fn images(&self) -> Option<&ImageSpec> {
+        match &self.source {
+            Source::Synthetic(s) => s.images.as_ref().map(ImageGen::spec),
+            Source::File { .. } => None,
+        }
+    }
+
     /// Distinct prompts in a file workload (after which they repeat); `None` for synthetic ones.
     pub fn distinct_prompts(&self) -> Option<usize> {
         match &self.source {
@@ -428,7 +452,18 @@ impl Synthetic {
             if let Some(system) = system {
                 messages.push(Message::new("system", system.clone()));
             }
-            messages.push(Message::new("user", self.words(k, prompt_len as usize, &mut tokens_rng)));
+            let images = self.images.as_ref().map(|g| g.images(k)).unwrap_or_default();
+            let words = match &self.images {
+                // Token-exact: the text fills what the images leave of the drawn length (a word
+                // at least).
+                Some(g) if g.spec().count_in_prompt => {
+                    let image_tokens: u64 =
+                        images.iter().map(|i| u64::from(g.spec().token_rule().tokens(i.width, i.height))).sum();
+                    (u64::from(prompt_len).saturating_sub(image_tokens)).max(1) as usize
+                }
+                _ => prompt_len as usize,
+            };
+            messages.push(Message::new("user", self.words(k, words, &mut tokens_rng)).with_images(images));
             return (format.prompt(messages), max_tokens);
         }
         let vocab = u64::from(self.vocab_size);
@@ -562,6 +597,7 @@ mod tests {
             chat: SyntheticChat::default(),
             request_format: RequestFormat::default(),
             tokenizer: None,
+            images: None,
         })
         .unwrap()
     }
@@ -702,6 +738,7 @@ mod tests {
             chat: SyntheticChat::default(),
             request_format: RequestFormat::default(),
             tokenizer: None,
+            images: None,
         };
         assert!(matches!(Workload::from_plan(&plan), Err(LoadError::EmptyVocab)));
     }
@@ -720,6 +757,7 @@ mod tests {
             chat: SyntheticChat::default(),
             request_format: RequestFormat::default(),
             tokenizer: None,
+            images: None,
         })
         .unwrap()
     }
@@ -810,6 +848,7 @@ mod tests {
             chat: SyntheticChat { enabled: true, system_prompt: system.map(str::to_owned) },
             request_format: format,
             tokenizer: None,
+            images: None,
         })
         .unwrap()
     }

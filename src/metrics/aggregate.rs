@@ -365,6 +365,7 @@ impl BenchmarkAggregator {
             token_count_sources: self.token_count_sources,
             time_series: self.series.finish(end),
             matrix: None,
+            images: None,
         }
     }
 }

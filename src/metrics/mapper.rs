@@ -321,6 +321,7 @@ fn to_timestamps(
         first_token_ts: unset_zero(stats.first_token_ts),
         last_token_ts: unset_zero(stats.last_token_ts),
         cached_tokens: stats.cached_tokens,
+        image_cache_hits: stats.image_cache_hits,
         token_ts: None,
         token_steps: None,
         sent_ts: unset_zero(stats.sent_ts),

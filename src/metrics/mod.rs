@@ -21,6 +21,7 @@ pub mod client;
 pub mod distribution;
 pub mod endpoints;
 pub mod mapper;
+pub mod media;
 pub mod pareto;
 pub mod repeats;
 pub mod result;

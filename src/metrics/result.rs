@@ -86,6 +86,9 @@ pub struct BenchmarkResult {
     /// throughput/latency Pareto front; absent without a matrix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matrix: Option<MatrixPoint>,
+    /// The images the benchmark sent (`[workload.images]`); left out without images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<super::media::MediaResult>,
 }
 
 /// Where a benchmark stands in a `[matrix]` run.

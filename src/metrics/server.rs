@@ -33,6 +33,10 @@ pub struct ServerDelta {
     pub counters: BTreeMap<String, f64>,
     /// `prefix_cache_hits / prefix_cache_queries` of the deltas; `None` without queries.
     pub prefix_cache_hit_rate: Option<f64>,
+    /// `mm_cache_hits / mm_cache_queries` of the deltas (vLLM's multimodal cache: images it
+    /// already had); left out without queries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mm_cache_hit_rate: Option<f64>,
     /// Counters that went down between the two readings (the server restarted): no delta.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reset: Vec<String>,
@@ -57,12 +61,19 @@ pub fn server_deltas(before: &[ServerCounters], after: &[ServerCounters]) -> Vec
                     reset.push(name.clone());
                 }
             }
-            let prefix_cache_hit_rate = match (counters.get("prefix_cache_hits"), counters.get("prefix_cache_queries"))
-            {
+            let rate = |hits: &str, queries: &str| match (counters.get(hits), counters.get(queries)) {
                 (Some(&hits), Some(&queries)) if queries > 0.0 => Some(hits / queries),
                 _ => None,
             };
-            Some(ServerDelta { endpoint: a.endpoint.clone(), counters, prefix_cache_hit_rate, reset })
+            let prefix_cache_hit_rate = rate("prefix_cache_hits", "prefix_cache_queries");
+            let mm_cache_hit_rate = rate("mm_cache_hits", "mm_cache_queries");
+            Some(ServerDelta {
+                endpoint: a.endpoint.clone(),
+                counters,
+                prefix_cache_hit_rate,
+                mm_cache_hit_rate,
+                reset,
+            })
         })
         .collect()
 }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ReportError;
 use crate::batcher::{Completion, RequestTimes};
+use crate::engine::image::ImageSummary;
 use crate::engine::{RequestId, TokenCountSource};
 use crate::metrics::RequestMetrics;
 use crate::time::Timestamp;
@@ -117,6 +118,13 @@ pub struct RequestRecord {
     /// Where its token counts came from, when the engine says; left out otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_count_source: Option<TokenCountSource>,
+    /// Its images (`[workload.images]`): count, pixels, encoded bytes, those from the media
+    /// pool; left out for a request without images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<ImageSummary>,
+    /// Its images the engine's encoder cache held, when the engine says; left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_cache_hits: Option<u32>,
     /// A completed request's timings (flattened); `None` otherwise.
     #[serde(flatten)]
     pub metrics: Option<MetricsMs>,
@@ -209,6 +217,8 @@ impl RequestRecord {
             wire_batch: None,
             endpoint: metrics.endpoint.clone(),
             token_count_source: metrics.token_count_source,
+            images: None,
+            image_cache_hits: None,
             metrics: Some(metrics.into()),
         }
     }
@@ -245,6 +255,8 @@ impl RequestRecord {
             wire_batch: None,
             endpoint: None,
             token_count_source: None,
+            images: None,
+            image_cache_hits: None,
             metrics: None,
         }
     }
@@ -521,6 +533,8 @@ mod tests {
                     wire_batch: None,
                     endpoint,
                     token_count_source,
+                    images: None,
+                    image_cache_hits: None,
                     metrics,
                 }
             },

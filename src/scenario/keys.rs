@@ -25,6 +25,7 @@ use crate::engine::python::PythonConfig;
 use crate::engine::python::vllm::{Admission, VllmConfig};
 use crate::engine::sim::{CostModel, DEFAULT_SCHEDULER, SimConfig, TimeMode};
 use crate::engine::{ClockDomain, ResolvedEngineConfig};
+use crate::loadgen::images::{Content, ImageFormat, ImageSpec};
 use crate::rng::SplitMix64;
 
 /// Seed streams of the components whose seed defaults to one derived from the master seed.
@@ -547,6 +548,78 @@ const TOKENIZER: Key<WorkloadSpec> = key!(
      (synthetic prompts of exact length, chat ones after the template; the file length limits)",
     WorkloadSpec::Synthetic { tokenizer, .. } | WorkloadSpec::File { tokenizer, .. }
 );
+/// `[workload.images]`, a synthetic chat workload's images (vLLM's `random-mm` conventions,
+/// `loadgen::images`).
+pub(crate) const IMAGE_KEYS: &[Key<ImageSpec>] = &[
+    key!(
+        buckets: Buckets,
+        KeyDefault::Text("`\"{(256, 256, 1): 1}\"`"),
+        "vLLM's `--random-mm-bucket-config` verbatim, `\"{(height, width, 1): probability, …}\"` (probabilities \
+         sum to 1, no side of 0), or a guidellm preset: `\"240p\"` … `\"2160p\"`, `\"4k\"` (16:9, width even)",
+        in ImageSpec
+    ),
+    key!(
+        base_items_per_request: U32(0),
+        KeyDefault::Value,
+        "vLLM's `--random-mm-base-items-per-request`",
+        ImageSpec { base_items: base_items_per_request, .. }
+    ),
+    key!(
+        range_ratio: Float(LowerBound::AtLeast(0.0), 1.0),
+        KeyDefault::Value,
+        "vLLM's `--random-mm-num-mm-items-range-ratio`: images per request uniform over ⌊n(1−r)⌋..=⌈n(1+r)⌉",
+        in ImageSpec
+    ),
+    key!(
+        limit_per_prompt: U32(0),
+        KeyDefault::Value,
+        "vLLM's `--random-mm-limit-mm-per-prompt` image limit; not below `base_items_per_request`",
+        ImageSpec { limit: limit_per_prompt, .. }
+    ),
+    key!(
+        content: Choice(&[("noise", Content::Noise), ("gradient", Content::Gradient), ("solid", Content::Solid)]),
+        KeyDefault::Value,
+        "`noise` (vLLM's), `gradient` (guidellm's default; compresses like real media) or `solid`",
+        in ImageSpec
+    ),
+    key!(
+        format: Choice(&[("jpeg", ImageFormat::Jpeg), ("png", ImageFormat::Png)]),
+        KeyDefault::Value,
+        "sent as `data:image/jpeg` or `data:image/png` URLs",
+        in ImageSpec
+    ),
+    key!(quality: U32(1), KeyDefault::Value, "JPEG quality, 1..=100 (PIL's default, as vLLM's)", in ImageSpec),
+    key!(
+        pool: U32(0),
+        KeyDefault::Value,
+        "distinct pool images, reused to test a server's image cache; 0: every image differs",
+        in ImageSpec
+    ),
+    key!(
+        pool_rate: Float(LowerBound::AtLeast(0.0), 1.0),
+        KeyDefault::Value,
+        "with `pool`: the share of images drawn from the pool (the designed reuse)",
+        in ImageSpec
+    ),
+    key!(
+        tokens_per_image: U32(1),
+        KeyDefault::Value,
+        "prompt tokens an image costs (guidellm's mock server's), when `patch_size` is 0",
+        in ImageSpec
+    ),
+    key!(
+        patch_size: U32(0),
+        KeyDefault::Value,
+        "> 0: an image costs ⌈height/p⌉·⌈width/p⌉ tokens instead",
+        in ImageSpec
+    ),
+    key!(
+        count_in_prompt: Bool,
+        KeyDefault::Value,
+        "`workload.prompt_tokens` is the whole user turn: the text is sized so text plus image tokens hit it",
+        in ImageSpec
+    ),
+];
 
 /// `[workload]`, by `source`.
 pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadSpec>] = &[
@@ -606,6 +679,7 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadSpec>] = &[
             chat: SyntheticChat::default(),
             request_format: RequestFormat::default(),
             tokenizer: None,
+            images: None,
         },
     },
     Variant {

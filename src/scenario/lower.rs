@@ -42,7 +42,8 @@ pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
     let mut places = Places::default();
     let batching = lower_batching(cx, top, &engine, &mut places);
     check_chat_batches(cx, top, &engine, &batching);
-    let workload = lower_workload(cx, top, seed);
+    let mut workload = lower_workload(cx, top, seed);
+    super::images::lower_images(cx, top, &engine, &mut workload);
     check_chat_prompts(cx, top, &engine, &workload);
     // `run::preflight` reads the file, and refuses there what the engine cannot send.
     if let Some(field) = sub_table(cx, top, "workload", "workload").and_then(|w| cx.field(w, "path")) {

@@ -22,6 +22,7 @@ mod change;
 pub mod error;
 #[doc(hidden)]
 pub mod expect;
+mod images;
 mod keys;
 mod lower;
 #[doc(hidden)]

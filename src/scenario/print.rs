@@ -60,6 +60,11 @@ fn document(plan: &Plan) -> DocumentMut {
     doc["batching"] = Item::Table(batching);
 
     doc["workload"] = Item::Table(tagged(&keys::WORKLOAD_TAG, keys::WORKLOAD_VARIANTS, &plan.workload));
+    if let WorkloadSpec::Synthetic { images: Some(images), .. } = &plan.workload {
+        let mut t = Table::new();
+        keys::print(&mut t, keys::IMAGE_KEYS, images);
+        doc["workload"]["images"] = Item::Table(t);
+    }
     doc["profile"] = Item::Table(tagged(&keys::PROFILE_TAG, keys::PROFILE_VARIANTS, &plan.profile));
 
     let mut stop = Table::new();

@@ -45,8 +45,10 @@ static OPENAI: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::s
 static BATCHING: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::BATCHING_KEYS)));
 static WORKLOAD: LazyLock<SectionKeys> = LazyLock::new(|| {
     let tag = (keys::WORKLOAD_TAG.name, keys::WORKLOAD_TAG.sub);
-    SectionKeys::new(std::iter::once(tag).chain(keys::variant_keys(keys::WORKLOAD_VARIANTS)))
+    let images = table("images");
+    SectionKeys::new(std::iter::once(tag).chain(keys::variant_keys(keys::WORKLOAD_VARIANTS)).chain([images]))
 });
+static IMAGES: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::IMAGE_KEYS)));
 static PROFILE: LazyLock<SectionKeys> = LazyLock::new(|| {
     let tag = (keys::PROFILE_TAG.name, keys::PROFILE_TAG.sub);
     SectionKeys::new(std::iter::once(tag).chain(keys::variant_keys(keys::PROFILE_VARIANTS)))
@@ -68,6 +70,7 @@ pub(crate) fn section(path: &[&str]) -> Option<&'static SectionKeys> {
         ["engine", "openai"] => &OPENAI,
         ["batching"] => &BATCHING,
         ["workload"] => &WORKLOAD,
+        ["workload", "images"] => &IMAGES,
         ["profile"] => &PROFILE,
         ["stop"] => &STOP,
         ["warmup" | "cooldown"] => &PHASE,

@@ -756,6 +756,48 @@ fn dataset_strategy() -> impl Strategy<Value = DatasetOptions> {
     )
 }
 
+/// `[workload.images]`: one bucket or two (probabilities summing to 1), any other key.
+fn images_strategy() -> impl Strategy<Value = crate::loadgen::images::ImageSpec> {
+    use crate::loadgen::images::{Bucket, Content, ImageFormat, ImageSpec};
+    let side = || 1u32..=4096;
+    let buckets = prop_oneof![
+        (side(), side()).prop_map(|(height, width)| vec![Bucket { height, width, probability: 1.0 }]),
+        (side(), side(), side(), side(), 0.0..=1.0f64).prop_map(|(h1, w1, h2, w2, p)| vec![
+            Bucket { height: h1, width: w1, probability: p },
+            Bucket { height: h2, width: w2, probability: 1.0 - p },
+        ]),
+    ];
+    let content = prop_oneof![Just(Content::Noise), Just(Content::Gradient), Just(Content::Solid)];
+    let format = prop_oneof![Just(ImageFormat::Jpeg), Just(ImageFormat::Png)];
+    (
+        buckets,
+        (0u32..=8, 0.0..=1.0f64, 0u32..=8),
+        (content, format, 1u32..=100),
+        (0u32..=64, 0.0..=1.0f64, 1u32..=4096, 0u32..=32, any::<bool>()),
+    )
+        .prop_map(
+            |(
+                buckets,
+                (base_items, range_ratio, extra),
+                (content, format, quality),
+                (pool, pool_rate, tokens_per_image, patch_size, count_in_prompt),
+            )| ImageSpec {
+                buckets,
+                base_items,
+                range_ratio,
+                limit: base_items + extra,
+                content,
+                format,
+                quality,
+                pool,
+                pool_rate,
+                tokens_per_image,
+                patch_size,
+                count_in_prompt,
+            },
+        )
+}
+
 fn workload_strategy() -> impl Strategy<Value = WorkloadSpec> {
     let chat = (any::<bool>(), proptest::option::of("[ -~é\n]{0,20}")).prop_map(|(enabled, system_prompt)| {
         SyntheticChat { enabled, system_prompt: system_prompt.filter(|_| enabled) }
@@ -767,6 +809,7 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadSpec> {
         request_format_strategy(),
         prefixes,
         any::<bool>(),
+        proptest::option::of(images_strategy()),
     )
         .prop_map(
             |(
@@ -775,6 +818,7 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadSpec> {
                 request_format,
                 (groups, tokens),
                 with_tokenizer,
+                images,
             )| {
                 // A shared prefix (token prompts only) is shorter than the shortest prompt; a
                 // prompt of 1 token has none.
@@ -796,6 +840,7 @@ fn workload_strategy() -> impl Strategy<Value = WorkloadSpec> {
                     vocab_size,
                     ignore_eos,
                     temperature,
+                    images: images.filter(|_| chat.enabled && request_format != RequestFormat::Plain),
                     chat,
                     request_format,
                     tokenizer: with_tokenizer.then(crate::engine::tokenizer::tiny),

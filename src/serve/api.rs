@@ -7,6 +7,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::engine::chat::{Message, RequestFormat};
+use crate::engine::image::{Image, ImageTokenRule, decode_data_url};
 use crate::engine::{FinishReason, Prompt};
 
 /// A request the server refuses, as OpenAI's error JSON.
@@ -87,6 +88,7 @@ pub fn parse_request(
     model: &str,
     default_max_tokens: u32,
     format: &RequestFormat,
+    image_tokens: ImageTokenRule,
 ) -> Result<GenerationRequest, ApiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::status(400, format!("the request body is not valid JSON: {e}")))?;
@@ -108,7 +110,7 @@ pub fn parse_request(
     }
     let prompts = match endpoint {
         Endpoint::Completions => completion_prompts(obj.get("prompt"))?,
-        Endpoint::Chat => vec![chat_prompt(obj.get("messages"), format)?],
+        Endpoint::Chat => vec![chat_prompt(obj.get("messages"), format, image_tokens)?],
     };
     let max_key = match endpoint {
         Endpoint::Chat if obj.get("max_completion_tokens").is_some_and(|v| !v.is_null()) => "max_completion_tokens",
@@ -216,8 +218,30 @@ fn completion_prompts(prompt: Option<&Value>) -> Result<Vec<Prompt>, ApiError> {
     Ok(prompts)
 }
 
-/// `messages`: a non-empty list of `{role, content}`, content a string or a list of text parts.
-fn chat_prompt(messages: Option<&Value>, format: &RequestFormat) -> Result<Prompt, ApiError> {
+/// An `image_url` part's image: its size read from its bytes, its tokens by `rule`, and its
+/// identity a hash of its bytes (the same picture sent twice is the same image).
+fn image_part(url: &str, rule: ImageTokenRule) -> Option<Image> {
+    let (width, height, bytes) = decode_data_url(url)?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    std::hash::Hasher::write(&mut hasher, &bytes);
+    Some(Image {
+        url: url.into(),
+        width,
+        height,
+        bytes: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+        hash: std::hash::Hasher::finish(&hasher),
+        pooled: false,
+        tokens: rule.tokens(width, height),
+    })
+}
+
+/// `messages`: a non-empty list of `{role, content}`, content a string or a list of parts: text,
+/// and images (`image_url` with a `data:` URL, each charged `image_tokens`' tokens).
+fn chat_prompt(
+    messages: Option<&Value>,
+    format: &RequestFormat,
+    image_tokens: ImageTokenRule,
+) -> Result<Prompt, ApiError> {
     let Some(Value::Array(items)) = messages else {
         return Err(ApiError::bad_field("messages", "`messages` must be a list of messages"));
     };
@@ -231,29 +255,51 @@ fn chat_prompt(messages: Option<&Value>, format: &RequestFormat) -> Result<Promp
             .get("role")
             .and_then(Value::as_str)
             .ok_or_else(|| ApiError::bad_field(&field("role"), format!("`{}` must be a string", field("role"))))?;
+        let mut images = Vec::new();
         let content = match m.get("content") {
             Some(Value::String(s)) => s.clone(),
             Some(Value::Null) | None => String::new(),
-            Some(Value::Array(parts)) => parts
-                .iter()
-                .map(|p| p.get("text").and_then(Value::as_str))
-                .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| ApiError::bad_field(&field("content"), "only text content parts are supported"))?
-                .join(""),
+            Some(Value::Array(parts)) => {
+                let mut text = String::new();
+                for (j, part) in parts.iter().enumerate() {
+                    let part_field = format!("messages[{i}].content[{j}]");
+                    if let Some(t) = part.get("text").and_then(Value::as_str) {
+                        text.push_str(t);
+                    } else if let Some(url) = part.pointer("/image_url/url").and_then(Value::as_str) {
+                        images.push(image_part(url, image_tokens).ok_or_else(|| {
+                            ApiError::bad_field(
+                                &part_field,
+                                "`image_url.url` must be a base64 `data:image/…` URL of a JPEG or PNG image",
+                            )
+                        })?);
+                    } else {
+                        return Err(ApiError::bad_field(
+                            &part_field,
+                            "only `text` and `image_url` parts are supported",
+                        ));
+                    }
+                }
+                text
+            }
             Some(_) => {
                 return Err(ApiError::bad_field(&field("content"), format!("`{}` must be a string", field("content"))));
             }
         };
-        out.push(Message::new(role, content));
+        out.push(Message::new(role, content).with_images(images));
     }
     Ok(format.prompt(out))
 }
 
 /// A `/tokenize` body: `{model?, prompt}` or `{model?, messages}` (as vLLM's, `model` optional).
-pub fn parse_tokenize(body: &[u8], model: &str, format: &RequestFormat) -> Result<Prompt, ApiError> {
+pub fn parse_tokenize(
+    body: &[u8],
+    model: &str,
+    format: &RequestFormat,
+    image_tokens: ImageTokenRule,
+) -> Result<Prompt, ApiError> {
     let obj = object(body, model)?;
     if obj.contains_key("messages") {
-        return chat_prompt(obj.get("messages"), format);
+        return chat_prompt(obj.get("messages"), format, image_tokens);
     }
     match obj.get("prompt") {
         Some(Value::String(s)) => Ok(Prompt::Text(s.clone())),
@@ -395,7 +441,14 @@ mod tests {
     use super::*;
 
     fn check(body: &str) -> Result<GenerationRequest, ApiError> {
-        parse_request(Endpoint::Completions, body.as_bytes(), "m", 16, &RequestFormat::default())
+        parse_request(
+            Endpoint::Completions,
+            body.as_bytes(),
+            "m",
+            16,
+            &RequestFormat::default(),
+            ImageTokenRule::default(),
+        )
     }
 
     #[test]

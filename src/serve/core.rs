@@ -21,6 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::engine::sim::CostModel;
+use crate::engine::sim::encoder::EncoderCache;
 use crate::engine::sim::scheduler::{self, PrefixSource, ScheduleError, SeqId, SeqSpec, StepOutcome, Stepper};
 use crate::engine::{FinishReason, ResolvedEngineConfig};
 use crate::time::Timestamp;
@@ -40,6 +41,8 @@ pub struct NewSequence {
     pub output_tokens: u32,
     /// The request's `max_tokens`: reaching it finishes with `length`, else `stop`.
     pub max_tokens: u32,
+    /// Its images' identities, in order: the encoder cache's keys.
+    pub image_hashes: Vec<u64>,
 }
 
 /// Why [`ServeCore::submit`] refused a request (it then holds nothing of it).
@@ -138,6 +141,8 @@ pub struct ServeCore {
     next_id: u64,
     events: VecDeque<Event>,
     metrics: ServeMetrics,
+    /// The pictures it has encoded: `vllm:mm_cache_*`.
+    encoder: EncoderCache,
 }
 
 impl ServeCore {
@@ -160,6 +165,7 @@ impl ServeCore {
             next_id: 0,
             events: VecDeque::new(),
             metrics,
+            encoder: EncoderCache::default(),
         }
     }
 
@@ -223,6 +229,10 @@ impl ServeCore {
             }
         }
         self.joined += ids.len();
+        for s in &sequences {
+            self.metrics.mm_cache_queries.inc_by(s.image_hashes.len() as u64);
+            self.metrics.mm_cache_hits.inc_by(u64::from(self.encoder.hits(s.image_hashes.iter().copied())));
+        }
         self.metrics.prompt_tokens.inc_by(sequences.iter().map(|s| s.prompt_ids.len().max(1) as u64).sum());
         if self.next_step_at.is_none() && self.in_flight.is_none() {
             // Idle: the busy period starts now (or when the last one's finish costs are paid).

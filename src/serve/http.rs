@@ -238,7 +238,7 @@ async fn models(State(s): State<Arc<AppState>>) -> Response {
 /// dataset).
 async fn tokenize(State(s): State<Arc<AppState>>, RequestBody(body): RequestBody) -> Response {
     let c = &s.config;
-    let result = api::parse_tokenize(&body, &c.model, &c.request_format).and_then(|prompt| {
+    let result = api::parse_tokenize(&body, &c.model, &c.request_format, c.image_tokens).and_then(|prompt| {
         counted_ids(&prompt, &c.counter).map_err(|e| ApiError::bad_field("messages", e.to_string()))
     });
     match result {
@@ -302,7 +302,7 @@ fn overloaded(message: String) -> ApiError {
 async fn generate(s: Arc<AppState>, endpoint: Endpoint, body: Bytes, tag: RequestTag) -> Result<Response, ApiError> {
     let arrived = MonotonicClock::read();
     let c = &s.config;
-    let req = api::parse_request(endpoint, &body, &c.model, c.default_max_tokens, &c.request_format)?;
+    let req = api::parse_request(endpoint, &body, &c.model, c.default_max_tokens, &c.request_format, c.image_tokens)?;
     if s.closing.load(Ordering::SeqCst) {
         return Err(overloaded("the server is shutting down".into()));
     }
@@ -337,7 +337,8 @@ async fn generate(s: Arc<AppState>, endpoint: Endpoint, body: Bytes, tag: Reques
         draw.ignore_eos = req.ignore_eos;
         draw.seed = req.seed;
         let output_tokens = crate::engine::sim::output_tokens(&draw, &c.sim.cost, c.sim.seed).max(1);
-        sequences.push(NewSequence { prompt_ids: ids, output_tokens, max_tokens: req.max_tokens });
+        let image_hashes = crate::engine::image::prompt_images(prompt).map(|i| i.hash).collect();
+        sequences.push(NewSequence { prompt_ids: ids, output_tokens, max_tokens: req.max_tokens, image_hashes });
     }
     let (ids, tokens) = s.engine.submit(arrived, sequences).await.map_err(|e| match e {
         SubmitError::Overloaded { .. } => overloaded(e.to_string()),

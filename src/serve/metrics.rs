@@ -50,6 +50,8 @@ pub struct ServeMetrics {
     pub(crate) e2e: Histogram,
     pub(crate) iteration_tokens: Histogram,
     pub(crate) request_preemptions: Histogram,
+    pub(crate) mm_cache_queries: Counter,
+    pub(crate) mm_cache_hits: Counter,
 }
 
 /// Metric names `GET /metrics` exports (as registered; counters gain `_total`).
@@ -68,6 +70,8 @@ pub const METRIC_NAMES: &[&str] = &[
     "vllm:e2e_request_latency_seconds",
     "vllm:iteration_tokens_total",
     "vllm:request_num_preemptions",
+    "vllm:mm_cache_queries",
+    "vllm:mm_cache_hits",
 ];
 
 impl ServeMetrics {
@@ -88,6 +92,8 @@ impl ServeMetrics {
             e2e: Histogram::new(LATENCY_BUCKETS.iter().copied()),
             iteration_tokens: Histogram::new(TOKEN_BUCKETS.iter().copied()),
             request_preemptions: Histogram::new(TOKEN_BUCKETS.iter().copied()),
+            mm_cache_queries: Counter::default(),
+            mm_cache_hits: Counter::default(),
         };
         let labels = [("model_name".into(), model_name.to_string().into()), ("engine".into(), "0".into())];
         let mut r = Registry::with_labels(labels.into_iter());
@@ -106,6 +112,8 @@ impl ServeMetrics {
         r.register(n[11], "Histogram of e2e request latency in seconds", m.e2e.clone());
         r.register(n[12], "Histogram of number of tokens per engine_step", m.iteration_tokens.clone());
         r.register(n[13], "Number of preemptions per request", m.request_preemptions.clone());
+        r.register(n[14], "Multi-modal cache queries, in terms of number of queried items", m.mm_cache_queries.clone());
+        r.register(n[15], "Multi-modal cache hits, in terms of number of cached items", m.mm_cache_hits.clone());
         (m, r)
     }
 

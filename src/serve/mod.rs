@@ -38,6 +38,7 @@ pub use http::{ServeOutcome, serve};
 pub use timing::{TimingLog, TimingSender, TimingSummary};
 
 use crate::engine::chat::RequestFormat;
+use crate::engine::image::ImageTokenRule;
 use crate::engine::sim::{Profile, SimConfig};
 use crate::engine::tokenizer::TokenCounter;
 use crate::loadgen::WorkloadSpec;
@@ -73,6 +74,9 @@ pub struct ServeConfig {
     /// model's tokenizer (`--tokenizer`, or the scenario's `workload.tokenizer`), else four bytes
     /// a token.
     pub counter: TokenCounter,
+    /// What an image of a chat message costs in prompt tokens (the workload's
+    /// `[workload.images]` rule; 576 an image without it).
+    pub image_tokens: ImageTokenRule,
 }
 
 /// How the server bounds its peers, so that slow, idle or too many clients cannot hold it
@@ -122,6 +126,9 @@ impl ServeConfig {
         let mut config = ServeConfig::with_sim(sim.clone());
         config.request_format = request_format;
         config.counter = plan.workload().counter();
+        if let WorkloadSpec::Synthetic { images: Some(images), .. } = plan.workload() {
+            config.image_tokens = images.token_rule();
+        }
         config.faults = HttpFaults::from_faults(plan.faults(), sim.seed);
         Ok(config)
     }
@@ -148,6 +155,7 @@ impl ServeConfig {
             timing: None,
             limits: Limits::default(),
             counter: TokenCounter::FourBytes,
+            image_tokens: ImageTokenRule::default(),
         }
     }
 }

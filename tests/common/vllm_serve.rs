@@ -55,15 +55,19 @@ impl VllmServer {
     /// its output in `dir/vllm.log`, and waits (at most [`START_WITHIN`] (or `BATCHLAB_VLLM_START_SECS`)) until `/v1/models`
     /// lists [`MODEL`]. Panics with the log's tail if it exits or does not answer in time.
     pub fn start(dir: &Path, args: &[&str]) -> VllmServer {
+        VllmServer::start_model(dir, &batchlab_home().join("tiny-llama"), MODEL, args)
+    }
+
+    /// [`VllmServer::start`] of another model (`scripts/build_tiny_vlm.py`'s), served as `name`.
+    pub fn start_model(dir: &Path, model: &Path, name: &str, args: &[&str]) -> VllmServer {
         std::fs::create_dir_all(dir).expect("the server's directory");
         let log = dir.join("vllm.log");
         let out = std::fs::File::create(&log).expect("the server's log");
         let port = free_port();
-        let model = batchlab_home().join("tiny-llama");
         let mut cmd = Command::new(default_venv().join("bin/python"));
         cmd.args(["-m", "vllm.entrypoints.openai.api_server", "--model"])
-            .arg(&model)
-            .args(["--served-model-name", MODEL, "--host", "127.0.0.1", "--port", &port.to_string()])
+            .arg(model)
+            .args(["--served-model-name", name, "--host", "127.0.0.1", "--port", &port.to_string()])
             // float32 as scenarios/vllm-cpu.toml; eager: no compilation at start (the tests
             // measure the HTTP path, not the model's speed).
             .args(["--dtype", "float32", "--max-model-len", "512", "--enforce-eager"])
@@ -80,11 +84,11 @@ impl VllmServer {
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let child = cmd.spawn().expect("starting the venv's python");
         let mut server = VllmServer { child, url: format!("http://127.0.0.1:{port}"), log };
-        server.wait_ready(port);
+        server.wait_ready(port, name);
         server
     }
 
-    fn wait_ready(&mut self, port: u16) {
+    fn wait_ready(&mut self, port: u16, name: &str) {
         let started = Instant::now();
         let within = start_within();
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
@@ -93,7 +97,7 @@ impl VllmServer {
                 panic!("vllm serve exited ({status}) before it answered; its log:\n{}", self.tail(40));
             }
             if let Some(body) = get(addr, "/v1/models").filter(|(status, _)| *status == 200).map(|(_, body)| body) {
-                assert!(body.contains(&format!("\"id\":\"{MODEL}\"")), "/v1/models does not list {MODEL}: {body}");
+                assert!(body.contains(&format!("\"id\":\"{name}\"")), "/v1/models does not list {name}: {body}");
                 eprintln!("vllm serve ready at {} after {:.1?}", self.url, started.elapsed());
                 return;
             }

@@ -613,6 +613,7 @@ fn output(
         token_ts: Some(choice.token_ts),
         token_steps: None,
         cached_tokens: choice.cached_tokens,
+        image_cache_hits: None,
         sent_ts: Some(sent_ts),
         endpoint: Some(endpoint.to_owned()),
         token_count_source: Some(choice.source),

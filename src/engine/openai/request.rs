@@ -9,7 +9,7 @@
 use serde_json::{Value, json};
 
 use super::config::Api;
-use crate::engine::chat::Template;
+use crate::engine::chat::{Message, Template};
 use crate::engine::{EngineRequest, Prompt};
 
 /// What must be the same for requests to share one HTTP request.
@@ -116,7 +116,7 @@ fn completion_prompt(prompt: &Prompt) -> Result<Value, String> {
 fn chat_messages(prompt: &Prompt, object: &mut serde_json::Map<String, Value>) -> Result<(), String> {
     match prompt {
         Prompt::Chat(chat) => {
-            object.insert("messages".into(), json!(chat.messages));
+            object.insert("messages".into(), Value::Array(chat.messages.iter().map(message_json).collect()));
             if let Template::Custom(template) = &chat.template {
                 // vLLM's extension: the template to apply instead of the model's.
                 object.insert("chat_template".into(), template.source().into());
@@ -134,10 +134,21 @@ fn chat_messages(prompt: &Prompt, object: &mut serde_json::Map<String, Value>) -
     Ok(())
 }
 
+/// One message as OpenAI's chat API takes it: `content` a string, or for a turn with images its
+/// text part first, then one `image_url` part per image (vLLM's `random-mm` order).
+fn message_json(m: &Message) -> Value {
+    if m.images.is_empty() {
+        return json!({"role": m.role, "content": m.content});
+    }
+    let mut parts = Vec::with_capacity(1 + m.images.len());
+    parts.push(json!({"type": "text", "text": m.content}));
+    parts.extend(m.images.iter().map(|i| json!({"type": "image_url", "image_url": {"url": &*i.url}})));
+    json!({"role": m.role, "content": parts})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::chat::Message;
 
     fn request(prompt: Prompt, max_tokens: u32) -> EngineRequest {
         EngineRequest::new(prompt, max_tokens).with_id(0)
@@ -192,5 +203,35 @@ mod tests {
         assert_eq!(text["messages"], json!([{"role": "user", "content": "x"}]));
         assert!(super::body("m", Api::Chat, &[&request(Prompt::Tokens(vec![1]), 5)]).is_err());
         assert!(super::body("m", Api::Completions, &[&request(chat, 5)]).is_err());
+    }
+
+    #[test]
+    fn a_turn_with_images_is_its_text_then_one_image_url_part_each() {
+        let image = |url: &str, hash| crate::engine::image::Image {
+            url: url.into(),
+            width: 2,
+            height: 2,
+            bytes: 9,
+            hash,
+            pooled: false,
+            tokens: 1,
+        };
+        let user = Message::new("user", "Describe.").with_images(vec![image("data:a", 1), image("data:b", 2)]);
+        let chat = Prompt::Chat(crate::engine::chat::ChatPrompt {
+            messages: vec![Message::new("system", "Be brief."), user],
+            template: Template::Model,
+        });
+        let body = body("m", Api::Chat, &[&request(chat, 5)]).unwrap();
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Describe."},
+                    {"type": "image_url", "image_url": {"url": "data:a"}},
+                    {"type": "image_url", "image_url": {"url": "data:b"}},
+                ]},
+            ])
+        );
     }
 }

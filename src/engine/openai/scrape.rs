@@ -20,6 +20,8 @@ pub const COUNTERS: &[(&str, &str)] = &[
     ("vllm:gpu_prefix_cache_hits_total", "prefix_cache_hits"),
     ("vllm:num_preemptions_total", "preemptions"),
     ("vllm:request_success_total", "requests_finished"),
+    ("vllm:mm_cache_queries_total", "mm_cache_queries"),
+    ("vllm:mm_cache_hits_total", "mm_cache_hits"),
 ];
 
 /// The counters of [`COUNTERS`] found in `text`, by batchlab's names.
@@ -90,6 +92,8 @@ vllm:gpu_prefix_cache_hits_total 16.0
             ("prefix_cache_hits", 0.0),
             ("preemptions", 0.0),
             ("requests_finished", 66.0),
+            ("mm_cache_queries", 0.0),
+            ("mm_cache_hits", 0.0),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
@@ -105,6 +109,8 @@ vllm:gpu_prefix_cache_hits_total 16.0
         metrics.prefix_cache_queries.inc_by(8);
         metrics.prefix_cache_hits.inc_by(4);
         metrics.preemptions.inc();
+        metrics.mm_cache_queries.inc_by(3);
+        metrics.mm_cache_hits.inc();
         metrics.finished(&FinishReason::Length);
         metrics.finished(&FinishReason::Stop);
         let counters = parse_counters(&render(&registry));
@@ -113,5 +119,6 @@ vllm:gpu_prefix_cache_hits_total 16.0
         assert_eq!(get("generation_tokens"), Some(22.0));
         assert_eq!((get("prefix_cache_queries"), get("prefix_cache_hits")), (Some(8.0), Some(4.0)));
         assert_eq!((get("preemptions"), get("requests_finished")), (Some(1.0), Some(2.0)));
+        assert_eq!((get("mm_cache_queries"), get("mm_cache_hits")), (Some(3.0), Some(1.0)));
     }
 }

@@ -232,11 +232,14 @@ fn request_list<'py>(py: Python<'py>, batch: &[EngineRequest]) -> PyResult<Bound
 /// One request as the protocol's dict: `id`; one of `prompt` (str), `prompt_token_ids` (list of
 /// int) or `messages` (list of `{"role", "content"}` dicts), the others `None`; `chat_template`
 /// (str, or `None` for the model's own); `max_tokens`, `min_tokens`, `ignore_eos`, `temperature`,
-/// `seed`.
+/// `seed`. A chat request with images (`[workload.images]`) has `images`, their encoded bytes
+/// (JPEG or PNG) in order, and each message with images has `content` as parts: `{"type":
+/// "text", "text"}` then one `{"type": "image"}` per image, as Hugging Face templates take them.
 fn request_dict<'py>(py: Python<'py>, req: &EngineRequest) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("id", req.id)?;
     let (mut prompt, mut ids, mut messages, mut template) = (None, None, None, None);
+    let mut images = None;
     match &req.prompt {
         Prompt::Text(text) => prompt = Some(text.as_str()),
         Prompt::Tokens(t) => ids = Some(t),
@@ -245,10 +248,37 @@ fn request_dict<'py>(py: Python<'py>, req: &EngineRequest) -> PyResult<Bound<'py
             for m in &chat.messages {
                 let message = PyDict::new(py);
                 message.set_item("role", &m.role)?;
-                message.set_item("content", &m.content)?;
+                if m.images.is_empty() {
+                    message.set_item("content", &m.content)?;
+                } else {
+                    // OpenAI's parts, as the chat API gets them: the text, then the images.
+                    let parts = PyList::empty(py);
+                    let text = PyDict::new(py);
+                    text.set_item("type", "text")?;
+                    text.set_item("text", &m.content)?;
+                    parts.append(text)?;
+                    for _ in &m.images {
+                        let part = PyDict::new(py);
+                        part.set_item("type", "image")?;
+                        parts.append(part)?;
+                    }
+                    message.set_item("content", parts)?;
+                }
                 list.append(message)?;
             }
             messages = Some(list);
+            // The images' encoded bytes, in order, for the engine to decode (vLLM: PIL images in
+            // `multi_modal_data`).
+            let mut encoded = Vec::new();
+            for image in crate::engine::image::prompt_images(&req.prompt) {
+                let bytes = crate::engine::image::data_url_bytes(&image.url).ok_or_else(|| {
+                    pyo3::exceptions::PyValueError::new_err("an image that is not a base64 data: URL")
+                })?;
+                encoded.push(pyo3::types::PyBytes::new(py, &bytes));
+            }
+            if !encoded.is_empty() {
+                images = Some(PyList::new(py, encoded)?);
+            }
             if let Template::Custom(t) = &chat.template {
                 template = Some(t.source());
             }
@@ -258,6 +288,9 @@ fn request_dict<'py>(py: Python<'py>, req: &EngineRequest) -> PyResult<Bound<'py
     d.set_item("prompt_token_ids", ids)?;
     d.set_item("messages", messages)?;
     d.set_item("chat_template", template)?;
+    if let Some(images) = images {
+        d.set_item("images", images)?;
+    }
     d.set_item("max_tokens", req.max_tokens)?;
     d.set_item("min_tokens", req.min_tokens)?;
     d.set_item("ignore_eos", req.ignore_eos)?;

@@ -13,6 +13,7 @@
 //! no wall time passes at all.
 
 pub mod config;
+pub mod encoder;
 mod kv;
 mod prefetch;
 pub mod profile;
@@ -47,6 +48,8 @@ pub struct SimEngine {
     stepper: Stepper,
     /// The last call's schedule steps, cleared: the next call's buffer.
     steps: Vec<scheduler::Step>,
+    /// The pictures it has encoded, for its life: reset by `start`.
+    encoder: encoder::EncoderCache,
 }
 
 impl SimEngine {
@@ -59,7 +62,7 @@ impl SimEngine {
     /// An engine that passes time on `clock`, whose wall-clock times derive from `anchor`.
     pub fn on_clock(config: SimConfig, clock: Arc<dyn Clock>, anchor: WallAnchor) -> Self {
         let stepper = Stepper::with_config(config.scheduler);
-        SimEngine { config, clock, anchor, started: false, stepper, steps: Vec::new() }
+        SimEngine { config, clock, anchor, started: false, stepper, steps: Vec::new(), encoder: Default::default() }
     }
 
     /// An engine in the time `config.time` names.
@@ -88,6 +91,7 @@ impl Engine for SimEngine {
     fn start(&mut self) -> Result<EngineInfo, EngineError> {
         self.started = true;
         self.stepper = Stepper::with_config(self.config.scheduler);
+        self.encoder = Default::default();
         Ok(EngineInfo {
             name: "sim".into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -143,6 +147,14 @@ impl Engine for SimEngine {
             t += costs.step_ns(&step.load);
             step_ends.push(at(t));
         }
+        // Images are encoded in the batch's order (the order the scheduler admits them in).
+        let image_hits: Vec<Option<u32>> = batch
+            .iter()
+            .map(|r| {
+                let mut images = crate::engine::image::prompt_images(&r.prompt).peekable();
+                images.peek().is_some().then(|| self.encoder.hits(images.map(|i| i.hash)))
+            })
+            .collect();
         let scheduler::Schedule { steps, seqs } = schedule;
         self.steps = steps;
         let token_steps = Arc::new(StepEnds::new(step_ends));
@@ -155,7 +167,8 @@ impl Engine for SimEngine {
             .iter()
             .zip(lengths)
             .zip(seqs)
-            .map(|((req, (prompt_len, output_len)), seq)| {
+            .zip(image_hits)
+            .map(|(((req, (prompt_len, output_len)), seq), image_cache_hits)| {
                 let finish = if output_len >= req.max_tokens { FinishReason::Length } else { FinishReason::Stop };
                 EngineOutput::new(Some(req.id), finish)
                     .with_prompt_tokens(prompt_len)
@@ -167,6 +180,7 @@ impl Engine for SimEngine {
                         first_token_ts: seq.first_token.map(|k| step_ends[k]),
                         last_token_ts: seq.last_token.map(|k| step_ends[k]),
                         cached_tokens: Some(seq.cached_tokens),
+                        image_cache_hits,
                         token_steps: Some(StepTokens { ends: Arc::clone(&token_steps), runs: seq.token_steps }),
                         ..EngineStats::default()
                     })

@@ -5,12 +5,17 @@
 //! (`scripts/tiny_chat_template.jinja`, which `scripts/build_tiny_model.py` gives
 //! `~/.cache/batchlab/tiny-llama`), with its `<s>` and `</s>`; a custom template is rendered with
 //! the same tokens. So a chat prompt costs its template's tokens too, as on a real engine.
+//!
+//! A chat prompt's images ([`crate::engine::image`]) cost their tokens on top, after the text:
+//! each image's [`Image::tokens`] pseudo-ids, drawn from its hash, so the same picture gives the
+//! same ids (as a real engine's placeholder tokens plus its multimodal hash).
 
 use std::sync::OnceLock;
 
 use crate::engine::Prompt;
 use crate::engine::chat::{ChatPrompt, ChatTemplate, Template, TemplateError, TemplateOrigin};
 use crate::engine::tokenizer::TokenCounter;
+use crate::engine::image::{Image, prompt_images};
 use crate::engine::tokens::{BYTES_PER_TOKEN, text_tokens};
 
 /// The simulated model's chat template: the tiny test model's.
@@ -32,7 +37,9 @@ pub fn prompt_tokens(prompt: &Prompt) -> Result<u32, TemplateError> {
     let n = match prompt {
         Prompt::Tokens(t) => t.len(),
         Prompt::Text(s) => text_tokens(s),
-        Prompt::Chat(chat) => text_tokens(&render(chat)?),
+        Prompt::Chat(chat) => {
+            text_tokens(&render(chat)?) + prompt_images(prompt).map(|i| i.tokens as usize).sum::<usize>()
+        }
     };
     Ok(u32::try_from(n).unwrap_or(u32::MAX).max(1))
 }
@@ -56,7 +63,11 @@ pub fn with_prompt_ids<R>(prompt: &Prompt, f: impl FnOnce(&[u32]) -> R) -> Resul
         Prompt::Tokens(t) if !t.is_empty() => return Ok(f(t)),
         Prompt::Tokens(_) => Vec::new(),
         Prompt::Text(s) => text_ids(s),
-        Prompt::Chat(chat) => text_ids(&render(chat)?),
+        Prompt::Chat(chat) => {
+            let mut ids = text_ids(&render(chat)?);
+            prompt_images(prompt).for_each(|image| ids.extend(image_ids(image)));
+            ids
+        }
     };
     if ids.is_empty() {
         ids.push(0);
@@ -78,19 +89,26 @@ pub fn counted_ids(prompt: &Prompt, counter: &TokenCounter) -> Result<Vec<u32>, 
                 Template::Model => tokenizer.chat_template(),
                 Template::Custom(t) => Some(t),
             };
-            match template {
+            let mut ids = match template {
                 Some(template) => {
                     let (bos, eos) = tokenizer.bos_eos();
                     tokenizer.plain_ids(&template.render(&chat.messages, bos, eos)?)
                 }
                 None => tokenizer.text_ids(&crate::engine::chat::render_plain(&chat.messages)),
-            }
+            };
+            prompt_images(prompt).for_each(|image| ids.extend(image_ids(image)));
+            ids
         }
     };
     if ids.is_empty() {
         ids.push(0);
     }
     Ok(ids)
+}
+
+/// An image's pseudo-token ids: [`Image::tokens`] of them, a function of its hash alone.
+fn image_ids(image: &Image) -> impl Iterator<Item = u32> + '_ {
+    (0..image.tokens).map(move |j| (image.hash.rotate_left(j % 64) ^ u64::from(j)) as u32)
 }
 
 /// A chat prompt's text after its template.
@@ -152,6 +170,21 @@ mod tests {
         let b = prompt_ids(&Prompt::Text("shared system prompt; then B".into())).unwrap();
         assert_eq!(a[..6], b[..6]);
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn images_cost_their_tokens_after_the_text_and_the_same_picture_the_same_ids() {
+        let image =
+            |hash, tokens| Image { url: "data:".into(), width: 4, height: 4, bytes: 1, hash, pooled: false, tokens };
+        let text = RequestFormat::ChatTemplate.prompt(vec![Message::new("user", "Hi")]);
+        let with = |images| RequestFormat::ChatTemplate.prompt(vec![Message::new("user", "Hi").with_images(images)]);
+        let two = with(vec![image(1, 576), image(2, 10)]);
+        assert_eq!(prompt_tokens(&two), Ok(9 + 586));
+        let ids = prompt_ids(&two).unwrap();
+        assert_eq!(ids.len(), 9 + 586);
+        assert_eq!(ids[..9], prompt_ids(&text).unwrap()[..]);
+        assert_eq!(prompt_ids(&with(vec![image(1, 576)])).unwrap()[..], ids[..9 + 576]);
+        assert_ne!(prompt_ids(&with(vec![image(3, 576)])).unwrap()[9..], ids[9..9 + 576]);
     }
 
     #[test]

@@ -30,11 +30,13 @@ use self::phases::{PerPhase, PhaseCounts};
 pub use self::stop::StopReason;
 use crate::batcher::core::IdMap;
 use crate::batcher::{BatchRun, Outcome, RequestError};
+use crate::engine::image::ImageSummary;
 use crate::engine::{ClockDomain, RequestId};
 use crate::loadgen::{Lateness, LoadError, Poll, PrefixDesign, Scheduler, Step};
 use crate::metrics::aggregate::BenchmarkAggregator;
 use crate::metrics::client::ClientTiming;
 use crate::metrics::map_request;
+use crate::metrics::media::MediaTally;
 use crate::metrics::result::BatchesSeen;
 use crate::report::{BenchmarkResult, Phase, RequestOutcome, RequestRecord};
 use crate::scenario::plan::{PhaseLimit, StopPlan};
@@ -56,6 +58,8 @@ struct Flight {
     submitted: Timestamp,
     /// When the load profile meant it to arrive (module docs).
     intended: Timestamp,
+    /// Its images, if it has any ([`StepRun::on_images`]).
+    images: Option<ImageSummary>,
 }
 
 /// One benchmark as a sans-IO state machine: it says when to submit ([`poll`](Self::poll)), takes
@@ -95,6 +99,8 @@ pub struct StepRun {
     schedule_done: bool,
     /// The workload's shared prefixes and the engine's KV block size, for the designed hit rate.
     prefix_design: Option<(PrefixDesign, u32)>,
+    /// The measured requests' images.
+    media: MediaTally,
     in_flight: IdMap<Flight>,
     /// When the latest outcome (of any phase) arrived: it freed a slot.
     last_outcome_at: Option<Timestamp>,
@@ -143,6 +149,7 @@ impl StepRun {
             admitting: Some(first_phase),
             schedule_done: false,
             prefix_design: None,
+            media: MediaTally::default(),
             in_flight: IdMap::default(),
             last_outcome_at: None,
             last_wait_until: None,
@@ -365,7 +372,7 @@ impl StepRun {
         self.scheduler.on_submitted(now);
         let held_by_cap = self.scheduler.lateness().delayed_by_cap > held_before;
         let intended = self.intended_arrival(due, held_by_cap, now);
-        self.in_flight.insert(id, Flight { phase, submitted: now, intended });
+        self.in_flight.insert(id, Flight { phase, submitted: now, intended, images: None });
         match phase {
             Phase::Warmup => {
                 self.phases[Phase::Warmup].submitted += 1;
@@ -379,6 +386,14 @@ impl StepRun {
                 }
             }
             Phase::Cooldown => self.phases[Phase::Cooldown].submitted += 1,
+        }
+    }
+
+    /// The images of request `id`, just submitted: its record and the benchmark's media result
+    /// count them.
+    pub fn on_images(&mut self, id: RequestId, images: ImageSummary) {
+        if let Some(flight) = self.in_flight.get_mut(&id) {
+            flight.images = Some(images);
         }
     }
 
@@ -451,6 +466,9 @@ impl StepRun {
                         self.aggregator
                             .record_designed_cached(design.cached_tokens(id, block_size), metrics.prompt_tokens);
                     }
+                    if let Some(images) = &flight.images {
+                        self.media.record(images, c.output.stats.image_cache_hits);
+                    }
                     self.phases[Phase::Measure].finished += 1;
                     self.phases[Phase::Measure].output_tokens += u64::from(metrics.output_tokens.unwrap_or(0));
                     self.phases[Phase::Measure].last_end = Some(
@@ -463,6 +481,8 @@ impl StepRun {
                     record.dispatch_delay_ms = Some(client.dispatch_delay.as_nanos() as f64 / 1e6);
                     record.ttft_from_submit_ms = client.ttft_from_submit.map(|t| t.as_nanos() as f64 / 1e6);
                     record.wire_batch = client.wire_batch.map(|(w, _)| w);
+                    record.images = flight.images;
+                    record.image_cache_hits = c.output.stats.image_cache_hits;
                     record
                 });
             }
@@ -500,6 +520,7 @@ impl StepRun {
                         RequestRecord::unfinished(id, name, flight.phase, outcome, Some(flight.submitted), Some(now));
                     record.intended_ns = Some(flight.intended);
                     record.endpoint = endpoint.map(str::to_owned);
+                    record.images = flight.images;
                     record
                 });
             }
@@ -530,6 +551,7 @@ impl StepRun {
                 );
                 record.repeat = self.repeat;
                 record.intended_ns = Some(f.intended);
+                record.images = f.images;
                 records.push(record);
             }
         }
@@ -539,6 +561,7 @@ impl StepRun {
             self.phases[Phase::Measure].last_end.or(self.measure_end).unwrap_or(now)
         };
         let mut result = self.aggregator.finish(end);
+        result.images = self.media.finish(result.duration_s);
         result.repeat = self.repeat;
         result.batching.whole_run = self.batches_seen;
         Finished { result, records, ends_run }

@@ -13,6 +13,7 @@ use super::Sub;
 use crate::engine::chat::{ChatTemplate, RequestFormat, TemplateOrigin, looks_like_template};
 use crate::engine::faults::{FaultTrigger, ProcessFault};
 use crate::engine::tokenizer::ModelTokenizer;
+use crate::loadgen::images::{Bucket, MAX_SIDE, check_buckets, parse_buckets, preset};
 
 /// How a value type is read from and written to TOML.
 pub(crate) trait Codec {
@@ -664,5 +665,47 @@ impl Codec for KillAfter {
         let mut t = InlineTable::new();
         t.insert("after_batches", int(p.after_batches).into());
         Some(value(t))
+    }
+}
+
+/// `workload.images.buckets`: vLLM's `--random-mm-bucket-config` literal as a string,
+/// `"{(256, 256, 1): 0.5, (720, 1280, 1): 0.5}"`, or one of guidellm's presets (`"720p"`) for a
+/// single bucket. Every bucket rule ([`check_buckets`]) is checked here, at the key's line.
+pub(crate) struct Buckets;
+impl Codec for Buckets {
+    type Value = Vec<Bucket>;
+    fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<Vec<Bucket>> {
+        let written = cx.string_of(field)?;
+        let buckets = match preset(written.trim()) {
+            Some((height, width)) => vec![Bucket { height, width, probability: 1.0 }],
+            None => match parse_buckets(&written) {
+                Ok(b) => b,
+                Err(e) => {
+                    let help = "write vLLM's `{(height, width, 1): probability, …}` or a preset: 240p, 360p, \
+                                480p, 540p, 720p, 1080p, 1440p, 2160p, 4k"
+                        .to_owned();
+                    cx.report_at(field, format!("`{}`: {e}", field.path), Some(help));
+                    return None;
+                }
+            },
+        };
+        let mut problems = check_buckets(&buckets);
+        for b in &buckets {
+            if b.height > MAX_SIDE || b.width > MAX_SIDE {
+                problems.push(format!("bucket ({}, {}) has a side over {MAX_SIDE} pixels", b.height, b.width));
+            }
+        }
+        if problems.is_empty() {
+            return Some(buckets);
+        }
+        for problem in problems {
+            cx.report_at(field, format!("`{}`: {problem}", field.path), None);
+        }
+        None
+    }
+    fn print(&self, v: &Vec<Bucket>) -> Option<Item> {
+        let parts: Vec<String> =
+            v.iter().map(|b| format!("({}, {}, 1): {}", b.height, b.width, b.probability)).collect();
+        Some(value(format!("{{{}}}", parts.join(", "))))
     }
 }

@@ -134,6 +134,11 @@ fn docs_workload() {
 }
 
 #[test]
+fn docs_workload_images() {
+    check_docs("### `[workload.images]`", rows(IMAGE_KEYS, &crate::loadgen::images::ImageSpec::default()));
+}
+
+#[test]
 fn docs_stop() {
     check_docs("## `[stop]`", rows(STOP_KEYS, &StopPlan::default()));
 }

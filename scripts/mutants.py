@@ -755,7 +755,7 @@ MUTANTS = [
      '    parts.push(json!({"type": "text", "text": m.content}));\n', "",
      ["--lib", "engine::openai::request::tests::a_turn_with_images_is_its_text_then_one_image_url_part_each"], {}),
     ("issue 33 images, sim: images cost no prompt tokens", "src/engine/sim/prompt.rs",
-     "            prompt_images(prompt).for_each(|image| ids.extend(image_ids(image)));\n", "",
+     "    prompt_images(prompt).for_each(|image| ids.extend(image_ids(image)));\n", "",
      ["--test", "workload_images", "batchlab_serve_takes_image_parts_and_charges_their_tokens"], {}),
     ("issue 33 images, sim: the encoder cache never hits", "src/engine/sim/encoder.rs",
      "                self.by_age.remove(&before);\n                true", "                self.by_age.remove(&before);\n                false",

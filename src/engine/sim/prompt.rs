@@ -14,8 +14,8 @@ use std::sync::OnceLock;
 
 use crate::engine::Prompt;
 use crate::engine::chat::{ChatPrompt, ChatTemplate, Template, TemplateError, TemplateOrigin};
-use crate::engine::tokenizer::TokenCounter;
 use crate::engine::image::{Image, prompt_images};
+use crate::engine::tokenizer::TokenCounter;
 use crate::engine::tokens::{BYTES_PER_TOKEN, text_tokens};
 
 /// The simulated model's chat template: the tiny test model's.
@@ -65,7 +65,7 @@ pub fn with_prompt_ids<R>(prompt: &Prompt, f: impl FnOnce(&[u32]) -> R) -> Resul
         Prompt::Text(s) => text_ids(s),
         Prompt::Chat(chat) => {
             let mut ids = text_ids(&render(chat)?);
-            prompt_images(prompt).for_each(|image| ids.extend(image_ids(image)));
+            extend_with_images(&mut ids, prompt);
             ids
         }
     };
@@ -96,7 +96,7 @@ pub fn counted_ids(prompt: &Prompt, counter: &TokenCounter) -> Result<Vec<u32>, 
                 }
                 None => tokenizer.text_ids(&crate::engine::chat::render_plain(&chat.messages)),
             };
-            prompt_images(prompt).for_each(|image| ids.extend(image_ids(image)));
+            extend_with_images(&mut ids, prompt);
             ids
         }
     };
@@ -104,6 +104,11 @@ pub fn counted_ids(prompt: &Prompt, counter: &TokenCounter) -> Result<Vec<u32>, 
         ids.push(0);
     }
     Ok(ids)
+}
+
+/// Appends the ids of the prompt's images ([`image_ids`]) after its text's.
+fn extend_with_images(ids: &mut Vec<u32>, prompt: &Prompt) {
+    prompt_images(prompt).for_each(|image| ids.extend(image_ids(image)));
 }
 
 /// An image's pseudo-token ids: [`Image::tokens`] of them, a function of its hash alone.

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason};
+use batchlab::engine::{
+    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, Started,
+};
 use batchlab::run::{RunOptions, run_blocking, run_with_blocking};
 use batchlab::scenario::Scenario;
 use batchlab::time::MonotonicClock;
@@ -85,8 +87,8 @@ fn parse_args() -> Args {
 struct InstantEngine;
 
 impl Engine for InstantEngine {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("instant", "bench"))
+    fn start(&mut self) -> Result<Started, EngineError> {
+        Ok(EngineInfo::new("instant", "bench").into())
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {

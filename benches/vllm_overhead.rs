@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use batchlab::batcher::{BatchConfig, Batcher};
 use batchlab::engine::python::PythonEngine;
-use batchlab::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, FinishReason};
+use batchlab::engine::{ClockDomain, Engine, EngineError, EngineOutput, EngineRequest, FinishReason, Started};
 use batchlab::loadgen::Workload;
 use batchlab::scenario::plan::EnginePlan;
 use batchlab::scenario::{Overrides, load_file};
@@ -160,7 +160,7 @@ struct Alternating {
 }
 
 impl Engine for Alternating {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+    fn start(&mut self) -> Result<Started, EngineError> {
         self.inner.start()
     }
 

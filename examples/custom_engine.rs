@@ -7,7 +7,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason};
+use batchlab::engine::{
+    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, Started,
+};
 use batchlab::run::{RunOptions, run_with_blocking};
 use batchlab::scenario::Scenario;
 use batchlab::scenario::plan::Comparison;
@@ -18,8 +20,8 @@ use batchlab::time::MonotonicClock;
 struct EchoEngine;
 
 impl Engine for EchoEngine {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("echo-engine", "1.0"))
+    fn start(&mut self) -> Result<Started, EngineError> {
+        Ok(EngineInfo::new("echo-engine", "1.0").into())
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {

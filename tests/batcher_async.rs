@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use batchlab::batcher::{BatchConfig, Batcher, RequestError};
-use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
+use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, Started};
 use batchlab::time::MonotonicClock;
 
 mod common;
@@ -17,8 +17,8 @@ struct Echo {
 }
 
 impl Engine for Echo {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("echo", "0"))
+    fn start(&mut self) -> Result<Started, EngineError> {
+        Ok(EngineInfo::new("echo", "0").into())
     }
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         self.seen.lock().unwrap().push(batch.iter().map(|r| r.id).collect());

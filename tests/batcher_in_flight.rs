@@ -14,7 +14,7 @@ use batchlab::batcher::{BatchConfig, BatchRun, Batcher, ConfigError, Outcome, Re
 use batchlab::engine::sim::{SimConfig, SimEngine};
 use batchlab::engine::{
     ConcurrentEngine, Engine, EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, GenerateDone,
-    RequestId,
+    RequestId, Started,
 };
 use batchlab::time::MonotonicClock;
 
@@ -72,8 +72,9 @@ struct Concurrent {
 }
 
 impl Engine for Concurrent {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("concurrent-mock", "0"))
+    fn start(&mut self) -> Result<Started, EngineError> {
+        let concurrent = batchlab::engine::Concurrent::new(self.face.clone());
+        Ok(Started { info: EngineInfo::new("concurrent-mock", "0"), concurrent: Some(concurrent) })
     }
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         self.blocking_generates.fetch_add(1, Ordering::SeqCst);
@@ -82,9 +83,6 @@ impl Engine for Concurrent {
     fn shutdown(&mut self) -> Result<(), EngineError> {
         self.shutdowns.add();
         Ok(())
-    }
-    fn concurrent(&self) -> Option<Arc<dyn ConcurrentEngine>> {
-        Some(self.face.clone())
     }
 }
 
@@ -306,8 +304,8 @@ struct OneAtATime {
 }
 
 impl Engine for OneAtATime {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("one-at-a-time", "0"))
+    fn start(&mut self) -> Result<Started, EngineError> {
+        Ok(EngineInfo::new("one-at-a-time", "0").into())
     }
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         Ok(echo(batch))

@@ -13,7 +13,7 @@ use batchlab::batcher::{BatchConfig, BatchRun, Batcher, Outcome, OutcomeSink, Re
 use batchlab::engine::faults::{FaultTrigger, Faults, FaultyEngine};
 use batchlab::engine::sim::{CostModel, SimConfig, SimEngine};
 use batchlab::engine::{
-    ClockDomain, Engine, EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, RequestId,
+    ClockDomain, Engine, EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, RequestId, Started,
 };
 use batchlab::time::MonotonicClock;
 use mockall::mock;
@@ -24,7 +24,7 @@ use common::echo;
 mock! {
     pub Eng {}
     impl Engine for Eng {
-        fn start(&mut self) -> Result<EngineInfo, EngineError>;
+        fn start(&mut self) -> Result<Started, EngineError>;
         fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError>;
         fn shutdown(&mut self) -> Result<(), EngineError>;
         fn clock_domain(&self) -> ClockDomain;
@@ -62,7 +62,7 @@ fn mock_engine_loads_once_lets_submits_in_during_a_generate_and_shuts_down_once(
     let (admitted_tx, admitted_rx) = mpsc::channel::<()>();
     let (entered_tx, admitted_rx) = (Mutex::new(entered_tx), Mutex::new(admitted_rx));
     let mut e = MockEng::new();
-    e.expect_start().times(1).returning(|| Ok(info()));
+    e.expect_start().times(1).returning(|| Ok(info().into()));
     let count = generates.clone();
     e.expect_generate().returning(move |b| {
         if count.fetch_add(1, Ordering::SeqCst) == 0 {
@@ -115,7 +115,7 @@ fn submit_starts_the_engine_lazily_and_once() {
     let s = starts.clone();
     e.expect_start().returning(move || {
         s.fetch_add(1, Ordering::SeqCst);
-        Ok(info())
+        Ok(info().into())
     });
     e.expect_generate().returning(|b| Ok(echo(b)));
     e.expect_shutdown().times(1).returning(|| Ok(()));
@@ -131,7 +131,7 @@ fn submit_starts_the_engine_lazily_and_once() {
 #[test]
 fn submit_after_shutdown_is_rejected_and_start_after_stop_fails() {
     let mut e = MockEng::new();
-    e.expect_start().times(1).returning(|| Ok(info()));
+    e.expect_start().times(1).returning(|| Ok(info().into()));
     e.expect_shutdown().times(1).returning(|| Ok(()));
     let b = spawn(e, config(2, Duration::from_millis(1)));
     b.preload().expect("preload");
@@ -171,7 +171,7 @@ fn failed_start_answers_every_waiter() {
 fn shutdown_dispatches_pending_then_stops_engine() {
     let order = Arc::new(Mutex::new(Vec::<String>::new()));
     let mut e = MockEng::new();
-    e.expect_start().returning(|| Ok(info()));
+    e.expect_start().returning(|| Ok(info().into()));
     let o = order.clone();
     e.expect_generate().returning(move |b| {
         o.lock().unwrap().push(format!("generate {}", b.len()));
@@ -196,7 +196,7 @@ fn shutdown_dispatches_pending_then_stops_engine() {
 fn dropped_ticket_is_never_sent_to_the_engine() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut e = MockEng::new();
-    e.expect_start().returning(|| Ok(info()));
+    e.expect_start().returning(|| Ok(info().into()));
     let s = seen.clone();
     e.expect_generate().returning(move |b| {
         s.lock().unwrap().extend(b.iter().map(|r| r.id));
@@ -221,7 +221,7 @@ fn dropped_ticket_is_never_sent_to_the_engine() {
 #[test]
 fn engine_panic_fans_out_to_every_waiter() {
     let mut e = MockEng::new();
-    e.expect_start().returning(|| Ok(info()));
+    e.expect_start().returning(|| Ok(info().into()));
     e.expect_generate().returning(|_| panic!("kaboom"));
     e.expect_shutdown().returning(|| Ok(()));
     let b = spawn(e, config(3, Duration::from_millis(1)));
@@ -238,7 +238,7 @@ fn engine_panic_fans_out_to_every_waiter() {
 #[test]
 fn output_count_mismatch_fans_out_to_every_waiter() {
     let mut e = MockEng::new();
-    e.expect_start().returning(|| Ok(info()));
+    e.expect_start().returning(|| Ok(info().into()));
     e.expect_generate().returning(|b| Ok(echo(&b[1..])));
     e.expect_shutdown().returning(|| Ok(()));
     let b = spawn(e, config(3, Duration::from_millis(1)));
@@ -258,8 +258,8 @@ struct Stuck {
 }
 
 impl Engine for Stuck {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(info())
+    fn start(&mut self) -> Result<Started, EngineError> {
+        Ok(info().into())
     }
     fn generate(&mut self, b: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         let _ = self.release.lock().unwrap().recv();
@@ -340,8 +340,8 @@ struct Gated {
 }
 
 impl Engine for Gated {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(info())
+    fn start(&mut self) -> Result<Started, EngineError> {
+        Ok(info().into())
     }
     fn generate(&mut self, b: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         let _ = self.entered.send(());
@@ -461,7 +461,7 @@ fn completer_may_submit_again() {
     // A closed-loop client submits its next request from the completion callback: completers run
     // with no batcher lock held, so this must neither deadlock nor violate the lock order.
     let mut e = MockEng::new();
-    e.expect_start().returning(|| Ok(info()));
+    e.expect_start().returning(|| Ok(info().into()));
     e.expect_generate().returning(|b| Ok(echo(b)));
     e.expect_shutdown().returning(|| Ok(()));
     let b = spawn(e, config(1, Duration::from_millis(1)));
@@ -499,7 +499,7 @@ type SeenLog = Arc<Mutex<Vec<Seen>>>;
 /// A batcher whose observer and sink log into one list, the list, and each sink call's outcomes.
 fn sunk(batch_size: usize, timeout: Duration) -> (Batcher, SeenLog, mpsc::Receiver<Vec<Outcome>>) {
     let mut e = MockEng::new();
-    e.expect_start().times(1).returning(|| Ok(info()));
+    e.expect_start().times(1).returning(|| Ok(info().into()));
     e.expect_generate().returning(|b| Ok(echo(b)));
     e.expect_shutdown().times(1).returning(|| Ok(()));
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -590,7 +590,7 @@ fn failed_batch_logs_one_error_with_size_and_cause() {
 #[test]
 fn first_submit_starts_the_engine_and_the_not_started_text_names_real_methods() {
     let mut e = MockEng::new();
-    e.expect_start().times(1).returning(|| Ok(info()));
+    e.expect_start().times(1).returning(|| Ok(info().into()));
     e.expect_generate().returning(|b| Ok(echo(b)));
     e.expect_shutdown().times(1).returning(|| Ok(()));
     e.expect_clock_domain().return_const(ClockDomain::Monotonic);

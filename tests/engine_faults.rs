@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use batchlab::engine::faults::{FaultTrigger, Faults, FaultyEngine, ProcessFault};
 use batchlab::engine::sim::{CostModel, SimConfig, SimEngine};
-use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest};
+use batchlab::engine::{Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, Started};
 use batchlab::time::{Clock, VirtualClock, WallAnchor};
 
 /// How long one generate takes in both engines.
@@ -29,9 +29,9 @@ struct UserEngine {
 }
 
 impl Engine for UserEngine {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+    fn start(&mut self) -> Result<Started, EngineError> {
         self.starts.fetch_add(1, Ordering::SeqCst);
-        Ok(EngineInfo::new("user", "1"))
+        Ok(EngineInfo::new("user", "1").into())
     }
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         self.generates.fetch_add(1, Ordering::SeqCst);

@@ -67,7 +67,9 @@ fn check_output(output: &EngineOutput, request: &EngineRequest, max_tokens: u32,
 fn a_batch_of_prompts_is_one_request_and_each_prompt_is_timed_by_its_own_chunks() {
     let server = Server::start(Some(STEADY), &[]);
     let mut e = engine(&[&server.url]);
-    let info = e.start().unwrap();
+    let started = e.start().unwrap();
+    let (info, concurrent) = (started.info, started.concurrent.expect("a concurrent face"));
+    let counters = concurrent.counters.expect("the servers' counters");
     assert_eq!(info.name, "openai");
     assert_eq!(info.processes, Some(vec![]), "it runs no processes of its own");
 
@@ -85,14 +87,14 @@ fn a_batch_of_prompts_is_one_request_and_each_prompt_is_timed_by_its_own_chunks(
     assert!(sent.iter().all(|&t| t == sent[0]), "{sent:?}");
 
     // One prompt: the final usage is that prompt's own.
-    let before = e.concurrent().unwrap().server_counters();
+    let before = counters();
     let one = token_batch(&[10], 3);
     let outputs = e.generate(&one).unwrap();
     check_output(&outputs[0], &one[0], 3, &server.url);
     assert_eq!(outputs[0].stats.token_count_source, Some(TokenCountSource::Usage));
 
     // The server's /metrics, by batchlab's names: the request above is in the difference.
-    let after = e.concurrent().unwrap().server_counters();
+    let after = counters();
     assert_eq!((before.len(), after.len()), (1, 1));
     assert_eq!(after[0].endpoint, server.url);
     let delta = |name: &str| after[0].counters[name] - before[0].counters[name];
@@ -105,8 +107,7 @@ fn a_batch_of_prompts_is_one_request_and_each_prompt_is_timed_by_its_own_chunks(
 fn concurrent_generates_are_on_the_wire_at_once() {
     let server = Server::start(Some(STEADY), &[]);
     let mut e = engine(&[&server.url]);
-    e.start().unwrap();
-    let face = e.concurrent().expect("a concurrent face once started");
+    let face = e.start().unwrap().concurrent.expect("a concurrent face once started").face;
     let (tx, rx) = std::sync::mpsc::channel();
     for k in 0..4 {
         let tx = tx.clone();
@@ -650,8 +651,7 @@ fn max_connections_caps_the_requests_in_flight_to_an_endpoint() {
     let mut config = OpenAiConfig::new(&server.url, MODEL);
     config.max_connections = 1;
     let mut e = OpenAiEngine::new(config);
-    e.start().unwrap();
-    let face = e.concurrent().unwrap();
+    let face = e.start().unwrap().concurrent.unwrap().face;
     let (tx, rx) = std::sync::mpsc::channel();
     for k in 0..3 {
         let tx = tx.clone();

@@ -195,8 +195,7 @@ fn a_failed_sub_request_fails_only_its_own_prompts_charged_to_its_endpoint() {
 fn a_request_queued_behind_others_on_a_busy_server_is_not_stalled() {
     let busy = Misbehaving::start(Mode::Queued);
     let mut engine = engine(&[&busy.url], Some(Duration::from_millis(600)));
-    engine.start().unwrap();
-    let face = engine.concurrent().expect("a concurrent face");
+    let face = engine.start().unwrap().concurrent.expect("a concurrent face").face;
     let (tx, rx) = std::sync::mpsc::channel();
     // The first streams 20 tokens over 2 s; the second waits 1.5 s in the queue, longer than the
     // stall timeout, while the first goes on.

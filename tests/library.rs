@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use batchlab::engine::faults::{FaultTrigger, Faults};
 use batchlab::engine::{
-    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, TimedEngine,
+    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, Started, TimedEngine,
     VirtualTimeEngine,
 };
 use batchlab::run::{Interrupt, RunOptions, RunSummary, run_benchmarks, run_with_blocking};
@@ -29,8 +29,8 @@ impl MyEngine {
 }
 
 impl Engine for MyEngine {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("my-engine", "0.1"))
+    fn start(&mut self) -> Result<Started, EngineError> {
+        Ok(EngineInfo::new("my-engine", "0.1").into())
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -192,7 +192,7 @@ struct InterruptingEngine {
 }
 
 impl Engine for InterruptingEngine {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+    fn start(&mut self) -> Result<Started, EngineError> {
         self.inner.start()
     }
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -226,8 +226,8 @@ struct WedgedEngine {
 }
 
 impl Engine for WedgedEngine {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("wedged", "0"))
+    fn start(&mut self) -> Result<Started, EngineError> {
+        Ok(EngineInfo::new("wedged", "0").into())
     }
 
     fn generate(&mut self, _batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {

@@ -25,7 +25,7 @@
 use std::time::Duration;
 
 use batchlab::batcher::{BatchConfig, Batcher, RequestError};
-use batchlab::engine::{Engine, EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest};
+use batchlab::engine::{Engine, EngineDeath, EngineError, EngineInfo, EngineOutput, EngineRequest, Started};
 use batchlab::sync::atomic::{AtomicUsize, Ordering};
 use batchlab::sync::{Arc, Condvar, Mutex};
 use batchlab::time::{Clock, Timestamp};
@@ -100,9 +100,9 @@ struct LoomEngine {
 }
 
 impl Engine for LoomEngine {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+    fn start(&mut self) -> Result<Started, EngineError> {
         self.probe.starts.fetch_add(1, Ordering::SeqCst);
-        Ok(EngineInfo::new("loom", "0"))
+        Ok(EngineInfo::new("loom", "0").into())
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -245,8 +245,8 @@ struct HeldEngine {
 }
 
 impl Engine for HeldEngine {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("loom", "0"))
+    fn start(&mut self) -> Result<Started, EngineError> {
+        Ok(EngineInfo::new("loom", "0").into())
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -328,8 +328,8 @@ struct GatedEngine {
 }
 
 impl Engine for GatedEngine {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("loom", "0"))
+    fn start(&mut self) -> Result<Started, EngineError> {
+        Ok(EngineInfo::new("loom", "0").into())
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -510,8 +510,9 @@ impl ConcurrentLoomEngine {
 }
 
 impl Engine for ConcurrentLoomEngine {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("loom-http", "0"))
+    fn start(&mut self) -> Result<Started, EngineError> {
+        let concurrent = batchlab::engine::Concurrent::new(self.face.clone());
+        Ok(Started { info: EngineInfo::new("loom-http", "0"), concurrent: Some(concurrent) })
     }
 
     fn generate(&mut self, _batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -521,10 +522,6 @@ impl Engine for ConcurrentLoomEngine {
     fn shutdown(&mut self) -> Result<(), EngineError> {
         self.server.shutdown();
         Ok(())
-    }
-
-    fn concurrent(&self) -> Option<std::sync::Arc<dyn batchlab::engine::ConcurrentEngine>> {
-        Some(self.face.clone())
     }
 }
 

@@ -73,7 +73,7 @@ mod with_python {
         let mut config = fixture("echo_engine:EchoEngine");
         config.args.insert("delay_per_token".into(), 0.001.into());
         let mut engine = PythonEngine::new(config);
-        let info = engine.start().expect("start");
+        let info = engine.start().expect("start").info;
         assert_eq!((info.name.as_str(), info.version.as_str()), ("echo", "1.0"));
 
         let mut batch: Vec<_> = (0..3).map(|id| token_request(id, 5, 4 + id as u32)).collect();
@@ -192,7 +192,7 @@ mod with_python {
         config.args.insert("threads".into(), 1.into());
         let mut engine = PythonEngine::new(config);
         let started = std::time::Instant::now();
-        let info = engine.start().expect("start");
+        let info = engine.start().expect("start").info;
         eprintln!("started {} {} in {:.1?}", info.name, info.version, started.elapsed());
         assert_eq!(info.name, "transformers");
 

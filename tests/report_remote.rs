@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use batchlab::engine::{
     Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, RemoteError,
-    RemoteErrorKind, TimedEngine, TokenCountSource, VirtualTimeEngine,
+    RemoteErrorKind, Started, TimedEngine, TokenCountSource, VirtualTimeEngine,
 };
 use batchlab::report::{Report, RequestOutcome, read_records, render_html};
 use batchlab::run::{RunOptions, RunSummary, run_with_blocking};
@@ -33,8 +33,8 @@ impl RemoteMock {
 }
 
 impl Engine for RemoteMock {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("remote-mock", "0"))
+    fn start(&mut self) -> Result<Started, EngineError> {
+        Ok(EngineInfo::new("remote-mock", "0").into())
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {

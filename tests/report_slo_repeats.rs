@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use batchlab::engine::{
-    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, TimedEngine,
+    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, Started, TimedEngine,
     VirtualTimeEngine,
 };
 use batchlab::metrics::Slo;
@@ -20,8 +20,8 @@ struct NoTokenTimes {
 }
 
 impl Engine for NoTokenTimes {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("no-token-times", "0"))
+    fn start(&mut self) -> Result<Started, EngineError> {
+        Ok(EngineInfo::new("no-token-times", "0").into())
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {

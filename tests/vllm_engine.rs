@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use batchlab::engine::chat::{ChatPrompt, ChatTemplate, Message, Template, TemplateOrigin};
 use batchlab::engine::python::vllm::{Admission, VllmConfig};
 use batchlab::engine::python::{PythonEngine, batchlab_home};
-use batchlab::engine::{Engine, EngineError, EngineOutput, EngineRequest, FinishReason, Prompt};
+use batchlab::engine::{Concurrent, Engine, EngineError, EngineOutput, EngineRequest, FinishReason, Prompt, Started};
 use batchlab::time::{MonotonicClock, Timestamp};
 
 #[path = "common/python_env.rs"]
@@ -44,8 +44,12 @@ both_admissions!(
 
 /// `batch` through the engine as the batcher gives it: one generate (batch admission), or one
 /// hand-over to the concurrent face, waiting for its `done` (continuous admission).
-fn generate(engine: &mut PythonEngine, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
-    let Some(face) = engine.concurrent() else { return engine.generate(batch) };
+fn generate(
+    engine: &mut PythonEngine,
+    concurrent: Option<&Concurrent>,
+    batch: &[EngineRequest],
+) -> Result<Vec<EngineOutput>, EngineError> {
+    let Some(Concurrent { face, .. }) = concurrent else { return engine.generate(batch) };
     let (tx, rx) = std::sync::mpsc::channel();
     face.generate(
         batch.to_vec(),
@@ -135,7 +139,7 @@ fn in_process_engine_generates_token_and_text_prompts(admission: Admission) {
     let Some(plan) = tiny_plan(true, admission) else { return };
     let mut engine = plan.engine();
     let started = std::time::Instant::now();
-    let info = engine.start().expect("start");
+    let Started { info, concurrent } = engine.start().expect("start");
     eprintln!("started {} {} in {:.1?}", info.name, info.version, started.elapsed());
     assert_eq!(info.name, "vllm");
     assert_eq!(info.processes, Some(vec![]), "in-process vLLM runs no process of its own");
@@ -143,7 +147,7 @@ fn in_process_engine_generates_token_and_text_prompts(admission: Admission) {
     let mut batch: Vec<EngineRequest> = (0..6).map(|id| token_request(id, 16 + id as u32 * 5, 12)).collect();
     batch.push(EngineRequest::new(Prompt::Text("the quick brown fox jumps over the lazy dog".into()), 8).with_id(6));
     let before = MonotonicClock::read();
-    let outputs = generate(&mut engine, &batch).expect("generate");
+    let outputs = generate(&mut engine, concurrent.as_ref(), &batch).expect("generate");
     let after = MonotonicClock::read();
     assert_eq!(outputs.len(), batch.len());
     for (req, out) in batch.iter().zip(&outputs) {
@@ -156,7 +160,8 @@ fn in_process_engine_generates_token_and_text_prompts(admission: Admission) {
         (r.temperature, r.seed) = (1.0, Some(seed));
         r
     };
-    let outputs = generate(&mut engine, &[sampled(1), sampled(1), sampled(2)]).expect("sampled generate");
+    let outputs =
+        generate(&mut engine, concurrent.as_ref(), &[sampled(1), sampled(1), sampled(2)]).expect("sampled generate");
     let ids: Vec<_> = outputs.iter().map(|o| o.output_token_ids.clone().unwrap()).collect();
     assert_eq!(ids[0], ids[1], "same seed, same tokens");
     assert_ne!(ids[0], ids[2], "another seed, other tokens");
@@ -164,7 +169,7 @@ fn in_process_engine_generates_token_and_text_prompts(admission: Admission) {
     // An EOS-respecting request stops at max_tokens or earlier, never before min_tokens.
     let mut eos = token_request(10, 12, 6);
     (eos.ignore_eos, eos.min_tokens) = (false, 3);
-    let out = &generate(&mut engine, std::slice::from_ref(&eos)).expect("eos generate")[0];
+    let out = &generate(&mut engine, concurrent.as_ref(), std::slice::from_ref(&eos)).expect("eos generate")[0];
     let n = out.output_tokens.unwrap();
     assert!((3..=6).contains(&n), "{out:?}");
     assert!(matches!(out.finish_reason, FinishReason::Length | FinishReason::Stop), "{out:?}");
@@ -172,7 +177,7 @@ fn in_process_engine_generates_token_and_text_prompts(admission: Admission) {
     // Throughput, printed for the record (not asserted: the machine is shared).
     let batch: Vec<_> = (0..64).map(|id| token_request(100 + id, 128, 64)).collect();
     let t = std::time::Instant::now();
-    let outputs = generate(&mut engine, &batch).expect("throughput generate");
+    let outputs = generate(&mut engine, concurrent.as_ref(), &batch).expect("throughput generate");
     let elapsed = t.elapsed().as_secs_f64();
     let tokens: u32 = outputs.iter().filter_map(EngineOutput::generated_tokens).sum();
     assert_eq!(tokens, 64 * 64);
@@ -194,7 +199,7 @@ fn chat_prompts_are_templated_in_the_engine_and_counted_by_it(admission: Admissi
     let Some(plan) = tiny_plan(true, admission) else { return };
     let model = plan.model.clone();
     let mut engine = plan.engine();
-    engine.start().expect("start");
+    let concurrent = engine.start().expect("start").concurrent;
     let conversations = vec![
         vec![Message::new("user", "Hi there")],
         vec![Message::new("system", "Be brief."), Message::new("user", "What is continuous batching?")],
@@ -216,7 +221,7 @@ fn chat_prompts_are_templated_in_the_engine_and_counted_by_it(admission: Admissi
             cases.push((messages.clone(), text.clone()));
         }
     }
-    let outputs = generate(&mut engine, &batch).expect("generate");
+    let outputs = generate(&mut engine, concurrent.as_ref(), &batch).expect("generate");
     engine.shutdown().expect("shutdown");
     let expected = hf_chat::chat_lengths(&model, &cases);
     for ((req, out), (templated, raw)) in batch.iter().zip(&outputs).zip(expected) {
@@ -303,7 +308,7 @@ fn multiprocess_child(admission: Admission) {
     assert!(child_processes().is_empty(), "children before start: {:?}", child_processes());
     let mut engine = plan.engine();
     let started = std::time::Instant::now();
-    let info = engine.start().expect("start");
+    let Started { info, concurrent } = engine.start().expect("start");
     println!("MULTIPROCESS: engine started in {:.1?}", started.elapsed());
     let during: HashSet<_> = child_processes().into_iter().collect();
     assert!(!during.is_empty(), "multiprocess mode runs the engine core in a child process");
@@ -319,7 +324,7 @@ fn multiprocess_child(admission: Admission) {
     println!("named engine processes: {named:?}");
     let batch: Vec<_> = (0..4).map(|id| token_request(id, 16, 8)).collect();
     let before = MonotonicClock::read();
-    let outputs = generate(&mut engine, &batch).expect("generate");
+    let outputs = generate(&mut engine, concurrent.as_ref(), &batch).expect("generate");
     let after = MonotonicClock::read();
     for (req, out) in batch.iter().zip(&outputs) {
         check_output(req, out, (before, after), admission);

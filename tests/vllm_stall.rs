@@ -4,7 +4,9 @@
 //! engine's CPU time moves, fails the run with `engine_stalled`, writes its report and exits 1,
 //! within a minute of the stop.
 //!
-//! Both admission modes (`engine.vllm.admission`), one after the other.
+//! Both admission modes (`engine.vllm.admission`), one after the other; and continuous admission
+//! once more under a `[faults]` key that never fires: the fault layer wraps the concurrent face,
+//! and the stall watch must come through it (issue 36).
 //!
 //! Run with `just test-vllm`. Without the venv or the model it says SKIPPED and checks nothing,
 //! except under `CI=true`, where that is a failure.
@@ -83,15 +85,31 @@ use batchlab::engine::python::vllm::Admission;
 // request in vLLM.
 both_admissions!(a_stopped_engine_core_ends_the_run_with_a_report_within_a_minute);
 
+fn a_stopped_engine_core_ends_the_run_with_a_report_within_a_minute(admission: Admission) {
+    stopped_engine_core_ends_the_run(admission, &[]);
+}
+
+/// Issue 36: with any `[faults]` key the fault layer wraps continuous admission's concurrent face;
+/// its `runs_here` once stayed behind, and with it the stall watch of several in flight. The key
+/// here never fires (a failure every millionth batch), so the run is the plain one, wrapped.
+#[test]
+fn a_stopped_engine_core_under_faults_ends_a_continuous_run_within_a_minute() {
+    stopped_engine_core_ends_the_run(Admission::Continuous, &["--set", "faults.fail_batch={ every = 1000000 }"]);
+}
+
 /// One engine at a time on a 2-core machine (and a stall judged on a loaded machine is no test).
 static ONE_ENGINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn a_stopped_engine_core_ends_the_run_with_a_report_within_a_minute(admission: Admission) {
+/// Runs vLLM's tiny scenario with `admission` and the `extra` sets, SIGSTOPs its EngineCore once
+/// it measures, and checks that the stall watch ends the run with a report within a minute.
+fn stopped_engine_core_ends_the_run(admission: Admission, extra: &[&str]) {
     if !ready() {
         return;
     }
     let _one = ONE_ENGINE.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = std::env::temp_dir().join(format!("batchlab-vllm-stall-{}-{}", std::process::id(), admission.name()));
+    let faulty = if extra.is_empty() { "" } else { "-faults" };
+    let name = format!("batchlab-vllm-stall-{}-{}{faulty}", std::process::id(), admission.name());
+    let dir = std::env::temp_dir().join(name);
     let _ = std::fs::remove_dir_all(&dir);
     let mut child = Command::new(env!("CARGO_BIN_EXE_batchlab"))
         .args(["run", "scenarios/vllm-cpu.toml", "--output"])
@@ -99,6 +117,7 @@ fn a_stopped_engine_core_ends_the_run_with_a_report_within_a_minute(admission: A
         .args(["--set", "engine.vllm.in_process=false", "--set", "warmup.requests=1"])
         .args(["--set", "stop.max_requests=100000", "--set", "expect.completed=\">= 0\""])
         .args(admission::sets(admission))
+        .args(extra)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env_remove("VLLM_ENABLE_V1_MULTIPROCESSING")
         .env_remove("BATCHLAB_LOG")

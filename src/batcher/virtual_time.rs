@@ -103,7 +103,8 @@ impl<E: Engine> VirtualTimeBatcher<E> {
             return Err(EngineError::Start(format!("cannot start in state {:?}", self.core.state())));
         }
         self.clock.advance_to(self.now);
-        let result = catch_engine_panic(|| self.engine.start())
+        // One generate at a time (`max_in_flight` 1, checked above): a concurrent face goes unused.
+        let result = catch_engine_panic(|| self.engine.start().map(|started| started.info))
             .unwrap_or_else(|p| Err(EngineError::Start(format!("start panicked: {}", panic_message(&*p)))));
         self.now = self.now.max(self.clock.now());
         self.core.handle_start_result(result.clone(), self.now);

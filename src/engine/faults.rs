@@ -15,13 +15,16 @@
 //! batches, and virtual-time reports stay byte-identical. Sleeps (slow, hang, start delay) go
 //! through the wrapper's [`Clock`], so they cost no wall time under a virtual clock.
 //!
-//! An engine with a concurrent face ([`Engine::concurrent`], an HTTP engine) gets the same faults
-//! per batch through it: the calls of both faces share one count, so call `n` is the `n`-th batch
-//! whichever face ran it. There nothing may block the caller (it dispatches other batches), so a
-//! hang and a slow answer are held back on a thread of their own, and the fault lands in `done`:
-//! fail_batch calls it with the error at once, the output faults change what it gets. A panic
-//! panics in `generate` itself, before the inner engine is called, and `done` is dropped uncalled:
-//! the caller's catch of the panic is the batch's outcome.
+//! An engine with a concurrent face ([`Started::concurrent`]: an HTTP engine, vLLM with continuous
+//! admission) gets the same faults per batch through it: the calls of both faces share one count,
+//! so call `n` is the `n`-th batch whichever face ran it, and one decision ([`Faults::decide`])
+//! with one [`Effect::apply`] serves both. There nothing may block the caller (it dispatches other
+//! batches), so a hang and a slow answer are held back on a thread of their own, and the fault
+//! lands in `done`: fail_batch calls it with the error at once, the output faults change what it
+//! gets. A panic panics in `generate` itself, before the inner engine is called, and `done` is
+//! dropped uncalled: the caller's catch of the panic is the batch's outcome. The wrapper replaces
+//! the face alone: every other capability of the wrapped face (it runs here, its counters, its
+//! steps) passes through as it is.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,8 +33,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::engine::{
-    ClockDomain, ConcurrentEngine, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, GenerateDone,
-    ServerCounters, VirtualTimeEngine,
+    ClockDomain, Concurrent, ConcurrentEngine, Engine, EngineError, EngineOutput, EngineRequest, GenerateDone, Started,
+    VirtualTimeEngine,
 };
 use crate::rng::SplitMix64;
 use crate::time::{Clock, VirtualClock};
@@ -163,26 +166,139 @@ impl Faults {
 /// the generate is under way, early enough that even a tiny model's batch is still running.
 pub const KILL_DELAY: Duration = Duration::from_millis(200);
 
-/// Which batch fault a generate call gets.
+/// What the engine's outputs become, when the engine was called.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum BatchFault {
+enum OutputFault {
     None,
-    Panic,
-    Hang,
-    Fail,
     ShortOutput,
     ExtraOutput,
     WrongId,
 }
 
+/// What one generate call gets, decided before the engine is called ([`Faults::decide`]).
+#[derive(Debug, PartialEq)]
+enum Decision {
+    /// Generate panics, without calling the engine.
+    Panic { call: u64 },
+    /// The batch fails with `error` without calling the engine: after `hold` (a hang), or at once.
+    Refuse { error: EngineError, hold: Option<Duration> },
+    /// The engine is called, and its result goes through the effect.
+    Call(Effect),
+}
+
+/// What a generate call does to the engine's result ([`Effect::apply`]).
+#[derive(Copy, Clone, Debug, PartialEq)]
+struct Effect {
+    output: OutputFault,
+    /// An id not in the batch, for `WrongId`.
+    stranger: u64,
+    /// Slow: the answer is held back this factor of what the engine took, less the time it took.
+    slow_factor: Option<f64>,
+}
+
+impl Effect {
+    /// The result as the faults leave it, given the engine took `took`, and for how long it is
+    /// held back (`None`: not slow, answered at once).
+    fn apply(
+        &self,
+        result: Result<Vec<EngineOutput>, EngineError>,
+        took: Duration,
+    ) -> (Result<Vec<EngineOutput>, EngineError>, Option<Duration>) {
+        // The engine cannot be made to compute slower; its answer is held back instead.
+        let hold = self.slow_factor.map(|factor| took.mul_f64((factor - 1.0).max(0.0)));
+        let result = result.map(|mut outputs| {
+            match self.output {
+                OutputFault::ShortOutput => {
+                    outputs.pop();
+                }
+                OutputFault::ExtraOutput => {
+                    if let Some(last) = outputs.last().cloned() {
+                        outputs.push(last);
+                    }
+                }
+                OutputFault::WrongId => {
+                    if let Some(first) = outputs.first_mut() {
+                        first.request_id = Some(self.stranger);
+                    }
+                }
+                OutputFault::None => {}
+            }
+            outputs
+        });
+        (result, hold)
+    }
+}
+
+impl Faults {
+    /// What generate call `call` (1-based) of `batch` gets, drawn from `seed`: at most one batch
+    /// fault (in the order of the type's doc), and whether it is slow. Every trigger draws, fired
+    /// or not.
+    fn decide(&self, seed: u64, call: u64, batch: &[EngineRequest]) -> Decision {
+        #[derive(Copy, Clone, PartialEq)]
+        enum Fault {
+            Panic,
+            Hang,
+            Fail,
+            Output(OutputFault),
+        }
+        let mut rng = SplitMix64::derive(seed, call);
+        let order = [
+            (&self.panic, Fault::Panic),
+            (&self.hang, Fault::Hang),
+            (&self.fail_batch, Fault::Fail),
+            (&self.short_output, Fault::Output(OutputFault::ShortOutput)),
+            (&self.extra_output, Fault::Output(OutputFault::ExtraOutput)),
+            (&self.wrong_id, Fault::Output(OutputFault::WrongId)),
+        ];
+        let mut chosen = None;
+        for (trigger, fault) in order {
+            if trigger.fires(call, &mut rng) && chosen.is_none() {
+                chosen = Some(fault);
+            }
+        }
+        let slow = self.slow.fires(call, &mut rng);
+        let output = match chosen {
+            Some(Fault::Panic) => return Decision::Panic { call },
+            Some(Fault::Hang) => {
+                let error =
+                    EngineError::Generate(format!("injected hang of {:?} (generate call {call})", self.hang_for));
+                return Decision::Refuse { error, hold: Some(self.hang_for) };
+            }
+            Some(Fault::Fail) => {
+                let error = EngineError::Generate(format!("injected failure (generate call {call})"));
+                return Decision::Refuse { error, hold: None };
+            }
+            Some(Fault::Output(output)) => output,
+            None => OutputFault::None,
+        };
+        let stranger = batch.iter().map(|r| r.id).max().unwrap_or(0).wrapping_add(1);
+        Decision::Call(Effect { output, stranger, slow_factor: slow.then_some(self.slow_factor) })
+    }
+}
+
+/// What both faces of a [`FaultyEngine`] share: the faults, their seed and the one count of calls.
+#[derive(Clone)]
+struct Draws {
+    faults: Faults,
+    seed: u64,
+    /// Generate calls so far, of both faces.
+    calls: Arc<AtomicU64>,
+}
+
+impl Draws {
+    /// The next generate call's decision, its process faults scheduled.
+    fn next(&self, batch: &[EngineRequest]) -> Decision {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        schedule_kills(&self.faults, call);
+        self.faults.decide(self.seed, call, batch)
+    }
+}
+
 /// An engine with faults injected; see the module docs.
 pub struct FaultyEngine<E> {
     inner: E,
-    faults: Faults,
-    seed: u64,
+    draws: Draws,
     clock: Arc<dyn Clock>,
-    /// Generate calls so far, of both faces.
-    calls: Arc<AtomicU64>,
     inner_started: bool,
     /// Any fault configured: otherwise generate is a plain call of the inner engine.
     active: bool,
@@ -194,39 +310,19 @@ impl<E: Engine> FaultyEngine<E> {
     /// only passes calls through.
     pub fn new(inner: E, faults: Faults, seed: u64, clock: Arc<dyn Clock>) -> Self {
         let active = faults != Faults::default();
-        FaultyEngine { inner, faults, seed, clock, calls: Arc::new(AtomicU64::new(0)), inner_started: false, active }
+        let draws = Draws { faults, seed, calls: Arc::new(AtomicU64::new(0)) };
+        FaultyEngine { inner, draws, clock, inner_started: false, active }
     }
 
     /// The faults this wrapper injects.
     pub fn faults(&self) -> &Faults {
-        &self.faults
+        &self.draws.faults
     }
 
     /// The wrapped engine.
     pub fn inner(&self) -> &E {
         &self.inner
     }
-}
-
-/// Which batch fault generate call `call` gets, and whether it is slow.
-fn pick(faults: &Faults, seed: u64, call: u64) -> (BatchFault, bool) {
-    let mut rng = SplitMix64::derive(seed, call);
-    let f = faults;
-    let order = [
-        (&f.panic, BatchFault::Panic),
-        (&f.hang, BatchFault::Hang),
-        (&f.fail_batch, BatchFault::Fail),
-        (&f.short_output, BatchFault::ShortOutput),
-        (&f.extra_output, BatchFault::ExtraOutput),
-        (&f.wrong_id, BatchFault::WrongId),
-    ];
-    let mut chosen = BatchFault::None;
-    for (trigger, fault) in order {
-        if trigger.fires(call, &mut rng) && chosen == BatchFault::None {
-            chosen = fault;
-        }
-    }
-    (chosen, f.slow.fires(call, &mut rng))
 }
 
 /// Starts the helper threads of process faults due on call `call`.
@@ -237,30 +333,6 @@ fn schedule_kills(faults: &Faults, call: u64) {
             process::kill_later(target, KILL_DELAY);
         }
     }
-}
-
-/// The output faults: what the engine's outputs become. `stranger` is an id not in the batch.
-fn mangle(fault: BatchFault, outputs: &mut Vec<EngineOutput>, stranger: u64) {
-    match fault {
-        BatchFault::ShortOutput => {
-            outputs.pop();
-        }
-        BatchFault::ExtraOutput => {
-            if let Some(last) = outputs.last().cloned() {
-                outputs.push(last);
-            }
-        }
-        BatchFault::WrongId => {
-            if let Some(first) = outputs.first_mut() {
-                first.request_id = Some(stranger);
-            }
-        }
-        _ => {}
-    }
-}
-
-fn stranger_of(batch: &[EngineRequest]) -> u64 {
-    batch.iter().map(|r| r.id).max().unwrap_or(0).wrapping_add(1)
 }
 
 /// On a virtual clock, the wrapper's delays and the engine's costs both advance it.
@@ -276,49 +348,52 @@ impl<E: VirtualTimeEngine> VirtualTimeEngine for FaultyEngine<E> {
 }
 
 impl<E: Engine> Engine for FaultyEngine<E> {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        if !self.faults.start_delay.is_zero() {
-            self.clock.sleep(self.faults.start_delay);
+    fn start(&mut self) -> Result<Started, EngineError> {
+        let faults = &self.draws.faults;
+        if !faults.start_delay.is_zero() {
+            self.clock.sleep(faults.start_delay);
         }
-        if self.faults.start_fails {
+        if faults.start_fails {
             return Err(EngineError::Start("injected start failure".into()));
         }
-        let info = self.inner.start()?;
+        let started = self.inner.start()?;
         self.inner_started = true;
-        Ok(info)
+        if !self.active {
+            return Ok(started);
+        }
+        // The wrapper replaces the face alone; every other capability passes through as it is.
+        let concurrent = started.concurrent.map(|c| Concurrent {
+            face: Arc::new(FaultyConcurrent {
+                inner: c.face.clone(),
+                draws: self.draws.clone(),
+                clock: self.clock.clone(),
+            }),
+            ..c
+        });
+        Ok(Started { concurrent, ..started })
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         if !self.active {
             return self.inner.generate(batch);
         }
-        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-        schedule_kills(&self.faults, call);
-        let (fault, slow) = pick(&self.faults, self.seed, call);
-        match fault {
-            BatchFault::Panic => panic!("injected panic (generate call {call})"),
-            BatchFault::Hang => {
-                self.clock.sleep(self.faults.hang_for);
-                return Err(EngineError::Generate(format!(
-                    "injected hang of {:?} (generate call {call})",
-                    self.faults.hang_for
-                )));
+        let effect = match self.draws.next(batch) {
+            Decision::Panic { call } => panic!("injected panic (generate call {call})"),
+            Decision::Refuse { error, hold } => {
+                if let Some(hold) = hold {
+                    self.clock.sleep(hold);
+                }
+                return Err(error);
             }
-            BatchFault::Fail => return Err(EngineError::Generate(format!("injected failure (generate call {call})"))),
-            _ => {}
-        }
-
+            Decision::Call(effect) => effect,
+        };
         let began = self.clock.now();
         let result = self.inner.generate(batch);
-        if slow {
-            // The engine cannot be made to compute slower; its answer is held back instead.
-            let took = self.clock.now().saturating_since(began);
-            let extra = took.mul_f64((self.faults.slow_factor - 1.0).max(0.0));
-            self.clock.sleep(extra);
+        let (result, hold) = effect.apply(result, self.clock.now().saturating_since(began));
+        if let Some(hold) = hold {
+            self.clock.sleep(hold);
         }
-        let mut outputs = result?;
-        mangle(fault, &mut outputs, stranger_of(batch));
-        Ok(outputs)
+        result
     }
 
     fn shutdown(&mut self) -> Result<(), EngineError> {
@@ -332,82 +407,33 @@ impl<E: Engine> Engine for FaultyEngine<E> {
     fn clock_domain(&self) -> ClockDomain {
         self.inner.clock_domain()
     }
-
-    fn concurrent(&self) -> Option<Arc<dyn ConcurrentEngine>> {
-        let inner = self.inner.concurrent()?;
-        if !self.active {
-            return Some(inner);
-        }
-        Some(Arc::new(FaultyConcurrent {
-            inner,
-            faults: self.faults.clone(),
-            seed: self.seed,
-            clock: self.clock.clone(),
-            calls: self.calls.clone(),
-        }))
-    }
 }
 
 /// The concurrent face of a [`FaultyEngine`]: the same faults, drawn from the same count.
 struct FaultyConcurrent {
     inner: Arc<dyn ConcurrentEngine>,
-    faults: Faults,
-    seed: u64,
+    draws: Draws,
     clock: Arc<dyn Clock>,
-    calls: Arc<AtomicU64>,
 }
 
 impl ConcurrentEngine for FaultyConcurrent {
     fn generate(&self, batch: Vec<EngineRequest>, done: GenerateDone) {
-        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-        schedule_kills(&self.faults, call);
-        let (fault, slow) = pick(&self.faults, self.seed, call);
-        match fault {
-            BatchFault::Panic => panic!("injected panic (generate call {call})"),
-            BatchFault::Hang => {
-                let hang_for = self.faults.hang_for;
-                let error = EngineError::Generate(format!("injected hang of {hang_for:?} (generate call {call})"));
-                return later(&self.clock, hang_for, move || done(Err(error)));
-            }
-            BatchFault::Fail => {
-                return done(Err(EngineError::Generate(format!("injected failure (generate call {call})"))));
-            }
-            _ => {}
-        }
-        let stranger = stranger_of(&batch);
+        let effect = match self.draws.next(&batch) {
+            Decision::Panic { call } => panic!("injected panic (generate call {call})"),
+            Decision::Refuse { error, hold: Some(hold) } => return later(&self.clock, hold, move || done(Err(error))),
+            Decision::Refuse { error, hold: None } => return done(Err(error)),
+            Decision::Call(effect) => effect,
+        };
         let clock = self.clock.clone();
         let began = clock.now();
-        let slow_factor = self.faults.slow_factor;
         let faulty_done: GenerateDone = Box::new(move |result| {
-            let result = result.map(|mut outputs| {
-                mangle(fault, &mut outputs, stranger);
-                outputs
-            });
-            if slow {
+            match effect.apply(result, clock.now().saturating_since(began)) {
                 // Held back as the blocking face holds it back, off the thread that answered.
-                let took = clock.now().saturating_since(began);
-                let extra = took.mul_f64((slow_factor - 1.0).max(0.0));
-                later(&clock, extra, move || done(result));
-            } else {
-                done(result);
+                (result, Some(hold)) => later(&clock, hold, move || done(result)),
+                (result, None) => done(result),
             }
         });
         self.inner.generate(batch, faulty_done);
-    }
-
-    // Every optional capability of the wrapped face passes through: the faults change only what
-    // a generate returns (issue 36: without these, continuous admission under `[faults]` lost its
-    // stall watch and counted hand-overs as batches).
-    fn server_counters(&self) -> Vec<ServerCounters> {
-        self.inner.server_counters()
-    }
-
-    fn runs_here(&self) -> bool {
-        self.inner.runs_here()
-    }
-
-    fn take_steps(&self) -> Option<Vec<crate::engine::EngineStep>> {
-        self.inner.take_steps()
     }
 }
 

@@ -2,15 +2,20 @@
 //!
 //! Every engine (the simulated one, vLLM and any Python engine through pyo3, the OpenAI-compatible
 //! HTTP engine, a library caller's own) implements [`Engine`]. The trait is blocking on purpose:
-//! its `start`, `generate` and `shutdown` are called from one dedicated engine thread, one call at a
-//! time, because vLLM's synchronous `LLM` is not safe for overlapping calls. With
-//! `batching.max_in_flight > 1` an engine may also have a [`ConcurrentEngine`] face
-//! ([`Engine::concurrent`], taken after the start): the engine thread hands it each batch without
-//! waiting, and the results come back through `done` on the engine's own threads (the HTTP engine,
-//! vLLM with continuous admission). Everything an engine reports is optional where a real engine may
-//! omit it, so the metrics mapper can make a missing value an absent metric instead of a wrong zero.
+//! its `start`, `generate` and `shutdown` are called from one dedicated engine thread, because
+//! vLLM's synchronous `LLM` is not safe for overlapping calls. The start hands out, once, what
+//! the engine can do besides ([`Started`]): an engine that runs several generates at once (the
+//! HTTP engine, vLLM with continuous admission) gives a [`Concurrent`] face, through which the
+//! batcher hands it up to `batching.max_in_flight` batches without waiting, their results coming
+//! back through `done` on the engine's own threads. The face's capabilities (it runs here and so
+//! is stall-watched, its servers' counters, its own steps) travel with it as data, so a wrapper
+//! (`faults`) replaces the face alone and cannot lose them. Everything an engine reports is
+//! optional where a real engine may omit it, so the metrics mapper can make a missing value an
+//! absent metric instead of a wrong zero.
 //!
 //! # Files
+//! - `concurrent`: what a start hands out (`Started`, `Concurrent`: the concurrent face and its
+//!   capabilities, `ConcurrentEngine`, `EngineStep`, `ServerCounters`).
 //! - `chat`: chat prompts (`Prompt::Chat`: messages and the template to apply, `RequestFormat`,
 //!   the `plain` rendering, `ChatTemplate` compiled with minijinja so that a broken one is reported
 //!   with its line).
@@ -31,10 +36,12 @@
 //! (`SimConfig`, `PythonConfig`, `VllmConfig`, `OpenAiConfig`, `Faults`), which the plan holds.
 //! The request, output and stats types are `#[non_exhaustive]`: other crates make them with
 //! `EngineOutput::new(..).with_*`, `EngineInfo::new`, `EngineRequest::new`, `EngineDeath::new`,
-//! `EngineStats::default()`.
+//! `EngineStats::default()`; an engine's start gives `EngineInfo::new(..).into()` (one generate at
+//! a time) or `Started { info, concurrent: Some(Concurrent::new(face)) }`.
 
 #[doc(hidden)]
 pub mod chat;
+mod concurrent;
 #[doc(hidden)]
 pub mod faults;
 #[doc(hidden)]
@@ -51,6 +58,9 @@ pub mod tokenizer;
 #[doc(hidden)]
 pub mod tokens;
 
+pub use concurrent::{
+    Concurrent, ConcurrentEngine, EngineStep, GenerateDone, ReadCounters, ServerCounters, Started, TakeSteps,
+};
 pub use step_tokens::{StepEnds, StepTokens};
 
 use serde::{Deserialize, Serialize};
@@ -459,8 +469,10 @@ pub enum EngineError {
 
 /// A blocking inference engine, driven from one dedicated thread.
 pub trait Engine: Send {
-    /// Loads the engine. Expensive, may fail; called at most once.
-    fn start(&mut self) -> Result<EngineInfo, EngineError>;
+    /// Loads the engine. Expensive, may fail; called at most once. Says what the engine is and
+    /// hands out, once, what else it can do ([`Started`]: its concurrent face and the capabilities
+    /// that come with it).
+    fn start(&mut self) -> Result<Started, EngineError>;
     /// Runs one batch. Returns one output per request, or one error for the whole batch;
     /// [`EngineError::Died`] when the engine knows it can never serve again.
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError>;
@@ -470,82 +482,6 @@ pub trait Engine: Send {
     fn clock_domain(&self) -> ClockDomain {
         ClockDomain::Monotonic
     }
-    /// After a successful start: the engine's concurrent face, when it can run several generates
-    /// at once (`batching.max_in_flight > 1`). `None`, the default: one generate at a time, on the
-    /// engine thread, and `max_in_flight` must be 1.
-    fn concurrent(&self) -> Option<std::sync::Arc<dyn ConcurrentEngine>> {
-        None
-    }
-}
-
-/// Where a concurrent generate's result goes: called exactly once, on any thread, possibly before
-/// [`ConcurrentEngine::generate`] has returned. It must not be called with a lock of the engine's
-/// held that the batcher could wait on.
-pub type GenerateDone = Box<dyn FnOnce(Result<Vec<EngineOutput>, EngineError>) + Send>;
-
-/// The face of an engine that runs several generates at once, from any thread: an HTTP engine,
-/// where each batch is one request on the wire and the server does the batching. Given by
-/// [`Engine::concurrent`] after the start; the batcher then dispatches up to
-/// `batching.max_in_flight` batches through it, while start and shutdown stay on the engine
-/// thread, and the shutdown still runs only after every generate it started has called `done`.
-pub trait ConcurrentEngine: Send + Sync {
-    /// Starts a generate of `batch` and returns without waiting for it; `done` gets its result
-    /// (one output per request, or one error for the whole batch) exactly once.
-    fn generate(&self, batch: Vec<EngineRequest>, done: GenerateDone);
-    /// The servers' own counters now (their Prometheus `/metrics`), one entry per endpoint that
-    /// has them; empty when none does. A run takes them before and after each benchmark and
-    /// reports the deltas.
-    fn server_counters(&self) -> Vec<ServerCounters> {
-        Vec::new()
-    }
-    /// Whether the generates run in this machine's processes, those the engine names in
-    /// [`EngineInfo::processes`] and its [`EngineInfo::engine_thread`] (vLLM with continuous
-    /// admission), so that their CPU time is its sign of life and the batcher's stall watch
-    /// applies with several in flight. `false`, the default: the work is elsewhere (a server).
-    fn runs_here(&self) -> bool {
-        false
-    }
-    /// For an engine that batches by itself (vLLM with continuous admission): its steps since the
-    /// last call, each what the engine ran at once, which the run's batching statistics then
-    /// count instead of the hand-overs. `None`, the default: the engine runs the batches it is
-    /// given, and those are the batches.
-    fn take_steps(&self) -> Option<Vec<EngineStep>> {
-        None
-    }
-}
-
-/// One step of an engine that batches by itself: when it ran, on the monotonic clock, and the
-/// requests it served, by phase, as far as its outputs show.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct EngineStep {
-    /// When the step was called.
-    pub started: crate::time::Timestamp,
-    /// When it returned.
-    pub ended: crate::time::Timestamp,
-    /// Requests that got their first token in the step (their prefill ended in it).
-    pub prefill: u32,
-    /// Requests that got a further token (decode).
-    pub decode: u32,
-}
-
-impl EngineStep {
-    /// A step from `started` to `ended` that served `prefill` and `decode` requests.
-    pub fn new(started: crate::time::Timestamp, ended: crate::time::Timestamp, prefill: u32, decode: u32) -> Self {
-        EngineStep { started, ended, prefill, decode }
-    }
-}
-
-/// One server's counters at one moment, by batchlab's names (`prompt_tokens`,
-/// `generation_tokens`, `prefix_cache_queries`, `prefix_cache_hits`, `preemptions`, …): what a
-/// report subtracts to give a benchmark's deltas.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-#[non_exhaustive]
-pub struct ServerCounters {
-    /// The endpoint's base URL.
-    pub endpoint: String,
-    /// Counter values by name; a counter the server does not have is absent.
-    pub counters: std::collections::BTreeMap<String, f64>,
 }
 
 /// Where an output's token counts came from, for an engine that does not count them itself (an
@@ -700,7 +636,7 @@ impl std::fmt::Debug for TimedEngine {
 }
 
 impl<E: Engine + ?Sized> Engine for Box<E> {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+    fn start(&mut self) -> Result<Started, EngineError> {
         (**self).start()
     }
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -711,8 +647,5 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     }
     fn clock_domain(&self) -> ClockDomain {
         (**self).clock_domain()
-    }
-    fn concurrent(&self) -> Option<std::sync::Arc<dyn ConcurrentEngine>> {
-        (**self).concurrent()
     }
 }

@@ -1,5 +1,5 @@
 //! The server's own view of a benchmark: the deltas of its counters (Prometheus `/metrics`,
-//! through `engine::ConcurrentEngine::server_counters`) between the benchmark's start and its end.
+//! through `engine::Concurrent::counters`) between the benchmark's start and its end.
 //!
 //! A run takes the counters before and after each benchmark; [`server_deltas`] subtracts them,
 //! per endpoint. A counter that went down (the server restarted in between) has no delta: it is

@@ -12,9 +12,11 @@
 //! [`Driver::start`] is called once, before anything else; then, per step, repeatedly:
 //! [`Driver::poll_event`] until it returns `None` (a batch is always given before the outcomes of
 //! its requests), then [`Driver::submit`] or [`Driver::wait`] as the step asks, [`Driver::cancel`]
-//! on interruption, [`Driver::reconfigure`] between steps, [`Driver::server_counters`] before and
-//! after each step (the loop reports their deltas, the server's own view of the benchmark); and
-//! finally [`Driver::shutdown`] once, whatever happened before (at once after a failed start).
+//! on interruption, [`Driver::reconfigure`] between steps; and finally [`Driver::shutdown`] once,
+//! whatever happened before (at once after a failed start). The engine's capabilities are not the
+//! driver's: its start hands them out ([`Started`]), and the session gives the loop what it uses,
+//! the servers' counters, read before and after each step (the loop reports their deltas, the
+//! server's own view of the benchmark).
 
 use std::time::{Duration, Instant};
 
@@ -26,7 +28,9 @@ pub(super) use super::schedule::Segment;
 use super::schedule::{ScheduledStep, StepSchedule};
 use super::step::{Action, Finished, StepRun};
 use crate::batcher::{BatchConfig, BatchRun, ConfigError, Outcome, RequestError};
-use crate::engine::{ClockDomain, EngineError, EngineInfo, EngineRequest, RequestId, RequestPrep, ServerCounters};
+use crate::engine::{
+    ClockDomain, EngineError, EngineInfo, EngineRequest, ReadCounters, RequestId, RequestPrep, Started,
+};
 use crate::metrics::result::{BenchmarkResult, MatrixPoint};
 use crate::metrics::server::server_deltas;
 use crate::report::RequestsJsonl;
@@ -51,8 +55,9 @@ pub struct Stalled;
 
 /// How time passes and where requests go; see the module docs for the calling order.
 pub trait Driver {
-    /// Loads the engine and says what it is. Called once, before anything else.
-    fn start(&mut self) -> Result<EngineInfo, EngineError>;
+    /// Loads the engine: what it is and what else it can do, as its start handed them out. Called
+    /// once, before anything else.
+    fn start(&mut self) -> Result<Started, EngineError>;
     /// The driver's current time.
     fn now(&self) -> Timestamp;
     /// The clock of the engine's `*_ts` stats.
@@ -72,11 +77,6 @@ pub trait Driver {
     /// Takes new batching settings between benchmarks, with nothing queued or running (a
     /// `[matrix]` run's next combination, an engine session's next run); the engine stays loaded.
     fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError>;
-    /// The servers' own counters now (`engine::ConcurrentEngine::server_counters`: their
-    /// Prometheus `/metrics`), one entry per endpoint that has them; empty for an engine without
-    /// servers. Read before and after each step, never during one (it may take a request per
-    /// endpoint).
-    fn server_counters(&self) -> Vec<ServerCounters>;
     /// Whether time is virtual: the loop never waits in real time, so requests may be made
     /// ahead on another thread (they take nothing from an engine's real time).
     fn virtual_time(&self) -> bool {
@@ -109,7 +109,7 @@ fn kv_block_size(info: &EngineInfo) -> u32 {
 
 /// Loads the engine and says what it is ([`Driver::start`]), shown on the display. A failed start
 /// shuts the driver down at once: the engine is unusable, and the driver is shut down only once.
-pub(super) fn start_engine(driver: &mut dyn Driver, progress: &mut Progress) -> Result<EngineInfo, EngineError> {
+pub(super) fn start_engine(driver: &mut dyn Driver, progress: &mut Progress) -> Result<Started, EngineError> {
     progress.engine_step("loading engine");
     driver.start().inspect_err(|_| {
         if let Err(e) = driver.shutdown() {
@@ -147,7 +147,7 @@ pub(super) struct Steps {
 }
 
 /// Runs every step of every segment on `driver`, whose engine is started (`engine` is what it said
-/// about itself), `repeats` times (at least once), in the order of the [`StepSchedule`]. Before a
+/// about itself; `counters` read its servers' counters, where it has them), `repeats` times (at least once), in the order of the [`StepSchedule`]. Before a
 /// step whose segment has other `[batching]` than the batcher, the batcher takes it while idle
 /// ([`Driver::reconfigure`]); the engine stays loaded. Starting and stopping the engine is the
 /// caller's ([`start_engine`], [`stop_engine`]), so several runs can share one engine start.
@@ -155,6 +155,7 @@ pub(super) fn run_steps(
     segments: &[Segment<'_>],
     driver: &mut dyn Driver,
     engine: &EngineInfo,
+    counters: Option<ReadCounters>,
     carried: &mut Carried,
     sinks: Sinks<'_>,
     repeats: u32,
@@ -165,6 +166,7 @@ pub(super) fn run_steps(
         anchor: Some(driver.wall_anchor()),
         block_size: kv_block_size(engine),
         driver,
+        counters,
         jsonl,
         progress,
         interrupt,
@@ -212,6 +214,8 @@ pub(super) fn run_steps(
 /// step to the next.
 struct StepLoop<'d, 's> {
     driver: &'d mut dyn Driver,
+    /// Reads the engine's servers' counters, where it has them.
+    counters: Option<ReadCounters>,
     jsonl: Option<&'s mut RequestsJsonl>,
     progress: &'s mut Progress,
     interrupt: &'s Interrupt,
@@ -249,6 +253,13 @@ impl StepLoop<'_, '_> {
         self.last_status.is_none_or(|t| t.elapsed() >= STATUS_EVERY)
     }
 
+    /// The servers' own counters now, one entry per endpoint that has them; empty for an engine
+    /// without servers. Read before and after each step, never during one (it may take a request
+    /// per endpoint).
+    fn server_counters(&self) -> Vec<crate::engine::ServerCounters> {
+        self.counters.as_ref().map(|read| read()).unwrap_or_default()
+    }
+
     /// Runs one benchmark to its end: the step asks, the driver submits and waits, events go back
     /// to the step, its rows to requests.jsonl and its status to the display. The servers'
     /// counters are read before its clock starts and after it ends; their deltas are its
@@ -271,7 +282,7 @@ impl StepLoop<'_, '_> {
         mut ahead: Option<RequestsAhead>,
     ) -> Result<Finished, RunError> {
         let segment = scheduled.segment;
-        let counters_before = self.driver.server_counters();
+        let counters_before = self.server_counters();
         let mut run = self.start_step(scheduled)?;
         loop {
             self.take_events(&mut run)?;
@@ -318,7 +329,7 @@ impl StepLoop<'_, '_> {
         let now = self.driver.now();
         self.progress.benchmark_done(&run.status(now));
         let mut finished = run.finish(now);
-        finished.result.server = server_deltas(&counters_before, &self.driver.server_counters());
+        finished.result.server = server_deltas(&counters_before, &self.server_counters());
         if let Some(j) = self.jsonl.as_deref_mut() {
             finished.records.iter().try_for_each(|record| j.write(record))?;
         }
@@ -398,11 +409,12 @@ pub(crate) fn mark_pareto_front(benchmarks: &mut [BenchmarkResult]) {
 
 #[cfg(test)]
 mod tests {
-    use std::cell::Cell;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
 
     use super::*;
-    use crate::engine::{Engine, EngineOutput, FinishReason, VirtualTimeEngine};
+    use crate::engine::{Engine, EngineOutput, FinishReason, ServerCounters, VirtualTimeEngine};
     use crate::loadgen::Workload;
     use crate::run::progress::{ProgressMode, Screen};
     use crate::run::virtual_driver::VirtualTimeDriver;
@@ -416,8 +428,8 @@ mod tests {
     }
 
     impl Engine for Quick {
-        fn start(&mut self) -> Result<EngineInfo, EngineError> {
-            Ok(EngineInfo::new("quick", "0"))
+        fn start(&mut self) -> Result<Started, EngineError> {
+            Ok(EngineInfo::new("quick", "0").into())
         }
         fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<crate::engine::EngineOutput>, EngineError> {
             self.clock.sleep(Duration::from_millis(5));
@@ -449,28 +461,31 @@ mod tests {
 
     /// Runs `plan`'s steps on `driver` through the one step loop, and returns the benchmarks.
     fn run_on(driver: &mut dyn Driver, plan: &Plan) -> Vec<BenchmarkResult> {
+        run_with_counters(driver, plan, None)
+    }
+
+    /// [`run_on`], the servers' counters read by `counters`.
+    fn run_with_counters(driver: &mut dyn Driver, plan: &Plan, counters: Option<ReadCounters>) -> Vec<BenchmarkResult> {
         let workload = Workload::from_plan(plan.workload()).unwrap();
-        let info = driver.start().unwrap();
+        let info = driver.start().unwrap().info;
         let mut carried = Carried { batching: plan.batching().clone(), next_request: 0 };
         let mut progress = Progress::new(ProgressMode::Off, &Screen::stderr());
         let interrupt = Interrupt::never();
         let sinks = Sinks { jsonl: None, progress: &mut progress, interrupt: &interrupt };
         let segments = [Segment { plan, workload: &workload, label: None }];
-        let steps = run_steps(&segments, driver, &info, &mut carried, sinks, 1).unwrap();
+        let steps = run_steps(&segments, driver, &info, counters, &mut carried, sinks, 1).unwrap();
         driver.shutdown().unwrap();
         steps.benchmarks
     }
 
-    /// A client whose every submit takes `submit_cost` of (virtual) time, and whose servers'
-    /// counters grow by 100 prompt tokens at every reading.
+    /// A client whose every submit takes `submit_cost` of (virtual) time.
     struct SlowClient<D> {
         inner: D,
         submit_cost: Duration,
-        readings: Cell<u32>,
     }
 
     impl<D: Driver> Driver for SlowClient<D> {
-        fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        fn start(&mut self) -> Result<Started, EngineError> {
             self.inner.start()
         }
         fn now(&self) -> Timestamp {
@@ -502,19 +517,13 @@ mod tests {
         fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError> {
             self.inner.reconfigure(config)
         }
-        fn server_counters(&self) -> Vec<ServerCounters> {
-            let n = self.readings.get();
-            self.readings.set(n + 1);
-            let counters = [("prompt_tokens".to_owned(), f64::from(n) * 100.0)].into();
-            vec![ServerCounters { endpoint: "http://127.0.0.1:8000".into(), counters }]
-        }
         fn shutdown(&mut self) -> Result<(), EngineError> {
             self.inner.shutdown()
         }
     }
 
     fn slow(submit_cost: Duration) -> SlowClient<VirtualTimeDriver<Quick>> {
-        SlowClient { inner: quick(), submit_cost, readings: Cell::new(0) }
+        SlowClient { inner: quick(), submit_cost }
     }
 
     #[test]
@@ -538,8 +547,16 @@ mod tests {
 
     #[test]
     fn server_counters_are_read_around_each_step_and_reported_as_deltas() {
-        let mut driver = slow(Duration::ZERO);
-        let benchmarks = run_on(&mut driver, &scenario(&[100.0, 200.0]).build().unwrap());
+        // Servers whose counters grow by 100 prompt tokens at every reading.
+        let readings = Arc::new(AtomicU32::new(0));
+        let r = readings.clone();
+        let counters: ReadCounters = Arc::new(move || {
+            let n = r.fetch_add(1, Ordering::SeqCst);
+            let counters = [("prompt_tokens".to_owned(), f64::from(n) * 100.0)].into();
+            vec![ServerCounters { endpoint: "http://127.0.0.1:8000".into(), counters }]
+        });
+        let benchmarks =
+            run_with_counters(&mut slow(Duration::ZERO), &scenario(&[100.0, 200.0]).build().unwrap(), Some(counters));
         assert_eq!(benchmarks.len(), 2);
         for b in &benchmarks {
             let [delta] = b.server.as_slice() else { panic!("one endpoint: {:?}", b.server) };
@@ -547,7 +564,7 @@ mod tests {
             // Read once before and once after: 100 more each time.
             assert_eq!(delta.counters.get("prompt_tokens"), Some(&100.0), "{}", b.name);
         }
-        assert_eq!(driver.readings.get(), 4, "before and after each of the two steps");
+        assert_eq!(readings.load(Ordering::SeqCst), 4, "before and after each of the two steps");
         // A virtual-time engine has no servers: nothing is reported.
         assert!(run_on(&mut quick(), &scenario(&[100.0]).build().unwrap())[0].server.is_empty());
     }

@@ -13,7 +13,7 @@ use crate::scenario::plan::EnginePlan;
 use crate::scenario::plan::Plan;
 
 /// The built-in engines, by [`EnginePlan::kind`], that run one generate at a time: they have no
-/// concurrent face (`Engine::concurrent`), so `batching.max_in_flight` above 1 cannot run on them.
+/// concurrent face (`Started::concurrent`), so `batching.max_in_flight` above 1 cannot run on them.
 /// An engine kind not listed here (an HTTP engine) is left to its start to judge.
 const ONE_GENERATE_AT_A_TIME: &[&str] = &["sim", "vllm", "python"];
 

@@ -15,9 +15,7 @@ use super::interrupt::{Interrupt, WakerGuard};
 use crate::batcher::{
     BatchConfig, BatchRun, Batcher, ConfigError, FlushReason, Outcome, OutcomeSink, RequestError, StepPhases,
 };
-use crate::engine::{
-    ClockDomain, ConcurrentEngine, Engine, EngineError, EngineInfo, EngineRequest, RequestId, ServerCounters,
-};
+use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId, Started, TakeSteps};
 use crate::time::{Clock, MonotonicClock, Timestamp, WallAnchor};
 
 /// What the channel carries.
@@ -54,9 +52,9 @@ pub(super) struct RealTimeDriver {
     hand_overs_count: Arc<AtomicBool>,
 }
 
-/// The face that reports an engine's steps, and the next step's number.
+/// Where an engine's steps are taken from, and the next step's number.
 struct EngineSteps {
-    face: Arc<dyn ConcurrentEngine>,
+    take: TakeSteps,
     next_id: u64,
 }
 
@@ -186,7 +184,7 @@ impl RealTimeDriver {
     /// a step is recorded before the outcomes it produced are delivered.
     fn take_steps(&mut self) {
         let Some(steps) = &mut self.steps else { return };
-        let Some(taken) = steps.face.take_steps() else { return };
+        let taken = (steps.take)();
         let mut batches: Vec<Message> = taken
             .into_iter()
             .map(|step| {
@@ -209,19 +207,18 @@ impl RealTimeDriver {
 }
 
 impl Driver for RealTimeDriver {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+    fn start(&mut self) -> Result<Started, EngineError> {
         let info = self.batcher.preload().map_err(|e| match e {
             RequestError::StartFailed(m) => EngineError::Start(m),
             other => EngineError::Start(other.to_string()),
         })?;
         self.guard.started(&self.batcher, &info);
-        if let Some(face) = self.batcher.concurrent_engine()
-            && face.take_steps().is_some()
-        {
+        let concurrent = self.batcher.concurrent_engine();
+        if let Some(take) = concurrent.as_ref().and_then(|c| c.steps.clone()) {
             self.hand_overs_count.store(false, Ordering::SeqCst);
-            self.steps = Some(EngineSteps { face, next_id: 0 });
+            self.steps = Some(EngineSteps { take, next_id: 0 });
         }
-        Ok(info)
+        Ok(Started { info, concurrent })
     }
 
     fn now(&self) -> Timestamp {
@@ -275,10 +272,6 @@ impl Driver for RealTimeDriver {
         self.batcher.reconfigure(config)
     }
 
-    fn server_counters(&self) -> Vec<ServerCounters> {
-        self.batcher.concurrent_engine().map(|engine| engine.server_counters()).unwrap_or_default()
-    }
-
     fn shutdown(&mut self) -> Result<(), EngineError> {
         self.guard.stand_down();
         shutdown_bounded(&self.batcher)
@@ -288,45 +281,50 @@ impl Driver for RealTimeDriver {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use super::*;
-    use crate::engine::{ConcurrentEngine, EngineOutput, FinishReason, GenerateDone};
+    use crate::engine::faults::{FaultTrigger, Faults, FaultyEngine};
+    use crate::engine::{
+        Concurrent, ConcurrentEngine, EngineOutput, EngineStep, FinishReason, GenerateDone, ServerCounters,
+    };
 
-    /// The concurrent face of [`Remote`]: answers at once; its one server has counted 7 prompt
-    /// tokens.
+    fn answer(batch: &[EngineRequest]) -> Vec<EngineOutput> {
+        batch.iter().map(|r| EngineOutput::new(Some(r.id), FinishReason::Length)).collect()
+    }
+
+    /// The concurrent face of [`Remote`]: answers at once.
     struct Face;
 
     impl ConcurrentEngine for Face {
         fn generate(&self, batch: Vec<EngineRequest>, done: GenerateDone) {
-            done(Ok(batch.iter().map(|r| EngineOutput::new(Some(r.id), FinishReason::Length)).collect()));
-        }
-        fn server_counters(&self) -> Vec<ServerCounters> {
-            let counters = [("prompt_tokens".to_owned(), 7.0)].into();
-            vec![ServerCounters { endpoint: "http://127.0.0.1:9".into(), counters }]
+            done(Ok(answer(&batch)));
         }
     }
 
-    /// An engine with a concurrent face, whose start succeeds unless told otherwise.
+    /// An engine with a concurrent face whose one server has counted 7 prompt tokens, and whose
+    /// start succeeds unless told otherwise.
     struct Remote {
         start_fails: bool,
     }
 
     impl Engine for Remote {
-        fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        fn start(&mut self) -> Result<Started, EngineError> {
             if self.start_fails {
-                Err(EngineError::Start("refused".into()))
-            } else {
-                Ok(EngineInfo::new("remote", "0"))
+                return Err(EngineError::Start("refused".into()));
             }
+            let counters = Arc::new(|| {
+                let counters = [("prompt_tokens".to_owned(), 7.0)].into();
+                vec![ServerCounters { endpoint: "http://127.0.0.1:9".into(), counters }]
+            });
+            let concurrent = Concurrent { counters: Some(counters), ..Concurrent::new(Arc::new(Face)) };
+            Ok(Started { info: EngineInfo::new("remote", "0"), concurrent: Some(concurrent) })
         }
         fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
-            Ok(batch.iter().map(|r| EngineOutput::new(Some(r.id), FinishReason::Length)).collect())
+            Ok(answer(batch))
         }
         fn shutdown(&mut self) -> Result<(), EngineError> {
             Ok(())
-        }
-        fn concurrent(&self) -> Option<Arc<dyn ConcurrentEngine>> {
-            Some(Arc::new(Face))
         }
     }
 
@@ -337,9 +335,8 @@ mod tests {
     #[test]
     fn server_counters_come_from_the_started_engines_concurrent_face() {
         let mut d = driver(false);
-        assert!(d.server_counters().is_empty(), "not started: no face yet");
-        d.start().unwrap();
-        let counters = d.server_counters();
+        let started = d.start().unwrap();
+        let counters = (started.concurrent.and_then(|c| c.counters).expect("the face's counters"))();
         assert_eq!(counters.len(), 1);
         assert_eq!(
             (counters[0].endpoint.as_str(), counters[0].counters.get("prompt_tokens")),
@@ -349,7 +346,126 @@ mod tests {
 
         let mut failed = driver(true);
         assert!(failed.start().is_err());
-        assert!(failed.server_counters().is_empty(), "a failed start gives no face");
         failed.shutdown().unwrap();
+    }
+
+    /// What [`Stepping`]'s face has run: a step per hand-over, taken by the run.
+    type StepLog = Arc<Mutex<Vec<EngineStep>>>;
+
+    /// The face of an engine that batches by itself and runs here (vLLM with continuous
+    /// admission): each hand-over is one step, recorded before its answer, or, when `frozen`,
+    /// never answered (nor stepped): only the stall watch can fail it.
+    struct SteppingFace {
+        steps: StepLog,
+        frozen: bool,
+        held: Mutex<Vec<GenerateDone>>,
+    }
+
+    impl ConcurrentEngine for SteppingFace {
+        fn generate(&self, batch: Vec<EngineRequest>, done: GenerateDone) {
+            if self.frozen {
+                self.held.lock().unwrap().push(done);
+                return;
+            }
+            let at = MonotonicClock::read();
+            self.steps.lock().unwrap().push(EngineStep::new(at, at, batch.len() as u32, 0));
+            done(Ok(answer(&batch)));
+        }
+    }
+
+    struct Stepping {
+        face: Arc<SteppingFace>,
+    }
+
+    impl Stepping {
+        fn new(frozen: bool) -> Self {
+            Stepping { face: Arc::new(SteppingFace { steps: StepLog::default(), frozen, held: Mutex::default() }) }
+        }
+    }
+
+    impl Engine for Stepping {
+        fn start(&mut self) -> Result<Started, EngineError> {
+            let steps = self.face.steps.clone();
+            let concurrent = Concurrent {
+                runs_here: true,
+                steps: Some(Arc::new(move || std::mem::take(&mut *steps.lock().unwrap()))),
+                ..Concurrent::new(self.face.clone())
+            };
+            Ok(Started { info: EngineInfo::new("stepping", "0"), concurrent: Some(concurrent) })
+        }
+        fn generate(&mut self, _: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
+            unreachable!("with max_in_flight > 1 every batch goes to the concurrent face")
+        }
+        fn shutdown(&mut self) -> Result<(), EngineError> {
+            // A frozen face's held generates end with the engine.
+            let held = std::mem::take(&mut *self.face.held.lock().unwrap());
+            held.into_iter().for_each(|done| done(Err(EngineError::Generate("shut down".into()))));
+            Ok(())
+        }
+    }
+
+    /// `engine` under two layers of faults, each with a key that leaves every batch intact (a
+    /// slow factor of 1: held back for no time).
+    fn twice_faulty<E: Engine>(engine: E) -> FaultyEngine<FaultyEngine<E>> {
+        let faults = Faults { slow: FaultTrigger::every(1), slow_factor: 1.0, ..Faults::default() };
+        let clock: Arc<dyn Clock> = Arc::new(MonotonicClock);
+        FaultyEngine::new(FaultyEngine::new(engine, faults.clone(), 1, clock.clone()), faults, 2, clock)
+    }
+
+    fn in_flight(n: usize) -> BatchConfig {
+        BatchConfig::new(1, Duration::from_millis(1)).unwrap().with_max_in_flight(n).unwrap()
+    }
+
+    /// Issue 36, item 1: the steps of an engine that batches by itself reach the run through any
+    /// stack of wrappers: through two fault layers, the run counts the engine's steps as its
+    /// batches, not the batcher's hand-overs.
+    #[test]
+    fn the_steps_reach_the_run_through_two_fault_layers() {
+        let mut d =
+            RealTimeDriver::new(twice_faulty(Stepping::new(false)), in_flight(2), &Interrupt::never(), false, true);
+        let started = d.start().unwrap();
+        assert!(started.concurrent.as_ref().is_some_and(|c| c.runs_here && c.steps.is_some()));
+        let ids: Vec<RequestId> = (0..3).map(|_| d.submit(EngineRequest::tokens(vec![1; 4], 2)).unwrap()).collect();
+        let (mut batches, mut outcomes) = (Vec::new(), 0);
+        while outcomes < ids.len() {
+            match d.poll_event() {
+                Some(DriverEvent::Batch(b)) => batches.push(b),
+                Some(DriverEvent::Outcome(..)) => outcomes += 1,
+                None => d.wait(None).unwrap(),
+            }
+        }
+        assert_eq!(batches.len(), 3, "one step per hand-over: {batches:?}");
+        assert!(batches.iter().all(|b| b.reason == FlushReason::Step && b.size == 1), "{batches:?}");
+        assert_eq!(batches.iter().map(|b| b.id).collect::<Vec<_>>(), [0, 1, 2], "numbered as the run's steps");
+        d.shutdown().unwrap();
+    }
+
+    /// A clock that moves 400 ms forward at every reading: a stall limit passes after a few
+    /// readings, whatever the machine's speed.
+    #[derive(Default)]
+    struct Ticking(std::sync::atomic::AtomicU64);
+
+    impl Clock for Ticking {
+        fn now(&self) -> Timestamp {
+            let step = Duration::from_millis(400).as_nanos() as u64;
+            Timestamp::from_nanos(self.0.fetch_add(step, Ordering::SeqCst) + step)
+        }
+        fn sleep(&self, _: Duration) {}
+    }
+
+    /// Issue 36, item 1: `runs_here` reaches the batcher through any stack of wrappers, so the
+    /// stall watch applies with several batches in flight: a frozen engine (its generate never
+    /// answers, its CPU time never moves) under two fault layers is failed as stalled. Had
+    /// `runs_here` been lost on the way, nothing would answer the request.
+    #[test]
+    fn the_stall_watch_applies_through_two_fault_layers() {
+        let config = in_flight(2).with_stall_timeout(Some(Duration::from_secs(1))).unwrap();
+        let b = Batcher::spawn(twice_faulty(Stepping::new(true)), config, Arc::new(Ticking::default()));
+        b.preload().unwrap();
+        b.set_progress_probe(Arc::new(|| Some(Duration::ZERO)));
+        let ticket = b.submit(EngineRequest::tokens(vec![1; 4], 2)).unwrap();
+        let outcome = ticket.wait_timeout(Duration::from_secs(60)).map_err(|_| "nothing answered the frozen generate");
+        assert!(matches!(outcome.unwrap(), Err(RequestError::EngineStalled { batch_size: 1, .. })));
+        b.shutdown().unwrap();
     }
 }

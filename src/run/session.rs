@@ -27,7 +27,7 @@ use super::realtime::RealTimeDriver;
 use super::virtual_driver::VirtualTimeDriver;
 use super::{Interrupt, RunError, RunOptions, RunResult, RunSummary};
 use crate::engine::faults::{Faults, FaultyEngine};
-use crate::engine::{EngineInfo, TimedEngine};
+use crate::engine::{EngineInfo, Started, TimedEngine};
 use crate::loadgen::Workload;
 use crate::report::{MachineProbe, RequestsJsonl, write_csv, write_html, write_json};
 use crate::scenario::plan::{EnginePlan, Plan, ProfileSpec, WorkloadSpec};
@@ -63,7 +63,8 @@ pub struct EngineSession {
 enum EngineState {
     /// Not yet started: the first run starts it.
     Idle,
-    Started(EngineInfo),
+    /// Started: what it is and what else it can do, handed to each run's loop.
+    Started(Started),
     /// Its start failed (it is shut down): every run reports this error.
     FailedToStart(String),
     Stopped,
@@ -214,14 +215,18 @@ impl EngineSession {
         let mut progress = Progress::new(options.progress, &options.screen);
         if let EngineState::Idle = self.engine {
             self.engine = match start_engine(self.driver.as_mut(), &mut progress) {
-                Ok(info) => EngineState::Started(info),
+                Ok(started) => EngineState::Started(started),
                 Err(e) => EngineState::FailedToStart(e.to_string()),
             };
         }
         let result = match &self.engine {
-            EngineState::Started(info) => {
+            EngineState::Started(Started { info, concurrent }) => {
                 let sinks = Sinks { jsonl: jsonl.as_mut(), progress: &mut progress, interrupt: &self.interrupt };
-                let steps = run_steps(&segments, self.driver.as_mut(), info, &mut self.carried, sinks, options.repeat);
+                // The engine's capabilities are the session's to give: the loop reads the servers'
+                // counters around each step.
+                let counters = concurrent.as_ref().and_then(|c| c.counters.clone());
+                let driver = self.driver.as_mut();
+                let steps = run_steps(&segments, driver, info, counters, &mut self.carried, sinks, options.repeat);
                 steps.map(|s| (info.clone(), s.benchmarks, s.interrupted, s.incomplete, None))
             }
             // A report all the same, marked incomplete, with the error: a failed start is a result.
@@ -355,12 +360,12 @@ mod tests {
     }
 
     impl Engine for Recorder {
-        fn start(&mut self) -> Result<EngineInfo, EngineError> {
+        fn start(&mut self) -> Result<Started, EngineError> {
             self.note("start".into());
             if self.fail_start {
                 return Err(EngineError::Start("no model".into()));
             }
-            Ok(EngineInfo { name: "recorder".into(), version: "1".into(), ..Default::default() })
+            Ok(EngineInfo { name: "recorder".into(), version: "1".into(), ..Default::default() }.into())
         }
         fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
             let ids: Vec<String> = batch.iter().map(|r| r.id.to_string()).collect();

@@ -7,8 +7,7 @@ use super::driver::{Driver, DriverEvent, Stalled};
 use crate::batcher::virtual_time::VirtualTimeBatcher;
 use crate::batcher::{BatchConfig, BatchRun, ConfigError, RequestError};
 use crate::engine::{
-    ClockDomain, Engine, EngineError, EngineInfo, EngineRequest, RequestId, RequestPrep, ServerCounters,
-    VirtualTimeEngine,
+    ClockDomain, Engine, EngineError, EngineRequest, RequestId, RequestPrep, Started, VirtualTimeEngine,
 };
 use crate::time::{Timestamp, VirtualClock, WallAnchor};
 
@@ -37,8 +36,9 @@ impl<E: VirtualTimeEngine> VirtualTimeDriver<E> {
 }
 
 impl<E: Engine> Driver for VirtualTimeDriver<E> {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        self.inner.start()
+    /// One generate at a time: no concurrent face, nor anything that comes with one.
+    fn start(&mut self) -> Result<Started, EngineError> {
+        self.inner.start().map(Started::blocking)
     }
 
     fn now(&self) -> Timestamp {
@@ -91,11 +91,6 @@ impl<E: Engine> Driver for VirtualTimeDriver<E> {
 
     fn reconfigure(&mut self, config: BatchConfig) -> Result<(), ConfigError> {
         self.inner.reconfigure(config)
-    }
-
-    /// A virtual-time engine has no servers to ask.
-    fn server_counters(&self) -> Vec<ServerCounters> {
-        Vec::new()
     }
 
     fn shutdown(&mut self) -> Result<(), EngineError> {

@@ -62,7 +62,8 @@ impl BatchConfig {
 
     /// Up to this many batches in flight at once (`batching.max_in_flight`, at least 1; 1 is the
     /// default and runs one generate at a time). More than 1 needs an engine with a concurrent
-    /// face ([`Engine::concurrent`](crate::engine::Engine::concurrent)): an HTTP engine.
+    /// face ([`Started::concurrent`](crate::engine::Started::concurrent)): an HTTP engine, vLLM
+    /// with continuous admission.
     pub fn with_max_in_flight(mut self, n: usize) -> Result<Self, ConfigError> {
         if n == 0 {
             return Err(ConfigError::ZeroMaxInFlight);

@@ -8,7 +8,7 @@ use super::super::error::ConfigError;
 use super::super::lifecycle::State;
 use super::delivery::{Delivery, DoneGuard};
 use super::{Cv, Shared};
-use crate::engine::{ConcurrentEngine, Engine, EngineError, GenerateDone};
+use crate::engine::{ConcurrentEngine, Engine, EngineError, GenerateDone, Started};
 use crate::sync::Arc;
 use crate::sync::atomic::AtomicBool;
 
@@ -23,26 +23,20 @@ pub(super) fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
         let starting = matches!(locked.guard.core.state(), State::Starting | State::StartingThenDrain);
         if starting && locked.guard.start_result.is_none() {
             drop(locked);
-            let started = catch_engine_panic(|| {
-                engine.start().map(|info| {
-                    let face = engine.concurrent();
-                    let runs_here = face.as_ref().is_some_and(|f| f.runs_here());
-                    (info, face, runs_here)
-                })
-            })
-            .unwrap_or_else(|p| Err(EngineError::Start(format!("start panicked: {}", panic_message(&*p)))));
+            let started = catch_engine_panic(|| engine.start())
+                .unwrap_or_else(|p| Err(EngineError::Start(format!("start panicked: {}", panic_message(&*p)))));
             locked = shared.lock();
             let now = shared.clock.now();
-            let result = started.and_then(|(info, face, runs_here)| {
+            let result = started.and_then(|Started { info, concurrent }| {
                 let max_in_flight = locked.guard.core.config().max_in_flight();
                 // Started, but it cannot take the batching asked for: a failed start (its shutdown
                 // still runs, when the batcher shuts down).
-                if max_in_flight > 1 && face.is_none() {
+                if max_in_flight > 1 && concurrent.is_none() {
                     let refusal = ConfigError::NotConcurrent { max_in_flight, engine: info.name.clone() };
                     return Err(EngineError::Start(refusal.to_string()));
                 }
-                locked.guard.core.set_engine_runs_here(runs_here);
-                locked.guard.concurrent = face;
+                locked.guard.core.set_engine_runs_here(concurrent.as_ref().is_some_and(|c| c.runs_here));
+                locked.guard.concurrent = concurrent;
                 locked.guard.engine_name = Some(info.name.clone());
                 Ok(info)
             });

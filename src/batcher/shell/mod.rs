@@ -55,7 +55,9 @@ use self::watchdog::watchdog_thread;
 use super::core::{BatchConfig, BatchRun, BatcherCore, IdMap, Outcome};
 use super::error::{ConfigError, RequestError};
 use super::lifecycle::State;
-use crate::engine::{ConcurrentEngine, Engine, EngineDeath, EngineError, EngineInfo, EngineRequest, RequestId};
+use crate::engine::{
+    Concurrent, ConcurrentEngine, Engine, EngineDeath, EngineError, EngineInfo, EngineRequest, RequestId,
+};
 use crate::sync::{self, Arc, Condvar, Level, Mutex, MutexGuard};
 use crate::time::{Clock, Timestamp};
 
@@ -109,9 +111,9 @@ struct Inner {
     /// The engine thread's kernel thread id, once it runs: an in-process engine's CPU time is
     /// its thread's.
     engine_tid: Option<i32>,
-    /// The started engine's concurrent face, from its start to its shutdown; `None` when it runs
-    /// one generate at a time. Used while `max_in_flight > 1`.
-    concurrent: Option<std::sync::Arc<dyn ConcurrentEngine>>,
+    /// The started engine's concurrent face and its capabilities, from its start to its shutdown;
+    /// `None` when it runs one generate at a time. The face is used while `max_in_flight > 1`.
+    concurrent: Option<Concurrent>,
     /// The started engine's name, from its start to its shutdown, for the refusal of a
     /// `max_in_flight` it cannot take.
     engine_name: Option<String>,
@@ -121,7 +123,7 @@ impl Inner {
     /// The face to hand batches to: the engine's concurrent one while `max_in_flight > 1`, else
     /// `None` (the engine thread calls `generate` itself, one batch at a time).
     fn concurrent_face(&self) -> Option<std::sync::Arc<dyn ConcurrentEngine>> {
-        self.concurrent.clone().filter(|_| self.core.config().max_in_flight() > 1)
+        self.concurrent.as_ref().filter(|_| self.core.config().max_in_flight() > 1).map(|c| c.face.clone())
     }
 
     /// Whether a state change must wake the waiting engine thread: it waits until woken, the
@@ -402,10 +404,11 @@ impl Batcher {
         self.shared.lock().guard.core.state()
     }
 
-    /// The started engine's concurrent face ([`Engine::concurrent`]), for reading the servers'
-    /// counters between benchmarks: `None` before the engine started, after its shutdown, or when
-    /// it runs one generate at a time.
-    pub fn concurrent_engine(&self) -> Option<std::sync::Arc<dyn ConcurrentEngine>> {
+    /// The started engine's concurrent face and its capabilities, as its start handed them out
+    /// ([`crate::engine::Started::concurrent`]): the servers' counters and the engine's own steps
+    /// for the run. `None` before the engine started, after its shutdown, or when it runs one
+    /// generate at a time.
+    pub fn concurrent_engine(&self) -> Option<Concurrent> {
         let locked = self.shared.lock();
         let face = locked.guard.concurrent.clone();
         self.shared.release_and_notify(locked, false);

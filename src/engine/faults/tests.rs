@@ -116,17 +116,15 @@ fn process_targets_match_vllm_argv0() {
 struct Echo;
 
 impl Engine for Echo {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("echo", "0"))
+    fn start(&mut self) -> Result<Started, EngineError> {
+        let info = crate::engine::EngineInfo::new("echo", "0");
+        Ok(Started { info, concurrent: Some(Concurrent::new(Arc::new(EchoConcurrent))) })
     }
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         Ok(echo(batch))
     }
     fn shutdown(&mut self) -> Result<(), EngineError> {
         Ok(())
-    }
-    fn concurrent(&self) -> Option<Arc<dyn ConcurrentEngine>> {
-        Some(Arc::new(EchoConcurrent))
     }
 }
 
@@ -165,10 +163,9 @@ fn the_concurrent_face_gets_the_same_faults_from_the_same_count() {
         ..Faults::default()
     };
     let mut e = FaultyEngine::new(Echo, faults, 1, Arc::new(clock.clone()));
-    e.start().unwrap();
+    let face = e.start().unwrap().concurrent.expect("the inner engine's face, wrapped").face;
     // Call 1 on the blocking face, then 2..=8 on the concurrent one: one count.
     assert_eq!(e.generate(&batch(2)).unwrap().len(), 2);
-    let face = e.concurrent().expect("the inner engine's face, wrapped");
     let mut seen = Vec::new();
     for _ in 2..=8 {
         let (result, calls) = concurrent_generate(&face, 4);
@@ -188,44 +185,41 @@ fn the_concurrent_face_gets_the_same_faults_from_the_same_count() {
 #[test]
 fn the_concurrent_face_panics_like_the_blocking_one_and_passes_through_when_inactive() {
     let mut quiet = FaultyEngine::new(Echo, Faults::default(), 1, Arc::new(VirtualClock::new()));
-    quiet.start().unwrap();
-    assert_eq!(concurrent_generate(&quiet.concurrent().unwrap(), 3).0.unwrap().len(), 3);
+    let face = quiet.start().unwrap().concurrent.unwrap().face;
+    assert_eq!(concurrent_generate(&face, 3).0.unwrap().len(), 3);
 
     let faults = Faults { panic: FaultTrigger::every(1), ..Faults::default() };
     let mut e = FaultyEngine::new(Echo, faults, 1, Arc::new(VirtualClock::new()));
-    e.start().unwrap();
-    let face = e.concurrent().unwrap();
+    let face = e.start().unwrap().concurrent.unwrap().face;
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| face.generate(batch(1), Box::new(|_| {}))));
     assert!(caught.is_err());
     // An engine without a concurrent face has none through the wrapper either.
-    let (sim, _) = engine(Faults { fail_batch: FaultTrigger::every(2), ..Faults::default() });
-    assert!(sim.concurrent().is_none());
+    let (sim, _) = SimEngine::virtual_time(SimConfig { seed: 1, ..SimConfig::default() });
+    let mut faulty = FaultyEngine::new(
+        sim,
+        Faults { fail_batch: FaultTrigger::every(2), ..Faults::default() },
+        1,
+        Arc::new(VirtualClock::new()),
+    );
+    assert!(faulty.start().unwrap().concurrent.is_none());
 }
 
-/// A concurrent face with every optional capability: it runs here, counts steps and has counters.
-struct CapableConcurrent;
-
-impl ConcurrentEngine for CapableConcurrent {
-    fn generate(&self, batch: Vec<EngineRequest>, done: GenerateDone) {
-        done(Ok(echo(&batch)));
-    }
-    fn server_counters(&self) -> Vec<ServerCounters> {
-        vec![ServerCounters { endpoint: "http://127.0.0.1:1".into(), ..ServerCounters::default() }]
-    }
-    fn runs_here(&self) -> bool {
-        true
-    }
-    fn take_steps(&self) -> Option<Vec<crate::engine::EngineStep>> {
-        let at = Timestamp::from_nanos(5);
-        Some(vec![crate::engine::EngineStep::new(at, at, 2, 3)])
-    }
-}
-
+/// An engine whose start hands out a face with every capability: it runs here, counts steps and
+/// has counters.
 struct Capable;
 
 impl Engine for Capable {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("capable", "0"))
+    fn start(&mut self) -> Result<Started, EngineError> {
+        let at = Timestamp::from_nanos(5);
+        let concurrent = Concurrent {
+            runs_here: true,
+            counters: Some(Arc::new(|| {
+                vec![crate::engine::ServerCounters { endpoint: "http://127.0.0.1:1".into(), ..Default::default() }]
+            })),
+            steps: Some(Arc::new(move || vec![crate::engine::EngineStep::new(at, at, 2, 3)])),
+            ..Concurrent::new(Arc::new(EchoConcurrent))
+        };
+        Ok(Started { info: crate::engine::EngineInfo::new("capable", "0"), concurrent: Some(concurrent) })
     }
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
         Ok(echo(batch))
@@ -233,22 +227,50 @@ impl Engine for Capable {
     fn shutdown(&mut self) -> Result<(), EngineError> {
         Ok(())
     }
-    fn concurrent(&self) -> Option<Arc<dyn ConcurrentEngine>> {
-        Some(Arc::new(CapableConcurrent))
-    }
 }
 
 /// Issue 36, item 1: with any `[faults]` key, vLLM's continuous admission lost its stall watch
-/// (`runs_here`) and counted hand-overs as batches (`take_steps`), because the faulty face
-/// forwarded only `server_counters`.
+/// (`runs_here`) and counted hand-overs as batches (the steps), because the faulty face forwarded
+/// only the counters. Now the capabilities are data the wrapper passes on: through two layers of
+/// faults, each replacing only the face, all of them come through, and the face is faulty.
 #[test]
 fn the_faulty_concurrent_face_keeps_every_capability_of_the_face_it_wraps() {
-    let faults = Faults { slow: FaultTrigger::every(5), ..Faults::default() };
-    let mut e = FaultyEngine::new(Capable, faults, 1, Arc::new(VirtualClock::new()));
-    e.start().unwrap();
-    let face = e.concurrent().expect("the wrapped face");
-    assert!(face.runs_here(), "runs_here passes through the fault layer");
-    let steps = face.take_steps().expect("the steps pass through the fault layer");
+    let faults = Faults { fail_batch: FaultTrigger::every(1), ..Faults::default() };
+    let once = FaultyEngine::new(
+        Capable,
+        Faults { slow: FaultTrigger::every(5), ..Faults::default() },
+        1,
+        Arc::new(VirtualClock::new()),
+    );
+    let mut e = FaultyEngine::new(once, faults, 1, Arc::new(VirtualClock::new()));
+    let c = e.start().unwrap().concurrent.expect("the wrapped face");
+    assert!(c.runs_here, "runs_here passes through the fault layers");
+    let steps = (c.steps.as_ref().expect("the steps pass through the fault layers"))();
     assert_eq!((steps.len(), steps[0].prefill, steps[0].decode), (1, 2, 3));
-    assert_eq!(face.server_counters().len(), 1, "the counters pass through");
+    assert_eq!((c.counters.as_ref().expect("the counters pass through"))().len(), 1);
+    assert!(concurrent_generate(&c.face, 2).0.is_err(), "the outer layer's fail_batch: the face is the wrapped one");
+}
+
+/// One decision serves both faces: the same call of the same faults decides the same, and the
+/// effect's hold is the slow factor's share of what the engine took.
+#[test]
+fn one_decision_and_one_effect_serve_both_faces() {
+    let faults = Faults {
+        short_output: FaultTrigger::every(2),
+        slow: FaultTrigger::every(3),
+        slow_factor: 4.0,
+        ..Faults::default()
+    };
+    let b = batch(3);
+    assert_eq!(
+        faults.decide(1, 1, &b),
+        Decision::Call(Effect { output: OutputFault::None, stranger: 3, slow_factor: None })
+    );
+    let Decision::Call(effect) = faults.decide(1, 6, &b) else { panic!("call 6 calls the engine") };
+    let (result, hold) = effect.apply(Ok(echo(&b)), Duration::from_millis(10));
+    assert_eq!((result.unwrap().len(), hold), (2, Some(Duration::from_millis(30))));
+    let panics = Faults { panic: FaultTrigger::every(1), fail_batch: FaultTrigger::every(1), ..Faults::default() };
+    assert_eq!(panics.decide(1, 7, &b), Decision::Panic { call: 7 }, "panic comes first");
+    let hangs = Faults { hang: FaultTrigger::every(1), hang_for: Duration::from_secs(2), ..Faults::default() };
+    assert!(matches!(hangs.decide(1, 1, &b), Decision::Refuse { hold: Some(d), .. } if d == Duration::from_secs(2)));
 }

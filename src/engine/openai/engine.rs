@@ -20,8 +20,8 @@ use super::scrape;
 use super::sse::SseParser;
 use super::stream::{ChoiceError, ChoiceResult, ResponseStream, StreamError, excerpt};
 use crate::engine::{
-    ConcurrentEngine, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, GenerateDone, Prompt,
-    RemoteError, RemoteErrorKind, ServerCounters,
+    Concurrent, ConcurrentEngine, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats,
+    GenerateDone, Prompt, RemoteError, RemoteErrorKind, ServerCounters, Started,
 };
 use crate::time::MonotonicClock;
 
@@ -43,10 +43,10 @@ const LISTING_BYTES: usize = 16 << 20;
 /// [`crate::engine::openai`]. Cheap to make: nothing connects before [`Engine::start`].
 pub struct OpenAiEngine {
     config: OpenAiConfig,
-    started: Option<Started>,
+    started: Option<Running>,
 }
 
-struct Started {
+struct Running {
     runtime: tokio::runtime::Runtime,
     shared: Arc<Shared>,
 }
@@ -197,7 +197,7 @@ impl Shared {
 }
 
 impl Engine for OpenAiEngine {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+    fn start(&mut self) -> Result<Started, EngineError> {
         if self.config.urls.is_empty() {
             return Err(EngineError::Start("`engine.openai.urls` is empty".into()));
         }
@@ -252,8 +252,16 @@ impl Engine for OpenAiEngine {
             let why = shared.scrub(unreachable.join("; "));
             return Err(EngineError::Start(format!("no endpoint of `engine.openai.urls` is reachable: {why}")));
         }
-        self.started = Some(Started { runtime, shared });
-        Ok(EngineInfo::new("openai", version.unwrap_or_else(|| "unknown".into())).with_processes(Vec::new()))
+        self.started = Some(Running { runtime, shared: shared.clone() });
+        let info = EngineInfo::new("openai", version.unwrap_or_else(|| "unknown".into())).with_processes(Vec::new());
+        // The concurrent face: each batch a task on the engine's runtime; the servers' counters
+        // from their `/metrics`.
+        let counters = shared.clone();
+        let concurrent = Concurrent {
+            counters: Some(Arc::new(move || server_counters(&counters))),
+            ..Concurrent::new(Arc::new(Face(shared)))
+        };
+        Ok(Started { info, concurrent: Some(concurrent) })
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {
@@ -270,11 +278,6 @@ impl Engine for OpenAiEngine {
         }
         Ok(())
     }
-
-    fn concurrent(&self) -> Option<Arc<dyn ConcurrentEngine>> {
-        let shared = self.started.as_ref()?.shared.clone();
-        Some(Arc::new(Concurrent(shared)))
-    }
 }
 
 impl Drop for OpenAiEngine {
@@ -286,9 +289,9 @@ impl Drop for OpenAiEngine {
 }
 
 /// The concurrent face: each batch a task on the engine's runtime.
-struct Concurrent(Arc<Shared>);
+struct Face(Arc<Shared>);
 
-impl ConcurrentEngine for Concurrent {
+impl ConcurrentEngine for Face {
     fn generate(&self, batch: Vec<EngineRequest>, done: GenerateDone) {
         let done = DoneOnce(Some(done));
         let shared = self.0.clone();
@@ -297,10 +300,6 @@ impl ConcurrentEngine for Concurrent {
             let result = run_batch(shared, batch).await;
             done.call(result);
         }));
-    }
-
-    fn server_counters(&self) -> Vec<ServerCounters> {
-        server_counters(&self.0)
     }
 }
 

@@ -25,7 +25,8 @@ use std::time::Duration;
 use super::interpreter::Session;
 use super::{PythonConfig, prepare_chat};
 use crate::engine::{
-    ConcurrentEngine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStep, GenerateDone, RequestId,
+    Concurrent, ConcurrentEngine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStep, GenerateDone,
+    RequestId,
 };
 use crate::time::MonotonicClock;
 
@@ -55,7 +56,7 @@ struct State {
     stop: bool,
     /// The engine died: every later hand-over fails with this.
     dead: Option<EngineError>,
-    /// What the steps served, since the last [`Continuous::take_steps`].
+    /// What the steps served, since they were last taken ([`Concurrent::steps`]).
     steps: Vec<EngineStep>,
 }
 
@@ -78,17 +79,6 @@ impl ConcurrentEngine for Face {
         state.handed.push((batch, done));
         drop(state);
         self.shared.wake.notify_all();
-    }
-
-    /// vLLM runs in this process (in-process) or in its EngineCore, both named in the start's
-    /// info: the stall watch judges them.
-    fn runs_here(&self) -> bool {
-        true
-    }
-
-    /// The steps that served a request since the last call: the batches of continuous admission.
-    fn take_steps(&self) -> Option<Vec<EngineStep>> {
-        Some(std::mem::take(&mut self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).steps))
     }
 }
 
@@ -130,9 +120,18 @@ impl Continuous {
         Ok((Continuous { shared, face, ended, thread: Some(thread) }, info))
     }
 
-    /// The face the batcher hands requests to.
-    pub(super) fn face(&self) -> Arc<dyn ConcurrentEngine> {
-        self.face.clone()
+    /// The face the batcher hands requests to, and what comes with it: vLLM runs in this process
+    /// (in-process) or in its EngineCore, both named in the start's info, so the stall watch
+    /// judges them; and the steps that served a request are the batches of continuous admission.
+    pub(super) fn concurrent(&self) -> Concurrent {
+        let shared = self.shared.clone();
+        Concurrent {
+            runs_here: true,
+            steps: Some(Arc::new(move || {
+                std::mem::take(&mut shared.state.lock().unwrap_or_else(|e| e.into_inner()).steps)
+            })),
+            ..Concurrent::new(self.face.clone())
+        }
     }
 
     fn ask_to_stop(&self) {

@@ -37,7 +37,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::engine::chat::{Template, render_plain};
-use crate::engine::{ClockDomain, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, Prompt};
+use crate::engine::{ClockDomain, Engine, EngineError, EngineOutput, EngineRequest, Prompt, Started};
 use output::ChatSupport;
 
 /// The Python modules shipped inside batchlab, importable as `batchlab_engines.<name>`: module
@@ -171,7 +171,7 @@ impl PythonEngine {
 
     /// With continuous admission: the object is driven through its `add` and `step` (the vLLM
     /// class has them), by a stepping thread of its own, and the engine has a concurrent face
-    /// ([`Engine::concurrent`]) that takes each hand-over as it comes.
+    /// ([`Started::concurrent`](crate::engine::Started::concurrent)) that takes each hand-over as it comes.
     pub fn continuous(mut self) -> Self {
         self.continuous = true;
         self
@@ -304,7 +304,7 @@ fn path_of(p: &std::path::Path) -> String {
 
 impl Engine for PythonEngine {
     #[cfg(feature = "vllm")]
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+    fn start(&mut self) -> Result<Started, EngineError> {
         if self.session.is_some() || self.stepper.is_some() {
             return Err(EngineError::Start("the engine is already started".into()));
         }
@@ -314,16 +314,17 @@ impl Engine for PythonEngine {
         let path = self.config.path.as_deref().map(path_of);
         if self.continuous {
             let (stepper, info) = continuous::Continuous::start(venv, env, self.config.clone(), path)?;
+            let concurrent = stepper.concurrent();
             self.stepper = Some(stepper);
-            return Ok(info);
+            return Ok(Started { info, concurrent: Some(concurrent) });
         }
         let (session, info) = interpreter::Session::start(&venv, &env, &self.config, path)?;
         self.session = Some(session);
-        Ok(info)
+        Ok(info.into())
     }
 
     #[cfg(not(feature = "vllm"))]
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+    fn start(&mut self) -> Result<Started, EngineError> {
         Err(EngineError::Start(format!(
             "{}: this batchlab was built without Python engines (the `vllm` feature): rebuild with \
              `cargo build --features vllm`",
@@ -358,15 +359,6 @@ impl Engine for PythonEngine {
             return session.shutdown();
         }
         Ok(())
-    }
-
-    /// With continuous admission, after the start: the face the batcher hands requests to.
-    fn concurrent(&self) -> Option<std::sync::Arc<dyn crate::engine::ConcurrentEngine>> {
-        #[cfg(feature = "vllm")]
-        if let Some(stepper) = &self.stepper {
-            return Some(stepper.face());
-        }
-        None
     }
 
     /// [`PythonConfig::clock`].

@@ -31,7 +31,7 @@ pub use profile::{Profile, ProfileError, predicted_generate};
 use crate::engine::chat::TemplateError;
 use crate::engine::{
     Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, EngineStats, FinishReason, PreparedPrompt, Prompt,
-    RequestPrep, ResolvedEngineConfig, StepEnds, StepTokens, TimedEngine, VirtualTimeEngine,
+    RequestPrep, ResolvedEngineConfig, Started, StepEnds, StepTokens, TimedEngine, VirtualTimeEngine,
 };
 use crate::rng::SplitMix64;
 use crate::time::{Clock, MonotonicClock, VirtualClock, WallAnchor};
@@ -88,17 +88,17 @@ impl SimEngine {
 }
 
 impl Engine for SimEngine {
-    fn start(&mut self) -> Result<EngineInfo, EngineError> {
+    fn start(&mut self) -> Result<Started, EngineError> {
         self.started = true;
         self.stepper = Stepper::with_config(self.config.scheduler);
         self.encoder = Default::default();
-        Ok(EngineInfo {
+        Ok(Started::blocking(EngineInfo {
             name: "sim".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             resolved_config: Some(self.config.scheduler),
             processes: Some(Vec::new()),
             engine_thread: None,
-        })
+        }))
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>, EngineError> {

@@ -355,7 +355,7 @@ fn same_seed_same_outputs() {
 fn start_reports_the_resolved_configuration() {
     let scheduler = limits(7, 99, 123);
     let (mut e, _) = SimEngine::virtual_time(SimConfig { scheduler, ..SimConfig::default() });
-    assert_eq!(e.start().unwrap().resolved_config, Some(scheduler));
+    assert_eq!(e.start().unwrap().info.resolved_config, Some(scheduler));
 }
 
 #[test]

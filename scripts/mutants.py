@@ -783,6 +783,9 @@ MUTANTS = [
      "        Decision::Call(Effect { output, stranger, slow_factor: slow.then_some(self.slow_factor) })",
      "        Decision::Call(Effect { output, stranger, slow_factor: (slow && output == OutputFault::None).then_some(self.slow_factor) })",
      ["--lib", "engine::faults::tests::one_decision_and_one_effect_serve_both_faces"], {}),
+    ("issue 36 capabilities, vLLM: under [faults] continuous admission loses its stall watch", "src/engine/faults.rs",
+     "            ..c\n", "            runs_here: false,\n            ..c\n",
+     ["--features", "vllm", "--test", "vllm_stall", "a_stopped_engine_core_under_faults_ends_a_continuous_run_within_a_minute"], VLLM),
 ]
 
 

@@ -23,7 +23,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod expect;
 mod images;
-mod keys;
+pub mod keys;
 mod lower;
 #[doc(hidden)]
 pub mod matrix;
@@ -32,6 +32,7 @@ pub mod plan;
 mod print;
 mod reader;
 mod schema;
+mod set;
 #[doc(hidden)]
 pub mod units;
 
@@ -52,6 +53,7 @@ use plan::{Combination, Layer, MatrixPlan, Source, Written};
 pub use print::{to_json, to_toml};
 #[doc(hidden)]
 pub use schema::key_paths;
+pub use set::{KeyPath, Section, Set, SetValue, Text};
 
 /// Entry point for Rust-built scenarios: `Scenario::builder()`.
 pub struct Scenario;

@@ -35,12 +35,10 @@
 //! The result is within the tie band of every point evaluated, grid points included.
 
 use crate::loadgen::ProfileSpec;
-use crate::scenario::units::format_duration;
 use std::collections::{BTreeMap, BTreeSet};
 use std::num::NonZeroUsize;
 use std::path::Path;
 use std::time::Duration;
-use toml_edit::{InlineTable, Value};
 
 use super::memo::{Memo, RunKey, Variant};
 use super::parallel::{available_threads, in_order, try_in_order};
@@ -51,29 +49,28 @@ use crate::engine::sim::{Profile, SimConfig, TimeMode};
 use crate::metrics::result::BenchmarkResult;
 use crate::run::{RunOptions, run_blocking};
 use crate::scenario::plan::{EnginePlan, Plan};
+use crate::scenario::{Set, keys};
 
 /// The plan the search runs: the scenario itself when its engine is the simulator in virtual
 /// time; a real-engine scenario with a calibration `profile` runs on a simulator built from it
 /// (seeded with the scenario's seed, its generate timeout kept). Either way without `[matrix]`
 /// and `[expect]`.
 pub fn search_plan(plan: &Plan, profile: Option<&Path>) -> Result<Plan, TuneError> {
-    let mut sets: Vec<(&str, Value)> = Vec::new();
+    let mut sets = Vec::new();
     match (plan.engine(), profile) {
-        (EnginePlan::Sim(_), None) => sets.push(("engine.sim.time", "virtual".into())),
+        (EnginePlan::Sim(_), None) => sets.push(keys::SIM_TIME.to("virtual")),
         (_, Some(path)) => {
             // Read here first, so that a bad profile is told as one.
             Profile::load(path).map_err(|e| TuneError::Profile(format!("{}: {e}", path.display())))?;
             let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-            let mut sim = InlineTable::new();
-            sim.insert("time", "virtual".into());
-            sim.insert("seed", int(plan.seed()));
-            sim.insert("profile", path.to_string_lossy().as_ref().into());
-            let mut engine = InlineTable::new();
-            engine.insert("kind", "sim".into());
-            engine.insert("sim", Value::InlineTable(sim));
-            sets.push(("engine", Value::InlineTable(engine)));
+            sets.push(keys::ENGINE.table([
+                keys::ENGINE_KIND.to("sim"),
+                keys::SIM_TIME.to("virtual"),
+                keys::SIM_SEED.to(plan.seed()),
+                keys::SIM_PROFILE.to(path.to_string_lossy()),
+            ]));
             if let Some(timeout) = plan.batching().generate_timeout() {
-                sets.push(("batching.generate_timeout", format_duration(timeout).into()));
+                sets.push(keys::GENERATE_TIMEOUT.to(timeout));
             }
         }
         (_, None) => {
@@ -84,8 +81,8 @@ pub fn search_plan(plan: &Plan, profile: Option<&Path>) -> Result<Plan, TuneErro
             ));
         }
     }
-    sets.push(("expect", Value::InlineTable(InlineTable::new())));
-    Ok(plan.with_changes(&["matrix"], &sets)?)
+    sets.push(keys::EXPECT.table([]));
+    Ok(plan.with_changes(&[keys::MATRIX.path()], &sets)?)
 }
 
 /// `plan` with one point's settings.
@@ -272,12 +269,12 @@ const MAX_STRESSED: usize = 24;
 /// `plan` with its load (rates, concurrency) multiplied by `factor`; `None` for a profile
 /// without one (synchronous, trace, sweep).
 pub fn stressed(plan: &Plan, factor: f64) -> Result<Option<Plan>, TuneError> {
-    let scale = |c: u32| int(((f64::from(c) * factor).ceil() as u32).max(1));
+    let scale = |c: u32| u64::from(((f64::from(c) * factor).ceil() as u32).max(1));
     let set = match plan.profile() {
-        ProfileSpec::Throughput { max_concurrency } => ("profile.max_concurrency", scale(*max_concurrency)),
-        ProfileSpec::Concurrent { levels, .. } => ("profile.levels", levels.iter().map(|c| scale(*c)).collect()),
-        ProfileSpec::Constant { rates, .. } => ("profile.rates", rates.iter().map(|r| r * factor).collect()),
-        ProfileSpec::Poisson { rate, .. } | ProfileSpec::Gamma { rate, .. } => ("profile.rate", (rate * factor).into()),
+        ProfileSpec::Throughput { max_concurrency } => keys::MAX_CONCURRENCY.to(scale(*max_concurrency)),
+        ProfileSpec::Concurrent { levels, .. } => keys::LEVELS.to(levels.iter().map(|c| scale(*c)).collect()),
+        ProfileSpec::Constant { rates, .. } => keys::RATES.to(rates.iter().map(|r| r * factor).collect()),
+        ProfileSpec::Poisson { rate, .. } | ProfileSpec::Gamma { rate, .. } => keys::RATE.to(rate * factor),
         ProfileSpec::Synchronous | ProfileSpec::Trace { .. } | ProfileSpec::Sweep { .. } => return Ok(None),
     };
     Ok(Some(plan.with_sets(&[set])?))
@@ -313,8 +310,8 @@ fn seed_scores(s: &Search<'_>, of: &[usize]) -> Result<Vec<Vec<f64>>, TuneError>
 fn seed_score(s: &Search<'_>, i: usize, k: u64) -> Result<f64, TuneError> {
     let p = &s.points[i];
     let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?;
-    let seed = int(s.plan.seed().wrapping_add(k) & (i64::MAX as u64));
-    let plan = at.with_sets(&[("seed", seed.clone()), ("engine.sim.seed", seed)])?;
+    let seed = s.plan.seed().wrapping_add(k) & (i64::MAX as u64);
+    let plan = at.with_sets(&[keys::SEED.to(seed), keys::SIM_SEED.to(seed)])?;
     let key = RunKey::of(Variant::Seed(k), p.batch_timeout, p.load);
     let benchmark = s.memo.get_or_run(key, p.batch_size as usize, || {
         first_benchmark(&plan)
@@ -560,35 +557,20 @@ impl Space {
     }
 }
 
-/// A whole number as a scenario value.
-fn int(v: impl Into<u64>) -> Value {
-    Value::from(i64::try_from(v.into()).unwrap_or(i64::MAX))
-}
-
-/// A list of rates as a scenario value, each number as Rust writes it (`[2]`, `[2.5]`): the text
-/// a matrix label shows.
-fn rates(rates: &[f64]) -> Value {
-    let text = rates.iter().map(f64::to_string).collect::<Vec<_>>().join(", ");
-    format!("[{text}]").parse().unwrap_or_else(|_| Value::Array(rates.iter().copied().collect()))
-}
-
-/// One point's settings as `key = value`s: the batch size, the batch timeout, and the load where
-/// the profile has the knob (a throughput profile's `max_concurrency`, a constant one's rate).
+/// One point's settings as sets: the batch size, the batch timeout, and the load where the
+/// profile has the knob (a throughput profile's `max_concurrency`, a constant one's rate).
 pub(crate) fn point_sets(
     profile: &ProfileSpec,
     batch_size: u32,
     batch_timeout: Duration,
     load: Option<f64>,
-) -> Vec<(&'static str, Value)> {
-    let mut sets = vec![
-        ("batching.batch_size", int(batch_size)),
-        ("batching.batch_timeout", format_duration(batch_timeout).into()),
-    ];
+) -> Vec<Set> {
+    let mut sets = vec![keys::BATCH_SIZE.to(u64::from(batch_size)), keys::BATCH_TIMEOUT.to(batch_timeout)];
     match (profile, load) {
         (ProfileSpec::Throughput { .. }, Some(c)) => {
-            sets.push(("profile.max_concurrency", int(c.round().max(1.0) as u32)))
+            sets.push(keys::MAX_CONCURRENCY.to(u64::from(c.round().max(1.0) as u32)))
         }
-        (ProfileSpec::Constant { .. }, Some(r)) => sets.push(("profile.rates", rates(&[r]))),
+        (ProfileSpec::Constant { .. }, Some(r)) => sets.push(keys::RATES.to(vec![r])),
         _ => {}
     }
     sets

@@ -22,6 +22,7 @@ mod change;
 pub mod error;
 #[doc(hidden)]
 pub mod expect;
+pub(crate) mod files;
 mod images;
 pub mod keys;
 mod lower;
@@ -123,6 +124,7 @@ pub fn parse_str(source: &str, file_name: &str, base_dir: &Path, overrides: &Ove
         file: file_name.into(),
         base_dir: base_dir.into(),
         layers: vec![layer],
+        files: files::Files::default(),
     })
 }
 
@@ -156,7 +158,8 @@ fn lower_source(written: Written) -> Result<Plan, ScenarioError> {
     let base_dir = &*written.base_dir;
     let axes = matrix::extract(&mut root, &sets, source, file_name, &mut problems);
     let mut problems = if axes.is_empty() {
-        let mut cx = reader::ReadContext::new(source, file_name, base_dir, &sets, schema::RENAMED, problems);
+        let mut cx =
+            reader::ReadContext::new(source, file_name, base_dir, &written.files, &sets, schema::RENAMED, problems);
         let mut plan = lower::lower(&mut cx, &root, &lower::Context { stem });
         if !cx.has_problems() {
             plan.source = Source::new(written);
@@ -168,7 +171,15 @@ fn lower_source(written: Written) -> Result<Plan, ScenarioError> {
         let source_of = Source::new(written.clone());
         let mut combinations = Vec::new();
         for (tree, values) in matrix::combinations(&root, &axes) {
-            let mut cx = reader::ReadContext::new(source, file_name, base_dir, &sets, schema::RENAMED, Vec::new());
+            let mut cx = reader::ReadContext::new(
+                source,
+                file_name,
+                base_dir,
+                &written.files,
+                &sets,
+                schema::RENAMED,
+                Vec::new(),
+            );
             let mut plan = lower::lower(&mut cx, &tree, &lower::Context { stem });
             for p in cx.into_problems() {
                 if !problems.contains(&p) {

@@ -60,8 +60,6 @@ pub fn search_plan(plan: &Plan, profile: Option<&Path>) -> Result<Plan, TuneErro
     match (plan.engine(), profile) {
         (EnginePlan::Sim(_), None) => sets.push(keys::SIM_TIME.to("virtual")),
         (_, Some(path)) => {
-            // Read here first, so that a bad profile is told as one.
-            Profile::load(path).map_err(|e| TuneError::Profile(format!("{}: {e}", path.display())))?;
             let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
             sets.push(keys::ENGINE.table([
                 keys::ENGINE_KIND.to("sim"),
@@ -82,7 +80,16 @@ pub fn search_plan(plan: &Plan, profile: Option<&Path>) -> Result<Plan, TuneErro
         }
     }
     sets.push(keys::EXPECT.table([]));
-    Ok(plan.with_changes(&[keys::MATRIX.path()], &sets)?)
+    plan.with_changes(&[keys::MATRIX.path()], &sets).map_err(|e| {
+        // The lowering read the profile (once: every point's plan takes it from there); a bad
+        // one is told as one.
+        if let Some(path) = profile
+            && let Err(bad) = Profile::load(path)
+        {
+            return TuneError::Profile(format!("{}: {bad}", path.display()));
+        }
+        TuneError::Scenario(e)
+    })
 }
 
 /// `plan` with one point's settings.
@@ -192,7 +199,6 @@ impl Search<'_> {
 
     /// One point's run.
     fn run_point(&self, c: &Candidate, grid: bool) -> Result<Point, TuneError> {
-        let plan = with_point(self.plan, c.batch_size, c.batch_timeout, c.load)?;
         let mut point = Point {
             batch_size: c.batch_size,
             batch_timeout: c.batch_timeout,
@@ -208,7 +214,9 @@ impl Search<'_> {
             tied: false,
         };
         let key = RunKey::of(Variant::Scenario, c.batch_timeout, c.load);
+        // The memo first: a point it answers needs no plan.
         let benchmark = self.memo.get_or_run(key, c.batch_size as usize, || {
+            let plan = with_point(self.plan, c.batch_size, c.batch_timeout, c.load)?;
             first_benchmark(&plan).map_err(|source| TuneError::Run { point: point.label(self.space.load), source })
         })?;
         if let Some(b) = &benchmark {
@@ -309,11 +317,11 @@ fn seed_scores(s: &Search<'_>, of: &[usize]) -> Result<Vec<Vec<f64>>, TuneError>
 /// Point `i`'s score with the scenario's seed `+ k`.
 fn seed_score(s: &Search<'_>, i: usize, k: u64) -> Result<f64, TuneError> {
     let p = &s.points[i];
-    let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?;
-    let seed = s.plan.seed().wrapping_add(k) & (i64::MAX as u64);
-    let plan = at.with_sets(&[keys::SEED.to(seed), keys::SIM_SEED.to(seed)])?;
     let key = RunKey::of(Variant::Seed(k), p.batch_timeout, p.load);
     let benchmark = s.memo.get_or_run(key, p.batch_size as usize, || {
+        let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?;
+        let seed = s.plan.seed().wrapping_add(k) & (i64::MAX as u64);
+        let plan = at.with_sets(&[keys::SEED.to(seed), keys::SIM_SEED.to(seed)])?;
         first_benchmark(&plan)
             .map_err(|source| TuneError::Run { point: format!("{} (seed +{k})", p.label(s.space.load)), source })
     })?;
@@ -330,10 +338,10 @@ enum StressStop {
 /// Point `i`'s score at [`STRESS`] times its load; `None` when it misses the objective there.
 fn stress_score(s: &Search<'_>, i: usize) -> Result<Option<f64>, StressStop> {
     let p = &s.points[i];
-    let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load).map_err(StressStop::Failed)?;
-    let Some(plan) = stressed(&at, STRESS).map_err(StressStop::Failed)? else { return Err(StressStop::NoLoad) };
     let key = RunKey::of(Variant::Stress, p.batch_timeout, p.load);
     let benchmark = s.memo.get_or_run(key, p.batch_size as usize, || {
+        let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load).map_err(StressStop::Failed)?;
+        let Some(plan) = stressed(&at, STRESS).map_err(StressStop::Failed)? else { return Err(StressStop::NoLoad) };
         first_benchmark(&plan).map_err(|source| {
             StressStop::Failed(TuneError::Run { point: format!("{} (load x{STRESS})", p.label(s.space.load)), source })
         })
@@ -574,4 +582,32 @@ pub(crate) fn point_sets(
         _ => {}
     }
     sets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::files::disk_reads;
+    use crate::scenario::{Overrides, load_file};
+
+    /// A tune of scenarios/slo.toml on a calibration profile reads the profile from disk once:
+    /// the search plan's lowering reads it, and every point's plan (seeds and stress runs too) is
+    /// lowered again from what that lowering kept.
+    #[test]
+    fn a_tune_reads_its_profile_once() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dir = std::env::temp_dir().join(format!("batchlab-tune-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let profile = dir.join("profile.toml");
+        std::fs::copy(root.join("scenarios/profiles/example.toml"), &profile).unwrap();
+        let plan = load_file(&root.join("scenarios/slo.toml"), &Overrides::default()).unwrap();
+        let sim = search_plan(&plan, Some(&profile)).unwrap();
+        let threads = NonZeroUsize::new(2).unwrap();
+        let (result, runs) =
+            search_counting_runs(&sim, &Objective::Goodput, 6, Space::for_plan(&sim), threads).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(result.points.len(), 6, "the budget is spent");
+        assert!(runs.simulated > 6, "seed runs too: {runs:?}");
+        assert_eq!(disk_reads(&profile), 1, "profile.toml is read once");
+    }
 }

@@ -29,6 +29,7 @@ use crate::loadgen::images::{Content, ImageFormat, ImageSpec};
 use crate::rng::SplitMix64;
 
 /// Seed streams of the components whose seed defaults to one derived from the master seed.
+#[doc(hidden)]
 pub mod seed_stream {
     /// `engine.sim.seed`.
     pub const SIM: u64 = 1;
@@ -44,6 +45,7 @@ pub mod seed_stream {
 
 /// The default seed of a component: the first draw of `SplitMix64::derive(master, stream)`,
 /// shifted right by one bit so that it fits a TOML integer.
+#[doc(hidden)]
 pub fn derive_seed(master: u64, stream: u64) -> u64 {
     SplitMix64::derive(master, stream).next_u64() >> 1
 }
@@ -207,6 +209,7 @@ pub(crate) const SECTIONS: &[&str] =
 pub(crate) struct Tag(pub &'static str);
 
 /// The engine kinds `engine.kind` takes; each has its own sub-section, `[engine.<kind>]`.
+#[doc(hidden)]
 pub const ENGINE_KINDS: &[&str] = &["sim", "vllm", "python", "openai"];
 
 pub(crate) const ENGINE_KEYS: &[Key<Tag>] = &[key!(

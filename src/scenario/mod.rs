@@ -3,16 +3,19 @@
 //! The pipeline is: read the text, parse it with `toml_edit` (keeping spans), apply the
 //! command-line [`Overrides`], then lower the tree into a [`Plan`] while collecting every problem
 //! (`lower`). The [`ScenarioBuilder`], [`to_toml`] and every change of a plan
-//! ([`Plan::with_sets`]) go through the very same path, so a plan built in Rust or changed by a
-//! workflow is held to the same rules as one written by hand. Nothing downstream sees TOML, and
-//! nothing outside this module builds a plan.
+//! ([`Plan::with_sets`], typed [`Set`]s from the key handles in [`keys`]) go through the very same
+//! path, so a plan built in Rust or changed by a workflow is held to the same rules as one written
+//! by hand. Nothing downstream sees TOML (no file outside this module names `toml_edit`), and
+//! nothing outside this module builds a plan. The files a lowering reads (a calibration profile, a
+//! chat template, a trace) are kept with the plan's source (`files`), so a change does no IO.
 //!
 //! Files, from the bottom: `plan` (the validated data: `Plan` and the types it holds), `units`
 //! (durations), `error` (problems and their rustc-like report), `reader` (typed, located reads),
-//! `keys` (every key's row: name, doc, default, reading and printing; the derived seeds), `expect`
+//! `keys` (every key's row: name, doc, default, reading and printing; the derived seeds; typed handles), `expect`
 //! (metric names), `schema` (the known keys, from `keys`), `arrivals` and `lower` (meaning and
 //! defaults), `overrides`, `matrix`, `print` (plan back to TOML, and to JSON), `builder` and
-//! `change` (the door to a changed plan). No file names one above it.
+//! `change` (the door to a changed plan). `set` (a change as data, [`Set`]) and `files` (what the
+//! lowering read) sit at the bottom. No file names one above it.
 
 mod arrivals;
 #[doc(hidden)]

@@ -611,3 +611,31 @@ mod tests {
         assert_eq!(disk_reads(&profile), 1, "profile.toml is read once");
     }
 }
+
+#[cfg(test)]
+mod point_tests {
+    use super::*;
+    use crate::scenario::{Overrides, load_file};
+
+    /// A point's plan is the plan the same settings given as `--set`s make (the text the
+    /// workflows wrote before the sets were typed), a constant rate and a concurrency alike.
+    #[test]
+    fn a_point_is_its_sets() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        for (file, load, set) in
+            [("slo.toml", 2.0, "profile.rates=[2]"), ("throughput.toml", 7.4, "profile.max_concurrency=7")]
+        {
+            let plan = load_file(&root.join("scenarios").join(file), &Overrides::default()).unwrap();
+            let point = with_point(&plan, 8, Duration::from_micros(2500), Some(load)).unwrap();
+            let sets = ["batching.batch_size=8", "batching.batch_timeout=2500us", set];
+            let overrides = Overrides { sets: sets.iter().map(|s| (*s).to_owned()).collect(), seed: None };
+            let written = load_file(&root.join("scenarios").join(file), &overrides).unwrap();
+            assert_eq!(point, written, "{file}");
+            assert_eq!(to_toml_text(&point), to_toml_text(&written), "{file}");
+        }
+    }
+
+    fn to_toml_text(plan: &Plan) -> String {
+        crate::scenario::to_toml(plan)
+    }
+}

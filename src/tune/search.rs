@@ -592,7 +592,8 @@ mod tests {
 
     /// A tune of scenarios/slo.toml on a calibration profile reads the profile from disk once:
     /// the search plan's lowering reads it, and every point's plan (seeds and stress runs too) is
-    /// lowered again from what that lowering kept.
+    /// lowered again from what that lowering kept. The file is gone before the search starts, so
+    /// no reader at all touches it there.
     #[test]
     fn a_tune_reads_its_profile_once() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -602,10 +603,11 @@ mod tests {
         std::fs::copy(root.join("scenarios/profiles/example.toml"), &profile).unwrap();
         let plan = load_file(&root.join("scenarios/slo.toml"), &Overrides::default()).unwrap();
         let sim = search_plan(&plan, Some(&profile)).unwrap();
+        assert_eq!(disk_reads(&profile), 1, "the search plan's lowering read profile.toml");
+        std::fs::remove_dir_all(&dir).unwrap();
         let threads = NonZeroUsize::new(2).unwrap();
         let (result, runs) =
             search_counting_runs(&sim, &Objective::Goodput, 6, Space::for_plan(&sim), threads).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(result.points.len(), 6, "the budget is spent");
         assert!(runs.simulated > 6, "seed runs too: {runs:?}");
         assert_eq!(disk_reads(&profile), 1, "profile.toml is read once");

@@ -76,7 +76,7 @@ use batchlab::rng::SplitMix64;
 use batchlab::run::progress::ProgressMode;
 use batchlab::run::{EngineSession, Interrupt, RunOptions};
 use batchlab::scenario::plan::{EnginePlan, Plan};
-use batchlab::scenario::{Overrides, load_file};
+use batchlab::scenario::{Overrides, keys, load_file};
 use std::io::Write as _;
 
 struct Args {
@@ -179,12 +179,14 @@ fn held_out_rows(base: &Plan, stream: u64) -> Vec<Row> {
     }
     // Constant rate: 96 arrivals at 30/s into batches of up to 32 (partial batches on the timeout).
     let constant = setting_plan(base, &setting(32, 128, 64, 3), stream * 100 + 50)
-        .and_then(|p| p.with_sets(&[("profile", "{ kind = \"constant\", rates = [30.0] }".parse().expect("a table"))]))
+        .and_then(|p| {
+            p.with_sets(&[keys::PROFILE.table([keys::PROFILE_KIND.to("constant"), keys::RATES.to(vec![30.0])])])
+        })
         .expect("a constant-rate setting");
     add("constant 30 req/s (b32-p128-o64)".into(), constant);
     // The whole dataset in one batch: 128 requests, batch size 256 (the batch leaves on its timeout).
     let whole = setting_plan(base, &setting(128, 128, 64, 1), stream * 100 + 60)
-        .and_then(|p| p.with_sets(&[("batching.batch_size", 256.into())]))
+        .and_then(|p| p.with_sets(&[keys::BATCH_SIZE.to(256)]))
         .expect("valid batching");
     add("whole dataset: 128 in one batch of ≤ 256".into(), whole);
     // A control, not held out: two batches of a setting the design ran. Its error is the fit's own

@@ -340,6 +340,30 @@ fn only_engine_python_names_pyo3() {
     assert!(found.is_empty(), "Python touched outside src/engine/python:\n{}", found.join("\n"));
 }
 
+/// Only `scenario/` reads and writes TOML: no file outside `src/scenario` names the `toml_edit`
+/// crate in code. A workflow changes a plan with typed `Set`s (`keys::BATCH_SIZE.to(64)`).
+#[test]
+fn only_scenario_names_toml_edit() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(root).expect("under the root").to_string_lossy().into_owned();
+        if relative.starts_with("src/scenario/") {
+            continue;
+        }
+        let code = code_only(&std::fs::read_to_string(&file).expect("readable"));
+        for (n, line) in code.lines().enumerate() {
+            if line.split(|c: char| !is_ident(c)).any(|word| word == "toml_edit") {
+                found.push(format!("{relative}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "toml_edit named outside src/scenario:\n{}", found.join("\n"));
+}
+
 /// Invariant 1: the sans-IO cores read no clock and do no IO; their drivers hand them `now`.
 #[test]
 fn the_cores_read_no_clock_and_do_no_io() {

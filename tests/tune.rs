@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use batchlab::run::{RunOptions, run_blocking};
-use batchlab::scenario::{Overrides, parse_str};
+use batchlab::scenario::{Overrides, keys, parse_str};
 use batchlab::tune::{
     LoadKnob, NOISE_SEEDS, Objective, PLATEAU, Point, STRESS, Space, paired_tie, search, search_counting_runs,
     search_plan, search_with_threads, simpler, stressed as stressed_plan, tie_band, with_point,
@@ -203,8 +203,8 @@ fn the_noise_is_the_spread_of_the_best_point_over_seeds() {
     let at = with_point(&sim, top.batch_size, top.batch_timeout, top.load).unwrap();
     let scores: Vec<f64> = (0..NOISE_SEEDS)
         .map(|k| {
-            let seed = toml_edit::Value::from((sim.seed() + k) as i64);
-            let p = at.with_sets(&[("seed", seed.clone()), ("engine.sim.seed", seed)]).unwrap();
+            let seed = sim.seed() + k;
+            let p = at.with_sets(&[keys::SEED.to(seed), keys::SIM_SEED.to(seed)]).unwrap();
             let run = run_blocking(&p, RunOptions::quiet()).unwrap();
             run.report.benchmarks[0].slo.as_ref().and_then(|s| s.goodput_output_tokens_per_s).unwrap_or(0.0)
         })

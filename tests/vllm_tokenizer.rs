@@ -14,7 +14,7 @@ use batchlab::engine::python::batchlab_home;
 use batchlab::loadgen::Workload;
 use batchlab::run::{RunOptions, run_blocking};
 use batchlab::scenario::plan::Plan;
-use batchlab::scenario::{Overrides, load_file};
+use batchlab::scenario::{Overrides, keys, load_file};
 
 #[path = "common/python_env.rs"]
 mod python_env;
@@ -69,9 +69,7 @@ errors = 0
 /// The lengths the workload drew: the same plan without a tokenizer gives token-id prompts of
 /// exactly those lengths (a request's length has its own random stream).
 fn drawn_length(plan: &Plan, k: u64) -> u64 {
-    let without = plan
-        .with_changes::<&str>(&["workload.tokenizer"], &[("workload.chat", toml_edit::Value::from(false))])
-        .unwrap();
+    let without = plan.with_changes(&[keys::TOKENIZER.path()], &[keys::CHAT.to(false)]).unwrap();
     let w = Workload::from_plan(without.workload()).unwrap();
     w.request(k).prompt.token_len().unwrap() as u64
 }

@@ -11,7 +11,7 @@ use batchlab::engine::tokenizer::ModelTokenizer;
 use batchlab::loadgen::Workload;
 use batchlab::run::{RunOptions, run_blocking};
 use batchlab::scenario::plan::Plan;
-use batchlab::scenario::{Overrides, load_file};
+use batchlab::scenario::{Overrides, keys, load_file};
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -36,7 +36,7 @@ fn drawn_lengths(sets: &[&str], n: u64) -> Vec<usize> {
 }
 
 fn without_tokenizer(p: &Plan) -> Plan {
-    p.with_changes::<&str>(&["workload.tokenizer"], &[]).unwrap_or_else(|e| panic!("{e}"))
+    p.with_changes(&[keys::TOKENIZER.path()], &[]).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn text(p: &Prompt) -> &str {

@@ -26,8 +26,7 @@ use crate::run::progress::ProgressMode;
 use crate::run::progress::Screen;
 use crate::run::{EngineSession, Interrupt, RunError, RunOptions, RunSummary};
 use crate::scenario::plan::{EnginePlan, Plan, WorkloadSpec};
-use crate::scenario::{ScenarioError, derive_seed};
-use toml_edit::{InlineTable, Value};
+use crate::scenario::{ScenarioError, derive_seed, keys};
 
 /// Why a designed calibration run failed.
 #[derive(Debug, thiserror::Error)]
@@ -129,39 +128,31 @@ pub fn setting_plan(base: &Plan, setting: &Setting, stream: u64) -> Result<Plan,
         // A prompt file says nothing about the vocabulary; ids below 1000 exist in every model.
         WorkloadSpec::File { .. } => 1000,
     };
-    let int = |v: u64| Value::from(i64::try_from(v).unwrap_or(i64::MAX));
-    let table = |entries: &[(&str, Value)]| {
-        let mut t = InlineTable::new();
-        for (key, value) in entries {
-            t.insert(*key, value.clone());
-        }
-        Value::InlineTable(t)
-    };
     // Token prompts: their lengths are exact, on every engine. A whole section set as a table
     // replaces it: every key not named here takes its default.
-    let workload = table(&[
-        ("source", "synthetic".into()),
-        ("prompt_tokens", int(u64::from(prompt))),
-        ("output_tokens", int(u64::from(setting.output_tokens.max(1)))),
-        ("seed", int(derive_seed(base.seed(), 0xCA11_B000 + stream))),
-        ("unique_prefix", true.into()),
-        ("vocab_size", int(u64::from(vocab_size))),
-        ("ignore_eos", true.into()),
-        ("temperature", 0.0.into()),
+    let workload = keys::WORKLOAD.table([
+        keys::WORKLOAD_SOURCE.to("synthetic"),
+        keys::PROMPT_TOKENS.to(u64::from(prompt)),
+        keys::OUTPUT_TOKENS.to(u64::from(setting.output_tokens.max(1))),
+        keys::WORKLOAD_SEED.to(derive_seed(base.seed(), 0xCA11_B000 + stream)),
+        keys::UNIQUE_PREFIX.to(true),
+        keys::VOCAB_SIZE.to(u64::from(vocab_size)),
+        keys::IGNORE_EOS.to(true),
+        keys::TEMPERATURE.to(0.0),
     ]);
     let requests = u64::from(setting.batches.max(1)) * u64::from(batch_size);
-    let sets: Vec<(&str, Value)> = vec![
-        ("name", format!("{}-{}", base.name(), Setting { prompt_tokens: prompt, ..*setting }.name()).into()),
-        ("description", format!("batchlab calibrate: {} batches of {}", setting.batches, setting.name()).into()),
-        ("batching.batch_size", int(u64::from(batch_size))),
-        ("workload", workload),
-        ("profile", table(&[("kind", "throughput".into()), ("max_concurrency", int(u64::from(batch_size)))])),
-        ("stop", table(&[("max_requests", int(requests))])),
-        ("faults", table(&[])),
-        ("expect", table(&[])),
-        ("output", table(&[("requests_jsonl", true.into())])),
+    let sets = [
+        keys::NAME.to(format!("{}-{}", base.name(), Setting { prompt_tokens: prompt, ..*setting }.name())),
+        keys::DESCRIPTION.to(format!("batchlab calibrate: {} batches of {}", setting.batches, setting.name())),
+        keys::BATCH_SIZE.to(u64::from(batch_size)),
+        workload,
+        keys::PROFILE.table([keys::PROFILE_KIND.to("throughput"), keys::MAX_CONCURRENCY.to(u64::from(batch_size))]),
+        keys::STOP.table([keys::MAX_REQUESTS.to(requests)]),
+        keys::FAULTS.table([]),
+        keys::EXPECT.table([]),
+        keys::OUTPUT.table([keys::REQUESTS_JSONL.to(true)]),
     ];
-    base.with_changes(&["warmup", "cooldown", "matrix"], &sets)
+    base.with_changes(&[keys::WARMUP.path(), keys::COOLDOWN.path(), keys::MATRIX.path()], &sets)
 }
 
 /// How a designed run is carried out.

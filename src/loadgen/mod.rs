@@ -28,4 +28,5 @@ pub use profile::{
     rate_labels, sweep_rates,
 };
 pub use scheduler::{Lateness, Poll, Scheduler};
+pub(crate) use workload::trace_of;
 pub use workload::{CHAT_PREFIX_WORDS, PrefixDesign, SyntheticChat, TokenDist, Workload, WorkloadSpec, read_trace};

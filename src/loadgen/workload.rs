@@ -512,7 +512,12 @@ fn group_rng(seed: u64, group: u64) -> SplitMix64 {
 /// time order. Errors name the file and every bad line.
 pub fn read_trace(path: &Path, columns: &Columns) -> Result<TraceArrivals, LoadError> {
     let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_owned(), source })?;
-    let timestamps = dataset::trace(&bytes, path, columns)?;
+    trace_of(&bytes, path, columns)
+}
+
+/// [`read_trace`] of a trace already read: `bytes`, the content of `path` (which names it in errors).
+pub(crate) fn trace_of(bytes: &[u8], path: &Path, columns: &Columns) -> Result<TraceArrivals, LoadError> {
+    let timestamps = dataset::trace(bytes, path, columns)?;
     // `trace_timestamps` checked order and finiteness, and the file is not empty.
     TraceArrivals::from_timestamps(&timestamps).ok_or_else(|| LoadError::EmptyFile { path: path.to_owned() })
 }

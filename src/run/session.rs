@@ -395,7 +395,7 @@ mod tests {
     fn several_runs_share_one_start_on_one_thread_each_with_its_own_report() {
         let log = Log::default();
         let base = scenario().expect("a valid scenario");
-        let smaller = base.with_sets(&[("batching.batch_size", 2.into())]).expect("a valid batch size");
+        let smaller = base.with_sets(&[crate::scenario::keys::BATCH_SIZE.to(2)]).expect("a valid batch size");
         let engine = Recorder { log: log.clone(), fail_start: false };
         let mut session = EngineSession::with_engine(&base, engine, &Interrupt::never());
         for (plan, size) in [(&base, 4), (&smaller, 2), (&base, 4)] {
@@ -446,7 +446,8 @@ mod tests {
         let base = scenario().expect("a valid scenario");
         let engine = Recorder { log: log.clone(), fail_start: false };
         let mut session = EngineSession::with_engine(&base, engine, &Interrupt::never());
-        let faulty = base.with_sets(&[("faults.fail_batch", "{ every = 3 }".parse().unwrap())]).expect("valid faults");
+        let faulty =
+            base.with_sets(&[crate::scenario::Set::new("faults.fail_batch.every", 3_u64)]).expect("valid faults");
         assert!(matches!(session.run(&faulty, RunOptions::quiet()), Err(RunError::Unsupported(_))));
         let other = RunOptions { interrupt: Interrupt::new(), ..RunOptions::quiet() };
         assert!(matches!(session.run(&base, other), Err(RunError::Unsupported(_))));

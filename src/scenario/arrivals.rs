@@ -79,7 +79,8 @@ fn check_trace(cx: &mut ReadContext, top: LocatedTable, plan: &mut Plan) {
     let help = || {
         Some("every line of a trace needs `\"timestamp\": <seconds>`, never earlier than the line before".to_owned())
     };
-    match crate::loadgen::read_trace(path, &dataset.columns) {
+    let read = cx.files.bytes(path).map_err(|source| LoadError::Io { path: path.to_owned(), source });
+    match read.and_then(|bytes| crate::loadgen::trace_of(&bytes, path, &dataset.columns)) {
         Ok(read) => *arrivals = read,
         // One problem per bad line of the trace, each naming its file and line.
         Err(LoadError::BadLines { path, problems, omitted }) => {

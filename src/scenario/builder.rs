@@ -323,6 +323,7 @@ impl ScenarioBuilder {
             file: "builder".into(),
             base_dir: base_dir.into(),
             layers: vec![layer],
+            files: super::files::Files::default(),
         })
     }
 }

@@ -29,6 +29,7 @@ use crate::loadgen::images::{Content, ImageFormat, ImageSpec};
 use crate::rng::SplitMix64;
 
 /// Seed streams of the components whose seed defaults to one derived from the master seed.
+#[doc(hidden)]
 pub mod seed_stream {
     /// `engine.sim.seed`.
     pub const SIM: u64 = 1;
@@ -44,6 +45,7 @@ pub mod seed_stream {
 
 /// The default seed of a component: the first draw of `SplitMix64::derive(master, stream)`,
 /// shifted right by one bit so that it fits a TOML integer.
+#[doc(hidden)]
 pub fn derive_seed(master: u64, stream: u64) -> u64 {
     SplitMix64::derive(master, stream).next_u64() >> 1
 }
@@ -207,6 +209,7 @@ pub(crate) const SECTIONS: &[&str] =
 pub(crate) struct Tag(pub &'static str);
 
 /// The engine kinds `engine.kind` takes; each has its own sub-section, `[engine.<kind>]`.
+#[doc(hidden)]
 pub const ENGINE_KINDS: &[&str] = &["sim", "vllm", "python", "openai"];
 
 pub(crate) const ENGINE_KEYS: &[Key<Tag>] = &[key!(
@@ -520,13 +523,13 @@ pub(crate) const BATCHING_KEYS: &[Key<Batching>] = &[
 
 pub(crate) const WORKLOAD_TAG: Key<Tag> = key!(source: TagOf(WORKLOAD_VARIANTS), KeyDefault::Value, "", Tag(source));
 
-const IGNORE_EOS: Key<WorkloadSpec> = key!(
+const IGNORE_EOS_ROW: Key<WorkloadSpec> = key!(
     ignore_eos: Bool,
     KeyDefault::Value,
     "",
     WorkloadSpec::Synthetic { ignore_eos, .. } | WorkloadSpec::File { ignore_eos, .. }
 );
-const TEMPERATURE: Key<WorkloadSpec> = key!(
+const TEMPERATURE_ROW: Key<WorkloadSpec> = key!(
     temperature: Float32(LowerBound::AtLeast(0.0), f32::MAX as f64),
     KeyDefault::Value,
     "",
@@ -541,7 +544,7 @@ const REQUEST_FORMAT: Key<WorkloadSpec> = key!(
     WorkloadSpec::Synthetic { request_format, .. } | WorkloadSpec::File { request_format, .. }
 );
 
-const TOKENIZER: Key<WorkloadSpec> = key!(
+const TOKENIZER_ROW: Key<WorkloadSpec> = key!(
     tokenizer: Opt(TokenizerPath),
     KeyDefault::Text("none: four bytes a token"),
     "a model directory or a tokenizer.json, beside the scenario or under `$BATCHLAB_HOME`; prompt lengths count its tokens \
@@ -661,10 +664,10 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadSpec>] = &[
                 "synthetic only, with `chat = true`; the system turn, the same for every prompt",
                 WorkloadSpec::Synthetic { chat: SyntheticChat { system_prompt, .. }, .. }
             ),
-            IGNORE_EOS,
-            TEMPERATURE,
+            IGNORE_EOS_ROW,
+            TEMPERATURE_ROW,
             REQUEST_FORMAT,
-            TOKENIZER,
+            TOKENIZER_ROW,
         ],
         default: |master_seed| WorkloadSpec::Synthetic {
             prompt_tokens: TokenDist::Fixed { value: 128 },
@@ -698,10 +701,10 @@ pub(crate) const WORKLOAD_VARIANTS: &[Variant<WorkloadSpec>] = &[
                 "file only; for lines without `max_tokens`",
                 in WorkloadSpec::File
             ),
-            IGNORE_EOS,
-            TEMPERATURE,
+            IGNORE_EOS_ROW,
+            TEMPERATURE_ROW,
             REQUEST_FORMAT,
-            TOKENIZER,
+            TOKENIZER_ROW,
             key!(
                 format: Choice(&[("jsonl", FileFormat::Jsonl), ("sharegpt", FileFormat::ShareGpt), ("text", FileFormat::Text)]),
                 KeyDefault::Value,
@@ -980,6 +983,8 @@ pub(crate) const OUTPUT_KEYS: &[Key<OutputPlan>] = &[
 ];
 
 mod codec;
+mod handles;
+pub use handles::*;
 #[cfg(test)]
 mod tests;
 

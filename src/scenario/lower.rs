@@ -120,7 +120,7 @@ fn lower_engine(cx: &mut ReadContext, top: LocatedTable, seed: u64) -> EnginePla
         keys::read(cx, t, keys::SIM_KEYS, &mut plan);
         // The profile first: the keys written beside it override its values.
         if let Some(path) = plan.profile.clone() {
-            match crate::engine::sim::Profile::load(&path) {
+            match load_profile(cx, &path) {
                 Ok(profile) => profile.apply(&mut plan.cost, &mut plan.scheduler),
                 Err(e) => {
                     let span = cx.field(t, "profile").and_then(|f| f.span());
@@ -363,7 +363,7 @@ fn stall_from_profile(
     if table(top.table.get("batching")).is_some_and(|t| t.get("stall_timeout").is_some()) {
         return batching;
     }
-    let profile = match crate::engine::sim::Profile::load(path) {
+    let profile = match load_profile(cx, path) {
         Ok(profile) => profile,
         Err(e) => {
             let vllm = table(top.table.get("engine")).and_then(|e| table(e.get("vllm")));
@@ -649,4 +649,17 @@ fn lower_expect(cx: &mut ReadContext, top: LocatedTable) -> Vec<Expectation> {
 
 fn lower_output(cx: &mut ReadContext, top: LocatedTable) -> OutputPlan {
     simple_section(cx, top, "output", keys::OUTPUT_KEYS, OutputPlan::default())
+}
+
+/// The calibration profile at `path`, read through the source's files (read from disk once) as
+/// `Profile::load` reads it.
+fn load_profile(
+    cx: &ReadContext,
+    path: &std::path::Path,
+) -> Result<crate::engine::sim::Profile, crate::engine::sim::ProfileError> {
+    let text = cx
+        .files
+        .text(path)
+        .map_err(|source| crate::engine::sim::ProfileError::Read { path: path.to_path_buf(), source })?;
+    crate::engine::sim::Profile::parse(&text, path)
 }

@@ -3,16 +3,19 @@
 //! The pipeline is: read the text, parse it with `toml_edit` (keeping spans), apply the
 //! command-line [`Overrides`], then lower the tree into a [`Plan`] while collecting every problem
 //! (`lower`). The [`ScenarioBuilder`], [`to_toml`] and every change of a plan
-//! ([`Plan::with_sets`]) go through the very same path, so a plan built in Rust or changed by a
-//! workflow is held to the same rules as one written by hand. Nothing downstream sees TOML, and
-//! nothing outside this module builds a plan.
+//! ([`Plan::with_sets`], typed [`Set`]s from the key handles in [`keys`]) go through the very same
+//! path, so a plan built in Rust or changed by a workflow is held to the same rules as one written
+//! by hand. Nothing downstream sees TOML (no file outside this module names `toml_edit`), and
+//! nothing outside this module builds a plan. The files a lowering reads (a calibration profile, a
+//! chat template, a trace) are kept with the plan's source (`files`), so a change does no IO.
 //!
 //! Files, from the bottom: `plan` (the validated data: `Plan` and the types it holds), `units`
 //! (durations), `error` (problems and their rustc-like report), `reader` (typed, located reads),
-//! `keys` (every key's row: name, doc, default, reading and printing; the derived seeds), `expect`
+//! `keys` (every key's row: name, doc, default, reading and printing; the derived seeds; typed handles), `expect`
 //! (metric names), `schema` (the known keys, from `keys`), `arrivals` and `lower` (meaning and
 //! defaults), `overrides`, `matrix`, `print` (plan back to TOML, and to JSON), `builder` and
-//! `change` (the door to a changed plan). No file names one above it.
+//! `change` (the door to a changed plan). `set` (a change as data, [`Set`]) and `files` (what the
+//! lowering read) sit at the bottom. No file names one above it.
 
 mod arrivals;
 #[doc(hidden)]
@@ -22,8 +25,9 @@ mod change;
 pub mod error;
 #[doc(hidden)]
 pub mod expect;
+pub(crate) mod files;
 mod images;
-mod keys;
+pub mod keys;
 mod lower;
 #[doc(hidden)]
 pub mod matrix;
@@ -32,6 +36,7 @@ pub mod plan;
 mod print;
 mod reader;
 mod schema;
+mod set;
 #[doc(hidden)]
 pub mod units;
 
@@ -52,6 +57,7 @@ use plan::{Combination, Layer, MatrixPlan, Source, Written};
 pub use print::{to_json, to_toml};
 #[doc(hidden)]
 pub use schema::key_paths;
+pub use set::{KeyPath, Section, Set, SetValue, Text};
 
 /// Entry point for Rust-built scenarios: `Scenario::builder()`.
 pub struct Scenario;
@@ -121,6 +127,7 @@ pub fn parse_str(source: &str, file_name: &str, base_dir: &Path, overrides: &Ove
         file: file_name.into(),
         base_dir: base_dir.into(),
         layers: vec![layer],
+        files: files::Files::default(),
     })
 }
 
@@ -154,7 +161,8 @@ fn lower_source(written: Written) -> Result<Plan, ScenarioError> {
     let base_dir = &*written.base_dir;
     let axes = matrix::extract(&mut root, &sets, source, file_name, &mut problems);
     let mut problems = if axes.is_empty() {
-        let mut cx = reader::ReadContext::new(source, file_name, base_dir, &sets, schema::RENAMED, problems);
+        let mut cx =
+            reader::ReadContext::new(source, file_name, base_dir, &written.files, &sets, schema::RENAMED, problems);
         let mut plan = lower::lower(&mut cx, &root, &lower::Context { stem });
         if !cx.has_problems() {
             plan.source = Source::new(written);
@@ -166,7 +174,15 @@ fn lower_source(written: Written) -> Result<Plan, ScenarioError> {
         let source_of = Source::new(written.clone());
         let mut combinations = Vec::new();
         for (tree, values) in matrix::combinations(&root, &axes) {
-            let mut cx = reader::ReadContext::new(source, file_name, base_dir, &sets, schema::RENAMED, Vec::new());
+            let mut cx = reader::ReadContext::new(
+                source,
+                file_name,
+                base_dir,
+                &written.files,
+                &sets,
+                schema::RENAMED,
+                Vec::new(),
+            );
             let mut plan = lower::lower(&mut cx, &tree, &lower::Context { stem });
             for p in cx.into_problems() {
                 if !problems.contains(&p) {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::files::Files;
 use crate::batcher::BatchConfig;
 #[doc(hidden)]
 pub use crate::engine::chat::RequestFormat;
@@ -167,6 +168,8 @@ pub(super) struct Written {
     /// What relative paths resolve against.
     pub base_dir: Arc<Path>,
     pub layers: Vec<Layer>,
+    /// The files its lowerings read, kept for the next.
+    pub files: Files,
 }
 
 /// One round of changes: keys taken out, then `key=value` sets as `--set` takes them (and a
@@ -195,7 +198,13 @@ impl Source {
 impl Default for Source {
     fn default() -> Self {
         let base_dir: Arc<Path> = Path::new(".").into();
-        Source::new(Written { text: "".into(), file: "builder".into(), base_dir, layers: Vec::new() })
+        Source::new(Written {
+            text: "".into(),
+            file: "builder".into(),
+            base_dir,
+            layers: Vec::new(),
+            files: Files::default(),
+        })
     }
 }
 

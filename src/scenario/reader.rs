@@ -10,6 +10,7 @@ use std::time::Duration;
 use toml_edit::{Item, TableLike, Value};
 
 use super::error::{LineIndex, Origin, Problem, RenamedKeys, did_you_mean, renamed_hint};
+use super::files::Files;
 use super::units::parse_duration;
 
 /// A value put in place by `--set`, `--seed` or the builder, so problems about it point there.
@@ -25,6 +26,8 @@ pub(crate) struct ReadContext<'a> {
     pub file: &'a str,
     /// Relative workload, model and engine paths resolve against this.
     pub base_dir: &'a std::path::Path,
+    /// Where a file the lowering reads (a profile, a template, a trace) comes from.
+    pub files: &'a Files,
     pub sets: &'a [AppliedSet],
     /// Renamed keys, hinted at instead of a did-you-mean (the schema's list, given as data).
     renamed: &'a RenamedKeys,
@@ -149,6 +152,7 @@ impl<'a> ReadContext<'a> {
         source: &'a str,
         file: &'a str,
         base_dir: &'a std::path::Path,
+        files: &'a Files,
         sets: &'a [AppliedSet],
         renamed: &'a RenamedKeys,
         problems: Vec<Problem>,
@@ -158,6 +162,7 @@ impl<'a> ReadContext<'a> {
             source,
             file,
             base_dir,
+            files,
             sets,
             renamed,
             problems,

@@ -7,8 +7,8 @@ use super::search::point_sets;
 use super::{Confirmation, LoadKnob, Objective, Point, TuneError, TuneResult};
 use crate::report::Report;
 use crate::run::{RunError, RunOptions, RunSummary, run_blocking};
+use crate::scenario::Set;
 use crate::scenario::plan::Plan;
-use toml_edit::Value;
 
 /// Which points a confirmation runs: policy, so here, on the data type the report carries.
 impl TuneResult {
@@ -69,7 +69,7 @@ pub fn confirmation_plan(real: &Plan, points: &[&Point], knob: LoadKnob) -> Resu
     if points.is_empty() {
         return Err(TuneError::Unsupported("no point to confirm".into()));
     }
-    let combinations: Vec<(String, Vec<(&str, Value)>)> = points
+    let combinations: Vec<(String, Vec<Set>)> = points
         .iter()
         .map(|p| (p.label(knob), point_sets(real.profile(), p.batch_size, p.batch_timeout, p.load)))
         .collect();

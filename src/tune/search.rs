@@ -35,12 +35,10 @@
 //! The result is within the tie band of every point evaluated, grid points included.
 
 use crate::loadgen::ProfileSpec;
-use crate::scenario::units::format_duration;
 use std::collections::{BTreeMap, BTreeSet};
 use std::num::NonZeroUsize;
 use std::path::Path;
 use std::time::Duration;
-use toml_edit::{InlineTable, Value};
 
 use super::memo::{Memo, RunKey, Variant};
 use super::parallel::{available_threads, in_order, try_in_order};
@@ -51,29 +49,26 @@ use crate::engine::sim::{Profile, SimConfig, TimeMode};
 use crate::metrics::result::BenchmarkResult;
 use crate::run::{RunOptions, run_blocking};
 use crate::scenario::plan::{EnginePlan, Plan};
+use crate::scenario::{Set, keys};
 
 /// The plan the search runs: the scenario itself when its engine is the simulator in virtual
 /// time; a real-engine scenario with a calibration `profile` runs on a simulator built from it
 /// (seeded with the scenario's seed, its generate timeout kept). Either way without `[matrix]`
 /// and `[expect]`.
 pub fn search_plan(plan: &Plan, profile: Option<&Path>) -> Result<Plan, TuneError> {
-    let mut sets: Vec<(&str, Value)> = Vec::new();
+    let mut sets = Vec::new();
     match (plan.engine(), profile) {
-        (EnginePlan::Sim(_), None) => sets.push(("engine.sim.time", "virtual".into())),
+        (EnginePlan::Sim(_), None) => sets.push(keys::SIM_TIME.to("virtual")),
         (_, Some(path)) => {
-            // Read here first, so that a bad profile is told as one.
-            Profile::load(path).map_err(|e| TuneError::Profile(format!("{}: {e}", path.display())))?;
             let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-            let mut sim = InlineTable::new();
-            sim.insert("time", "virtual".into());
-            sim.insert("seed", int(plan.seed()));
-            sim.insert("profile", path.to_string_lossy().as_ref().into());
-            let mut engine = InlineTable::new();
-            engine.insert("kind", "sim".into());
-            engine.insert("sim", Value::InlineTable(sim));
-            sets.push(("engine", Value::InlineTable(engine)));
+            sets.push(keys::ENGINE.table([
+                keys::ENGINE_KIND.to("sim"),
+                keys::SIM_TIME.to("virtual"),
+                keys::SIM_SEED.to(plan.seed()),
+                keys::SIM_PROFILE.to(path.to_string_lossy()),
+            ]));
             if let Some(timeout) = plan.batching().generate_timeout() {
-                sets.push(("batching.generate_timeout", format_duration(timeout).into()));
+                sets.push(keys::GENERATE_TIMEOUT.to(timeout));
             }
         }
         (_, None) => {
@@ -84,8 +79,17 @@ pub fn search_plan(plan: &Plan, profile: Option<&Path>) -> Result<Plan, TuneErro
             ));
         }
     }
-    sets.push(("expect", Value::InlineTable(InlineTable::new())));
-    Ok(plan.with_changes(&["matrix"], &sets)?)
+    sets.push(keys::EXPECT.table([]));
+    plan.with_changes(&[keys::MATRIX.path()], &sets).map_err(|e| {
+        // The lowering read the profile (once: every point's plan takes it from there); a bad
+        // one is told as one.
+        if let Some(path) = profile
+            && let Err(bad) = Profile::load(path)
+        {
+            return TuneError::Profile(format!("{}: {bad}", path.display()));
+        }
+        TuneError::Scenario(e)
+    })
 }
 
 /// `plan` with one point's settings.
@@ -195,7 +199,6 @@ impl Search<'_> {
 
     /// One point's run.
     fn run_point(&self, c: &Candidate, grid: bool) -> Result<Point, TuneError> {
-        let plan = with_point(self.plan, c.batch_size, c.batch_timeout, c.load)?;
         let mut point = Point {
             batch_size: c.batch_size,
             batch_timeout: c.batch_timeout,
@@ -211,7 +214,9 @@ impl Search<'_> {
             tied: false,
         };
         let key = RunKey::of(Variant::Scenario, c.batch_timeout, c.load);
+        // The memo first: a point it answers needs no plan.
         let benchmark = self.memo.get_or_run(key, c.batch_size as usize, || {
+            let plan = with_point(self.plan, c.batch_size, c.batch_timeout, c.load)?;
             first_benchmark(&plan).map_err(|source| TuneError::Run { point: point.label(self.space.load), source })
         })?;
         if let Some(b) = &benchmark {
@@ -272,12 +277,12 @@ const MAX_STRESSED: usize = 24;
 /// `plan` with its load (rates, concurrency) multiplied by `factor`; `None` for a profile
 /// without one (synchronous, trace, sweep).
 pub fn stressed(plan: &Plan, factor: f64) -> Result<Option<Plan>, TuneError> {
-    let scale = |c: u32| int(((f64::from(c) * factor).ceil() as u32).max(1));
+    let scale = |c: u32| u64::from(((f64::from(c) * factor).ceil() as u32).max(1));
     let set = match plan.profile() {
-        ProfileSpec::Throughput { max_concurrency } => ("profile.max_concurrency", scale(*max_concurrency)),
-        ProfileSpec::Concurrent { levels, .. } => ("profile.levels", levels.iter().map(|c| scale(*c)).collect()),
-        ProfileSpec::Constant { rates, .. } => ("profile.rates", rates.iter().map(|r| r * factor).collect()),
-        ProfileSpec::Poisson { rate, .. } | ProfileSpec::Gamma { rate, .. } => ("profile.rate", (rate * factor).into()),
+        ProfileSpec::Throughput { max_concurrency } => keys::MAX_CONCURRENCY.to(scale(*max_concurrency)),
+        ProfileSpec::Concurrent { levels, .. } => keys::LEVELS.to(levels.iter().map(|c| scale(*c)).collect()),
+        ProfileSpec::Constant { rates, .. } => keys::RATES.to(rates.iter().map(|r| r * factor).collect()),
+        ProfileSpec::Poisson { rate, .. } | ProfileSpec::Gamma { rate, .. } => keys::RATE.to(rate * factor),
         ProfileSpec::Synchronous | ProfileSpec::Trace { .. } | ProfileSpec::Sweep { .. } => return Ok(None),
     };
     Ok(Some(plan.with_sets(&[set])?))
@@ -312,11 +317,11 @@ fn seed_scores(s: &Search<'_>, of: &[usize]) -> Result<Vec<Vec<f64>>, TuneError>
 /// Point `i`'s score with the scenario's seed `+ k`.
 fn seed_score(s: &Search<'_>, i: usize, k: u64) -> Result<f64, TuneError> {
     let p = &s.points[i];
-    let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?;
-    let seed = int(s.plan.seed().wrapping_add(k) & (i64::MAX as u64));
-    let plan = at.with_sets(&[("seed", seed.clone()), ("engine.sim.seed", seed)])?;
     let key = RunKey::of(Variant::Seed(k), p.batch_timeout, p.load);
     let benchmark = s.memo.get_or_run(key, p.batch_size as usize, || {
+        let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load)?;
+        let seed = s.plan.seed().wrapping_add(k) & (i64::MAX as u64);
+        let plan = at.with_sets(&[keys::SEED.to(seed), keys::SIM_SEED.to(seed)])?;
         first_benchmark(&plan)
             .map_err(|source| TuneError::Run { point: format!("{} (seed +{k})", p.label(s.space.load)), source })
     })?;
@@ -333,10 +338,10 @@ enum StressStop {
 /// Point `i`'s score at [`STRESS`] times its load; `None` when it misses the objective there.
 fn stress_score(s: &Search<'_>, i: usize) -> Result<Option<f64>, StressStop> {
     let p = &s.points[i];
-    let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load).map_err(StressStop::Failed)?;
-    let Some(plan) = stressed(&at, STRESS).map_err(StressStop::Failed)? else { return Err(StressStop::NoLoad) };
     let key = RunKey::of(Variant::Stress, p.batch_timeout, p.load);
     let benchmark = s.memo.get_or_run(key, p.batch_size as usize, || {
+        let at = with_point(s.plan, p.batch_size, p.batch_timeout, p.load).map_err(StressStop::Failed)?;
+        let Some(plan) = stressed(&at, STRESS).map_err(StressStop::Failed)? else { return Err(StressStop::NoLoad) };
         first_benchmark(&plan).map_err(|source| {
             StressStop::Failed(TuneError::Run { point: format!("{} (load x{STRESS})", p.label(s.space.load)), source })
         })
@@ -560,36 +565,79 @@ impl Space {
     }
 }
 
-/// A whole number as a scenario value.
-fn int(v: impl Into<u64>) -> Value {
-    Value::from(i64::try_from(v.into()).unwrap_or(i64::MAX))
-}
-
-/// A list of rates as a scenario value, each number as Rust writes it (`[2]`, `[2.5]`): the text
-/// a matrix label shows.
-fn rates(rates: &[f64]) -> Value {
-    let text = rates.iter().map(f64::to_string).collect::<Vec<_>>().join(", ");
-    format!("[{text}]").parse().unwrap_or_else(|_| Value::Array(rates.iter().copied().collect()))
-}
-
-/// One point's settings as `key = value`s: the batch size, the batch timeout, and the load where
-/// the profile has the knob (a throughput profile's `max_concurrency`, a constant one's rate).
+/// One point's settings as sets: the batch size, the batch timeout, and the load where the
+/// profile has the knob (a throughput profile's `max_concurrency`, a constant one's rate).
 pub(crate) fn point_sets(
     profile: &ProfileSpec,
     batch_size: u32,
     batch_timeout: Duration,
     load: Option<f64>,
-) -> Vec<(&'static str, Value)> {
-    let mut sets = vec![
-        ("batching.batch_size", int(batch_size)),
-        ("batching.batch_timeout", format_duration(batch_timeout).into()),
-    ];
+) -> Vec<Set> {
+    let mut sets = vec![keys::BATCH_SIZE.to(u64::from(batch_size)), keys::BATCH_TIMEOUT.to(batch_timeout)];
     match (profile, load) {
         (ProfileSpec::Throughput { .. }, Some(c)) => {
-            sets.push(("profile.max_concurrency", int(c.round().max(1.0) as u32)))
+            sets.push(keys::MAX_CONCURRENCY.to(u64::from(c.round().max(1.0) as u32)))
         }
-        (ProfileSpec::Constant { .. }, Some(r)) => sets.push(("profile.rates", rates(&[r]))),
+        (ProfileSpec::Constant { .. }, Some(r)) => sets.push(keys::RATES.to(vec![r])),
         _ => {}
     }
     sets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::files::disk_reads;
+    use crate::scenario::{Overrides, load_file};
+
+    /// A tune of scenarios/slo.toml on a calibration profile reads the profile from disk once:
+    /// the search plan's lowering reads it, and every point's plan (seeds and stress runs too) is
+    /// lowered again from what that lowering kept. The file is gone before the search starts, so
+    /// no reader at all touches it there.
+    #[test]
+    fn a_tune_reads_its_profile_once() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dir = std::env::temp_dir().join(format!("batchlab-tune-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let profile = dir.join("profile.toml");
+        std::fs::copy(root.join("scenarios/profiles/example.toml"), &profile).unwrap();
+        let plan = load_file(&root.join("scenarios/slo.toml"), &Overrides::default()).unwrap();
+        let sim = search_plan(&plan, Some(&profile)).unwrap();
+        assert_eq!(disk_reads(&profile), 1, "the search plan's lowering read profile.toml");
+        std::fs::remove_dir_all(&dir).unwrap();
+        let threads = NonZeroUsize::new(2).unwrap();
+        let (result, runs) =
+            search_counting_runs(&sim, &Objective::Goodput, 6, Space::for_plan(&sim), threads).unwrap();
+        assert_eq!(result.points.len(), 6, "the budget is spent");
+        assert!(runs.simulated > 6, "seed runs too: {runs:?}");
+        assert_eq!(disk_reads(&profile), 1, "profile.toml is read once");
+    }
+}
+
+#[cfg(test)]
+mod point_tests {
+    use super::*;
+    use crate::scenario::{Overrides, load_file};
+
+    /// A point's plan is the plan the same settings given as `--set`s make (the text the
+    /// workflows wrote before the sets were typed), a constant rate and a concurrency alike.
+    #[test]
+    fn a_point_is_its_sets() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        for (file, load, set) in
+            [("slo.toml", 2.0, "profile.rates=[2]"), ("throughput.toml", 7.4, "profile.max_concurrency=7")]
+        {
+            let plan = load_file(&root.join("scenarios").join(file), &Overrides::default()).unwrap();
+            let point = with_point(&plan, 8, Duration::from_micros(2500), Some(load)).unwrap();
+            let sets = ["batching.batch_size=8", "batching.batch_timeout=2500us", set];
+            let overrides = Overrides { sets: sets.iter().map(|s| (*s).to_owned()).collect(), seed: None };
+            let written = load_file(&root.join("scenarios").join(file), &overrides).unwrap();
+            assert_eq!(point, written, "{file}");
+            assert_eq!(to_toml_text(&point), to_toml_text(&written), "{file}");
+        }
+    }
+
+    fn to_toml_text(plan: &Plan) -> String {
+        crate::scenario::to_toml(plan)
+    }
 }

@@ -340,7 +340,7 @@ impl Codec for ReqFormat {
         } else {
             let joined = cx.base_dir.join(&written);
             let path = std::path::absolute(&joined).unwrap_or_else(|_| joined.clone());
-            match std::fs::read_to_string(&path) {
+            match cx.files.text(&path) {
                 Ok(source) => (source, TemplateOrigin::File(path)),
                 Err(e) => {
                     let message = format!(

@@ -259,3 +259,17 @@ fn tables_have_unique_names_and_the_check_bites() {
     let caught = std::panic::catch_unwind(|| check_docs("## `[output]`", wrong));
     assert!(caught.is_err(), "a wrong default must fail the docs check");
 }
+
+/// Every key handle names a key the schema knows: a handle cannot drift from its row.
+#[test]
+fn every_handle_is_a_key() {
+    for path in HANDLE_PATHS {
+        // `[matrix]` is taken out before the schema is asked (its axes name other keys).
+        if *path == MATRIX.path() {
+            continue;
+        }
+        let parts: Vec<&str> = path.split('.').collect();
+        assert!(super::super::schema::check_path(&parts).is_ok(), "the handle `{path}` names no key");
+    }
+    assert!(super::super::schema::check_path(&["batching", "batch_sise"]).is_err(), "the check can fail");
+}

@@ -1,6 +1,7 @@
 //! `batchlab calibrate` through files, as a user runs it: a simulated run with known coefficients
 //! writes requests.jsonl and report.json, `calibrate` fits them, the profile holds the known
-//! coefficients within 1 %, and a scenario using the profile runs with them.
+//! coefficients within 1 %, and a scenario using the profile runs with them. A run with images
+//! gives the encoder's cost per image token too; one without leaves it out.
 
 use batchlab::engine::sim::Profile;
 use batchlab::scenario::plan::EnginePlan;
@@ -87,6 +88,11 @@ fn calibrate_recovers_a_simulated_runs_coefficients_from_its_output_directory() 
         let err = (got - want).abs() / want;
         assert!(err < 0.01, "{name}: fitted {got} ns, true {want} ns ({:.3} %)", err * 100.0);
     }
+    // No images: the encoder's cost is not fitted, nor said to be unidentified.
+    assert_eq!(profile.coefficients.encoder_per_image_token_ns, None);
+    assert!(!std::fs::read_to_string(&profile_path).unwrap().contains("encoder_per_image_token_ns"));
+    assert!(!text(&fit.stdout).contains("encoder_per_image_token"), "{}", text(&fit.stdout));
+    assert!(profile.fit.unidentified.is_empty(), "{:?}", profile.fit.unidentified);
     assert_eq!(profile.engine.max_num_batched_tokens, 256);
     assert_eq!(profile.engine.num_kv_blocks, 48);
     assert_eq!(profile.provenance.engine_name, "sim");
@@ -107,6 +113,71 @@ fn calibrate_recovers_a_simulated_runs_coefficients_from_its_output_directory() 
     assert_eq!(sim.cost.decode_step.as_nanos(), profile.coefficients.decode_step_ns.round() as u128);
     assert_eq!(sim.scheduler.num_kv_blocks, 48);
     assert_eq!(sim.scheduler.max_num_seqs, 4, "the explicit key wins");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// [`SCENARIO`] with chat prompts carrying 0 to 4 images of 48 tokens each, half of them from a
+/// pool of 6 (so the encoder cache hits), and an encoder cost of 1.5 µs an image token.
+fn images_scenario() -> String {
+    let with_encoder = SCENARIO.replace(
+        "tokens_squared_per_1m = \"800us\"\n",
+        "tokens_squared_per_1m = \"800us\"\nencoder_per_image_token = \"1500ns\"\n",
+    );
+    format!(
+        "{with_encoder}\n[workload.images]\nbuckets = \"{{(32, 32, 1): 0.5, (24, 48, 1): 0.5}}\"\n\
+         base_items_per_request = 2\nrange_ratio = 1.0\ncontent = \"solid\"\npool = 6\npool_rate = 0.5\n\
+         tokens_per_image = 48\n"
+    )
+    .replace("[workload]\n", "[workload]\nchat = true\n")
+}
+
+/// A simulated run with images and a known encoder cost: `calibrate` gives that cost within 1 %
+/// (with every other coefficient), from each request's images and encoder-cache hits in
+/// requests.jsonl.
+#[test]
+fn calibrate_recovers_the_encoder_cost_per_image_token_from_a_run_with_images() {
+    let dir = temp_dir("images");
+    let scenario = dir.join("images.toml");
+    std::fs::write(&scenario, images_scenario()).unwrap();
+    let out = dir.join("run");
+    let run = batchlab(&[
+        "run",
+        scenario.to_str().unwrap(),
+        "--quiet",
+        "--requests-jsonl",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    // The data has what separates the encoder from the prefill: misses, hits, and requests
+    // without images.
+    let records: Vec<_> =
+        batchlab::report::read_records(&out.join("requests.jsonl")).unwrap().map(Result::unwrap).collect();
+    let hits: u32 = records.iter().filter_map(|r| r.image_cache_hits).sum();
+    let images: u32 = records.iter().filter_map(|r| r.images.map(|s| s.images)).sum();
+    assert!(hits > 10 && images > hits + 10, "{hits} hits of {images} images");
+    assert!(records.iter().any(|r| r.images.is_none()), "some requests have no images");
+
+    let profile_path = dir.join("profile.toml");
+    let fit = batchlab(&["calibrate", out.to_str().unwrap(), "--output", profile_path.to_str().unwrap()]);
+    assert!(fit.status.success(), "{}", text(&fit.stderr));
+    assert!(text(&fit.stdout).contains("encoder_per_image_token"), "{}", text(&fit.stdout));
+    let profile = Profile::load(&profile_path).expect("a valid profile");
+    let got = profile.coefficients.encoder_per_image_token_ns.expect("fitted from a run with images");
+    assert!((got - 1500.0).abs() / 1500.0 < 0.01, "encoder_per_image_token: fitted {got} ns, true 1500 ns");
+    for ((name, want), got) in TRUTH.iter().zip(profile.coefficients.to_array()) {
+        let err = (got - want).abs() / want;
+        assert!(err < 0.01, "{name}: fitted {got} ns, true {want} ns ({:.3} %)", err * 100.0);
+    }
+    assert!(profile.fit.unidentified.is_empty(), "{:?}", profile.fit.unidentified);
+    assert!(profile.residuals["first_token"].p99_rel < 1e-4, "{:?}", profile.residuals);
+
+    // A scenario that uses the profile gets the encoder's cost.
+    let user = dir.join("user.toml");
+    std::fs::write(&user, "[engine.sim]\nprofile = \"profile.toml\"\n").unwrap();
+    let plan = load_file(&user, &Overrides::default()).unwrap_or_else(|e| panic!("{e}"));
+    let EnginePlan::Sim(sim) = &plan.engine() else { panic!("{:?}", plan.engine()) };
+    assert_eq!(sim.cost.encoder_per_image_token.as_nanos(), got.round() as u128);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -23,7 +23,7 @@ fn seq(prompt: u32, output: u32, salt: u32) -> NewSequence {
         prompt_ids: (0..prompt).map(|i| i * 7 + salt * 100_003).collect(),
         output_tokens: output,
         max_tokens: output,
-        image_hashes: Vec::new(),
+        images: Vec::new(),
     }
 }
 
@@ -180,4 +180,67 @@ fn the_core_holds_nothing_after_many_requests() {
         assert_eq!(c.live_requests(), 0);
     }
     assert_eq!(tokens, 200 * 100 * 16);
+}
+
+/// A chat prompt whose user turn, `text`, carries images of `(hash, tokens)`.
+fn chat_with_images(text: &str, images: &[(u64, u32)]) -> batchlab::engine::Prompt {
+    use batchlab::engine::chat::{Message, RequestFormat};
+    use batchlab::engine::image::Image;
+    let images = images
+        .iter()
+        .map(|&(hash, tokens)| Image {
+            url: "data:".into(),
+            width: 4,
+            height: 4,
+            bytes: 1,
+            hash,
+            pooled: false,
+            tokens,
+        })
+        .collect();
+    RequestFormat::ChatTemplate.prompt(vec![Message::new("user", text).with_images(images)])
+}
+
+/// The encoder cost is the simulated engine's: a request's images that miss the encoder cache cost
+/// their tokens in the step that first schedules it, a hit nothing, and a request alone gets the
+/// token times one generate call of it gets.
+#[test]
+fn images_cost_the_encoder_as_in_the_simulated_engine() {
+    use batchlab::engine::sim::encoder::EncoderInput;
+    let sim = SimConfig {
+        cost: CostModel { encoder_per_image_token: Duration::from_micros(2), ..example().cost },
+        ..example()
+    };
+    let (mut c, registry) = core(&sim, 10);
+    let (mut engine, clock) = SimEngine::virtual_time(sim.clone());
+    engine.start().unwrap();
+    let mut t0 = Timestamp::from_nanos(5_000_000_000);
+    let mut firsts = Vec::new();
+    // The same picture twice (a miss, then a hit), then another one; texts that differ in their
+    // first block, so the prefix cache never hits.
+    for (id, images) in [(1, [(7, 576)]), (2, [(7, 576)]), (3, [(8, 100)])] {
+        let prompt = chat_with_images(&format!("{id} says hi"), &images);
+        let prompt_ids = batchlab::engine::sim::prompt::prompt_ids(&prompt).unwrap();
+        let images = images.iter().map(|&(hash, tokens)| EncoderInput { hash, tokens }).collect();
+        let ids = c.submit(t0, vec![NewSequence { prompt_ids, output_tokens: 4, max_tokens: 4, images }]).unwrap();
+        let (events, end) = drain(&mut c, t0, None);
+        let served: Vec<f64> =
+            token_times(&events, ids[0]).iter().map(|t| t.saturating_since(t0).as_secs_f64()).collect();
+        let start = clock.now();
+        let out = engine.generate(&[EngineRequest::new(prompt, 4).with_id(id)]).unwrap();
+        let simulated: Vec<f64> =
+            out[0].stats.token_steps.as_ref().unwrap().times().map(|t| t - start.as_secs_f64()).collect();
+        assert_eq!(served.len(), simulated.len());
+        for (a, b) in served.iter().zip(&simulated) {
+            assert!((a - b).abs() < 1e-6, "request {id}: served {a} vs generate {b}");
+        }
+        firsts.push(served[0]);
+        t0 = end.saturating_add(Duration::from_secs(1));
+    }
+    // The miss paid 576 × 2 µs more than the hit of the same length.
+    assert!((firsts[0] - firsts[1] - 576.0 * 2e-6).abs() < 1e-9, "{firsts:?}");
+    let text = render(&registry);
+    let counter =
+        |name: &str| text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert_eq!((counter("vllm:mm_cache_queries_total"), counter("vllm:mm_cache_hits_total")), (Some(3.0), Some(1.0)));
 }

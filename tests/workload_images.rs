@@ -101,9 +101,14 @@ fn the_vision_scenario_on_the_simulator_hits_its_designed_reuse_and_is_reproduci
     let hit = images.cache_hit_rate.expect("the simulator counts its encoder cache");
     assert!((hit - images.designed_reuse).abs() <= 0.02, "hit {hit} vs designed {}", images.designed_reuse);
 
-    // Per request: images, pixels, bytes and hits. Token-exact prompts: the user turn's words
-    // plus its images' tokens are the length drawn for it (the same workload without images draws
-    // the same lengths, all of words); the engine counts that plus its template's tokens.
+    // Token-exact prompts: every request's engine count is its target, and the report says so.
+    let target = b.prompt_target.as_ref().expect("a prompt target result");
+    assert_eq!((target.requests, target.differ, target.max_abs_diff, target.unmeasured), (800, 0, 0, 0), "{target:?}");
+
+    // Per request: images, pixels, bytes and hits. Token-exact prompts: the whole prompt (the
+    // template's tokens, the user turn's words and its images' tokens) is the length drawn for it
+    // (the same workload without images draws the same lengths, all of words), and the engine's
+    // count of it; the record has both.
     let workload = Workload::from_plan(plan.workload()).unwrap();
     let mut text_only = plan.workload().clone();
     let WorkloadSpec::Synthetic { images: spec, .. } = &mut text_only else { panic!("synthetic") };
@@ -122,10 +127,12 @@ fn the_vision_scenario_on_the_simulator_hits_its_designed_reuse_and_is_reproduci
         assert_eq!(s, batchlab::engine::image::summary(&request.prompt).unwrap());
         assert!(r.image_cache_hits.unwrap() <= s.pooled, "only pool images can hit: {r:?}");
         let drawn = words(&text_only.request(r.id).prompt);
-        assert_eq!(words(&request.prompt) + s.tokens, drawn, "request {}", r.id);
+        assert_eq!(words(&request.prompt) + s.tokens + 8, drawn, "the template's 8 tokens, request {}", r.id);
         let prompt_tokens = r.metrics.as_ref().unwrap().prompt_tokens.unwrap();
         assert_eq!(Ok(prompt_tokens), batchlab::engine::sim::prompt::prompt_tokens(&request.prompt));
-        assert_eq!(u64::from(prompt_tokens), drawn + 8, "the template's 8 tokens, request {}", r.id);
+        assert_eq!(u64::from(prompt_tokens), drawn, "request {}", r.id);
+        assert_eq!(r.prompt_tokens_target, Some(prompt_tokens), "request {}", r.id);
+        assert_eq!(workload.prompt_target(r.id), Some(prompt_tokens));
     }
 
     // Same seed, same images, same report.
@@ -218,7 +225,14 @@ fn the_vision_scenario_runs_against_batchlab_serve() {
     let server_rate = b["server"][0]["mm_cache_hit_rate"].as_f64().expect("the server's mm cache counters");
     assert!(server_rate <= designed + 1e-9 && server_rate >= designed - 8.0 / images, "{server_rate} vs {designed}");
 
-    // Per request, the server's prompt tokens are the simulator's count of what batchlab sent.
+    // Token-exact prompts: the server counted every prompt at its target.
+    assert_eq!(
+        b["prompt_target"],
+        json!({"requests": 160, "differ": 0, "max_abs_diff": 0, "mean_diff": 0.0, "unmeasured": 0})
+    );
+
+    // Per request, the server's prompt tokens are the simulator's count of what batchlab sent,
+    // and the length the workload sized the prompt to.
     let overrides = Overrides { sets: sets.iter().map(|s| (*s).to_owned()).collect(), seed: None };
     let plan = load_file(&path, &overrides).unwrap();
     let workload = Workload::from_plan(plan.workload()).unwrap();
@@ -229,6 +243,27 @@ fn the_vision_scenario_runs_against_batchlab_serve() {
         assert_eq!(r.images.unwrap().images as usize, prompt_images(&request.prompt).count());
         let expected = batchlab::engine::sim::prompt::prompt_tokens(&request.prompt).unwrap();
         assert_eq!(r.metrics.as_ref().unwrap().prompt_tokens, Some(expected), "request {}", r.id);
+        assert_eq!(r.prompt_tokens_target, Some(expected), "request {}", r.id);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A target the template and images alone overshoot cannot be hit: the text is one word, and the
+/// report and each record show by how much the engine's count is over.
+#[test]
+fn a_target_the_images_overshoot_is_reported_as_missed() {
+    let source = "[workload]\nchat = true\nprompt_tokens = 100\noutput_tokens = 4\n\
+                  [workload.images]\nbuckets = \"{(16, 16, 1): 1.0}\"\nbase_items_per_request = 1\n\
+                  tokens_per_image = 576\ncount_in_prompt = true\n[stop]\nmax_requests = 8\n[warmup]\nrequests = 0\n";
+    let plan = parse_str(source, "scenarios/over.toml", Path::new("scenarios"), &Overrides::default()).unwrap();
+    let dir = std::env::temp_dir().join(format!("batchlab-images-over-{}", std::process::id()));
+    let options = RunOptions { output_dir: Some(dir.clone()), requests_jsonl: true, ..RunOptions::default() };
+    let summary = run_blocking(&plan, options).unwrap();
+    let target = summary.report.benchmarks[0].prompt_target.clone().expect("targets");
+    // One word and the template's 8 tokens over the 576 of the image: 585, 485 over.
+    assert_eq!((target.requests, target.differ, target.max_abs_diff, target.mean_diff), (8, 8, 485, 485.0));
+    for r in read_records(&dir.join("requests.jsonl")).unwrap().map(Result::unwrap) {
+        assert_eq!((r.prompt_tokens_target, r.metrics.unwrap().prompt_tokens), (Some(100), Some(585)));
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -169,10 +169,79 @@ fn file_limits_count_real_tokens() {
     assert!(digits.starts_with(&cut));
     assert_eq!(text(&w.request(1).prompt), "short one");
 
+    // A filter that leaves nothing says which counting it used: the tokenizer, by its path.
+    let none = p
+        .with_changes(
+            &["workload.max_prompt_tokens", "workload.truncate"],
+            &[("workload.min_prompt_tokens", toml_edit::Value::from(1000))],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = Workload::from_plan(none.workload()).unwrap_err().to_string();
+    let counting =
+        format!("(lengths in the tokens of `workload.tokenizer` {}", fixture().join("tiny-llama-tokenizer").display());
+    assert!(err.contains("has no prompts left") && err.contains(&counting), "{err}");
+
     // A tokenizer path that is not there is an error at the key, with what was expected.
     std::fs::write(dir.join("bad.toml"), "name = \"bad\"\n[workload]\ntokenizer = \"no-such-model\"\n").unwrap();
     let err = load_file(&dir.join("bad.toml"), &Overrides::default()).unwrap_err().to_string();
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(err.contains("bad.toml:3:13"), "{err}");
     assert!(err.contains("no-such-model: not found; expected a model directory with a tokenizer.json"), "{err}");
+}
+
+/// Against `batchlab serve --tokenizer` (which counts the same tokenizer's tokens, a chat prompt
+/// after the model's template), every prompt is counted at the length the workload sized it to:
+/// each record has the target beside the server's count, and the report has no miss. On the
+/// simulator, which counts four bytes a token, the same targets are there, and missed.
+#[test]
+fn the_server_counts_every_prompt_at_its_target() {
+    #[path = "common/serve_process.rs"]
+    mod serve_process;
+    let server =
+        serve_process::Server::start(None, &["--tokenizer", fixture().join("tiny-llama-tokenizer").to_str().unwrap()]);
+    let dir = std::env::temp_dir().join(format!("batchlab-workload-tokenizer-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // tests/fixtures/tokenizer.toml with its engine swapped for the HTTP one.
+    let fixture_text = std::fs::read_to_string(fixture().join("tokenizer.toml")).unwrap();
+    let (head, rest) = fixture_text.split_once("[engine]").unwrap();
+    let (_, rest) = rest.split_once("[batching]").unwrap();
+    let tokenizer = fixture().join("tiny-llama-tokenizer");
+    for (api, chat) in [("completions", false), ("chat", true)] {
+        let scenario = format!(
+            "{head}[engine]\nkind = \"openai\"\n[engine.openai]\nurls = [\"{}\"]\nmodel = \"{}\"\napi = \"{api}\"\n\
+             [batching]{}",
+            server.url,
+            serve_process::MODEL,
+            rest.replace(
+                "tokenizer = \"tiny-llama-tokenizer\"",
+                &format!("tokenizer = {:?}\nchat = {chat}", tokenizer.display().to_string())
+            )
+        );
+        let path = dir.join("http.toml");
+        std::fs::write(&path, scenario).unwrap();
+        let overrides =
+            Overrides { sets: vec!["batching.batch_size=1".into(), "stop.max_requests=24".into()], seed: None };
+        let http = load_file(&path, &overrides).unwrap_or_else(|e| panic!("{e}"));
+        let options = RunOptions { output_dir: Some(dir.join("out")), requests_jsonl: true, ..RunOptions::default() };
+        let summary = run_blocking(&http, options).unwrap_or_else(|e| panic!("{e}"));
+        let target = summary.report.benchmarks[0].prompt_target.clone().expect("targets");
+        assert_eq!((target.requests, target.differ, target.max_abs_diff), (24, 0, 0), "{api}: {target:?}");
+        let records = batchlab::report::read_records(&dir.join("out/requests.jsonl")).unwrap().map(Result::unwrap);
+        let drawn = drawn_lengths(&[], 24);
+        for r in records {
+            let served = r.metrics.as_ref().unwrap().prompt_tokens;
+            assert_eq!(r.prompt_tokens_target, served, "{api}, request {}", r.id);
+            assert_eq!(r.prompt_tokens_target, Some(drawn[r.id as usize] as u32), "{api}, request {}", r.id);
+        }
+    }
+    // The simulator counts otherwise: the targets are recorded, and the report shows the misses.
+    let options = RunOptions { output_dir: Some(dir.clone()), ..RunOptions::default() };
+    let summary = run_blocking(&plan(&[]), options).unwrap_or_else(|e| panic!("{e}"));
+    let target = summary.report.benchmarks[0].prompt_target.clone().expect("targets");
+    assert_eq!(target.requests, 64);
+    assert!(target.differ > 0 && target.max_abs_diff > 0, "{target:?}");
+    let options = RunOptions { output_dir: Some(dir.clone()), ..RunOptions::default() };
+    let summary = run_blocking(&without_tokenizer(&plan(&[])), options).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(summary.report.benchmarks[0].prompt_target, None, "token ids have no target");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,11 +3,11 @@
 //! Inside one `generate` call the schedule depends only on token counts, the engine's limits and
 //! its prefix-cache hits, never on time ([`crate::engine::sim::scheduler`]). So each batch is
 //! replayed under the resolved configuration, and every measured timestamp (from the batch's
-//! dispatch) is a linear function of the seven coefficients:
+//! dispatch) is a linear function of the seven coefficients (eight with images):
 //!
 //! ```text
 //! t = fixed_overhead + request_overhead·n + decode_step·k + prefill_per_token·ΣP + per_seq·ΣS
-//!     + context_per_1k_tokens·ΣC/1000 + tokens_squared_per_1m·ΣT²/10⁶
+//!     + context_per_1k_tokens·ΣC/1000 + tokens_squared_per_1m·ΣT²/10⁶ + encoder_per_image_token·ΣE
 //! ```
 //!
 //! summed over the `k` steps before it (its `scheduled_ts`) or up to and including the step that
@@ -17,7 +17,11 @@
 //!    `scheduled_ts` after its dispatch. It is fitted on its own, so the step costs cannot push
 //!    their misfit into it (a real engine's big batches otherwise bend it).
 //! 2. **The steps** (`decode_step`, `prefill_per_token`, `per_seq`, `context_per_1k_tokens`,
-//!    `tokens_squared_per_1m`) are fitted on every timestamp minus its batch's measured head.
+//!    `tokens_squared_per_1m`, and `encoder_per_image_token` when a request had images) are fitted
+//!    on every timestamp minus its batch's measured head. `E` is the image tokens a step encodes:
+//!    a request's [`RequestObservation::encoder_tokens`], in the step that first schedules it.
+//!    Without images the column is left out: the coefficient is not fitted (`None` in the
+//!    profile), and not reported as unidentified either.
 //! 3. **The tail** (`finish_overhead + finish_per_request·n`) is fitted from the time between a
 //!    batch's last token and the return of its `generate`.
 //!
@@ -31,7 +35,7 @@
 //! Each solve scales the columns to unit norm and uses modified Gram-Schmidt QR (a column the
 //! others already explain is reported as unidentified and fixed at 0); a negative coefficient is
 //! fixed at 0 and the rest refitted (an active-set non-negative fit), since no cost is negative.
-//! Seven unknowns need no linear-algebra crate.
+//! Eight unknowns need no linear-algebra crate.
 
 use std::collections::BTreeMap;
 
@@ -48,6 +52,11 @@ pub struct RequestObservation {
     pub output_tokens: u32,
     /// Prompt tokens served from the prefix cache (0 when the engine does not say).
     pub cached_tokens: u32,
+    /// Images it carried.
+    pub images: u32,
+    /// Image tokens the engine's vision encoder computed for it: those of its images that missed
+    /// the encoder cache (all of them when the engine does not say).
+    pub encoder_tokens: u32,
     /// The engine's `scheduled_ts`.
     pub scheduled_ns: Option<f64>,
     /// The engine's `first_token_ts`.
@@ -75,6 +84,7 @@ impl BatchObservation {
                 prompt_len: r.prompt_tokens,
                 output_len: r.output_tokens,
                 prefix: PrefixSource::Known(r.cached_tokens),
+                encoder_tokens: r.encoder_tokens,
             })
             .collect()
     }
@@ -134,11 +144,27 @@ pub enum FitError {
 const METRICS: [&str; 5] = ["scheduled", "first_token", "last_token", "finish", "head"];
 const TAIL_METRIC: usize = 3;
 const HEAD_METRIC: usize = 4;
-/// Columns of the step model, of the head and step model together (the first seven
+/// Columns of the step model, of the head and step model together (the first eight
 /// coefficients) and of the tail (the last two).
-const STEP: usize = 5;
+const STEP: usize = 6;
 const N: usize = 2 + STEP;
 const TAIL: usize = 2;
+/// The encoder's column among the head and step model's, left out when no request had images.
+const ENCODER: usize = N - 1;
+/// The fit's coefficients in its column order: [`Coefficients::NAMES`] with the encoder's
+/// before the tail's.
+const FIT_NAMES: [&str; N + TAIL] = [
+    "fixed_overhead",
+    "request_overhead",
+    "decode_step",
+    "prefill_per_token",
+    "per_seq",
+    "context_per_1k_tokens",
+    "tokens_squared_per_1m",
+    "encoder_per_image_token",
+    "finish_overhead",
+    "finish_per_request",
+];
 /// Relative errors are taken against at least this (1 ms), so near-zero times do not dominate.
 const REL_FLOOR_NS: f64 = 1e6;
 
@@ -151,8 +177,11 @@ struct Sample {
 
 /// Fits the coefficients to `batches`, replayed under `config`. See the module docs.
 pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Result<FitResult, FitError> {
+    // The encoder's column only when some request had images.
+    let images = batches.iter().flat_map(|b| &b.requests).any(|r| r.images > 0);
+    let left_out: &[usize] = if images { &[] } else { &[ENCODER] };
     // Per batch: its size, its measured head (first `scheduled_ts`), and its timestamps with
-    // their full design rows [1, n, k, ΣP, ΣS, ΣC/1000, ΣT²/10⁶].
+    // their full design rows [1, n, k, ΣP, ΣS, ΣC/1000, ΣT²/10⁶, ΣE].
     let mut sizes: Vec<f64> = Vec::new();
     let mut heads: Vec<Option<f64>> = Vec::new();
     let mut samples: Vec<(usize, Sample)> = Vec::new();
@@ -161,7 +190,7 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
     for (b, batch) in batches.iter().enumerate() {
         let schedule =
             scheduler::replay(config, &batch.specs()).map_err(|source| FitError::Replay { batch: b, source })?;
-        // cum[k]: [steps, ΣP, ΣS, ΣC/1000, ΣT²/10⁶] over steps 0..k.
+        // cum[k]: [steps, ΣP, ΣS, ΣC/1000, ΣT²/10⁶, ΣE] over steps 0..k.
         let mut cum = vec![[0.0f64; STEP]; schedule.steps.len() + 1];
         for (k, step) in schedule.steps.iter().enumerate() {
             let l = &step.load;
@@ -171,6 +200,7 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
                 l.seqs as f64,
                 l.context_tokens as f64 / 1000.0,
                 l.tokens_squared_per_1m(),
+                l.encoder_tokens as f64,
             ];
             for j in 0..STEP {
                 cum[k + 1][j] = cum[k][j] + add[j];
@@ -180,7 +210,7 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
         sizes.push(n);
         let row = |k: usize| {
             let c = cum[k];
-            vec![1.0, n, c[0], c[1], c[2], c[3], c[4]]
+            vec![1.0, n, c[0], c[1], c[2], c[3], c[4], c[5]]
         };
         let last = batch.requests.iter().filter_map(|r| r.last_token_ns).fold(f64::NEG_INFINITY, f64::max);
         if let Some(returned) = batch.returned_ns.filter(|r| r.is_finite() && last.is_finite() && *r >= last) {
@@ -204,8 +234,9 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
             }
         }
     }
-    if samples.len() < N {
-        return Err(FitError::TooFewSamples { samples: samples.len(), needed: N });
+    let needed = N - left_out.len();
+    if samples.len() < needed {
+        return Err(FitError::TooFewSamples { samples: samples.len(), needed });
     }
     // Every batch counts alike, whatever its size: each of its timestamps weighs 1/√(its count).
     let mut per_batch = vec![0usize; batches.len()];
@@ -224,14 +255,14 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
     if head_samples.is_empty() {
         // No `scheduled_ts` anywhere: the head is fitted together with the steps.
         let rows: Vec<Sample> = samples.iter().map(|(b, s)| scaled(s, s.x.clone(), s.y, weight(*b, s.y))).collect();
-        let (beta, dependent) = non_negative_least_squares(&rows, N);
+        let (beta, dependent) = non_negative_least_squares(&rows, N, left_out);
         theta[..N].copy_from_slice(&beta);
         unidentified.extend(dependent);
     } else {
         // The head is measured: fit it on its own, then the steps on the time after it.
         let rows: Vec<Sample> =
             head_samples.iter().map(|s| scaled(s, s.x.clone(), s.y, 1.0 / s.y.max(REL_FLOOR_NS))).collect();
-        let (head, dependent) = non_negative_least_squares(&rows, 2);
+        let (head, dependent) = non_negative_least_squares(&rows, 2, &[]);
         theta[..2].copy_from_slice(&head);
         unidentified.extend(dependent);
         let rows: Vec<Sample> = samples
@@ -242,7 +273,8 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
                 scaled(s, s.x[2..].to_vec(), y, weight(*b, y))
             })
             .collect();
-        let (steps, dependent) = non_negative_least_squares(&rows, N - 2);
+        let step_left_out: Vec<usize> = left_out.iter().map(|j| j - 2).collect();
+        let (steps, dependent) = non_negative_least_squares(&rows, N - 2, &step_left_out);
         theta[2..N].copy_from_slice(&steps);
         unidentified.extend(dependent.iter().map(|j| j + 2));
     }
@@ -252,7 +284,7 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
     } else {
         let rows: Vec<Sample> =
             tails.iter().map(|s| scaled(s, s.x.clone(), s.y, 1.0 / s.y.max(REL_FLOOR_NS))).collect();
-        let (tail, dependent) = non_negative_least_squares(&rows, TAIL);
+        let (tail, dependent) = non_negative_least_squares(&rows, TAIL, &[]);
         theta[N..].copy_from_slice(&tail);
         unidentified.extend(dependent.iter().map(|j| j + N));
     }
@@ -293,11 +325,23 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
             }
         })
         .collect();
+    let mut coefficients = Coefficients::from_array([
+        theta[0],
+        theta[1],
+        theta[2],
+        theta[3],
+        theta[4],
+        theta[5],
+        theta[6],
+        theta[N],
+        theta[N + 1],
+    ]);
+    coefficients.encoder_per_image_token_ns = images.then_some(theta[ENCODER]);
     Ok(FitResult {
         batches: batch_fits,
-        coefficients: Coefficients::from_array(theta),
+        coefficients,
         residuals,
-        unidentified: unidentified.into_iter().map(|j| Coefficients::NAMES[j].to_owned()).collect(),
+        unidentified: unidentified.into_iter().map(|j| FIT_NAMES[j].to_owned()).collect(),
         samples: (samples.len() + tails.len()) as u64,
     })
 }
@@ -330,9 +374,10 @@ fn residual(mut abs: Vec<f64>, mut rel: Vec<f64>) -> Residual {
 }
 
 /// Least squares with every coefficient >= 0: fit on the free columns, fix the most negative at 0,
-/// repeat. Returns the `n` coefficients and the columns the data could not identify.
-fn non_negative_least_squares(samples: &[Sample], n: usize) -> (Vec<f64>, Vec<usize>) {
-    let mut active: Vec<usize> = (0..n).collect();
+/// repeat. Returns the `n` coefficients and the columns the data could not identify. The columns
+/// `left_out` are not fitted (0) and not reported.
+fn non_negative_least_squares(samples: &[Sample], n: usize, left_out: &[usize]) -> (Vec<f64>, Vec<usize>) {
+    let mut active: Vec<usize> = (0..n).filter(|j| !left_out.contains(j)).collect();
     let mut unidentified = Vec::new();
     loop {
         let (beta, dependent) = least_squares(samples, &active);

@@ -126,10 +126,13 @@ fn observe(size: Option<usize>, rows: &[RequestRecord]) -> Option<BatchObservati
                 return None;
             }
             let metrics = r.metrics.as_ref()?;
+            let (images, encoder_tokens) = encoded(r);
             Some(RequestObservation {
                 prompt_tokens: metrics.prompt_tokens?,
                 output_tokens: metrics.output_tokens?,
                 cached_tokens: r.cached_tokens.unwrap_or(0),
+                images,
+                encoder_tokens,
                 scheduled_ns: since(r.engine_scheduled_ns),
                 first_token_ns: since(r.engine_first_token_ns),
                 last_token_ns: since(r.engine_last_token_ns),
@@ -139,4 +142,15 @@ fn observe(size: Option<usize>, rows: &[RequestRecord]) -> Option<BatchObservati
     // Every row of a batch completes when its generate returns.
     let returned = rows.iter().map(|r| r.finished_ns).collect::<Option<Vec<_>>>().and_then(|f| f.into_iter().max());
     Some(BatchObservation { requests, returned_ns: since(returned) })
+}
+
+/// A request's images and the image tokens its engine encoded: those of the images its encoder
+/// cache did not hold (`image_cache_hits`; every image when the engine does not say). A row gives
+/// its images' tokens together, so the misses' share is taken as the images' mean: exact when a
+/// request's images cost alike (a fixed count per image, the default rule, or one size).
+fn encoded(r: &RequestRecord) -> (u32, u32) {
+    let Some(s) = r.images.filter(|s| s.images > 0) else { return (0, 0) };
+    let misses = s.images - r.image_cache_hits.unwrap_or(0).min(s.images);
+    let tokens = (s.tokens * u64::from(misses) + u64::from(s.images) / 2) / u64::from(s.images);
+    (s.images, u32::try_from(tokens).unwrap_or(u32::MAX))
 }

@@ -18,6 +18,7 @@ pub(crate) fn known_cost() -> CostModel {
         per_seq: Duration::from_micros(31),
         context_per_1k_tokens: Duration::from_micros(17),
         tokens_squared_per_1m: Duration::from_micros(450),
+        encoder_per_image_token: Duration::ZERO,
         finish_overhead: Duration::from_micros(700),
         finish_per_request: Duration::from_micros(12),
         eos_probability: 0.0,
@@ -77,6 +78,8 @@ fn simulate(config: &SimConfig, shared_prefix: usize) -> Vec<BatchObservation> {
                     prompt_tokens: o.prompt_tokens.unwrap(),
                     output_tokens: o.output_tokens.unwrap(),
                     cached_tokens: o.stats.cached_tokens.unwrap(),
+                    images: 0,
+                    encoder_tokens: 0,
                     scheduled_ns: since(o.stats.scheduled_ts),
                     first_token_ns: since(o.stats.first_token_ts),
                     last_token_ns: since(o.stats.last_token_ts),
@@ -162,6 +165,8 @@ fn too_few_timestamps_is_an_error() {
             prompt_tokens: 4,
             output_tokens: 1,
             cached_tokens: 0,
+            images: 0,
+            encoder_tokens: 0,
             scheduled_ns: Some(1.0),
             first_token_ns: Some(2.0),
             last_token_ns: Some(2.0),
@@ -226,4 +231,21 @@ fn without_scheduled_timestamps_the_head_is_fitted_with_the_steps() {
         let measured = b.measured_last_token_ns.unwrap();
         assert!((b.predicted_last_token_ns - measured).abs() < 1e-6 * measured, "{b:?}");
     }
+}
+
+#[test]
+fn the_encoder_is_fitted_only_when_a_request_had_images() {
+    let config = SimConfig { seed: 3, cost: known_cost(), scheduler: tight_limits(false), ..SimConfig::default() };
+    let batches = simulate(&config, 0);
+    // No images: left out, not unidentified.
+    let fit = fit(&config.scheduler, &batches).expect("fit");
+    assert_eq!(fit.coefficients.encoder_per_image_token_ns, None);
+    assert!(fit.unidentified.is_empty(), "{:?}", fit.unidentified);
+    // Images that were all cache hits: nothing was encoded, so the data cannot see the cost.
+    let mut hits = batches.clone();
+    hits[0].requests[0].images = 2;
+    let fit = super::fit(&config.scheduler, &hits).expect("fit");
+    assert_eq!(fit.coefficients.encoder_per_image_token_ns, Some(0.0));
+    assert_eq!(fit.unidentified, vec!["encoder_per_image_token".to_owned()]);
+    assert_recovered(&fit.coefficients, &config.cost);
 }

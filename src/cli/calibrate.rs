@@ -119,9 +119,13 @@ fn summary(p: &Profile) -> String {
         p.fit.batches, p.fit.skipped_batches, p.fit.samples, p.provenance.engine_name, p.provenance.engine_version
     );
     let names = batchlab::engine::sim::profile::Coefficients::NAMES;
-    for (name, v) in names.iter().zip(p.coefficients.to_array()) {
+    // The encoder's coefficient only when the runs had images (after the step costs).
+    let encoder = p.coefficients.encoder_per_image_token_ns.map(|v| ("encoder_per_image_token", v));
+    let all = names.iter().copied().zip(p.coefficients.to_array());
+    let all: Vec<(&str, f64)> = all.clone().take(7).chain(encoder).chain(all.skip(7)).collect();
+    for (name, v) in all {
         let note = if p.fit.unidentified.iter().any(|u| u == name) { "  (not identified by these runs)" } else { "" };
-        out += &format!("  {name:<22} {:>14.1} ns{note}\n", v);
+        out += &format!("  {name:<23} {:>14.1} ns{note}\n", v);
     }
     for b in &p.fit.by_batch_size {
         out += &format!(

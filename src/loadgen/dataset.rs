@@ -133,7 +133,11 @@ pub(crate) fn read(
     let prompts: Vec<PromptLine> = kept.into_iter().filter_map(|p| fit(p, options, counter, &mut stats)).collect();
     stats.prompts = prompts.len();
     if prompts.is_empty() {
-        return Err(LoadError::NoPromptsLeft { stats: Box::new(stats) });
+        let counting = match counter {
+            TokenCounter::FourBytes => "by batchlab's rule, 4 bytes a token".to_owned(),
+            TokenCounter::Tokenizer(t) => format!("in the tokens of `workload.tokenizer` {}", t.path().display()),
+        };
+        return Err(LoadError::NoPromptsLeft { stats: Box::new(stats), counting });
     }
     Ok((prompts, stats))
 }

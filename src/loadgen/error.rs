@@ -64,13 +64,16 @@ pub enum LoadError {
     /// Skipped bad lines and the length filters left no prompt of a workload file.
     #[error(
         "workload file {} has no prompts left: of its {} entries, {} were bad lines (skipped), {} shorter \
-         than `min_prompt_tokens` and {} longer than `max_prompt_tokens` (lengths by batchlab's rule, \
-         4 bytes a token; docs/scenarios.md)",
+         than `min_prompt_tokens` and {} longer than `max_prompt_tokens` (lengths {counting}; \
+         docs/scenarios.md)",
         stats.path.display(), stats.entries, stats.skipped_bad_lines, stats.dropped_short, stats.dropped_long
     )]
     NoPromptsLeft {
         /// What reading the file found.
         stats: Box<super::dataset::DatasetStats>,
+        /// How the lengths were counted: "by batchlab's rule, 4 bytes a token", or in the tokens
+        /// of `workload.tokenizer` (named by its path).
+        counting: String,
     },
     /// A rate that is not finite and positive.
     #[error("step {step}: rate must be a finite number of requests/s above 0, found {rate}")]

@@ -100,7 +100,9 @@ pub struct ImageSpec {
     pub tokens_per_image: u32,
     /// One token per `patch_size × patch_size` pixels; 0 for `tokens_per_image` per image.
     pub patch_size: u32,
-    /// `prompt_tokens` is the whole user turn: text plus the images' tokens.
+    /// `prompt_tokens` is the whole prompt as batchlab counts it (the simulator's count: the chat
+    /// template and text by four bytes a token, plus the images' tokens): the text is sized to
+    /// hit it.
     pub count_in_prompt: bool,
 }
 

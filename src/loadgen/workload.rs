@@ -252,6 +252,8 @@ impl PrefixDesign {
     }
 }
 
+/// Resizings of a token-exact multimodal prompt's text before the closest is kept.
+const EXACT_CHAT_ROUNDS: usize = 4;
 /// Words of a synthetic chat prompt's unique prefix: enough base-26³ digits for every `u64`.
 pub const CHAT_PREFIX_WORDS: usize = 5;
 /// Distinct three-letter words.
@@ -372,6 +374,20 @@ impl Workload {
         }
     }
 
+    /// The prompt length request `k` was sized to, where the workload promises it as the engine
+    /// counts it: the drawn `prompt_tokens` of a synthetic workload with `workload.tokenizer` (the
+    /// model's tokens; a chat prompt's after its template) or with `[workload.images]
+    /// count_in_prompt` (the whole prompt, its template and images included, as batchlab counts
+    /// it). `None` otherwise (token prompts are sent as drawn; other text is counted by the
+    /// engine alone). A run records it beside the engine's count (`prompt_tokens_target` in
+    /// requests.jsonl).
+    pub fn prompt_target(&self, k: u64) -> Option<u32> {
+        match &self.source {
+            Source::Synthetic(s) => s.prompt_target(k),
+            Source::File { .. } => None,
+        }
+    }
+
     /// The 0-based index of a file workload's first entry that is a conversation sent as one
     /// (`messages`, with a `request_format` other than `plain`); `None` when there is none.
     pub fn first_chat_entry(&self) -> Option<usize> {
@@ -433,9 +449,21 @@ impl Workload {
 }
 
 impl Synthetic {
+    /// The prompt length drawn for request `k`.
+    fn drawn_prompt_len(&self, k: RequestId) -> u32 {
+        let request_seed = SplitMix64::derive(self.seed, k).next_u64();
+        sample(&self.prompt_tokens, &mut SplitMix64::derive(request_seed, STREAM_PROMPT_LEN))
+    }
+
+    /// See [`Workload::prompt_target`].
+    fn prompt_target(&self, k: RequestId) -> Option<u32> {
+        let exact = self.tokenized.is_some() || self.images.as_ref().is_some_and(|g| g.spec().count_in_prompt);
+        exact.then(|| self.drawn_prompt_len(k))
+    }
+
     fn request(&self, k: RequestId) -> (Prompt, u32) {
         let request_seed = SplitMix64::derive(self.seed, k).next_u64();
-        let prompt_len = sample(&self.prompt_tokens, &mut SplitMix64::derive(request_seed, STREAM_PROMPT_LEN));
+        let prompt_len = self.drawn_prompt_len(k);
         let max_tokens = sample(&self.output_tokens, &mut SplitMix64::derive(request_seed, STREAM_OUTPUT_LEN));
         let mut tokens_rng = SplitMix64::derive(request_seed, STREAM_TOKENS);
         if let Some(tokenized) = &self.tokenized {
@@ -453,16 +481,11 @@ impl Synthetic {
                 messages.push(Message::new("system", system.clone()));
             }
             let images = self.images.as_ref().map(|g| g.images(k)).unwrap_or_default();
-            let words = match &self.images {
-                // Token-exact: the text fills what the images leave of the drawn length (a word
-                // at least).
-                Some(g) if g.spec().count_in_prompt => {
-                    let image_tokens: u64 =
-                        images.iter().map(|i| u64::from(g.spec().token_rule().tokens(i.width, i.height))).sum();
-                    (u64::from(prompt_len).saturating_sub(image_tokens)).max(1) as usize
-                }
-                _ => prompt_len as usize,
-            };
+            if self.images.as_ref().is_some_and(|g| g.spec().count_in_prompt) {
+                let prompt = self.exact_chat(k, messages, images, format, prompt_len, &tokens_rng);
+                return (prompt, max_tokens);
+            }
+            let words = prompt_len as usize;
             messages.push(Message::new("user", self.words(k, words, &mut tokens_rng)).with_images(images));
             return (format.prompt(messages), max_tokens);
         }
@@ -483,6 +506,51 @@ impl Synthetic {
             tokens.push(tokens_rng.range_in(&self.token_range) as u32);
         }
         (Prompt::Tokens(tokens), max_tokens)
+    }
+
+    /// Token-exact multimodal prompt `k` (`count_in_prompt`): `messages` (the system prompt, if
+    /// any), then a user turn of words and `images`, whose words are as many as make the whole
+    /// prompt `len` tokens as batchlab counts it (the simulator's count,
+    /// [`crate::engine::sim::prompt::prompt_tokens`]: the template and text by four bytes a
+    /// token, each image by the token rule). A word is four bytes, one token, so the first guess
+    /// from a one-word turn is exact unless the template repeats the turn; a few corrections
+    /// follow, and the closest is kept (one word at least: a template and images longer than
+    /// `len` overshoot it). A template that cannot render is left to the engine, which reports
+    /// it: the turn is then sized as if it had no template.
+    fn exact_chat(
+        &self,
+        k: RequestId,
+        messages: Vec<Message>,
+        images: Vec<crate::engine::image::Image>,
+        format: &RequestFormat,
+        len: u32,
+        rng: &SplitMix64,
+    ) -> Prompt {
+        let prompt = |words: usize| {
+            let mut messages = messages.clone();
+            let text = self.words(k, words, &mut rng.clone());
+            messages.push(Message::new("user", text).with_images(images.clone()));
+            format.prompt(messages)
+        };
+        let count = |p: &Prompt| crate::engine::sim::prompt::prompt_tokens(p).ok();
+        let image_tokens: u32 = images.iter().map(|i| i.tokens).fold(0, u32::saturating_add);
+        let Some(one) = count(&prompt(1)) else {
+            return prompt(len.saturating_sub(image_tokens).max(1) as usize);
+        };
+        let mut words = (len.saturating_add(1).saturating_sub(one)).max(1) as usize;
+        let mut best: Option<(u32, usize)> = None;
+        for _ in 0..EXACT_CHAT_ROUNDS {
+            let Some(n) = count(&prompt(words)) else { break };
+            if best.is_none_or(|(off, _)| n.abs_diff(len) < off) {
+                best = Some((n.abs_diff(len), words));
+            }
+            let next = (words as i64 + i64::from(len) - i64::from(n)).max(1) as usize;
+            if n == len || next == words {
+                break;
+            }
+            words = next;
+        }
+        prompt(best.map_or(words, |(_, w)| w))
     }
 
     /// The shared prefix of request `k`: position `k mod N` of round `k / N`'s seeded shuffle of

@@ -366,6 +366,7 @@ impl BenchmarkAggregator {
             time_series: self.series.finish(end),
             matrix: None,
             images: None,
+            prompt_target: None,
         }
     }
 }

@@ -10,6 +10,8 @@
 //!   warning when the client lag's p99 is over 10 ms.
 //! - `endpoints`: per-endpoint counts, errors and latency, failure episodes and the time to recover.
 //! - `server`: the deltas of the servers' own counters over a benchmark.
+//! - `media`: the images a benchmark sent and the engine's encoder-cache hits; `prompt_target`:
+//!   the engine's prompt counts against the lengths a token-exact workload sized its prompts to.
 //! - `aggregate`, `result`: `BenchmarkResult`; `PerDistribution<T>`, the one list of the eight
 //!   timing distributions (`Distributions` is `PerDistribution<Summary>`).
 //! - `slo` (per-request objectives, goodput), `repeats` (mean, spread and Student-t interval over
@@ -23,6 +25,7 @@ pub mod endpoints;
 pub mod mapper;
 pub mod media;
 pub mod pareto;
+pub mod prompt_target;
 pub mod repeats;
 pub mod result;
 pub mod series;

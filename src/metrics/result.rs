@@ -89,6 +89,10 @@ pub struct BenchmarkResult {
     /// The images the benchmark sent (`[workload.images]`); left out without images.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<super::media::MediaResult>,
+    /// The engine's prompt counts against the lengths the workload sized its prompts to
+    /// (`metrics::prompt_target`); left out when the workload gives no targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_target: Option<super::prompt_target::PromptTargetResult>,
 }
 
 /// Where a benchmark stands in a `[matrix]` run.

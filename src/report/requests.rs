@@ -125,6 +125,10 @@ pub struct RequestRecord {
     /// Its images the engine's encoder cache held, when the engine says; left out otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_cache_hits: Option<u32>,
+    /// The prompt length the workload sized it to, for the engine's `prompt_tokens` to match
+    /// (`workload.tokenizer`, or `[workload.images] count_in_prompt`); left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_target: Option<u32>,
     /// A completed request's timings (flattened); `None` otherwise.
     #[serde(flatten)]
     pub metrics: Option<MetricsMs>,
@@ -219,6 +223,7 @@ impl RequestRecord {
             token_count_source: metrics.token_count_source,
             images: None,
             image_cache_hits: None,
+            prompt_tokens_target: None,
             metrics: Some(metrics.into()),
         }
     }
@@ -257,6 +262,7 @@ impl RequestRecord {
             token_count_source: None,
             images: None,
             image_cache_hits: None,
+            prompt_tokens_target: None,
             metrics: None,
         }
     }
@@ -535,6 +541,7 @@ mod tests {
                     token_count_source,
                     images: None,
                     image_cache_hits: None,
+                    prompt_tokens_target: None,
                     metrics,
                 }
             },

@@ -306,12 +306,16 @@ impl StepLoop<'_, '_> {
                     let request = ahead.as_mut().and_then(|a| a.take(k)).unwrap_or_else(|| segment.workload.request(k));
                     self.next_request += 1;
                     let images = crate::engine::image::summary(&request.prompt);
+                    let target = segment.workload.prompt_target(k);
                     match self.driver.submit(request) {
                         Ok(id) => {
                             debug_assert_eq!(id + 1, self.next_request, "workload request and id differ");
                             run.on_submitted(id, phase, now);
                             if let Some(images) = images {
                                 run.on_images(id, images);
+                            }
+                            if let Some(target) = target {
+                                run.on_prompt_target(id, target);
                             }
                         }
                         Err(e) => run.on_rejected(&e, now),

@@ -86,7 +86,9 @@ impl ScenarioBuilder {
     /// `engine.sim.*`: every field of the simulator's cost model (the rows of its key table).
     pub fn sim_cost(mut self, cost: &CostModel) -> Self {
         for key in keys::COST_KEYS {
-            if let Some(v) = (key.print)(cost).and_then(|item| item.into_value().ok()) {
+            // A cost printed only when set is set at 0 too: it overrides a profile's.
+            let item = (key.print)(cost).unwrap_or_else(|| toml_edit::value(format_duration(Duration::ZERO)));
+            if let Ok(v) = item.into_value() {
                 self = self.set(&format!("engine.sim.{}", key.name), v);
             }
         }

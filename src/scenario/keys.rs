@@ -240,7 +240,8 @@ pub(crate) const SIM_KEYS: &[Key<SimConfig>] = &[
 ];
 
 /// `[engine.sim]`'s cost model: `t_step = decode_step + prefill_per_token·P + per_seq·S +
-/// context_per_1k_tokens·C/1000 + tokens_squared_per_1m·T²/10⁶` (docs/simulation.md).
+/// context_per_1k_tokens·C/1000 + tokens_squared_per_1m·T²/10⁶ + encoder_per_image_token·E`
+/// (docs/simulation.md).
 pub(crate) const COST_KEYS: &[Key<CostModel>] = &[
     key!(fixed_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per generate call", in CostModel),
     key!(request_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per request of a generate call", in CostModel),
@@ -257,6 +258,13 @@ pub(crate) const COST_KEYS: &[Key<CostModel>] = &[
         tokens_squared_per_1m: Dur { zero: true },
         KeyDefault::Value,
         ">= 0, times (tokens computed in a step / 1000)²",
+        in CostModel
+    ),
+    key!(
+        encoder_per_image_token: DurUnlessZero,
+        KeyDefault::Text("`\"0s\"`"),
+        ">= 0, per image token encoded in the step that first schedules a request: its images that \
+         missed the encoder cache (docs/workloads.md); printed only when set",
         in CostModel
     ),
     key!(finish_overhead: Dur { zero: true }, KeyDefault::Value, ">= 0, per generate call, after its last step", in CostModel),
@@ -619,7 +627,8 @@ pub(crate) const IMAGE_KEYS: &[Key<ImageSpec>] = &[
     key!(
         count_in_prompt: Bool,
         KeyDefault::Value,
-        "`workload.prompt_tokens` is the whole user turn: the text is sized so text plus image tokens hit it",
+        "`workload.prompt_tokens` is the whole prompt, template and images included, as batchlab counts it: \
+         the text is sized to hit it (docs/workloads.md)",
         in ImageSpec
     ),
 ];

@@ -120,6 +120,17 @@ fn engine_table(engine: &EnginePlan) -> Table {
         EnginePlan::Sim(sim) => {
             keys::print(&mut t, keys::SIM_KEYS, sim);
             keys::print(&mut t, keys::COST_KEYS, &sim.cost);
+            if let Some(path) = &sim.profile {
+                // A cost printed only when set (`DurUnlessZero`) is printed at 0 too when the
+                // profile sets it (or cannot be read to say): the 0 overrides the profile's value.
+                let mut from_profile = crate::engine::sim::CostModel::free();
+                let readable = crate::engine::sim::Profile::load(path).map(|p| p.coefficients.apply(&mut from_profile));
+                for key in keys::COST_KEYS.iter().filter(|k| (k.print)(&sim.cost).is_none()) {
+                    if readable.is_err() || (key.print)(&from_profile).is_some() {
+                        t[key.name] = value("0s");
+                    }
+                }
+            }
             keys::print(&mut t, keys::SCHED_KEYS, &sim.scheduler);
         }
         EnginePlan::Vllm(v) => keys::print(&mut t, keys::VLLM_KEYS, v),

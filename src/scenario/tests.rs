@@ -578,6 +578,9 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
             per_seq: e,
             context_per_1k_tokens: f,
             tokens_squared_per_1m: i,
+            // Set or not (then not printed), from the other draws: another strategy in the tuple
+            // overflows the test's stack in a debug build.
+            encoder_per_image_token: if a.as_nanos() % 2 == 0 { d } else { Duration::ZERO },
             finish_overhead: g,
             finish_per_request: h,
             eos_probability,
@@ -1108,4 +1111,38 @@ fn generated_plans_cover_every_key() {
         .collect();
     let missing: Vec<&String> = rows.iter().filter(|p| !written.contains(*p)).collect();
     assert!(missing.is_empty(), "no generated plan writes {missing:?}");
+}
+
+/// `encoder_per_image_token` is printed only when set, so a scenario that leaves it at 0 prints as
+/// before it existed; beside a profile that sets it, a 0 is printed too, and overrides the
+/// profile's value when read back.
+#[test]
+fn the_encoder_cost_is_printed_when_set_or_when_it_overrides_a_profile() {
+    let printed = |plan: &Plan| to_toml(plan).to_string();
+    let plain = parse("", &[]).unwrap();
+    assert!(!printed(&plain).contains("encoder_per_image_token"), "{}", printed(&plain));
+    let set = parse("[engine.sim]\nencoder_per_image_token = \"2us\"\n", &[]).unwrap();
+    assert!(printed(&set).contains("encoder_per_image_token = \"2us\""), "{}", printed(&set));
+    // The shipped profile has no encoder cost: nothing to override.
+    let shipped = parse("[engine.sim]\nprofile = \"scenarios/profiles/example.toml\"\n", &[]).unwrap();
+    assert!(!printed(&shipped).contains("encoder_per_image_token"), "{}", printed(&shipped));
+    // A profile with one, and a scenario that sets it back to 0.
+    let dir = std::env::temp_dir().join(format!("batchlab-encoder-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let example = std::fs::read_to_string(manifest_dir().join("scenarios/profiles/example.toml")).unwrap();
+    let with_encoder = example.replace("[coefficients]\n", "[coefficients]\nencoder_per_image_token_ns = 1500.0\n");
+    assert_ne!(with_encoder, example);
+    std::fs::write(dir.join("p.toml"), with_encoder).unwrap();
+    let from_profile =
+        parse_str("[engine.sim]\nprofile = \"p.toml\"\n", "s.toml", &dir, &Overrides::default()).unwrap();
+    let EnginePlan::Sim(sim) = from_profile.engine() else { panic!("sim") };
+    assert_eq!(sim.cost.encoder_per_image_token, Duration::from_nanos(1500));
+    let zero = "[engine.sim]\nprofile = \"p.toml\"\nencoder_per_image_token = \"0s\"\n";
+    let zero = parse_str(zero, "s.toml", &dir, &Overrides::default()).unwrap();
+    let text = printed(&zero);
+    assert!(text.contains("encoder_per_image_token = \"0s\""), "{text}");
+    let again = parse_str(&text, "printed.toml", &dir, &Overrides::default()).unwrap();
+    let EnginePlan::Sim(sim) = again.engine() else { panic!("sim") };
+    assert_eq!(sim.cost.encoder_per_image_token, Duration::ZERO);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -21,7 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::engine::sim::CostModel;
-use crate::engine::sim::encoder::EncoderCache;
+use crate::engine::sim::encoder::{EncoderCache, EncoderInput};
 use crate::engine::sim::scheduler::{self, PrefixSource, ScheduleError, SeqId, SeqSpec, StepOutcome, Stepper};
 use crate::engine::{FinishReason, ResolvedEngineConfig};
 use crate::time::Timestamp;
@@ -41,8 +41,8 @@ pub struct NewSequence {
     pub output_tokens: u32,
     /// The request's `max_tokens`: reaching it finishes with `length`, else `stop`.
     pub max_tokens: u32,
-    /// Its images' identities, in order: the encoder cache's keys.
-    pub image_hashes: Vec<u64>,
+    /// Its images, in order: their identities (the encoder cache's keys) and tokens.
+    pub images: Vec<EncoderInput>,
 }
 
 /// Why [`ServeCore::submit`] refused a request (it then holds nothing of it).
@@ -178,22 +178,39 @@ impl ServeCore {
         if waiting + sequences.len() > self.max_waiting {
             return Err(SubmitError::Overloaded { waiting, max_waiting: self.max_waiting });
         }
-        let specs: Vec<SeqSpec> = sequences
+        let mut specs: Vec<SeqSpec> = sequences
             .iter()
             .map(|s| SeqSpec {
                 prompt_len: u32::try_from(s.prompt_ids.len()).unwrap_or(u32::MAX).max(1),
                 output_len: s.output_tokens,
                 prefix: PrefixSource::Tokens(s.prompt_ids.clone()),
+                encoder_tokens: 0,
             })
             .collect();
         // Checked whole before anything is added: the prompt alone first (with one output
         // token), so a 400 blames the prompt only when no `max_tokens` could make it fit.
         for (index, spec) in specs.iter().enumerate() {
-            let prompt_only = SeqSpec { prompt_len: spec.prompt_len, output_len: 1, prefix: PrefixSource::Known(0) };
+            let prompt_only = SeqSpec {
+                prompt_len: spec.prompt_len,
+                output_len: 1,
+                prefix: PrefixSource::Known(0),
+                encoder_tokens: 0,
+            };
             if let Err(cause) = scheduler::check(&self.scheduler, index, &prompt_only) {
                 return Err(SubmitError::PromptTooLong { index, tokens: spec.prompt_len, cause });
             }
             scheduler::check(&self.scheduler, index, spec).map_err(SubmitError::Unschedulable)?;
+            if spec.output_len == 0 {
+                return Err(SubmitError::Unschedulable(ScheduleError::NoOutput));
+            }
+        }
+        // Every sequence will be added: its images meet the encoder cache now, in order, and its
+        // misses are encoded in the step that first schedules it.
+        for (spec, s) in specs.iter_mut().zip(&sequences) {
+            let work = self.encoder.encode(s.images.iter().copied());
+            spec.encoder_tokens = work.tokens;
+            self.metrics.mm_cache_queries.inc_by(s.images.len() as u64);
+            self.metrics.mm_cache_hits.inc_by(u64::from(work.hits));
         }
         let mut ids = Vec::with_capacity(specs.len());
         for (spec, s) in specs.into_iter().zip(&sequences) {
@@ -229,10 +246,6 @@ impl ServeCore {
             }
         }
         self.joined += ids.len();
-        for s in &sequences {
-            self.metrics.mm_cache_queries.inc_by(s.image_hashes.len() as u64);
-            self.metrics.mm_cache_hits.inc_by(u64::from(self.encoder.hits(s.image_hashes.iter().copied())));
-        }
         self.metrics.prompt_tokens.inc_by(sequences.iter().map(|s| s.prompt_ids.len().max(1) as u64).sum());
         if self.next_step_at.is_none() && self.in_flight.is_none() {
             // Idle: the busy period starts now (or when the last one's finish costs are paid).

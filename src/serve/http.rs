@@ -32,6 +32,7 @@ use super::metrics::{ServeMetrics, render};
 use super::timing::{MAX_REQUEST_ID_LEN, TimingRecord, TimingSender};
 use super::worker::{EngineHandle, TokenMsg};
 use super::{ServeConfig, ServeError};
+use crate::engine::sim::encoder::EncoderInput;
 use crate::engine::sim::prompt::counted_ids;
 use crate::engine::tokenizer::TokenCounter;
 use crate::engine::{EngineRequest, FinishReason};
@@ -337,8 +338,8 @@ async fn generate(s: Arc<AppState>, endpoint: Endpoint, body: Bytes, tag: Reques
         draw.ignore_eos = req.ignore_eos;
         draw.seed = req.seed;
         let output_tokens = crate::engine::sim::output_tokens(&draw, &c.sim.cost, c.sim.seed).max(1);
-        let image_hashes = crate::engine::image::prompt_images(prompt).map(|i| i.hash).collect();
-        sequences.push(NewSequence { prompt_ids: ids, output_tokens, max_tokens: req.max_tokens, image_hashes });
+        let images = crate::engine::image::prompt_images(prompt).map(EncoderInput::of).collect();
+        sequences.push(NewSequence { prompt_ids: ids, output_tokens, max_tokens: req.max_tokens, images });
     }
     let (ids, tokens) = s.engine.submit(arrived, sequences).await.map_err(|e| match e {
         SubmitError::Overloaded { .. } => overloaded(e.to_string()),

@@ -16,14 +16,16 @@ use crate::engine::ResolvedEngineConfig;
 ///
 /// ```text
 /// t_step = decode_step + prefill_per_token × P + per_seq × S + context_per_1k_tokens × C / 1000
-///          + tokens_squared_per_1m × T² / 10⁶
+///          + tokens_squared_per_1m × T² / 10⁶ + encoder_per_image_token × E
 /// ```
 ///
 /// with `P` the prompt (prefill) tokens the step computes, `S` the sequences it schedules
 /// (decoding one token or computing a prefill chunk), `C` the context tokens the step attends over
-/// (for each scheduled sequence, the tokens computed before the step plus those it computes), and
+/// (for each scheduled sequence, the tokens computed before the step plus those it computes),
 /// `T` all the tokens it computes (`P` plus one per decoding sequence): a step's per-token cost
-/// grows with its size once its activations outgrow the caches.
+/// grows with its size once its activations outgrow the caches, and `E` the image tokens it
+/// encodes: those of the images, of the sequences it schedules for the first time, that missed the
+/// encoder cache ([`super::encoder`]; a hit costs nothing).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CostModel {
     /// Paid once per `generate` call, before its first step (Python, input and output handling).
@@ -40,6 +42,14 @@ pub struct CostModel {
     pub context_per_1k_tokens: Duration,
     /// Per (1000 tokens)² of the tokens a step computes: the superlinear part of a big step.
     pub tokens_squared_per_1m: Duration,
+    /// Per image token the vision encoder computes, charged in the step that first schedules the
+    /// request, for its images that missed the encoder cache (a hit costs nothing). Per image
+    /// *token* rather than per image: a ViT's work grows with its patches, which are the image's
+    /// tokens (one per patch, before any merging), and vLLM budgets its encoder in those tokens
+    /// too (`encoder_compute_budget`); with a fixed count per image (LLaVA's 576, the default
+    /// rule) it is a cost per image divided by that count. 0 by default: images cost only their
+    /// prefill tokens.
+    pub encoder_per_image_token: Duration,
     /// Paid once per `generate` call after its last step, before it returns.
     pub finish_overhead: Duration,
     /// Paid per request of a `generate` call after its last step.
@@ -66,6 +76,7 @@ impl Default for CostModel {
             per_seq: Duration::from_micros(20),
             context_per_1k_tokens: Duration::ZERO,
             tokens_squared_per_1m: Duration::ZERO,
+            encoder_per_image_token: Duration::ZERO,
             finish_overhead: Duration::ZERO,
             finish_per_request: Duration::ZERO,
             eos_probability: 0.0,
@@ -84,6 +95,7 @@ impl CostModel {
             per_seq: Duration::ZERO,
             context_per_1k_tokens: Duration::ZERO,
             tokens_squared_per_1m: Duration::ZERO,
+            encoder_per_image_token: Duration::ZERO,
             finish_overhead: Duration::ZERO,
             finish_per_request: Duration::ZERO,
             eos_probability: 0.0,
@@ -123,6 +135,7 @@ impl CostModel {
             per_seq: ns(self.per_seq),
             context_per_1k_tokens: ns(self.context_per_1k_tokens),
             tokens_squared_per_1m: ns(self.tokens_squared_per_1m),
+            encoder_per_image_token: ns(self.encoder_per_image_token),
         }
     }
 }
@@ -135,6 +148,7 @@ pub struct StepCosts {
     per_seq: f64,
     context_per_1k_tokens: f64,
     tokens_squared_per_1m: f64,
+    encoder_per_image_token: f64,
 }
 
 impl StepCosts {
@@ -145,6 +159,7 @@ impl StepCosts {
             + self.per_seq * load.seqs as f64
             + self.context_per_1k_tokens * load.context_tokens as f64 / 1000.0
             + self.tokens_squared_per_1m * load.tokens_squared_per_1m()
+            + self.encoder_per_image_token * load.encoder_tokens as f64
     }
 }
 
@@ -163,6 +178,14 @@ pub struct StepLoad {
     pub seqs: u64,
     /// Context tokens attended over: for each scheduled sequence, its computed tokens after the step.
     pub context_tokens: u64,
+    /// Image tokens the vision encoder computes: those of the images of the sequences scheduled for
+    /// the first time that missed the encoder cache.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub encoder_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl StepLoad {

@@ -117,12 +117,16 @@ impl Engine for SimEngine {
                 prefetch::prefetch_slice(ids);
             }
         }
-        let specs = batch
+        let mut specs = batch
             .iter()
             .map(|r| {
                 let output_len = output_tokens(r, cost, self.config.seed);
-                let spec =
-                    |prompt_len, hashes| SeqSpec { prompt_len, output_len, prefix: PrefixSource::Hashes(hashes) };
+                let spec = |prompt_len, hashes| SeqSpec {
+                    prompt_len,
+                    output_len,
+                    prefix: PrefixSource::Hashes(hashes),
+                    encoder_tokens: 0,
+                };
                 match ready(r) {
                     Some(p) => Ok(spec(p.prompt_len, p.hashes.clone())),
                     None => read_prompt(scheduler, &r.prompt).map(|p| spec(p.prompt_len, p.hashes)),
@@ -130,6 +134,7 @@ impl Engine for SimEngine {
             })
             .collect::<Result<Vec<SeqSpec>, _>>()
             .map_err(|e| EngineError::Generate(e.to_string()))?;
+        let image_work = encode_images(&mut self.encoder, scheduler, batch, &mut specs)?;
         // The schedule takes the specs (their hashes move into its sequences); their lengths stay.
         let lengths: Vec<(u32, u32)> = specs.iter().map(|s| (s.prompt_len, s.output_len)).collect();
         let buffer = std::mem::take(&mut self.steps);
@@ -147,14 +152,6 @@ impl Engine for SimEngine {
             t += costs.step_ns(&step.load);
             step_ends.push(at(t));
         }
-        // Images are encoded in the batch's order (the order the scheduler admits them in).
-        let image_hits: Vec<Option<u32>> = batch
-            .iter()
-            .map(|r| {
-                let mut images = crate::engine::image::prompt_images(&r.prompt).peekable();
-                images.peek().is_some().then(|| self.encoder.hits(images.map(|i| i.hash)))
-            })
-            .collect();
         let scheduler::Schedule { steps, seqs } = schedule;
         self.steps = steps;
         let token_steps = Arc::new(StepEnds::new(step_ends));
@@ -167,8 +164,8 @@ impl Engine for SimEngine {
             .iter()
             .zip(lengths)
             .zip(seqs)
-            .zip(image_hits)
-            .map(|(((req, (prompt_len, output_len)), seq), image_cache_hits)| {
+            .zip(image_work)
+            .map(|(((req, (prompt_len, output_len)), seq), work)| {
                 let finish = if output_len >= req.max_tokens { FinishReason::Length } else { FinishReason::Stop };
                 EngineOutput::new(Some(req.id), finish)
                     .with_prompt_tokens(prompt_len)
@@ -180,7 +177,7 @@ impl Engine for SimEngine {
                         first_token_ts: seq.first_token.map(|k| step_ends[k]),
                         last_token_ts: seq.last_token.map(|k| step_ends[k]),
                         cached_tokens: Some(seq.cached_tokens),
-                        image_cache_hits,
+                        image_cache_hits: work.map(|w| w.hits),
                         token_steps: Some(StepTokens { ends: Arc::clone(&token_steps), runs: seq.token_steps }),
                         ..EngineStats::default()
                     })
@@ -213,6 +210,36 @@ impl VirtualTimeEngine for SimEngine {
             request.prepared = read_prompt(&scheduler, &request.prompt).ok();
         }))
     }
+}
+
+/// Looks `batch`'s images up in `cache`, in the batch's order (the order the scheduler admits
+/// them in), and sets each spec's tokens to encode (its misses', encoded in the step that first
+/// schedules it). Per request: its hits and misses, `None` without images. A batch the scheduler
+/// would refuse under `limits` leaves the cache as it was.
+fn encode_images(
+    cache: &mut encoder::EncoderCache,
+    limits: &ResolvedEngineConfig,
+    batch: &[EngineRequest],
+    specs: &mut [SeqSpec],
+) -> Result<Vec<Option<encoder::EncoderWork>>, EngineError> {
+    let has_images = |r: &EngineRequest| crate::engine::image::prompt_images(&r.prompt).next().is_some();
+    if !batch.iter().any(has_images) {
+        return Ok(vec![None; batch.len()]);
+    }
+    for (index, spec) in specs.iter().enumerate() {
+        scheduler::check(limits, index, spec).map_err(|e| EngineError::Generate(e.to_string()))?;
+    }
+    Ok(batch
+        .iter()
+        .zip(specs)
+        .map(|(r, spec)| {
+            let mut images = crate::engine::image::prompt_images(&r.prompt).peekable();
+            images.peek()?;
+            let work = cache.encode(images.map(encoder::EncoderInput::of));
+            spec.encoder_tokens = work.tokens;
+            Some(work)
+        })
+        .collect())
 }
 
 /// `r`'s prompt as worked out ahead, if it was under `scheduler`'s settings.

@@ -59,6 +59,12 @@ pub struct Coefficients {
     /// Per (1000 tokens)² computed in a step.
     #[serde(deserialize_with = "non_negative")]
     pub tokens_squared_per_1m_ns: f64,
+    /// Per image token the vision encoder computes in a step (images that missed the encoder
+    /// cache). `None` when the runs fitted had no images: the fit could not see it, and a scenario
+    /// using the profile gets 0. Not in [`Self::NAMES`] and [`Self::to_array`], which hold the
+    /// coefficients every fit has.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "non_negative_some")]
+    pub encoder_per_image_token_ns: Option<f64>,
     /// Per `generate` call, after its last step.
     #[serde(deserialize_with = "non_negative")]
     pub finish_overhead_ns: f64,
@@ -108,10 +114,11 @@ impl Coefficients {
             tokens_squared_per_1m_ns: v[6],
             finish_overhead_ns: v[7],
             finish_per_request_ns: v[8],
+            encoder_per_image_token_ns: None,
         }
     }
 
-    /// A cost model's coefficients.
+    /// A cost model's coefficients (the encoder's only when it is not 0).
     pub fn of(cost: &CostModel) -> Self {
         let ns = |d: Duration| d.as_nanos() as f64;
         Coefficients {
@@ -122,6 +129,8 @@ impl Coefficients {
             per_seq_ns: ns(cost.per_seq),
             context_per_1k_tokens_ns: ns(cost.context_per_1k_tokens),
             tokens_squared_per_1m_ns: ns(cost.tokens_squared_per_1m),
+            encoder_per_image_token_ns: (!cost.encoder_per_image_token.is_zero())
+                .then(|| ns(cost.encoder_per_image_token)),
             finish_overhead_ns: ns(cost.finish_overhead),
             finish_per_request_ns: ns(cost.finish_per_request),
         }
@@ -137,6 +146,7 @@ impl Coefficients {
         cost.per_seq = d(self.per_seq_ns);
         cost.context_per_1k_tokens = d(self.context_per_1k_tokens_ns);
         cost.tokens_squared_per_1m = d(self.tokens_squared_per_1m_ns);
+        cost.encoder_per_image_token = d(self.encoder_per_image_token_ns.unwrap_or(0.0));
         cost.finish_overhead = d(self.finish_overhead_ns);
         cost.finish_per_request = d(self.finish_per_request_ns);
     }
@@ -253,6 +263,11 @@ fn non_negative<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(v)
 }
 
+/// [`non_negative`], for a coefficient a profile may leave out.
+fn non_negative_some<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    non_negative(d).map(Some)
+}
+
 impl Profile {
     /// Reads and checks `path`. Errors name the file, line and column.
     pub fn load(path: &Path) -> Result<Profile, ProfileError> {
@@ -307,8 +322,9 @@ impl Profile {
             "# A batchlab simulator profile, written by `batchlab calibrate` (docs/simulation.md).\n\
              # Use it with `[engine.sim] profile = \"<this file>\"`.\n\
              # t_step = decode_step + prefill_per_token*P + per_seq*S + context_per_1k_tokens*C/1000\n\
-             #          + tokens_squared_per_1m*T^2/1e6 (P prompt tokens, S sequences, C context tokens and\n\
-             #          T tokens computed in the step);\n\
+             #          + tokens_squared_per_1m*T^2/1e6 + encoder_per_image_token*E (P prompt tokens,\n\
+             #          S sequences, C context tokens and T tokens computed in the step, E image tokens\n\
+             #          encoded; encoder_per_image_token only when the runs fitted had images);\n\
              # a generate call of n requests first pays fixed_overhead + request_overhead*n and, after its\n\
              # last step, finish_overhead + finish_per_request*n.\n\n{body}"
         )
@@ -332,7 +348,12 @@ impl Profile {
 /// (longer than the engine's limits).
 pub fn predicted_generate(profile: &Profile, longest: Option<(u32, u32)>, batch: usize) -> Option<Duration> {
     let (prompt_len, output_len) = longest?;
-    let spec = super::scheduler::SeqSpec { prompt_len, output_len, prefix: super::scheduler::PrefixSource::Known(0) };
+    let spec = super::scheduler::SeqSpec {
+        prompt_len,
+        output_len,
+        prefix: super::scheduler::PrefixSource::Known(0),
+        encoder_tokens: 0,
+    };
     let schedule = super::scheduler::replay(&profile.engine, &vec![spec; batch]).ok()?;
     let mut cost = CostModel::default();
     profile.coefficients.apply(&mut cost);
@@ -359,7 +380,10 @@ mod tests {
 
     fn sample() -> Profile {
         Profile {
-            coefficients: Coefficients::from_array([1e6, 1e4, 8e5, 900.5, 2e4, 3000.25, 1500.75, 5e5, 1234.5]),
+            coefficients: Coefficients {
+                encoder_per_image_token_ns: Some(2500.5),
+                ..Coefficients::from_array([1e6, 1e4, 8e5, 900.5, 2e4, 3000.25, 1500.75, 5e5, 1234.5])
+            },
             engine: crate::engine::sim::DEFAULT_SCHEDULER,
             fit: FitSummary {
                 batches: 3,
@@ -384,6 +408,12 @@ mod tests {
         let p = sample();
         let text = p.to_toml();
         assert_eq!(Profile::parse(&text, Path::new("p.toml")).unwrap(), p, "{text}");
+        // A profile fitted without images leaves the encoder out, and reads back so.
+        let without =
+            Profile { coefficients: Coefficients { encoder_per_image_token_ns: None, ..p.coefficients }, ..p };
+        let text = without.to_toml();
+        assert!(!text.contains("encoder_per_image_token_ns ="), "{text}");
+        assert_eq!(Profile::parse(&text, Path::new("p.toml")).unwrap(), without);
     }
 
     #[test]
@@ -394,6 +424,7 @@ mod tests {
             ("block_size = 16", "block_size = 0", "`engine.block_size` must be >= 1, found 0"),
             ("max_num_seqs = 256", "max_num_seqs = 256\nmax_num_seq = 3", "unknown field `max_num_seq`"),
             ("per_seq_ns = 20000.0", "decode_per_seq_ns = 20000.0", "`decode_per_seq_ns` was renamed to `per_seq_ns`"),
+            ("encoder_per_image_token_ns = 2500.5", "encoder_per_image_token_ns = -2.0", "found -2"),
         ];
         for (from, to, expected) in cases {
             assert!(text.contains(from), "{from} not in\n{text}");

@@ -38,6 +38,9 @@ pub struct SeqSpec {
     pub output_len: u32,
     /// Where its prefix-cache hits come from.
     pub prefix: PrefixSource,
+    /// Image tokens the vision encoder computes for it (those of its images that missed the
+    /// encoder cache), in the step that first schedules it: [`StepLoad::encoder_tokens`].
+    pub encoder_tokens: u32,
 }
 
 /// How a sequence meets the prefix cache.
@@ -154,6 +157,8 @@ struct Seq {
     /// Most full prompt blocks ever computed (a replay's guess after a preemption).
     prompt_blocks_done: u32,
     admitted: bool,
+    /// Image tokens to encode when first admitted.
+    encoder_tokens: u32,
 }
 
 impl Seq {
@@ -399,6 +404,7 @@ impl Stepper {
             registered: 0,
             prompt_blocks_done: 0,
             admitted: false,
+            encoder_tokens: s.encoder_tokens,
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -470,6 +476,8 @@ impl Stepper {
         let mut budget = u64::from(config.max_num_batched_tokens.max(1));
         let mut scheduled = std::mem::take(&mut self.scheduled);
         scheduled.clear();
+        // Image tokens encoded in this step: the images of sequences admitted for the first time.
+        let mut encoder_tokens = 0u64;
 
         // 1. Running sequences, oldest first; preempt the newest when the cache is full.
         let mut i = 0;
@@ -551,6 +559,7 @@ impl Stepper {
             s.computed = hit_tokens;
             if !s.admitted {
                 s.admitted = true;
+                encoder_tokens += u64::from(s.encoder_tokens);
                 out.admitted.push((SeqId(w), hit_tokens));
             }
             self.running.push(w);
@@ -563,7 +572,7 @@ impl Stepper {
         // The step's occupancy is read before its outputs free anything; its load is summed in the
         // same pass as the outputs, from each sequence's state before the step.
         let (running, kv_blocks_used) = (self.running.len(), self.kv.used_blocks());
-        let mut load = StepLoad { seqs: scheduled.len() as u64, ..StepLoad::default() };
+        let mut load = StepLoad { seqs: scheduled.len() as u64, encoder_tokens, ..StepLoad::default() };
 
         // 3. Outputs: sample, finish, cache full prompt blocks.
         for &(r, new) in &scheduled {
@@ -718,6 +727,7 @@ impl Stepper {
                 decode_seqs: n as u64,
                 seqs: n as u64,
                 context_tokens: context + n as u64 * j as u64,
+                encoder_tokens: 0,
             };
             steps.push(Step { load, scheduled: n, running: n, kv_blocks_used: self.kv.used_blocks(), preempted: 0 });
         }

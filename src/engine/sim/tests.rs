@@ -46,6 +46,7 @@ fn step_times_follow_the_formula() {
         per_seq: Duration::from_micros(100),
         context_per_1k_tokens: Duration::from_micros(500),
         tokens_squared_per_1m: Duration::from_millis(1),
+        encoder_per_image_token: Duration::ZERO,
         finish_overhead: Duration::from_micros(300),
         finish_per_request: Duration::from_micros(100),
         eos_probability: 0.0,
@@ -71,8 +72,9 @@ fn step_times_follow_the_formula() {
     // The call returns after the tail: 0.3 ms + 2 × 0.1 ms.
     assert_eq!(clock.now(), Timestamp::from_secs_f64(t0 + secs(10.543008)).unwrap());
     // `generate_ns` of the same batch's schedule is that whole call.
-    let specs: Vec<SeqSpec> =
-        (0..2).map(|_| SeqSpec { prompt_len: 100, output_len: 3, prefix: PrefixSource::Known(0) }).collect();
+    let specs: Vec<SeqSpec> = (0..2)
+        .map(|_| SeqSpec { prompt_len: 100, output_len: 3, prefix: PrefixSource::Known(0), encoder_tokens: 0 })
+        .collect();
     let replayed = scheduler::replay(&limits(256, 8192, 1000), &specs).expect("replay");
     assert!((e.config.cost.generate_ns(&replayed, 2) - 10.543008e6).abs() < 1e-3);
 }
@@ -116,7 +118,7 @@ fn continuous_batching_beats_waves() {
 }
 
 fn spec(prompt: u32, output: u32, ids: Vec<u32>) -> SeqSpec {
-    SeqSpec { prompt_len: prompt, output_len: output, prefix: PrefixSource::Tokens(ids) }
+    SeqSpec { prompt_len: prompt, output_len: output, prefix: PrefixSource::Tokens(ids), encoder_tokens: 0 }
 }
 
 /// The invariants of any schedule: budget, sequences and KV cache never exceeded, every
@@ -408,4 +410,75 @@ fn a_prompt_prepared_ahead_gives_exactly_what_the_engine_works_out_itself() {
         let own = right.generate(&[request(0).with_id(call)]).expect("generate");
         assert_eq!(format!("{taken:?}"), format!("{own:?}"), "call {call}");
     }
+}
+
+/// A chat request whose user turn carries images of `(hash, tokens)`.
+fn with_images(id: u64, images: &[(u64, u32)]) -> EngineRequest {
+    use crate::engine::chat::{Message, RequestFormat};
+    use crate::engine::image::Image;
+    let images = images
+        .iter()
+        .map(|&(hash, tokens)| Image {
+            url: "data:".into(),
+            width: 4,
+            height: 4,
+            bytes: 1,
+            hash,
+            pooled: false,
+            tokens,
+        })
+        .collect();
+    let prompt = RequestFormat::ChatTemplate.prompt(vec![Message::new("user", "Hi").with_images(images)]);
+    EngineRequest::new(prompt, 2).with_id(id)
+}
+
+#[test]
+fn an_image_that_misses_the_encoder_cache_costs_its_tokens_and_a_hit_costs_nothing() {
+    // Only the encoder costs: 1 µs an image token.
+    let cost = CostModel { encoder_per_image_token: Duration::from_micros(1), ..CostModel::free() };
+    let (mut e, clock) = engine(SimConfig { cost, scheduler: limits(8, 8192, 1024), ..SimConfig::default() });
+    let mut call = |batch: Vec<EngineRequest>| {
+        let t0 = clock.now();
+        let out = e.generate(&batch).unwrap();
+        let hits: Vec<Option<u32>> = out.iter().map(|o| o.stats.image_cache_hits).collect();
+        let first_token: Vec<f64> = out.iter().map(|o| o.stats.first_token_ts.unwrap() - t0.as_secs_f64()).collect();
+        (clock.now().saturating_since(t0), hits, first_token)
+    };
+    // A miss: its 576 tokens are encoded, in the step that first schedules it (its first token's).
+    let (took, hits, first) = call(vec![with_images(0, &[(1, 576)])]);
+    assert_eq!((took, hits), (Duration::from_micros(576), vec![Some(0)]));
+    assert!((first[0] - 576e-6).abs() < 1e-12, "{first:?}");
+    // The same picture again: a hit, free.
+    let (took, hits, _) = call(vec![with_images(1, &[(1, 576)])]);
+    assert_eq!((took, hits), (Duration::ZERO, vec![Some(1)]));
+    // Two requests admitted in one step: the misses of both (the second's repeat of picture 2 is
+    // a hit), none of picture 1; a request without images costs nothing.
+    let text = EngineRequest::new(Prompt::Text("no images".into()), 2).with_id(4);
+    let (took, hits, _) = call(vec![with_images(2, &[(2, 10), (1, 576)]), with_images(3, &[(2, 10), (3, 7)]), text]);
+    assert_eq!((took, hits), (Duration::from_micros(17), vec![Some(1), Some(1), None]));
+    // At 0 (the default) images cost their prefill tokens only, as before.
+    let (mut e, clock) = engine(SimConfig { cost: CostModel::free(), ..SimConfig::default() });
+    let t0 = clock.now();
+    e.generate(&[with_images(0, &[(9, 576)])]).unwrap();
+    assert_eq!(clock.now().saturating_since(t0), Duration::ZERO);
+}
+
+#[test]
+fn a_replay_charges_the_encoder_in_the_step_that_first_schedules_a_sequence() {
+    // A budget of 64 tokens: the 100-token prompt takes two steps, the encoder only the first.
+    let config = limits(4, 64, 64);
+    let specs = [SeqSpec { prompt_len: 100, output_len: 2, prefix: PrefixSource::Known(0), encoder_tokens: 30 }];
+    let s = super::scheduler::replay(&config, &specs).unwrap();
+    let encoded: Vec<u64> = s.steps.iter().map(|st| st.load.encoder_tokens).collect();
+    assert_eq!(encoded, vec![30, 0, 0], "{:?}", s.steps);
+    let cost = CostModel { encoder_per_image_token: Duration::from_nanos(1000), ..CostModel::free() };
+    assert_eq!(cost.generate_ns(&s, 1), 30_000.0);
+    // A preempted sequence recomputes its prompt, not its images: each is encoded once.
+    let tight = limits(4, 64, 8);
+    let specs: Vec<SeqSpec> = (0..3)
+        .map(|i| SeqSpec { prompt_len: 40, output_len: 40, prefix: PrefixSource::Known(0), encoder_tokens: 10 + i })
+        .collect();
+    let s = super::scheduler::replay(&tight, &specs).unwrap();
+    assert!(s.seqs.iter().any(|q| q.preemptions > 0), "the data must preempt");
+    assert_eq!(s.steps.iter().map(|st| st.load.encoder_tokens).sum::<u64>(), 10 + 11 + 12);
 }

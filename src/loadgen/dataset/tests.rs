@@ -177,7 +177,9 @@ fn length_filters_drop_and_count() {
     assert_eq!(lengths(&lines), [3, 5]);
     assert_eq!((stats.dropped_short, stats.dropped_long, stats.truncated, stats.prompts), (1, 1, 0, 2));
     let none = DatasetOptions { min_prompt_tokens: Some(10), ..options(FileFormat::Text) };
-    assert!(matches!(read_str(LENGTHS, &none), Err(LoadError::NoPromptsLeft { .. })));
+    let err = read_str(LENGTHS, &none).unwrap_err();
+    assert!(matches!(err, LoadError::NoPromptsLeft { .. }));
+    assert!(err.to_string().contains("(lengths by batchlab's rule, 4 bytes a token;"), "{err}");
 }
 
 #[test]
@@ -204,7 +206,7 @@ fn chat_prompts_are_cut_in_their_last_message() {
     assert!(!truncate(&mut c, 2, &FOUR));
     let text = "{\"messages\": [{\"role\": \"system\", \"content\": \"123456789\"}, {\"role\": \"user\", \"content\": \"x\"}]}\n";
     let o = DatasetOptions { max_prompt_tokens: Some(2), truncate: true, ..options(FileFormat::Jsonl) };
-    assert!(matches!(read_str(text, &o), Err(LoadError::NoPromptsLeft { stats }) if stats.dropped_long == 1));
+    assert!(matches!(read_str(text, &o), Err(LoadError::NoPromptsLeft { stats, .. }) if stats.dropped_long == 1));
 }
 
 #[test]

@@ -37,6 +37,7 @@ use crate::metrics::aggregate::BenchmarkAggregator;
 use crate::metrics::client::ClientTiming;
 use crate::metrics::map_request;
 use crate::metrics::media::MediaTally;
+use crate::metrics::prompt_target::PromptTargetTally;
 use crate::metrics::result::BatchesSeen;
 use crate::report::{BenchmarkResult, Phase, RequestOutcome, RequestRecord};
 use crate::scenario::plan::{PhaseLimit, StopPlan};
@@ -60,6 +61,8 @@ struct Flight {
     intended: Timestamp,
     /// Its images, if it has any ([`StepRun::on_images`]).
     images: Option<ImageSummary>,
+    /// The prompt length the workload sized it to, if it did ([`StepRun::on_prompt_target`]).
+    prompt_target: Option<u32>,
 }
 
 /// One benchmark as a sans-IO state machine: it says when to submit ([`poll`](Self::poll)), takes
@@ -101,6 +104,8 @@ pub struct StepRun {
     prefix_design: Option<(PrefixDesign, u32)>,
     /// The measured requests' images.
     media: MediaTally,
+    /// The measured requests' prompt targets against the engine's counts.
+    prompt_targets: PromptTargetTally,
     in_flight: IdMap<Flight>,
     /// When the latest outcome (of any phase) arrived: it freed a slot.
     last_outcome_at: Option<Timestamp>,
@@ -150,6 +155,7 @@ impl StepRun {
             schedule_done: false,
             prefix_design: None,
             media: MediaTally::default(),
+            prompt_targets: PromptTargetTally::default(),
             in_flight: IdMap::default(),
             last_outcome_at: None,
             last_wait_until: None,
@@ -372,7 +378,7 @@ impl StepRun {
         self.scheduler.on_submitted(now);
         let held_by_cap = self.scheduler.lateness().delayed_by_cap > held_before;
         let intended = self.intended_arrival(due, held_by_cap, now);
-        self.in_flight.insert(id, Flight { phase, submitted: now, intended, images: None });
+        self.in_flight.insert(id, Flight { phase, submitted: now, intended, images: None, prompt_target: None });
         match phase {
             Phase::Warmup => {
                 self.phases[Phase::Warmup].submitted += 1;
@@ -394,6 +400,15 @@ impl StepRun {
     pub fn on_images(&mut self, id: RequestId, images: ImageSummary) {
         if let Some(flight) = self.in_flight.get_mut(&id) {
             flight.images = Some(images);
+        }
+    }
+
+    /// The prompt length request `id`, just submitted, was sized to
+    /// ([`crate::loadgen::Workload::prompt_target`]): its record and the benchmark's
+    /// `prompt_target` result set it against the engine's count.
+    pub fn on_prompt_target(&mut self, id: RequestId, target: u32) {
+        if let Some(flight) = self.in_flight.get_mut(&id) {
+            flight.prompt_target = Some(target);
         }
     }
 
@@ -469,6 +484,9 @@ impl StepRun {
                     if let Some(images) = &flight.images {
                         self.media.record(images, c.output.stats.image_cache_hits);
                     }
+                    if let Some(target) = flight.prompt_target {
+                        self.prompt_targets.record(target, metrics.prompt_tokens);
+                    }
                     self.phases[Phase::Measure].finished += 1;
                     self.phases[Phase::Measure].output_tokens += u64::from(metrics.output_tokens.unwrap_or(0));
                     self.phases[Phase::Measure].last_end = Some(
@@ -483,6 +501,7 @@ impl StepRun {
                     record.wire_batch = client.wire_batch.map(|(w, _)| w);
                     record.images = flight.images;
                     record.image_cache_hits = c.output.stats.image_cache_hits;
+                    record.prompt_tokens_target = flight.prompt_target;
                     record
                 });
             }
@@ -521,6 +540,7 @@ impl StepRun {
                     record.intended_ns = Some(flight.intended);
                     record.endpoint = endpoint.map(str::to_owned);
                     record.images = flight.images;
+                    record.prompt_tokens_target = flight.prompt_target;
                     record
                 });
             }
@@ -552,6 +572,7 @@ impl StepRun {
                 record.repeat = self.repeat;
                 record.intended_ns = Some(f.intended);
                 record.images = f.images;
+                record.prompt_tokens_target = f.prompt_target;
                 records.push(record);
             }
         }
@@ -562,6 +583,7 @@ impl StepRun {
         };
         let mut result = self.aggregator.finish(end);
         result.images = self.media.finish(result.duration_s);
+        result.prompt_target = self.prompt_targets.finish();
         result.repeat = self.repeat;
         result.batching.whole_run = self.batches_seen;
         Finished { result, records, ends_run }

@@ -164,6 +164,19 @@ pub(crate) struct Dur {
 }
 codec!(Dur => Duration, |c, cx, field| cx.duration_of(field, c.zero), |v| format_duration(*v));
 
+/// A duration of at least 0 that is printed only when it is not 0: a cost added after every
+/// scenario printed its costs, so that one which leaves it at 0 prints (in report.json) as before.
+pub(crate) struct DurUnlessZero;
+impl Codec for DurUnlessZero {
+    type Value = Duration;
+    fn read(&self, cx: &mut ReadContext, field: &Field) -> Option<Duration> {
+        cx.duration_of(field, true)
+    }
+    fn print(&self, v: &Duration) -> Option<Item> {
+        (!v.is_zero()).then(|| value(format_duration(*v)))
+    }
+}
+
 /// One of a few strings, each meaning a `T`.
 pub(crate) struct Choice<T: 'static>(pub &'static [(&'static str, T)]);
 impl<T: Copy + PartialEq> Codec for Choice<T> {

@@ -38,7 +38,9 @@
 //! batchlab's counting rule ([`crate::engine::tokens`]), so the user turn is exactly the drawn
 //! length by that rule (a real tokenizer counts otherwise; the report has the engine's count).
 //! With `unique_prefix` the first [`CHAT_PREFIX_WORDS`] words spell `k` in base 26³, least
-//! significant first, as the token prefix does; they follow the shared system prompt.
+//! significant first, as the token prefix does; they follow the shared system prompt. With
+//! `[workload.images] count_in_prompt`, the whole prompt (template, text and images) is the drawn
+//! length by that rule instead, and [`Workload::prompt_target`] says so.
 //!
 //! Prompt token counts are known only for token prompts ([`Prompt::token_len`]); for text and
 //! chat prompts they are `None` until the engine reports them.

@@ -11,7 +11,7 @@ use batchlab::engine::tokenizer::ModelTokenizer;
 use batchlab::loadgen::Workload;
 use batchlab::run::{RunOptions, run_blocking};
 use batchlab::scenario::plan::Plan;
-use batchlab::scenario::{Overrides, keys, load_file};
+use batchlab::scenario::{Overrides, Set, keys, load_file};
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -173,7 +173,7 @@ fn file_limits_count_real_tokens() {
     let none = p
         .with_changes(
             &["workload.max_prompt_tokens", "workload.truncate"],
-            &[("workload.min_prompt_tokens", toml_edit::Value::from(1000))],
+            &[Set::new("workload.min_prompt_tokens", 1000u32)],
         )
         .unwrap_or_else(|e| panic!("{e}"));
     let err = Workload::from_plan(none.workload()).unwrap_err().to_string();

@@ -318,32 +318,9 @@ fn code_lines(layer: &str, except: &[&str], needles: &[&str]) -> Vec<String> {
     found
 }
 
-/// Invariant 9: only `engine/python` touches Python. No other file names pyo3.
-#[test]
-fn only_engine_python_names_pyo3() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
-    let mut found = Vec::new();
-    for file in files {
-        let relative = file.strip_prefix(root).expect("under the root").to_string_lossy().into_owned();
-        if relative.starts_with("src/engine/python") {
-            continue;
-        }
-        let code = code_only(&std::fs::read_to_string(&file).expect("readable"));
-        for (n, line) in code.lines().enumerate() {
-            if line.split(|c: char| !is_ident(c)).any(|word| word == "pyo3") {
-                found.push(format!("{relative}:{}: {}", n + 1, line.trim()));
-            }
-        }
-    }
-    assert!(found.is_empty(), "Python touched outside src/engine/python:\n{}", found.join("\n"));
-}
-
-/// Only `scenario/` reads and writes TOML: no file outside `src/scenario` names the `toml_edit`
-/// crate in code. A workflow changes a plan with typed `Set`s (`keys::BATCH_SIZE.to(64)`).
-#[test]
-fn only_scenario_names_toml_edit() {
+/// Every line of code, in a file of `src/` outside `allowed` (a path prefix), that names `word`
+/// as an identifier (comments and strings do not count), as `file:line: code`.
+fn code_naming(word: &str, allowed: &str) -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     rust_files(&root.join("src"), &mut files);
@@ -351,16 +328,31 @@ fn only_scenario_names_toml_edit() {
     let mut found = Vec::new();
     for file in files {
         let relative = file.strip_prefix(root).expect("under the root").to_string_lossy().into_owned();
-        if relative.starts_with("src/scenario/") {
+        if relative.starts_with(allowed) {
             continue;
         }
         let code = code_only(&std::fs::read_to_string(&file).expect("readable"));
         for (n, line) in code.lines().enumerate() {
-            if line.split(|c: char| !is_ident(c)).any(|word| word == "toml_edit") {
+            if line.split(|c: char| !is_ident(c)).any(|w| w == word) {
                 found.push(format!("{relative}:{}: {}", n + 1, line.trim()));
             }
         }
     }
+    found
+}
+
+/// Invariant 9: only `engine/python` touches Python. No other file names pyo3.
+#[test]
+fn only_engine_python_names_pyo3() {
+    let found = code_naming("pyo3", "src/engine/python");
+    assert!(found.is_empty(), "Python touched outside src/engine/python:\n{}", found.join("\n"));
+}
+
+/// Only `scenario/` reads and writes TOML: no file outside `src/scenario` names the `toml_edit`
+/// crate in code. A workflow changes a plan with typed `Set`s (`keys::BATCH_SIZE.to(64)`).
+#[test]
+fn only_scenario_names_toml_edit() {
+    let found = code_naming("toml_edit", "src/scenario/");
     assert!(found.is_empty(), "toml_edit named outside src/scenario:\n{}", found.join("\n"));
 }
 

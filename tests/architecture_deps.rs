@@ -205,17 +205,8 @@ fn inside(path: &str, module: &str) -> bool {
 
 /// Every path named in code under `layer` (but not under `except`) that is inside one of `forbidden`.
 fn violations(layer: &str, except: &[&str], forbidden: &[&str]) -> Vec<String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    rust_files(&root.join(layer), &mut files);
-    files.sort();
     let mut found = Vec::new();
-    for file in files {
-        let relative = file.strip_prefix(root).expect("under the root").to_string_lossy().into_owned();
-        if except.iter().any(|e| relative.starts_with(e)) {
-            continue;
-        }
-        let text = std::fs::read_to_string(&file).expect("readable");
+    for (relative, text) in sources(layer, except) {
         for (line, path) in named_paths(&relative, &text) {
             if forbidden.iter().any(|f| inside(&path, f)) {
                 found.push(format!("{relative}:{line}: {path}"));
@@ -298,19 +289,22 @@ fn only_scenario_builds_a_plan() {
 /// Every code line (comments and strings aside) under `layer`, but not under `except`, that
 /// contains one of `needles`.
 fn code_lines(layer: &str, except: &[&str], needles: &[&str]) -> Vec<String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    rust_files(&root.join(layer), &mut files);
-    files.sort();
+    matching_code_lines(layer, except, |line| needles.iter().any(|f| line.contains(f)))
+}
+
+/// Every line of code, in a file of `src/` outside `allowed` (a path prefix), that names `word`
+/// as an identifier (comments and strings do not count), as `file:line: code`.
+fn code_naming(word: &str, allowed: &str) -> Vec<String> {
+    matching_code_lines("src", &[allowed], |line| line.split(|c: char| !is_ident(c)).any(|w| w == word))
+}
+
+/// Every code line (comments and strings blanked) under `layer`, but not under `except`, for
+/// which `matches` holds, as `file:line: code`.
+fn matching_code_lines(layer: &str, except: &[&str], matches: impl Fn(&str) -> bool) -> Vec<String> {
     let mut found = Vec::new();
-    for file in files {
-        let relative = file.strip_prefix(root).expect("under the root").to_string_lossy().into_owned();
-        if except.iter().any(|e| relative.starts_with(e)) {
-            continue;
-        }
-        let code = code_only(&std::fs::read_to_string(&file).expect("readable"));
-        for (n, line) in code.lines().enumerate() {
-            if needles.iter().any(|f| line.contains(f)) {
+    for (relative, text) in sources(layer, except) {
+        for (n, line) in code_only(&text).lines().enumerate() {
+            if matches(line) {
                 found.push(format!("{relative}:{}: {}", n + 1, line.trim()));
             }
         }
@@ -318,27 +312,19 @@ fn code_lines(layer: &str, except: &[&str], needles: &[&str]) -> Vec<String> {
     found
 }
 
-/// Every line of code, in a file of `src/` outside `allowed` (a path prefix), that names `word`
-/// as an identifier (comments and strings do not count), as `file:line: code`.
-fn code_naming(word: &str, allowed: &str) -> Vec<String> {
+/// The Rust files under `layer` (relative to the crate root), but not under `except`, in path
+/// order: each one's path from the root and its text.
+fn sources(layer: &str, except: &[&str]) -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
+    rust_files(&root.join(layer), &mut files);
     files.sort();
-    let mut found = Vec::new();
-    for file in files {
-        let relative = file.strip_prefix(root).expect("under the root").to_string_lossy().into_owned();
-        if relative.starts_with(allowed) {
-            continue;
-        }
-        let code = code_only(&std::fs::read_to_string(&file).expect("readable"));
-        for (n, line) in code.lines().enumerate() {
-            if line.split(|c: char| !is_ident(c)).any(|w| w == word) {
-                found.push(format!("{relative}:{}: {}", n + 1, line.trim()));
-            }
-        }
-    }
-    found
+    files
+        .into_iter()
+        .map(|file| (file.strip_prefix(root).expect("under the root").to_string_lossy().into_owned(), file))
+        .filter(|(relative, _)| !except.iter().any(|e| relative.starts_with(e)))
+        .map(|(relative, file)| (relative, std::fs::read_to_string(&file).expect("readable")))
+        .collect()
 }
 
 /// Invariant 9: only `engine/python` touches Python. No other file names pyo3.

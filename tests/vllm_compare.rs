@@ -121,27 +121,45 @@ fn unchanged_runs_pass_the_gate_and_batch_8_against_32_fails_it() {
 }
 
 /// `batchlab ab` on real vLLM noise: the same command on both sides, alternated for 2 rounds
-/// (96 requests each), is judged by the rounds and never fails the gate (exit 0 or 5), and every
-/// run's report carries the machine-speed probe the separate-run comparison names drift by.
+/// (96 requests each), is judged by the rounds, and every run's report carries the machine-speed
+/// probe the separate-run comparison names drift by.
+///
+/// The claim is a rate: at most alpha of unchanged A/B pairs exit 4. One pair may exit 4 by design
+/// (alpha per gated metric, one-sided; a CI run of this test once met two rounds in which B was
+/// 13.4 % and 13.4 % slower than A). So this runs two independent pairs and fails when both exit 4:
+/// at most about alpha² (0.25 %) under the claim, and 25 % or more for a gate that fails unchanged
+/// rounds half the time.
 #[test]
-fn the_ab_runner_never_fails_unchanged_rounds() {
+fn unchanged_ab_rounds_fail_the_gate_at_most_at_alpha() {
     if !ready() {
         return;
     }
-    let root = temp_dir("ab");
     let bin = env!("CARGO_BIN_EXE_batchlab");
     let command = format!(
         "{bin} run scenarios/vllm-cpu.toml --quiet --requests-jsonl --set stop.max_requests=96 --set 'expect.completed=== 96'"
     );
-    let o = batchlab(&["ab", "--a", &command, "--b", &command, "--rounds", "2", "--output", root.to_str().unwrap()]);
-    let table = format!("{}{}", text(&o.stdout), text(&o.stderr));
-    assert!(matches!(o.status.code(), Some(0 | 5)), "unchanged rounds regressed:\n{table}");
-    assert!(table.contains("paired-t") && table.contains("2 rounds"), "judged by the rounds:\n{table}");
-    for side in ["round-0/a", "round-0/b", "round-1/a", "round-1/b"] {
-        let report: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(root.join(side).join("report.json")).unwrap()).unwrap();
-        let probe = &report["environment"]["machine"]["probe_start_ms"];
-        assert!(probe.as_f64().is_some_and(|ms| ms > 0.0), "{side}: no machine probe: {probe}");
+    let mut failed = Vec::new();
+    for pair in 0..2 {
+        let root = temp_dir(&format!("ab-{pair}"));
+        let o =
+            batchlab(&["ab", "--a", &command, "--b", &command, "--rounds", "2", "--output", root.to_str().unwrap()]);
+        let table = format!("{}{}", text(&o.stdout), text(&o.stderr));
+        assert!(matches!(o.status.code(), Some(0 | 4 | 5)), "pair {pair}: the A/B runner failed:\n{table}");
+        assert!(
+            table.contains("paired-t") && table.contains("2 rounds"),
+            "pair {pair}: judged by the rounds:\n{table}"
+        );
+        for side in ["round-0/a", "round-0/b", "round-1/a", "round-1/b"] {
+            let report: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(root.join(side).join("report.json")).unwrap()).unwrap();
+            let probe = &report["environment"]["machine"]["probe_start_ms"];
+            assert!(probe.as_f64().is_some_and(|ms| ms > 0.0), "{side}: no machine probe: {probe}");
+        }
+        if o.status.code() == Some(4) {
+            eprintln!("pair {pair} of unchanged rounds exited 4 (allowed at rate alpha):\n{table}");
+            failed.push(table);
+        }
+        std::fs::remove_dir_all(&root).unwrap();
     }
-    std::fs::remove_dir_all(&root).unwrap();
+    assert!(failed.len() < 2, "both unchanged A/B pairs regressed:\n{}", failed.join("\n\n"));
 }

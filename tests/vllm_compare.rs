@@ -26,6 +26,11 @@ fn batchlab(args: &[&str]) -> Output {
         .expect("running batchlab")
 }
 
+/// Both tests time a real engine: run side by side on 2 cores, each would load the other's runs
+/// unevenly (one repeat of an interleaved pair alone, the next beside the other test's engine),
+/// which is the drift these tests must not see. Each holds this while it runs.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -93,6 +98,7 @@ fn unchanged_runs_pass_the_gate_and_batch_8_against_32_fails_it() {
     if !ready() {
         return;
     }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let root = temp_dir("noise");
     let (both, a, b, small) = (root.join("both"), root.join("a"), root.join("b"), root.join("batch8"));
     run(&both, &["--repeat", "4"]);
@@ -134,6 +140,7 @@ fn unchanged_ab_rounds_fail_the_gate_at_most_at_alpha() {
     if !ready() {
         return;
     }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let bin = env!("CARGO_BIN_EXE_batchlab");
     let command = format!(
         "{bin} run scenarios/vllm-cpu.toml --quiet --requests-jsonl --set stop.max_requests=96 --set 'expect.completed=== 96'"

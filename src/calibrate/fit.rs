@@ -151,20 +151,15 @@ const N: usize = 2 + STEP;
 const TAIL: usize = 2;
 /// The encoder's column among the head and step model's, left out when no request had images.
 const ENCODER: usize = N - 1;
-/// The fit's coefficients in its column order: [`Coefficients::NAMES`] with the encoder's
-/// before the tail's.
-const FIT_NAMES: [&str; N + TAIL] = [
-    "fixed_overhead",
-    "request_overhead",
-    "decode_step",
-    "prefill_per_token",
-    "per_seq",
-    "context_per_1k_tokens",
-    "tokens_squared_per_1m",
-    "encoder_per_image_token",
-    "finish_overhead",
-    "finish_per_request",
-];
+/// The name of the fit's column `j`: [`Coefficients::NAMES`] with the encoder's
+/// ([`Coefficients::ENCODER_NAME`]) before the tail's.
+fn fit_name(j: usize) -> &'static str {
+    match j.cmp(&ENCODER) {
+        std::cmp::Ordering::Less => Coefficients::NAMES[j],
+        std::cmp::Ordering::Equal => Coefficients::ENCODER_NAME,
+        std::cmp::Ordering::Greater => Coefficients::NAMES[j - 1],
+    }
+}
 /// Relative errors are taken against at least this (1 ms), so near-zero times do not dominate.
 const REL_FLOOR_NS: f64 = 1e6;
 
@@ -341,7 +336,7 @@ pub fn fit(config: &ResolvedEngineConfig, batches: &[BatchObservation]) -> Resul
         batches: batch_fits,
         coefficients,
         residuals,
-        unidentified: unidentified.into_iter().map(|j| FIT_NAMES[j].to_owned()).collect(),
+        unidentified: unidentified.into_iter().map(|j| fit_name(j).to_owned()).collect(),
         samples: (samples.len() + tails.len()) as u64,
     })
 }

@@ -120,7 +120,10 @@ fn summary(p: &Profile) -> String {
     );
     let names = batchlab::engine::sim::profile::Coefficients::NAMES;
     // The encoder's coefficient only when the runs had images (after the step costs).
-    let encoder = p.coefficients.encoder_per_image_token_ns.map(|v| ("encoder_per_image_token", v));
+    let encoder = p
+        .coefficients
+        .encoder_per_image_token_ns
+        .map(|v| (batchlab::engine::sim::profile::Coefficients::ENCODER_NAME, v));
     let all = names.iter().copied().zip(p.coefficients.to_array());
     let all: Vec<(&str, f64)> = all.clone().take(7).chain(encoder).chain(all.skip(7)).collect();
     for (name, v) in all {

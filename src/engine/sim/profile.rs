@@ -87,6 +87,9 @@ impl Coefficients {
         "finish_per_request",
     ];
 
+    /// The name of the encoder's coefficient, which only fits of runs with images have.
+    pub const ENCODER_NAME: &'static str = "encoder_per_image_token";
+
     /// The coefficients in [`Self::NAMES`] order.
     pub fn to_array(&self) -> [f64; 9] {
         [

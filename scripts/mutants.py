@@ -557,6 +557,10 @@ MUTANTS = [
      "if self.points.len() + fresh.len() >= self.budget {",
      "if self.points.len() >= self.budget {",
      ["--test", "tune", "the_search_on_several_threads_gives_the_serial_result_to_the_byte"], {}),
+    # ---- tune on the middle level, its order in tune::tune (issue 36, item 3) ----
+    ("issue 36 tune: the search's plan is not checked before its points", "src/tune/search.rs",
+     "    preflight(plan).map_err(TuneError::Preflight)?;\n", "",
+     ["--lib", "tune::search::tests::a_plan_a_run_refuses_is_refused_before_the_first_point"], {}),
     # ---- the stall default from a calibrated profile (issue 22) ----
     ("stall: the profile's prediction is not multiplied by the stall factor", "src/scenario/lower.rs",
      "let limit = floor.max(expected.saturating_mul(crate::batcher::STALL_FACTOR));",

@@ -21,8 +21,10 @@
 //! report carries them; the policy over them (the search's bounds, the plateau, which points to
 //! confirm) lives here. The CLI (`cli/tune.rs`) calls this, which calls `run/`, and nothing here
 //! calls back up; the CLI still holds the order of the steps (objective, search, confirmation,
-//! recommendation), which belongs here (issue 36, item 3). Each point runs the top level
-//! (`run::run_blocking`: preflight, the report, the table) and keeps one benchmark of it.
+//! recommendation), which belongs here (issue 36, item 3). Each point is the middle level of a
+//! run (`run::run_plan_benchmarks`: the plan's own engine, the results in memory, no report), the
+//! search's plan checked once by `run::preflight` before the first; only the recommendation's run
+//! (or the confirmation's) makes a report, the one written.
 
 pub mod confirm;
 mod memo;
@@ -57,6 +59,10 @@ pub enum TuneError {
         /// The failure.
         source: RunError,
     },
+    /// The search's plan is one a run refuses before its engine starts ([`crate::run::preflight`]),
+    /// checked once before the first point.
+    #[error("the scenario cannot run: {0}")]
+    Preflight(RunError),
     /// The scenario cannot be tuned as asked.
     #[error("{0}")]
     Unsupported(String),

@@ -557,6 +557,18 @@ MUTANTS = [
      "if self.points.len() + fresh.len() >= self.budget {",
      "if self.points.len() >= self.budget {",
      ["--test", "tune", "the_search_on_several_threads_gives_the_serial_result_to_the_byte"], {}),
+    # ---- tune on the middle level, its order in tune::tune (issue 36, item 3) ----
+    ("issue 36 tune: each point runs the top level again (preflight, /proc, a report, a table)", "src/tune/search.rs",
+     "Ok(run_plan_benchmarks(plan, RunOptions::quiet())?.benchmarks.into_iter().next())",
+     "Ok(crate::run::run_blocking(plan, RunOptions::quiet())?.report.benchmarks.into_iter().next())",
+     ["--lib", "tune::workflow::tests::a_tune_makes_one_report_its_recommendations_and_no_point_makes_one"], {}),
+    ("issue 36 tune: the search's plan is not checked before its points", "src/tune/search.rs",
+     "    preflight(plan).map_err(TuneError::Preflight)?;\n", "",
+     ["--lib", "tune::search::tests::a_plan_a_run_refuses_is_refused_before_the_first_point"], {}),
+    ("issue 36 tune: tune::tune skips the confirmation on a real engine", "src/tune/workflow.rs",
+     "let mut report = if real && options.profile.is_some() && options.confirm > 0 {",
+     "let mut report = if real && options.profile.is_some() && options.confirm > usize::MAX - 1 {",
+     ["--lib", "tune::workflow::tests::a_real_engine_scenario_on_a_profile_is_confirmed_through_the_caller"], {}),
     # ---- the stall default from a calibrated profile (issue 22) ----
     ("stall: the profile's prediction is not multiplied by the stall factor", "src/scenario/lower.rs",
      "let limit = floor.max(expected.saturating_mul(crate::batcher::STALL_FACTOR));",

@@ -4,9 +4,8 @@
 //! Files under `cli/`: one per subcommand. `session.rs` is the one scaffold of a real-engine
 //! session (engine.log captured, Ctrl-C and SIGTERM firing the run's `Interrupt`, the log's tail
 //! when the engine failed) that `run`, `calibrate SCENARIO` and `tune`'s confirmation share;
-//! `calibrate.rs` parses and prints, the work is in `calibrate/`; `tune.rs` parses and prints, and
-//! still holds the order of tune's steps (objective, search, confirmation, recommendation), which
-//! belongs in `tune/` (issue 36, item 3); `ab.rs` runs `batchlab ab`'s commands; `serve.rs` binds,
+//! `calibrate.rs` parses and prints, the work is in `calibrate/`; `tune.rs` parses, calls
+//! `tune::tune` (the order of tune's steps) and prints what each step shows; `ab.rs` runs `batchlab ab`'s commands; `serve.rs` binds,
 //! prints `listening on` and maps the outcome to exit codes. The CLI is the only place `anyhow` is
 //! used.
 

@@ -3,8 +3,11 @@
 use std::path::Path;
 use std::time::Duration;
 
+use batchlab::report::Report;
 use batchlab::run::{RunOptions, run_blocking};
+use batchlab::scenario::Plan;
 use batchlab::scenario::{Overrides, keys, parse_str};
+use batchlab::tune::{ConfirmRun, Confirmation, Searched, TuneOptions, TuneSteps};
 use batchlab::tune::{
     LoadKnob, NOISE_SEEDS, Objective, PLATEAU, Point, STRESS, Space, paired_tie, search, search_counting_runs,
     search_plan, search_with_threads, simpler, stressed as stressed_plan, tie_band, with_point,
@@ -274,6 +277,21 @@ fn a_real_engine_scenario_needs_a_profile() {
 #[path = "common/cli.rs"]
 mod cli_common;
 
+/// A caller of `tune` on a simulator scenario: it shows nothing, and is never asked to confirm.
+struct SimOnly;
+
+impl TuneSteps for SimOnly {
+    fn searched(&mut self, _: &Searched<'_>) {}
+
+    fn confirm(&mut self, _: &Plan, _: usize, _: &Path, _: ConfirmRun) -> Option<Report> {
+        panic!("a simulator scenario is not confirmed")
+    }
+
+    fn confirmed(&mut self, _: &[Confirmation]) {
+        panic!("a simulator scenario is not confirmed")
+    }
+}
+
 /// The CLI prints the snippet and writes report.json (with the search in `tune`, and the
 /// recommendation run once as its benchmark) and report.html with the tuning section.
 #[test]
@@ -308,6 +326,21 @@ fn the_cli_writes_the_search_into_report_json_and_report_html() {
         report.scenario.pointer("/batching/batch_size").and_then(|v| v.as_u64()),
         Some(u64::from(best.batch_size))
     );
+    // The library's workflow, on the same inputs, recommends what the CLI printed and records
+    // the same search.
+    let options = TuneOptions {
+        max_latency_p99: None,
+        keep_load: true,
+        budget: 30,
+        threads: None,
+        profile: None,
+        confirm: 3,
+        output: Some(dir.join("library")),
+    };
+    let tuned = batchlab::tune::tune(&plan(SCENARIO), &options, &mut SimOnly).expect("tune");
+    let snippet = tuned.tune.result.snippet().expect("a recommendation");
+    assert!(stdout.contains(&format!("recommended (best {}):\n\n{snippet}", tuned.objective)), "{stdout}");
+    assert_eq!(tuned.tune.result, tune.result);
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     let section = &html[html.find("id=\"tuning\"").expect("a tuning section")..];
     let section = &section[..section.find("</section>").unwrap_or(section.len())];

@@ -1,18 +1,21 @@
 //! `batchlab tune`: search batching settings in the simulator, print a `[batching]` snippet and
 //! the front, and (for a real-engine scenario with a calibration profile) confirm the best points
-//! on the real engine in one engine start.
+//! on the real engine in one engine start. The order of those steps is `batchlab::tune::tune`'s;
+//! this parses, prints what each step shows, runs the confirmation in `batchlab run`'s session,
+//! and picks the exit code.
 
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use batchlab::report::Report;
 use batchlab::scenario::Overrides;
-use batchlab::scenario::plan::{EnginePlan, Plan};
-use batchlab::scenario::units::{format_duration, parse_duration};
+use batchlab::scenario::plan::Plan;
+use batchlab::scenario::units::parse_duration;
 use batchlab::tune::{
-    NOISE_SEEDS, Objective, STRESS, Space, TuneReport, TuneResult, available_threads, search_counting_runs, search_plan,
+    ConfirmRun, Confirmation, NOISE_SEEDS, Objective, STRESS, Searched, TuneOptions, TuneResult, TuneSteps,
+    WorkflowError,
 };
 
 use super::{EXIT_BAD_INPUT, EXIT_ERROR};
@@ -61,145 +64,102 @@ pub(super) fn main(args: TuneArgs) -> ExitCode {
         Ok(plan) => plan,
         Err(code) => return code,
     };
-    let objective = match (plan.slo().is_set(), args.max_latency_p99) {
-        (true, _) => Objective::Goodput,
-        (false, Some(max_latency_p99)) => Objective::ThroughputUnder { max_latency_p99 },
-        (false, None) => {
-            eprintln!(
-                "error: name what to optimize: an SLO (`--slo ttft_ms=200`, or `[slo]` in the scenario) or `--max-latency-p99 500ms`"
-            );
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
+    let options = TuneOptions {
+        max_latency_p99: args.max_latency_p99,
+        keep_load: args.keep_load,
+        budget: args.budget,
+        threads: args.threads,
+        profile: args.profile,
+        confirm: args.confirm,
+        output: args.output,
     };
-    let sim = match search_plan(&plan, args.profile.as_deref()) {
-        Ok(p) => p,
+    let mut printer = Printer { stopped: None };
+    match batchlab::tune::tune(&plan, &options, &mut printer) {
+        Ok(tuned) => {
+            match (tuned.tune.confirmed.is_empty(), &tuned.written) {
+                (false, [json, html]) => eprintln!("added the search to {} and {}", json.display(), html.display()),
+                (true, paths) => {
+                    eprintln!("wrote {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        // The confirmation's session said why it stopped, and chose the code.
+        Err(WorkflowError::ConfirmStopped) => printer.stopped.unwrap_or(ExitCode::from(EXIT_ERROR)),
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(EXIT_BAD_INPUT);
+            ExitCode::from(if e.bad_input() { EXIT_BAD_INPUT } else { EXIT_ERROR })
         }
-    };
-    let space = if args.keep_load { Space::for_plan(&sim).at_own_load(&sim) } else { Space::for_plan(&sim) };
-    let threads = args.threads.unwrap_or_else(available_threads);
-    let started = std::time::Instant::now();
-    let (result, runs) = match search_counting_runs(&sim, &objective, args.budget, space, threads) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_ERROR);
+    }
+}
+
+/// What `batchlab tune` shows between the workflow's steps, and the confirmation run in
+/// `batchlab run`'s session.
+struct Printer {
+    /// The exit code of a confirmation run that did not finish.
+    stopped: Option<ExitCode>,
+}
+
+impl TuneSteps for Printer {
+    fn searched(&mut self, searched: &Searched<'_>) {
+        let Searched { objective, tune, threads } = searched;
+        let on = if threads.get() == 1 { "1 thread".to_string() } else { format!("{threads} threads") };
+        eprintln!(
+            "searched {} points in the simulator in {:.2} s on {on} ({} runs simulated, {} taken from a run proven the same)",
+            tune.result.points.len(),
+            tune.search_s,
+            tune.runs.simulated,
+            tune.runs.reused
+        );
+        print!("{}", front_table(&tune.result, objective));
+        if let Some(snippet) = tune.result.snippet() {
+            println!("\nrecommended (best {objective}):\n\n{snippet}");
         }
-    };
-    let search_s = started.elapsed().as_secs_f64();
-    let on = if threads.get() == 1 { "1 thread".to_string() } else { format!("{threads} threads") };
-    eprintln!(
-        "searched {} points in the simulator in {search_s:.2} s on {on} ({} runs simulated, {} taken from a run proven the same)",
-        result.points.len(),
-        runs.simulated,
-        runs.reused
-    );
-    print!("{}", front_table(&result, &objective));
-    let Some(snippet) = result.snippet() else {
-        eprintln!("error: no point met the objective; loosen the SLO or the latency bound");
-        return ExitCode::from(EXIT_ERROR);
-    };
-    println!("\nrecommended (best {}):\n\n{snippet}", objective_name(&objective));
-    let output = args.output.clone().unwrap_or_else(|| PathBuf::from("results").join(format!("{}-tune", plan.name())));
-    let mut tune = TuneReport { objective: objective_name(&objective), search_s, runs, result, confirmed: Vec::new() };
-    let real = !matches!(plan.engine(), EnginePlan::Sim(_));
-    let report = if real && args.profile.is_some() && args.confirm > 0 {
-        match confirm(&plan, &mut tune, &objective, args.confirm, &output) {
-            Ok(report) => report,
-            Err(code) => return code,
-        }
-    } else {
-        // The recommendation, run once more in the simulator, is the report's benchmark.
-        match batchlab::tune::recommendation_report(&sim, &tune.result) {
-            Ok(Some(report)) => report,
-            Ok(None) => return ExitCode::from(EXIT_ERROR),
+    }
+
+    /// Runs the best points on the real engine in the session `batchlab run` has (engine.log
+    /// captured, Ctrl-C handled, the run's table printed and its report written), and gives back
+    /// the confirmation run's report, from memory.
+    fn confirm(&mut self, real: &Plan, points: usize, output: &Path, run: ConfirmRun) -> Option<Report> {
+        eprintln!("confirming the best {points} points on the real engine (one engine start)");
+        let run_args = super::RunArgs {
+            output: Some(output.to_path_buf()),
+            requests_jsonl: false,
+            quiet: false,
+            verbose: false,
+            repeat: 1,
+        };
+        match super::run_in_session(real.engine(), real.name(), real.output().dir().map(PathBuf::from), run_args, run) {
+            Ok((code, Some(summary))) if code == ExitCode::SUCCESS => Some(summary.report),
+            Ok((code, _)) => {
+                eprintln!("error: the confirmation run did not finish; its report is in {}", output.display());
+                self.stopped = Some(code);
+                None
+            }
             Err(e) => {
-                eprintln!("error: running the recommendation: {e}");
-                return ExitCode::from(EXIT_ERROR);
+                eprintln!("error: confirmation run: {e:#}");
+                self.stopped = Some(ExitCode::from(EXIT_ERROR));
+                None
             }
         }
-    };
-    let mut report = report;
-    let confirmed = !tune.confirmed.is_empty();
-    match batchlab::tune::write_report(&mut report, tune, &output) {
-        Ok([json, html]) if confirmed => {
-            eprintln!("added the search to {} and {}", json.display(), html.display())
-        }
-        Ok(paths) => eprintln!("wrote {}", paths.map(|p| p.display().to_string()).join(", ")),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_ERROR);
-        }
     }
-    ExitCode::SUCCESS
-}
 
-/// Runs the best `k` points on the real engine in one engine start ([`batchlab::tune::confirm`],
-/// in the session `batchlab run` has: engine.log captured, Ctrl-C handled, the report written),
-/// prints predicted against measured and records it in `tune`; returns the confirmation run's
-/// report, from memory.
-fn confirm(
-    plan: &Plan,
-    tune: &mut TuneReport,
-    objective: &Objective,
-    k: usize,
-    output: &std::path::Path,
-) -> Result<Report, ExitCode> {
-    eprintln!("confirming the best {} points on the real engine (one engine start)", tune.result.top(k).len());
-    let run_args = super::RunArgs {
-        output: Some(output.to_path_buf()),
-        requests_jsonl: false,
-        quiet: false,
-        verbose: false,
-        repeat: 1,
-    };
-    let (real, result) = (plan.clone(), tune.result.clone());
-    let run = move |options| batchlab::tune::confirm(&real, &result, k, options);
-    let summary = match super::run_in_session(
-        plan.engine(),
-        plan.name(),
-        plan.output().dir().map(PathBuf::from),
-        run_args,
-        run,
-    ) {
-        Ok((code, Some(summary))) if code == ExitCode::SUCCESS => summary,
-        Ok((code, _)) => {
-            eprintln!("error: the confirmation run did not finish; its report is in {}", output.display());
-            return Err(code);
-        }
-        Err(e) => {
-            eprintln!("error: confirmation run: {e:#}");
-            return Err(ExitCode::from(EXIT_ERROR));
-        }
-    };
-    let confirmed = batchlab::tune::confirmations(&tune.result, k, objective, &summary.report);
-    println!("predicted (simulator) against measured (real engine):");
-    println!(
-        "{:<54} {:>14} {:>14} {:>8} {:>14} {:>14}",
-        "point", "pred score", "meas score", "err %", "pred p99 ms", "meas p99 ms"
-    );
-    for c in &confirmed {
+    fn confirmed(&mut self, confirmed: &[Confirmation]) {
+        println!("predicted (simulator) against measured (real engine):");
         println!(
             "{:<54} {:>14} {:>14} {:>8} {:>14} {:>14}",
-            c.point,
-            num(c.predicted),
-            num(c.measured),
-            c.error_pct().map_or_else(|| "-".into(), |e| format!("{e:+.1}")),
-            num(c.predicted_latency_p99_ms),
-            num(c.measured_latency_p99_ms)
+            "point", "pred score", "meas score", "err %", "pred p99 ms", "meas p99 ms"
         );
-    }
-    tune.confirmed = confirmed;
-    Ok(summary.report)
-}
-
-fn objective_name(o: &Objective) -> String {
-    match o {
-        Objective::Goodput => "goodput under the SLO".into(),
-        Objective::ThroughputUnder { max_latency_p99 } => {
-            format!("output throughput with latency p99 <= {}", format_duration(*max_latency_p99))
+        for c in confirmed {
+            println!(
+                "{:<54} {:>14} {:>14} {:>8} {:>14} {:>14}",
+                c.point,
+                num(c.predicted),
+                num(c.measured),
+                c.error_pct().map_or_else(|| "-".into(), |e| format!("{e:+.1}")),
+                num(c.predicted_latency_p99_ms),
+                num(c.measured_latency_p99_ms)
+            );
         }
     }
 }

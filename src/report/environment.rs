@@ -40,9 +40,24 @@ pub struct Environment {
     pub seeds: BTreeMap<String, u64>,
 }
 
+// How many times this thread read the machine's description: a test's count of reports made
+// (tune's points make none).
+#[cfg(test)]
+thread_local! {
+    static DETECTIONS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times [`Environment::detect`] ran on this thread so far.
+#[cfg(test)]
+pub(crate) fn detections_on_this_thread() -> usize {
+    DETECTIONS.with(std::cell::Cell::get)
+}
+
 impl Environment {
     /// Reads the machine's description. Never fails: what cannot be read is `None`.
     pub fn detect(engine: &EngineInfo, seeds: BTreeMap<String, u64>) -> Self {
+        #[cfg(test)]
+        DETECTIONS.with(|n| n.set(n.get() + 1));
         let read = |path: &str| std::fs::read_to_string(path).ok();
         let kernel = read("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string());
         Environment {

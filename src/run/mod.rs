@@ -2,9 +2,12 @@
 //! [`run_with`] / [`run_with_blocking`] run a plan against any [`Engine`]; [`run`] /
 //! [`run_blocking`] against the engine the plan names ([`EnginePlan::build`]).
 //!
-//! Two levels: [`run_benchmarks`] runs the benchmarks and hands back their results in memory
-//! ([`RunResult`]); `run_with` and `run` wrap it with the [`Report`] and its files. The workflows
-//! above (`tune`, `calibrate`) use whichever they need, and never read back a report they wrote.
+//! Two levels: the middle one runs the benchmarks and hands back their results in memory
+//! ([`RunResult`]), on the caller's engine ([`run_benchmarks`]) or on the plan's own
+//! ([`run_plan_benchmarks`]); the top one, `run_with` and `run`, wraps it with the [`Report`] and
+//! its files (and, on the plan's engine, the [`preflight`] before it). The workflows above
+//! (`tune`, `calibrate`) use whichever they need, and never read back a report they wrote: each
+//! of tune's points is a `run_plan_benchmarks`.
 //! Each is one run on an engine started for it; an [`EngineSession`] runs several plans, each
 //! with its report, on one engine start (and a `[matrix]` plan is one run of many segments).
 //!
@@ -168,10 +171,32 @@ impl RunSummary {
 
 /// Runs a plan against the engine it names, to completion (or interruption), and writes its
 /// report. Blocks; see [`run`] for async callers.
+///
+/// The top level: [`preflight`], then the benchmarks on the plan's own engine (what
+/// [`run_plan_benchmarks`] runs), then the report and its files.
 pub fn run_blocking(plan: &Plan, options: RunOptions) -> Result<RunSummary, RunError> {
     let workload = preflight(plan)?;
+    let output_dir = options.output_dir.clone();
+    let result = plan_benchmarks(plan, workload, options)?;
+    session::report(plan, result, output_dir)
+}
+
+/// Runs a plan's benchmarks against the engine it names, as [`run_blocking`] does, but checks
+/// nothing first and makes no report: no [`preflight`], no `Environment` read from the machine,
+/// no [`Report`], no table; the results stay in memory ([`RunResult`]). The middle level for a
+/// workflow that runs many plans it has checked once (tune's points: one [`preflight`] of the
+/// search's plan, then a run per point). `options.output_dir` and `options.requests_jsonl` still
+/// stream requests.jsonl. Blocks.
+pub fn run_plan_benchmarks(plan: &Plan, options: RunOptions) -> Result<RunResult, RunError> {
+    let workload = Workload::from_plan(plan.workload())?;
+    plan_benchmarks(plan, workload, options)
+}
+
+/// The benchmarks of `plan` on the engine it names, with its `workload`: [`run_blocking`] and
+/// [`run_plan_benchmarks`] are this.
+fn plan_benchmarks(plan: &Plan, workload: Workload, options: RunOptions) -> Result<RunResult, RunError> {
     let engine = plan.engine().build()?;
-    run_engine(plan, engine, workload, options, EngineSource::Plan)
+    benchmarks(plan, engine, workload, options, EngineSource::Plan)
 }
 
 /// [`run_blocking`] on tokio's blocking pool.
@@ -190,8 +215,9 @@ pub fn run_with_blocking(
     engine: impl Into<TimedEngine>,
     options: RunOptions,
 ) -> Result<RunSummary, RunError> {
-    let workload = Workload::from_plan(plan.workload())?;
-    run_engine(plan, engine.into(), workload, options, EngineSource::Caller)
+    let output_dir = options.output_dir.clone();
+    let result = run_benchmarks(plan, engine, options)?;
+    session::report(plan, result, output_dir)
 }
 
 /// What the benchmarks of a run produced, before any report: [`run_benchmarks`]' result. The
@@ -241,7 +267,8 @@ pub fn run_benchmarks(plan: &Plan, engine: impl Into<TimedEngine>, options: RunO
 }
 
 /// One run in a session of its own ([`EngineSession`]): the engine started for it and shut down
-/// after it, on its display. `run_benchmarks`, `run_with` and `run` are this.
+/// after it, on its display. `run_benchmarks`, `run_plan_benchmarks`, `run_with` and `run` are
+/// this.
 fn benchmarks(
     plan: &Plan,
     engine: TimedEngine,
@@ -251,19 +278,6 @@ fn benchmarks(
 ) -> Result<RunResult, RunError> {
     let mut session = EngineSession::open(plan, engine, &options.interrupt, source);
     session.benchmarks(plan, workload, options, AfterRun::StopEngine)
-}
-
-/// The top level: the benchmarks ([`benchmarks`]), then the report and its files.
-fn run_engine(
-    plan: &Plan,
-    engine: TimedEngine,
-    workload: Workload,
-    options: RunOptions,
-    source: EngineSource,
-) -> Result<RunSummary, RunError> {
-    let output_dir = options.output_dir.clone();
-    let result = benchmarks(plan, engine, workload, options, source)?;
-    session::report(plan, result, output_dir)
 }
 
 /// [`run_with_blocking`] on tokio's blocking pool.

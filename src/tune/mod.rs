@@ -11,7 +11,9 @@
 //!   serial search's order, so the answer is the same for any number of threads
 //!   ([`search_with_threads`]);
 //! - [`confirm`](mod@confirm): the best points on the real engine in one engine start
-//!   ([`confirm()`], [`confirmations`]), from the run's results in memory.
+//!   ([`confirm()`], [`confirmations`]), from the run's results in memory;
+//! - [`workflow`]: the order of the steps, written once ([`tune()`]: the objective, the search,
+//!   the confirmation or the recommendation, the report), shaped like `calibrate_scenario`.
 //!
 //! Every point is a whole run of the scenario on the simulator in virtual time (the scenario's own
 //! sim engine, or one built from a calibration profile for a real-engine scenario), so a point
@@ -19,16 +21,18 @@
 //!
 //! The result types ([`Point`], [`TuneResult`], …) live in [`crate::report::tuning`], because a
 //! report carries them; the policy over them (the search's bounds, the plateau, which points to
-//! confirm) lives here. The CLI (`cli/tune.rs`) calls this, which calls `run/`, and nothing here
-//! calls back up; the CLI still holds the order of the steps (objective, search, confirmation,
-//! recommendation), which belongs here (issue 36, item 3). Each point runs the top level
-//! (`run::run_blocking`: preflight, the report, the table) and keeps one benchmark of it.
+//! confirm) lives here. The CLI (`cli/tune.rs`) parses, calls [`tune()`] and prints; this calls
+//! `run/`, and nothing here calls back up. Each point is the middle level of a run
+//! (`run::run_plan_benchmarks`: the plan's own engine, the results in memory, no report), the
+//! search's plan checked once by `run::preflight` before the first; only the recommendation's run
+//! (or the confirmation's) makes a report, the one written.
 
 pub mod confirm;
 mod memo;
 mod parallel;
 pub mod search;
 mod ties;
+pub mod workflow;
 
 use crate::scenario::ScenarioError;
 use std::path::{Path, PathBuf};
@@ -41,10 +45,12 @@ pub use search::{
     NOISE_SEEDS, PLATEAU, STRESS, paired_tie, search, search_counting_runs, search_plan, search_with_threads, simpler,
     stressed, tie_band, with_point,
 };
+pub use workflow::{ConfirmRun, Searched, TuneOptions, TuneSteps, Tuned, WorkflowError, objective, tune};
 
 use crate::report::{Report, ReportError};
 use crate::run::{RunError, RunOptions, run_blocking};
 use crate::scenario::plan::Plan;
+use crate::scenario::units::format_duration;
 
 /// Why a search cannot run.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +63,10 @@ pub enum TuneError {
         /// The failure.
         source: RunError,
     },
+    /// The search's plan is one a run refuses before its engine starts ([`crate::run::preflight`]),
+    /// checked once before the first point.
+    #[error("the scenario cannot run: {0}")]
+    Preflight(RunError),
     /// The scenario cannot be tuned as asked.
     #[error("{0}")]
     Unsupported(String),
@@ -78,6 +88,18 @@ pub enum Objective {
         /// The latency p99 bound.
         max_latency_p99: Duration,
     },
+}
+
+/// How the report and the CLI name the objective.
+impl std::fmt::Display for Objective {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Objective::Goodput => f.write_str("goodput under the SLO"),
+            Objective::ThroughputUnder { max_latency_p99 } => {
+                write!(f, "output throughput with latency p99 <= {}", format_duration(*max_latency_p99))
+            }
+        }
+    }
 }
 
 /// The report of a search without a confirmation: the recommendation ([`TuneResult::best_point`])

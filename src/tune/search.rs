@@ -47,7 +47,7 @@ pub use super::ties::{NOISE_SEEDS, PLATEAU, paired_tie, simpler, tie_band};
 use super::{LoadKnob, Objective, Point, SearchRuns, Space, TuneError, TuneResult};
 use crate::engine::sim::{Profile, SimConfig, TimeMode};
 use crate::metrics::result::BenchmarkResult;
-use crate::run::{RunOptions, run_blocking};
+use crate::run::{RunOptions, preflight, run_plan_benchmarks};
 use crate::scenario::plan::{EnginePlan, Plan};
 use crate::scenario::{Set, keys};
 
@@ -288,9 +288,11 @@ pub fn stressed(plan: &Plan, factor: f64) -> Result<Option<Plan>, TuneError> {
     Ok(Some(plan.with_sets(&[set])?))
 }
 
-/// The first benchmark of `plan`'s run (the search's plans have one).
+/// The first benchmark of `plan`'s run (the search's plans have one): the middle level, the
+/// plan's own engine and its results in memory, no report (the search's plan was checked once,
+/// by [`preflight`], before the first point).
 fn first_benchmark(plan: &Plan) -> Result<Option<BenchmarkResult>, crate::run::RunError> {
-    Ok(run_blocking(plan, RunOptions::quiet())?.report.benchmarks.into_iter().next())
+    Ok(run_plan_benchmarks(plan, RunOptions::quiet())?.benchmarks.into_iter().next())
 }
 
 /// The scores of points `of` over [`NOISE_SEEDS`] seeds each, run in parallel: the scenario's
@@ -457,6 +459,9 @@ pub fn search_counting_runs(
             "no [slo] to compute goodput against: add one (or `--slo`), or name a latency bound (`--max-latency-p99 500ms`)".into(),
         ));
     }
+    // Once, for every point: the points change only the batch size, the timeout, the load and
+    // the seeds, none of which preflight judges.
+    preflight(plan).map_err(TuneError::Preflight)?;
     let budget = budget.max(1);
     let mut s = Search {
         plan,
@@ -611,6 +616,21 @@ mod tests {
         assert_eq!(result.points.len(), 6, "the budget is spent");
         assert!(runs.simulated > 6, "seed runs too: {runs:?}");
         assert_eq!(disk_reads(&profile), 1, "profile.toml is read once");
+    }
+
+    /// The search's plan is checked once, before its first point (its points run on the middle
+    /// level, which checks nothing): a plan every run would refuse (two generates in flight on
+    /// the simulator) is refused with the run's reason, not searched into points without a score.
+    #[test]
+    fn a_plan_a_run_refuses_is_refused_before_the_first_point() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let overrides = Overrides { sets: vec!["batching.max_in_flight=2".into()], seed: None };
+        let plan = load_file(&root.join("scenarios/slo.toml"), &overrides).unwrap();
+        let sim = search_plan(&plan, None).unwrap();
+        let one = NonZeroUsize::MIN;
+        let refused = search_counting_runs(&sim, &Objective::Goodput, 4, Space::for_plan(&sim), one).unwrap_err();
+        assert!(matches!(refused, TuneError::Preflight(_)), "{refused}");
+        assert!(refused.to_string().contains("batching.max_in_flight = 2 needs an engine"), "{refused}");
     }
 }
 

@@ -49,8 +49,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::dataset::{self, DatasetOptions, DatasetStats};
+use super::dataset::{self, DatasetOptions};
 use super::error::LoadError;
+use super::file::DatasetStats;
 use super::images::{ImageGen, ImageSpec};
 use super::jsonl::{Columns, LinePrompt, PromptLine};
 use super::profile::TraceArrivals;

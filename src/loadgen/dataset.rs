@@ -13,30 +13,17 @@
 //! chat prompt by its messages' contents (a template's own tokens are the engine's business). The
 //! report's prompt token counts are the engine's.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::error::{LineProblem, LoadError, MAX_REPORTED_LINES};
+use super::file::{DatasetStats, FileFormat};
 use super::jsonl::{self, Columns, LinePrompt, Problem, PromptLine};
 use crate::engine::chat::Message;
 use crate::engine::tokenizer::TokenCounter;
-
-/// What a workload file holds: `workload.format`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FileFormat {
-    /// One JSON object per line: `prompt`, `prompt_token_ids` or `messages`, and `max_tokens`.
-    #[default]
-    Jsonl,
-    /// ShareGPT conversations (`conversations` of `{from, value}`), as a JSON array or JSONL.
-    #[serde(rename = "sharegpt")]
-    ShareGpt,
-    /// One text prompt per line.
-    Text,
-}
 
 /// How a workload file is read: the `[workload]` keys of `source = "file"` besides `path`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -55,27 +42,6 @@ pub struct DatasetOptions {
     pub truncate: bool,
     /// `reply_max_tokens` (ShareGPT): the recorded reply's length is the request's `max_tokens`.
     pub reply_max_tokens: bool,
-}
-
-/// What reading a workload file found; in the report as `dataset`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct DatasetStats {
-    /// The file.
-    pub path: PathBuf,
-    /// Its format.
-    pub format: FileFormat,
-    /// Entries (lines, or conversations of a JSON array) in the file, bad ones included.
-    pub entries: usize,
-    /// Bad entries skipped (`skip_bad_lines = true`).
-    pub skipped_bad_lines: usize,
-    /// Prompts dropped below `min_prompt_tokens`.
-    pub dropped_short: usize,
-    /// Prompts dropped above `max_prompt_tokens`.
-    pub dropped_long: usize,
-    /// Prompts cut to `max_prompt_tokens` (`truncate = true`).
-    pub truncated: usize,
-    /// Prompts the workload uses, in file order (then again, cyclically).
-    pub prompts: usize,
 }
 
 /// An entry: its 1-based line, and what it holds or what is wrong with it.

@@ -70,7 +70,7 @@ pub enum LoadError {
     )]
     NoPromptsLeft {
         /// What reading the file found.
-        stats: Box<super::dataset::DatasetStats>,
+        stats: Box<super::file::DatasetStats>,
         /// How the lengths were counted: "by batchlab's rule, 4 bytes a token", or in the tokens
         /// of `workload.tokenizer` (named by its path).
         counting: String,

@@ -13,6 +13,7 @@
 
 mod dataset;
 mod error;
+mod file;
 pub mod images;
 mod jsonl;
 mod profile;
@@ -20,8 +21,9 @@ mod scheduler;
 mod tokenizer;
 mod workload;
 
-pub use dataset::{DatasetOptions, DatasetStats, FileFormat};
+pub use dataset::DatasetOptions;
 pub use error::{LineProblem, LoadError, MAX_REPORTED_LINES};
+pub use file::{DatasetStats, FileFormat};
 pub use jsonl::{Columns, LinePrompt, PromptLine};
 pub use profile::{
     Expansion, ProfileSpec, Step, StepKind, StepPlanner, TraceArrivals, duplicate_name, expand, format_rate,

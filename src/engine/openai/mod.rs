@@ -10,7 +10,8 @@
 //! Files by concern: [`config`] the settings (the scenario's `[engine.openai]`), [`request`] the
 //! bodies, [`sse`] the event-stream parser, [`stream`] one response's per-choice timing and
 //! counts, [`route`] endpoint choice and backoff, `scrape` the servers' `/metrics`, `client` the
-//! HTTP client over stamped connections, `engine` the engine itself. All but the last three are sans IO, and built in every configuration; the client
+//! HTTP client over stamped connections, `engine` the engine itself (a batch on the wire in
+//! `engine/batch`, the endpoints' checks in `engine/check`). All but the last three are sans IO, and built in every configuration; the client
 //! needs tokio's sockets, which a loom build (`--cfg loom`) lacks.
 //!
 //! **Timing** is the client's, on `CLOCK_MONOTONIC` ([`ClockDomain::Monotonic`]

@@ -690,7 +690,7 @@ MUTANTS = [
      "        RemoteErrorKind::Http429 | RemoteErrorKind::Http4xx | RemoteErrorKind::Stalled => Health::Up,",
      ["--test", "http_misbehaving", "a_hung_endpoint_is_out_of_rotation_within_its_stall_timeout"], {}),
     # The key never shows; conversations refused on the completions API.
-    ("issue 32 client, key: a pasted key left unmasked in source excerpts", "src/scenario/keys/codec.rs",
+    ("issue 32 client, key: a pasted key left unmasked in source excerpts", "src/scenario/keys/codec/text.rs",
      "    cx.mask(field, &name);\n", "",
      ["--test", "http_engine", "a_pasted_key_is_refused_and_no_line_of_any_output_shows_it"], {}),
     ("issue 32 client, key: an hf_ token taken for a variable's name", "src/engine/openai/config.rs",

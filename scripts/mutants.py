@@ -707,7 +707,7 @@ MUTANTS = [
     ("issue 32 client, wire: a split micro-batch not counted (no warning)", "src/metrics/client.rs",
      "            self.wire_split += u64::from((wire as usize) < batch);", "            self.wire_split += 0;",
      ["--test", "http_engine", "the_wire_batches_in_the_report_match_the_servers_timing_log_and_the_split_is_warned"], {}),
-    ("issue 32 client, ttft_from_submit timed from the send", "src/run/step/mod.rs",
+    ("issue 32 client, ttft_from_submit timed from the send", "src/run/step/events.rs",
      "                    c.times.submitted,\n                    metrics.engine_first_token,",
      "                    metrics.sent.unwrap_or(c.times.submitted),\n                    metrics.engine_first_token,",
      ["--test", "http_engine", "the_wire_batches_in_the_report_match_the_servers_timing_log_and_the_split_is_warned"], {}),

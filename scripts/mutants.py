@@ -706,7 +706,7 @@ MUTANTS = [
      "        RemoteErrorKind::Http429 | RemoteErrorKind::Http4xx | RemoteErrorKind::Stalled => Health::Up,",
      ["--test", "http_misbehaving", "a_hung_endpoint_is_out_of_rotation_within_its_stall_timeout"], {}),
     # The key never shows; conversations refused on the completions API.
-    ("issue 32 client, key: a pasted key left unmasked in source excerpts", "src/scenario/keys/codec.rs",
+    ("issue 32 client, key: a pasted key left unmasked in source excerpts", "src/scenario/keys/codec/text.rs",
      "    cx.mask(field, &name);\n", "",
      ["--test", "http_engine", "a_pasted_key_is_refused_and_no_line_of_any_output_shows_it"], {}),
     ("issue 32 client, key: an hf_ token taken for a variable's name", "src/engine/openai/config.rs",
@@ -723,7 +723,7 @@ MUTANTS = [
     ("issue 32 client, wire: a split micro-batch not counted (no warning)", "src/metrics/client.rs",
      "            self.wire_split += u64::from((wire as usize) < batch);", "            self.wire_split += 0;",
      ["--test", "http_engine", "the_wire_batches_in_the_report_match_the_servers_timing_log_and_the_split_is_warned"], {}),
-    ("issue 32 client, ttft_from_submit timed from the send", "src/run/step/mod.rs",
+    ("issue 32 client, ttft_from_submit timed from the send", "src/run/step/events.rs",
      "                    c.times.submitted,\n                    metrics.engine_first_token,",
      "                    metrics.sent.unwrap_or(c.times.submitted),\n                    metrics.engine_first_token,",
      ["--test", "http_engine", "the_wire_batches_in_the_report_match_the_servers_timing_log_and_the_split_is_warned"], {}),

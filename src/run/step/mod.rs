@@ -19,27 +19,32 @@
 //!
 //! Taking the latest candidate never overstates the client's lag: when several outcomes came in
 //! before the loop reacted, the request is dated from the last of them.
+//!
+//! This file holds the step's state ([`StepRun`]), its construction and its accessors; its
+//! behaviour is split by job: `admission` (what to do next), `events` (what the driver reports),
+//! `stop`, `finish`, with `phases` (the per-phase counts) and `display` (the status line).
 
+mod admission;
 mod display;
+mod events;
+mod finish;
 mod phases;
 mod stop;
 
 use std::collections::VecDeque;
 
+pub use self::finish::Finished;
 use self::phases::{PerPhase, PhaseCounts};
 pub use self::stop::StopReason;
 use crate::batcher::core::IdMap;
-use crate::batcher::{BatchRun, Outcome, RequestError};
 use crate::engine::image::ImageSummary;
 use crate::engine::{ClockDomain, RequestId};
-use crate::loadgen::{Lateness, LoadError, Poll, PrefixDesign, Scheduler, Step};
+use crate::loadgen::{Lateness, LoadError, PrefixDesign, Scheduler, Step};
 use crate::metrics::aggregate::BenchmarkAggregator;
-use crate::metrics::client::ClientTiming;
-use crate::metrics::map_request;
 use crate::metrics::media::MediaTally;
 use crate::metrics::prompt_target::PromptTargetTally;
 use crate::metrics::result::BatchesSeen;
-use crate::report::{BenchmarkResult, Phase, RequestOutcome, RequestRecord};
+use crate::report::{Phase, RequestRecord};
 use crate::scenario::plan::{PhaseLimit, StopPlan};
 use crate::time::{Timestamp, WallAnchor};
 
@@ -273,333 +278,6 @@ impl StepRun {
     pub fn lateness(&self) -> Lateness {
         self.scheduler.lateness()
     }
-
-    /// The phase a request submitted now would belong to (advancing phases), and the next time
-    /// the phase could change by the clock alone.
-    fn admission(&mut self, now: Timestamp) -> (Option<Phase>, Option<Timestamp>) {
-        let decision = self.decide_admission(now);
-        // Draining the warmup still shows as warmup.
-        self.admitting = if self.warmup_done { decision.0 } else { Some(Phase::Warmup) };
-        decision
-    }
-
-    fn decide_admission(&mut self, now: Timestamp) -> (Option<Phase>, Option<Timestamp>) {
-        if self.schedule_done || matches!(self.stop_reason, Some(StopReason::Interrupted | StopReason::EngineUnusable))
-        {
-            return (None, None);
-        }
-        if !self.warmup_done {
-            match self.warmup {
-                Some(PhaseLimit::Requests(n)) if self.phases[Phase::Warmup].submitted < n => {
-                    return (Some(Phase::Warmup), None);
-                }
-                Some(PhaseLimit::Duration(d)) => {
-                    let end = self.started_at.saturating_add(d);
-                    if now < end {
-                        return (Some(Phase::Warmup), Some(end));
-                    }
-                }
-                _ => {}
-            }
-            // Warmup requests are all out: let them finish, so that measurement starts on a warm,
-            // idle engine and no warmup generate runs inside the measured window.
-            if self.phases[Phase::Warmup].in_flight > 0 {
-                return (None, None);
-            }
-            self.warmup_done = true;
-            if self.phases[Phase::Warmup].submitted > 0 {
-                // The load profile starts over with the measurement (a rate's first arrival now; a
-                // trace goes on with its next line).
-                if let Ok(fresh) = self.scheduler.restarted(now) {
-                    self.scheduler = fresh;
-                }
-            }
-        }
-        if self.measure_end.is_none() {
-            let start = *self.measure_start.get_or_insert_with(|| {
-                self.aggregator.start(now);
-                now
-            });
-            let deadline = self.stop.max_duration().map(|d| start.saturating_add(d));
-            if self.stop.max_requests().is_some_and(|m| self.phases[Phase::Measure].submitted >= m) {
-                self.end_measure(now, StopReason::MaxRequests);
-            } else if deadline.is_some_and(|d| now >= d) {
-                self.end_measure(deadline.unwrap_or(now), StopReason::MaxDuration);
-            } else {
-                return (Some(Phase::Measure), deadline);
-            }
-        }
-        let end = self.measure_end.unwrap_or(now);
-        match self.cooldown {
-            Some(PhaseLimit::Requests(n)) if self.phases[Phase::Cooldown].submitted < n => {
-                (Some(Phase::Cooldown), None)
-            }
-            Some(PhaseLimit::Duration(d)) if now < end.saturating_add(d) => {
-                (Some(Phase::Cooldown), Some(end.saturating_add(d)))
-            }
-            _ => (None, None),
-        }
-    }
-
-    /// What the driver should do at `now`: submit one request, wait, or finish the step.
-    pub fn poll(&mut self, now: Timestamp) -> Action {
-        let action = self.decide(now);
-        if let Action::Wait(until) = action {
-            self.last_wait_until = until;
-        }
-        action
-    }
-
-    fn decide(&mut self, now: Timestamp) -> Action {
-        let (phase, phase_deadline) = self.admission(now);
-        let Some(phase) = phase else {
-            return if self.in_flight.is_empty() { Action::Done } else { Action::Wait(None) };
-        };
-        match self.scheduler.poll(now, self.in_flight.len()) {
-            Poll::SubmitNow => Action::Submit(phase),
-            Poll::At(t) => Action::Wait(Some(phase_deadline.map_or(t, |d| d.min(t)))),
-            Poll::WaitForCompletion => Action::Wait(phase_deadline),
-            Poll::CompletionOr(t) => Action::Wait(Some(phase_deadline.map_or(t, |d| d.min(t)))),
-            Poll::Exhausted => {
-                // Nothing more to offer in any phase; what is in flight finishes.
-                self.warmup_done = true;
-                self.schedule_done = true;
-                self.end_measure(now, StopReason::ScheduleEnd);
-                self.admitting = None;
-                if self.in_flight.is_empty() { Action::Done } else { Action::Wait(None) }
-            }
-        }
-    }
-
-    /// The request asked for by [`Action::Submit`] was accepted as `id` at `now`.
-    pub fn on_submitted(&mut self, id: RequestId, phase: Phase, now: Timestamp) {
-        let due = self.scheduler.next_arrival();
-        let held_before = self.scheduler.lateness().delayed_by_cap;
-        self.scheduler.on_submitted(now);
-        let held_by_cap = self.scheduler.lateness().delayed_by_cap > held_before;
-        let intended = self.intended_arrival(due, held_by_cap, now);
-        self.in_flight.insert(id, Flight { phase, submitted: now, intended, images: None, prompt_target: None });
-        match phase {
-            Phase::Warmup => {
-                self.phases[Phase::Warmup].submitted += 1;
-                self.phases[Phase::Warmup].in_flight += 1;
-            }
-            Phase::Measure => {
-                self.phases[Phase::Measure].submitted += 1;
-                self.aggregator.record_submitted();
-                if self.stop.max_requests().is_some_and(|m| self.phases[Phase::Measure].submitted >= m) {
-                    self.end_measure(now, StopReason::MaxRequests);
-                }
-            }
-            Phase::Cooldown => self.phases[Phase::Cooldown].submitted += 1,
-        }
-    }
-
-    /// The images of request `id`, just submitted: its record and the benchmark's media result
-    /// count them.
-    pub fn on_images(&mut self, id: RequestId, images: ImageSummary) {
-        if let Some(flight) = self.in_flight.get_mut(&id) {
-            flight.images = Some(images);
-        }
-    }
-
-    /// The prompt length request `id`, just submitted, was sized to
-    /// ([`crate::loadgen::Workload::prompt_target`]): its record and the benchmark's
-    /// `prompt_target` result set it against the engine's count.
-    pub fn on_prompt_target(&mut self, id: RequestId, target: u32) {
-        if let Some(flight) = self.in_flight.get_mut(&id) {
-            flight.prompt_target = Some(target);
-        }
-    }
-
-    /// When a request submitted at `now` was meant to arrive (module docs): `due` is its time in
-    /// the schedule (`None` for a closed loop), `held_by_cap` whether `max_concurrency` held it.
-    fn intended_arrival(&self, due: Option<Timestamp>, held_by_cap: bool, now: Timestamp) -> Timestamp {
-        let released = match due {
-            Some(due) if held_by_cap => due.max(self.last_outcome_at.unwrap_or(due)),
-            Some(due) => due,
-            None => [Some(self.started_at), self.last_outcome_at, self.last_wait_until.filter(|t| *t <= now)]
-                .into_iter()
-                .flatten()
-                .max()
-                .unwrap_or(now),
-        };
-        released.min(now)
-    }
-
-    /// The batcher refused a request: the engine is unusable or shutting down, so the step ends.
-    pub fn on_rejected(&mut self, error: &RequestError, now: Timestamp) {
-        tracing::error!(step = %self.step.name, %error, "request rejected; ending the benchmark");
-        self.stop_engine_unusable(now);
-    }
-
-    /// A batch the engine ran. It counts in the batching statistics when it was dispatched in the
-    /// measured window: after measurement started and while measured requests were still
-    /// unfinished. Drivers report a batch before its requests' outcomes.
-    pub fn on_batch(&mut self, batch: &BatchRun) {
-        self.batched_requests += batch.size as u64;
-        self.batches_seen.record(batch.size);
-        let measured_pending =
-            self.measure_end.is_none() || self.phases[Phase::Measure].finished < self.phases[Phase::Measure].submitted;
-        let measuring = self.measure_start.is_some_and(|s| batch.dispatched_at >= s) && measured_pending;
-        if measuring {
-            self.aggregator.record_batch(
-                batch.dispatched_at,
-                batch.size,
-                batch.reason,
-                batch.returned_at.saturating_since(batch.dispatched_at),
-            );
-            if let Some(phases) = batch.phases {
-                self.aggregator.record_step_phases(phases.prefill, phases.decode);
-            }
-        }
-    }
-
-    /// A request's outcome arrived at `now`. Its `requests.jsonl` row, when recording, is then
-    /// ready at [`poll_record`](Self::poll_record).
-    pub fn on_outcome(&mut self, id: RequestId, outcome: &Outcome, now: Timestamp) {
-        let Some(flight) = self.in_flight.remove(&id) else { return };
-        self.last_outcome_at = Some(self.last_outcome_at.map_or(now, |t| t.max(now)));
-        match flight.phase {
-            Phase::Warmup => self.phases[Phase::Warmup].in_flight -= 1,
-            Phase::Cooldown => self.phases[Phase::Cooldown].finished += 1,
-            Phase::Measure => {}
-        }
-        match outcome {
-            Ok(c) => {
-                let metrics = map_request(&c.times, &c.output, self.domain, self.anchor);
-                let client = ClientTiming::new(flight.intended, &c.times, metrics.sent).with_wire(
-                    c.times.submitted,
-                    metrics.engine_first_token,
-                    metrics.wire_batch,
-                    c.batch_size,
-                );
-                if flight.phase == Phase::Measure {
-                    self.aggregator.record_completion(&metrics, &c.times);
-                    self.aggregator.record_client_timing(&client);
-                    if let Some((design, block_size)) = self.prefix_design {
-                        self.aggregator
-                            .record_designed_cached(design.cached_tokens(id, block_size), metrics.prompt_tokens);
-                    }
-                    if let Some(images) = &flight.images {
-                        self.media.record(images, c.output.stats.image_cache_hits);
-                    }
-                    if let Some(target) = flight.prompt_target {
-                        self.prompt_targets.record(target, metrics.prompt_tokens);
-                    }
-                    self.phases[Phase::Measure].finished += 1;
-                    self.phases[Phase::Measure].output_tokens += u64::from(metrics.output_tokens.unwrap_or(0));
-                    self.phases[Phase::Measure].last_end = Some(
-                        self.phases[Phase::Measure].last_end.map_or(c.times.completed, |e| e.max(c.times.completed)),
-                    );
-                }
-                self.record(|name| {
-                    let mut record = RequestRecord::completed(id, name, flight.phase, c, &metrics);
-                    record.intended_ns = Some(flight.intended);
-                    record.dispatch_delay_ms = Some(client.dispatch_delay.as_nanos() as f64 / 1e6);
-                    record.ttft_from_submit_ms = client.ttft_from_submit.map(|t| t.as_nanos() as f64 / 1e6);
-                    record.wire_batch = client.wire_batch.map(|(w, _)| w);
-                    record.images = flight.images;
-                    record.image_cache_hits = c.output.stats.image_cache_hits;
-                    record.prompt_tokens_target = flight.prompt_target;
-                    record
-                });
-            }
-            Err(e) => {
-                // The engine is gone: nothing more can be served, whatever the profile says.
-                if e.engine_unusable() && self.stop_reason != Some(StopReason::Interrupted) {
-                    self.stop_engine_unusable(now);
-                }
-                if !matches!(e, RequestError::Cancelled) {
-                    self.errors += 1;
-                }
-                let endpoint = match e {
-                    RequestError::Remote { error, .. } => Some(error.endpoint.as_str()),
-                    _ => None,
-                };
-                if flight.phase == Phase::Measure {
-                    match e {
-                        RequestError::Cancelled => self.aggregator.record_cancelled(flight.submitted, now),
-                        _ => {
-                            self.aggregator.record_error(e.kind(), endpoint, flight.submitted, now);
-                            self.phases[Phase::Measure].errors += 1;
-                        }
-                    }
-                    self.phases[Phase::Measure].finished += 1;
-                    self.phases[Phase::Measure].last_end =
-                        Some(self.phases[Phase::Measure].last_end.map_or(now, |t| t.max(now)));
-                    self.check_error_limits(now);
-                }
-                let outcome = match e {
-                    RequestError::Cancelled => RequestOutcome::Cancelled,
-                    _ => RequestOutcome::Error { kind: e.kind().to_owned() },
-                };
-                self.record(|name| {
-                    let mut record =
-                        RequestRecord::unfinished(id, name, flight.phase, outcome, Some(flight.submitted), Some(now));
-                    record.intended_ns = Some(flight.intended);
-                    record.endpoint = endpoint.map(str::to_owned);
-                    record.images = flight.images;
-                    record.prompt_tokens_target = flight.prompt_target;
-                    record
-                });
-            }
-        }
-    }
-
-    /// Closes the benchmark. Measured requests still in flight (an interrupted run) are counted
-    /// incomplete. The window runs from the first measured submission to the last measured
-    /// outcome.
-    pub fn finish(mut self, now: Timestamp) -> Finished {
-        let ends_run = matches!(self.stop_reason, Some(StopReason::EngineUnusable | StopReason::Interrupted));
-        let mut leftovers: Vec<_> = self.in_flight.drain().collect();
-        leftovers.sort_by_key(|(id, _)| *id);
-        let recording = self.records.is_some();
-        let mut records: Vec<RequestRecord> = self.records.take().map(Vec::from).unwrap_or_default();
-        for (id, f) in &leftovers {
-            if f.phase == Phase::Measure {
-                self.aggregator.record_incomplete(f.submitted);
-            }
-            if recording {
-                let mut record = RequestRecord::unfinished(
-                    *id,
-                    &self.step.name,
-                    f.phase,
-                    RequestOutcome::Incomplete,
-                    Some(f.submitted),
-                    None,
-                );
-                record.repeat = self.repeat;
-                record.intended_ns = Some(f.intended);
-                record.images = f.images;
-                record.prompt_tokens_target = f.prompt_target;
-                records.push(record);
-            }
-        }
-        let end = if leftovers.iter().any(|(_, f)| f.phase == Phase::Measure) {
-            now
-        } else {
-            self.phases[Phase::Measure].last_end.or(self.measure_end).unwrap_or(now)
-        };
-        let mut result = self.aggregator.finish(end);
-        result.images = self.media.finish(result.duration_s);
-        result.prompt_target = self.prompt_targets.finish();
-        result.repeat = self.repeat;
-        result.batching.whole_run = self.batches_seen;
-        Finished { result, records, ends_run }
-    }
-}
-
-/// A finished benchmark.
-#[derive(Debug)]
-pub struct Finished {
-    /// Its measurements.
-    pub result: BenchmarkResult,
-    /// `requests.jsonl` rows not yet taken, and one per request still in flight (incomplete).
-    pub records: Vec<RequestRecord>,
-    /// The run must stop here (interrupted, or the engine became unusable): the report is
-    /// incomplete.
-    pub ends_run: bool,
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 use super::*;
-use crate::batcher::{Completion, RequestTimes};
+use crate::batcher::{BatchRun, Completion, Outcome, RequestError, RequestTimes};
 use crate::engine::{EngineOutput, FinishReason};
 use crate::loadgen::StepKind;
+use crate::report::RequestOutcome;
 use crate::run::status::DisplayPhase;
 
 fn at(ms: u64) -> Timestamp {

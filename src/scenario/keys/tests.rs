@@ -1,8 +1,10 @@
 //! docs/scenarios.md documents exactly the keys of each table: their names in table order, their
 //! defaults, and their doc lines (the notes column, where the docs' table has one).
 
+use super::super::plan::{OutputPlan, Slo, StopPlan};
 use super::*;
 use crate::batcher::BatchConfig;
+use crate::engine::python::PythonConfig;
 use toml_edit::Value;
 
 /// The text under the heading that starts with `heading`, up to the next heading.

@@ -341,10 +341,6 @@ impl<E: VirtualTimeEngine> VirtualTimeEngine for FaultyEngine<E> {
         self.clock = Arc::new(clock.clone());
         self.inner.use_virtual_clock(clock);
     }
-    /// The wrapped engine's: faults never change a request.
-    fn request_prep(&self) -> Option<crate::engine::RequestPrep> {
-        self.inner.request_prep()
-    }
 }
 
 impl<E: Engine> Engine for FaultyEngine<E> {

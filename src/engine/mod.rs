@@ -122,13 +122,13 @@ pub struct EngineRequest<Id = RequestId> {
     pub temperature: f32,
     /// Per-request sampling seed; `None` leaves sampling to the engine's own seed.
     pub seed: Option<u64>,
-    /// What the engine worked out from this request alone, where the request was made
-    /// ([`VirtualTimeEngine::request_prep`]); `None` for the engine to work it out itself.
+    /// What the plan's simulator works out from this request alone, worked out where the request
+    /// was made ([`RequestPrep`]); `None` for the engine to work it out itself.
     #[serde(skip)]
     pub(crate) prepared: Option<PreparedPrompt>,
 }
 
-/// A prompt as the simulated engine reads it, worked out ahead ([`VirtualTimeEngine::request_prep`]):
+/// A prompt as the simulated engine reads it, worked out ahead ([`RequestPrep`]):
 /// its length and its prefix-cache block hashes under the settings it was worked out for. The
 /// engine takes it only under those same settings, and the result is then exactly what it would
 /// have worked out itself.
@@ -143,9 +143,12 @@ pub(crate) struct PreparedPrompt {
     pub(crate) hashes: Vec<u64>,
 }
 
-/// Work an engine does on each request from the request alone: see
-/// [`VirtualTimeEngine::request_prep`].
-pub type RequestPrep = std::sync::Arc<dyn Fn(&mut EngineRequest<()>) + Send + Sync>;
+/// Work the engine would do on each request from the request alone, done instead where the
+/// request is made: a run in virtual time makes its requests ahead on another thread
+/// (`run/ahead.rs`) and does this there, so the engine's own thread is spared it. The engine's
+/// results are the same with it as without. Crate-private: only the plan's own simulator has one
+/// (`engine::sim::request_prep`, which the run's session takes for it).
+pub(crate) type RequestPrep = std::sync::Arc<dyn Fn(&mut EngineRequest<()>) + Send + Sync>;
 
 impl EngineRequest<()> {
     /// A request for `max_tokens` tokens after `prompt`, greedy, EOS ignored; the other fields
@@ -452,21 +455,11 @@ pub trait VirtualTimeEngine: Engine {
     /// Puts the engine on `clock`; called once, before `start`. From then on every cost advances
     /// `clock`, and wall-clock times the engine reports derive from [`WallAnchor::VIRTUAL`].
     fn use_virtual_clock(&mut self, clock: VirtualClock);
-    /// Work on each request that needs the request alone, never the engine's state: a run in
-    /// virtual time makes its requests ahead on another thread (`run/ahead.rs`) and does this
-    /// there, so the engine's own thread is spared it. Whatever it does, the engine's results
-    /// must be the same with it as without. `None`, the default: nothing.
-    fn request_prep(&self) -> Option<RequestPrep> {
-        None
-    }
 }
 
 impl<E: VirtualTimeEngine + ?Sized> VirtualTimeEngine for Box<E> {
     fn use_virtual_clock(&mut self, clock: VirtualClock) {
         (**self).use_virtual_clock(clock)
-    }
-    fn request_prep(&self) -> Option<RequestPrep> {
-        (**self).request_prep()
     }
 }
 

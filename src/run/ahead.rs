@@ -8,10 +8,8 @@
 //! thread lives in a [`std::thread::Scope`], so it may borrow the workload; it stops when the
 //! [`RequestsAhead`] is dropped (its next hand-over fails), at most one chunk later.
 //!
-//! The engine's own work on a request alone ([`VirtualTimeEngine::request_prep`]: the simulator's
-//! prompt hashing) is done there too, on each request as it is made.
-//!
-//! [`VirtualTimeEngine::request_prep`]: crate::engine::VirtualTimeEngine::request_prep
+//! The engine's own work on a request alone ([`RequestPrep`]: the plan's simulator's prompt
+//! hashing) is done there too, on each request as it is made.
 
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::thread::Scope;

@@ -82,8 +82,8 @@ pub trait Driver {
     fn virtual_time(&self) -> bool {
         false
     }
-    /// In virtual time, the engine's work on each request alone
-    /// ([`crate::engine::VirtualTimeEngine::request_prep`]), done where the requests are made.
+    /// In virtual time, the engine's work on each request alone ([`RequestPrep`]), done where
+    /// the requests are made.
     fn request_prep(&self) -> Option<RequestPrep> {
         None
     }
@@ -455,7 +455,7 @@ mod tests {
 
     fn quick() -> VirtualTimeDriver<Quick> {
         let plan = scenario(&[100.0]).build().unwrap();
-        VirtualTimeDriver::new(Quick { clock: VirtualClock::new() }, plan.batching().clone())
+        VirtualTimeDriver::new(Quick { clock: VirtualClock::new() }, plan.batching().clone(), None)
     }
 
     /// 20 requests at each of `rates`, one per batch.

@@ -31,7 +31,7 @@
 //!   in `stop`, what the display shows in `display`.
 //! - `realtime`, `virtual_driver`: the two drivers.
 //! - `ahead`: `RequestsAhead`, in virtual time a scoped thread makes the workload's requests ahead,
-//!   in order, with the engine's work on each request alone (`VirtualTimeEngine::request_prep`).
+//!   in order, with the engine's work on each request alone (`engine::RequestPrep`, the plan's simulator's).
 //! - `session`: `EngineSession`, the one way to run several plans on one engine start.
 //! - `preflight`: what a run rejects before its engine starts, shared with `batchlab check`.
 //! - `engine_guard`: what keeps a real engine from hanging a run: the death watch over the engine's

@@ -27,7 +27,7 @@ use super::realtime::RealTimeDriver;
 use super::virtual_driver::VirtualTimeDriver;
 use super::{Interrupt, RunError, RunOptions, RunResult, RunSummary};
 use crate::engine::faults::{Faults, FaultyEngine};
-use crate::engine::{EngineInfo, Started, TimedEngine};
+use crate::engine::{EngineInfo, RequestPrep, Started, TimedEngine};
 use crate::loadgen::Workload;
 use crate::report::{MachineProbe, RequestsJsonl, write_csv, write_html, write_json};
 use crate::scenario::plan::{EnginePlan, Plan, ProfileSpec, WorkloadSpec};
@@ -114,7 +114,7 @@ impl EngineSession {
             TimedEngine::VirtualTime(e) => {
                 // The virtual driver puts the wrapper, and with it the engine, on its virtual clock.
                 let e = FaultyEngine::new(e, faults.clone(), seed, std::sync::Arc::new(MonotonicClock));
-                Box::new(VirtualTimeDriver::new(e, batching.clone()))
+                Box::new(VirtualTimeDriver::new(e, batching.clone(), request_prep(plan, source)))
             }
         };
         EngineSession {
@@ -335,6 +335,17 @@ fn seeds(plan: &Plan, source: EngineSource) -> BTreeMap<String, u64> {
     s
 }
 
+/// The work on each request alone that a run in virtual time does where it makes the requests:
+/// the plan's own simulator's ([`crate::engine::sim::request_prep`]), under the settings the plan
+/// builds it with. An engine a caller brings gets its requests as they are; its results are the
+/// same either way.
+fn request_prep(plan: &Plan, source: EngineSource) -> Option<RequestPrep> {
+    match (source, plan.engine()) {
+        (EngineSource::Plan, EnginePlan::Sim(sim)) => Some(crate::engine::sim::request_prep(sim.scheduler)),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
@@ -385,6 +396,24 @@ mod tests {
         let text = "name = \"s\"\n[batching]\nbatch_size = 4\nbatch_timeout = \"5s\"\n[workload]\noutput_tokens = 2\n\
                     [profile]\nkind = \"throughput\"\nmax_concurrency = 4\n[stop]\nmax_requests = 8\n";
         parse_str(text, "s.toml", std::path::Path::new("."), &Overrides::default())
+    }
+
+    /// The plan's own simulator has its prompts read where the requests are made, under the
+    /// plan's settings; a simulator a caller brings gets its requests as they are.
+    #[test]
+    fn only_the_plans_own_simulator_has_its_prompts_read_ahead() {
+        use crate::engine::sim::{SimConfig, SimEngine};
+        let plan = scenario().expect("a valid scenario");
+        let EnginePlan::Sim(sim) = plan.engine() else { panic!("the default engine is the simulator") };
+        let own = EngineSession::new(&plan, &Interrupt::never()).expect("the plan's simulator");
+        let prep = own.driver.request_prep().expect("the plan's simulator reads its prompts ahead");
+        let mut request = EngineRequest::tokens((0..100).collect(), 2);
+        prep(&mut request);
+        let prepared = request.prepared.expect("the prompt was read");
+        assert_eq!((prepared.prompt_len, prepared.block_size), (100, sim.scheduler.block_size));
+        let brought = TimedEngine::virtual_time(SimEngine::new(SimConfig::default()));
+        let theirs = EngineSession::with_engine(&plan, brought, &Interrupt::never());
+        assert!(theirs.driver.request_prep().is_none());
     }
 
     fn calls(log: &Log) -> Vec<String> {

@@ -16,16 +16,17 @@ pub(super) struct VirtualTimeDriver<E> {
     inner: VirtualTimeBatcher<E>,
     domain: ClockDomain,
     batches: VecDeque<BatchRun>,
-    /// The engine's work on each request alone, taken before the batcher owns it.
+    /// The engine's work on each request alone, done where the requests are made.
     prep: Option<RequestPrep>,
 }
 
 impl<E: VirtualTimeEngine> VirtualTimeDriver<E> {
-    pub(super) fn new(mut engine: E, config: BatchConfig) -> Self {
+    /// `engine` on a fresh virtual clock; `prep`, what it would do on each request alone (the
+    /// plan's simulator's [`crate::engine::sim::request_prep`]), or `None`.
+    pub(super) fn new(mut engine: E, config: BatchConfig, prep: Option<RequestPrep>) -> Self {
         let clock = VirtualClock::new();
         engine.use_virtual_clock(clock.clone());
         let domain = engine.clock_domain();
-        let prep = engine.request_prep();
         VirtualTimeDriver {
             inner: VirtualTimeBatcher::new(engine, config, clock),
             domain,

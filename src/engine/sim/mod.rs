@@ -200,16 +200,17 @@ impl VirtualTimeEngine for SimEngine {
         self.clock = Arc::new(clock);
         self.anchor = WallAnchor::VIRTUAL;
     }
+}
 
-    /// A prompt's length and block hashes ([`read_prompt`]), which need the prompt alone. A
-    /// prompt whose ids cannot be made (a chat template that fails to render) is left for the
-    /// engine, which reports the error.
-    fn request_prep(&self) -> Option<RequestPrep> {
-        let scheduler = self.config.scheduler;
-        Some(Arc::new(move |request: &mut EngineRequest<()>| {
-            request.prepared = read_prompt(&scheduler, &request.prompt).ok();
-        }))
-    }
+/// The work a [`SimEngine`] under `scheduler`'s settings would do on each request from the
+/// request alone, to be done where the requests are made: a prompt's length and block hashes
+/// ([`read_prompt`]). A prompt whose ids cannot be made (a chat template that fails to render) is
+/// left for the engine, which reports the error. The engine takes what this prepared only under
+/// the same settings ([`prepared_under`]), so its results are the same with it as without.
+pub(crate) fn request_prep(scheduler: ResolvedEngineConfig) -> RequestPrep {
+    Arc::new(move |request: &mut EngineRequest<()>| {
+        request.prepared = read_prompt(&scheduler, &request.prompt).ok();
+    })
 }
 
 /// Looks `batch`'s images up in `cache`, in the batch's order (the order the scheduler admits

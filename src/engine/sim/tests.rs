@@ -367,7 +367,7 @@ fn a_prompt_prepared_ahead_gives_exactly_what_the_engine_works_out_itself() {
     let config = SimConfig { seed: 7, scheduler, ..SimConfig::default() };
     let (mut itself, _) = engine(config.clone());
     let (mut ahead, _) = engine(config.clone());
-    let prep = ahead.request_prep().expect("the simulator prepares each prompt");
+    let prep = super::request_prep(scheduler);
     // Shared prefixes (so the cache hits and evicts), text and chat prompts, over several calls.
     let request = |k: u64| -> EngineRequest<()> {
         match k % 3 {

@@ -566,6 +566,12 @@ MUTANTS = [
      "Ok(run_plan_benchmarks(plan, RunOptions::quiet())?.benchmarks.into_iter().next())",
      "Ok(crate::run::run_blocking(plan, RunOptions::quiet())?.report.benchmarks.into_iter().next())",
      ["--lib", "tune::workflow::tests::a_tune_makes_one_report_its_recommendations_and_no_point_makes_one"], {}),
+    ("issue 36 tune: a point's plan is built before the memo is asked", "src/tune/search.rs",
+     "        let benchmark = self.memo.get_or_run(key, c.batch_size as usize, || {\n"
+     "            let plan = with_point(self.plan, c.batch_size, c.batch_timeout, c.load)?;\n",
+     "        let plan = with_point(self.plan, c.batch_size, c.batch_timeout, c.load)?;\n"
+     "        let benchmark = self.memo.get_or_run(key, c.batch_size as usize, || {\n",
+     ["--lib", "tune::search::tests::a_point_the_memo_answers_builds_no_plan"], {}),
     ("issue 36 tune: the search's plan is not checked before its points", "src/tune/search.rs",
      "    preflight(plan).map_err(TuneError::Preflight)?;\n", "",
      ["--lib", "tune::search::tests::a_plan_a_run_refuses_is_refused_before_the_first_point"], {}),

@@ -94,7 +94,15 @@ pub fn search_plan(plan: &Plan, profile: Option<&Path>) -> Result<Plan, TuneErro
 
 /// `plan` with one point's settings.
 pub fn with_point(plan: &Plan, batch_size: u32, batch_timeout: Duration, load: Option<f64>) -> Result<Plan, TuneError> {
+    #[cfg(test)]
+    POINT_PLANS.with(|n| n.set(n.get() + 1));
     Ok(plan.with_sets(&point_sets(plan.profile(), batch_size, batch_timeout, load))?)
+}
+
+// How many point plans this thread built: a test's count of the plans the memo spared.
+#[cfg(test)]
+thread_local! {
+    static POINT_PLANS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 fn score(objective: &Objective, b: &BenchmarkResult) -> Option<f64> {
@@ -616,6 +624,21 @@ mod tests {
         assert_eq!(result.points.len(), 6, "the budget is spent");
         assert!(runs.simulated > 6, "seed runs too: {runs:?}");
         assert_eq!(disk_reads(&profile), 1, "profile.toml is read once");
+    }
+
+    /// The memo is asked before a point's plan is built: on one thread, the search builds one
+    /// plan per run it makes, and none for the runs the memo answers.
+    #[test]
+    fn a_point_the_memo_answers_builds_no_plan() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let plan = load_file(&root.join("scenarios/slo.toml"), &Overrides::default()).unwrap();
+        let sim = search_plan(&plan, None).unwrap();
+        let built = || POINT_PLANS.with(std::cell::Cell::get);
+        let before = built();
+        let one = NonZeroUsize::MIN;
+        let (_, runs) = search_counting_runs(&sim, &Objective::Goodput, 6, Space::for_plan(&sim), one).unwrap();
+        assert!(runs.reused > 0, "the memo answered some runs: {runs:?}");
+        assert_eq!(built() - before, runs.simulated, "a plan for each run made, none for a run taken: {runs:?}");
     }
 
     /// The search's plan is checked once, before its first point (its points run on the middle

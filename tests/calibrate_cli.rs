@@ -11,6 +11,13 @@ use batchlab::scenario::{Overrides, load_file};
 mod cli_common;
 use cli_common::{batchlab, temp_dir, text};
 
+/// `batchlab run SCENARIO --quiet --requests-jsonl --output OUT`, which must succeed.
+fn run_with_requests(scenario: &std::path::Path, out: &std::path::Path) {
+    let (scenario, out) = (scenario.to_str().unwrap(), out.to_str().unwrap());
+    let run = batchlab(&["run", scenario, "--quiet", "--requests-jsonl", "--output", out]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+}
+
 /// Known coefficients (ns), in `Coefficients::NAMES` order, as the scenario below spells them.
 const TRUTH: [(&str, f64); 9] = [
     ("fixed_overhead", 2_000_000.0),
@@ -68,15 +75,7 @@ fn calibrate_recovers_a_simulated_runs_coefficients_from_its_output_directory() 
     let scenario = dir.join("source.toml");
     std::fs::write(&scenario, SCENARIO).unwrap();
     let out = dir.join("run");
-    let run = batchlab(&[
-        "run",
-        scenario.to_str().unwrap(),
-        "--quiet",
-        "--requests-jsonl",
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    assert!(run.status.success(), "{}", text(&run.stderr));
+    run_with_requests(&scenario, &out);
 
     let profile_path = dir.join("profile.toml");
     let fit = batchlab(&["calibrate", out.to_str().unwrap(), "--output", profile_path.to_str().unwrap()]);
@@ -140,15 +139,7 @@ fn calibrate_recovers_the_encoder_cost_per_image_token_from_a_run_with_images() 
     let scenario = dir.join("images.toml");
     std::fs::write(&scenario, images_scenario()).unwrap();
     let out = dir.join("run");
-    let run = batchlab(&[
-        "run",
-        scenario.to_str().unwrap(),
-        "--quiet",
-        "--requests-jsonl",
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    assert!(run.status.success(), "{}", text(&run.stderr));
+    run_with_requests(&scenario, &out);
     // The data has what separates the encoder from the prefill: misses, hits, and requests
     // without images.
     let records: Vec<_> =
@@ -208,15 +199,7 @@ fn calibrate_explains_what_it_cannot_use() {
 fn the_shipped_example_profile_is_what_calibrating_its_source_run_gives() {
     let dir = temp_dir("example");
     let out = dir.join("example-source");
-    let run = batchlab(&[
-        "run",
-        "scenarios/profiles/example-source.toml",
-        "--quiet",
-        "--requests-jsonl",
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    assert!(run.status.success(), "{}", text(&run.stderr));
+    run_with_requests(std::path::Path::new("scenarios/profiles/example-source.toml"), &out);
     let fitted = batchlab::calibrate::fit_dirs(std::slice::from_ref(&out)).expect("fit");
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let shipped = Profile::load(&root.join("scenarios/profiles/example.toml")).expect("the shipped profile");

@@ -4,7 +4,7 @@
 //! settle: every test waits on an outcome or on a join, and the only real-time waits are the
 //! timeouts under test (tens of milliseconds).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::Duration;
 
@@ -497,7 +497,9 @@ enum Seen {
 type SeenLog = Arc<Mutex<Vec<Seen>>>;
 
 /// A batcher whose observer and sink log into one list, the list, and each sink call's outcomes.
-fn sunk(batch_size: usize, timeout: Duration) -> (Batcher, SeenLog, mpsc::Receiver<Vec<Outcome>>) {
+/// A batcher whose sink sends each call's outcomes down the channel, and records the thread it
+/// was called on (the engine thread, for an engine without a concurrent face).
+fn sunk(batch_size: usize, timeout: Duration) -> (Batcher, SeenLog, mpsc::Receiver<Vec<Outcome>>, Arc<AtomicI32>) {
     let mut e = MockEng::new();
     e.expect_start().times(1).returning(|| Ok(info().into()));
     e.expect_generate().returning(|b| Ok(echo(b)));
@@ -506,24 +508,45 @@ fn sunk(batch_size: usize, timeout: Duration) -> (Batcher, SeenLog, mpsc::Receiv
     let (s, o) = (seen.clone(), seen.clone());
     let (tx, rx) = mpsc::channel();
     let tx = Mutex::new(tx);
+    let sink_thread = Arc::new(AtomicI32::new(0));
+    let t = sink_thread.clone();
     let observer = Box::new(move |b: &BatchRun| s.lock().unwrap().push(Seen::Batch(b.id)));
     let sink: OutcomeSink = Arc::new(move |outcomes: Vec<(RequestId, Outcome)>| {
+        t.store(batchlab::sys::current_thread_id(), Ordering::SeqCst);
         o.lock().unwrap().push(Seen::Outcomes(outcomes.iter().map(|(id, _)| *id).collect()));
         let _ = tx.lock().unwrap().send(outcomes.into_iter().map(|(_, outcome)| outcome).collect());
     });
     let b =
         Batcher::spawn_with_sink(e, config(batch_size, timeout), Arc::new(MonotonicClock), Some(observer), Some(sink));
-    (b, seen, rx)
+    (b, seen, rx, sink_thread)
+}
+
+/// Waits until thread `tid` of this process sleeps (`S` in `/proc/self/task/<tid>/stat`). Nothing
+/// else holds the batcher's lock in these tests, so an engine thread asleep is one in its timed wait.
+fn wait_until_asleep(tid: i32) {
+    let start = std::time::Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).expect("the thread's stat");
+        // The state follows the command's closing parenthesis.
+        let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+        if state == Some(Some('S')) {
+            return;
+        }
+        assert!(start.elapsed() < LIMIT, "thread {tid} never slept: {stat}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 #[test]
 fn the_sink_gets_a_batchs_outcomes_in_one_call_after_the_observer_and_each_once() {
-    let (b, seen, rx) = sunk(4, Duration::from_secs(3600));
-    // Two full batches, the second submitted once the first was answered (the engine thread is
-    // then asleep until its idle tick, an hour away: only the full batch can wake it). A request
-    // with a callback of its own among them still gets it there.
+    let (b, seen, rx, sink_thread) = sunk(4, Duration::from_secs(3600));
+    // Two full batches, the second submitted once the first was answered and the engine thread is
+    // asleep until its idle tick, an hour away: only the full batch can wake it. (Submitted while
+    // the engine thread was still on its way to sleep, the batch would be seen without a wake.) A
+    // request with a callback of its own among them still gets it there.
     let ids: Vec<RequestId> = (0..4).map(|_| b.submit_to_sink(req()).expect("submit")).collect();
     let first = rx.recv_timeout(LIMIT).expect("the first batch's outcomes");
+    wait_until_asleep(sink_thread.load(Ordering::SeqCst));
     let ticket = b.submit(req()).expect("submit");
     let more: Vec<RequestId> = (0..3).map(|_| b.submit_to_sink(req()).expect("submit")).collect();
     let second = rx.recv_timeout(LIMIT).expect("the second batch's outcomes");
@@ -543,7 +566,7 @@ fn a_partial_batch_after_a_busy_spell_still_leaves_at_its_batch_timeout() {
     // After a full batch the engine thread sleeps one batch_timeout at most, and a submit into the
     // empty queue does not wake it: the partial batch must still leave, at its own deadline.
     let timeout = Duration::from_millis(30);
-    let (b, seen, rx) = sunk(4, timeout);
+    let (b, seen, rx, _) = sunk(4, timeout);
     for _ in 0..4 {
         b.submit_to_sink(req()).expect("submit");
     }

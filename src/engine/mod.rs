@@ -266,6 +266,10 @@ pub struct EngineOutput {
     /// sends a batch as several requests): it fails alone, with this error's kind and endpoint.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<RemoteError>,
+    /// The length of the embedding vector the engine returned: set for an embedding (a pooling
+    /// request, which generates no tokens), absent for a generation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedding_dims: Option<u32>,
 }
 
 impl EngineOutput {
@@ -282,6 +286,7 @@ impl EngineOutput {
             finish_reason,
             stats: EngineStats::default(),
             failure: None,
+            embedding_dims: None,
         }
     }
 
@@ -314,6 +319,11 @@ impl EngineOutput {
     /// With the engine's timing of the request.
     pub fn with_stats(self, stats: EngineStats) -> Self {
         EngineOutput { stats, ..self }
+    }
+
+    /// An embedding of `dims` dimensions: the request was pooled, and generated nothing.
+    pub fn with_embedding_dims(self, dims: u32) -> Self {
+        EngineOutput { embedding_dims: Some(dims), ..self }
     }
 
     /// Generated tokens: the engine's count, else the length of the returned token ids; a count
@@ -436,7 +446,8 @@ pub trait Engine: Send {
 }
 
 /// Where an output's token counts came from, for an engine that does not count them itself (an
-/// HTTP server): the report says which was used.
+/// HTTP server): the report says which was used. For an embedding, where its input count came
+/// from (it generates none).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -447,6 +458,9 @@ pub enum TokenCountSource {
     TokenIds,
     /// Counted chunks (one token each unless the server said otherwise).
     Chunks,
+    /// An embeddings request's `usage` (the whole list's) shared over its text inputs by their
+    /// bytes: the sum is the server's count, each input's an estimate (`engine::openai::embed`).
+    UsageShare,
 }
 
 /// An engine that can also run in virtual time: it lets time pass by advancing a

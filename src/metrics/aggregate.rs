@@ -15,7 +15,9 @@ use super::client::{ClientTiming, ClientTimings};
 use super::distribution::Distribution;
 use super::endpoints::EndpointAggregator;
 use super::mapper::RequestMetrics;
-use super::result::{AnomalyCounts, Batching, BenchmarkResult, Counts, PerDistribution, PrefixCacheTokens, Tokens};
+use super::result::{
+    AnomalyCounts, Batching, BenchmarkResult, Counts, EmbeddingsResult, PerDistribution, PrefixCacheTokens, Tokens,
+};
 use super::series::SeriesRecorder;
 use super::slo::{Slo, SloResult, SloVerdict};
 use crate::batcher::{FlushReason, RequestTimes};
@@ -73,6 +75,17 @@ pub struct BenchmarkAggregator {
     endpoints: EndpointAggregator,
     /// Completed requests by where the engine's token counts came from, when it says.
     token_count_sources: BTreeMap<String, u64>,
+    /// Completed embeddings (pooling requests), their prompt tokens, and the vector's length.
+    embeddings: EmbeddingTotals,
+}
+
+/// What the completed embeddings of a benchmark add up to ([`EmbeddingsResult`]'s inputs).
+#[derive(Clone, Debug, Default)]
+struct EmbeddingTotals {
+    count: u64,
+    input_tokens: u64,
+    /// The smallest and largest vector length seen.
+    dims: Option<(u32, u32)>,
 }
 
 impl BenchmarkAggregator {
@@ -111,6 +124,7 @@ impl BenchmarkAggregator {
             client: ClientTimings::default(),
             endpoints: EndpointAggregator::default(),
             token_count_sources: BTreeMap::new(),
+            embeddings: EmbeddingTotals::default(),
         }
     }
 
@@ -153,6 +167,12 @@ impl BenchmarkAggregator {
 
         self.tokens.input += u64::from(metrics.prompt_tokens.unwrap_or(0));
         self.tokens.output += u64::from(metrics.output_tokens.unwrap_or(0));
+        if let Some(dims) = metrics.embedding_dims {
+            let e = &mut self.embeddings;
+            e.count += 1;
+            e.input_tokens += u64::from(metrics.prompt_tokens.unwrap_or(0));
+            e.dims = Some(e.dims.map_or((dims, dims), |(lo, hi)| (lo.min(dims), hi.max(dims))));
+        }
         if let (Some(cached), Some(prompt)) = (metrics.cached_tokens, metrics.prompt_tokens) {
             self.prefix_cache.cached += u64::from(cached.min(prompt));
             self.prefix_cache.prompt += u64::from(prompt);
@@ -367,6 +387,14 @@ impl BenchmarkAggregator {
             matrix: None,
             images: None,
             prompt_target: None,
+            embeddings: self.embeddings.dims.map(|(dims_min, dims_max)| EmbeddingsResult {
+                embeddings: self.embeddings.count,
+                embeddings_per_s: per_s(self.embeddings.count),
+                input_tokens: self.embeddings.input_tokens,
+                input_tokens_per_s: per_s(self.embeddings.input_tokens),
+                dims_min,
+                dims_max,
+            }),
         }
     }
 }
@@ -377,6 +405,7 @@ pub fn token_count_source_name(source: TokenCountSource) -> &'static str {
         TokenCountSource::Usage => "usage",
         TokenCountSource::TokenIds => "token_ids",
         TokenCountSource::Chunks => "chunks",
+        TokenCountSource::UsageShare => "usage_share",
     }
 }
 
@@ -422,6 +451,7 @@ pub(crate) mod tests {
             endpoint: None,
             token_count_source: None,
             wire_batch: None,
+            embedding_dims: None,
             client_token_times: None,
             anomalies: Anomalies::default(),
         }

@@ -113,6 +113,9 @@ pub struct RequestMetrics {
     pub token_count_source: Option<TokenCountSource>,
     /// The prompts of the HTTP request that carried it, as the engine says.
     pub wire_batch: Option<u32>,
+    /// The embedding's dimensions, for a pooling request (no generated tokens); `None` for a
+    /// generation.
+    pub embedding_dims: Option<u32>,
     /// When each token arrived, on our clock, for an engine that times on the client's side (it
     /// gives `sent_ts`: the HTTP engine) and only when the times are consistent (those `itl`
     /// comes from); `None` otherwise. requests.jsonl's `token_ns`.
@@ -510,6 +513,7 @@ pub fn map_request(
         endpoint: output.stats.endpoint.clone(),
         token_count_source: output.stats.token_count_source,
         wire_batch: output.stats.wire_batch,
+        embedding_dims: output.embedding_dims,
         client_token_times,
         anomalies,
     }

@@ -93,6 +93,29 @@ pub struct BenchmarkResult {
     /// (`metrics::prompt_target`); left out when the workload gives no targets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_target: Option<super::prompt_target::PromptTargetResult>,
+    /// The embeddings the benchmark made (`engine.openai.api = "embeddings"`, vLLM's
+    /// `LLM.embed`): a pooling run has no first token, TPOT or ITL (their distributions are
+    /// empty), so its rates are here; left out for a generation run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embeddings: Option<EmbeddingsResult>,
+}
+
+/// A pooling benchmark's throughput: completed embeddings and their input tokens per second of
+/// the window, and the vectors' length.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EmbeddingsResult {
+    /// Completed embeddings (one per input).
+    pub embeddings: u64,
+    /// Completed embeddings per second of the window; `None` for an empty window.
+    pub embeddings_per_s: Option<f64>,
+    /// Their prompt tokens, as the engine counted them (`token_count_sources` says how).
+    pub input_tokens: u64,
+    /// Those prompt tokens per second of the window.
+    pub input_tokens_per_s: Option<f64>,
+    /// The shortest vector returned.
+    pub dims_min: u32,
+    /// The longest vector returned (a model's vectors are all one length).
+    pub dims_max: u32,
 }
 
 /// Where a benchmark stands in a `[matrix]` run.

@@ -129,6 +129,10 @@ pub struct RequestRecord {
     /// (`workload.tokenizer`, or `[workload.images] count_in_prompt`); left out otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_target: Option<u32>,
+    /// The length of its embedding, for a pooling request (`engine.openai.api = "embeddings"`,
+    /// vLLM's `LLM.embed`); left out for a generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding_dims: Option<u32>,
     /// A completed request's timings (flattened); `None` otherwise.
     #[serde(flatten)]
     pub metrics: Option<MetricsMs>,
@@ -224,6 +228,7 @@ impl RequestRecord {
             images: None,
             image_cache_hits: None,
             prompt_tokens_target: None,
+            embedding_dims: metrics.embedding_dims,
             metrics: Some(metrics.into()),
         }
     }
@@ -263,6 +268,7 @@ impl RequestRecord {
             images: None,
             image_cache_hits: None,
             prompt_tokens_target: None,
+            embedding_dims: None,
             metrics: None,
         }
     }
@@ -507,7 +513,8 @@ mod tests {
         let source = prop_oneof![
             Just(TokenCountSource::Usage),
             Just(TokenCountSource::TokenIds),
-            Just(TokenCountSource::Chunks)
+            Just(TokenCountSource::Chunks),
+            Just(TokenCountSource::UsageShare)
         ];
         let client = (ts(), ts(), ms(), proptest::option::of("[a-z:/.0-9]{1,24}"), proptest::option::of(source));
         let token_ns = proptest::option::of(proptest::collection::vec(ts().prop_filter_map("a time", |t| t), 0..4));
@@ -542,6 +549,7 @@ mod tests {
                     images: None,
                     image_cache_hits: None,
                     prompt_tokens_target: None,
+                    embedding_dims: None,
                     metrics,
                 }
             },

@@ -98,12 +98,14 @@ fn check_in_flight(plan: &Plan) -> Result<(), RunError> {
 /// ShareGPT format are refused when the scenario is read).
 fn check_chat_prompts(plan: &Plan, workload: &Workload) -> Result<(), RunError> {
     let EnginePlan::OpenAi(c) = plan.engine() else { return Ok(()) };
-    if c.api != crate::engine::openai::Api::Completions {
-        return Ok(());
-    }
+    let api = match c.api {
+        crate::engine::openai::Api::Completions => "completions",
+        crate::engine::openai::Api::Embeddings => "embeddings",
+        crate::engine::openai::Api::Chat => return Ok(()),
+    };
     let Some(entry) = workload.first_chat_entry() else { return Ok(()) };
     let refusal = format!(
-        "the workload file's entry {} is a conversation (`messages`), but `engine.openai.api` is \"completions\", \
+        "the workload file's entry {} is a conversation (`messages`), but `engine.openai.api` is \"{api}\", \
          which takes text or token ids only: set `engine.openai.api = \"chat\"` (with `batching.batch_size = 1`), \
          or `workload.request_format = \"plain\"` to send each conversation as text",
         entry + 1

@@ -46,11 +46,12 @@ pub(crate) fn lower_images(cx: &mut ReadContext, top: LocatedTable, engine: &Eng
             }
         }
     }
-    if let EnginePlan::OpenAi(OpenAiConfig { api: Api::Completions, .. }) = engine {
+    if let EnginePlan::OpenAi(OpenAiConfig { api: api @ (Api::Completions | Api::Embeddings), .. }) = engine {
+        let api = if *api == Api::Embeddings { "embeddings" } else { "completions" };
         refuse(
             cx,
             &field,
-            "`[workload.images]` needs `engine.openai.api = \"chat\"`: the completions API takes no images".to_owned(),
+            format!("`[workload.images]` needs `engine.openai.api = \"chat\"`: the {api} API takes no images"),
             "set `engine.openai.api = \"chat\"` (with `batching.batch_size = 1`)",
         );
     }

@@ -45,6 +45,7 @@ pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
     let mut workload = lower_workload(cx, top, seed);
     super::images::lower_images(cx, top, &engine, &mut workload);
     check_chat_prompts(cx, top, &engine, &workload);
+    super::embeddings::check_embeddings(cx, top, &engine);
     // `run::preflight` reads the file, and refuses there what the engine cannot send.
     if let Some(field) = sub_table(cx, top, "workload", "workload").and_then(|w| cx.field(w, "path")) {
         let place = cx.origin(&field.path, field.span()).short();
@@ -232,7 +233,11 @@ fn check_chat_batches(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePl
 /// The completions API takes text or token ids: chat prompts (`messages`) need the chat API, or
 /// `request_format = "plain"`. Refused at the key that makes the prompts chats.
 fn check_chat_prompts(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePlan, workload: &WorkloadSpec) {
-    let EnginePlan::OpenAi(OpenAiConfig { api: Api::Completions, .. }) = engine else { return };
+    let api = match engine {
+        EnginePlan::OpenAi(OpenAiConfig { api: Api::Completions, .. }) => "completions",
+        EnginePlan::OpenAi(OpenAiConfig { api: Api::Embeddings, .. }) => "embeddings",
+        _ => return,
+    };
     let (key, what) = match workload {
         WorkloadSpec::Synthetic { chat, request_format, .. }
             if chat.enabled && *request_format != RequestFormat::Plain =>
@@ -246,7 +251,7 @@ fn check_chat_prompts(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePl
         }
         _ => return,
     };
-    let message = format!("{what}, but `engine.openai.api` is \"completions\", which takes text or token ids only");
+    let message = format!("{what}, but `engine.openai.api` is \"{api}\", which takes text or token ids only");
     let help = "set `engine.openai.api = \"chat\"` (with `batching.batch_size = 1`), or \
                 `workload.request_format = \"plain\"` to send each conversation as text"
         .to_owned();

@@ -21,6 +21,7 @@ mod arrivals;
 #[doc(hidden)]
 pub mod builder;
 mod change;
+mod embeddings;
 #[doc(hidden)]
 pub mod error;
 #[doc(hidden)]

@@ -59,7 +59,9 @@ fn document(plan: &Plan) -> DocumentMut {
     keys::print(&mut batching, keys::BATCHING_KEYS, &Batching::of(&plan.batching));
     doc["batching"] = Item::Table(batching);
 
-    doc["workload"] = Item::Table(tagged(&keys::WORKLOAD_TAG, keys::WORKLOAD_VARIANTS, &plan.workload));
+    let mut workload = tagged(&keys::WORKLOAD_TAG, keys::WORKLOAD_VARIANTS, &plan.workload);
+    super::embeddings::unprint_output_keys(&plan.engine, &mut workload);
+    doc["workload"] = Item::Table(workload);
     if let WorkloadSpec::Synthetic { images: Some(images), .. } = &plan.workload {
         let mut t = Table::new();
         keys::print(&mut t, keys::IMAGE_KEYS, images);

@@ -109,6 +109,8 @@ struct Live {
     generated: u32,
     last_token: Option<Timestamp>,
     preemptions: u32,
+    /// An embedding: its one "token" is the end of its prefill, not a generated token.
+    pooling: bool,
 }
 
 /// A step that has been scheduled and has not ended yet.
@@ -233,6 +235,7 @@ impl ServeCore {
                             generated: 0,
                             last_token: None,
                             preemptions: 0,
+                            pooling: false,
                         },
                     );
                     ids.push(id);
@@ -252,6 +255,24 @@ impl ServeCore {
             self.next_step_at = Some(now.max(self.idle_from));
         }
         self.update_gauges();
+        Ok(ids)
+    }
+
+    /// Queues one embeddings request's inputs (token ids) at `now`, all or none: prefill only. Each
+    /// is a sequence of one step's worth of output, so it is priced by the steps that prefill it
+    /// and no decode step; its [`Event::Token`] (index 0, finish `stop`) is the end of its prefill,
+    /// when its embedding is ready. It counts no generated token, TTFT or ITL in `/metrics`.
+    pub fn submit_pooling(&mut self, now: Timestamp, inputs: Vec<Vec<u32>>) -> Result<Vec<RequestId>, SubmitError> {
+        let sequences = inputs
+            .into_iter()
+            .map(|prompt_ids| NewSequence { prompt_ids, output_tokens: 1, max_tokens: 1, images: Vec::new() })
+            .collect();
+        let ids = self.submit(now, sequences)?;
+        for id in &ids {
+            if let Some(live) = self.live.get_mut(id) {
+                live.pooling = true;
+            }
+        }
         Ok(ids)
     }
 
@@ -377,13 +398,20 @@ impl ServeCore {
             let Some(live) = self.live.get_mut(&id) else { continue };
             let index = live.generated;
             live.generated += 1;
-            match live.last_token {
-                None => self.metrics.ttft.observe(secs(at, live.arrived)),
-                Some(last) => self.metrics.itl.observe(secs(at, last)),
+            match (live.pooling, live.last_token) {
+                (true, _) => {}
+                (false, None) => self.metrics.ttft.observe(secs(at, live.arrived)),
+                (false, Some(last)) => self.metrics.itl.observe(secs(at, last)),
             }
             live.last_token = Some(at);
-            self.metrics.generation_tokens.inc();
-            let reason = if live.generated >= live.max_tokens { FinishReason::Length } else { FinishReason::Stop };
+            if !live.pooling {
+                self.metrics.generation_tokens.inc();
+            }
+            let reason = if live.generated >= live.max_tokens && !live.pooling {
+                FinishReason::Length
+            } else {
+                FinishReason::Stop
+            };
             let finish = finishes.then_some(reason);
             if let Some(reason) = &finish {
                 self.metrics.e2e.observe(secs(at, live.arrived));

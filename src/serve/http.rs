@@ -87,6 +87,7 @@ pub async fn serve(
     let mut app = Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(models))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
@@ -222,6 +223,61 @@ async fn chat_completions(
 ) -> Response {
     let tag = RequestTag::new(received, &headers);
     generate(s, Endpoint::Chat, body, tag).await.unwrap_or_else(|e| error_response(&e))
+}
+
+/// `POST /v1/embeddings`: the inputs prefilled by the simulated engine (no decode), answered
+/// whole once the last is done, each with its deterministic vector (`serve::embeddings`). The
+/// HTTP faults apply as to a generation (a refusal, the process's exit); a stream's faults do not.
+async fn embeddings(State(s): State<Arc<AppState>>, RequestBody(body): RequestBody) -> Response {
+    embed(s, body).await.unwrap_or_else(|e| error_response(&e))
+}
+
+async fn embed(s: Arc<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let arrived = MonotonicClock::read();
+    let c = &s.config;
+    let inputs = super::embeddings::parse_embeddings(&body, &c.model)?;
+    if s.closing.load(Ordering::SeqCst) {
+        return Err(overloaded("the server is shutting down".into()));
+    }
+    let n = s.requests.fetch_add(1, Ordering::SeqCst) + 1;
+    let faults = c.faults.draw(n);
+    if faults.exit {
+        if let Some(exit) = s.exit.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = exit.send(n);
+        }
+        return Ok(std::future::pending::<Response>().await);
+    }
+    if let Some(status) = faults.reject {
+        return Err(ApiError {
+            status,
+            message: format!("injected fault: {status} for request {n} (`[faults]`)"),
+            param: None,
+            retry_after: Some(1),
+        });
+    }
+    let ids: Vec<Vec<u32>> = inputs
+        .iter()
+        .map(|p| counted_ids(p, &c.counter).map_err(|e| ApiError::bad_field("input", e.to_string())))
+        .collect::<Result<_, _>>()?;
+    let prompt_tokens: u64 = ids.iter().map(|i| i.len().max(1) as u64).sum();
+    let vectors: Vec<Vec<f64>> = ids.iter().map(|i| super::embeddings::embedding(c.sim.seed, i)).collect();
+    let (request_ids, mut done) = s.engine.submit_pooling(arrived, ids).await.map_err(|e| match e {
+        SubmitError::Overloaded { .. } => overloaded(e.to_string()),
+        _ => ApiError::bad_field("input", e.to_string()),
+    })?;
+    let guard = CancelOnDrop { engine: s.engine.clone(), ids: request_ids };
+    let mut open = vectors.len();
+    while open > 0 {
+        match done.recv().await {
+            Some(TokenMsg::Token { finish: Some(_), .. }) => open -= 1,
+            Some(TokenMsg::Token { .. }) => {}
+            Some(TokenMsg::Failed(reason)) => return Err(ApiError::status(500, reason)),
+            None => return Err(ApiError::status(500, "the engine stopped")),
+        }
+    }
+    drop(guard);
+    let answer = super::embeddings::answer(&format!("embd-{n}"), s.created, &c.model, vectors, prompt_tokens);
+    Ok(axum::Json(answer).into_response())
 }
 
 async fn models(State(s): State<Arc<AppState>>) -> Response {

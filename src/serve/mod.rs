@@ -14,6 +14,8 @@
 //! - [`conn`]: the connections: accept (backing off when it fails), the connection cap, hyper's
 //!   HTTP/1.1 with its header-read (and idle) timeout, graceful shutdown;
 //! - [`api`]: request bodies validated field by field, and the JSON answered;
+//! - [`embeddings`]: `/v1/embeddings`' body, its deterministic vectors and its answer (prefill
+//!   only: `ServeCore::submit_pooling`);
 //! - [`timing`]: the opt-in timing log (`--timing-log`), each token's send time per request and
 //!   choice, written by a thread of its own.
 //!
@@ -22,6 +24,7 @@
 pub mod api;
 pub mod conn;
 pub mod core;
+pub mod embeddings;
 mod error;
 pub mod faults;
 pub mod http;

@@ -29,10 +29,16 @@ pub enum TokenMsg {
     Failed(String),
 }
 
+/// What one request queues: generations, or an embeddings request's inputs (prefill only).
+enum Sequences {
+    Generate(Vec<NewSequence>),
+    Pool(Vec<Vec<u32>>),
+}
+
 enum Command {
     Submit {
         arrived: Timestamp,
-        sequences: Vec<NewSequence>,
+        sequences: Sequences,
         tokens: mpsc::UnboundedSender<TokenMsg>,
         reply: oneshot::Sender<Result<Vec<RequestId>, SubmitError>>,
     },
@@ -60,6 +66,24 @@ impl EngineHandle {
         &self,
         arrived: Timestamp,
         sequences: Vec<NewSequence>,
+    ) -> Result<(Vec<RequestId>, mpsc::UnboundedReceiver<TokenMsg>), SubmitError> {
+        self.send(arrived, Sequences::Generate(sequences)).await
+    }
+
+    /// Queues one embeddings request's inputs ([`ServeCore::submit_pooling`]); each input's one
+    /// message is the end of its prefill.
+    pub async fn submit_pooling(
+        &self,
+        arrived: Timestamp,
+        inputs: Vec<Vec<u32>>,
+    ) -> Result<(Vec<RequestId>, mpsc::UnboundedReceiver<TokenMsg>), SubmitError> {
+        self.send(arrived, Sequences::Pool(inputs)).await
+    }
+
+    async fn send(
+        &self,
+        arrived: Timestamp,
+        sequences: Sequences,
     ) -> Result<(Vec<RequestId>, mpsc::UnboundedReceiver<TokenMsg>), SubmitError> {
         let (tokens, rx) = mpsc::unbounded_channel();
         let (reply, answer) = oneshot::channel();
@@ -146,7 +170,10 @@ fn handle(core: &mut ServeCore, routes: &mut HashMap<RequestId, Route>, command:
         Command::Submit { arrived, sequences, tokens, reply } => {
             // The simulated engine's time starts when the request arrived, not when this thread
             // got to it: the server's own parsing is not the modelled engine's.
-            let result = core.submit(arrived.min(now), sequences);
+            let result = match sequences {
+                Sequences::Generate(sequences) => core.submit(arrived.min(now), sequences),
+                Sequences::Pool(inputs) => core.submit_pooling(arrived.min(now), inputs),
+            };
             if let Ok(ids) = &result {
                 let siblings: std::sync::Arc<[RequestId]> = ids.clone().into();
                 for (choice, id) in ids.iter().enumerate() {

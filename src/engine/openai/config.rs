@@ -15,6 +15,9 @@ pub enum Api {
     Completions,
     /// `POST /v1/chat/completions`: one conversation per request (the API has no list form).
     Chat,
+    /// `POST /v1/embeddings`: a batch is one request with a list of inputs, answered whole (no
+    /// stream, no generated tokens; [`super::embed`]).
+    Embeddings,
 }
 
 /// How a request picks one of several endpoints.

@@ -3,12 +3,13 @@
 //!
 //! A batch is one streamed `POST /v1/completions` with the batch's prompts as a list (one HTTP
 //! request per distinct set of sampling settings, [`request`]); the chat API takes one
-//! conversation per request. The server batches what arrives; batchlab's micro-batcher decides
+//! conversation per request; the embeddings API takes a batch as one list of inputs ([`embed`]).
+//! The server batches what arrives; batchlab's micro-batcher decides
 //! what arrives together, and with `batching.max_in_flight` how many batches are on the wire at
 //! once ([`ConcurrentEngine`](crate::engine::ConcurrentEngine)).
 //!
 //! Files by concern: [`config`] the settings (the scenario's `[engine.openai]`), [`request`] the
-//! bodies, [`sse`] the event-stream parser, [`stream`] one response's per-choice timing and
+//! bodies, [`embed`] the embeddings API's body and answer, [`sse`] the event-stream parser, [`stream`] one response's per-choice timing and
 //! counts, [`route`] endpoint choice and backoff, `scrape` the servers' `/metrics`, `client` the
 //! HTTP client over stamped connections, `engine` the engine itself (a batch on the wire in
 //! `engine/batch`, the endpoints' checks in `engine/check`). All but the last three are sans IO, and built in every configuration; the client
@@ -24,6 +25,7 @@
 #[cfg(not(loom))]
 mod client;
 pub mod config;
+pub mod embed;
 #[cfg(not(loom))]
 mod engine;
 pub mod request;

@@ -39,7 +39,8 @@ fn shared(r: &EngineRequest) -> Shared {
 }
 
 /// The batch's positions grouped into HTTP requests: requests that can share one, in batch order,
-/// groups in the order of their first request. The chat API takes one conversation per request.
+/// groups in the order of their first request. The chat API takes one conversation per request;
+/// the embeddings API one list per kind of input (texts, token ids), whatever their sampling.
 pub fn groups(batch: &[EngineRequest], api: Api) -> Vec<Vec<usize>> {
     if api == Api::Chat {
         return (0..batch.len()).map(|i| vec![i]).collect();
@@ -47,7 +48,18 @@ pub fn groups(batch: &[EngineRequest], api: Api) -> Vec<Vec<usize>> {
     let mut keys: Vec<Shared> = Vec::new();
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for (i, r) in batch.iter().enumerate() {
-        let key = shared(r);
+        let key = match api {
+            // Nothing is sampled: one list per kind of input (the API takes no mixed list).
+            Api::Embeddings => Shared {
+                max_tokens: 0,
+                min_tokens: 0,
+                ignore_eos: false,
+                temperature_bits: 0,
+                seed: None,
+                kind: shared(r).kind,
+            },
+            _ => shared(r),
+        };
         match keys.iter().position(|k| *k == key) {
             Some(g) => groups[g].push(i),
             None => {
@@ -60,8 +72,11 @@ pub fn groups(batch: &[EngineRequest], api: Api) -> Vec<Vec<usize>> {
 }
 
 /// The JSON body of one request for `requests` (a group of [`groups`], so they agree on
-/// everything but their prompts), streamed with usage. `Err` names a prompt the API cannot take.
+/// everything but their prompts), streamed with usage (an embeddings request: [`super::embed::body`]). `Err` names a prompt the API cannot take.
 pub fn body(model: &str, api: Api, requests: &[&EngineRequest]) -> Result<Value, String> {
+    if api == Api::Embeddings {
+        return super::embed::body(model, requests);
+    }
     let Some(first) = requests.first() else {
         return Err("an empty request".into());
     };
@@ -82,6 +97,7 @@ pub fn body(model: &str, api: Api, requests: &[&EngineRequest]) -> Result<Value,
             object.insert("prompt".into(), prompt);
             object.insert("max_tokens".into(), first.max_tokens.into());
         }
+        Api::Embeddings => unreachable!("answered above"),
         Api::Chat => {
             let [request] = requests else {
                 return Err(format!("the chat API takes one conversation per request, not {}", requests.len()));

@@ -347,6 +347,7 @@ fn map_output(value: &Plain) -> Result<EngineOutput, String> {
             ..EngineStats::default()
         },
         failure: None,
+        embedding_dims: None,
     })
 }
 

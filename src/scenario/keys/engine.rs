@@ -167,10 +167,11 @@ pub(crate) const OPENAI_KEYS: &[Key<OpenAiConfig>] = &[
         in OpenAiConfig
     ),
     key!(
-        api: Choice(&[("completions", Api::Completions), ("chat", Api::Chat)]),
+        api: Choice(&[("completions", Api::Completions), ("chat", Api::Chat), ("embeddings", Api::Embeddings)]),
         KeyDefault::Value,
         "`completions`: a batch is one request with a list of prompts; `chat`: one conversation per request \
-         (needs `batching.batch_size = 1`)",
+         (needs `batching.batch_size = 1`); `embeddings`: a batch is one `/v1/embeddings` request with a list of \
+         inputs (no output keys)",
         in OpenAiConfig
     ),
     key!(

@@ -17,6 +17,7 @@ use super::super::request;
 use super::super::route::{Change, Health, Pick};
 use super::super::sse::SseParser;
 use super::super::stream::{ChoiceError, ChoiceResult, ResponseStream, StreamError, excerpt};
+use super::embed::embed_request;
 use super::{ERROR_BODY_BYTES, Endpoint, Shared, lock, watched};
 use crate::engine::{EngineError, EngineOutput, EngineRequest, EngineStats, Prompt, RemoteError, RemoteErrorKind};
 use crate::time::MonotonicClock;
@@ -77,15 +78,20 @@ async fn send_group(
 ) -> Vec<EngineOutput> {
     let pick = lock(&shared.router).pick(MonotonicClock::read());
     let endpoint = &shared.endpoints[pick.index];
-    let result =
-        match tokio::time::timeout_at(start + timeout, stream_request(shared, endpoint, &requests, &body)).await {
-            Ok(result) => result,
-            Err(_) => Err(shared.remote(
-                RemoteErrorKind::Timeout,
-                &endpoint.url,
-                format!("no complete answer within the request timeout of {timeout:?}"),
-            )),
-        };
+    let answer = async {
+        match shared.config.api {
+            Api::Embeddings => embed_request(shared, endpoint, &requests, &body).await,
+            _ => stream_request(shared, endpoint, &requests, &body).await,
+        }
+    };
+    let result = match tokio::time::timeout_at(start + timeout, answer).await {
+        Ok(result) => result,
+        Err(_) => Err(shared.remote(
+            RemoteErrorKind::Timeout,
+            &endpoint.url,
+            format!("no complete answer within the request timeout of {timeout:?}"),
+        )),
+    };
     finish_pick(shared, pick, &result);
     match result {
         Ok(prompts) => prompts,
@@ -135,7 +141,7 @@ fn finish_pick(shared: &Shared, pick: Pick, result: &Result<Vec<EngineOutput>, R
 /// prompts in choice order, comma-separated (`batchlab-1f2e3d-12,13,14`). A server that logs it
 /// (vLLM, `batchlab serve --timing-log`) names each choice by it; `scripts/bench_http_compare.py`
 /// matches the server's times to requests.jsonl through it.
-fn request_id(prefix: &str, requests: &[&EngineRequest]) -> String {
+pub(super) fn request_id(prefix: &str, requests: &[&EngineRequest]) -> String {
     let ids: Vec<String> = requests.iter().map(|r| r.id.to_string()).collect();
     format!("{prefix}{}", ids.join(","))
 }
@@ -326,12 +332,12 @@ fn output(
         .with_stats(stats)
 }
 
-fn wall_secs() -> f64 {
+pub(super) fn wall_secs() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// What kind of failure a request that got no response is.
-fn send_error_kind(e: &SendError) -> RemoteErrorKind {
+pub(super) fn send_error_kind(e: &SendError) -> RemoteErrorKind {
     if e.connect {
         RemoteErrorKind::ConnectFailed
     } else {
@@ -341,7 +347,7 @@ fn send_error_kind(e: &SendError) -> RemoteErrorKind {
 }
 
 /// An error response's message: OpenAI's `error.message`, else the start of the body.
-async fn error_body(response: Response) -> String {
+pub(super) async fn error_body(response: Response) -> String {
     let text = response.text(ERROR_BODY_BYTES).await.unwrap_or_default();
     let message = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
         v.get("error")

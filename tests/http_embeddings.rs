@@ -223,3 +223,81 @@ fn check_refuses_output_keys_token_objectives_and_images_with_embeddings_at_thei
     assert!(check.status.success(), "{}", text(&check.stderr));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A stub embeddings server on 127.0.0.1: `flood` answers with a JSON body far longer than any
+/// list of vectors (`EMBEDDING_BYTES` a chunk, 8 chunks), `stall` sends the head and the body's
+/// first bytes, then nothing for `HOLD` (then it ends, so nothing can hang on it).
+struct EmbeddingStub {
+    url: String,
+    _runtime: tokio::runtime::Runtime,
+}
+
+const HOLD: Duration = Duration::from_secs(20);
+const FLOOD_CHUNK: usize = 1 << 20;
+
+impl EmbeddingStub {
+    fn start(flood: bool) -> EmbeddingStub {
+        use axum::response::IntoResponse;
+        use futures_util::StreamExt;
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let app = axum::Router::new()
+            .route(
+                "/v1/models",
+                axum::routing::get(|| async { axum::Json(json!({"object": "list", "data": [{"id": MODEL}]})) }),
+            )
+            .route(
+                "/v1/embeddings",
+                axum::routing::post(move || async move {
+                    let head = futures_util::stream::once(async { axum::body::Bytes::from_static(b"{\"data\": [") });
+                    let rest = futures_util::stream::unfold(0usize, move |k| async move {
+                        if flood {
+                            (k < 8).then(|| (axum::body::Bytes::from(vec![b' '; FLOOD_CHUNK]), k + 1))
+                        } else {
+                            tokio::time::sleep(HOLD).await;
+                            None
+                        }
+                    });
+                    let body = axum::body::Body::from_stream(head.chain(rest).map(Ok::<_, std::io::Error>));
+                    ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
+                }),
+            );
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        EmbeddingStub { url, _runtime: runtime }
+    }
+}
+
+/// The hostile-peer bounds hold on the embeddings path: an answer past the byte cap fails its
+/// batch as `bad_response` without being read whole, and a body that stops fails as `stalled`
+/// within the stall timeout, not the request's timeout.
+#[test]
+fn an_answer_past_the_byte_cap_or_one_that_stalls_fails_its_batch_and_nothing_hangs() {
+    use batchlab::engine::{EngineError, RemoteErrorKind};
+    let batch: Vec<EngineRequest> = (0..2).map(|i| EngineRequest::tokens(vec![1, 2, 3], 1).with_id(i)).collect();
+    let flood = EmbeddingStub::start(true);
+    let mut engine = engine(&flood.url);
+    engine.start().expect("start");
+    match engine.generate(&batch) {
+        Err(EngineError::Remote(e)) => {
+            assert_eq!(e.kind, RemoteErrorKind::BadResponse, "{e}");
+            assert!(e.message.contains("longer than"), "the cap, not a parse error: {e}");
+        }
+        other => panic!("the flood must fail the batch: {other:?}"),
+    }
+    engine.shutdown().unwrap();
+    let stall = EmbeddingStub::start(false);
+    let mut config = OpenAiConfig::new(&stall.url, MODEL);
+    config.api = Api::Embeddings;
+    config.timeout = Some(HOLD);
+    config.stall_timeout = Some(Duration::from_millis(300));
+    let mut engine = OpenAiEngine::new(config);
+    engine.start().expect("start");
+    let started = std::time::Instant::now();
+    match engine.generate(&batch) {
+        Err(EngineError::Remote(e)) => assert_eq!(e.kind, RemoteErrorKind::Stalled, "{e}"),
+        other => panic!("the stall must fail the batch: {other:?}"),
+    }
+    assert!(started.elapsed() < HOLD / 2, "failed by the stall watch, not the timeout: {:?}", started.elapsed());
+    engine.shutdown().unwrap();
+}

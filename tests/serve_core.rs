@@ -244,3 +244,32 @@ fn images_cost_the_encoder_as_in_the_simulated_engine() {
         |name: &str| text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
     assert_eq!((counter("vllm:mm_cache_queries_total"), counter("vllm:mm_cache_hits_total")), (Some(3.0), Some(1.0)));
 }
+
+/// An embeddings request (`submit_pooling`) is its prefill alone: one event per input, at the end
+/// of the step that prefills it, the time a generation's first token of the same prompt comes,
+/// and no decode step; no generated token in `/metrics`.
+#[test]
+fn an_embedding_is_its_prefill_alone() {
+    let sim = example();
+    let t0 = Timestamp::from_nanos(5_000_000_000);
+    let inputs = [seq(128, 1, 1).prompt_ids, seq(700, 1, 2).prompt_ids];
+    let (mut pooled, registry) = core(&sim, 10);
+    let ids = pooled.submit_pooling(t0, inputs.to_vec()).unwrap();
+    let (events, _) = drain(&mut pooled, t0, None);
+    let (mut generated, _) = core(&sim, 10);
+    let gen_ids = generated
+        .submit(t0, inputs.iter().map(|p| NewSequence { prompt_ids: p.clone(), ..seq(1, 16, 0) }).collect())
+        .unwrap();
+    let (gen_events, _) = drain(&mut generated, t0, None);
+    for (id, gen_id) in ids.iter().zip(&gen_ids) {
+        let mine: Vec<&Event> = events.iter().filter(|Event::Token { id: i, .. }| i == id).collect();
+        assert_eq!(mine.len(), 1, "one event per input: {mine:?}");
+        let Event::Token { index, finish, at, .. } = mine[0];
+        assert_eq!((*index, finish.clone()), (0, Some(FinishReason::Stop)));
+        assert_eq!(Some(at), token_times(&gen_events, *gen_id).first(), "at the end of its prefill");
+    }
+    let text = render(&registry);
+    let line = text.lines().find(|l| l.starts_with("vllm:generation_tokens_total")).unwrap();
+    assert!(line.ends_with(" 0"), "{line}");
+    assert_eq!(pooled.live_requests(), 0);
+}

@@ -884,6 +884,13 @@ MUTANTS = [
      "        let api = if *api == Api::Embeddings { \"embeddings\" } else { \"completions\" };",
      "        let api = if *api == Api::Embeddings { return } else { \"completions\" };",
      ["--test", "http_embeddings", "check_refuses_output_keys_token_objectives_and_images_with_embeddings_at_their_lines"], {}),
+    ("issue 34 embeddings, python: an output's embedding_dims dropped", "src/engine/python/output.rs",
+     "        embedding_dims: f.int(\"embedding_dims\", max)?.map(|n| n as u32),", "        embedding_dims: None,",
+     ["--features", "vllm", "--lib", "engine::python::output::tests::an_embedding_keeps_its_length_and_generates_nothing"], VLLM),
+    ("issue 34 embeddings, check: a vLLM pooling runner not seen", "src/scenario/embeddings.rs",
+     "        EnginePlan::Vllm(v) if v.engine_args.get(\"runner\").and_then(|r| r.as_str()) == Some(\"pooling\") => {",
+     "        EnginePlan::Vllm(v) if v.engine_args.get(\"runner\").and_then(|r| r.as_str()) == Some(\"pool\") => {",
+     ["--test", "http_embeddings", "check_refuses_output_keys_token_objectives_and_images_with_embeddings_at_their_lines"], {}),
 ]
 
 

@@ -217,6 +217,15 @@ fn check_refuses_output_keys_token_objectives_and_images_with_embeddings_at_thei
         assert!(stderr.contains(&at), "{key} refused at {at}: {stderr}");
         assert!(stderr.contains(says), "{key}: {says}: {stderr}");
     }
+    // vLLM in process with a pooling runner (`LLM.embed`): the same refusal, naming it.
+    let vllm = "name = \"e\"\n[engine]\nkind = \"vllm\"\n[engine.vllm]\nmodel = \"m\"\n\
+                engine_args = { runner = \"pooling\", convert = \"embed\" }\n[workload]\noutput_tokens = 16\n";
+    std::fs::write(&path, vllm).unwrap();
+    let check = cli_common::batchlab(&["check", path.to_str().unwrap()]);
+    let stderr = text(&check.stderr);
+    assert_eq!(check.status.code(), Some(2), "{stderr}");
+    let at = format!("embed.toml:{}:", vllm.lines().position(|l| l.starts_with("output_tokens")).unwrap() + 1);
+    assert!(stderr.contains(&at) && stderr.contains("`runner = \"pooling\"` (`LLM.embed`)"), "{stderr}");
     let good = format!("{head}[workload]\nprompt_tokens = 32\n[stop]\nmax_requests = 8\n");
     std::fs::write(&path, good).unwrap();
     let check = cli_common::batchlab(&["check", path.to_str().unwrap()]);

@@ -4,8 +4,10 @@
 //! every input comes back as a vector of the model's width, the report gives embeddings/s and
 //! input tokens/s and no token timings, and each input's count is real: the inputs' counts add up
 //! to vLLM's own `vllm:prompt_tokens_total`, and texts shared from a list's usage add up to
-//! vLLM's `/tokenize` of each. Run by `just test-vllm`; with `CI=true` a missing venv or model
-//! fails.
+//! vLLM's `/tokenize` of each. In process (`engine.kind = "vllm"` with `engine_args = { runner =
+//! "pooling", convert = "embed" }`), each batch is one `LLM.embed`: the same vectors' length, the
+//! prompt's own token count, no token timings. Run by `just test-vllm`; with `CI=true` a missing
+//! venv or model fails.
 #![cfg(feature = "vllm")]
 
 use std::path::PathBuf;
@@ -13,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use batchlab::engine::openai::{Api, OpenAiConfig, OpenAiEngine};
+use batchlab::engine::python::batchlab_home;
 use batchlab::engine::{Engine, EngineRequest, Prompt, TokenCountSource};
 use serde_json::{Value, json};
 
@@ -23,6 +26,9 @@ mod vllm_serve;
 use vllm_serve::{MODEL, VllmServer};
 
 const REQUESTS: usize = 48;
+
+/// One vLLM at a time: the machine has two cores.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("batchlab-vllm-embeddings-{}-{name}", std::process::id()));
@@ -92,6 +98,7 @@ fn embeddings_against_vllm_serve_of_the_tiny_model_as_a_pooling_model() {
     if !python_env::ready(true) {
         return;
     }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = dir("serve");
     let server = VllmServer::start(&dir, &["--runner", "pooling", "--convert", "embed"]);
 
@@ -159,5 +166,75 @@ fn embeddings_against_vllm_serve_of_the_tiny_model_as_a_pooling_model() {
     let shared: u64 = outputs.iter().map(|o| u64::from(o.prompt_tokens.unwrap())).sum();
     assert_eq!(shared, tokenized, "the shares add up to vLLM's count of the texts");
     drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn embeddings_in_process_through_llm_embed() {
+    if !python_env::ready(true) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = dir("in-process");
+    let model = batchlab_home().join("tiny-llama");
+    let text = format!(
+        r#"name = "vllm-embed-in-process"
+[engine]
+kind = "vllm"
+[engine.vllm]
+model = "{}"
+dtype = "float32"
+in_process = true
+kv_cache_gib = 1.0
+max_model_len = 512
+engine_args = {{ runner = "pooling", convert = "embed", enforce_eager = true }}
+[batching]
+batch_size = 8
+batch_timeout = "10ms"
+[workload]
+prompt_tokens = {{ dist = "uniform", min = 8, max = 40 }}
+vocab_size = 4000
+[profile]
+kind = "concurrent"
+levels = [16]
+[stop]
+max_requests = {REQUESTS}
+"#,
+        model.display()
+    );
+    let path = dir.join("vllm-embed.toml");
+    std::fs::write(&path, &text).unwrap();
+    let out = dir.join("out");
+    let output = Command::new(env!("CARGO_BIN_EXE_batchlab"))
+        .args(["run", path.to_str().unwrap(), "--output", out.to_str().unwrap(), "--requests-jsonl", "--quiet"])
+        .env("OMP_NUM_THREADS", "1")
+        .env("VLLM_CPU_KVCACHE_SPACE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let b = &report["benchmarks"][0];
+    assert_eq!(b["counts"]["completed"], REQUESTS, "{}", b["counts"]);
+    let e = &b["embeddings"];
+    assert_eq!(
+        (e["embeddings"].as_u64(), e["dims_min"].as_u64(), e["dims_max"].as_u64()),
+        (Some(48), Some(128), Some(128))
+    );
+    for timing in ["ttft", "tpot", "itl"] {
+        assert_eq!(b["distributions"][timing]["count"], 0, "{timing}");
+    }
+    assert_eq!(b["tokens"]["output"], 0);
+    let records = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
+    let mut sum = 0;
+    for line in records.lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(r["embedding_dims"].as_u64(), Some(128), "{r}");
+        let n = r["prompt_tokens"].as_u64().unwrap();
+        assert!((8..=40).contains(&n), "the prompt's own ids: {r}");
+        sum += n;
+    }
+    assert_eq!(e["input_tokens"].as_u64(), Some(sum));
     std::fs::remove_dir_all(&dir).unwrap();
 }

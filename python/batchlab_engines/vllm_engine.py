@@ -24,6 +24,13 @@ class VllmEngine:
             raise ValueError(f"batchlab_admission must be 'batch' or 'continuous', not {batchlab_admission!r}")
         self.admission = batchlab_admission
         self.kwargs = llm_kwargs
+        # `engine_args = { runner = "pooling", convert = "embed" }`: a pooling model, `LLM.embed`.
+        self.pooling = llm_kwargs.get("runner") == "pooling"
+        if self.pooling and batchlab_admission == "continuous":
+            raise ValueError(
+                "engine_args' runner = 'pooling' embeds each batch with LLM.embed: it needs "
+                "engine.vllm.admission = 'batch', not 'continuous'"
+            )
         self.llm = None
         self.tokenizer = None
         self.stepper = None
@@ -46,7 +53,11 @@ class VllmEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        self.llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3])], SamplingParams(max_tokens=1), use_tqdm=False)
+        warmup = [TokensPrompt(prompt_token_ids=[1, 2, 3])]
+        if self.pooling:
+            self.llm.embed(warmup, use_tqdm=False)
+        else:
+            self.llm.generate(warmup, SamplingParams(max_tokens=1), use_tqdm=False)
         self.tokenizer = self.llm.get_tokenizer()
         if self.admission == "continuous":
             self.stepper = _Stepper(self.llm.llm_engine)
@@ -101,6 +112,11 @@ class VllmEngine:
         # turns into an engine death (docs/engines.md). Multiprocess, a killed EngineCore makes it
         # block for ever: batchlab's watch of the processes named in `start()`'s info declares
         # that death, and a stopped one a stall (docs/vllm.md).
+        if self.pooling:
+            # A pooling model: one pass over each prompt, one vector each, nothing sampled.
+            outputs = self.llm.embed(prompts, use_tqdm=False)
+            _check_order(outputs)
+            return [_flatten_embedding(r["id"], o) for r, o in zip(requests, outputs)]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         _check_order(outputs)
         # In input order (checked above), so each output answers the request at its position.
@@ -352,6 +368,23 @@ def _flatten(request_id, output):
             # never happened: that is "absent", not the clock's epoch.
             if isinstance(value, (int, float)) and value != 0.0:
                 flat[key] = float(value)
+    return flat
+
+
+def _flatten_embedding(request_id, output):
+    """An `EmbeddingRequestOutput` (vLLM 0.32): its prompt's tokens and its vector's length; no
+    token is generated, and vLLM keeps no timestamps for it (no `metrics`)."""
+    flat = {
+        "request_id": request_id,
+        "prompt_tokens": len(output.prompt_token_ids) if output.prompt_token_ids is not None else None,
+        "output_tokens": 0,
+        "output_token_ids": [],
+        "finish_reason": "stop",
+        "embedding_dims": len(output.outputs.embedding),
+    }
+    cached = getattr(output, "num_cached_tokens", None)
+    if isinstance(cached, int) and cached >= 0:
+        flat["cached_tokens"] = cached
     return flat
 
 

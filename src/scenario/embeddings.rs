@@ -1,5 +1,5 @@
-//! `engine.openai.api = "embeddings"`: the keys that make no sense for a pooling request, each
-//! refused at its line. An embedding generates no tokens, so an output length, an `[slo]` on the
+//! `engine.openai.api = "embeddings"` and vLLM in process with `engine_args.runner = "pooling"`
+//! (`LLM.embed`): the keys that make no sense for a pooling request, each refused at its line. An embedding generates no tokens, so an output length, an `[slo]` on the
 //! first token or the gaps between tokens, and images (the embeddings API takes text or token
 //! ids) are refused; `[workload.images]` is refused in `images.rs`, chat prompts in `lower.rs`.
 //! A printed embeddings plan leaves those keys out, so it reads back.
@@ -19,19 +19,27 @@ const OUTPUT_KEYS: &[(&str, &str)] = &[
 const TOKEN_OBJECTIVES: &[(&str, &str)] =
     &[("ttft_ms", "a first token"), ("tpot_ms", "a time per output token"), ("itl_ms", "gaps between tokens")];
 
+/// How the plan's engine embeds, as a message names it; `None` for an engine that generates.
+fn pooling(engine: &EnginePlan) -> Option<&'static str> {
+    match engine {
+        EnginePlan::OpenAi(OpenAiConfig { api: Api::Embeddings, .. }) => Some("`engine.openai.api` is \"embeddings\""),
+        EnginePlan::Vllm(v) if v.engine_args.get("runner").and_then(|r| r.as_str()) == Some("pooling") => {
+            Some("`engine.vllm.engine_args` has `runner = \"pooling\"` (`LLM.embed`)")
+        }
+        _ => None,
+    }
+}
+
 /// Refuses, at its line, every key a pooling run cannot honour.
 pub(crate) fn check_embeddings(cx: &mut ReadContext, top: LocatedTable, engine: &EnginePlan) {
-    let EnginePlan::OpenAi(OpenAiConfig { api: Api::Embeddings, .. }) = engine else { return };
+    let Some(how) = pooling(engine) else { return };
     let help = "an embedding is one pass over the prompt and generates no tokens: leave the key out (the \
                 report gives embeddings/s and input tokens/s instead)";
     for (section, keys) in [("workload", OUTPUT_KEYS), ("slo", TOKEN_OBJECTIVES)] {
         let Some(t) = table(cx, top, section) else { continue };
         for &(key, what) in keys {
             if let Some(field) = cx.field(t, key) {
-                let message = format!(
-                    "`{section}.{key}` sets {what}, but `engine.openai.api` is \"embeddings\", which generates no \
-                     tokens"
-                );
+                let message = format!("`{section}.{key}` sets {what}, but {how}, which generates no tokens");
                 cx.report_at(&field, message, Some(help.to_owned()));
             }
         }
@@ -42,7 +50,7 @@ pub(crate) fn check_embeddings(cx: &mut ReadContext, top: LocatedTable, engine: 
 /// when written, so the printed text must not hold them (it reads back as the same plan, their
 /// values being the defaults it was read with).
 pub(crate) fn unprint_output_keys(engine: &EnginePlan, workload: &mut toml_edit::Table) {
-    if let EnginePlan::OpenAi(OpenAiConfig { api: Api::Embeddings, .. }) = engine {
+    if pooling(engine).is_some() {
         for (key, _) in OUTPUT_KEYS {
             workload.remove(key);
         }

@@ -58,6 +58,7 @@ pub(crate) const OUTPUT_FIELDS: &[&str] = &[
     "last_token_ts",
     "token_ts",
     "cached_tokens",
+    "embedding_dims",
 ];
 
 /// The keys of the dict `start()` returns; `name` and `version` are required.
@@ -347,7 +348,7 @@ fn map_output(value: &Plain) -> Result<EngineOutput, String> {
             ..EngineStats::default()
         },
         failure: None,
-        embedding_dims: None,
+        embedding_dims: f.int("embedding_dims", max)?.map(|n| n as u32),
     })
 }
 
@@ -384,6 +385,22 @@ mod tests {
 
     fn minimal() -> EngineOutput {
         EngineOutput::new(None, FinishReason::Unknown).with_output_tokens(2)
+    }
+
+    #[test]
+    fn an_embedding_keeps_its_length_and_generates_nothing() {
+        let output = dict(&[
+            ("prompt_tokens", Plain::Int(9)),
+            ("output_tokens", Plain::Int(0)),
+            ("output_token_ids", ids(&[])),
+            ("embedding_dims", Plain::Int(128)),
+        ]);
+        let expected = EngineOutput::new(None, FinishReason::Unknown)
+            .with_prompt_tokens(9)
+            .with_output_tokens(0)
+            .with_output_token_ids(vec![])
+            .with_embedding_dims(128);
+        check(output, Ok(expected));
     }
 
     #[test]
@@ -487,7 +504,7 @@ mod tests {
                 dict(&[two.clone(), ("first_token_time", Plain::Float(1.0))]),
                 "unknown field `first_token_time` (did you mean `first_token_ts`?) (known: request_id, prompt_tokens, \
                  output_tokens, output_token_ids, text, finish_reason, arrival_time, queued_ts, scheduled_ts, \
-                 first_token_ts, last_token_ts, token_ts, cached_tokens)",
+                 first_token_ts, last_token_ts, token_ts, cached_tokens, embedding_dims)",
             ),
             (Plain::List(vec![]), "expected a dict, found list of 0"),
         ] {

@@ -117,6 +117,23 @@ pub fn render_table(report: &Report) -> String {
     for b in report.benchmarks.iter().filter(|b| !b.token_count_sources.is_empty()) {
         out.push_str(&format!("(token counts of {}: {})\n", b.label(), token_count_sources(b)));
     }
+    for b in &report.benchmarks {
+        if let Some(e) = &b.embeddings {
+            // A pooling run has no first token: its rates, since the ttft and tpot cells are `-`.
+            out.push_str(&format!(
+                "(embeddings of {}: {} at {}/s, {} input tok/s, {} dimensions)\n",
+                b.label(),
+                e.embeddings,
+                fixed(e.embeddings_per_s, 2),
+                fixed(e.input_tokens_per_s, 1),
+                if e.dims_min == e.dims_max {
+                    e.dims_min.to_string()
+                } else {
+                    format!("{}-{}", e.dims_min, e.dims_max)
+                },
+            ));
+        }
+    }
     if report.benchmarks.iter().any(|b| !b.endpoints.is_empty()) {
         out.push('\n');
         out.push_str(&render_endpoints(&report.benchmarks));
@@ -352,6 +369,36 @@ pub(crate) mod tests {
         };
         result.server = server_deltas(&[counters(1000.0, 10.0)], &[counters(1640.0, 50.0)]);
         result
+    }
+
+    /// A pooling benchmark: no TTFT or TPOT (`-`), and a line with its embeddings' rates.
+    #[test]
+    fn an_embeddings_benchmark_prints_its_rates_and_no_token_timings() {
+        use crate::batcher::RequestTimes;
+        use std::time::Duration;
+        let at = |ms: u64| Timestamp::from_nanos(1_000_000_000_000 + ms * 1_000_000);
+        let mut agg = BenchmarkAggregator::new("concurrent@4");
+        agg.start(at(0));
+        for (k, prompt) in [(0u64, 30u32), (1, 50)] {
+            let times = RequestTimes { submitted: at(k * 100), dispatched: at(k * 100), completed: at(k * 100 + 40) };
+            let metrics = crate::metrics::RequestMetrics {
+                latency: Duration::from_millis(40),
+                prompt_tokens: Some(prompt),
+                output_tokens: Some(0),
+                embedding_dims: Some(128),
+                ..Default::default()
+            };
+            agg.record_submitted();
+            agg.record_completion(&metrics, &times);
+        }
+        let mut report = sample_report();
+        report.benchmarks = vec![agg.finish(at(500))];
+        insta::assert_snapshot!(render_table(&report), @r"
+        benchmark     requests  errors  req/s  out tok/s  lat p50 ms  lat p99 ms  ttft p50 ms  ttft p99 ms  tpot p50 ms  batch mean
+        ------------  --------  ------  -----  ---------  ----------  ----------  -----------  -----------  -----------  ----------
+        concurrent@4         2       0   4.00        0.0       40.00       40.00            -            -            -           -
+        (embeddings of concurrent@4: 2 at 4.00/s, 160.0 input tok/s, 128 dimensions)
+        ");
     }
 
     #[test]

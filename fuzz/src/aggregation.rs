@@ -176,6 +176,7 @@ fn check_aggregator(input: &Input) {
                     endpoint: None,
                     token_count_source: None,
                     wire_batch: None,
+                    embedding_dims: None,
                     client_token_times: None,
                     anomalies: Anomalies {
                         non_finite: anomalies & 1 != 0,

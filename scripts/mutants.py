@@ -742,7 +742,7 @@ MUTANTS = [
      "        return None;",
      ["--test", "http_misbehaving", "a_request_queued_behind_others_on_a_busy_server_is_not_stalled"], {}),
     ("issue 32 client, timeout: the default back to 5 minutes whatever the request", "src/engine/openai/config.rs",
-     "configured.unwrap_or_else(|| (TIMEOUT_BASE + TIMEOUT_PER_TOKEN.saturating_mul(max_tokens)).min(TIMEOUT_CAP))",
+     "configured.unwrap_or_else(|| (TIMEOUT_BASE + TIMEOUT_PER_TOKEN.saturating_mul(asked)).min(TIMEOUT_CAP))",
      "configured.unwrap_or(Duration::from_secs(300))",
      ["--lib", "engine::openai::config::tests::the_default_timeout_fits_the_request_not_five_minutes"], {}),
     ("issue 32 client, check: a JSONL file's messages accepted on the completions API", "src/run/preflight.rs",
@@ -891,6 +891,9 @@ MUTANTS = [
      "        EnginePlan::Vllm(v) if v.engine_args.get(\"runner\").and_then(|r| r.as_str()) == Some(\"pooling\") => {",
      "        EnginePlan::Vllm(v) if v.engine_args.get(\"runner\").and_then(|r| r.as_str()) == Some(\"pool\") => {",
      ["--test", "http_embeddings", "check_refuses_output_keys_token_objectives_and_images_with_embeddings_at_their_lines"], {}),
+    ("issue 34 embeddings, timeout: an embeddings request's derived bound grows with output_tokens", "src/engine/openai/config.rs",
+     "        Api::Embeddings => 0,\n", "        Api::Embeddings => max_tokens,\n",
+     ["--lib", "engine::openai::config::tests::the_default_timeout_fits_the_request_not_five_minutes"], {}),
 ]
 
 

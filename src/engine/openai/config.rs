@@ -85,10 +85,16 @@ pub const TIMEOUT_PER_TOKEN: Duration = Duration::from_millis(100);
 /// The longest derived `timeout`.
 pub const TIMEOUT_CAP: Duration = Duration::from_secs(30 * 60);
 
-/// The total bound on one request asking for `max_tokens`: the configured `timeout`, else
-/// derived from `max_tokens` (30 s + 100 ms a token, at most 30 min: 56 s for 256 tokens).
-pub fn request_timeout(configured: Option<Duration>, max_tokens: u32) -> Duration {
-    configured.unwrap_or_else(|| (TIMEOUT_BASE + TIMEOUT_PER_TOKEN.saturating_mul(max_tokens)).min(TIMEOUT_CAP))
+/// The total bound on one request of `api` whose prompts ask for `max_tokens`: the configured
+/// `timeout`, else derived from the tokens it asks for (30 s + 100 ms a token, at most 30 min:
+/// 56 s for 256 tokens). An embeddings request asks for none, whatever the workload's
+/// `output_tokens`: its derived bound is the base alone.
+pub fn request_timeout(configured: Option<Duration>, api: Api, max_tokens: u32) -> Duration {
+    let asked = match api {
+        Api::Embeddings => 0,
+        Api::Chat | Api::Completions => max_tokens,
+    };
+    configured.unwrap_or_else(|| (TIMEOUT_BASE + TIMEOUT_PER_TOKEN.saturating_mul(asked)).min(TIMEOUT_CAP))
 }
 /// The least a derived `stall_timeout` is: longer than any pause of a healthy server that has
 /// already sent its response head (a long prefill included).
@@ -226,10 +232,13 @@ mod tests {
 
     #[test]
     fn the_default_timeout_fits_the_request_not_five_minutes() {
-        assert_eq!(request_timeout(None, 4), Duration::from_millis(30_400));
-        assert_eq!(request_timeout(None, 256), Duration::from_millis(55_600));
-        assert_eq!(request_timeout(None, u32::MAX), TIMEOUT_CAP);
-        assert_eq!(request_timeout(Some(Duration::from_secs(2)), 4096), Duration::from_secs(2));
+        assert_eq!(request_timeout(None, Api::Completions, 4), Duration::from_millis(30_400));
+        assert_eq!(request_timeout(None, Api::Chat, 256), Duration::from_millis(55_600));
+        assert_eq!(request_timeout(None, Api::Chat, u32::MAX), TIMEOUT_CAP);
+        assert_eq!(request_timeout(Some(Duration::from_secs(2)), Api::Chat, 4096), Duration::from_secs(2));
+        // An embeddings request asks for no token: the workload's output_tokens do not lengthen it.
+        assert_eq!(request_timeout(None, Api::Embeddings, 256), TIMEOUT_BASE);
+        assert_eq!(request_timeout(Some(Duration::from_secs(2)), Api::Embeddings, 0), Duration::from_secs(2));
     }
 
     #[test]

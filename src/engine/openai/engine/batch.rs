@@ -43,12 +43,8 @@ pub(super) async fn run_batch(
     }
     let sends = groups.iter().zip(bodies).map(|(group, body)| {
         let requests: Vec<&EngineRequest> = group.iter().map(|&i| &batch[i]).collect();
-        // An embedding asks for no token: the derived timeout is the base alone.
-        let asked = match shared.config.api {
-            Api::Embeddings => 0,
-            _ => requests.first().map_or(0, |r| r.max_tokens),
-        };
-        let timeout = request_timeout(shared.config.timeout, asked);
+        let asked = requests.first().map_or(0, |r| r.max_tokens);
+        let timeout = request_timeout(shared.config.timeout, shared.config.api, asked);
         send_group(&shared, requests, body, start, timeout)
     });
     let results = futures_util::future::join_all(sends).await;

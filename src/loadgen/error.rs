@@ -13,6 +13,9 @@ pub enum LoadError {
     /// A synthetic workload with `vocab_size = 0` has no tokens to draw.
     #[error("workload: vocab_size must be at least 1, found 0")]
     EmptyVocab,
+    /// `[workload.sessions]` draws its turns: a file's conversations are not sessions yet.
+    #[error("workload: sessions need `workload.source = \"synthetic\"`")]
+    SessionsNeedSynthetic,
     /// Images go after a chat turn's text: token or plain-text prompts cannot carry them.
     #[error("workload: images need chat prompts (`workload.chat = true`, a `request_format` other than \"plain\")")]
     ImagesNeedChat,

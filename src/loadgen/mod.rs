@@ -18,6 +18,7 @@ pub mod images;
 mod jsonl;
 mod profile;
 mod scheduler;
+pub mod sessions;
 mod tokenizer;
 mod workload;
 

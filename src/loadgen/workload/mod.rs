@@ -65,6 +65,8 @@ use crate::engine::chat::RequestFormat;
 use crate::engine::tokenizer::{ModelTokenizer, TokenCounter};
 use crate::engine::{EngineRequest, Prompt, RequestId};
 use crate::rng::{FastRange, SplitMix64};
+/// One draw of a token-count distribution (at least 1), as the synthetic workload draws.
+pub(crate) use synthetic::sample as draw_tokens;
 use synthetic::{STREAM_IMAGES, Synthetic, digits_for_u64, group_rng};
 
 /// A distribution of token counts.

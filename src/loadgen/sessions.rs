@@ -234,6 +234,8 @@ pub struct Sessions {
     /// Sessions that ended, not yet taken by [`Sessions::poll_ended`].
     ended: VecDeque<Ended>,
     think_drawn: (f64, u64),
+    /// User/reply pairs dropped from every session's history (`drop_oldest`).
+    dropped: u64,
 }
 
 impl Sessions {
@@ -279,6 +281,7 @@ impl Sessions {
             in_flight: BTreeMap::new(),
             ended: VecDeque::new(),
             think_drawn: (0.0, 0),
+            dropped: 0,
         })
     }
 
@@ -297,7 +300,12 @@ impl Sessions {
         self.started
     }
 
-    /// The mean of the think times drawn so far and how many, for the report.
+    /// User/reply pairs dropped from histories so far (`drop_oldest`).
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// The sum of the think times drawn so far, in seconds, and how many, for the report.
     pub fn think_times(&self) -> (f64, u64) {
         self.think_drawn
     }
@@ -378,6 +386,7 @@ impl Sessions {
                 if self.spec.context_full == ContextFull::DropOldest && !session.history.is_empty() {
                     session.history.pop_front();
                     session.dropped += 1;
+                    self.dropped += 1;
                 } else {
                     cut = true;
                     break;

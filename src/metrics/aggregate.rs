@@ -367,6 +367,7 @@ impl BenchmarkAggregator {
             matrix: None,
             images: None,
             prompt_target: None,
+            sessions: None,
         }
     }
 }

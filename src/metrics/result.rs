@@ -93,6 +93,9 @@ pub struct BenchmarkResult {
     /// (`metrics::prompt_target`); left out when the workload gives no targets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_target: Option<super::prompt_target::PromptTargetResult>,
+    /// The benchmark's sessions (`[workload.sessions]`); left out without sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<super::sessions::SessionsResult>,
 }
 
 /// Where a benchmark stands in a `[matrix]` run.

@@ -129,6 +129,20 @@ pub struct RequestRecord {
     /// (`workload.tokenizer`, or `[workload.images] count_in_prompt`); left out otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_target: Option<u32>,
+    /// With `[workload.sessions]`: the session this request is a turn of, the turn's 0-based
+    /// index, the history's tokens before the new user turn (as the session counts them) and
+    /// the user/reply pairs dropped from it so far (`context_full = "drop_oldest"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<u64>,
+    /// See `session`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// See `session`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_tokens: Option<u32>,
+    /// See `session`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_turns: Option<u32>,
     /// A completed request's timings (flattened); `None` otherwise.
     #[serde(flatten)]
     pub metrics: Option<MetricsMs>,
@@ -224,6 +238,10 @@ impl RequestRecord {
             images: None,
             image_cache_hits: None,
             prompt_tokens_target: None,
+            session: None,
+            turn: None,
+            history_tokens: None,
+            dropped_turns: None,
             metrics: Some(metrics.into()),
         }
     }
@@ -263,6 +281,10 @@ impl RequestRecord {
             images: None,
             image_cache_hits: None,
             prompt_tokens_target: None,
+            session: None,
+            turn: None,
+            history_tokens: None,
+            dropped_turns: None,
             metrics: None,
         }
     }
@@ -542,6 +564,10 @@ mod tests {
                     images: None,
                     image_cache_hits: None,
                     prompt_tokens_target: None,
+                    session: None,
+                    turn: None,
+                    history_tokens: None,
+                    dropped_turns: None,
                     metrics,
                 }
             },

@@ -36,6 +36,7 @@ pub mod plan;
 mod print;
 mod reader;
 mod schema;
+mod sessions;
 mod set;
 #[doc(hidden)]
 pub mod units;

@@ -91,6 +91,20 @@ fn the_sessions_scenario_chains_its_turns_hits_more_with_each_and_is_reproducibl
     }
     assert!(chained > 500, "{chained} chained turns");
 
+    // `levels = [16]` counts active sessions, thinking ones included: never more than 16 are
+    // between their first submit and their last outcome, and 16 are at some time.
+    let mut edges: Vec<(u64, i32)> = Vec::new();
+    for turns in sessions.values() {
+        edges.push((turns[0].submitted_ns.unwrap().as_nanos(), 1));
+        edges.push((turns.last().unwrap().finished_ns.unwrap().as_nanos(), -1));
+    }
+    edges.sort();
+    let most = edges.iter().scan(0, |open, (_, d)| {
+        *open += d;
+        Some(*open)
+    });
+    assert_eq!(most.max(), Some(16));
+
     // The prefix cache serves more of each later turn.
     let s = b.sessions.as_ref().expect("a sessions result");
     let rates: Vec<f64> = s.by_turn.iter().map(|t| t.cache_hit_rate.unwrap()).collect();

@@ -870,6 +870,15 @@ MUTANTS = [
     ("issue 34 sessions, check: max_context_tokens below the first turn accepted", "src/scenario/sessions.rs",
      "        if limit < first {", "        if false {",
      ["--test", "workload_sessions", "check_refuses_bad_session_settings_at_their_line"], {}),
+    ("issue 34 sessions, HTTP: the session header not sent", "src/engine/openai/engine/batch.rs",
+     "    if let Some(session) = session_of(requests) {", "    if let Some(session) = session_of(requests).filter(|_| false) {",
+     ["--test", "http_sessions", "each_turn_carries_the_previous_turn_and_the_servers_exact_reply_and_its_session_header"], {}),
+    ("issue 34 sessions, HTTP: the server's reply text not carried (a stand-in instead)", "src/loadgen/sessions.rs",
+     "                Some(text) => text.to_owned(),", "                Some(_) => words(count, None, &mut rng),",
+     ["--test", "http_sessions", "each_turn_carries_the_previous_turn_and_the_servers_exact_reply_and_its_session_header"], {}),
+    ("issue 34 sessions, route: session_affinity ignores the session", "src/engine/openai/route.rs",
+     "            if self.endpoints[index].out_until.is_none() {", "            if false {",
+     ["--test", "http_sessions", "session_affinity_keeps_each_session_on_one_of_two_batchlab_serve_endpoints"], {}),
 ]
 
 

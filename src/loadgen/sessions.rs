@@ -441,6 +441,7 @@ impl Sessions {
                 ignore_eos: self.ignore_eos,
                 temperature: self.temperature,
                 seed: None,
+                session: Some(number),
                 prepared: None,
             },
         })

@@ -689,20 +689,26 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
         proptest::option::of(duration_strategy(1)),
         proptest::option::of(duration_strategy(1)),
         1u32..100_000,
-        any::<bool>(),
+        0u8..3,
+        proptest::option::of("X-[A-Za-z]{1,8}"),
     )
-        .prop_map(|(urls, model, chat, api_key_env, timeout, stall_timeout, max_connections, least)| {
-            EnginePlan::OpenAi(OpenAiConfig {
-                urls,
-                model,
-                api: if chat { Api::Chat } else { Api::Completions },
-                api_key_env,
-                timeout,
-                stall_timeout,
-                max_connections,
-                routing: if least { Routing::LeastOutstanding } else { Routing::RoundRobin },
-            })
-        });
+        .prop_map(
+            |(urls, model, chat, api_key_env, timeout, stall_timeout, max_connections, routing, session_header)| {
+                EnginePlan::OpenAi(OpenAiConfig {
+                    urls,
+                    model,
+                    api: if chat { Api::Chat } else { Api::Completions },
+                    api_key_env,
+                    timeout,
+                    stall_timeout,
+                    max_connections,
+                    routing: [Routing::RoundRobin, Routing::LeastOutstanding, Routing::SessionAffinity]
+                        [routing as usize],
+                    session_header,
+                })
+            },
+        )
+        .boxed();
     prop_oneof![sim, vllm, python, openai]
 }
 

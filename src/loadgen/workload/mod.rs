@@ -348,6 +348,7 @@ impl Workload {
             // Sampling randomness is the engine's (its seed is in the engine plan); a per-request
             // seed would make vLLM build a generator per request and slow sampling down.
             seed: None,
+            session: None,
             prepared: None,
         }
     }

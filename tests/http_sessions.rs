@@ -153,6 +153,11 @@ fn session_affinity_keeps_each_session_on_one_of_two_batchlab_serve_endpoints() 
     }
     assert!(endpoints.len() >= 15, "{} sessions", endpoints.len());
     assert!(endpoints.values().all(|e| e.len() == 1), "a session on two endpoints: {endpoints:?}");
+    // The documented rule: session `s` on endpoint `s mod 2` (both stay in rotation).
+    for (session, e) in &endpoints {
+        let want = if session % 2 == 0 { &a.url } else { &b.url };
+        assert_eq!(e.iter().next(), Some(want), "session {session}");
+    }
     let used: std::collections::BTreeSet<&String> = endpoints.values().flatten().collect();
     assert_eq!(used.len(), 2, "both endpoints serve sessions: {used:?}");
     // Each turn's prompt, as the server counted it, is longer than the last by more than the reply.

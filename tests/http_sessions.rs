@@ -5,82 +5,19 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
-use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use batchlab::report::{RequestOutcome, read_records};
 use batchlab::run::{RunOptions, run_blocking};
 use batchlab::scenario::{Overrides, parse_str};
-use serde_json::{Value, json};
 
 #[path = "common/serve_process.rs"]
 mod serve_process;
 use serve_process::Server;
+#[path = "common/recording.rs"]
+mod recording;
+use recording::{Recording, check_chains};
 
 const MODEL: &str = "batchlab-sim";
-
-/// One chat request the stub got: its session header, its messages, the reply it streamed.
-#[derive(Clone, Debug)]
-struct Seen {
-    session: Option<String>,
-    messages: Vec<Value>,
-    reply: String,
-}
-
-/// A chat server on 127.0.0.1 that records every request and streams a reply of `max_tokens`
-/// chunks whose text names the request (`r7.0 r7.1 …`), so no two replies are alike.
-struct Recording {
-    url: String,
-    seen: Arc<Mutex<Vec<Seen>>>,
-    _runtime: tokio::runtime::Runtime,
-}
-
-impl Recording {
-    fn start(header_name: &'static str) -> Recording {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-        let log = seen.clone();
-        let app = axum::Router::new()
-            .route("/v1/models", get(|| async { axum::Json(json!({"object": "list", "data": [{"id": MODEL}]})) }))
-            .route(
-                "/v1/chat/completions",
-                post(move |headers: HeaderMap, body: axum::Json<Value>| {
-                    let log = log.clone();
-                    async move { answer(&log, header_name, &headers, &body.0) }
-                }),
-            );
-        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        runtime.spawn(async move { axum::serve(listener, app).await });
-        Recording { url, seen, _runtime: runtime }
-    }
-}
-
-fn answer(log: &Mutex<Vec<Seen>>, header_name: &str, headers: &HeaderMap, body: &Value) -> Response {
-    let max_tokens = body["max_completion_tokens"].as_u64().expect("the chat API's max_completion_tokens") as usize;
-    let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    let session = headers.get(header_name).map(|v| v.to_str().unwrap().to_owned());
-    let mut log = log.lock().unwrap();
-    let n = log.len();
-    let words: Vec<String> = (0..max_tokens).map(|k| format!("r{n}.{k} ")).collect();
-    log.push(Seen { session, messages, reply: words.concat() });
-    let mut events: Vec<Bytes> = words
-        .iter()
-        .enumerate()
-        .map(|(k, w)| {
-            let finish = (k + 1 == max_tokens).then_some("length");
-            let chunk = json!({"object": "chat.completion.chunk", "model": MODEL,
-                "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": finish}]});
-            Bytes::from(format!("data: {chunk}\n\n"))
-        })
-        .collect();
-    events.push(Bytes::from_static(b"data: [DONE]\n\n"));
-    let body = Body::from_stream(futures_util::stream::iter(events.into_iter().map(Ok::<_, std::io::Error>)));
-    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
-}
 
 /// A chat scenario of sessions against `urls`, with the engine settings `openai` added.
 fn scenario(urls: &[&str], openai: &str, requests: u32) -> String {
@@ -107,38 +44,20 @@ fn run(text: &str, dir: &Path) -> Vec<batchlab::report::RequestRecord> {
 
 #[test]
 fn each_turn_carries_the_previous_turn_and_the_servers_exact_reply_and_its_session_header() {
-    let stub = Recording::start("x-conversation");
+    let stub = Recording::start(MODEL, "x-conversation", None);
     let dir = std::env::temp_dir().join(format!("batchlab-sessions-stub-{}", std::process::id()));
     let records = run(&scenario(&[&stub.url], "session_header = \"X-Conversation\"", 40), &dir);
     assert_eq!(records.len(), 40);
     let failed: Vec<_> = records.iter().filter(|r| r.outcome != RequestOutcome::Completed).collect();
     assert!(failed.is_empty(), "{failed:?}");
-    let seen = stub.seen.lock().unwrap().clone();
+    let seen = stub.seen();
     assert_eq!(seen.len(), 40);
-    let mut by_session: BTreeMap<String, Vec<&Seen>> = BTreeMap::new();
-    for s in &seen {
-        by_session.entry(s.session.clone().expect("every turn names its session")).or_default().push(s);
-    }
-    assert!(by_session.len() >= 10, "{} sessions", by_session.len());
-    let mut chained = 0;
-    for (session, turns) in &by_session {
-        // The first turn: the system prompt and a user turn.
-        let roles = |s: &Seen| s.messages.iter().map(|m| m["role"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
-        assert_eq!(roles(turns[0]), ["system", "user"], "session {session}");
-        for pair in turns.windows(2) {
-            let (before, after) = (pair[0], pair[1]);
-            let n = before.messages.len();
-            assert_eq!(after.messages.len(), n + 2, "session {session}");
-            assert_eq!(after.messages[..n], before.messages[..], "session {session}: the history as sent before");
-            assert_eq!(after.messages[n], json!({"role": "assistant", "content": before.reply}), "session {session}");
-            assert_eq!(after.messages[n + 1]["role"], "user");
-            chained += 1;
-        }
-    }
-    assert!(chained >= 25, "{chained} chained turns");
+    let (sessions, chained) = check_chains(&seen);
+    assert!(sessions >= 10 && chained >= 25, "{sessions} sessions, {chained} chained turns");
     // requests.jsonl names the same sessions and turns.
-    let sessions: std::collections::BTreeSet<String> = records.iter().map(|r| r.session.unwrap().to_string()).collect();
-    assert_eq!(sessions, by_session.keys().cloned().collect());
+    let recorded: std::collections::BTreeSet<String> = records.iter().map(|r| r.session.unwrap().to_string()).collect();
+    let named: std::collections::BTreeSet<String> = seen.iter().map(|s| s.session.clone().unwrap()).collect();
+    assert_eq!(recorded, named);
 }
 
 #[test]

@@ -879,6 +879,14 @@ MUTANTS = [
     ("issue 34 sessions, route: session_affinity ignores the session", "src/engine/openai/route.rs",
      "            if self.endpoints[index].out_until.is_none() {", "            if false {",
      ["--test", "http_sessions", "session_affinity_keeps_each_session_on_one_of_two_batchlab_serve_endpoints"], {}),
+    ("issue 34 sessions, rate_tick: turns sent when their think time ends, not at the next arrival", "src/run/step/sessions.rs",
+     "        let rate_tick = s.sessions.spec().next_turn == NextTurn::RateTick && self.scheduler.next_arrival().is_some();",
+     "        let rate_tick = false;",
+     ["--test", "workload_sessions", "rate_tick_sends_queued_turns_at_the_profiles_arrivals_before_new_sessions"], {}),
+    ("issue 34 sessions, rate_tick: a new session before a queued turn", "src/run/step/sessions.rs",
+     "                let turn = if queued { s.sessions.take_queued(now) } else { s.sessions.start() };",
+     "                let turn = if queued && s.sessions.started() % 2 == 1 { s.sessions.take_queued(now) } else { s.sessions.start() };",
+     ["--test", "workload_sessions", "rate_tick_sends_queued_turns_at_the_profiles_arrivals_before_new_sessions"], {}),
 ]
 
 

@@ -143,3 +143,57 @@ fn the_sessions_scenario_chains_its_turns_hits_more_with_each_and_is_reproducibl
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_dir_all(&again).unwrap();
 }
+
+/// `next_turn = "rate_tick"` under a constant rate: every request, a new session's first turn or
+/// a queued turn, goes at one of the profile's arrivals (i / rate after the start), a turn only
+/// after its reply and think time, and a queued turn before any new session.
+#[test]
+fn rate_tick_sends_queued_turns_at_the_profiles_arrivals_before_new_sessions() {
+    let text = std::fs::read_to_string(sessions_toml()).unwrap();
+    let text = text
+        .replace("next_turn = \"after_reply\"", "next_turn = \"rate_tick\"")
+        .replace("think_time_dist = \"exponential\"", "think_time_dist = \"fixed\"")
+        .replace("kind = \"concurrent\"\nlevels = [16]", "kind = \"constant\"\nrates = [20.0]")
+        .replace("max_requests = 800", "max_requests = 400");
+    assert!(text.contains("rate_tick") && text.contains("rates = [20.0]") && text.contains("\"fixed\""));
+    // Every think time is 2 s: a turn is ready 2 s after its reply.
+    let ready = |before: &RequestRecord| before.finished_ns.unwrap().as_nanos() + 2_000_000_000;
+    let dir = std::env::temp_dir().join(format!("batchlab-sessions-tick-{}", std::process::id()));
+    let plan = parse_str(&text, "scenarios/tick.toml", Path::new("scenarios"), &Overrides::default()).unwrap();
+    let options = RunOptions { output_dir: Some(dir.clone()), requests_jsonl: true, ..RunOptions::default() };
+    let summary = run_blocking(&plan, options).unwrap();
+    let records: Vec<RequestRecord> = read_records(&dir.join("requests.jsonl")).unwrap().map(Result::unwrap).collect();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(records.len(), 400);
+    let start = records.iter().map(|r| r.submitted_ns.unwrap().as_nanos()).min().unwrap();
+    // 20/s: one arrival each 50 ms; in virtual time each request goes exactly at one.
+    for r in &records {
+        let offset = r.submitted_ns.unwrap().as_nanos() - start;
+        assert_eq!(offset % 50_000_000, 0, "request {} at {offset} ns", r.id);
+    }
+    let mut sessions: BTreeMap<u64, Vec<&RequestRecord>> = BTreeMap::new();
+    for r in &records {
+        sessions.entry(r.session.unwrap()).or_default().push(r);
+    }
+    let mut later_turns = 0;
+    for turns in sessions.values() {
+        for pair in turns.windows(2) {
+            // Queued at the reply plus think time: it cannot go before.
+            assert!(pair[1].submitted_ns.unwrap().as_nanos() >= ready(pair[0]));
+            later_turns += 1;
+        }
+    }
+    assert!(later_turns > 150, "{later_turns} turns after a first");
+    // A queued turn goes before a new session: a session only starts when no turn was waiting,
+    // so no first turn goes while a later turn's think time had ended and it had not gone.
+    for first in sessions.values().map(|t| t[0]) {
+        let at = first.submitted_ns.unwrap();
+        let waiting = sessions
+            .values()
+            .flat_map(|t| t.windows(2))
+            .any(|p| ready(p[0]) <= at.as_nanos() && p[1].submitted_ns.unwrap() > at);
+        assert!(!waiting, "session {} started while a turn was queued", first.session.unwrap());
+    }
+    let s = summary.report.benchmarks[0].sessions.as_ref().unwrap();
+    assert!(s.started < 400 && s.completed > 0, "{s:?}");
+}

@@ -887,6 +887,10 @@ MUTANTS = [
      "                let turn = if queued { s.sessions.take_queued(now) } else { s.sessions.start() };",
      "                let turn = if queued && s.sessions.started() % 2 == 1 { s.sessions.take_queued(now) } else { s.sessions.start() };",
      ["--test", "workload_sessions", "rate_tick_sends_queued_turns_at_the_profiles_arrivals_before_new_sessions"], {}),
+    ("issue 34 sessions, file: every turn replays the conversation's first user turn", "src/loadgen/sessions.rs",
+     "                Piece::Text(c.users.get(k as usize).cloned().unwrap_or_default())",
+     "                Piece::Text(c.users.first().cloned().unwrap_or_default())",
+     ["--test", "http_sessions", "a_files_conversations_are_replayed_with_the_servers_replies"], {}),
 ]
 
 

@@ -9,6 +9,7 @@ use std::path::Path;
 use batchlab::report::{RequestOutcome, read_records};
 use batchlab::run::{RunOptions, run_blocking};
 use batchlab::scenario::{Overrides, parse_str};
+use serde_json::json;
 
 #[path = "common/serve_process.rs"]
 mod serve_process;
@@ -89,5 +90,63 @@ fn session_affinity_keeps_each_session_on_one_of_two_batchlab_serve_endpoints() 
             let (m0, m1) = (pair[0].metrics.as_ref().unwrap(), pair[1].metrics.as_ref().unwrap());
             assert!(m1.prompt_tokens.unwrap() > m0.prompt_tokens.unwrap() + m0.output_tokens.unwrap());
         }
+    }
+}
+
+/// A JSONL file's conversations as sessions: each session replays one conversation's system
+/// prompt and user turns, in order, with the server's replies in place of the recorded ones.
+#[test]
+fn a_files_conversations_are_replayed_with_the_servers_replies() {
+    let stub = Recording::start(MODEL, "x-session-id", None);
+    let dir = std::env::temp_dir().join(format!("batchlab-sessions-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conversations: Vec<[String; 3]> =
+        (0..5).map(|c| [0, 1, 2].map(|k| format!("conversation {c}, question {k}: what next?"))).collect();
+    let mut file = String::new();
+    for users in &conversations {
+        let mut messages = vec![json!({"role": "system", "content": "Be brief."})];
+        for (k, u) in users.iter().enumerate() {
+            if k > 0 {
+                messages.push(json!({"role": "assistant", "content": "a recorded answer"}));
+            }
+            messages.push(json!({"role": "user", "content": u}));
+        }
+        file.push_str(&json!({"messages": messages, "max_tokens": 3}).to_string());
+        file.push('\n');
+    }
+    std::fs::write(dir.join("conversations.jsonl"), file).unwrap();
+    let text = format!(
+        "name = \"sessions-file\"\n[engine]\nkind = \"openai\"\n[engine.openai]\nurls = [\"{}\"]\nmodel = \"{MODEL}\"\n\
+         api = \"chat\"\n[batching]\nbatch_size = 1\nmax_in_flight = 4\n[workload]\nsource = \"file\"\n\
+         path = \"conversations.jsonl\"\n[workload.sessions]\n[profile]\nkind = \"concurrent\"\nlevels = [3]\n\
+         [stop]\nmax_requests = 30\n",
+        stub.url
+    );
+    let plan = parse_str(&text, "sessions-file.toml", &dir, &Overrides::default()).unwrap();
+    let out = dir.join("out");
+    let options = RunOptions { output_dir: Some(out.clone()), requests_jsonl: true, ..RunOptions::default() };
+    run_blocking(&plan, options).unwrap();
+    let records: Vec<_> = read_records(&out.join("requests.jsonl")).unwrap().map(Result::unwrap).collect();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(records.iter().all(|r| r.outcome == RequestOutcome::Completed));
+    let seen = stub.seen();
+    let (sessions, chained) = check_chains(&seen);
+    // 30 turns of 3 sessions at a time: ten or eleven sessions (the last ones may be cut short).
+    assert!((10..=11).contains(&sessions) && chained >= 18, "{sessions} sessions, {chained} chained turns");
+    // Session i (in start order) replays conversation i mod 5, its user turns in order (all three
+    // unless the run's end cut it short).
+    let mut by_session: BTreeMap<u64, Vec<&recording::Seen>> = BTreeMap::new();
+    for s in &seen {
+        by_session.entry(s.session.as_deref().unwrap().parse().unwrap()).or_default().push(s);
+    }
+    let first = *by_session.keys().next().unwrap();
+    for (session, turns) in &by_session {
+        let users = &conversations[((session - first) % 5) as usize];
+        let last = turns.last().unwrap();
+        let asked: Vec<&str> =
+            last.messages.iter().filter(|m| m["role"] == "user").map(|m| m["content"].as_str().unwrap()).collect();
+        let want: Vec<&str> = users.iter().take(turns.len()).map(String::as_str).collect();
+        assert_eq!(asked, want, "session {session}");
+        assert!(turns.len() <= 3);
     }
 }

@@ -49,6 +49,12 @@ fn check_refuses_bad_session_settings_at_their_line() {
     at_line(&problems(chat), 7, "(150) is below the first turn: up to 155 tokens");
     at_line(&problems(&format!("{SESSIONS}next_turn = \"soon\"\n")), 5, "next_turn");
     at_line(&problems(&format!("{SESSIONS}turn = 3\n")), 5, "unknown key `turn`");
+    // A text file has no conversations to replay: at the sessions' table.
+    let text_file = format!(
+        "[workload]\nsource = \"file\"\npath = \"{}\"\nformat = \"text\"\n[workload.sessions]\nturns = 2\n",
+        sessions_toml().display()
+    );
+    at_line(&problems(&text_file), 5, "`workload.format = \"text\"` has none");
 }
 
 fn run(path: &Path, dir: &Path) -> (RunSummary, Vec<RequestRecord>) {

@@ -16,7 +16,10 @@
 //! from a random stream of `(workload seed, session)`, so a session is the same whatever order its
 //! turns run in. A token workload sends token ids (the first turn's first ids spell the session's
 //! number, so sessions share no prefix); a chat workload (`chat = true`) sends messages of
-//! pseudo-words through `request_format`.
+//! pseudo-words through `request_format`. A file workload's conversations (ShareGPT, JSONL
+//! `messages`) are replayed instead: session `i` takes conversation `i mod n`, its leading system
+//! messages and then its user turns one by one (the file's assistant turns are left out), each
+//! asking for the entry's `max_tokens`.
 //!
 //! **Replies.** The reply appended is the engine's own: its token ids (a token workload) or its
 //! text (a chat workload). An engine that returns neither (the simulator has no vocabulary) gets
@@ -39,7 +42,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::error::LoadError;
-use super::workload::{TokenDist, WorkloadSpec, draw_tokens};
+use super::jsonl::LinePrompt;
+use super::workload::{TokenDist, Workload, WorkloadSpec, draw_tokens};
 use crate::engine::chat::{Message, RequestFormat};
 use crate::engine::tokens::text_tokens;
 use crate::engine::{EngineRequest, Prompt, RequestId};
@@ -162,11 +166,29 @@ pub struct Ended {
     pub duration: Duration,
 }
 
-/// The session's content, as drawn.
+/// The sessions' content: drawn token ids or pseudo-words, or a file's conversations.
 #[derive(Clone, Debug)]
 enum Content {
-    Tokens { vocab: u32 },
-    Chat { system: Option<String>, format: RequestFormat },
+    Tokens {
+        vocab: u32,
+    },
+    Chat {
+        system: Vec<Message>,
+        format: RequestFormat,
+    },
+    /// Session `i` replays conversation `i mod n`: its system messages, then its user turns.
+    File {
+        conversations: Vec<Conversation>,
+        format: RequestFormat,
+    },
+}
+
+/// A file's conversation as a session replays it.
+#[derive(Clone, Debug)]
+struct Conversation {
+    system: Vec<Message>,
+    users: Vec<String>,
+    max_tokens: u32,
 }
 
 /// One piece of history: a user turn and its reply, as sent.
@@ -239,10 +261,30 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// The sessions of a benchmark of `workload` whose first request will be `base` (session
-    /// numbers start there, so no two benchmarks on one engine share a session or a prefix).
-    /// Fails for a file workload: its conversations are not sessions yet.
-    pub fn new(spec: &SessionSpec, workload: &WorkloadSpec, base: u64) -> Result<Sessions, LoadError> {
+    /// The sessions of a benchmark of `workload` (built from `plan`) whose first request will be
+    /// `base` (session numbers start there, so no two benchmarks on one engine share a session or
+    /// a prefix). A file workload's entries must all be conversations (`messages`, ShareGPT).
+    pub fn new(spec: &SessionSpec, plan: &WorkloadSpec, workload: &Workload, base: u64) -> Result<Sessions, LoadError> {
+        if let (WorkloadSpec::File { ignore_eos, temperature, .. }, Some((lines, default_max, format))) =
+            (plan, workload.file_entries())
+        {
+            let mut conversations = Vec::with_capacity(lines.len());
+            for (i, line) in lines.iter().enumerate() {
+                let LinePrompt::Chat(messages) = &line.prompt else {
+                    return Err(LoadError::SessionsNeedConversations { entry: i });
+                };
+                let system = messages.iter().take_while(|m| m.role == "system").cloned().collect();
+                let users = messages.iter().filter(|m| m.role == "user").map(|m| m.content.clone()).collect();
+                conversations.push(Conversation { system, users, max_tokens: line.max_tokens.unwrap_or(default_max) });
+            }
+            return Ok(Sessions::with_content(
+                spec,
+                Content::File { conversations, format: format.clone() },
+                (TokenDist::Fixed { value: 1 }, TokenDist::Fixed { value: 1 }, 0),
+                (*ignore_eos, *temperature),
+                base,
+            ));
+        }
         let WorkloadSpec::Synthetic {
             prompt_tokens,
             output_tokens,
@@ -253,26 +295,43 @@ impl Sessions {
             chat,
             request_format,
             ..
-        } = workload
+        } = plan
         else {
-            return Err(LoadError::SessionsNeedSynthetic);
+            return Err(LoadError::SessionsNeedConversations { entry: 0 });
         };
         if *vocab_size == 0 {
             return Err(LoadError::EmptyVocab);
         }
         let content = if chat.enabled {
-            Content::Chat { system: chat.system_prompt.clone(), format: request_format.clone() }
+            let system = chat.system_prompt.iter().map(|s| Message::new("system", s.clone())).collect();
+            Content::Chat { system, format: request_format.clone() }
         } else {
             Content::Tokens { vocab: *vocab_size }
         };
-        Ok(Sessions {
+        Ok(Sessions::with_content(
+            spec,
+            content,
+            (prompt_tokens.clone(), output_tokens.clone(), *seed),
+            (*ignore_eos, *temperature),
+            base,
+        ))
+    }
+
+    fn with_content(
+        spec: &SessionSpec,
+        content: Content,
+        (prompt_tokens, output_tokens, seed): (TokenDist, TokenDist, u64),
+        (ignore_eos, temperature): (bool, f32),
+        base: u64,
+    ) -> Sessions {
+        Sessions {
             spec: spec.clone(),
             content,
-            prompt_tokens: prompt_tokens.clone(),
-            output_tokens: output_tokens.clone(),
-            seed: SplitMix64::derive(*seed, STREAM_SESSIONS).next_u64(),
-            ignore_eos: *ignore_eos,
-            temperature: *temperature,
+            prompt_tokens,
+            output_tokens,
+            seed: SplitMix64::derive(seed, STREAM_SESSIONS).next_u64(),
+            ignore_eos,
+            temperature,
             base,
             started: 0,
             active: BTreeMap::new(),
@@ -282,7 +341,7 @@ impl Sessions {
             ended: VecDeque::new(),
             think_drawn: (0.0, 0),
             dropped: 0,
-        })
+        }
     }
 
     /// The settings.
@@ -316,11 +375,24 @@ impl Sessions {
         let number = self.base + self.started;
         self.started += 1;
         let seed = SplitMix64::derive(self.seed, number).next_u64();
-        let turns = draw_tokens(&self.spec.turns, &mut SplitMix64::derive(seed, STREAM_TURNS));
+        let turns = match &self.content {
+            Content::File { conversations, .. } => {
+                conversations.get(self.conversation(number)).map_or(1, |c| c.users.len().max(1) as u32)
+            }
+            _ => draw_tokens(&self.spec.turns, &mut SplitMix64::derive(seed, STREAM_TURNS)),
+        };
         let session =
             Session { seed, turns, next: 0, history: VecDeque::new(), dropped: 0, started: None, asked: None };
         self.active.insert(number, session);
         self.turn_of(number, None)
+    }
+
+    /// The conversation session `number` replays (file sessions).
+    fn conversation(&self, number: u64) -> usize {
+        match &self.content {
+            Content::File { conversations, .. } => ((number - self.base) % conversations.len().max(1) as u64) as usize,
+            _ => 0,
+        }
     }
 
     /// `after_reply`: the earliest turn whose think time is over at `now`, if any.
@@ -359,22 +431,31 @@ impl Sessions {
     /// The turn of session `number` that is next, or `None` when it does not fit and ends the
     /// session (cut).
     fn turn_of(&mut self, number: u64, due: Option<Timestamp>) -> Option<Turn> {
+        let conversation = self.conversation(number);
         let session = self.active.get_mut(&number)?;
         let k = session.next;
         let user_len =
             draw_tokens(&self.prompt_tokens, &mut SplitMix64::derive(session.seed, STREAM_USER_LEN + u64::from(k)));
-        let max_tokens =
+        let mut max_tokens =
             draw_tokens(&self.output_tokens, &mut SplitMix64::derive(session.seed, STREAM_OUTPUT_LEN + u64::from(k)));
         let mut rng = SplitMix64::derive(session.seed, STREAM_USER_TEXT + u64::from(k));
         let spell = if k == 0 { Some(number) } else { None };
         let user = match &self.content {
             Content::Tokens { vocab } => Piece::Ids(ids(*vocab, user_len as usize, spell, &mut rng)),
             Content::Chat { .. } => Piece::Text(words(user_len as usize, spell, &mut rng)),
+            Content::File { conversations, .. } => {
+                let c = &conversations[conversation];
+                max_tokens = c.max_tokens;
+                Piece::Text(c.users.get(k as usize).cloned().unwrap_or_default())
+            }
         };
-        let system_tokens = match &self.content {
-            Content::Chat { system: Some(s), .. } => u32::try_from(text_tokens(s)).unwrap_or(u32::MAX),
-            _ => 0,
+        let system = match &self.content {
+            Content::Chat { system, .. } => system.as_slice(),
+            Content::File { conversations, .. } => conversations[conversation].system.as_slice(),
+            Content::Tokens { .. } => &[],
         };
+        let system_tokens = system.iter().map(|m| text_tokens(&m.content)).sum::<usize>();
+        let system_tokens = u32::try_from(system_tokens).unwrap_or(u32::MAX);
         let history_len =
             |h: &VecDeque<(Piece, Piece)>| h.iter().map(|(u, r)| u.tokens().saturating_add(r.tokens())).sum::<u32>();
         if let Some(limit) = self.spec.max_context_tokens {
@@ -413,11 +494,9 @@ impl Sessions {
                 }
                 Prompt::Tokens(all)
             }
-            Content::Chat { system, format } => {
-                let mut messages = Vec::with_capacity(2 * session.history.len() + 2);
-                if let Some(system) = system {
-                    messages.push(Message::new("system", system.clone()));
-                }
+            Content::Chat { format, .. } | Content::File { format, .. } => {
+                let mut messages = Vec::with_capacity(2 * session.history.len() + 1 + system.len());
+                messages.extend_from_slice(system);
                 for (u, r) in &session.history {
                     messages.push(Message::new("user", piece_text(u)));
                     messages.push(Message::new("assistant", piece_text(r)));
@@ -474,7 +553,7 @@ impl Sessions {
                 Some(ids) => ids.to_vec(),
                 None => ids(*vocab, count, None, &mut rng),
             }),
-            Content::Chat { .. } => Piece::Text(match reply.text {
+            Content::Chat { .. } | Content::File { .. } => Piece::Text(match reply.text {
                 Some(text) => text.to_owned(),
                 None => words(count, None, &mut rng),
             }),

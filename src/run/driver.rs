@@ -361,8 +361,12 @@ impl StepLoop<'_, '_> {
         }
         match segment.plan.sessions() {
             Some(spec) => {
-                let sessions =
-                    crate::loadgen::sessions::Sessions::new(spec, segment.plan.workload(), self.next_request)?;
+                let sessions = crate::loadgen::sessions::Sessions::new(
+                    spec,
+                    segment.plan.workload(),
+                    segment.workload,
+                    self.next_request,
+                )?;
                 run = run.with_sessions(sessions);
             }
             None => {

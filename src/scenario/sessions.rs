@@ -2,7 +2,7 @@
 //! the rest of the scenario, each refused at the line of the key that breaks it.
 
 use super::keys;
-use super::plan::{EnginePlan, SessionSpec, WorkloadSpec};
+use super::plan::{EnginePlan, FileFormat, SessionSpec, WorkloadSpec};
 use super::reader::{LocatedTable, ReadContext};
 use super::schema;
 use crate::engine::tokens::text_tokens;
@@ -22,17 +22,20 @@ pub(crate) fn lower_sessions(
     let t = cx.as_table(&field, "workload.sessions", schema::names(&["workload", "sessions"]))?;
     let mut spec = SessionSpec::default();
     keys::read(cx, t, keys::SESSION_KEYS, &mut spec);
-    let WorkloadSpec::Synthetic { prompt_tokens, output_tokens, chat, tokenizer, images, prefix_groups, .. } = workload
-    else {
-        cx.report_at(
-            &field,
-            "`[workload.sessions]` only applies with `workload.source = \"synthetic\"` for now".to_owned(),
-            Some(
-                "a file's conversations are not replayed as sessions yet: draw the turns (`turns`, `prompt_tokens`)"
-                    .to_owned(),
-            ),
-        );
-        return None;
+    let (prompt_tokens, output_tokens, chat, tokenizer, images, prefix_groups) = match workload {
+        WorkloadSpec::Synthetic { prompt_tokens, output_tokens, chat, tokenizer, images, prefix_groups, .. } => {
+            (prompt_tokens, output_tokens, chat, tokenizer, images, prefix_groups)
+        }
+        // A file's conversations are replayed; their entries are checked when it is read.
+        WorkloadSpec::File { dataset, .. } if dataset.format == FileFormat::Text => {
+            cx.report_at(
+                &field,
+                "`[workload.sessions]` replays conversations, but `workload.format = \"text\"` has none".to_owned(),
+                Some("use `format = \"sharegpt\"`, or `\"jsonl\"` lines with `messages`".to_owned()),
+            );
+            return None;
+        }
+        WorkloadSpec::File { .. } => return Some(spec),
     };
     if tokenizer.is_some() || images.is_some() || *prefix_groups > 0 {
         let what = if tokenizer.is_some() {

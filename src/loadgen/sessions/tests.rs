@@ -20,6 +20,11 @@ fn workload(chat: bool) -> WorkloadSpec {
     }
 }
 
+fn new_sessions(spec: &SessionSpec, chat: bool, base: u64) -> Result<Sessions, LoadError> {
+    let plan = workload(chat);
+    Sessions::new(spec, &plan, &Workload::from_plan(&plan).unwrap(), base)
+}
+
 fn spec(turns: u32) -> SessionSpec {
     SessionSpec { turns: TokenDist::Fixed { value: turns }, ..SessionSpec::default() }
 }
@@ -37,7 +42,7 @@ fn ids_of(turn: &Turn) -> Vec<u32> {
 
 #[test]
 fn each_turn_is_the_previous_prompt_its_exact_reply_and_a_new_user_turn() {
-    let mut s = Sessions::new(&spec(3), &workload(false), 100).unwrap();
+    let mut s = new_sessions(&spec(3), false, 100).unwrap();
     let first = s.start().unwrap();
     assert_eq!((first.session, first.turn, first.history_tokens), (100, 0, 0));
     let p0 = ids_of(&first);
@@ -69,7 +74,7 @@ fn each_turn_is_the_previous_prompt_its_exact_reply_and_a_new_user_turn() {
 
 #[test]
 fn a_chat_turn_carries_the_reply_text_the_engine_returned() {
-    let mut s = Sessions::new(&spec(2), &workload(true), 0).unwrap();
+    let mut s = new_sessions(&spec(2), true, 0).unwrap();
     let first = s.start().unwrap();
     s.on_submitted(first.session, 0, at(0));
     s.on_reply(0, Reply { text: Some(" sim token of"), token_ids: None, output_tokens: Some(3) }, at(1));
@@ -87,7 +92,7 @@ fn a_chat_turn_carries_the_reply_text_the_engine_returned() {
 #[test]
 fn a_failed_turn_ends_its_session_failed_and_think_time_holds_the_next_turn() {
     let spec = SessionSpec { think_time: Duration::from_millis(500), ..spec(4) };
-    let mut s = Sessions::new(&spec, &workload(false), 0).unwrap();
+    let mut s = new_sessions(&spec, false, 0).unwrap();
     let a = s.start().unwrap();
     let b = s.start().unwrap();
     s.on_submitted(a.session, 0, at(0));
@@ -107,7 +112,7 @@ fn a_full_context_ends_the_session_or_drops_the_oldest_pairs() {
     let limit = Some(38);
     for (policy, expect_cut) in [(ContextFull::EndSession, true), (ContextFull::DropOldest, false)] {
         let spec = SessionSpec { max_context_tokens: limit, context_full: policy, ..spec(3) };
-        let mut s = Sessions::new(&spec, &workload(false), 0).unwrap();
+        let mut s = new_sessions(&spec, false, 0).unwrap();
         let mut turn = s.start().unwrap();
         let mut sent = vec![turn.clone()];
         for id in 0..3 {
@@ -136,7 +141,7 @@ fn a_full_context_ends_the_session_or_drops_the_oldest_pairs() {
 fn exponential_think_times_have_their_mean_and_the_same_seed_the_same_sessions() {
     let spec = SessionSpec { think_time: Duration::from_secs(2), think_time_dist: ThinkDist::Exponential, ..spec(41) };
     let run = || {
-        let mut s = Sessions::new(&spec, &workload(false), 0).unwrap();
+        let mut s = new_sessions(&spec, false, 0).unwrap();
         let mut prompts = Vec::new();
         let mut id = 0;
         let mut now = at(0);
@@ -163,7 +168,7 @@ fn exponential_think_times_have_their_mean_and_the_same_seed_the_same_sessions()
 #[test]
 fn rate_tick_queues_turns_whose_think_time_is_over() {
     let spec = SessionSpec { next_turn: NextTurn::RateTick, think_time: Duration::from_millis(10), ..spec(2) };
-    let mut s = Sessions::new(&spec, &workload(false), 0).unwrap();
+    let mut s = new_sessions(&spec, false, 0).unwrap();
     let a = s.start().unwrap();
     s.on_submitted(a.session, 0, at(0));
     s.on_reply(0, Reply { text: None, token_ids: None, output_tokens: Some(5) }, at(5));
@@ -173,9 +178,19 @@ fn rate_tick_queues_turns_whose_think_time_is_over() {
 }
 
 #[test]
-fn a_file_workload_is_refused() {
-    let file = WorkloadSpec::File {
-        path: "x.jsonl".into(),
+fn a_files_conversations_are_replayed_user_turn_by_user_turn() {
+    let path = std::env::temp_dir().join(format!("batchlab-sessions-unit-{}.jsonl", std::process::id()));
+    let line = |sys: &str, users: [&str; 2]| {
+        serde_json::json!({"messages": [
+            {"role": "system", "content": sys}, {"role": "user", "content": users[0]},
+            {"role": "assistant", "content": "recorded"}, {"role": "user", "content": users[1]}],
+            "max_tokens": 7})
+        .to_string()
+    };
+    let text = format!("{}\n{}\n{}\n", line("A", ["a1", "a2"]), line("B", ["b1", "b2"]), "{\"prompt\": \"plain\"}");
+    std::fs::write(&path, text).unwrap();
+    let plan = |path: &std::path::Path| WorkloadSpec::File {
+        path: path.to_owned(),
         default_max_tokens: 4,
         ignore_eos: true,
         temperature: 0.0,
@@ -183,5 +198,32 @@ fn a_file_workload_is_refused() {
         request_format: RequestFormat::ChatTemplate,
         tokenizer: None,
     };
-    assert!(matches!(Sessions::new(&spec(2), &file, 0), Err(LoadError::SessionsNeedSynthetic)));
+    // A plain prompt among them: no conversation to replay.
+    let workload = Workload::from_plan(&plan(&path)).unwrap();
+    assert!(matches!(
+        Sessions::new(&spec(9), &plan(&path), &workload, 0),
+        Err(LoadError::SessionsNeedConversations { entry: 2 })
+    ));
+    let two = format!("{}\n{}\n", line("A", ["a1", "a2"]), line("B", ["b1", "b2"]));
+    std::fs::write(&path, two).unwrap();
+    let workload = Workload::from_plan(&plan(&path)).unwrap();
+    let mut s = Sessions::new(&spec(9), &plan(&path), &workload, 10).unwrap();
+    let contents = |t: &Turn| match &t.request.prompt {
+        Prompt::Chat(ChatPrompt { messages, .. }) => messages.iter().map(|m| m.content.clone()).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    let (a, b, c) = (s.start().unwrap(), s.start().unwrap(), s.start().unwrap());
+    assert_eq!(
+        (contents(&a), contents(&b), contents(&c)),
+        (vec!["A".into(), "a1".into()], vec!["B".into(), "b1".into()], vec!["A".into(), "a1".into()])
+    );
+    assert_eq!(a.request.max_tokens, 7);
+    s.on_submitted(b.session, 0, at(0));
+    s.on_reply(0, Reply { text: Some("live"), token_ids: None, output_tokens: Some(1) }, at(1));
+    let second = s.take_due(at(1)).unwrap();
+    assert_eq!(contents(&second), ["B", "b1", "live", "b2"]);
+    s.on_submitted(b.session, 1, at(1));
+    s.on_reply(1, Reply { text: Some("end"), token_ids: None, output_tokens: Some(1) }, at(2));
+    assert_eq!(s.poll_ended().map(|e| (e.end, e.turns)), Some((SessionEnd::Completed, 2)), "its two user turns");
+    std::fs::remove_file(&path).unwrap();
 }

@@ -417,6 +417,15 @@ impl Workload {
         }
     }
 
+    /// A file workload's entries, the `max_tokens` of those without one, and how conversations
+    /// are sent; `None` for a synthetic one. Sessions replay its conversations.
+    pub fn file_entries(&self) -> Option<(&[PromptLine], u32, &RequestFormat)> {
+        match &self.source {
+            Source::File { lines, default_max_tokens, format, .. } => Some((lines, *default_max_tokens, format)),
+            Source::Synthetic(_) => None,
+        }
+    }
+
     /// What reading a file workload found (bad lines skipped, prompts filtered); `None` for
     /// synthetic ones.
     pub fn dataset_stats(&self) -> Option<&DatasetStats> {

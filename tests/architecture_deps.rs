@@ -345,7 +345,7 @@ fn only_scenario_names_toml_edit() {
 /// Invariant 1: the sans-IO cores read no clock and do no IO; their drivers hand them `now`.
 #[test]
 fn the_cores_read_no_clock_and_do_no_io() {
-    const CORES: [&str; 20] = [
+    const CORES: [&str; 23] = [
         "src/batcher/core/mod.rs",
         "src/batcher/core/config.rs",
         "src/batcher/core/failure.rs",
@@ -360,7 +360,10 @@ fn the_cores_read_no_clock_and_do_no_io() {
         "src/run/step/finish.rs",
         "src/run/step/phases.rs",
         "src/run/step/stop.rs",
+        "src/run/step/sessions.rs",
         "src/loadgen/scheduler.rs",
+        "src/loadgen/sessions.rs",
+        "src/metrics/sessions.rs",
         "src/serve/core.rs",
         "src/metrics/mapper.rs",
         "src/metrics/aggregate.rs",

@@ -122,6 +122,10 @@ pub struct EngineRequest<Id = RequestId> {
     pub temperature: f32,
     /// Per-request sampling seed; `None` leaves sampling to the engine's own seed.
     pub seed: Option<u64>,
+    /// The session this request is a turn of (`[workload.sessions]`); an HTTP engine sends it as
+    /// a header and may route by it. `None` for a request that is no turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<u64>,
     /// What the plan's simulator works out from this request alone, worked out where the request
     /// was made ([`RequestPrep`]); `None` for the engine to work it out itself.
     #[serde(skip)]
@@ -163,6 +167,7 @@ impl EngineRequest<()> {
             ignore_eos: true,
             temperature: 0.0,
             seed: None,
+            session: None,
             prepared: None,
         }
     }
@@ -176,8 +181,9 @@ impl EngineRequest<()> {
     /// The request numbered `id`. The batcher numbers the requests submitted to it; this is for
     /// whoever calls an engine directly, without a batcher, and so plays its part.
     pub fn with_id(self, id: RequestId) -> EngineRequest {
-        let EngineRequest { id: (), prompt, max_tokens, min_tokens, ignore_eos, temperature, seed, prepared } = self;
-        EngineRequest { id, prompt, max_tokens, min_tokens, ignore_eos, temperature, seed, prepared }
+        let EngineRequest { id: (), prompt, max_tokens, min_tokens, ignore_eos, temperature, seed, session, prepared } =
+            self;
+        EngineRequest { id, prompt, max_tokens, min_tokens, ignore_eos, temperature, seed, session, prepared }
     }
 }
 

@@ -13,6 +13,15 @@ pub enum LoadError {
     /// A synthetic workload with `vocab_size = 0` has no tokens to draw.
     #[error("workload: vocab_size must be at least 1, found 0")]
     EmptyVocab,
+    /// `[workload.sessions]` replays a file's conversations: every entry must be one.
+    #[error(
+        "workload: sessions replay conversations, but the file's entry {entry} (0-based, after filtering) is no \
+         conversation (`messages`, or ShareGPT)"
+    )]
+    SessionsNeedConversations {
+        /// The entry, 0-based, after filtering.
+        entry: usize,
+    },
     /// Images go after a chat turn's text: token or plain-text prompts cannot carry them.
     #[error("workload: images need chat prompts (`workload.chat = true`, a `request_format` other than \"plain\")")]
     ImagesNeedChat,

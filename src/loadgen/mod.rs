@@ -8,6 +8,10 @@
 //! requests are in flight and says whether to submit now, at a later time, or after a completion.
 //! The runner owns the clock, the stop conditions and the metrics; this module owns no threads.
 //!
+//! With `[workload.sessions]`, requests are turns of sessions instead ([`sessions`]): a turn's
+//! prompt depends on the replies before it, so the step asks the session machine, not the
+//! workload, for it.
+//!
 //! A scenario's profile expands into benchmark steps ([`expand`], [`StepPlanner`]); a sweep's
 //! later steps depend on rates measured in its first two, so the runner asks for them one by one.
 
@@ -18,6 +22,7 @@ pub mod images;
 mod jsonl;
 mod profile;
 mod scheduler;
+pub mod sessions;
 mod tokenizer;
 mod workload;
 

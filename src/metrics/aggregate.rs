@@ -395,6 +395,7 @@ impl BenchmarkAggregator {
                 dims_min,
                 dims_max,
             }),
+            sessions: None,
         }
     }
 }

@@ -12,6 +12,7 @@
 //! - `server`: the deltas of the servers' own counters over a benchmark.
 //! - `media`: the images a benchmark sent and the engine's encoder-cache hits; `prompt_target`:
 //!   the engine's prompt counts against the lengths a token-exact workload sized its prompts to.
+//! - `sessions`: a benchmark's multi-turn sessions, and TTFT and cache hit rate by turn index.
 //! - `aggregate`, `result`: `BenchmarkResult`; `PerDistribution<T>`, the one list of the eight
 //!   timing distributions (`Distributions` is `PerDistribution<Summary>`).
 //! - `slo` (per-request objectives, goodput), `repeats` (mean, spread and Student-t interval over
@@ -30,6 +31,7 @@ pub mod repeats;
 pub mod result;
 pub mod series;
 pub mod server;
+pub mod sessions;
 pub mod slo;
 pub use crate::time::WallAnchor;
 pub use aggregate::BenchmarkAggregator;

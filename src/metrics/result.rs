@@ -98,6 +98,9 @@ pub struct BenchmarkResult {
     /// empty), so its rates are here; left out for a generation run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embeddings: Option<EmbeddingsResult>,
+    /// The benchmark's sessions (`[workload.sessions]`); left out without sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<super::sessions::SessionsResult>,
 }
 
 /// A pooling benchmark's throughput: completed embeddings and their input tokens per second of

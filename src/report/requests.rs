@@ -133,6 +133,20 @@ pub struct RequestRecord {
     /// vLLM's `LLM.embed`); left out for a generation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embedding_dims: Option<u32>,
+    /// With `[workload.sessions]`: the session this request is a turn of, the turn's 0-based
+    /// index, the history's tokens before the new user turn (as the session counts them) and
+    /// the user/reply pairs dropped from it so far (`context_full = "drop_oldest"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<u64>,
+    /// See `session`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// See `session`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_tokens: Option<u32>,
+    /// See `session`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_turns: Option<u32>,
     /// A completed request's timings (flattened); `None` otherwise.
     #[serde(flatten)]
     pub metrics: Option<MetricsMs>,
@@ -229,6 +243,10 @@ impl RequestRecord {
             image_cache_hits: None,
             prompt_tokens_target: None,
             embedding_dims: metrics.embedding_dims,
+            session: None,
+            turn: None,
+            history_tokens: None,
+            dropped_turns: None,
             metrics: Some(metrics.into()),
         }
     }
@@ -269,6 +287,10 @@ impl RequestRecord {
             image_cache_hits: None,
             prompt_tokens_target: None,
             embedding_dims: None,
+            session: None,
+            turn: None,
+            history_tokens: None,
+            dropped_turns: None,
             metrics: None,
         }
     }
@@ -550,6 +572,10 @@ mod tests {
                     image_cache_hits: None,
                     prompt_tokens_target: None,
                     embedding_dims: None,
+                    session: None,
+                    turn: None,
+                    history_tokens: None,
+                    dropped_turns: None,
                     metrics,
                 }
             },

@@ -266,7 +266,8 @@ impl StepLoop<'_, '_> {
     /// `server` result.
     fn run_step(&mut self, scheduled: ScheduledStep<'_, '_>) -> Result<Finished, RunError> {
         let segment = scheduled.segment;
-        if !self.driver.virtual_time() {
+        // A session's turns depend on its replies: none can be made ahead.
+        if !self.driver.virtual_time() || segment.plan.sessions().is_some() {
             return self.run_step_with(scheduled, None);
         }
         std::thread::scope(|scope| {
@@ -303,10 +304,13 @@ impl StepLoop<'_, '_> {
                     // so workload request k is request id k (the prefix design and requests.jsonl
                     // rely on it).
                     let k = self.next_request;
-                    let request = ahead.as_mut().and_then(|a| a.take(k)).unwrap_or_else(|| segment.workload.request(k));
+                    let turn = run.take_turn_request();
+                    let target = if turn.is_some() { None } else { segment.workload.prompt_target(k) };
+                    let request = turn
+                        .or_else(|| ahead.as_mut().and_then(|a| a.take(k)))
+                        .unwrap_or_else(|| segment.workload.request(k));
                     self.next_request += 1;
                     let images = crate::engine::image::summary(&request.prompt);
-                    let target = segment.workload.prompt_target(k);
                     match self.driver.submit(request) {
                         Ok(id) => {
                             debug_assert_eq!(id + 1, self.next_request, "workload request and id differ");
@@ -355,8 +359,21 @@ impl StepLoop<'_, '_> {
         if self.jsonl.is_some() {
             run = run.with_records();
         }
-        if let Some(design) = segment.workload.prefix_design() {
-            run = run.with_prefix_design(design, self.block_size);
+        match segment.plan.sessions() {
+            Some(spec) => {
+                let sessions = crate::loadgen::sessions::Sessions::new(
+                    spec,
+                    segment.plan.workload(),
+                    segment.workload,
+                    self.next_request,
+                )?;
+                run = run.with_sessions(sessions);
+            }
+            None => {
+                if let Some(design) = segment.workload.prefix_design() {
+                    run = run.with_prefix_design(design, self.block_size);
+                }
+            }
         }
         if self.interrupted {
             run.interrupt(now);

@@ -20,7 +20,7 @@ const TOKEN_OBJECTIVES: &[(&str, &str)] =
     &[("ttft_ms", "a first token"), ("tpot_ms", "a time per output token"), ("itl_ms", "gaps between tokens")];
 
 /// How the plan's engine embeds, as a message names it; `None` for an engine that generates.
-fn pooling(engine: &EnginePlan) -> Option<&'static str> {
+pub(crate) fn pooling(engine: &EnginePlan) -> Option<&'static str> {
     match engine {
         EnginePlan::OpenAi(OpenAiConfig { api: Api::Embeddings, .. }) => Some("`engine.openai.api` is \"embeddings\""),
         EnginePlan::Vllm(v) if v.engine_args.get("runner").and_then(|r| r.as_str()) == Some("pooling") => {

@@ -44,6 +44,7 @@ pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
     check_chat_batches(cx, top, &engine, &batching);
     let mut workload = lower_workload(cx, top, seed);
     super::images::lower_images(cx, top, &engine, &mut workload);
+    let sessions = super::sessions::lower_sessions(cx, top, &engine, &workload);
     check_chat_prompts(cx, top, &engine, &workload);
     super::embeddings::check_embeddings(cx, top, &engine);
     // `run::preflight` reads the file, and refuses there what the engine cannot send.
@@ -68,6 +69,7 @@ pub(crate) fn lower(cx: &mut ReadContext, root: &Table, ctx: &Context) -> Plan {
         engine,
         batching,
         workload,
+        sessions,
         profile,
         stop,
         warmup,

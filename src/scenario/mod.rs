@@ -37,6 +37,7 @@ pub mod plan;
 mod print;
 mod reader;
 mod schema;
+mod sessions;
 mod set;
 #[doc(hidden)]
 pub mod units;

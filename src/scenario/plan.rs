@@ -20,6 +20,8 @@ use crate::engine::python::{PythonConfig, PythonEngine};
 use crate::engine::sim::{SimConfig, SimEngine};
 use crate::engine::{EngineError, TimedEngine};
 #[doc(hidden)]
+pub use crate::loadgen::sessions::SessionSpec;
+#[doc(hidden)]
 pub use crate::loadgen::{
     Columns, DatasetOptions, FileFormat, ProfileSpec, SyntheticChat, TokenDist, TraceArrivals, WorkloadSpec,
 };
@@ -41,6 +43,9 @@ pub struct Plan {
     pub(super) batching: BatchConfig,
     /// `[workload]`: where the requests come from.
     pub(super) workload: WorkloadSpec,
+    /// `[workload.sessions]`: turns chained into sessions; `None` sends each request once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) sessions: Option<SessionSpec>,
     /// `[profile]`: how requests are offered; one or more benchmarks.
     pub(super) profile: ProfileSpec,
     /// `[stop]`: when each benchmark stops admitting measured requests.
@@ -93,6 +98,11 @@ impl Plan {
     /// `[workload]`: where the requests come from.
     pub fn workload(&self) -> &WorkloadSpec {
         &self.workload
+    }
+    /// `[workload.sessions]`: turns chained into sessions; `None` sends each request once.
+    #[doc(hidden)]
+    pub fn sessions(&self) -> Option<&SessionSpec> {
+        self.sessions.as_ref()
     }
     /// `[profile]`: how requests are offered; one or more benchmarks.
     pub fn profile(&self) -> &ProfileSpec {

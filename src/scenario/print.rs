@@ -67,6 +67,11 @@ fn document(plan: &Plan) -> DocumentMut {
         keys::print(&mut t, keys::IMAGE_KEYS, images);
         doc["workload"]["images"] = Item::Table(t);
     }
+    if let Some(sessions) = &plan.sessions {
+        let mut t = Table::new();
+        keys::print(&mut t, keys::SESSION_KEYS, sessions);
+        doc["workload"]["sessions"] = Item::Table(t);
+    }
     doc["profile"] = Item::Table(tagged(&keys::PROFILE_TAG, keys::PROFILE_VARIANTS, &plan.profile));
 
     let mut stop = Table::new();

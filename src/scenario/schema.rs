@@ -46,9 +46,11 @@ static BATCHING: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys:
 static WORKLOAD: LazyLock<SectionKeys> = LazyLock::new(|| {
     let tag = (keys::WORKLOAD_TAG.name, keys::WORKLOAD_TAG.sub);
     let images = table("images");
-    SectionKeys::new(std::iter::once(tag).chain(keys::variant_keys(keys::WORKLOAD_VARIANTS)).chain([images]))
+    let sessions = table("sessions");
+    SectionKeys::new(std::iter::once(tag).chain(keys::variant_keys(keys::WORKLOAD_VARIANTS)).chain([images, sessions]))
 });
 static IMAGES: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::IMAGE_KEYS)));
+static SESSIONS: LazyLock<SectionKeys> = LazyLock::new(|| SectionKeys::new(keys::subs(keys::SESSION_KEYS)));
 static PROFILE: LazyLock<SectionKeys> = LazyLock::new(|| {
     let tag = (keys::PROFILE_TAG.name, keys::PROFILE_TAG.sub);
     SectionKeys::new(std::iter::once(tag).chain(keys::variant_keys(keys::PROFILE_VARIANTS)))
@@ -71,6 +73,7 @@ pub(crate) fn section(path: &[&str]) -> Option<&'static SectionKeys> {
         ["batching"] => &BATCHING,
         ["workload"] => &WORKLOAD,
         ["workload", "images"] => &IMAGES,
+        ["workload", "sessions"] => &SESSIONS,
         ["profile"] => &PROFILE,
         ["stop"] => &STOP,
         ["warmup" | "cooldown"] => &PHASE,

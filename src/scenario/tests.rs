@@ -689,20 +689,26 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
         proptest::option::of(duration_strategy(1)),
         proptest::option::of(duration_strategy(1)),
         1u32..100_000,
-        any::<bool>(),
+        0u8..3,
+        proptest::option::of("X-[A-Za-z]{1,8}"),
     )
-        .prop_map(|(urls, model, chat, api_key_env, timeout, stall_timeout, max_connections, least)| {
-            EnginePlan::OpenAi(OpenAiConfig {
-                urls,
-                model,
-                api: if chat { Api::Chat } else { Api::Completions },
-                api_key_env,
-                timeout,
-                stall_timeout,
-                max_connections,
-                routing: if least { Routing::LeastOutstanding } else { Routing::RoundRobin },
-            })
-        });
+        .prop_map(
+            |(urls, model, chat, api_key_env, timeout, stall_timeout, max_connections, routing, session_header)| {
+                EnginePlan::OpenAi(OpenAiConfig {
+                    urls,
+                    model,
+                    api: if chat { Api::Chat } else { Api::Completions },
+                    api_key_env,
+                    timeout,
+                    stall_timeout,
+                    max_connections,
+                    routing: [Routing::RoundRobin, Routing::LeastOutstanding, Routing::SessionAffinity]
+                        [routing as usize],
+                    session_header,
+                })
+            },
+        )
+        .boxed();
     prop_oneof![sim, vllm, python, openai]
 }
 
@@ -757,6 +763,52 @@ fn dataset_strategy() -> impl Strategy<Value = DatasetOptions> {
             }
         },
     )
+}
+
+/// `[workload.sessions]`, any keys; [`valid_sessions`] fits it to its workload.
+fn sessions_strategy() -> impl Strategy<Value = crate::loadgen::sessions::SessionSpec> {
+    use crate::loadgen::sessions::{ContextFull, NextTurn, SessionSpec, ThinkDist};
+    (
+        dist_strategy(),
+        0u64..10_000_000_000,
+        any::<bool>(),
+        proptest::option::of(1u32..100_000),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(turns, think_ns, exponential, max_context_tokens, drop, tick)| SessionSpec {
+            turns,
+            think_time: Duration::from_millis(think_ns / 1_000_000),
+            think_time_dist: if exponential { ThinkDist::Exponential } else { ThinkDist::Fixed },
+            max_context_tokens,
+            context_full: if drop { ContextFull::DropOldest } else { ContextFull::EndSession },
+            next_turn: if tick { NextTurn::RateTick } else { NextTurn::AfterReply },
+        })
+}
+
+/// `sessions` where the workload can have them (synthetic, no tokenizer, images or shared
+/// prefixes), its context limit raised to the first turn.
+fn valid_sessions(
+    sessions: Option<crate::loadgen::sessions::SessionSpec>,
+    workload: &WorkloadSpec,
+) -> Option<crate::loadgen::sessions::SessionSpec> {
+    let WorkloadSpec::Synthetic {
+        prompt_tokens,
+        output_tokens,
+        chat,
+        tokenizer: None,
+        images: None,
+        prefix_groups: 0,
+        ..
+    } = workload
+    else {
+        return None;
+    };
+    let mut sessions = sessions?;
+    let system = chat.system_prompt.as_deref().filter(|_| chat.enabled).map_or(0, crate::engine::tokens::text_tokens);
+    let first = (system as u32).saturating_add(prompt_tokens.largest()).saturating_add(output_tokens.largest());
+    sessions.max_context_tokens = sessions.max_context_tokens.map(|m| m.max(first));
+    Some(sessions)
 }
 
 /// `[workload.images]`: one bucket or two (probabilities summing to 1), any other key.
@@ -973,7 +1025,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
         head,
         engine_and_faults,
         batching,
-        workload_strategy(),
+        (workload_strategy(), proptest::option::of(sessions_strategy()).boxed()),
         profile_strategy(),
         stop,
         (phase(), phase()),
@@ -985,7 +1037,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                 (name, description, seed),
                 (engine, faults),
                 batching,
-                workload,
+                (workload, sessions),
                 profile,
                 stop,
                 (warmup, cooldown),
@@ -1019,6 +1071,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                     },
                     (_, workload) => workload,
                 };
+                let sessions = valid_sessions(sessions, &workload);
                 // Conversations need the chat API (the completions API takes none).
                 let chats = match &workload {
                     WorkloadSpec::Synthetic { chat, request_format, .. } => {
@@ -1054,6 +1107,7 @@ fn plan_strategy() -> impl Strategy<Value = Plan> {
                     },
                     engine,
                     workload,
+                    sessions,
                     profile,
                     stop,
                     warmup,

@@ -29,6 +29,9 @@ pub enum Routing {
     RoundRobin,
     /// The endpoint with the fewest requests of ours in flight (ties: in turn).
     LeastOutstanding,
+    /// A session's turns to one endpoint (session `s` to endpoint `s mod n` while it is in
+    /// rotation, else as `least_outstanding`); requests of no session in turn.
+    SessionAffinity,
 }
 
 /// The HTTP engine's settings (docs/http.md).
@@ -58,7 +61,14 @@ pub struct OpenAiConfig {
     pub max_connections: u32,
     /// How a request picks an endpoint when there are several.
     pub routing: Routing,
+    /// The header a session's turns carry its number in (`[workload.sessions]`); `None`:
+    /// [`DEFAULT_SESSION_HEADER`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_header: Option<String>,
 }
+
+/// The header a session's turns carry their session in, by default (vLLM's bench's).
+pub const DEFAULT_SESSION_HEADER: &str = "X-Session-ID";
 
 impl OpenAiConfig {
     /// One server at `url` serving `model`, completions API, the documented defaults otherwise.
@@ -73,6 +83,7 @@ impl OpenAiConfig {
             stall_timeout: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             routing: Routing::RoundRobin,
+            session_header: None,
         }
     }
 }

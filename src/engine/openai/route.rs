@@ -82,6 +82,21 @@ impl Router {
         e.out_until = Some(now.saturating_add(backoff(e.failures)));
     }
 
+    /// The endpoint for the next request of `session`, counted in flight until
+    /// [`Router::finish`]: with `session_affinity`, session `s`'s endpoint `s mod n` while it is in
+    /// rotation; else [`Router::pick`]'s.
+    pub fn pick_for(&mut self, now: Timestamp, session: Option<u64>) -> Pick {
+        let n = self.endpoints.len();
+        if let (Routing::SessionAffinity, Some(s)) = (self.routing, session) {
+            let index = (s % n as u64) as usize;
+            if self.endpoints[index].out_until.is_none() {
+                self.endpoints[index].outstanding += 1;
+                return Pick { index, probe: false };
+            }
+        }
+        self.pick(now)
+    }
+
     /// The endpoint for the next request, counted in flight until [`Router::finish`].
     pub fn pick(&mut self, now: Timestamp) -> Pick {
         let n = self.endpoints.len();
@@ -98,8 +113,11 @@ impl Router {
             let in_rotation = order.filter(|&i| self.endpoints[i].out_until.is_none());
             let chosen = match self.routing {
                 Routing::RoundRobin => in_rotation.into_iter().next(),
-                // `min_by_key` keeps the first of equals: ties go in turn.
-                Routing::LeastOutstanding => in_rotation.min_by_key(|&i| self.endpoints[i].outstanding),
+                // `min_by_key` keeps the first of equals: ties go in turn. A session whose
+                // endpoint is out goes where the load is least.
+                Routing::LeastOutstanding | Routing::SessionAffinity => {
+                    in_rotation.min_by_key(|&i| self.endpoints[i].outstanding)
+                }
             };
             // Every endpoint is out: the one back soonest.
             let index = chosen.unwrap_or_else(|| {

@@ -65,6 +65,8 @@ use crate::engine::chat::RequestFormat;
 use crate::engine::tokenizer::{ModelTokenizer, TokenCounter};
 use crate::engine::{EngineRequest, Prompt, RequestId};
 use crate::rng::{FastRange, SplitMix64};
+/// One draw of a token-count distribution (at least 1), as the synthetic workload draws.
+pub(crate) use synthetic::sample as draw_tokens;
 use synthetic::{STREAM_IMAGES, Synthetic, digits_for_u64, group_rng};
 
 /// A distribution of token counts.
@@ -346,6 +348,7 @@ impl Workload {
             // Sampling randomness is the engine's (its seed is in the engine plan); a per-request
             // seed would make vLLM build a generator per request and slow sampling down.
             seed: None,
+            session: None,
             prepared: None,
         }
     }
@@ -411,6 +414,15 @@ impl Workload {
         match &self.source {
             Source::Synthetic(_) => None,
             Source::File { lines, .. } => Some(lines.len()),
+        }
+    }
+
+    /// A file workload's entries, the `max_tokens` of those without one, and how conversations
+    /// are sent; `None` for a synthetic one. Sessions replay its conversations.
+    pub fn file_entries(&self) -> Option<(&[PromptLine], u32, &RequestFormat)> {
+        match &self.source {
+            Source::File { lines, default_max_tokens, format, .. } => Some((lines, *default_max_tokens, format)),
+            Source::Synthetic(_) => None,
         }
     }
 

@@ -210,7 +210,7 @@ pub(super) fn digits_for_u64(vocab: u32) -> usize {
 
 /// One draw, at least 1: neither an empty prompt nor `max_tokens = 0` is a request. Normal draws
 /// are rounded and clamped to `[min, max]` (NaN becomes `min`); a reversed range means `min`.
-pub(super) fn sample(dist: &TokenDist, rng: &mut SplitMix64) -> u32 {
+pub(crate) fn sample(dist: &TokenDist, rng: &mut SplitMix64) -> u32 {
     let v = match *dist {
         TokenDist::Fixed { value } => value,
         TokenDist::Uniform { min, max } => rng.range_u64(u64::from(min), u64::from(max.max(min))) as u32,

@@ -91,20 +91,26 @@ impl StepRun {
         let Some(phase) = phase else {
             return if self.in_flight.is_empty() { Action::Done } else { Action::Wait(None) };
         };
+        if self.sessions.is_some() {
+            return self.decide_sessions(now, phase, phase_deadline);
+        }
         match self.scheduler.poll(now, self.in_flight.len()) {
             Poll::SubmitNow => Action::Submit(phase),
             Poll::At(t) => Action::Wait(Some(phase_deadline.map_or(t, |d| d.min(t)))),
             Poll::WaitForCompletion => Action::Wait(phase_deadline),
             Poll::CompletionOr(t) => Action::Wait(Some(phase_deadline.map_or(t, |d| d.min(t)))),
-            Poll::Exhausted => {
-                // Nothing more to offer in any phase; what is in flight finishes.
-                self.warmup_done = true;
-                self.schedule_done = true;
-                self.end_measure(now, StopReason::ScheduleEnd);
-                self.admitting = None;
-                if self.in_flight.is_empty() { Action::Done } else { Action::Wait(None) }
-            }
+            Poll::Exhausted => self.schedule_exhausted(now),
         }
+    }
+
+    /// The schedule has no arrival left: nothing more to offer in any phase; what is in flight
+    /// finishes.
+    pub(super) fn schedule_exhausted(&mut self, now: Timestamp) -> Action {
+        self.warmup_done = true;
+        self.schedule_done = true;
+        self.end_measure(now, StopReason::ScheduleEnd);
+        self.admitting = None;
+        if self.in_flight.is_empty() { Action::Done } else { Action::Wait(None) }
     }
 
     /// When a request submitted at `now` was meant to arrive (module docs): `due` is its time in

@@ -15,12 +15,20 @@ use crate::time::Timestamp;
 impl StepRun {
     /// The request asked for by [`Action::Submit`] was accepted as `id` at `now`.
     pub fn on_submitted(&mut self, id: RequestId, phase: Phase, now: Timestamp) {
-        let due = self.scheduler.next_arrival();
-        let held_before = self.scheduler.lateness().delayed_by_cap;
-        self.scheduler.on_submitted(now);
-        let held_by_cap = self.scheduler.lateness().delayed_by_cap > held_before;
-        let intended = self.intended_arrival(due, held_by_cap, now);
-        self.in_flight.insert(id, Flight { phase, submitted: now, intended, images: None, prompt_target: None });
+        let turn = self.turn_submitted(id, now);
+        let intended = match turn {
+            // A turn after its think time takes no arrival: it was meant to go when that ended.
+            Some((_, Some(due), false)) => due.min(now),
+            _ => {
+                let due = self.scheduler.next_arrival();
+                let held_before = self.scheduler.lateness().delayed_by_cap;
+                self.scheduler.on_submitted(now);
+                let held_by_cap = self.scheduler.lateness().delayed_by_cap > held_before;
+                self.intended_arrival(due, held_by_cap, now)
+            }
+        };
+        let turn = turn.map(|(mark, _, _)| mark);
+        self.in_flight.insert(id, Flight { phase, submitted: now, intended, images: None, prompt_target: None, turn });
         match phase {
             Phase::Warmup => {
                 self.phases[Phase::Warmup].submitted += 1;
@@ -56,6 +64,7 @@ impl StepRun {
 
     /// The batcher refused a request: the engine is unusable or shutting down, so the step ends.
     pub fn on_rejected(&mut self, error: &RequestError, now: Timestamp) {
+        self.turn_refused(now);
         tracing::error!(step = %self.step.name, %error, "request rejected; ending the benchmark");
         self.stop_engine_unusable(now);
     }
@@ -91,6 +100,13 @@ impl StepRun {
             Phase::Warmup => self.phases[Phase::Warmup].in_flight -= 1,
             Phase::Cooldown => self.phases[Phase::Cooldown].finished += 1,
             Phase::Measure => {}
+        }
+        if let Some(mark) = flight.turn {
+            let ttft = match outcome {
+                Ok(c) => map_request(&c.times, &c.output, self.domain, self.anchor).ttft,
+                Err(_) => None,
+            };
+            self.turn_outcome(id, (mark, flight.phase), outcome, ttft, now);
         }
         match outcome {
             Ok(c) => {
@@ -129,6 +145,7 @@ impl StepRun {
                     record.images = flight.images;
                     record.image_cache_hits = c.output.stats.image_cache_hits;
                     record.prompt_tokens_target = flight.prompt_target;
+                    mark_turn(&mut record, flight.turn);
                     record
                 });
             }
@@ -168,9 +185,20 @@ impl StepRun {
                     record.endpoint = endpoint.map(str::to_owned);
                     record.images = flight.images;
                     record.prompt_tokens_target = flight.prompt_target;
+                    mark_turn(&mut record, flight.turn);
                     record
                 });
             }
         }
+    }
+}
+
+/// A turn's place in its session, on its `requests.jsonl` row.
+pub(super) fn mark_turn(record: &mut RequestRecord, turn: Option<super::sessions::TurnMark>) {
+    if let Some(t) = turn {
+        record.session = Some(t.session);
+        record.turn = Some(t.turn);
+        record.history_tokens = Some(t.history_tokens);
+        record.dropped_turns = Some(t.dropped_turns);
     }
 }

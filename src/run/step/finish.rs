@@ -33,6 +33,7 @@ impl StepRun {
                 record.intended_ns = Some(f.intended);
                 record.images = f.images;
                 record.prompt_tokens_target = f.prompt_target;
+                super::events::mark_turn(&mut record, f.turn);
                 records.push(record);
             }
         }
@@ -41,9 +42,11 @@ impl StepRun {
         } else {
             self.phases[Phase::Measure].last_end.or(self.measure_end).unwrap_or(now)
         };
+        let sessions = self.sessions_result();
         let mut result = self.aggregator.finish(end);
         result.images = self.media.finish(result.duration_s);
         result.prompt_target = self.prompt_targets.finish();
+        result.sessions = sessions;
         result.repeat = self.repeat;
         result.batching.whole_run = self.batches_seen;
         Finished { result, records, ends_run }

@@ -22,13 +22,15 @@
 //!
 //! This file holds the step's state ([`StepRun`]), its construction and its accessors; its
 //! behaviour is split by job: `admission` (what to do next), `events` (what the driver reports),
-//! `stop`, `finish`, with `phases` (the per-phase counts) and `display` (the status line).
+//! `stop`, `finish`, with `phases` (the per-phase counts), `display` (the status line) and
+//! `sessions` (turns chained into sessions, `[workload.sessions]`).
 
 mod admission;
 mod display;
 mod events;
 mod finish;
 mod phases;
+mod sessions;
 mod stop;
 
 use std::collections::VecDeque;
@@ -68,6 +70,8 @@ struct Flight {
     images: Option<ImageSummary>,
     /// The prompt length the workload sized it to, if it did ([`StepRun::on_prompt_target`]).
     prompt_target: Option<u32>,
+    /// Its place in its session, when the step runs sessions.
+    turn: Option<sessions::TurnMark>,
 }
 
 /// One benchmark as a sans-IO state machine: it says when to submit ([`poll`](Self::poll)), takes
@@ -119,6 +123,8 @@ pub struct StepRun {
     aggregator: BenchmarkAggregator,
     domain: ClockDomain,
     anchor: Option<WallAnchor>,
+    /// The step's sessions (`[workload.sessions]`); `None` sends each request once.
+    sessions: Option<sessions::StepSessions>,
 }
 
 impl StepRun {
@@ -167,6 +173,7 @@ impl StepRun {
             aggregator,
             domain,
             anchor,
+            sessions: None,
         })
     }
 

@@ -203,9 +203,20 @@ pub(crate) const OPENAI_KEYS: &[Key<OpenAiConfig>] = &[
         in OpenAiConfig
     ),
     key!(
-        routing: Choice(&[("round_robin", Routing::RoundRobin), ("least_outstanding", Routing::LeastOutstanding)]),
+        routing: Choice(&[
+            ("round_robin", Routing::RoundRobin),
+            ("least_outstanding", Routing::LeastOutstanding),
+            ("session_affinity", Routing::SessionAffinity)
+        ]),
         KeyDefault::Value,
-        "how a request picks one of several `urls`; a failing endpoint is skipped for a backoff (docs/http.md)",
+        "how a request picks one of several `urls`; a failing endpoint is skipped for a backoff (docs/http.md); \
+         `session_affinity` keeps a session's turns on one endpoint",
+        in OpenAiConfig
+    ),
+    key!(
+        session_header: Opt(NonBlank),
+        KeyDefault::Text("`\"X-Session-ID\"`"),
+        "with `[workload.sessions]`: the header each turn carries its session's number in",
         in OpenAiConfig
     ),
 ];

@@ -141,6 +141,11 @@ fn docs_workload_images() {
 }
 
 #[test]
+fn docs_workload_sessions() {
+    check_docs("### `[workload.sessions]`", rows(SESSION_KEYS, &crate::loadgen::sessions::SessionSpec::default()));
+}
+
+#[test]
 fn docs_stop() {
     check_docs("## `[stop]`", rows(STOP_KEYS, &StopPlan::default()));
 }

@@ -8,6 +8,7 @@ use super::super::reader::LowerBound;
 use super::codec::*;
 use super::{Key, KeyDefault, Tag, TagOf, Variant, derive_seed, seed_stream};
 use crate::loadgen::images::{Content, ImageFormat, ImageSpec};
+use crate::loadgen::sessions::{ContextFull, NextTurn, SessionSpec, ThinkDist};
 
 pub(crate) const WORKLOAD_TAG: Key<Tag> = key!(source: TagOf(WORKLOAD_VARIANTS), KeyDefault::Value, "", Tag(source));
 
@@ -110,6 +111,49 @@ pub(crate) const IMAGE_KEYS: &[Key<ImageSpec>] = &[
         "`workload.prompt_tokens` is the whole prompt, template and images included, as batchlab counts it: \
          the text is sized to hit it (docs/workloads.md)",
         in ImageSpec
+    ),
+];
+
+/// `[workload.sessions]`, live multi-turn sessions (`loadgen::sessions`).
+pub(crate) const SESSION_KEYS: &[Key<SessionSpec>] = &[
+    key!(
+        turns: Dist,
+        KeyDefault::Value,
+        "user turns per session, an integer >= 1 or a distribution like `prompt_tokens`; each user turn is \
+         `workload.prompt_tokens` long and asks for `workload.output_tokens`",
+        in SessionSpec
+    ),
+    key!(
+        think_time: Dur { zero: true },
+        KeyDefault::Value,
+        "the mean wait between a reply and the session's next turn; not counted as client lag",
+        in SessionSpec
+    ),
+    key!(
+        think_time_dist: Choice(&[("fixed", ThinkDist::Fixed), ("exponential", ThinkDist::Exponential)]),
+        KeyDefault::Value,
+        "`fixed` (vLLM's `--multi-turn-delay-ms`) or `exponential` with mean `think_time`",
+        in SessionSpec
+    ),
+    key!(
+        max_context_tokens: Opt(U32(1)),
+        KeyDefault::Value,
+        "the longest history plus new user turn plus `max_tokens` a turn may have; not below the first turn",
+        in SessionSpec
+    ),
+    key!(
+        context_full: Choice(&[("end_session", ContextFull::EndSession), ("drop_oldest", ContextFull::DropOldest)]),
+        KeyDefault::Value,
+        "a turn that would not fit: `end_session` (vLLM's bench; counted cut) or `drop_oldest` user/reply pairs \
+         (inference-perf; counted dropped)",
+        in SessionSpec
+    ),
+    key!(
+        next_turn: Choice(&[("after_reply", NextTurn::AfterReply), ("rate_tick", NextTurn::RateTick)]),
+        KeyDefault::Value,
+        "`after_reply`: when the think time ends (vLLM, guidellm); `rate_tick`: queued then, sent at the profile's \
+         next arrival before a new session (AIPerf)",
+        in SessionSpec
     ),
 ];
 

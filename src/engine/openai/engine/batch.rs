@@ -12,7 +12,7 @@ use http_body_util::Full;
 use serde_json::Value;
 
 use super::super::client::{Response, SendError};
-use super::super::config::{Api, request_timeout};
+use super::super::config::{Api, DEFAULT_SESSION_HEADER, request_timeout};
 use super::super::request;
 use super::super::route::{Change, Health, Pick};
 use super::super::sse::SseParser;
@@ -77,7 +77,7 @@ async fn send_group(
     start: tokio::time::Instant,
     timeout: Duration,
 ) -> Vec<EngineOutput> {
-    let pick = lock(&shared.router).pick(MonotonicClock::read());
+    let pick = lock(&shared.router).pick_for(MonotonicClock::read(), session_of(&requests));
     let endpoint = &shared.endpoints[pick.index];
     let answer = async {
         match shared.config.api {
@@ -138,6 +138,13 @@ fn finish_pick(shared: &Shared, pick: Pick, result: &Result<Vec<EngineOutput>, R
     }
 }
 
+/// The session of one request on the wire: its prompts' session when they are all turns of one
+/// (a chat request always is: one conversation); `None` otherwise.
+fn session_of(requests: &[&EngineRequest]) -> Option<u64> {
+    let first = requests.first()?.session?;
+    requests.iter().all(|r| r.session == Some(first)).then_some(first)
+}
+
 /// The `X-Request-Id` of one request on the wire: the prefix, then the batchlab ids of its
 /// prompts in choice order, comma-separated (`batchlab-1f2e3d-12,13,14`). A server that logs it
 /// (vLLM, `batchlab serve --timing-log`) names each choice by it; `scripts/bench_http_compare.py`
@@ -161,11 +168,16 @@ async fn stream_request(
     let _slot = endpoint.slots.acquire().await.map_err(|e| remote(RemoteErrorKind::ConnectFailed, e.to_string()))?;
     let chat = shared.config.api == Api::Chat;
     let path = if chat { "/v1/chat/completions" } else { "/v1/completions" };
-    let http = shared
+    let mut http = shared
         .request(Method::POST, &format!("{url}{path}"))
         .header(CONTENT_TYPE, "application/json")
         .header(ACCEPT, "text/event-stream")
-        .header("x-request-id", request_id(&shared.request_id_prefix, requests))
+        .header("x-request-id", request_id(&shared.request_id_prefix, requests));
+    if let Some(session) = session_of(requests) {
+        let name = shared.config.session_header.as_deref().unwrap_or(DEFAULT_SESSION_HEADER);
+        http = http.header(name, session.to_string());
+    }
+    let http = http
         .body(Full::new(Bytes::from(body.to_string())))
         .map_err(|e| remote(RemoteErrorKind::ConnectFailed, format!("{url}{path}: {e}")))?;
     let arrival_wall = wall_secs();

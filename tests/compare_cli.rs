@@ -4,6 +4,7 @@
 //! gated metric is shown within its margin, 4 on a regression, 5 when inconclusive.
 
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 
 #[path = "common/cli.rs"]
 mod cli_common;
@@ -11,6 +12,17 @@ use cli_common::{batchlab, temp_dir, text};
 
 #[path = "common/serve_process.rs"]
 mod serve_process;
+
+/// Held by each test for its whole run: the tests of this file run one at a time. Reproduction 3
+/// times two unchanged HTTP runs in real time, one after the other; beside the other tests (2
+/// cores) one run had the machine to itself and the other did not, and its TTFT p50 moved by a
+/// third (exit 4 in `just test`, 2026-12-07). A change of load between A and B is exactly the
+/// drift a single unchanged pair must not see.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn alone() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Runs scenarios/throughput.toml with `flags` and `--set`s into `dir`; any count of errors and
 /// completions meets the expectations (as the reproductions set them).
@@ -46,6 +58,7 @@ fn line<'t>(table: &'t str, metric: &str) -> &'t str {
 /// requests.jsonl. The errors are certain to be above the limit: exit 4, never 0.
 #[test]
 fn reproduction_1_half_the_requests_failed_is_a_regression() {
+    let _alone = alone();
     let root = temp_dir("half-failed");
     let (a, b) = (root.join("a"), root.join("b"));
     run_with(&a, &[], &[]);
@@ -69,6 +82,7 @@ fn reproduction_1_half_the_requests_failed_is_a_regression() {
 /// batch in eight (6× slower), with requests.jsonl: never a pass.
 #[test]
 fn reproduction_2_a_tripled_tail_is_never_a_pass() {
+    let _alone = alone();
     let root = temp_dir("tail");
     let (a, b, slow) = (root.join("a"), root.join("b"), root.join("slow"));
     run_with(&a, &["--requests-jsonl"], &[]);
@@ -88,28 +102,52 @@ fn reproduction_2_a_tripled_tail_is_never_a_pass() {
 }
 
 /// Reproduction 3: two unchanged runs of scenarios/http.toml against `batchlab serve`, at
-/// `batch_size = 1` and 32 in flight, seeds 1 and 2: the unit is a block of time, never the
-/// request, and the gate does not fail (exit 0 or 5, never 4).
+/// `batch_size = 1` and 32 in flight: the unit is a block of time, never the request, and the
+/// gate does not fail them (exit 0 or 5).
+///
+/// The gate's claim is a rate: at most about alpha of unchanged pairs exit 4. One pair may exit 4
+/// by design (3 of 40 runs of this test on 2026-12-07 did, the one whose table was kept on its
+/// TTFT p50), so a test of one pair that must never exit 4 flakes. Here a pair that exits 4 is
+/// followed by a second, independent one (other seeds, a fresh server), and the test fails only
+/// when both do: about alpha² under the claim, and a quarter or more for a gate that fails
+/// unchanged runs half the time. Every pair's table states its unit.
 #[test]
-fn reproduction_3_unchanged_http_runs_at_batch_size_one_never_regress() {
-    let server = serve_process::Server::start(None, &[]);
-    let root = temp_dir("http-unchanged");
-    let urls = format!("engine.openai.urls=[\"{}\"]", server.url);
-    let shape = [urls.as_str(), "batching.batch_size=1", "batching.max_in_flight=32"];
-    let (a, b) = (root.join("a"), root.join("b"));
-    run_scenario("scenarios/http.toml", &a, &["--requests-jsonl"], &[&shape[..], &["seed=1"]].concat());
-    run_scenario("scenarios/http.toml", &b, &["--requests-jsonl"], &[&shape[..], &["seed=2"]].concat());
-    let (code, table) = compare(&a, &b, &[]);
-    assert!(matches!(code, Some(0 | 5)), "{table}");
-    let ttft = line(&table, "ttft_p99_ms");
-    assert!(ttft.contains("bootstrap") && ttft.contains("time blocks"), "the unit is stated: {table}");
-    assert!(!table.contains("REGRESSION"), "{table}");
+fn reproduction_3_unchanged_http_runs_at_batch_size_one_fail_the_gate_at_most_at_alpha() {
+    let _alone = alone();
+    let mut failed = Vec::new();
+    for (pair, seeds) in [(1, 2), (3, 4)].into_iter().enumerate() {
+        let server = serve_process::Server::start(None, &[]);
+        let root = temp_dir(&format!("http-unchanged-{pair}"));
+        let urls = format!("engine.openai.urls=[\"{}\"]", server.url);
+        let shape = [urls.as_str(), "batching.batch_size=1", "batching.max_in_flight=32"];
+        let (a, b) = (root.join("a"), root.join("b"));
+        for (dir, seed) in [(&a, seeds.0), (&b, seeds.1)] {
+            let seed = format!("seed={seed}");
+            run_scenario("scenarios/http.toml", dir, &["--requests-jsonl"], &[&shape[..], &[seed.as_str()]].concat());
+        }
+        let (code, table) = compare(&a, &b, &[]);
+        let ttft = line(&table, "ttft_p99_ms");
+        assert!(ttft.contains("bootstrap") && ttft.contains("time blocks"), "the unit is stated: {table}");
+        match code {
+            Some(0 | 5) => {
+                assert!(!table.contains("REGRESSION"), "{table}");
+                return;
+            }
+            Some(4) => {
+                eprintln!("pair {pair} (seeds {seeds:?}) exited 4:\n{table}");
+                failed.push(table);
+            }
+            other => panic!("pair {pair} exited {other:?}:\n{table}"),
+        }
+    }
+    panic!("both unchanged pairs exited 4:\n{}", failed.join("\n"));
 }
 
 /// Reproduction 4: the decode step doubled, three repeats each: a regression with and without
 /// requests.jsonl (more data never weakens a verdict).
 #[test]
 fn reproduction_4_more_data_never_weakens_the_verdict() {
+    let _alone = alone();
     let root = temp_dir("slower");
     let (a, b) = (root.join("a"), root.join("b"));
     run_with(&a, &["--repeat", "3", "--requests-jsonl"], &[]);
@@ -134,6 +172,7 @@ fn reproduction_4_more_data_never_weakens_the_verdict() {
 /// exits 3, unless the scenario expects it.
 #[test]
 fn reproduction_5_a_run_that_completed_nothing_exits_three() {
+    let _alone = alone();
     let root = temp_dir("nothing");
     let shipped = std::fs::read_to_string("scenarios/throughput.toml").unwrap();
     let without_expect = &shipped[..shipped.find("[expect]").expect("the shipped scenario has [expect]")];
@@ -154,6 +193,7 @@ fn reproduction_5_a_run_that_completed_nothing_exits_three() {
 /// would decide it, and `--allow-inconclusive` exits 0 and says so.
 #[test]
 fn same_seed_runs_never_regress_and_inconclusive_can_be_allowed() {
+    let _alone = alone();
     let root = temp_dir("same");
     let (a, b) = (root.join("a"), root.join("b"));
     run_with(&a, &["--requests-jsonl", "--repeat", "3"], &[]);
@@ -179,6 +219,7 @@ fn same_seed_runs_never_regress_and_inconclusive_can_be_allowed() {
 /// is a regression; the same command on both sides never is.
 #[test]
 fn the_ab_runner_alternates_and_judges_by_rounds() {
+    let _alone = alone();
     let root = temp_dir("ab");
     let bin = env!("CARGO_BIN_EXE_batchlab");
     let base = format!("{bin} run scenarios/throughput.toml --quiet --requests-jsonl --set 'expect.errors=>=0'");
@@ -208,6 +249,7 @@ fn the_ab_runner_alternates_and_judges_by_rounds() {
 
 #[test]
 fn bad_inputs_exit_two_with_the_reason() {
+    let _alone = alone();
     let root = temp_dir("bad");
     let old = root.join("old");
     std::fs::create_dir_all(&old).unwrap();

@@ -938,6 +938,9 @@ MUTANTS = [
     ("issue 34 sessions, check: sessions accepted on a pooling engine", "src/scenario/sessions.rs",
      "    if let Some(how) = super::embeddings::pooling(engine) {", "    if let Some(how) = super::embeddings::pooling(engine).filter(|_| false) {",
      ["--test", "workload_sessions", "check_refuses_bad_session_settings_at_their_line"], {}),
+    ("issue 34 tests: a vLLM test file without its feature gate (it runs in just test)", "tests/vllm_sessions.rs",
+     "#![cfg(feature = \"vllm\")]\n", "\n",
+     ["--test", "architecture_deps", "every_vllm_test_file_is_gated_and_run_by_test_vllm"], {}),
 ]
 
 

@@ -503,3 +503,38 @@ fn assert_no_circle(layer: &str) {
         assert!(!back_to(&edges, start, &mut path), "a circle in src/{layer}: {}", path.join(" → "));
     }
 }
+
+/// The vLLM test files (`tests/vllm_*.rs`, `tests/serve_vllm.rs`) are built with `--features vllm`
+/// only (a whole-file `#![cfg(feature = "vllm")]`), so `just test` needs no Python, and each is
+/// run by `just test-vllm`; every file that recipe names exists. A vLLM test file without the gate
+/// ran in `just test` and failed there ("built without Python engines", 2026-12-07).
+#[test]
+fn every_vllm_test_file_is_gated_and_run_by_test_vllm() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let justfile = std::fs::read_to_string(root.join("justfile")).expect("justfile");
+    let recipe = justfile
+        .split("\ntest-vllm:")
+        .nth(1)
+        .and_then(|rest| rest.lines().find(|l| l.contains("cargo test")))
+        .expect("the justfile's test-vllm recipe runs cargo test");
+    let named: Vec<&str> = recipe.split("--test ").skip(1).filter_map(|s| s.split_whitespace().next()).collect();
+    for name in &named {
+        assert!(
+            root.join("tests").join(format!("{name}.rs")).is_file(),
+            "test-vllm names tests/{name}.rs, which is missing"
+        );
+    }
+    let mut files: Vec<_> = std::fs::read_dir(root.join("tests"))
+        .expect("tests/")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|f| f.strip_suffix(".rs").map(str::to_owned))
+        .filter(|stem| stem.starts_with("vllm_") || stem == "serve_vllm")
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "{files:?}");
+    for stem in &files {
+        let text = std::fs::read_to_string(root.join("tests").join(format!("{stem}.rs"))).expect("test file");
+        assert!(text.contains("\n#![cfg(feature = \"vllm\")]\n"), "tests/{stem}.rs has no #![cfg(feature = \"vllm\")]");
+        assert!(named.contains(&stem.as_str()), "tests/{stem}.rs is not in the justfile's test-vllm recipe");
+    }
+}

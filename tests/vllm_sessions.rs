@@ -3,6 +3,9 @@
 //! reply vLLM streamed, byte for byte, and `routing = "session_affinity"` with `X-Session-ID`
 //! keeps each session on one endpoint of the two; in-process (scenarios/vllm-sessions.toml), the
 //! history goes through the chat template and vLLM's prefix cache serves more of later turns.
+//! Built with `--features vllm` only, as every vLLM test: `just test` needs no Python.
+
+#![cfg(feature = "vllm")]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -90,26 +90,9 @@ pub fn parse_request(
     format: &RequestFormat,
     image_tokens: ImageTokenRule,
 ) -> Result<GenerationRequest, ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::status(400, format!("the request body is not valid JSON: {e}")))?;
-    let Value::Object(obj) = value else {
-        return Err(ApiError::status(400, "the request body must be a JSON object"));
-    };
-    match obj.get("model") {
-        None | Some(Value::Null) => return Err(ApiError::bad_field("model", "`model` is required")),
-        Some(Value::String(m)) if m == model => {}
-        Some(Value::String(m)) => {
-            return Err(ApiError {
-                status: 404,
-                message: format!("The model `{m}` does not exist."),
-                param: Some("model".into()),
-                retry_after: None,
-            });
-        }
-        Some(_) => return Err(ApiError::bad_field("model", "`model` must be a string")),
-    }
+    let obj = request_object(body, model)?;
     let prompts = match endpoint {
-        Endpoint::Completions => completion_prompts(obj.get("prompt"))?,
+        Endpoint::Completions => prompt_list("prompt", obj.get("prompt"))?,
         Endpoint::Chat => vec![chat_prompt(obj.get("messages"), format, image_tokens)?],
     };
     let max_key = match endpoint {
@@ -176,22 +159,44 @@ fn boolean(obj: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError
     }
 }
 
-/// `prompt`: a string, a list of strings, token ids, or a list of token-id lists.
-fn completion_prompts(prompt: Option<&Value>) -> Result<Vec<Prompt>, ApiError> {
+/// A request body as a JSON object, for the served `model` (else 404; a missing or non-string
+/// `model` is a 400 that names it).
+pub(super) fn request_object(body: &[u8], model: &str) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::status(400, format!("the request body is not valid JSON: {e}")))?;
+    let Value::Object(obj) = value else {
+        return Err(ApiError::status(400, "the request body must be a JSON object"));
+    };
+    match obj.get("model") {
+        None | Some(Value::Null) => Err(ApiError::bad_field("model", "`model` is required")),
+        Some(Value::String(m)) if m == model => Ok(obj),
+        Some(Value::String(m)) => Err(ApiError {
+            status: 404,
+            message: format!("The model `{m}` does not exist."),
+            param: Some("model".into()),
+            retry_after: None,
+        }),
+        Some(_) => Err(ApiError::bad_field("model", "`model` must be a string")),
+    }
+}
+
+/// `key` (completions' `prompt`, embeddings' `input`): a string, a list of strings, token ids, or
+/// a list of token-id lists (OpenAI's four shapes), none of them empty.
+pub(super) fn prompt_list(key: &str, value: Option<&Value>) -> Result<Vec<Prompt>, ApiError> {
     let bad = || {
         ApiError::bad_field(
-            "prompt",
-            "`prompt` must be a string, a list of strings, token ids or a list of token-id lists",
+            key,
+            format!("`{key}` must be a string, a list of strings, token ids or a list of token-id lists"),
         )
     };
     let ids = |items: &[Value]| -> Result<Vec<u32>, ApiError> {
         items.iter().map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(bad)).collect()
     };
-    let prompts = match prompt {
-        None | Some(Value::Null) => return Err(ApiError::bad_field("prompt", "`prompt` is required")),
+    let prompts = match value {
+        None | Some(Value::Null) => return Err(ApiError::bad_field(key, format!("`{key}` is required"))),
         Some(Value::String(s)) => vec![Prompt::Text(s.clone())],
         Some(Value::Array(items)) if items.is_empty() => {
-            return Err(ApiError::bad_field("prompt", "`prompt` must not be empty"));
+            return Err(ApiError::bad_field(key, format!("`{key}` must not be empty")));
         }
         Some(Value::Array(items)) => match &items[0] {
             Value::String(_) => items
@@ -212,8 +217,8 @@ fn completion_prompts(prompt: Option<&Value>) -> Result<Vec<Prompt>, ApiError> {
     };
     // An empty text would still be counted as one token (the simulator's `[0]`): refuse it.
     if let Some(i) = prompts.iter().position(|p| matches!(p, Prompt::Text(s) if s.is_empty())) {
-        let which = if prompts.len() > 1 { format!("prompt {i}") } else { "the prompt".into() };
-        return Err(ApiError::bad_field("prompt", format!("{which} is empty: it must have at least one token")));
+        let which = if prompts.len() > 1 { format!("{key} {i}") } else { format!("the {key}") };
+        return Err(ApiError::bad_field(key, format!("{which} is empty: it must have at least one token")));
     }
     Ok(prompts)
 }

@@ -10,7 +10,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::api::ApiError;
+use super::api::{ApiError, prompt_list, request_object};
 use crate::engine::Prompt;
 use crate::rng::SplitMix64;
 
@@ -21,26 +21,9 @@ pub const EMBEDDING_DIMS: usize = 8;
 /// shapes). `model` must be the served one (else 404); `encoding_format` only `"float"`;
 /// `dimensions`, where given, must be [`EMBEDDING_DIMS`].
 pub fn parse_embeddings(body: &[u8], model: &str) -> Result<Vec<Prompt>, ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::status(400, format!("the request body is not valid JSON: {e}")))?;
-    let Value::Object(obj) = value else {
-        return Err(ApiError::status(400, "the request body must be a JSON object"));
-    };
-    match obj.get("model") {
-        None | Some(Value::Null) => return Err(ApiError::bad_field("model", "`model` is required")),
-        Some(Value::String(m)) if m == model => {}
-        Some(Value::String(m)) => {
-            return Err(ApiError {
-                status: 404,
-                message: format!("The model `{m}` does not exist."),
-                param: Some("model".into()),
-                retry_after: None,
-            });
-        }
-        Some(_) => return Err(ApiError::bad_field("model", "`model` must be a string")),
-    }
+    let obj = request_object(body, model)?;
     check_options(&obj)?;
-    inputs(obj.get("input"))
+    prompt_list("input", obj.get("input"))
 }
 
 fn check_options(obj: &Map<String, Value>) -> Result<(), ApiError> {
@@ -58,45 +41,6 @@ fn check_options(obj: &Map<String, Value>) -> Result<(), ApiError> {
             Err(ApiError::bad_field("dimensions", format!("this model's vectors have {EMBEDDING_DIMS}, not {v}")))
         }
     }
-}
-
-fn inputs(input: Option<&Value>) -> Result<Vec<Prompt>, ApiError> {
-    let bad = || {
-        ApiError::bad_field(
-            "input",
-            "`input` must be a string, a list of strings, token ids or a list of token-id lists",
-        )
-    };
-    let ids = |items: &[Value]| -> Result<Vec<u32>, ApiError> {
-        items.iter().map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(bad)).collect()
-    };
-    let inputs = match input {
-        None | Some(Value::Null) => return Err(ApiError::bad_field("input", "`input` is required")),
-        Some(Value::String(s)) => vec![Prompt::Text(s.clone())],
-        Some(Value::Array(items)) if items.is_empty() => {
-            return Err(ApiError::bad_field("input", "`input` must not be empty"));
-        }
-        Some(Value::Array(items)) => match &items[0] {
-            Value::String(_) => items
-                .iter()
-                .map(|v| v.as_str().map(|s| Prompt::Text(s.into())).ok_or_else(bad))
-                .collect::<Result<_, _>>()?,
-            Value::Number(_) => vec![Prompt::Tokens(ids(items)?)],
-            Value::Array(_) => items
-                .iter()
-                .map(|v| match v {
-                    Value::Array(inner) if !inner.is_empty() => ids(inner).map(Prompt::Tokens),
-                    _ => Err(bad()),
-                })
-                .collect::<Result<_, _>>()?,
-            _ => return Err(bad()),
-        },
-        Some(_) => return Err(bad()),
-    };
-    if let Some(i) = inputs.iter().position(|p| matches!(p, Prompt::Text(s) if s.is_empty())) {
-        return Err(ApiError::bad_field("input", format!("input {i} is empty: it must have at least one token")));
-    }
-    Ok(inputs)
 }
 
 /// The vector of an input of token ids `ids` on a server of seed `seed` (see the module docs).

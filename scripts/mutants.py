@@ -941,6 +941,9 @@ MUTANTS = [
     ("issue 34 tests: a vLLM test file without its feature gate (it runs in just test)", "tests/vllm_sessions.rs",
      "#![cfg(feature = \"vllm\")]\n", "\n",
      ["--test", "architecture_deps", "every_vllm_test_file_is_gated_and_run_by_test_vllm"], {}),
+    ("issue 34 sessions, console: the sessions line shows every turn's hit rate, not the first eight", "src/report/table.rs",
+     "s.by_turn.iter().take(SESSION_TURNS_SHOWN).map(", "s.by_turn.iter().map(",
+     ["--lib", "report::table::tests::a_sessions_benchmark_prints_how_its_sessions_went"], {}),
 ]
 
 

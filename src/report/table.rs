@@ -22,6 +22,35 @@ fn fixed(v: Option<f64>, decimals: usize) -> String {
     v.map_or_else(|| "-".to_string(), |v| format!("{v:.decimals$}"))
 }
 
+/// Turn indices whose cache hit rate the console line shows; report.json has every row.
+const SESSION_TURNS_SHOWN: usize = 8;
+
+/// A benchmark's sessions in one line: how they ended, their turns and durations, the think
+/// times drawn, and the prefix-cache hit rate by turn index (the first [`SESSION_TURNS_SHOWN`]).
+fn sessions_line(s: &crate::metrics::sessions::SessionsResult) -> String {
+    let mut line = format!(
+        "{} started, {} completed, {} failed, {} cut, {} unfinished",
+        s.started, s.completed, s.failed, s.cut, s.unfinished
+    );
+    if s.dropped_turns > 0 {
+        line.push_str(&format!(", {} turns dropped", s.dropped_turns));
+    }
+    line.push_str(&format!(
+        "; {} turns each (max {}), duration p50 {} ms; think time mean {} ms ({} drawn)",
+        fixed(s.turns_per_session, 2),
+        s.max_turns,
+        fixed(s.duration_ms.p50, 1),
+        fixed(s.think_time_mean_ms, 1),
+        s.think_times
+    ));
+    let hits: Vec<String> = s.by_turn.iter().take(SESSION_TURNS_SHOWN).map(|t| fixed(t.cache_hit_rate, 2)).collect();
+    if !hits.is_empty() {
+        let more = if s.by_turn.len() > SESSION_TURNS_SHOWN { " …" } else { "" };
+        line.push_str(&format!("; cache hit by turn {}{more}", hits.join(" ")));
+    }
+    line
+}
+
 fn ms(b: &BenchmarkResult, metric: &str) -> String {
     fixed(b.metric(metric), 2)
 }
@@ -132,6 +161,11 @@ pub fn render_table(report: &Report) -> String {
                     format!("{}-{}", e.dims_min, e.dims_max)
                 },
             ));
+        }
+    }
+    for b in &report.benchmarks {
+        if let Some(sessions) = &b.sessions {
+            out.push_str(&format!("(sessions of {}: {})\n", b.label(), sessions_line(sessions)));
         }
     }
     if report.benchmarks.iter().any(|b| !b.endpoints.is_empty()) {
@@ -369,6 +403,52 @@ pub(crate) mod tests {
         };
         result.server = server_deltas(&[counters(1000.0, 10.0)], &[counters(1640.0, 50.0)]);
         result
+    }
+
+    /// A benchmark with sessions: one line with how they ended, their turns, durations and think
+    /// times, and the hit rate of the first eight turn indices (report.json has every row).
+    #[test]
+    fn a_sessions_benchmark_prints_how_its_sessions_went() {
+        use crate::metrics::distribution::Summary;
+        use crate::metrics::sessions::{SessionsResult, TurnRow};
+        let by_turn = (0..10)
+            .map(|turn| TurnRow {
+                turn,
+                requests: 10 - u64::from(turn),
+                cache_hit_rate: (turn != 9).then(|| f64::from(turn) / 10.0),
+                ..TurnRow::default()
+            })
+            .collect();
+        let sessions = SessionsResult {
+            started: 20,
+            completed: 12,
+            failed: 1,
+            cut: 3,
+            unfinished: 4,
+            dropped_turns: 0,
+            turns_per_session: Some(4.6875),
+            max_turns: 10,
+            duration_ms: Summary { count: 16, p50: Some(1234.56), ..Summary::default() },
+            think_times: 58,
+            think_time_mean_ms: Some(2031.95),
+            by_turn,
+        };
+        let mut report = sample_report();
+        let mut b = BenchmarkAggregator::new("concurrent@16").finish(Timestamp::from_nanos(5));
+        b.sessions = Some(sessions.clone());
+        report.benchmarks = vec![b.clone()];
+        let line = "(sessions of concurrent@16: 20 started, 12 completed, 1 failed, 3 cut, 4 unfinished; 4.69 turns \
+                    each (max 10), duration p50 1234.6 ms; think time mean 2032.0 ms (58 drawn); cache hit by turn \
+                    0.00 0.10 0.20 0.30 0.40 0.50 0.60 0.70 …)\n";
+        assert!(render_table(&report).contains(line), "{}", render_table(&report));
+        // Dropped turns are said when there are any; no line without sessions.
+        b.sessions = Some(SessionsResult { dropped_turns: 7, by_turn: Vec::new(), ..sessions });
+        report.benchmarks = vec![b.clone()];
+        assert!(render_table(&report).contains("4 unfinished, 7 turns dropped; 4.69 turns each"));
+        assert!(!render_table(&report).contains("cache hit by turn"));
+        b.sessions = None;
+        report.benchmarks = vec![b];
+        assert!(!render_table(&report).contains("(sessions of"));
     }
 
     /// A pooling benchmark: no TTFT or TPOT (`-`), and a line with its embeddings' rates.

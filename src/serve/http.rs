@@ -232,20 +232,22 @@ async fn embeddings(State(s): State<Arc<AppState>>, RequestBody(body): RequestBo
     embed(s, body).await.unwrap_or_else(|e| error_response(&e))
 }
 
-async fn embed(s: Arc<AppState>, body: Bytes) -> Result<Response, ApiError> {
-    let arrived = MonotonicClock::read();
-    let c = &s.config;
-    let inputs = super::embeddings::parse_embeddings(&body, &c.model)?;
+/// A request's admission, the same for every endpoint: refused while the server shuts down, then
+/// numbered, with its HTTP faults drawn (`[faults]`). A refusal is an error; the process's exit
+/// leaves the request unanswered for good (this never returns). Returns the request's number and
+/// its faults (a stream's act later).
+async fn admit(s: &AppState) -> Result<(u64, RequestFaults), ApiError> {
     if s.closing.load(Ordering::SeqCst) {
         return Err(overloaded("the server is shutting down".into()));
     }
     let n = s.requests.fetch_add(1, Ordering::SeqCst) + 1;
-    let faults = c.faults.draw(n);
+    let faults = s.config.faults.draw(n);
     if faults.exit {
         if let Some(exit) = s.exit.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = exit.send(n);
         }
-        return Ok(std::future::pending::<Response>().await);
+        // The process exits; this request is never answered.
+        match std::future::pending::<std::convert::Infallible>().await {}
     }
     if let Some(status) = faults.reject {
         return Err(ApiError {
@@ -255,6 +257,14 @@ async fn embed(s: Arc<AppState>, body: Bytes) -> Result<Response, ApiError> {
             retry_after: Some(1),
         });
     }
+    Ok((n, faults))
+}
+
+async fn embed(s: Arc<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let arrived = MonotonicClock::read();
+    let c = &s.config;
+    let inputs = super::embeddings::parse_embeddings(&body, &c.model)?;
+    let (n, _) = admit(&s).await?;
     let ids: Vec<Vec<u32>> = inputs
         .iter()
         .map(|p| counted_ids(p, &c.counter).map_err(|e| ApiError::bad_field("input", e.to_string())))
@@ -360,26 +370,7 @@ async fn generate(s: Arc<AppState>, endpoint: Endpoint, body: Bytes, tag: Reques
     let arrived = MonotonicClock::read();
     let c = &s.config;
     let req = api::parse_request(endpoint, &body, &c.model, c.default_max_tokens, &c.request_format, c.image_tokens)?;
-    if s.closing.load(Ordering::SeqCst) {
-        return Err(overloaded("the server is shutting down".into()));
-    }
-    let n = s.requests.fetch_add(1, Ordering::SeqCst) + 1;
-    let faults = c.faults.draw(n);
-    if faults.exit {
-        if let Some(exit) = s.exit.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = exit.send(n);
-        }
-        // The process exits; this request is never answered.
-        return Ok(std::future::pending::<Response>().await);
-    }
-    if let Some(status) = faults.reject {
-        return Err(ApiError {
-            status,
-            message: format!("injected fault: {status} for request {n} (`[faults]`)"),
-            param: None,
-            retry_after: Some(1),
-        });
-    }
+    let (n, faults) = admit(&s).await?;
     let prompt_param = match endpoint {
         Endpoint::Completions => "prompt",
         Endpoint::Chat => "messages",

@@ -944,6 +944,9 @@ MUTANTS = [
     ("issue 34 sessions, console: the sessions line shows every turn's hit rate, not the first eight", "src/report/table.rs",
      "s.by_turn.iter().take(SESSION_TURNS_SHOWN).map(", "s.by_turn.iter().map(",
      ["--lib", "report::table::tests::a_sessions_benchmark_prints_how_its_sessions_went"], {}),
+    ("duplicates D6: a session's turn made without its session number (no X-Session-ID, no affinity)", "src/loadgen/workload/mod.rs",
+     "        session,\n        prepared: None,", "        session: None,\n        prepared: None,",
+     ["--test", "http_sessions"], {}),
 ]
 
 

@@ -43,7 +43,7 @@ use serde::Serialize;
 
 use super::error::LoadError;
 use super::jsonl::LinePrompt;
-use super::workload::{TokenDist, Workload, WorkloadSpec, draw_tokens};
+use super::workload::{TokenDist, Workload, WorkloadSpec, draw_tokens, generated_request};
 use crate::engine::chat::{Message, RequestFormat};
 use crate::engine::tokens::text_tokens;
 use crate::engine::{EngineRequest, Prompt, RequestId};
@@ -512,17 +512,7 @@ impl Sessions {
             history_tokens,
             dropped_turns: session.dropped,
             due,
-            request: EngineRequest {
-                id: (),
-                prompt,
-                max_tokens,
-                min_tokens: 0,
-                ignore_eos: self.ignore_eos,
-                temperature: self.temperature,
-                seed: None,
-                session: Some(number),
-                prepared: None,
-            },
+            request: generated_request(prompt, max_tokens, self.ignore_eos, self.temperature, Some(number)),
         })
     }
 

@@ -338,19 +338,7 @@ impl Workload {
                 (prompt, line.max_tokens.unwrap_or(*default_max_tokens))
             }
         };
-        EngineRequest {
-            id: (),
-            prompt,
-            max_tokens,
-            min_tokens: 0,
-            ignore_eos: self.ignore_eos,
-            temperature: self.temperature,
-            // Sampling randomness is the engine's (its seed is in the engine plan); a per-request
-            // seed would make vLLM build a generator per request and slow sampling down.
-            seed: None,
-            session: None,
-            prepared: None,
-        }
+        generated_request(prompt, max_tokens, self.ignore_eos, self.temperature, None)
     }
 
     /// The prompt length request `k` was sized to, where the workload promises it as the engine
@@ -448,6 +436,31 @@ pub(crate) fn trace_of(bytes: &[u8], path: &Path, columns: &Columns) -> Result<T
     let timestamps = dataset::trace(bytes, path, columns)?;
     // `trace_timestamps` checked order and finiteness, and the file is not empty.
     TraceArrivals::from_timestamps(&timestamps).ok_or_else(|| LoadError::EmptyFile { path: path.to_owned() })
+}
+
+/// A request the load generator made, not numbered yet (the batcher does that at submit): the one
+/// place the fields no workload sets are filled in, for [`Workload::request`] and a session's turn
+/// (`session`: its number).
+pub(crate) fn generated_request(
+    prompt: Prompt,
+    max_tokens: u32,
+    ignore_eos: bool,
+    temperature: f32,
+    session: Option<u64>,
+) -> EngineRequest<()> {
+    EngineRequest {
+        id: (),
+        prompt,
+        max_tokens,
+        min_tokens: 0,
+        ignore_eos,
+        temperature,
+        // Sampling randomness is the engine's (its seed is in the engine plan); a per-request seed
+        // would make vLLM build a generator per request and slow sampling down.
+        seed: None,
+        session,
+        prepared: None,
+    }
 }
 
 #[cfg(test)]

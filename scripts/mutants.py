@@ -944,6 +944,16 @@ MUTANTS = [
     ("issue 34 sessions, console: the sessions line shows every turn's hit rate, not the first eight", "src/report/table.rs",
      "s.by_turn.iter().take(SESSION_TURNS_SHOWN).map(", "s.by_turn.iter().map(",
      ["--lib", "report::table::tests::a_sessions_benchmark_prints_how_its_sessions_went"], {}),
+    ("issue 35 shard: arrival i goes to shard (i + 1) mod n, not i mod n", "src/loadgen/shard.rs",
+     "i % u64::from(self.n) == u64::from(self.k)", "(i + 1) % u64::from(self.n) == u64::from(self.k)",
+     ["--test", "distributed_shard"], {}),
+    ("issue 35 shard: every shard takes the rounded-down share, so the shares do not sum to the whole",
+     "src/loadgen/shard.rs",
+     "total / self.n + u32::from(self.k < total % self.n)", "total / self.n",
+     ["--lib", "loadgen::shard"], {}),
+    ("issue 35 shard: counted limits count only the shard's own requests", "src/run/step/phases.rs",
+     "self.submitted + self.passed", "self.submitted",
+     ["--test", "distributed_shard"], {}),
 ]
 
 

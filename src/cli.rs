@@ -96,6 +96,8 @@ enum Command {
         /// keeps each repeat and adds every metric's mean, spread and 95 % confidence interval.
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         repeat: u32,
+        #[command(flatten)]
+        shard: shard::ShardArgs,
     },
     /// Compare two saved runs metric by metric: exits 0 when every gated metric passes, 4 on a
     /// regression, 5 when inconclusive.
@@ -179,6 +181,7 @@ mod ab;
 mod calibrate;
 mod serve;
 mod session;
+mod shard;
 mod tune;
 
 /// The process's one terminal (its stderr), made in [`main`]: logging, the panic hook and every
@@ -360,8 +363,9 @@ fn real_main(cli: Cli) -> ExitCode {
         Command::Run { scenario, .. } | Command::Check { scenario } if scenario.engine_kind => {
             (scenario, Task::PrintEngineKind)
         }
-        Command::Run { scenario, output, requests_jsonl, quiet, verbose, repeat } => {
-            (scenario, Task::Run(RunArgs { output, requests_jsonl, quiet, verbose, repeat }))
+        Command::Run { scenario, output, requests_jsonl, quiet, verbose, repeat, shard } => {
+            let shard = shard.shard_run();
+            (scenario, Task::Run(RunArgs { output, requests_jsonl, quiet, verbose, repeat, shard }))
         }
         Command::Check { scenario } => (scenario, Task::Print),
     };
@@ -427,6 +431,8 @@ pub(crate) struct RunArgs {
     pub(crate) quiet: bool,
     pub(crate) verbose: bool,
     pub(crate) repeat: u32,
+    /// `--shard` and its start: one shard of a distributed run.
+    pub(crate) shard: Option<batchlab::run::shard::ShardRun>,
 }
 
 pub(crate) fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -448,7 +454,7 @@ pub(crate) fn run_in_session<E>(
 where
     E: std::error::Error + Send + Sync + 'static,
 {
-    let RunArgs { output, requests_jsonl, quiet, verbose, repeat } = args;
+    let RunArgs { output, requests_jsonl, quiet, verbose, repeat, shard } = args;
     let output_dir = output.or(plan_dir).unwrap_or_else(|| PathBuf::from("results").join(name));
     // Before anything else: an unwritable output directory must not cost a run.
     if let Err(e) = batchlab::report::prepare_output_dir(&output_dir) {
@@ -463,6 +469,7 @@ where
         screen: screen().clone(),
         interrupt: session.interrupt(),
         repeat,
+        shard,
     };
     let ended = session.run(move || run(options));
     let engine_failed = match &ended.value {

@@ -29,6 +29,8 @@ pub mod read;
 #[doc(hidden)]
 pub mod requests;
 #[doc(hidden)]
+pub mod shard;
+#[doc(hidden)]
 pub mod table;
 #[doc(hidden)]
 pub mod tuning;
@@ -100,6 +102,10 @@ pub struct Report {
     /// absent for other runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tune: Option<tuning::TuneReport>,
+    /// A shard of a sharded run (`batchlab run --shard K/N`): which, and how it started; absent
+    /// for other runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<shard::ShardInfo>,
 }
 
 /// How a run counted prompt tokens: report.json's `token_counting`.
@@ -149,6 +155,7 @@ impl Report {
             token_counting: TokenCounting::of(plan),
             dataset: None,
             tune: None,
+            shard: None,
         }
     }
 
@@ -257,6 +264,7 @@ pub(crate) mod tests {
             token_counting: TokenCounting::FourBytes,
             dataset: None,
             tune: None,
+            shard: None,
         }
     }
 

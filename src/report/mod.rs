@@ -25,6 +25,8 @@ pub mod expect;
 #[doc(hidden)]
 pub mod html;
 #[doc(hidden)]
+pub mod merge;
+#[doc(hidden)]
 pub mod read;
 #[doc(hidden)]
 pub mod requests;
@@ -106,6 +108,10 @@ pub struct Report {
     /// for other runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<shard::ShardInfo>,
+    /// A merged report (`batchlab merge`): its shards, their verdicts, those missing or failed;
+    /// absent for other runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<merge::MergeSummary>,
 }
 
 /// How a run counted prompt tokens: report.json's `token_counting`.
@@ -156,6 +162,7 @@ impl Report {
             dataset: None,
             tune: None,
             shard: None,
+            merge: None,
         }
     }
 
@@ -265,6 +272,7 @@ pub(crate) mod tests {
             dataset: None,
             tune: None,
             shard: None,
+            merge: None,
         }
     }
 

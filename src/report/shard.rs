@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::time::Timestamp;
+
 /// A shard's place in its run and how it started.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ShardInfo {
@@ -24,4 +26,22 @@ pub struct ShardInfo {
     /// The host the shard ran on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// When the shard's schedule started (its first benchmark), ns on the clock of its
+    /// requests.jsonl: the merge aligns every shard's times on it (the common start).
+    pub schedule_start_ns: Timestamp,
+    /// Each benchmark's measured window on that clock, in run order.
+    pub windows: Vec<ShardWindow>,
+}
+
+/// One benchmark's measured window in a shard.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShardWindow {
+    /// The benchmark.
+    pub benchmark: String,
+    /// Which repeat of it, 0-based.
+    pub repeat: u32,
+    /// The window's start and end, ns on the shard's clock.
+    pub start_ns: Timestamp,
+    /// See `start_ns`.
+    pub end_ns: Timestamp,
 }

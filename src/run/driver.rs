@@ -150,6 +150,8 @@ pub(super) struct Carried {
 pub(super) struct Steps {
     /// Every benchmark, in run order.
     pub benchmarks: Vec<BenchmarkResult>,
+    /// Each benchmark's measured window on the run's clock, `(start, end)`, in run order.
+    pub windows: Vec<(Timestamp, Timestamp)>,
     /// The interrupt fired.
     pub interrupted: bool,
     /// A step ended the run early (engine unusable, or interrupted).
@@ -190,7 +192,7 @@ pub(super) fn run_steps(
         shard,
     };
     let mut schedule = StepSchedule::new(segments, repeats);
-    let mut benchmarks = Vec::new();
+    let (mut benchmarks, mut windows) = (Vec::new(), Vec::new());
     let mut incomplete = false;
     let mut result = Ok(());
     while let Some(scheduled) = schedule.next_step() {
@@ -210,6 +212,7 @@ pub(super) fn run_steps(
             }
         };
         schedule.measured(finished.result.requests_per_s);
+        windows.push(finished.window);
         benchmarks.push(finished.result);
         if finished.ends_run {
             incomplete = true;
@@ -220,7 +223,7 @@ pub(super) fn run_steps(
     carried.next_request = steps.next_request;
     result?;
     mark_pareto_front(&mut benchmarks);
-    Ok(Steps { benchmarks, interrupted: steps.interrupted, incomplete })
+    Ok(Steps { benchmarks, windows, interrupted: steps.interrupted, incomplete })
 }
 
 /// The loop's side of every step: the driver, where outputs go, and what carries over from one

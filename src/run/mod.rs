@@ -261,11 +261,6 @@ impl RunResult {
         let mut report = Report::new(plan, environment, self.benchmarks, self.incomplete);
         report.error = self.error;
         report.dataset = self.dataset;
-        if self.shard.is_some() {
-            // A shard's counts are a part of the run's: the scenario's expectations are judged on
-            // the merged report (`batchlab merge`), not on each shard.
-            report.expectations.clear();
-        }
         report.shard = self
             .shard
             .map(|info| crate::report::shard::ShardInfo { host: report.environment.hostname.clone(), ..info });

@@ -224,7 +224,7 @@ impl EngineSession {
                 Err(e) => EngineState::FailedToStart(e.to_string()),
             };
         }
-        let mut start_lateness = None;
+        let (mut start_lateness, mut schedule_start) = (None, self.driver.now());
         let result = match &self.engine {
             EngineState::Started(Started { info, concurrent }) => {
                 let sinks = Sinks { jsonl: jsonl.as_mut(), progress: &mut progress, interrupt: &self.interrupt };
@@ -233,11 +233,12 @@ impl EngineSession {
                 let counters = concurrent.as_ref().and_then(|c| c.counters.clone());
                 // A shard starts its schedule at the common instant, once its engine is loaded.
                 start_lateness = options.shard.as_ref().and_then(|s| s.wait_for_start(&self.interrupt));
+                schedule_start = self.driver.now();
                 let driver = self.driver.as_mut();
                 let shard = options.shard.as_ref().map(|s| s.shard);
                 let shape = RunShape { repeats: options.repeat, shard };
                 let steps = run_steps(&segments, driver, info, counters, &mut self.carried, sinks, shape);
-                steps.map(|s| (info.clone(), s.benchmarks, s.interrupted, s.incomplete, None))
+                steps.map(|s| (info.clone(), (s.benchmarks, s.windows), s.interrupted, s.incomplete, None))
             }
             // A report all the same, marked incomplete, with the error: a failed start is a result.
             EngineState::FailedToStart(error) => {
@@ -248,7 +249,7 @@ impl EngineSession {
                     processes: None,
                     engine_thread: None,
                 };
-                Ok((engine, Vec::new(), false, true, Some(error.clone())))
+                Ok((engine, (Vec::new(), Vec::new()), false, true, Some(error.clone())))
             }
             EngineState::Stopped => Err(RunError::Internal("a run after its engine session finished".into())),
             EngineState::Idle => unreachable!("the engine was started above"),
@@ -258,7 +259,7 @@ impl EngineSession {
             let _ = self.stop(Some(&mut progress));
         }
         progress.clear();
-        let (engine, benchmarks, interrupted, incomplete, error) = result?;
+        let (engine, (benchmarks, windows), interrupted, incomplete, error) = result?;
         let machine = machine_start.map(|start| MachineProbe::between(&start, &MachineSample::take()));
 
         // Only a run with an output directory has a requests.jsonl.
@@ -268,6 +269,7 @@ impl EngineSession {
             tracing::debug!(lines, "requests.jsonl written");
             Ok(dir.join(crate::report::requests::REQUESTS_FILE))
         });
+        let shard = options.shard.map(|s| s.info(start_lateness, schedule_start, &benchmarks, &windows));
         Ok(RunResult {
             engine,
             benchmarks,
@@ -278,7 +280,7 @@ impl EngineSession {
             seeds: seeds(plan, self.source),
             requests_jsonl,
             machine,
-            shard: options.shard.map(|s| s.info(start_lateness, None)),
+            shard,
         })
     }
 }

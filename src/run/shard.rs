@@ -7,7 +7,9 @@ use std::time::{Duration, SystemTime};
 
 use super::Interrupt;
 use crate::loadgen::shard::Shard;
-use crate::report::shard::ShardInfo;
+use crate::report::BenchmarkResult;
+use crate::report::shard::{ShardInfo, ShardWindow};
+use crate::time::Timestamp;
 
 /// How a shard of a run is run: which shard, when it starts, what a launcher measured of its clock.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,8 +38,25 @@ impl ShardRun {
         }
     }
 
-    /// The report's `shard` block, with the wake-up's lateness and this host's name.
-    pub(super) fn info(&self, start_lateness_ms: Option<f64>, host: Option<String>) -> ShardInfo {
+    /// The report's `shard` block: the wake-up's lateness, when the schedule started on the run's
+    /// clock, the benchmarks' measured `windows` (in their order); the host is the report's to fill in.
+    pub(super) fn info(
+        &self,
+        start_lateness_ms: Option<f64>,
+        schedule_start_ns: Timestamp,
+        benchmarks: &[BenchmarkResult],
+        windows: &[(Timestamp, Timestamp)],
+    ) -> ShardInfo {
+        let windows = benchmarks
+            .iter()
+            .zip(windows)
+            .map(|(b, &(start_ns, end_ns))| ShardWindow {
+                benchmark: b.name.clone(),
+                repeat: b.repeat,
+                start_ns,
+                end_ns,
+            })
+            .collect();
         ShardInfo {
             k: self.shard.k,
             n: self.shard.n,
@@ -46,7 +65,9 @@ impl ShardRun {
                 .map(|t| t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64()),
             start_lateness_ms,
             clock_offset_ms: self.clock_offset_ms,
-            host,
+            host: None,
+            schedule_start_ns,
+            windows,
         }
     }
 }

@@ -141,6 +141,7 @@ impl StepRun {
                         self.phases[Phase::Measure].last_end.map_or(c.times.completed, |e| e.max(c.times.completed)),
                     );
                 }
+                let sharded = self.shard.is_some();
                 self.record(|name| {
                     let mut record = RequestRecord::completed(flight.index, name, flight.phase, c, &metrics);
                     record.intended_ns = Some(flight.intended);
@@ -150,6 +151,11 @@ impl StepRun {
                     record.images = flight.images;
                     record.image_cache_hits = c.output.stats.image_cache_hits;
                     record.prompt_tokens_target = flight.prompt_target;
+                    if sharded {
+                        let runs = metrics.itl.runs().iter();
+                        record.itl_runs_ns =
+                            Some(runs.map(|&(gap, n)| [crate::time::duration_nanos(gap), n]).collect());
+                    }
                     mark_turn(&mut record, flight.turn);
                     record
                 });

@@ -27,6 +27,8 @@ const EXIT_EXPECTATIONS: u8 = 3;
 const EXIT_REGRESSION: u8 = 4;
 /// `batchlab compare`: no regression shown, but a gated metric not shown within its margin.
 const EXIT_INCONCLUSIVE: u8 = 5;
+/// `batchlab merge`: a shard is missing or failed; the merged report is marked incomplete.
+const EXIT_INCOMPLETE: u8 = 6;
 /// 128 + the signal's number, the shell's convention: SIGINT (Ctrl-C) 130, SIGTERM 143.
 const EXIT_SIGINT: u8 = 130;
 const EXIT_SIGTERM: u8 = 143;
@@ -96,6 +98,8 @@ enum Command {
         /// keeps each repeat and adds every metric's mean, spread and 95 % confidence interval.
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         repeat: u32,
+        #[command(flatten)]
+        shard: shard::ShardArgs,
     },
     /// Compare two saved runs metric by metric: exits 0 when every gated metric passes, 4 on a
     /// regression, 5 when inconclusive.
@@ -134,6 +138,10 @@ enum Command {
     Tune(tune::TuneArgs),
     /// Serve the simulator as an OpenAI-compatible HTTP server, in real time (docs/serve.md).
     Serve(serve::ServeArgs),
+    /// Merge the output directories of a sharded run's shards (`run --shard K/N`) into one report,
+    /// every percentile from the union of their raw records; exits 6 when a shard is missing or
+    /// failed (docs/distributed.md).
+    Merge(merge::MergeArgs),
     /// Run two commands alternately (A B, B A, …) and gate B against A by rounds: the way to gate a
     /// change on a shared, drifting machine (docs/compare.md).
     Ab(ab::AbArgs),
@@ -177,8 +185,10 @@ impl GateArgs {
 
 mod ab;
 mod calibrate;
+mod merge;
 mod serve;
 mod session;
+mod shard;
 mod tune;
 
 /// The process's one terminal (its stderr), made in [`main`]: logging, the panic hook and every
@@ -354,14 +364,16 @@ fn real_main(cli: Cli) -> ExitCode {
         Command::Report { report } => return rerender_report(&report),
         Command::Compare { a, b, gate, output } => return compare_runs(&a, &b, &gate, output),
         Command::Ab(args) => return ab::main(args),
+        Command::Merge(args) => return merge::main(args),
         Command::Calibrate(args) => return calibrate::main(args),
         Command::Tune(args) => return tune::main(args),
         Command::Serve(args) => return serve::main(args),
         Command::Run { scenario, .. } | Command::Check { scenario } if scenario.engine_kind => {
             (scenario, Task::PrintEngineKind)
         }
-        Command::Run { scenario, output, requests_jsonl, quiet, verbose, repeat } => {
-            (scenario, Task::Run(RunArgs { output, requests_jsonl, quiet, verbose, repeat }))
+        Command::Run { scenario, output, requests_jsonl, quiet, verbose, repeat, shard } => {
+            let shard = shard.shard_run();
+            (scenario, Task::Run(RunArgs { output, requests_jsonl, quiet, verbose, repeat, shard }))
         }
         Command::Check { scenario } => (scenario, Task::Print),
     };
@@ -427,6 +439,8 @@ pub(crate) struct RunArgs {
     pub(crate) quiet: bool,
     pub(crate) verbose: bool,
     pub(crate) repeat: u32,
+    /// `--shard` and its start: one shard of a distributed run.
+    pub(crate) shard: Option<batchlab::run::shard::ShardRun>,
 }
 
 pub(crate) fn run_scenario(plan: batchlab::scenario::Plan, args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -448,7 +462,7 @@ pub(crate) fn run_in_session<E>(
 where
     E: std::error::Error + Send + Sync + 'static,
 {
-    let RunArgs { output, requests_jsonl, quiet, verbose, repeat } = args;
+    let RunArgs { output, requests_jsonl, quiet, verbose, repeat, shard } = args;
     let output_dir = output.or(plan_dir).unwrap_or_else(|| PathBuf::from("results").join(name));
     // Before anything else: an unwritable output directory must not cost a run.
     if let Err(e) = batchlab::report::prepare_output_dir(&output_dir) {
@@ -463,6 +477,7 @@ where
         screen: screen().clone(),
         interrupt: session.interrupt(),
         repeat,
+        shard,
     };
     let ended = session.run(move || run(options));
     let engine_failed = match &ended.value {
@@ -493,6 +508,10 @@ where
         ExitCode::from(if summary.interrupted { signal } else { EXIT_ERROR })
     } else if !summary.write_errors.is_empty() {
         ExitCode::from(EXIT_ERROR)
+    } else if summary.report.shard.is_some() {
+        // A shard sends part of the run: `batchlab merge` judges the expectations on the whole.
+        eprintln!("a shard: the scenario's expectations are judged on the merged report (batchlab merge)");
+        ExitCode::SUCCESS
     } else if !summary.report.passed() {
         eprint!("{}", batchlab::report::render_failures(&summary.report.expectations));
         ExitCode::from(EXIT_EXPECTATIONS)

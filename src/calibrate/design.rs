@@ -259,6 +259,7 @@ pub fn run_designed(
         screen: options.screen.clone(),
         interrupt: options.interrupt.clone(),
         repeat: 1,
+        shard: None,
     };
     let summary = session.run(plan, run_options)?;
     check_complete(&summary, name)?;

@@ -128,6 +128,7 @@ impl TuneSteps for Printer {
             quiet: false,
             verbose: false,
             repeat: 1,
+            shard: None,
         };
         match super::run_in_session(real.engine(), real.name(), real.output().dir().map(PathBuf::from), run_args, run) {
             Ok((code, Some(summary))) if code == ExitCode::SUCCESS => Some(summary.report),

@@ -23,6 +23,7 @@ mod jsonl;
 mod profile;
 mod scheduler;
 pub mod sessions;
+pub mod shard;
 mod tokenizer;
 mod workload;
 
@@ -34,6 +35,6 @@ pub use profile::{
     Expansion, ProfileSpec, Step, StepKind, StepPlanner, TraceArrivals, duplicate_name, expand, format_rate,
     rate_labels, sweep_rates,
 };
-pub use scheduler::{Lateness, Poll, Scheduler};
+pub use scheduler::{Lateness, Poll, Scheduler, Skip};
 pub(crate) use workload::trace_of;
 pub use workload::{CHAT_PREFIX_WORDS, PrefixDesign, SyntheticChat, TokenDist, Workload, WorkloadSpec, read_trace};

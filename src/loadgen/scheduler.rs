@@ -65,6 +65,17 @@ pub enum Poll {
     Exhausted,
 }
 
+/// What [`Scheduler::skip`] did.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Skip {
+    /// The arrival was passed over; the schedule is at the next one.
+    Passed,
+    /// The arrival is due at this time: call again then.
+    At(Timestamp),
+    /// No arrival is left in the schedule.
+    Exhausted,
+}
+
 /// How far submissions fell behind a rate-driven schedule. All zero for steps without one.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Lateness {
@@ -281,6 +292,28 @@ impl Scheduler {
         }
         self.blocked_by_cap = false;
         self.submitted += 1;
+        self.advance();
+    }
+
+    /// Passes over the current arrival without submitting it (another shard sends it,
+    /// [`super::shard`]) once it is due at `now`: [`Skip::Passed`], and the schedule moves on as
+    /// if it had been submitted on time (no lateness is counted, no cap holds it). Before it is
+    /// due, [`Skip::At`] its time; after a trace's last line, [`Skip::Exhausted`].
+    pub fn skip(&mut self, now: Timestamp) -> Skip {
+        if self.is_exhausted() {
+            return Skip::Exhausted;
+        }
+        if let Some(due) = self.next_arrival().filter(|due| now < *due) {
+            return Skip::At(due);
+        }
+        self.blocked_by_cap = false;
+        self.submitted += 1;
+        self.advance();
+        Skip::Passed
+    }
+
+    /// Moves the pacing to the next arrival.
+    fn advance(&mut self) {
         match &mut self.pacing {
             Pacing::Closed | Pacing::Constant { .. } => {}
             Pacing::Renewal { gaps, rng, elapsed, .. } => *elapsed += gaps.draw(rng),

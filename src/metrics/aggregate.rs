@@ -299,12 +299,18 @@ impl BenchmarkAggregator {
         self.series.request(from, Some(ended));
     }
 
+    /// The measured window [`finish`](Self::finish) at `at` would close, `(start, end)`, on the
+    /// run's clock (a shard's report gives it to `batchlab merge`).
+    pub fn window(&self, at: Timestamp) -> (Timestamp, Timestamp) {
+        let start = self.start.or(self.earliest_submitted).unwrap_or(at);
+        (start, self.latest_end.map_or(at, |l| l.max(at)).max(start))
+    }
+
     /// Closes the window at `at` and computes the result. If a recorded request ended after
     /// `at` (events fed out of order), the window is extended to cover it, so that concurrency
     /// never counts time outside the window.
     pub fn finish(self, at: Timestamp) -> BenchmarkResult {
-        let start = self.start.or(self.earliest_submitted).unwrap_or(at);
-        let end = self.latest_end.map_or(at, |l| l.max(at)).max(start);
+        let (start, end) = self.window(at);
         let window_ns = end.as_nanos() - start.as_nanos();
         let duration_s = window_ns as f64 / 1e9;
         let per_s = |n: u64| (window_ns > 0).then(|| n as f64 / duration_s);

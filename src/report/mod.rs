@@ -25,9 +25,13 @@ pub mod expect;
 #[doc(hidden)]
 pub mod html;
 #[doc(hidden)]
+pub mod merge;
+#[doc(hidden)]
 pub mod read;
 #[doc(hidden)]
 pub mod requests;
+#[doc(hidden)]
+pub mod shard;
 #[doc(hidden)]
 pub mod table;
 #[doc(hidden)]
@@ -100,6 +104,14 @@ pub struct Report {
     /// absent for other runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tune: Option<tuning::TuneReport>,
+    /// A shard of a sharded run (`batchlab run --shard K/N`): which, and how it started; absent
+    /// for other runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<shard::ShardInfo>,
+    /// A merged report (`batchlab merge`): its shards, their verdicts, those missing or failed;
+    /// absent for other runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<merge::MergeSummary>,
 }
 
 /// How a run counted prompt tokens: report.json's `token_counting`.
@@ -149,6 +161,8 @@ impl Report {
             token_counting: TokenCounting::of(plan),
             dataset: None,
             tune: None,
+            shard: None,
+            merge: None,
         }
     }
 
@@ -257,6 +271,8 @@ pub(crate) mod tests {
             token_counting: TokenCounting::FourBytes,
             dataset: None,
             tune: None,
+            shard: None,
+            merge: None,
         }
     }
 

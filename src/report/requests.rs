@@ -147,6 +147,11 @@ pub struct RequestRecord {
     /// See `session`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dropped_turns: Option<u32>,
+    /// In a shard's records (`batchlab run --shard`): a completed request's gaps between tokens as
+    /// runs `[gap ns, how many in a row]`, so that `batchlab merge` rebuilds the ITL distribution
+    /// exactly; left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itl_runs_ns: Option<Vec<[u64; 2]>>,
     /// A completed request's timings (flattened); `None` otherwise.
     #[serde(flatten)]
     pub metrics: Option<MetricsMs>,
@@ -247,6 +252,7 @@ impl RequestRecord {
             turn: None,
             history_tokens: None,
             dropped_turns: None,
+            itl_runs_ns: None,
             metrics: Some(metrics.into()),
         }
     }
@@ -291,6 +297,7 @@ impl RequestRecord {
             turn: None,
             history_tokens: None,
             dropped_turns: None,
+            itl_runs_ns: None,
             metrics: None,
         }
     }
@@ -576,6 +583,7 @@ mod tests {
                     turn: None,
                     history_tokens: None,
                     dropped_turns: None,
+                    itl_runs_ns: None,
                     metrics,
                 }
             },

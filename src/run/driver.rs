@@ -31,6 +31,7 @@ use crate::batcher::{BatchConfig, BatchRun, ConfigError, Outcome, RequestError};
 use crate::engine::{
     ClockDomain, EngineError, EngineInfo, EngineRequest, ReadCounters, RequestId, RequestPrep, Started,
 };
+use crate::loadgen::shard::Shard;
 use crate::metrics::result::{BenchmarkResult, MatrixPoint};
 use crate::metrics::server::server_deltas;
 use crate::report::RequestsJsonl;
@@ -98,6 +99,15 @@ pub(super) struct Sinks<'a> {
     pub interrupt: &'a Interrupt,
 }
 
+/// Which of the schedule's requests a run sends, and how often.
+#[derive(Copy, Clone, Debug)]
+pub(super) struct RunShape {
+    /// Every benchmark this many times (at least once).
+    pub repeats: u32,
+    /// Only this shard's requests (`--shard`); `None` sends them all.
+    pub shard: Option<Shard>,
+}
+
 /// How often, at most, the loop builds a status for the display.
 const STATUS_EVERY: Duration = Duration::from_millis(50);
 
@@ -140,6 +150,8 @@ pub(super) struct Carried {
 pub(super) struct Steps {
     /// Every benchmark, in run order.
     pub benchmarks: Vec<BenchmarkResult>,
+    /// Each benchmark's measured window on the run's clock, `(start, end)`, in run order.
+    pub windows: Vec<(Timestamp, Timestamp)>,
     /// The interrupt fired.
     pub interrupted: bool,
     /// A step ended the run early (engine unusable, or interrupted).
@@ -147,7 +159,7 @@ pub(super) struct Steps {
 }
 
 /// Runs every step of every segment on `driver`, whose engine is started (`engine` is what it said
-/// about itself; `counters` read its servers' counters, where it has them), `repeats` times (at least once), in the order of the [`StepSchedule`]. Before a
+/// about itself; `counters` read its servers' counters, where it has them), `shape.repeats` times (at least once; only `shape.shard`'s requests when given), in the order of the [`StepSchedule`]. Before a
 /// step whose segment has other `[batching]` than the batcher, the batcher takes it while idle
 /// ([`Driver::reconfigure`]); the engine stays loaded. Starting and stopping the engine is the
 /// caller's ([`start_engine`], [`stop_engine`]), so several runs can share one engine start.
@@ -158,8 +170,9 @@ pub(super) fn run_steps(
     counters: Option<ReadCounters>,
     carried: &mut Carried,
     sinks: Sinks<'_>,
-    repeats: u32,
+    shape: RunShape,
 ) -> Result<Steps, RunError> {
+    let RunShape { repeats, shard } = shape;
     let Sinks { jsonl, progress, interrupt } = sinks;
     let mut steps = StepLoop {
         domain: driver.clock_domain(),
@@ -171,13 +184,15 @@ pub(super) fn run_steps(
         progress,
         interrupt,
         next_request: carried.next_request,
+        next_workload: carried.next_request,
         interrupted: false,
         last_status: None,
         waited: false,
         since_status_check: 0,
+        shard,
     };
     let mut schedule = StepSchedule::new(segments, repeats);
-    let mut benchmarks = Vec::new();
+    let (mut benchmarks, mut windows) = (Vec::new(), Vec::new());
     let mut incomplete = false;
     let mut result = Ok(());
     while let Some(scheduled) = schedule.next_step() {
@@ -197,6 +212,7 @@ pub(super) fn run_steps(
             }
         };
         schedule.measured(finished.result.requests_per_s);
+        windows.push(finished.window);
         benchmarks.push(finished.result);
         if finished.ends_run {
             incomplete = true;
@@ -207,7 +223,7 @@ pub(super) fn run_steps(
     carried.next_request = steps.next_request;
     result?;
     mark_pareto_front(&mut benchmarks);
-    Ok(Steps { benchmarks, interrupted: steps.interrupted, incomplete })
+    Ok(Steps { benchmarks, windows, interrupted: steps.interrupted, incomplete })
 }
 
 /// The loop's side of every step: the driver, where outputs go, and what carries over from one
@@ -226,6 +242,9 @@ struct StepLoop<'d, 's> {
     /// The workload's next request (its index, which the batcher's id then equals), numbered over
     /// the engine's life.
     next_request: u64,
+    /// The workload's next request: `next_request`, except in a shard, which passes over the
+    /// other shards' requests (their index in the single-process run goes by unsent).
+    next_workload: u64,
     /// The interrupt fired: every later step starts interrupted.
     interrupted: bool,
     /// When the display was last given a status.
@@ -234,6 +253,8 @@ struct StepLoop<'d, 's> {
     waited: bool,
     /// Turns of the loop since the clock was last read for the display.
     since_status_check: u32,
+    /// The shard this run sends (`--shard`): the loop passes over the others' requests.
+    shard: Option<Shard>,
 }
 
 /// Turns of the loop that submit without waiting, at most, between two readings of the clock for
@@ -267,7 +288,8 @@ impl StepLoop<'_, '_> {
     fn run_step(&mut self, scheduled: ScheduledStep<'_, '_>) -> Result<Finished, RunError> {
         let segment = scheduled.segment;
         // A session's turns depend on its replies: none can be made ahead.
-        if !self.driver.virtual_time() || segment.plan.sessions().is_some() {
+        // A shard takes every n-th request: making them ahead in order would not pay.
+        if !self.driver.virtual_time() || segment.plan.sessions().is_some() || self.shard.is_some() {
             return self.run_step_with(scheduled, None);
         }
         std::thread::scope(|scope| {
@@ -303,17 +325,28 @@ impl StepLoop<'_, '_> {
                     // The batcher numbers every submit from 0 and this loop is its only caller,
                     // so workload request k is request id k (the prefix design and requests.jsonl
                     // rely on it).
-                    let k = self.next_request;
+                    let k = self.next_workload;
                     let turn = run.take_turn_request();
                     let target = if turn.is_some() { None } else { segment.workload.prompt_target(k) };
-                    let request = turn
+                    let mut request = turn
                         .or_else(|| ahead.as_mut().and_then(|a| a.take(k)))
                         .unwrap_or_else(|| segment.workload.request(k));
+                    // A virtual-time engine draws a request's random output length from its seed,
+                    // else from its id (the batcher's, which in a shard is not the request's index
+                    // in the single-process run): a shard seeds it with that index, so it draws
+                    // what the single-process run drew (docs/distributed.md).
+                    if self.shard.is_some() && self.driver.virtual_time() && request.seed.is_none() {
+                        request.seed = Some(k);
+                    }
                     self.next_request += 1;
+                    self.next_workload += 1;
                     let images = crate::engine::image::summary(&request.prompt);
                     match self.driver.submit(request) {
                         Ok(id) => {
-                            debug_assert_eq!(id + 1, self.next_request, "workload request and id differ");
+                            debug_assert!(
+                                self.shard.is_some() || id + 1 == self.next_request,
+                                "workload request and id differ"
+                            );
                             run.on_submitted(id, phase, now);
                             if let Some(images) = images {
                                 run.on_images(id, images);
@@ -331,6 +364,8 @@ impl StepLoop<'_, '_> {
                         "benchmark {name} is waiting with nothing scheduled ({in_flight} in flight)"
                     ))
                 })?,
+                // Another shard's request: its index goes by unsent.
+                Action::Pass => self.next_workload += 1,
                 Action::Done => break,
             }
         }
@@ -353,9 +388,16 @@ impl StepLoop<'_, '_> {
     fn start_step(&mut self, scheduled: ScheduledStep<'_, '_>) -> Result<StepRun, RunError> {
         let ScheduledStep { step, segment, index, count, round, repeats } = scheduled;
         let now = self.driver.now();
+        let step = match self.shard {
+            Some(shard) => shard.step(&step).map_err(|e| RunError::Unsupported(e.to_string()))?,
+            None => step,
+        };
         let mut run = StepRun::for_plan(step, segment.plan, now, self.domain, self.anchor)?
             .with_position(index, count)
             .with_repeat(round, repeats);
+        if let Some(shard) = self.shard {
+            run = run.with_shard(shard, self.next_workload);
+        }
         if self.jsonl.is_some() {
             run = run.with_records();
         }
@@ -494,7 +536,9 @@ mod tests {
         let interrupt = Interrupt::never();
         let sinks = Sinks { jsonl: None, progress: &mut progress, interrupt: &interrupt };
         let segments = [Segment { plan, workload: &workload, label: None }];
-        let steps = run_steps(&segments, driver, &info, counters, &mut carried, sinks, 1).unwrap();
+        let steps =
+            run_steps(&segments, driver, &info, counters, &mut carried, sinks, RunShape { repeats: 1, shard: None })
+                .unwrap();
         driver.shutdown().unwrap();
         steps.benchmarks
     }

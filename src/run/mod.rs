@@ -54,6 +54,8 @@ mod realtime;
 mod schedule;
 mod session;
 #[doc(hidden)]
+pub mod shard;
+#[doc(hidden)]
 pub mod status;
 #[doc(hidden)]
 pub mod step;
@@ -98,6 +100,9 @@ pub struct RunOptions {
     /// Run every benchmark this many times in one engine start (`--repeat`; 0 counts as 1). The
     /// report keeps each repeat and summarizes them (`Report::repeats`).
     pub repeat: u32,
+    /// Run one shard of the plan's schedule (`--shard K/N`, [`crate::loadgen::shard`]): its
+    /// requests only, from its start time; requests.jsonl is always written. `None` runs it all.
+    pub shard: Option<shard::ShardRun>,
 }
 
 impl Default for RunOptions {
@@ -109,6 +114,7 @@ impl Default for RunOptions {
             screen: Screen::stderr(),
             interrupt: Interrupt::never(),
             repeat: 1,
+            shard: None,
         }
     }
 }
@@ -243,6 +249,8 @@ pub struct RunResult {
     /// The machine-speed probe before the engine started and after the run (report.json's
     /// `environment.machine`); `None` in virtual time.
     pub machine: Option<MachineProbe>,
+    /// A shard's report block (`--shard`; its host filled in with the report); `None` otherwise.
+    pub shard: Option<crate::report::shard::ShardInfo>,
 }
 
 impl RunResult {
@@ -253,6 +261,9 @@ impl RunResult {
         let mut report = Report::new(plan, environment, self.benchmarks, self.incomplete);
         report.error = self.error;
         report.dataset = self.dataset;
+        report.shard = self
+            .shard
+            .map(|info| crate::report::shard::ShardInfo { host: report.environment.hostname.clone(), ..info });
         Ok(report)
     }
 }

@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use super::driver::{Carried, Driver, Segment, Sinks, run_steps, start_engine, stop_engine};
+use super::driver::{Carried, Driver, RunShape, Segment, Sinks, run_steps, start_engine, stop_engine};
 use super::progress::Progress;
 use super::realtime::RealTimeDriver;
 use super::virtual_driver::VirtualTimeDriver;
@@ -180,7 +180,12 @@ impl EngineSession {
         if let Some(dir) = &options.output_dir {
             crate::report::prepare_output_dir(dir).map_err(RunError::Output)?;
         }
-        let mut jsonl = match (&options.output_dir, options.requests_jsonl || plan.output().requests_jsonl()) {
+        if let Some(shard) = options.shard.as_ref().filter(|s| s.shard.n > 1) {
+            refuse_unshardable(plan, shard)?;
+        }
+        // A shard always keeps its records: the merge makes the run's report from them.
+        let keep_records = options.requests_jsonl || plan.output().requests_jsonl() || options.shard.is_some();
+        let mut jsonl = match (&options.output_dir, keep_records) {
             (Some(dir), true) => Some(RequestsJsonl::create(dir)?),
             _ => None,
         };
@@ -219,15 +224,21 @@ impl EngineSession {
                 Err(e) => EngineState::FailedToStart(e.to_string()),
             };
         }
+        let (mut start_lateness, mut schedule_start) = (None, self.driver.now());
         let result = match &self.engine {
             EngineState::Started(Started { info, concurrent }) => {
                 let sinks = Sinks { jsonl: jsonl.as_mut(), progress: &mut progress, interrupt: &self.interrupt };
                 // The engine's capabilities are the session's to give: the loop reads the servers'
                 // counters around each step.
                 let counters = concurrent.as_ref().and_then(|c| c.counters.clone());
+                // A shard starts its schedule at the common instant, once its engine is loaded.
+                start_lateness = options.shard.as_ref().and_then(|s| s.wait_for_start(&self.interrupt));
+                schedule_start = self.driver.now();
                 let driver = self.driver.as_mut();
-                let steps = run_steps(&segments, driver, info, counters, &mut self.carried, sinks, options.repeat);
-                steps.map(|s| (info.clone(), s.benchmarks, s.interrupted, s.incomplete, None))
+                let shard = options.shard.as_ref().map(|s| s.shard);
+                let shape = RunShape { repeats: options.repeat, shard };
+                let steps = run_steps(&segments, driver, info, counters, &mut self.carried, sinks, shape);
+                steps.map(|s| (info.clone(), (s.benchmarks, s.windows), s.interrupted, s.incomplete, None))
             }
             // A report all the same, marked incomplete, with the error: a failed start is a result.
             EngineState::FailedToStart(error) => {
@@ -238,7 +249,7 @@ impl EngineSession {
                     processes: None,
                     engine_thread: None,
                 };
-                Ok((engine, Vec::new(), false, true, Some(error.clone())))
+                Ok((engine, (Vec::new(), Vec::new()), false, true, Some(error.clone())))
             }
             EngineState::Stopped => Err(RunError::Internal("a run after its engine session finished".into())),
             EngineState::Idle => unreachable!("the engine was started above"),
@@ -248,7 +259,7 @@ impl EngineSession {
             let _ = self.stop(Some(&mut progress));
         }
         progress.clear();
-        let (engine, benchmarks, interrupted, incomplete, error) = result?;
+        let (engine, (benchmarks, windows), interrupted, incomplete, error) = result?;
         let machine = machine_start.map(|start| MachineProbe::between(&start, &MachineSample::take()));
 
         // Only a run with an output directory has a requests.jsonl.
@@ -258,6 +269,7 @@ impl EngineSession {
             tracing::debug!(lines, "requests.jsonl written");
             Ok(dir.join(crate::report::requests::REQUESTS_FILE))
         });
+        let shard = options.shard.map(|s| s.info(start_lateness, schedule_start, &benchmarks, &windows));
         Ok(RunResult {
             engine,
             benchmarks,
@@ -268,7 +280,30 @@ impl EngineSession {
             seeds: seeds(plan, self.source),
             requests_jsonl,
             machine,
+            shard,
         })
+    }
+}
+
+/// Refuses what a shard of `n > 1` cannot run ([`crate::loadgen::shard`]): a sweep, sessions, and
+/// a concurrency below `n` in any step a fixed profile has.
+fn refuse_unshardable(plan: &Plan, shard: &super::shard::ShardRun) -> Result<(), RunError> {
+    let refuse = |e: crate::loadgen::shard::ShardError| RunError::Unsupported(e.to_string());
+    let unsupported = |what, why| refuse(crate::loadgen::shard::ShardError::Unsupported { what, why });
+    if plan.sessions().is_some() {
+        return Err(unsupported(
+            "[workload.sessions]",
+            "a session's turns follow its replies, so the arrival order is not the single-process run's",
+        ));
+    }
+    match crate::loadgen::expand(plan.profile()) {
+        crate::loadgen::Expansion::Sweep { .. } => Err(unsupported(
+            "a sweep",
+            "its rates are measured as it runs, so each shard's steps would differ; shard its constant rates instead",
+        )),
+        crate::loadgen::Expansion::Fixed(steps) => {
+            steps.iter().try_for_each(|step| shard.shard.step(step).map(drop).map_err(refuse))
+        }
     }
 }
 

@@ -26,7 +26,7 @@ impl StepRun {
         }
         if !self.warmup_done {
             match self.warmup {
-                Some(PhaseLimit::Requests(n)) if self.phases[Phase::Warmup].submitted < n => {
+                Some(PhaseLimit::Requests(n)) if self.phases[Phase::Warmup].offered() < n => {
                     return (Some(Phase::Warmup), None);
                 }
                 Some(PhaseLimit::Duration(d)) => {
@@ -43,7 +43,7 @@ impl StepRun {
                 return (None, None);
             }
             self.warmup_done = true;
-            if self.phases[Phase::Warmup].submitted > 0 {
+            if self.phases[Phase::Warmup].offered() > 0 {
                 // The load profile starts over with the measurement (a rate's first arrival now; a
                 // trace goes on with its next line).
                 if let Ok(fresh) = self.scheduler.restarted(now) {
@@ -57,7 +57,7 @@ impl StepRun {
                 now
             });
             let deadline = self.stop.max_duration().map(|d| start.saturating_add(d));
-            if self.stop.max_requests().is_some_and(|m| self.phases[Phase::Measure].submitted >= m) {
+            if self.stop.max_requests().is_some_and(|m| self.phases[Phase::Measure].offered() >= m) {
                 self.end_measure(now, StopReason::MaxRequests);
             } else if deadline.is_some_and(|d| now >= d) {
                 self.end_measure(deadline.unwrap_or(now), StopReason::MaxDuration);
@@ -67,7 +67,7 @@ impl StepRun {
         }
         let end = self.measure_end.unwrap_or(now);
         match self.cooldown {
-            Some(PhaseLimit::Requests(n)) if self.phases[Phase::Cooldown].submitted < n => {
+            Some(PhaseLimit::Requests(n)) if self.phases[Phase::Cooldown].offered() < n => {
                 (Some(Phase::Cooldown), None)
             }
             Some(PhaseLimit::Duration(d)) if now < end.saturating_add(d) => {
@@ -93,6 +93,9 @@ impl StepRun {
         };
         if self.sessions.is_some() {
             return self.decide_sessions(now, phase, phase_deadline);
+        }
+        if let Some(action) = self.pass_others(now, phase, phase_deadline) {
+            return action;
         }
         match self.scheduler.poll(now, self.in_flight.len()) {
             Poll::SubmitNow => Action::Submit(phase),

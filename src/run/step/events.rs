@@ -28,7 +28,9 @@ impl StepRun {
             }
         };
         let turn = turn.map(|(mark, _, _)| mark);
-        self.in_flight.insert(id, Flight { phase, submitted: now, intended, images: None, prompt_target: None, turn });
+        let index = self.next_index(id);
+        self.in_flight
+            .insert(id, Flight { phase, submitted: now, intended, images: None, prompt_target: None, turn, index });
         match phase {
             Phase::Warmup => {
                 self.phases[Phase::Warmup].submitted += 1;
@@ -37,7 +39,7 @@ impl StepRun {
             Phase::Measure => {
                 self.phases[Phase::Measure].submitted += 1;
                 self.aggregator.record_submitted();
-                if self.stop.max_requests().is_some_and(|m| self.phases[Phase::Measure].submitted >= m) {
+                if self.stop.max_requests().is_some_and(|m| self.phases[Phase::Measure].offered() >= m) {
                     self.end_measure(now, StopReason::MaxRequests);
                 }
             }
@@ -64,6 +66,7 @@ impl StepRun {
 
     /// The batcher refused a request: the engine is unusable or shutting down, so the step ends.
     pub fn on_rejected(&mut self, error: &RequestError, now: Timestamp) {
+        let _ = self.next_index(0);
         self.turn_refused(now);
         tracing::error!(step = %self.step.name, %error, "request rejected; ending the benchmark");
         self.stop_engine_unusable(now);
@@ -121,8 +124,10 @@ impl StepRun {
                     self.aggregator.record_completion(&metrics, &c.times);
                     self.aggregator.record_client_timing(&client);
                     if let Some((design, block_size)) = self.prefix_design {
-                        self.aggregator
-                            .record_designed_cached(design.cached_tokens(id, block_size), metrics.prompt_tokens);
+                        self.aggregator.record_designed_cached(
+                            design.cached_tokens(flight.index, block_size),
+                            metrics.prompt_tokens,
+                        );
                     }
                     if let Some(images) = &flight.images {
                         self.media.record(images, c.output.stats.image_cache_hits);
@@ -136,8 +141,9 @@ impl StepRun {
                         self.phases[Phase::Measure].last_end.map_or(c.times.completed, |e| e.max(c.times.completed)),
                     );
                 }
+                let sharded = self.shard.is_some();
                 self.record(|name| {
-                    let mut record = RequestRecord::completed(id, name, flight.phase, c, &metrics);
+                    let mut record = RequestRecord::completed(flight.index, name, flight.phase, c, &metrics);
                     record.intended_ns = Some(flight.intended);
                     record.dispatch_delay_ms = Some(client.dispatch_delay.as_nanos() as f64 / 1e6);
                     record.ttft_from_submit_ms = client.ttft_from_submit.map(|t| t.as_nanos() as f64 / 1e6);
@@ -145,6 +151,11 @@ impl StepRun {
                     record.images = flight.images;
                     record.image_cache_hits = c.output.stats.image_cache_hits;
                     record.prompt_tokens_target = flight.prompt_target;
+                    if sharded {
+                        let runs = metrics.itl.runs().iter();
+                        record.itl_runs_ns =
+                            Some(runs.map(|&(gap, n)| [crate::time::duration_nanos(gap), n]).collect());
+                    }
                     mark_turn(&mut record, flight.turn);
                     record
                 });
@@ -179,8 +190,14 @@ impl StepRun {
                     _ => RequestOutcome::Error { kind: e.kind().to_owned() },
                 };
                 self.record(|name| {
-                    let mut record =
-                        RequestRecord::unfinished(id, name, flight.phase, outcome, Some(flight.submitted), Some(now));
+                    let mut record = RequestRecord::unfinished(
+                        flight.index,
+                        name,
+                        flight.phase,
+                        outcome,
+                        Some(flight.submitted),
+                        Some(now),
+                    );
                     record.intended_ns = Some(flight.intended);
                     record.endpoint = endpoint.map(str::to_owned);
                     record.images = flight.images;

@@ -43,13 +43,14 @@ impl StepRun {
             self.phases[Phase::Measure].last_end.or(self.measure_end).unwrap_or(now)
         };
         let sessions = self.sessions_result();
+        let window = self.aggregator.window(end);
         let mut result = self.aggregator.finish(end);
         result.images = self.media.finish(result.duration_s);
         result.prompt_target = self.prompt_targets.finish();
         result.sessions = sessions;
         result.repeat = self.repeat;
         result.batching.whole_run = self.batches_seen;
-        Finished { result, records, ends_run }
+        Finished { result, records, ends_run, window }
     }
 }
 
@@ -63,4 +64,6 @@ pub struct Finished {
     /// The run must stop here (interrupted, or the engine became unusable): the report is
     /// incomplete.
     pub ends_run: bool,
+    /// Its measured window on the run's clock, `(start, end)`.
+    pub window: (Timestamp, Timestamp),
 }

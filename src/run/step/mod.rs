@@ -31,6 +31,7 @@ mod events;
 mod finish;
 mod phases;
 mod sessions;
+mod shard;
 mod stop;
 
 use std::collections::VecDeque;
@@ -57,6 +58,9 @@ pub enum Action {
     Submit(Phase),
     /// Wait for an outcome, or until this time if given.
     Wait(Option<Timestamp>),
+    /// The next arrival is another shard's (`--shard`) and was passed over: the workload's next
+    /// request is not sent (the driver moves on to the one after it); poll again.
+    Pass,
     /// Nothing is in flight and nothing more will be submitted.
     Done,
 }
@@ -72,6 +76,9 @@ struct Flight {
     prompt_target: Option<u32>,
     /// Its place in its session, when the step runs sessions.
     turn: Option<sessions::TurnMark>,
+    /// Its index in the workload and in the single-process run (its record's `id`): the
+    /// batcher's id, except in a shard (`--shard`), where the others' arrivals were passed over.
+    index: RequestId,
 }
 
 /// One benchmark as a sans-IO state machine: it says when to submit ([`poll`](Self::poll)), takes
@@ -125,6 +132,9 @@ pub struct StepRun {
     anchor: Option<WallAnchor>,
     /// The step's sessions (`[workload.sessions]`); `None` sends each request once.
     sessions: Option<sessions::StepSessions>,
+    /// The shard this step sends (`--shard`), and the index of its next arrival in the
+    /// single-process run; `None` sends every arrival.
+    shard: Option<shard::StepShard>,
 }
 
 impl StepRun {
@@ -174,6 +184,7 @@ impl StepRun {
             domain,
             anchor,
             sessions: None,
+            shard: None,
         })
     }
 

@@ -12,6 +12,8 @@ use crate::time::Timestamp;
 pub(super) struct PhaseCounts {
     /// Requests submitted (admitted by the driver).
     pub submitted: u64,
+    /// Arrivals of other shards passed over (`--shard`): counted limits count them too.
+    pub passed: u64,
     /// Requests not finished yet (warmup: measurement waits for them).
     pub in_flight: u64,
     /// Requests finished, failed ones included.
@@ -22,6 +24,14 @@ pub(super) struct PhaseCounts {
     pub output_tokens: u64,
     /// When the latest request finished.
     pub last_end: Option<Timestamp>,
+}
+
+impl PhaseCounts {
+    /// Arrivals offered in the phase, this shard's and the others' (`--shard`): what a counted
+    /// limit (`stop.max_requests`, a warm-up of N requests) counts.
+    pub fn offered(&self) -> u64 {
+        self.submitted + self.passed
+    }
 }
 
 /// One `T` per [`Phase`], indexed by it.

@@ -975,6 +975,12 @@ MUTANTS = [
     ("issue 35 merge, verdict: a clock behind by more than the bound is not off", "src/report/merge/verdict.rs",
      "offset.abs() > bounds.max_clock_offset_ms", "offset > bounds.max_clock_offset_ms",
      ["--lib", "report::merge::verdict"], {}),
+    ("issue 35 ray: a shard the launcher lost is also listed missing", "src/report/merge/mod.rs",
+     "!by_k.contains_key(k) && !lost.contains(k)", "!by_k.contains_key(k)",
+     ["--test", "distributed_merge", "launcher_lost"], {}),
+    ("issue 35 ray: merge ignores a launcher's shard-failed.json", "src/cli/merge.rs",
+     "    if marker.exists() {", "    if false && marker.exists() {",
+     ["--test", "distributed_merge", "launcher_lost"], {}),
 ]
 
 

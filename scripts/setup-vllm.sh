@@ -53,6 +53,15 @@ PYEOF
     log "venv ready: $VENV"
 fi
 
+# The distributed runs' driver (python/batchlab_engines/ray_run.py, tests/ray_run.rs), pinned.
+RAY_VERSION=2.60.0
+if "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('ray') != '$RAY_VERSION')" 2>/dev/null; then
+    log "ray $RAY_VERSION ready, skipped"
+else
+    log "installing ray $RAY_VERSION"
+    "$PY" -m pip install --quiet "ray==$RAY_VERSION"
+fi
+
 MODEL="$HOME_DIR/tiny-llama"
 HF_HUB_OFFLINE=1 "$PY" "$HERE/build_tiny_model.py" "$MODEL"
 # A tiny random-weight vision-language model on top of it, for the image tests (tests/vllm_images.rs).

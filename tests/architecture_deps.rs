@@ -504,8 +504,9 @@ fn assert_no_circle(layer: &str) {
     }
 }
 
-/// The vLLM test files (`tests/vllm_*.rs`, `tests/serve_vllm.rs`) are built with `--features vllm`
-/// only (a whole-file `#![cfg(feature = "vllm")]`), so `just test` needs no Python, and each is
+/// The vLLM test files (`tests/vllm_*.rs`, `tests/serve_vllm.rs`) and every other test that needs
+/// the venv (it includes `common/python_env.rs`: `python_engine`, `ray_run`) are built with
+/// `--features vllm` only (a whole-file `#![cfg(feature = "vllm")]`, or around the venv's reader), so `just test` needs no Python, and each is
 /// run by `just test-vllm`; every file that recipe names exists. A vLLM test file without the gate
 /// ran in `just test` and failed there ("built without Python engines", 2026-12-07).
 #[test]
@@ -528,13 +529,22 @@ fn every_vllm_test_file_is_gated_and_run_by_test_vllm() {
         .expect("tests/")
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter_map(|f| f.strip_suffix(".rs").map(str::to_owned))
-        .filter(|stem| stem.starts_with("vllm_") || stem == "serve_vllm")
+        .filter(|stem| {
+            // A vLLM test by its name, or any test that needs the venv (Ray's, a Python engine's).
+            stem.starts_with("vllm_")
+                || stem == "serve_vllm"
+                || std::fs::read_to_string(root.join("tests").join(format!("{stem}.rs")))
+                    .is_ok_and(|text| text.contains("#[path = \"common/python_env.rs\"]"))
+        })
         .collect();
     files.sort();
     assert!(files.len() >= 10, "{files:?}");
     for stem in &files {
         let text = std::fs::read_to_string(root.join("tests").join(format!("{stem}.rs"))).expect("test file");
-        assert!(text.contains("\n#![cfg(feature = \"vllm\")]\n"), "tests/{stem}.rs has no #![cfg(feature = \"vllm\")]");
+        // The whole file, or (python_engine: its docs check needs no Python) the venv's reader.
+        let gated = text.contains("\n#![cfg(feature = \"vllm\")]\n")
+            || text.contains("#[cfg(feature = \"vllm\")]\n#[path = \"common/python_env.rs\"]");
+        assert!(gated, "tests/{stem}.rs has no #![cfg(feature = \"vllm\")]");
         assert!(named.contains(&stem.as_str()), "tests/{stem}.rs is not in the justfile's test-vllm recipe");
     }
 }

@@ -322,6 +322,33 @@ fn a_missing_shard_makes_the_report_incomplete_and_names_it() {
 }
 
 #[test]
+fn a_shard_its_launcher_lost_is_named_failed_with_the_launchers_reason() {
+    let dir = check_shard_runs("lost", "scenarios/poisson.toml", &[], 3);
+    // What the Ray launcher leaves for a shard whose actor died: its marker, nothing else.
+    std::fs::remove_dir_all(dir.join("shard-1")).unwrap();
+    std::fs::create_dir_all(dir.join("shard-1")).unwrap();
+    let marker = r#"{"k": 1, "n": 3, "reason": "lost by the Ray launcher: its actor died (ActorDiedError)"}"#;
+    std::fs::write(dir.join("shard-1/shard-failed.json"), marker).unwrap();
+    let shards = [dir.join("shard-0"), dir.join("shard-1"), dir.join("shard-2")];
+    let (code, stdout, stderr) = merge(&shards, &dir.join("out"), &[]);
+    assert_eq!(code, 6, "{stdout}{stderr}");
+    assert!(stdout.contains("1/3    FAILED"), "{stdout}");
+    let merged = read_json(&dir.join("out/report.json"));
+    assert_eq!(merged["incomplete"], true);
+    assert_eq!(merged["merge"]["missing"], serde_json::json!([]), "named failed, not also missing");
+    let failed = &merged["merge"]["failed"][0];
+    assert_eq!(failed["k"], 1);
+    assert!(failed["reason"].as_str().unwrap().contains("its actor died"), "{failed}");
+    assert!(stderr.contains("shard 1 (") && stderr.contains("its actor died"), "{stderr}");
+    // A marker that cannot be read is a failure of its own, not a silent skip.
+    std::fs::write(dir.join("shard-1/shard-failed.json"), "{").unwrap();
+    let (code, _, stderr) = merge(&shards, &dir.join("bad"), &[]);
+    assert_eq!(code, 6, "{stderr}");
+    assert!(stderr.contains("shard-failed.json"), "{stderr}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
 fn a_failed_shard_makes_the_report_incomplete_and_names_it() {
     let dir = check_shard_runs("failed", "scenarios/poisson.toml", &[], 3);
     // Shard 1 lost its records; shard 2's report says its engine became unusable.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use batchlab::report::merge::verdict::ValidityBounds;
-use batchlab::report::merge::{MergeOptions, ShardOutput, merge, table::render_shards};
+use batchlab::report::merge::{LOST_SHARD_FILE, LostShard, MergeOptions, ShardOutput, merge, table::render_shards};
 use batchlab::report::{RequestsJsonl, read_records, read_report};
 
 use super::{EXIT_BAD_INPUT, EXIT_ERROR, EXIT_EXPECTATIONS, EXIT_INCOMPLETE};
@@ -34,12 +34,30 @@ pub(crate) struct MergeArgs {
     max_clock_offset_ms: f64,
 }
 
-/// Reads one shard's directory: each file's problem is kept, so the shard is named as failed.
+/// Reads one shard's directory: each file's problem is kept, so the shard is named as failed. A
+/// launcher's `shard-failed.json` says the shard was lost; one that cannot be read is a problem
+/// of its own.
 fn read_shard(dir: &Path) -> ShardOutput {
+    let source = dir.display().to_string();
+    let marker = dir.join(LOST_SHARD_FILE);
+    if marker.exists() {
+        let lost = std::fs::read_to_string(&marker)
+            .map_err(|e| e.to_string())
+            .and_then(|text| serde_json::from_str::<LostShard>(&text).map_err(|e| e.to_string()));
+        return match lost {
+            Ok(lost) => {
+                ShardOutput { source, report: Err(lost.reason.clone()), records: Ok(Vec::new()), lost: Some(lost) }
+            }
+            Err(e) => {
+                let why = format!("{}: {e}", marker.display());
+                ShardOutput { source, report: Err(why.clone()), records: Err(why), lost: None }
+            }
+        };
+    }
     let report = read_report(dir).map_err(|e| e.to_string());
     let path = dir.join(batchlab::report::requests::REQUESTS_FILE);
     let records = read_records(&path).and_then(|r| r.collect::<Result<Vec<_>, _>>()).map_err(|e| e.to_string());
-    ShardOutput { source: dir.display().to_string(), report, records }
+    ShardOutput { source, report, records, lost: None }
 }
 
 pub(crate) fn main(args: MergeArgs) -> ExitCode {

@@ -46,7 +46,26 @@ pub struct ShardOutput {
     pub report: Result<Report, String>,
     /// Its requests.jsonl.
     pub records: Result<Vec<RequestRecord>, String>,
+    /// A launcher's word that this shard was lost before it could write anything (its
+    /// `shard-failed.json`): the Ray launcher writes it for a shard whose actor died.
+    pub lost: Option<LostShard>,
 }
+
+/// A shard a launcher saw lost (`shard-failed.json` in its directory, written by
+/// `python -m batchlab_engines.ray_run` when the shard's worker died): named failed, with the
+/// launcher's reason, and not also missing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LostShard {
+    /// Its index.
+    pub k: u32,
+    /// The number of shards.
+    pub n: u32,
+    /// What the launcher saw.
+    pub reason: String,
+}
+
+/// The file of a [`LostShard`] in its shard's directory.
+pub const LOST_SHARD_FILE: &str = "shard-failed.json";
 
 /// How to merge.
 #[derive(Clone, Debug, Default)]
@@ -172,8 +191,14 @@ struct Loaded {
 /// order of their outcomes).
 pub fn merge(shards: Vec<ShardOutput>, options: &MergeOptions) -> Result<(Report, Vec<RequestRecord>), MergeError> {
     let mut failed = Vec::new();
+    let mut lost = Vec::new();
     let mut by_k: BTreeMap<u32, Loaded> = BTreeMap::new();
     for shard in shards {
+        if let Some(l) = shard.lost {
+            lost.push(l.k);
+            failed.push(FailedShard { k: Some(l.k), source: shard.source, reason: l.reason });
+            continue;
+        }
         let report = match shard.report {
             Ok(report) => report,
             Err(reason) => {
@@ -215,7 +240,7 @@ pub fn merge(shards: Vec<ShardOutput>, options: &MergeOptions) -> Result<(Report
         shard.shift = base - start.as_nanos() as i128;
     }
     let n = options.expect.unwrap_or(first_info.n);
-    let missing: Vec<u32> = (0..n).filter(|k| !by_k.contains_key(k)).collect();
+    let missing: Vec<u32> = (0..n).filter(|k| !by_k.contains_key(k) && !lost.contains(k)).collect();
     for (k, shard) in &by_k {
         let mut reasons = Vec::new();
         if let Err(e) = &shard.records {

@@ -981,6 +981,9 @@ MUTANTS = [
     ("issue 35 ray: merge ignores a launcher's shard-failed.json", "src/cli/merge.rs",
      "    if marker.exists() {", "    if false && marker.exists() {",
      ["--test", "distributed_merge", "launcher_lost"], {}),
+    ("issue 35 ray: a lost shard does not stop the others (they run out their schedule)", "python/batchlab_engines/ray_run.py",
+     "                    a.stop.remote()", "                    pass",
+     ["--features", "vllm", "--test", "ray_run", "a_killed_shard_actor"], VLLM),
 ]
 
 

@@ -330,7 +330,7 @@ def drive(ray, args, n, binary, scenario, out, actors, display):
                 results[k] = ray.get(ref)
                 states[k] = f"ended (exit {results[k]['exit']}): {results[k]['tail'][-1] if results[k]['tail'] else ''}"
             except Exception as e:  # the actor died: RayActorError and its kin
-                lost[k] = f"its actor died ({type(e).__name__})"
+                lost[k] = f"its actor died or became unreachable ({type(e).__name__})"
                 states[k] = "LOST: " + lost[k]
         # Progress, which doubles as the liveness check of a shard whose node may be gone.
         now = time.monotonic()
@@ -345,7 +345,7 @@ def drive(ray, args, n, binary, scenario, out, actors, display):
                     states[k] = ray.get(done[0])
                     answered[k] = now
                 except Exception as e:
-                    lost[k] = f"its actor died ({type(e).__name__})"
+                    lost[k] = f"its actor died or became unreachable ({type(e).__name__})"
                     states[k] = "LOST: " + lost[k]
                 del pending_progress[k]
             elif now - answered[k] > args.lost_after:

@@ -54,14 +54,17 @@ def main():
     cmd = [sys.executable, "-m", "batchlab_engines.ray_run", *launcher_args, "--address", cluster.address]
     killed_at = None
     try:
-        launcher = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+        losing = args.kill_shard is not None or args.lose_node_of_shard is not None
+        # Only a run that loses a shard reads the launcher's lines (for its start); otherwise they
+        # go straight to this stderr, a terminal keeping its redrawn display.
+        launcher = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE if losing else None, text=True)
         started = None
-        for line in launcher.stderr:
+        for line in launcher.stderr or []:
             sys.stderr.write(line)
             sys.stderr.flush()
             if started is None and line.startswith("start at "):
                 started = time.monotonic()
-                if args.kill_shard is not None or args.lose_node_of_shard is not None:
+                if losing:
                     victim = killer(cluster, started + 3.0 + args.kill_after, args)
                     killed_at = time.monotonic()
         code = launcher.wait()

@@ -168,7 +168,10 @@ class ShardWorker:
             if not line:
                 continue
             with self.lock:
-                self.last_line = line
+                # The progress lines are batchlab's time-stamped ones; the rest (the table, the
+                # files written) goes to the tail only.
+                if line.startswith("[") and not line.endswith("] stopping engine"):
+                    self.last_line = line
                 self.tail = (self.tail + [line])[-40:]
         code = self.child.wait()
         files = {}
@@ -177,7 +180,14 @@ class ShardWorker:
                 if f.is_file():
                     files[f.name] = f.read_bytes()
         shutil.rmtree(self.workdir, ignore_errors=True)
-        return {"k": self.k, "exit": code, "files": files, "tail": self.tail, "host": socket.gethostname()}
+        return {
+            "k": self.k,
+            "exit": code,
+            "files": files,
+            "tail": self.tail,
+            "last": self.last_line,
+            "host": socket.gethostname(),
+        }
 
     def progress(self):
         with self.lock:
@@ -328,7 +338,7 @@ def drive(ray, args, n, binary, scenario, out, actors, display):
             k = refs.pop(ref)
             try:
                 results[k] = ray.get(ref)
-                states[k] = f"ended (exit {results[k]['exit']}): {results[k]['tail'][-1] if results[k]['tail'] else ''}"
+                states[k] = f"ended (exit {results[k]['exit']}): {results[k]['last']}"
             except Exception as e:  # the actor died: RayActorError and its kin
                 lost[k] = f"its actor died or became unreachable ({type(e).__name__})"
                 states[k] = "LOST: " + lost[k]

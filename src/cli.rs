@@ -138,6 +138,10 @@ enum Command {
     Tune(tune::TuneArgs),
     /// Serve the simulator as an OpenAI-compatible HTTP server, in real time (docs/serve.md).
     Serve(serve::ServeArgs),
+    /// Print the Kubernetes manifests of a distributed run: an Indexed Job of N shards into a
+    /// shared volume, and the merge Job that follows (docs/distributed.md; not run on a cluster
+    /// here).
+    K8s(k8s::K8sArgs),
     /// Merge the output directories of a sharded run's shards (`run --shard K/N`) into one report,
     /// every percentile from the union of their raw records; exits 6 when a shard is missing or
     /// failed (docs/distributed.md).
@@ -185,6 +189,7 @@ impl GateArgs {
 
 mod ab;
 mod calibrate;
+mod k8s;
 mod merge;
 mod serve;
 mod session;
@@ -254,7 +259,12 @@ fn run_error_code(e: &anyhow::Error) -> u8 {
     use batchlab::engine::EngineError;
     use batchlab::run::RunError;
     match e.downcast_ref::<RunError>() {
-        Some(RunError::Load(_) | RunError::Output(_) | RunError::Engine(EngineError::Unsupported(_))) => EXIT_BAD_INPUT,
+        Some(
+            RunError::Load(_)
+            | RunError::Output(_)
+            | RunError::Shard(_)
+            | RunError::Engine(EngineError::Unsupported(_)),
+        ) => EXIT_BAD_INPUT,
         _ => EXIT_ERROR,
     }
 }
@@ -365,6 +375,7 @@ fn real_main(cli: Cli) -> ExitCode {
         Command::Compare { a, b, gate, output } => return compare_runs(&a, &b, &gate, output),
         Command::Ab(args) => return ab::main(args),
         Command::Merge(args) => return merge::main(args),
+        Command::K8s(args) => return k8s::main(args),
         Command::Calibrate(args) => return calibrate::main(args),
         Command::Tune(args) => return tune::main(args),
         Command::Serve(args) => return serve::main(args),

@@ -238,6 +238,17 @@ fn a_dataset_trace_split_and_merged_is_its_report() {
     check_split_merge("split-trace", "scenarios/trace.toml", &[], false);
 }
 
+#[test]
+fn images_and_prefix_groups_split_and_merged_are_their_report() {
+    check_split_merge("split-vision", "scenarios/vision.toml", &["stop.max_requests=40"], false);
+    check_split_merge(
+        "split-prefix",
+        "scenarios/poisson.toml",
+        &["workload.prefix_groups=3", "workload.prefix_tokens=64", "stop.max_requests=60"],
+        false,
+    );
+}
+
 /// Nearest rank, as the report's percentiles: the smallest value with at least `q` of the
 /// samples at or below it.
 fn nearest_rank(sorted: &[f64], q: f64) -> f64 {

@@ -36,9 +36,11 @@ fn run(scenario: &str, sets: &[&str], dir: &Path, shard: Option<Shard>) -> Vec<R
 }
 
 /// What must be the same in a shard as in the single-process run: the request's benchmark,
-/// phase, intended arrival (a rate profile's schedule; a closed loop's depends on completions)
-/// and its prompt and output lengths.
-fn key(r: &RequestRecord, open_loop: bool) -> (String, String, Option<u64>, Option<u32>, Option<u32>) {
+/// phase, intended arrival (a rate profile's schedule; a closed loop's depends on completions),
+/// its prompt and output lengths, and its images.
+type Key = (String, String, Option<u64>, Option<u32>, Option<u32>, String);
+
+fn key(r: &RequestRecord, open_loop: bool) -> Key {
     let m = r.metrics.as_ref();
     (
         r.benchmark.clone(),
@@ -46,6 +48,7 @@ fn key(r: &RequestRecord, open_loop: bool) -> (String, String, Option<u64>, Opti
         if open_loop { r.intended_ns.map(|t| t.as_nanos()) } else { None },
         m.and_then(|m| m.prompt_tokens),
         m.and_then(|m| m.output_tokens),
+        format!("{:?}", r.images),
     )
 }
 
@@ -110,4 +113,18 @@ fn a_concurrency_below_the_shard_count_is_refused_by_name() {
     };
     let error = run_blocking(&plan, options).expect_err("refused").to_string();
     assert!(error.contains("max_concurrency = 2 cannot be split over 3 shards"), "{error}");
+}
+
+#[test]
+fn images_and_prefix_groups_go_with_their_request() {
+    // 800 chat requests with images (half from a pool), cut to 40: each shard's requests carry
+    // the single-process run's images and prompt lengths.
+    check_partition("vision", "scenarios/vision.toml", &["stop.max_requests=40"], false);
+    // Shared prefixes: request i is in the same prefix group in every shard.
+    check_partition(
+        "prefix",
+        "scenarios/poisson.toml",
+        &["workload.prefix_groups=3", "workload.prefix_tokens=64", "stop.max_requests=60"],
+        true,
+    );
 }

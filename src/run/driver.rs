@@ -389,7 +389,7 @@ impl StepLoop<'_, '_> {
         let ScheduledStep { step, segment, index, count, round, repeats } = scheduled;
         let now = self.driver.now();
         let step = match self.shard {
-            Some(shard) => shard.step(&step).map_err(|e| RunError::Unsupported(e.to_string()))?,
+            Some(shard) => shard.step(&step)?,
             None => step,
         };
         let mut run = StepRun::for_plan(step, segment.plan, now, self.domain, self.anchor)?

@@ -144,6 +144,10 @@ pub enum RunError {
     /// The run cannot be carried out as asked.
     #[error("{0}")]
     Unsupported(String),
+    /// The plan cannot be split as `--shard K/N` asks (`loadgen::shard`); found before the engine
+    /// starts.
+    #[error(transparent)]
+    Shard(#[from] crate::loadgen::shard::ShardError),
     /// A bug: please report it.
     #[error("internal error: {0}")]
     Internal(String),

@@ -288,8 +288,7 @@ impl EngineSession {
 /// Refuses what a shard of `n > 1` cannot run ([`crate::loadgen::shard`]): a sweep, sessions, and
 /// a concurrency below `n` in any step a fixed profile has.
 fn refuse_unshardable(plan: &Plan, shard: &super::shard::ShardRun) -> Result<(), RunError> {
-    let refuse = |e: crate::loadgen::shard::ShardError| RunError::Unsupported(e.to_string());
-    let unsupported = |what, why| refuse(crate::loadgen::shard::ShardError::Unsupported { what, why });
+    let unsupported = |what, why| RunError::Shard(crate::loadgen::shard::ShardError::Unsupported { what, why });
     if plan.sessions().is_some() {
         return Err(unsupported(
             "[workload.sessions]",
@@ -302,7 +301,7 @@ fn refuse_unshardable(plan: &Plan, shard: &super::shard::ShardRun) -> Result<(),
             "its rates are measured as it runs, so each shard's steps would differ; shard its constant rates instead",
         )),
         crate::loadgen::Expansion::Fixed(steps) => {
-            steps.iter().try_for_each(|step| shard.shard.step(step).map(drop).map_err(refuse))
+            steps.iter().try_for_each(|step| shard.shard.step(step).map(drop).map_err(RunError::Shard))
         }
     }
 }

@@ -66,6 +66,7 @@ impl StepRun {
 
     /// The batcher refused a request: the engine is unusable or shutting down, so the step ends.
     pub fn on_rejected(&mut self, error: &RequestError, now: Timestamp) {
+        // A refused request took its index in the run all the same (a shard moves past it).
         let _ = self.next_index(0);
         self.turn_refused(now);
         tracing::error!(step = %self.step.name, %error, "request rejected; ending the benchmark");

@@ -16,13 +16,13 @@ impl StepRun {
         leftovers.sort_by_key(|(id, _)| *id);
         let recording = self.records.is_some();
         let mut records: Vec<RequestRecord> = self.records.take().map(Vec::from).unwrap_or_default();
-        for (id, f) in &leftovers {
+        for (_, f) in &leftovers {
             if f.phase == Phase::Measure {
                 self.aggregator.record_incomplete(f.submitted);
             }
             if recording {
                 let mut record = RequestRecord::unfinished(
-                    *id,
+                    f.index,
                     &self.step.name,
                     f.phase,
                     RequestOutcome::Incomplete,

@@ -294,3 +294,34 @@ fn no_records_unless_asked() {
     assert!(run.poll_record().is_none());
     assert!(run.finish(at(5)).records.is_empty());
 }
+
+#[test]
+fn a_shard_passes_over_the_others_arrivals_and_records_its_own_by_their_index_in_the_run() {
+    // Shard 1 of 3 of a run whose step starts at request 10 (a step before it sent 0..10): of
+    // arrivals 10..16 it sends 10 and 13 (10 mod 3 = 1), passing over the others; the limit of 6
+    // counts every shard's.
+    let mut run = step(None, 6).with_shard(crate::loadgen::shard::Shard { k: 1, n: 3 }, 10).with_records();
+    let mut sent = Vec::new();
+    loop {
+        match run.poll(at(0)) {
+            Action::Pass => {}
+            Action::Submit(phase) => {
+                let id = sent.len() as RequestId;
+                run.on_submitted(id, phase, at(0));
+                sent.push(id);
+            }
+            _ => break,
+        }
+    }
+    assert_eq!(sent, [0, 1], "two of the six arrivals are this shard's");
+    run.on_outcome(0, &done(0, 0, 10), at(10));
+    let ids: Vec<RequestId> = std::iter::from_fn(|| run.poll_record()).map(|r| r.id).collect();
+    assert_eq!(ids, [10], "its record carries its index in the run, not the batcher's id");
+    // The other is still running when the step ends: its incomplete record is numbered alike.
+    let finished = run.finish(at(20));
+    assert_eq!(
+        finished.records.iter().map(|r| (r.id, r.outcome.clone())).collect::<Vec<_>>(),
+        [(13, RequestOutcome::Incomplete)]
+    );
+    assert_eq!(finished.result.counts.submitted, 2, "only its own requests count in its result");
+}

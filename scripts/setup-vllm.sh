@@ -62,6 +62,9 @@ else
     "$PY" -m pip install --quiet "ray==$RAY_VERSION"
 fi
 
+# The `kubernetes` package, whose models check the Kubernetes manifests (tests/distributed_k8s.rs).
+"$HERE/setup-kubernetes.sh"
+
 MODEL="$HOME_DIR/tiny-llama"
 HF_HUB_OFFLINE=1 "$PY" "$HERE/build_tiny_model.py" "$MODEL"
 # A tiny random-weight vision-language model on top of it, for the image tests (tests/vllm_images.rs).

@@ -4,7 +4,10 @@
 //! required missing; needs the venv with `scripts/setup-kubernetes.sh`, and fails under CI=true
 //! without it); and the manifest's exact container commands run as 3 local processes with
 //! `JOB_COMPLETION_INDEX` set, then the merge Job's, into a complete merged report. Not run on a
-//! cluster here.
+//! cluster here. Needs the venv, so built with `--features vllm` and run by `just test-vllm`, as
+//! every test that needs Python (`just test` needs none).
+
+#![cfg(feature = "vllm")]
 
 #[path = "common/cli.rs"]
 mod cli_common;

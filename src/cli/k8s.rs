@@ -27,11 +27,16 @@ pub(crate) struct K8sArgs {
     image: String,
     /// The common start of the shards (RFC 3339 or unix seconds); without it each shard starts
     /// when its engine is loaded. Sets START_AT in the shards' pods.
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", value_parser = checked_start_at)]
     start_at: Option<String>,
     /// Override any scenario key, as `batchlab run --set`. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
+}
+
+/// `--start-at` as given, once `batchlab run --start-at` would take it.
+fn checked_start_at(text: &str) -> Result<String, String> {
+    super::shard::parse_start_at(text).map(|_| text.to_owned())
 }
 
 /// Where the pods mount the scenario and the results.

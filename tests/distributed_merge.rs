@@ -105,7 +105,7 @@ fn without_exceptions(mut value: Value) -> Value {
 }
 
 /// Zeroes what no record holds in a part's report (`batching`, the time series' batches, the
-/// designed prefix-cache tokens, the servers' counters), which the merge sums over the parts:
+/// designed prefix-cache tokens, the servers' counters), which the merge sums (the counters: takes from the widest part):
 /// the first part keeps the run's, so the sums are the run's.
 fn zero_unrecorded(report: &mut Value) {
     for b in report["benchmarks"].as_array_mut().unwrap() {

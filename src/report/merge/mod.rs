@@ -13,7 +13,8 @@
 //!   measured batches (`batching`) are summed over the shards, and the time series' batch columns
 //!   summed interval by interval; the `generate` distribution (one sample per engine batch, which
 //!   no record holds) is left empty and each shard's p99 is listed in its row; the servers'
-//!   counters (`server`) are each shard's, listed; the designed prefix-cache tokens are summed;
+//!   counters (`server`) are, per endpoint, the delta of the shard with the widest window (every
+//!   shard's delta counts the whole server, so they are never summed); the designed prefix-cache tokens are summed;
 //!   the environment is the first shard's (every host is in the rows).
 //! - **Nothing left out silently.** A shard that is missing (fewer than `n`, or `--expect`) or
 //!   failed (its report says incomplete or error, or its files cannot be read) makes the report
@@ -380,6 +381,23 @@ fn merged_benchmarks(by_k: &BTreeMap<u32, Loaded>, per_shard: &[Vec<RequestRecor
         .collect()
 }
 
+/// The servers' counters of the run: per endpoint, the delta a shard read over the widest window
+/// (its longest benchmark). A server counts every shard's requests, so the shards' deltas overlap
+/// and are never summed; the widest is the nearest to the whole run's.
+fn widest_server_deltas(parts: &[(&BenchmarkResult, i128)]) -> Vec<crate::metrics::server::ServerDelta> {
+    let mut widest: Vec<(f64, &crate::metrics::server::ServerDelta)> = Vec::new();
+    for (part, _) in parts {
+        for delta in &part.server {
+            match widest.iter_mut().find(|(_, w)| w.endpoint == delta.endpoint) {
+                Some(slot) if slot.0 >= part.duration_s => {}
+                Some(slot) => *slot = (part.duration_s, delta),
+                None => widest.push((part.duration_s, delta)),
+            }
+        }
+    }
+    widest.into_iter().map(|(_, d)| d.clone()).collect()
+}
+
 /// The fields no record holds, by their rules (module docs).
 fn add_unrecorded(merged: &mut BenchmarkResult, parts: &[(&BenchmarkResult, i128)]) {
     let lost: i64 = parts.iter().map(|(b, _)| b.counts.lost).sum();
@@ -397,8 +415,8 @@ fn add_unrecorded(merged: &mut BenchmarkResult, parts: &[(&BenchmarkResult, i128
         b.whole_run.largest = b.whole_run.largest.max(p.whole_run.largest);
         merged.prefix_cache_tokens.designed_cached += part.prefix_cache_tokens.designed_cached;
         merged.prefix_cache_tokens.designed_prompt += part.prefix_cache_tokens.designed_prompt;
-        merged.server.extend(part.server.iter().cloned());
     }
+    merged.server = widest_server_deltas(parts);
     b.batches = b.batch_size_histogram.values().sum();
     let size_sum: u128 = b.batch_size_histogram.iter().map(|(&s, &n)| s as u128 * u128::from(n)).sum();
     let share = |n: u64| (b.batches > 0).then(|| n as f64 / b.batches as f64);
@@ -457,5 +475,40 @@ fn row(k: u32, shard: &Loaded, bounds: &ValidityBounds) -> ShardRow {
         start_lateness_ms: info.start_lateness_ms,
         clock_offset_ms: info.clock_offset_ms,
         verdict: judge(client_lag_p99_ms, info.start_lateness_ms, info.clock_offset_ms, bounds),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::aggregate::tests::sample_result;
+    use crate::metrics::server::ServerDelta;
+
+    fn delta(endpoint: &str, prompt_tokens: f64) -> ServerDelta {
+        ServerDelta {
+            endpoint: endpoint.into(),
+            counters: BTreeMap::from([("prompt_tokens".to_string(), prompt_tokens)]),
+            ..ServerDelta::default()
+        }
+    }
+
+    #[test]
+    fn a_servers_counters_come_from_the_widest_window_never_summed() {
+        // Shards 0 and 1 both read server a (each delta counts both shards' requests); only shard
+        // 1 reads server b.
+        let mut short = sample_result();
+        short.duration_s = 9.0;
+        short.server = vec![delta("a", 900.0)];
+        let mut long = sample_result();
+        long.duration_s = 10.0;
+        long.server = vec![delta("a", 1000.0), delta("b", 50.0)];
+        for parts in [[(&short, 0), (&long, 0)], [(&long, 0), (&short, 0)]] {
+            let server = widest_server_deltas(&parts);
+            assert_eq!(
+                server,
+                vec![delta("a", 1000.0), delta("b", 50.0)],
+                "the widest window's a (not 900, never 1900), and b"
+            );
+        }
     }
 }

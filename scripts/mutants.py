@@ -990,6 +990,12 @@ MUTANTS = [
     ("issue 35 merge: a server's counters from the first shard that read them, not the widest window", "src/report/merge/mod.rs",
      "                Some(slot) if slot.0 >= part.duration_s => {}", "                Some(_) => {}",
      ["--lib", "report::merge::tests::a_servers_counters_come_from_the_widest_window_never_summed"], {}),
+    ("issue 35 shard, display: a shard counts to the whole run's requests, not its own part", "src/run/step/display.rs",
+     "let measured_total = self.own_part(self.stop.max_requests());", "let measured_total = self.stop.max_requests();",
+     ["--lib", "run::step::tests::a_shard_passes_over_the_others_arrivals"], {}),
+    ("issue 35 shard: a shard's part of a counted phase counts one arrival too many", "src/loadgen/shard.rs",
+     "let before = |x: u64| x / n + u64::from(k < x % n);", "let before = |x: u64| x / n + u64::from(k <= x % n);",
+     ["--lib", "loadgen::shard::tests::a_shards_part_of_a_counted_phase_is_the_arrivals_it_owns"], {}),
 ]
 
 

@@ -94,6 +94,14 @@ impl Shard {
         i % u64::from(self.n) == u64::from(self.k)
     }
 
+    /// How many of the arrivals `first .. first + count` of the single-process run are this
+    /// shard's: its part of a counted phase that starts at arrival `first`.
+    pub fn owned_in(self, first: u64, count: u64) -> u64 {
+        let (k, n) = (u64::from(self.k), u64::from(self.n));
+        let before = |x: u64| x / n + u64::from(k < x % n);
+        before(first + count) - before(first)
+    }
+
     /// This shard's part of `total` slots: `total / n`, plus one for the first `total mod n`
     /// shards, so the parts of all shards sum to `total`.
     pub fn share(self, total: u32) -> u32 {
@@ -147,6 +155,24 @@ mod tests {
             for i in 0..100u64 {
                 let owners: Vec<u32> = (0..n).filter(|&k| Shard { k, n }.owns(i)).collect();
                 assert_eq!(owners, [(i % u64::from(n)) as u32], "arrival {i} of {n} shards");
+            }
+        }
+    }
+
+    #[test]
+    fn a_shards_part_of_a_counted_phase_is_the_arrivals_it_owns() {
+        for n in [1u32, 2, 3, 7] {
+            for first in 0..20u64 {
+                for count in 0..30u64 {
+                    let mut sum = 0;
+                    for k in 0..n {
+                        let shard = Shard { k, n };
+                        let owned = (first..first + count).filter(|&i| shard.owns(i)).count() as u64;
+                        assert_eq!(shard.owned_in(first, count), owned, "{k}/{n} of {first}..+{count}");
+                        sum += owned;
+                    }
+                    assert_eq!(sum, count);
+                }
             }
         }
     }

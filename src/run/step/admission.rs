@@ -52,6 +52,9 @@ impl StepRun {
             }
         }
         if self.measure_end.is_none() {
+            if self.measure_start.is_none() {
+                self.shard_measure_starts();
+            }
             let start = *self.measure_start.get_or_insert_with(|| {
                 self.aggregator.start(now);
                 now

@@ -32,7 +32,8 @@ impl StepRun {
             None => (None, None),
         };
         let since = |t: Option<Timestamp>| t.map_or(0.0, |t| now.saturating_since(t).as_secs_f64());
-        let measured_total = self.stop.max_requests();
+        // A shard counts its own part of the measured requests.
+        let measured_total = self.own_part(self.stop.max_requests());
         let measured_limit = self.stop.max_duration().map(|d| d.as_secs_f64());
         // Admission over, but measured requests still running: the measurement is what runs.
         let stopped_early = matches!(self.stop_reason, Some(StopReason::Interrupted | StopReason::EngineUnusable));

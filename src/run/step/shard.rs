@@ -14,13 +14,15 @@ pub(super) struct StepShard {
     shard: Shard,
     /// The index of the next arrival in the single-process run (the workload's request index).
     next: u64,
+    /// The index of the measurement's first arrival, once it started.
+    measure_first: Option<u64>,
 }
 
 impl StepRun {
     /// Sends only `shard`'s arrivals; `first` is the index, in the single-process run, of this
     /// step's first arrival (the driver's next workload request).
     pub fn with_shard(mut self, shard: Shard, first: u64) -> Self {
-        self.shard = Some(StepShard { shard, next: first });
+        self.shard = Some(StepShard { shard, next: first, measure_first: None });
         self
     }
 
@@ -33,6 +35,22 @@ impl StepRun {
                 s.next - 1
             }
             None => id,
+        }
+    }
+
+    /// The measurement starts with the next arrival.
+    pub(super) fn shard_measure_starts(&mut self) {
+        if let Some(s) = &mut self.shard {
+            s.measure_first.get_or_insert(s.next);
+        }
+    }
+
+    /// A counted measurement of `total` arrivals as this shard sees it: its own part of them,
+    /// once the measurement started; `total` itself unless sharded.
+    pub(super) fn own_part(&self, total: Option<u64>) -> Option<u64> {
+        match &self.shard {
+            Some(StepShard { shard, measure_first: Some(first), .. }) => total.map(|t| shard.owned_in(*first, t)),
+            _ => total,
         }
     }
 

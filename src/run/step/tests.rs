@@ -314,6 +314,7 @@ fn a_shard_passes_over_the_others_arrivals_and_records_its_own_by_their_index_in
         }
     }
     assert_eq!(sent, [0, 1], "two of the six arrivals are this shard's");
+    assert_eq!(run.status(at(1)).total, Some(2), "its display counts to its own part, not the run's 6");
     run.on_outcome(0, &done(0, 0, 10), at(10));
     let ids: Vec<RequestId> = std::iter::from_fn(|| run.poll_record()).map(|r| r.id).collect();
     assert_eq!(ids, [10], "its record carries its index in the run, not the batcher's id");

@@ -47,7 +47,9 @@ setup-vllm:
 
 # The Python engines' tests (vLLM, transformers, the echo engine of docs/engines.md) against the tiny model,
 # `vllm bench serve` and the openai package against `batchlab serve` (tests/serve_vllm.rs), and the HTTP
-# engine against a real `vllm serve` (tests/vllm_serve_http.rs)
+# engine against a real `vllm serve` (tests/vllm_serve_http.rs), and the other tests that need the venv:
+# the Ray launcher on a local three-node cluster (tests/ray_run.rs) and the Kubernetes manifests
+# against the `kubernetes` package's models (tests/distributed_k8s.rs)
 # (sets everything up first; minutes the first time).
 test-vllm: setup-vllm
     PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli --test vllm_calibrate --test python_engine --test vllm_matrix --test vllm_stall --test serve_vllm --test vllm_compare --test vllm_serve_http --test vllm_tokenizer --test vllm_images --test vllm_embeddings --test vllm_sessions --test ray_run --test distributed_k8s -- --nocapture

@@ -2,12 +2,14 @@
 //! [`Engine`] and the [`ConcurrentEngine`]), endpoint checks at start, and the `/metrics` scrape.
 //!
 //! Files: this one holds the engine, its shared state and its faces; `batch` sends a batch's
-//! HTTP requests and times their streams; `embed` sends and reads an embeddings request; `check` asks the endpoints at start (`/v1/models`,
+//! HTTP requests and times their streams; `embed` reads an embeddings answer; `send` sends either request up to its response head (the slot, the
+//! stall watch, a non-2xx as its error); `check` asks the endpoints at start (`/v1/models`,
 //! `/version`) and scrapes their `/metrics`.
 
 mod batch;
 mod check;
 mod embed;
+mod send;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -944,6 +944,19 @@ MUTANTS = [
     ("issue 34 sessions, console: the sessions line shows every turn's hit rate, not the first eight", "src/report/table.rs",
      "s.by_turn.iter().take(SESSION_TURNS_SHOWN).map(", "s.by_turn.iter().map(",
      ["--lib", "report::table::tests::a_sessions_benchmark_prints_how_its_sessions_went"], {}),
+    # ---- issue 35: one client on several workers (engine.openai.threads) ----
+    ("issue 35 client: the threads key ignored (tokio's own default workers)", "src/engine/openai/engine/mod.rs",
+     "            .worker_threads(threads)\n", "",
+     ["--test", "http_client_threads", "the_client_runs_on_the_configured_workers_and_by_default_on_every_usable_cpu"], {}),
+    ("issue 35 client: the default is one worker, not the CPUs batchlab may use", "src/engine/openai/engine/mod.rs",
+     "map_or_else(|| crate::sys::usable_cpus().get(),", "map_or_else(|| 1,",
+     ["--test", "http_client_threads", "the_client_runs_on_the_configured_workers_and_by_default_on_every_usable_cpu"], {}),
+    ("issue 35 client: threads = 0 accepted", "src/scenario/keys/engine.rs",
+     "        threads: Opt(U32(1)),", "        threads: Opt(U32(0)),",
+     ["--test", "http_client_threads", "check_prints_the_resolved_threads_and_refuses_zero_at_its_line"], {}),
+    ("issue 35 client: check prints no resolved default for threads", "src/scenario/print.rs",
+     "        && openai.threads.is_none()\n", "        && openai.threads.is_some()\n",
+     ["--test", "http_client_threads", "check_prints_the_resolved_threads_and_refuses_zero_at_its_line"], {}),
 ]
 
 

@@ -204,7 +204,9 @@ impl Engine for OpenAiEngine {
             return Err(EngineError::Start("`engine.openai.urls` is empty".into()));
         }
         let auth = read_api_key(&self.config)?;
+        let threads = self.config.threads.map_or_else(|| crate::sys::usable_cpus().get(), |n| n.max(1) as usize);
         let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
             .thread_name("batchlab-http")
             .enable_all()
             .build()

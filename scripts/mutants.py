@@ -957,6 +957,18 @@ MUTANTS = [
     ("issue 35 client: check prints no resolved default for threads", "src/scenario/print.rs",
      "        && openai.threads.is_none()\n", "        && openai.threads.is_some()\n",
      ["--test", "http_client_threads", "check_prints_the_resolved_threads_and_refuses_zero_at_its_line"], {}),
+    ("issue 35 client, chunk: a null index read as an absent one", "src/engine/openai/chunk.rs",
+     "any(|c| c.0.index == Some(None));", "any(|_| false);",
+     ["--lib", "engine::openai::stream::tests::the_typed_chunk_reads_every_event_as_the_json_value_does"], {}),
+    ("issue 35 client, chunk: a list read as an object", "src/engine/openai/chunk.rs",
+     "deserializer.deserialize_map(ObjectOnly(PhantomData)).map(Object)", "T::deserialize(deserializer).map(Object)",
+     ["--lib", "engine::openai::stream::tests::the_typed_chunk_reads_every_event_as_the_json_value_does"], {}),
+    ("issue 35 client, chunk: an error object read as a chunk", "src/engine/openai/chunk.rs",
+     "(chunk.error.is_none() && !index_null)", "(!index_null)",
+     ["--lib", "engine::openai::stream::tests::the_typed_chunk_reads_every_event_as_the_json_value_does"], {}),
+    ("issue 35 client, chunk: reasoning before content", "src/engine/openai/chunk.rs",
+     "[self.content, self.reasoning_content, self.reasoning]", "[self.reasoning_content, self.content, self.reasoning]",
+     ["--lib", "engine::openai::stream::tests::the_typed_chunk_reads_every_event_as_the_json_value_does"], {}),
 ]
 
 

@@ -4,22 +4,25 @@
 #       --timing-log` with 1,000 streams open, every request's TTFT and ITL set against the
 #       server's own send times (scripts/bench_http_compare.py);
 #   9b. ceiling: streamed completions per second from one core (client pinned to CPU 0, the
-#       server to CPU 1), batchlab's next to `vllm bench serve`'s;
+#       server to CPU 1), batchlab's next to `vllm bench serve`'s, in interleaved rounds, and
+#       their ratio with a 95 % interval over the rounds;
 #   9c. the users' question on a real `vllm serve` of the tiny model: 1, 4, 16 and 64 prompts per
 #       streamed request at the same number of prompts in flight, TTFT and throughput.
 # Prints the section's body (bench.sh writes its heading). batchlab's rows need the HTTP engine
 # (`engine.kind = "openai"`): without it this fails, saying so, unless `--vllm-only` asks for the
 # `vllm bench serve` rows alone. `--quick`: small N, no vLLM (a smoke test). BENCH_HTTP_STREAMS,
-# BENCH_HTTP_REQUESTS and BENCH_HTTP_PROMPTS change 9a's streams and requests and 9c's prompts.
+# BENCH_HTTP_REQUESTS and BENCH_HTTP_PROMPTS change 9a's streams and requests and 9c's prompts,
+# BENCH_HTTP_ROUNDS 9b's rounds. `--sections 9a,9b` runs and prints only those subsections.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-quick=false vllm_only=false
+quick=false vllm_only=false sections=9a,9b,9c
 while (($#)); do
     case "$1" in
         --quick) quick=true ;;
         --vllm-only) vllm_only=true ;;
-        *) echo "usage: scripts/bench_http.sh [--quick] [--vllm-only]" >&2; exit 2 ;;
+        --sections) sections="${2:?--sections needs a list: 9a,9b,9c}"; shift ;;
+        *) echo "usage: scripts/bench_http.sh [--quick] [--vllm-only] [--sections 9a,9b,9c]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -42,10 +45,10 @@ compare=(python3 scripts/bench_http_compare.py)
 
 if $quick; then
     streams="${BENCH_HTTP_STREAMS:-100}" requests="${BENCH_HTTP_REQUESTS:-400}"
-    ceiling_rows=(16) ceiling_requests=400 accuracy_steps=(100)
+    ceiling_rows=(16) ceiling_requests=400 accuracy_steps=(100) ceiling_rounds=1
 else
     streams="${BENCH_HTTP_STREAMS:-1000}" requests="${BENCH_HTTP_REQUESTS:-5000}"
-    ceiling_rows=(64 256) ceiling_requests=20000 accuracy_steps=(100 50)
+    ceiling_rows=(64 256) ceiling_requests=20000 accuracy_steps=(100 50) ceiling_rounds="${BENCH_HTTP_ROUNDS:-3}"
 fi
 prompts="${BENCH_HTTP_PROMPTS:-512}"   # 9c, per row
 have_vllm=false
@@ -80,6 +83,7 @@ if ! $vllm_only && ! "$bin" check "$work/probe.toml" >/dev/null 2>"$work/probe.e
     exit 1
 fi
 batchlab_rows() { ! $vllm_only; }
+section_on() { [[ ",$sections," == *",$1,"* ]]; }
 
 # ---- servers ----------------------------------------------------------------------------------
 # `batchlab serve SCENARIO ARGS...`, optionally under a CPU pin (`pin=(env BATCHLAB_CPUS=1 taskset -c 1)`:
@@ -87,6 +91,9 @@ batchlab_rows() { ! $vllm_only; }
 pin=()
 start_serve() {
     local scenario=$1; shift
+    # Emptied here, not by the background job's redirection, which may come after the wait below
+    # has read the last server's `listening` line.
+    : >"$work/serve.out"
     "${pin[@]}" "$bin" serve "$scenario" --port 0 --max-waiting 1000000 "$@" >"$work/serve.out" 2>"$work/serve.err" &
     serve_pid=$!
     for _ in $(seq 1 300); do grep -q listening "$work/serve.out" && break; sleep 0.1; done
@@ -113,9 +120,10 @@ vllm_bench() {
 json_field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"; }
 
 # ---- 9a. accuracy ------------------------------------------------------------------------------
+section_on 9a || accuracy_steps=()
 log "9a: accuracy, $streams streams"
 : >"$work/accuracy.jsonl"
-cpu_notes=()
+cpu_notes=() validity_notes=()
 for step in "${accuracy_steps[@]}"; do
     cat >"$work/accuracy-server.toml" <<TOML
 name = "accuracy-server"
@@ -164,6 +172,15 @@ TOML
         log "9a $label: client CPU (user sys) $(cat "$work/time"), server CPU $server_cpu s"
         chunks=$(( (requests + streams) * 17 ))
         cpu_notes+=("$(awk -v t="$(cat "$work/time")" -v s="$server_cpu" -v n="$chunks" -v l="$label" 'BEGIN { split(t, c, " "); printf "%s: batchlab'"'"'s client %.1f µs of CPU a chunk, the server %.1f µs", l, (c[1] + c[2]) / n * 1e6, s / n * 1e6 }')")
+        # What batchlab's own report says of this run's validity (its client falling behind: client_lag).
+        validity_notes+=("$label: $(python3 -c '
+import json, sys
+b = json.load(open(sys.argv[1]))["benchmarks"][0]
+lag = b["dispatch"]["client_lag"]
+w = b.get("validity_warnings") or []
+said = "; ".join("`%s`: %s" % (x["kind"], x["message"]) for x in w) or "none"
+print("client_lag p50 %.3f ms, p99 %.3f ms; validity warnings: %s" % (lag["p50"], lag["p99"], said))
+' "$work/accuracy-batchlab/report.json")")
         "${compare[@]}" batchlab "$work/timing-batchlab.jsonl" "$work/accuracy-batchlab/requests.jsonl" "$label" \
             | tee -a "$work/accuracy.jsonl" >&2
     fi
@@ -179,6 +196,7 @@ TOML
             | tee -a "$work/accuracy.jsonl" >&2
     fi
 done
+if section_on 9a; then
 md "### 9a. Client accuracy: each request's TTFT and ITL against the server's own send times"
 md ""
 md "\`batchlab serve --timing-log\` (docs/serve.md) writes when it handed each token of each streamed request to the socket, and when the request arrived, in ns on CLOCK_MONOTONIC, the clock batchlab's records and Python's \`time.perf_counter()\` (vLLM's bench) read too: on one machine, a client's times and the server's are on one timeline. The server: a simulated engine of $(printf '%s ms' "${accuracy_steps[0]}"; printf ' and %s ms' "${accuracy_steps[@]:1}") steps (one row each; no other cost, up to 1024 sequences at once), pinned to CPU 1; the client pinned to CPU 0. Every step sends a token to each of the $streams streams at once, so a client has one step to read $streams chunks before the next come (CPU per chunk, below the table: a step's chunks take the client $streams times that). A client that falls behind by more than a step reads two of a stream's chunks together, and TCP has merged them under the later one's arrival time, so the earlier one is timed late: on a machine busy with other work, where the client needs longer than a step to read a step's chunks, that shows in the ITL columns (and \`client_lag\` in the report warns that the client fell behind). Each client keeps $streams streamed completions open (64 prompt tokens, 16 output tokens, \`ignore_eos\`; one prompt per request) for $requests requests; a server of its own each. \`scripts/bench_http_compare.py\` matches every request to the server's line (by the \`X-Request-Id\` each client sends) and takes client − server: TTFT (first chunk's arrival − the send, against first token's write − the receipt), and every gap between two tokens (ITL). Median of the signed difference, p99 and max of its absolute value. batchlab times a chunk by the kernel's receive stamp of the read that brought it and a request by the start of its write (docs/http.md, \"Timing\"); the server's receipt is its kernel's stamp too, and its send times are taken as it hands each token to the socket."
@@ -195,8 +213,15 @@ if ((${#cpu_notes[@]})); then
     md ""
     for note in "${cpu_notes[@]}"; do md "- $note (user + system time over every chunk of the run)."; done
 fi
+if ((${#validity_notes[@]})); then
+    md ""
+    md "batchlab's own verdict on each of its runs above (report.json: \`dispatch.client_lag\` and \`validity_warnings\`; a \`client_lag\` p99 above 10 ms warns that the client fell behind its load and that its numbers are in doubt):"
+    md ""
+    for note in "${validity_notes[@]}"; do md "- $note"; done
+fi
 $vllm_only && { md ""; md "batchlab's row: not measured (\`--vllm-only\`: this build has no HTTP engine yet)."; }
 $have_vllm || { md ""; md "\`vllm bench serve\`'s row: not measured ($($quick && echo 'quick mode' || echo "no venv at \`$home/venv\`"))."; }
+fi
 
 # ---- 9b. ceiling -------------------------------------------------------------------------------
 log "9b: ceiling on one core"
@@ -209,11 +234,14 @@ prefill_per_token = "0s"
 per_seq = "0s"
 max_num_seqs = 1024
 TOML
+section_on 9b || ceiling_rounds=0
 : >"$work/ceiling.txt"
-for c in "${ceiling_rows[@]}"; do
-    if batchlab_rows; then
-        pin=(env BATCHLAB_CPUS=1 taskset -c 1) && start_serve "$work/ceiling-server.toml" && pin=()
-        cpu0=$(serve_cpu)
+# One side of a round: `ceiling_side batchlab|vllm C ROUND` appends its line to ceiling.txt.
+ceiling_side() {
+    local client=$1 c=$2 round=$3
+    pin=(env BATCHLAB_CPUS=1 taskset -c 1) && start_serve "$work/ceiling-server.toml" && pin=()
+    cpu0=$(serve_cpu)
+    if [[ $client == batchlab ]]; then
         /usr/bin/time -f '%e %U %S' -o "$work/time" env BATCHLAB_CPUS=0 taskset -c 0 "$bin" run scenarios/vllm-serve.toml --quiet \
             --output "$work/ceiling-batchlab-$c" --set "engine.openai.urls=[\"$serve_url\"]" --set engine.openai.model=batchlab-sim \
             --set "engine.openai.max_connections=$c" --set batching.batch_size=1 --set "batching.max_in_flight=$c" \
@@ -225,11 +253,9 @@ for c in "${ceiling_rows[@]}"; do
         read -r wall user sys <"$work/time"
         rate=$(python3 -c 'import json,sys; print("%.0f" % json.load(open(sys.argv[1]))["benchmarks"][0]["requests_per_s"])' \
             "$work/ceiling-batchlab-$c/report.json")
-        echo "batchlab $c $rate $(awk "BEGIN{printf \"%.0f\", 100*($user+$sys)/$wall}") $(awk "BEGIN{printf \"%.0f\", 100*($cpu1-$cpu0)/$wall}")" >>"$work/ceiling.txt"
-    fi
-    if $have_vllm; then
-        pin=(env BATCHLAB_CPUS=1 taskset -c 1) && start_serve "$work/ceiling-server.toml" && pin=()
-        cpu0=$(serve_cpu)
+        rm -rf "$work/ceiling-batchlab-$c"
+        echo "$round batchlab $c $rate $(awk "BEGIN{printf \"%.0f\", 100*($user+$sys)/$wall}") $(awk "BEGIN{printf \"%.0f\", 100*($cpu1-$cpu0)/$wall}")" >>"$work/ceiling.txt"
+    else
         pin=(taskset -c 0)
         vllm_bench "ceiling-vllm-$c" --base-url "$serve_url" --model batchlab-sim --tokenizer "$home/tiny-llama" \
             --random-input-len 16 --random-output-len 16 --num-prompts "$ceiling_requests" --max-concurrency "$c"
@@ -238,14 +264,30 @@ for c in "${ceiling_rows[@]}"; do
         stop_serve
         rate=$(json_field "$work/ceiling-vllm-$c.json" request_throughput)
         duration=$(json_field "$work/ceiling-vllm-$c.json" duration)
-        echo "vllm $c $(printf '%.0f' "$rate") – $(awk "BEGIN{printf \"%.0f\", 100*($cpu1-$cpu0)/$duration}")" >>"$work/ceiling.txt"
+        echo "$round vllm $c $(printf '%.0f' "$rate") – $(awk "BEGIN{printf \"%.0f\", 100*($cpu1-$cpu0)/$duration}")" >>"$work/ceiling.txt"
     fi
-    log "$(tail -n 2 "$work/ceiling.txt" | tr '\n' ';')"
+    log "9b round $round: $(tail -n 1 "$work/ceiling.txt")"
+}
+# Rounds of every row, each row's two clients back to back, which goes first alternating: a slow
+# phase of this shared machine hits both sides of a ratio.
+sides=()
+batchlab_rows && sides+=(batchlab)
+$have_vllm && sides+=(vllm)
+for round in $(seq 1 "$ceiling_rounds"); do
+    row=0
+    for c in "${ceiling_rows[@]}"; do
+        # Alternating from row to row and, for each row, from round to round.
+        order=("${sides[@]}")
+        if (((round + row) % 2 == 0 && ${#sides[@]} == 2)); then order=("${sides[1]}" "${sides[0]}"); fi
+        for client in "${order[@]}"; do ceiling_side "$client" "$c" "$round"; done
+        row=$((row + 1))
+    done
 done
+if section_on 9b; then
 md ""
 md "### 9b. Client ceiling: streamed requests per second from one core"
 md ""
-md "The client pinned to CPU 0 (\`taskset -c 0\`; batchlab with \`BATCHLAB_CPUS=0\` too, since it widens an inherited mask to its cgroup's otherwise), \`batchlab serve\` on a zero-cost engine (every cost 0, up to 1024 sequences) pinned to CPU 1; one prompt per streamed request (16 prompt tokens, 16 output tokens, \`ignore_eos\`), C requests open at once, $ceiling_requests requests. batchlab: \`scenarios/vllm-serve.toml\` with \`batching.batch_size = 1\`, \`batching.max_in_flight = C\` (and warm-up 4 × C requests, not in the rate); \`vllm bench serve\`: \`--max-concurrency C --request-rate inf\`, its \`request_throughput\`. Client CPU: user + system time over wall time (\`/usr/bin/time\`; for vLLM's bench, whose process also imports vLLM and builds its dataset, not separable); server CPU: its CPU time while driven (\`/proc/PID/stat\`) over the same wall time. A server near 100 % means the server, not the client, set the rate."
+md "The client pinned to CPU 0 (\`taskset -c 0\`; batchlab with \`BATCHLAB_CPUS=0\` too, since it widens an inherited mask to its cgroup's otherwise), \`batchlab serve\` on a zero-cost engine (every cost 0, up to 1024 sequences) pinned to CPU 1; one prompt per streamed request (16 prompt tokens, 16 output tokens, \`ignore_eos\`), C requests open at once, $ceiling_requests requests. batchlab: \`scenarios/vllm-serve.toml\` with \`batching.batch_size = 1\`, \`batching.max_in_flight = C\` (and warm-up 4 × C requests, not in the rate); \`vllm bench serve\`: \`--max-concurrency C --request-rate inf\`, its \`request_throughput\`. Client CPU: user + system time over wall time (\`/usr/bin/time\`; for vLLM's bench, whose process also imports vLLM and builds its dataset, not separable); server CPU: its CPU time while driven (\`/proc/PID/stat\`) over the same wall time. batchlab's client runs on \`engine.openai.threads\`' default, the CPUs it may use: 1 here (\`BATCHLAB_CPUS=0\`). A server near 100 % means the server, not the client, set the rate. $ceiling_rounds round(s): in each, every C, its two clients back to back, which one first alternating from one C to the next and, for each C, from one round to the next (this machine's 2 CPUs are shared with other work, whose phases then hit both sides of a pair). Ratio = batchlab's rate / \`vllm bench serve\`'s in the same round and C; geometric mean over the pairs with a 95 % interval from the t-distribution on the log ratios."
 md ""
 md "\`\`\`sh"
 md "BATCHLAB_CPUS=1 batchlab serve ceiling-server.toml --port 0"
@@ -253,16 +295,43 @@ batchlab_rows && md "BATCHLAB_CPUS=0 batchlab run scenarios/vllm-serve.toml --se
 md "taskset -c 0 python scripts/vllm_bench_serve.py --base-url URL --model batchlab-sim --random-input-len 16 --random-output-len 16 --num-prompts $ceiling_requests --max-concurrency C --request-rate inf --ignore-eos"
 md "\`\`\`"
 md ""
-md "| client | requests open (C) | streamed completions/s | client CPU (% of one core) | server CPU (% of one core) |"
-md "|---|---:|---:|---:|---:|"
-while read -r client c rate ccpu scpu; do
+md "| round | client | requests open (C) | streamed completions/s | client CPU (% of one core) | server CPU (% of one core) |"
+md "|---:|---|---:|---:|---:|---:|"
+while read -r round client c rate ccpu scpu; do
     name=$([[ $client == batchlab ]] && echo batchlab || echo '`vllm bench serve`')
-    md "| $name | $c | $rate | $ccpu | $scpu |"
+    md "| $round | $name | $c | $rate | $ccpu | $scpu |"
 done <"$work/ceiling.txt"
+if $have_vllm && batchlab_rows; then
+    md ""
+    python3 - "$work/ceiling.txt" >>"$out" <<'PY'
+import math, statistics, sys
+# Two-sided 95 % quantiles of Student's t, by degrees of freedom (1..10).
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
+rates = {}
+for line in open(sys.argv[1]):
+    round_, client, c, rate = line.split()[:4]
+    rates[(round_, int(c), client)] = float(rate)
+def geo(ratios):
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return f"**{math.exp(mean):.1f}×**"
+    half = T975[min(len(logs) - 1, len(T975)) - 1] * statistics.stdev(logs) / math.sqrt(len(logs))
+    return f"**{math.exp(mean):.1f}×** (95 % interval {math.exp(mean - half):.1f}–{math.exp(mean + half):.1f})"
+pairs = {key[:2]: rates[key[:2] + ("batchlab",)] / rates[key[:2] + ("vllm",)]
+         for key in rates if key[2] == "batchlab" and key[:2] + ("vllm",) in rates}
+by_c = sorted({c for _, c in pairs})
+parts = [f"C = {c}: {geo([r for (_, cc), r in pairs.items() if cc == c])}" for c in by_c]
+print(f"batchlab / `vllm bench serve`, streamed completions/s: {geo(list(pairs.values()))} over all "
+      f"{len(pairs)} pairs; " + "; ".join(parts) + ". Goal: ≥ 10×.")
+PY
+fi
 $vllm_only && { md ""; md "batchlab's rows: not measured (\`--vllm-only\`: this build has no HTTP engine yet)."; }
 $have_vllm || { md ""; md "\`vllm bench serve\`'s rows: not measured ($($quick && echo 'quick mode' || echo "no venv at \`$home/venv\`"))."; }
 
 # ---- 9c. batch size over the API, on vllm serve ------------------------------------------------
+fi
+if ! section_on 9c; then cat "$out"; exit 0; fi
 md ""
 md "### 9c. The users' question: several prompts per request, or one, on \`vllm serve\`"
 md ""

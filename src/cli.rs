@@ -17,7 +17,7 @@ use anyhow::Context;
 use batchlab::run::progress::{ENGINE_STEP_TARGET, EngineStepLayer, LogWriter, ProgressMode, Screen};
 use batchlab::run::{RunOptions, RunSummary, run_blocking};
 use batchlab::scenario::plan::EnginePlan;
-use batchlab::scenario::{Overrides, load_file, to_toml};
+use batchlab::scenario::{Overrides, load_file, to_toml_on};
 use clap::{Parser, Subcommand};
 
 /// Exit codes, documented in README.md.
@@ -400,7 +400,7 @@ fn real_main(cli: Cli) -> ExitCode {
                 eprintln!("error: {}", error_text(&anyhow::Error::new(e)));
                 return ExitCode::from(EXIT_BAD_INPUT);
             }
-            print!("{}", to_toml(&plan));
+            print!("{}", to_toml_on(&plan, batchlab::sys::usable_cpus()));
             return ExitCode::SUCCESS;
         }
         Task::PrintEngineKind => {

@@ -56,7 +56,7 @@ pub use overrides::Overrides;
 pub use plan::Plan;
 use plan::{Combination, Layer, MatrixPlan, Source, Written};
 #[doc(hidden)]
-pub use print::{to_json, to_toml};
+pub use print::{to_json, to_toml, to_toml_on};
 #[doc(hidden)]
 pub use schema::key_paths;
 pub use set::{KeyPath, Section, Set, SetValue, Text};

@@ -14,6 +14,24 @@ pub fn to_toml(plan: &Plan) -> String {
     document(plan).to_string()
 }
 
+/// What `batchlab check` prints: [`to_toml`], and the values the plan leaves to the machine it
+/// runs on, as this one resolves them, each with a comment saying so: `engine.openai.threads`
+/// is `cpus` (the CPUs batchlab may use, `sys::usable_cpus`) when unset. Neither the plan nor a
+/// report carries them (a report is the same on any machine).
+#[doc(hidden)]
+pub fn to_toml_on(plan: &Plan, cpus: std::num::NonZeroUsize) -> String {
+    let mut doc = document(plan);
+    if let EnginePlan::OpenAi(openai) = &plan.engine
+        && openai.threads.is_none()
+        && let Some(table) = doc["engine"]["openai"].as_table_mut()
+    {
+        let mut threads = Value::from(i64::try_from(cpus.get()).unwrap_or(i64::MAX));
+        threads.decor_mut().set_suffix(" # the default: the CPUs batchlab may use");
+        table["threads"] = Item::Value(threads);
+    }
+    doc.to_string()
+}
+
 /// The resolved scenario as JSON: the tree [`to_toml`] prints (durations as `"10ms"`, every
 /// default spelled out), each TOML value as its JSON value. What a report carries as `scenario`.
 pub fn to_json(plan: &Plan) -> serde_json::Value {

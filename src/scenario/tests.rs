@@ -690,10 +690,20 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
         proptest::option::of(duration_strategy(1)),
         1u32..100_000,
         0u8..3,
-        proptest::option::of("X-[A-Za-z]{1,8}"),
+        (proptest::option::of("X-[A-Za-z]{1,8}"), proptest::option::of(1u32..64)),
     )
         .prop_map(
-            |(urls, model, chat, api_key_env, timeout, stall_timeout, max_connections, routing, session_header)| {
+            |(
+                urls,
+                model,
+                chat,
+                api_key_env,
+                timeout,
+                stall_timeout,
+                max_connections,
+                routing,
+                (session_header, threads),
+            )| {
                 EnginePlan::OpenAi(OpenAiConfig {
                     urls,
                     model,
@@ -705,6 +715,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
                     routing: [Routing::RoundRobin, Routing::LeastOutstanding, Routing::SessionAffinity]
                         [routing as usize],
                     session_header,
+                    threads,
                 })
             },
         )

@@ -253,6 +253,14 @@ impl AffinityReset {
     }
 }
 
+/// How many CPUs this process may use: its affinity mask (the cgroup's cpuset, or `BATCHLAB_CPUS`,
+/// once [`reset_cpu_affinity`] ran) and a cgroup quota, as `std::thread::available_parallelism`
+/// reads them; 1 when that cannot be known. The default size of every pool of threads batchlab
+/// starts: the tune search's, the HTTP client's runtime.
+pub fn usable_cpus() -> std::num::NonZeroUsize {
+    std::thread::available_parallelism().unwrap_or(std::num::NonZeroUsize::MIN)
+}
+
 /// The CPUs the calling thread may run on (`sched_getaffinity`), sorted; empty if unreadable.
 pub fn current_affinity() -> Vec<usize> {
     match sched_getaffinity(Pid::from_raw(0)) {

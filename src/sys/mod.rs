@@ -39,7 +39,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 pub use affinity::{
-    AffinityReset, AffinitySource, CpuListError, current_affinity, format_cpu_list, reset_cpu_affinity,
+    AffinityReset, AffinitySource, CpuListError, current_affinity, format_cpu_list, reset_cpu_affinity, usable_cpus,
 };
 pub use capture::{EngineLog, Terminal, terminal, terminal_is_tty, terminal_size};
 pub use machine::{CpuTicks, MachineSample, steal_share};

@@ -15,12 +15,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// How many threads the search runs its points on by default: the CPUs this process may use
-/// (`std::thread::available_parallelism`, which follows the affinity mask and a cgroup quota),
-/// or 1 when that cannot be known.
-pub fn available_threads() -> NonZeroUsize {
-    std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN)
-}
+/// How many threads the search runs its points on by default: the CPUs this process may use.
+pub use crate::sys::usable_cpus as available_threads;
 
 /// What one item gave: its value or its stop, or the panic it raised.
 type Outcome<R, S> = std::thread::Result<Result<R, S>>;

@@ -65,6 +65,10 @@ pub struct OpenAiConfig {
     /// [`DEFAULT_SESSION_HEADER`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_header: Option<String>,
+    /// The tokio worker threads the HTTP client runs on; `None`: the CPUs the process may use
+    /// ([`crate::sys::usable_cpus`], read when the engine starts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
 }
 
 /// The header a session's turns carry their session in, by default (vLLM's bench's).
@@ -84,6 +88,7 @@ impl OpenAiConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             routing: Routing::RoundRobin,
             session_header: None,
+            threads: None,
         }
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! Files by concern: [`config`] the settings (the scenario's `[engine.openai]`), [`request`] the
 //! bodies, [`embed`] the embeddings API's body and answer, [`sse`] the event-stream parser, [`stream`] one response's per-choice timing and
-//! counts, [`route`] endpoint choice and backoff, `scrape` the servers' `/metrics`, `client` the
+//! counts (`chunk` reads the common chunk's shape without a JSON tree, its hot path), [`route`] endpoint choice and backoff, `scrape` the servers' `/metrics`, `client` the
 //! HTTP client over stamped connections, `engine` the engine itself (a batch on the wire in
 //! `engine/batch`, the endpoints' checks in `engine/check`). All but the last three are sans IO, and built in every configuration; the client
 //! needs tokio's sockets, which a loom build (`--cfg loom`) lacks.
@@ -22,6 +22,7 @@
 //! unknown. **Errors** fail the batch with [`RemoteError`](crate::engine::RemoteError) of a
 //! kind, never `EngineError::Died`: one server failing never stops the run.
 
+mod chunk;
 #[cfg(not(loom))]
 mod client;
 pub mod config;

@@ -27,6 +27,8 @@
 
 use serde_json::{Map, Value};
 
+use super::chunk::{Chunk, Object, read as read_chunk};
+
 use crate::engine::{FinishReason, TokenCountSource};
 
 /// What a choice's stream gave, once it finished.
@@ -165,6 +167,35 @@ impl ResponseStream {
             self.done = true;
             return Ok(());
         }
+        match read_chunk(data) {
+            Some(chunk) => self.handle_chunk(chunk, at),
+            None => self.handle_value(data, at),
+        }
+    }
+
+    /// A chunk of the common shape, read without a JSON tree ([`super::chunk`]).
+    fn handle_chunk(&mut self, chunk: Chunk<'_>, at: f64) -> Result<(), StreamError> {
+        let usage = chunk.usage.as_ref().map(read_usage).transpose()?;
+        let choices = chunk.choices.unwrap_or_default();
+        if choices.is_empty() && usage.is_some() {
+            self.total_usage = usage;
+        }
+        let own_usage = usage.filter(|_| choices.len() == 1);
+        for Object(choice) in choices {
+            let index = checked_index(choice.index.flatten(), self.choices.len())?;
+            let content = if self.chat {
+                choice.delta.as_ref().map_or("", |Object(delta)| delta.text())
+            } else {
+                choice.text.unwrap_or_default()
+            };
+            self.take(index, content, choice.token_ids, choice.finish_reason, at, own_usage);
+        }
+        Ok(())
+    }
+
+    /// Any event, read as a JSON value: every shape the API allows, and the errors of those it
+    /// does not.
+    fn handle_value(&mut self, data: &str, at: f64) -> Result<(), StreamError> {
         let value: Value = serde_json::from_str(data)
             .map_err(|e| StreamError::Malformed(format!("an event is not JSON ({e}): {}", excerpt(data))))?;
         let Value::Object(chunk) = value else {
@@ -215,10 +246,24 @@ impl ResponseStream {
             Some(_) => return Err(StreamError::Malformed("`token_ids` is not a list".into())),
         };
         let finish = optional_str(choice, "finish_reason")?;
+        self.take(index, content, ids, finish, at, own_usage);
+        Ok(())
+    }
+
+    /// One chunk's part for choice `index`: `content`, `ids` and `finish`, timed `at`.
+    fn take(
+        &mut self,
+        index: usize,
+        content: &str,
+        ids: Option<Vec<u32>>,
+        finish: Option<&str>,
+        at: f64,
+        own_usage: Option<Usage>,
+    ) {
         let max_tokens = self.max_tokens;
         let state = &mut self.choices[index];
         if state.failed.is_some() {
-            return Ok(()); // refused already: nothing more of it is kept
+            return; // refused already: nothing more of it is kept
         }
         if own_usage.is_some() {
             state.usage = own_usage;
@@ -233,14 +278,14 @@ impl ResponseStream {
         let sent = (counted + tokens) as u64;
         if sent > u64::from(max_tokens) {
             state.failed = Some(ChoiceError::TooManyTokens { sent, max_tokens });
-            return Ok(());
+            return;
         }
         let id_bytes = ids.as_ref().map_or(0, |ids| 4 * ids.len() as u64);
         let bytes = state.bytes + content.len() as u64 + id_bytes;
         let cap = choice_byte_cap(max_tokens);
         if bytes > cap {
             state.failed = Some(ChoiceError::TooManyBytes { cap, max_tokens });
-            return Ok(());
+            return;
         }
         state.bytes = bytes;
         state.token_ts.extend(std::iter::repeat_n(at, tokens));
@@ -251,7 +296,6 @@ impl ResponseStream {
         if let Some(reason) = finish {
             state.finish = Some(finish_reason(reason));
         }
-        Ok(())
     }
 
     /// Whether `[DONE]` came.
@@ -326,10 +370,20 @@ fn choice_index(choice: &Value, choices: usize) -> Result<usize, StreamError> {
         return Err(StreamError::Malformed("a choice is not a JSON object".into()));
     };
     let index = match c.get("index") {
+        None => None,
+        Some(Value::Number(n)) => Some(n.as_u64().ok_or_else(|| StreamError::Malformed(format!("choice index {n}")))?),
+        _ => return Err(StreamError::Malformed("a choice has no integer `index`".into())),
+    };
+    checked_index(index, choices)
+}
+
+/// A choice's `index` (absent: `None`), checked against the request's prompts.
+fn checked_index(index: Option<u64>, choices: usize) -> Result<usize, StreamError> {
+    let index = match index {
+        Some(index) => index,
         // A server that leaves the index out of a one-choice stream still means choice 0.
         None if choices == 1 => 0,
-        Some(Value::Number(n)) => n.as_u64().ok_or_else(|| StreamError::Malformed(format!("choice index {n}")))?,
-        _ => return Err(StreamError::Malformed("a choice has no integer `index`".into())),
+        None => return Err(StreamError::Malformed("a choice has no integer `index`".into())),
     };
     usize::try_from(index)
         .ok()
@@ -572,5 +626,70 @@ mod tests {
         s.handle(&completion(0, "a", Some("stop")), 1.0).unwrap();
         assert_eq!(s.finished_count(), (1, 2));
         assert!(s.finish().is_none());
+    }
+    /// Every event of the corpus, read the fast way ([`super::super::chunk`], falling back to the
+    /// tree) and as a JSON value alone, gives the same result and leaves the same state, on a
+    /// stream of one choice and of two, completions and chat: in turn on a stream bounded at 2
+    /// tokens, and each alone on a fresh one.
+    #[test]
+    fn the_typed_chunk_reads_every_event_as_the_json_value_does() {
+        let corpus = [
+            r#"{"choices": [{"index": 0, "text": "a"}]}"#,
+            r#"{"choices": [{"index": 1, "text": "b", "finish_reason": "length"}]}"#,
+            r#"{"choices": [{"text": "no index"}]}"#,
+            r#"{"choices": [{"index": null, "text": "null index"}]}"#,
+            r#"{"choices": [{"index": 0, "text": null, "finish_reason": null}], "usage": null}"#,
+            r#"{"choices": [{"index": 0, "text": "esc\"aped\n"}]}"#,
+            r#"{"choices": [{"index": 0, "text": "a", "text": "twice"}]}"#,
+            r#"{"choices": [{"index": 0, "text": "ids", "token_ids": [1, 2, 3]}]}"#,
+            r#"{"choices": [{"index": 0, "token_ids": [1, -2]}]}"#,
+            r#"{"choices": [{"index": 0, "token_ids": "12"}]}"#,
+            r#"{"choices": [{"index": 1.0, "text": "x"}]}"#,
+            r#"{"choices": [{"index": -1, "text": "x"}]}"#,
+            r#"{"choices": [{"index": 7, "text": "x"}]}"#,
+            r#"{"choices": [[0, "a list"]]}"#,
+            r#"{"choices": [{"index": 0, "text": "a"}, {"index": 1, "text": "b", "finish_reason": "stop"}]}"#,
+            r#"{"choices": [{"index": 0, "text": "u"}], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}"#,
+            r#"{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 1}}}"#,
+            r#"{"choices": [], "usage": {"completion_tokens": "2"}}"#,
+            r#"{"choices": [], "usage": 4}"#,
+            r#"{"choices": 3}"#,
+            r#"{"choices": null}"#,
+            r#"{}"#,
+            r#"[null, null, null]"#,
+            r#"{"error": {"message": "boom", "code": 500}, "choices": []}"#,
+            r#"{"error": null, "choices": [{"index": 0, "text": "e"}]}"#,
+            r#"{"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}"#,
+            r#"{"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]}"#,
+            r#"{"choices": [{"index": 0, "delta": {"content": "", "reasoning_content": "hmm"}}]}"#,
+            r#"{"choices": [{"index": 0, "delta": {"reasoning": "r", "content": 5}}]}"#,
+            r#"{"choices": [{"index": 0, "delta": {"reasoning_content": "r", "content": "c"}}]}"#,
+            r#"{"choices": [{"index": 0, "delta": {"content": "c", "reasoning": 5}}]}"#,
+            r#"{"choices": [{"index": 0, "delta": null, "text": "t"}]}"#,
+            r#"{"choices": [{"index": 0, "delta": "d", "text": "t"}]}"#,
+            r#"{"choices": [{"index": 0, "text": "tail"}]} "#,
+            "not json",
+        ];
+        for chat in [false, true] {
+            for prompts in [1, 2] {
+                let (mut fast, mut tree) = (
+                    ResponseStream::new(prompts, chat).with_max_tokens(2),
+                    ResponseStream::new(prompts, chat).with_max_tokens(2),
+                );
+                for (i, data) in corpus.iter().enumerate() {
+                    let at = i as f64;
+                    assert_eq!(fast.handle(data, at), tree.handle_value(data, at), "chat {chat}, {prompts}: {data}");
+                    assert_eq!(format!("{fast:?}"), format!("{tree:?}"), "chat {chat}, {prompts}: {data}");
+                    // And alone, on a fresh stream (the one above may have refused a choice by now).
+                    let (mut fast, mut tree) = (ResponseStream::new(prompts, chat), ResponseStream::new(prompts, chat));
+                    assert_eq!(
+                        fast.handle(data, at),
+                        tree.handle_value(data, at),
+                        "alone, chat {chat}, {prompts}: {data}"
+                    );
+                    assert_eq!(format!("{fast:?}"), format!("{tree:?}"), "alone, chat {chat}, {prompts}: {data}");
+                }
+            }
+        }
     }
 }

@@ -219,6 +219,12 @@ pub(crate) const OPENAI_KEYS: &[Key<OpenAiConfig>] = &[
         "with `[workload.sessions]`: the header each turn carries its session's number in",
         in OpenAiConfig
     ),
+    key!(
+        threads: Opt(U32(1)),
+        KeyDefault::Text("the CPUs batchlab may use (its affinity mask: the cgroup's cpuset, or `BATCHLAB_CPUS`)"),
+        ">= 1; the tokio worker threads the HTTP client's requests and streams run on",
+        in OpenAiConfig
+    ),
 ];
 
 /// `[engine.openai]` before any key is read.

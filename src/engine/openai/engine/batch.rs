@@ -5,20 +5,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::Method;
-use http::header::{ACCEPT, CONTENT_TYPE};
-use http_body_util::Full;
 use serde_json::Value;
 
-use super::super::client::{Response, SendError};
 use super::super::config::{Api, DEFAULT_SESSION_HEADER, request_timeout};
 use super::super::request;
 use super::super::route::{Change, Health, Pick};
 use super::super::sse::SseParser;
 use super::super::stream::{ChoiceError, ChoiceResult, ResponseStream, StreamError, excerpt};
 use super::embed::embed_request;
-use super::{ERROR_BODY_BYTES, Endpoint, Shared, lock, watched};
+use super::send::{Post, Sent, error_body, send_watched};
+use super::{Endpoint, Shared, lock, watched};
 use crate::engine::{EngineError, EngineOutput, EngineRequest, EngineStats, Prompt, RemoteError, RemoteErrorKind};
 use crate::time::MonotonicClock;
 
@@ -145,15 +141,6 @@ fn session_of(requests: &[&EngineRequest]) -> Option<u64> {
     requests.iter().all(|r| r.session == Some(first)).then_some(first)
 }
 
-/// The `X-Request-Id` of one request on the wire: the prefix, then the batchlab ids of its
-/// prompts in choice order, comma-separated (`batchlab-1f2e3d-12,13,14`). A server that logs it
-/// (vLLM, `batchlab serve --timing-log`) names each choice by it; `scripts/bench_http_compare.py`
-/// matches the server's times to requests.jsonl through it.
-pub(super) fn request_id(prefix: &str, requests: &[&EngineRequest]) -> String {
-    let ids: Vec<String> = requests.iter().map(|r| r.id.to_string()).collect();
-    format!("{prefix}{}", ids.join(","))
-}
-
 /// One HTTP request's stream: an output per request (a refused choice as a failed output), or
 /// the error that fails all of them.
 async fn stream_request(
@@ -164,47 +151,22 @@ async fn stream_request(
 ) -> Result<Vec<EngineOutput>, RemoteError> {
     let url = &endpoint.url;
     let remote = |kind, message: String| shared.remote(kind, url, message);
-    // Never closed, so this waits for a slot and nothing else.
-    let _slot = endpoint.slots.acquire().await.map_err(|e| remote(RemoteErrorKind::ConnectFailed, e.to_string()))?;
     let chat = shared.config.api == Api::Chat;
-    let path = if chat { "/v1/chat/completions" } else { "/v1/completions" };
-    let mut http = shared
-        .request(Method::POST, &format!("{url}{path}"))
-        .header(CONTENT_TYPE, "application/json")
-        .header(ACCEPT, "text/event-stream")
-        .header("x-request-id", request_id(&shared.request_id_prefix, requests));
-    if let Some(session) = session_of(requests) {
-        let name = shared.config.session_header.as_deref().unwrap_or(DEFAULT_SESSION_HEADER);
-        http = http.header(name, session.to_string());
-    }
-    let http = http
-        .body(Full::new(Bytes::from(body.to_string())))
-        .map_err(|e| remote(RemoteErrorKind::ConnectFailed, format!("{url}{path}: {e}")))?;
-    let arrival_wall = wall_secs();
+    let post = Post {
+        path: if chat { "/v1/chat/completions" } else { "/v1/completions" },
+        accept: "text/event-stream",
+        session: session_of(requests)
+            .map(|s| (shared.config.session_header.as_deref().unwrap_or(DEFAULT_SESSION_HEADER), s)),
+    };
     // The progress watch: the head, then each event with data, must come within the stall limit
-    // of the last sign of progress (the slot's wait above is ours, not the server's).
-    let mut progress = tokio::time::Instant::now();
+    // of the last sign of progress.
+    let Sent { mut response, slot: _slot, arrival_wall, mut progress } =
+        send_watched(shared, endpoint, post, requests, body).await?;
     let stalled = |limit: Duration, what: &str| {
         remote(RemoteErrorKind::Stalled, format!("{what} within the stall timeout of {limit:?}"))
     };
-    let mut response = match watched(shared, endpoint, progress, shared.client.send(http)).await {
-        Some(sent) => sent.map_err(|e| remote(send_error_kind(&e), e.message))?,
-        None => return Err(stalled(shared.stall_limit(), "no response head")),
-    };
-    progress = tokio::time::Instant::now();
-    endpoint.saw_progress(progress);
     // When the request's bytes went: the write on its connection, not when it was queued here.
     let sent_ts = response.sent_at().as_secs_f64();
-    let status = response.status();
-    if !status.is_success() {
-        let kind = match status.as_u16() {
-            429 => RemoteErrorKind::Http429,
-            500..=599 => RemoteErrorKind::Http5xx,
-            _ => RemoteErrorKind::Http4xx,
-        };
-        let body = error_body(response).await;
-        return Err(remote(kind, format!("HTTP {status}: {body}")));
-    }
     if response.is_json() {
         // A proxy (or server) that ignores `stream: true`: an answer, but not one batchlab can time.
         let body = error_body(response).await;
@@ -343,29 +305,4 @@ fn output(
         .with_output_token_ids(choice.token_ids)
         .with_text(choice.text)
         .with_stats(stats)
-}
-
-pub(super) fn wall_secs() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// What kind of failure a request that got no response is.
-pub(super) fn send_error_kind(e: &SendError) -> RemoteErrorKind {
-    if e.connect {
-        RemoteErrorKind::ConnectFailed
-    } else {
-        // Connected, then closed before the response head (a server that died holding it).
-        RemoteErrorKind::StreamDropped
-    }
-}
-
-/// An error response's message: OpenAI's `error.message`, else the start of the body.
-pub(super) async fn error_body(response: Response) -> String {
-    let text = response.text(ERROR_BODY_BYTES).await.unwrap_or_default();
-    let message = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
-        v.get("error")
-            .and_then(|e| e.get("message").or(Some(e)))
-            .map(|m| m.as_str().map_or_else(|| m.to_string(), str::to_owned))
-    });
-    excerpt(message.as_deref().unwrap_or(text.trim()))
 }

@@ -2,14 +2,10 @@
 //! the byte cap and the stall watch, and one output per input, timed by the answer's arrival.
 //! The body and the answer's reading are sans IO, in [`super::super::embed`].
 
-use bytes::Bytes;
-use http::Method;
-use http::header::{ACCEPT, CONTENT_TYPE};
-use http_body_util::Full;
 use serde_json::Value;
 
 use super::super::embed::{Embedded, embedding_body_cap, read_answer};
-use super::batch::{error_body, request_id, send_error_kind, wall_secs};
+use super::send::{Post, Sent, send_watched};
 use super::{Endpoint, Shared, watched};
 use crate::engine::{EngineOutput, EngineRequest, EngineStats, FinishReason, RemoteError, RemoteErrorKind};
 
@@ -24,38 +20,14 @@ pub(super) async fn embed_request(
 ) -> Result<Vec<EngineOutput>, RemoteError> {
     let url = &endpoint.url;
     let remote = |kind, message: String| shared.remote(kind, url, message);
-    let _slot = endpoint.slots.acquire().await.map_err(|e| remote(RemoteErrorKind::ConnectFailed, e.to_string()))?;
-    let path = "/v1/embeddings";
-    let http = shared
-        .request(Method::POST, &format!("{url}{path}"))
-        .header(CONTENT_TYPE, "application/json")
-        .header(ACCEPT, "application/json")
-        .header("x-request-id", request_id(&shared.request_id_prefix, requests))
-        .body(Full::new(Bytes::from(body.to_string())))
-        .map_err(|e| remote(RemoteErrorKind::ConnectFailed, format!("{url}{path}: {e}")))?;
-    let arrival_wall = wall_secs();
-    let mut progress = tokio::time::Instant::now();
+    let post = Post { path: "/v1/embeddings", accept: "application/json", session: None };
+    let Sent { mut response, slot: _slot, arrival_wall, mut progress } =
+        send_watched(shared, endpoint, post, requests, body).await?;
     let stalled = |what: &str| {
         let limit = shared.stall_limit();
         remote(RemoteErrorKind::Stalled, format!("{what} within the stall timeout of {limit:?}"))
     };
-    let mut response = match watched(shared, endpoint, progress, shared.client.send(http)).await {
-        Some(sent) => sent.map_err(|e| remote(send_error_kind(&e), e.message))?,
-        None => return Err(stalled("no response head")),
-    };
-    progress = tokio::time::Instant::now();
-    endpoint.saw_progress(progress);
     let sent_ts = response.sent_at().as_secs_f64();
-    let status = response.status();
-    if !status.is_success() {
-        let kind = match status.as_u16() {
-            429 => RemoteErrorKind::Http429,
-            500..=599 => RemoteErrorKind::Http5xx,
-            _ => RemoteErrorKind::Http4xx,
-        };
-        let body = error_body(response).await;
-        return Err(remote(kind, format!("HTTP {status}: {body}")));
-    }
     // The whole answer, each chunk progress, never more than the cap in memory.
     let cap = embedding_body_cap(requests.len());
     let mut answer: Vec<u8> = Vec::new();

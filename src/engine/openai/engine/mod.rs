@@ -2,12 +2,14 @@
 //! [`Engine`] and the [`ConcurrentEngine`]), endpoint checks at start, and the `/metrics` scrape.
 //!
 //! Files: this one holds the engine, its shared state and its faces; `batch` sends a batch's
-//! HTTP requests and times their streams; `embed` sends and reads an embeddings request; `check` asks the endpoints at start (`/v1/models`,
+//! HTTP requests and times their streams; `embed` reads an embeddings answer; `send` sends either request up to its response head (the slot, the
+//! stall watch, a non-2xx as its error); `check` asks the endpoints at start (`/v1/models`,
 //! `/version`) and scrapes their `/metrics`.
 
 mod batch;
 mod check;
 mod embed;
+mod send;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -202,7 +204,9 @@ impl Engine for OpenAiEngine {
             return Err(EngineError::Start("`engine.openai.urls` is empty".into()));
         }
         let auth = read_api_key(&self.config)?;
+        let threads = self.config.threads.map_or_else(|| crate::sys::usable_cpus().get(), |n| n.max(1) as usize);
         let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
             .thread_name("batchlab-http")
             .enable_all()
             .build()

@@ -128,6 +128,7 @@ pub fn fit_measurements(m: &Measurements, sources: &[PathBuf]) -> Result<Profile
             samples: result.samples,
             unidentified: result.unidentified,
             by_batch_size: by_batch_size(&result.batches),
+            http: None,
         },
         residuals: result.residuals,
         provenance: Provenance {

@@ -196,7 +196,8 @@ pub struct HttpFit {
 }
 
 /// One design point of a fit from a URL: requests of one shape at one concurrency, measured by
-/// the client and replayed on the fitted profile (closed loop, virtual time).
+/// the client, the fit's residual on its steps, and the point replayed on the fitted profile
+/// (closed loop, virtual time).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PointFit {
@@ -218,7 +219,11 @@ pub struct PointFit {
     pub measured_tpot_ms: f64,
     /// The same, replayed, ms.
     pub predicted_tpot_ms: f64,
-    /// The larger of |predicted − measured| / measured of the two means.
+    /// The larger of |replayed − measured| / measured of the two means.
+    pub replay_error: f64,
+    /// Engine steps of the point that the fit timed (after dropping stalls).
+    pub steps: u64,
+    /// The fit's residual on them: |Σ predicted − Σ measured| / Σ measured of their times.
     pub residual: f64,
 }
 
@@ -477,7 +482,9 @@ mod tests {
                         predicted_ttft_ms: 41.0,
                         measured_tpot_ms: 8.25,
                         predicted_tpot_ms: 8.0,
-                        residual: 0.030303,
+                        replay_error: 0.030303,
+                        steps: 300,
+                        residual: 0.0125,
                     }],
                     estimated: vec![Estimate {
                         key: "max_num_seqs".into(),

@@ -249,7 +249,19 @@ mod tests {
     /// costs `decode + prefill·P + per_seq·S`, at most `limit` run; the rest wait, joining as
     /// others finish. `frontend` after dispatch a request reaches the engine.
     fn served(c: usize, prompt: u32, output: usize, limit: usize, frontend: f64) -> Vec<ObservedRequest> {
-        let (decode, prefill, per_seq) = (4.0 * MS, 0.02 * MS, 0.5 * MS);
+        served_at(1.0, c, prompt, output, limit, frontend)
+    }
+
+    /// [`served`] by an engine `slower` times as slow.
+    fn served_at(
+        slower: f64,
+        c: usize,
+        prompt: u32,
+        output: usize,
+        limit: usize,
+        frontend: f64,
+    ) -> Vec<ObservedRequest> {
+        let (decode, prefill, per_seq) = (4.0 * MS * slower, 0.02 * MS * slower, 0.5 * MS * slower);
         let mut requests: Vec<ObservedRequest> = (0..c)
             .map(|_| ObservedRequest { dispatched_ns: 0.0, prompt_tokens: prompt, token_ns: Vec::new() })
             .collect();
@@ -290,10 +302,28 @@ mod tests {
         assert_eq!((fit.estimated[0].key.as_str(), fit.estimated[0].source.as_str()), ("max_num_seqs", "estimated"));
         assert_eq!(fit.estimated[2].source, "assumed", "no preemption: the KV cache is not measured");
 
+        // Exact arrivals: every point's residual is round-off.
+        assert!(fit.residuals.iter().all(|r| r.residual < 1e-6 && r.steps > 0), "{:?}", fit.residuals);
+
         // Under the limit everywhere: not reached, and said so.
         let fit = fit_url(&points[..3], None).unwrap();
         assert_eq!(fit.engine.max_num_seqs, DEFAULT_SCHEDULER.max_num_seqs);
         assert_eq!(fit.estimated[0].source, "assumed");
+    }
+
+    #[test]
+    fn a_point_the_model_misses_has_the_residual() {
+        // Five points of one engine and a sixth of an engine 30 % slower: the fit follows the
+        // five, and the sixth's steps took about 30 % longer than it predicts.
+        let mut points: Vec<PointObservation> = [(1, 16), (1, 256), (4, 64), (8, 128), (8, 32)]
+            .iter()
+            .map(|&(c, p)| PointObservation { concurrency: c as u32, requests: served(c, p, 24, 16, 15.0 * MS) })
+            .collect();
+        points.push(PointObservation { concurrency: 4, requests: served_at(1.3, 4, 32, 24, 16, 15.0 * MS) });
+        let fit = fit_url(&points, None).unwrap();
+        let r: Vec<f64> = fit.residuals.iter().map(|r| r.residual).collect();
+        assert!(r[5] > 0.15 && r[5] < 0.35, "{r:?}");
+        assert!(r[..5].iter().all(|x| *x < 0.08), "{r:?}");
     }
 
     #[test]

@@ -50,7 +50,7 @@ setup-vllm:
 # engine against a real `vllm serve` (tests/vllm_serve_http.rs)
 # (sets everything up first; minutes the first time).
 test-vllm: setup-vllm
-    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli --test vllm_calibrate --test python_engine --test vllm_matrix --test vllm_stall --test serve_vllm --test vllm_compare --test vllm_serve_http --test vllm_tokenizer --test vllm_images --test vllm_embeddings --test vllm_sessions --test vllm_calibrate_http -- --nocapture
+    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli --test vllm_calibrate --test python_engine --test vllm_matrix --test vllm_stall --test serve_vllm --test vllm_compare --test vllm_serve_http --test vllm_tokenizer --test vllm_images --test vllm_embeddings --test vllm_sessions -- --nocapture
 
 # Lints with the vllm feature (needs a Python 3 for pyo3's build; the venv's when it exists).
 clippy-vllm:

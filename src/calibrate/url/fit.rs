@@ -2,8 +2,8 @@
 //! ([`super::steps`]) to the step-cost coefficients, the frontend's overhead, and the limits the
 //! server hides, each said as estimated or assumed.
 //!
-//! - **Step costs and the frontend, together**: every step that followed another without a pause
-//!   is a row, its duration against `decode_step + prefill_per_token·P + per_seq·S +
+//! - **Step costs and the frontend, together**: every gap between two tokens of a request is a
+//!   row ([`super::steps::gap_steps`]), its duration against `decode_step + prefill_per_token·P + per_seq·S +
 //!   context_per_1k_tokens·C/1000`; every step after an idle engine is a row too, its end minus
 //!   the dispatch of the first request it prefilled against the same terms plus
 //!   `frontend_overhead` (the request reached the engine a frontend after it was sent, and the
@@ -17,12 +17,12 @@
 //!   shows, so it is 0 and said unidentified. The simulated engine's per-call overheads
 //!   (`fixed_overhead`, ...) are 0: a server has no call, and the frontend holds what a request
 //!   pays before its first step.
-//! - **Hidden limits**: `max_num_seqs` is the most sequences any step held when that is fewer
-//!   than the design's largest concurrency (the server queued the rest: their TTFT waits), else
+//! - **Hidden limits**: `max_num_seqs` is the 90th percentile of the sequences the steps held at
+//!   the design's largest concurrency, when that is fewer than it (the server queued the rest: their TTFT waits), else
 //!   not reached and vLLM's default assumed; the KV cache holds at least the largest context any
 //!   step attended over when the server's `/metrics` counted no preemption.
 
-use super::steps::{ObservedRequest, Step, infer_steps};
+use super::steps::{ObservedRequest, Step, gap_steps, infer_steps};
 use crate::calibrate::fit::{Sample, non_negative_least_squares};
 use crate::engine::ResolvedEngineConfig;
 use crate::engine::sim::DEFAULT_SCHEDULER;
@@ -97,21 +97,27 @@ pub fn fit_url(points: &[PointObservation], preemptions: Option<f64>) -> Result<
     let steps: Vec<(usize, Vec<Step>)> =
         points.iter().enumerate().map(|(i, p)| (i, infer_steps(&p.requests))).collect();
     let row = |s: &Step, frontend: f64| vec![1.0, s.prefill_tokens, s.seqs, s.context_tokens / 1000.0, frontend];
-    let timed: Vec<(usize, Vec<f64>, f64)> = steps
+    // Decode steps: one per gap between a request's tokens; steps after an idle engine: the
+    // clusters'.
+    let gaps: Vec<(usize, Vec<Step>)> = points.iter().enumerate().map(|(i, p)| (i, gap_steps(&p.requests))).collect();
+    let timed: Vec<(usize, Vec<f64>, f64)> = gaps
         .iter()
         .flat_map(|(i, steps)| steps.iter().map(move |s| (*i, s)))
-        .filter_map(|(i, s)| match s.duration_ns {
-            Some(d) => Some((i, row(s, 0.0), d)),
-            None if !s.first_of.is_empty() => {
-                let sent =
-                    s.first_of.iter().map(|&r| points[i].requests[r].dispatched_ns).fold(f64::INFINITY, f64::min);
-                // Sent before the previous step ended: it waited in the frontend or in the queue
-                // of an engine that was busy, which the arrivals cannot tell apart: no row.
-                let previous = s.previous_end_ns.unwrap_or(f64::NEG_INFINITY);
-                (sent > previous).then(|| (i, row(s, 1.0), s.end_ns - sent))
+        .filter_map(|(i, s)| s.duration_ns.map(|d| (i, row(s, 0.0), d)))
+        .chain(steps.iter().flat_map(|(i, steps)| steps.iter().map(move |s| (*i, s))).filter_map(|(i, s)| {
+            match s.duration_ns {
+                Some(_) => None,
+                None if !s.first_of.is_empty() => {
+                    let sent =
+                        s.first_of.iter().map(|&r| points[i].requests[r].dispatched_ns).fold(f64::INFINITY, f64::min);
+                    // Sent before the previous step ended: it waited in the frontend or in the queue
+                    // of an engine that was busy, which the arrivals cannot tell apart: no row.
+                    let previous = s.previous_end_ns.unwrap_or(f64::NEG_INFINITY);
+                    (sent > previous).then(|| (i, row(s, 1.0), s.end_ns - sent))
+                }
+                None => None,
             }
-            None => None,
-        })
+        }))
         .filter(|(_, _, y)| *y > 0.0)
         .collect();
     let needed = COLUMNS.len() * 4;
@@ -160,8 +166,12 @@ pub fn fit_url(points: &[PointObservation], preemptions: Option<f64>) -> Result<
             }
         })
         .collect();
+    // The limit shows where the most requests were in flight.
+    let top = points.iter().map(|p| p.concurrency).max().unwrap_or(1);
+    let top_steps: Vec<&Step> =
+        steps.iter().filter(|(i, _)| points[*i].concurrency == top).flat_map(|(_, s)| s.iter()).collect();
     let all_steps: Vec<&Step> = steps.iter().flat_map(|(_, s)| s.iter()).collect();
-    let (engine, estimated) = hidden_limits(points, &all_steps, preemptions);
+    let (engine, estimated) = hidden_limits(points, &top_steps, &all_steps, preemptions);
     Ok(UrlFit {
         coefficients,
         engine,
@@ -173,15 +183,21 @@ pub fn fit_url(points: &[PointObservation], preemptions: Option<f64>) -> Result<
     })
 }
 
-/// The scheduler limits, from what the steps show; each with how it was set.
+/// The scheduler limits, from what the steps show (`top`: those at the largest concurrency);
+/// each with how it was set.
 fn hidden_limits(
     points: &[PointObservation],
+    top: &[&Step],
     steps: &[&Step],
     preemptions: Option<f64>,
 ) -> (ResolvedEngineConfig, Vec<Estimate>) {
     let mut engine = DEFAULT_SCHEDULER;
     let concurrency = points.iter().map(|p| u64::from(p.concurrency)).max().unwrap_or(1);
-    let most_seqs = steps.iter().map(|s| s.seqs as u64).max().unwrap_or(0);
+    // The 90th percentile of the steps' sizes: a step's cluster can take a token of the next one
+    // (a request admitted as another finished), so the largest alone overstates it.
+    let mut sizes: Vec<u64> = top.iter().map(|s| s.seqs as u64).collect();
+    sizes.sort_unstable();
+    let most_seqs = sizes.get((sizes.len() * 9 / 10).min(sizes.len().saturating_sub(1))).copied().unwrap_or(0);
     let seqs = if most_seqs > 0 && most_seqs < concurrency {
         engine.max_num_seqs = most_seqs as u32;
         Estimate {
@@ -189,7 +205,7 @@ fn hidden_limits(
             value: most_seqs,
             source: "estimated".into(),
             how: format!(
-                "no step held more than {most_seqs} sequences with {concurrency} requests in flight: the rest waited"
+                "9 in 10 steps held at most {most_seqs} sequences with {concurrency} requests in flight: the rest waited"
             ),
         }
     } else {

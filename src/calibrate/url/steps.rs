@@ -50,15 +50,59 @@ pub struct Step {
     pub first_of: Vec<usize>,
 }
 
-/// The steps of one design point's `requests`, in time order.
-pub fn infer_steps(requests: &[ObservedRequest]) -> Vec<Step> {
+/// [`CLUSTER_FRACTION`] of the median gap between a request's tokens, ns.
+fn tolerance(requests: &[ObservedRequest]) -> f64 {
     let mut gaps: Vec<f64> = requests.iter().flat_map(|r| r.token_ns.windows(2).map(|w| w[1] - w[0])).collect();
     if gaps.is_empty() {
         // One token each: every arrival is a step of its own making.
         gaps.push(0.0);
     }
     gaps.sort_by(f64::total_cmp);
-    let tolerance = gaps[gaps.len() / 2] * CLUSTER_FRACTION;
+    gaps[gaps.len() / 2] * CLUSTER_FRACTION
+}
+
+/// The decode steps of one design point's `requests`, one per gap between a request's tokens:
+/// a running sequence gets a token every step, so each gap is one step's duration, whatever the
+/// others' tokens did on their way to the client. The step's load is read from every request's
+/// span instead of from a cluster (which a client that reads 16 streams 1 ms apart splits):
+/// `S` the requests whose tokens span its end, `P` the prompts of those whose first token came
+/// with it (within the tolerance), `C` their prompts and tokens so far.
+pub fn gap_steps(requests: &[ObservedRequest]) -> Vec<Step> {
+    let tol = tolerance(requests);
+    let mut steps = Vec::new();
+    for r in requests {
+        for w in r.token_ns.windows(2) {
+            let (previous, end) = (w[0], w[1]);
+            let mut step = Step {
+                end_ns: end,
+                duration_ns: Some(end - previous),
+                previous_end_ns: Some(previous),
+                ..Step::default()
+            };
+            for o in requests {
+                let (Some(&first), Some(&last)) = (o.token_ns.first(), o.token_ns.last()) else { continue };
+                if first > end + tol || last < end - tol {
+                    continue;
+                }
+                let prompt = f64::from(o.prompt_tokens);
+                step.seqs += 1.0;
+                if (first - end).abs() <= tol {
+                    step.prefill_tokens += prompt;
+                    step.context_tokens += prompt;
+                } else {
+                    let before = o.token_ns.iter().take_while(|&&t| t < end - tol).count();
+                    step.context_tokens += prompt + before as f64;
+                }
+            }
+            steps.push(step);
+        }
+    }
+    steps
+}
+
+/// The steps of one design point's `requests`, in time order.
+pub fn infer_steps(requests: &[ObservedRequest]) -> Vec<Step> {
+    let tolerance = tolerance(requests);
     let mut arrivals: Vec<(f64, usize, usize)> = requests
         .iter()
         .enumerate()
@@ -143,6 +187,23 @@ mod tests {
         assert_eq!(s.first_of, [1]);
         // Decodes: a's 4th and b's 2nd token.
         assert_eq!((steps[3].prefill_tokens, steps[3].seqs, steps[3].context_tokens), (0.0, 2.0, 103.0 + 41.0));
+    }
+
+    #[test]
+    fn each_gap_of_a_request_is_a_step_loaded_by_every_request_it_spans() {
+        let a = request(0.0, 100, &[10.0, 15.0, 21.0, 26.2, 31.0]);
+        let b = request(14.0, 40, &[21.3, 26.0, 31.1]);
+        let steps = gap_steps(&[a, b]);
+        assert_eq!(steps.len(), 4 + 2);
+        let load = |s: &Step| (s.duration_ns.unwrap() / MS, s.prefill_tokens, s.seqs, s.context_tokens);
+        // a's first gap: alone, decoding its first token (C = 100 + 1).
+        assert_eq!(load(&steps[0]), (5.0, 0.0, 1.0, 101.0));
+        // a's gap ending at 21: b's prefill came with it (P = 40), C = 40 + (100 + 2).
+        assert_eq!(load(&steps[1]), (6.0, 40.0, 2.0, 142.0));
+        // b's first gap, ending at 26: both decode, C = (40 + 1) + (100 + 3).
+        let b_first = &steps[4];
+        assert!((b_first.duration_ns.unwrap() / MS - 4.7).abs() < 1e-9);
+        assert_eq!((b_first.prefill_tokens, b_first.seqs, b_first.context_tokens), (0.0, 2.0, 144.0));
     }
 
     #[test]

@@ -273,3 +273,40 @@ fn an_embedding_is_its_prefill_alone() {
     assert!(line.ends_with(" 0"), "{line}");
     assert_eq!(pooled.live_requests(), 0);
 }
+
+/// A profile fitted from a URL delays each request by its frontend before the engine sees it:
+/// alone, its first token comes the frontend plus one step after it arrived; two requests overlap
+/// in the frontend (each is delayed once, not one after the other), and one that is still in the
+/// frontend when a step starts joins the step after it is due, not the one running.
+#[test]
+fn the_frontend_delays_each_request_before_it_joins_the_waiting_queue() {
+    let ms = Duration::from_millis;
+    let cost = CostModel { decode_step: ms(5), frontend_overhead: ms(12), ..CostModel::free() };
+    let sim = SimConfig { cost, ..example() };
+    let (mut c, registry) = core(&sim, 10);
+    let t0 = Timestamp::from_nanos(1_000_000_000);
+    let at = |t: Timestamp| t.saturating_since(t0).as_millis();
+    let a = c.submit(t0, vec![seq(8, 3, 1)]).unwrap()[0];
+    assert_eq!(c.occupancy(), (0, 0), "in the frontend, not yet waiting");
+    assert_eq!(c.live_requests(), 1);
+    assert_eq!(c.poll_timeout(), Some(t0.saturating_add(ms(12))), "the engine wakes when it is due");
+    let b = c.submit(t0.saturating_add(ms(1)), vec![seq(8, 3, 2)]).unwrap()[0];
+    let (events, now) = drain(&mut c, t0, Some(t0.saturating_add(ms(20))));
+    // a: due at 12, steps end at 17 (its first token); b, due at 13, joins the step from 17.
+    assert_eq!(token_times(&events, a).iter().map(|t| at(*t)).collect::<Vec<_>>(), [17]);
+    let late = c.submit(now, vec![seq(8, 2, 3)]).unwrap()[0];
+    let (events, _) = drain(&mut c, now, None);
+    assert_eq!(token_times(&events, a).iter().map(|t| at(*t)).collect::<Vec<_>>(), [22, 27]);
+    assert_eq!(token_times(&events, b).iter().map(|t| at(*t)).collect::<Vec<_>>(), [22, 27, 32]);
+    // Arrived at 20, due at 32: the step from 27 to 32 runs without it.
+    assert_eq!(token_times(&events, late).iter().map(|t| at(*t)).collect::<Vec<_>>(), [37, 42]);
+    assert_eq!(c.live_requests(), 0);
+    // TTFT counts from arrival, the frontend included: 17, 22 - 1 and 37 - 20 ms.
+    let text = render(&registry);
+    let value = |name: &str| -> f64 {
+        let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name} in {text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(value("vllm:time_to_first_token_seconds_count"), 3.0);
+    assert!((value("vllm:time_to_first_token_seconds_sum") - 0.055).abs() < 1e-9, "{text}");
+}

@@ -38,6 +38,9 @@ pub enum DesignError {
     /// The fit failed.
     #[error(transparent)]
     Calibrate(#[from] CalibrateError),
+    /// The fit from a URL failed.
+    #[error(transparent)]
+    UrlFit(#[from] super::url::UrlFitError),
     /// A setting does not make a valid scenario of the base (a key the design sets is refused).
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
@@ -248,6 +251,17 @@ pub fn run_designed(
     plan: &Plan,
     options: &DesignOptions,
 ) -> Result<(PathBuf, EngineInfo), DesignError> {
+    let (dir, summary) = run_checked(session, name, plan, options)?;
+    Ok((dir, summary_engine(&summary)))
+}
+
+/// [`run_designed`]'s run: its directory and its summary, once checked complete.
+pub(super) fn run_checked(
+    session: &mut EngineSession,
+    name: &str,
+    plan: &Plan,
+    options: &DesignOptions,
+) -> Result<(PathBuf, RunSummary), DesignError> {
     if options.interrupt.is_fired() {
         return Err(DesignError::Interrupted);
     }
@@ -263,18 +277,22 @@ pub fn run_designed(
     };
     let summary = session.run(plan, run_options)?;
     check_complete(&summary, name)?;
-    Ok((dir, summary_engine(&summary)))
+    Ok((dir, summary))
 }
 
 /// `batchlab calibrate SCENARIO`: [`run_design`] with [`DESIGN`], then [`fit_design`] on its
 /// directories and the engine it ran on.
+/// An `openai` scenario is calibrated from its URL instead ([`super::url::calibrate_url`]).
 pub fn calibrate_scenario(base: &Plan, options: &DesignOptions) -> Result<(Profile, DesignRun), DesignError> {
+    if let EnginePlan::OpenAi(_) = base.engine() {
+        return super::url::calibrate_url(base, options);
+    }
     let run = run_design(base, DESIGN, options)?;
     let profile = fit_design(&run)?;
     Ok((profile, run))
 }
 
-fn summary_engine(summary: &RunSummary) -> EngineInfo {
+pub(super) fn summary_engine(summary: &RunSummary) -> EngineInfo {
     let env = &summary.report.environment;
     EngineInfo {
         name: env.engine_name.clone(),

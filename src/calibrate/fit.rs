@@ -164,10 +164,10 @@ fn fit_name(j: usize) -> &'static str {
 const REL_FLOOR_NS: f64 = 1e6;
 
 /// One timestamp: its row of the design matrix, its value and which metric it is.
-struct Sample {
-    x: Vec<f64>,
-    y: f64,
-    metric: usize,
+pub(super) struct Sample {
+    pub(super) x: Vec<f64>,
+    pub(super) y: f64,
+    pub(super) metric: usize,
 }
 
 /// Fits the coefficients to `batches`, replayed under `config`. See the module docs.
@@ -371,7 +371,7 @@ fn residual(mut abs: Vec<f64>, mut rel: Vec<f64>) -> Residual {
 /// Least squares with every coefficient >= 0: fit on the free columns, fix the most negative at 0,
 /// repeat. Returns the `n` coefficients and the columns the data could not identify. The columns
 /// `left_out` are not fitted (0) and not reported.
-fn non_negative_least_squares(samples: &[Sample], n: usize, left_out: &[usize]) -> (Vec<f64>, Vec<usize>) {
+pub(super) fn non_negative_least_squares(samples: &[Sample], n: usize, left_out: &[usize]) -> (Vec<f64>, Vec<usize>) {
     let mut active: Vec<usize> = (0..n).filter(|j| !left_out.contains(j)).collect();
     let mut unidentified = Vec::new();
     loop {

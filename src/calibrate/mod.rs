@@ -10,12 +10,17 @@
 //! - [`fit`](mod@fit): the rows grouped into `generate` calls, replayed through the simulator's
 //!   scheduler, and the least squares for the step coefficients (docs/simulation.md).
 //!
+//! - [`url`]: the same for a server seen only through its URL (`engine.kind = "openai"`): a
+//!   closed-loop design, the steps inferred from each token's arrival, the step costs and the
+//!   frontend's overhead, the hidden limits estimated.
+//!
 //! [`fit_dirs`] is `batchlab calibrate DIR...`; [`calibrate_scenario`] is `batchlab calibrate
 //! SCENARIO`. Uses `run/` and `scenario/`; nothing below uses it.
 
 pub mod design;
 pub mod fit;
 pub mod read;
+pub mod url;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -128,6 +133,7 @@ pub fn fit_measurements(m: &Measurements, sources: &[PathBuf]) -> Result<Profile
             samples: result.samples,
             unidentified: result.unidentified,
             by_batch_size: by_batch_size(&result.batches),
+            http: None,
         },
         residuals: result.residuals,
         provenance: Provenance {
@@ -164,7 +170,7 @@ fn by_batch_size(batches: &[BatchFit]) -> Vec<BatchSizeFit> {
 }
 
 /// Now, UTC, as `2026-12-01T11:00:00Z`.
-fn utc_now_rfc3339() -> String {
+pub(crate) fn utc_now_rfc3339() -> String {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Howard Hinnant's civil-from-days.

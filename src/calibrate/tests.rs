@@ -21,6 +21,7 @@ pub(crate) fn known_cost() -> CostModel {
         encoder_per_image_token: Duration::ZERO,
         finish_overhead: Duration::from_micros(700),
         finish_per_request: Duration::from_micros(12),
+        frontend_overhead: Duration::ZERO,
         eos_probability: 0.0,
     }
 }

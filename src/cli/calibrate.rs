@@ -130,6 +130,34 @@ fn summary(p: &Profile) -> String {
         let note = if p.fit.unidentified.iter().any(|u| u == name) { "  (not identified by these runs)" } else { "" };
         out += &format!("  {name:<23} {:>14.1} ns{note}\n", v);
     }
+    if let Some(f) = p.coefficients.frontend_overhead_ns {
+        out +=
+            &format!("  {:<23} {:>14.1} ns  (from a URL: each request, before the engine)\n", "frontend_overhead", f);
+    }
+    if let Some(http) = &p.fit.http {
+        out += &format!(
+            "  {} engine steps timed from token arrivals ({} dropped as stalls); per design point, the fit's residual \
+             on its steps, and its requests' means replayed on the profile:\n",
+            p.fit.samples, p.fit.skipped_batches
+        );
+        for pt in &http.points {
+            out += &format!(
+                "  point {:<14} residual {:>5.2} % ({:>4} steps); {:>3} req: TTFT measured {:>8.2} ms, replayed {:>8.2} \
+                 ms; TPOT measured {:>7.2} ms, replayed {:>7.2} ms\n",
+                pt.name,
+                pt.residual * 100.0,
+                pt.steps,
+                pt.requests,
+                pt.measured_ttft_ms,
+                pt.predicted_ttft_ms,
+                pt.measured_tpot_ms,
+                pt.predicted_tpot_ms,
+            );
+        }
+        for e in &http.estimated {
+            out += &format!("  engine.{:<22} {:>8} {} ({})\n", e.key, e.value, e.source.to_uppercase(), e.how);
+        }
+    }
     for b in &p.fit.by_batch_size {
         out += &format!(
             "  batch size {:<5} {:>3} batches: last token measured {:>10.3} ms, predicted {:>10.3} ms ({:+.1} %)\n",
@@ -189,8 +217,12 @@ fn design_and_fit(plan: batchlab::scenario::Plan, runs: PathBuf, args: &Calibrat
     }
     match ended.value {
         Ok((profile, design)) => {
-            let settings = batchlab::calibrate::DESIGN.len();
-            eprintln!("ran {} designed batches of {settings} settings in {}", design.dirs.len(), runs.display());
+            if profile.fit.http.is_some() {
+                eprintln!("ran {} designed points against the URL in {}", design.dirs.len(), runs.display());
+            } else {
+                let settings = batchlab::calibrate::DESIGN.len();
+                eprintln!("ran {} designed batches of {settings} settings in {}", design.dirs.len(), runs.display());
+            }
             write(&profile, &args.output)?;
             Ok(ExitCode::SUCCESS)
         }

@@ -583,6 +583,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
             encoder_per_image_token: if a.as_nanos() % 2 == 0 { d } else { Duration::ZERO },
             finish_overhead: g,
             finish_per_request: h,
+            frontend_overhead: Duration::ZERO,
             eos_probability,
         });
     let scheduler = (1u32..100_000, 1u32..100_000, 1u32..100_000, 1u32..64, any::<bool>(), any::<bool>()).prop_map(

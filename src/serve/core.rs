@@ -16,6 +16,11 @@
 //! delayed; the next busy period starts later). So a group of requests that arrives at an idle
 //! engine and finishes before the next one arrives takes exactly what one `generate` call of it
 //! takes in `batchlab run`.
+//!
+//! A profile calibrated from a URL has a `frontend_overhead`: a request reaches the waiting queue
+//! that long after it arrived (parsing, tokenization, the hop to the engine core, all of which
+//! overlap between requests). Such a request is held in `arriving`, in arrival order, and joins
+//! the scheduler at the first step that starts at or after it is due.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -113,6 +118,16 @@ struct Live {
     pooling: bool,
 }
 
+/// A request in the frontend: it joins the scheduler at `due`.
+struct Arriving {
+    due: Timestamp,
+    /// Its sequences, with the ids the core already handed out.
+    sequences: Vec<(RequestId, SeqSpec, u32)>,
+    arrived: Timestamp,
+    /// An embeddings request's inputs ([`ServeCore::submit_pooling`]).
+    pooling: bool,
+}
+
 /// A step that has been scheduled and has not ended yet.
 struct InFlight {
     ends: Timestamp,
@@ -145,6 +160,8 @@ pub struct ServeCore {
     metrics: ServeMetrics,
     /// The pictures it has encoded: `vllm:mm_cache_*`.
     encoder: EncoderCache,
+    /// Requests in the frontend (`frontend_overhead`), oldest first.
+    arriving: VecDeque<Arriving>,
 }
 
 impl ServeCore {
@@ -168,6 +185,7 @@ impl ServeCore {
             events: VecDeque::new(),
             metrics,
             encoder: EncoderCache::default(),
+            arriving: VecDeque::new(),
         }
     }
 
@@ -176,7 +194,7 @@ impl ServeCore {
         if sequences.len() > self.max_waiting {
             return Err(SubmitError::TooManyPrompts { prompts: sequences.len(), max_waiting: self.max_waiting });
         }
-        let waiting = self.stepper.waiting();
+        let waiting = self.stepper.waiting() + self.arriving.iter().map(|a| a.sequences.len()).sum::<usize>();
         if waiting + sequences.len() > self.max_waiting {
             return Err(SubmitError::Overloaded { waiting, max_waiting: self.max_waiting });
         }
@@ -214,6 +232,26 @@ impl ServeCore {
             self.metrics.mm_cache_queries.inc_by(s.images.len() as u64);
             self.metrics.mm_cache_hits.inc_by(u64::from(work.hits));
         }
+        self.metrics.prompt_tokens.inc_by(sequences.iter().map(|s| s.prompt_ids.len().max(1) as u64).sum());
+        if !self.cost.frontend_overhead.is_zero() {
+            let due = now.saturating_add(self.cost.frontend_overhead);
+            let sequences: Vec<(RequestId, SeqSpec, u32)> = specs
+                .into_iter()
+                .zip(&sequences)
+                .map(|(spec, s)| {
+                    let id = RequestId(self.next_id);
+                    self.next_id += 1;
+                    (id, spec, s.max_tokens)
+                })
+                .collect();
+            let ids = sequences.iter().map(|(id, _, _)| *id).collect();
+            self.arriving.push_back(Arriving { due, sequences, arrived: now, pooling: false });
+            if self.next_step_at.is_none() && self.in_flight.is_none() {
+                self.next_step_at = Some(due.max(self.idle_from));
+            }
+            self.update_gauges();
+            return Ok(ids);
+        }
         let mut ids = Vec::with_capacity(specs.len());
         for (spec, s) in specs.into_iter().zip(&sequences) {
             let prompt_tokens = spec.prompt_len;
@@ -249,7 +287,6 @@ impl ServeCore {
             }
         }
         self.joined += ids.len();
-        self.metrics.prompt_tokens.inc_by(sequences.iter().map(|s| s.prompt_ids.len().max(1) as u64).sum());
         if self.next_step_at.is_none() && self.in_flight.is_none() {
             // Idle: the busy period starts now (or when the last one's finish costs are paid).
             self.next_step_at = Some(now.max(self.idle_from));
@@ -268,6 +305,11 @@ impl ServeCore {
             .map(|prompt_ids| NewSequence { prompt_ids, output_tokens: 1, max_tokens: 1, images: Vec::new() })
             .collect();
         let ids = self.submit(now, sequences)?;
+        if let Some(a) = self.arriving.back_mut()
+            && a.sequences.first().map(|(id, _, _)| *id) == ids.first().copied()
+        {
+            a.pooling = true;
+        }
         for id in &ids {
             if let Some(live) = self.live.get_mut(id) {
                 live.pooling = true;
@@ -286,6 +328,12 @@ impl ServeCore {
     }
 
     fn remove(&mut self, id: RequestId) -> bool {
+        for a in &mut self.arriving {
+            if let Some(at) = a.sequences.iter().position(|(i, _, _)| *i == id) {
+                a.sequences.remove(at);
+                return true;
+            }
+        }
         let Some(live) = self.live.remove(&id) else { return false };
         if self.slot(live.seq) == Some(id) {
             self.stepper.abort(live.seq);
@@ -301,7 +349,7 @@ impl ServeCore {
 
     /// Requests the core holds (waiting, running, or with tokens still to be delivered).
     pub fn live_requests(&self) -> usize {
-        self.live.len()
+        self.live.len() + self.arriving.iter().map(|a| a.sequences.len()).sum::<usize>()
     }
 
     /// When the core next wants [`ServeCore::handle_timeout`]: the end of the running step, or
@@ -328,6 +376,7 @@ impl ServeCore {
             if start > now {
                 return;
             }
+            self.admit_arrivals(start);
             self.start_step(start);
         }
     }
@@ -336,6 +385,38 @@ impl ServeCore {
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+
+    /// The requests of the frontend due by `at` join the waiting queue, in arrival order.
+    fn admit_arrivals(&mut self, at: Timestamp) {
+        while self.arriving.front().is_some_and(|a| a.due <= at) {
+            let Some(a) = self.arriving.pop_front() else { break };
+            for (id, spec, max_tokens) in a.sequences {
+                let prompt_tokens = spec.prompt_len;
+                // Checked whole when submitted; a refusal now still gets its one outcome.
+                let Ok(seq) = self.stepper.add(spec) else {
+                    self.metrics.finished(&FinishReason::Abort);
+                    self.events.push_back(Event::Token { id, index: 0, finish: Some(FinishReason::Abort), at });
+                    continue;
+                };
+                if self.slots.len() <= seq.0 {
+                    self.slots.resize(seq.0 + 1, None);
+                }
+                self.slots[seq.0] = Some(id);
+                let live = Live {
+                    seq,
+                    arrived: a.arrived,
+                    prompt_tokens,
+                    max_tokens,
+                    generated: 0,
+                    last_token: None,
+                    preemptions: 0,
+                    pooling: a.pooling,
+                };
+                self.live.insert(id, live);
+                self.joined += 1;
+            }
+        }
     }
 
     fn start_step(&mut self, start: Timestamp) {
@@ -440,6 +521,9 @@ impl ServeCore {
         if !self.stepper.is_idle() {
             // Everything that was running was cancelled, but some arrived meanwhile.
             self.next_step_at = Some(self.idle_from);
+        } else if let Some(a) = self.arriving.front() {
+            // Requests still in the frontend start the next busy period when they are due.
+            self.next_step_at = Some(a.due.max(self.idle_from));
         }
     }
 

@@ -54,6 +54,12 @@ pub struct CostModel {
     pub finish_overhead: Duration,
     /// Paid per request of a `generate` call after its last step.
     pub finish_per_request: Duration,
+    /// An HTTP server's frontend (`batchlab serve`): how long after a request arrives it reaches
+    /// the engine's waiting queue (parsing, tokenization, the hop to the engine core). Requests
+    /// overlap in it: it delays each request, not the engine. 0 for an in-process engine; set only
+    /// by a profile calibrated from a URL (docs/simulation.md).
+    #[serde(skip_serializing_if = "Duration::is_zero")]
+    pub frontend_overhead: Duration,
     /// Probability per generated token (after `min_tokens`) of an end-of-sequence, for requests
     /// that do not ignore EOS.
     pub eos_probability: f64,
@@ -79,6 +85,7 @@ impl Default for CostModel {
             encoder_per_image_token: Duration::ZERO,
             finish_overhead: Duration::ZERO,
             finish_per_request: Duration::ZERO,
+            frontend_overhead: Duration::ZERO,
             eos_probability: 0.0,
         }
     }
@@ -98,6 +105,7 @@ impl CostModel {
             encoder_per_image_token: Duration::ZERO,
             finish_overhead: Duration::ZERO,
             finish_per_request: Duration::ZERO,
+            frontend_overhead: Duration::ZERO,
             eos_probability: 0.0,
         }
     }

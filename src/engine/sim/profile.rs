@@ -71,6 +71,11 @@ pub struct Coefficients {
     /// Per request of a `generate` call, after its last step.
     #[serde(deserialize_with = "non_negative")]
     pub finish_per_request_ns: f64,
+    /// An HTTP server's frontend: from a request's arrival to the engine's waiting queue
+    /// (`batchlab serve` delays each request by it). Only a profile calibrated from a URL has it;
+    /// not in [`Self::NAMES`] and [`Self::to_array`].
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "non_negative_some")]
+    pub frontend_overhead_ns: Option<f64>,
 }
 
 impl Coefficients {
@@ -118,6 +123,7 @@ impl Coefficients {
             finish_overhead_ns: v[7],
             finish_per_request_ns: v[8],
             encoder_per_image_token_ns: None,
+            frontend_overhead_ns: None,
         }
     }
 
@@ -136,6 +142,7 @@ impl Coefficients {
                 .then(|| ns(cost.encoder_per_image_token)),
             finish_overhead_ns: ns(cost.finish_overhead),
             finish_per_request_ns: ns(cost.finish_per_request),
+            frontend_overhead_ns: (!cost.frontend_overhead.is_zero()).then(|| ns(cost.frontend_overhead)),
         }
     }
 
@@ -152,6 +159,7 @@ impl Coefficients {
         cost.encoder_per_image_token = d(self.encoder_per_image_token_ns.unwrap_or(0.0));
         cost.finish_overhead = d(self.finish_overhead_ns);
         cost.finish_per_request = d(self.finish_per_request_ns);
+        cost.frontend_overhead = d(self.frontend_overhead_ns.unwrap_or(0.0));
     }
 }
 
@@ -171,6 +179,67 @@ pub struct FitSummary {
     /// Per batch size: how long its batches took to their last token, measured and predicted.
     #[serde(default)]
     pub by_batch_size: Vec<BatchSizeFit>,
+    /// A fit from a URL (`batchlab calibrate` of an `openai` scenario): its design points and
+    /// what it estimated of the server's hidden limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpFit>,
+}
+
+/// A fit of a server from outside (docs/simulation.md, "Calibrating from a URL").
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpFit {
+    /// Each design point, measured and as the fitted profile replays it.
+    pub points: Vec<PointFit>,
+    /// The limits the server did not say, and how each was estimated or assumed.
+    pub estimated: Vec<Estimate>,
+}
+
+/// One design point of a fit from a URL: requests of one shape at one concurrency, measured by
+/// the client, the fit's residual on its steps, and the point replayed on the fitted profile
+/// (closed loop, virtual time).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PointFit {
+    /// `c8-p256-o32`.
+    pub name: String,
+    /// Requests in flight.
+    pub concurrency: u64,
+    /// Prompt tokens per request.
+    pub prompt_tokens: u64,
+    /// Output tokens per request.
+    pub output_tokens: u64,
+    /// Requests measured.
+    pub requests: u64,
+    /// Mean time to first token, measured by the client, ms.
+    pub measured_ttft_ms: f64,
+    /// The same, replayed on the profile, ms.
+    pub predicted_ttft_ms: f64,
+    /// Mean time per output token after the first, measured, ms.
+    pub measured_tpot_ms: f64,
+    /// The same, replayed, ms.
+    pub predicted_tpot_ms: f64,
+    /// The larger of |replayed − measured| / measured of the two means.
+    pub replay_error: f64,
+    /// Engine steps of the point that the fit timed (after dropping stalls).
+    pub steps: u64,
+    /// The fit's residual on them: |Σ predicted − Σ measured| / Σ measured of their times.
+    pub residual: f64,
+}
+
+/// A limit a server hides, as a fit from a URL sets it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Estimate {
+    /// The profile's `engine` key (`max_num_seqs`).
+    pub key: String,
+    /// The value written.
+    pub value: u64,
+    /// `estimated` (from the data), `scraped` (from the server's /metrics) or `assumed` (a
+    /// default the data could not test).
+    pub source: String,
+    /// How: what in the data gave it.
+    pub how: String,
 }
 
 /// The fit's view of the batches of one size.
@@ -329,7 +398,8 @@ impl Profile {
              #          S sequences, C context tokens and T tokens computed in the step, E image tokens\n\
              #          encoded; encoder_per_image_token only when the runs fitted had images);\n\
              # a generate call of n requests first pays fixed_overhead + request_overhead*n and, after its\n\
-             # last step, finish_overhead + finish_per_request*n.\n\n{body}"
+             # last step, finish_overhead + finish_per_request*n; frontend_overhead (a fit from a URL only)\n\
+             # delays each HTTP request before it reaches the engine.\n\n{body}"
         )
     }
 
@@ -385,6 +455,7 @@ mod tests {
         Profile {
             coefficients: Coefficients {
                 encoder_per_image_token_ns: Some(2500.5),
+                frontend_overhead_ns: Some(15_000_000.0),
                 ..Coefficients::from_array([1e6, 1e4, 8e5, 900.5, 2e4, 3000.25, 1500.75, 5e5, 1234.5])
             },
             engine: crate::engine::sim::DEFAULT_SCHEDULER,
@@ -400,6 +471,28 @@ mod tests {
                     predicted_ms: 10.0,
                     mean_rel_error: -0.05,
                 }],
+                http: Some(HttpFit {
+                    points: vec![PointFit {
+                        name: "c8-p256-o32".into(),
+                        concurrency: 8,
+                        prompt_tokens: 256,
+                        output_tokens: 32,
+                        requests: 24,
+                        measured_ttft_ms: 40.5,
+                        predicted_ttft_ms: 41.0,
+                        measured_tpot_ms: 8.25,
+                        predicted_tpot_ms: 8.0,
+                        replay_error: 0.030303,
+                        steps: 300,
+                        residual: 0.0125,
+                    }],
+                    estimated: vec![Estimate {
+                        key: "max_num_seqs".into(),
+                        value: 4,
+                        source: "estimated".into(),
+                        how: "no step held more than 4 of 8 requests in flight".into(),
+                    }],
+                }),
             },
             residuals: BTreeMap::from([("first_token".to_owned(), Residual { samples: 30, ..Residual::default() })]),
             provenance: Provenance { engine_name: "sim".into(), ..Provenance::default() },
@@ -412,10 +505,18 @@ mod tests {
         let text = p.to_toml();
         assert_eq!(Profile::parse(&text, Path::new("p.toml")).unwrap(), p, "{text}");
         // A profile fitted without images leaves the encoder out, and reads back so.
-        let without =
-            Profile { coefficients: Coefficients { encoder_per_image_token_ns: None, ..p.coefficients }, ..p };
+        let without = Profile {
+            coefficients: Coefficients {
+                encoder_per_image_token_ns: None,
+                frontend_overhead_ns: None,
+                ..p.coefficients
+            },
+            fit: FitSummary { http: None, ..p.fit },
+            ..p
+        };
         let text = without.to_toml();
         assert!(!text.contains("encoder_per_image_token_ns ="), "{text}");
+        assert!(!text.contains("frontend_overhead_ns =") && !text.contains("[fit.http"), "{text}");
         assert_eq!(Profile::parse(&text, Path::new("p.toml")).unwrap(), without);
     }
 

@@ -49,6 +49,7 @@ fn step_times_follow_the_formula() {
         encoder_per_image_token: Duration::ZERO,
         finish_overhead: Duration::from_micros(300),
         finish_per_request: Duration::from_micros(100),
+        frontend_overhead: Duration::ZERO,
         eos_probability: 0.0,
     };
     let (mut e, clock) =

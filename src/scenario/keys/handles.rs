@@ -42,6 +42,8 @@ handles! {
     BATCH_SIZE: u64 = "batching.batch_size";
     /// `batching.batch_timeout`.
     BATCH_TIMEOUT: Duration = "batching.batch_timeout";
+    /// `batching.max_in_flight`.
+    MAX_IN_FLIGHT: u64 = "batching.max_in_flight";
     /// `batching.generate_timeout`.
     GENERATE_TIMEOUT: Duration = "batching.generate_timeout";
     /// `batching.stall_timeout`.

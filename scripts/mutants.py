@@ -1042,6 +1042,23 @@ MUTANTS = [
     ("issue 35 client, chunk: reasoning before content", "src/engine/openai/chunk.rs",
      "[self.content, self.reasoning_content, self.reasoning]", "[self.reasoning_content, self.content, self.reasoning]",
      ["--lib", "engine::openai::stream::tests::the_typed_chunk_reads_every_event_as_the_json_value_does"], {}),
+    # ---- issue 35: batchlab serve's streamed chunks rendered without a JSON tree ----
+    ("issue 35 serve: a chunk's strings written unescaped", "src/serve/chunk.rs",
+     "    let _ = serde_json::to_writer(&mut *out, s);",
+     "    out.push(b'\"');\n    out.extend_from_slice(s.as_bytes());\n    out.push(b'\"');",
+     ["--lib", "serve::chunk"], {}),
+    ("issue 35 serve: the chat role on every chunk, not the first", "src/serve/chunk.rs",
+     "                if first {", "                if true {",
+     ["--lib", "serve::chunk"], {}),
+    ("issue 35 serve: a finish reason rendered as null", "src/serve/chunk.rs",
+     "        Some(f) => json_str(out, f),", "        Some(_) => out.extend_from_slice(b\"null\"),",
+     ["--lib", "serve::chunk"], {}),
+    ("issue 35 serve: the usage chunk dropped from a stream's end", "src/serve/http.rs",
+     "        if self.include_usage {", "        if false && self.include_usage {",
+     ["--test", "serve_http"], {}),
+    ("issue 35 serve: a stream's frame stamps only its first token in the timing log", "src/serve/http.rs",
+     "        for (choice, last) in self.batch.drain(..) {", "        for (choice, last) in self.batch.drain(..).take(1) {",
+     ["--test", "serve_timing"], {}),
 ]
 
 

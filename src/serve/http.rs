@@ -1,9 +1,10 @@
-//! The HTTP face: axum routes over the engine thread, SSE through axum's `Sse`, and shutdown.
+//! The HTTP face: axum routes over the engine thread, streamed responses, and shutdown.
 //!
-//! No framing here is written by hand: hyper speaks HTTP/1.1, axum's `Sse` writes `data:` lines.
-//! Each token is handed to hyper the moment the engine thread sends it, and hyper writes a
-//! streamed body's frame as soon as it has it, so the inter-token gaps a client sees are the
-//! simulated steps'.
+//! hyper speaks HTTP/1.1; a streamed response's SSE events (`data: …\n\n`, as axum's `Sse`
+//! frames them) are rendered by [`super::chunk`], the tokens waiting at a poll into one frame.
+//! Each token is handed to hyper as soon as the stream is polled after the engine thread sends
+//! it, and hyper writes a streamed body's frame as soon as it has it, so the inter-token gaps a
+//! client sees are the simulated steps'.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,16 +16,16 @@ use axum::body::Bytes;
 use axum::extract::{Extension, FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::stream::{self, Stream};
 use prometheus_client::registry::Registry;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::api::{self, ApiError, Endpoint, GenerationRequest};
+use super::chunk::{self, ChunkRenderer};
 use super::conn::{self, ConnectionStamps};
 use super::core::{NewSequence, RequestId, ServeCore, SubmitError};
 use super::faults::RequestFaults;
@@ -410,9 +411,10 @@ async fn generate(s: Arc<AppState>, endpoint: Endpoint, body: Bytes, tag: Reques
             request_id: tag.request_id.unwrap_or_else(|| Arc::from(meta.id.as_str())),
             received: tag.received.map_or(arrived, |Received(t)| t),
             tokens: vec![Vec::new(); meta.choices],
-            finished: None,
+            batch: Vec::new(),
+            finished: Vec::new(),
         });
-        Ok(Sse::new(token_stream(meta, req, tokens, guard, faults, timing)).into_response())
+        Ok(sse_response(token_stream(meta, req, tokens, guard, faults, timing)))
     } else {
         whole_response(meta, tokens, guard).await
     }
@@ -469,12 +471,14 @@ async fn whole_response(
 /// Where a stream is.
 enum Phase {
     Tokens,
+    /// `[DONE]` is next.
     Done,
     End,
 }
 
 struct StreamState {
     meta: ResponseMeta,
+    chunks: ChunkRenderer,
     tokens: mpsc::UnboundedReceiver<TokenMsg>,
     _guard: CancelOnDrop,
     generated: Vec<u32>,
@@ -488,6 +492,44 @@ struct StreamState {
     timing: Option<StreamTiming>,
 }
 
+impl StreamState {
+    /// Whether a token already waiting may join the frame being written: not past the
+    /// `drop_stream` fault's cut, nor past the first token while the `stall_stream` fault waits.
+    fn may_take_more(&self) -> bool {
+        let dropping = self.faults.drop_stream && self.sent >= self.drop_after;
+        let stalling = self.faults.stall.is_some() && self.sent >= 1;
+        !dropping && !stalling
+    }
+
+    /// Appends choice `choice`'s next token's event to `out`.
+    fn push_token(&mut self, out: &mut Vec<u8>, choice: u32, finish: Option<&FinishReason>) {
+        let i = choice as usize;
+        let index = self.generated[i];
+        self.generated[i] += 1;
+        self.sent += 1;
+        if finish.is_some() {
+            self.open -= 1;
+        }
+        let finish = finish.map(api::finish_reason_name);
+        self.chunks.render(out, choice, api::token_text(index), finish, index == 0);
+        if let Some(timing) = &mut self.timing {
+            timing.batch.push((choice, finish.is_some()));
+        }
+    }
+
+    /// Appends what follows the last token: the usage chunk if asked, `[DONE]`.
+    fn push_end(&mut self, out: &mut Vec<u8>) {
+        if self.include_usage {
+            let completion: u64 = self.generated.iter().map(|&g| u64::from(g)).sum();
+            let m = &self.meta;
+            let chunk = api::usage_chunk(m.head(), api::usage(m.prompt_tokens, completion));
+            chunk::push_event(out, &chunk.to_string());
+        }
+        chunk::push_event(out, "[DONE]");
+        self.phase = Phase::End;
+    }
+}
+
 /// A streamed request's send times, for the timing log (`--timing-log`).
 struct StreamTiming {
     sender: TimingSender,
@@ -495,23 +537,29 @@ struct StreamTiming {
     received: Timestamp,
     /// Per choice, when each token's event was handed to hyper.
     tokens: Vec<Vec<Timestamp>>,
-    /// A choice whose last token was just handed over: logged at the stream's next poll, so that
+    /// The tokens (choice, whether its last) of the frame being rendered, stamped together when
+    /// it goes to hyper.
+    batch: Vec<(u32, bool)>,
+    /// Choices whose last token was just handed over: logged at the stream's next poll, so that
     /// nothing stands between the last token's time and its write.
-    finished: Option<u32>,
+    finished: Vec<u32>,
 }
 
 impl StreamTiming {
-    /// Notes that choice `choice`'s next token goes to hyper now.
-    fn token(&mut self, choice: u32, last: bool) {
-        self.tokens[choice as usize].push(MonotonicClock::read());
-        if last {
-            self.finished = Some(choice);
+    /// Notes that the frame's tokens go to hyper now.
+    fn stamp_batch(&mut self) {
+        let now = MonotonicClock::read();
+        for (choice, last) in self.batch.drain(..) {
+            self.tokens[choice as usize].push(now);
+            if last {
+                self.finished.push(choice);
+            }
         }
     }
 
-    /// Logs the choice finished at the last poll, if any.
+    /// Logs the choices finished at the last poll, if any.
     fn log_finished(&mut self) {
-        if let Some(choice) = self.finished.take() {
+        for choice in self.finished.drain(..) {
             self.sender.record(TimingRecord {
                 request_id: self.request_id.clone(),
                 choice,
@@ -529,9 +577,20 @@ impl Drop for StreamTiming {
     }
 }
 
+/// A streamed response: `text/event-stream` of [`token_stream`]'s frames.
+fn sse_response(body: impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
+}
+
 /// The SSE events of one streamed response: a chunk per token (with `index` and, on a choice's
-/// last, `finish_reason`), the usage chunk if asked, `[DONE]`. An `Err` item makes hyper drop the
-/// connection (the `drop_stream` fault).
+/// last, `finish_reason`), the usage chunk if asked, `[DONE]`. Each frame holds the tokens that
+/// were waiting when the stream was polled (one wakeup and one write for tokens due at once), the
+/// end after the last token. An `Err` item makes hyper drop the connection (the `drop_stream`
+/// fault).
 fn token_stream(
     meta: ResponseMeta,
     req: GenerationRequest,
@@ -539,10 +598,11 @@ fn token_stream(
     guard: CancelOnDrop,
     faults: RequestFaults,
     timing: Option<StreamTiming>,
-) -> impl Stream<Item = Result<SseEvent, std::io::Error>> {
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> {
     let choices = meta.choices;
     let total = u64::from(req.max_tokens) * choices as u64;
     let state = StreamState {
+        chunks: ChunkRenderer::new(meta.head()),
         meta,
         tokens,
         _guard: guard,
@@ -563,19 +623,13 @@ fn token_stream(
             Phase::End => None,
             Phase::Done => {
                 st.phase = Phase::End;
-                Some((Ok(SseEvent::default().data("[DONE]")), st))
+                Some((Ok(Bytes::from_static(b"data: [DONE]\n\n")), st))
             }
             Phase::Tokens => {
                 if st.open == 0 {
-                    st.phase = Phase::Done;
-                    if st.include_usage {
-                        let completion: u64 = st.generated.iter().map(|&g| u64::from(g)).sum();
-                        let m = &st.meta;
-                        let chunk = api::usage_chunk(m.head(), api::usage(m.prompt_tokens, completion));
-                        return Some((Ok(json_event(&chunk)), st));
-                    }
-                    st.phase = Phase::End;
-                    return Some((Ok(SseEvent::default().data("[DONE]")), st));
+                    let mut out = Vec::new();
+                    st.push_end(&mut out);
+                    return Some((Ok(Bytes::from(out)), st));
                 }
                 if st.faults.drop_stream && st.sent >= st.drop_after {
                     st.phase = Phase::End;
@@ -585,45 +639,39 @@ fn token_stream(
                     st.faults.stall = None;
                     tokio::time::sleep(stall).await;
                 }
-                match st.tokens.recv().await {
-                    Some(TokenMsg::Token { choice, finish }) => {
-                        let i = choice as usize;
-                        let index = st.generated[i];
-                        st.generated[i] += 1;
-                        st.sent += 1;
-                        if finish.is_some() {
-                            st.open -= 1;
+                let mut next = st.tokens.recv().await;
+                let mut out = Vec::with_capacity(256);
+                loop {
+                    match next {
+                        Some(TokenMsg::Token { choice, finish }) => st.push_token(&mut out, choice, finish.as_ref()),
+                        Some(TokenMsg::Failed(reason)) => {
+                            st.phase = Phase::Done;
+                            chunk::push_event(&mut out, &ApiError::status(500, reason).body().to_string());
+                            break;
                         }
-                        let m = &st.meta;
-                        let chunk = api::stream_chunk(
-                            m.head(),
-                            choice,
-                            api::token_text(index),
-                            finish.as_ref().map(api::finish_reason_name),
-                            index == 0,
-                        );
-                        let event = json_event(&chunk);
-                        // The last thing before hyper takes the event and writes it.
-                        if let Some(timing) = &mut st.timing {
-                            timing.token(choice, finish.is_some());
+                        None => {
+                            st.phase = Phase::End;
+                            return Some((Err(std::io::Error::other("the engine stopped")), st));
                         }
-                        Some((Ok(event), st))
                     }
-                    Some(TokenMsg::Failed(reason)) => {
-                        st.phase = Phase::Done;
-                        let e = ApiError::status(500, reason);
-                        Some((Ok(json_event(&e.body())), st))
+                    if st.open == 0 {
+                        st.push_end(&mut out);
+                        break;
                     }
-                    None => {
-                        st.phase = Phase::End;
-                        Some((Err(std::io::Error::other("the engine stopped")), st))
+                    if !st.may_take_more() {
+                        break;
                     }
+                    next = match st.tokens.try_recv() {
+                        Ok(msg) => Some(msg),
+                        Err(_) => break,
+                    };
                 }
+                // The last thing before hyper takes the frame and writes it.
+                if let Some(timing) = &mut st.timing {
+                    timing.stamp_batch();
+                }
+                Some((Ok(Bytes::from(out)), st))
             }
         }
     })
-}
-
-fn json_event(value: &Value) -> SseEvent {
-    SseEvent::default().data(value.to_string())
 }

@@ -22,6 +22,7 @@
 //! [`ServeConfig::from_plan`] is the one place a scenario's plan is read.
 
 pub mod api;
+mod chunk;
 pub mod conn;
 pub mod core;
 pub mod embeddings;

@@ -973,7 +973,7 @@ MUTANTS = [
      ["--test", "distributed_shard"], {}),
     ("issue 35 shard: every shard takes the rounded-down share, so the shares do not sum to the whole",
      "src/loadgen/shard.rs",
-     "total / self.n + u32::from(self.k < total % self.n)", "total / self.n",
+     "let before = |x: u64| x / n + u64::from(k < x % n);", "let before = |x: u64| x / n;",
      ["--lib", "loadgen::shard"], {}),
     ("issue 35 shard: counted limits count only the shard's own requests", "src/run/step/phases.rs",
      "self.submitted + self.passed", "self.submitted",

@@ -105,7 +105,8 @@ impl Shard {
     /// This shard's part of `total` slots: `total / n`, plus one for the first `total mod n`
     /// shards, so the parts of all shards sum to `total`.
     pub fn share(self, total: u32) -> u32 {
-        total / self.n + u32::from(self.k < total % self.n)
+        // Slot i is shard i mod n's, as an arrival is: the shard's part of slots 0 .. total.
+        u32::try_from(self.owned_in(0, u64::from(total))).expect("a part of a u32 fits one")
     }
 
     /// `step` as this shard runs it: the same arrivals, its share of the concurrency and of any

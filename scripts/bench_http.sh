@@ -40,6 +40,10 @@ trap cleanup EXIT
 out="$work/section.md"
 md() { printf '%s\n' "$*" >>"$out"; }
 log() { printf 'bench_http: %s\n' "$*" >&2; }
+# When a subsection's runs started: each says so under its heading, so a subsection kept from an
+# earlier run (`scripts/bench.sh --only http` with BENCH_HTTP_ARGS=--sections) keeps its own date.
+started_at() { echo "$(date -u +%Y-%m-%d), load average at start $(cut -d' ' -f1-3 /proc/loadavg)"; }
+measured() { md "Measured on $1."; md ""; }
 compare=(python3 scripts/bench_http_compare.py)
 "${compare[@]}" selftest >&2
 
@@ -122,6 +126,7 @@ json_field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[s
 # ---- 9a. accuracy ------------------------------------------------------------------------------
 section_on 9a || accuracy_steps=()
 log "9a: accuracy, $streams streams"
+started_9a=$(started_at)
 : >"$work/accuracy.jsonl"
 cpu_notes=() validity_notes=()
 for step in "${accuracy_steps[@]}"; do
@@ -199,6 +204,7 @@ done
 if section_on 9a; then
 md "### 9a. Client accuracy: each request's TTFT and ITL against the server's own send times"
 md ""
+measured "$started_9a"
 md "\`batchlab serve --timing-log\` (docs/serve.md) writes when it handed each token of each streamed request to the socket, and when the request arrived, in ns on CLOCK_MONOTONIC, the clock batchlab's records and Python's \`time.perf_counter()\` (vLLM's bench) read too: on one machine, a client's times and the server's are on one timeline. The server: a simulated engine of $(printf '%s ms' "${accuracy_steps[0]}"; printf ' and %s ms' "${accuracy_steps[@]:1}") steps (one row each; no other cost, up to 1024 sequences at once), pinned to CPU 1; the client pinned to CPU 0. Every step sends a token to each of the $streams streams at once, so a client has one step to read $streams chunks before the next come (CPU per chunk, below the table: a step's chunks take the client $streams times that). A client that falls behind by more than a step reads two of a stream's chunks together, and TCP has merged them under the later one's arrival time, so the earlier one is timed late: on a machine busy with other work, where the client needs longer than a step to read a step's chunks, that shows in the ITL columns (and \`client_lag\` in the report warns that the client fell behind). Each client keeps $streams streamed completions open (64 prompt tokens, 16 output tokens, \`ignore_eos\`; one prompt per request) for $requests requests; a server of its own each. \`scripts/bench_http_compare.py\` matches every request to the server's line (by the \`X-Request-Id\` each client sends) and takes client − server: TTFT (first chunk's arrival − the send, against first token's write − the receipt), and every gap between two tokens (ITL). Median of the signed difference, p99 and max of its absolute value. batchlab times a chunk by the kernel's receive stamp of the read that brought it and a request by the start of its write (docs/http.md, \"Timing\"); the server's receipt is its kernel's stamp too, and its send times are taken as it hands each token to the socket."
 md ""
 md "\`\`\`sh"
@@ -225,6 +231,7 @@ fi
 
 # ---- 9b. ceiling -------------------------------------------------------------------------------
 log "9b: ceiling on one core"
+started_9b=$(started_at)
 cat >"$work/ceiling-server.toml" <<'TOML'
 name = "ceiling-server"
 [engine.sim]
@@ -242,7 +249,7 @@ ceiling_side() {
     pin=(env BATCHLAB_CPUS=1 taskset -c 1) && start_serve "$work/ceiling-server.toml" && pin=()
     cpu0=$(serve_cpu)
     if [[ $client == batchlab ]]; then
-        /usr/bin/time -f '%e %U %S' -o "$work/time" env BATCHLAB_CPUS=0 taskset -c 0 "$bin" run scenarios/vllm-serve.toml --quiet \
+        /usr/bin/time -f '%e %U %S %c %w' -o "$work/time" env BATCHLAB_CPUS=0 taskset -c 0 "$bin" run scenarios/vllm-serve.toml --quiet \
             --output "$work/ceiling-batchlab-$c" --set "engine.openai.urls=[\"$serve_url\"]" --set engine.openai.model=batchlab-sim \
             --set "engine.openai.max_connections=$c" --set batching.batch_size=1 --set "batching.max_in_flight=$c" \
             --set "profile.max_concurrency=$c" --set workload.prompt_tokens=16 --set workload.output_tokens=16 \
@@ -250,11 +257,14 @@ ceiling_side() {
             --set "warmup.requests=$((c * 4))" >&2
         cpu1=$(serve_cpu)
         stop_serve
-        read -r wall user sys <"$work/time"
+        read -r wall user sys involuntary voluntary <"$work/time"
         rate=$(python3 -c 'import json,sys; print("%.0f" % json.load(open(sys.argv[1]))["benchmarks"][0]["requests_per_s"])' \
             "$work/ceiling-batchlab-$c/report.json")
         rm -rf "$work/ceiling-batchlab-$c"
-        echo "$round batchlab $c $rate $(awk "BEGIN{printf \"%.0f\", 100*($user+$sys)/$wall}") $(awk "BEGIN{printf \"%.0f\", 100*($cpu1-$cpu0)/$wall}")" >>"$work/ceiling.txt"
+        # Context switches a request: the whole process's (warm-up, start and end included), over
+        # every request it sent.
+        switches=$(awk "BEGIN{printf \"%.2f\", ($involuntary+$voluntary)/($ceiling_requests+4*$c)}")
+        echo "$round batchlab $c $rate $(awk "BEGIN{printf \"%.0f\", 100*($user+$sys)/$wall}") $(awk "BEGIN{printf \"%.0f\", 100*($cpu1-$cpu0)/$wall}") $switches" >>"$work/ceiling.txt"
     else
         pin=(taskset -c 0)
         vllm_bench "ceiling-vllm-$c" --base-url "$serve_url" --model batchlab-sim --tokenizer "$home/tiny-llama" \
@@ -264,7 +274,7 @@ ceiling_side() {
         stop_serve
         rate=$(json_field "$work/ceiling-vllm-$c.json" request_throughput)
         duration=$(json_field "$work/ceiling-vllm-$c.json" duration)
-        echo "$round vllm $c $(printf '%.0f' "$rate") – $(awk "BEGIN{printf \"%.0f\", 100*($cpu1-$cpu0)/$duration}")" >>"$work/ceiling.txt"
+        echo "$round vllm $c $(printf '%.0f' "$rate") – $(awk "BEGIN{printf \"%.0f\", 100*($cpu1-$cpu0)/$duration}") –" >>"$work/ceiling.txt"
     fi
     log "9b round $round: $(tail -n 1 "$work/ceiling.txt")"
 }
@@ -287,7 +297,8 @@ if section_on 9b; then
 md ""
 md "### 9b. Client ceiling: streamed requests per second from one core"
 md ""
-md "The client pinned to CPU 0 (\`taskset -c 0\`; batchlab with \`BATCHLAB_CPUS=0\` too, since it widens an inherited mask to its cgroup's otherwise), \`batchlab serve\` on a zero-cost engine (every cost 0, up to 1024 sequences) pinned to CPU 1; one prompt per streamed request (16 prompt tokens, 16 output tokens, \`ignore_eos\`), C requests open at once, $ceiling_requests requests. batchlab: \`scenarios/vllm-serve.toml\` with \`batching.batch_size = 1\`, \`batching.max_in_flight = C\` (and warm-up 4 × C requests, not in the rate); \`vllm bench serve\`: \`--max-concurrency C --request-rate inf\`, its \`request_throughput\`. Client CPU: user + system time over wall time (\`/usr/bin/time\`; for vLLM's bench, whose process also imports vLLM and builds its dataset, not separable); server CPU: its CPU time while driven (\`/proc/PID/stat\`) over the same wall time. batchlab's client runs on \`engine.openai.threads\`' default, the CPUs it may use: 1 here (\`BATCHLAB_CPUS=0\`). A server near 100 % means the server, not the client, set the rate. $ceiling_rounds round(s): in each, every C, its two clients back to back, which one first alternating from one C to the next and, for each C, from one round to the next (this machine's 2 CPUs are shared with other work, whose phases then hit both sides of a pair). Ratio = batchlab's rate / \`vllm bench serve\`'s in the same round and C; geometric mean over the pairs with a 95 % interval from the t-distribution on the log ratios."
+measured "$started_9b"
+md "The client pinned to CPU 0 (\`taskset -c 0\`; batchlab with \`BATCHLAB_CPUS=0\` too, since it widens an inherited mask to its cgroup's otherwise), \`batchlab serve\` on a zero-cost engine (every cost 0, up to 1024 sequences) pinned to CPU 1; one prompt per streamed request (16 prompt tokens, 16 output tokens, \`ignore_eos\`), C requests open at once, $ceiling_requests requests. batchlab: \`scenarios/vllm-serve.toml\` with \`batching.batch_size = 1\`, \`batching.max_in_flight = C\` (and warm-up 4 × C requests, not in the rate); \`vllm bench serve\`: \`--max-concurrency C --request-rate inf\`, its \`request_throughput\`. Client CPU: user + system time over wall time (\`/usr/bin/time\`; for vLLM's bench, whose process also imports vLLM and builds its dataset, not separable); server CPU: its CPU time while driven (\`/proc/PID/stat\`) over the same wall time. batchlab's client runs on \`engine.openai.threads\`' default, the CPUs it may use: 1 here (\`BATCHLAB_CPUS=0\`), with its book-keeping threads (the run's loop, the batcher's engine thread) as \`SCHED_BATCH\`, so that their wake-ups do not preempt the client thread on the one core (docs/http.md, \"The client's threads on a shared core\"); client context switches a request: voluntary + involuntary (\`/usr/bin/time\`), over every request the process sent, warm-up included. A server near 100 % means the server, not the client, set the rate. $ceiling_rounds round(s): in each, every C, its two clients back to back, which one first alternating from one C to the next and, for each C, from one round to the next (this machine's 2 CPUs are shared with other work, whose phases then hit both sides of a pair). Ratio = batchlab's rate / \`vllm bench serve\`'s in the same round and C; geometric mean over the pairs with a 95 % interval from the t-distribution on the log ratios."
 md ""
 md "\`\`\`sh"
 md "BATCHLAB_CPUS=1 batchlab serve ceiling-server.toml --port 0"
@@ -295,11 +306,11 @@ batchlab_rows && md "BATCHLAB_CPUS=0 batchlab run scenarios/vllm-serve.toml --se
 md "taskset -c 0 python scripts/vllm_bench_serve.py --base-url URL --model batchlab-sim --random-input-len 16 --random-output-len 16 --num-prompts $ceiling_requests --max-concurrency C --request-rate inf --ignore-eos"
 md "\`\`\`"
 md ""
-md "| round | client | requests open (C) | streamed completions/s | client CPU (% of one core) | server CPU (% of one core) |"
-md "|---:|---|---:|---:|---:|---:|"
-while read -r round client c rate ccpu scpu; do
+md "| round | client | requests open (C) | streamed completions/s | client CPU (% of one core) | server CPU (% of one core) | client context switches a request |"
+md "|---:|---|---:|---:|---:|---:|---:|"
+while read -r round client c rate ccpu scpu switches; do
     name=$([[ $client == batchlab ]] && echo batchlab || echo '`vllm bench serve`')
-    md "| $round | $name | $c | $rate | $ccpu | $scpu |"
+    md "| $round | $name | $c | $rate | $ccpu | $scpu | $switches |"
 done <"$work/ceiling.txt"
 if $have_vllm && batchlab_rows; then
     md ""
@@ -323,7 +334,8 @@ pairs = {key[:2]: rates[key[:2] + ("batchlab",)] / rates[key[:2] + ("vllm",)]
 by_c = sorted({c for _, c in pairs})
 parts = [f"C = {c}: {geo([r for (_, cc), r in pairs.items() if cc == c])}" for c in by_c]
 print(f"batchlab / `vllm bench serve`, streamed completions/s: {geo(list(pairs.values()))} over all "
-      f"{len(pairs)} pairs; " + "; ".join(parts) + ". Goal: ≥ 10×.")
+      f"{len(pairs)} pairs; " + "; ".join(parts) + ". Goal: ≥ 10×: "
+      + ("**met**." if math.exp(statistics.fmean(math.log(r) for r in pairs.values())) >= 10 else "**not met**."))
 PY
 fi
 $vllm_only && { md ""; md "batchlab's rows: not measured (\`--vllm-only\`: this build has no HTTP engine yet)."; }
@@ -335,6 +347,7 @@ if ! section_on 9c; then cat "$out"; exit 0; fi
 md ""
 md "### 9c. The users' question: several prompts per request, or one, on \`vllm serve\`"
 md ""
+measured "$(started_at)"
 if ! $have_vllm; then
     md "Not measured ($($quick && echo 'quick mode' || echo "no venv at \`$home/venv\`")): it needs a real \`vllm serve\`."
 else

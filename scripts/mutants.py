@@ -1059,6 +1059,12 @@ MUTANTS = [
     ("issue 35 serve: a stream's frame stamps only its first token in the timing log", "src/serve/http.rs",
      "        for (choice, last) in self.batch.drain(..) {", "        for (choice, last) in self.batch.drain(..).take(1) {",
      ["--test", "serve_timing"], {}),
+    ("issue 35 client: the run's loop keeps preempting the client thread", "src/run/realtime.rs",
+     "        if concurrent.as_ref().is_some_and(|c| !c.runs_here) {", "        if false {",
+     ["--lib", "run::realtime"], {}),
+    ("issue 35 client: the engine thread yields even for an engine that runs here", "src/batcher/shell/engine_thread.rs",
+     "s.concurrent.as_ref().is_some_and(|c| !c.runs_here)", "s.concurrent.as_ref().is_some()",
+     ["--lib", "run::realtime"], {}),
 ]
 
 

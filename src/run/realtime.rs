@@ -214,6 +214,13 @@ impl Driver for RealTimeDriver {
         })?;
         self.guard.started(&self.batcher, &info);
         let concurrent = self.batcher.concurrent_engine();
+        // The engine's work runs elsewhere (a server): this loop keeps the books, and its wake-ups
+        // must not preempt the client thread on its core (crate::sys::sched).
+        if concurrent.as_ref().is_some_and(|c| !c.runs_here) {
+            if let Err(e) = crate::sys::sched::yield_on_wakeup() {
+                tracing::debug!(error = %e, "the run's loop keeps the default scheduling policy");
+            }
+        }
         if let Some(take) = concurrent.as_ref().and_then(|c| c.steps.clone()) {
             self.hand_overs_count.store(false, Ordering::SeqCst);
             self.steps = Some(EngineSteps { take, next_id: 0 });
@@ -347,6 +354,36 @@ mod tests {
         let mut failed = driver(true);
         assert!(failed.start().is_err());
         failed.shutdown().unwrap();
+    }
+
+    /// With the engine's work elsewhere (a server), the run's loop and the batcher's engine thread
+    /// keep the books, and their wake-ups yield to the client thread on their core; an engine
+    /// that runs here (continuous admission) keeps the default policy on both.
+    #[test]
+    fn the_book_keeping_threads_yield_on_wakeup_only_when_the_work_runs_elsewhere() {
+        use crate::sys::sched::yields_on_wakeup;
+        std::thread::spawn(move || {
+            let mut d =
+                RealTimeDriver::new(Remote { start_fails: false }, in_flight(4), &Interrupt::never(), false, false);
+            assert!(!yields_on_wakeup(0));
+            d.start().unwrap();
+            assert!(yields_on_wakeup(0), "the run's loop");
+            let engine = d.batcher.engine_thread_id().expect("the engine thread's id");
+            assert!(yields_on_wakeup(engine), "the engine thread");
+            d.shutdown().unwrap();
+        })
+        .join()
+        .unwrap();
+        std::thread::spawn(move || {
+            let mut d = RealTimeDriver::new(Stepping::new(false), in_flight(4), &Interrupt::never(), false, false);
+            d.start().unwrap();
+            assert!(!yields_on_wakeup(0), "an engine that runs here leaves the loop as it was");
+            let engine = d.batcher.engine_thread_id().expect("the engine thread's id");
+            assert!(!yields_on_wakeup(engine), "and its engine thread");
+            d.shutdown().unwrap();
+        })
+        .join()
+        .unwrap();
     }
 
     /// What [`Stepping`]'s face has run: a step per hand-over, taken by the run.

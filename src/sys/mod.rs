@@ -18,14 +18,18 @@
 //!   children's) to a log file, while [`terminal`] keeps writing to the real terminal.
 //! - [`machine`]: the machine's speed and load at a moment ([`MachineSample`]: a fixed CPU
 //!   workload timed, `/proc/loadavg`, `/proc/stat`'s steal), read at a run's start and end.
+//! - [`sched`]: a book-keeping thread's wake-ups never preempt the client thread on its core
+//!   ([`sched::yield_on_wakeup`], `SCHED_BATCH`).
 //!
 //! Invariants: system calls go through `nix` (and `rustix` for `pidfd_open`, which nix lacks),
-//! never raw `libc` in `unsafe`; this module knows nothing of engines, plans or runs: it deals in
+//! never raw `libc` in `unsafe`, but for `sched_setscheduler` and `sched_getscheduler`, which
+//! neither wraps (`sched`, one `unsafe` call each); this module knows nothing of engines, plans or runs: it deals in
 //! pids, fds and files, and its callers decide what an exit or a mask means.
 
 pub mod affinity;
 pub mod capture;
 pub mod machine;
+pub mod sched;
 #[cfg(not(loom))]
 pub mod stamped;
 pub mod watch;

@@ -27,6 +27,11 @@ pub(super) fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
                 .unwrap_or_else(|p| Err(EngineError::Start(format!("start panicked: {}", panic_message(&*p)))));
             locked = shared.lock();
             let now = shared.clock.now();
+            // Whether this thread will only hand batches over to a face whose work runs elsewhere
+            // (a server): then it is a book-keeper, whose wake-ups must not preempt the client.
+            let hands_over_only = started.as_ref().is_ok_and(|s| {
+                locked.guard.core.config().max_in_flight() > 1 && s.concurrent.as_ref().is_some_and(|c| !c.runs_here)
+            });
             let result = started.and_then(|Started { info, concurrent }| {
                 let max_in_flight = locked.guard.core.config().max_in_flight();
                 // Started, but it cannot take the batching asked for: a failed start (its shutdown
@@ -42,6 +47,10 @@ pub(super) fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
             });
             locked.guard.start_result = Some(result.clone());
             locked.guard.core.handle_start_result(result.clone(), now);
+            // Before anyone learns of the start, so that no batch is handed over before it.
+            if hands_over_only && result.is_ok() {
+                yield_on_wakeup();
+            }
             shared.release(locked);
             if let Err(e) = &result {
                 tracing::error!(error = %e, "engine failed to start");
@@ -136,6 +145,15 @@ fn generate_concurrently(shared: &Arc<Shared>, face: &dyn ConcurrentEngine, batc
         if !delivery.deliver(GenerateResult::Panicked(message.clone())) {
             tracing::warn!(batch_id = batch.id, %message, "generate panicked after its batch was answered");
         }
+    }
+}
+
+/// Makes the calling thread's wake-ups yield to the thread on its core (loom's threads have no
+/// policy): see [`crate::sys::sched`].
+fn yield_on_wakeup() {
+    #[cfg(not(loom))]
+    if let Err(e) = crate::sys::sched::yield_on_wakeup() {
+        tracing::debug!(error = %e, "the engine thread keeps the default scheduling policy");
     }
 }
 

@@ -11,7 +11,7 @@ mutation in turn, runs the named test, checks that it FAILS, and restores the fi
     python3 scripts/mutants.py --changed BASE   # those a change since BASE touched
     python3 scripts/mutants.py --landed   # those the change since .ci/landed touched (CI)
     python3 scripts/mutants.py --landed --list   # which those are, without running them
-    python3 scripts/mutants.py --landed --budget-minutes 12   # CI: start nothing new after 12 min
+    python3 scripts/mutants.py --landed --budget-minutes 10   # CI: start nothing new after 10 min
     python3 scripts/mutants.py --stale    # only check that every pattern is still there (seconds)
     python3 scripts/mutants.py --list     # what there is, and which test catches each
 
@@ -30,7 +30,7 @@ since BASE.
 `--landed` takes BASE from `.ci/landed`, the commit of main the change started from (a branch
 records it when it starts: `--mark-landed`; docs/testing.md, "Which variants CI runs"). When the
 file is missing, or names no commit that is an ancestor of HEAD, every variant is selected: the
-change cannot be told apart from what landed before it. CI runs `--landed --budget-minutes 12`:
+change cannot be told apart from what landed before it. CI runs `--landed --budget-minutes 10`:
 the change's own entries (new or changed since BASE) run first, then the other variants of the
 files it touched, each command's baseline just before its first variant; once the budget is spent
 nothing new starts, and every variant not run is listed as NOT RUN (a large landing's remainder is

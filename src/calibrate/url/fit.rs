@@ -3,16 +3,18 @@
 //! server hides, each said as estimated or assumed.
 //!
 //! - **Step costs and the frontend, together**: every gap between two tokens of a request is a
-//!   row ([`super::steps::gap_steps`]), its duration against `decode_step + prefill_per_token·P + per_seq·S +
-//!   context_per_1k_tokens·C/1000`; every step after an idle engine is a row too, its end minus
+//!   step ([`super::steps::gap_steps`]), its duration against `decode_step + prefill_per_token·P + per_seq·S +
+//!   context_per_1k_tokens·C/1000`, and a request's gaps summed are one row, its first token to
+//!   its last ([`super::steps::span_steps`]: a token read late lengthens one gap and shortens the
+//!   next, which a row a gap took for two stalls); every step after an idle engine is a row too, its end minus
 //!   the dispatch of the first request it prefilled against the same terms plus
 //!   `frontend_overhead` (the request reached the engine a frontend after it was sent, and the
 //!   step started then). A closed loop of equal requests runs in waves (all start, all finish,
 //!   all send again), so most prefills of a design follow an idle engine: the frontend and the
 //!   prefill cost are told apart by prompts of 16 to 2,048 tokens a step. Least squares on
 //!   relative errors with every coefficient ≥ 0 (the in-process fit's solver), after a first fit
-//!   on absolute errors that finds the rows more than [`OUTLIER_REL`] off (a token the machine
-//!   held up: one gap too long, the next too short) and drops them.
+//!   on absolute errors that finds the rows more than [`OUTLIER_REL`] off (a request the machine
+//!   held up) and drops them.
 //!   `tokens_squared_per_1m` is not fitted: the design's steps stay far below the sizes where it
 //!   shows, so it is 0 and said unidentified. The simulated engine's per-call overheads
 //!   (`fixed_overhead`, ...) are 0: a server has no call, and the frontend holds what a request
@@ -22,7 +24,7 @@
 //!   not reached and vLLM's default assumed; the KV cache holds at least the largest context any
 //!   step attended over when the server's `/metrics` counted no preemption.
 
-use super::steps::{ObservedRequest, Step, gap_steps, infer_steps};
+use super::steps::{ObservedRequest, Span, Step, coalesced, infer_steps, span_steps};
 use crate::calibrate::fit::{Sample, non_negative_least_squares};
 use crate::engine::ResolvedEngineConfig;
 use crate::engine::sim::DEFAULT_SCHEDULER;
@@ -97,13 +99,17 @@ pub fn fit_url(points: &[PointObservation], preemptions: Option<f64>) -> Result<
     let steps: Vec<(usize, Vec<Step>)> =
         points.iter().enumerate().map(|(i, p)| (i, infer_steps(&p.requests))).collect();
     let row = |s: &Step, frontend: f64| vec![1.0, s.prefill_tokens, s.seqs, s.context_tokens / 1000.0, frontend];
-    // Decode steps: one per gap between a request's tokens; steps after an idle engine: the
-    // clusters'.
-    let gaps: Vec<(usize, Vec<Step>)> = points.iter().enumerate().map(|(i, p)| (i, gap_steps(&p.requests))).collect();
-    let timed: Vec<(usize, Vec<f64>, f64)> = gaps
+    // Decode steps: each request's gaps between its tokens, summed over its span (one row a
+    // request); steps after an idle engine: the clusters'.
+    let spans: Vec<(usize, Vec<Span>)> = points.iter().enumerate().map(|(i, p)| (i, span_steps(&p.requests))).collect();
+    let timed: Vec<(usize, Vec<f64>, f64)> = spans
         .iter()
-        .flat_map(|(i, steps)| steps.iter().map(move |s| (*i, s)))
-        .filter_map(|(i, s)| s.duration_ns.map(|d| (i, row(s, 0.0), d)))
+        .flat_map(|(i, spans)| spans.iter().map(move |s| (*i, s)))
+        .filter_map(|(i, s)| {
+            // The step's fixed cost once per step summed.
+            let x = [s.steps, s.load.prefill_tokens, s.load.seqs, s.load.context_tokens / 1000.0, 0.0];
+            s.load.duration_ns.map(|d| (i, x.to_vec(), d))
+        })
         .chain(steps.iter().flat_map(|(i, steps)| steps.iter().map(move |s| (*i, s))).filter_map(|(i, s)| {
             match s.duration_ns {
                 Some(_) => None,
@@ -113,7 +119,19 @@ pub fn fit_url(points: &[PointObservation], preemptions: Option<f64>) -> Result<
                     // Sent before the previous step ended: it waited in the frontend or in the queue
                     // of an engine that was busy, which the arrivals cannot tell apart: no row.
                     let previous = s.previous_end_ns.unwrap_or(f64::NEG_INFINITY);
-                    (sent > previous).then(|| (i, row(s, 1.0), s.end_ns - sent))
+                    // Not alone in the frontend (another request sent before the step ended): the
+                    // server's frontend works on them together (vLLM's is one event loop), and the
+                    // first waits on the others' work, which a delay per request does not hold.
+                    let alone = points[i]
+                        .requests
+                        .iter()
+                        .filter(|r| r.dispatched_ns > previous && r.dispatched_ns < s.end_ns)
+                        .count()
+                        == 1;
+                    // A request whose tokens the server merged into chunks: its first one timed
+                    // the frontend's catching up too.
+                    let merged = s.first_of.iter().any(|&r| coalesced(&points[i].requests[r]));
+                    (sent > previous && alone && !merged).then(|| (i, row(s, 1.0), s.end_ns - sent))
                 }
                 None => None,
             }
@@ -322,9 +340,46 @@ mod tests {
         assert!(fit.residuals.iter().all(|r| r.residual < 1e-6 && r.steps > 0), "{:?}", fit.residuals);
 
         // Under the limit everywhere: not reached, and said so.
-        let fit = fit_url(&points[..3], None).unwrap();
+        let under: Vec<PointObservation> = [(1, 16), (1, 256), (4, 64), (4, 128), (4, 32), (5, 16)]
+            .iter()
+            .map(|&(c, p)| PointObservation { concurrency: c as u32, requests: served(c, p, 24, 6, 15.0 * MS) })
+            .collect();
+        let fit = fit_url(&under, None).unwrap();
         assert_eq!(fit.engine.max_num_seqs, DEFAULT_SCHEDULER.max_num_seqs);
         assert_eq!(fit.estimated[0].source, "assumed");
+    }
+
+    #[test]
+    fn the_frontend_is_fitted_where_a_request_was_alone_in_it() {
+        // Alone, a request reaches the engine 15 ms after it was sent; in a wave of 4 or 8 sent
+        // at once the frontend works on them together, and the first reaches it 25 ms after.
+        let points: Vec<PointObservation> =
+            [(1, 16, 15.0), (1, 256, 15.0), (4, 64, 25.0), (8, 128, 25.0), (8, 32, 25.0)]
+                .iter()
+                .map(|&(c, p, f)| PointObservation { concurrency: c as u32, requests: served(c, p, 24, 16, f * MS) })
+                .collect();
+        let fit = fit_url(&points, None).unwrap();
+        let frontend = fit.coefficients.frontend_overhead_ns.unwrap();
+        assert!((frontend - 15.0 * MS).abs() < 0.5 * MS, "{frontend}");
+    }
+
+    #[test]
+    fn a_request_whose_tokens_came_merged_times_no_frontend() {
+        // Requests alone, the frontend 15 ms; a second point's were merged into one chunk by a
+        // server that fell behind, after 40 ms: they say nothing of the frontend.
+        let mut points: Vec<PointObservation> = [(1, 16), (1, 256), (4, 64), (8, 128), (8, 32)]
+            .iter()
+            .map(|&(c, p)| PointObservation { concurrency: c as u32, requests: served(c, p, 24, 16, 15.0 * MS) })
+            .collect();
+        let merged =
+            |at: f64| ObservedRequest { dispatched_ns: at, prompt_tokens: 16, token_ns: vec![at + 40.0 * MS; 24] };
+        points.push(PointObservation {
+            concurrency: 1,
+            requests: (0..8).map(|i| merged(f64::from(i) * 100.0 * MS)).collect(),
+        });
+        let fit = fit_url(&points, None).unwrap();
+        let frontend = fit.coefficients.frontend_overhead_ns.unwrap();
+        assert!((frontend - 15.0 * MS).abs() < 0.5 * MS, "{frontend}");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 pub use fit::{PointObservation, PointResidual, UrlFit, UrlFitError, fit_url};
 pub use replay::{PointShape, point_fit, replay};
-pub use steps::{ObservedRequest, Step, infer_steps};
+pub use steps::{ObservedRequest, Span, Step, infer_steps, span_steps};
 
 use super::design::{DesignError, DesignOptions, DesignRun, Setting, design_session, run_checked, setting_plan};
 use super::{CalibrateError, utc_now_rfc3339};
@@ -63,24 +63,55 @@ impl UrlPoint {
 /// The warm-up before the design (not fitted).
 pub const URL_WARMUP: UrlPoint = UrlPoint { concurrency: 4, prompt_tokens: 64, output_tokens: 8, requests: 8 };
 
-/// The design, in run order. One request at a time gives the frontend (each first step follows
-/// an idle engine) and the step's fixed cost; a long prompt alone, its prefill; 4 to 16 in flight
-/// give the per-sequence cost over 1 to 16 sequences, and, as each finished request's client
-/// sends the next, prefills that join running decodes (the prefill cost inside busy steps); long
+/// The design: each point's `requests` in total, run in [`URL_ROUNDS`] interleaved rounds
+/// ([`url_schedule`]). One request at a time gives the frontend (each first step follows an idle
+/// engine) and the step's fixed cost; a long prompt alone, its prefill; 4 to 16 in flight give
+/// the per-sequence cost over 1 to 16 sequences, and, as each finished request's client sends
+/// the next, prefills that join running decodes (the prefill cost inside busy steps); long
 /// prompts at 8 add attended context. 16 in flight finds a `max_num_seqs` below 16. Prompt plus
-/// output stay within 512 tokens (the tiny test model's `max_model_len`). About 3,500 generated
-/// tokens: seconds on the tiny model.
+/// output stay within 512 tokens (the tiny test model's `max_model_len`). About 14,000 measured
+/// tokens: on the tiny model each point is about a second of load, so a machine's stall of a
+/// tenth of a second moves a point's time by a few percent, not by half of it (the first design,
+/// of 0.1 to 0.5 s a point, did; docs/simulation.md).
 pub const URL_DESIGN: &[UrlPoint] = &[
-    UrlPoint { concurrency: 1, prompt_tokens: 16, output_tokens: 32, requests: 6 },
-    UrlPoint { concurrency: 1, prompt_tokens: 384, output_tokens: 8, requests: 6 },
-    UrlPoint { concurrency: 4, prompt_tokens: 64, output_tokens: 32, requests: 16 },
-    UrlPoint { concurrency: 8, prompt_tokens: 32, output_tokens: 24, requests: 24 },
-    UrlPoint { concurrency: 8, prompt_tokens: 256, output_tokens: 16, requests: 24 },
-    UrlPoint { concurrency: 16, prompt_tokens: 32, output_tokens: 24, requests: 32 },
+    UrlPoint { concurrency: 1, prompt_tokens: 16, output_tokens: 32, requests: 16 },
+    UrlPoint { concurrency: 1, prompt_tokens: 384, output_tokens: 8, requests: 16 },
+    UrlPoint { concurrency: 4, prompt_tokens: 64, output_tokens: 32, requests: 64 },
+    UrlPoint { concurrency: 8, prompt_tokens: 32, output_tokens: 24, requests: 128 },
+    UrlPoint { concurrency: 8, prompt_tokens: 256, output_tokens: 16, requests: 128 },
+    UrlPoint { concurrency: 16, prompt_tokens: 32, output_tokens: 24, requests: 256 },
 ];
 
+/// Rounds the design runs in: every point once a round, an eighth of its requests each time, so
+/// that a change in what else the machine runs (a build starting next to the server) falls on
+/// every point alike instead of on the one that ran then.
+pub const URL_ROUNDS: u32 = 8;
+
+/// The design's runs in order: (index into `design`, round, the point with that round's share of
+/// its requests). Each round runs every point, the odd rounds in reverse order, so that a
+/// point's rounds sit at both ends of the design as often as in its middle.
+pub fn url_schedule(design: &[UrlPoint], rounds: u32) -> Vec<(usize, u32, UrlPoint)> {
+    let rounds = rounds.max(1);
+    let mut runs = Vec::with_capacity(design.len() * rounds as usize);
+    for round in 0..rounds {
+        let mut order: Vec<usize> = (0..design.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let point = design[i];
+            // The share of this round; the first rounds take what does not divide.
+            let share = point.requests / rounds + u32::from(round < point.requests % rounds);
+            if share > 0 {
+                runs.push((i, round, UrlPoint { requests: share, ..point }));
+            }
+        }
+    }
+    runs
+}
+
 /// The scenario `base` reshaped to run `point`: [`setting_plan`] of one prompt a batch, with
-/// `point.concurrency` batches in flight and as many clients.
+/// `point.concurrency` batches in flight and as many clients, after a warm-up of one wave.
 pub fn point_plan(base: &Plan, point: &UrlPoint, stream: u64) -> Result<Plan, ScenarioError> {
     let setting = Setting {
         batch_size: 1,
@@ -94,18 +125,23 @@ pub fn point_plan(base: &Plan, point: &UrlPoint, stream: u64) -> Result<Plan, Sc
         keys::NAME.to(format!("{}-{}", base.name(), point.name())),
         keys::MAX_IN_FLIGHT.to(c),
         keys::PROFILE.table([keys::PROFILE_KIND.to("throughput"), keys::MAX_CONCURRENCY.to(c)]),
+        // One wave first, not measured: a run's first requests open the client's connections,
+        // which took their TTFT 2 to 33 ms above the later waves' on a real server.
+        keys::WARMUP.table([keys::WARMUP_REQUESTS.to(c)]),
     ])
 }
 
 /// Runs [`URL_DESIGN`] against the scenario's server and fits it: the profile, and the runs'
 /// directories and engine.
 pub fn calibrate_url(base: &Plan, options: &DesignOptions) -> Result<(Profile, DesignRun), DesignError> {
+    let schedule = url_schedule(URL_DESIGN, URL_ROUNDS);
     let mut plans = vec![("warmup".to_owned(), point_plan(base, &URL_WARMUP, 0)?)];
-    for (i, point) in URL_DESIGN.iter().enumerate() {
-        plans.push((point.name(), point_plan(base, point, 1 + i as u64)?));
+    for (k, (_, round, point)) in schedule.iter().enumerate() {
+        plans.push((format!("{}-r{round}", point.name()), point_plan(base, point, 1 + k as u64)?));
     }
     let mut session = design_session(&plans, options)?;
-    let mut observed = Vec::new();
+    let mut observed: Vec<PointObservation> =
+        URL_DESIGN.iter().map(|p| PointObservation { concurrency: p.concurrency, requests: Vec::new() }).collect();
     let mut dirs = Vec::new();
     let mut engine = None;
     let mut preemptions: Option<f64> = None;
@@ -118,8 +154,8 @@ pub fn calibrate_url(base: &Plan, options: &DesignOptions) -> Result<(Profile, D
         if let Some(p) = server_preemptions(&summary) {
             *preemptions.get_or_insert(0.0) += p;
         }
-        let point = URL_DESIGN[i - 1];
-        observed.push(PointObservation { concurrency: point.concurrency, requests: read_point(&dir)? });
+        // A point's rounds are one observation: their requests never overlap in time.
+        observed[schedule[i - 1].0].requests.extend(read_point(&dir)?);
         dirs.push(dir);
     }
     session.finish()?;
@@ -129,7 +165,10 @@ pub fn calibrate_url(base: &Plan, options: &DesignOptions) -> Result<(Profile, D
         .iter()
         .zip(&observed)
         .zip(&fitted.residuals)
-        .map(|((p, o), r)| point_fit(&fitted.coefficients, fitted.engine, &p.shape(), &o.requests, *r))
+        .map(|((p, o), r)| {
+            let per_run = p.requests.div_ceil(URL_ROUNDS) as usize;
+            point_fit(&fitted.coefficients, fitted.engine, &p.shape(), &o.requests, per_run, *r)
+        })
         .collect();
     let profile = Profile {
         coefficients: fitted.coefficients,
@@ -192,7 +231,7 @@ fn read_point(dir: &std::path::Path) -> Result<Vec<ObservedRequest>, CalibrateEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::plan::ProfileSpec;
+    use crate::scenario::plan::{PhaseLimit, ProfileSpec};
     use crate::scenario::{Overrides, load_file};
 
     #[test]
@@ -205,6 +244,7 @@ mod tests {
         assert_eq!(plan.batching().max_in_flight(), 8);
         assert_eq!(plan.profile(), &ProfileSpec::Throughput { max_concurrency: 8 });
         assert_eq!(plan.stop().max_requests(), Some(24));
+        assert_eq!(plan.warmup(), Some(&PhaseLimit::Requests(8)), "one wave, not measured");
         assert_eq!(plan.engine(), base.engine());
         assert!(plan.output().requests_jsonl());
         assert_eq!(plan.name(), "vllm-serve-c8-p256-o16");
@@ -217,5 +257,43 @@ mod tests {
         assert!(URL_DESIGN.iter().all(|p| p.prompt_tokens + p.output_tokens <= 512));
         let prompts: std::collections::BTreeSet<u32> = URL_DESIGN.iter().map(|p| p.prompt_tokens).collect();
         assert!(prompts.len() >= 3, "{prompts:?}");
+    }
+
+    #[test]
+    fn the_design_runs_in_interleaved_rounds_that_share_each_points_requests() {
+        let design = [
+            UrlPoint { concurrency: 1, prompt_tokens: 16, output_tokens: 8, requests: 10 },
+            UrlPoint { concurrency: 4, prompt_tokens: 64, output_tokens: 8, requests: 8 },
+            UrlPoint { concurrency: 8, prompt_tokens: 32, output_tokens: 8, requests: 2 },
+        ];
+        let runs = url_schedule(&design, 4);
+        let order: Vec<(usize, u32, u32)> = runs.iter().map(|(i, r, p)| (*i, *r, p.requests)).collect();
+        // Every point in every round (while it has requests), odd rounds backwards; a remainder
+        // goes to the first rounds.
+        assert_eq!(
+            order,
+            [
+                (0, 0, 3),
+                (1, 0, 2),
+                (2, 0, 1),
+                (2, 1, 1),
+                (1, 1, 2),
+                (0, 1, 3),
+                (0, 2, 2),
+                (1, 2, 2),
+                (1, 3, 2),
+                (0, 3, 2)
+            ]
+        );
+        for (i, point) in design.iter().enumerate() {
+            let total: u32 = runs.iter().filter(|(j, _, _)| *j == i).map(|(_, _, p)| p.requests).sum();
+            assert_eq!(total, point.requests);
+            assert!(runs.iter().filter(|(j, _, _)| *j == i).all(|(_, _, p)| p.name() == point.name()));
+        }
+        // The shipped design: whole waves each round.
+        for (_, _, p) in url_schedule(URL_DESIGN, URL_ROUNDS) {
+            assert_eq!(p.requests % p.concurrency, 0, "{p:?}");
+        }
+        assert_eq!(url_schedule(URL_DESIGN, 0).len(), URL_DESIGN.len());
     }
 }

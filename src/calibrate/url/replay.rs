@@ -133,17 +133,19 @@ fn means(ttft_and_span: impl Iterator<Item = (f64, f64)>, output_tokens: u32) ->
 }
 
 /// The fit report's line for one design point: measured against replayed, and the fit's
-/// `residual` on its steps.
+/// `residual` on its steps. The point ran as runs of `per_run` requests each, each from an idle
+/// engine (its warm-up drained first); the replay runs one such run.
 pub fn point_fit(
     coefficients: &Coefficients,
     engine: ResolvedEngineConfig,
     shape: &PointShape,
     requests: &[ObservedRequest],
+    per_run: usize,
     residual: PointResidual,
 ) -> PointFit {
     let (ttft, tpot) = measured(requests, shape.output_tokens);
     let stagger = send_stagger(requests, shape.concurrency);
-    let (p_ttft, p_tpot) = replay(coefficients, engine, shape, requests.len(), stagger);
+    let (p_ttft, p_tpot) = replay(coefficients, engine, shape, per_run.max(1), stagger);
     let rel = |p: f64, m: f64| if m > 0.0 { (p - m).abs() / m } else { 0.0 };
     PointFit {
         name: shape.name.clone(),
@@ -190,7 +192,7 @@ mod tests {
         // Measured: TTFT 5 ms (predicted 4), TPOT 4 ms (predicted 4): 20 % off.
         let r = ObservedRequest { dispatched_ns: 0.0, prompt_tokens: 10, token_ns: vec![5e6, 9e6, 13e6] };
         let residual = PointResidual { steps: 2, residual: 0.01 };
-        let fit = point_fit(&coefficients, crate::engine::sim::DEFAULT_SCHEDULER, &shape, &[r], residual);
+        let fit = point_fit(&coefficients, crate::engine::sim::DEFAULT_SCHEDULER, &shape, &[r], 1, residual);
         assert!((fit.replay_error - 0.2).abs() < 1e-9, "{fit:?}");
         assert_eq!((fit.steps, fit.residual), (2, 0.01));
         assert!((fit.measured_ttft_ms - 5.0).abs() < 1e-9 && (fit.predicted_tpot_ms - 4.0).abs() < 1e-9);

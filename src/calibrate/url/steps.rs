@@ -100,6 +100,55 @@ pub fn gap_steps(requests: &[ObservedRequest]) -> Vec<Step> {
     steps
 }
 
+/// Whether some of `request`'s tokens came in one chunk (two stamped at one instant): a server
+/// whose frontend falls behind its engine (vLLM's, starved of CPU) merges the tokens waiting for
+/// a stream into one chunk, so the arrivals time the frontend's catching up, not the steps.
+pub fn coalesced(request: &ObservedRequest) -> bool {
+    request.token_ns.windows(2).any(|w| w[1] <= w[0])
+}
+
+/// A request's steps between its first and last token, summed: how many, and their load and
+/// duration as one [`Step`] (`end_ns` its last token's, `previous_end_ns` its first token's).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Span {
+    /// Steps summed (its tokens but the first).
+    pub steps: f64,
+    /// Their durations and loads, summed.
+    pub load: Step,
+}
+
+/// [`gap_steps`] summed per request: one row a request, from its first token to its last, its
+/// load the sum of its steps' loads. A client that reads a step's token late makes one gap long
+/// and the next short (and a server that falls behind its streams sends several tokens in one
+/// chunk); inside a request's span these cancel, and only its two ends carry the client's jitter,
+/// spread over all its steps. A [`coalesced`] request has no span.
+pub fn span_steps(requests: &[ObservedRequest]) -> Vec<Span> {
+    let gaps = gap_steps(requests);
+    let mut rest = gaps.as_slice();
+    let mut spans = Vec::with_capacity(requests.len());
+    for r in requests {
+        let (mine, after) = rest.split_at(r.token_ns.len().saturating_sub(1).min(rest.len()));
+        rest = after;
+        if coalesced(r) {
+            continue;
+        }
+        let (Some(first), Some(last)) = (mine.first(), mine.last()) else { continue };
+        let mut span = Step {
+            end_ns: last.end_ns,
+            previous_end_ns: first.previous_end_ns,
+            duration_ns: Some(mine.iter().filter_map(|s| s.duration_ns).sum()),
+            ..Step::default()
+        };
+        for s in mine {
+            span.prefill_tokens += s.prefill_tokens;
+            span.seqs += s.seqs;
+            span.context_tokens += s.context_tokens;
+        }
+        spans.push(Span { steps: mine.len() as f64, load: span });
+    }
+    spans
+}
+
 /// The steps of one design point's `requests`, in time order.
 pub fn infer_steps(requests: &[ObservedRequest]) -> Vec<Step> {
     let tolerance = tolerance(requests);
@@ -204,6 +253,35 @@ mod tests {
         let b_first = &steps[4];
         assert!((b_first.duration_ns.unwrap() / MS - 4.7).abs() < 1e-9);
         assert_eq!((b_first.prefill_tokens, b_first.seqs, b_first.context_tokens), (0.0, 2.0, 144.0));
+    }
+
+    #[test]
+    fn a_span_is_a_requests_gaps_summed() {
+        let a = request(0.0, 100, &[10.0, 15.0, 21.0, 26.2, 31.0]);
+        let b = request(14.0, 40, &[21.3, 26.0, 31.1]);
+        let c = request(40.0, 8, &[45.0]);
+        // Three tokens in one chunk: the frontend's timing, no span (its steps still load b's).
+        let d = request(14.5, 8, &[21.2, 31.0, 31.0]);
+        assert!(coalesced(&d) && !coalesced(&a));
+        let requests = [a, b, c, d];
+        let gaps = gap_steps(&requests[..3]);
+        let spans = span_steps(&requests[..3]);
+        assert_eq!(span_steps(&requests).len(), 2, "no span for d");
+        // One token: no span.
+        assert_eq!(spans.len(), 2);
+        let sum = |s: &[Step]| {
+            s.iter().fold((0.0, 0.0, 0.0, 0.0, 0.0), |t, s| {
+                (t.0 + 1.0, t.1 + s.duration_ns.unwrap(), t.2 + s.prefill_tokens, t.3 + s.seqs, t.4 + s.context_tokens)
+            })
+        };
+        let span = |s: &Span| {
+            let l = &s.load;
+            (s.steps, l.duration_ns.unwrap(), l.prefill_tokens, l.seqs, l.context_tokens)
+        };
+        assert_eq!(span(&spans[0]), sum(&gaps[..4]));
+        assert_eq!(span(&spans[1]), sum(&gaps[4..]));
+        assert_eq!(spans[0].load.duration_ns.unwrap() / MS, 21.0, "first to last token");
+        assert_eq!((spans[1].load.end_ns / MS, spans[1].load.previous_end_ns.unwrap() / MS), (31.1, 21.3));
     }
 
     #[test]

@@ -92,6 +92,8 @@ handles! {
     MAX_DURATION: Duration = "stop.max_duration";
     /// `[warmup]`.
     WARMUP: Section = "warmup";
+    /// `warmup.requests`.
+    WARMUP_REQUESTS: u64 = "warmup.requests";
     /// `[cooldown]`.
     COOLDOWN: Section = "cooldown";
     /// `[faults]`.

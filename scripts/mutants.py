@@ -1085,7 +1085,7 @@ MUTANTS = [
      "        if concurrent.as_ref().is_some_and(|c| !c.runs_here) {", "        if false {",
      ["--lib", "run::realtime"], {}),
     ("issue 35 client: the engine thread yields even for an engine that runs here", "src/batcher/shell/engine_thread.rs",
-     "s.concurrent.as_ref().is_some_and(|c| !c.runs_here)", "s.concurrent.as_ref().is_some()",
+     "let elsewhere = locked.guard.concurrent.as_ref().is_some_and(|c| !c.runs_here);", "let elsewhere = locked.guard.concurrent.as_ref().is_some();",
      ["--lib", "run::realtime"], {}),
 ]
 

@@ -27,11 +27,6 @@ pub(super) fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
                 .unwrap_or_else(|p| Err(EngineError::Start(format!("start panicked: {}", panic_message(&*p)))));
             locked = shared.lock();
             let now = shared.clock.now();
-            // Whether this thread will only hand batches over to a face whose work runs elsewhere
-            // (a server): then it is a book-keeper, whose wake-ups must not preempt the client.
-            let hands_over_only = started.as_ref().is_ok_and(|s| {
-                locked.guard.core.config().max_in_flight() > 1 && s.concurrent.as_ref().is_some_and(|c| !c.runs_here)
-            });
             let result = started.and_then(|Started { info, concurrent }| {
                 let max_in_flight = locked.guard.core.config().max_in_flight();
                 // Started, but it cannot take the batching asked for: a failed start (its shutdown
@@ -47,8 +42,11 @@ pub(super) fn engine_thread<E: Engine>(shared: Arc<Shared>, mut engine: E) {
             });
             locked.guard.start_result = Some(result.clone());
             locked.guard.core.handle_start_result(result.clone(), now);
-            // Before anyone learns of the start, so that no batch is handed over before it.
-            if hands_over_only && result.is_ok() {
+            // A thread that only hands batches to a face whose work runs elsewhere (a server) is a
+            // book-keeper, whose wake-ups must not preempt the client; set before anyone learns of
+            // the start, so that no batch is handed over before it.
+            let elsewhere = locked.guard.concurrent.as_ref().is_some_and(|c| !c.runs_here);
+            if elsewhere && locked.guard.concurrent_face().is_some() {
                 yield_on_wakeup();
             }
             shared.release(locked);

@@ -39,9 +39,11 @@ Options: --batchlab PATH (default: build target/release/batchlab), --pairs N (si
 20), --http-pairs N (default 5: HTTP runs take real time), --pairs-128 N and --http-pairs-128 N
 (the rows at 128 batches, whose pairs take seconds: default 10 and 3), --batches 1,4,8 (default
 1,4,8,32,128),
---no-http, --jobs N (simulator pairs run at once, at most 2; HTTP pairs always run one at a time,
+--no-http, --shapes KEYS and --changes KEYS (comma lists of the keys below: only those rows or
+columns, to look at a few cells; `--write` refuses them, so the published table is always whole),
+--jobs N (simulator pairs run at once, at most 2; HTTP pairs always run one at a time,
 beside nothing else), --alpha (default 0.05), --dir DIR (scratch, default target/compare-power;
-each pair's exit code is saved in DIR/pairs.jsonl), --resume (take the saved pairs of an
+each pair's exit code and the gated rows that decided it are saved in DIR/pairs.jsonl), --resume (take the saved pairs of an
 earlier run of the same binary instead of running them again), --write FILE (replace the section between
 `<!-- power-table:start -->` and `<!-- power-table:end -->` with the table). The table goes to
 stdout either way; progress goes to stderr.
@@ -230,7 +232,11 @@ def pair(binary, shape, batches, change, index, costs, scratch):
         o = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
         if o.returncode not in (0, 4, 5):
             raise PairError(f"compare exited {o.returncode}: {shlex.join(args)}\n{o.stderr.strip()[-1500:]}")
-        return o.returncode
+        # The rows that decided the exit (a gated regression or inconclusive), kept beside the code
+        # in pairs.jsonl so that a surprising cell can be read without running it again.
+        decided = [" ".join(line.split()) for line in o.stdout.splitlines()
+                   if line.rstrip().endswith(("REGRESSION", "INCONCLUSIVE"))]
+        return o.returncode, decided
     finally:
         for d in (a, b):
             shutil.rmtree(d, ignore_errors=True)
@@ -365,6 +371,8 @@ def main():
     p.add_argument("--http-pairs-128", type=int, default=3, help="pairs of the HTTP row at 128 batches")
     p.add_argument("--batches", default="1,4,8,32,128")
     p.add_argument("--no-http", action="store_true")
+    p.add_argument("--shapes", help="only these rows' shapes (comma list of " + ", ".join(s.key for s in SHAPES) + ")")
+    p.add_argument("--changes", help="only these columns (comma list of keys: " + ", ".join(c.key for c in CHANGES) + ")")
     p.add_argument("--quick", action="store_true", help="2 pairs, 1 and 8 batches, the simulator only")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--alpha", type=float, default=0.05)
@@ -375,6 +383,12 @@ def main():
     args = p.parse_args()
     if args.quick:
         args.pairs, args.batches, args.no_http = 2, "1,8", True
+    if args.write and (args.shapes or args.changes):
+        sys.exit("--write publishes the whole table: no --shapes or --changes with it")
+    for given, known in ((args.shapes, [s.key for s in SHAPES]), (args.changes, [c.key for c in CHANGES])):
+        unknown = [k for k in (given or "").split(",") if given and k not in known]
+        if unknown:
+            sys.exit(f"unknown key(s) {', '.join(unknown)}: expected some of {', '.join(known)}")
     if not 1 <= args.jobs <= 2:
         sys.exit("--jobs: 1 or 2 (the machine has 2 cores)")
     batch_counts = [int(b) for b in args.batches.split(",")]
@@ -390,7 +404,9 @@ def main():
     factors |= {HTTP_SERVER_COST} | {HTTP_SERVER_COST * f for f in factors}
     costs = {f: scaled_costs(binary, SIM_SCENARIO, f) for f in factors}
 
-    shapes = [s for s in SHAPES if not (s.http and args.no_http)]
+    shapes = [s for s in SHAPES if not (s.http and args.no_http)
+              and (not args.shapes or s.key in args.shapes.split(","))]
+    changes = [c for c in CHANGES if not args.changes or c.key in args.changes.split(",")]
     rows, tasks = [], []
     for shape in shapes:
         for batches in batch_counts:
@@ -399,7 +415,7 @@ def main():
                 # Where a pair takes seconds (4096 requests, each its own batch or HTTP request).
                 pairs = args.http_pairs_128 if shape.http else args.pairs_128
             cells = {}
-            for c in CHANGES:
+            for c in changes:
                 na = c.not_applicable(shape, batches)
                 cells[c.key] = {"na": na, "codes": [], "errors": 0, "left": 0 if na else pairs}
                 if not na:
@@ -421,14 +437,14 @@ def main():
         os.remove(saved_path)
     errors, lock = [], threading.Lock()
 
-    def done(shape, batches, change, index, cell, code=None, error=None):
+    def done(shape, batches, change, index, cell, code=None, error=None, decided=()):
         with lock:
             if error is None:
                 cell["codes"].append(code)
                 if pair_key(shape, batches, change, index) not in saved:
                     with open(saved_path, "a") as f:
                         f.write(json.dumps({"pair": pair_key(shape, batches, change, index), "code": code,
-                                            "fingerprint": fingerprint}) + "\n")
+                                            "fingerprint": fingerprint, "decided": list(decided)}) + "\n")
             else:
                 cell["errors"] += 1
                 errors.append(f"{shape.key} × {batches} batches, {change.label}: {error}")
@@ -462,12 +478,13 @@ def main():
             for future in concurrent.futures.as_completed(futures):
                 shape, batches, change, index, cell = futures[future]
                 try:
-                    done(shape, batches, change, index, cell, code=future.result())
+                    code, decided = future.result()
+                    done(shape, batches, change, index, cell, code=code, decided=decided)
                 except (PairError, RuntimeError) as e:
                     done(shape, batches, change, index, cell, error=e)
 
     seconds = time.monotonic() - started
-    markdown = render(rows, CHANGES, args, command, seconds)
+    markdown = render(rows, changes, args, command, seconds)
     print(markdown)
     print(f"took {seconds:.0f} s ({len(tasks)} pairs)", file=sys.stderr)
     if errors:

@@ -63,9 +63,18 @@ impl UnitKind {
     }
 }
 
+/// The per-request timings that split a request's time into phases (waiting for the first
+/// token, then decoding): where a server batches concurrent requests continuously, how that split
+/// falls depends on the run's rhythm (below), not only on the server's speed.
+const PHASE_TIMINGS: &[&str] = &["ttft_ms", "tpot_ms", "itl_max_ms"];
+
 /// One run's side of one benchmark: its distinct repeats and their requests.
 pub(super) struct Side<'r> {
     results: Vec<&'r BenchmarkResult>,
+    /// Every request its own unit of time while requests overlap at a server that batches them
+    /// continuously (`batching.max_in_flight > 1` at batch size 1, or an engine that schedules
+    /// its own steps): the run falls into a rhythm of its own (see [`Pair::judge`]).
+    concurrent: bool,
     /// The measured requests of the distinct repeats.
     requests: Option<Vec<&'r Sample>>,
     batches: Option<Vec<&'r BatchSpan>>,
@@ -102,7 +111,10 @@ impl<'r> Side<'r> {
             completed as f64 / batches.len().max(1) as f64
         });
         let unit = if steps || per_batch.is_some_and(|m| m <= 1.5) { UnitKind::TimeBlock } else { UnitKind::Batch };
-        let mut side = Side { results, requests, batches, unit, unit_of: Vec::new(), batch_unit: Vec::new() };
+        let in_flight = run.report.scenario.pointer("/batching/max_in_flight").and_then(|v| v.as_u64()).unwrap_or(1);
+        let concurrent = unit == UnitKind::TimeBlock && (steps || in_flight > 1);
+        let mut side =
+            Side { results, concurrent, requests, batches, unit, unit_of: Vec::new(), batch_unit: Vec::new() };
         side.assign_units();
         side
     }
@@ -214,6 +226,21 @@ impl<'r> Pair<'r> {
         }
         let mut candidates: Vec<Judged> = Vec::new();
         if let Some((field, stat)) = timing_of(metric) {
+            // Requests that overlap at a server batching them continuously fall into a rhythm:
+            // those that start together stay together (waves), and which waves form depends on
+            // how the run began, then holds for the whole run. It moves TTFT and TPOT (how a
+            // request's time splits between waiting and decoding) with nothing changed, and every
+            // block of time of one run shares it: for these timings the run is the unit, and only
+            // the repeats judge them (measured: two unchanged runs of scenarios/http.toml against
+            // `batchlab serve`, TTFT p50 +7.3 %, its time-block interval [+3.0 %, +8.5 %]; one run
+            // in one wave of 32, the other in two of 16; latency p50 246.4 against 246.5 ms).
+            if PHASE_TIMINGS.contains(&field) && (self.a.concurrent || self.b.concurrent) {
+                return self.repeats_only(metric, false).map_err(|repeats| {
+                    format!(
+                        "{repeats}: requests that overlap at a continuously batching server fall into waves that hold for a run and differ between runs, moving TTFT and TPOT with nothing changed, so the run is the unit (or run A and B alternately: batchlab ab)"
+                    )
+                });
+            }
             candidates.push(self.bootstrap(field, stat));
         }
         if let Some(field) = series_field(metric) {
@@ -238,7 +265,14 @@ impl<'r> Pair<'r> {
         best.ok_or_else(|| reasons.join("; "))
     }
 
+    /// The repeats' interval.
     fn by_repeats(&self, metric: &str) -> Judged {
+        self.repeats_only(metric, timing_of(metric).is_some())
+    }
+
+    /// The repeats' interval; `requests_would_do` says whether requests.jsonl could stand in for
+    /// them (the error names it).
+    fn repeats_only(&self, metric: &str, requests_would_do: bool) -> Judged {
         let (ra, rb) = (self.a.repeats(metric), self.b.repeats(metric));
         ratio_interval(&ra, &rb, self.alpha)
             .map(|interval| Judgement::relative(interval, TestKind::Repeats, ra.len().min(rb.len()), "repeats"))
@@ -247,7 +281,7 @@ impl<'r> Pair<'r> {
                     "needs 2+ distinct repeats in each run (--repeat N; A has {}, B has {}){}",
                     ra.len(),
                     rb.len(),
-                    if timing_of(metric).is_some() { ", or requests.jsonl in both" } else { "" }
+                    if requests_would_do { ", or requests.jsonl in both" } else { "" }
                 )
             })
     }
@@ -260,6 +294,12 @@ impl<'r> Pair<'r> {
     }
 
     fn bootstrap(&mut self, field: &'static str, stat: &str) -> Judged {
+        // A request's record keeps its largest gap between tokens, not every gap: its values
+        // give the distribution of the largest gaps, whose max is the run's, but whose p50 or
+        // mean is not the run's p50 or mean of all gaps (the table's value).
+        if field == "itl_max_ms" && stat != "max" {
+            return Err("requests.jsonl keeps each request's largest gap between tokens only, so only itl_max_ms is judged from it".into());
+        }
         let (a, b, alpha) = (&self.a, &self.b, self.alpha);
         let unit = if a.unit == UnitKind::TimeBlock || b.unit == UnitKind::TimeBlock {
             UnitKind::TimeBlock

@@ -415,6 +415,14 @@ fn a_drifting_machine_is_named_not_blamed() {
     let a = run("a", Some(&LATENCIES));
     let slower: Vec<f64> = LATENCIES.iter().map(|v| v * 4.0).collect();
     let mut b = run("b", Some(&slower));
+    // The report shows what its requests did (the gate's regression needs the table's change
+    // beyond the margin too).
+    for r in &mut b.report.benchmarks {
+        let l = &mut r.distributions.latency;
+        for v in [&mut l.mean, &mut l.p50, &mut l.p90, &mut l.p95, &mut l.p99, &mut l.p999, &mut l.min, &mut l.max] {
+            *v = v.map(|x| x * 4.0);
+        }
+    }
     let options = CompareOptions { max_error_rate: 1.0, ..CompareOptions::default() };
     let (mut a_probed, mut b_probed) = (a.clone(), b.clone());
     a_probed.report.environment.machine = Some(probe(20.0));
@@ -451,4 +459,93 @@ fn continuous_admission_is_judged_in_blocks_of_time() {
     let c = compare(&a, &a.clone(), &CompareOptions { max_error_rate: 1.0, ..CompareOptions::default() }).unwrap();
     let j = row(&c, "throughput", "latency_p50_ms").judgement.clone().unwrap();
     assert_eq!((j.test, j.unit.as_str(), j.units), (TestKind::Bootstrap, "time blocks", 10.0), "{j:?}");
+}
+
+/// A run of `n` requests, each its own batch, dispatched 1 ms apart, with TTFT `ttft(i)` and the
+/// largest gap between tokens `itl(i)` (the report showing the same, scaled by `scale`), at
+/// `in_flight` requests at once.
+fn phase_run(label: &str, scale: f64, in_flight: u64) -> Run {
+    let ttft = |i: u64| (40.0 + (i % 13) as f64) * scale;
+    let values: Vec<(u64, f64)> = (0..200u64).map(|i| (i, 250.0 + (i % 7) as f64)).collect();
+    let mut r = run_with_batches(label, Some(&values));
+    for s in r.requests.as_mut().unwrap().values_mut() {
+        for (i, x) in s.requests.iter_mut().enumerate() {
+            x.timings[1] = Some(ttft(i as u64));
+            x.timings[3] = Some(ttft(i as u64) / 4.0);
+        }
+    }
+    r.report.scenario =
+        serde_json::json!({ "name": "phase", "batching": { "batch_size": 1, "max_in_flight": in_flight } });
+    for b in &mut r.report.benchmarks {
+        let t = &mut b.distributions.ttft;
+        for v in [&mut t.mean, &mut t.p50, &mut t.p90, &mut t.p95, &mut t.p99, &mut t.p999, &mut t.min, &mut t.max] {
+            *v = v.map(|x| x * scale);
+        }
+    }
+    r
+}
+
+/// Requests that overlap at a continuously batching server fall into waves that hold for a run
+/// and differ between runs (two unchanged runs of scenarios/http.toml against `batchlab serve`:
+/// TTFT p50 +7.3 %, its time-block interval [+3.0 %, +8.5 %]). So TTFT and TPOT of such runs are
+/// judged by the run (the repeats), never by one run's blocks of time; one request at a time has
+/// no waves, and its blocks judge them.
+#[test]
+fn phase_timings_of_overlapping_requests_are_judged_by_the_run() {
+    let options = CompareOptions { max_error_rate: 1.0, ..CompareOptions::default() };
+    let slower = 1.3;
+    // One request at a time: a +30 % TTFT is a regression, judged in blocks of time.
+    let c = compare(&phase_run("a", 1.0, 1), &phase_run("b", slower, 1), &options).unwrap();
+    let ttft = row(&c, "throughput", "ttft_p50_ms");
+    assert!(ttft.is_regression(), "{ttft:?}");
+    assert_eq!(ttft.judgement.as_ref().map(|j| j.unit.as_str()), Some("time blocks"));
+    // 32 in flight: the same change is not judged from one run each; the gate says why and what
+    // decides it, and the end-to-end latency is still judged in blocks of time.
+    let c = compare(&phase_run("a", 1.0, 32), &phase_run("b", slower, 32), &options).unwrap();
+    let ttft = row(&c, "throughput", "ttft_p50_ms");
+    assert!(matches!(&ttft.verdict, Verdict::NotJudged(why) if why.contains("waves")), "{ttft:?}");
+    assert!(
+        matches!(&ttft.gate, Some(Gate::Inconclusive(why)) if why.contains("--repeat N") && why.contains("batchlab ab")),
+        "{ttft:?}"
+    );
+    assert_eq!(test_of(row(&c, "throughput", "latency_p50_ms")), Some(TestKind::Bootstrap));
+    // With repeats, the repeats judge it: a run is a unit.
+    let repeated = |label: &str, scale: f64| {
+        let mut r = phase_run(label, scale, 32);
+        let mut second: Vec<_> = r.report.benchmarks.clone();
+        for b in &mut second {
+            b.repeat = 1;
+            b.distributions.ttft.p50 = b.distributions.ttft.p50.map(|x| x * 1.01);
+        }
+        r.report.benchmarks.extend(second);
+        r
+    };
+    let c = compare(&repeated("a", 1.0), &repeated("b", slower), &options).unwrap();
+    let ttft = row(&c, "throughput", "ttft_p50_ms");
+    assert_eq!(test_of(ttft), Some(TestKind::Repeats), "{ttft:?}");
+    assert!(ttft.is_regression(), "{ttft:?}");
+}
+
+/// requests.jsonl keeps each request's largest gap between tokens: its values give the run's
+/// largest gap, not the p50 or mean of all gaps that the table shows.
+#[test]
+fn only_the_largest_gap_between_tokens_is_judged_from_requests() {
+    let c = compare(&phase_run("a", 1.0, 1), &phase_run("b", 1.0, 1), &CompareOptions::default()).unwrap();
+    assert_eq!(test_of(row(&c, "throughput", "itl_max_ms")), Some(TestKind::Bootstrap));
+    for metric in ["itl_p50_ms", "itl_mean_ms", "itl_p99_ms"] {
+        let r = row(&c, "throughput", metric);
+        assert!(matches!(&r.verdict, Verdict::NotJudged(why) if why.contains("largest gap")), "{r:?}");
+    }
+}
+
+/// The gate's regression needs the table's change beyond the margin, not only the interval's own
+/// estimate (nearest-rank quantiles of requests.jsonl can put it a hair past): a row that reads
+/// +4.98 % at a 5 % margin is no regression.
+#[test]
+fn a_change_the_table_shows_inside_the_margin_is_no_regression() {
+    let options = CompareOptions::default();
+    let interval = stats::Interval { estimate: 0.0503, low: 0.005, high: 0.067 };
+    let judged: judge::Judged = Ok(Judgement::relative(interval, TestKind::Bootstrap, 10, "time blocks"));
+    assert!(matches!(gate_of("ttft_p99_ms", &judged, Some(0.0498), &options), Gate::Inconclusive(_)));
+    assert!(matches!(gate_of("ttft_p99_ms", &judged, Some(0.0503), &options), Gate::Regression(_)));
 }

@@ -310,3 +310,31 @@ fn the_frontend_delays_each_request_before_it_joins_the_waiting_queue() {
     assert_eq!(value("vllm:time_to_first_token_seconds_count"), 3.0);
     assert!((value("vllm:time_to_first_token_seconds_sum") - 0.055).abs() < 1e-9, "{text}");
 }
+
+/// A frontend that serves one request at a time (`frontend_per_request`, vLLM's one event loop):
+/// three requests that arrive together reach the engine one service apart, after the hop
+/// (`frontend_overhead`), so the engine starts on the first alone and the others join later
+/// steps; one that arrives after the worker is free waits for no one.
+#[test]
+fn a_frontend_that_serves_one_request_at_a_time_spreads_a_wave() {
+    let ms = Duration::from_millis;
+    let cost =
+        CostModel { decode_step: ms(5), frontend_overhead: ms(2), frontend_per_request: ms(3), ..CostModel::free() };
+    let sim = SimConfig { cost, ..example() };
+    let (mut c, _registry) = core(&sim, 10);
+    let t0 = Timestamp::from_nanos(1_000_000_000);
+    let at = |t: Timestamp| t.saturating_since(t0).as_millis();
+    let wave: Vec<_> = (0..3).map(|i| c.submit(t0, vec![seq(8, 2, i)]).unwrap()[0]).collect();
+    // Due at 3 + 2 = 5, 6 + 2 = 8 and 9 + 2 = 11 ms.
+    assert_eq!(c.poll_timeout(), Some(t0.saturating_add(ms(5))), "the first is due after one service and the hop");
+    let (events, now) = drain(&mut c, t0, None);
+    let firsts: Vec<u128> = wave.iter().map(|id| at(token_times(&events, *id)[0])).collect();
+    // The first's step runs 5..10; the second (due 8) joins the step from 10; the third (due 11)
+    // the step from 15.
+    assert_eq!(firsts, [10, 15, 20]);
+    // Alone, long after: one service and the hop.
+    let alone = c.submit(now.saturating_add(ms(100)), vec![seq(8, 1, 9)]).unwrap()[0];
+    let (events, _) = drain(&mut c, now.saturating_add(ms(100)), None);
+    let first = token_times(&events, alone)[0].saturating_since(now.saturating_add(ms(100)));
+    assert_eq!(first, ms(3 + 2 + 5));
+}

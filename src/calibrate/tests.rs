@@ -22,6 +22,7 @@ pub(crate) fn known_cost() -> CostModel {
         finish_overhead: Duration::from_micros(700),
         finish_per_request: Duration::from_micros(12),
         frontend_overhead: Duration::ZERO,
+        frontend_per_request: Duration::ZERO,
         eos_probability: 0.0,
     }
 }

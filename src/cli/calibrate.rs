@@ -134,6 +134,12 @@ fn summary(p: &Profile) -> String {
         out +=
             &format!("  {:<23} {:>14.1} ns  (from a URL: each request, before the engine)\n", "frontend_overhead", f);
     }
+    if let Some(f) = p.coefficients.frontend_per_request_ns {
+        out += &format!(
+            "  {:<23} {:>14.1} ns  (from a URL: the frontend's time per request, one at a time, from the waves' TTFT)\n",
+            "frontend_per_request", f
+        );
+    }
     if let Some(http) = &p.fit.http {
         out += &format!(
             "  {} engine steps timed from token arrivals ({} dropped as stalls); per design point, the fit's residual \

@@ -17,10 +17,14 @@
 //! engine and finishes before the next one arrives takes exactly what one `generate` call of it
 //! takes in `batchlab run`.
 //!
-//! A profile calibrated from a URL has a `frontend_overhead`: a request reaches the waiting queue
-//! that long after it arrived (parsing, tokenization, the hop to the engine core, all of which
-//! overlap between requests). Such a request is held in `arriving`, in arrival order, and joins
-//! the scheduler at the first step that starts at or after it is due.
+//! A profile calibrated from a URL has a frontend: `frontend_per_request` of its one worker's
+//! time (vLLM's frontend is one event loop: parsing and tokenizing a request, handing it to the
+//! engine core), which serves requests in arrival order, one at a time, and then
+//! `frontend_overhead` in which requests overlap (the hop to the engine core). A request that
+//! arrives at `t` reaches the waiting queue at `max(t, worker free) + frontend_per_request +
+//! frontend_overhead`, so a wave of k simultaneous requests reaches it spread over k services.
+//! Such a request is held in `arriving`, in arrival order, and joins the scheduler at the first
+//! step that starts at or after it is due.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -160,8 +164,10 @@ pub struct ServeCore {
     metrics: ServeMetrics,
     /// The pictures it has encoded: `vllm:mm_cache_*`.
     encoder: EncoderCache,
-    /// Requests in the frontend (`frontend_overhead`), oldest first.
+    /// Requests in the frontend (`frontend_per_request`, `frontend_overhead`), oldest first.
     arriving: VecDeque<Arriving>,
+    /// When the frontend's worker has served every request that arrived so far.
+    frontend_free: Timestamp,
 }
 
 impl ServeCore {
@@ -186,6 +192,7 @@ impl ServeCore {
             metrics,
             encoder: EncoderCache::default(),
             arriving: VecDeque::new(),
+            frontend_free: Timestamp::ZERO,
         }
     }
 
@@ -233,8 +240,10 @@ impl ServeCore {
             self.metrics.mm_cache_hits.inc_by(u64::from(work.hits));
         }
         self.metrics.prompt_tokens.inc_by(sequences.iter().map(|s| s.prompt_ids.len().max(1) as u64).sum());
-        if !self.cost.frontend_overhead.is_zero() {
-            let due = now.saturating_add(self.cost.frontend_overhead);
+        if !self.cost.frontend_overhead.is_zero() || !self.cost.frontend_per_request.is_zero() {
+            // The worker serves this request after those before it, then the hop.
+            self.frontend_free = now.max(self.frontend_free).saturating_add(self.cost.frontend_per_request);
+            let due = self.frontend_free.saturating_add(self.cost.frontend_overhead);
             let sequences: Vec<(RequestId, SeqSpec, u32)> = specs
                 .into_iter()
                 .zip(&sequences)

@@ -7,7 +7,9 @@
 //!   as the HTTP engine stamps it, and the run's `/metrics` deltas give the preemptions;
 //! - [`steps`] (sans IO): the arrivals grouped into the engine's steps;
 //! - [`fit`](mod@fit) (sans IO): the step costs, the frontend's overhead, the hidden limits;
-//! - [`replay`] (sans IO): each point replayed on the profile: the residuals per design point.
+//! - [`replay`] (sans IO): each point replayed on the profile: the residuals per design point,
+//!   and the frontend's queue ([`fit_frontend_queue`]), chosen so that the replays give the
+//!   waves' TTFT.
 //!
 //! Uses `run/`, `scenario/` and `batchlab serve`'s engine core; nothing below uses it.
 
@@ -18,7 +20,7 @@ pub mod steps;
 use std::path::PathBuf;
 
 pub use fit::{PointObservation, PointResidual, UrlFit, UrlFitError, fit_url};
-pub use replay::{PointShape, point_fit, replay};
+pub use replay::{PointShape, QueuePoint, fit_frontend_queue, point_fit, replay};
 pub use steps::{ObservedRequest, Span, Step, infer_steps, span_steps};
 
 use super::design::{DesignError, DesignOptions, DesignRun, Setting, design_session, run_checked, setting_plan};
@@ -160,15 +162,17 @@ pub fn calibrate_url(base: &Plan, options: &DesignOptions) -> Result<(Profile, D
     }
     session.finish()?;
     let engine = engine.unwrap_or_default();
-    let fitted = fit_url(&observed, preemptions)?;
+    let mut fitted = fit_url(&observed, preemptions)?;
+    let per_run = |p: &UrlPoint| p.requests.div_ceil(URL_ROUNDS) as usize;
+    // The frontend's queue, which only the waves' TTFT shows (the linear fit sees a request alone).
+    let queue: Vec<QueuePoint<'_>> =
+        URL_DESIGN.iter().zip(&observed).map(|(p, o)| (p.shape(), o.requests.as_slice(), per_run(p))).collect();
+    fitted.coefficients = fit_frontend_queue(&fitted.coefficients, fitted.engine, &queue);
     let points = URL_DESIGN
         .iter()
         .zip(&observed)
         .zip(&fitted.residuals)
-        .map(|((p, o), r)| {
-            let per_run = p.requests.div_ceil(URL_ROUNDS) as usize;
-            point_fit(&fitted.coefficients, fitted.engine, &p.shape(), &o.requests, per_run, *r)
-        })
+        .map(|((p, o), r)| point_fit(&fitted.coefficients, fitted.engine, &p.shape(), &o.requests, per_run(p), *r))
         .collect();
     let profile = Profile {
         coefficients: fitted.coefficients,

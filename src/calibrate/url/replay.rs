@@ -101,6 +101,64 @@ pub fn replay(
     )
 }
 
+/// Steps of the grid [`fit_frontend_queue`] searches, from no queue to a frontend that is all
+/// queue.
+pub const QUEUE_GRID: u32 = 40;
+
+/// One design point for [`fit_frontend_queue`]: its shape, its requests as measured, and the
+/// requests of one of its runs (what a replay runs).
+pub type QueuePoint<'a> = (PointShape, &'a [ObservedRequest], usize);
+
+/// The frontend's service per request (`frontend_per_request`), chosen so that the design's
+/// replays give the TTFT its points measured. The linear fit finds the frontend a request alone
+/// pays (`frontend_overhead`); it cannot see a worker that serves requests one at a time, which
+/// only waves show (a wave's later requests wait for the earlier ones: vLLM's frontend is one
+/// event loop). Of that alone time `F`, a share `s` is the worker's and `F − s` the hop, so a
+/// request alone still pays `F`; each `s` on a grid of [`QUEUE_GRID`] steps from 0 to `F` (then a
+/// finer one around the best) replays every point, and the `s` whose replayed mean TTFTs are
+/// nearest the measured ones (least squares of the relative errors; the smaller `s` on a tie)
+/// is kept. `coefficients` unchanged when the fit found no frontend.
+pub fn fit_frontend_queue(
+    coefficients: &Coefficients,
+    engine: ResolvedEngineConfig,
+    points: &[QueuePoint<'_>],
+) -> Coefficients {
+    let alone = coefficients.frontend_overhead_ns.unwrap_or(0.0);
+    if alone <= 0.0 || points.is_empty() {
+        return coefficients.clone();
+    }
+    let measured: Vec<(f64, f64)> = points
+        .iter()
+        .map(|(shape, requests, _)| {
+            (measured(requests, shape.output_tokens).0, send_stagger(requests, shape.concurrency))
+        })
+        .collect();
+    let with = |s: f64| Coefficients {
+        frontend_overhead_ns: Some(alone - s),
+        frontend_per_request_ns: (s > 0.0).then_some(s),
+        ..coefficients.clone()
+    };
+    let error = |s: f64| -> f64 {
+        let c = with(s);
+        points
+            .iter()
+            .zip(&measured)
+            .filter(|(_, (ttft, _))| *ttft > 0.0)
+            .map(|((shape, _, per_run), (ttft, stagger))| {
+                let (replayed, _) = replay(&c, engine, shape, (*per_run).max(1), *stagger);
+                ((replayed - ttft) / ttft).powi(2)
+            })
+            .sum()
+    };
+    let step = alone / f64::from(QUEUE_GRID);
+    let best_of = |candidates: &mut dyn Iterator<Item = f64>| {
+        candidates.map(|s| (error(s), s)).fold((f64::INFINITY, 0.0), |best, x| if x.0 < best.0 { x } else { best })
+    };
+    let (_, coarse) = best_of(&mut (0..=QUEUE_GRID).map(|k| f64::from(k) * step));
+    let (_, fine) = best_of(&mut (0..=20).map(|k| (coarse - step + f64::from(k) * step / 10.0).clamp(0.0, alone)));
+    with(fine)
+}
+
 /// How far apart a client's first `concurrency` sends went, on average, ns (0 for one).
 pub fn send_stagger(requests: &[ObservedRequest], concurrency: u32) -> f64 {
     let mut sent: Vec<f64> = requests.iter().map(|r| r.dispatched_ns).collect();
@@ -183,6 +241,51 @@ mod tests {
         let shape = PointShape { concurrency: 8, ..shape };
         let (ttft_8, _) = replay(&coefficients, limited, &shape, 8, 0.0);
         assert!(ttft_8 > 2.0 * ttft, "{ttft_8} vs {ttft}");
+    }
+
+    /// Points measured on a server whose frontend serves one request at a time: the search finds
+    /// its service, and keeps what a request alone pays; with no queue, it finds none.
+    #[test]
+    fn the_frontends_queue_is_found_from_the_waves() {
+        let steps = Coefficients::from_array([0.0, 0.0, 4e6, 1e4, 0.5e6, 0.0, 0.0, 0.0, 0.0]);
+        let shapes: Vec<PointShape> = [(1, 16), (4, 64), (8, 32), (16, 32)]
+            .into_iter()
+            .map(|(c, p)| PointShape { name: format!("c{c}"), concurrency: c, prompt_tokens: p, output_tokens: 8 })
+            .collect();
+        let engine = crate::engine::sim::DEFAULT_SCHEDULER;
+        for (hop, service) in [(2e6, 1.5e6), (3.5e6, 0.0)] {
+            let truth = Coefficients {
+                frontend_overhead_ns: Some(hop),
+                frontend_per_request_ns: (service > 0.0).then_some(service),
+                ..steps.clone()
+            };
+            // What a client measured: each point's requests, all sent at once, with the mean TTFT
+            // and TPOT the true server gives a run of two waves.
+            let measured: Vec<Vec<ObservedRequest>> = shapes
+                .iter()
+                .map(|shape| {
+                    let (ttft, tpot) = replay(&truth, engine, shape, 2 * shape.concurrency as usize, 0.0);
+                    let tokens = vec![ttft, ttft + tpot * f64::from(shape.output_tokens - 1)];
+                    let r =
+                        ObservedRequest { dispatched_ns: 0.0, prompt_tokens: shape.prompt_tokens, token_ns: tokens };
+                    vec![r; shape.concurrency as usize]
+                })
+                .collect();
+            let points: Vec<QueuePoint<'_>> = shapes
+                .iter()
+                .zip(&measured)
+                .map(|(shape, m)| (shape.clone(), m.as_slice(), 2 * shape.concurrency as usize))
+                .collect();
+            // The linear fit saw the frontend a request alone pays: the hop and one service.
+            let linear = Coefficients { frontend_overhead_ns: Some(hop + service), ..steps.clone() };
+            let fitted = fit_frontend_queue(&linear, engine, &points);
+            let got = fitted.frontend_per_request_ns.unwrap_or(0.0);
+            assert!((got - service).abs() <= 0.1e6, "service {service}: found {got}");
+            let alone = fitted.frontend_overhead_ns.unwrap() + got;
+            assert!((alone - (hop + service)).abs() < 1.0, "a request alone still pays {alone}");
+        }
+        // No frontend found: nothing to split.
+        assert_eq!(fit_frontend_queue(&steps, engine, &[]), steps);
     }
 
     #[test]

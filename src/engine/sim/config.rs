@@ -60,6 +60,13 @@ pub struct CostModel {
     /// by a profile calibrated from a URL (docs/simulation.md).
     #[serde(skip_serializing_if = "Duration::is_zero")]
     pub frontend_overhead: Duration,
+    /// An HTTP server's frontend serves its requests one at a time (vLLM's is one event loop):
+    /// each holds it this long, and a request that arrives while it is busy waits its turn, so
+    /// a wave of k simultaneous requests reaches the engine spread over k of these. 0 (the
+    /// default): requests only overlap in `frontend_overhead`. Set only by a profile calibrated
+    /// from a URL.
+    #[serde(skip_serializing_if = "Duration::is_zero")]
+    pub frontend_per_request: Duration,
     /// Probability per generated token (after `min_tokens`) of an end-of-sequence, for requests
     /// that do not ignore EOS.
     pub eos_probability: f64,
@@ -86,6 +93,7 @@ impl Default for CostModel {
             finish_overhead: Duration::ZERO,
             finish_per_request: Duration::ZERO,
             frontend_overhead: Duration::ZERO,
+            frontend_per_request: Duration::ZERO,
             eos_probability: 0.0,
         }
     }
@@ -106,6 +114,7 @@ impl CostModel {
             finish_overhead: Duration::ZERO,
             finish_per_request: Duration::ZERO,
             frontend_overhead: Duration::ZERO,
+            frontend_per_request: Duration::ZERO,
             eos_probability: 0.0,
         }
     }

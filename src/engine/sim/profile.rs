@@ -76,6 +76,10 @@ pub struct Coefficients {
     /// not in [`Self::NAMES`] and [`Self::to_array`].
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "non_negative_some")]
     pub frontend_overhead_ns: Option<f64>,
+    /// An HTTP server's frontend serves requests one at a time, each this long
+    /// ([`CostModel::frontend_per_request`]). Only a profile calibrated from a URL has it.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "non_negative_some")]
+    pub frontend_per_request_ns: Option<f64>,
 }
 
 impl Coefficients {
@@ -124,6 +128,7 @@ impl Coefficients {
             finish_per_request_ns: v[8],
             encoder_per_image_token_ns: None,
             frontend_overhead_ns: None,
+            frontend_per_request_ns: None,
         }
     }
 
@@ -143,6 +148,7 @@ impl Coefficients {
             finish_overhead_ns: ns(cost.finish_overhead),
             finish_per_request_ns: ns(cost.finish_per_request),
             frontend_overhead_ns: (!cost.frontend_overhead.is_zero()).then(|| ns(cost.frontend_overhead)),
+            frontend_per_request_ns: (!cost.frontend_per_request.is_zero()).then(|| ns(cost.frontend_per_request)),
         }
     }
 
@@ -160,6 +166,7 @@ impl Coefficients {
         cost.finish_overhead = d(self.finish_overhead_ns);
         cost.finish_per_request = d(self.finish_per_request_ns);
         cost.frontend_overhead = d(self.frontend_overhead_ns.unwrap_or(0.0));
+        cost.frontend_per_request = d(self.frontend_per_request_ns.unwrap_or(0.0));
     }
 }
 
@@ -399,7 +406,8 @@ impl Profile {
              #          encoded; encoder_per_image_token only when the runs fitted had images);\n\
              # a generate call of n requests first pays fixed_overhead + request_overhead*n and, after its\n\
              # last step, finish_overhead + finish_per_request*n; frontend_overhead (a fit from a URL only)\n\
-             # delays each HTTP request before it reaches the engine.\n\n{body}"
+             # delays each HTTP request before it reaches the engine, after frontend_per_request of the\n\
+             # frontend's time, which serves one request at a time.\n\n{body}"
         )
     }
 
@@ -456,6 +464,7 @@ mod tests {
             coefficients: Coefficients {
                 encoder_per_image_token_ns: Some(2500.5),
                 frontend_overhead_ns: Some(15_000_000.0),
+                frontend_per_request_ns: Some(1_250_000.0),
                 ..Coefficients::from_array([1e6, 1e4, 8e5, 900.5, 2e4, 3000.25, 1500.75, 5e5, 1234.5])
             },
             engine: crate::engine::sim::DEFAULT_SCHEDULER,
@@ -509,6 +518,7 @@ mod tests {
             coefficients: Coefficients {
                 encoder_per_image_token_ns: None,
                 frontend_overhead_ns: None,
+                frontend_per_request_ns: None,
                 ..p.coefficients
             },
             fit: FitSummary { http: None, ..p.fit },
@@ -517,6 +527,7 @@ mod tests {
         let text = without.to_toml();
         assert!(!text.contains("encoder_per_image_token_ns ="), "{text}");
         assert!(!text.contains("frontend_overhead_ns =") && !text.contains("[fit.http"), "{text}");
+        assert!(!text.contains("frontend_per_request_ns ="), "{text}");
         assert_eq!(Profile::parse(&text, Path::new("p.toml")).unwrap(), without);
     }
 

@@ -50,6 +50,7 @@ fn step_times_follow_the_formula() {
         finish_overhead: Duration::from_micros(300),
         finish_per_request: Duration::from_micros(100),
         frontend_overhead: Duration::ZERO,
+        frontend_per_request: Duration::ZERO,
         eos_probability: 0.0,
     };
     let (mut e, clock) =

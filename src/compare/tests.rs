@@ -452,13 +452,17 @@ fn continuous_admission_is_judged_in_blocks_of_time() {
     let mut a = run_with_batches("a", Some(&values));
     for (i, s) in a.requests.as_mut().unwrap().values_mut().flat_map(|s| s.requests.iter_mut()).enumerate() {
         s.dispatched_ns = Some((i as u64 % 256) * 1_000_000);
+        s.timings[5] = s.timings[0].map(|v| v / 50.0);
     }
     for b in &mut a.report.benchmarks {
         b.batching.steps = 2;
     }
     let c = compare(&a, &a.clone(), &CompareOptions { max_error_rate: 1.0, ..CompareOptions::default() }).unwrap();
-    let j = row(&c, "throughput", "latency_p50_ms").judgement.clone().unwrap();
+    let j = row(&c, "throughput", "batch_wait_p50_ms").judgement.clone().unwrap();
     assert_eq!((j.test, j.unit.as_str(), j.units), (TestKind::Bootstrap, "time blocks", 10.0), "{j:?}");
+    // The requests' own timings at the server: the run is their unit (the waves; see
+    // phase_timings_of_overlapping_requests_are_judged_by_the_run).
+    assert!(matches!(row(&c, "throughput", "latency_p50_ms").verdict, Verdict::NotJudged(_)));
 }
 
 /// A run of `n` requests, each its own batch, dispatched 1 ms apart, with TTFT `ttft(i)` and the
@@ -486,10 +490,10 @@ fn phase_run(label: &str, scale: f64, in_flight: u64) -> Run {
 }
 
 /// Requests that overlap at a continuously batching server fall into waves that hold for a run
-/// and differ between runs (two unchanged runs of scenarios/http.toml against `batchlab serve`:
-/// TTFT p50 +7.3 %, its time-block interval [+3.0 %, +8.5 %]). So TTFT and TPOT of such runs are
-/// judged by the run (the repeats), never by one run's blocks of time; one request at a time has
-/// no waves, and its blocks judge them.
+/// and differ between runs (unchanged runs of scenarios/http.toml against `batchlab serve`: TTFT
+/// p50 +7.3 %, its time-block interval [+3.0 %, +8.5 %]; latency p99 +5.5 % [+1.8 %, +6.1 %]). So
+/// their per-request timings are judged by the run (the repeats), never by one run's blocks of
+/// time; one request at a time has no waves, and its blocks judge them.
 #[test]
 fn phase_timings_of_overlapping_requests_are_judged_by_the_run() {
     let options = CompareOptions { max_error_rate: 1.0, ..CompareOptions::default() };
@@ -499,8 +503,8 @@ fn phase_timings_of_overlapping_requests_are_judged_by_the_run() {
     let ttft = row(&c, "throughput", "ttft_p50_ms");
     assert!(ttft.is_regression(), "{ttft:?}");
     assert_eq!(ttft.judgement.as_ref().map(|j| j.unit.as_str()), Some("time blocks"));
-    // 32 in flight: the same change is not judged from one run each; the gate says why and what
-    // decides it, and the end-to-end latency is still judged in blocks of time.
+    // 32 in flight: the same change is not judged from one run each, nor is the latency; the gate
+    // says why and what decides it, and throughput is still judged in blocks of time.
     let c = compare(&phase_run("a", 1.0, 32), &phase_run("b", slower, 32), &options).unwrap();
     let ttft = row(&c, "throughput", "ttft_p50_ms");
     assert!(matches!(&ttft.verdict, Verdict::NotJudged(why) if why.contains("waves")), "{ttft:?}");
@@ -508,7 +512,9 @@ fn phase_timings_of_overlapping_requests_are_judged_by_the_run() {
         matches!(&ttft.gate, Some(Gate::Inconclusive(why)) if why.contains("--repeat N") && why.contains("batchlab ab")),
         "{ttft:?}"
     );
-    assert_eq!(test_of(row(&c, "throughput", "latency_p50_ms")), Some(TestKind::Bootstrap));
+    let latency = row(&c, "throughput", "latency_p99_ms");
+    assert!(matches!(&latency.verdict, Verdict::NotJudged(why) if why.contains("latency's tail")), "{latency:?}");
+    assert_eq!(test_of(row(&c, "throughput", "requests_per_s")), Some(TestKind::Series));
     // With repeats, the repeats judge it: a run is a unit.
     let repeated = |label: &str, scale: f64| {
         let mut r = phase_run(label, scale, 32);

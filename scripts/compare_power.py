@@ -385,8 +385,11 @@ def main():
         args.pairs, args.batches, args.no_http = 2, "1,8", True
     if args.write and (args.shapes or args.changes):
         sys.exit("--write publishes the whole table: no --shapes or --changes with it")
-    for given, known in ((args.shapes, [s.key for s in SHAPES]), (args.changes, [c.key for c in CHANGES])):
-        unknown = [k for k in (given or "").split(",") if given and k not in known]
+    wanted = {}
+    for name, given, known in (("shapes", args.shapes, [s.key for s in SHAPES]),
+                               ("changes", args.changes, [c.key for c in CHANGES])):
+        wanted[name] = given.split(",") if given else known
+        unknown = [k for k in wanted[name] if k not in known]
         if unknown:
             sys.exit(f"unknown key(s) {', '.join(unknown)}: expected some of {', '.join(known)}")
     if not 1 <= args.jobs <= 2:
@@ -404,9 +407,8 @@ def main():
     factors |= {HTTP_SERVER_COST} | {HTTP_SERVER_COST * f for f in factors}
     costs = {f: scaled_costs(binary, SIM_SCENARIO, f) for f in factors}
 
-    shapes = [s for s in SHAPES if not (s.http and args.no_http)
-              and (not args.shapes or s.key in args.shapes.split(","))]
-    changes = [c for c in CHANGES if not args.changes or c.key in args.changes.split(",")]
+    shapes = [s for s in SHAPES if not (s.http and args.no_http) and s.key in wanted["shapes"]]
+    changes = [c for c in CHANGES if c.key in wanted["changes"]]
     rows, tasks = [], []
     for shape in shapes:
         for batches in batch_counts:

@@ -418,10 +418,7 @@ fn a_drifting_machine_is_named_not_blamed() {
     // The report shows what its requests did (the gate's regression needs the table's change
     // beyond the margin too).
     for r in &mut b.report.benchmarks {
-        let l = &mut r.distributions.latency;
-        for v in [&mut l.mean, &mut l.p50, &mut l.p90, &mut l.p95, &mut l.p99, &mut l.p999, &mut l.min, &mut l.max] {
-            *v = v.map(|x| x * 4.0);
-        }
+        scale_summary(&mut r.distributions.latency, 4.0);
     }
     let options = CompareOptions { max_error_rate: 1.0, ..CompareOptions::default() };
     let (mut a_probed, mut b_probed) = (a.clone(), b.clone());
@@ -465,9 +462,17 @@ fn continuous_admission_is_judged_in_blocks_of_time() {
     assert!(matches!(row(&c, "throughput", "latency_p50_ms").verdict, Verdict::NotJudged(_)));
 }
 
-/// A run of `n` requests, each its own batch, dispatched 1 ms apart, with TTFT `ttft(i)` and the
-/// largest gap between tokens `itl(i)` (the report showing the same, scaled by `scale`), at
-/// `in_flight` requests at once.
+/// Every value of a report's summary of one timing (not its count or std) times `factor`, as a
+/// run whose requests took that much longer would report it.
+fn scale_summary(s: &mut crate::metrics::distribution::Summary, factor: f64) {
+    for v in [&mut s.mean, &mut s.p50, &mut s.p90, &mut s.p95, &mut s.p99, &mut s.p999, &mut s.min, &mut s.max] {
+        *v = v.map(|x| x * factor);
+    }
+}
+
+/// A run of 200 requests, each its own batch, dispatched 1 ms apart, whose TTFT (and largest gap
+/// between tokens, a quarter of it) is `scale` times a fixed pattern, the report's TTFT summary
+/// scaled alike, at `in_flight` requests at once.
 fn phase_run(label: &str, scale: f64, in_flight: u64) -> Run {
     let ttft = |i: u64| (40.0 + (i % 13) as f64) * scale;
     let values: Vec<(u64, f64)> = (0..200u64).map(|i| (i, 250.0 + (i % 7) as f64)).collect();
@@ -481,10 +486,7 @@ fn phase_run(label: &str, scale: f64, in_flight: u64) -> Run {
     r.report.scenario =
         serde_json::json!({ "name": "phase", "batching": { "batch_size": 1, "max_in_flight": in_flight } });
     for b in &mut r.report.benchmarks {
-        let t = &mut b.distributions.ttft;
-        for v in [&mut t.mean, &mut t.p50, &mut t.p90, &mut t.p95, &mut t.p99, &mut t.p999, &mut t.min, &mut t.max] {
-            *v = v.map(|x| x * scale);
-        }
+        scale_summary(&mut b.distributions.ttft, scale);
     }
     r
 }

@@ -728,6 +728,12 @@ MUTANTS = [
      "let machine_start = (!self.driver.virtual_time()).then(MachineSample::take);",
      "let machine_start = Some(MachineSample::take());",
      ["--test", "cli", "run_writes_reports_and_exits_zero"], {}),
+    ("probe: its samples taken back to back, one moment of the machine", "src/sys/machine.rs",
+     "                std::thread::sleep(PROBE_GAP);\n", "",
+     ["--lib", "this_machine_reads_and_the_probe_does_its_work"], {}),
+    ("probe: the first sample taken for the probe", "src/sys/machine.rs",
+     "Ok(n) if n > 0 => samples.iter().sum::<Duration>() / n,", "Ok(n) if n > 0 => samples[0],",
+     ["--lib", "the_probe_is_the_mean_of_its_samples"], {}),
     # ---- issue 32 client ----
     # The SSE parser (src/engine/openai/sse.rs).
     ("issue 32 client, sse: a CR at the end of one read and the LF of the next end two lines", "src/engine/openai/sse.rs",

@@ -92,7 +92,7 @@ impl Environment {
 /// the software.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MachineProbe {
-    /// The probe's time at the run's start, in ms (the median of its rounds).
+    /// The probe's time at the run's start, in ms (the mean of its samples).
     pub probe_start_ms: f64,
     /// The probe's time at the run's end, in ms.
     pub probe_end_ms: f64,

@@ -7,8 +7,11 @@
 //! same workload took longer. The workload is one long chain of dependent integer hash steps, so
 //! it measures how fast one core runs and what share of it this process gets, not memory or
 //! vector units, and no optimizer can shorten it (`std::hint::black_box` on its input and
-//! output). It runs in [`PROBE_ROUNDS`] rounds and keeps their median, so one preemption in one
-//! round does not move it.
+//! output). A sample runs it in [`PROBE_ROUNDS`] rounds and keeps their median, so one preemption
+//! in one round does not move it; the probe is the mean of [`PROBE_SAMPLES`] samples
+//! [`PROBE_GAP`] apart, because a shared machine's speed wanders from one tenth of a second to
+//! the next (on the 2-CPU test machine, samples 400 ms apart differed by about 3 % sd however many
+//! rounds each took, while rounds back to back agreed within 1 %): one sample is one moment of it.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -32,9 +35,14 @@ fn probe_round(seed: u64) -> u64 {
     x
 }
 
-/// Times the fixed workload: the median of [`PROBE_ROUNDS`] rounds, on the calling thread.
-/// The same machine, equally idle, gives the same time; a slower or busier one a longer time.
-pub fn speed_probe() -> Duration {
+/// Samples of the probe [`speed_probe`] takes, [`PROBE_GAP`] apart.
+pub const PROBE_SAMPLES: usize = 5;
+
+/// The pause between two samples: long enough that they see different moments of the machine.
+pub const PROBE_GAP: Duration = Duration::from_millis(100);
+
+/// One sample: the median of [`PROBE_ROUNDS`] rounds of the workload, on the calling thread.
+fn probe_sample() -> Duration {
     let mut rounds: Vec<Duration> = (0..PROBE_ROUNDS as u64)
         .map(|round| {
             let start = Instant::now();
@@ -44,6 +52,29 @@ pub fn speed_probe() -> Duration {
         .collect();
     rounds.sort_unstable();
     rounds[PROBE_ROUNDS / 2]
+}
+
+/// The mean of the samples' times; zero for none.
+fn mean_time(samples: &[Duration]) -> Duration {
+    match u32::try_from(samples.len()) {
+        Ok(n) if n > 0 => samples.iter().sum::<Duration>() / n,
+        _ => Duration::ZERO,
+    }
+}
+
+/// Times the fixed workload: the mean of [`PROBE_SAMPLES`] samples [`PROBE_GAP`] apart, on the
+/// calling thread (half a second in all). The same machine, equally idle, gives the same time; a
+/// slower or busier one a longer time.
+pub fn speed_probe() -> Duration {
+    let samples: Vec<Duration> = (0..PROBE_SAMPLES)
+        .map(|k| {
+            if k > 0 {
+                std::thread::sleep(PROBE_GAP);
+            }
+            probe_sample()
+        })
+        .collect();
+    mean_time(&samples)
 }
 
 /// The 1-minute load average from `/proc/loadavg` text (`0.52 0.58 0.59 1/389 12345`).
@@ -102,7 +133,7 @@ pub struct MachineSample {
 }
 
 impl MachineSample {
-    /// Reads the load and ticks, then runs the probe (some tens of milliseconds of one core).
+    /// Reads the load and ticks, then runs the probe (half a second, some tens of ms of one core).
     pub fn take() -> Self {
         let load = load_average();
         let ticks = cpu_ticks();
@@ -141,6 +172,14 @@ mod tests {
     }
 
     #[test]
+    fn the_probe_is_the_mean_of_its_samples() {
+        let ms = Duration::from_millis;
+        assert_eq!(mean_time(&[ms(5), ms(6), ms(7), ms(10)]), ms(7));
+        assert_eq!(mean_time(&[ms(4)]), ms(4));
+        assert_eq!(mean_time(&[]), Duration::ZERO);
+    }
+
+    #[test]
     fn steal_share_is_the_steal_delta_over_the_total_delta() {
         let start = CpuTicks { steal: 100, total: 10_000 };
         assert_eq!(steal_share(start, CpuTicks { steal: 150, total: 10_200 }), Some(0.25));
@@ -151,8 +190,12 @@ mod tests {
 
     #[test]
     fn this_machine_reads_and_the_probe_does_its_work() {
+        let began = Instant::now();
         let sample = MachineSample::take();
-        assert!(sample.probe > Duration::ZERO);
+        // Its samples are spread over time: they wait between them, and each did its rounds.
+        let took = began.elapsed();
+        assert!(took >= PROBE_GAP * (PROBE_SAMPLES as u32 - 1), "{took:?}");
+        assert!(sample.probe > Duration::ZERO && sample.probe < took, "{:?} of {took:?}", sample.probe);
         assert!(sample.load.is_some_and(|l| l >= 0.0), "{:?}", sample.load);
         let ticks = sample.ticks.expect("/proc/stat");
         assert!(ticks.total > 0 && ticks.steal <= ticks.total, "{ticks:?}");

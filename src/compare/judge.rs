@@ -208,6 +208,15 @@ impl<'r> Side<'r> {
     }
 }
 
+/// The variance of the change a within-run interval (a bootstrap or blocks of time over `units`
+/// units) stands for: its half-width over the t quantile on `units − 1` degrees of freedom (the
+/// expanded bootstrap is read as wide as that t interval; the blocks' Welch t has at least as
+/// many, so for them this is the smaller variance: the check errs towards the repeats).
+fn within_variance(j: &Judgement, alpha: f64) -> f64 {
+    let h = j.interval.half_width() / stats::t_of(alpha, (j.units - 1.0).max(1.0));
+    h * h
+}
+
 /// Every statistic's interval of one timing, in [`stats::STATS`]' order.
 type StatIntervals = [Option<Interval>; 9];
 
@@ -218,6 +227,8 @@ pub(super) struct Pair<'r> {
     pub(super) alpha: f64,
     /// Per requests.jsonl field: each statistic's bootstrap interval, or why there is none.
     pub(super) bootstraps: BTreeMap<&'static str, Result<(StatIntervals, usize), String>>,
+    /// The metrics whose within-run interval the repeats' spread overruled (see [`Pair::judge`]).
+    pub(super) repeat_bound: Vec<String>,
 }
 
 impl<'r> Pair<'r> {
@@ -250,6 +261,24 @@ impl<'r> Pair<'r> {
         if let Some(field) = series_field(metric) {
             candidates.push(self.series(field));
         }
+        // Where both runs have 2+ repeats, their spread checks the within-run intervals (above):
+        // the batches or blocks of time of one repeat share its machine's state, so an interval
+        // over them is right only if the repeats differ no more than it allows. Where they differ
+        // more, the repeat is the unit. Measured on in-process vLLM (tests/vllm_compare.rs, the
+        // repeats of one run split in two): repeats 13 % apart in throughput within each half,
+        // and TPOT p50 +16.7 % between the halves, whose bootstrap over 10 batches read
+        // [+7.8 %, …]: a regression of nothing.
+        if let Some(spread) = self.repeat_spread(metric) {
+            let alpha = self.alpha;
+            for c in &mut candidates {
+                if let Ok(j) = c
+                    && spread > within_variance(j, alpha)
+                {
+                    self.repeat_bound.push(metric.to_string());
+                    *c = Err(format!("the repeats differ more than the {} of one repeat allow", j.unit));
+                }
+            }
+        }
         candidates.push(self.by_repeats(metric));
         // The narrowest interval: the one that holds the most independent information.
         let mut best: Option<Judgement> = None;
@@ -267,6 +296,12 @@ impl<'r> Pair<'r> {
             }
         }
         best.ok_or_else(|| reasons.join("; "))
+    }
+
+    /// The variance of the change the repeats' own spread gives, where both runs have 2+ distinct
+    /// repeats.
+    fn repeat_spread(&self, metric: &str) -> Option<f64> {
+        stats::ratio_variance(&self.a.repeats(metric), &self.b.repeats(metric))
     }
 
     /// The repeats' interval.

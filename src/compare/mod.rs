@@ -14,7 +14,9 @@
 //!   request is its own batch (`batch_size = 1`, an HTTP engine at 1, continuous admission,
 //!   where the engine's step is the batch): never the request. With repeats as well, the
 //!   repeats' own values give a second interval, and the narrower one is used: more data never
-//!   weakens a verdict;
+//!   weakens a verdict. But where both runs have 2+ repeats and these differ more than the
+//!   units of one repeat allow (the units of a repeat share its machine's state), the repeat is
+//!   the unit, and a note says so;
 //! - **shares** (`errors`, `completed`, `cancelled`, `incomplete`, `lost`, `anomalies`,
 //!   `slo_attainment`, the flush shares): the change in percentage points, each run's count at its
 //!   effective size: its requests over the design effect measured from how the hits cluster in
@@ -174,6 +176,7 @@ fn compare_unprobed(a: &Run, b: &Run, options: &CompareOptions) -> Result<Compar
             b: Side::new(name, b, &mut notes, "B"),
             alpha: options.alpha,
             bootstraps: BTreeMap::new(),
+            repeat_bound: Vec::new(),
         };
         for metric in metric_names() {
             let (ra, rb) = (pair.a.repeats(metric), pair.b.repeats(metric));
@@ -206,6 +209,14 @@ fn compare_unprobed(a: &Run, b: &Run, options: &CompareOptions) -> Result<Compar
                 gated: is_gated,
                 gate,
             });
+        }
+        if !pair.repeat_bound.is_empty() {
+            let mut metrics = std::mem::take(&mut pair.repeat_bound);
+            metrics.dedup();
+            notes.push(format!(
+                "{name}: the repeats differ more than their batches or blocks of time allow (those of one repeat share its machine's state), so the repeat is the unit for {}",
+                metrics.join(", ")
+            ));
         }
     }
     Ok(Comparison {

@@ -252,6 +252,22 @@ pub fn bootstrap_changes(
 /// `1 − alpha` interval: the delta method's standard error of the ratio, Welch–Satterthwaite
 /// degrees of freedom. `None` unless both have 2+ values (finite), or when A's mean is 0.
 pub fn ratio_interval(a: &[f64], b: &[f64], alpha: f64) -> Option<Interval> {
+    let (estimate, se2, df) = ratio_of_means(a, b)?;
+    if se2 <= 0.0 {
+        return Some(Interval::exact(estimate));
+    }
+    let h = t_of(alpha, df) * se2.sqrt();
+    Some(Interval { estimate, low: estimate - h, high: estimate + h })
+}
+
+/// The variance of [`ratio_interval`]'s change: how much the change would move from one pair of
+/// runs to the next, as the units' own spread says. `None` where [`ratio_interval`] is.
+pub fn ratio_variance(a: &[f64], b: &[f64]) -> Option<f64> {
+    ratio_of_means(a, b).map(|(_, se2, _)| se2)
+}
+
+/// `(change, its variance, Welch–Satterthwaite degrees of freedom)` of [`ratio_interval`].
+fn ratio_of_means(a: &[f64], b: &[f64]) -> Option<(f64, f64, f64)> {
     if a.len() < 2 || b.len() < 2 || a.iter().chain(b).any(|v| !v.is_finite()) {
         return None;
     }
@@ -263,13 +279,12 @@ pub fn ratio_interval(a: &[f64], b: &[f64], alpha: f64) -> Option<Interval> {
     // Var(B/A) ≈ (1/A²)·Var(B) + (B²/A⁴)·Var(A), per mean.
     let (sa, sb) = (ratio * ratio * va / (a.len() as f64 * ma * ma), vb / (b.len() as f64 * ma * ma));
     let se2 = sa + sb;
-    let estimate = ratio - 1.0;
-    if se2 <= 0.0 {
-        return Some(Interval::exact(estimate));
-    }
-    let df = se2 * se2 / (sa * sa / (a.len() as f64 - 1.0) + sb * sb / (b.len() as f64 - 1.0));
-    let h = t_of(alpha, df) * se2.sqrt();
-    Some(Interval { estimate, low: estimate - h, high: estimate + h })
+    let df = if se2 > 0.0 {
+        se2 * se2 / (sa * sa / (a.len() as f64 - 1.0) + sb * sb / (b.len() as f64 - 1.0))
+    } else {
+        f64::INFINITY
+    };
+    Some((ratio - 1.0, se2, df))
 }
 
 /// The relative change of paired values (round `i` of an A/B run gives `a[i]` and `b[i]`): the

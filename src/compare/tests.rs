@@ -400,6 +400,61 @@ fn requests_jsonl_never_turns_a_regression_into_a_pass() {
     }
 }
 
+/// A run of two repeats, each 32 batches of 4 requests whose latencies are `level` (per repeat)
+/// times a batch's own factor, 1.0 to 1.09, the same in every repeat.
+fn two_repeats(levels: [f64; 2]) -> Run {
+    let mut r = run("r", None);
+    let one = r.report.benchmarks[0].clone();
+    let mut requests = Vec::new();
+    r.report.benchmarks = (0..2u32)
+        .map(|repeat| {
+            let level = levels[repeat as usize];
+            let mut b = one.clone();
+            b.repeat = repeat;
+            let mut sum = 0.0;
+            for i in 0..128u64 {
+                let batch = i / 4;
+                let v = level * (1.0 + 0.01 * (batch * 7 % 10) as f64);
+                sum += v;
+                let mut timings = [None; 7];
+                timings[0] = Some(v);
+                let dispatched_ns = Some(batch * 1_000_000);
+                requests.push(Sample { repeat, batch: Some(batch), dispatched_ns, failed: false, timings });
+            }
+            b.distributions.latency.mean = Some(sum / 128.0);
+            b
+        })
+        .collect();
+    let samples = Samples { requests, batches: Vec::new() };
+    r.requests = Some(r.report.benchmarks.iter().map(|b| (b.name.clone(), samples.clone())).collect());
+    r
+}
+
+/// Where both runs have repeats, and these differ more than their batches allow (a machine that
+/// wandered between them), the repeat is the unit, not the batch: a pooled bootstrap over 64
+/// batches would read repeats 20 % apart within each run, and B 9 % above A, as a regression.
+/// Repeats that agree with their batches keep the batches' narrower interval.
+#[test]
+fn repeats_that_differ_more_than_their_batches_allow_are_the_unit() {
+    let options = CompareOptions::default();
+    let c = compare(&two_repeats([100.0, 120.0]), &two_repeats([110.0, 130.0]), &options).unwrap();
+    let mean = row(&c, "throughput", "latency_mean_ms");
+    assert_eq!(test_of(mean), Some(TestKind::Repeats), "{mean:?}");
+    assert!(!mean.is_regression() && mean.verdict == Verdict::WithinNoise, "{mean:?}");
+    assert!(
+        c.notes.iter().any(|n| n.contains("the repeat is the unit for") && n.contains("latency_mean_ms")),
+        "{:?}",
+        c.notes
+    );
+    // The same batches, repeats that agree (0.5 % apart, as their 32 batches' spread allows): the
+    // bootstrap over all 64, narrower than the repeats' t on 2 degrees of freedom, and a regression.
+    let c = compare(&two_repeats([100.0, 100.5]), &two_repeats([120.0, 120.6]), &options).unwrap();
+    let mean = row(&c, "throughput", "latency_mean_ms");
+    assert_eq!(test_of(mean), Some(TestKind::Bootstrap), "{mean:?}");
+    assert_eq!(mean.verdict, Verdict::Worse, "{mean:?}");
+    assert!(!c.notes.iter().any(|n| n.contains("the repeat is the unit")), "{:?}", c.notes);
+}
+
 /// A machine that slowed between the runs is named, not blamed on the change: a regression
 /// between runs whose speed probes differ by more than the margin is inconclusive.
 #[test]

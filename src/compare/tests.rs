@@ -447,7 +447,7 @@ fn repeats_that_differ_more_than_their_batches_allow_are_the_unit() {
         c.notes
     );
     // The same batches, repeats that agree (0.5 % apart, as their 32 batches' spread allows): the
-    // bootstrap over all 64, narrower than the repeats' t on 2 degrees of freedom, and a regression.
+    // bootstrap over all 64, narrower than the repeats' t on 2 degrees of freedom, and worse.
     let c = compare(&two_repeats([100.0, 100.5]), &two_repeats([120.0, 120.6]), &options).unwrap();
     let mean = row(&c, "throughput", "latency_mean_ms");
     assert_eq!(test_of(mean), Some(TestKind::Bootstrap), "{mean:?}");

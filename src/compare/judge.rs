@@ -264,10 +264,10 @@ impl<'r> Pair<'r> {
         // Where both runs have 2+ repeats, their spread checks the within-run intervals (above):
         // the batches or blocks of time of one repeat share its machine's state, so an interval
         // over them is right only if the repeats differ no more than it allows. Where they differ
-        // more, the repeat is the unit. Measured on in-process vLLM (tests/vllm_compare.rs, the
-        // repeats of one run split in two): repeats 13 % apart in throughput within each half,
-        // and TPOT p50 +16.7 % between the halves, whose bootstrap over 10 batches read
-        // [+7.8 %, …]: a regression of nothing.
+        // more, the repeat is the unit. Seen on in-process vLLM (a CI run of tests/vllm_compare.rs,
+        // the 4 repeats of one run split in two halves): the halves' repeats so far apart that
+        // their throughput's repeats-t read −13.4 % [−40.5 %, +13.7 %], while TPOT p50's bootstrap
+        // over the 10 batches of each half read +16.7 % [+7.8 %, …]: a regression of nothing.
         if let Some(spread) = self.repeat_spread(metric) {
             let alpha = self.alpha;
             for c in &mut candidates {

@@ -138,7 +138,8 @@ fn names_of(report: &Report) -> Vec<String> {
 /// interval can tell a slower machine from a slower change, and the probe (one core's speed)
 /// understates what contention does to a server, so no size of change is safe from it.
 pub fn compare(a: &Run, b: &Run, options: &CompareOptions) -> Result<Comparison, CompareError> {
-    let mut c = compare_unprobed(a, b, options)?;
+    let (mut c, overruled) = compare_unprobed(a, b, options)?;
+    note_repeat_units(&mut c, &overruled);
     if let Some(drift) = a.report.environment.machine_drift(&b.report.environment)
         && drift.abs() > options.max_regression
     {
@@ -157,8 +158,35 @@ pub fn compare(a: &Run, b: &Run, options: &CompareOptions) -> Result<Comparison,
     Ok(c)
 }
 
-/// [`compare`] without the machine's drift (the A/B runner pairs it away).
-fn compare_unprobed(a: &Run, b: &Run, options: &CompareOptions) -> Result<Comparison, CompareError> {
+/// Per benchmark, the metrics whose within-run interval the repeats' spread overruled
+/// ([`Pair::judge`]).
+type Overruled = Vec<(String, Vec<String>)>;
+
+/// A note per benchmark naming the metrics of `overruled` that the repeats still judge: the A/B
+/// runner judges its rows again by the rounds, and a note on an interval no row shows would
+/// mislead.
+fn note_repeat_units(c: &mut Comparison, overruled: &Overruled) {
+    for (name, metrics) in overruled {
+        let by_repeats = |m: &&String| {
+            c.rows.iter().any(|r| {
+                &r.benchmark == name
+                    && &r.metric == *m
+                    && r.judgement.as_ref().is_some_and(|j| j.test == TestKind::Repeats)
+            })
+        };
+        let shown: Vec<&str> = metrics.iter().filter(by_repeats).map(String::as_str).collect();
+        if !shown.is_empty() {
+            c.notes.push(format!(
+                "{name}: the repeats differ more than their batches or blocks of time allow (those of one repeat share its machine's state), so the repeat is the unit for {}",
+                shown.join(", ")
+            ));
+        }
+    }
+}
+
+/// [`compare`] without the machine's drift (the A/B runner pairs it away), and the metrics whose
+/// within-run interval the repeats overruled, unnoted (see [`note_repeat_units`]).
+fn compare_unprobed(a: &Run, b: &Run, options: &CompareOptions) -> Result<(Comparison, Overruled), CompareError> {
     if let Some(unknown) = options.gates.iter().find(|g| !metric_names().contains(g)) {
         return Err(CompareError::UnknownGate(unknown.clone()));
     }
@@ -169,6 +197,7 @@ fn compare_unprobed(a: &Run, b: &Run, options: &CompareOptions) -> Result<Compar
     }
     let mut rows = Vec::new();
     let mut notes = Vec::new();
+    let mut overruled = Overruled::new();
     let gated = |metric: &str| options.gates.iter().any(|g| g == metric);
     for name in &common {
         let mut pair = Pair {
@@ -213,13 +242,10 @@ fn compare_unprobed(a: &Run, b: &Run, options: &CompareOptions) -> Result<Compar
         if !pair.repeat_bound.is_empty() {
             let mut metrics = std::mem::take(&mut pair.repeat_bound);
             metrics.dedup();
-            notes.push(format!(
-                "{name}: the repeats differ more than their batches or blocks of time allow (those of one repeat share its machine's state), so the repeat is the unit for {}",
-                metrics.join(", ")
-            ));
+            overruled.push((name.to_string(), metrics));
         }
     }
-    Ok(Comparison {
+    let comparison = Comparison {
         a: a.label.clone(),
         b: b.label.clone(),
         max_regression: options.max_regression,
@@ -230,7 +256,8 @@ fn compare_unprobed(a: &Run, b: &Run, options: &CompareOptions) -> Result<Compar
         only_a: names_a.iter().filter(|n| !names_b.contains(n)).cloned().collect(),
         only_b: names_b.iter().filter(|n| !names_a.contains(n)).cloned().collect(),
         notes,
-    })
+    };
+    Ok((comparison, overruled))
 }
 
 #[cfg(test)]

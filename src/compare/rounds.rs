@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use super::stats::paired_interval;
 use super::{
     CompareError, CompareOptions, Comparison, Gate, Judgement, Run, Scale, TestKind, compare_unprobed, gate_of,
-    verdict_of,
+    note_repeat_units, verdict_of,
 };
 
 /// Every run of `runs` as one, its repeats renumbered (round `r`'s repeat `k` becomes
@@ -66,7 +66,7 @@ pub fn compare_rounds(
     let (Some(merged_a), Some(merged_b)) = (merge(&a, labels.0), merge(&b, labels.1)) else {
         return Err(CompareError::NothingInCommon { a: String::new(), b: String::new() });
     };
-    let mut c = compare_unprobed(&merged_a, &merged_b, options)?;
+    let (mut c, overruled) = compare_unprobed(&merged_a, &merged_b, options)?;
     // Merged rounds are not repeats of one machine state: the notes of copies still hold.
     let mut paired: Vec<(usize, Vec<f64>, Vec<f64>)> = Vec::new();
     for (i, row) in c.rows.iter_mut().enumerate() {
@@ -118,6 +118,7 @@ pub fn compare_rounds(
             }
         }
     }
+    note_repeat_units(&mut c, &overruled);
     c.notes.push(format!(
         "{} rounds, A and B alternated (A B, B A, …): relative metrics by a paired t over the distinct rounds, a regression at alpha over the {m} gated ones (Bonferroni), shares pooled",
         rounds.len()

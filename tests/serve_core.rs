@@ -338,3 +338,37 @@ fn a_frontend_that_serves_one_request_at_a_time_spreads_a_wave() {
     let first = token_times(&events, alone)[0].saturating_since(now.saturating_add(ms(100)));
     assert_eq!(first, ms(3 + 2 + 5));
 }
+
+/// A frontend that hands a burst on together (`frontend_hands_off_bursts`): three requests that
+/// arrive together are served one after another (3 ms each) and reach the engine together when
+/// the worker has served the last (9 ms, then the 2 ms hop), so one step prefills all three; one
+/// that arrives after the worker is free is a burst of its own.
+#[test]
+fn a_frontend_that_hands_a_burst_on_together_delivers_a_wave_to_one_step() {
+    let ms = Duration::from_millis;
+    let cost = CostModel {
+        decode_step: ms(5),
+        frontend_overhead: ms(2),
+        frontend_per_request: ms(3),
+        frontend_hands_off_bursts: true,
+        ..CostModel::free()
+    };
+    let sim = SimConfig { cost, ..example() };
+    let (mut c, _registry) = core(&sim, 10);
+    let t0 = Timestamp::from_nanos(1_000_000_000);
+    let at = |t: Timestamp| t.saturating_since(t0).as_millis();
+    let wave: Vec<_> = (0..3).map(|i| c.submit(t0, vec![seq(8, 2, i)]).unwrap()[0]).collect();
+    // One more joins the burst while the worker still serves it (at 4 ms): served 9..12, all due at 14.
+    let (events, _) = drain(&mut c, t0, Some(t0.saturating_add(ms(4))));
+    assert!(events.is_empty(), "{events:?}");
+    let late = c.submit(t0.saturating_add(ms(4)), vec![seq(8, 2, 3)]).unwrap()[0];
+    let (events, now) = drain(&mut c, t0.saturating_add(ms(4)), None);
+    let firsts: Vec<u128> = wave.iter().chain([&late]).map(|id| at(token_times(&events, *id)[0])).collect();
+    // One step from 14 to 19 prefills all four.
+    assert_eq!(firsts, [19, 19, 19, 19]);
+    // Alone, long after: one service and the hop, as a worker that hands each on gives it.
+    let alone = c.submit(now.saturating_add(ms(100)), vec![seq(8, 1, 9)]).unwrap()[0];
+    let (events, _) = drain(&mut c, now.saturating_add(ms(100)), None);
+    let first = token_times(&events, alone)[0].saturating_since(now.saturating_add(ms(100)));
+    assert_eq!(first, ms(3 + 2 + 5));
+}

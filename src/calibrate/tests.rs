@@ -23,6 +23,7 @@ pub(crate) fn known_cost() -> CostModel {
         finish_per_request: Duration::from_micros(12),
         frontend_overhead: Duration::ZERO,
         frontend_per_request: Duration::ZERO,
+        frontend_hands_off_bursts: false,
         eos_probability: 0.0,
     }
 }

@@ -139,19 +139,31 @@ fn summary(p: &Profile) -> String {
             "  {:<23} {:>14.1} ns  (from a URL: the frontend's time per request, one at a time, from the waves' TTFT)\n",
             "frontend_per_request", f
         );
+        out += &format!(
+            "  {:<23} {:>17}  (from a URL: {})\n",
+            "frontend_hands_off",
+            if p.coefficients.frontend_hands_off_bursts { "bursts" } else { "each" },
+            if p.coefficients.frontend_hands_off_bursts {
+                "a wave's requests reach the engine together, when the frontend has served the last"
+            } else {
+                "each request reaches the engine as the frontend has served it"
+            }
+        );
     }
     if let Some(http) = &p.fit.http {
         out += &format!(
             "  {} engine steps timed from token arrivals ({} dropped as stalls); per design point, the fit's residual \
-             on its steps, and its requests' means replayed on the profile:\n",
+             on its steps (± the point's own noise: the 95 % interval over its rounds), and its requests' means \
+             replayed on the profile:\n",
             p.fit.samples, p.fit.skipped_batches
         );
         for pt in &http.points {
             out += &format!(
-                "  point {:<14} residual {:>5.2} % ({:>4} steps); {:>3} req: TTFT measured {:>8.2} ms, replayed {:>8.2} \
-                 ms; TPOT measured {:>7.2} ms, replayed {:>7.2} ms\n",
+                "  point {:<14} residual {:>5.2} %{} ({:>4} steps); {:>3} req: TTFT measured {:>8.2} ms, replayed \
+                 {:>8.2} ms; TPOT measured {:>7.2} ms, replayed {:>7.2} ms\n",
                 pt.name,
                 pt.residual * 100.0,
+                pt.residual_noise.map_or(String::new(), |n| format!(" ± {:>4.1} %", n * 100.0)),
                 pt.steps,
                 pt.requests,
                 pt.measured_ttft_ms,

@@ -585,6 +585,7 @@ fn engine_strategy() -> impl Strategy<Value = EnginePlan> {
             finish_per_request: h,
             frontend_overhead: Duration::ZERO,
             frontend_per_request: Duration::ZERO,
+            frontend_hands_off_bursts: false,
             eos_probability,
         });
     let scheduler = (1u32..100_000, 1u32..100_000, 1u32..100_000, 1u32..64, any::<bool>(), any::<bool>()).prop_map(

@@ -242,8 +242,17 @@ impl ServeCore {
         self.metrics.prompt_tokens.inc_by(sequences.iter().map(|s| s.prompt_ids.len().max(1) as u64).sum());
         if !self.cost.frontend_overhead.is_zero() || !self.cost.frontend_per_request.is_zero() {
             // The worker serves this request after those before it, then the hop.
+            let busy = now < self.frontend_free;
+            let burst_due = self.frontend_free.saturating_add(self.cost.frontend_overhead);
             self.frontend_free = now.max(self.frontend_free).saturating_add(self.cost.frontend_per_request);
             let due = self.frontend_free.saturating_add(self.cost.frontend_overhead);
+            if self.cost.frontend_hands_off_bursts && busy {
+                // The burst it joins goes on with it: the requests still waiting for the worker's
+                // hand-off (all due at the burst's end, the newest last) are due with it.
+                for a in self.arriving.iter_mut().rev().take_while(|a| a.due == burst_due) {
+                    a.due = due;
+                }
+            }
             let sequences: Vec<(RequestId, SeqSpec, u32)> = specs
                 .into_iter()
                 .zip(&sequences)

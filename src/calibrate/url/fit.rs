@@ -75,7 +75,32 @@ pub struct PointResidual {
     pub steps: u64,
     /// The relative error of their sum.
     pub residual: f64,
+    /// The point's own noise ([`residual_noise`]); `None` with fewer than two rounds of rows.
+    pub noise: Option<f64>,
 }
+
+/// The half-width of the 95 % interval of a point's measured-to-predicted ratio `Σ m / Σ p`, over
+/// its `rounds` of (Σ predicted, Σ measured) (the ratio estimator's variance, rounds as the
+/// unit: a round's steps share the machine of their minute): the residual below which the point
+/// cannot tell the model from its own noise. `None` under two rounds.
+pub fn residual_noise(rounds: &[(f64, f64)]) -> Option<f64> {
+    use statrs::distribution::{ContinuousCDF, StudentsT};
+    let n = rounds.len();
+    let predicted: f64 = rounds.iter().map(|r| r.0).sum();
+    let measured: f64 = rounds.iter().map(|r| r.1).sum();
+    if n < 2 || predicted <= 0.0 {
+        return None;
+    }
+    let ratio = measured / predicted;
+    let mean_p = predicted / n as f64;
+    let var = rounds.iter().map(|(p, m)| (m - ratio * p).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let se = (var / n as f64).sqrt() / mean_p;
+    let t = StudentsT::new(0.0, 1.0, (n - 1) as f64).ok()?.inverse_cdf(0.975);
+    Some(t * se / ratio)
+}
+
+/// A fitted row: its design point, its round, its load (the columns of [`COLUMNS`]) and its time.
+type Row = (usize, u32, Vec<f64>, f64);
 
 /// Why a fit from a URL failed.
 #[derive(Debug, thiserror::Error)]
@@ -102,13 +127,13 @@ pub fn fit_url(points: &[PointObservation], preemptions: Option<f64>) -> Result<
     // Decode steps: each request's gaps between its tokens, summed over its span (one row a
     // request); steps after an idle engine: the clusters'.
     let spans: Vec<(usize, Vec<Span>)> = points.iter().enumerate().map(|(i, p)| (i, span_steps(&p.requests))).collect();
-    let timed: Vec<(usize, Vec<f64>, f64)> = spans
+    let timed: Vec<Row> = spans
         .iter()
         .flat_map(|(i, spans)| spans.iter().map(move |s| (*i, s)))
         .filter_map(|(i, s)| {
             // The step's fixed cost once per step summed.
             let x = [s.steps, s.load.prefill_tokens, s.load.seqs, s.load.context_tokens / 1000.0, 0.0];
-            s.load.duration_ns.map(|d| (i, x.to_vec(), d))
+            s.load.duration_ns.map(|d| (i, points[i].requests[s.request].round, x.to_vec(), d))
         })
         .chain(steps.iter().flat_map(|(i, steps)| steps.iter().map(move |s| (*i, s))).filter_map(|(i, s)| {
             match s.duration_ns {
@@ -131,12 +156,13 @@ pub fn fit_url(points: &[PointObservation], preemptions: Option<f64>) -> Result<
                     // A request whose tokens the server merged into chunks: its first one timed
                     // the frontend's catching up too.
                     let merged = s.first_of.iter().any(|&r| coalesced(&points[i].requests[r]));
-                    (sent > previous && alone && !merged).then(|| (i, row(s, 1.0), s.end_ns - sent))
+                    let round = s.first_of.first().map_or(0, |&r| points[i].requests[r].round);
+                    (sent > previous && alone && !merged).then(|| (i, round, row(s, 1.0), s.end_ns - sent))
                 }
                 None => None,
             }
         }))
-        .filter(|(_, _, y)| *y > 0.0)
+        .filter(|(_, _, _, y)| *y > 0.0)
         .collect();
     let needed = COLUMNS.len() * 4;
     if timed.len() < needed {
@@ -145,10 +171,10 @@ pub fn fit_url(points: &[PointObservation], preemptions: Option<f64>) -> Result<
     // Relative errors (`relative`), or absolute ones: a first fit on absolute errors is not
     // pulled by a near-zero gap (two tokens of consecutive steps that reached the client
     // together after one was held up), which relative weights would make the heaviest row.
-    let solve = |rows: &[&(usize, Vec<f64>, f64)], relative: bool| {
+    let solve = |rows: &[&Row], relative: bool| {
         let samples: Vec<Sample> = rows
             .iter()
-            .map(|(_, x, y)| {
+            .map(|(_, _, x, y)| {
                 let w = if relative { 1.0 / y } else { 1.0 };
                 Sample { x: x.iter().map(|v| v * w).collect(), y: y * w, metric: 0 }
             })
@@ -156,11 +182,11 @@ pub fn fit_url(points: &[PointObservation], preemptions: Option<f64>) -> Result<
         non_negative_least_squares(&samples, COLUMNS.len(), &[])
     };
     let predict = |theta: &[f64], x: &[f64]| x.iter().zip(theta).map(|(a, b)| a * b).sum::<f64>();
-    let all: Vec<&(usize, Vec<f64>, f64)> = timed.iter().collect();
+    let all: Vec<&Row> = timed.iter().collect();
     let (first, _) = solve(&all, false);
-    let kept: Vec<&(usize, Vec<f64>, f64)> = timed
+    let kept: Vec<&Row> = timed
         .iter()
-        .filter(|(_, x, y)| {
+        .filter(|(_, _, x, y)| {
             let p = predict(&first, x);
             p > 0.0 && ((p - y) / p).abs() <= OUTLIER_REL
         })
@@ -175,12 +201,21 @@ pub fn fit_url(points: &[PointObservation], preemptions: Option<f64>) -> Result<
     };
     let residuals = (0..points.len())
         .map(|i| {
-            let mine = rows.iter().filter(|(p, _, _)| *p == i);
-            let (predicted, measured, n) =
-                mine.fold((0.0, 0.0, 0), |(p, m, n), (_, x, y)| (p + predict(&theta, x), m + y, n + 1));
+            let sum =
+                |rows: &[&Row]| rows.iter().fold((0.0, 0.0), |(p, m), (_, _, x, y)| (p + predict(&theta, x), m + y));
+            let mine: Vec<&Row> = rows.iter().copied().filter(|(p, _, _, _)| *p == i).collect();
+            let (predicted, measured) = sum(&mine);
+            let mut rounds: Vec<u32> = mine.iter().map(|(_, r, _, _)| *r).collect();
+            rounds.sort_unstable();
+            rounds.dedup();
+            let by_round: Vec<(f64, f64)> = rounds
+                .iter()
+                .map(|&k| sum(&mine.iter().copied().filter(|(_, r, _, _)| *r == k).collect::<Vec<_>>()))
+                .collect();
             PointResidual {
-                steps: n,
+                steps: mine.len() as u64,
                 residual: if measured > 0.0 { (predicted - measured).abs() / measured } else { 0.0 },
+                noise: residual_noise(&by_round),
             }
         })
         .collect();
@@ -297,7 +332,7 @@ mod tests {
     ) -> Vec<ObservedRequest> {
         let (decode, prefill, per_seq) = (4.0 * MS * slower, 0.02 * MS * slower, 0.5 * MS * slower);
         let mut requests: Vec<ObservedRequest> = (0..c)
-            .map(|_| ObservedRequest { dispatched_ns: 0.0, prompt_tokens: prompt, token_ns: Vec::new() })
+            .map(|_| ObservedRequest { dispatched_ns: 0.0, prompt_tokens: prompt, token_ns: Vec::new(), round: 0 })
             .collect();
         let mut now = frontend;
         let mut running: Vec<usize> = Vec::new();
@@ -371,8 +406,12 @@ mod tests {
             .iter()
             .map(|&(c, p)| PointObservation { concurrency: c as u32, requests: served(c, p, 24, 16, 15.0 * MS) })
             .collect();
-        let merged =
-            |at: f64| ObservedRequest { dispatched_ns: at, prompt_tokens: 16, token_ns: vec![at + 40.0 * MS; 24] };
+        let merged = |at: f64| ObservedRequest {
+            dispatched_ns: at,
+            prompt_tokens: 16,
+            token_ns: vec![at + 40.0 * MS; 24],
+            round: 0,
+        };
         points.push(PointObservation {
             concurrency: 1,
             requests: (0..8).map(|i| merged(f64::from(i) * 100.0 * MS)).collect(),
@@ -395,6 +434,42 @@ mod tests {
         let r: Vec<f64> = fit.residuals.iter().map(|r| r.residual).collect();
         assert!(r[5] > 0.15 && r[5] < 0.35, "{r:?}");
         assert!(r[..5].iter().all(|x| *x < 0.08), "{r:?}");
+    }
+
+    #[test]
+    fn the_noise_is_the_interval_of_the_ratio_over_rounds() {
+        // Ratios 1, 1.2, 0.8, 1: the ratio 1, its standard error sqrt(0.08 / 3 / 4), t(3) = 3.182.
+        let noise = residual_noise(&[(1.0, 1.0), (1.0, 1.2), (1.0, 0.8), (1.0, 1.0)]).unwrap();
+        assert!((noise - 3.182_446 * (0.08_f64 / 12.0).sqrt()).abs() < 1e-5, "{noise}");
+        // Rounds that agree: no noise; one round: none known.
+        assert_eq!(residual_noise(&[(2.0, 3.0), (4.0, 6.0)]), Some(0.0));
+        assert_eq!(residual_noise(&[(2.0, 3.0)]), None);
+    }
+
+    #[test]
+    fn a_point_whose_rounds_ran_at_different_speeds_has_that_noise() {
+        // Five points of one engine, one round each; a sixth run in four rounds minutes apart,
+        // the engine 15 % slower or faster by turns: the point's noise covers its residual.
+        let mut points: Vec<PointObservation> = [(1, 16), (1, 256), (4, 64), (8, 128), (8, 32)]
+            .iter()
+            .map(|&(c, p)| PointObservation { concurrency: c as u32, requests: served(c, p, 24, 16, 15.0 * MS) })
+            .collect();
+        let rounds = (0..4u32).flat_map(|round| {
+            let slower = if round % 2 == 0 { 1.15 } else { 0.85 };
+            served_at(slower, 4, 32, 24, 16, 15.0 * MS).into_iter().map(move |mut r| {
+                let shift = f64::from(round) * 60_000.0 * MS;
+                r.dispatched_ns += shift;
+                r.token_ns.iter_mut().for_each(|t| *t += shift);
+                r.round = round;
+                r
+            })
+        });
+        points.push(PointObservation { concurrency: 4, requests: rounds.collect() });
+        let fit = fit_url(&points, None).unwrap();
+        assert!(fit.residuals[..5].iter().all(|r| r.noise.is_none()), "{:?}", fit.residuals);
+        let sixth = fit.residuals[5];
+        let noise = sixth.noise.expect("four rounds");
+        assert!(noise > 0.15 && sixth.residual < noise, "{sixth:?}");
     }
 
     #[test]

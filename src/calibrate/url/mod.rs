@@ -157,7 +157,7 @@ pub fn calibrate_url(base: &Plan, options: &DesignOptions) -> Result<(Profile, D
             *preemptions.get_or_insert(0.0) += p;
         }
         // A point's rounds are one observation: their requests never overlap in time.
-        observed[schedule[i - 1].0].requests.extend(read_point(&dir)?);
+        observed[schedule[i - 1].0].requests.extend(read_point(&dir, schedule[i - 1].1)?);
         dirs.push(dir);
     }
     session.finish()?;
@@ -209,8 +209,9 @@ fn server_preemptions(summary: &RunSummary) -> Option<f64> {
     (!found.is_empty()).then(|| found.iter().sum())
 }
 
-/// The measured, completed requests of a point's requests.jsonl, with their token arrivals.
-fn read_point(dir: &std::path::Path) -> Result<Vec<ObservedRequest>, CalibrateError> {
+/// The measured, completed requests of a point's requests.jsonl from `round`, with their token
+/// arrivals.
+fn read_point(dir: &std::path::Path, round: u32) -> Result<Vec<ObservedRequest>, CalibrateError> {
     let path: PathBuf = dir.join(REQUESTS_FILE);
     let mut requests = Vec::new();
     for row in read_records(&path)? {
@@ -227,6 +228,7 @@ fn read_point(dir: &std::path::Path) -> Result<Vec<ObservedRequest>, CalibrateEr
             dispatched_ns: dispatched.as_nanos() as f64,
             prompt_tokens: prompt,
             token_ns: tokens.iter().map(|t| t.as_nanos() as f64).collect(),
+            round,
         });
     }
     Ok(requests)

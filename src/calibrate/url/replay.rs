@@ -133,30 +133,39 @@ pub fn fit_frontend_queue(
             (measured(requests, shape.output_tokens).0, send_stagger(requests, shape.concurrency))
         })
         .collect();
-    let with = |s: f64| Coefficients {
+    let with = |s: f64, burst: bool| Coefficients {
         frontend_overhead_ns: Some(alone - s),
         frontend_per_request_ns: (s > 0.0).then_some(s),
+        frontend_hands_off_bursts: burst && s > 0.0,
         ..coefficients.clone()
     };
-    let error = |s: f64| -> f64 {
-        let c = with(s);
+    let error = |c: &Coefficients| -> f64 {
         points
             .iter()
             .zip(&measured)
             .filter(|(_, (ttft, _))| *ttft > 0.0)
             .map(|((shape, _, per_run), (ttft, stagger))| {
-                let (replayed, _) = replay(&c, engine, shape, (*per_run).max(1), *stagger);
+                let (replayed, _) = replay(c, engine, shape, (*per_run).max(1), *stagger);
                 ((replayed - ttft) / ttft).powi(2)
             })
             .sum()
     };
     let step = alone / f64::from(QUEUE_GRID);
-    let best_of = |candidates: &mut dyn Iterator<Item = f64>| {
-        candidates.map(|s| (error(s), s)).fold((f64::INFINITY, 0.0), |best, x| if x.0 < best.0 { x } else { best })
+    // The best (error, share) of `candidates`; the first of equals.
+    let best_of = |candidates: &mut dyn Iterator<Item = f64>, burst: bool| {
+        candidates
+            .map(|s| (error(&with(s, burst)), s))
+            .fold((f64::INFINITY, 0.0), |best, x| if x.0 < best.0 { x } else { best })
     };
-    let (_, coarse) = best_of(&mut (0..=QUEUE_GRID).map(|k| f64::from(k) * step));
-    let (_, fine) = best_of(&mut (0..=20).map(|k| (coarse - step + f64::from(k) * step / 10.0).clamp(0.0, alone)));
-    with(fine)
+    let search = |burst: bool| {
+        let (_, coarse) = best_of(&mut (0..=QUEUE_GRID).map(|k| f64::from(k) * step), burst);
+        best_of(&mut (0..=20).map(|k| (coarse - step + f64::from(k) * step / 10.0).clamp(0.0, alone)), burst)
+    };
+    // A worker that hands each request on, or one that hands a burst on together: whichever
+    // replays the waves nearer (each on a tie).
+    let (each_error, each) = search(false);
+    let (burst_error, burst) = search(true);
+    if burst_error < each_error { with(burst, true) } else { with(each, false) }
 }
 
 /// How far apart a client's first `concurrency` sends went, on average, ns (0 for one).
@@ -218,6 +227,7 @@ pub fn point_fit(
         replay_error: rel(p_ttft, ttft).max(rel(p_tpot, tpot)),
         steps: residual.steps,
         residual: residual.residual,
+        residual_noise: residual.noise,
     }
 }
 
@@ -244,7 +254,8 @@ mod tests {
     }
 
     /// Points measured on a server whose frontend serves one request at a time: the search finds
-    /// its service, and keeps what a request alone pays; with no queue, it finds none.
+    /// its service, whether it hands each request on or a burst together, and keeps what a
+    /// request alone pays; with no queue, it finds none.
     #[test]
     fn the_frontends_queue_is_found_from_the_waves() {
         let steps = Coefficients::from_array([0.0, 0.0, 4e6, 1e4, 0.5e6, 0.0, 0.0, 0.0, 0.0]);
@@ -253,10 +264,11 @@ mod tests {
             .map(|(c, p)| PointShape { name: format!("c{c}"), concurrency: c, prompt_tokens: p, output_tokens: 8 })
             .collect();
         let engine = crate::engine::sim::DEFAULT_SCHEDULER;
-        for (hop, service) in [(2e6, 1.5e6), (3.5e6, 0.0)] {
+        for (hop, service, burst) in [(2e6, 1.5e6, false), (2e6, 1.5e6, true), (3.5e6, 0.0, false)] {
             let truth = Coefficients {
                 frontend_overhead_ns: Some(hop),
                 frontend_per_request_ns: (service > 0.0).then_some(service),
+                frontend_hands_off_bursts: burst,
                 ..steps.clone()
             };
             // What a client measured: each point's requests, all sent at once, with the mean TTFT
@@ -266,8 +278,12 @@ mod tests {
                 .map(|shape| {
                     let (ttft, tpot) = replay(&truth, engine, shape, 2 * shape.concurrency as usize, 0.0);
                     let tokens = vec![ttft, ttft + tpot * f64::from(shape.output_tokens - 1)];
-                    let r =
-                        ObservedRequest { dispatched_ns: 0.0, prompt_tokens: shape.prompt_tokens, token_ns: tokens };
+                    let r = ObservedRequest {
+                        dispatched_ns: 0.0,
+                        prompt_tokens: shape.prompt_tokens,
+                        token_ns: tokens,
+                        round: 0,
+                    };
                     vec![r; shape.concurrency as usize]
                 })
                 .collect();
@@ -281,6 +297,7 @@ mod tests {
             let fitted = fit_frontend_queue(&linear, engine, &points);
             let got = fitted.frontend_per_request_ns.unwrap_or(0.0);
             assert!((got - service).abs() <= 0.1e6, "service {service}: found {got}");
+            assert_eq!(fitted.frontend_hands_off_bursts, burst, "service {service}, burst {burst}");
             let alone = fitted.frontend_overhead_ns.unwrap() + got;
             assert!((alone - (hop + service)).abs() < 1.0, "a request alone still pays {alone}");
         }
@@ -293,11 +310,11 @@ mod tests {
         let coefficients = Coefficients::from_array([0.0, 0.0, 4e6, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
         let shape = PointShape { name: "c1".into(), concurrency: 1, prompt_tokens: 10, output_tokens: 3 };
         // Measured: TTFT 5 ms (predicted 4), TPOT 4 ms (predicted 4): 20 % off.
-        let r = ObservedRequest { dispatched_ns: 0.0, prompt_tokens: 10, token_ns: vec![5e6, 9e6, 13e6] };
-        let residual = PointResidual { steps: 2, residual: 0.01 };
+        let r = ObservedRequest { dispatched_ns: 0.0, prompt_tokens: 10, token_ns: vec![5e6, 9e6, 13e6], round: 0 };
+        let residual = PointResidual { steps: 2, residual: 0.01, noise: Some(0.03) };
         let fit = point_fit(&coefficients, crate::engine::sim::DEFAULT_SCHEDULER, &shape, &[r], 1, residual);
         assert!((fit.replay_error - 0.2).abs() < 1e-9, "{fit:?}");
-        assert_eq!((fit.steps, fit.residual), (2, 0.01));
+        assert_eq!((fit.steps, fit.residual, fit.residual_noise), (2, 0.01, Some(0.03)));
         assert!((fit.measured_ttft_ms - 5.0).abs() < 1e-9 && (fit.predicted_tpot_ms - 4.0).abs() < 1e-9);
     }
 }

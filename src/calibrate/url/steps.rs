@@ -29,6 +29,9 @@ pub struct ObservedRequest {
     pub prompt_tokens: u32,
     /// When each of its tokens arrived, in order.
     pub token_ns: Vec<f64>,
+    /// The design's round it ran in ([`super::URL_ROUNDS`]): a point's rounds ran minutes
+    /// apart, and how far they differ is the point's own noise.
+    pub round: u32,
 }
 
 /// One engine step, inferred.
@@ -115,6 +118,8 @@ pub struct Span {
     pub steps: f64,
     /// Their durations and loads, summed.
     pub load: Step,
+    /// The request's index in the observations.
+    pub request: usize,
 }
 
 /// [`gap_steps`] summed per request: one row a request, from its first token to its last, its
@@ -126,7 +131,7 @@ pub fn span_steps(requests: &[ObservedRequest]) -> Vec<Span> {
     let gaps = gap_steps(requests);
     let mut rest = gaps.as_slice();
     let mut spans = Vec::with_capacity(requests.len());
-    for r in requests {
+    for (index, r) in requests.iter().enumerate() {
         let (mine, after) = rest.split_at(r.token_ns.len().saturating_sub(1).min(rest.len()));
         rest = after;
         if coalesced(r) {
@@ -144,7 +149,7 @@ pub fn span_steps(requests: &[ObservedRequest]) -> Vec<Span> {
             span.seqs += s.seqs;
             span.context_tokens += s.context_tokens;
         }
-        spans.push(Span { steps: mine.len() as f64, load: span });
+        spans.push(Span { steps: mine.len() as f64, load: span, request: index });
     }
     spans
 }
@@ -215,6 +220,7 @@ mod tests {
             dispatched_ns: dispatched_ms * MS,
             prompt_tokens: prompt,
             token_ns: tokens_ms.iter().map(|t| t * MS).collect(),
+            round: 0,
         }
     }
 

@@ -67,6 +67,14 @@ pub struct CostModel {
     /// from a URL.
     #[serde(skip_serializing_if = "Duration::is_zero")]
     pub frontend_per_request: Duration,
+    /// The frontend's worker hands a burst on together: requests it served while others waited
+    /// for it reach `frontend_overhead` when it has served the last of them, not each as it is
+    /// served. A wave of k simultaneous requests then reaches the engine together, after k
+    /// services (on 2 cores, vLLM's frontend busy with a wave's requests leaves its engine core
+    /// no CPU until it is done: the engine's first step of a wave of 8 short prompts held all 8).
+    /// `false` (the default): each request goes on as it is served.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub frontend_hands_off_bursts: bool,
     /// Probability per generated token (after `min_tokens`) of an end-of-sequence, for requests
     /// that do not ignore EOS.
     pub eos_probability: f64,
@@ -94,6 +102,7 @@ impl Default for CostModel {
             finish_per_request: Duration::ZERO,
             frontend_overhead: Duration::ZERO,
             frontend_per_request: Duration::ZERO,
+            frontend_hands_off_bursts: false,
             eos_probability: 0.0,
         }
     }
@@ -115,6 +124,7 @@ impl CostModel {
             finish_per_request: Duration::ZERO,
             frontend_overhead: Duration::ZERO,
             frontend_per_request: Duration::ZERO,
+            frontend_hands_off_bursts: false,
             eos_probability: 0.0,
         }
     }

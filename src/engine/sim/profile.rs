@@ -80,6 +80,11 @@ pub struct Coefficients {
     /// ([`CostModel::frontend_per_request`]). Only a profile calibrated from a URL has it.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "non_negative_some")]
     pub frontend_per_request_ns: Option<f64>,
+    /// The frontend's worker hands a burst of requests on together
+    /// ([`CostModel::frontend_hands_off_bursts`]). Only a profile calibrated from a URL has it;
+    /// absent means each request goes on as it is served.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub frontend_hands_off_bursts: bool,
 }
 
 impl Coefficients {
@@ -129,6 +134,7 @@ impl Coefficients {
             encoder_per_image_token_ns: None,
             frontend_overhead_ns: None,
             frontend_per_request_ns: None,
+            frontend_hands_off_bursts: false,
         }
     }
 
@@ -149,6 +155,7 @@ impl Coefficients {
             finish_per_request_ns: ns(cost.finish_per_request),
             frontend_overhead_ns: (!cost.frontend_overhead.is_zero()).then(|| ns(cost.frontend_overhead)),
             frontend_per_request_ns: (!cost.frontend_per_request.is_zero()).then(|| ns(cost.frontend_per_request)),
+            frontend_hands_off_bursts: cost.frontend_hands_off_bursts,
         }
     }
 
@@ -167,6 +174,7 @@ impl Coefficients {
         cost.finish_per_request = d(self.finish_per_request_ns);
         cost.frontend_overhead = d(self.frontend_overhead_ns.unwrap_or(0.0));
         cost.frontend_per_request = d(self.frontend_per_request_ns.unwrap_or(0.0));
+        cost.frontend_hands_off_bursts = self.frontend_hands_off_bursts;
     }
 }
 
@@ -232,6 +240,11 @@ pub struct PointFit {
     pub steps: u64,
     /// The fit's residual on them: |Σ predicted − Σ measured| / Σ measured of their times.
     pub residual: f64,
+    /// The point's own noise: the half-width of the 95 % interval of its measured-to-predicted
+    /// ratio over the design's rounds (how far a residual this point's rounds cannot tell from
+    /// 0 goes). Absent with fewer than two rounds of rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub residual_noise: Option<f64>,
 }
 
 /// A limit a server hides, as a fit from a URL sets it.
@@ -407,7 +420,8 @@ impl Profile {
              # a generate call of n requests first pays fixed_overhead + request_overhead*n and, after its\n\
              # last step, finish_overhead + finish_per_request*n; frontend_overhead (a fit from a URL only)\n\
              # delays each HTTP request before it reaches the engine, after frontend_per_request of the\n\
-             # frontend's time, which serves one request at a time.\n\n{body}"
+             # frontend's time, which serves one request at a time (frontend_hands_off_bursts: a burst\n\
+             # of requests served back to back goes on together, when the last is served).\n\n{body}"
         )
     }
 
@@ -465,6 +479,7 @@ mod tests {
                 encoder_per_image_token_ns: Some(2500.5),
                 frontend_overhead_ns: Some(15_000_000.0),
                 frontend_per_request_ns: Some(1_250_000.0),
+                frontend_hands_off_bursts: true,
                 ..Coefficients::from_array([1e6, 1e4, 8e5, 900.5, 2e4, 3000.25, 1500.75, 5e5, 1234.5])
             },
             engine: crate::engine::sim::DEFAULT_SCHEDULER,
@@ -494,6 +509,7 @@ mod tests {
                         replay_error: 0.030303,
                         steps: 300,
                         residual: 0.0125,
+                        residual_noise: Some(0.031),
                     }],
                     estimated: vec![Estimate {
                         key: "max_num_seqs".into(),
@@ -519,6 +535,7 @@ mod tests {
                 encoder_per_image_token_ns: None,
                 frontend_overhead_ns: None,
                 frontend_per_request_ns: None,
+                frontend_hands_off_bursts: false,
                 ..p.coefficients
             },
             fit: FitSummary { http: None, ..p.fit },
@@ -527,7 +544,7 @@ mod tests {
         let text = without.to_toml();
         assert!(!text.contains("encoder_per_image_token_ns ="), "{text}");
         assert!(!text.contains("frontend_overhead_ns =") && !text.contains("[fit.http"), "{text}");
-        assert!(!text.contains("frontend_per_request_ns ="), "{text}");
+        assert!(!text.contains("frontend_per_request_ns =") && !text.contains("frontend_hands_off_bursts ="), "{text}");
         assert_eq!(Profile::parse(&text, Path::new("p.toml")).unwrap(), without);
     }
 

@@ -51,6 +51,7 @@ fn step_times_follow_the_formula() {
         finish_per_request: Duration::from_micros(100),
         frontend_overhead: Duration::ZERO,
         frontend_per_request: Duration::ZERO,
+        frontend_hands_off_bursts: false,
         eos_probability: 0.0,
     };
     let (mut e, clock) =

@@ -52,7 +52,7 @@ setup-vllm:
 # against the `kubernetes` package's models (tests/distributed_k8s.rs)
 # (sets everything up first; minutes the first time).
 test-vllm: setup-vllm
-    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli --test vllm_calibrate --test python_engine --test vllm_matrix --test vllm_stall --test serve_vllm --test vllm_compare --test vllm_serve_http --test vllm_tokenizer --test vllm_images --test vllm_embeddings --test vllm_sessions --test ray_run --test distributed_k8s -- --nocapture
+    PYO3_PYTHON="${BATCHLAB_HOME:-$HOME/.cache/batchlab}/venv/bin/python" cargo test --features vllm --test vllm_engine --test vllm_cli --test vllm_calibrate --test python_engine --test vllm_matrix --test vllm_stall --test serve_vllm --test vllm_compare --test vllm_calibrate_http --test vllm_serve_http --test vllm_tokenizer --test vllm_images --test vllm_embeddings --test vllm_sessions --test ray_run --test distributed_k8s -- --nocapture
 
 # Lints with the vllm feature (needs a Python 3 for pyo3's build; the venv's when it exists).
 clippy-vllm:

@@ -71,13 +71,16 @@ pub const URL_WARMUP: UrlPoint = UrlPoint { concurrency: 4, prompt_tokens: 64, o
 /// the per-sequence cost over 1 to 16 sequences, and, as each finished request's client sends
 /// the next, prefills that join running decodes (the prefill cost inside busy steps); long
 /// prompts at 8 add attended context. 16 in flight finds a `max_num_seqs` below 16. Prompt plus
-/// output stay within 512 tokens (the tiny test model's `max_model_len`). About 14,000 measured
+/// output stay within 512 tokens (the tiny test model's `max_model_len`). About 15,000 measured
 /// tokens: on the tiny model each point is about a second of load, so a machine's stall of a
 /// tenth of a second moves a point's time by a few percent, not by half of it (the first design,
-/// of 0.1 to 0.5 s a point, did; docs/simulation.md).
+/// of 0.1 to 0.5 s a point, did; docs/simulation.md). The points of one request at a time run 6
+/// a round (were 2): a round's first request after a busier point ran slower than its second
+/// (TPOT 2.71 against 2.46 ms and the like on a real `vllm serve`), and the point, at 2 a round,
+/// measured its decode 20 % slower than runs of 96 requests a minute later.
 pub const URL_DESIGN: &[UrlPoint] = &[
-    UrlPoint { concurrency: 1, prompt_tokens: 16, output_tokens: 32, requests: 16 },
-    UrlPoint { concurrency: 1, prompt_tokens: 384, output_tokens: 8, requests: 16 },
+    UrlPoint { concurrency: 1, prompt_tokens: 16, output_tokens: 32, requests: 48 },
+    UrlPoint { concurrency: 1, prompt_tokens: 384, output_tokens: 8, requests: 48 },
     UrlPoint { concurrency: 4, prompt_tokens: 64, output_tokens: 32, requests: 64 },
     UrlPoint { concurrency: 8, prompt_tokens: 32, output_tokens: 24, requests: 128 },
     UrlPoint { concurrency: 8, prompt_tokens: 256, output_tokens: 16, requests: 128 },

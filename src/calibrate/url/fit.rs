@@ -353,6 +353,15 @@ mod tests {
         requests
     }
 
+    /// Five points of one engine (no limit in reach, a 15 ms frontend): one request at a time
+    /// with short and long prompts, 4 and 8 in flight.
+    fn five_points() -> Vec<PointObservation> {
+        [(1, 16), (1, 256), (4, 64), (8, 128), (8, 32)]
+            .iter()
+            .map(|&(c, p)| PointObservation { concurrency: c as u32, requests: served(c, p, 24, 16, 15.0 * MS) })
+            .collect()
+    }
+
     #[test]
     fn a_known_engine_is_recovered_with_its_frontend_and_its_limit() {
         let points: Vec<PointObservation> = [(1, 16), (1, 256), (4, 64), (8, 128), (8, 32)]
@@ -402,10 +411,7 @@ mod tests {
     fn a_request_whose_tokens_came_merged_times_no_frontend() {
         // Requests alone, the frontend 15 ms; a second point's were merged into one chunk by a
         // server that fell behind, after 40 ms: they say nothing of the frontend.
-        let mut points: Vec<PointObservation> = [(1, 16), (1, 256), (4, 64), (8, 128), (8, 32)]
-            .iter()
-            .map(|&(c, p)| PointObservation { concurrency: c as u32, requests: served(c, p, 24, 16, 15.0 * MS) })
-            .collect();
+        let mut points = five_points();
         let merged = |at: f64| ObservedRequest {
             dispatched_ns: at,
             prompt_tokens: 16,
@@ -425,10 +431,7 @@ mod tests {
     fn a_point_the_model_misses_has_the_residual() {
         // Five points of one engine and a sixth of an engine 30 % slower: the fit follows the
         // five, and the sixth's steps took about 30 % longer than it predicts.
-        let mut points: Vec<PointObservation> = [(1, 16), (1, 256), (4, 64), (8, 128), (8, 32)]
-            .iter()
-            .map(|&(c, p)| PointObservation { concurrency: c as u32, requests: served(c, p, 24, 16, 15.0 * MS) })
-            .collect();
+        let mut points = five_points();
         points.push(PointObservation { concurrency: 4, requests: served_at(1.3, 4, 32, 24, 16, 15.0 * MS) });
         let fit = fit_url(&points, None).unwrap();
         let r: Vec<f64> = fit.residuals.iter().map(|r| r.residual).collect();
@@ -450,10 +453,7 @@ mod tests {
     fn a_point_whose_rounds_ran_at_different_speeds_has_that_noise() {
         // Five points of one engine, one round each; a sixth run in four rounds minutes apart,
         // the engine 15 % slower or faster by turns: the point's noise covers its residual.
-        let mut points: Vec<PointObservation> = [(1, 16), (1, 256), (4, 64), (8, 128), (8, 32)]
-            .iter()
-            .map(|&(c, p)| PointObservation { concurrency: c as u32, requests: served(c, p, 24, 16, 15.0 * MS) })
-            .collect();
+        let mut points = five_points();
         let rounds = (0..4u32).flat_map(|round| {
             let slower = if round % 2 == 0 { 1.15 } else { 0.85 };
             served_at(slower, 4, 32, 24, 16, 15.0 * MS).into_iter().map(move |mut r| {

@@ -6,8 +6,8 @@
 //! throughput ±5 %, TTFT p50 and TPOT p50 ±10 %) or within the real server's own run-to-run
 //! spread measured here ((max − min) / median over its rounds). The fit report's residuals are
 //! printed beside each point's own noise, with how many are under 5 % and how many within their
-//! noise; they are not held (the one-request points missed by more than their noise in 2 of 3
-//! calibrations here). Run by `just test-vllm`; with `CI=true` a missing venv fails.
+//! noise; they are not held (some point missed by more than its noise in 3 of the 5
+//! calibrations of 2026-12-08, docs/simulation.md). Run by `just test-vllm`; with `CI=true` a missing venv fails.
 #![cfg(feature = "vllm")]
 
 use std::path::{Path, PathBuf};

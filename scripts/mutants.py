@@ -404,7 +404,7 @@ MUTANTS = [
      ["--lib", "calibrate::url::fit::tests"], {}),
     ("issue 37 twin: a point's residual is each step's own error, averaged away", "src/calibrate/url/fit.rs",
      "residual: if measured > 0.0 { (predicted - measured).abs() / measured } else { 0.0 }",
-     "residual: if measured > 0.0 { (predicted - measured) / measured / n.max(1) as f64 } else { 0.0 }",
+     "residual: if measured > 0.0 { (predicted - measured) / measured / mine.len().max(1) as f64 } else { 0.0 }",
      ["--lib", "calibrate::url::fit::tests"], {}),
     ("issue 37 twin: the replay error leaves TTFT out", "src/calibrate/url/replay.rs",
      "replay_error: rel(p_ttft, ttft).max(rel(p_tpot, tpot)),", "replay_error: rel(p_tpot, tpot),",

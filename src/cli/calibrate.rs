@@ -139,16 +139,12 @@ fn summary(p: &Profile) -> String {
             "  {:<23} {:>14.1} ns  (from a URL: the frontend's time per request, one at a time, from the waves' TTFT)\n",
             "frontend_per_request", f
         );
-        out += &format!(
-            "  {:<23} {:>17}  (from a URL: {})\n",
-            "frontend_hands_off",
-            if p.coefficients.frontend_hands_off_bursts { "bursts" } else { "each" },
-            if p.coefficients.frontend_hands_off_bursts {
-                "a wave's requests reach the engine together, when the frontend has served the last"
-            } else {
-                "each request reaches the engine as the frontend has served it"
-            }
-        );
+        let (hands_off, how) = if p.coefficients.frontend_hands_off_bursts {
+            ("bursts", "a wave's requests reach the engine together, when the frontend has served the last")
+        } else {
+            ("each", "each request reaches the engine as the frontend has served it")
+        };
+        out += &format!("  {:<23} {:>17}  (from a URL: {how})\n", "frontend_hands_off", hands_off);
     }
     if let Some(http) = &p.fit.http {
         out += &format!(

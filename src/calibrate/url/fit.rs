@@ -201,17 +201,16 @@ pub fn fit_url(points: &[PointObservation], preemptions: Option<f64>) -> Result<
     };
     let residuals = (0..points.len())
         .map(|i| {
-            let sum =
-                |rows: &[&Row]| rows.iter().fold((0.0, 0.0), |(p, m), (_, _, x, y)| (p + predict(&theta, x), m + y));
             let mine: Vec<&Row> = rows.iter().copied().filter(|(p, _, _, _)| *p == i).collect();
-            let (predicted, measured) = sum(&mine);
-            let mut rounds: Vec<u32> = mine.iter().map(|(_, r, _, _)| *r).collect();
-            rounds.sort_unstable();
-            rounds.dedup();
-            let by_round: Vec<(f64, f64)> = rounds
-                .iter()
-                .map(|&k| sum(&mine.iter().copied().filter(|(_, r, _, _)| *r == k).collect::<Vec<_>>()))
-                .collect();
+            // (Σ predicted, Σ measured) per round, each row predicted once.
+            let mut by_round: std::collections::BTreeMap<u32, (f64, f64)> = std::collections::BTreeMap::new();
+            for (_, round, x, y) in &mine {
+                let sums = by_round.entry(*round).or_default();
+                sums.0 += predict(&theta, x);
+                sums.1 += y;
+            }
+            let (predicted, measured) = by_round.values().fold((0.0, 0.0), |(p, m), (rp, rm)| (p + rp, m + rm));
+            let by_round: Vec<(f64, f64)> = by_round.into_values().collect();
             PointResidual {
                 steps: mine.len() as u64,
                 residual: if measured > 0.0 { (predicted - measured).abs() / measured } else { 0.0 },
